@@ -1,0 +1,53 @@
+"""Warden: a sandbox and workspace broker for AI agents.
+
+    from warden import Warden
+    w = Warden.open()
+    ws = w.create("demo", template="minimal")
+    ws.run(["python", "-c", "print(1)"], timeout=10)
+
+Names are imported lazily so that `import warden` stays cheap for the CLI.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from warden.core.errors import (
+    Conflict,
+    Denied,
+    InvalidInput,
+    Locked,
+    NotFound,
+    TimedOut,
+    TooLarge,
+    Unavailable,
+    WardenError,
+)
+
+if TYPE_CHECKING:
+    from warden.api import RunResult, Warden, Workspace
+
+__all__ = [
+    "Conflict",
+    "Denied",
+    "InvalidInput",
+    "Locked",
+    "NotFound",
+    "RunResult",
+    "TimedOut",
+    "TooLarge",
+    "Unavailable",
+    "Warden",
+    "WardenError",
+    "Workspace",
+]
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name in {"Warden", "Workspace", "RunResult"}:
+        from warden import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'warden' has no attribute {name!r}")

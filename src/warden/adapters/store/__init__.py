@@ -1,0 +1,1 @@
+"""The registry store: one set of portable SQL statements, run on SQLite or PostgreSQL."""

@@ -1,0 +1,198 @@
+"""Database access for the registry.
+
+Statements are plain SQL with `:name` parameters, portable between SQLite (>= 3.35, for
+RETURNING) and PostgreSQL. The embedded default runs them on the standard library's
+`sqlite3`; any other URL (PostgreSQL for several machines) runs them through SQLAlchemy
+Core's `text()`. Why two executors: importing SQLAlchemy costs ~280 ms on this machine
+kind, more than the whole budget of `warden run` (150 ms), and every CLI command opens
+the registry. The schema itself is SQLAlchemy metadata migrated by Alembic (schema.py,
+migrations/), which is imported only when the stored revision is behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from warden.core.errors import Conflict, Unavailable
+
+__all__ = ["SCHEMA_REVISION", "Database", "Row", "Tx", "open_database"]
+
+# The Alembic head revision this code expects; tests pin it against migrations/versions.
+SCHEMA_REVISION = "0001"
+
+Row = dict[str, Any]
+
+
+class Tx(Protocol):
+    """One transaction. `dialect` is "sqlite" or "postgresql"."""
+
+    dialect: str
+
+    def execute(self, sql: str, params: Mapping[str, object] | None = None) -> list[Row]: ...
+
+    def executemany(self, sql: str, rows: Sequence[Mapping[str, object]]) -> None: ...
+
+
+class Database(Protocol):
+    url: str
+
+    def transaction(self, *, write: bool = True) -> contextlib.AbstractContextManager[Tx]: ...
+
+    def close(self) -> None: ...
+
+
+class _SqliteTx:
+    dialect = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Mapping[str, object] | None = None) -> list[Row]:
+        try:
+            cursor = self._conn.execute(sql, dict(params or {}))
+        except sqlite3.IntegrityError as exc:
+            raise Conflict(f"already exists or still in use ({exc})") from exc
+        if cursor.description is None:
+            return []
+        names = [column[0] for column in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def executemany(self, sql: str, rows: Sequence[Mapping[str, object]]) -> None:
+        self._conn.executemany(sql, [dict(r) for r in rows])
+
+
+class SqliteDatabase:
+    """SQLite in WAL mode; one connection per thread, writes take the lock up front."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.url = f"sqlite:///{path}"
+        self._local = threading.local()
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA busy_timeout=30000")
+            self._local.conn = conn
+        return conn
+
+    @contextlib.contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        conn = self._connection()
+        # BEGIN IMMEDIATE takes the write lock at the start, so read-then-write sequences
+        # (the audit hash chain, unique names) cannot interleave with another process.
+        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            yield _SqliteTx(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+
+class _SqlalchemyTx:
+    def __init__(self, conn: Any, dialect: str) -> None:
+        self._conn = conn
+        self.dialect = dialect
+
+    def execute(self, sql: str, params: Mapping[str, object] | None = None) -> list[Row]:
+        from sqlalchemy import exc as sa_exc
+        from sqlalchemy import text
+
+        try:
+            result = self._conn.execute(text(sql), dict(params or {}))
+        except sa_exc.IntegrityError as exc:
+            raise Conflict(f"already exists or still in use ({exc.orig})") from exc
+        if not result.returns_rows:
+            return []
+        return [dict(row._mapping) for row in result]
+
+    def executemany(self, sql: str, rows: Sequence[Mapping[str, object]]) -> None:
+        from sqlalchemy import text
+
+        if rows:
+            self._conn.execute(text(sql), [dict(r) for r in rows])
+
+
+class SqlalchemyDatabase:
+    """Any SQLAlchemy URL; used for PostgreSQL (`WARDEN_DATABASE_URL`)."""
+
+    def __init__(self, url: str) -> None:
+        from sqlalchemy import create_engine
+
+        self.url = url
+        try:
+            self._engine = create_engine(url, pool_pre_ping=True)
+        except Exception as exc:  # a missing driver or a malformed URL
+            raise Unavailable(f"cannot use database {url.split('@')[-1]!r}: {exc}; "
+                              "check WARDEN_DATABASE_URL and install warden[postgres]") from exc
+        self.dialect = self._engine.dialect.name
+
+    @contextlib.contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+        with self._engine.begin() as conn:
+            yield _SqlalchemyTx(conn, self.dialect)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+
+def _stored_revision(db: Database) -> str | None:
+    try:
+        with db.transaction(write=False) as tx:
+            rows = tx.execute("SELECT version_num FROM alembic_version")
+    except (sqlite3.OperationalError, Exception) as exc:  # no table yet
+        if "alembic_version" in str(exc) or "no such table" in str(exc) or "does not exist" in str(exc):
+            return None
+        raise
+    return str(rows[0]["version_num"]) if rows else None
+
+
+def open_database(url: str | None, home: Path) -> Database:
+    """Open the registry at `url` (default: SQLite in `home`), migrating it to SCHEMA_REVISION."""
+    db: Database
+    if url is None or url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///"):]) if url else home / "warden.db"
+        db = SqliteDatabase(path)
+        sa_url = f"sqlite:///{path}"
+    else:
+        db = SqlalchemyDatabase(url)
+        sa_url = url
+    try:
+        current = _stored_revision(db)
+    except Exception as exc:
+        raise Unavailable(f"cannot reach the registry at {db.url.split('@')[-1]}: {exc}") from exc
+    if current != SCHEMA_REVISION:
+        _migrate(sa_url, home)
+    return db
+
+
+def _migrate(url: str, home: Path) -> None:
+    """Run Alembic to head, one process at a time (first use, upgrades)."""
+    home.mkdir(parents=True, exist_ok=True)
+    lock_fd = os.open(home / ".migrate.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        from warden.adapters.store.migrate import upgrade
+
+        upgrade(url)
+    finally:
+        os.close(lock_fd)

@@ -1,0 +1,30 @@
+"""Alembic, driven from code: `upgrade(url)` brings a registry to the head revision."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+
+_HERE = Path(__file__).resolve().parent
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(_HERE / "migrations"))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def upgrade(url: str) -> None:
+    """Apply every pending migration (idempotent)."""
+    command.upgrade(alembic_config(url), "head")
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    assert head is not None
+    return head

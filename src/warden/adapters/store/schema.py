@@ -1,0 +1,44 @@
+"""The registry schema as SQLAlchemy Core metadata (the source for Alembic migrations).
+
+Times are ISO-8601 UTC text so the same statements run on SQLite and PostgreSQL.
+JSON columns hold text documents.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Index, Integer, MetaData, String, Table, Text
+
+metadata = MetaData()
+
+workspaces = Table(
+    "workspaces", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("name", String(64), nullable=False, unique=True),
+    Column("path", Text, nullable=False),
+    Column("type", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("template", String(128)),
+    Column("layer_id", String(80)),
+    Column("created_at", String(40), nullable=False),
+    Column("last_accessed", String(40), nullable=False),
+    Column("expires_at", String(40)),
+    Column("created_by", String(128)),
+    Column("meta", Text, nullable=False, server_default="{}"),
+)
+Index("ix_workspaces_status", workspaces.c.status)
+
+audit_events = Table(
+    "audit_events", metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("at", String(40), nullable=False),
+    Column("actor", String(200), nullable=False),
+    Column("action", String(80), nullable=False),
+    Column("target", Text, nullable=False),
+    Column("decision", String(16), nullable=False),
+    Column("rule", Text, nullable=False),
+    Column("result", String(200), nullable=False),
+    Column("detail", Text, nullable=False),
+    Column("prev_hash", String(64), nullable=False),
+    Column("hash", String(64), nullable=False),
+)
+Index("ix_audit_target", audit_events.c.target)

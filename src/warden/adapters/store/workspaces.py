@@ -1,0 +1,57 @@
+"""Workspace rows in the registry."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from warden.adapters.store.db import Row, Tx
+from warden.core.errors import Conflict
+from warden.core.workspaces import WorkspaceRecord
+
+__all__ = ["delete", "get", "insert", "list_all", "update"]
+
+_COLUMNS = ("id", "name", "path", "type", "status", "template", "layer_id", "created_at",
+            "last_accessed", "expires_at", "created_by", "meta")
+
+
+def _record(row: Row) -> WorkspaceRecord:
+    data = dict(row)
+    data["meta"] = json.loads(data.get("meta") or "{}")
+    return WorkspaceRecord(**data)
+
+
+def get(tx: Tx, name: str) -> WorkspaceRecord | None:
+    rows = tx.execute("SELECT * FROM workspaces WHERE name = :name", {"name": name})
+    return _record(rows[0]) if rows else None
+
+
+def list_all(tx: Tx, *, status: str | None = None, kind: str | None = None) -> list[WorkspaceRecord]:
+    rows = tx.execute(
+        "SELECT * FROM workspaces WHERE (:status IS NULL OR status = :status)"
+        " AND (:kind IS NULL OR type = :kind) ORDER BY name",
+        {"status": status, "kind": kind})
+    return [_record(r) for r in rows]
+
+
+def insert(tx: Tx, record: WorkspaceRecord) -> None:
+    values = {c: getattr(record, c) for c in _COLUMNS}
+    values["meta"] = json.dumps(dict(record.meta), sort_keys=True)
+    try:
+        tx.execute(f"INSERT INTO workspaces ({', '.join(_COLUMNS)}) VALUES "
+                   f"({', '.join(':' + c for c in _COLUMNS)})", values)
+    except Conflict:
+        raise Conflict(f"workspace {record.name!r} already exists; pick another name "
+                       "or `warden destroy` it first") from None
+
+
+def update(tx: Tx, name: str, changes: Mapping[str, object]) -> None:
+    values = dict(changes)
+    if "meta" in values:
+        values["meta"] = json.dumps(values["meta"], sort_keys=True)
+    sets = ", ".join(f"{k} = :{k}" for k in values)
+    tx.execute(f"UPDATE workspaces SET {sets} WHERE name = :_name", {**values, "_name": name})  # noqa: S608 - column names come from code, values are bound
+
+
+def delete(tx: Tx, name: str) -> None:
+    tx.execute("DELETE FROM workspaces WHERE name = :name", {"name": name})

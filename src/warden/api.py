@@ -1,0 +1,77 @@
+"""The Python API: `Warden.open()` → `Workspace` objects (INTERFACES.md, "Python")."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from warden.bootstrap import App, bootstrap
+from warden.core.runs import RunResult
+from warden.core.workspaces import WorkspaceRecord
+
+__all__ = ["RunResult", "Warden", "Workspace"]
+
+
+class Workspace:
+    """One workspace: its record, its files and its sandboxed runs."""
+
+    def __init__(self, app: App, record: WorkspaceRecord) -> None:
+        self._app = app
+        self.record = record
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def path(self) -> str:
+        return self.record.path
+
+    @property
+    def status(self) -> str:
+        return self.record.status
+
+    def refresh(self) -> Workspace:
+        self.record = self._app.workspaces.get(self.name)
+        return self
+
+    def __repr__(self) -> str:
+        return f"Workspace({self.name!r}, status={self.status!r}, path={self.path!r})"
+
+
+class Warden:
+    """The broker in a Python process; every call goes through the same services as the CLI."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    @classmethod
+    def open(cls, home: str | os.PathLike[str] | None = None, *,
+             environ: Mapping[str, str] | None = None) -> Warden:
+        """Open Warden at `home` (default: $WARDEN_HOME or ~/.warden)."""
+        return cls(bootstrap(home, environ=environ))
+
+    def create(self, name: str, *, kind: str = "user", ttl: timedelta | None = None,
+               **options: Any) -> Workspace:
+        record = self.app.workspaces.create(name, kind=kind, ttl=ttl, **options)
+        return Workspace(self.app, record)
+
+    def get(self, name: str) -> Workspace:
+        return Workspace(self.app, self.app.workspaces.get(name))
+
+    def list(self, *, status: str | None = None, kind: str | None = None) -> list[Workspace]:
+        return [Workspace(self.app, r) for r in self.app.workspaces.list(status=status, kind=kind)]
+
+    def destroy(self, name: str, *, archive: bool = True) -> None:
+        self.app.workspaces.destroy(name)
+
+    def close(self) -> None:
+        self.app.close()
+
+    def __enter__(self) -> Warden:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,81 @@
+"""The audit log's hash chain (pure): each event holds the SHA-256 of the one before it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["GENESIS", "AuditEvent", "ChainBreak", "event_hash", "scrub", "verify_chain"]
+
+GENESIS = "0" * 64
+
+# Keys whose values are never written to the log, whatever a caller passes (tokens, secrets).
+_SECRET_KEYS = ("token", "secret", "password", "value", "key_material", "authorization")
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    at: str
+    actor: str
+    action: str
+    target: str
+    decision: str  # allow | deny | none
+    rule: str
+    result: str
+    detail: Mapping[str, object] = field(default_factory=dict)
+    seq: int = 0
+    prev_hash: str = GENESIS
+    hash: str = ""
+
+
+def scrub(detail: Mapping[str, object]) -> dict[str, object]:
+    """Drop values under secret-looking keys, recursively (defence in depth for callers)."""
+    clean: dict[str, object] = {}
+    for key, value in detail.items():
+        lowered = key.lower()
+        if any(word in lowered for word in _SECRET_KEYS) and lowered not in {"secret_names", "secrets"}:
+            clean[key] = "[redacted]"
+        elif isinstance(value, Mapping):
+            clean[key] = scrub(value)
+        else:
+            clean[key] = value
+    return clean
+
+
+def _canonical(event: AuditEvent, seq: int, prev_hash: str) -> bytes:
+    body = {
+        "seq": seq, "prev": prev_hash, "at": event.at, "actor": event.actor,
+        "action": event.action, "target": event.target, "decision": event.decision,
+        "rule": event.rule, "result": event.result, "detail": event.detail,
+    }
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=str).encode("utf-8")
+
+
+def event_hash(event: AuditEvent, seq: int, prev_hash: str) -> str:
+    """The SHA-256 that row `seq` stores, given the hash of the row before."""
+    return hashlib.sha256(prev_hash.encode("ascii") + _canonical(event, seq, prev_hash)).hexdigest()
+
+
+@dataclass(frozen=True)
+class ChainBreak:
+    seq: int
+    reason: str
+
+
+def verify_chain(events: Iterable[AuditEvent]) -> ChainBreak | None:
+    """The first broken row (edited, deleted or reordered), or None when the chain holds."""
+    prev_hash = GENESIS
+    expected_seq: int | None = None
+    for event in events:
+        if expected_seq is not None and event.seq != expected_seq:
+            return ChainBreak(expected_seq, f"row {expected_seq} is missing (deleted)")
+        if event.prev_hash != prev_hash:
+            return ChainBreak(event.seq, "its link to the row before does not match (a row before it was deleted or edited)")
+        if event_hash(event, event.seq, prev_hash) != event.hash:
+            return ChainBreak(event.seq, "its content does not match its hash (edited)")
+        prev_hash = event.hash
+        expected_seq = event.seq + 1
+    return None

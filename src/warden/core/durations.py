@@ -1,0 +1,40 @@
+"""DURATION values as the user writes them: `30s`, `10m`, `2h`, `7d`."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from warden.core.errors import InvalidInput
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_PATTERN = re.compile(r"^\s*(\d{1,9})\s*([smhdw])\s*$")
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse `30s`, `10m`, `2h`, `7d` or `1w` into a timedelta."""
+    match = _PATTERN.match(text)
+    if not match:
+        raise InvalidInput(f"bad duration {text!r}: write a whole number and a unit, e.g. 30s, 10m, 2h, 7d")
+    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+
+
+def format_duration(delta: timedelta) -> str:
+    """The shortest exact spelling of `delta` in the same units."""
+    seconds = int(delta.total_seconds())
+    for unit in ("w", "d", "h", "m"):
+        if seconds and seconds % _UNITS[unit] == 0:
+            return f"{seconds // _UNITS[unit]}{unit}"
+    return f"{seconds}s"
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+_SIZE = re.compile(r"^\s*(\d{1,15})\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Parse `256M`, `1G`, `512k`, `1GiB` or plain bytes into bytes (binary units)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise InvalidInput(f"bad size {text!r}: write a number and an optional unit, e.g. 256M, 1G")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]

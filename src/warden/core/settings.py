@@ -1,0 +1,206 @@
+"""The settings schema: every key Warden reads, its type, default and meaning.
+
+The table follows seed 000's SANDBOX_SETTINGS list (key, type, default, description).
+A pure resolver merges defaults, the config file and the environment and remembers
+where each value came from, so `warden config show` can say it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from warden.core.durations import parse_duration, parse_size
+from warden.core.errors import InvalidInput, NotFound
+
+__all__ = ["KEYS", "Setting", "Settings", "coerce", "env_name", "resolve"]
+
+Kind = Literal["bool", "int", "str", "path", "list", "size", "duration", "float"]
+Source = Literal["default", "file", "environment"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    kind: Kind
+    default: object
+    description: str
+    minimum: int | None = None
+    choices: tuple[str, ...] | None = None
+
+
+KEYS: dict[str, Setting] = {
+    s.key: s
+    for s in (
+        Setting("sandbox.enabled", "bool", False,
+                "Enforce the command allowlist before any bot command starts"),
+        Setting("sandbox.root_dir", "path", "",
+                "Base directory for workspaces (empty: $WARDEN_HOME/workspaces)"),
+        Setting("sandbox.block_system_paths", "bool", True,
+                "Refuse access to protected system paths (/etc, /sys, C:\\Windows, ...)"),
+        Setting("sandbox.max_file_size_mb", "int", 100,
+                "Maximum size of a file a bot writes, in MiB", minimum=1),
+        Setting("sandbox.allowed_commands", "list", ["pip", "npm", "git", "python", "node"],
+                "Programs a bot may run when sandbox.enabled is on"),
+        Setting("sandbox.memory", "size", "1G",
+                "Memory limit of one sandboxed command (e.g. 512M, 2G)"),
+        Setting("sandbox.cpu_seconds", "int", 300,
+                "CPU-time limit of one sandboxed command, in seconds", minimum=1),
+        Setting("sandbox.pids", "int", 256,
+                "Maximum number of processes of one sandboxed command", minimum=1),
+        Setting("sandbox.open_files", "int", 1024,
+                "Maximum number of open files of one sandboxed command", minimum=16),
+        Setting("sandbox.timeout", "duration", "10m",
+                "Wall-clock timeout of one sandboxed command"),
+        Setting("network.enabled", "bool", False,
+                "Let sandboxed commands reach the allowed domains through Warden's proxy"),
+        Setting("network.allowed_domains", "list", [],
+                "Domains reachable when the network is on (*.example.com for subdomains)"),
+        Setting("network.denied_domains", "list", [],
+                "Domains never reachable; a deny beats an allow"),
+        Setting("workspace.default_template", "str", "minimal",
+                "Template used by `warden create` when --template is not given"),
+        Setting("api.host", "str", "127.0.0.1", "Address `warden serve` listens on"),
+        Setting("api.port", "int", 8787, "Port `warden serve` listens on", minimum=1),
+    )
+}
+
+
+def env_name(key: str) -> str:
+    """The environment variable that overrides `key`: sandbox.max_file_size_mb → WARDEN_SANDBOX_MAX_FILE_SIZE_MB."""
+    return "WARDEN_" + key.upper().replace(".", "_")
+
+
+def _spec(key: str) -> Setting:
+    try:
+        return KEYS[key]
+    except KeyError:
+        raise NotFound(f"unknown setting {key!r}: `warden config show` lists the keys") from None
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def coerce(key: str, value: object) -> object:
+    """Turn `value` (a string from the CLI or environment, or a TOML value) into the key's type."""
+    spec = _spec(key)
+    where = f"setting {key} ({spec.kind})"
+    kind = spec.kind
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise InvalidInput(f"{where}: {value!r} is not true or false")
+    if kind == "int":
+        if isinstance(value, bool):
+            raise InvalidInput(f"{where}: {value!r} is not a whole number")
+        try:
+            number = int(value) if isinstance(value, int | str) else None
+        except ValueError:
+            number = None
+        if number is None:
+            raise InvalidInput(f"{where}: {value!r} is not a whole number")
+        if spec.minimum is not None and number < spec.minimum:
+            raise InvalidInput(f"{where}: {number} is below the minimum {spec.minimum}")
+        return number
+    if kind == "list":
+        if isinstance(value, str):
+            items = [part.strip() for part in value.split(",")]
+            return [item for item in items if item]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return list(value)
+        raise InvalidInput(f"{where}: {value!r} is not a list of strings (write a,b,c)")
+    if not isinstance(value, str):
+        raise InvalidInput(f"{where}: {value!r} is not text")
+    if kind == "size":
+        parse_size(value)
+    elif kind == "duration":
+        parse_duration(value)
+    elif spec.choices and value not in spec.choices:
+        raise InvalidInput(f"{where}: {value!r} is not one of {', '.join(spec.choices)}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved settings: each key's value and where it came from."""
+
+    values: Mapping[str, object]
+    sources: Mapping[str, Source]
+
+    def get(self, key: str) -> object:
+        _spec(key)
+        return self.values[key]
+
+    def source(self, key: str) -> Source:
+        _spec(key)
+        return self.sources[key]
+
+    def get_bool(self, key: str) -> bool:
+        value = self.get(key)
+        assert isinstance(value, bool)
+        return value
+
+    def get_int(self, key: str) -> int:
+        value = self.get(key)
+        assert isinstance(value, int)
+        return value
+
+    def get_str(self, key: str) -> str:
+        value = self.get(key)
+        assert isinstance(value, str)
+        return value
+
+    def get_list(self, key: str) -> list[str]:
+        value = self.get(key)
+        assert isinstance(value, list)
+        return list(value)
+
+    def get_size(self, key: str) -> int:
+        return parse_size(self.get_str(key))
+
+    def get_seconds(self, key: str) -> float:
+        return parse_duration(self.get_str(key)).total_seconds()
+
+
+def flatten(table: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    """Nested TOML tables → dotted keys."""
+    flat: dict[str, object] = {}
+    for name, value in table.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, key + "."))
+        else:
+            flat[key] = value
+    return flat
+
+
+def resolve(file_table: Mapping[str, object], environ: Mapping[str, str],
+            *, file_label: str = "config.toml") -> Settings:
+    """Merge defaults < file < environment; a bad value names its key and where it came from."""
+    values: dict[str, object] = {}
+    sources: dict[str, Source] = {}
+    file_values = flatten(file_table)
+    for key in file_values:
+        if key not in KEYS:
+            raise InvalidInput(f"{file_label}: unknown setting {key!r}; remove it or fix its name")
+    for key, spec in KEYS.items():
+        if (raw := environ.get(env_name(key))) is not None:
+            try:
+                values[key] = coerce(key, raw)
+            except InvalidInput as exc:
+                raise InvalidInput(f"environment {env_name(key)}: {exc.message}") from None
+            sources[key] = "environment"
+        elif key in file_values:
+            try:
+                values[key] = coerce(key, file_values[key])
+            except InvalidInput as exc:
+                raise InvalidInput(f"{file_label}: {exc.message}; fix it with `warden config set`") from None
+            sources[key] = "file"
+        else:
+            values[key] = spec.default
+            sources[key] = "default"
+    return Settings(values, sources)

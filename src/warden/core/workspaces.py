@@ -1,0 +1,77 @@
+"""The workspace model: names, types, statuses and the lifecycle state machine (pure)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from warden.core.errors import Conflict, InvalidInput
+
+__all__ = ["STATUSES", "TYPES", "WorkspaceRecord", "check_name", "check_transition"]
+
+TYPES = ("user", "bot", "temporary")
+STATUSES = ("creating", "ready", "suspended", "archived", "broken")
+Status = Literal["creating", "ready", "suspended", "archived", "broken"]
+
+# Names become folder names and URL segments: no separators, no leading dot, bounded.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+# Which status may follow which (seed 001's lifecycle plus `broken` from a crash).
+_TRANSITIONS: dict[str, frozenset[str]] = {
+    "creating": frozenset({"ready", "broken"}),
+    "ready": frozenset({"suspended", "archived", "broken", "ready"}),
+    "suspended": frozenset({"ready", "archived", "broken"}),
+    "archived": frozenset({"ready", "broken"}),
+    "broken": frozenset({"ready", "archived", "broken"}),
+}
+
+
+def check_name(name: str) -> str:
+    """A valid workspace name, or InvalidInput saying what a name may hold."""
+    if not isinstance(name, str) or not _NAME.match(name) or name.endswith((".lock", ".tmp")):
+        raise InvalidInput(
+            f"bad workspace name {name!r}: use 1-63 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit")
+    return name
+
+
+def check_type(kind: str) -> str:
+    if kind not in TYPES:
+        raise InvalidInput(f"bad workspace type {kind!r}: use one of {', '.join(TYPES)}")
+    return kind
+
+
+def check_transition(name: str, current: str, target: str) -> None:
+    """Conflict when `current` → `target` is not a lifecycle step."""
+    if target not in _TRANSITIONS.get(current, frozenset()):
+        raise Conflict(f"workspace {name!r} is {current}; it cannot become {target}")
+
+
+@dataclass(frozen=True)
+class WorkspaceRecord:
+    """A registry row: what Warden knows about one workspace."""
+
+    id: str
+    name: str
+    path: str
+    type: str
+    status: str
+    created_at: str
+    last_accessed: str
+    template: str | None = None
+    layer_id: str | None = None
+    expires_at: str | None = None
+    created_by: str | None = None
+    meta: Mapping[str, object] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id, "name": self.name, "path": self.path, "type": self.type,
+            "status": self.status, "template": self.template, "layer_id": self.layer_id,
+            "created": self.created_at, "last_accessed": self.last_accessed,
+            "expires": self.expires_at, "created_by": self.created_by,
+            "python_venv": self.meta.get("python_venv"), **{
+                k: v for k, v in self.meta.items() if k not in {"python_venv"}},
+        }

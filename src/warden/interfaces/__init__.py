@@ -1,0 +1,1 @@
+"""Front ends: CLI, HTTP API. They parse, call services, render results."""

@@ -1,0 +1,1 @@
+"""The `warden` command line."""

@@ -1,0 +1,61 @@
+"""`warden init` and `warden config show|get|set`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from warden.interfaces.cli.main import Context
+from warden.interfaces.cli.output import Output, table
+from warden.services.settings import init_home, set_setting
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("init", parents=[common], help="create WARDEN_HOME, config and keys (idempotent)")
+    p.set_defaults(handler=_init)
+
+    config = sub.add_parser("config", parents=[common], help="show or change settings")
+    csub = config.add_subparsers(dest="config_command", metavar="ACTION", required=True,
+                                 parser_class=type(config))
+    show = csub.add_parser("show", parents=[common], help="every setting, its value and its source")
+    show.set_defaults(handler=_show)
+    get = csub.add_parser("get", parents=[common], help="one setting's value")
+    get.add_argument("key")
+    get.set_defaults(handler=_get)
+    put = csub.add_parser("set", parents=[common], help="write one setting to config.toml")
+    put.add_argument("key")
+    put.add_argument("value")
+    put.set_defaults(handler=_set)
+
+
+def _init(ctx: Context, args: argparse.Namespace) -> Output:
+    created = init_home(ctx.app)
+    data = {"home": str(ctx.app.home.root), "created": created, "database": ctx.app.db.url.split("@")[-1]}
+    text = f"Warden home: {data['home']}" + (f" (created {', '.join(created)})" if created else " (already set up)")
+    return Output(data, text)
+
+
+def _value_text(value: object) -> str:
+    return ", ".join(value) if isinstance(value, list) else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _show(ctx: Context, args: argparse.Namespace) -> Output:
+    from warden.core.settings import KEYS
+
+    settings = ctx.app.settings
+    data = [{"key": k, "value": settings.get(k), "source": settings.source(k),
+             "description": KEYS[k].description} for k in KEYS]
+    return Output(data, render=lambda d: table(
+        ["Key", "Value", "Source"], [[r["key"], _value_text(r["value"]), r["source"]] for r in d]))
+
+
+def _get(ctx: Context, args: argparse.Namespace) -> Output:
+    settings = ctx.app.settings
+    value = settings.get(args.key)
+    return Output({"key": args.key, "value": value, "source": settings.source(args.key)},
+                  _value_text(value))
+
+
+def _set(ctx: Context, args: argparse.Namespace) -> Output:
+    value = set_setting(ctx.app, args.key, args.value)
+    return Output({"key": args.key, "value": value}, f"{args.key} = {_value_text(value)}")

@@ -1,0 +1,171 @@
+"""Entry point of `warden`: parse, dispatch, render, map errors to exit statuses.
+
+argparse rather than Typer: Typer and click cost ~85 ms to import on this machine kind and
+`warden run` must start in well under 150 ms. Every command module registers its parsers
+with `register(subparsers)` and handlers of the form `handler(ctx, args) -> Output`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from warden.core.errors import WardenError
+from warden.interfaces.cli.output import Output
+
+if TYPE_CHECKING:
+    from warden.bootstrap import App
+
+__all__ = ["EXIT_CODES", "Context", "main"]
+
+# One table: error code → exit status (INTERFACES.md).
+EXIT_CODES = {
+    "invalid": 2, "denied": 3, "not_found": 4, "conflict": 5, "locked": 5,
+    "timeout": 1, "unavailable": 1, "internal": 1,
+}
+
+# Command modules, each with `register(subparsers)`; later features add theirs here.
+COMMAND_MODULES = (
+    "warden.interfaces.cli.cmd_config",
+    "warden.interfaces.cli.cmd_workspace",
+    "warden.interfaces.cli.cmd_audit",
+)
+OPTIONAL_MODULES = (
+    "warden.interfaces.cli.cmd_fs",
+    "warden.interfaces.cli.cmd_sandbox",
+    "warden.interfaces.cli.cmd_run",
+    "warden.interfaces.cli.cmd_doctor",
+    "warden.interfaces.cli.cmd_template",
+    "warden.interfaces.cli.cmd_lifecycle",
+    "warden.interfaces.cli.cmd_keys",
+    "warden.interfaces.cli.cmd_serve",
+    "warden.interfaces.cli.cmd_demo",
+)
+
+
+class UsageError(WardenError):
+    code = "invalid"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises instead of printing usage and exiting, so --json still holds."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
+class Context:
+    """What a handler gets: the parsed flags and the wired App, built on first use."""
+
+    def __init__(self, args: argparse.Namespace, environ: dict[str, str]) -> None:
+        self.args = args
+        self.environ = environ
+        self._app: App | None = None
+
+    @property
+    def app(self) -> App:
+        if self._app is None:
+            from warden.bootstrap import bootstrap
+
+            self._app = bootstrap(getattr(self.args, "home", None), environ=self.environ)
+        return self._app
+
+    @property
+    def json(self) -> bool:
+        return bool(getattr(self.args, "json", False))
+
+    def close(self) -> None:
+        if self._app is not None:
+            self._app.close()
+
+
+def common_options() -> argparse.ArgumentParser:
+    """Flags every command accepts, before or after its own arguments."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print exactly one JSON document on stdout")
+    parent.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show a traceback on internal errors")
+    parent.add_argument("--home", default=argparse.SUPPRESS,
+                        help="Warden's state folder (default: $WARDEN_HOME or ~/.warden)")
+    return parent
+
+
+def build_parser() -> Parser:
+    common = common_options()
+    parser = Parser(prog="warden", parents=[common],
+                    description="Warden: sandboxes and workspaces for AI agents.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for name in COMMAND_MODULES + OPTIONAL_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name and name in OPTIONAL_MODULES:
+                continue
+            raise
+        module.register(sub, common)
+    return parser
+
+
+def _emit_json(document: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(document, default=str, ensure_ascii=False) + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one `warden` command; returns (and exits with) its status."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    wants_json = "--json" in args_list[: args_list.index("--")] if "--" in args_list else "--json" in args_list
+    debug = "--debug" in args_list
+    ctx: Context | None = None
+    try:
+        parser = build_parser()
+        args = parser.parse_args(args_list)
+        handler: Callable[[Context, argparse.Namespace], Output] | None = getattr(args, "handler", None)
+        if handler is None:
+            parser.print_help(sys.stderr)
+            return 2
+        ctx = Context(args, dict(os.environ))
+        out = handler(ctx, args)
+    except WardenError as exc:
+        if wants_json:
+            _emit_json({"ok": False, "error": {"code": exc.code, "message": exc.message}})
+        else:
+            sys.stderr.write(f"warden: {exc.message}\n")
+        return _finish(ctx, EXIT_CODES.get(exc.code, 1))
+    except KeyboardInterrupt:
+        sys.stderr.write("warden: interrupted\n")
+        return _finish(ctx, 130)
+    except BrokenPipeError:
+        return _finish(ctx, 1)
+    except Exception as exc:
+        if debug:
+            raise
+        message = f"internal error: {type(exc).__name__}: {exc} (run again with --debug for details)"
+        if wants_json:
+            _emit_json({"ok": False, "error": {"code": "internal", "message": message}})
+        else:
+            sys.stderr.write(f"warden: {message}\n")
+        return _finish(ctx, 1)
+    if wants_json:
+        _emit_json({"ok": True, "data": out.data})
+    elif not out.streamed:
+        text = out.human()
+        if text:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return _finish(ctx, out.exit_code)
+
+
+def _finish(ctx: Context | None, status: int) -> int:
+    if ctx is not None:
+        ctx.close()
+    sys.stdout.flush()
+    return status
+
+
+def run() -> NoReturn:
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""The audit log service: append hash-chained events, list them, verify the chain."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from warden.adapters.store.db import Database, Row, Tx
+from warden.core.audit import GENESIS, AuditEvent, ChainBreak, event_hash, scrub, verify_chain
+
+__all__ = ["AuditLog"]
+
+
+def _from_row(row: Row) -> AuditEvent:
+    return AuditEvent(
+        seq=int(row["seq"]), at=row["at"], actor=row["actor"], action=row["action"],
+        target=row["target"], decision=row["decision"], rule=row["rule"], result=row["result"],
+        detail=json.loads(row["detail"]), prev_hash=row["prev_hash"], hash=row["hash"],
+    )
+
+
+class AuditLog:
+    """Append-only, tamper-evident record of every decision and operation."""
+
+    def __init__(self, db: Database, clock: Callable[[], datetime]) -> None:
+        self._db = db
+        self._clock = clock
+
+    def record(self, *, actor: str, action: str, target: str, decision: str = "none",
+               rule: str = "", result: str = "ok", detail: Mapping[str, Any] | None = None,
+               tx: Tx | None = None) -> AuditEvent:
+        """Append one event; inside `tx` when the caller's change and its record must land together."""
+        event = AuditEvent(at=self._clock().isoformat(timespec="microseconds"), actor=actor,
+                           action=action, target=target, decision=decision, rule=rule,
+                           result=result, detail=scrub(detail or {}))
+        if tx is not None:
+            return self._append(tx, event)
+        with self._db.transaction() as own:
+            return self._append(own, event)
+
+    def _append(self, tx: Tx, event: AuditEvent) -> AuditEvent:
+        if tx.dialect == "postgresql":
+            # Serialise appenders across machines: the chain needs one writer at a time.
+            tx.execute("SELECT pg_advisory_xact_lock(7263901)")
+        last = tx.execute("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
+        seq = int(last[0]["seq"]) + 1 if last else 1
+        prev = str(last[0]["hash"]) if last else GENESIS
+        digest = event_hash(event, seq, prev)
+        tx.execute(
+            "INSERT INTO audit_events (seq, at, actor, action, target, decision, rule, result,"
+            " detail, prev_hash, hash) VALUES (:seq, :at, :actor, :action, :target, :decision,"
+            " :rule, :result, :detail, :prev, :hash)",
+            {"seq": seq, "at": event.at, "actor": event.actor, "action": event.action,
+             "target": event.target, "decision": event.decision, "rule": event.rule,
+             "result": event.result,
+             "detail": json.dumps(event.detail, sort_keys=True, default=str, ensure_ascii=False),
+             "prev": prev, "hash": digest},
+        )
+        return AuditEvent(**{**event.__dict__, "seq": seq, "prev_hash": prev, "hash": digest})
+
+    def list(self, *, target: str | None = None, limit: int = 50) -> list[AuditEvent]:
+        """The newest `limit` events (oldest first), optionally only those about `target`."""
+        with self._db.transaction(write=False) as tx:
+            if target is None:
+                rows = tx.execute("SELECT * FROM audit_events ORDER BY seq DESC LIMIT :n", {"n": limit})
+            else:
+                rows = tx.execute(
+                    "SELECT * FROM audit_events WHERE target = :t OR target LIKE :p"
+                    " ORDER BY seq DESC LIMIT :n", {"t": target, "p": f"{target}:%", "n": limit})
+        return [_from_row(r) for r in reversed(rows)]
+
+    def verify(self) -> tuple[int, ChainBreak | None]:
+        """How many rows were checked and the first broken one, if any."""
+        with self._db.transaction(write=False) as tx:
+            rows = tx.execute("SELECT * FROM audit_events ORDER BY seq")
+        events = [_from_row(r) for r in rows]
+        if events and events[0].seq != 1:
+            return len(events), ChainBreak(1, "row 1 is missing (deleted)")
+        return len(events), verify_chain(events)

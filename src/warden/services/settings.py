@@ -1,0 +1,54 @@
+"""Setting up $WARDEN_HOME and changing settings."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from warden.adapters.config_file import read_config, set_config_value
+from warden.core.settings import coerce, resolve
+
+if TYPE_CHECKING:
+    from warden.bootstrap import App
+
+__all__ = ["init_home", "set_setting"]
+
+_CONFIG_HEADER = """\
+# Warden settings. `warden config show` lists every key with its value and source;
+# `warden config set KEY VALUE` changes one. Environment variables WARDEN_<KEY>
+# (dots as underscores, e.g. WARDEN_SANDBOX_MAX_FILE_SIZE_MB) override this file.
+
+[sandbox]
+"""
+
+
+def init_home(app: App) -> list[str]:
+    """Create the home folders, config and database; returns what was new (idempotent)."""
+    created: list[str] = []
+    home = app.home
+    for path, mode in ((home.root, 0o700), (home.keys, 0o700), (home.layers, 0o755),
+                       (home.archives, 0o700), (home.templates, 0o755), (app.root_dir, 0o755)):
+        if not path.exists():
+            path.mkdir(parents=True, mode=mode)
+            created.append(path.name or str(path))
+    if not home.config.exists():
+        fd = os.open(home.config, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(_CONFIG_HEADER)
+        created.append("config.toml")
+    app.db  # opening migrates the registry to the current schema  # noqa: B018
+    app.audit.record(actor="user", action="init", target=str(home.root),
+                     detail={"created": created})
+    return created
+
+
+def set_setting(app: App, key: str, raw: str) -> object:
+    """Validate `raw` for `key`, then write it; a bad value changes nothing."""
+    value = coerce(key, raw)
+    # Re-resolve with the change applied so a value that breaks the whole file is caught first.
+    table = read_config(app.home.config)
+    resolve({**table}, {}, file_label=str(app.home.config))
+    app.home.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    set_config_value(app.home.config, key, value)
+    app.audit.record(actor="user", action="config.set", target=key, detail={"value_set": True})
+    return value
