@@ -50,7 +50,7 @@ def update(tx: Tx, name: str, changes: Mapping[str, object]) -> None:
     if "meta" in values:
         values["meta"] = json.dumps(values["meta"], sort_keys=True)
     sets = ", ".join(f"{k} = :{k}" for k in values)
-    tx.execute(f"UPDATE workspaces SET {sets} WHERE name = :_name", {**values, "_name": name})  # noqa: S608 - column names come from code, values are bound
+    tx.execute(f"UPDATE workspaces SET {sets} WHERE name = :_name", {**values, "_name": name})
 
 
 def delete(tx: Tx, name: str) -> None:
