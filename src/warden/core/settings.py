@@ -115,11 +115,14 @@ def coerce(key: str, value: object) -> object:
         raise InvalidInput(f"{where}: {value!r} is not a list of strings (write a,b,c)")
     if not isinstance(value, str):
         raise InvalidInput(f"{where}: {value!r} is not text")
-    if kind == "size":
-        parse_size(value)
-    elif kind == "duration":
-        parse_duration(value)
-    elif spec.choices and value not in spec.choices:
+    try:
+        if kind == "size":
+            parse_size(value)
+        elif kind == "duration":
+            parse_duration(value)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{where}: {exc.message}") from None
+    if spec.choices and value not in spec.choices:
         raise InvalidInput(f"{where}: {value!r} is not one of {', '.join(spec.choices)}")
     return value
 

@@ -1,0 +1,86 @@
+"""The audit log's hash chain finds edited and deleted rows and names the first broken one."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from warden.bootstrap import App
+from warden.core.audit import AuditEvent, event_hash, verify_chain
+
+
+def _fill(app: App, n: int) -> None:
+    for i in range(n):
+        app.audit.record(actor="user", action="test.op", target=f"t{i}", detail={"i": i})
+
+
+def test_intact_chain_verifies(app: App) -> None:
+    _fill(app, 5)
+    assert app.audit.verify() == (5, None)
+
+
+def test_edited_row_is_named(app: App, home: Path) -> None:
+    _fill(app, 5)
+    with sqlite3.connect(home / "warden.db") as conn:
+        conn.execute("UPDATE audit_events SET result = 'forged' WHERE seq = 3")
+    count, broken = app.audit.verify()
+    assert broken is not None and broken.seq == 3 and "edited" in broken.reason
+
+
+def test_deleted_row_is_named(app: App, home: Path) -> None:
+    _fill(app, 5)
+    with sqlite3.connect(home / "warden.db") as conn:
+        conn.execute("DELETE FROM audit_events WHERE seq = 2")
+    _count, broken = app.audit.verify()
+    assert broken is not None and broken.seq == 2
+
+
+def test_deleted_first_row_is_named(app: App, home: Path) -> None:
+    _fill(app, 3)
+    with sqlite3.connect(home / "warden.db") as conn:
+        conn.execute("DELETE FROM audit_events WHERE seq = 1")
+    _count, broken = app.audit.verify()
+    assert broken is not None and broken.seq == 1
+
+
+def test_rehashed_forgery_still_breaks_the_next_link(app: App, home: Path) -> None:
+    """Editing a row and recomputing its own hash breaks the link of the row after it."""
+    _fill(app, 4)
+    with sqlite3.connect(home / "warden.db") as conn:
+        row = conn.execute("SELECT * FROM audit_events WHERE seq = 2").fetchone()
+        cols = [d[0] for d in conn.execute("SELECT * FROM audit_events").description]
+        data = dict(zip(cols, row, strict=True))
+        forged = AuditEvent(at=data["at"], actor="mallory", action=data["action"], target=data["target"],
+                            decision=data["decision"], rule=data["rule"], result=data["result"],
+                            detail={"i": 1})
+        conn.execute("UPDATE audit_events SET actor = 'mallory', hash = ? WHERE seq = 2",
+                     (event_hash(forged, 2, data["prev_hash"]),))
+    _count, broken = app.audit.verify()
+    assert broken is not None and broken.seq == 3
+
+
+def test_secrets_are_scrubbed_from_detail(app: App) -> None:
+    event = app.audit.record(actor="bot:a", action="x", target="y",
+                             detail={"token": "wdn_abc", "nested": {"secret_value": "s3"}, "ok": 1})
+    assert event.detail == {"token": "[redacted]", "nested": {"secret_value": "[redacted]"}, "ok": 1}
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.text(max_size=8), min_size=1, max_size=6), st.data())
+def test_any_single_edit_is_detected(targets: list[str], data: st.DataObject) -> None:
+    events: list[AuditEvent] = []
+    prev = "0" * 64
+    for seq, target in enumerate(targets, start=1):
+        base = AuditEvent(at="t", actor="a", action="x", target=target, decision="none", rule="", result="ok")
+        digest = event_hash(base, seq, prev)
+        events.append(AuditEvent(**{**base.__dict__, "seq": seq, "prev_hash": prev, "hash": digest}))
+        prev = digest
+    assert verify_chain(events) is None
+    index = data.draw(st.integers(min_value=0, max_value=len(events) - 1))
+    victim = events[index]
+    events[index] = AuditEvent(**{**victim.__dict__, "target": victim.target + "!"})
+    broken = verify_chain(events)
+    assert broken is not None and broken.seq == index + 1
