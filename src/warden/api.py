@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from warden.bootstrap import App, bootstrap
 from warden.core.runs import RunResult
 from warden.core.workspaces import WorkspaceRecord
+
+if TYPE_CHECKING:
+    from warden.services.files import FileService
 
 __all__ = ["RunResult", "Warden", "Workspace"]
 
@@ -32,6 +35,26 @@ class Workspace:
     @property
     def status(self) -> str:
         return self.record.status
+
+    @property
+    def files(self) -> FileService:
+        """Safe file operations (read_text/read_bytes/write_text/write_bytes/delete/list/stat/exists/mkdir).
+
+        Paths are workspace-relative ("/" is the workspace root). The caller is the local
+        person, so zones whose approval is `ask` proceed as approved by them.
+        """
+        from warden.services.files import approve_local_user
+
+        return self._app.files(self.record, approver=approve_local_user)
+
+    def run(self, argv: Sequence[str], *, timeout: float | None = None,
+            env: Mapping[str, str] | None = None, stdin: bytes | str | None = None,
+            memory: str | int | None = None, cpu: int | None = None, pids: int | None = None,
+            net: str | None = None, allow_domains: Sequence[str] = ()) -> RunResult:
+        """Run `argv` in this workspace's sandbox and wait for it; Denied when refused."""
+        return self._app.runs.run(self.name, argv, timeout=timeout, env=env, stdin=stdin,
+                                  memory=memory, cpu=cpu, pids=pids, net=net,
+                                  allow_domains=allow_domains)
 
     def refresh(self) -> Workspace:
         self.record = self._app.workspaces.get(self.name)
@@ -65,7 +88,7 @@ class Warden:
         return [Workspace(self.app, r) for r in self.app.workspaces.list(status=status, kind=kind)]
 
     def destroy(self, name: str, *, archive: bool = True) -> None:
-        self.app.workspaces.destroy(name)
+        self.app.workspaces.destroy(name, archive=archive)
 
     def close(self) -> None:
         self.app.close()

@@ -5,15 +5,29 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from warden.adapters.config_file import read_config
 from warden.adapters.store.db import Database, open_database
 from warden.core.settings import Settings, resolve
 from warden.services.audit import AuditLog
 from warden.services.workspaces import WorkspaceService
+
+if TYPE_CHECKING:
+    from warden.adapters.keystore import Keystore
+    from warden.core.workspaces import WorkspaceRecord
+    from warden.core.zones import Zone
+    from warden.services.auth import AuthService
+    from warden.services.files import Approver, FileService
+    from warden.services.grants import GrantService
+    from warden.services.layers import LayerService
+    from warden.services.lifecycle import LifecycleService
+    from warden.services.runs import RunService
+    from warden.services.sandbox_paths import SandboxPaths
+    from warden.services.secrets import SecretService
 
 __all__ = ["App", "Home", "bootstrap", "load_settings"]
 
@@ -89,7 +103,72 @@ class App:
 
     @cached_property
     def workspaces(self) -> WorkspaceService:
-        return WorkspaceService(self.db, self.audit, self.root_dir, self.clock)
+        return WorkspaceService(self.db, self.audit, self.root_dir, self.clock,
+                                layers=lambda: self.layers, settings=self.settings,
+                                archives=self.home.archives)
+
+    @cached_property
+    def layers(self) -> LayerService:
+        from warden.services.layers import LayerService
+
+        return LayerService(self.home.layers, self.home.templates, self.settings, self.environ)
+
+    @cached_property
+    def lifecycle(self) -> LifecycleService:
+        from warden.services.lifecycle import LifecycleService
+
+        return LifecycleService(self)
+
+    @cached_property
+    def sandbox_paths(self) -> SandboxPaths:
+        from warden.services.sandbox_paths import SandboxPaths
+
+        return SandboxPaths(self.home.sandbox_paths, self.audit, self.clock,
+                            block_system=self.settings.get_bool("sandbox.block_system_paths"),
+                            user_home=self.environ.get("HOME"))
+
+    def files(self, workspace: str | WorkspaceRecord, *, actor: str = "user",
+              approver: Approver | None = None, session: str | None = None,
+              scope: Mapping[str, Zone] | None = None) -> FileService:
+        """Safe file operations on one workspace; `approver` None: `ask` zones need a person."""
+        from warden.services.files import FileService
+
+        record = self.workspaces.get(workspace) if isinstance(workspace, str) else workspace
+        return FileService(record, paths=self.sandbox_paths, audit=self.audit,
+                           max_bytes=self.settings.get_int("sandbox.max_file_size_mb") * 1024 * 1024,
+                           actor=actor, approver=approver, session=session, scope=scope)
+
+    @cached_property
+    def keystore(self) -> Keystore:
+        from warden.adapters.keystore import Keystore
+
+        return Keystore(self.home.keys, self.environ)
+
+    @cached_property
+    def grants(self) -> GrantService:
+        from warden.services.grants import GrantService
+
+        return GrantService(self.db, self.audit, self.keystore, self.workspaces, self.clock,
+                            default_ttl=timedelta(seconds=self.settings.get_seconds("grants.default_ttl")),
+                            max_ttl=timedelta(seconds=self.settings.get_seconds("grants.max_ttl")))
+
+    @cached_property
+    def secrets(self) -> SecretService:
+        from warden.services.secrets import SecretService
+
+        return SecretService(self.db, self.audit, self.keystore, self.clock)
+
+    @cached_property
+    def auth(self) -> AuthService:
+        from warden.services.auth import AuthService
+
+        return AuthService(self.grants, self.workspaces, self.clock)
+
+    @cached_property
+    def runs(self) -> RunService:
+        from warden.services.runs import RunService
+
+        return RunService(self)
 
     def close(self) -> None:
         if "db" in self.__dict__:

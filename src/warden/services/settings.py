@@ -37,6 +37,7 @@ def init_home(app: App) -> list[str]:
             handle.write(_CONFIG_HEADER)
         created.append("config.toml")
     app.db  # opening migrates the registry to the current schema  # noqa: B018
+    created += app.keystore.ensure()  # token pepper and secrets master key, mode 0600
     app.audit.record(actor="user", action="init", target=str(home.root),
                      detail={"created": created})
     return created

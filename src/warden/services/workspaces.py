@@ -1,35 +1,86 @@
-"""Workspace use cases: create, look up, list, destroy (lifecycle grows in later issues)."""
+"""Workspace use cases: create from a template, look up, list, destroy.
+
+Creation order (seed 001): the registry row is claimed first (`creating`, with this
+process's pid and start time), then the folder, metadata, thin venv, node_modules and
+project files are written, `.workspace_configured` last and atomically, and only then the
+row becomes `ready`. A process killed anywhere in between leaves a `creating` row whose
+process is gone; the next command that reads it marks it `broken` (repairable with
+`warden health NAME --repair`, removable with `warden destroy`). No SQLAlchemy and no YAML
+on this path: layers and template resolution are cached on disk.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import secrets
-import shutil
-from collections.abc import Callable
+import socket
+import subprocess
+import threading
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from warden.adapters.atomic import write_atomic
+from warden.adapters.processes import alive, start_time
 from warden.adapters.store import workspaces as rows
 from warden.adapters.store.db import Database
 from warden.core.errors import Conflict, NotFound
 from warden.core.workspaces import WorkspaceRecord, check_name, check_type
 from warden.services.audit import AuditLog
 
-__all__ = ["CONFIGURED_MARKER", "METADATA_FILE", "WorkspaceService"]
+if TYPE_CHECKING:
+    from warden.core.settings import Settings
+    from warden.services.layers import LayerService, Resolution
+
+__all__ = ["CONFIGURED_MARKER", "METADATA_FILE", "WorkspaceService", "remove_in_background"]
 
 METADATA_FILE = ".workspace.json"
 CONFIGURED_MARKER = ".workspace_configured"
+TRASH = ".trash"
+_HOST = socket.gethostname()
+_GITIGNORE = ".venv/\nnode_modules/\n__pycache__/\n"
+Records = list[WorkspaceRecord]
+
+
+def layer_ids(record: WorkspaceRecord) -> list[str]:
+    """The env layers a workspace uses (from its registry row)."""
+    value = record.meta.get("layers")
+    return [str(v) for v in value] if isinstance(value, list | tuple) else []
+
+
+def remove_in_background(path: Path) -> None:
+    """Delete `path` (already renamed out of the way) without waiting for it."""
+    try:
+        proc = subprocess.Popen(["rm", "-rf", "--", str(path)], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    # Reap it in a long-lived process (the API server); a CLI just exits and init reaps it.
+    threading.Thread(target=proc.wait, daemon=True).start()
 
 
 class WorkspaceService:
-    def __init__(self, db: Database, audit: AuditLog, root_dir: Path,
-                 clock: Callable[[], datetime]) -> None:
+    def __init__(self, db: Database, audit: AuditLog, root_dir: Path, clock: Callable[[], datetime],
+                 *, layers: Callable[[], LayerService] | None = None, settings: Settings | None = None,
+                 archives: Path | None = None) -> None:
         self._db = db
+        self.archives_dir = archives or root_dir.parent / "archives"
         self._audit = audit
         self.root_dir = root_dir
         self._clock = clock
+        self._layers = layers
+        self._settings = settings
+
+    @property
+    def layers(self) -> LayerService:
+        if self._layers is None:
+            raise RuntimeError("WorkspaceService was built without layers")
+        return self._layers()
 
     # -- queries -------------------------------------------------------------------------
     def get(self, name: str) -> WorkspaceRecord:
@@ -38,28 +89,68 @@ class WorkspaceService:
             record = rows.get(tx, name)
         if record is None:
             raise NotFound(f"no workspace named {name!r}: `warden list` shows the workspaces")
-        return record
+        return self._reconcile([record])[0]
 
-    def list(self, *, status: str | None = None, kind: str | None = None) -> list[WorkspaceRecord]:
+    def list(self, *, status: str | None = None, kind: str | None = None) -> Records:
         with self._db.transaction(write=False) as tx:
-            return rows.list_all(tx, status=status, kind=kind)
+            records = rows.list_all(tx)
+        records = self._reconcile(records)
+        return [r for r in records if (status is None or r.status == status) and (kind is None or r.type == kind)]
 
-    # -- commands ------------------------------------------------------------------------
+    def _reconcile(self, records: Records) -> Records:
+        """Mark `creating` rows whose creator died as `broken` (a crash mid-create)."""
+        out = []
+        for record in records:
+            if record.status == "creating" and self._creator_dead(record):
+                with self._db.transaction() as tx:
+                    tx.execute("UPDATE workspaces SET status = 'broken' WHERE name = :name AND status = 'creating'",
+                               {"name": record.name})
+                    self._audit.record(actor="warden", action="workspace.broken", target=record.name,
+                                       result="creator process gone", detail={"pid": record.meta.get("pid")}, tx=tx)
+                    fresh = rows.get(tx, record.name)
+                if fresh is not None:
+                    out.append(fresh)
+                continue
+            out.append(record)
+        return out
+
+    @staticmethod
+    def _creator_dead(record: WorkspaceRecord) -> bool:
+        meta = record.meta
+        if meta.get("host") not in (None, _HOST):
+            return False  # another machine's create: only it can tell
+        pid = meta.get("pid")
+        if not isinstance(pid, int):
+            return True
+        started = meta.get("pid_start")
+        return not alive(pid, started if isinstance(started, int) else None)
+
+    # -- create ----------------------------------------------------------------------------
     def create(self, name: str, *, kind: str = "user", ttl: timedelta | None = None,
-               actor: str = "user", template: str | None = None) -> WorkspaceRecord:
-        """Claim the name in the registry, make the folder, write metadata, mark it ready."""
+               actor: str = "user", template: str | None = None, python: str | None = None,
+               node: str | None = None, blob: bytes | None = None, progress: bool = False) -> WorkspaceRecord:
+        """Make a ready workspace from a template (building its layers first if needed)."""
         check_name(name)
         check_type(kind)
+        resolution = self.layers.resolve(template, python=python, node=node)
+        infos = self.layers.ensure(resolution, progress=progress)
         now = self._clock()
         path = self.root_dir / name
+        meta = self.env_meta(resolution, infos, path)
+        if ttl:
+            from warden.core.durations import format_duration
+
+            meta["ttl"] = format_duration(ttl)
         record = WorkspaceRecord(
             id="ws_" + secrets.token_hex(8), name=name, path=str(path), type=kind,
             status="creating", created_at=now.isoformat(), last_accessed=now.isoformat(),
-            template=template, expires_at=(now + ttl).isoformat() if ttl else None,
-            created_by=actor, meta={"pid": os.getpid()})
+            template=resolution.template.name, layer_id=next(iter(resolution.layer_ids), None),
+            expires_at=(now + ttl).isoformat() if ttl else None, created_by=actor,
+            meta={**meta, "pid": os.getpid(), "pid_start": start_time(os.getpid()), "host": _HOST})
         # The row is the claim: two creators of one name race on the UNIQUE constraint.
         with self._db.transaction() as tx:
             rows.insert(tx, record)
+        made = False
         try:
             self.root_dir.mkdir(parents=True, exist_ok=True)
             try:
@@ -67,45 +158,157 @@ class WorkspaceService:
             except FileExistsError:
                 raise Conflict(f"folder {path} already exists but is not a registered "
                                "workspace; move it away or pick another name") from None
+            made = True
+            unpacked = self._unpack(blob, path) if blob is not None else None
             self._write_metadata(record)
+            self.populate(path, resolution, infos)
             write_atomic(path / CONFIGURED_MARKER, now.isoformat().encode())
         except BaseException as exc:
             with self._db.transaction() as tx:
                 rows.delete(tx, name)
                 self._audit.record(actor=actor, action="workspace.create", target=name,
                                    result=getattr(exc, "code", "internal"), tx=tx)
-            if not isinstance(exc, Conflict):
-                shutil.rmtree(path, ignore_errors=True)
+            if made:
+                self.trash(path)
             raise
+        final = {**meta}
+        if unpacked:
+            final["blob"] = unpacked
         with self._db.transaction() as tx:
-            rows.update(tx, name, {"status": "ready", "meta": {}})
+            rows.update(tx, name, {"status": "ready", "meta": final})
             self._audit.record(actor=actor, action="workspace.create", target=name,
-                               detail={"type": kind, "template": template}, tx=tx)
-        return self.get(name)
+                               detail={"type": kind, "template": record.template, "layers": meta["layers"],
+                                       "blob": unpacked}, tx=tx)
+        return WorkspaceRecord(**{**record.__dict__, "status": "ready", "meta": final})
 
-    def destroy(self, name: str, *, actor: str = "user") -> None:
-        """Remove the registry row and the folder (the folder first renamed, so it is gone at once)."""
+    @staticmethod
+    def env_meta(resolution: Resolution, infos: dict[str, dict[str, Any]], path: Path) -> dict[str, Any]:
+        """What the registry keeps about a workspace's environment (also what runs mount read-only)."""
+        ro_paths: list[str] = []
+        meta: dict[str, Any] = {"layers": resolution.layer_ids, "python_venv": None,
+                                "template_source": resolution.template.source}
+        if resolution.python:
+            interp = resolution.python["interpreter"]
+            meta["python_venv"] = str(path / ".venv")
+            meta["python"] = interp["version"]
+            ro_paths.append(interp["prefix"])
+        if "python" in infos:
+            ro_paths.append(str(Path(infos["python"]["site_packages"]).parents[3]))
+        if resolution.node:
+            meta["node"] = resolution.node["runtime"]["version"]
+        if "node" in infos:
+            ro_paths.append(str(Path(infos["node"]["node_modules"]).parent))
+        meta["ro_paths"] = ro_paths
+        return meta
+
+    def populate(self, path: Path, resolution: Resolution, infos: dict[str, dict[str, Any]]) -> Sequence[str]:
+        """Write the env and project files of a template into `path`; returns what was written.
+
+        Files a blob brought (pyproject.toml, package.json, .gitignore) are kept.
+        """
+        from warden.adapters.envs.fdtree import open_tree
+        from warden.adapters.envs.node_layer import link_node_modules
+        from warden.adapters.envs.thin_venv import write_thin_venv
+
+        done = []
+        if resolution.python:
+            interp = resolution.python["interpreter"]
+            py = infos.get("python", {})
+            write_thin_venv(path, interpreter=interp["executable"], version=interp["version"],
+                            layer_site=py.get("site_packages"), scripts=py.get("scripts"))
+            done.append(".venv")
+        if "node" in infos:
+            link_node_modules(path, infos["node"])
+            done.append("node_modules")
+        with open_tree(path) as tree:
+            pyproject = resolution.pyproject()
+            if pyproject is not None:
+                tree.write("pyproject.toml", pyproject, exclusive=True)
+            package = resolution.package_json()
+            if package is not None:
+                tree.write("package.json", package, exclusive=True)
+                lock = infos.get("node", {}).get("node_modules")
+                if lock and os.path.exists(Path(lock).parent / "package-lock.json"):
+                    tree.write("package-lock.json", (Path(lock).parent / "package-lock.json").read_bytes(),
+                               exclusive=True)
+            tree.write(".gitignore", _GITIGNORE, exclusive=True)
+        return done
+
+    def _unpack(self, blob: bytes, path: Path) -> dict[str, int]:
+        from warden.adapters.archive import BlobLimits, unpack_blob
+
+        limits = BlobLimits()
+        if self._settings is not None:
+            limits = BlobLimits(self._settings.get_size("workspace.blob_max_size"),
+                                self._settings.get_int("workspace.blob_max_files"))
+        return unpack_blob(blob, path, limits)
+
+    # -- destroy ---------------------------------------------------------------------------
+    def destroy(self, name: str, *, actor: str = "user", archive: bool = True) -> dict[str, Any]:
+        """Archive (unless told not to), drop the row, and move the folder to the trash at once."""
+        from warden.adapters.processes import stop_processes
+
         record = self.get(name)
         path = Path(record.path)
-        trash = self.root_dir / f".trash-{name}-{secrets.token_hex(4)}"
+        archived = record.meta.get("archive")
+        if path.is_dir():
+            stop_processes(str(path))
+            if archive:
+                archived = str(self.archive_folder(record))
         with self._db.transaction() as tx:
             rows.delete(tx, name)
-            self._audit.record(actor=actor, action="workspace.destroy", target=name, tx=tx)
-        if path.exists():
-            path.rename(trash)
-            shutil.rmtree(trash, ignore_errors=True)
+            self._audit.record(actor=actor, action="workspace.destroy", target=name,
+                               detail={"archive": archived if archive else None}, tx=tx)
+        self.trash(path)
+        return {"name": name, "destroyed": True, "archive": archived if archive else None}
+
+    def archive_folder(self, record: WorkspaceRecord) -> Path:
+        """Pack the workspace folder (not its layers) to `archives/NAME-TIME.tar.zst`."""
+        from warden.adapters.archive import pack_tree
+
+        stamp = self._clock().strftime("%Y%m%dT%H%M%S")
+        target = self.archives_dir / f"{record.name}-{stamp}-{secrets.token_hex(2)}.tar.zst"
+        pack_tree(Path(record.path), target)
+        return target
+
+    def trash(self, path: Path) -> None:
+        """Rename the folder into the trash (instant) and delete it in the background."""
+        if not path.exists() and not path.is_symlink():
+            return
+        trash = self.root_dir / TRASH
+        trash.mkdir(mode=0o700, exist_ok=True)
+        target = trash / f"{path.name}-{secrets.token_hex(4)}"
+        os.rename(path, target)
+        remove_in_background(target)
 
     def touch(self, name: str) -> None:
         with self._db.transaction() as tx:
             rows.update(tx, name, {"last_accessed": self._clock().isoformat()})
 
+    def set_status(self, name: str, status: str, *, meta: dict[str, Any] | None = None,
+                   actor: str = "user", action: str | None = None, detail: dict[str, Any] | None = None) -> None:
+        """Change a row's status (and meta) with its audit event, in one transaction."""
+        changes: dict[str, object] = {"status": status}
+        if meta is not None:
+            changes["meta"] = meta
+        with self._db.transaction() as tx:
+            rows.update(tx, name, changes)
+            self._audit.record(actor=actor, action=action or f"workspace.{status}", target=name,
+                               detail=detail or {}, tx=tx)
+
     def _write_metadata(self, record: WorkspaceRecord) -> None:
         """Seed 000's `.workspace.json` (no access key in it: tokens live hashed in the registry)."""
-        metadata = {
-            "id": record.id, "name": record.name, "path": record.path,
-            "created": record.created_at, "isolated": True, "type": record.type,
-            "template": record.template, "layer_id": record.layer_id,
-            "expires": record.expires_at, "python_venv": record.meta.get("python_venv"),
-        }
-        write_atomic(Path(record.path) / METADATA_FILE,
-                     (json.dumps(metadata, indent=2) + "\n").encode("utf-8"))
+        write_atomic(Path(record.path) / METADATA_FILE, metadata_json(record))
+
+
+def metadata_json(record: WorkspaceRecord) -> bytes:
+    """The bytes of `.workspace.json` for `record`."""
+    meta = record.meta
+    metadata = {
+        "id": record.id, "name": record.name, "path": record.path,
+        "created": record.created_at, "isolated": True, "type": record.type,
+        "template": record.template, "layer_id": record.layer_id, "layers": meta.get("layers", []),
+        "expires": record.expires_at, "ttl": meta.get("ttl"), "python_venv": meta.get("python_venv"),
+        "python": meta.get("python"), "node": meta.get("node"),
+    }
+    return (json.dumps(metadata, indent=2) + "\n").encode("utf-8")

@@ -42,3 +42,44 @@ audit_events = Table(
     Column("hash", String(64), nullable=False),
 )
 Index("ix_audit_target", audit_events.c.target)
+
+bots = Table(
+    "bots", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("name", String(64), nullable=False, unique=True),
+    # HMAC-SHA256 of the identity token under the pepper; the token itself is never stored.
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("created_at", String(40), nullable=False),
+    Column("created_by", String(200), nullable=False),
+)
+
+grants = Table(
+    "grants", metadata,
+    Column("accessor", String(40), primary_key=True),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("parent_accessor", String(40)),
+    Column("workspace", String(64), nullable=False),
+    Column("workspace_id", String(40), nullable=False),
+    Column("bot", String(64), nullable=False),
+    Column("permissions", String(80), nullable=False),
+    Column("zones", Text),  # JSON list, or NULL for the whole workspace
+    Column("secrets", Text, nullable=False, server_default="[]"),  # JSON list of names
+    Column("created_at", String(40), nullable=False),
+    Column("expires_at", String(40), nullable=False),
+    Column("max_expires_at", String(40), nullable=False),
+    Column("revoked_at", String(40)),
+    Column("created_by", String(200), nullable=False),
+)
+Index("ix_grants_workspace", grants.c.workspace)
+Index("ix_grants_bot", grants.c.bot)
+Index("ix_grants_parent", grants.c.parent_accessor)
+
+secrets = Table(
+    "secrets", metadata,
+    Column("name", String(128), primary_key=True),
+    Column("ciphertext", Text, nullable=False),  # base64 of AES-GCM output (with the tag)
+    Column("nonce", String(32), nullable=False),  # base64
+    Column("key_id", String(40), nullable=False),
+    Column("created_at", String(40), nullable=False),
+    Column("updated_at", String(40), nullable=False),
+)

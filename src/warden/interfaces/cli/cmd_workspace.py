@@ -22,8 +22,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=_create)
 
     p = sub.add_parser("list", parents=[common], help="list workspaces")
-    p.add_argument("--status")
-    p.add_argument("--type", dest="kind")
+    p.add_argument("--status", help="creating, ready, suspended, archived or broken")
+    p.add_argument("--type", dest="kind", help="user, bot or temporary")
     p.set_defaults(handler=_list)
 
     p = sub.add_parser("info", parents=[common], help="show one workspace")
@@ -37,16 +37,40 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=_destroy)
 
 
+def _read_blob(source: str) -> bytes:
+    import sys
+
+    from warden.core.errors import NotFound
+
+    if source == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(source, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        raise NotFound(f"blob file {source!r} does not exist") from None
+    except OSError as exc:
+        raise InvalidInput(f"cannot read blob file {source!r}: {exc.strerror}") from None
+
+
 def _create(ctx: Context, args: argparse.Namespace) -> Output:
     from warden.core.durations import parse_duration
 
     ttl = parse_duration(args.ttl) if args.ttl else None
-    record = ctx.app.workspaces.create(args.name, kind=args.kind, ttl=ttl, template=args.template)
+    blob = _read_blob(args.blob) if args.blob else None
+    record = ctx.app.workspaces.create(args.name, kind=args.kind, ttl=ttl, template=args.template,
+                                       python=args.python, node=args.node, blob=blob, progress=True)
     data = record.to_json()
-    return Output(data, f"created workspace {record.name} at {record.path}")
+    return Output(data, f"created workspace {record.name} at {record.path} (template {record.template})")
 
 
 def _list(ctx: Context, args: argparse.Namespace) -> Output:
+    from warden.core.workspaces import STATUSES, TYPES
+
+    if args.status and args.status not in STATUSES:
+        raise InvalidInput(f"bad --status {args.status!r}: use one of {', '.join(STATUSES)}")
+    if args.kind and args.kind not in TYPES:
+        raise InvalidInput(f"bad --type {args.kind!r}: use one of {', '.join(TYPES)}")
     records = ctx.app.workspaces.list(status=args.status, kind=args.kind)
     data = [r.to_json() for r in records]
     return Output(data, render=lambda d: table(
@@ -63,5 +87,6 @@ def _info(ctx: Context, args: argparse.Namespace) -> Output:
 def _destroy(ctx: Context, args: argparse.Namespace) -> Output:
     if not args.yes:
         raise InvalidInput(f"destroying {args.name!r} needs --yes to confirm")
-    ctx.app.workspaces.destroy(args.name)
-    return Output({"name": args.name, "destroyed": True}, f"destroyed workspace {args.name}")
+    data = ctx.app.workspaces.destroy(args.name, archive=not args.no_archive)
+    kept = f" (archive: {data['archive']})" if data.get("archive") else ""
+    return Output(data, f"destroyed workspace {args.name}{kept}")

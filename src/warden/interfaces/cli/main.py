@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ctx: Context | None = None
     try:
         parser = build_parser()
-        args = parser.parse_args(args_list)
+        args = _parse(parser, args_list)
         handler: Callable[[Context, argparse.Namespace], Output] | None = getattr(args, "handler", None)
         if handler is None:
             parser.print_help(sys.stderr)
@@ -136,7 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _emit_json({"ok": False, "error": {"code": exc.code, "message": exc.message}})
         else:
             sys.stderr.write(f"warden: {exc.message}\n")
-        return _finish(ctx, EXIT_CODES.get(exc.code, 1))
+        # A few errors carry their own status (`warden run` refusing to start: 126).
+        return _finish(ctx, getattr(exc, "exit_status", None) or EXIT_CODES.get(exc.code, 1))
     except KeyboardInterrupt:
         sys.stderr.write("warden: interrupted\n")
         return _finish(ctx, 130)
@@ -158,6 +159,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if text:
             sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return _finish(ctx, out.exit_code)
+
+
+def _parse(parser: Parser, args_list: list[str]) -> argparse.Namespace:
+    """Parse; for commands that run a program (`warden run NAME [opts] -- CMD...`), the words
+    after the first `--` are that program's argv. argparse alone cannot place options between
+    a positional and `--` there, so the tail is split off first."""
+    if "--" in args_list:
+        cut = args_list.index("--")
+        args = parser.parse_args(args_list[:cut])
+        if getattr(args, "takes_command", False):
+            args.command = [*args.command, *args_list[cut + 1:]]
+            return args
+    return parser.parse_args(args_list)
 
 
 def _finish(ctx: Context | None, status: int) -> int:

@@ -46,7 +46,48 @@ def upgrade() -> None:
     )
     op.create_index("ix_audit_target", "audit_events", ["target"])
 
+    op.create_table(
+        "bots",
+        sa.Column("id", sa.String(40), primary_key=True),
+        sa.Column("name", sa.String(64), nullable=False, unique=True),
+        sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+        sa.Column("created_at", sa.String(40), nullable=False),
+        sa.Column("created_by", sa.String(200), nullable=False),
+    )
+    op.create_table(
+        "grants",
+        sa.Column("accessor", sa.String(40), primary_key=True),
+        sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+        sa.Column("parent_accessor", sa.String(40)),
+        sa.Column("workspace", sa.String(64), nullable=False),
+        sa.Column("workspace_id", sa.String(40), nullable=False),
+        sa.Column("bot", sa.String(64), nullable=False),
+        sa.Column("permissions", sa.String(80), nullable=False),
+        sa.Column("zones", sa.Text),
+        sa.Column("secrets", sa.Text, nullable=False, server_default="[]"),
+        sa.Column("created_at", sa.String(40), nullable=False),
+        sa.Column("expires_at", sa.String(40), nullable=False),
+        sa.Column("max_expires_at", sa.String(40), nullable=False),
+        sa.Column("revoked_at", sa.String(40)),
+        sa.Column("created_by", sa.String(200), nullable=False),
+    )
+    op.create_index("ix_grants_workspace", "grants", ["workspace"])
+    op.create_index("ix_grants_bot", "grants", ["bot"])
+    op.create_index("ix_grants_parent", "grants", ["parent_accessor"])
+    op.create_table(
+        "secrets",
+        sa.Column("name", sa.String(128), primary_key=True),
+        sa.Column("ciphertext", sa.Text, nullable=False),
+        sa.Column("nonce", sa.String(32), nullable=False),
+        sa.Column("key_id", sa.String(40), nullable=False),
+        sa.Column("created_at", sa.String(40), nullable=False),
+        sa.Column("updated_at", sa.String(40), nullable=False),
+    )
+
 
 def downgrade() -> None:
+    op.drop_table("secrets")
+    op.drop_table("grants")
+    op.drop_table("bots")
     op.drop_table("audit_events")
     op.drop_table("workspaces")

@@ -1,0 +1,101 @@
+"""How much a sandboxed `true` costs, against its baselines measured in the same run.
+
+    .venv/bin/python bench/exec.py [-n 30]
+
+Rows: a bare `true`; a raw `bwrap … true` with the same namespaces (the floor any bwrap
+sandbox pays); `Workspace.run(["true"])` in a warm process (seccomp, cgroups, limits,
+audit included); `warden run NAME -- true` from a shell (a fresh Python process each
+time); and Anthropic's `srt true` when it is installed. Targets (issue 3): in-process
+run <= 2x raw bwrap, CLI median <= 150 ms. The package is byte-compiled first, as an
+installed wheel would be (this environment sets PYTHONDONTWRITEBYTECODE).
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def measure(fn: Callable[[], object], n: int) -> list[float]:
+    fn()  # warm-up
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+def raw_bwrap_argv() -> list[str]:
+    argv = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
+            "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
+    for link in ("/bin", "/lib", "/lib64", "/sbin"):
+        if os.path.islink(link):
+            argv += ["--symlink", os.readlink(link), link]
+    return [*argv, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--", "/usr/bin/true"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("-n", type=int, default=30)
+    n = parser.parse_args().n
+    compileall.compile_dir(str(REPO / "src" / "warden"), quiet=1)
+    sys.path.insert(0, str(REPO / "src"))
+    from warden import Warden
+
+    rows: list[tuple[str, list[float]]] = []
+    rows.append(("bare true", measure(lambda: subprocess.run(["true"], check=True), n)))
+    raw = raw_bwrap_argv()
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "home"
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TERM")}
+        env["WARDEN_HOME"] = str(home)
+        with Warden.open(home, environ=env) as w:
+            ws = w.create("bench", template="minimal")
+
+            def in_process() -> None:
+                assert ws.run(["true"]).exit_code == 0
+
+            # Raw bwrap and the in-process run alternate, so both see the same machine load.
+            raw_times: list[float] = []
+            run_times: list[float] = []
+            in_process()
+            for _ in range(n):
+                raw_times += measure(lambda: subprocess.run(raw, check=True), 1)
+                run_times += measure(in_process, 1)
+            rows.append(("raw bwrap ... true", raw_times))
+            rows.append(('Workspace.run(["true"]) warm', run_times))
+        cli = [sys.executable, "-m", "warden", "run", "bench", "--", "true"]
+        rows.append(("warden run bench -- true", measure(
+            lambda: subprocess.run(cli, check=True, env=env), n)))
+        if shutil.which("srt"):
+            rows.append(("srt true", measure(lambda: subprocess.run(["srt", "true"], cwd=tmp, check=False,
+                                                                     capture_output=True), max(5, n // 3))))
+        else:
+            print("srt not installed (npm install -g @anthropic-ai/sandbox-runtime; needs socat, ripgrep)")
+    raw_median = statistics.median(rows[1][1])
+    print(f"{'what':34} {'median ms':>10} {'p90 ms':>8} {'x raw bwrap':>12}")
+    for name, times in rows:
+        med = statistics.median(times)
+        p90 = sorted(times)[int(len(times) * 0.9) - 1]
+        print(f"{name:34} {med:10.1f} {p90:8.1f} {med / raw_median:12.2f}")
+    in_proc = statistics.median(rows[2][1])
+    cli_med = statistics.median(rows[3][1])
+    print(f"\ntarget in-process <= 2x raw bwrap: {in_proc / raw_median:.2f}x "
+          f"({'met' if in_proc <= 2 * raw_median else 'MISSED'})")
+    print(f"target CLI median <= 150 ms: {cli_med:.0f} ms ({'met' if cli_med <= 150 else 'MISSED'})")
+
+
+if __name__ == "__main__":
+    main()

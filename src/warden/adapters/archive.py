@@ -1,0 +1,327 @@
+"""Archives: a workspace as tar.zst, and safe unpacking of project blobs.
+
+Blobs come from bots (`--blob`, seed 000's `project_blob`): tar.gz, zip, plain tar or
+tar.zst, or any of those base64-encoded, or seed 000's JSON context with a `files` map.
+Unpacking never trusts the archive: names must be relative with no `..`, no device files,
+hard links refused, symlinks only to places inside the workspace (checked on the real tree
+after everything is written, since links can chain), and the sizes and file count are
+counted while writing, not taken from headers (zip bombs). Regular files are written first
+with O_NOFOLLOW relative to held folders and links made last, so no write goes through a
+link the archive planted.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import io
+import json
+import os
+import posixpath
+import stat
+import tarfile
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from warden.adapters.envs.fdtree import DirHandle, open_tree
+from warden.core.errors import InvalidInput, TooLarge
+
+__all__ = ["BlobLimits", "pack_tree", "unpack_blob", "unpack_tree"]
+
+_CHUNK = 1 << 16
+
+
+def _human(size: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:g} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size = size / 1024  # type: ignore[assignment]
+    return f"{size} B"
+
+
+@dataclass(frozen=True)
+class BlobLimits:
+    max_bytes: int = 200 << 20
+    max_files: int = 20000
+    # Our own archives (unarchive) may restore links that point outside (the venv's python).
+    allow_links_out: bool = False
+
+
+@dataclass
+class _Entry:
+    name: str
+    kind: str  # "file", "dir", "symlink"
+    mode: int
+    target: str = ""
+    reader: Any = None  # a callable returning a binary stream for files
+
+
+class _Writer:
+    """Writes entries below `root` safely, counting bytes and files."""
+
+    def __init__(self, root: Path, limits: BlobLimits) -> None:
+        self.root = root
+        self.limits = limits
+        self.bytes = 0
+        self.files = 0
+        self.links: list[tuple[str, str]] = []
+
+    @staticmethod
+    def clean_name(raw: str) -> list[str]:
+        name = raw.replace("\\", "/") if "\\" in raw and "/" not in raw else raw
+        if not name or name.startswith("/") or "\x00" in name:
+            raise InvalidInput(f"blob entry {raw!r} has an absolute or empty path; only relative paths are allowed")
+        parts = [p for p in name.split("/") if p not in ("", ".")]
+        if any(p == ".." for p in parts):
+            raise InvalidInput(f"blob entry {raw!r} climbs out with '..'; rebuild the archive without it")
+        return parts
+
+    def _count(self) -> None:
+        self.files += 1
+        if self.files > self.limits.max_files:
+            raise TooLarge(f"the blob holds more than {self.limits.max_files} files and folders; "
+                           "raise workspace.blob_max_files or send a smaller project")
+
+    def _parent(self, tree: DirHandle, parts: list[str]) -> DirHandle:
+        return tree.path(*parts[:-1]) if len(parts) > 1 else DirHandle(os.dup(tree.fd))
+
+    def add(self, tree: DirHandle, entry: _Entry) -> None:
+        parts = self.clean_name(entry.name)
+        if not parts:
+            return
+        self._count()
+        if entry.kind == "dir":
+            tree.path(*parts).close()
+            return
+        if entry.kind == "symlink":
+            self._check_link(parts, entry.target)
+            self.links.append(("/".join(parts), entry.target))
+            return
+        with self._parent(tree, parts) as parent:
+            fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600, dir_fd=parent.fd)
+            try:
+                with entry.reader() as source:
+                    while chunk := source.read(_CHUNK):
+                        self.bytes += len(chunk)
+                        if self.bytes > self.limits.max_bytes:
+                            raise TooLarge(f"the blob unpacks to more than {_human(self.limits.max_bytes)}; "
+                                           "raise workspace.blob_max_size or send a smaller project")
+                        os.write(fd, chunk)
+                os.fchmod(fd, 0o755 if entry.mode & 0o111 else 0o644)
+            finally:
+                os.close(fd)
+
+    def _check_link(self, parts: list[str], target: str) -> None:
+        if self.limits.allow_links_out:
+            return
+        if not target or target.startswith("/") or "\x00" in target:
+            raise InvalidInput(f"blob link {'/'.join(parts)!r} points to {target!r}, outside the project")
+        resolved = posixpath.normpath(posixpath.join(*parts[:-1], target) if len(parts) > 1 else target)
+        if resolved == ".." or resolved.startswith("../"):
+            raise InvalidInput(f"blob link {'/'.join(parts)!r} points to {target!r}, outside the project")
+
+    def finish(self, tree: DirHandle) -> None:
+        """Make the links, then prove each resolves inside the root on the real tree."""
+        for name, target in self.links:
+            parts = name.split("/")
+            with self._parent(tree, parts) as parent:
+                try:
+                    os.symlink(target, parts[-1], dir_fd=parent.fd)
+                except FileExistsError:
+                    raise InvalidInput(f"blob entry {name!r} appears twice") from None
+        if self.limits.allow_links_out:
+            return
+        root = os.path.realpath(self.root)
+        for name, target in self.links:
+            real = os.path.realpath(os.path.join(self.root, name))
+            if real != root and not real.startswith(root + os.sep):
+                raise InvalidInput(f"blob link {name!r} -> {target!r} leads outside the project")
+
+
+def _tar_entries(stream: IO[bytes], mode: str) -> Iterator[_Entry]:
+    with tarfile.open(fileobj=stream, mode=mode) as tar:  # type: ignore[call-overload]
+        for member in tar:
+            if member.isdir():
+                yield _Entry(member.name, "dir", member.mode)
+            elif member.issym():
+                yield _Entry(member.name, "symlink", member.mode, member.linkname)
+            elif member.islnk():
+                raise InvalidInput(f"blob entry {member.name!r} is a hard link; archive the file itself")
+            elif member.isfile():
+                data = tar.extractfile(member)
+                assert data is not None
+                yield _Entry(member.name, "file", member.mode, reader=lambda d=data: contextlib.nullcontext(d))
+            else:
+                raise InvalidInput(f"blob entry {member.name!r} is a device, fifo or other special file")
+
+
+def _zip_entries(stream: IO[bytes]) -> Iterator[_Entry]:
+    with zipfile.ZipFile(stream) as zf:
+        for info in zf.infolist():
+            mode = (info.external_attr >> 16) & 0xFFFF
+            if info.is_dir():
+                yield _Entry(info.filename, "dir", mode)
+            elif stat.S_ISLNK(mode):
+                if info.file_size > 4096:
+                    raise InvalidInput(f"blob link {info.filename!r} is malformed")
+                yield _Entry(info.filename, "symlink", mode, zf.read(info).decode("utf-8", "replace"))
+            else:
+                yield _Entry(info.filename, "file", mode, reader=lambda i=info: zf.open(i))
+
+
+def _json_entries(data: Any) -> Iterator[_Entry]:
+    files = data.get("files") if isinstance(data, dict) else None
+    if files is None and isinstance(data, dict) and isinstance(data.get("content"), dict):
+        files = data["content"].get("files")
+    if not isinstance(files, dict):
+        raise InvalidInput("the JSON blob has no \"files\" map of path: text")
+    for name, text in files.items():
+        if not isinstance(name, str) or not isinstance(text, str):
+            raise InvalidInput("the JSON blob's \"files\" must map paths to text")
+        payload = text.encode("utf-8")
+        yield _Entry(name, "file", 0o644, reader=lambda p=payload: io.BytesIO(p))
+
+
+def _entries(data: bytes, depth: int = 0) -> Iterator[_Entry]:
+    if data[:2] == b"\x1f\x8b":
+        yield from _tar_entries(io.BytesIO(data), "r:gz")
+    elif data[:4] == b"PK\x03\x04" or data[:4] == b"PK\x05\x06":
+        yield from _zip_entries(io.BytesIO(data))
+    elif data[:4] == b"\x28\xb5\x2f\xfd":
+        import zstandard
+
+        reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data))
+        yield from _tar_entries(reader, "r|")
+    elif len(data) > 262 and data[257:262] == b"ustar":
+        yield from _tar_entries(io.BytesIO(data), "r:")
+    elif data.lstrip()[:1] == b"{":
+        try:
+            document = json.loads(data)
+        except ValueError:
+            raise InvalidInput("the blob looks like JSON but does not parse") from None
+        yield from _json_entries(document)
+    elif depth == 0:
+        try:
+            decoded = base64.b64decode(b"".join(data.split()), validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidInput("the blob is not a tar.gz, zip, tar, tar.zst, JSON files map or base64 "
+                               "of one of them") from None
+        yield from _entries(decoded, depth + 1)
+    else:
+        raise InvalidInput("the base64 blob does not hold a tar.gz, zip, tar, tar.zst or JSON files map")
+
+
+def unpack_blob(data: bytes, root: Path, limits: BlobLimits) -> dict[str, int]:
+    """Unpack a project blob into the existing folder `root`; returns files and bytes written."""
+    if len(data) > limits.max_bytes:
+        raise TooLarge(f"the blob is larger than {_human(limits.max_bytes)}; raise workspace.blob_max_size "
+                       "or send a smaller project")
+    writer = _Writer(root, limits)
+    try:
+        with open_tree(root) as tree:
+            for entry in _entries(data):
+                writer.add(tree, entry)
+            writer.finish(tree)
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError) as exc:
+        raise InvalidInput(f"the blob is a damaged archive: {exc}") from None
+    except FileExistsError as exc:
+        raise InvalidInput(f"blob entry {exc.filename!r} appears twice or clashes with a folder") from None
+    return {"files": writer.files, "bytes": writer.bytes}
+
+
+def unpack_tree(archive: Path, root: Path, limits: BlobLimits) -> dict[str, int]:
+    """Unpack one of Warden's own `.tar.zst` archives into the existing folder `root`."""
+    import zstandard
+
+    writer = _Writer(root, limits)
+    with open(archive, "rb") as raw, open_tree(root) as tree:
+        reader = zstandard.ZstdDecompressor().stream_reader(raw)
+        for entry in _tar_entries(reader, "r|"):
+            writer.add(tree, entry)
+        writer.finish(tree)
+    return {"files": writer.files, "bytes": writer.bytes}
+
+
+def pack_tree(root: Path, target: Path) -> int:
+    """Write `root` as tar.zst at `target` (atomically); symlinks are stored, never followed."""
+    import zstandard
+
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        with open(tmp, "wb") as raw:
+            compressor = zstandard.ZstdCompressor(level=3)
+            with compressor.stream_writer(raw, closefd=False) as zst, \
+                    tarfile.open(fileobj=zst, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+                _add_tree(tar, root)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    return target.stat().st_size
+
+
+def _add_tree(tar: tarfile.TarFile, root: Path) -> None:
+    """Folders, regular files and symlinks below `root`; hard links stored as plain files,
+    sockets, fifos and devices a bot might leave skipped, files opened with O_NOFOLLOW."""
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        rel_dir = os.path.relpath(dirpath, root)
+        for name in sorted(dirnames) + sorted(filenames):
+            path = os.path.join(dirpath, name)
+            arcname = name if rel_dir == "." else f"{rel_dir}/{name}"
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            info = tarfile.TarInfo(arcname)
+            info.mode = stat.S_IMODE(st.st_mode)
+            info.mtime = int(st.st_mtime)
+            if stat.S_ISDIR(st.st_mode):
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            elif stat.S_ISLNK(st.st_mode):
+                info.type = tarfile.SYMTYPE
+                info.linkname = os.readlink(path)
+                tar.addfile(info)
+            elif stat.S_ISREG(st.st_mode):
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                with os.fdopen(fd, "rb") as handle:
+                    fst = os.fstat(handle.fileno())
+                    if not stat.S_ISREG(fst.st_mode):
+                        continue
+                    info.size = fst.st_size
+                    tar.addfile(info, _Exactly(handle, fst.st_size))
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+
+
+class _Exactly(io.RawIOBase):
+    """A file cut or padded to the size recorded in its header (it may change while packed)."""
+
+    def __init__(self, handle: IO[bytes], size: int) -> None:
+        self._handle = handle
+        self._left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        n = self._left if n < 0 else min(n, self._left)
+        data = self._handle.read(n) or b""
+        if len(data) < n:
+            data += b"\0" * (n - len(data))
+        self._left -= len(data)
+        return data

@@ -1,0 +1,1 @@
+"""Environment builders: interpreters, Python layers (uv), Node layers (npm), thin venvs."""

@@ -1,0 +1,167 @@
+"""The on-disk store of env layers: `$WARDEN_HOME/layers/<id>/` with its `layer.json`.
+
+A layer is built in a private `.build-*` folder and renamed into place in one step, so a
+crash or a failed build never leaves a half-made layer under its id. After the build every
+file and folder loses its write bits: `chmod a-w` keeps honest users (and non-root
+Warden) from editing a shared layer in place; inside sandboxes the layer is also mounted
+read-only, which binds root too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from warden.adapters.atomic import write_atomic
+
+__all__ = ["LayerStore", "make_read_only", "make_writable"]
+
+LAYER_FILE = "layer.json"
+
+
+def make_read_only(root: Path) -> None:
+    """Drop every write bit below `root` (symlinks untouched: their mode means nothing)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode):
+                os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o222)
+        for name in dirnames:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~0o222)
+    os.chmod(root, stat.S_IMODE(os.lstat(root).st_mode) & ~0o222)
+
+
+def make_writable(root: Path) -> None:
+    """Give the owner write bits back on folders (needed to delete a layer as non-root)."""
+    if not root.exists():
+        return
+    os.chmod(root, stat.S_IMODE(os.lstat(root).st_mode) | 0o700)
+    for dirpath, dirnames, _ in os.walk(root):
+        for name in dirnames:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) | 0o700)
+
+
+class LayerStore:
+    """Layers on disk, addressed by id."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, layer_id: str) -> Path:
+        return self.root / layer_id
+
+    def exists(self, layer_id: str) -> bool:
+        return (self.root / layer_id / LAYER_FILE).is_file()
+
+    def read(self, layer_id: str) -> dict[str, Any] | None:
+        try:
+            data: dict[str, Any] = json.loads((self.root / layer_id / LAYER_FILE).read_bytes())
+        except (OSError, ValueError):
+            return None
+        return data
+
+    def all(self) -> list[dict[str, Any]]:
+        found = []
+        if self.root.is_dir():
+            for entry in sorted(self.root.iterdir()):
+                if entry.name.startswith((".", "_")) or not entry.is_dir():
+                    continue
+                data = self.read(entry.name)
+                if data is not None:
+                    found.append(data)
+        return found
+
+    @contextlib.contextmanager
+    def build_lock(self, layer_id: str) -> Iterator[None]:
+        """One builder per layer id at a time, across processes."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / f".{layer_id}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def staging(self, layer_id: str) -> Iterator[Path]:
+        """A private build folder; on success the caller `commit`s it, otherwise it is removed."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        build = self.root / f".build-{layer_id}-{os.getpid()}-{secrets.token_hex(3)}"
+        build.mkdir(mode=0o755)
+        try:
+            yield build
+        finally:
+            if build.exists():
+                make_writable(build)
+                shutil.rmtree(build, ignore_errors=True)
+
+    def commit(self, build: Path, layer_id: str, info: dict[str, Any]) -> dict[str, Any]:
+        """Write layer.json, seal the folder read-only and rename it to its id."""
+        write_atomic(build / LAYER_FILE, (json.dumps(info, indent=2, sort_keys=True) + "\n").encode())
+        make_read_only(build)
+        target = self.root / layer_id
+        try:
+            os.rename(build, target)
+        except OSError:
+            if not self.exists(layer_id):
+                raise
+            # Another builder finished first; its layer has the same content.
+        return self.read(layer_id) or info
+
+    def remove(self, layer_id: str) -> None:
+        """Delete a layer: rename it out of its id first, so no reader sees half of it."""
+        path = self.root / layer_id
+        if not path.exists():
+            return
+        trash = self.root / f".trash-{layer_id}-{secrets.token_hex(3)}"
+        os.rename(path, trash)
+        make_writable(trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def sweep(self) -> int:
+        """Remove build and trash folders that a crashed process left behind."""
+        removed = 0
+        if not self.root.is_dir():
+            return 0
+        for entry in self.root.iterdir():
+            if entry.name.startswith((".build-", ".trash-")) and entry.is_dir():
+                pid = entry.name.split("-")[-2] if entry.name.startswith(".build-") else ""
+                if pid.isdigit() and _alive(int(pid)):
+                    continue
+                make_writable(entry)
+                shutil.rmtree(entry, ignore_errors=True)
+                removed += 1
+        return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def dir_size(root: Path) -> int:
+    """Bytes of the files below `root`, symlinks not followed."""
+    total = 0
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total

@@ -1,0 +1,53 @@
+"""A small progress bar on stderr for layer builds (no rich: builds are rare, imports are not)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+__all__ = ["Progress", "silent"]
+
+
+class Progress:
+    """Steps of a long task: a redrawn bar on a terminal, one line per step otherwise."""
+
+    def __init__(self, title: str, total: int, stream: TextIO | None = None, *, enabled: bool = True) -> None:
+        self.title = title
+        self.total = max(total, 1)
+        self.done = 0
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        self.started = time.monotonic()
+        self._tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def step(self, label: str) -> None:
+        """Start the next step, named `label`."""
+        self._draw(label)
+        self.done = min(self.done + 1, self.total)
+
+    def _draw(self, label: str) -> None:
+        if not self.enabled:
+            return
+        width = 24
+        filled = int(width * self.done / self.total)
+        bar = "#" * filled + "-" * (width - filled)
+        line = f"{self.title} [{bar}] {self.done}/{self.total} {label}"
+        if self._tty:
+            self.stream.write("\r\x1b[K" + line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def finish(self, label: str = "done") -> None:
+        """Fill the bar and end the line."""
+        self.done = self.total
+        self._draw(f"{label} in {time.monotonic() - self.started:.1f}s")
+        if self.enabled and self._tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def silent(title: str = "", total: int = 1) -> Progress:
+    """A Progress that prints nothing (library use, tests)."""
+    return Progress(title, total, enabled=False)

@@ -1,0 +1,158 @@
+"""Building a Python env layer with uv: lock, relocatable venv, copied install, bytecode.
+
+Why `--link-mode=copy`: uv's default here hard-links files from its cache, so an in-place
+edit of an installed file by one workspace would change the cache and every other
+environment built from it (cross-bot poisoning). Copies share no inode with anything.
+Why `--compile-bytecode`: the layer is read-only afterwards, so Python could never write
+the `.pyc` files itself and would recompile on every import.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from warden.adapters.envs.interpreters import Interpreter
+from warden.adapters.envs.layer_store import LayerStore, dir_size
+from warden.adapters.envs.progress import Progress
+from warden.core.errors import Unavailable
+
+__all__ = ["IndexOptions", "build_python_layer", "uv_env"]
+
+BUILDER_VERSION = "1"
+
+
+class IndexOptions:
+    """Where packages come from: uv's defaults, or an index URL, find-links folders, no index."""
+
+    def __init__(self, index_url: str = "", find_links: Sequence[str] = (), no_index: bool = False) -> None:
+        self.index_url = index_url
+        self.find_links = tuple(find_links)
+        self.no_index = no_index
+
+    def uv_args(self) -> list[str]:
+        args: list[str] = []
+        if self.index_url:
+            args += ["--index-url", self.index_url]
+        for link in self.find_links:
+            args += ["--find-links", link]
+        if self.no_index:
+            args.append("--no-index")
+        return args
+
+    def pip_env(self) -> dict[str, str]:
+        """The same choices for pip (inside sandboxes)."""
+        env: dict[str, str] = {}
+        if self.index_url:
+            env["PIP_INDEX_URL"] = self.index_url
+        if self.find_links:
+            env["PIP_FIND_LINKS"] = " ".join(self.find_links)
+        if self.no_index:
+            env["PIP_NO_INDEX"] = "1"
+        return env
+
+
+def uv_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment uv builds in: the caller's, minus interpreter downloads and stray venvs."""
+    env = {k: v for k, v in environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH",
+                                                         "UV_PROJECT_ENVIRONMENT", "CONDA_PREFIX"}}
+    env["UV_PYTHON_DOWNLOADS"] = "never"
+    env["UV_NO_CONFIG"] = "1"
+    env.setdefault("UV_NO_PROGRESS", "1")
+    return env
+
+
+def _run(argv: list[str], *, cwd: Path, env: Mapping[str, str], what: str) -> str:
+    proc = subprocess.run(argv, cwd=cwd, env=dict(env), capture_output=True, text=True, check=False,
+                          timeout=3600)
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        tail = " | ".join(line.strip() for line in detail[-6:] if line.strip())
+        raise Unavailable(f"{what} failed: {tail or f'exit status {proc.returncode}'}; "
+                          "check the template's dependencies and the package index (envs.* settings)")
+    return proc.stdout
+
+
+def build_python_layer(store: LayerStore, layer_id: str, *, dependencies: Sequence[str],
+                       interpreter: Interpreter, uv: str, index: IndexOptions,
+                       environ: Mapping[str, str], progress: Progress,
+                       meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Build layer `layer_id` (no-op when it exists); returns its layer.json."""
+    with store.build_lock(layer_id):
+        if store.exists(layer_id):
+            return store.read(layer_id) or {}
+        env = uv_env(environ)
+        started = time.time()
+        with store.staging(layer_id) as build:
+            (build / "requirements.in").write_text("".join(f"{d}\n" for d in dependencies))
+            progress.step(f"resolving {len(dependencies)} dependencies")
+            lock = build / "requirements.lock"
+            if dependencies:
+                _run([uv, "pip", "compile", "requirements.in", "-o", str(lock), "--python",
+                      interpreter.executable, "--no-header", "--quiet", *index.uv_args()],
+                     cwd=build, env=env, what="resolving the dependencies (uv pip compile)")
+            else:
+                lock.write_text("")
+            progress.step("creating the layer venv")
+            venv = build / "venv"
+            _run([uv, "venv", "--relocatable", "--python", interpreter.executable, "--quiet", str(venv)],
+                 cwd=build, env=env, what="creating the venv (uv venv)")
+            python = str(venv / "bin" / "python")
+            pinned = [line for line in lock.read_text().splitlines() if line and not line.startswith(("#", " "))]
+            progress.step(f"installing {len(pinned)} packages")
+            if pinned:
+                _run([uv, "pip", "sync", str(lock), "--python", python, "--link-mode=copy",
+                      "--compile-bytecode", "--quiet", *index.uv_args()],
+                     cwd=build, env=env, what="installing the packages (uv pip sync)")
+            pip_wheel = interpreter.pip_wheel
+            if pip_wheel and not any(p.lower().startswith("pip==") for p in pinned):
+                # pip from the interpreter's own ensurepip wheel (offline): `python -m pip`
+                # sees the layer's packages through the .pth, uv does not.
+                _run([uv, "pip", "install", "--python", python, "--link-mode=copy", "--compile-bytecode",
+                      "--no-deps", "--offline", "--quiet", pip_wheel],
+                     cwd=build, env=env, what="adding pip to the layer")
+            progress.step("sealing the layer read-only")
+            site = _site_packages(venv, interpreter.xy)
+            info = {
+                "id": layer_id, "kind": "python", "builder": BUILDER_VERSION,
+                "dependencies": list(dependencies), "packages": pinned,
+                "python": interpreter.to_json(),
+                "site_packages": str(store.path(layer_id) / site.relative_to(build)),
+                "scripts": _scripts(venv / "bin"),
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "build_seconds": round(time.time() - started, 2),
+                "size": dir_size(build), **dict(meta),
+            }
+            return store.commit(build, layer_id, info)
+
+
+def _site_packages(venv: Path, xy: str) -> Path:
+    path = venv / "lib" / f"python{xy}" / "site-packages"
+    if not path.is_dir():
+        raise Unavailable(f"the layer venv has no {path.relative_to(venv)}; the interpreter layout is unusual")
+    return path
+
+
+def _scripts(bin_dir: Path) -> dict[str, str]:
+    """Console scripts of the layer, to copy into each thin venv's bin (their shebangs are relative)."""
+    scripts: dict[str, str] = {}
+    for entry in sorted(bin_dir.iterdir()):
+        name = entry.name
+        if name.startswith(("python", "activate", "deactivate")) or entry.is_symlink() or not entry.is_file():
+            continue
+        try:
+            text = entry.read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+        if text.startswith("#!") and len(text) < 64 * 1024:
+            scripts[name] = text
+    return scripts
+
+
+def layer_python_env() -> dict[str, str]:
+    """Environment for running a layer's interpreter on the host for checks (no user site)."""
+    return {"PATH": os.defpath, "PYTHONNOUSERSITE": "1"}

@@ -1,0 +1,140 @@
+"""Processes on this host: liveness of a recorded pid, and stopping a workspace's processes.
+
+A workspace's processes are found from /proc without any cooperation from the runner:
+every `bwrap` whose argv names the workspace (it binds it at its host path), with all its
+descendants. Every bot command runs under bwrap, so that is all of them; a person's own
+shell that merely sits in the workspace folder is left alone. Killing bwrap's process tree
+ends the sandbox's pid namespace as a whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterable
+
+__all__ = ["alive", "start_time", "stop_processes", "workspace_processes"]
+
+
+def start_time(pid: int) -> int | None:
+    """The kernel's start time of `pid` (clock ticks since boot): a pid plus this names one process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    # comm (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = data[data.rfind(b")") + 2:].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def alive(pid: int, started: int | None = None) -> bool:
+    """Whether process `pid` runs (and is the same process, when its start time is given)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    if started is None:
+        return True
+    now = start_time(pid)
+    if now is None:
+        return False
+    state = _state(pid)
+    return now == started and state != "Z"
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return "?"
+    return data[data.rfind(b")") + 2:].split()[0].decode()
+
+
+def _pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _parents() -> dict[int, int]:
+    parents = {}
+    for pid in _pids():
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                data = handle.read()
+            parents[pid] = int(data[data.rfind(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return parents
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def workspace_processes(root: str) -> set[int]:
+    """Pids that belong to the workspace at `root` (never this process or its parents)."""
+    own = {os.getpid(), os.getppid()}
+    roots: set[int] = set()
+    for pid in _pids():
+        if pid in own:
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0].decode(errors="replace")) == "bwrap" and any(
+                _inside(arg.decode(errors="replace"), root) for arg in argv[1:]):
+            roots.add(pid)
+    if not roots:
+        return set()
+    children: dict[int, list[int]] = {}
+    for pid, parent in _parents().items():
+        children.setdefault(parent, []).append(pid)
+    found: set[int] = set()
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid in found or pid in own:
+            continue
+        found.add(pid)
+        todo.extend(children.get(pid, ()))
+    return found
+
+
+def _signal_all(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def stop_processes(root: str, *, grace: float = 2.0) -> list[int]:
+    """SIGTERM the workspace's processes, then SIGKILL what is left after `grace` seconds."""
+    pids = workspace_processes(root)
+    if not pids:
+        return []
+    _signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        left = {p for p in pids if alive(p) and _state(p) != "Z"}
+        if not left:
+            break
+        time.sleep(0.05)
+    # Kill anything still there, and anything the group forked meanwhile.
+    for _ in range(3):
+        left = {p for p in workspace_processes(root) | pids if alive(p) and _state(p) != "Z"}
+        if not left:
+            break
+        _signal_all(left, signal.SIGKILL)
+        time.sleep(0.05)
+    return sorted(pids)

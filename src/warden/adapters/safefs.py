@@ -1,0 +1,405 @@
+"""Safe file operations beneath a held directory descriptor.
+
+Every path is opened relative to the workspace's directory descriptor with
+`openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS)` (ctypes; openat2(2),
+Linux >= 5.6), or, where that system call is missing, by a walk that opens one component at
+a time with `O_NOFOLLOW` relative to the descriptor of the one before. Either way the
+kernel resolves the very path the policy decided on: no `..`, no symbolic link, no
+`/proc/self/fd` magic link, so a link swapped in between the check and the use cannot
+redirect the operation (CVE-2025-53109 in the MCP filesystem server was that redirect).
+
+Why refuse all symbolic links, not only those that leave the workspace: a link from an `rw`
+zone into an `ro` zone, or into `.warden/`, stays beneath the root but would let a write
+land where the policy said no. Links are shown in listings as links, never followed, and
+never reveal where they point.
+
+Writes go to a temporary file in the same directory, are fsync'ed and renamed over the
+target relative to the directory descriptor; a file with more than one hard link is not
+written (the other names would see the change, or it could be an outside file linked in).
+Reading a hard link is allowed: its bytes are part of the workspace a sandboxed command can
+already read. FIFOs, sockets and devices are refused: opened with O_NONBLOCK (a FIFO with
+no writer cannot hang us), then checked with fstat before any byte is read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import shutil
+import stat
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+
+from warden.adapters import openat2 as _openat2
+from warden.core.errors import Conflict, Denied, InvalidInput, NotFound, TooLarge, Unavailable, WardenError
+
+__all__ = ["OPENAT2_AVAILABLE", "Entry", "SafeRoot"]
+
+_CLOEXEC = os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | _CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC
+OPENAT2_AVAILABLE = _openat2.AVAILABLE
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One directory entry or stat result; a link is a link, its target is never read."""
+
+    name: str
+    type: str  # file, dir, symlink, fifo, socket, device, other
+    size: int
+    mode: int
+    mtime: float
+    nlink: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "type": self.type, "size": self.size, "mode": f"{self.mode:04o}",
+                "mtime": datetime.fromtimestamp(self.mtime, UTC).isoformat(timespec="seconds"),
+                "nlink": self.nlink}
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "other"
+
+
+def _entry(name: str, st: os.stat_result) -> Entry:
+    kind = _kind(st.st_mode)
+    # A link's size is the length of its target: part of where it points, so not shown.
+    size = 0 if kind == "symlink" else st.st_size
+    return Entry(name, kind, size, stat.S_IMODE(st.st_mode), st.st_mtime, st.st_nlink)
+
+
+def _error(exc: OSError, path: str) -> WardenError:
+    """Map a system error on workspace path `path` to Warden's error tree (one line, what to do)."""
+    code = exc.errno
+    if code == errno.ENOENT:
+        return NotFound(f"no such file or directory: {path}")
+    if code == errno.ENOTDIR:
+        return NotFound(f"{path}: a part of the path is not a directory")
+    if code in (errno.ELOOP, errno.EXDEV):
+        return Denied(f"{path} goes through a symbolic link; Warden does not follow links "
+                      "(use the path of the link's target)", rule="deny: symbolic link")
+    if code == errno.EISDIR:
+        return InvalidInput(f"{path} is a directory; give a file path")
+    if code == errno.EEXIST:
+        return Conflict(f"{path} already exists")
+    if code == errno.ENOTEMPTY:
+        return Conflict(f"{path} is a directory that is not empty; delete it recursively")
+    if code in (errno.EACCES, errno.EPERM):
+        return Denied(f"{path}: permission denied by the file system")
+    if code == errno.ENXIO:
+        return Denied(f"{path} is not a regular file (a socket); Warden reads only regular files")
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return Unavailable(f"no space left to write {path}; free some space")
+    if code == errno.EFBIG:
+        return TooLarge(f"{path}: file too large for the file system")
+    if code == errno.ENAMETOOLONG:
+        return InvalidInput(f"{path}: a name is too long; use shorter names")
+    return WardenError(f"{path}: {exc.strerror or exc}")
+
+
+def _parts(path: str) -> list[str]:
+    parts = [p for p in path.split("/") if p]
+    for part in parts:
+        # Defence in depth: callers pass canonical paths; anything else is a bug, not a path.
+        if part in (".", "..") or "\0" in part:
+            raise InvalidInput(f"path {path!r} is not canonical; it holds {part!r}")
+    return parts
+
+
+class SafeRoot:
+    """Operations on paths beneath one directory, held open for the life of this object."""
+
+    def __init__(self, fd: int, *, max_bytes: int | None = None, use_openat2: bool | None = None) -> None:
+        self._fd = fd
+        self.max_bytes = max_bytes
+        self.use_openat2 = OPENAT2_AVAILABLE if use_openat2 is None else use_openat2
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str], *, max_bytes: int | None = None,
+             use_openat2: bool | None = None) -> SafeRoot:
+        """Hold `root` (a directory; itself not a symbolic link)."""
+        try:
+            fd = os.open(root, _DIR_FLAGS | os.O_NOFOLLOW)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                raise NotFound(f"the workspace folder {os.fspath(root)} is missing; "
+                               "run `warden health NAME --repair` or recreate the workspace") from None
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(root):
+                raise Denied(f"the workspace folder {os.fspath(root)} is a symbolic link; "
+                             "Warden works only on a real folder", rule="deny: symbolic link") from None
+            raise _error(exc, os.fspath(root)) from None
+        return cls(fd, max_bytes=max_bytes, use_openat2=use_openat2)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> SafeRoot:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- resolution ------------------------------------------------------------------------
+    def _openat2(self, parts: list[str], flags: int) -> int:
+        try:
+            return _openat2.openat2(self._fd, "/".join(parts) or ".", flags)
+        except OSError as exc:
+            if exc.errno == errno.ENOSYS:
+                self.use_openat2 = False  # for good: this kernel will not grow it
+                return self._walk(parts, flags)
+            if exc.errno == errno.EAGAIN:
+                # A concurrent rename made the kernel give up on a safe lookup: walk instead.
+                return self._walk(parts, flags)
+            raise
+
+    def _walk(self, parts: list[str], flags: int, *, create_dirs: bool = False) -> int:
+        """Open `parts` one component at a time, each with O_NOFOLLOW relative to the last."""
+        if not parts:
+            return os.open(".", _DIR_FLAGS, dir_fd=self._fd)
+        current = self._fd  # borrowed: never closed here
+        try:
+            last = len(parts) - 1
+            for index, name in enumerate(parts):
+                if create_dirs:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(name, 0o755, dir_fd=current)
+                # O_NOFOLLOW at every step: a link anywhere fails with ELOOP, whatever it points to.
+                step_flags = flags if index == last and not create_dirs else _DIR_FLAGS
+                try:
+                    nxt = os.open(name, step_flags | os.O_NOFOLLOW, dir_fd=current)
+                except NotADirectoryError:
+                    # O_DIRECTORY|O_NOFOLLOW on a link says ENOTDIR; name the real reason.
+                    if stat.S_ISLNK(os.stat(name, dir_fd=current, follow_symlinks=False).st_mode):
+                        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP)) from None
+                    raise
+                if current != self._fd:
+                    os.close(current)
+                current = nxt
+            return current
+        except BaseException:
+            if current != self._fd:
+                os.close(current)
+            raise
+
+    def _open(self, parts: list[str], flags: int) -> int:
+        if self.use_openat2:
+            return self._openat2(parts, flags)
+        return self._walk(parts, flags)
+
+    def _dir(self, parts: list[str], *, create: bool = False) -> int:
+        if create:
+            try:
+                return self._open(parts, _DIR_FLAGS)  # the common case: the directory exists
+            except FileNotFoundError:
+                return self._walk(parts, _DIR_FLAGS, create_dirs=True)
+        return self._open(parts, _DIR_FLAGS)
+
+    # -- reads -----------------------------------------------------------------------------
+    def read_bytes(self, path: str) -> bytes:
+        """The content of regular file `path`, at most `max_bytes`."""
+        parts = _parts(path)
+        if not parts:
+            raise InvalidInput("/ is a directory; give a file path")
+        try:
+            fd = self._open(parts, _READ_FLAGS)
+        except OSError as exc:
+            raise _error(exc, path) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                kind = _kind(st.st_mode)
+                if kind == "dir":
+                    raise InvalidInput(f"{path} is a directory; list it instead")
+                raise Denied(f"{path} is a {kind}, not a regular file; Warden reads only regular files",
+                             rule=f"deny: not a regular file ({kind})")
+            limit = self.max_bytes
+            if limit is not None and st.st_size > limit:
+                raise TooLarge(f"{path} is {st.st_size} bytes, over the limit of {limit} "
+                               "(sandbox.max_file_size_mb)")
+            chunks: list[bytes] = []
+            total = 0
+            while True:
+                chunk = os.read(fd, 1 << 20 if st.st_size > 65536 else max(st.st_size + 1, 4097))
+                if not chunk:
+                    break
+                total += len(chunk)
+                if limit is not None and total > limit:
+                    raise TooLarge(f"{path} grew past the limit of {limit} bytes while being read")
+                chunks.append(chunk)
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        except OSError as exc:
+            raise _error(exc, path) from None
+        finally:
+            os.close(fd)
+
+    def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """The content of `path` decoded as `encoding`."""
+        data = self.read_bytes(path)
+        try:
+            return data.decode(encoding)
+        except UnicodeDecodeError:
+            raise InvalidInput(f"{path} is not valid {encoding} text; read it as bytes") from None
+
+    def stat(self, path: str) -> Entry:
+        """What `path` is (a link is reported as a link, never followed)."""
+        parts = _parts(path)
+        try:
+            if not parts:
+                return _entry("/", os.fstat(self._fd))
+            dfd = self._dir(parts[:-1])
+            try:
+                return _entry(parts[-1], os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False))
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            raise _error(exc, path) from None
+
+    def exists(self, path: str) -> bool:
+        """Whether `path` names an entry (a link counts; a link on the way is still refused)."""
+        try:
+            self.stat(path)
+        except NotFound:
+            return False
+        return True
+
+    def list(self, path: str) -> list[Entry]:
+        """The entries of directory `path`, sorted by name, from lstat."""
+        parts = _parts(path)
+        try:
+            fd = self._dir(parts)
+        except OSError as exc:
+            raise _error(exc, path) from None
+        try:
+            entries: list[Entry] = []
+            with os.scandir(fd) as it:
+                for item in it:
+                    try:
+                        entries.append(_entry(item.name, item.stat(follow_symlinks=False)))
+                    except FileNotFoundError:
+                        continue  # removed while listing
+            entries.sort(key=lambda e: e.name)
+            return entries
+        except OSError as exc:
+            raise _error(exc, path) from None
+        finally:
+            os.close(fd)
+
+    # -- writes ----------------------------------------------------------------------------
+    def write_bytes(self, path: str, data: bytes) -> int:
+        """Replace `path` with `data` (temp file, fsync, rename); parents are created. Returns the size."""
+        parts = _parts(path)
+        if not parts:
+            raise InvalidInput("/ is a directory; give a file path")
+        if self.max_bytes is not None and len(data) > self.max_bytes:
+            raise TooLarge(f"{len(data)} bytes for {path} is over the limit of {self.max_bytes} "
+                           "(sandbox.max_file_size_mb)")
+        name = parts[-1]
+        try:
+            dfd = self._dir(parts[:-1], create=True)
+        except OSError as exc:
+            raise _error(exc, path) from None
+        try:
+            perm = 0o644
+            try:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                st = None
+            if st is not None:
+                if stat.S_ISDIR(st.st_mode):
+                    raise InvalidInput(f"{path} is a directory; give a file path")
+                if stat.S_ISLNK(st.st_mode):
+                    raise Denied(f"{path} is a symbolic link; Warden does not write through links",
+                                 rule="deny: symbolic link")
+                if not stat.S_ISREG(st.st_mode):
+                    raise Denied(f"{path} is a {_kind(st.st_mode)}, not a regular file",
+                                 rule=f"deny: not a regular file ({_kind(st.st_mode)})")
+                if st.st_nlink > 1:
+                    raise Denied(f"{path} has {st.st_nlink} hard links; Warden does not write through "
+                                 "a file with other names (copy it to a new file first)",
+                                 rule="deny: hard-linked file")
+                perm = stat.S_IMODE(st.st_mode) & 0o777  # never carry setuid/setgid over
+            self._replace(dfd, name, data, perm)
+            return len(data)
+        except OSError as exc:
+            raise _error(exc, path) from None
+        finally:
+            os.close(dfd)
+
+    def _replace(self, dfd: int, name: str, data: bytes, perm: int) -> None:
+        tmp = f".{name[:64]}.{secrets.token_hex(6)}.warden-tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o600, dir_fd=dfd)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fchmod(fd, perm)
+                # Durable before visible: the rename must not expose a file whose bytes are
+                # still only in the page cache (a crash would leave an empty file).
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
+
+    def write_text(self, path: str, text: str, encoding: str = "utf-8") -> int:
+        """Replace `path` with `text` encoded as `encoding`."""
+        return self.write_bytes(path, text.encode(encoding))
+
+    def mkdir(self, path: str) -> None:
+        """Create directory `path` and its missing parents (existing directories are fine)."""
+        parts = _parts(path)
+        try:
+            os.close(self._dir(parts, create=True))
+        except OSError as exc:
+            raise _error(exc, path) from None
+
+    def delete(self, path: str, *, recursive: bool = False) -> str:
+        """Remove a file, a link (not its target) or a directory (empty, or any with `recursive`)."""
+        parts = _parts(path)
+        if not parts:
+            raise InvalidInput("the root cannot be deleted")
+        name = parts[-1]
+        try:
+            dfd = self._dir(parts[:-1])
+        except OSError as exc:
+            raise _error(exc, path) from None
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            kind = _kind(st.st_mode)
+            if kind == "dir":
+                if recursive:
+                    # rmtree with dir_fd walks by descriptors and never follows links
+                    # (shutil.rmtree.avoids_symlink_attacks is True on Linux).
+                    shutil.rmtree(name, dir_fd=dfd)
+                else:
+                    os.rmdir(name, dir_fd=dfd)
+            else:
+                os.unlink(name, dir_fd=dfd)
+            return kind
+        except OSError as exc:
+            raise _error(exc, path) from None
+        finally:
+            os.close(dfd)

@@ -1,0 +1,1 @@
+"""Sandbox backends: bubblewrap runner, seccomp filter, cgroups, network proxy, doctor probes."""

@@ -1,0 +1,237 @@
+"""Per-run cgroups for the process count and memory of one sandboxed command.
+
+RLIMIT_NPROC counts processes per user and does not bind uid 0, so it cannot stop a fork
+bomb run by root; a cgroup's `pids.max` can. Each run gets its own child cgroup of the
+controller's *current* cgroup (so limits set on Warden itself still apply above it), the
+runner's child process moves itself in before it executes bwrap (writing "0" to the
+pre-opened `cgroup.procs` moves the writer), and the cgroup is emptied and removed when the
+run ends. cgroup v1 (separate memory and pids hierarchies) and v2 (unified, when the
+controllers are delegated) are both handled; where neither is writable the runner falls
+back to rlimits and says so.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from functools import cache
+
+__all__ = ["Cgroup", "CgroupSupport", "create", "detect"]
+
+_ROOT = "/sys/fs/cgroup"
+_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class CgroupSupport:
+    """Where a run's cgroups can be made, per controller (None: not available here)."""
+
+    memory: tuple[str, str] | None  # (version, base directory)
+    pids: tuple[str, str] | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def mode(self) -> str:
+        parts = [f"{name}:{spec[0]}" for name, spec in (("memory", self.memory), ("pids", self.pids)) if spec]
+        return ",".join(parts) or "none"
+
+
+def _own_paths() -> dict[str, str]:
+    paths: dict[str, str] = {}
+    try:
+        with open("/proc/self/cgroup") as fh:
+            for line in fh:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                for controller in controllers.split(",") if controllers else [""]:
+                    paths[controller] = path
+    except OSError:
+        pass
+    return paths
+
+
+def _writable(path: str) -> bool:
+    return os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)
+
+
+def _v2_base() -> tuple[str, set[str]] | None:
+    for mount in (_ROOT, f"{_ROOT}/unified"):
+        controllers_file = f"{mount}/cgroup.controllers"
+        if os.path.exists(controllers_file):
+            own = _own_paths().get("", "/")
+            base = os.path.normpath(mount + own)
+            try:
+                with open(f"{base}/cgroup.subtree_control") as fh:
+                    delegated = set(fh.read().split())
+            except OSError:
+                return None
+            return base, delegated
+    return None
+
+
+@cache
+def detect() -> CgroupSupport:
+    """Which controllers this process may use for per-run cgroups."""
+    own = _own_paths()
+    notes: list[str] = []
+    found: dict[str, tuple[str, str]] = {}
+    for controller in ("memory", "pids"):
+        mount = f"{_ROOT}/{controller}"
+        if controller in own and os.path.exists(f"{mount}/cgroup.procs"):
+            base = os.path.normpath(mount + own[controller])
+            if _writable(base):
+                found[controller] = ("v1", base)
+            else:
+                notes.append(f"cgroup v1 {controller} at {base} is not writable by this user")
+    missing = {"memory", "pids"} - found.keys()
+    if missing and (v2 := _v2_base()) is not None:
+        base, delegated = v2
+        for controller in sorted(missing):
+            if controller in delegated and _writable(base):
+                found[controller] = ("v2", base)
+            else:
+                notes.append(f"cgroup v2 {controller} is not delegated to {base}")
+    return CgroupSupport(found.get("memory"), found.get("pids"), tuple(notes))
+
+
+@dataclass
+class Cgroup:
+    """The cgroup directories of one run and the open `cgroup.procs` files to join them."""
+
+    dirs: list[tuple[str, str]] = field(default_factory=list)  # (version, path)
+    procs_fds: list[int] = field(default_factory=list)
+
+    def add(self, pid: int) -> None:
+        """Move `pid` (the sandbox, still held before its command starts) into every cgroup."""
+        for fd in self.procs_fds:
+            os.write(fd, str(pid).encode())
+
+    def kill(self) -> None:
+        """SIGKILL everything still in the cgroups (a timeout, or leftovers after exit)."""
+        for version, path in self.dirs:
+            if version == "v2" and os.path.exists(f"{path}/cgroup.kill"):
+                with contextlib.suppress(OSError):
+                    _write(f"{path}/cgroup.kill", "1")
+                continue
+            for _ in range(50):
+                pids = _read_pids(path)
+                if not pids:
+                    break
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(0.002)
+
+    def oom_killed(self) -> bool:
+        """True when the memory limit made the kernel kill a process of this run."""
+        for version, path in self.dirs:
+            name = "memory.oom_control" if version == "v1" else "memory.events"
+            with contextlib.suppress(OSError), open(f"{path}/{name}") as fh:
+                for line in fh:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill" and int(value or 0) > 0:
+                        return True
+        return False
+
+    def close(self) -> None:
+        """Kill what is left, close the files and remove the directories.
+
+        A cgroup can stay busy for a moment after its last process was reaped; rather than
+        make every run wait for that, a busy directory is swept by the next run (or at exit).
+        """
+        for fd in self.procs_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.procs_fds.clear()
+        for version, path in self.dirs:
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                Cgroup([(version, path)]).kill()
+                _stale.append(path)
+        self.dirs.clear()
+
+
+_stale: list[str] = []
+
+
+def sweep() -> None:
+    """Remove the run cgroups that were still busy when their run ended."""
+    for path in list(_stale):
+        try:
+            os.rmdir(path)
+            _stale.remove(path)
+        except FileNotFoundError:
+            _stale.remove(path)
+        except OSError:
+            pass
+
+
+def _sweep_at_exit() -> None:
+    for _ in range(100):
+        sweep()
+        if not _stale:
+            return
+        time.sleep(0.01)
+
+
+atexit.register(_sweep_at_exit)
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _read_pids(path: str) -> list[int]:
+    try:
+        with open(f"{path}/cgroup.procs") as fh:
+            return [int(x) for x in fh.read().split()]
+    except OSError:
+        return []
+
+
+def create(support: CgroupSupport, *, memory: int, pids: int) -> Cgroup:
+    """Make this run's cgroups with their limits; OSError when the kernel refuses."""
+    if _stale:
+        sweep()
+    group = Cgroup()
+    name = f"warden-{os.getpid()}-{next(_counter)}"
+    made: dict[str, str] = {}
+    try:
+        for controller, spec in (("memory", support.memory), ("pids", support.pids)):
+            if spec is None:
+                continue
+            version, base = spec
+            path = made.get(base) or f"{base}/{name}"
+            if path not in made.values():
+                os.mkdir(path, 0o755)
+                made[base] = path
+                group.dirs.append((version, path))
+            if controller == "memory":
+                if version == "v1":
+                    _write(f"{path}/memory.limit_in_bytes", str(memory))
+                    # Swap counts too where swap accounting exists, so the limit is real.
+                    with contextlib.suppress(OSError):
+                        _write(f"{path}/memory.memsw.limit_in_bytes", str(memory))
+                else:
+                    _write(f"{path}/memory.max", str(memory))
+                    with contextlib.suppress(OSError):
+                        _write(f"{path}/memory.swap.max", "0")
+            else:
+                _write(f"{path}/pids.max", str(pids))
+        for _, path in group.dirs:
+            group.procs_fds.append(os.open(f"{path}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+    except BaseException:
+        group.close()
+        raise
+    return group

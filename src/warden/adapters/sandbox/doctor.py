@@ -1,0 +1,146 @@
+"""Probes of what this machine offers for sandboxing, each with the fix when it is missing."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from warden.adapters.sandbox import cgroups
+from warden.adapters.sandbox.host import bwrap_has, bwrap_path, python3_path, system_layout
+
+__all__ = ["Check", "run_checks", "userns_fix"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One probe: its name, whether it passed, what was seen, and how to fix it."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = True
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "ok": self.ok, "required": self.required,
+                "detail": self.detail, "fix": self.fix}
+
+
+def _sysctl(name: str) -> str | None:
+    try:
+        return Path("/proc/sys", *name.split(".")).read_text().strip()
+    except OSError:
+        return None
+
+
+def userns_fix() -> str | None:
+    """The sysctl that blocks unprivileged user namespaces here, with its fix, if one does."""
+    if _sysctl("kernel.apparmor_restrict_unprivileged_userns") == "1":
+        return ("AppArmor restricts unprivileged user namespaces (Ubuntu 23.10+/24.04): run "
+                "`sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` (persist it in "
+                "/etc/sysctl.d/), or add an AppArmor profile that allows userns for /usr/bin/bwrap")
+    if _sysctl("kernel.unprivileged_userns_clone") == "0":
+        return "run `sudo sysctl -w kernel.unprivileged_userns_clone=1` (Debian kernels before 5.10)"
+    if _sysctl("user.max_user_namespaces") == "0":
+        return "run `sudo sysctl -w user.max_user_namespaces=15000`"
+    return None
+
+
+def _bwrap_check() -> tuple[Check, str | None]:
+    path = bwrap_path()
+    if path is None:
+        return Check("bubblewrap", False, "bwrap not found",
+                     "apt-get install bubblewrap (dnf install bubblewrap, pacman -S bubblewrap)"), None
+    try:
+        version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10,
+                                 check=False).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("bubblewrap", False, f"{path} does not run: {exc}", "reinstall bubblewrap"), None
+    return Check("bubblewrap", True, f"{path} ({version or 'unknown version'})"), path
+
+
+def _userns_check(bwrap: str | None) -> Check:
+    """Really start a sandbox as Warden would (user, pid, net namespaces) running `true`."""
+    if bwrap is None:
+        return Check("user namespaces", False, "not tested (no bwrap)", "install bubblewrap first")
+    system_ro, links = system_layout()
+    argv = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--cap-drop", "ALL"]
+    for p in system_ro:
+        argv += ["--ro-bind", p, p]
+    for target, link in links:
+        argv += ["--symlink", target, link]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true"]
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=tmp, check=False)
+    uid = os.getuid()
+    who = "root" if uid == 0 else f"uid {uid}"
+    if proc.returncode == 0:
+        return Check("user namespaces", True, f"a sandbox starts as {who}")
+    message = proc.stderr.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+    return Check("user namespaces", False, f"bwrap failed as {who}: {message[0]}",
+                 userns_fix() or "enable unprivileged user namespaces in the kernel (CONFIG_USER_NS)")
+
+
+def _seccomp_check() -> Check:
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        status = ""
+    if "Seccomp:" not in status:
+        return Check("seccomp", False, "the kernel has no seccomp", "use a kernel built with CONFIG_SECCOMP_FILTER")
+    from warden.adapters.sandbox.seccomp import filter_bpf, libseccomp_version
+
+    version = libseccomp_version()
+    if version is None:
+        return Check("seccomp", False, "libseccomp not found (commands run without the syscall filter)",
+                     "apt-get install libseccomp2")
+    try:
+        size = len(filter_bpf())
+    except Exception as exc:
+        return Check("seccomp", False, f"libseccomp {version} failed: {exc}", "reinstall libseccomp2")
+    return Check("seccomp", True, f"libseccomp {version}, filter of {size // 8} BPF instructions")
+
+
+def _landlock_check() -> Check:
+    libc = ctypes.CDLL(None, use_errno=True)
+    # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) returns the ABI version.
+    nr = {"x86_64": 444, "aarch64": 444}.get(os.uname().machine)
+    if nr is None:
+        return Check("landlock", False, "unknown syscall number on this architecture", "", required=False)
+    abi = libc.syscall(nr, None, 0, 1)
+    if abi < 0:
+        err = ctypes.get_errno()
+        why = {38: "not in this kernel", 95: "disabled at boot"}.get(err, os.strerror(err))
+        return Check("landlock", False, f"Landlock {why} (optional: bwrap does the isolation)",
+                     "boot with lsm=landlock,... on Linux 5.13+", required=False)
+    return Check("landlock", True, f"Landlock ABI {abi} (not needed: informational)", required=False)
+
+
+def run_checks() -> list[Check]:
+    """Every probe, required ones first."""
+    bwrap_check, bwrap = _bwrap_check()
+    checks = [bwrap_check, _userns_check(bwrap)]
+    disable = bwrap_has("--disable-userns")
+    checks.append(Check("nested userns blocked", disable,
+                        "bwrap --disable-userns" if disable else "this bwrap lacks --disable-userns",
+                        "" if disable else "install bubblewrap 0.8 or newer", required=False))
+    support = cgroups.detect()
+    ok = support.memory is not None and support.pids is not None
+    detail = f"per-run cgroups: {support.mode}"
+    if support.notes:
+        detail += "; " + "; ".join(support.notes)
+    checks.append(Check("cgroups", ok, detail + ("" if ok else "; falling back to rlimits"),
+                        "" if ok else "run Warden as root, or in a delegated cgroup "
+                        "(systemd-run --user --scope -p Delegate=yes warden ...)", required=False))
+    checks.append(_seccomp_check())
+    checks.append(_landlock_check())
+    python = python3_path()
+    checks.append(Check("network relay", python is not None,
+                        f"{python} runs the in-sandbox proxy relay" if python else "no system python3",
+                        "" if python else "apt-get install python3-minimal (needed for --net allow)",
+                        required=False))
+    return checks

@@ -1,0 +1,213 @@
+"""Facts of this host that the sandbox needs, gathered once, and the SandboxSpec built from them.
+
+Everything here is cheap and cached per process: `warden run` must start in well under
+150 ms, so the bwrap features are read from the binary itself (a scan for the option
+name, ~50 µs) instead of running `bwrap --help`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
+from pathlib import Path
+
+from warden.core.bwrap_argv import DEFAULT_ETC, PROTECTED_NAMES, Bind, SandboxSpec, sandbox_path
+from warden.core.errors import Denied, InvalidInput
+
+__all__ = [
+    "build_spec",
+    "bwrap_has",
+    "bwrap_path",
+    "data_files",
+    "python3_path",
+    "system_layout",
+    "venv_prefixes",
+]
+
+_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+_ENV_NAME_OK = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+@cache
+def bwrap_path() -> str | None:
+    """The bubblewrap binary, looked up in the system folders first (not a bot-writable PATH)."""
+    for candidate in ("/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    import shutil
+
+    return shutil.which("bwrap")
+
+
+@cache
+def bwrap_has(option: str) -> bool:
+    """Whether this bwrap knows `option` (its help text is in the binary)."""
+    path = bwrap_path()
+    if path is None:
+        return False
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return False
+    return option.encode() + b"\0" in data or option.encode() + b" " in data
+
+
+@cache
+def system_layout() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """(read-only system folders, merged-/usr links) of this host."""
+    ro = ["/usr"]
+    links: list[tuple[str, str]] = []
+    for path in _SYSTEM_LINKS:
+        if os.path.islink(path):
+            links.append((os.readlink(path), path))
+        elif os.path.isdir(path):
+            ro.append(path)
+    return tuple(ro), tuple(links)
+
+
+@cache
+def etc_layout() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """(/etc entries to bind, (target, link) for those that are symlinks into /usr)."""
+    binds: list[str] = []
+    links: list[tuple[str, str]] = []
+    for path in DEFAULT_ETC:
+        if os.path.islink(path):
+            target = os.readlink(path)
+            resolved = os.path.normpath(os.path.join("/etc", target))
+            if resolved.startswith("/usr/"):
+                links.append((target, path))
+                continue
+        if os.path.lexists(path):
+            binds.append(path)
+    return tuple(binds), tuple(links)
+
+
+@cache
+def python3_path() -> str | None:
+    """A system python3 visible inside the sandbox (for the network forwarder)."""
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def venv_prefixes(workspace: str) -> list[str]:
+    """The base interpreter prefix of the workspace venv (pyvenv.cfg `home`), when outside /usr."""
+    try:
+        text = Path(workspace, ".venv", "pyvenv.cfg").read_text(errors="replace")
+    except OSError:
+        return []
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home" and value.strip().startswith("/"):
+            home = os.path.normpath(value.strip())
+            prefix = os.path.dirname(home) if os.path.basename(home) == "bin" else home
+            if not (prefix + "/").startswith("/usr/") and os.path.isdir(prefix):
+                return [os.path.realpath(prefix)]
+    return []
+
+
+def data_files(uid: int, gid: int, workspace: str) -> list[tuple[str, bytes]]:
+    """Synthesized /etc files: who the sandbox user is, without the host's user list."""
+    users = {0: "root", 65534: "nobody"}
+    groups = {0: "root", 65534: "nogroup"}
+    name = users.get(uid, "warden")
+    passwd = [f"{users[u]}:x:{u}:{u if u == 0 else 65534}:{users[u]}:/nonexistent:/bin/sh"
+              for u in users if u != uid]
+    passwd.append(f"{name}:x:{uid}:{gid}:{name}:{workspace}:/bin/sh")
+    group_lines = [f"{groups[g]}:x:{g}:" for g in groups if g != gid]
+    group_lines.append(f"{groups.get(gid, 'warden')}:x:{gid}:")
+    hosts = "127.0.0.1\tlocalhost warden\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+    return [("/etc/passwd", ("\n".join(passwd) + "\n").encode()),
+            ("/etc/group", ("\n".join(group_lines) + "\n").encode()),
+            ("/etc/hosts", hosts.encode())]
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _protected(workspace: str, extra: Iterable[str] = ()) -> tuple[list[str], list[str]]:
+    """(existing protected paths, folders to pin); Denied when one is reached via a symlink."""
+    protected: list[str] = []
+    pinned: list[str] = []
+    names = list(PROTECTED_NAMES)
+    for path in extra:
+        rel = os.path.relpath(os.path.normpath(path), workspace)
+        if not rel.startswith("..") and rel != "." and rel not in names:
+            names.append(rel)
+    for name in names:
+        path = os.path.join(workspace, name)
+        if not os.path.lexists(path):
+            continue
+        # A symlink cannot be covered by a mount (the mount lands on its target), and a bot
+        # could swap it afterwards: refuse rather than leave hooks or rc files writable.
+        current = workspace
+        for part in name.split("/"):
+            current = os.path.join(current, part)
+            if os.path.islink(current):
+                raise Denied(f"{current} is a symlink; Warden protects it read-only, so replace "
+                             "the link with the real file or folder", rule="sandbox.protected_symlink")
+        protected.append(path)
+        if "/" in name:
+            # Pin the top folder (e.g. .git) so it cannot be renamed away from the mounts.
+            parent = os.path.join(workspace, name.split("/")[0])
+            if parent not in pinned:
+                pinned.append(parent)
+    return protected, pinned
+
+
+def check_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The caller's --env pairs, checked: names are shell-style, values have no NUL."""
+    checked: dict[str, str] = {}
+    for key, value in env.items():
+        if not key or key[0].isdigit() or not set(key) <= _ENV_NAME_OK:
+            raise InvalidInput(f"bad environment name {key!r}: use letters, digits and _")
+        if "\0" in value:
+            raise InvalidInput(f"bad value for {key}: it contains a NUL byte")
+        checked[key] = value
+    return checked
+
+
+def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[str, str],
+               env: Mapping[str, str], ro_paths: Iterable[str] = (),
+               extra_binds: Iterable[Bind] = (), ro_zones: Iterable[str] = (),
+               denied: Iterable[str] = (), protected: Iterable[str] = (), network: bool = False,
+               tmp_size: int | None = None) -> SandboxSpec:
+    """Gather the host facts for one run into a SandboxSpec (fds are added by the runner)."""
+    ws = os.path.realpath(workspace)
+    if not os.path.isdir(ws):
+        raise InvalidInput(f"workspace folder {workspace} is missing; `warden health` can repair it")
+    system_ro, system_links = system_layout()
+    etc, etc_links = etc_layout()
+    base_env = {"PATH": sandbox_path(ws), "HOME": ws,
+                "LANG": caller_env.get("LANG") or "C.UTF-8",
+                "TERM": caller_env.get("TERM") or "dumb"}
+    if caller_env.get("TZ"):
+        base_env["TZ"] = caller_env["TZ"]
+    full_env = {**base_env, **check_env(env)}
+    protected_paths, pinned = _protected(ws, protected)
+    mounted_ro = list(dict.fromkeys([*venv_prefixes(ws), *ro_paths]))
+    # Inside the workspace only a read-only entry changes anything (the workspace is rw).
+    binds = [b for b in extra_binds
+             if os.path.exists(b.path) and (b.mode == "ro" or not _under(b.path, ws))]
+    roots = [*system_ro, ws, *mounted_ro, *(b.path for b in binds)]
+    masked_dirs: list[str] = []
+    masked_files: list[str] = []
+    for path in denied:
+        # Denied paths outside every mounted tree are simply absent; inside one, hide them.
+        if not any(_under(path, root) for root in roots) or not os.path.lexists(path):
+            continue
+        if os.path.islink(path):
+            continue  # the link itself reveals nothing; its target is judged on its own
+        (masked_dirs if os.path.isdir(path) else masked_files).append(path)
+    zones = [z for z in ro_zones if _under(z, ws) and os.path.isdir(z) and not os.path.islink(z)]
+    return SandboxSpec(
+        workspace=ws, command=tuple(command), env=full_env,
+        system_ro=system_ro, system_links=system_links, etc=etc, etc_links=etc_links,
+        ro_paths=tuple(p for p in mounted_ro if os.path.exists(p)),
+        extra_binds=tuple(binds), protected=tuple(protected_paths), ro_zones=tuple(zones),
+        pinned=tuple(pinned), masked_dirs=tuple(masked_dirs), masked_files=tuple(masked_files),
+        network="proxy" if network else "none",
+        disable_userns=bwrap_has("--disable-userns"), tmp_size=tmp_size)

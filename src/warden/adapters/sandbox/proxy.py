@@ -1,0 +1,235 @@
+"""The filtering HTTP proxy that sandboxed commands reach through a Unix socket.
+
+It runs in a helper thread of the Warden process (asyncio), outside the sandbox, and
+speaks the two forms clients use with HTTP(S)_PROXY: `CONNECT host:port` (TLS is tunnelled
+end to end, never inspected) and plain HTTP with an absolute URL (forwarded one request
+per connection, `Connection: close`, so a kept-alive connection cannot switch hosts).
+Every target is decided by core.network twice: on the name (deny list, IP literals, allow
+list), then on the addresses it resolves to (loopback, private, metadata ...); the checked
+address is the one dialled, so the name cannot be rebound between check and connect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from warden.core.errors import InvalidInput
+from warden.core.network import NetDecision, NetworkPolicy, check_addresses, check_host, parse_target
+
+__all__ = ["FilteringProxy", "NetEvent"]
+
+_HEAD_LIMIT = 64 * 1024
+_HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization",
+               "proxy-authenticate", "te", "trailer", "upgrade"}
+
+
+@dataclass(frozen=True)
+class NetEvent:
+    """One decision of the proxy: what was asked and what was decided."""
+
+    method: str
+    host: str
+    port: int
+    allowed: bool
+    rule: str
+    reason: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"method": self.method, "host": self.host, "port": self.port,
+                "allowed": self.allowed, "rule": self.rule, "reason": self.reason}
+
+
+class FilteringProxy:
+    """Start with `start()`, stop with `stop()`; `events` lists every decision."""
+
+    def __init__(self, policy: NetworkPolicy, socket_path: str,
+                 on_event: Callable[[NetEvent], None] | None = None,
+                 connect_timeout: float = 15.0) -> None:
+        self.policy = policy
+        self.socket_path = socket_path
+        self.events: list[NetEvent] = []
+        self._on_event = on_event
+        self._connect_timeout = connect_timeout
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stopping: asyncio.Event | None = None
+        self._error: BaseException | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._main, name="warden-proxy", daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+        if self._error is not None:
+            raise self._error
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stopping is not None:
+            self._loop.call_soon_threadsafe(self._stopping.set)
+        if self._thread is not None:
+            self._thread.join(5)
+        with contextlib.suppress(OSError):
+            os.unlink(self.socket_path)
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as exc:  # surfaced to start()
+            self._error = exc
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        server = await asyncio.start_unix_server(self._handle, path=self.socket_path)
+        os.chmod(self.socket_path, 0o600)
+        self._ready.set()
+        async with server:
+            await self._stopping.wait()
+            server.close()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- one connection ------------------------------------------------------------------
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+            writer.close()
+            return
+        try:
+            if len(head) > _HEAD_LIMIT:
+                await self._reply(writer, 431, "request head too large")
+                return
+            lines = head.decode("latin-1").split("\r\n")
+            parts = lines[0].split(" ")
+            if len(parts) != 3:
+                await self._reply(writer, 400, "bad request line")
+                return
+            method, target, version = parts
+            if method == "CONNECT":
+                await self._connect(method, target, reader, writer)
+            else:
+                await self._forward(method, target, version, lines[1:], reader, writer)
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                await self._reply(writer, 502, f"proxy error: {type(exc).__name__}")
+        finally:
+            writer.close()
+
+    async def _decide(self, method: str, host: str, port: int) -> tuple[NetDecision, list[str]]:
+        decision = check_host(self.policy, host, port)
+        addresses: list[str] = []
+        if decision.allowed:
+            try:
+                infos = await asyncio.get_running_loop().getaddrinfo(
+                    host, port, type=socket.SOCK_STREAM)
+                found = list(dict.fromkeys(str(info[4][0]) for info in infos))
+            except OSError:
+                found = []
+            decision, addresses = check_addresses(self.policy, host, port, found)
+        event = NetEvent(method, host, port, decision.allowed, decision.rule, decision.reason)
+        self.events.append(event)
+        if self._on_event is not None:
+            with contextlib.suppress(Exception):
+                self._on_event(event)
+        return decision, addresses
+
+    async def _dial(self, addresses: list[str], port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        last: Exception = OSError("no address")
+        for address in addresses:
+            try:
+                return await asyncio.wait_for(asyncio.open_connection(address, port),
+                                              self._connect_timeout)
+            except (OSError, TimeoutError) as exc:
+                last = exc
+        raise last
+
+    async def _connect(self, method: str, target: str, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter) -> None:
+        try:
+            host, port = parse_target(target)
+        except InvalidInput:
+            await self._reply(writer, 400, f"bad CONNECT target {target!r}")
+            return
+        decision, addresses = await self._decide(method, host, port)
+        if not decision.allowed:
+            await self._reply(writer, 403, f"warden: network refused: {decision.reason}")
+            return
+        try:
+            up_reader, up_writer = await self._dial(addresses, port)
+        except (OSError, TimeoutError) as exc:
+            await self._reply(writer, 502, f"cannot reach {host}:{port}: {exc}")
+            return
+        writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        await writer.drain()
+        await _splice(reader, writer, up_reader, up_writer)
+
+    async def _forward(self, method: str, target: str, version: str, headers: list[str],
+                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        url = urlsplit(target)
+        if url.scheme != "http" or not url.hostname:
+            await self._reply(writer, 400, "only absolute http:// URLs and CONNECT are proxied")
+            return
+        try:
+            port = url.port or 80
+        except ValueError:
+            await self._reply(writer, 400, "bad port")
+            return
+        decision, addresses = await self._decide(method, url.hostname, port)
+        if not decision.allowed:
+            await self._reply(writer, 403, f"warden: network refused: {decision.reason}")
+            return
+        try:
+            up_reader, up_writer = await self._dial(addresses, port)
+        except (OSError, TimeoutError) as exc:
+            await self._reply(writer, 502, f"cannot reach {url.hostname}:{port}: {exc}")
+            return
+        path = url.path or "/"
+        if url.query:
+            path += "?" + url.query
+        kept = [h for h in headers if h and h.split(":", 1)[0].strip().lower() not in _HOP_BY_HOP]
+        head = "\r\n".join([f"{method} {path} {version}", *kept, "Connection: close", "", ""])
+        up_writer.write(head.encode("latin-1"))
+        await up_writer.drain()
+        await _splice(reader, writer, up_reader, up_writer)
+
+    @staticmethod
+    async def _reply(writer: asyncio.StreamWriter, status: int, text: str) -> None:
+        reasons = {400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large",
+                   502: "Bad Gateway"}
+        body = (text + "\n").encode()
+        writer.write(f"HTTP/1.1 {status} {reasons.get(status, 'Error')}\r\nContent-Type: text/plain"
+                     f"\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+        with contextlib.suppress(OSError):
+            await writer.drain()
+
+
+async def _splice(a_reader: asyncio.StreamReader, a_writer: asyncio.StreamWriter,
+                  b_reader: asyncio.StreamReader, b_writer: asyncio.StreamWriter) -> None:
+    async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            with contextlib.suppress(OSError, RuntimeError):
+                if dst.can_write_eof():
+                    dst.write_eof()
+
+    try:
+        await asyncio.gather(pump(a_reader, b_writer), pump(b_reader, a_writer))
+    finally:
+        b_writer.close()

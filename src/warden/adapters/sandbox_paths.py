@@ -1,0 +1,100 @@
+"""The policy files on disk: seed 004's sandbox path lists and a workspace's zones.yaml.
+
+Lists live in three JSON files (global `$WARDEN_HOME/sandbox_paths.json`, workspace
+`<ws>/.warden/sandbox.json`, session `<ws>/.warden/sessions/<id>/sandbox.json`). A change is
+a read-modify-write under an exclusive `flock` on a side lock file, written with
+`write_atomic`, so two writers never lose each other's entries and a reader never sees a
+torn file (the seed's `json.load` + `write_text` lost both).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import stat
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from warden.adapters.atomic import write_atomic
+from warden.core.errors import Denied, InvalidInput
+
+__all__ = ["read_doc", "read_zones_doc", "stamp", "update_doc"]
+
+
+def _read(path: Path) -> bytes | None:
+    """The bytes of a policy file, None when absent; a link in its place is refused, not followed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Denied(f"{path} is a symbolic link; replace it with a real file",
+                         rule="deny: policy file is a link") from None
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise InvalidInput(f"{path} is not a regular file; replace it with one")
+        return handle.read()
+
+
+def read_doc(path: Path) -> dict[str, object]:
+    """The JSON object in `path`; empty when the file does not exist."""
+    raw = _read(path)
+    if raw is None:
+        return {}
+    if not raw.strip():
+        return {}
+    try:
+        doc = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"{path} is not valid JSON ({exc}); fix or remove the file") from None
+    if not isinstance(doc, dict):
+        raise InvalidInput(f"{path} must hold a JSON object with allowed_paths and denied_paths")
+    return doc
+
+
+def update_doc(path: Path, change: Callable[[dict[str, object]], Mapping[str, object]]) -> dict[str, object]:
+    """Apply `change` to the document in `path` under an exclusive lock; returns the new document."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = path.with_name(path.name + ".lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        new = dict(change(read_doc(path)))
+        write_atomic(path, (json.dumps(new, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+        return new
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def read_zones_doc(path: Path) -> object:
+    """The YAML document of a workspace's zones file, or None when there is none."""
+    data = _read(path)
+    if data is None:
+        return None
+    try:
+        raw = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{path} is not UTF-8 text; fix the file") from None
+    import yaml  # only workspaces that configure zones pay for the YAML parser
+
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise InvalidInput(f"{path} is not valid YAML: {str(exc).splitlines()[0]}; fix the file") from None
+
+
+def stamp(paths: Iterable[Path]) -> tuple[tuple[int, int, int], ...]:
+    """A cheap fingerprint of files (inode, size, mtime): changes when any of them changes."""
+    out: list[tuple[int, int, int]] = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            out.append((0, 0, 0))
+        else:
+            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)

@@ -1,0 +1,150 @@
+"""The pure builder `SandboxSpec → bwrap argv` (no I/O: the adapter gathers host facts first).
+
+Mount order matters to bubblewrap (each operation applies in turn), so the argv is laid in
+layers: namespaces and process hygiene; the read-only system; a fresh /proc, /dev and a
+private /tmp; the /etc entries programs need; read-only interpreter prefixes and env
+layers; the workspace read-write at its own host path; extra allowed paths; then the
+read-only re-binds of protected files and ro zones, which must come after the workspace
+bind to cover it; masks over denied paths; and last the root made read-only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "DEFAULT_ETC",
+    "PROTECTED_NAMES",
+    "PROXY_SOCKET",
+    "Bind",
+    "SandboxSpec",
+    "bwrap_argv",
+    "sandbox_path",
+]
+
+# Only the /etc entries ordinary programs read: the loader cache, name service, TLS roots,
+# Debian's alternatives links, time zone and OS identity. Never pip.conf, .netrc-like files,
+# machine-id or the host's passwd (a synthesized one is bound instead).
+DEFAULT_ETC = (
+    "/etc/ld.so.cache", "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates",
+    "/etc/alternatives", "/etc/localtime", "/etc/os-release",
+)
+# Files and folders of a workspace a command must not change, as workspace-relative names:
+# Warden's own metadata, git's code-running hooks and config, and shell start-up files.
+PROTECTED_NAMES = (
+    ".workspace.json", ".workspace_configured", ".warden", ".git/hooks", ".git/config",
+    ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc",
+    ".zshenv", ".zprofile", ".zlogin",
+)
+# Where the network proxy's Unix socket appears inside the sandbox.
+PROXY_SOCKET = "/run/warden/proxy.sock"
+
+
+@dataclass(frozen=True)
+class Bind:
+    """One host path mounted at the same path inside, read-only or read-write."""
+
+    path: str
+    mode: Literal["ro", "rw"] = "ro"
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Everything bubblewrap needs to know about one run; built by the sandbox adapter."""
+
+    workspace: str
+    command: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    # The read-only system: directories bound at their own path, and (target, link) pairs
+    # for merged-/usr links such as /bin → usr/bin.
+    system_ro: tuple[str, ...] = ("/usr",)
+    system_links: tuple[tuple[str, str], ...] = (("usr/bin", "/bin"), ("usr/lib", "/lib"))
+    etc: tuple[str, ...] = DEFAULT_ETC
+    # /etc entries that are symlinks on the host (localtime, os-release): recreated as links.
+    etc_links: tuple[tuple[str, str], ...] = ()
+    # (fd, destination) pairs of synthesized files (passwd, group, hosts) read by bwrap.
+    data_files: tuple[tuple[int, str], ...] = ()
+    # Interpreter prefixes (a venv's base Python) and env layers, read-only at their own path.
+    ro_paths: tuple[str, ...] = ()
+    # Extra paths allowed by the path policy (global, workspace, session), with their mode.
+    extra_binds: tuple[Bind, ...] = ()
+    # Existing protected files and ro zones inside the workspace, re-bound read-only.
+    protected: tuple[str, ...] = ()
+    ro_zones: tuple[str, ...] = ()
+    # Directories bound onto themselves read-write so that they cannot be renamed away from
+    # the read-only mounts inside them (`mv .git x && mkdir -p .git/hooks` otherwise works).
+    pinned: tuple[str, ...] = ()
+    # Denied paths that lie inside a mounted tree: directories hidden under an empty
+    # read-only tmpfs, files under /dev/null.
+    masked_dirs: tuple[str, ...] = ()
+    masked_files: tuple[str, ...] = ()
+    network: Literal["none", "proxy"] = "none"
+    proxy_socket: str | None = None  # host path of the proxy's Unix socket
+    seccomp_fd: int | None = None
+    disable_userns: bool = True
+    tmp_size: int | None = None
+    hostname: str = "warden"
+
+
+def sandbox_path(workspace: str) -> str:
+    """PATH inside: the workspace's venv and node tools first, then the system."""
+    return f"{workspace}/.venv/bin:{workspace}/node_modules/.bin:/usr/local/bin:/usr/bin:/bin"
+
+
+def bwrap_argv(spec: SandboxSpec, bwrap: str = "bwrap") -> list[str]:
+    """The full argv: bwrap, its options, `--`, then the command."""
+    if not spec.command:
+        raise ValueError("empty command")
+    if not spec.workspace.startswith("/"):
+        raise ValueError("workspace must be an absolute path")
+    argv = [bwrap,
+            # As root, --unshare-all alone keeps the host user namespace: ask for one.
+            "--unshare-all", "--unshare-user"]
+    if spec.disable_userns:
+        argv.append("--disable-userns")
+    argv += ["--die-with-parent",
+             "--new-session",  # setsid: no controlling tty, so no TIOCSTI injection
+             "--cap-drop", "ALL",
+             "--hostname", spec.hostname]
+    for path in spec.system_ro:
+        argv += ["--ro-bind", path, path]
+    for target, link in spec.system_links:
+        argv += ["--symlink", target, link]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777"]
+    if spec.tmp_size:
+        argv += ["--size", str(spec.tmp_size)]
+    argv += ["--tmpfs", "/tmp"]  # noqa: S108 (a private tmpfs inside the sandbox)
+    for path in spec.etc:
+        argv += ["--ro-bind-try", path, path]
+    if spec.network == "proxy":
+        argv += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
+    for target, link in spec.etc_links:
+        argv += ["--symlink", target, link]
+    for fd, dest in spec.data_files:
+        # A file written into the sandbox's root (read-only once the root is remounted):
+        # cheaper than a bind mount per file.
+        argv += ["--perms", "0444", "--file", str(fd), dest]
+    for path in spec.ro_paths:
+        argv += ["--ro-bind", path, path]
+    argv += ["--bind", spec.workspace, spec.workspace]
+    for bind in spec.extra_binds:
+        argv += ["--bind" if bind.mode == "rw" else "--ro-bind", bind.path, bind.path]
+    for path in spec.pinned:
+        argv += ["--bind", path, path]
+    for path in (*spec.protected, *spec.ro_zones):
+        argv += ["--ro-bind", path, path]
+    for path in spec.masked_dirs:
+        argv += ["--perms", "0555", "--tmpfs", path, "--remount-ro", path]
+    for path in spec.masked_files:
+        argv += ["--ro-bind", "/dev/null", path]
+    if spec.network == "proxy":
+        if not spec.proxy_socket:
+            raise ValueError("network proxy without a socket")
+        argv += ["--ro-bind", spec.proxy_socket, PROXY_SOCKET]
+    argv += ["--remount-ro", "/", "--chdir", spec.workspace]
+    if spec.seccomp_fd is not None:
+        argv += ["--seccomp", str(spec.seccomp_fd)]
+    argv += ["--", *spec.command]
+    return argv

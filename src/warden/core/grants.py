@@ -1,0 +1,267 @@
+"""Grants: what a token lets a bot do in one workspace, and the rules that decide (pure).
+
+A grant holds permissions (`read`, `write`, `execute`, `secrets`, `admin`), optionally a set
+of zones (top-level directories of the workspace; none means the whole workspace), the
+names of secrets injected into its runs, and an expiry: a TTL plus an immutable maximum
+(Vault's `ttl` / `explicit_max_ttl`). A child grant, minted by the holder of an `admin`
+grant, is clamped to its parent: never wider in permissions, zones, secrets or time. The
+clamp is applied when the child is made and again at every use, over the whole chain, so
+a parent that is revoked or expires takes its children with it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from warden.core.durations import format_duration
+from warden.core.errors import Denied, InvalidInput
+
+__all__ = [
+    "PERMISSIONS",
+    "Decision",
+    "Grant",
+    "Plan",
+    "alive",
+    "check_bot_name",
+    "check_secret_name",
+    "check_zone_name",
+    "decide",
+    "effective",
+    "expiry",
+    "parse_permissions",
+    "plan_grant",
+]
+
+PERMISSIONS = ("read", "write", "execute", "secrets", "admin")
+
+_ZONE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_SECRET = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
+# Environment names a secret may not take: they steer the loader, the shell or Python and
+# would turn "a value for the bot" into "code in the sandbox" (or break every run).
+_RESERVED_ENV = frozenset({"PATH", "HOME", "SHELL", "USER", "LOGNAME", "PWD", "TERM", "LANG",
+                           "TZ", "IFS", "ENV", "BASH_ENV", "PYTHONPATH", "PYTHONHOME",
+                           "PYTHONSTARTUP", "NODE_OPTIONS", "VIRTUAL_ENV", "TMPDIR",
+                           "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"})
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One grant row (never its token; the registry holds only the token's HMAC)."""
+
+    accessor: str
+    workspace: str
+    workspace_id: str
+    bot: str
+    permissions: frozenset[str]
+    zones: tuple[str, ...] | None
+    secrets: tuple[str, ...]
+    created: datetime
+    expires: datetime
+    max_expires: datetime
+    revoked: datetime | None = None
+    parent: str | None = None
+    created_by: str = "user"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "accessor": self.accessor, "workspace": self.workspace, "bot": self.bot,
+            "permissions": [p for p in PERMISSIONS if p in self.permissions],
+            "zones": list(self.zones) if self.zones is not None else None,
+            "secrets": list(self.secrets), "created": self.created.isoformat(),
+            "expires": self.expires.isoformat(), "max_expires": self.max_expires.isoformat(),
+            "revoked": self.revoked.isoformat() if self.revoked else None,
+            "parent": self.parent, "created_by": self.created_by,
+        }
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Allowed or not, and the rule that decided (for the audit log, never for the caller)."""
+
+    allowed: bool
+    rule: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The scope and times a new grant will have once clamped."""
+
+    permissions: frozenset[str]
+    zones: tuple[str, ...] | None
+    secrets: tuple[str, ...]
+    expires: datetime
+    max_expires: datetime
+
+
+def parse_permissions(value: str | Iterable[str]) -> frozenset[str]:
+    """`read,write` or ["read", "write"] → a set of known permissions; InvalidInput otherwise."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    if any(not isinstance(item, str) for item in items):
+        raise InvalidInput("permissions must be names: read, write, execute, secrets, admin")
+    names = {item.strip().lower() for item in items if item.strip()}
+    unknown = sorted(n for n in names if n not in PERMISSIONS)
+    if unknown:
+        raise InvalidInput(f"unknown permission {', '.join(unknown)}: use read, write, execute, secrets, admin")
+    if not names:
+        raise InvalidInput("a grant needs at least one permission: read, write, execute, secrets or admin")
+    return frozenset(names)
+
+
+def check_zone_name(name: str) -> str:
+    """A valid zone name (a top-level directory of a workspace)."""
+    if not isinstance(name, str) or not _ZONE.match(name):
+        raise InvalidInput(f"bad zone name {name!r}: a zone is a top-level folder name "
+                           "(letters, digits, '.', '_', '-')")
+    return name
+
+
+def check_secret_name(name: str) -> str:
+    """A valid secret name: an environment variable name that does not steer the sandbox."""
+    if not isinstance(name, str) or not _SECRET.match(name):
+        raise InvalidInput(f"bad secret name {name!r}: use an environment variable name in capitals, "
+                           "digits and '_' (e.g. OPENAI_API_KEY)")
+    if name in _RESERVED_ENV or name.startswith(("LD_", "WARDEN_", "BWRAP")):
+        raise InvalidInput(f"secret name {name!r} is reserved (it controls the sandbox or its programs); "
+                           "pick another name")
+    return name
+
+
+def _names(values: Iterable[str] | None) -> tuple[str, ...] | None:
+    if values is None:
+        return None
+    return tuple(sorted(set(values)))
+
+
+def plan_grant(now: datetime, permissions: frozenset[str], *, zones: Sequence[str] | None = None,
+               secrets: Sequence[str] = (), ttl: timedelta | None, max_ttl: timedelta | None,
+               default_ttl: timedelta, ceiling: timedelta, parent: Sequence[Grant] | None = None) -> Plan:
+    """Validate a request for a grant and clamp it to its parent chain (`parent[0]` = the parent).
+
+    Wider permissions, zones or secrets than the parent are refused (Denied, naming what);
+    times are shortened to the parent's silently, as Vault does with a child's TTL.
+    """
+    for name in zones or ():
+        check_zone_name(name)
+    for name in secrets:
+        check_secret_name(name)
+    if secrets and "secrets" not in permissions:
+        raise InvalidInput("naming secrets needs the `secrets` permission: add it to --permissions")
+    for label, value in (("ttl", ttl), ("max-ttl", max_ttl)):
+        if value is not None and value <= timedelta(0):
+            raise InvalidInput(f"--{label} must be longer than zero (e.g. 30m, 7d)")
+    if max_ttl is not None and max_ttl > ceiling:
+        raise InvalidInput(f"--max-ttl ({format_duration(max_ttl)}) is longer than the limit grants.max_ttl "
+                           f"({format_duration(ceiling)}); "
+                           "shorten it or raise the setting")
+    limit = max_ttl if max_ttl is not None else ceiling
+    wanted = ttl if ttl is not None else min(default_ttl, limit)
+    if wanted > limit:
+        raise InvalidInput(f"--ttl ({format_duration(wanted)}) is longer than the maximum "
+                           f"({format_duration(limit)}); shorten it or raise --max-ttl")
+    zone_set = _names(zones)
+    secret_set = _names(secrets) or ()
+    expires = now + wanted
+    max_expires = now + limit
+    if parent:
+        scope = effective(parent)
+        extra = sorted(permissions - scope.permissions)
+        if extra:
+            raise Denied(f"the parent grant does not have {', '.join(extra)}; a child grant is never wider",
+                         rule="grant.clamp")
+        if scope.zones is not None:
+            if zone_set is None:
+                zone_set = scope.zones
+            outside = sorted(set(zone_set) - set(scope.zones))
+            if outside:
+                raise Denied(f"the parent grant does not cover zone {', '.join(outside)}; "
+                             "a child grant is never wider", rule="grant.clamp")
+        missing = sorted(set(secret_set) - set(scope.secrets))
+        if missing:
+            raise Denied(f"the parent grant does not name secret {', '.join(missing)}; "
+                         "a child grant is never wider", rule="grant.clamp")
+        expires = min(expires, scope.expires)
+        max_expires = min(max_expires, scope.max_expires)
+    expires = min(expires, max_expires)
+    return Plan(frozenset(permissions), zone_set, secret_set, expires, max_expires)
+
+
+def effective(chain: Sequence[Grant]) -> Plan:
+    """The scope a grant really has: the intersection over itself and every ancestor."""
+    if not chain:
+        raise ValueError("an empty grant chain has no scope")
+    permissions = frozenset(PERMISSIONS)
+    zones: set[str] | None = None
+    secrets: set[str] | None = None
+    expires = chain[0].expires
+    max_expires = chain[0].max_expires
+    for grant in chain:
+        permissions &= grant.permissions
+        if grant.zones is not None:
+            zones = set(grant.zones) if zones is None else zones & set(grant.zones)
+        secrets = set(grant.secrets) if secrets is None else secrets & set(grant.secrets)
+        expires = min(expires, grant.expires, grant.max_expires)
+        max_expires = min(max_expires, grant.max_expires)
+    if "secrets" not in permissions:
+        secrets = set()
+    return Plan(permissions, tuple(sorted(zones)) if zones is not None else None,
+                tuple(sorted(secrets or ())), expires, max_expires)
+
+
+def expiry(chain: Sequence[Grant]) -> datetime:
+    """When the grant at `chain[0]` stops working (its own or an ancestor's end)."""
+    return effective(chain).expires
+
+
+def alive(chain: Sequence[Grant], now: datetime) -> Decision:
+    """Is the grant at `chain[0]` usable at all: neither it nor an ancestor revoked or expired?"""
+    if not chain:
+        return Decision(False, "token.unknown", "no such token")
+    for depth, grant in enumerate(chain):
+        if grant.revoked is not None:
+            rule = "grant.revoked" if depth == 0 else "grant.parent_revoked"
+            return Decision(False, rule, f"grant {grant.accessor} was revoked")
+    ends = effective(chain).expires
+    if now >= ends:
+        return Decision(False, "grant.expired", f"grant {chain[0].accessor} expired at {ends.isoformat()}")
+    return Decision(True, "grant.alive", f"grant {chain[0].accessor} is live")
+
+
+def decide(chain: Sequence[Grant], now: datetime, *, workspace_id: str | None, permission: str,
+           zone: str | None = None, whole_workspace: bool = False) -> Decision:
+    """May the holder of `chain[0]` use `permission` (in `zone`) on the workspace `workspace_id`?
+
+    `zone`, when given, must be one of the grant's zones. `whole_workspace` is for operations
+    that reach every file (running a command): a grant limited to zones may not do them.
+    """
+    life = alive(chain, now)
+    if not life.allowed:
+        return life
+    scope = effective(chain)
+    if workspace_id is not None and chain[0].workspace_id != workspace_id:
+        return Decision(False, "grant.workspace", f"grant {chain[0].accessor} is for another workspace")
+    if permission not in PERMISSIONS:
+        return Decision(False, "grant.permission", f"unknown permission {permission!r}")
+    if permission not in scope.permissions:
+        return Decision(False, "grant.permission", f"grant {chain[0].accessor} lacks {permission}")
+    if scope.zones is not None:
+        if whole_workspace:
+            return Decision(False, "grant.zone", f"grant {chain[0].accessor} is limited to zones "
+                            f"{', '.join(scope.zones)} and cannot reach the whole workspace")
+        if zone is not None and zone not in scope.zones:
+            return Decision(False, "grant.zone", f"grant {chain[0].accessor} does not cover zone {zone}")
+    return Decision(True, "grant.allow", f"grant {chain[0].accessor} has {permission}")
+
+
+_BOT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+def check_bot_name(name: str) -> str:
+    """A valid bot name (it appears in the audit log and in URLs)."""
+    if not isinstance(name, str) or not _BOT.match(name):
+        raise InvalidInput(f"bad bot name {name!r}: use 1-63 letters, digits, '.', '_' or '-', "
+                           "starting with a letter or digit")
+    return name

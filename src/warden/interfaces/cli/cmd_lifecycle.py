@@ -1,0 +1,118 @@
+"""`warden health|install|suspend|resume|archive|unarchive|cleanup`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from warden.interfaces.cli.main import Context
+from warden.interfaces.cli.output import Output
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("health", parents=[common], help="check a workspace (and repair it)")
+    p.add_argument("name")
+    p.add_argument("--repair", action="store_true", help="fix what can be fixed")
+    p.set_defaults(handler=_health)
+
+    p = sub.add_parser("install", parents=[common], help="add packages to a workspace (sandboxed)")
+    p.add_argument("name")
+    p.add_argument("packages", nargs="+", metavar="PACKAGE")
+    p.add_argument("--node", action="store_true", help="Node.js packages (npm) instead of Python")
+    p.add_argument("--no-persist", action="store_true",
+                   help="do not record them in pyproject.toml / package.json")
+    p.set_defaults(handler=_install)
+
+    for name, text in (("suspend", "stop a workspace's processes"), ("resume", "check, repair and reopen"),
+                       ("archive", "pack a workspace to archives/ and free its folder"),
+                       ("unarchive", "restore an archived workspace")):
+        p = sub.add_parser(name, parents=[common], help=text)
+        p.add_argument("name")
+        p.set_defaults(handler=_simple, operation=name)
+
+    p = sub.add_parser("cleanup", parents=[common], help="archive idle workspaces, drop idle temporary ones")
+    p.add_argument("--older-than", required=True, metavar="DURATION", help="idle time, e.g. 7d")
+    p.add_argument("--dry-run", action="store_true", help="only say what would happen")
+    p.set_defaults(handler=_cleanup)
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "K", "M", "G"):
+        if value < 1024 or unit == "G":
+            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
+        value /= 1024
+    return f"{n}B"
+
+
+def _render_health(d: dict[str, Any]) -> str:
+    def mark(v: object) -> str:
+        return "-" if v is None else ("yes" if v else "NO")
+
+    lines = [f"workspace {d['name']} ({d['status']}): {'healthy' if d.get('healthy') else 'needs attention'}",
+             f"  configured:            {mark(d['configured'])}",
+             f"  python venv:           {mark(d['python_venv'])}",
+             f"  python deps installed: {mark(d['python_deps_installed'])}",
+             f"  node_modules:          {mark(d['node_modules'])}",
+             f"  node deps installed:   {mark(d['node_deps_installed'])}",
+             f"  disk usage:            {_size(d['disk_usage'])}"]
+    for layer in d.get("layers", []):
+        state = "read-only" if layer["read_only"] else ("WRITABLE" if layer["present"] else "MISSING")
+        lines.append(f"  layer {layer['id']}: {state}")
+    for item in d.get("fixed", []):
+        lines.append(f"  fixed: {item}")
+    for item in d.get("failed", []):
+        lines.append(f"  could not fix: {item}")
+    if not d.get("failed"):
+        lines.extend(f"  issue: {i}" for i in d["issues"])
+    return "\n".join(lines)
+
+
+def _health(ctx: Context, args: argparse.Namespace) -> Output:
+    data = ctx.app.lifecycle.health(args.name, repair=args.repair)
+    code = 0 if data.get("healthy") else 1
+    return Output(data, render=_render_health, exit_code=code)
+
+
+def _install(ctx: Context, args: argparse.Namespace) -> Output:
+    from warden.services.installs import InstallService
+
+    result = InstallService(ctx.app).install(args.name, args.packages, node=args.node,
+                                             persist=not args.no_persist)
+    return Output(result, render=lambda d: (
+        f"installed {', '.join(d['packages'])} into {d['name']}"
+        + (f" and recorded in {d['recorded_in']}" if d.get("recorded_in") else "")),
+        exit_code=0 if result["ok"] else 1)
+
+
+def _simple(ctx: Context, args: argparse.Namespace) -> Output:
+    lifecycle = ctx.app.lifecycle
+    operation = args.operation
+    data: dict[str, Any] = getattr(lifecycle, operation)(args.name)
+    if operation == "suspend":
+        text = f"suspended {args.name} (stopped {len(data['stopped'])} processes)"
+    elif operation == "archive":
+        text = f"archived {args.name} to {data['archive']} ({_size(data.get('size', 0))})"
+    elif operation == "resume":
+        text = f"{args.name} is {data['status']}" + "".join(f"\n  fixed: {f}" for f in data["repaired"]) \
+            + "".join(f"\n  could not fix: {f}" for f in data["failed"])
+    else:
+        text = f"unarchived {args.name} at {data['path']} ({data['status']})" \
+            + "".join(f"\n  could not fix: {f}" for f in data["failed"])
+    return Output(data, text, exit_code=0 if data.get("status") != "broken" else 1)
+
+
+def _cleanup(ctx: Context, args: argparse.Namespace) -> Output:
+    from warden.core.durations import parse_duration
+
+    data = ctx.app.lifecycle.cleanup(parse_duration(args.older_than), dry_run=args.dry_run)
+
+    def render(d: dict[str, Any]) -> str:
+        if not d["actions"]:
+            return f"nothing idle for more than {args.older_than}"
+        verb = "would" if d["dry_run"] else "did"
+        lines = [f"{verb} {a['action']} {a['name']} ({a['reason']}, last used {a['last_accessed'][:19]})"
+                 + ("" if a.get("done", True) else f": FAILED {a.get('error')}") for a in d["actions"]]
+        return "\n".join(lines)
+
+    return Output(data, render=render)

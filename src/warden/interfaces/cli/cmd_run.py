@@ -1,0 +1,78 @@
+"""`warden run NAME [options] -- COMMAND...`: run a command in the workspace's sandbox."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from warden.core.errors import InvalidInput
+from warden.interfaces.cli.main import Context
+from warden.interfaces.cli.output import Output
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("run", parents=[common], help="run a command in a workspace's sandbox",
+                       usage="warden run NAME [options] -- COMMAND [ARG...]")
+    p.add_argument("name")
+    p.add_argument("--timeout", help="wall-clock limit in seconds (or 30s, 10m)")
+    p.add_argument("--memory", help="memory limit, e.g. 256M, 2G")
+    p.add_argument("--cpu", type=int, help="CPU-time limit in seconds")
+    p.add_argument("--pids", type=int, help="maximum number of processes")
+    p.add_argument("--net", choices=["none", "allow"], help="network: none (default) or allow")
+    p.add_argument("--allow-domain", action="append", default=[], metavar="DOMAIN",
+                   help="a reachable domain with --net allow (repeat; *.example.com for subdomains)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a variable inside the sandbox (repeat)")
+    p.add_argument("--session", help="apply this session's path lists too")
+    # Everything after `--` is the command, its own dashes included (main._parse).
+    p.add_argument("command", nargs="*", help="the command, after --")
+    p.set_defaults(handler=_run, takes_command=True)
+
+
+def _timeout(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        from warden.core.durations import parse_duration
+
+        return parse_duration(text).total_seconds()
+
+
+def _env(pairs: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"bad --env {pair!r}: write KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def _writer(stream: Any) -> Any:
+    def write(chunk: bytes) -> None:
+        stream.write(chunk)
+        stream.flush()
+    return write
+
+
+def _run(ctx: Context, args: argparse.Namespace) -> Output:
+    command = list(args.command)
+    if not command:
+        raise InvalidInput("no command given: warden run NAME [options] -- COMMAND [ARG...]")
+    live = not ctx.json
+    # Standard input passes through as it is (a terminal, a file or a pipe).
+    stdin = sys.stdin.fileno() if sys.stdin is not None and not sys.stdin.closed else None
+    result = ctx.app.runs.run(
+        args.name, command, timeout=_timeout(args.timeout), memory=args.memory, cpu=args.cpu,
+        pids=args.pids, net=args.net, allow_domains=args.allow_domain, env=_env(args.env),
+        stdin=stdin, session=args.session,
+        on_stdout=_writer(sys.stdout.buffer) if live else None,
+        on_stderr=_writer(sys.stderr.buffer) if live else None, capture=not live,
+        # Warden's own reports (network refusals) go to stderr in both modes.
+        on_notice=_writer(sys.stderr.buffer))
+    if live and result.timed_out:
+        sys.stderr.write("warden: timed out; the command and its processes were killed\n")
+    return Output(result.to_json(), exit_code=result.exit_code, streamed=live)

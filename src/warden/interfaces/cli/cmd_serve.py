@@ -1,0 +1,95 @@
+"""`warden serve`: the HTTP API for bots, on the embedded SQLite registry by default."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from typing import Any
+
+from warden.core.errors import InvalidInput, Unavailable
+from warden.interfaces.cli.main import Context
+from warden.interfaces.cli.output import Output
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("serve", parents=[common], help="serve the bot API over HTTP (FastAPI + uvicorn)")
+    p.add_argument("--host", help="address to listen on (default: api.host, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port to listen on (default: api.port, 8787; 0 picks a free one)")
+    p.add_argument("--no-access-log", dest="access_log", action="store_false",
+                   help="do not log one line per request")
+    p.set_defaults(handler=_serve)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
+    # without it every keep-alive response waits ~40 ms for a delayed ACK (Nagle).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise Unavailable(f"cannot listen on {host}:{port}: {exc.strerror}; pick another --port "
+                          "or stop what uses it") from None
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+def connect_help(url: str, database: str) -> str:
+    """What `warden serve` prints: where it listens and how a bot connects."""
+    return f"""Warden API listening on {url}  (registry: {database})
+
+How a bot connects:
+  1. register it once (prints its identity token; keep it secret):
+       warden bot register my-bot
+  2. from Python, with the token in WARDEN_TOKEN:
+       from warden.client import Client
+       ws = Client("{url}").create_workspace("demo")      # seed 000's workspace request
+       print(ws.run(["python", "-c", "print(42)"]).stdout)
+  3. or over plain HTTP (the token never goes on a command line):
+       printf 'Authorization: Bearer %s' "$WARDEN_TOKEN" | curl -sS -H @- -H 'content-type: application/json' \\
+         -d '{{"bot": "my-bot", "request": "workspace", "params": {{"name": "demo"}}}}' {url}/v1/workspaces
+
+API reference: {url}/docs   OpenAPI: {url}/openapi.json   Press Ctrl+C to stop."""
+
+
+def _serve(ctx: Context, args: argparse.Namespace) -> Output:
+    import uvicorn
+
+    from warden.interfaces.http import create_app
+
+    app = ctx.app
+    host = args.host or app.settings.get_str("api.host")
+    port = app.settings.get_int("api.port") if args.port is None else args.port
+    if not 0 <= port <= 65535:
+        raise InvalidInput(f"bad --port {port}: use 0-65535")
+    app.root_dir.mkdir(parents=True, exist_ok=True)
+    app.keystore.ensure()
+    database = app.db.url.split("@")[-1]
+    api = create_app(app)
+    sock = _bind(host, port)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{bound}"
+    app.audit.record(actor="user", action="serve.start", target=url)
+    if ctx.json:
+        import json
+
+        # stdout holds one document, written when the server stops; the address goes to stderr.
+        sys.stderr.write(json.dumps({"event": "listening", "url": url, "database": database}) + "\n")
+        sys.stderr.flush()
+    else:
+        sys.stdout.write(connect_help(url, database) + "\n")
+        sys.stdout.flush()
+    config = uvicorn.Config(api, log_level="info", access_log=args.access_log, lifespan="off",
+                            timeout_graceful_shutdown=5, server_header=False)
+    server = uvicorn.Server(config)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        app.audit.record(actor="user", action="serve.stop", target=url)
+    return Output({"url": url, "stopped": True}, streamed=True)

@@ -1,0 +1,126 @@
+"""The HTTP API (`warden serve`): a FastAPI application built around one wired `App`.
+
+Errors leave as `{"error": {"code", "message"}}` with the status from one table; the codes
+are the CLI's (`invalid`, `not_found`, `conflict`, `denied`, `locked`, `timeout`,
+`unavailable`, `internal`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from warden.core.errors import TooLarge, WardenError
+from warden.interfaces.http.calls import Unauthenticated
+from warden.interfaces.http.limits import LimitsMiddleware, Scope
+from warden.interfaces.http.models import ErrorBody
+
+if TYPE_CHECKING:
+    from warden.bootstrap import App
+
+__all__ = ["ERROR_RESPONSES", "HTTP_STATUS", "create_app", "status_for"]
+
+log = logging.getLogger("warden.http")
+
+# One table: error code → HTTP status (INTERFACES.md lists the statuses).
+HTTP_STATUS = {
+    "invalid": 400, "not_found": 404, "conflict": 409, "locked": 423, "denied": 403,
+    "timeout": 503, "unavailable": 503, "internal": 500,
+}
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": text} for status, text in (
+        (400, "invalid input"), (401, "no credentials"), (403, "permission denied"),
+        (404, "not found"), (409, "conflict"), (413, "request body too large"),
+        (422, "malformed request"), (423, "locked"), (503, "unavailable or timed out"))
+}
+
+
+def status_for(exc: WardenError) -> int:
+    """The HTTP status of a Warden error."""
+    if isinstance(exc, Unauthenticated):
+        return 401
+    if isinstance(exc, TooLarge):
+        return 413
+    return HTTP_STATUS.get(exc.code, 500)
+
+
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+@functools.cache
+def _package_version() -> str:
+    try:
+        return version("warden")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def create_app(app: App) -> FastAPI:
+    """Build the API for one wired App (the registry, keys and services it holds)."""
+    from warden.interfaces.http import files, routes
+
+    api = FastAPI(title="Warden", version=_package_version(), openapi_url="/openapi.json",
+                  docs_url="/docs", redoc_url=None,
+                  description="The bot protocol of Warden: bots ask for workspaces, run commands and "
+                              "move files in them with scoped, expiring tokens.")
+    api.state.warden = app
+
+    @api.exception_handler(WardenError)
+    async def warden_error(request: Request, exc: WardenError) -> JSONResponse:
+        status = status_for(exc)
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return _error(status, exc.code, exc.message, headers)
+
+    @api.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for item in exc.errors()[:3]:
+            where = ".".join(str(part) for part in item.get("loc", ()) if part != "body")
+            problems.append(f"{where or 'body'}: {item.get('msg', 'invalid')}")
+        return _error(422, "invalid", "malformed request: " + "; ".join(problems) + " (see /openapi.json)")
+
+    @api.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 401: "denied", 403: "denied", 409: "conflict", 423: "locked"}.get(
+            exc.status_code, "invalid" if exc.status_code < 500 else "internal")
+        message = "no such endpoint: see /openapi.json" if exc.status_code == 404 else str(exc.detail)
+        return _error(exc.status_code, code, message)
+
+    @api.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        # Logged without the request (its headers hold a token); the caller gets one line.
+        log.error("internal error in %s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+        return _error(500, "internal", f"internal error ({type(exc).__name__}); the server log has details")
+
+    api.include_router(routes.router(app))
+    api.include_router(files.router(app))
+
+    max_json = app.settings.get_size("api.max_body")
+    max_file = app.settings.get_int("sandbox.max_file_size_mb") * 1024 * 1024
+    request_timeout = app.settings.get_seconds("api.request_timeout")
+    run_timeout = app.settings.get_seconds("sandbox.timeout")
+
+    def limit_for(scope: Scope) -> int:
+        path = str(scope.get("path", ""))
+        return max_file if path.endswith("/files/content") else max_json
+
+    def timeout_for(scope: Scope) -> float:
+        path = str(scope.get("path", ""))
+        method = scope.get("method")
+        if path.endswith("/exec"):
+            return run_timeout + 30.0  # the run has its own, shorter, wall-clock limit
+        if method == "POST" and path.rstrip("/") == "/v1/workspaces":
+            return max(request_timeout, 600.0)  # building an environment may take minutes
+        return request_timeout
+
+    api.add_middleware(LimitsMiddleware, limit_for=limit_for, timeout_for=timeout_for)
+    return api

@@ -1,0 +1,112 @@
+"""One API call: authenticate, authorize, operate, and leave exactly one audit event.
+
+Routes open a `Call` as a context manager; whatever happens inside (success, a refusal, an
+error), leaving it records actor (bot and accessor, never the token), action, target,
+decision, the rule that decided and the result.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from starlette.concurrency import run_in_threadpool
+
+from warden.core.errors import Denied, WardenError
+from warden.services.auth import AuthDenied, Principal
+
+if TYPE_CHECKING:
+    from warden.bootstrap import App
+    from warden.core.workspaces import WorkspaceRecord
+
+__all__ = ["Call", "Unauthenticated", "threaded"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def threaded(fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
+    """Make a blocking route body an async route that runs it in the threadpool, once.
+
+    FastAPI runs a plain `def` route's dependencies, body and response serialisation as
+    separate thread hops (eight per request here); one hop is enough. The signature is
+    resolved here, as FastAPI would otherwise look the annotations up in this module.
+    """
+    signature = inspect.signature(fn, eval_str=True)
+
+    @functools.wraps(fn)
+    async def route(*args: P.args, **kwargs: P.kwargs) -> T:
+        return await run_in_threadpool(fn, *args, **kwargs)
+
+    route.__signature__ = signature  # type: ignore[attr-defined]
+    return route
+
+
+class Unauthenticated(Denied):
+    """No credentials at all (HTTP 401); a wrong one is a plain Denied (403)."""
+
+
+class Call:
+    def __init__(self, app: App, action: str, target: str) -> None:
+        self.app = app
+        self.action = action
+        self.target = target
+        self.principal: Principal | None = None
+        self.known_actor: str | None = None
+        self.rule = ""
+        self.detail: dict[str, Any] = {}
+        # Set when the operation went to a service that audits it itself, with this actor.
+        self.audited_by_service = False
+
+    @property
+    def actor(self) -> str:
+        if self.principal is not None:
+            return self.principal.actor
+        return self.known_actor or "anonymous"
+
+    def authenticate(self, token: str | None) -> Principal:
+        """The caller behind `token`; Unauthenticated without one, Denied for a bad one."""
+        if not token:
+            raise Unauthenticated("authentication required: send `Authorization: Bearer <token>`",
+                                  rule="token.missing")
+        try:
+            self.principal = self.app.auth.authenticate(token)
+        except AuthDenied as exc:
+            self.known_actor = exc.actor  # an expired or revoked grant: still say whose it was
+            raise
+        return self.principal
+
+    def authorize(self, workspace: str, permission: str, *, zone: str | None = None,
+                  whole_workspace: bool = False) -> WorkspaceRecord:
+        """The workspace, when the authenticated caller may use `permission` on it."""
+        assert self.principal is not None, "authenticate first"
+        record = self.app.auth.authorize(self.principal, workspace, permission, zone=zone,
+                                         whole_workspace=whole_workspace)
+        self.rule = "grant.allow"
+        return record
+
+    def note(self, **detail: Any) -> None:
+        """Add fields to the audit event (never a token or a secret value)."""
+        self.detail.update(detail)
+
+    def __enter__(self) -> Call:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.audited_by_service and (exc is None or isinstance(exc, WardenError)):
+            return  # one event per call: the service's, which names this caller
+        if exc is None:
+            decision, rule, result = "allow", self.rule or "none", "ok"
+        elif isinstance(exc, Denied):
+            decision, rule, result = "deny", exc.rule or "denied", exc.code
+        elif isinstance(exc, WardenError):
+            decision, rule, result = ("allow" if self.rule else "none"), exc.rule or self.rule, exc.code
+        else:
+            decision, rule, result = ("allow" if self.rule else "none"), self.rule, "internal"
+        detail: Mapping[str, Any] = self.detail
+        self.app.audit.record(actor=self.actor, action=f"api.{self.action}", target=self.target,
+                              decision=decision, rule=rule, result=result, detail=detail)

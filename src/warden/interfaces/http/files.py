@@ -1,0 +1,105 @@
+"""File routes: list or stat, read, write, delete — through the safe file service.
+
+Paths are workspace-relative (`/` is the workspace root; zones are top-level folders). The
+grant decides first (read for list/stat/read, write for write/delete); a grant limited to
+zones reaches the file service as a restricted actor whose scope is exactly those zones, and
+the service applies the workspace policy, opens beneath the workspace and audits the
+operation with the caller's name (bot and accessor).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from warden.interfaces.http.app import ERROR_RESPONSES
+from warden.interfaces.http.calls import Call, threaded
+from warden.interfaces.http.models import FileDeleted, FileEntry, FilesResult, FileWritten
+from warden.interfaces.http.routes import Token, WorkspaceName, token_of
+
+if TYPE_CHECKING:
+    from warden.adapters.safefs import Entry
+    from warden.bootstrap import App
+    from warden.services.files import FileService
+
+__all__ = ["router"]
+
+FilePath = Annotated[str, Query(min_length=1, max_length=4096,
+                                description="workspace-relative path; / is the workspace root")]
+
+_BINARY = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+
+
+def _kind(entry: Entry) -> str:
+    return "directory" if entry.type == "dir" else entry.type
+
+
+def _entry(parent: str, item: Entry) -> FileEntry:
+    base = parent.rstrip("/")
+    return FileEntry(name=item.name, path=f"{base}/{item.name}", type=_kind(item), size=item.size,
+                     mtime=item.mtime)
+
+
+def _files(app: App, call: Call, name: str, permission: str) -> FileService:
+    """The file service for the authenticated caller, after its grant allowed `permission`."""
+    assert call.principal is not None
+    record = call.authorize(name, permission)
+    scope = app.auth.zone_scope(call.principal, app.sandbox_paths.zones(record))
+    call.audited_by_service = True
+    # No approver: a zone whose approval is `ask` refuses bots until a person can answer.
+    return app.files(record, actor=call.actor, scope=scope)
+
+
+def router(app: App) -> APIRouter:
+    api = APIRouter(responses=ERROR_RESPONSES, tags=["files"])
+
+    @api.get("/v1/workspaces/{name}/files", response_model=FilesResult)
+    @threaded
+    def list_or_stat(name: WorkspaceName, path: FilePath, token: Token) -> FilesResult:
+        """List a directory, or the status of one file (needs `read`)."""
+        from warden.core.paths import canonical
+
+        with Call(app, "files.list", f"{name}:{path}") as call:
+            call.authenticate(token_of(token))
+            rel = canonical(path)
+            files = _files(app, call, name, "read")
+            info = files.stat(rel)
+            entries = [_entry(rel, item) for item in files.list(rel)] if info.type == "dir" else None
+            return FilesResult(path=rel, type=_kind(info), size=info.size, mtime=info.mtime, entries=entries)
+
+    @api.get("/v1/workspaces/{name}/files/content", response_class=Response,
+             responses={200: {"content": _BINARY, "description": "the file's bytes"}})
+    @threaded
+    def read_file(name: WorkspaceName, path: FilePath, token: Token) -> Response:
+        """A file's bytes (needs `read`)."""
+        with Call(app, "files.read", f"{name}:{path}") as call:
+            call.authenticate(token_of(token))
+            data = _files(app, call, name, "read").read_bytes(path)
+            return Response(content=data, media_type="application/octet-stream")
+
+    @api.put("/v1/workspaces/{name}/files/content", response_model=FileWritten,
+             openapi_extra={"requestBody": {"required": True, "content": _BINARY}})
+    async def write_file(name: WorkspaceName, path: FilePath, token: Token, request: Request) -> FileWritten:
+        """Replace a file with the request body (needs `write`); atomic, within the size limit."""
+        data = await request.body()
+
+        def write() -> FileWritten:
+            with Call(app, "files.write", f"{name}:{path}") as call:
+                call.authenticate(token_of(token))
+                size = _files(app, call, name, "write").write_bytes(path, data)
+                return FileWritten(path=path, size=size)
+
+        return await run_in_threadpool(write)
+
+    @api.delete("/v1/workspaces/{name}/files", response_model=FileDeleted)
+    @threaded
+    def delete_file(name: WorkspaceName, path: FilePath, token: Token) -> FileDeleted:
+        """Delete a file, a link or an empty folder (needs `write`)."""
+        with Call(app, "files.delete", f"{name}:{path}") as call:
+            call.authenticate(token_of(token))
+            _files(app, call, name, "write").delete(path)
+            return FileDeleted(path=path, deleted=True)
+
+    return api

@@ -1,0 +1,121 @@
+"""Authenticate a token into a principal and authorize it for one operation.
+
+Every failure — an unknown, malformed, expired or revoked token, a grant for another
+workspace, a missing permission — raises the same `Denied("permission denied")`, so a caller
+learns nothing about which tokens exist. The rule that decided travels on the exception
+(`exc.rule`) for the audit log only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from warden.core.errors import Denied, NotFound
+from warden.core.grants import Grant, alive, decide, effective
+from warden.core.workspaces import WorkspaceRecord
+from warden.core.zones import Zone, ZoneRequest, restrict
+from warden.services.grants import GrantService
+from warden.services.workspaces import WorkspaceService
+
+__all__ = ["DENIED", "AuthDenied", "AuthService", "Principal"]
+
+DENIED = "permission denied"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a bot by its identity token, or a bot through one grant."""
+
+    bot: str
+    kind: Literal["bot", "grant"]
+    chain: tuple[Grant, ...] = ()
+
+    @property
+    def accessor(self) -> str | None:
+        return self.chain[0].accessor if self.chain else None
+
+    @property
+    def grant(self) -> Grant | None:
+        return self.chain[0] if self.chain else None
+
+    @property
+    def actor(self) -> str:
+        """How the audit log names this caller: the bot and the accessor, never the token."""
+        return f"bot:{self.bot}" + (f"@{self.accessor}" if self.accessor else "")
+
+
+class AuthDenied(Denied):
+    """The uniform refusal; `actor` names the bot and accessor when the token was known."""
+
+    def __init__(self, rule: str, actor: str | None = None) -> None:
+        super().__init__(DENIED, rule=rule)
+        self.actor = actor
+
+
+def _deny(rule: str, actor: str | None = None) -> AuthDenied:
+    return AuthDenied(rule, actor)
+
+
+class AuthService:
+    def __init__(self, grants: GrantService, workspaces: WorkspaceService,
+                 clock: Callable[[], datetime]) -> None:
+        self._grants = grants
+        self._workspaces = workspaces
+        self._clock = clock
+
+    def authenticate(self, token: str | None) -> Principal:
+        """The principal a token stands for; Denied for anything that is not a live token."""
+        if not token:
+            raise _deny("token.missing")
+        bot, chain = self._grants.resolve(token)
+        if bot is not None:
+            return Principal(bot=bot.name, kind="bot")
+        if not chain:
+            raise _deny("token.unknown")
+        principal = Principal(bot=chain[0].bot, kind="grant", chain=tuple(chain))
+        life = alive(chain, self._clock())
+        if not life.allowed:
+            raise _deny(life.rule, principal.actor)
+        return principal
+
+    def authorize(self, principal: Principal, workspace: str, permission: str, *,
+                  zone: str | None = None, whole_workspace: bool = False) -> WorkspaceRecord:
+        """The workspace, when `principal` may use `permission` on it (in `zone`); Denied otherwise."""
+        if principal.kind != "grant" or not principal.chain:
+            raise _deny("token.identity")  # an identity token only asks for workspaces
+        if principal.chain[0].workspace != workspace:
+            raise _deny("grant.workspace")
+        try:
+            record = self._workspaces.get(workspace)
+        except NotFound:
+            raise _deny("workspace.gone") from None
+        decision = decide(principal.chain, self._clock(), workspace_id=record.id, permission=permission,
+                          zone=zone, whole_workspace=whole_workspace)
+        if not decision.allowed:
+            raise _deny(decision.rule)
+        return record
+
+    def zone_scope(self, principal: Principal, zones: Mapping[str, Zone]) -> dict[str, Zone] | None:
+        """The zones a principal's file operations are limited to (None: the whole workspace).
+
+        `zones` are the workspace's configured zones; a grant names some of them and gets
+        exactly those, with their modes and approvals (core.zones.restrict).
+        """
+        if not principal.chain:
+            return {}
+        names = effective(principal.chain).zones
+        if names is None:
+            return None
+        try:
+            return restrict(zones, [ZoneRequest(name) for name in names])
+        except Denied as exc:
+            raise _deny(exc.rule or "grant.zone") from None
+
+    def secret_names(self, principal: Principal) -> tuple[str, ...]:
+        """The secrets a principal's runs get (none without the `secrets` permission)."""
+        if not principal.chain:
+            return ()
+        return effective(principal.chain).secrets

@@ -1,0 +1,249 @@
+"""Bots and grants: register identities, mint, list and revoke grants, resolve tokens.
+
+Tokens are made here from the injected randomness, shown once to the caller, and stored only
+as their HMAC under the keystore's pepper. Revoking a grant revokes every grant minted from
+it, in the same transaction, and `decide` checks the whole chain again at every use.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from warden.adapters.store import grants as rows
+from warden.adapters.store import secrets as secret_rows
+from warden.adapters.store.db import Database, Tx
+from warden.core.errors import InvalidInput, NotFound
+from warden.core.grants import Grant, check_bot_name, parse_permissions, plan_grant
+from warden.core.tokens import (
+    ACCESSOR_BYTES,
+    TOKEN_BYTES,
+    hash_token,
+    looks_like_token,
+    make_accessor,
+    make_token,
+    same_hash,
+)
+from warden.core.workspaces import check_name
+from warden.services.audit import AuditLog
+
+if TYPE_CHECKING:
+    from warden.adapters.keystore import Keystore
+    from warden.services.workspaces import WorkspaceService
+
+__all__ = ["GrantService", "IssuedBot", "IssuedGrant"]
+
+# How deep a chain of child grants may go; bounds the walk done at every request.
+MAX_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class IssuedBot:
+    """A newly registered bot and its identity token (shown once, never stored)."""
+
+    bot: rows.BotRow
+    token: str
+
+    def to_json(self) -> dict[str, object]:
+        return {**self.bot.to_json(), "token": self.token}
+
+
+@dataclass(frozen=True)
+class IssuedGrant:
+    """A newly minted grant and its token (shown once, never stored)."""
+
+    grant: Grant
+    token: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"token": self.token, "accessor": self.grant.accessor,
+                "expires": self.grant.expires.isoformat(), **{
+                    k: v for k, v in self.grant.to_json().items() if k not in {"accessor", "expires"}}}
+
+
+class GrantService:
+    def __init__(self, db: Database, audit: AuditLog, keystore: Keystore, workspaces: WorkspaceService,
+                 clock: Callable[[], datetime], *, default_ttl: timedelta, max_ttl: timedelta,
+                 random: Callable[[int], bytes] = os.urandom) -> None:
+        self._db = db
+        self._audit = audit
+        self._keys = keystore
+        self._workspaces = workspaces
+        self._clock = clock
+        self._random = random
+        self.default_ttl = default_ttl
+        self.max_ttl = max_ttl
+
+    def _hash(self, token: str) -> str:
+        return hash_token(token, self._keys.pepper())
+
+    def _new_token(self) -> tuple[str, str]:
+        token = make_token(self._random(TOKEN_BYTES))
+        return token, self._hash(token)
+
+    # -- bots --------------------------------------------------------------------------------
+    def register_bot(self, name: str, *, actor: str = "user") -> IssuedBot:
+        """Register a bot and return its identity token (the only time it is seen)."""
+        check_bot_name(name)
+        token, digest = self._new_token()
+        bot = rows.BotRow(id="bot_" + self._random(8).hex(), name=name,
+                          created_at=self._clock().isoformat(), created_by=actor)
+        with self._db.transaction() as tx:
+            rows.insert_bot(tx, bot, digest)
+            self._audit.record(actor=actor, action="bot.register", target=f"bot:{name}",
+                               detail={"bot_id": bot.id}, tx=tx)
+        return IssuedBot(bot, token)
+
+    def list_bots(self) -> list[rows.BotRow]:
+        with self._db.transaction(write=False) as tx:
+            return rows.list_bots(tx)
+
+    def remove_bot(self, name: str, *, actor: str = "user") -> list[str]:
+        """Forget the bot's identity and revoke every grant it holds (and their children)."""
+        check_bot_name(name)
+        now = self._clock()
+        with self._db.transaction() as tx:
+            known = rows.bot_by_name(tx, name)
+            held = [g.accessor for g in rows.grants_of_bot(tx, name)]
+            if known is None and not held:
+                raise NotFound(f"no bot named {name!r}: `warden bot list` shows the bots")
+            revoked = self._revoke_tree(tx, held, now)
+            rows.delete_bot(tx, name)
+            self._audit.record(actor=actor, action="bot.remove", target=f"bot:{name}",
+                               detail={"revoked": revoked}, tx=tx)
+        return revoked
+
+    # -- grants ------------------------------------------------------------------------------
+    def grant(self, workspace: str, bot: str, permissions: str | Iterable[str], *,
+              zones: Sequence[str] | None = None, secrets: Sequence[str] = (),
+              ttl: timedelta | None = None, max_ttl: timedelta | None = None,
+              actor: str = "user", parent: Sequence[Grant] | None = None) -> IssuedGrant:
+        """Mint a grant for `bot` on `workspace`; with `parent` (its chain) it is a clamped child."""
+        check_name(workspace)
+        check_bot_name(bot)
+        wanted = parse_permissions(permissions)
+        record = self._workspaces.get(workspace)
+        if parent is not None and len(parent) >= MAX_DEPTH:
+            raise InvalidInput(f"grants may nest at most {MAX_DEPTH} deep; mint this one from a grant nearer the root")
+        now = self._clock()
+        plan = plan_grant(now, wanted, zones=zones, secrets=secrets, ttl=ttl, max_ttl=max_ttl,
+                          default_ttl=self.default_ttl, ceiling=self.max_ttl, parent=parent)
+        token, digest = self._new_token()
+        grant = Grant(accessor=make_accessor(self._random(ACCESSOR_BYTES)), workspace=workspace,
+                      workspace_id=record.id, bot=bot, permissions=plan.permissions, zones=plan.zones,
+                      secrets=plan.secrets, created=now, expires=plan.expires, max_expires=plan.max_expires,
+                      parent=parent[0].accessor if parent else None, created_by=actor)
+        with self._db.transaction() as tx:
+            missing = sorted(set(plan.secrets) - set(secret_rows.names(tx)))
+            if missing:
+                raise NotFound(f"no secret named {', '.join(missing)}: set it first with "
+                               f"`warden secret set {missing[0]}`")
+            rows.insert_grant(tx, grant, digest)
+            self._audit.record(actor=actor, action="grant.create", target=workspace, decision="allow",
+                               rule="grant.child" if parent else "grant.issue",
+                               detail={"accessor": grant.accessor, "bot": bot, "parent": grant.parent,
+                                       "permissions": sorted(plan.permissions),
+                                       "zones": list(plan.zones) if plan.zones is not None else None,
+                                       "secret_names": list(plan.secrets),
+                                       "expires": plan.expires.isoformat()}, tx=tx)
+        return IssuedGrant(grant, token)
+
+    def list_grants(self, workspace: str) -> list[Grant]:
+        """Every grant of `workspace`, revoked ones included (tokens never appear)."""
+        check_name(workspace)
+        with self._db.transaction(write=False) as tx:
+            return rows.grants_of_workspace(tx, workspace)
+
+    def get(self, accessor: str) -> Grant:
+        with self._db.transaction(write=False) as tx:
+            grant = rows.grant_by_accessor(tx, accessor)
+        if grant is None:
+            raise NotFound(f"no grant with accessor {accessor!r}: `warden grants NAME` lists them")
+        return grant
+
+    def revoke(self, workspace: str, *, bot: str | None = None, accessor: str | None = None,
+               actor: str = "user") -> list[str]:
+        """Revoke a bot's grants on `workspace`, or one grant by accessor; children go too."""
+        check_name(workspace)
+        if (bot is None) == (accessor is None):
+            raise InvalidInput("revoke needs a BOT or --accessor ID (one of them)")
+        now = self._clock()
+        with self._db.transaction() as tx:
+            if accessor is not None:
+                grant = rows.grant_by_accessor(tx, accessor)
+                if grant is None or grant.workspace != workspace:
+                    raise NotFound(f"no grant {accessor!r} on workspace {workspace!r}: "
+                                   f"`warden grants {workspace}` lists them")
+                roots = [accessor]
+            else:
+                assert bot is not None
+                check_bot_name(bot)
+                roots = [g.accessor for g in rows.grants_of_bot(tx, bot, workspace=workspace)]
+                if not roots:
+                    raise NotFound(f"bot {bot!r} holds no live grant on {workspace!r}: "
+                                   f"`warden grants {workspace}` lists them")
+            revoked = self._revoke_tree(tx, roots, now)
+            self._audit.record(actor=actor, action="grant.revoke", target=workspace, decision="none",
+                               detail={"accessor": accessor, "bot": bot, "revoked": revoked}, tx=tx)
+        return revoked
+
+    def revoke_workspace(self, workspace: str, *, actor: str = "user") -> list[str]:
+        """Revoke every grant of a workspace (when it is destroyed)."""
+        now = self._clock()
+        with self._db.transaction() as tx:
+            roots = [g.accessor for g in rows.grants_of_workspace(tx, workspace, live_only=True)]
+            revoked = self._revoke_tree(tx, roots, now)
+            if revoked:
+                self._audit.record(actor=actor, action="grant.revoke", target=workspace,
+                                   detail={"revoked": revoked, "reason": "workspace destroyed"}, tx=tx)
+        return revoked
+
+    def _revoke_tree(self, tx: Tx, roots: list[str], at: datetime) -> list[str]:
+        everything = list(dict.fromkeys(roots + rows.descendants(tx, roots)))
+        rows.revoke_grants(tx, everything, at)
+        return everything
+
+    def is_descendant(self, accessor: str, ancestor: str) -> bool:
+        """True when `accessor` was minted (at any depth) from `ancestor`, or is it."""
+        with self._db.transaction(write=False) as tx:
+            chain = self._chain(tx, accessor)
+        return any(g.accessor == ancestor for g in chain)
+
+    # -- resolving tokens --------------------------------------------------------------------
+    def _chain(self, tx: Tx, accessor: str) -> list[Grant]:
+        chain: list[Grant] = []
+        current: str | None = accessor
+        while current is not None and len(chain) <= MAX_DEPTH:
+            grant = rows.grant_by_accessor(tx, current)
+            if grant is None:
+                break
+            chain.append(grant)
+            current = grant.parent
+        return chain
+
+    def resolve(self, token: str) -> tuple[rows.BotRow | None, list[Grant]]:
+        """The bot whose identity token this is, or the grant chain it opens ([] for neither)."""
+        if not looks_like_token(token):
+            return None, []
+        digest = self._hash(token)
+        with self._db.transaction(write=False) as tx:
+            found = rows.grant_by_hash(tx, digest)
+            if found is not None and same_hash(found[1], digest):
+                grant = found[0]
+                chain = [grant]
+                if grant.parent is not None:
+                    chain += self._chain(tx, grant.parent)
+                return None, chain
+            bot = rows.bot_by_hash(tx, digest)
+        return (bot[0] if bot and same_hash(bot[1], digest) else None), []
+
+    def grants_of_bot(self, bot: str, *, workspace: str | None = None) -> list[Grant]:
+        with self._db.transaction(write=False) as tx:
+            return rows.grants_of_bot(tx, bot, workspace=workspace)
+
+    def chain(self, accessor: str) -> list[Grant]:
+        with self._db.transaction(write=False) as tx:
+            return self._chain(tx, accessor)

@@ -1,0 +1,249 @@
+"""`warden install NAME PKG... [--node] [--no-persist]`: add packages to one workspace.
+
+The installer runs inside the sandbox (never on the host: a package's build or install
+step is code from the internet), with the network limited to the package indexes
+(`envs.install_domains`) or, with `envs.no_index`, no network and the `envs.find_links`
+folders mounted read-only. Python packages go into the workspace's thin venv with the
+venv's own `python -m pip`, which sees the layer's packages through the `.pth` and so
+installs only what is missing; Node packages go into its `node_modules` with npm. The shared
+layers stay untouched (they are mounted read-only). Then the requirement is recorded in
+`pyproject.toml` (tomlkit keeps comments and layout) or `package.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from warden.core.errors import Conflict, InvalidInput, Unavailable
+from warden.core.workspaces import WorkspaceRecord
+
+if TYPE_CHECKING:
+    from warden.bootstrap import App
+
+__all__ = ["InstallService", "record_node", "record_python"]
+
+_PY_REQ = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\s*(?:\[[A-Za-z0-9._,\s-]*\])?\s*(?:[<>=!~;@(].*)?$")
+_NPM_SPEC = re.compile(r"^(?:@[a-z0-9~-][a-z0-9._~-]*/)?[a-z0-9~-][a-z0-9._~-]*(?:@[^\s]+)?$")
+_NPM_FILE = re.compile(r"^(?:file:)?/[^\s]+\.tgz$")
+_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def check_packages(packages: Sequence[str], *, node: bool) -> list[str]:
+    """Package arguments, refusing anything an installer would read as an option."""
+    if not packages:
+        raise InvalidInput("name at least one package to install")
+    checked = []
+    for package in packages:
+        text = package.strip()
+        pattern = _NPM_SPEC if node else _PY_REQ
+        if node and _NPM_FILE.match(text):
+            checked.append(text if text.startswith("file:") else "file:" + text)
+            continue
+        if not text or text.startswith("-") or "\n" in text or not pattern.match(text):
+            kind = "an npm package (name or name@range)" if node else "a requirement such as pandas>=2.1"
+            raise InvalidInput(f"bad package {package!r}: give {kind}")
+        checked.append(text)
+    return checked
+
+
+def record_python(pyproject: Path, requirements: Sequence[str]) -> bool:
+    """Add (or replace, by name) `requirements` in [project].dependencies, keeping comments."""
+    import tomlkit
+
+    text = pyproject.read_text() if pyproject.is_file() and not pyproject.is_symlink() else ""
+    doc = tomlkit.parse(text) if text else tomlkit.document()
+    project = doc.get("project")
+    if project is None:
+        project = tomlkit.table()
+        project["name"] = "workspace"
+        project["version"] = "0.1.0"
+        doc["project"] = project
+    deps = project.get("dependencies")
+    if deps is None:
+        deps = tomlkit.array()
+        deps.multiline(True)
+        project["dependencies"] = deps
+    changed = False
+    for req in requirements:
+        name = _norm(_NAME.match(req).group(1))  # type: ignore[union-attr]
+        same = [i for i, d in enumerate(deps) if _NAME.match(str(d)) and _norm(_NAME.match(str(d)).group(1)) == name]  # type: ignore[union-attr]
+        if same:
+            if str(deps[same[0]]) != req:
+                deps[same[0]] = req
+                changed = True
+        else:
+            deps.append(req)
+            changed = True
+    if changed:
+        _write(pyproject, tomlkit.dumps(doc))
+    return changed
+
+
+def record_node(package_json: Path, specs: Sequence[str], installed: dict[str, str]) -> bool:
+    """Add `specs` to package.json's dependencies (order and other keys kept)."""
+    text = package_json.read_text() if package_json.is_file() and not package_json.is_symlink() else "{}"
+    data = json.loads(text or "{}")
+    deps = data.setdefault("dependencies", {})
+    changed = False
+    for spec in specs:
+        if spec.startswith("file:"):
+            name, value = _tarball_name(spec[5:]), spec
+        else:
+            name, _, version = spec[1:].partition("@") if spec.startswith("@") else spec.partition("@")
+            name = "@" + name if spec.startswith("@") else name
+            value = version or (f"^{installed[name]}" if name in installed else "*")
+        if deps.get(name) != value:
+            deps[name] = value
+            changed = True
+    if changed:
+        _write(package_json, json.dumps(data, indent=2) + "\n")
+    return changed
+
+
+def _tarball_name(path: str) -> str:
+    """The package name inside an npm tarball (package/package.json)."""
+    import tarfile
+
+    with tarfile.open(path) as tar:
+        member = tar.extractfile("package/package.json")
+        if member is None:
+            raise InvalidInput(f"{path} is not an npm package tarball")
+        return str(json.loads(member.read())["name"])
+
+
+def _write(path: Path, text: str) -> None:
+    from warden.adapters.envs.fdtree import open_tree
+
+    with open_tree(path.parent) as folder:
+        folder.write(path.name, text)
+
+
+class InstallService:
+    """Sandboxed, incremental installs into one workspace."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+
+    def available(self) -> bool:
+        try:
+            from warden.adapters.sandbox.host import bwrap_path
+        except ImportError:
+            return False
+        return bwrap_path() is not None
+
+    def install(self, name: str, packages: Sequence[str], *, node: bool = False, persist: bool = True,
+                actor: str = "user") -> dict[str, Any]:
+        """Install `packages` into workspace `name` and (unless not `persist`) record them."""
+        checked = check_packages(packages, node=node)
+        record = self._app.workspaces.get(name)
+        if record.status not in ("ready", "broken"):
+            raise Conflict(f"workspace {name!r} is {record.status}; `warden resume {name}` it first")
+        result = self.install_record(record, checked, node=node, persist=persist)
+        self._app.audit.record(actor=actor, action="workspace.install", target=name,
+                               result="ok" if result["ok"] else f"exit {result['exit_code']}",
+                               detail={"packages": checked, "node": node, "persist": persist,
+                                       "recorded_in": result.get("recorded_in")})
+        self._app.workspaces.touch(name)
+        if not result["ok"]:
+            raise Unavailable(f"installing {', '.join(checked)} failed (exit {result['exit_code']}): "
+                              f"{result['error']}")
+        return result
+
+    def install_record(self, record: WorkspaceRecord, packages: Sequence[str], *, node: bool,
+                       persist: bool) -> dict[str, Any]:
+        path = Path(record.path)
+        settings = self._app.settings
+        env: dict[str, str] = {}
+        ro_paths = _strings(record.meta.get("ro_paths"))
+        no_index = settings.get_bool("envs.no_index")
+        find_links = settings.get_list("envs.find_links")
+        ro_paths += [link for link in find_links if link.startswith("/") and os.path.exists(link)]
+        if node:
+            argv = ["npm", "install", "--ignore-scripts", "--no-audit", "--no-fund", "--no-save",
+                    "--no-package-lock", "--install-links", *packages]
+            env.update({"npm_config_cache": "/tmp/.npm",  # noqa: S108 - the sandbox's private /tmp "npm_config_update_notifier": "false",
+                        "npm_config_loglevel": "error"})
+            if settings.get_str("envs.npm_registry"):
+                env["npm_config_registry"] = settings.get_str("envs.npm_registry")
+            for spec in packages:
+                if spec.startswith("file:") and spec[5:].startswith("/"):
+                    ro_paths.append(os.path.dirname(spec[5:]))
+        else:
+            python = path / ".venv" / "bin" / "python"
+            if not os.path.exists(python):
+                raise Conflict(f"workspace {record.name!r} has no Python venv; `warden health {record.name} "
+                               "--repair` re-creates it")
+            argv = [str(python), "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
+                    "--no-input", "--no-warn-script-location", *packages]
+            env["PIP_CONFIG_FILE"] = "/dev/null"
+            from warden.adapters.envs.python_layer import IndexOptions
+
+            env.update(IndexOptions(settings.get_str("envs.index_url"), find_links, no_index).pip_env())
+        domains = [] if no_index and not node else settings.get_list("envs.install_domains")
+        outcome = self._run(record, argv, env, ro_paths, domains)
+        ok = outcome["exit_code"] == 0
+        result: dict[str, Any] = {"name": record.name, "packages": list(packages), "node": node, "ok": ok,
+                                  "exit_code": outcome["exit_code"], "recorded_in": None,
+                                  "error": _tail(outcome["stderr"] or outcome["stdout"]) if not ok else None}
+        if ok and persist:
+            if node:
+                installed = _installed_versions(path / "node_modules", packages)
+                if record_node(path / "package.json", packages, installed):
+                    result["recorded_in"] = "package.json"
+            elif record_python(path / "pyproject.toml", packages):
+                result["recorded_in"] = "pyproject.toml"
+        return result
+
+    def _run(self, record: WorkspaceRecord, argv: list[str], env: dict[str, str], ro_paths: list[str],
+             domains: list[str]) -> dict[str, Any]:
+        ro = [p for p in dict.fromkeys(ro_paths) if os.path.exists(p)]
+        if record.status == "ready":
+            # The normal way: the runs service applies zones, path policy and auditing.
+            result = self._app.runs.run(record.name, argv, env=env, ro_paths=ro, timeout=1800,
+                                        net="allow" if domains else "none", allow_domains=domains,
+                                        actor="warden-install")
+            return {"exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr}
+        # Repairing a broken workspace: the runs service only runs in ready ones.
+        from warden.adapters.sandbox.host import build_spec
+        from warden.adapters.sandbox.runner import run_sandboxed
+        from warden.core.limits import Limits
+        from warden.core.network import NetworkPolicy
+
+        spec = build_spec(record.path, argv, caller_env=self._app.environ, env=env, ro_paths=ro,
+                          network=bool(domains))
+        limits = Limits(memory=2048 << 20, cpu_seconds=1200, pids=512, file_size=1024 << 20, timeout_s=1800)
+        outcome = run_sandboxed(spec, limits, network=NetworkPolicy.parse(domains) if domains else None)
+        return {"exit_code": outcome.exit_code, "stdout": outcome.stdout.decode("utf-8", "replace"),
+                "stderr": outcome.stderr.decode("utf-8", "replace")}
+
+
+def _strings(value: object) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list | tuple) else []
+
+
+def _tail(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return " | ".join(lines[-4:]) or "no output"
+
+
+def _installed_versions(modules: Path, specs: Sequence[str]) -> dict[str, str]:
+    versions = {}
+    for spec in specs:
+        if spec.startswith("file:"):
+            continue
+        name = ("@" + spec[1:].partition("@")[0]) if spec.startswith("@") else spec.partition("@")[0]
+        try:
+            data = json.loads((modules / name / "package.json").read_text())
+            versions[name] = str(data.get("version"))
+        except (OSError, ValueError):
+            continue
+    return versions

@@ -1,0 +1,188 @@
+"""Run a command in a workspace's sandbox: the one way Warden executes bot commands.
+
+Order of a run: look up the workspace → limits (settings, then per-run overrides) → the
+command allowlist when `sandbox.enabled` is on → the network decision → the path policy
+(zones, allowed/denied paths, protected files) → the sandbox adapter → one audit event.
+Refusals happen before anything starts and carry exit status 126.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from warden.core.bwrap_argv import Bind
+from warden.core.errors import Conflict, Denied, InvalidInput, Unavailable, WardenError
+from warden.core.limits import Limits, apply_overrides
+from warden.core.runs import RunResult
+
+if TYPE_CHECKING:
+    from warden.bootstrap import App
+    from warden.core.network import NetworkPolicy
+    from warden.core.workspaces import WorkspaceRecord
+
+__all__ = ["REFUSED_EXIT", "RunService"]
+
+REFUSED_EXIT = 126
+Sink = Callable[[bytes], None]
+_SYSTEM_BINS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+
+def _refused(exc: WardenError) -> WardenError:
+    """Mark an error as "Warden refused to start the command" (exit status 126)."""
+    exc.exit_status = REFUSED_EXIT  # type: ignore[attr-defined]
+    return exc
+
+
+class RunService:
+    """Runs commands in workspace sandboxes and audits every run."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+
+    # -- inputs --------------------------------------------------------------------------
+    def default_limits(self) -> Limits:
+        s = self._app.settings
+        return Limits(memory=s.get_size("sandbox.memory"), cpu_seconds=s.get_int("sandbox.cpu_seconds"),
+                      pids=s.get_int("sandbox.pids"), open_files=s.get_int("sandbox.open_files"),
+                      file_size=s.get_int("sandbox.max_file_size_mb") * 1024 * 1024,
+                      timeout_s=s.get_seconds("sandbox.timeout"))
+
+    def network_policy(self, net: str | None, allow_domains: Sequence[str]) -> NetworkPolicy | None:
+        """None for no network; the parsed allowlist otherwise."""
+        from warden.core.network import NetworkPolicy
+
+        s = self._app.settings
+        mode = net or ("allow" if s.get_bool("network.enabled") else "none")
+        if mode not in ("none", "allow"):
+            raise InvalidInput(f"bad --net {mode!r}: use none or allow")
+        if mode == "none":
+            if allow_domains:
+                raise InvalidInput("--allow-domain needs --net allow")
+            return None
+        allowed = [*s.get_list("network.allowed_domains"), *allow_domains]
+        if not allowed:
+            raise InvalidInput("--net allow needs at least one --allow-domain DOMAIN "
+                               "(or network.allowed_domains in the settings)")
+        return NetworkPolicy.parse(allowed, s.get_list("network.denied_domains"))
+
+    def _path_policy(self, record: WorkspaceRecord, session: str | None) -> dict[str, Any]:
+        """Zones, allowed and denied paths from the path policy (services/sandbox_paths)."""
+        try:
+            from warden.services.sandbox_paths import effective_path_policy
+        except ImportError:  # the path policy feature is not installed in this build
+            return {"ro_zones": [], "binds": [], "denied": [], "protected": []}
+        eff = effective_path_policy(self._app, record, session)
+        blocked = tuple(getattr(eff, "system_blocked", ()))
+
+        def inside(path: str, roots: Sequence[str]) -> bool:
+            return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+        binds = [Bind(path, mode) for path, mode in eff.allowed if not inside(path, blocked)]
+        return {"ro_zones": [z.host_path for z in eff.zones if z.mode == "ro"], "binds": binds,
+                "denied": list(eff.denied), "protected": list(eff.readonly)}
+
+    # -- the run -------------------------------------------------------------------------
+    def run(self, name: str, argv: Sequence[str], *, timeout: float | None = None,
+            memory: str | int | None = None, cpu: int | None = None, pids: int | None = None,
+            net: str | None = None, allow_domains: Sequence[str] = (),
+            env: Mapping[str, str] | None = None, stdin: bytes | str | int | None = None,
+            on_stdout: Sink | None = None, on_stderr: Sink | None = None, capture: bool = True,
+            on_notice: Sink | None = None, actor: str = "user", session: str | None = None,
+            ro_paths: Sequence[str] = ()) -> RunResult:
+        """Run `argv` in workspace `name`; the command's status, output and timing."""
+        from warden.adapters.sandbox.host import build_spec
+        from warden.adapters.sandbox.runner import run_sandboxed
+
+        if isinstance(argv, str) or not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
+            raise InvalidInput("give the command as a non-empty list of strings (argv), e.g. ['python', '-V']")
+        record = self._app.workspaces.get(name)
+        if record.status != "ready":
+            raise Conflict(f"workspace {name!r} is {record.status}; resume it before running commands")
+        limits = apply_overrides(self.default_limits(), timeout=timeout, memory=memory, cpu=cpu, pids=pids)
+        policy = self.network_policy(net, allow_domains)
+        ws = os.path.realpath(record.path)
+        audit_base = {"argv": list(argv), "limits": limits.to_json(),
+                      "network": policy.to_json() if policy else "none",
+                      "env_keys": sorted((env or {}).keys())}
+        if self._app.settings.get_bool("sandbox.enabled"):
+            from warden.core.commands import check_command
+
+            decision = check_command(argv, self._app.settings.get_list("sandbox.allowed_commands"),
+                                     trusted_dirs=[*_SYSTEM_BINS, f"{ws}/.venv/bin", f"{ws}/node_modules/.bin"],
+                                     cwd=ws)
+            if not decision.allowed:
+                self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
+                                       rule=decision.rule, result="refused", detail=audit_base)
+                raise _refused(Denied(f"{decision.reason} (rule {decision.rule})", rule=decision.rule))
+        paths = self._path_policy(record, session)
+        layers = [*ro_paths, *self._layer_paths(record)]
+        try:
+            spec = build_spec(ws, argv, caller_env=self._app.environ, env=dict(env or {}),
+                              ro_paths=layers, extra_binds=paths["binds"], ro_zones=paths["ro_zones"],
+                              denied=paths["denied"], protected=paths["protected"],
+                              network=policy is not None,
+                              tmp_size=limits.memory)
+        except Denied as exc:
+            self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
+                                   rule=exc.rule or "sandbox", result="refused", detail=audit_base)
+            raise _refused(exc) from None
+        refusals: list[str] = []
+        lock = threading.Lock()
+
+        def on_net_event(event: Any) -> None:
+            if event.allowed:
+                return
+            line = f"warden: network refused {event.method} {event.host}:{event.port}: {event.reason}\n"
+            with lock:
+                refusals.append(line)
+            notice = on_notice or on_stderr
+            if notice is not None:
+                notice(line.encode())
+
+        stdin_arg: bytes | int | None = stdin.encode() if isinstance(stdin, str) else stdin
+        try:
+            outcome = run_sandboxed(spec, limits, stdin=stdin_arg, on_stdout=on_stdout,
+                                    on_stderr=on_stderr, capture=capture, network=policy,
+                                    on_net_event=on_net_event)
+        except Unavailable as exc:
+            from warden.adapters.sandbox.doctor import userns_fix
+
+            hint = userns_fix() if exc.rule == "sandbox.setup_failed" else None
+            message = exc.message + (f"; {hint}" if hint else "")
+            self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
+                                   rule=exc.rule or "sandbox.unavailable", result="unavailable",
+                                   detail=audit_base)
+            raise _refused(Unavailable(message, rule=exc.rule)) from None
+        self._audit_run(actor, name, audit_base, outcome)
+        stderr = outcome.stderr.decode("utf-8", "replace") + "".join(refusals)
+        return RunResult(exit_code=outcome.exit_code, stdout=outcome.stdout.decode("utf-8", "replace"),
+                         stderr=stderr, duration_s=outcome.duration_s, timed_out=outcome.timed_out,
+                         signal=outcome.signal)
+
+    def _layer_paths(self, record: WorkspaceRecord) -> list[str]:
+        """Env layers the workspace uses (bound read-only); filled in by the workspaces feature."""
+        layers = record.meta.get("ro_paths") if isinstance(record.meta, Mapping) else None
+        return [p for p in layers if isinstance(p, str)] if isinstance(layers, list) else []
+
+    def _audit_run(self, actor: str, name: str, base: dict[str, Any], outcome: Any) -> None:
+        from warden.adapters.store import workspaces as rows
+
+        events = [e.to_json() for e in outcome.net_events]
+        detail = {**base, "exit_code": outcome.exit_code, "duration_s": round(outcome.duration_s, 4),
+                  "timed_out": outcome.timed_out, "signal": outcome.signal,
+                  "oom_killed": outcome.oom_killed, "limits_via": outcome.limits_via,
+                  "seccomp": outcome.seccomp, "truncated": outcome.truncated}
+        if events:
+            detail["network_events"] = events[:100]
+        with self._app.db.transaction() as tx:
+            for event in events:
+                if not event["allowed"]:
+                    self._app.audit.record(actor=actor, action="network.refused", target=name,
+                                           decision="deny", rule=str(event["rule"]),
+                                           result="refused", detail=event, tx=tx)
+            self._app.audit.record(actor=actor, action="run", target=name, decision="allow",
+                                   rule="sandbox", result=str(outcome.exit_code), detail=detail, tx=tx)
+            rows.update(tx, name, {"last_accessed": self._app.clock().isoformat()})

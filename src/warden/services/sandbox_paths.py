@@ -1,0 +1,220 @@
+"""Sandbox path lists at three levels and a workspace's zones: the merged view, changes, checks.
+
+Where things live (all in seed 004's JSON format, or seed 003's YAML for zones):
+
+    global     $WARDEN_HOME/sandbox_paths.json
+    workspace  <ws>/.warden/sandbox.json
+    session    <ws>/.warden/sessions/<id>/sandbox.json
+    zones      <ws>/.warden/zones.yaml   (absent: the default zones cache + workspace)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from warden.adapters.sandbox_paths import read_doc, read_zones_doc, stamp, update_doc
+from warden.core.errors import Denied, InvalidInput
+from warden.core.paths import is_inside, normalize
+from warden.core.policy import (
+    LEVELS,
+    Decision,
+    EffectivePaths,
+    Level,
+    PathRule,
+    PathRules,
+    WorkspacePolicy,
+    decide_host,
+    effective_paths,
+    parse_paths_doc,
+    with_allowed,
+    with_denied,
+)
+from warden.core.workspaces import WorkspaceRecord
+from warden.core.zones import DEFAULT_ZONES, Mode, Zone, parse_zones
+from warden.services.audit import AuditLog
+
+if TYPE_CHECKING:
+    from warden.bootstrap import App
+
+__all__ = ["SandboxPaths", "effective_path_policy"]
+
+_SESSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+POLICY_DIR = ".warden"
+ZONES_FILE = "zones.yaml"
+
+
+def check_session(session: str) -> str:
+    """A valid session id (it becomes a folder name), or InvalidInput."""
+    if not _SESSION.match(session):
+        raise InvalidInput(f"bad session id {session!r}: use 1-64 letters, digits, '.', '_' or '-'")
+    return session
+
+
+@dataclass(frozen=True)
+class Target:
+    """Which file a level means, and the workspace it belongs to."""
+
+    level: Level
+    file: Path
+    workspace: WorkspaceRecord | None
+    session: str | None
+
+
+class SandboxPaths:
+    """The three path lists and the zones of workspaces: read, merge, change, decide."""
+
+    def __init__(self, global_file: Path, audit: AuditLog, clock: Callable[[], datetime], *,
+                 block_system: bool, user_home: str | None) -> None:
+        self.global_file = global_file
+        self._audit = audit
+        self._clock = clock
+        self.block_system = block_system
+        self._user_home = user_home
+
+    # -- files -----------------------------------------------------------------------------
+    @staticmethod
+    def policy_dir(record: WorkspaceRecord) -> Path:
+        """`<ws>/.warden`, refused when it is a link (a bot could point it at its own files)."""
+        folder = Path(record.path) / POLICY_DIR
+        if folder.is_symlink():
+            raise Denied(f"{folder} is a symbolic link; remove it (Warden keeps the workspace policy there)",
+                         rule="deny: policy folder is a link")
+        return folder
+
+    def files_for(self, record: WorkspaceRecord | None, session: str | None) -> dict[Level, Path]:
+        files: dict[Level, Path] = {"global": self.global_file}
+        if record is not None:
+            folder = self.policy_dir(record)
+            files["workspace"] = folder / "sandbox.json"
+            if session is not None:
+                files["session"] = folder / "sessions" / check_session(session) / "sandbox.json"
+        elif session is not None:
+            raise InvalidInput("--session needs --workspace: a session belongs to one workspace")
+        return files
+
+    def zones_file(self, record: WorkspaceRecord) -> Path:
+        return self.policy_dir(record) / ZONES_FILE
+
+    def watched(self, record: WorkspaceRecord, session: str | None) -> list[Path]:
+        """Every file whose change alters a decision for `record` (for cache checks)."""
+        return [*self.files_for(record, session).values(), self.zones_file(record)]
+
+    def fingerprint(self, record: WorkspaceRecord, session: str | None) -> tuple[tuple[int, int, int], ...]:
+        return stamp(self.watched(record, session))
+
+    # -- reading ---------------------------------------------------------------------------
+    def rules(self, record: WorkspaceRecord | None = None, session: str | None = None) -> PathRules:
+        """The merged lists of every level that applies."""
+        every: list[PathRule] = []
+        for level, file in self.files_for(record, session).items():
+            every += parse_paths_doc(read_doc(file), level, where=str(file), home=self._user_home)
+        return PathRules.merge(every)
+
+    def zones(self, record: WorkspaceRecord) -> dict[str, Zone]:
+        """The workspace's configured zones, or the defaults (cache, workspace) when none are."""
+        file = self.zones_file(record)
+        configured = parse_zones(read_zones_doc(file), where=str(file))
+        return configured or dict(DEFAULT_ZONES)
+
+    def workspace_policy(self, record: WorkspaceRecord, session: str | None = None,
+                         scope: Mapping[str, Zone] | None = None) -> WorkspacePolicy:
+        """The decider for paths of `record`, for the owner (scope None) or a restricted actor."""
+        return WorkspacePolicy(root=normalize(record.path), zones=self.zones(record),
+                               rules=self.rules(record, session), scope=scope,
+                               block_system=self.block_system)
+
+    # -- changes ---------------------------------------------------------------------------
+    def target(self, level: str | None, record: WorkspaceRecord | None, session: str | None) -> Target:
+        """The file a change goes to; the level defaults to the narrowest one given."""
+        chosen = level or ("session" if session is not None else "workspace" if record else "global")
+        if chosen not in LEVELS:
+            raise InvalidInput(f"bad level {chosen!r}: use global, workspace or session")
+        if chosen in ("workspace", "session") and record is None:
+            raise InvalidInput(f"level {chosen} needs --workspace NAME")
+        if chosen == "session" and session is None:
+            raise InvalidInput("level session needs --session ID")
+        if session is not None:
+            check_session(session)
+        files = self.files_for(record, session if chosen == "session" else None)
+        lvl: Level = "session" if chosen == "session" else "workspace" if chosen == "workspace" else "global"
+        return Target(lvl, files[lvl], record, session if lvl == "session" else None)
+
+    def _clean(self, path: str) -> str:
+        if not isinstance(path, str) or not path.startswith("/") or "\0" in path:
+            raise InvalidInput(f"path {path!r} must be absolute (/full/path) and free of NUL bytes")
+        return normalize(path)
+
+    def add(self, path: str, *, level: str | None = None, workspace: WorkspaceRecord | None = None,
+            session: str | None = None, mode: Mode = "rw", actor: str = "user") -> PathRule:
+        """Seed 004's `sandbox add`: allow `path` at the level and drop it from that level's denied list."""
+        if mode not in ("ro", "rw"):
+            raise InvalidInput(f"bad mode {mode!r}: use ro or rw")
+        clean = self._clean(path)
+        target = self.target(level, workspace, session)
+        added_at = self._clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        update_doc(target.file, lambda doc: with_allowed(doc, clean, mode=mode, added_at=added_at))
+        self._record(actor, "sandbox.add", target, clean, {"mode": mode})
+        return PathRule(clean, "allow", target.level, mode, added_at)
+
+    def remove(self, path: str, *, level: str | None = None, workspace: WorkspaceRecord | None = None,
+               session: str | None = None, actor: str = "user") -> PathRule:
+        """Seed 004's `sandbox remove`: deny `path` at the level and drop it from that level's allowed list."""
+        clean = self._clean(path)
+        target = self.target(level, workspace, session)
+        added_at = self._clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        update_doc(target.file, lambda doc: with_denied(doc, clean, added_at=added_at))
+        self._record(actor, "sandbox.remove", target, clean, {})
+        return PathRule(clean, "deny", target.level, "rw", added_at)
+
+    def _record(self, actor: str, action: str, target: Target, path: str, extra: dict[str, object]) -> None:
+        name = target.workspace.name if target.workspace else "global"
+        self._audit.record(actor=actor, action=action, target=name, decision="allow",
+                           rule=f"{target.level} {'allowed' if action.endswith('add') else 'denied'}_paths",
+                           detail={"path": path, "level": target.level, "session": target.session, **extra})
+
+    # -- decisions -------------------------------------------------------------------------
+    def check(self, path: str, op: str, *, workspace: WorkspaceRecord | None = None,
+              session: str | None = None, actor: str = "user") -> Decision:
+        """Decide host path `path` for `op` the way Warden would, naming the rule; audited."""
+        clean = self._clean(path)
+        if op not in ("read", "write", "delete", "list", "stat", "mkdir", "exists"):
+            raise InvalidInput(f"bad operation {op!r}: use read or write")
+        if workspace is not None and is_inside(clean, normalize(workspace.path)):
+            root = normalize(workspace.path)
+            rel = "/" if clean == root else clean[len(root):]
+            decision = self.workspace_policy(workspace, session).decide(rel, op)
+        else:
+            decision = decide_host(clean, op, self.rules(workspace, session), block_system=self.block_system,
+                                   windows=os.name == "nt")
+        self._audit.record(actor=actor, action="sandbox.check",
+                           target=workspace.name if workspace else "global", decision=decision.decision,
+                           rule=decision.rule, detail={"path": clean, "op": op, "session": session})
+        return decision
+
+    def effective(self, record: WorkspaceRecord, session: str | None = None) -> EffectivePaths:
+        """Zones with host directories, extra allowed paths with modes, denied and read-only paths."""
+        folder = self.policy_dir(record)
+        # The sandbox binds .warden/ read-only; it must exist first, or a bot could create it.
+        folder.mkdir(mode=0o755, exist_ok=True)
+        return effective_paths(record.path, self.zones(record), self.rules(record, session),
+                               block_system=self.block_system)
+
+
+def effective_path_policy(app: App, workspace_record: WorkspaceRecord, session: str | None = None) -> EffectivePaths:
+    """What the sandbox builder mounts for `workspace_record` (and `session`).
+
+    Returns `EffectivePaths` (core/policy.py): `workspace` (host path), `zones` as
+    (name, host_path, mode) — bind the `ro` ones read-only —, `allowed` extra host paths
+    with their mode (already without those a deny covers), `denied` host paths (never
+    bind them; hide them if they lie inside a bound path), `readonly` protected workspace
+    files (.warden/, .workspace.json, .git/hooks, ...) to re-bind read-only, and
+    `system_blocked` (seed 000's protected system paths while sandbox.block_system_paths
+    is on). Creates `<ws>/.warden/` so it can be bound read-only.
+    """
+    return app.sandbox_paths.effective(workspace_record, session)

@@ -1,0 +1,115 @@
+"""Secrets: named values sealed with AES-GCM, injected only into runs of grants that name them.
+
+No method returns a value to an interface except `environment()`, which the run path uses to
+build a sandbox's environment. Values never reach the audit log: events name secrets only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from warden.adapters.keystore import Keystore
+from warden.adapters.store import secrets as rows
+from warden.adapters.store.db import Database
+from warden.core.errors import InvalidInput, NotFound
+from warden.core.grants import check_secret_name
+from warden.services.audit import AuditLog
+
+__all__ = ["MAX_SECRET_BYTES", "Injection", "SecretService"]
+
+MAX_SECRET_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Injection:
+    """The environment a run gets from secrets, and the names that were asked for but are gone."""
+
+    env: dict[str, str]
+    missing: tuple[str, ...]
+
+
+def _clean_value(value: bytes | str) -> str:
+    raw = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    # `echo KEY | warden secret set` adds one newline the user did not mean as part of the value.
+    if raw.endswith(b"\r\n"):
+        raw = raw[:-2]
+    elif raw.endswith(b"\n"):
+        raw = raw[:-1]
+    if not raw:
+        raise InvalidInput("the secret value is empty: pipe it on stdin, "
+                           "e.g. `printf %s \"$KEY\" | warden secret set NAME`")
+    if len(raw) > MAX_SECRET_BYTES:
+        raise InvalidInput(f"the secret value is larger than {MAX_SECRET_BYTES // 1024} KiB; "
+                           "store a file in the workspace instead")
+    if b"\0" in raw:
+        raise InvalidInput("the secret value holds a NUL byte, which an environment variable cannot carry")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput("the secret value is not UTF-8 text; base64-encode binary values") from None
+
+
+class SecretService:
+    def __init__(self, db: Database, audit: AuditLog, keystore: Keystore,
+                 clock: Callable[[], datetime]) -> None:
+        self._db = db
+        self._audit = audit
+        self._keys = keystore
+        self._clock = clock
+
+    def set(self, name: str, value: bytes | str, *, actor: str = "user") -> bool:
+        """Seal and store `value` under `name`; True when the secret is new."""
+        check_secret_name(name)
+        text = _clean_value(value)
+        sealed = self._keys.seal(name, text.encode("utf-8"))
+        with self._db.transaction() as tx:
+            created = rows.upsert(tx, name, sealed, self._clock().isoformat())
+            self._audit.record(actor=actor, action="secret.set", target=f"secret:{name}",
+                               detail={"created": created, "key_id": sealed.key_id}, tx=tx)
+        return created
+
+    def list_secrets(self) -> list[rows.SecretRow]:
+        with self._db.transaction(write=False) as tx:
+            return rows.all_rows(tx)
+
+    def names(self) -> list[str]:
+        with self._db.transaction(write=False) as tx:
+            return rows.names(tx)
+
+    def remove(self, name: str, *, actor: str = "user") -> None:
+        check_secret_name(name)
+        with self._db.transaction() as tx:
+            if not rows.delete(tx, name):
+                raise NotFound(f"no secret named {name!r}: `warden secret list` shows them")
+            self._audit.record(actor=actor, action="secret.remove", target=f"secret:{name}", tx=tx)
+
+    def rotate_key(self, *, actor: str = "user") -> tuple[str, int]:
+        """Re-seal every secret under a new master key; returns the new key id and the count."""
+        kid, key = self._keys.begin_rotation()
+        with self._db.transaction() as tx:
+            stored = rows.all_rows(tx)
+            for row in stored:
+                plain = self._keys.open(row.name, row.sealed)
+                rows.upsert(tx, row.name, self._keys.seal(row.name, plain, key=(kid, key)), row.updated_at)
+            self._audit.record(actor=actor, action="secret.rotate_key", target="keys/master.key",
+                               detail={"key_id": kid, "resealed": len(stored)}, tx=tx)
+        self._keys.finish_rotation()
+        return kid, len(stored)
+
+    def environment(self, names: Iterable[str]) -> Injection:
+        """Decrypt the named secrets for one run's environment (only the run path calls this)."""
+        wanted = sorted(set(names))
+        if not wanted:
+            return Injection({}, ())
+        env: dict[str, str] = {}
+        missing: list[str] = []
+        with self._db.transaction(write=False) as tx:
+            found = {name: rows.get(tx, name) for name in wanted}
+        for name, row in found.items():
+            if row is None:
+                missing.append(name)
+            else:
+                env[name] = self._keys.open(name, row.sealed).decode("utf-8")
+        return Injection(env, tuple(missing))

@@ -1,0 +1,104 @@
+"""Layers are built once from local packages, sealed read-only, never hard-linked; failures leave nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.support.envs import EnvHome, envhome  # noqa: F401 - fixture
+from tests.support.packages import make_wheel
+
+
+def _layers(env: EnvHome) -> list[Path]:
+    return [p for p in (env.home / "layers").iterdir() if not p.name.startswith((".", "_"))]
+
+
+def test_layers_are_sealed_and_share_no_inode(envhome: EnvHome) -> None:  # noqa: F811
+    layers = _layers(envhome)
+    kinds = {json.loads((p / "layer.json").read_text())["kind"] for p in layers}
+    assert {"python", "node"} <= kinds
+    for layer in layers:
+        for dirpath, dirnames, filenames in os.walk(layer):
+            for name in dirnames + filenames:
+                st = os.lstat(os.path.join(dirpath, name))
+                if stat.S_ISLNK(st.st_mode):
+                    continue
+                assert not st.st_mode & 0o222, os.path.join(dirpath, name)
+                if stat.S_ISREG(st.st_mode):
+                    # No hard link into any cache or other tree (cross-bot poisoning).
+                    assert st.st_nlink == 1, os.path.join(dirpath, name)
+
+
+def test_python_layer_has_lock_bytecode_and_pip(envhome: EnvHome) -> None:  # noqa: F811
+    for layer in _layers(envhome):
+        info = json.loads((layer / "layer.json").read_text())
+        if info["kind"] != "python":
+            continue
+        lock = (layer / "requirements.lock").read_text()
+        assert "alpha==1.0" in lock and "beta==2.1" in lock
+        site = Path(info["site_packages"])
+        assert site.is_dir() and str(site).startswith(str(layer))
+        assert list(site.glob("alpha/__pycache__/*.pyc")), "bytecode must be compiled at build time"
+        assert (site / "pip").is_dir()
+        assert "alpha-hello" in info["scripts"]
+        return
+    raise AssertionError("no python layer")
+
+
+def test_node_layer_keeps_its_lock(envhome: EnvHome) -> None:  # noqa: F811
+    for layer in _layers(envhome):
+        info = json.loads((layer / "layer.json").read_text())
+        if info["kind"] == "node":
+            assert (layer / "package-lock.json").is_file()
+            assert {"tiny-top", "tiny-dep"} <= set(info["links"])
+            return
+    raise AssertionError("no node layer")
+
+
+def test_snapshot_list_and_idempotent_build(envhome: EnvHome) -> None:  # noqa: F811
+    before = sorted(p.name for p in _layers(envhome))
+    proc = envhome.cli("snapshot", "build", "local", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in _layers(envhome)) == before
+    listed = json.loads(envhome.cli("snapshot", "list", "--json").stdout)["data"]
+    assert {row["id"] for row in listed} >= set(before)
+
+
+def test_failed_build_leaves_nothing(envhome: EnvHome, tmp_path: Path) -> None:  # noqa: F811
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\npython:\n  dependencies: [does-not-exist-anywhere]\n")
+    before = sorted(os.listdir(envhome.home / "layers"))
+    proc = envhome.cli("snapshot", "build", str(bad), "--json")
+    assert proc.returncode == 1
+    error = json.loads(proc.stdout)["error"]
+    assert error["code"] == "unavailable" and "does-not-exist-anywhere" in error["message"]
+    after = [n for n in os.listdir(envhome.home / "layers") if n not in before]
+    # At most the (empty) lock file of the attempted id; never a layer or a build folder.
+    assert all(n.endswith(".lock") for n in after), after
+    proc = envhome.cli("create", envhome.name("bad"), "--template", str(bad), "--json")
+    assert proc.returncode == 1
+    assert json.loads(envhome.cli("list", "--json").stdout)["data"] == [] or all(
+        w["template"] != "bad" for w in json.loads(envhome.cli("list", "--json").stdout)["data"])
+
+
+def test_layer_id_follows_dependencies(envhome: EnvHome, tmp_path: Path) -> None:  # noqa: F811
+    make_wheel(envhome.wheels, "delta", "1.0")
+    t = tmp_path / "other.yaml"
+    t.write_text(envhome.template.read_text().replace("- beta<3", "- beta<3\n    - delta"))
+    proc = envhome.cli("snapshot", "build", str(t), "--json")
+    assert proc.returncode == 0, proc.stderr
+    ids = {layer["id"] for layer in json.loads(proc.stdout)["data"]["layers"]}
+    original = json.loads(envhome.cli("snapshot", "build", "local", "--json").stdout)["data"]["layers"]
+    py_ids = {layer["id"] for layer in original if layer["kind"] == "python"}
+    assert not ids & py_ids or len(ids) == 2  # the node layer is shared, the python one is new
+    assert len(ids - py_ids) >= 1
+
+
+@pytest.mark.parametrize("bad", ["3.x", "4"])
+def test_bad_python_flag_is_usage_error(envhome: EnvHome, bad: str) -> None:  # noqa: F811
+    proc = envhome.cli("create", envhome.name(), "--template", "local", "--python", bad, "--json")
+    assert proc.returncode == 2

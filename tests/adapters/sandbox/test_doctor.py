@@ -1,0 +1,39 @@
+"""Seccomp filter generation and the doctor's probes."""
+
+from __future__ import annotations
+
+import pytest
+
+from warden.adapters.sandbox import doctor, seccomp
+
+
+def test_filter_compiles_to_bpf() -> None:
+    program = seccomp.filter_bpf()
+    assert program and len(program) % 8 == 0  # struct sock_filter is 8 bytes
+    assert seccomp.libseccomp_version()
+
+
+def test_doctor_reports_each_piece() -> None:
+    checks = {c.name: c for c in doctor.run_checks()}
+    assert {"bubblewrap", "user namespaces", "cgroups", "seccomp", "landlock"} <= set(checks)
+    assert checks["bubblewrap"].ok and "bubblewrap" in checks["bubblewrap"].detail
+    assert checks["user namespaces"].ok
+    assert checks["seccomp"].ok
+    for check in checks.values():
+        assert check.ok or check.fix
+
+
+def test_missing_bwrap_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doctor, "bwrap_path", lambda: None)
+    checks = {c.name: c for c in doctor.run_checks()}
+    assert not checks["bubblewrap"].ok and "apt-get install bubblewrap" in checks["bubblewrap"].fix
+    assert not checks["user namespaces"].ok
+
+
+def test_userns_fix_reads_the_ubuntu_sysctl(monkeypatch: pytest.MonkeyPatch) -> None:
+    values = {"kernel.apparmor_restrict_unprivileged_userns": "1"}
+    monkeypatch.setattr(doctor, "_sysctl", values.get)
+    fix = doctor.userns_fix()
+    assert fix and "kernel.apparmor_restrict_unprivileged_userns=0" in fix
+    monkeypatch.setattr(doctor, "_sysctl", {"kernel.unprivileged_userns_clone": "0"}.get)
+    assert "unprivileged_userns_clone=1" in (doctor.userns_fix() or "")

@@ -1,0 +1,154 @@
+"""The bubblewrap runner, run for real: status, output, stdin, environment, limits."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from warden.adapters.sandbox import cgroups, host, runner
+from warden.core.errors import Unavailable
+from warden.core.limits import Limits
+
+Run = Callable[..., runner.RunOutcome]
+
+
+def test_exit_status_and_output_pass_through(sandbox: Run) -> None:
+    out = sandbox(["sh", "-c", "echo out; echo err >&2; exit 7"])
+    assert (out.exit_code, out.stdout, out.stderr) == (7, b"out\n", b"err\n")
+    assert not out.timed_out and out.signal is None
+
+
+def test_a_signal_gives_128_plus_n(sandbox: Run) -> None:
+    out = sandbox(["sh", "-c", "kill -TERM $$"])
+    assert (out.exit_code, out.signal) == (143, 15)
+
+
+def test_missing_program_is_127(sandbox: Run) -> None:
+    out = sandbox(["no-such-program-here"])
+    assert out.exit_code == 127 and b"no-such-program-here" in out.stderr
+
+
+def test_stdin_bytes_and_fd(sandbox: Run, tmp_path: Path) -> None:
+    assert sandbox(["cat"], stdin=b"hello\n" * 50000).stdout == b"hello\n" * 50000
+    source = tmp_path / "in.txt"
+    source.write_text("from a file\n")
+    with open(source, "rb") as fh:
+        assert sandbox(["cat"], stdin=fh.fileno()).stdout == b"from a file\n"
+    assert sandbox(["cat"]).stdout == b""  # no stdin: /dev/null
+
+
+def test_output_streams_live(sandbox: Run) -> None:
+    arrivals: list[tuple[float, bytes]] = []
+    out = sandbox(["sh", "-c", "echo first; sleep 1.5; echo second"],
+                  on_stdout=lambda chunk: arrivals.append((time.monotonic(), chunk)))
+    finished = time.monotonic()
+    assert arrivals[0][1] == b"first\n"
+    # The first line reached the sink while the command was still sleeping.
+    assert finished - arrivals[0][0] >= 1.0
+    assert out.stdout == b"first\nsecond\n"
+
+
+def test_capture_is_bounded(sandbox: Run) -> None:
+    out = sandbox(["head", "-c", "100000", "/dev/zero"], max_capture=1000)
+    assert len(out.stdout) == 1000 and out.truncated
+
+
+def test_environment_is_an_allowlist(sandbox: Run, workspace: Path) -> None:
+    caller = {**os.environ, "AWS_SECRET_ACCESS_KEY": "leak", "LANG": "C.UTF-8", "TZ": "UTC"}
+    out = sandbox(["env"], caller_env=caller, env={"MY_FLAG": "1"})
+    env = dict(line.split("=", 1) for line in out.stdout.decode().splitlines())
+    assert env.pop("PWD", None) in (None, str(workspace))
+    assert set(env) == {"PATH", "HOME", "LANG", "TERM", "TZ", "MY_FLAG"}
+    assert env["HOME"] == str(workspace)
+    assert env["PATH"].split(":")[:2] == [f"{workspace}/.venv/bin", f"{workspace}/node_modules/.bin"]
+
+
+def test_workspace_is_cwd_and_writable_system_is_not(sandbox: Run, workspace: Path) -> None:
+    out = sandbox(["sh", "-c", "pwd; echo hi > made.txt; echo t > /tmp/t && cat /tmp/t; "
+                   "touch /usr/x /x /etc/x 2>/dev/null || echo ro"])
+    assert out.stdout.decode().split() == [str(workspace), "t", "ro"]
+    assert (workspace / "made.txt").read_text() == "hi\n"
+
+
+def test_rlimits_are_applied(sandbox: Run) -> None:
+    limits = Limits(open_files=77, cpu_seconds=9, file_size=2 * 1024 * 1024, timeout_s=30)
+    out = sandbox(["sh", "-c", "ulimit -n; ulimit -t; ulimit -f; ulimit -c"], limits=limits)
+    assert out.stdout.decode().split() == ["77", "9", "4096", "0"]
+
+
+def test_cpu_limit_kills_a_busy_loop(sandbox: Run) -> None:
+    out = sandbox(["sh", "-c", "while :; do :; done"], limits=Limits(cpu_seconds=1, timeout_s=20))
+    assert not out.timed_out
+    assert out.signal in (24, 9)  # SIGXCPU at the soft limit, SIGKILL at the hard one
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="per-run cgroups need root here")
+def test_cgroups_are_used_and_removed(sandbox: Run) -> None:
+    support = cgroups.detect()
+    if support.pids is None:
+        pytest.skip("no writable pids cgroup")
+    out = sandbox(["cat", "/proc/self/cgroup"], limits=Limits(pids=20, timeout_s=30))
+    assert out.limits_via.startswith("cgroup")
+    line = next(x for x in out.stdout.decode().splitlines() if ":pids:" in x or x.startswith("0::"))
+    name = line.rsplit("/", 1)[-1]
+    assert name.startswith("warden-")
+    assert not any(name in d for _, d in [support.pids] if os.path.exists(f"{d}/{name}"))
+
+
+def test_timeout_is_124_and_bounded(sandbox: Run) -> None:
+    start = time.monotonic()
+    out = sandbox(["sleep", "30"], limits=Limits(timeout_s=0.5))
+    assert out.timed_out and out.exit_code == 124
+    assert time.monotonic() - start < 15
+
+
+def test_workspace_venv_interpreter_prefix_is_mounted(tmp_path: Path, sandbox: Run, workspace: Path) -> None:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(workspace / ".venv")], check=True)
+    out = sandbox(["python", "-c", "import sys, json; print(sys.prefix); print(json.dumps(1))"])
+    assert out.exit_code == 0, out.stderr
+    assert out.stdout.decode().split() == [str(workspace / ".venv"), "1"]
+    prefixes = host.venv_prefixes(str(workspace))
+    assert prefixes and all(not p.startswith("/usr/") for p in prefixes)
+
+
+def test_ro_zone_and_denied_path(sandbox: Run, workspace: Path) -> None:
+    (workspace / "data").mkdir()
+    (workspace / "data" / "in.csv").write_text("a,b\n")
+    (workspace / "private").mkdir()
+    (workspace / "private" / "key").write_text("k")
+    (workspace / ".env").write_text("TOKEN=x")
+    out = sandbox(["sh", "-c", "cat data/in.csv; echo x > data/new || echo zone-ro; ls private; cat .env; echo"],
+                  spec_kw={"ro_zones": [str(workspace / "data")],
+                           "denied": [str(workspace / "private"), str(workspace / ".env")]})
+    text = out.stdout.decode()
+    assert "a,b" in text and "key" not in text and "TOKEN" not in text
+    assert not (workspace / "data" / "new").exists()
+
+
+def test_protected_symlink_is_refused(sandbox: Run, workspace: Path) -> None:
+    (workspace / ".bashrc").symlink_to("/etc/hostname")
+    from warden.core.errors import Denied
+
+    with pytest.raises(Denied):
+        sandbox(["true"])
+
+
+def test_missing_bwrap_refuses_with_the_fix(monkeypatch: pytest.MonkeyPatch, sandbox: Run) -> None:
+    monkeypatch.setattr(runner, "bwrap_path", lambda: None)
+    with pytest.raises(Unavailable, match="apt-get install bubblewrap"):
+        sandbox(["true"])
+
+
+def test_setup_failure_is_unavailable_not_a_command_status(workspace: Path) -> None:
+    from dataclasses import replace
+
+    spec = host.build_spec(str(workspace), ["true"], caller_env=os.environ, env={})
+    broken = replace(spec, ro_paths=(str(workspace / "gone"),))
+    with pytest.raises(Unavailable, match="could not be set up"):
+        runner.run_sandboxed(broken, Limits(timeout_s=10))

@@ -1,0 +1,153 @@
+"""Blob unpacking refuses every way out; workspace archives round-trip."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from warden.adapters.archive import BlobLimits, pack_tree, unpack_blob, unpack_tree
+from warden.core.errors import InvalidInput, TooLarge
+
+
+def tgz(entries: list[tuple[str, str, bytes | str]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, kind, value in entries:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                assert isinstance(value, bytes)
+                info.size = len(value)
+                tar.addfile(info, io.BytesIO(value))
+            elif kind == "dir":
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            elif kind == "symlink":
+                info.type, info.linkname = tarfile.SYMTYPE, str(value)
+                tar.addfile(info)
+            elif kind == "hardlink":
+                info.type, info.linkname = tarfile.LNKTYPE, str(value)
+                tar.addfile(info)
+            elif kind == "fifo":
+                info.type = tarfile.FIFOTYPE
+                tar.addfile(info)
+    return buf.getvalue()
+
+
+def zipped(files: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+        for name, target in (links or {}).items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (0o120777 << 16)
+            zf.writestr(info, target)
+    return buf.getvalue()
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+def test_tar_gz_zip_base64_and_json_unpack(root: Path, tmp_path: Path) -> None:
+    blob = tgz([("proj/", "dir", b""), ("proj/main.py", "file", b"print(1)\n"), ("proj/link", "symlink", "main.py")])
+    assert unpack_blob(blob, root, BlobLimits())["bytes"] == 9
+    assert (root / "proj" / "main.py").read_text() == "print(1)\n"
+    assert os.readlink(root / "proj" / "link") == "main.py"
+
+    other = tmp_path / "z"
+    other.mkdir()
+    unpack_blob(base64.b64encode(zipped({"a/b.txt": b"zip"})), other, BlobLimits())
+    assert (other / "a" / "b.txt").read_bytes() == b"zip"
+
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    doc = {"kind": "workspace_context", "content": {"files": {"notes/x.md": "# hi\n"}}}
+    unpack_blob(base64.b64encode(json.dumps(doc).encode()), seed, BlobLimits())
+    assert (seed / "notes" / "x.md").read_text() == "# hi\n"
+
+
+@pytest.mark.parametrize(("entries", "message"), [
+    ([("../evil", "file", b"x")], "climbs out"),
+    (([("a/../../evil", "file", b"x")]), "climbs out"),
+    ([("/etc/evil", "file", b"x")], "absolute"),
+    ([("l", "symlink", "/etc")], "outside the project"),
+    ([("d/l", "symlink", "../../x")], "outside the project"),
+    # Each link looks harmless alone; together `a` leads to the parent of the workspace.
+    ([("b", "symlink", "."), ("c", "dir", b""), ("c/up", "symlink", ".."), ("a", "symlink", "c/up/..")],
+     "outside the project"),
+    ([("x", "file", b"1"), ("y", "hardlink", "x")], "hard link"),
+    ([("p", "fifo", b"")], "special file"),
+    ([("x", "file", b"1"), ("x", "file", b"2")], "twice"),
+])
+def test_escapes_are_refused(root: Path, entries: list[tuple[str, str, bytes | str]], message: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        unpack_blob(tgz(entries), root, BlobLimits())
+    assert message in info.value.message
+    assert not (root.parent / "evil").exists()
+
+
+def test_links_written_earlier_are_never_written_through(root: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    # A link inside the project, then a file "through" it: the file is created before any link.
+    blob = tgz([("sub", "dir", b""), ("ln", "symlink", "sub"), ("ln/f.txt", "file", b"x")])
+    with pytest.raises(InvalidInput):
+        unpack_blob(blob, root, BlobLimits())
+    assert list(outside.iterdir()) == []
+
+
+def test_zip_symlink_out_is_refused(root: Path) -> None:
+    with pytest.raises(InvalidInput):
+        unpack_blob(zipped({"a.txt": b"1"}, {"evil": "/root"}), root, BlobLimits())
+
+
+def test_size_and_count_caps_count_real_bytes(root: Path, tmp_path: Path) -> None:
+    # A zip bomb: 5 MiB of zeros compresses to a few KiB; the cap counts what is written.
+    bomb = zipped({"zeros.bin": b"\0" * (5 << 20)})
+    assert len(bomb) < 64 << 10
+    with pytest.raises(TooLarge):
+        unpack_blob(bomb, root, BlobLimits(max_bytes=1 << 20))
+    many = tmp_path / "many"
+    many.mkdir()
+    with pytest.raises(TooLarge):
+        unpack_blob(tgz([(f"f{i}", "file", b"x") for i in range(20)]), many, BlobLimits(max_files=10))
+
+
+def test_garbage_is_refused(root: Path) -> None:
+    for blob in (b"not an archive at all!", base64.b64encode(b"still nothing"), b"{not json"):
+        with pytest.raises(InvalidInput):
+            unpack_blob(blob, root, BlobLimits())
+
+
+def test_pack_and_unpack_round_trip(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("hello")
+    (src / "run.sh").write_text("#!/bin/sh\n")
+    (src / "run.sh").chmod(0o755)
+    os.symlink("/usr/bin/python3", src / "python")  # a venv's link to its interpreter
+    os.link(src / "a.txt", src / "sub" / "hard.txt")
+    os.mkfifo(src / "fifo")
+    archive = tmp_path / "archives" / "x.tar.zst"
+    assert pack_tree(src, archive) > 0
+    out = tmp_path / "out"
+    out.mkdir()
+    unpack_tree(archive, out, BlobLimits(allow_links_out=True))
+    assert (out / "a.txt").read_text() == "hello"
+    assert (out / "sub" / "hard.txt").read_text() == "hello"
+    assert os.stat(out / "sub" / "hard.txt").st_nlink == 1
+    assert os.readlink(out / "python") == "/usr/bin/python3"
+    assert os.access(out / "run.sh", os.X_OK)
+    assert not (out / "fifo").exists()
+    assert oct(archive.stat().st_mode & 0o777) == "0o600"

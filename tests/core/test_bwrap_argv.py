@@ -1,0 +1,112 @@
+"""The pure bwrap argv builder: flags, mount order, and what is never mounted."""
+
+from __future__ import annotations
+
+import pytest
+
+from warden.core.bwrap_argv import PROXY_SOCKET, Bind, SandboxSpec, bwrap_argv, sandbox_path
+
+WS = "/srv/warden/workspaces/demo"
+
+
+def spec(**kw: object) -> SandboxSpec:
+    base: dict[str, object] = {"workspace": WS, "command": ("python", "-V")}
+    base.update(kw)
+    return SandboxSpec(**base)  # type: ignore[arg-type]
+
+
+def pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
+    return [(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == flag]
+
+
+def test_isolation_flags_are_always_there() -> None:
+    argv = bwrap_argv(spec())
+    head = argv[: argv.index("--")]
+    for flag in ("--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
+                 "--disable-userns"):
+        assert flag in head
+    assert head[head.index("--cap-drop") + 1] == "ALL"
+    assert (head[head.index("--proc") + 1], head[head.index("--proc") + 2]) == ("/proc", "--dev")
+    assert "--share-net" not in head
+    assert head[head.index("--tmpfs") - 2:head.index("--tmpfs")] == ["--perms", "1777"]
+    assert argv[argv.index("--") + 1:] == ["python", "-V"]
+
+
+def test_disable_userns_left_out_when_bwrap_lacks_it() -> None:
+    assert "--disable-userns" not in bwrap_argv(spec(disable_userns=False))
+
+
+def test_system_is_read_only_and_nothing_of_home_root_or_state() -> None:
+    argv = bwrap_argv(spec())
+    assert ("/usr", "/usr") in pairs(argv, "--ro-bind")
+    sources = [s for s, _ in pairs(argv, "--ro-bind") + pairs(argv, "--bind") + pairs(argv, "--ro-bind-try")]
+    for forbidden in ("/", "/home", "/root", "/tmp", "/etc", "/srv/warden", "/var"):
+        assert forbidden not in sources
+    assert all(s.startswith("/etc/") for s, _ in pairs(argv, "--ro-bind-try"))
+    assert "/etc/passwd" not in sources and "/etc/shadow" not in sources
+    # The root is made read-only after every mount.
+    assert argv[argv.index("--remount-ro") + 1] == "/"
+
+
+def test_workspace_is_bound_read_write_at_its_own_path_and_is_the_cwd() -> None:
+    argv = bwrap_argv(spec())
+    assert (WS, WS) in pairs(argv, "--bind")
+    assert argv[argv.index("--chdir") + 1] == WS
+
+
+def test_protected_files_and_ro_zones_come_after_the_workspace_bind() -> None:
+    protected = f"{WS}/.git/hooks"
+    zone = f"{WS}/data"
+    argv = bwrap_argv(spec(protected=(protected,), ro_zones=(zone,), pinned=(f"{WS}/.git",)))
+    ws_at = argv.index(WS)
+    assert argv.index(protected) > ws_at and argv.index(zone) > ws_at
+    assert (protected, protected) in pairs(argv, "--ro-bind")
+    assert (zone, zone) in pairs(argv, "--ro-bind")
+    # .git is pinned (bound onto itself) before its hooks are covered.
+    assert argv.index(f"{WS}/.git") < argv.index(protected)
+
+
+def test_extra_paths_keep_their_mode_and_denied_paths_are_masked() -> None:
+    argv = bwrap_argv(spec(extra_binds=(Bind("/data/in", "ro"), Bind("/data/out", "rw")),
+                           masked_dirs=(f"{WS}/secret",), masked_files=(f"{WS}/.env",)))
+    assert ("/data/in", "/data/in") in pairs(argv, "--ro-bind")
+    assert ("/data/out", "/data/out") in pairs(argv, "--bind")
+    assert argv[argv.index(f"{WS}/secret") - 1] == "--tmpfs"
+    assert ("/dev/null", f"{WS}/.env") in pairs(argv, "--ro-bind")
+
+
+def test_layers_and_interpreter_prefixes_are_read_only() -> None:
+    argv = bwrap_argv(spec(ro_paths=("/opt/py/3.11", "/home/u/.warden/layers/abc")))
+    assert ("/opt/py/3.11", "/opt/py/3.11") in pairs(argv, "--ro-bind")
+    assert ("/home/u/.warden/layers/abc", "/home/u/.warden/layers/abc") in pairs(argv, "--ro-bind")
+
+
+def test_network_proxy_binds_only_the_socket_and_the_resolver() -> None:
+    none = bwrap_argv(spec())
+    assert "/etc/resolv.conf" not in none
+    argv = bwrap_argv(spec(network="proxy", proxy_socket="/run/user/0/w/proxy.sock"))
+    assert ("/run/user/0/w/proxy.sock", PROXY_SOCKET) in pairs(argv, "--ro-bind")
+    assert ("/etc/resolv.conf", "/etc/resolv.conf") in pairs(argv, "--ro-bind-try")
+    with pytest.raises(ValueError):
+        bwrap_argv(spec(network="proxy"))
+
+
+def test_fds_for_seccomp_and_synthesized_files() -> None:
+    argv = bwrap_argv(spec(seccomp_fd=7, data_files=((8, "/etc/passwd"),)))
+    assert argv[argv.index("--seccomp") + 1] == "7"
+    assert ("8", "/etc/passwd") in pairs(argv, "--file")
+    links = bwrap_argv(spec(etc_links=(("/usr/share/zoneinfo/UTC", "/etc/localtime"),)))
+    assert ("/usr/share/zoneinfo/UTC", "/etc/localtime") in pairs(links, "--symlink")
+
+
+def test_bad_specs_are_refused() -> None:
+    with pytest.raises(ValueError):
+        bwrap_argv(spec(command=()))
+    with pytest.raises(ValueError):
+        bwrap_argv(spec(workspace="relative/ws"))
+
+
+def test_path_puts_workspace_tools_first() -> None:
+    parts = sandbox_path(WS).split(":")
+    assert parts[:2] == [f"{WS}/.venv/bin", f"{WS}/node_modules/.bin"]
+    assert "/usr/bin" in parts

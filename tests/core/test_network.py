@@ -1,0 +1,91 @@
+"""The network allowlist: matching, deny beats allow, IP literals and special addresses."""
+
+from __future__ import annotations
+
+import pytest
+
+from warden.core.errors import InvalidInput
+from warden.core.network import NetworkPolicy, check_addresses, check_host, parse_rule, parse_target, special_address
+
+
+def policy(allowed: list[str], denied: list[str] | None = None) -> NetworkPolicy:
+    return NetworkPolicy.parse(allowed, denied or [])
+
+
+def test_exact_and_wildcard_matching() -> None:
+    p = policy(["pypi.org", "*.example.com"])
+    assert check_host(p, "pypi.org", 443).allowed
+    assert check_host(p, "PyPI.org.", 443).allowed  # case and trailing dot do not matter
+    assert not check_host(p, "files.pypi.org", 443).allowed
+    assert check_host(p, "a.example.com", 443).allowed
+    assert check_host(p, "a.b.example.com", 80).allowed
+    # A wildcard never matches the bare domain, nor a name that merely ends alike.
+    assert not check_host(p, "example.com", 443).allowed
+    assert not check_host(p, "badexample.com", 443).allowed
+
+
+def test_ports_in_entries() -> None:
+    p = policy(["api.test:8443"])
+    assert check_host(p, "api.test", 8443).allowed
+    assert not check_host(p, "api.test", 443).allowed
+
+
+def test_deny_beats_allow() -> None:
+    p = policy(["*.example.com", "example.org"], ["evil.example.com", "example.org:22"])
+    decision = check_host(p, "evil.example.com", 443)
+    assert not decision.allowed and decision.rule.startswith("network.denied")
+    assert check_host(p, "good.example.com", 443).allowed
+    assert check_host(p, "example.org", 443).allowed
+    assert not check_host(p, "example.org", 22).allowed
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "10.0.0.1", "8.8.8.8", "::1", "2130706433", "127.1",
+                                  "0x7f.0.0.1", "[::1]"])
+def test_ip_literals_need_an_entry_with_their_port(host: str) -> None:
+    assert not check_host(policy(["*.example.com"]), host, 80).allowed
+    assert check_host(policy(["example.com"]), host, 80).rule in ("network.ip_literal", "network.bad_host")
+
+
+def test_listed_ip_with_port_is_allowed() -> None:
+    p = policy(["127.0.0.1:8080", "[::1]:9000"])
+    assert check_host(p, "127.0.0.1", 8080).allowed
+    assert not check_host(p, "127.0.0.1", 8081).allowed
+    assert check_host(p, "::1", 9000).allowed
+    decision, usable = check_addresses(p, "127.0.0.1", 8080, ["127.0.0.1"])
+    assert decision.allowed and usable == ["127.0.0.1"]
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254",
+                                     "100.64.0.1", "100.100.100.200", "0.0.0.0", "::1", "fe80::1",
+                                     "fd00:ec2::254", "::ffff:127.0.0.1", "224.0.0.1", "64:ff9b::a00:1"])
+def test_names_resolving_to_special_addresses_are_refused(address: str) -> None:
+    assert special_address(address) is not None
+    p = policy(["internal.test"])
+    decision, usable = check_addresses(p, "internal.test", 443, [address])
+    assert not decision.allowed and usable == []
+    assert decision.rule == "network.special_address"
+    # Listed with its port, the same name may reach it.
+    listed = policy(["internal.test:443"])
+    assert check_addresses(listed, "internal.test", 443, [address])[0].allowed
+
+
+def test_public_addresses_pass_and_private_ones_are_dropped_from_a_mix() -> None:
+    assert special_address("93.184.216.34") is None
+    decision, usable = check_addresses(policy(["mixed.test"]), "mixed.test", 443, ["10.0.0.5", "93.184.216.34"])
+    assert decision.allowed and usable == ["93.184.216.34"]
+    assert not check_addresses(policy(["x.test"]), "x.test", 443, [])[0].allowed
+
+
+@pytest.mark.parametrize("bad", ["", "exa mple.com", "*.", "-a.com", "a.com:99999", "a.com:x", "bücher.de"])
+def test_bad_entries_are_refused_with_a_hint(bad: str) -> None:
+    with pytest.raises(InvalidInput):
+        parse_rule(bad)
+
+
+def test_parse_target_forms() -> None:
+    assert parse_target("example.com:443") == ("example.com", 443)
+    assert parse_target("[::1]:8080") == ("::1", 8080)
+    assert parse_target("example.com", default_port=80) == ("example.com", 80)
+    with pytest.raises(InvalidInput):
+        parse_target("example.com")
+    assert policy(["a.test"], ["b.test:22"]).to_json() == {"allowed": ["a.test"], "denied": ["b.test:22"]}

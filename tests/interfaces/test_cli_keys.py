@@ -1,0 +1,126 @@
+"""`warden bot`, `grant`, `grants`, `revoke`, `secret` as a user runs them."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Cli
+from tests.support.servers import warden_environ
+from warden.core.tokens import looks_like_token
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One home with workspace `demo` for the module (its first create builds a layer); tests
+    use bot names of their own."""
+    home = tmp_path_factory.mktemp("cli-keys") / "home"
+    home.mkdir()
+    cli = Cli(warden_environ(home))
+    assert cli("create", "demo").code == 0
+    return cli
+
+
+def test_init_creates_private_keys(cli: Any, home: Path) -> None:
+    result = cli("init", "--json")
+    assert result.code == 0
+    assert {"keys/pepper", "keys/master.key"} <= set(result.json["data"]["created"])
+    for name in ("pepper", "master.key"):
+        assert stat.S_IMODE((home / "keys" / name).stat().st_mode) == 0o600
+    assert "keys/pepper" not in cli("init", "--json").json["data"]["created"]
+
+
+def test_bot_register_prints_the_token_alone_once(cli: Any) -> None:
+    result = cli("bot", "register", "code-bot")
+    assert result.code == 0
+    assert looks_like_token(result.stdout.strip())
+    assert "shown only once" in result.stderr
+    listed = cli("bot", "list", "--json").json["data"]
+    assert [b["name"] for b in listed] == ["code-bot"]
+    assert "token" not in str(listed).lower() or result.stdout.strip() not in str(listed)
+    again = cli("bot", "register", "code-bot", "--json")
+    assert again.code == 5 and again.json["error"]["code"] == "conflict"
+    assert cli("bot", "register", "bad/name").code == 2
+
+
+def test_grant_json_shape_and_listing(ws: Any) -> None:
+    result = ws("grant", "demo", "list-bot", "--permissions", "read,write", "--ttl", "2h", "--json")
+    assert result.code == 0, result.stderr
+    data = result.json["data"]
+    assert {"token", "accessor", "expires"} <= set(data)
+    assert looks_like_token(data["token"])
+    listed = [g for g in ws("grants", "demo", "--json").json["data"] if g["bot"] == "list-bot"]
+    assert [(g["accessor"], g["bot"], g["permissions"], g["state"]) for g in listed] == [
+        (data["accessor"], "list-bot", ["read", "write"], "active")]
+    assert data["token"] not in ws("grants", "demo").stdout
+    human = ws("grant", "demo", "list-bot", "--permissions", "read")
+    assert looks_like_token(human.stdout.strip()) and "accessor acc_" in human.stderr
+
+
+@pytest.mark.parametrize(("args", "code"), [
+    (["--permissions", "read,fly"], 2),
+    (["--permissions", "read", "--ttl", "40d"], 2),
+    (["--permissions", "read", "--ttl", "2h", "--max-ttl", "1h"], 2),
+    (["--permissions", "read", "--max-ttl", "90d"], 2),
+    (["--permissions", "read", "--secrets", "API_KEY"], 2),
+    (["--permissions", "read,secrets", "--secrets", "NOT_SET"], 4),
+    (["--permissions", "read", "--ttl", "soon"], 2),
+])
+def test_bad_grants_change_nothing(ws: Any, args: list[str], code: int) -> None:
+    result = ws("grant", "demo", "refused-bot", *args, "--json")
+    assert result.code == code, result.stdout
+    assert not [g for g in ws("grants", "demo", "--json").json["data"] if g["bot"] == "refused-bot"]
+
+
+def test_grant_on_a_missing_workspace(cli: Any) -> None:
+    assert cli("grant", "nope", "code-bot", "--permissions", "read").code == 4
+
+
+def test_revoke_by_bot_and_by_accessor(ws: Any) -> None:
+    first = ws("grant", "demo", "a-bot", "--permissions", "read", "--json").json["data"]
+    ws("grant", "demo", "b-bot", "--permissions", "read", "--json")
+    result = ws("revoke", "demo", "--accessor", first["accessor"], "--json")
+    assert result.code == 0 and result.json["data"]["revoked"] == [first["accessor"]]
+    assert ws("revoke", "demo", "b-bot").code == 0
+    states = {g["bot"]: g["state"] for g in ws("grants", "demo", "--json").json["data"]
+              if g["bot"] in {"a-bot", "b-bot"}}
+    assert states == {"a-bot": "revoked", "b-bot": "revoked"}
+    assert ws("revoke", "demo", "b-bot").code == 4  # nothing live left
+    assert ws("revoke", "demo").code == 2
+    assert ws("revoke", "demo", "a-bot", "--accessor", first["accessor"]).code == 2
+
+
+def test_bot_rm_revokes_what_it_holds(ws: Any) -> None:
+    ws("bot", "register", "temp-bot")
+    ws("grant", "demo", "temp-bot", "--permissions", "read")
+    result = ws("bot", "rm", "temp-bot", "--json")
+    assert result.code == 0 and len(result.json["data"]["revoked"]) == 1
+    assert "temp-bot" not in [b["name"] for b in ws("bot", "list", "--json").json["data"]]
+    assert ws("bot", "rm", "temp-bot").code == 4
+
+
+def test_secrets_from_stdin_never_echoed(cli: Any, home: Path) -> None:
+    value = "sk-cli-secret-value-123"
+    result = cli("secret", "set", "API_KEY", input=value + "\n")
+    assert result.code == 0 and value not in result.stdout + result.stderr
+    listed = cli("secret", "list", "--json")
+    assert [s["name"] for s in listed.json["data"]] == ["API_KEY"] and value not in listed.stdout
+    assert cli("secret", "set", "API_KEY", input="").code == 2
+    assert cli("secret", "set", "lower", input="v").code == 2
+    rotated = cli("secret", "rotate-key", "--json")
+    assert rotated.code == 0 and rotated.json["data"]["resealed"] == 1
+    assert cli("secret", "list", "--json").json["data"][0]["key_id"] == rotated.json["data"]["key_id"]
+    assert cli("secret", "rm", "API_KEY").code == 0
+    assert cli("secret", "rm", "API_KEY").code == 4
+    for path in home.rglob("*"):
+        if path.is_file():
+            assert value.encode() not in path.read_bytes()
+    assert value not in cli("audit", "--limit", "100", "--json").stdout
+
+
+def test_serve_help_mentions_its_defaults(cli: Any) -> None:
+    result = cli("serve", "--help")
+    assert result.code == 0 and "--port" in result.stdout and "--host" in result.stdout

@@ -1,0 +1,111 @@
+"""`warden sandbox list|add|remove|check` through the real entry point (seed 004)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cli
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """One Warden home for the module: `create` builds the layer once."""
+    home = tmp_path_factory.mktemp("sandbox") / "warden-home"
+    home.mkdir()
+    environ = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "LC_ALL", "TZ", "TMPDIR"}}
+    environ.update(HOME=str(home.parent), WARDEN_HOME=str(home))
+    return home, environ
+
+
+@pytest.fixture
+def environ(shared: tuple[Path, dict[str, str]]) -> dict[str, str]:
+    return shared[1]
+
+
+@pytest.fixture
+def home(shared: tuple[Path, dict[str, str]]) -> Path:
+    return shared[0]
+
+
+def test_list_add_remove_at_three_levels(cli: Cli, home: Path) -> None:
+    empty = cli("sandbox", "list")
+    assert empty.code == 0 and empty.stdout.startswith("Effective Sandbox Paths:")
+    assert cli("create", "proj").code == 0
+    mine = ("/opt/company_tools", "/var/www/project/assets", "/tmp/temp_data", "/home/user/sensitive")
+    assert cli("sandbox", "add", "/opt/company_tools", "--mode", "ro").code == 0
+    assert cli("sandbox", "add", "/var/www/project/assets", "--workspace", "proj").code == 0
+    assert cli("sandbox", "add", "/tmp/temp_data", "--workspace", "proj", "--session", "s1").code == 0
+    assert cli("sandbox", "remove", "/home/user/sensitive", "--workspace", "proj", "--session", "s1").code == 0
+
+    shown = cli("sandbox", "list", "--workspace", "proj", "--session", "s1")
+    lines = shown.stdout.splitlines()
+    assert lines[0] == "Effective Sandbox Paths:" and lines[1] == ""
+    assert lines[2].split() == ["Path", "Action", "Source"]
+    rows = [line.split() for line in lines[3:] if line.split()[0] in mine]
+    assert rows == [["/opt/company_tools", "ALLOW", "(ro)", "global"],
+                    ["/var/www/project/assets", "ALLOW", "workspace"],
+                    ["/tmp/temp_data", "ALLOW", "session"],
+                    ["/home/user/sensitive", "DENY", "session"]]
+    data = [d for d in cli("sandbox", "list", "--workspace", "proj", "--json").json["data"] if d["path"] in mine]
+    assert [(d["path"], d["action"], d["source"], d["mode"]) for d in data] == [
+        ("/opt/company_tools", "allow", "global", "ro"), ("/var/www/project/assets", "allow", "workspace", "rw")]
+
+    # The files are seed 004's format, at the seed's three places.
+    assert "/opt/company_tools" in [e["path"] for e in json.loads((home / "sandbox_paths.json").read_text())[
+        "allowed_paths"]]
+    ws = Path(cli("info", "proj", "--json").json["data"]["path"])
+    session_doc = json.loads((ws / ".warden" / "sessions" / "s1" / "sandbox.json").read_text())
+    assert session_doc["denied_paths"][0]["path"] == "/home/user/sensitive"
+
+    # add after remove: allowed again at that level, no longer denied.
+    assert cli("sandbox", "add", "/home/user/sensitive", "--workspace", "proj", "--session", "s1").code == 0
+    session_doc = json.loads((ws / ".warden" / "sessions" / "s1" / "sandbox.json").read_text())
+    assert session_doc["denied_paths"] == [] and session_doc["allowed_paths"][-1]["path"] == "/home/user/sensitive"
+
+
+def test_check_prints_the_decision_and_rule_and_exits_3_on_deny(cli: Cli) -> None:
+    assert cli("create", "proj2").code == 0
+    assert cli("sandbox", "add", "/opt/tools", "--mode", "ro").code == 0
+    assert cli("sandbox", "remove", "/opt/tools/secret", "--workspace", "proj2", "--session", "s1").code == 0
+
+    read = cli("sandbox", "check", "/opt/tools/bin/x", "--op", "read")
+    assert read.code == 0 and read.stdout.splitlines() == [
+        "allow read /opt/tools/bin/x", "rule: allow: global allowed_paths /opt/tools (ro)"]
+    write = cli("sandbox", "check", "/opt/tools/bin/x", "--op", "write")
+    assert write.code == 3 and "rule: deny: global allowed_paths /opt/tools is ro" in write.stdout
+    session = cli("sandbox", "check", "/opt/tools/secret/k", "--workspace", "proj2", "--session", "s1", "--json")
+    assert session.code == 3
+    assert session.json["data"]["rule"] == "deny: session denied_paths /opt/tools/secret"
+    assert session.json["data"]["decision"] == "deny"
+    assert cli("sandbox", "check", "/opt/tools/secret/k", "--workspace", "proj2").code == 0
+    system = cli("sandbox", "check", "/etc/shadow")
+    assert system.code == 3 and "deny: system path /etc (sandbox.block_system_paths)" in system.stdout
+    # Relative paths are inside the workspace when --workspace is given.
+    inside = cli("sandbox", "check", "notes/a.txt", "--workspace", "proj2", "--op", "write", "--json")
+    assert inside.code == 0 and inside.json["data"]["rule"] == "allow: workspace owner (rw)"
+    protected = cli("sandbox", "check", ".warden/sandbox.json", "--workspace", "proj2", "--op", "write")
+    assert protected.code == 3 and "protected workspace file /.warden" in protected.stdout
+    sibling = cli("sandbox", "check", inside.json["data"]["path"].replace("/proj2/", "/proj2-evil/"),
+                  "--workspace", "proj2")
+    assert sibling.code == 3
+
+
+def test_bad_input_exits_2_with_one_line_and_changes_nothing(cli: Cli, home: Path) -> None:
+    for args in (("sandbox", "add", "/x", "--session", "s1"),
+                 ("sandbox", "add", "/x", "--level", "workspace"),
+                 ("sandbox", "add", "/x", "--mode", "rwx"),
+                 ("sandbox", "check", "/x", "--op", "chmod")):
+        bad = cli(*args)
+        assert bad.code == 2, (args, bad.stderr)
+        assert bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+    before = (home / "sandbox_paths.json").read_bytes() if (home / "sandbox_paths.json").exists() else None
+    for args in (("sandbox", "add", "/y", "--session", "s1"), ("sandbox", "remove", "/y", "--level", "session")):
+        assert cli(*args).code == 2
+    after = (home / "sandbox_paths.json").read_bytes() if (home / "sandbox_paths.json").exists() else None
+    assert before == after
+    missing = cli("sandbox", "list", "--workspace", "ghost", "--json")
+    assert missing.code == 4 and missing.json["error"]["code"] == "not_found"

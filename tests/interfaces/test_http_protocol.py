@@ -1,0 +1,189 @@
+"""End to end: a bot that knows only the URL and its token gets a workspace, works in it, hands
+out a narrower grant, and is cut off — against a real `warden serve` process on 127.0.0.1.
+
+Then every token and secret value issued during the story is searched for, byte for byte, in
+the whole $WARDEN_HOME (the SQLite database and its WAL included) and in everything the
+server printed: none may be there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.servers import ServeProcess, warden_environ
+from warden.client import Client
+from warden.core.errors import Denied, NotFound
+
+SECRET_VALUE = "sk-live-4f2c9d0e1b7a6c5d"
+
+
+def _cli(environ: dict[str, str], *args: str, input: bytes | None = None) -> str:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "warden", *args], input=input, capture_output=True,
+                          env=environ, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return proc.stdout.decode().strip()
+
+
+@pytest.fixture(scope="module")
+def story(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+    base = tmp_path_factory.mktemp("protocol")
+    home = base / "home"
+    environ = warden_environ(home)
+    _cli(environ, "init")
+    with ServeProcess(environ, base) as server:
+        yield {"home": home, "environ": environ, "server": server, "tokens": [], "events": []}
+
+
+def _uniform(response: httpx.Response) -> None:
+    assert response.status_code == 403
+    assert response.json() == {"error": {"code": "denied", "message": "permission denied"}}
+
+
+def test_a_bot_gets_a_workspace_works_in_it_and_is_cut_off(story: dict[str, object]) -> None:
+    environ: dict[str, str] = story["environ"]  # type: ignore[assignment]
+    server: ServeProcess = story["server"]  # type: ignore[assignment]
+    tokens: list[str] = story["tokens"]  # type: ignore[assignment]
+    url = server.url
+
+    # A person registers two bots and stores a secret (the value only ever goes through stdin).
+    identity = _cli(environ, "bot", "register", "scaffolder")
+    helper_identity = _cli(environ, "bot", "register", "helper")
+    tokens += [identity, helper_identity]
+    _cli(environ, "secret", "set", "API_KEY", input=SECRET_VALUE.encode() + b"\n")
+
+    # The bot asks for a workspace with seed 000's message, knowing only the URL and its token.
+    raw = httpx.post(f"{url}/v1/workspaces", headers={"Authorization": f"Bearer {identity}"},
+                     json={"bot": "scaffolder", "request": "workspace", "params": {"name": "proj"}}, timeout=120)
+    assert raw.status_code == 201, raw.text
+    body = raw.json()
+    assert body["status"] == "created"
+    assert set(body["workspace"]) >= {"path", "venv", "access_token", "expires"}
+    assert set(body["sandbox"]) == {"allowed_commands", "blocked_paths", "max_file_size_mb"}
+    access = body["workspace"]["access_token"]
+    tokens.append(access)
+    assert Path(body["workspace"]["path"]).is_dir()
+
+    bot = Client(url, identity)
+    assert bot.whoami()["bot"] == "scaffolder"
+    ws = Client(url, access).workspace("proj")
+
+    # Files: write, read, list, stat, delete.
+    assert ws.files.write("src/app.py", b"print('hi')\n") == 12
+    assert ws.files.read("/src/app.py") == b"print('hi')\n"
+    assert [e["name"] for e in ws.files.list("/src")] == ["app.py"]
+    assert ws.files.stat("src/app.py")["type"] == "file"
+    ws.files.write("tmp.txt", "x")
+    ws.files.delete("tmp.txt")
+    with pytest.raises(NotFound):
+        ws.files.read("tmp.txt")
+
+    # A command runs in the sandbox; the creator's grant names no secret, so none is injected.
+    probe = ["python", "-c", "import hashlib, os; v = os.environ.get('API_KEY');"
+             " print(hashlib.sha256(v.encode()).hexdigest() if v else 'none')"]
+    assert ws.run(probe).stdout.strip() == "none"
+    assert ws.run(["python", "src/app.py"]).stdout == "hi\n"
+
+    # A person grants the secret; a run under that grant sees it in its environment.
+    granted = json.loads(_cli(environ, "grant", "proj", "scaffolder", "--permissions",
+                              "read,write,execute,secrets", "--secrets", "API_KEY", "--ttl", "1h", "--json"))["data"]
+    tokens.append(granted["token"])
+    with_secret = Client(url, granted["token"]).workspace("proj")
+    assert with_secret.run(probe).stdout.strip() == hashlib.sha256(SECRET_VALUE.encode()).hexdigest()
+
+    # The bot hands a helper a narrower grant; it can read, not write, and cannot widen itself.
+    child = ws.grant("helper", ["read"], ttl="1h")
+    tokens.append(child.token)
+    assert child.permissions == ("read",)
+    helper = Client(url, child.token).workspace("proj")
+    assert helper.files.read("src/app.py") == b"print('hi')\n"
+    with pytest.raises(Denied):
+        helper.files.write("src/app.py", b"evil")
+    with pytest.raises(Denied):
+        helper.grant("third", ["read"])
+    with pytest.raises(Denied, match="never wider"):
+        ws.grant("helper", ["read", "secrets"], secrets=["API_KEY"])
+    over = ws.grant("helper", ["read"], ttl="29d")  # longer than the parent's 7 days: clamped
+    tokens.append(over.token)
+    assert over.expires <= body["workspace"]["expires"]
+
+    # Expiry: a 2-second grant works, then stops.
+    short = ws.grant("helper", ["read"], ttl="2s")
+    tokens.append(short.token)
+    assert Client(url, short.token).workspace("proj").files.read("src/app.py")
+    time.sleep(2.2)
+    expired = httpx.get(f"{url}/v1/workspaces/proj/files/content", params={"path": "src/app.py"},
+                        headers={"Authorization": f"Bearer {short.token}"})
+    _uniform(expired)
+
+    # Revoking a parent revokes its children.
+    middle = ws.grant("helper", ["read", "admin"], ttl="1h")
+    grandchild = Client(url, middle.token).workspace("proj").grant("third", ["read"])
+    tokens += [middle.token, grandchild.token]
+    assert Client(url, grandchild.token).workspace("proj").files.read("src/app.py")
+    assert set(ws.revoke(middle.accessor)) == {middle.accessor, grandchild.accessor}
+    for gone in (middle.token, grandchild.token):
+        _uniform(httpx.get(f"{url}/v1/workspaces/proj", headers={"Authorization": f"Bearer {gone}"}))
+    with pytest.raises(Denied):  # a grant cannot revoke what it did not mint
+        Client(url, child.token).workspace("proj").revoke(over.accessor)
+
+    # Every kind of refusal looks the same from outside.
+    _uniform(httpx.get(f"{url}/v1/workspaces/proj", headers={"Authorization": "Bearer wdn_" + "Z" * 43}))
+    _uniform(httpx.get(f"{url}/v1/workspaces/proj", headers={"Authorization": "Bearer junk"}))
+    _uniform(httpx.put(f"{url}/v1/workspaces/proj/files/content", params={"path": "x"}, content=b"x",
+                       headers={"Authorization": f"Bearer {child.token}"}))
+    _uniform(httpx.get(f"{url}/v1/workspaces/other", headers={"Authorization": f"Bearer {access}"}))
+
+    # The person revokes the bot on the workspace: its grants and everything minted from them die.
+    _cli(environ, "revoke", "proj", "scaffolder")
+    for gone in (access, granted["token"], child.token, over.token):
+        _uniform(httpx.get(f"{url}/v1/workspaces/proj", headers={"Authorization": f"Bearer {gone}"}))
+
+    # Removing the bot kills its identity too: it can ask for nothing more.
+    _cli(environ, "bot", "rm", "scaffolder")
+    again = httpx.post(f"{url}/v1/workspaces", headers={"Authorization": f"Bearer {identity}"},
+                       json={"bot": "scaffolder", "request": "workspace", "params": {"name": "proj2"}})
+    _uniform(again)
+
+    # Every step is in the audit log, with bot and accessor as the actor and never a token.
+    audit = json.loads(_cli(environ, "audit", "--limit", "1000", "--json"))["data"]
+    story["events"] = audit
+    text = json.dumps(audit)
+    actions = {e["action"] for e in audit}
+    assert {"api.workspace.create", "api.exec", "api.grant.create", "api.grant.revoke", "fs.write",
+            "fs.read", "run", "grant.revoke", "bot.remove"} <= actions
+    denied = [e for e in audit if e["decision"] == "deny"]
+    assert {e["rule"] for e in denied} >= {"grant.expired", "grant.revoked", "grant.permission", "token.unknown"}
+    assert any(e["actor"] == f"bot:helper@{short.accessor}" and e["rule"] == "grant.expired" for e in audit)
+    assert any(e["actor"].startswith("bot:scaffolder@acc_") and e["action"] == "api.exec" for e in audit)
+    exec_events = [e for e in audit if e["action"] == "api.exec"]
+    assert any(e["detail"].get("secret_names") == ["API_KEY"] for e in exec_events)
+    for token in tokens:
+        assert token not in text
+    assert SECRET_VALUE not in text
+
+
+def test_no_token_or_secret_value_is_left_anywhere(story: dict[str, object]) -> None:
+    tokens: list[str] = story["tokens"]  # type: ignore[assignment]
+    if not tokens:
+        pytest.skip("the story did not run")
+    home: Path = story["home"]  # type: ignore[assignment]
+    server: ServeProcess = story["server"]  # type: ignore[assignment]
+    needles = [t.encode() for t in tokens] + [t[4:].encode() for t in tokens] + [SECRET_VALUE.encode()]
+    files = [p for p in home.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert any(p.name == "warden.db" for p in files)
+    haystacks = {str(p): p.read_bytes() for p in files}
+    haystacks["server output"] = server.output()
+    assert b"listening on" in haystacks["server output"]
+    for where, data in haystacks.items():
+        for needle in needles:
+            assert needle not in data, f"a token or secret value was found in {where}"

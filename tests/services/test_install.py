@@ -1,0 +1,94 @@
+"""`warden install`: sandboxed, into the workspace only, recorded with comments kept."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.envs import EnvHome, envhome  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+
+def _create(env: EnvHome, name: str) -> Path:
+    proc = env.cli("create", name, "--template", "local", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return Path(json.loads(proc.stdout)["data"]["path"])
+
+
+def _tree_hash(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        digest.update(str(path).encode())
+        if path.is_file() and not path.is_symlink():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def test_python_install_lands_in_the_workspace_and_is_recorded(envhome: EnvHome) -> None:  # noqa: F811
+    name = envhome.name("ins")
+    ws = _create(envhome, name)
+    other = _create(envhome, envhome.name("other"))
+    pyproject = ws / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace("dependencies = [", "# my own note\ndependencies = ["))
+    layers = envhome.home / "layers"
+    before = _tree_hash(layers)
+    proc = envhome.cli("install", name, "gamma", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["data"]["recorded_in"] == "pyproject.toml"
+    text = pyproject.read_text()
+    assert '"gamma"' in text and "# my own note" in text
+    own = next(ws.glob(".venv/lib/python3.*/site-packages"))
+    assert (own / "gamma").is_dir()
+    assert not (own / "beta").exists()  # pip saw the layer's beta through the .pth
+    subprocess.run([str(ws / ".venv/bin/python"), "-c", "import gamma, beta"], check=True)
+    assert _tree_hash(layers) == before
+    assert subprocess.run([str(other / ".venv/bin/python"), "-c", "import gamma"]).returncode != 0
+    health = json.loads(envhome.cli("health", name, "--json").stdout)["data"]
+    assert health["healthy"], health
+
+
+def test_no_persist_and_shadowing_a_layer_package(envhome: EnvHome) -> None:  # noqa: F811
+    name = envhome.name("shadow")
+    ws = _create(envhome, name)
+    before = (ws / "pyproject.toml").read_text()
+    proc = envhome.cli("install", name, "beta==3.0", "--no-persist", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (ws / "pyproject.toml").read_text() == before
+    out = subprocess.run([str(ws / ".venv/bin/python"), "-c", "import beta; print(beta.VERSION)"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "3.0"  # the workspace's own copy shadows the layer's 2.1
+
+
+def test_node_install(envhome: EnvHome) -> None:  # noqa: F811
+    name = envhome.name("npm")
+    ws = _create(envhome, name)
+    tarball = envhome.npm / "tiny-extra-1.2.0.tgz"
+    proc = envhome.cli("install", name, "--node", str(tarball), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "tiny-extra" in json.loads((ws / "package.json").read_text())["dependencies"]
+    out = subprocess.run(["node", "-e", "console.log(require('tiny-extra').version)"], cwd=ws,
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1.2.0"
+
+
+@pytest.mark.parametrize("bad", ["-r/etc/passwd", "--index-url=http://x", "a b"])
+def test_option_injection_is_refused(envhome: EnvHome, bad: str) -> None:  # noqa: F811
+    proc = envhome.cli("install", "whatever", "--json", "--", bad)
+    assert proc.returncode == 2
+    assert json.loads(proc.stdout)["error"]["code"] == "invalid"
+
+
+def test_failed_install_reports_and_records_nothing(envhome: EnvHome) -> None:  # noqa: F811
+    name = envhome.name("fail")
+    ws = _create(envhome, name)
+    before = (ws / "pyproject.toml").read_text()
+    proc = envhome.cli("install", name, "no-such-package-here", "--json")
+    assert proc.returncode == 1
+    assert "no-such-package-here" in json.loads(proc.stdout)["error"]["message"]
+    assert (ws / "pyproject.toml").read_text() == before

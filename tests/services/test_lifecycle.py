@@ -1,0 +1,175 @@
+"""Lifecycle from the CLI: suspend, resume, archive, unarchive, cleanup, health and repair, broken rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.support.envs import EnvHome, envhome  # noqa: F401 - fixture
+from warden.bootstrap import bootstrap
+
+
+def _create(env: EnvHome, name: str, *args: str) -> Path:
+    proc = env.cli("create", name, "--template", "local", *args, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return Path(json.loads(proc.stdout)["data"]["path"])
+
+
+def _status(env: EnvHome, name: str) -> str:
+    return json.loads(env.cli("info", name, "--json").stdout)["data"]["status"]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_suspend_stops_sandboxed_processes_and_resume_reopens(envhome: EnvHome) -> None:  # noqa: F811
+    name = envhome.name("sus")
+    ws = _create(envhome, name)
+    sleeper = subprocess.Popen(["bwrap", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+                                "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+                                "--bind", str(ws), str(ws), "--chdir", str(ws), "--unshare-pid",
+                                "--die-with-parent", "--", "sleep", "60"])
+    try:
+        time.sleep(0.3)
+        proc = envhome.cli("suspend", name, "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert sleeper.pid in json.loads(proc.stdout)["data"]["stopped"]
+        assert sleeper.wait(timeout=10) != 0
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+    assert _status(envhome, name) == "suspended"
+    assert json.loads(envhome.cli("suspend", name, "--json").stdout)["data"]["status"] == "suspended"
+    proc = envhome.cli("resume", name, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["data"]["status"] == "ready"
+
+
+def test_archive_frees_the_folder_and_unarchive_restores_it(envhome: EnvHome) -> None:  # noqa: F811
+    name = envhome.name("arc")
+    ws = _create(envhome, name)
+    (ws / "notes.txt").write_text("keep me")
+    own_site = next((ws / ".venv" / "lib").glob("python3.*/site-packages"))
+    (own_site / "botpkg.py").write_text("X = 1\n")  # something a bot installed
+    proc = envhome.cli("archive", name, "--json")
+    assert proc.returncode == 0, proc.stderr
+    archive = json.loads(proc.stdout)["data"]["archive"]
+    assert os.path.isfile(archive) and str(envhome.home / "archives") in archive
+    assert not ws.exists()
+    assert _status(envhome, name) == "archived"
+    assert envhome.cli("suspend", name).returncode == 5  # archived → suspended is no step
+    listed = json.loads(envhome.cli("list", "--status", "archived", "--json").stdout)["data"]
+    assert name in {w["name"] for w in listed}
+    proc = envhome.cli("unarchive", name, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["data"]["status"] == "ready"
+    assert (ws / "notes.txt").read_text() == "keep me"
+    out = subprocess.run([str(ws / ".venv/bin/python"), "-c", "import alpha, botpkg; print(botpkg.X)"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1"
+    assert not os.path.exists(archive)
+    assert envhome.cli("unarchive", name).returncode == 5
+
+
+def test_health_finds_damage_and_repair_fixes_it(envhome: EnvHome) -> None:  # noqa: F811
+    name = envhome.name("hl")
+    ws = _create(envhome, name)
+    healthy = json.loads(envhome.cli("health", name, "--json").stdout)["data"]
+    assert healthy["healthy"] and healthy["configured"] and healthy["python_venv"]
+    assert healthy["python_deps_installed"] and healthy["node_deps_installed"]
+    assert all(layer["read_only"] for layer in healthy["layers"]) and healthy["disk_usage"] > 0
+    # Break it: the venv's link to the layer, a node link, and the marker.
+    pth = next(ws.glob(".venv/lib/python3.*/site-packages/_warden_layer.pth"))
+    pth.unlink()
+    (ws / "node_modules" / "tiny-top").unlink()
+    (ws / ".workspace_configured").unlink()
+    proc = envhome.cli("health", name, "--json")
+    assert proc.returncode == 1
+    report = json.loads(proc.stdout)["data"]
+    assert not report["healthy"] and not report["configured"]
+    assert "alpha" in report["python_missing"] and "tiny-top" in report["node_missing"]
+    assert any("not configured" in i for i in report["issues"])
+    proc = envhome.cli("health", name, "--repair", "--json")
+    assert proc.returncode == 0, proc.stdout
+    fixed = json.loads(proc.stdout)["data"]
+    assert fixed["healthy"] and fixed["fixed"] and not fixed["failed"]
+    subprocess.run([str(ws / ".venv/bin/python"), "-c", "import alpha"], check=True)
+    assert (ws / ".workspace_configured").exists()
+
+
+def test_repair_rebuilds_a_pruned_layer(envhome: EnvHome) -> None:  # noqa: F811
+    name = envhome.name("prn")
+    ws = _create(envhome, name)
+    shutil.rmtree(ws / ".venv")
+    health = json.loads(envhome.cli("health", name, "--json").stdout)["data"]
+    assert health["python_venv"] is False and any("venv" in i for i in health["issues"])
+    proc = envhome.cli("resume", name, "--json")  # resume runs health and repair
+    assert proc.returncode == 0, proc.stdout
+    subprocess.run([str(ws / ".venv/bin/python"), "-c", "import alpha"], check=True)
+
+
+def test_dead_creator_shows_broken_and_is_repairable(envhome: EnvHome) -> None:  # noqa: F811
+    name = envhome.name("dead")
+    ws = _create(envhome, name)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    app = envhome.app()
+    try:
+        record = app.workspaces.get(name)
+        with app.db.transaction() as tx:
+            meta = {**record.meta, "pid": dead.pid, "pid_start": 1}
+            tx.execute("UPDATE workspaces SET status = 'creating', meta = :m WHERE name = :n",
+                       {"m": json.dumps(meta), "n": name})
+    finally:
+        app.close()
+    (ws / ".workspace_configured").unlink()
+    listed = json.loads(envhome.cli("list", "--json").stdout)["data"]
+    assert [w["status"] for w in listed if w["name"] == name] == ["broken"]
+    proc = envhome.cli("health", name, "--repair", "--json")
+    assert proc.returncode == 0, proc.stdout
+    assert _status(envhome, name) == "ready"
+
+
+def test_cleanup_by_last_access(envhome: EnvHome) -> None:  # noqa: F811
+    idle, temp = envhome.name("idle"), envhome.name("temp")
+    _create(envhome, idle)
+    temp_ws = _create(envhome, temp, "--type", "temporary")
+    later = datetime.now(UTC) + timedelta(days=8)
+    app = bootstrap(envhome.home, environ=envhome.environ, clock=lambda: later)
+    try:
+        plan = app.lifecycle.cleanup(timedelta(days=7), dry_run=True)
+        actions = {a["name"]: a["action"] for a in plan["actions"]}
+        assert actions[idle] == "archive" and actions[temp] == "destroy"
+        assert app.workspaces.get(idle).status == "ready"  # a dry run changes nothing
+        assert app.lifecycle.cleanup(timedelta(days=30), dry_run=True)["actions"] == []
+        done = app.lifecycle.cleanup(timedelta(days=7))
+        assert all(a["done"] for a in done["actions"] if a["name"] in (idle, temp))
+        assert app.workspaces.get(idle).status == "archived"
+        assert not temp_ws.exists()
+    finally:
+        app.close()
+    assert envhome.cli("info", temp).returncode == 4
+    assert envhome.cli("cleanup", "--older-than", "7d", "--dry-run", "--json").returncode == 0
+    assert envhome.cli("cleanup", "--older-than", "soon").returncode == 2
+
+
+def test_prune_keeps_layers_in_use(envhome: EnvHome, tmp_path: Path) -> None:  # noqa: F811
+    extra = tmp_path / "solo.yaml"
+    extra.write_text("name: solo\npython:\n  dependencies: [gamma]\n")
+    built = json.loads(envhome.cli("snapshot", "build", str(extra), "--json").stdout)["data"]["layers"]
+    solo = built[0]["id"]
+    proc = envhome.cli("snapshot", "prune", "--dry-run", "--json")
+    planned = json.loads(proc.stdout)["data"]["removed"]
+    assert solo in planned
+    in_use = json.loads(envhome.cli("snapshot", "list", "--json").stdout)["data"]
+    used = {row["id"] for row in in_use if row["workspaces"]}
+    assert not used & set(planned)
+    assert (envhome.home / "layers" / solo).exists()
+    removed = json.loads(envhome.cli("snapshot", "prune", "--json").stdout)["data"]["removed"]
+    assert solo in removed and not (envhome.home / "layers" / solo).exists()
+    assert all((envhome.home / "layers" / i).exists() for i in used)

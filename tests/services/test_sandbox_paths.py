@@ -1,0 +1,140 @@
+"""The three path lists on disk: seed 004 semantics, no lost updates, merged view, mounts view."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+
+from warden.bootstrap import App, bootstrap
+from warden.core.errors import Denied, InvalidInput
+from warden.core.workspaces import WorkspaceRecord
+from warden.services.sandbox_paths import effective_path_policy
+
+
+@pytest.fixture
+def record(tmp_path: Path) -> WorkspaceRecord:
+    folder = tmp_path / "ws" / "demo"
+    folder.mkdir(parents=True)
+    return WorkspaceRecord(id="ws_1", name="demo", path=str(folder), type="user", status="ready",
+                           created_at="t", last_accessed="t")
+
+
+def test_add_and_remove_follow_seed_004(app: App, record: WorkspaceRecord) -> None:
+    sp = app.sandbox_paths
+    sp.add("/opt/tools", mode="ro")
+    assert json.loads(app.home.sandbox_paths.read_text())["allowed_paths"][0]["path"] == "/opt/tools"
+    sp.remove("/opt/tools")  # global: denied now, and gone from allowed
+    doc = json.loads(app.home.sandbox_paths.read_text())
+    assert doc["allowed_paths"] == [] and doc["denied_paths"][0]["path"] == "/opt/tools"
+    assert doc["denied_paths"][0]["added_at"].endswith("Z")
+    sp.add("/opt/tools")
+    doc = json.loads(app.home.sandbox_paths.read_text())
+    assert doc["denied_paths"] == [] and doc["allowed_paths"][0]["mode"] == "rw"
+
+
+def test_levels_go_to_their_own_files_and_default_to_the_narrowest(app: App, record: WorkspaceRecord) -> None:
+    sp = app.sandbox_paths
+    assert sp.add("/a", workspace=record).level == "workspace"
+    assert sp.add("/b", workspace=record, session="s-1").level == "session"
+    assert sp.add("/c", level="global", workspace=record, session="s-1").level == "global"
+    assert (Path(record.path) / ".warden" / "sandbox.json").exists()
+    assert (Path(record.path) / ".warden" / "sessions" / "s-1" / "sandbox.json").exists()
+    merged = [(r.path, r.level) for r in sp.rules(record, "s-1").all()]
+    assert merged == [("/c", "global"), ("/a", "workspace"), ("/b", "session")]
+    assert [r.path for r in sp.rules(record).all()] == ["/c", "/a"]  # no session: no session file
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"level": "session"}, "needs --workspace"),
+    ({"session": "s"}, "needs --workspace"),
+    ({"level": "planet"}, "bad level"),
+])
+def test_bad_level_combinations(app: App, kwargs: dict[str, str], words: str) -> None:
+    with pytest.raises(InvalidInput, match=words):
+        app.sandbox_paths.add("/x", **kwargs)  # type: ignore[arg-type]
+
+
+def test_bad_paths_and_session_ids(app: App, record: WorkspaceRecord) -> None:
+    for path in ("relative", "/x\0y", ""):
+        with pytest.raises(InvalidInput):
+            app.sandbox_paths.add(path)
+    for session in ("../escape", ".hidden", "a/b", ""):
+        with pytest.raises(InvalidInput, match="session id"):
+            app.sandbox_paths.add("/x", workspace=record, session=session)
+    assert not (Path(record.path) / ".warden").exists() or not any((Path(record.path) / ".warden").rglob("*.json"))
+
+
+def test_a_policy_folder_that_is_a_link_is_refused(app: App, record: WorkspaceRecord, tmp_path: Path) -> None:
+    (tmp_path / "bot-owned").mkdir()
+    os.symlink(tmp_path / "bot-owned", Path(record.path) / ".warden")
+    with pytest.raises(Denied, match="symbolic link"):
+        app.sandbox_paths.rules(record)
+
+
+def test_a_policy_file_that_is_a_link_is_refused(app: App, record: WorkspaceRecord, tmp_path: Path) -> None:
+    (tmp_path / "bot.json").write_text('{"allowed_paths": ["/"]}')
+    (Path(record.path) / ".warden").mkdir()
+    os.symlink(tmp_path / "bot.json", Path(record.path) / ".warden" / "sandbox.json")
+    with pytest.raises(Denied, match="symbolic link"):
+        app.sandbox_paths.rules(record)
+
+
+def test_a_broken_file_names_itself(app: App) -> None:
+    app.home.sandbox_paths.write_text("{not json")
+    with pytest.raises(InvalidInput, match=r"sandbox_paths\.json is not valid JSON"):
+        app.sandbox_paths.rules()
+
+
+def _add_many(home: str, start: int) -> None:
+    worker = bootstrap(home, environ={"WARDEN_HOME": home, "HOME": "/nonexistent"})
+    try:
+        for i in range(start, start + 15):
+            worker.sandbox_paths.add(f"/p/{i}")
+    finally:
+        worker.close()
+
+
+def test_concurrent_writers_lose_nothing(app: App) -> None:
+    home = str(app.home.root)
+    app.db  # noqa: B018 - create the database before the workers race to
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_add_many, args=(home, n * 100)) for n in range(4)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(60)
+    assert all(p.exitcode == 0 for p in procs)
+    paths = {r.path for r in app.sandbox_paths.rules().allowed}
+    assert paths == {f"/p/{n * 100 + i}" for n in range(4) for i in range(15)}
+
+
+def test_check_names_the_rule_and_is_audited(app: App, record: WorkspaceRecord) -> None:
+    sp = app.sandbox_paths
+    sp.add("/srv/data", mode="ro")
+    sp.remove("/srv/data/secret", workspace=record, session="s1")
+    assert sp.check("/srv/data/x", "write").rule == "deny: global allowed_paths /srv/data is ro"
+    assert sp.check("/srv/data/secret/x", "read", workspace=record, session="s1").rule == \
+        "deny: session denied_paths /srv/data/secret"
+    assert sp.check("/srv/data/secret/x", "read", workspace=record).allowed  # other sessions unaffected
+    assert sp.check(record.path + "/notes/a", "write", workspace=record).rule == "allow: workspace owner (rw)"
+    assert sp.check(record.path + "-evil/a", "read", workspace=record).rule == \
+        "deny: not in the workspace or any allowed path"
+    event = app.audit.list(limit=1)[0]
+    assert event.action == "sandbox.check" and event.decision == "deny"
+
+
+def test_effective_path_policy_for_the_sandbox_builder(app: App, record: WorkspaceRecord) -> None:
+    app.sandbox_paths.add("/opt/tools", mode="ro")
+    app.sandbox_paths.add("/srv/shared", workspace=record)
+    app.sandbox_paths.remove("/srv/shared", workspace=record, session="s")
+    eff = effective_path_policy(app, record)
+    assert (Path(record.path) / ".warden").is_dir()  # exists, so it can be bound read-only
+    assert eff.workspace == record.path
+    assert {(z.name, z.mode) for z in eff.zones} == {("cache", "rw"), ("workspace", "rw")}
+    assert set(eff.allowed) == {("/opt/tools", "ro"), ("/srv/shared", "rw")}
+    in_session = effective_path_policy(app, record, session="s")
+    assert set(in_session.allowed) == {("/opt/tools", "ro")} and in_session.denied == ("/srv/shared",)

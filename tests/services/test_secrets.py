@@ -1,0 +1,89 @@
+"""Secrets: sealed at rest, never in the audit log, injected only by name, key rotation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from warden.bootstrap import App, bootstrap
+from warden.core.errors import InvalidInput, NotFound, Unavailable
+
+VALUE = "sk-test-9f8e7d6c5b4a"
+
+
+def _home_bytes(app: App) -> bytes:
+    return b"".join(p.read_bytes() for p in Path(app.home.root).rglob("*") if p.is_file())
+
+
+def test_set_list_and_inject(app: App) -> None:
+    assert app.secrets.set("API_KEY", VALUE + "\n") is True  # the newline of `echo` is dropped
+    assert app.secrets.set("API_KEY", VALUE) is False
+    listed = [row.to_json() for row in app.secrets.list_secrets()]
+    assert [s["name"] for s in listed] == ["API_KEY"]
+    assert VALUE not in repr(listed)
+    injection = app.secrets.environment(["API_KEY", "GONE"])
+    assert injection.env == {"API_KEY": VALUE}
+    assert injection.missing == ("GONE",)
+    assert app.secrets.environment([]).env == {}
+
+
+def test_values_are_not_stored_or_audited_in_plaintext(app: App) -> None:
+    app.secrets.set("API_KEY", VALUE)
+    app.secrets.set("OTHER", "x" * 40)
+    app.close()
+    assert VALUE.encode() not in _home_bytes(app)
+    events = app.audit.list(limit=100)
+    assert VALUE not in repr(events)
+    assert any(e.action == "secret.set" and e.target == "secret:API_KEY" for e in events)
+
+
+@pytest.mark.parametrize(("name", "value"), [("lower", "v"), ("PATH", "v"), ("A", ""), ("A", "\n"),
+                                             ("A", "a\0b"), ("A", b"\xff\xfe"), ("A", "x" * 70000)])
+def test_bad_names_and_values_change_nothing(app: App, name: str, value: str | bytes) -> None:
+    with pytest.raises(InvalidInput):
+        app.secrets.set(name, value)
+    assert app.secrets.names() == []
+
+
+def test_remove(app: App) -> None:
+    app.secrets.set("A_KEY", "v")
+    app.secrets.remove("A_KEY")
+    assert app.secrets.names() == []
+    with pytest.raises(NotFound):
+        app.secrets.remove("A_KEY")
+
+
+def test_rotate_key_reseals_everything_and_drops_the_old_key(app: App) -> None:
+    app.secrets.set("ONE", "first")
+    app.secrets.set("TWO", "second")
+    old_key = (app.home.keys / "master.key").read_bytes()
+    old_ids = {row.sealed.key_id for row in app.secrets.list_secrets()}
+    new_id, count = app.secrets.rotate_key()
+    assert count == 2
+    assert {row.sealed.key_id for row in app.secrets.list_secrets()} == {new_id}
+    assert new_id not in old_ids
+    assert (app.home.keys / "master.key").read_bytes() != old_key
+    assert not (app.home.keys / "master.key.next").exists()
+    assert app.secrets.environment(["ONE", "TWO"]).env == {"ONE": "first", "TWO": "second"}
+    assert any(e.action == "secret.rotate_key" for e in app.audit.list(limit=20))
+
+
+def test_a_rotation_that_crashed_before_the_rename_is_still_readable(app: App) -> None:
+    app.secrets.set("ONE", "first")
+    app.keystore.begin_rotation()  # the next key is on disk, no row re-sealed yet
+    reopened = bootstrap(app.home.root, environ=dict(app.environ))
+    try:
+        assert reopened.secrets.environment(["ONE"]).env == {"ONE": "first"}
+        reopened.secrets.rotate_key()  # finishing later works
+        assert reopened.secrets.environment(["ONE"]).env == {"ONE": "first"}
+    finally:
+        reopened.close()
+
+
+def test_a_lost_master_key_is_reported_not_guessed(app: App) -> None:
+    app.secrets.set("ONE", "first")
+    (app.home.keys / "master.key").unlink()
+    app.keystore.ensure()  # a new, different key
+    with pytest.raises(Unavailable, match="restore that key"):
+        app.secrets.environment(["ONE"])

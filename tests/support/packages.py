@@ -1,0 +1,100 @@
+"""Tiny Python wheels and npm tarballs made on the spot, so env tests need no network."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import tarfile
+import zipfile
+from pathlib import Path
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def make_wheel(folder: Path, name: str, version: str = "1.0", *, requires: tuple[str, ...] = (),
+               files: dict[str, str] | None = None, scripts: dict[str, str] | None = None) -> Path:
+    """Write a pure-Python wheel `name-version-py3-none-any.whl` into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    module = name.replace("-", "_")
+    dist = f"{module}-{version}.dist-info"
+    contents = dict(files or {f"{module}/__init__.py": f"VERSION = {version!r}\n"})
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta += [f"Requires-Dist: {r}" for r in requires]
+    contents[f"{dist}/METADATA"] = "\n".join(meta) + "\n"
+    contents[f"{dist}/WHEEL"] = ("Wheel-Version: 1.0\nGenerator: warden-tests\nRoot-Is-Purelib: true\n"
+                                  "Tag: py3-none-any\n")
+    contents[f"{dist}/top_level.txt"] = module + "\n"
+    if scripts:
+        contents[f"{dist}/entry_points.txt"] = "[console_scripts]\n" + "".join(
+            f"{k} = {v}\n" for k, v in scripts.items())
+    record = [_record_line(k, v.encode()) for k, v in contents.items()]
+    record.append(f"{dist}/RECORD,,")
+    contents[f"{dist}/RECORD"] = "\n".join(record) + "\n"
+    path = folder / f"{module}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for arc, text in contents.items():
+            zf.writestr(arc, text)
+    return path
+
+
+def make_npm_package(folder: Path, name: str, version: str = "1.0.0", *, main: str | None = None,
+                     dependencies: dict[str, str] | None = None) -> Path:
+    """Write an npm tarball `name-version.tgz` (package/package.json + package/index.js)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    pkg = {"name": name, "version": version, "main": "index.js", "dependencies": dependencies or {}}
+    files = {"package/package.json": json.dumps(pkg),
+             "package/index.js": main or f"module.exports = {{name: {name!r}, version: {version!r}}};\n"}
+    path = folder / f"{name.replace('/', '-').lstrip('@')}-{version}.tgz"
+    with tarfile.open(path, "w:gz") as tf:
+        for arc, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(arc)
+            info.size = len(data)
+            info.mode = 0o644
+            tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+TEMPLATE = """\
+# A test template built from local wheels and npm tarballs only.
+name: {name}
+description: "local packages, no network"
+python:
+  version: "{python}"
+  dependencies:
+    - alpha
+    - beta<3
+nodejs:
+  version: "{node}"
+  runtime: npm
+  dependencies:
+    tiny-top: "file:{npm}/tiny-top-1.0.0.tgz"
+"""
+
+
+def make_local_index(folder: Path) -> dict[str, Path]:
+    """Wheels (alpha needs beta; gamma; beta 2.1 and 3.0) and npm tarballs in `folder`."""
+    wheels = folder / "wheels"
+    npm = folder / "npm"
+    make_wheel(wheels, "alpha", "1.0", requires=("beta>=2",), scripts={"alpha-hello": "alpha:hello"},
+               files={"alpha/__init__.py": "VERSION = '1.0'\n\ndef hello():\n    print('hello from alpha')\n"})
+    make_wheel(wheels, "beta", "2.1")
+    make_wheel(wheels, "beta", "3.0")
+    make_wheel(wheels, "gamma", "0.5", requires=("beta",))
+    dep = make_npm_package(npm, "tiny-dep", "1.0.0")
+    make_npm_package(npm, "tiny-top", "1.0.0", dependencies={"tiny-dep": f"file:{dep}"},
+                     main="const d = require('tiny-dep');\nmodule.exports = {top: 'tiny-top', dep: d.name};\n")
+    make_npm_package(npm, "tiny-extra", "1.2.0")
+    return {"wheels": wheels, "npm": npm}
+
+
+def write_template(folder: Path, name: str = "local", *, python: str = "3.12", node: str = "20") -> Path:
+    paths = make_local_index(folder)
+    path = folder / f"{name}.yaml"
+    path.write_text(TEMPLATE.format(name=name, python=python, node=node, npm=paths["npm"]))
+    return path

@@ -1,0 +1,106 @@
+"""Real API servers for tests: uvicorn in a thread of the test process, or `warden serve` as a
+subprocess (its output captured), both on 127.0.0.1 with an ephemeral port."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+import uvicorn
+
+from warden.bootstrap import App
+from warden.interfaces.http import create_app
+
+
+class ThreadServer:
+    """uvicorn serving `create_app(app)` from a thread; `url` once started."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(create_app(app), log_level="warning", access_log=False, lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self) -> ThreadServer:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the API server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(url + "/v1/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class ServeProcess:
+    """`python -m warden serve --port 0` with stdout and stderr captured to files."""
+
+    def __init__(self, environ: dict[str, str], log_dir: Path) -> None:
+        self.environ = environ
+        self.out_path = log_dir / "serve.out"
+        self.err_path = log_dir / "serve.err"
+        self.url = ""
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> ServeProcess:
+        self._out = open(self.out_path, "wb")  # noqa: SIM115 (closed in __exit__)
+        self._err = open(self.err_path, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen([sys.executable, "-m", "warden", "serve", "--port", "0"],
+                                     stdout=self._out, stderr=self._err, env=self.environ,
+                                     stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while True:
+            match = re.search(rb"listening on (http://127\.0\.0\.1:\d+)", self.out_path.read_bytes())
+            if match and _healthy(match.group(1).decode()):
+                self.url = match.group(1).decode()
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("warden serve did not start: " + self.output().decode(errors="replace"))
+            time.sleep(0.05)
+        return self
+
+    def output(self) -> bytes:
+        """Everything the server printed so far."""
+        return self.out_path.read_bytes() + self.err_path.read_bytes()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._out.close()
+        self._err.close()
+
+
+def warden_environ(home: Path) -> dict[str, str]:
+    """A minimal environment for a Warden process on `home`."""
+    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "LC_ALL", "TZ", "TMPDIR"}}
+    return {**keep, "HOME": str(home.parent), "WARDEN_HOME": str(home)}

@@ -1,0 +1,140 @@
+"""The SDK (`warden.client.Client`) against a real server: the calls and the typed errors."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.servers import ThreadServer
+from warden.bootstrap import bootstrap
+from warden.client import Client, error_from
+from warden.core.errors import (
+    Conflict,
+    Denied,
+    InvalidInput,
+    Locked,
+    NotFound,
+    TimedOut,
+    TooLarge,
+    Unavailable,
+    WardenError,
+)
+from warden.core.runs import RunResult
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    home = tmp_path_factory.mktemp("client") / "home"
+    environ = {"PATH": os.environ.get("PATH", ""), "WARDEN_HOME": str(home), "WARDEN_SANDBOX_MAX_FILE_SIZE_MB": "1"}
+    app = bootstrap(home, environ=environ)
+    identity = app.grants.register_bot("sdkbot").token
+    app.grants.register_bot("other-bot")
+    app.secrets.set("SDK_SECRET", "s3cr3t-value")
+    with ThreadServer(app) as server:
+        client = Client(server.url, identity)
+        created = client.create_workspace("sdk-ws", requirements=[])
+        yield {"app": app, "url": server.url, "client": client, "ws": created, "identity": identity}
+        client.close()
+    app.close()
+
+
+def test_create_workspace_speaks_seed_000(live: dict[str, Any]) -> None:
+    ws = live["ws"]
+    assert ws.name == "sdk-ws" and ws.path.endswith("/sdk-ws")
+    assert ws.access_token.startswith("wdn_") and ws.accessor.startswith("acc_")
+    assert ws.sandbox["max_file_size_mb"] == 1
+    assert ws.access_token not in repr(ws)
+    assert ws.info()["permissions"] == ["read", "write", "execute", "admin"]
+    assert [w["name"] for w in live["client"].list_workspaces()] == ["sdk-ws"]
+
+
+def test_run_returns_a_run_result(live: dict[str, Any]) -> None:
+    result = live["ws"].run(["python", "-c", "import sys; print(sys.stdin.read().upper()); sys.exit(3)"],
+                            stdin="abc", timeout=30)
+    assert isinstance(result, RunResult)
+    assert (result.exit_code, result.stdout, result.timed_out) == (3, "ABC\n", False)
+    with pytest.raises(InvalidInput):
+        live["ws"].run("echo hi")  # type: ignore[arg-type]
+
+
+def test_files(live: dict[str, Any]) -> None:
+    files = live["ws"].files
+    assert files.write("docs/readme.md", "# hi") == 4
+    assert files.read_text("docs/readme.md") == "# hi"
+    assert files.exists("docs/readme.md") and not files.exists("docs/nope.md")
+    assert files.stat("docs")["type"] == "directory"
+    assert [e["name"] for e in files.list("docs")] == ["readme.md"]
+    with pytest.raises(InvalidInput):
+        files.list("docs/readme.md")
+    files.delete("docs/readme.md")
+    with pytest.raises(NotFound):
+        files.read("docs/readme.md")
+    with pytest.raises(TooLarge):
+        files.write("big.bin", b"x" * (1024 * 1024 + 10))
+
+
+def test_grant_and_revoke(live: dict[str, Any]) -> None:
+    client: Client = live["client"]
+    ws = live["ws"]
+    issued = client.with_token(ws.access_token).grant("sdk-ws", "other-bot", ["read"], ttl="10m")
+    assert issued.permissions == ("read",) and issued.parent == ws.accessor
+    assert issued.token not in repr(issued)
+    reader = client.with_token(issued.token)
+    assert reader.whoami()["permissions"] == ["read"]
+    assert reader.workspace("sdk-ws").files.exists("/")
+    with pytest.raises(Denied):
+        reader.workspace("sdk-ws").run(["true"])
+    assert ws.revoke(issued.accessor) == [issued.accessor]
+    with pytest.raises(Denied):
+        reader.whoami()
+
+
+def test_secrets_follow_the_grant_not_the_request(live: dict[str, Any]) -> None:
+    app = live["app"]
+    token = app.grants.grant("sdk-ws", "sdkbot", "read,execute,secrets", secrets=["SDK_SECRET"]).token
+    ws = live["client"].with_token(token).workspace("sdk-ws")
+    probe = ["python", "-c", "import os; print(os.environ.get('SDK_SECRET') == 's3cr3t-value')"]
+    assert ws.run(probe, env={"SDK_SECRET": "spoofed"}).stdout == "True\n"
+    assert live["ws"].run(probe).stdout == "False\n"  # the creator's grant names no secret
+
+
+def test_identity_token_is_needed_to_ask_for_workspaces(live: dict[str, Any]) -> None:
+    with pytest.raises(Denied):
+        live["client"].with_token(live["ws"].access_token).create_workspace("nope", bot="sdkbot")
+    with pytest.raises(Denied):
+        Client(live["url"], "wdn_" + "x" * 43).whoami()
+
+
+def test_token_defaults_to_warden_token(live: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WARDEN_TOKEN", live["identity"])
+    assert Client(live["url"]).whoami()["bot"] == "sdkbot"
+
+
+def test_an_unreachable_server_is_unavailable() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(Unavailable, match="warden serve"):
+        Client(f"http://127.0.0.1:{port}", "wdn_x").health()
+
+
+@pytest.mark.parametrize(("status", "code", "kind"), [
+    (400, "invalid", InvalidInput), (413, "invalid", TooLarge), (403, "denied", Denied),
+    (401, "denied", Denied), (404, "not_found", NotFound), (409, "conflict", Conflict),
+    (423, "locked", Locked), (503, "unavailable", Unavailable), (503, "timeout", TimedOut),
+    (500, "internal", WardenError)])
+def test_error_codes_map_back_to_warden_errors(status: int, code: str, kind: type[WardenError]) -> None:
+    response = httpx.Response(status, json={"error": {"code": code, "message": "what happened"}})
+    error = error_from(response)
+    assert type(error) is kind
+    assert error.message == "what happened"
+
+
+def test_a_non_json_error_still_maps() -> None:
+    error = error_from(httpx.Response(502, text="bad gateway"))
+    assert type(error) is WardenError and "502" in error.message
