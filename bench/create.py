@@ -77,7 +77,9 @@ def main() -> None:
 
     prebuilt = scratch / "prebuilt"
     run([uv, "venv", "--python", interp.executable, "-q", str(prebuilt)])
-    run([uv, "pip", "install", "--python", str(prebuilt / "bin/python"), "--link-mode=copy", "-q", "-r", str(lock)])
+    # Compiled bytecode, as in the layer, so the import comparison is fair (PYTHONDONTWRITEBYTECODE).
+    run([uv, "pip", "install", "--python", str(prebuilt / "bin/python"), "--link-mode=copy", "--compile-bytecode",
+         "-q", "-r", str(lock)])
     cp_t = timed(lambda i: run(["cp", "-a", str(prebuilt), str(scratch / f"cp-{i}")]), args.runs)
 
     def uv_offline(i: int) -> None:

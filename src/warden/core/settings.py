@@ -80,6 +80,8 @@ KEYS: dict[str, Setting] = {
         Setting("api.port", "int", 8787, "Port `warden serve` listens on", minimum=1),
         Setting("api.max_body", "size", "16M",
                 "Largest JSON request body the API accepts (file uploads use sandbox.max_file_size_mb)"),
+        Setting("api.workers", "int", 1,
+                "Worker processes of `warden serve` (one per core serves the most requests)", minimum=1),
         Setting("api.request_timeout", "duration", "60s",
                 "Longest time one API request may take (an exec may add its own timeout)"),
         Setting("grants.default_ttl", "duration", "7d",

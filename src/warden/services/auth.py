@@ -98,19 +98,22 @@ class AuthService:
             raise _deny(decision.rule)
         return record
 
-    def zone_scope(self, principal: Principal, zones: Mapping[str, Zone]) -> dict[str, Zone] | None:
+    def zone_scope(self, principal: Principal,
+                   zones: Mapping[str, Zone] | Callable[[], Mapping[str, Zone]]) -> dict[str, Zone] | None:
         """The zones a principal's file operations are limited to (None: the whole workspace).
 
-        `zones` are the workspace's configured zones; a grant names some of them and gets
-        exactly those, with their modes and approvals (core.zones.restrict).
+        `zones` are the workspace's configured zones (or a function that reads them, called only
+        when the grant is limited to zones); a grant names some of them and gets exactly those,
+        with their modes and approvals (core.zones.restrict).
         """
         if not principal.chain:
             return {}
         names = effective(principal.chain).zones
         if names is None:
             return None
+        configured = zones() if callable(zones) else zones
         try:
-            return restrict(zones, [ZoneRequest(name) for name in names])
+            return restrict(configured, [ZoneRequest(name) for name in names])
         except Denied as exc:
             raise _deny(exc.rule or "grant.zone") from None
 

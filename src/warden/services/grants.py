@@ -230,13 +230,9 @@ class GrantService:
             return None, []
         digest = self._hash(token)
         with self._db.transaction(write=False) as tx:
-            found = rows.grant_by_hash(tx, digest)
+            found = rows.chain_by_hash(tx, digest, MAX_DEPTH)
             if found is not None and same_hash(found[1], digest):
-                grant = found[0]
-                chain = [grant]
-                if grant.parent is not None:
-                    chain += self._chain(tx, grant.parent)
-                return None, chain
+                return None, found[0]
             bot = rows.bot_by_hash(tx, digest)
         return (bot[0] if bot and same_hash(bot[1], digest) else None), []
 

@@ -14,6 +14,7 @@ __all__ = [
     "BotRow",
     "bot_by_hash",
     "bot_by_name",
+    "chain_by_hash",
     "delete_bot",
     "descendants",
     "grant_by_accessor",
@@ -113,6 +114,22 @@ def insert_grant(tx: Tx, grant: Grant, token_hash: str) -> None:
 def grant_by_hash(tx: Tx, token_hash: str) -> tuple[Grant, str] | None:
     rows = tx.execute(f"SELECT token_hash, {_GRANT_COLUMNS} FROM grants WHERE token_hash = :h", {"h": token_hash})
     return (_grant(rows[0]), str(rows[0]["token_hash"])) if rows else None
+
+
+def chain_by_hash(tx: Tx, token_hash: str, max_depth: int) -> tuple[list[Grant], str] | None:
+    """The grant whose token has this hash and its ancestors (nearest first), in one query,
+    with the stored hash (compared by the caller)."""
+    columns = ", ".join(f"g.{c.strip()}" for c in _GRANT_COLUMNS.split(","))
+    rows = tx.execute(
+        "WITH RECURSIVE chain(accessor, parent, depth) AS ("
+        " SELECT accessor, parent_accessor, 0 FROM grants WHERE token_hash = :h"
+        " UNION ALL SELECT p.accessor, p.parent_accessor, c.depth + 1 FROM grants p"
+        " JOIN chain c ON p.accessor = c.parent WHERE c.depth < :d)"
+        f" SELECT g.token_hash, {columns} FROM chain c JOIN grants g ON g.accessor = c.accessor"
+        " ORDER BY c.depth", {"h": token_hash, "d": max_depth})
+    if not rows:
+        return None
+    return [_grant(r) for r in rows], str(rows[0]["token_hash"])
 
 
 def grant_by_accessor(tx: Tx, accessor: str) -> Grant | None:

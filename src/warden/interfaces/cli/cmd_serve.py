@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 from typing import Any
@@ -16,6 +17,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("serve", parents=[common], help="serve the bot API over HTTP (FastAPI + uvicorn)")
     p.add_argument("--host", help="address to listen on (default: api.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port to listen on (default: api.port, 8787; 0 picks a free one)")
+    p.add_argument("--workers", type=int, help="worker processes (default: api.workers, 1); one per core "
+                   "serves the most requests")
     p.add_argument("--no-access-log", dest="access_log", action="store_false",
                    help="do not log one line per request")
     p.set_defaults(handler=_serve)
@@ -66,10 +69,13 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
     port = app.settings.get_int("api.port") if args.port is None else args.port
     if not 0 <= port <= 65535:
         raise InvalidInput(f"bad --port {port}: use 0-65535")
+    workers = app.settings.get_int("api.workers") if args.workers is None else args.workers
+    if not 1 <= workers <= 64:
+        raise InvalidInput(f"bad --workers {workers}: use 1-64")
     app.root_dir.mkdir(parents=True, exist_ok=True)
     app.keystore.ensure()
     database = app.db.url.split("@")[-1]
-    api = create_app(app)
+    api = create_app(app)  # built here too, so a broken setting fails before listening
     sock = _bind(host, port)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
@@ -84,11 +90,19 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
     else:
         sys.stdout.write(connect_help(url, database) + "\n")
         sys.stdout.flush()
-    config = uvicorn.Config(api, log_level="info", access_log=args.access_log, lifespan="off",
-                            timeout_graceful_shutdown=5, server_header=False)
-    server = uvicorn.Server(config)
+    options: dict[str, Any] = {"log_level": "info", "access_log": args.access_log, "lifespan": "off",
+                               "timeout_graceful_shutdown": 5, "server_header": False}
     try:
-        server.run(sockets=[sock])
+        if workers > 1:
+            from uvicorn.supervisors import Multiprocess
+
+            # Workers are fresh processes that build their own App from the environment.
+            os.environ["WARDEN_HOME"] = str(app.home.root)
+            config = uvicorn.Config("warden.interfaces.http.worker:app_from_environment", factory=True,
+                                    workers=workers, **options)
+            Multiprocess(config, sockets=[sock]).run()
+        else:
+            uvicorn.Server(uvicorn.Config(api, **options)).run(sockets=[sock])
     finally:
         sock.close()
         app.audit.record(actor="user", action="serve.stop", target=url)

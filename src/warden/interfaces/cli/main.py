@@ -29,23 +29,27 @@ EXIT_CODES = {
     "timeout": 1, "unavailable": 1, "internal": 1,
 }
 
-# Command modules, each with `register(subparsers)`; later features add theirs here.
-COMMAND_MODULES = (
-    "warden.interfaces.cli.cmd_config",
-    "warden.interfaces.cli.cmd_workspace",
-    "warden.interfaces.cli.cmd_audit",
-)
-OPTIONAL_MODULES = (
-    "warden.interfaces.cli.cmd_fs",
-    "warden.interfaces.cli.cmd_sandbox",
-    "warden.interfaces.cli.cmd_run",
-    "warden.interfaces.cli.cmd_doctor",
-    "warden.interfaces.cli.cmd_template",
-    "warden.interfaces.cli.cmd_lifecycle",
-    "warden.interfaces.cli.cmd_keys",
-    "warden.interfaces.cli.cmd_serve",
-    "warden.interfaces.cli.cmd_demo",
-)
+# Which module registers each top-level command. Only the module of the command being run
+# is imported, so `warden run` does not pay for the HTTP server or the template parser;
+# `--help` and unknown words import them all. tests/interfaces/test_cli_table.py pins this
+# table against what the modules really register.
+_CLI = "warden.interfaces.cli."
+COMMANDS: dict[str, str] = {
+    **dict.fromkeys(("init", "config"), _CLI + "cmd_config"),
+    **dict.fromkeys(("create", "list", "info", "destroy"), _CLI + "cmd_workspace"),
+    "audit": _CLI + "cmd_audit",
+    "fs": _CLI + "cmd_fs",
+    "sandbox": _CLI + "cmd_sandbox",
+    "run": _CLI + "cmd_run",
+    "doctor": _CLI + "cmd_doctor",
+    **dict.fromkeys(("template", "snapshot"), _CLI + "cmd_template"),
+    **dict.fromkeys(("health", "install", "suspend", "resume", "archive", "unarchive", "cleanup"),
+                    _CLI + "cmd_lifecycle"),
+    **dict.fromkeys(("bot", "grant", "grants", "revoke", "secret"), _CLI + "cmd_keys"),
+    "serve": _CLI + "cmd_serve",
+    "demo": _CLI + "cmd_demo",
+}
+MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 
 
 class UsageError(WardenError):
@@ -96,19 +100,31 @@ def common_options() -> argparse.ArgumentParser:
     return parent
 
 
-def build_parser() -> Parser:
+def _command_word(args_list: Sequence[str]) -> str | None:
+    """The first word that is not a global flag (or the value of --home)."""
+    skip = False
+    for word in args_list:
+        if skip:
+            skip = False
+        elif word == "--home":
+            skip = True
+        elif word == "--":
+            return None
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(args_list: Sequence[str] | None = None) -> Parser:
+    """The parser for `args_list`'s command alone, or for every command."""
     common = common_options()
     parser = Parser(prog="warden", parents=[common],
                     description="Warden: sandboxes and workspaces for AI agents.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for name in COMMAND_MODULES + OPTIONAL_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name and name in OPTIONAL_MODULES:
-                continue
-            raise
-        module.register(sub, common)
+    word = _command_word(args_list) if args_list is not None else None
+    wanted = (COMMANDS[word],) if word is not None and word in COMMANDS else MODULES
+    for name in wanted:
+        importlib.import_module(name).register(sub, common)
     return parser
 
 
@@ -123,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in args_list
     ctx: Context | None = None
     try:
-        parser = build_parser()
+        parser = build_parser(args_list)
         args = _parse(parser, args_list)
         handler: Callable[[Context, argparse.Namespace], Output] | None = getattr(args, "handler", None)
         if handler is None:

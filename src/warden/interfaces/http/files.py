@@ -46,7 +46,7 @@ def _files(app: App, call: Call, name: str, permission: str) -> FileService:
     """The file service for the authenticated caller, after its grant allowed `permission`."""
     assert call.principal is not None
     record = call.authorize(name, permission)
-    scope = app.auth.zone_scope(call.principal, app.sandbox_paths.zones(record))
+    scope = app.auth.zone_scope(call.principal, lambda: app.sandbox_paths.zones(record))
     call.audited_by_service = True
     # No approver: a zone whose approval is `ask` refuses bots until a person can answer.
     return app.files(record, actor=call.actor, scope=scope)

@@ -1,0 +1,15 @@
+"""The API for a `warden serve --workers N` worker process (uvicorn imports this factory)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+__all__ = ["app_from_environment"]
+
+
+def app_from_environment() -> FastAPI:
+    """A worker's API: $WARDEN_HOME and settings from the environment the server passed down."""
+    from warden.bootstrap import bootstrap
+    from warden.interfaces.http import create_app
+
+    return create_app(bootstrap())
