@@ -100,7 +100,7 @@ def main() -> None:
     # Import time inside `warden run` (thin venv on the layer) vs a plain venv ------------------
     ws = f"{prefix}-api-0"
     inside, plain = [], []
-    for _ in range(max(5, args.runs // 2)):
+    for _ in range(max(10, args.runs)):  # interleaved; import times are noisy on 2 cores
         out = run([*warden, "run", ws, "--json", "--", "python", "-c", IMPORT], env=env)
         inside.append(float(json.loads(out.stdout)["data"]["stdout"]))
         plain.append(float(run([str(prebuilt / "bin/python"), "-c", IMPORT]).stdout))

@@ -150,7 +150,8 @@ class App:
 
         return GrantService(self.db, self.audit, self.keystore, self.workspaces, self.clock,
                             default_ttl=timedelta(seconds=self.settings.get_seconds("grants.default_ttl")),
-                            max_ttl=timedelta(seconds=self.settings.get_seconds("grants.max_ttl")))
+                            max_ttl=timedelta(seconds=self.settings.get_seconds("grants.max_ttl")),
+                            zones_of=lambda record: self.sandbox_paths.zones(record))
 
     @cached_property
     def secrets(self) -> SecretService:

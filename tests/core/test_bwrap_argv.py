@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from warden.core.bwrap_argv import PROXY_SOCKET, Bind, SandboxSpec, bwrap_argv, sandbox_path
+from warden.core.bwrap_argv import PROXY_SOCKET, Bind, SandboxSpec, bwrap_argv, bwrap_environ, sandbox_path
 
 WS = "/srv/warden/workspaces/demo"
 
@@ -26,7 +26,7 @@ def test_isolation_flags_are_always_there() -> None:
                  "--disable-userns"):
         assert flag in head
     assert head[head.index("--cap-drop") + 1] == "ALL"
-    assert (head[head.index("--proc") + 1], head[head.index("--proc") + 2]) == ("/proc", "--dev")
+    assert head[head.index("--proc") + 1] == "/proc" and head[head.index("--dev") + 1] == "/dev"
     assert "--share-net" not in head
     assert head[head.index("--tmpfs") - 2:head.index("--tmpfs")] == ["--perms", "1777"]
     assert argv[argv.index("--") + 1:] == ["python", "-V"]
@@ -110,3 +110,33 @@ def test_path_puts_workspace_tools_first() -> None:
     parts = sandbox_path(WS).split(":")
     assert parts[:2] == [f"{WS}/.venv/bin", f"{WS}/node_modules/.bin"]
     assert "/usr/bin" in parts
+
+
+def test_kernel_knobs_in_proc_are_covered_read_only_after_the_fresh_proc() -> None:
+    # As root the sandbox's uid 0 is the host's: a writable /proc/sys/kernel/core_pattern
+    # would let a command make the host kernel run its program as root.
+    argv = bwrap_argv(spec(proc_readonly=("/proc/sys", "/proc/sysrq-trigger"),
+                           proc_masked_files=("/proc/timer_list",), proc_masked_dirs=("/proc/acpi",)))
+    proc_at = argv.index("--proc")
+    assert ("/proc/sys", "/proc/sys") in pairs(argv, "--ro-bind")
+    assert ("/proc/sysrq-trigger", "/proc/sysrq-trigger") in pairs(argv, "--ro-bind")
+    assert ("/dev/null", "/proc/timer_list") in pairs(argv, "--ro-bind")
+    assert argv[argv.index("/proc/acpi") - 1] == "--tmpfs"
+    assert min(argv.index("/proc/sys"), argv.index("/proc/timer_list"), argv.index("/proc/acpi")) > proc_at
+    # Even a spec built without host facts keeps /proc/sys read-only.
+    assert ("/proc/sys", "/proc/sys") in pairs(bwrap_argv(spec()), "--ro-bind")
+
+
+def test_loader_variables_never_reach_bwrap_itself() -> None:
+    # bwrap runs on the host (as root when Warden is): LD_PRELOAD in its own environment
+    # would load a bot's library outside the sandbox. They go through --setenv instead.
+    env = {"PATH": "/usr/bin", "LD_PRELOAD": f"{WS}/evil.so", "LD_LIBRARY_PATH": WS,
+           "GCONV_PATH": WS, "GLIBC_TUNABLES": "x", "MALLOC_CHECK_": "3", "TOKEN": "secret"}
+    s = spec(env=env)
+    outer = bwrap_environ(s)
+    assert outer == {"PATH": "/usr/bin", "TOKEN": "secret"}
+    argv = bwrap_argv(s)
+    head = argv[: argv.index("--")]
+    setenv = {head[i + 1]: head[i + 2] for i, a in enumerate(head) if a == "--setenv"}
+    assert setenv == {k: v for k, v in env.items() if k not in outer}
+    assert "secret" not in head  # other values (secrets) stay out of the visible argv

@@ -26,8 +26,9 @@ NOW = datetime(2030, 1, 1, tzinfo=UTC)
 DAY = timedelta(days=1)
 
 
-def grant(accessor: str = "acc_a", *, permissions: str = "read,write,execute,admin", zones: tuple[str, ...] | None = None,
-          secrets: tuple[str, ...] = (), expires: timedelta = 7 * DAY, max_expires: timedelta = 30 * DAY,
+def grant(accessor: str = "acc_a", *, permissions: str = "read,write,execute,admin",
+          zones: tuple[str, ...] | None = None, secrets: tuple[str, ...] = (), expires: timedelta = 7 * DAY,
+          max_expires: timedelta = 30 * DAY,
           parent: str | None = None, revoked: bool = False, workspace_id: str = "ws_1") -> Grant:
     return Grant(accessor=accessor, workspace="demo", workspace_id=workspace_id, bot="bot",
                  permissions=parse_permissions(permissions), zones=zones, secrets=secrets, created=NOW,
@@ -81,14 +82,14 @@ def test_default_ttl_and_max() -> None:
 
 
 def test_ttl_longer_than_max_is_refused_with_the_fix() -> None:
-    with pytest.raises(InvalidInput, match="shorten it or raise --max-ttl"):
+    with pytest.raises(InvalidInput, match=r"shorten it or raise --max-ttl"):
         plan(ttl=40 * DAY)
     with pytest.raises(InvalidInput, match="--ttl"):
         plan(ttl=2 * DAY, max_ttl=DAY)
 
 
 def test_max_ttl_over_the_ceiling_is_refused() -> None:
-    with pytest.raises(InvalidInput, match="grants.max_ttl"):
+    with pytest.raises(InvalidInput, match=r"grants\.max_ttl"):
         plan(max_ttl=60 * DAY)
 
 

@@ -124,3 +124,27 @@ def test_secrets_from_stdin_never_echoed(cli: Any, home: Path) -> None:
 def test_serve_help_mentions_its_defaults(cli: Any) -> None:
     result = cli("serve", "--help")
     assert result.code == 0 and "--port" in result.stdout and "--host" in result.stdout
+
+
+def test_run_as_token_env_injects_the_grants_secrets(ws: Any) -> None:
+    assert ws("secret", "set", "RUN_KEY", input="run-secret-value").code == 0
+    token = ws("grant", "demo", "runner-bot", "--permissions", "execute,secrets", "--secrets", "RUN_KEY").stdout.strip()
+    probe = ["python", "-c", "import os; print(os.environ.get('RUN_KEY'))"]
+    as_bot = ws("run", "demo", "--as-token-env", "--json", "--", *probe, env={"WARDEN_TOKEN": token})
+    assert as_bot.code == 0, as_bot.stdout + as_bot.stderr
+    assert as_bot.json["data"]["stdout"] == "run-secret-value\n"
+    assert ws("run", "demo", "--json", "--", *probe).json["data"]["stdout"] == "None\n"  # the person: no secret
+    refused = ws("run", "demo", "--as-token-env", "--", "true", env={"WARDEN_TOKEN": "wdn_" + "0" * 43})
+    assert refused.code == 126 and "permission denied" in refused.stderr
+    reader = ws("grant", "demo", "reader-bot", "--permissions", "read").stdout.strip()
+    assert ws("run", "demo", "--as-token-env", "--", "true", env={"WARDEN_TOKEN": reader}).code == 126
+    audit = ws("audit", "--limit", "50", "--json").json["data"]
+    assert any(e["action"] == "run.as_token" and e["decision"] == "allow" for e in audit)
+    assert any(e["action"] == "run" and e["actor"].startswith("bot:runner-bot@acc_") for e in audit)
+    assert token not in str(audit) and "run-secret-value" not in str(audit)
+
+
+def test_grant_to_a_zone_the_workspace_lacks(ws: Any) -> None:
+    result = ws("grant", "demo", "zone-bot", "--permissions", "read", "--zones", "nozone", "--json")
+    assert result.code == 2 and "no zone nozone" in result.json["error"]["message"]
+    assert ws("grant", "demo", "zone-bot", "--permissions", "read", "--zones", "cache").code == 0

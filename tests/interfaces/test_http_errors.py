@@ -176,3 +176,31 @@ def test_middleware_replays_the_body_it_counted() -> None:
     assert _drive(middleware, b"hello") == (200, b"hello")
     status, _ = _drive(middleware, b"x" * 101)
     assert status == 413
+
+
+def test_the_fast_read_path_answers_like_the_route(live: dict[str, Any]) -> None:
+    client = live["client"]
+    app: App = live["app"]
+    app.files("demo").write_bytes("/fast/a.txt", b"same bytes")
+    fast = client.get("/v1/workspaces/demo/files/content", params={"path": "fast/a.txt"})
+    assert (fast.status_code, fast.content, fast.headers["content-type"]) == (
+        200, b"same bytes", "application/octet-stream")
+    # A repeated parameter is not the clean form: FastAPI answers (its last value wins), the same bytes.
+    routed = client.get("/v1/workspaces/demo/files/content?path=nothing&path=fast/a.txt")
+    assert (routed.status_code, routed.content) == (200, b"same bytes")
+    event = app.audit.list(limit=1)[0]
+    assert event.action == "fs.read" and event.actor.startswith("bot:edgebot@acc_")
+    _error(client.get("/v1/workspaces/demo/files/content", params={"path": "fast/missing"}), 404, "not_found")
+    _error(client.get("/v1/workspaces/demo/files/content", params={"path": "x\x00y"}), 400, "invalid")
+    _error(client.get("/v1/workspaces/demo/files/content"), 422, "invalid")
+    denied = httpx.get(live["url"] + "/v1/workspaces/demo/files/content", params={"path": "fast/a.txt"},
+                       headers={"Authorization": "Bearer wdn_" + "R" * 43})
+    assert _error(denied, 403, "denied") == "permission denied"
+    assert client.head("/v1/workspaces/demo/files/content", params={"path": "fast/a.txt"}).status_code == 405
+
+
+def test_exec_timeout_cannot_exceed_the_servers_limit(live: dict[str, Any]) -> None:
+    limit = live["app"].settings.get_seconds("sandbox.timeout")
+    message = _error(live["client"].post("/v1/workspaces/demo/exec", json={"cmd": ["true"], "timeout": limit + 1}),
+                     400, "invalid")
+    assert "sandbox.timeout" in message

@@ -56,8 +56,8 @@ def test_create_makes_a_complete_workspace(envhome: EnvHome) -> None:  # noqa: F
 
 def test_create_from_a_built_layer_imports_no_yaml_or_sqlalchemy(envhome: EnvHome) -> None:  # noqa: F811
     name = envhome.name()
-    code = ("import sys; from warden import Warden; w = Warden.open(); ws = w.create(%r, template='local');"
-            "print(ws.status, 'yaml' in sys.modules, 'sqlalchemy' in sys.modules, 'tomlkit' in sys.modules)" % name)
+    code = (f"import sys; from warden import Warden; w = Warden.open(); ws = w.create({name!r}, template='local');"
+            "print(ws.status, 'yaml' in sys.modules, 'sqlalchemy' in sys.modules, 'tomlkit' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], env=envhome.environ, capture_output=True, text=True,
                          check=True)
     assert out.stdout.split() == ["ready", "False", "False", "False"]

@@ -67,8 +67,8 @@ class ServeProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> ServeProcess:
-        self._out = open(self.out_path, "wb")  # noqa: SIM115 (closed in __exit__)
-        self._err = open(self.err_path, "wb")  # noqa: SIM115
+        self._out = open(self.out_path, "wb")
+        self._err = open(self.err_path, "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "warden", "serve", "--port", "0"],
                                      stdout=self._out, stderr=self._err, env=self.environ,
                                      stdin=subprocess.DEVNULL)

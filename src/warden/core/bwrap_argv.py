@@ -16,11 +16,16 @@ from typing import Literal
 
 __all__ = [
     "DEFAULT_ETC",
+    "PROC_MASKED_DIRS",
+    "PROC_MASKED_FILES",
+    "PROC_READONLY",
     "PROTECTED_NAMES",
     "PROXY_SOCKET",
     "Bind",
     "SandboxSpec",
+    "bwrap_environ",
     "bwrap_argv",
+    "is_loader_variable",
     "sandbox_path",
 ]
 
@@ -40,6 +45,26 @@ PROTECTED_NAMES = (
 )
 # Where the network proxy's Unix socket appears inside the sandbox.
 PROXY_SOCKET = "/run/warden/proxy.sock"
+# Kernel-wide knobs in the fresh /proc. When Warden runs as root, the sandbox's uid 0 is the
+# host's uid 0 (bwrap maps it 1:1), and /proc/sys checks only that uid, not capabilities:
+# `echo '|/x' > /proc/sys/kernel/core_pattern` from inside would make the host kernel run
+# /x as root on the next crash. bwrap covers /proc/sys only when it can open the *folder*
+# for writing, which procfs never allows, so Warden covers these itself, read-only (as
+# Docker does). Host-wide information leaks (other processes in timer_list, kernel memory
+# maps) are hidden the same way.
+PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/fs")
+PROC_MASKED_FILES = ("/proc/kcore", "/proc/keys", "/proc/key-users", "/proc/timer_list",
+                     "/proc/timer_stats", "/proc/sched_debug", "/proc/latency_stats",
+                     "/proc/kpagecount", "/proc/kpageflags", "/proc/kpagecgroup")
+PROC_MASKED_DIRS = ("/proc/acpi", "/proc/scsi", "/proc/asound")
+# Variables that the dynamic loader and libc of *bwrap itself* act on. bwrap runs on the
+# host, unsandboxed (as root when Warden is root), so `LD_PRELOAD=<ws>/evil.so` in its
+# environment would run the bot's code outside the sandbox. These reach the command through
+# `--setenv` instead, which bwrap applies after it has started.
+_LOADER_NAMES = frozenset({
+    "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH",
+    "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR", "TZ", "TZDIR",
+})
 
 
 @dataclass(frozen=True)
@@ -86,6 +111,20 @@ class SandboxSpec:
     disable_userns: bool = True
     tmp_size: int | None = None
     hostname: str = "warden"
+    # Parts of the fresh /proc covered read-only / hidden (the adapter keeps those that exist).
+    proc_readonly: tuple[str, ...] = ("/proc/sys",)
+    proc_masked_files: tuple[str, ...] = ()
+    proc_masked_dirs: tuple[str, ...] = ()
+
+
+def is_loader_variable(name: str) -> bool:
+    """Whether the dynamic loader or libc of a host program would act on variable `name`."""
+    return name.startswith(("LD_", "MALLOC_")) or name in _LOADER_NAMES
+
+
+def bwrap_environ(spec: SandboxSpec) -> dict[str, str]:
+    """The environment of the bwrap process itself: the sandbox's, without loader variables."""
+    return {k: v for k, v in spec.env.items() if not is_loader_variable(k)}
 
 
 def sandbox_path(workspace: str) -> str:
@@ -112,7 +151,14 @@ def bwrap_argv(spec: SandboxSpec, bwrap: str = "bwrap") -> list[str]:
         argv += ["--ro-bind", path, path]
     for target, link in spec.system_links:
         argv += ["--symlink", target, link]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777"]
+    argv += ["--proc", "/proc"]
+    for path in spec.proc_readonly:
+        argv += ["--ro-bind", path, path]
+    for path in spec.proc_masked_files:
+        argv += ["--ro-bind", "/dev/null", path]
+    for path in spec.proc_masked_dirs:
+        argv += ["--perms", "0555", "--tmpfs", path, "--remount-ro", path]
+    argv += ["--dev", "/dev", "--perms", "1777"]
     if spec.tmp_size:
         argv += ["--size", str(spec.tmp_size)]
     argv += ["--tmpfs", "/tmp"]  # noqa: S108 (a private tmpfs inside the sandbox)
@@ -146,5 +192,8 @@ def bwrap_argv(spec: SandboxSpec, bwrap: str = "bwrap") -> list[str]:
     argv += ["--remount-ro", "/", "--chdir", spec.workspace]
     if spec.seccomp_fd is not None:
         argv += ["--seccomp", str(spec.seccomp_fd)]
+    for name, value in spec.env.items():
+        if is_loader_variable(name):
+            argv += ["--setenv", name, value]
     argv += ["--", *spec.command]
     return argv

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from warden.core.errors import Denied, NotFound
 from warden.core.grants import Grant, alive, decide, effective
@@ -20,7 +20,10 @@ from warden.core.zones import Zone, ZoneRequest, restrict
 from warden.services.grants import GrantService
 from warden.services.workspaces import WorkspaceService
 
-__all__ = ["DENIED", "AuthDenied", "AuthService", "Principal"]
+if TYPE_CHECKING:
+    from warden.bootstrap import App
+
+__all__ = ["DENIED", "AuthDenied", "AuthService", "Principal", "run_as_token"]
 
 DENIED = "permission denied"
 
@@ -122,3 +125,26 @@ class AuthService:
         if not principal.chain:
             return ()
         return effective(principal.chain).secrets
+
+
+def run_as_token(app: App, token: str | None, workspace: str) -> tuple[str, dict[str, str]]:
+    """`warden run --as-token-env`: the actor and secret environment of a grant token's run.
+
+    The token must hold `execute` on `workspace` (whole, not zone-limited); the secrets its
+    grant names are decrypted for the run's environment. A refusal is audited and answered
+    with the same "permission denied" as the API gives.
+    """
+    principal: Principal | None = None
+    try:
+        principal = app.auth.authenticate(token)
+        app.auth.authorize(principal, workspace, "execute", whole_workspace=True)
+    except Denied as exc:
+        actor = principal.actor if principal else getattr(exc, "actor", None) or "anonymous"
+        app.audit.record(actor=actor, action="run.as_token", target=workspace, decision="deny",
+                         rule=exc.rule or "denied", result="denied")
+        raise
+    injection = app.secrets.environment(app.auth.secret_names(principal))
+    app.audit.record(actor=principal.actor, action="run.as_token", target=workspace, decision="allow",
+                     rule="grant.allow", detail={"secret_names": sorted(injection.env),
+                                                 "missing_secrets": list(injection.missing)})
+    return principal.actor, injection.env

@@ -8,7 +8,7 @@ it, in the same transaction, and `decide` checks the whole chain again at every 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -32,6 +32,7 @@ from warden.services.audit import AuditLog
 
 if TYPE_CHECKING:
     from warden.adapters.keystore import Keystore
+    from warden.core.workspaces import WorkspaceRecord
     from warden.services.workspaces import WorkspaceService
 
 __all__ = ["GrantService", "IssuedBot", "IssuedGrant"]
@@ -67,7 +68,8 @@ class IssuedGrant:
 class GrantService:
     def __init__(self, db: Database, audit: AuditLog, keystore: Keystore, workspaces: WorkspaceService,
                  clock: Callable[[], datetime], *, default_ttl: timedelta, max_ttl: timedelta,
-                 random: Callable[[int], bytes] = os.urandom) -> None:
+                 random: Callable[[int], bytes] = os.urandom,
+                 zones_of: Callable[[WorkspaceRecord], Mapping[str, object]] | None = None) -> None:
         self._db = db
         self._audit = audit
         self._keys = keystore
@@ -76,6 +78,8 @@ class GrantService:
         self._random = random
         self.default_ttl = default_ttl
         self.max_ttl = max_ttl
+        # The workspace's configured zones, to refuse a grant naming one it does not have.
+        self._zones_of = zones_of
 
     def _hash(self, token: str) -> str:
         return hash_token(token, self._keys.pepper())
@@ -131,6 +135,12 @@ class GrantService:
         now = self._clock()
         plan = plan_grant(now, wanted, zones=zones, secrets=secrets, ttl=ttl, max_ttl=max_ttl,
                           default_ttl=self.default_ttl, ceiling=self.max_ttl, parent=parent)
+        if plan.zones is not None and self._zones_of is not None:
+            known = self._zones_of(record)
+            unknown = sorted(set(plan.zones) - set(known))
+            if unknown:
+                raise InvalidInput(f"workspace {workspace!r} has no zone {', '.join(unknown)}; "
+                                   f"its zones: {', '.join(sorted(known)) or 'none'}")
         token, digest = self._new_token()
         grant = Grant(accessor=make_accessor(self._random(ACCESSOR_BYTES)), workspace=workspace,
                       workspace_id=record.id, bot=bot, permissions=plan.permissions, zones=plan.zones,

@@ -110,11 +110,23 @@ def test_timeout_is_124_and_bounded(sandbox: Run) -> None:
 
 def test_workspace_venv_interpreter_prefix_is_mounted(tmp_path: Path, sandbox: Run, workspace: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(workspace / ".venv")], check=True)
-    out = sandbox(["python", "-c", "import sys, json; print(sys.prefix); print(json.dumps(1))"])
+    prefix = os.path.realpath(sys.base_prefix)
+    out = sandbox(["python", "-c", "import sys, json; print(sys.prefix); print(json.dumps(1))"],
+                  spec_kw={"ro_paths": [prefix]})
     assert out.exit_code == 0, out.stderr
     assert out.stdout.decode().split() == [str(workspace / ".venv"), "1"]
-    prefixes = host.venv_prefixes(str(workspace))
-    assert prefixes and all(not p.startswith("/usr/") for p in prefixes)
+
+
+def test_pyvenv_cfg_home_written_by_a_bot_mounts_nothing(tmp_path: Path, sandbox: Run, workspace: Path) -> None:
+    """A bot edits .venv/pyvenv.cfg to point `home` at a host folder; it must stay invisible."""
+    secret_dir = tmp_path / "host-secrets" / "bin"
+    secret_dir.mkdir(parents=True)
+    (secret_dir.parent / "id_rsa").write_text("PRIVATE KEY")
+    (workspace / ".venv").mkdir()
+    (workspace / ".venv" / "pyvenv.cfg").write_text(f"home = {secret_dir}\n")
+    out = sandbox(["sh", "-c", f"cat {secret_dir.parent}/id_rsa 2>&1; ls {secret_dir.parent} 2>&1"])
+    assert b"PRIVATE KEY" not in out.stdout
+    assert out.stdout.count(b"No such file") == 2
 
 
 def test_ro_zone_and_denied_path(sandbox: Run, workspace: Path) -> None:

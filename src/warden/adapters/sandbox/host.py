@@ -12,7 +12,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 
-from warden.core.bwrap_argv import DEFAULT_ETC, PROTECTED_NAMES, Bind, SandboxSpec, sandbox_path
+from warden.core.bwrap_argv import (
+    DEFAULT_ETC,
+    PROC_MASKED_DIRS,
+    PROC_MASKED_FILES,
+    PROC_READONLY,
+    PROTECTED_NAMES,
+    Bind,
+    SandboxSpec,
+    sandbox_path,
+)
 from warden.core.errors import Denied, InvalidInput
 
 __all__ = [
@@ -22,7 +31,6 @@ __all__ = [
     "data_files",
     "python3_path",
     "system_layout",
-    "venv_prefixes",
 ]
 
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
@@ -84,28 +92,24 @@ def etc_layout() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
 
 
 @cache
+def proc_layout() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(read-only, masked files, masked folders) of /proc that exist on this kernel.
+
+    The sandbox's /proc is a fresh mount of the same kernel, so the host's entries tell
+    which ones it will have (bwrap cannot mount over an entry that does not exist).
+    """
+    return (tuple(p for p in PROC_READONLY if os.path.exists(p)),
+            tuple(p for p in PROC_MASKED_FILES if os.path.isfile(p)),
+            tuple(p for p in PROC_MASKED_DIRS if os.path.isdir(p)))
+
+
+@cache
 def python3_path() -> str | None:
     """A system python3 visible inside the sandbox (for the network forwarder)."""
     for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
         if os.access(candidate, os.X_OK):
             return candidate
     return None
-
-
-def venv_prefixes(workspace: str) -> list[str]:
-    """The base interpreter prefix of the workspace venv (pyvenv.cfg `home`), when outside /usr."""
-    try:
-        text = Path(workspace, ".venv", "pyvenv.cfg").read_text(errors="replace")
-    except OSError:
-        return []
-    for line in text.splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "home" and value.strip().startswith("/"):
-            home = os.path.normpath(value.strip())
-            prefix = os.path.dirname(home) if os.path.basename(home) == "bin" else home
-            if not (prefix + "/").startswith("/usr/") and os.path.isdir(prefix):
-                return [os.path.realpath(prefix)]
-    return []
 
 
 def data_files(uid: int, gid: int, workspace: str) -> list[tuple[str, bytes]]:
@@ -181,6 +185,7 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
         raise InvalidInput(f"workspace folder {workspace} is missing; `warden health` can repair it")
     system_ro, system_links = system_layout()
     etc, etc_links = etc_layout()
+    proc_ro, proc_files, proc_dirs = proc_layout()
     base_env = {"PATH": sandbox_path(ws), "HOME": ws,
                 "LANG": caller_env.get("LANG") or "C.UTF-8",
                 "TERM": caller_env.get("TERM") or "dumb"}
@@ -188,7 +193,10 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
         base_env["TZ"] = caller_env["TZ"]
     full_env = {**base_env, **check_env(env)}
     protected_paths, pinned = _protected(ws, protected)
-    mounted_ro = list(dict.fromkeys([*venv_prefixes(ws), *ro_paths]))
+    # Interpreter prefixes and env layers come only from the caller (the registry row Warden
+    # wrote), never from the workspace's own pyvenv.cfg: a bot can edit that file and would
+    # point `home` at any host folder to have it mounted.
+    mounted_ro = list(dict.fromkeys(ro_paths))
     # Inside the workspace only a read-only entry changes anything (the workspace is rw).
     binds = [b for b in extra_binds
              if os.path.exists(b.path) and (b.mode == "ro" or not _under(b.path, ws))]
@@ -210,4 +218,5 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
         extra_binds=tuple(binds), protected=tuple(protected_paths), ro_zones=tuple(zones),
         pinned=tuple(pinned), masked_dirs=tuple(masked_dirs), masked_files=tuple(masked_files),
         network="proxy" if network else "none",
+        proc_readonly=proc_ro, proc_masked_files=proc_files, proc_masked_dirs=proc_dirs,
         disable_userns=bwrap_has("--disable-userns"), tmp_size=tmp_size)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from warden.adapters.sandbox import cgroups
 from warden.adapters.sandbox.host import bwrap_path, python3_path
-from warden.core.bwrap_argv import PROXY_SOCKET, SandboxSpec, bwrap_argv
+from warden.core.bwrap_argv import PROXY_SOCKET, SandboxSpec, bwrap_argv, bwrap_environ
 from warden.core.errors import Unavailable
 from warden.core.limits import Limits
 from warden.core.network import NetworkPolicy
@@ -80,9 +80,11 @@ def _rlimits(limits: Limits, cg: cgroups.Cgroup | None,
              support: cgroups.CgroupSupport) -> list[tuple[int, int, int]]:
     has_memory = cg is not None and support.memory is not None
     has_pids = cg is not None and support.pids is not None
-    # With a memory cgroup the address-space limit is only a backstop (programs such as
-    # Node reserve far more address space than they touch); without one it is the limit.
-    address_space = max(limits.memory * 4, limits.memory + 2 * _GIB) if has_memory else limits.memory
+    # With a memory cgroup the address-space limit is only a backstop: V8 reserves ~10 GiB of
+    # address space per WebAssembly memory (guard regions) and touches little of it, so Node
+    # fails with "Cannot allocate Wasm memory" under a tight RLIMIT_AS. Without a cgroup the
+    # address space is the memory limit.
+    address_space = max(limits.memory * 4, limits.memory + 32 * _GIB) if has_memory else limits.memory
     wanted = [
         (resource.RLIMIT_AS, address_space, address_space),
         (resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1),  # SIGXCPU, then SIGKILL
@@ -194,7 +196,7 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
     started = time.monotonic()
     proc = subprocess.Popen(
         argv, stdin=stdin_arg, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=dict(spec.env), close_fds=True, start_new_session=True,
+        env=bwrap_environ(spec), close_fds=True, start_new_session=True,
         pass_fds=tuple(fd for fd in fds if fd not in (info_read, block_write)))
     # Our copies of the fds handed to bwrap go now, so EOFs arrive when bwrap is done.
     for fd in list(fds):

@@ -18,7 +18,6 @@ __all__ = [
     "delete_bot",
     "descendants",
     "grant_by_accessor",
-    "grant_by_hash",
     "grants_of_bot",
     "grants_of_workspace",
     "insert_bot",
@@ -109,11 +108,6 @@ def insert_grant(tx: Tx, grant: Grant, token_hash: str) -> None:
          "secrets": json.dumps(list(grant.secrets)), "created": grant.created.isoformat(),
          "expires": grant.expires.isoformat(), "max_expires": grant.max_expires.isoformat(),
          "created_by": grant.created_by})
-
-
-def grant_by_hash(tx: Tx, token_hash: str) -> tuple[Grant, str] | None:
-    rows = tx.execute(f"SELECT token_hash, {_GRANT_COLUMNS} FROM grants WHERE token_hash = :h", {"h": token_hash})
-    return (_grant(rows[0]), str(rows[0]["token_hash"])) if rows else None
 
 
 def chain_by_hash(tx: Tx, token_hash: str, max_depth: int) -> tuple[list[Grant], str] | None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from warden.core.errors import InvalidInput
+from warden.core.errors import InvalidInput, WardenError
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output
 
@@ -25,6 +25,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="set a variable inside the sandbox (repeat)")
     p.add_argument("--session", help="apply this session's path lists too")
+    p.add_argument("--as-token-env", action="store_true",
+                   help="run as the bot whose grant token is in $WARDEN_TOKEN (needs execute; "
+                        "the secrets its grant names are injected)")
     # Everything after `--` is the command, its own dashes included (main._parse).
     p.add_argument("command", nargs="*", help="the command, after --")
     p.set_defaults(handler=_run, takes_command=True)
@@ -65,10 +68,20 @@ def _run(ctx: Context, args: argparse.Namespace) -> Output:
     live = not ctx.json
     # Standard input passes through as it is (a terminal, a file or a pipe).
     stdin = sys.stdin.fileno() if sys.stdin is not None and not sys.stdin.closed else None
+    env, actor = _env(args.env), "user"
+    if args.as_token_env:
+        from warden.services.auth import run_as_token
+
+        try:
+            actor, secrets = run_as_token(ctx.app, ctx.environ.get("WARDEN_TOKEN"), args.name)
+        except WardenError as exc:
+            exc.exit_status = 126  # type: ignore[attr-defined]  # refused to start: `warden run`'s status
+            raise
+        env.update(secrets)  # a grant's secrets win over --env of the same name
     result = ctx.app.runs.run(
         args.name, command, timeout=_timeout(args.timeout), memory=args.memory, cpu=args.cpu,
-        pids=args.pids, net=args.net, allow_domains=args.allow_domain, env=_env(args.env),
-        stdin=stdin, session=args.session,
+        pids=args.pids, net=args.net, allow_domains=args.allow_domain, env=env,
+        stdin=stdin, session=args.session, actor=actor,
         on_stdout=_writer(sys.stdout.buffer) if live else None,
         on_stderr=_writer(sys.stderr.buffer) if live else None, capture=not live,
         # Warden's own reports (network refusals) go to stderr in both modes.

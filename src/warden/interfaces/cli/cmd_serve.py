@@ -91,7 +91,8 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
         sys.stdout.write(connect_help(url, database) + "\n")
         sys.stdout.flush()
     options: dict[str, Any] = {"log_level": "info", "access_log": args.access_log, "lifespan": "off",
-                               "timeout_graceful_shutdown": 5, "server_header": False}
+                               "timeout_graceful_shutdown": 5, "server_header": False,
+                               "proxy_headers": False}  # no proxy in front by default: trust no X-Forwarded-*
     try:
         if workers > 1:
             from uvicorn.supervisors import Multiprocess

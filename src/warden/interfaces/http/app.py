@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from warden.core.errors import TooLarge, WardenError
 from warden.interfaces.http.calls import Unauthenticated
+from warden.interfaces.http.fastpath import FastReads
 from warden.interfaces.http.limits import LimitsMiddleware, Scope
 from warden.interfaces.http.models import ErrorBody
 
@@ -101,8 +102,9 @@ def create_app(app: App) -> FastAPI:
         log.error("internal error in %s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
         return _error(500, "internal", f"internal error ({type(exc).__name__}); the server log has details")
 
+    services = files.FileServices(app)
     api.include_router(routes.router(app))
-    api.include_router(files.router(app))
+    api.include_router(files.router(app, services))
 
     max_json = app.settings.get_size("api.max_body")
     max_file = app.settings.get_int("sandbox.max_file_size_mb") * 1024 * 1024
@@ -122,5 +124,7 @@ def create_app(app: App) -> FastAPI:
             return max(request_timeout, 600.0)  # building an environment may take minutes
         return request_timeout
 
+    # Added last, so outermost: limits and timeouts apply to the fast path too.
+    api.add_middleware(FastReads, app=app, services=services)
     api.add_middleware(LimitsMiddleware, limit_for=limit_for, timeout_for=timeout_for)
     return api

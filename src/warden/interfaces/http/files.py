@@ -9,6 +9,9 @@ operation with the caller's name (bot and accessor).
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Query, Request, Response
@@ -22,9 +25,11 @@ from warden.interfaces.http.routes import Token, WorkspaceName, token_of
 if TYPE_CHECKING:
     from warden.adapters.safefs import Entry
     from warden.bootstrap import App
+    from warden.core.workspaces import WorkspaceRecord
+    from warden.core.zones import Zone
     from warden.services.files import FileService
 
-__all__ = ["router"]
+__all__ = ["FileServices", "read_content", "router"]
 
 FilePath = Annotated[str, Query(min_length=1, max_length=4096,
                                 description="workspace-relative path; / is the workspace root")]
@@ -42,17 +47,50 @@ def _entry(parent: str, item: Entry) -> FileEntry:
                      mtime=item.mtime)
 
 
-def _files(app: App, call: Call, name: str, permission: str) -> FileService:
+class FileServices:
+    """File services kept per (workspace, caller, scope), so each keeps its built policy between
+    requests (it rebuilds itself when a policy file changes); bounded, oldest dropped first."""
+
+    def __init__(self, app: App, size: int = 256) -> None:
+        self._app = app
+        self._size = size
+        self._cache: OrderedDict[Hashable, FileService] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, record: WorkspaceRecord, actor: str, scope: dict[str, Zone] | None) -> FileService:
+        key = (record.id, record.path, record.status, actor,
+               None if scope is None else tuple(sorted(scope.items())))
+        with self._lock:
+            service = self._cache.get(key)
+            if service is not None:
+                self._cache.move_to_end(key)
+                return service
+        # No approver: a zone whose approval is `ask` refuses bots until a person can answer.
+        service = self._app.files(record, actor=actor, scope=scope)
+        with self._lock:
+            self._cache[key] = service
+            while len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        return service
+
+
+def _files(app: App, services: FileServices, call: Call, name: str, permission: str) -> FileService:
     """The file service for the authenticated caller, after its grant allowed `permission`."""
     assert call.principal is not None
     record = call.authorize(name, permission)
     scope = app.auth.zone_scope(call.principal, lambda: app.sandbox_paths.zones(record))
     call.audited_by_service = True
-    # No approver: a zone whose approval is `ask` refuses bots until a person can answer.
-    return app.files(record, actor=call.actor, scope=scope)
+    return services.get(record, call.actor, scope)
 
 
-def router(app: App) -> APIRouter:
+def read_content(app: App, services: FileServices, token: str | None, name: str, path: str) -> bytes:
+    """GET …/files/content: a file's bytes for the holder of `token` (the route and the fast path)."""
+    with Call(app, "files.read", f"{name}:{path}") as call:
+        call.authenticate(token)
+        return _files(app, services, call, name, "read").read_bytes(path)
+
+
+def router(app: App, services: FileServices) -> APIRouter:
     api = APIRouter(responses=ERROR_RESPONSES, tags=["files"])
 
     @api.get("/v1/workspaces/{name}/files", response_model=FilesResult)
@@ -64,7 +102,7 @@ def router(app: App) -> APIRouter:
         with Call(app, "files.list", f"{name}:{path}") as call:
             call.authenticate(token_of(token))
             rel = canonical(path)
-            files = _files(app, call, name, "read")
+            files = _files(app, services, call, name, "read")
             info = files.stat(rel)
             entries = [_entry(rel, item) for item in files.list(rel)] if info.type == "dir" else None
             return FilesResult(path=rel, type=_kind(info), size=info.size, mtime=info.mtime, entries=entries)
@@ -74,10 +112,8 @@ def router(app: App) -> APIRouter:
     @threaded
     def read_file(name: WorkspaceName, path: FilePath, token: Token) -> Response:
         """A file's bytes (needs `read`)."""
-        with Call(app, "files.read", f"{name}:{path}") as call:
-            call.authenticate(token_of(token))
-            data = _files(app, call, name, "read").read_bytes(path)
-            return Response(content=data, media_type="application/octet-stream")
+        data = read_content(app, services, token_of(token), name, path)
+        return Response(content=data, media_type="application/octet-stream")
 
     @api.put("/v1/workspaces/{name}/files/content", response_model=FileWritten,
              openapi_extra={"requestBody": {"required": True, "content": _BINARY}})
@@ -88,7 +124,7 @@ def router(app: App) -> APIRouter:
         def write() -> FileWritten:
             with Call(app, "files.write", f"{name}:{path}") as call:
                 call.authenticate(token_of(token))
-                size = _files(app, call, name, "write").write_bytes(path, data)
+                size = _files(app, services, call, name, "write").write_bytes(path, data)
                 return FileWritten(path=path, size=size)
 
         return await run_in_threadpool(write)
@@ -99,7 +135,7 @@ def router(app: App) -> APIRouter:
         """Delete a file, a link or an empty folder (needs `write`)."""
         with Call(app, "files.delete", f"{name}:{path}") as call:
             call.authenticate(token_of(token))
-            _files(app, call, name, "write").delete(path)
+            _files(app, services, call, name, "write").delete(path)
             return FileDeleted(path=path, deleted=True)
 
     return api

@@ -20,7 +20,11 @@ __all__ = ["run_in_workspace"]
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
-def _check_request(body: ExecRequest) -> None:
+def _check_request(app: App, body: ExecRequest) -> None:
+    limit = app.settings.get_seconds("sandbox.timeout")
+    if body.timeout is not None and body.timeout > limit:
+        raise InvalidInput(f"timeout {body.timeout:g} s is over this server's limit of {limit:g} s "
+                           "(sandbox.timeout); ask for less")
     for name, value in body.env.items():
         if not _ENV_NAME.match(name):
             raise InvalidInput(f"bad environment variable name {name!r}: use letters, digits and '_'")
@@ -35,7 +39,7 @@ def _check_request(body: ExecRequest) -> None:
 def run_in_workspace(app: App, call: Call, principal: Principal, record: WorkspaceRecord,
                      body: ExecRequest) -> RunResult:
     """Run `body.cmd` in the workspace's sandbox; secrets override same-named request variables."""
-    _check_request(body)
+    _check_request(app, body)
     injection = app.secrets.environment(app.auth.secret_names(principal))
     env = {**body.env, **injection.env}
     # Names only: values (the bot's and the secrets) never reach the audit log.

@@ -1,0 +1,82 @@
+"""A fast path for the hottest request, `GET /v1/workspaces/{name}/files/content?path=P`.
+
+FastAPI's routing, dependency solving and response machinery cost about as much CPU as the
+read itself. This plain ASGI middleware answers the clean, common form of that request by
+calling the very function the FastAPI route calls (`files.read_content`: the same
+authentication, grant decision, file service and audit event); anything else — another
+method, a missing or repeated parameter, no bearer token, an odd name — falls through to
+FastAPI unchanged, so its validation and error answers stay the only ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl
+
+from starlette.concurrency import run_in_threadpool
+
+from warden.core.errors import WardenError
+from warden.interfaces.http.limits import ASGIApp, Receive, Scope, Send, error_bytes
+
+if TYPE_CHECKING:
+    from warden.bootstrap import App
+    from warden.interfaces.http.files import FileServices
+
+__all__ = ["FastReads"]
+
+log = logging.getLogger("warden.http")
+
+_CONTENT = re.compile(r"^/v1/workspaces/([A-Za-z0-9][A-Za-z0-9_.-]{0,62})/files/content$")
+
+
+class FastReads:
+    def __init__(self, inner: ASGIApp, *, app: App, services: FileServices) -> None:
+        self.inner = inner
+        self.app = app
+        self.services = services
+
+    def _match(self, scope: Scope) -> tuple[str, str, str] | None:
+        if scope["type"] != "http" or scope["method"] != "GET":
+            return None
+        found = _CONTENT.match(scope["path"])
+        if found is None:
+            return None
+        try:
+            query = parse_qsl(scope.get("query_string", b"").decode("ascii"), keep_blank_values=True,
+                              strict_parsing=True)
+        except (UnicodeDecodeError, ValueError):
+            return None
+        if len(query) != 1 or query[0][0] != "path" or not 1 <= len(query[0][1]) <= 4096:
+            return None
+        tokens = [v for k, v in scope.get("headers", ()) if k == b"authorization"]
+        if len(tokens) != 1 or not tokens[0].startswith(b"Bearer "):
+            return None
+        token = tokens[0][7:].decode("latin-1").strip()
+        if not token:
+            return None
+        return found.group(1), query[0][1], token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        matched = self._match(scope)
+        if matched is None:
+            await self.inner(scope, receive, send)
+            return
+        from warden.interfaces.http.app import status_for
+        from warden.interfaces.http.files import read_content
+
+        name, path, token = matched
+        try:
+            data = await run_in_threadpool(read_content, self.app, self.services, token, name, path)
+        except WardenError as exc:
+            status, body, kind = status_for(exc), error_bytes(exc.code, exc.message), b"application/json"
+        except Exception as exc:  # the same one-line answer as the FastAPI handler gives
+            log.error("internal error in GET %s: %s: %s", scope["path"], type(exc).__name__, exc)
+            status, kind = 500, b"application/json"
+            body = error_bytes("internal", f"internal error ({type(exc).__name__}); the server log has details")
+        else:
+            status, body, kind = 200, data, b"application/octet-stream"
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode("ascii"))]})
+        await send({"type": "http.response.body", "body": body})
