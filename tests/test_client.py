@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.packages import make_wheel
 from tests.support.servers import ThreadServer
 from warden.bootstrap import bootstrap
 from warden.client import Client, error_from
@@ -29,8 +30,12 @@ from warden.core.runs import RunResult
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    home = tmp_path_factory.mktemp("client") / "home"
-    environ = {"PATH": os.environ.get("PATH", ""), "WARDEN_HOME": str(home), "WARDEN_SANDBOX_MAX_FILE_SIZE_MB": "1"}
+    base = tmp_path_factory.mktemp("client")
+    home = base / "home"
+    wheels = base / "wheels"
+    make_wheel(wheels, "tinypkg", "1.2")  # requirements install offline, from this folder only
+    environ = {"PATH": os.environ.get("PATH", ""), "WARDEN_HOME": str(home), "WARDEN_SANDBOX_MAX_FILE_SIZE_MB": "1",
+               "WARDEN_ENVS_FIND_LINKS": str(wheels), "WARDEN_ENVS_NO_INDEX": "true"}
     app = bootstrap(home, environ=environ)
     identity = app.grants.register_bot("sdkbot").token
     app.grants.register_bot("other-bot")
@@ -138,3 +143,31 @@ def test_error_codes_map_back_to_warden_errors(status: int, code: str, kind: typ
 def test_a_non_json_error_still_maps() -> None:
     error = error_from(httpx.Response(502, text="bad gateway"))
     assert type(error) is WardenError and "502" in error.message
+
+
+def test_requirements_and_project_blob_of_the_protocol(live: dict[str, Any]) -> None:
+    import io
+    import tarfile
+
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w:gz") as tar:
+        data = b"print('from the blob')\n"
+        info = tarfile.TarInfo("app/main.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    ws = live["client"].create_workspace("with-reqs", requirements=["tinypkg==1.2"], project_blob=archive.getvalue())
+    assert ws.run(["python", "-c", "import tinypkg; print(tinypkg.VERSION)"]).stdout == "1.2\n"
+    assert ws.run(["python", "app/main.py"]).stdout == "from the blob\n"
+    assert "tinypkg" in ws.files.read_text("pyproject.toml")
+
+
+def test_a_failed_request_leaves_no_workspace(live: dict[str, Any]) -> None:
+    client: Client = live["client"]
+    with pytest.raises(InvalidInput, match="bad package"):
+        client.create_workspace("bad-reqs", requirements=["--index-url=http://evil"])
+    with pytest.raises(Unavailable, match="failed"):
+        client.create_workspace("missing-reqs", requirements=["not-a-local-package"])
+    with pytest.raises(InvalidInput, match="base64"):
+        client.create_workspace("bad-blob", project_blob="!!!not base64!!!")
+    names = [w.name for w in live["app"].workspaces.list()]
+    assert not {"bad-reqs", "missing-reqs", "bad-blob"} & set(names)

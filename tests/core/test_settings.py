@@ -38,7 +38,7 @@ def test_bad_values_say_which_key(key: str, value: object) -> None:
 
 
 def test_bad_file_value_names_the_file() -> None:
-    with pytest.raises(InvalidInput, match="cfg.toml"):
+    with pytest.raises(InvalidInput, match=r"cfg\.toml"):
         resolve({"sandbox": {"enabled": "perhaps"}}, {}, file_label="cfg.toml")
     with pytest.raises(InvalidInput, match="unknown setting"):
         resolve({"sandbox": {"enabeld": True}}, {}, file_label="cfg.toml")

@@ -148,3 +148,13 @@ def test_grant_to_a_zone_the_workspace_lacks(ws: Any) -> None:
     result = ws("grant", "demo", "zone-bot", "--permissions", "read", "--zones", "nozone", "--json")
     assert result.code == 2 and "no zone nozone" in result.json["error"]["message"]
     assert ws("grant", "demo", "zone-bot", "--permissions", "read", "--zones", "cache").code == 0
+
+
+def test_destroy_revokes_the_workspaces_grants(cli: Cli) -> None:
+    assert cli("create", "gone").code == 0
+    assert cli("bot", "register", "b").code == 0
+    assert cli("grant", "gone", "b", "--permissions", "read").code == 0
+    assert cli("destroy", "gone", "--yes", "--no-archive").code == 0
+    assert cli("create", "gone").code == 0
+    listed = cli("grants", "gone", "--json").json["data"]
+    assert listed and {g["state"] for g in listed} == {"revoked"}, listed

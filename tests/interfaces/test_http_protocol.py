@@ -187,3 +187,18 @@ def test_no_token_or_secret_value_is_left_anywhere(story: dict[str, object]) -> 
     for where, data in haystacks.items():
         for needle in needles:
             assert needle not in data, f"a token or secret value was found in {where}"
+
+
+def test_serve_with_two_workers_shares_one_registry(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    environ = warden_environ(home)
+    token = _cli(environ, "bot", "register", "pair-bot")
+    with ServeProcess(environ, tmp_path, "--workers", "2", "--no-access-log") as server:
+        created = Client(server.url, token).create_workspace("pair")
+        written = [created.files.write(f"f{i}.txt", str(i)) for i in range(6)]  # spread over both workers
+        assert written == [1] * 6
+        assert sorted(e["name"] for e in created.files.list("/") if e["name"].startswith("f")) == [
+            f"f{i}.txt" for i in range(6)]
+        assert b"Started parent process" in server.output()  # uvicorn's supervisor of the workers
+    for needle in (token, created.access_token):
+        assert needle.encode() not in server.output()

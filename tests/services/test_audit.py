@@ -26,7 +26,7 @@ def test_edited_row_is_named(app: App, home: Path) -> None:
     _fill(app, 5)
     with sqlite3.connect(home / "warden.db") as conn:
         conn.execute("UPDATE audit_events SET result = 'forged' WHERE seq = 3")
-    count, broken = app.audit.verify()
+    _count, broken = app.audit.verify()
     assert broken is not None and broken.seq == 3 and "edited" in broken.reason
 
 

@@ -59,8 +59,9 @@ def _healthy(url: str) -> bool:
 class ServeProcess:
     """`python -m warden serve --port 0` with stdout and stderr captured to files."""
 
-    def __init__(self, environ: dict[str, str], log_dir: Path) -> None:
+    def __init__(self, environ: dict[str, str], log_dir: Path, *extra: str) -> None:
         self.environ = environ
+        self.extra = extra
         self.out_path = log_dir / "serve.out"
         self.err_path = log_dir / "serve.err"
         self.url = ""
@@ -69,7 +70,7 @@ class ServeProcess:
     def __enter__(self) -> ServeProcess:
         self._out = open(self.out_path, "wb")
         self._err = open(self.err_path, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "warden", "serve", "--port", "0"],
+        self.proc = subprocess.Popen([sys.executable, "-m", "warden", "serve", "--port", "0", *self.extra],
                                      stdout=self._out, stderr=self._err, env=self.environ,
                                      stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 30

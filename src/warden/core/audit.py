@@ -73,7 +73,8 @@ def verify_chain(events: Iterable[AuditEvent]) -> ChainBreak | None:
         if expected_seq is not None and event.seq != expected_seq:
             return ChainBreak(expected_seq, f"row {expected_seq} is missing (deleted)")
         if event.prev_hash != prev_hash:
-            return ChainBreak(event.seq, "its link to the row before does not match (a row before it was deleted or edited)")
+            return ChainBreak(event.seq, "its link to the row before does not match "
+                                         "(a row before it was deleted or edited)")
         if event_hash(event, event.seq, prev_hash) != event.hash:
             return ChainBreak(event.seq, "its content does not match its hash (edited)")
         prev_hash = event.hash

@@ -23,8 +23,8 @@ __all__ = [
     "PROXY_SOCKET",
     "Bind",
     "SandboxSpec",
-    "bwrap_environ",
     "bwrap_argv",
+    "bwrap_environ",
     "is_loader_variable",
     "sandbox_path",
 ]

@@ -255,10 +255,17 @@ class WorkspaceService:
             stop_processes(str(path))
             if archive:
                 archived = str(self.archive_folder(record))
+        from warden.adapters.store import grants as grant_rows
+
         with self._db.transaction() as tx:
+            # Grants die with their workspace, in the same transaction (a later workspace of the
+            # same name is a different workspace).
+            live = [g.accessor for g in grant_rows.grants_of_workspace(tx, name, live_only=True)]
+            revoked = grant_rows.revoke_grants(tx, live, self._clock())
             rows.delete(tx, name)
             self._audit.record(actor=actor, action="workspace.destroy", target=name,
-                               detail={"archive": archived if archive else None}, tx=tx)
+                               detail={"archive": archived if archive else None, "grants_revoked": revoked},
+                               tx=tx)
         self.trash(path)
         return {"name": name, "destroyed": True, "archive": archived if archive else None}
 

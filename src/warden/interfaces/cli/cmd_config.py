@@ -36,7 +36,9 @@ def _init(ctx: Context, args: argparse.Namespace) -> Output:
 
 
 def _value_text(value: object) -> str:
-    return ", ".join(value) if isinstance(value, list) else str(value).lower() if isinstance(value, bool) else str(value)
+    if isinstance(value, list):
+        return ", ".join(value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _show(ctx: Context, args: argparse.Namespace) -> Output:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Path, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -30,6 +30,7 @@ from warden.interfaces.http.models import (
     WorkspaceRequest,
     WorkspaceSummary,
 )
+from warden.services.templates import TemplateCatalog
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
@@ -74,29 +75,21 @@ def _sandbox_info(app: App) -> SandboxInfo:
 
 
 def _create_workspace(app: App, request: WorkspaceRequest, actor: str) -> WorkspaceRecord:
-    """Create the workspace the bot asked for, through the workspace service."""
-    import inspect
-
+    """Create the workspace the bot asked for, through the workspace service (type `bot`)."""
     params = request.params
-    options: dict[str, Any] = {"kind": "bot", "actor": actor, "template": params.template}
-    extras: dict[str, Any] = {}
-    if params.python:
-        extras["python"] = params.python
-    if params.node:
-        extras["node"] = params.node
-    if params.requirements:
-        extras["requirements"] = list(params.requirements)
+    if params.template is not None and TemplateCatalog.is_file_ref(params.template):
+        # A bot names a template; it never names a file. A path would let a bot point Warden at
+        # a YAML file it wrote in its own workspace, and layers are built on the host.
+        raise InvalidInput("params.template must be the name of an installed template "
+                           "(`warden template list`), not a file path")
+    blob: bytes | None = None
     if params.project_blob:
         try:
-            extras["blob"] = base64.b64decode(params.project_blob, validate=True)
+            blob = base64.b64decode(params.project_blob, validate=True)
         except (binascii.Error, ValueError):
             raise InvalidInput("params.project_blob is not base64; send base64 of a tar.gz or zip") from None
-    accepted = inspect.signature(app.workspaces.create).parameters
-    missing = sorted(k for k in extras if k not in accepted)
-    if missing:
-        raise Unavailable(f"this server cannot yet set {', '.join(missing)} for a new workspace; "
-                          "leave them out or update Warden")
-    return app.workspaces.create(params.name, **options, **extras)
+    return app.workspaces.create(params.name, kind="bot", actor=actor, template=params.template,
+                                 python=params.python, node=params.node, blob=blob)
 
 
 def router(app: App) -> APIRouter:
@@ -136,12 +129,23 @@ def router(app: App) -> APIRouter:
             if principal.bot != body.bot:
                 raise Denied("permission denied", rule="token.bot_mismatch")
             call.rule = "bot.identity"
+            if body.params.requirements:
+                from warden.services.installs import check_packages
+
+                check_packages(body.params.requirements, node=False)  # refused before anything is made
             record = _create_workspace(app, body, principal.actor)
             try:
+                if body.params.requirements:
+                    from warden.services.installs import InstallService
+
+                    # Seed 000's `requirements`: installed in the sandbox, recorded in pyproject.toml.
+                    InstallService(app).install(record.name, body.params.requirements, actor=principal.actor)
+                    record = app.workspaces.get(record.name)
                 issued = app.grants.grant(record.name, principal.bot, CREATOR_PERMISSIONS,
                                           actor=principal.actor)
             except BaseException:
-                app.workspaces.destroy(record.name, actor=principal.actor)
+                # All or nothing: a workspace whose requirements or grant failed is not left behind.
+                app.workspaces.destroy(record.name, actor=principal.actor, archive=False)
                 raise
             call.note(accessor=issued.grant.accessor, template=body.params.template)
             venv = record.meta.get("python_venv")
