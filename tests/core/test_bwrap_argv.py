@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from warden.core.bwrap_argv import PROXY_SOCKET, Bind, SandboxSpec, bwrap_argv, bwrap_environ, sandbox_path
@@ -140,3 +142,16 @@ def test_loader_variables_never_reach_bwrap_itself() -> None:
     setenv = {head[i + 1]: head[i + 2] for i, a in enumerate(head) if a == "--setenv"}
     assert setenv == {k: v for k, v in env.items() if k not in outer}
     assert "secret" not in head  # other values (secrets) stay out of the visible argv
+
+
+def test_workspace_sources_are_mounted_from_the_descriptors_the_runner_pinned() -> None:
+    hooks, git, zone = f"{WS}/.git/hooks", f"{WS}/.git", f"{WS}/data"
+    s = spec(protected=(hooks,), pinned=(git,), ro_zones=(zone,),
+             extra_binds=(Bind("/data/in", "ro"), Bind(f"{WS}/ref", "ro")))
+    assert s.workspace_sources() == [f"{WS}/ref", git, hooks, zone]  # /data/in is not the bot's
+    argv = bwrap_argv(replace(s, bind_fds=((git, 11), (hooks, 12), (zone, 13), (f"{WS}/ref", 14))))
+    assert ("11", git) in pairs(argv, "--bind-fd")
+    assert ("12", hooks) in pairs(argv, "--ro-bind-fd") and ("13", zone) in pairs(argv, "--ro-bind-fd")
+    assert ("14", f"{WS}/ref") in pairs(argv, "--ro-bind-fd")
+    assert ("/data/in", "/data/in") in pairs(argv, "--ro-bind")
+    assert hooks not in [src for src, _ in pairs(argv, "--ro-bind")]

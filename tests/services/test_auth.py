@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -88,8 +89,20 @@ def test_a_destroyed_and_recreated_workspace_does_not_honour_old_grants(kapp: Ap
     issued = kapp.grants.grant("phoenix", "old", "read")
     kapp.workspaces.destroy("phoenix")
     kapp.workspaces.create("phoenix")
+    # Destroying the workspace revoked the grant in the same transaction.
+    assert _refused(kapp.auth.authenticate, issued.token) == "grant.revoked"
+
+
+def test_an_old_grant_never_opens_a_new_workspace_of_the_same_name(kapp: App) -> None:
+    """Even a grant left live (e.g. a row restored from a backup) is bound to the workspace id."""
+    record = kapp.workspaces.create("phoenix2")
+    issued = kapp.grants.grant("phoenix2", "old", "read")
+    with kapp.db.transaction() as tx:
+        tx.execute("DELETE FROM workspaces WHERE name = :n", {"n": record.name})
+    Path(record.path).rename(Path(record.path).with_name("phoenix2-old"))
+    kapp.workspaces.create("phoenix2")
     principal = kapp.auth.authenticate(issued.token)
-    assert _refused(kapp.auth.authorize, principal, "phoenix", "read") == "grant.workspace"
+    assert _refused(kapp.auth.authorize, principal, "phoenix2", "read") == "grant.workspace"
 
 
 def test_zone_scope_and_secret_names(kapp: App) -> None:

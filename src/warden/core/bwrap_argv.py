@@ -115,6 +115,16 @@ class SandboxSpec:
     proc_readonly: tuple[str, ...] = ("/proc/sys",)
     proc_masked_files: tuple[str, ...] = ()
     proc_masked_dirs: tuple[str, ...] = ()
+    # (path, fd) pairs of sources inside the workspace, opened by the runner without
+    # following links: bwrap mounts that very inode instead of resolving the path again,
+    # which a concurrent command could have swapped for a link to `..` in between.
+    bind_fds: tuple[tuple[str, int], ...] = ()
+
+    def workspace_sources(self) -> list[str]:
+        """The mount sources that lie inside the (bot-writable) workspace."""
+        inside = [b.path for b in self.extra_binds] + [*self.pinned, *self.protected, *self.ro_zones]
+        prefix = self.workspace.rstrip("/") + "/"
+        return list(dict.fromkeys(p for p in inside if p.startswith(prefix)))
 
 
 def is_loader_variable(name: str) -> bool:
@@ -175,12 +185,19 @@ def bwrap_argv(spec: SandboxSpec, bwrap: str = "bwrap") -> list[str]:
     for path in spec.ro_paths:
         argv += ["--ro-bind", path, path]
     argv += ["--bind", spec.workspace, spec.workspace]
-    for bind in spec.extra_binds:
-        argv += ["--bind" if bind.mode == "rw" else "--ro-bind", bind.path, bind.path]
+    fds = dict(spec.bind_fds)
+
+    def bind(path: str, mode: str) -> list[str]:
+        if path in fds:
+            return ["--bind-fd" if mode == "rw" else "--ro-bind-fd", str(fds[path]), path]
+        return ["--bind" if mode == "rw" else "--ro-bind", path, path]
+
+    for extra in spec.extra_binds:
+        argv += bind(extra.path, extra.mode)
     for path in spec.pinned:
-        argv += ["--bind", path, path]
+        argv += bind(path, "rw")
     for path in (*spec.protected, *spec.ro_zones):
-        argv += ["--ro-bind", path, path]
+        argv += bind(path, "ro")
     for path in spec.masked_dirs:
         argv += ["--perms", "0555", "--tmpfs", path, "--remount-ro", path]
     for path in spec.masked_files:

@@ -156,6 +156,10 @@ class RunService:
                                    rule=exc.rule or "sandbox.unavailable", result="unavailable",
                                    detail=audit_base)
             raise _refused(Unavailable(message, rule=exc.rule)) from None
+        except Denied as exc:  # a protected path became a link between the check and the mount
+            self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
+                                   rule=exc.rule or "sandbox", result="refused", detail=audit_base)
+            raise _refused(exc) from None
         self._audit_run(actor, name, audit_base, outcome)
         stderr = outcome.stderr.decode("utf-8", "replace") + "".join(refusals)
         return RunResult(exit_code=outcome.exit_code, stdout=outcome.stdout.decode("utf-8", "replace"),

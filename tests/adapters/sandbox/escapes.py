@@ -72,8 +72,8 @@ class Lab:
         return self
 
     def run(self, argv: list[str], *, limits: Limits | None = None, stdin: bytes | int | None = None,
-            caller_env: dict[str, str] | None = None) -> RunOutcome:
-        spec = build_spec(str(self.ws), argv, caller_env=caller_env or dict(os.environ), env={})
+            caller_env: dict[str, str] | None = None, env: dict[str, str] | None = None) -> RunOutcome:
+        spec = build_spec(str(self.ws), argv, caller_env=caller_env or dict(os.environ), env=env or {})
         return run_sandboxed(spec, limits or Limits(memory=256 * MiB, pids=64, timeout_s=20))
 
 
@@ -184,6 +184,57 @@ def inherited_fd_and_env(lab: Lab) -> str | None:
     fds = sorted(o.stdout.decode().split("\n")[-4:])
     extra = [f for f in o.stdout.decode().split() if f.isdigit() and int(f) > 3]
     return f"extra fds inside: {extra} ({fds})" if extra else None
+
+
+@attack
+def loader_variables_reach_host_bwrap(lab: Lab) -> str | None:
+    # `--env LD_PRELOAD=<ws>/evil.so` (or a bot's env over the API) must only reach programs
+    # inside: bwrap itself runs on the host. LD_DEBUG shows which programs the loader ran for
+    # without needing a compiler to build a library.
+    from warden.adapters.sandbox.host import bwrap_path
+
+    bwrap = bwrap_path() or "/usr/bin/bwrap"
+    o = lab.run(["true"], env={"LD_DEBUG": "libs", "LD_PRELOAD": str(lab.ws / "missing.so")})
+    text = o.stderr.decode("utf-8", "replace")
+    if "transferring control: true" not in text:  # the command inside did get them
+        return f"test did not run: {text[-300:]}"
+    if f"transferring control: {bwrap}" in text:
+        return f"the host-side {bwrap} ran with the caller's loader variables"
+    return None
+
+
+# -- kernel ------------------------------------------------------------------------------
+@attack
+def proc_kernel_knobs(lab: Lab) -> str | None:
+    # As root the sandbox's uid 0 is the host's uid 0, and /proc/sys only checks the uid:
+    # a writable kernel.core_pattern means host root code execution on the next crash.
+    # Only open() for writing is tried, never a write.
+    script = ("import os\n"
+              "paths = ['/proc/sysrq-trigger']\n"
+              "for root, dirs, files in os.walk('/proc/sys'):\n"
+              "    paths += [os.path.join(root, f) for f in files]\n"
+              "bad = []\n"
+              "for p in paths:\n"
+              "    try:\n"
+              "        fd = os.open(p, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)\n"
+              "    except OSError:\n"
+              "        continue\n"
+              "    os.close(fd)\n"
+              "    bad.append(p)\n"
+              "print('CHECKED', len(paths), 'WRITABLE', *bad[:5])\n")
+    o = lab.run([PY, "-c", script])
+    words = o.stdout.decode().split()
+    if "CHECKED" not in words or int(words[words.index("CHECKED") + 1]) < 50:
+        return f"test did not run: {_out(o)[-300:]}"
+    writable = words[words.index("WRITABLE") + 1:]
+    return f"kernel settings writable from inside: {writable}" if writable else None
+
+
+@attack
+def proc_host_wide_leaks(lab: Lab) -> str | None:
+    # timer_list names host processes and their pids; keys lists kernel keyrings.
+    o = lab.run(["sh", "-c", "cat /proc/timer_list /proc/keys /proc/key-users 2>/dev/null | head -c 2000"])
+    return f"host-wide /proc files readable: {o.stdout[:200]!r}" if o.stdout.strip() else None
 
 
 # -- processes ---------------------------------------------------------------------------

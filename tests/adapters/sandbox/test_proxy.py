@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -129,3 +130,105 @@ def test_no_network_by_default(sandbox: Callable[..., RunOutcome], server: int) 
 def test_proxy_socket_is_private(proxy_for: Callable[..., FilteringProxy]) -> None:
     proxy = proxy_for(NetworkPolicy.parse(["a.test"]))
     assert os.stat(proxy.socket_path).st_mode & 0o777 == 0o600
+
+
+@pytest.fixture
+def recorder() -> Iterator[tuple[int, list[bytes]]]:
+    """A raw TCP server on 127.0.0.1 that records every byte a connection brings, then answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    seen: list[bytes] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(0.5)
+                data = b""
+                try:
+                    while chunk := conn.recv(65536):
+                        data += chunk
+                except OSError:
+                    pass
+                seen.append(data)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1], seen
+    stop.set()
+    thread.join()
+    listener.close()
+
+
+def test_plain_http_sends_the_decided_host_and_only_one_request(
+        proxy_for: Callable[..., FilteringProxy], recorder: tuple[int, list[bytes]]) -> None:
+    # A CDN routes by Host: a request for an allowed URL with `Host: other.site` (or a second,
+    # pipelined request) would reach a site that was never allowed.
+    port, seen = recorder
+    proxy = proxy_for(NetworkPolicy.parse([f"127.0.0.1:{port}"]))
+    first = (f"POST http://127.0.0.1:{port}/up HTTP/1.1\r\nHost: exfil.example\r\nHOST: x.example\r\n"
+             "Content-Length: 5\r\n\r\nhello").encode()
+    second = b"GET /steal HTTP/1.1\r\nHost: exfil.example\r\n\r\n"
+    reply = _ask(proxy, first + second)
+    assert reply.endswith(b"ok")
+    assert len(seen) == 1
+    head, _, body = seen[0].partition(b"\r\n\r\n")
+    hosts = [line for line in head.split(b"\r\n") if line.lower().startswith(b"host:")]
+    assert hosts == [f"Host: 127.0.0.1:{port}".encode()]
+    assert body == b"hello"  # exactly the body, nothing of the second request
+    assert b"exfil" not in seen[0] and b"/steal" not in seen[0]
+
+
+def test_heads_that_servers_split_differently_are_refused(
+        proxy_for: Callable[..., FilteringProxy], recorder: tuple[int, list[bytes]]) -> None:
+    port, seen = recorder
+    proxy = proxy_for(NetworkPolicy.parse([f"127.0.0.1:{port}"]))
+    url = f"http://127.0.0.1:{port}/"
+    for head in (f"GET {url} HTTP/1.1\r\nX-A: 1\nHost: exfil.example\r\n\r\n",  # bare LF
+                 f"GET {url} HTTP/1.1\r\nX-A: 1\r\n Host: exfil.example\r\n\r\n",  # folded line
+                 f"GET {url} HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+                 f"GET {url} HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                 f"GET {url} HTTP/9\r\n\r\n"):
+        reply = _ask(proxy, head.encode())
+        assert reply.startswith((b"HTTP/1.1 400", b"HTTP/1.1 411")), (head, reply)
+    assert seen == []
+
+
+def test_connections_over_the_cap_are_closed_at_once(tmp_path: Path) -> None:
+    # Idle connections from inside would otherwise hold Warden's descriptors for 30 s each.
+    proxy = FilteringProxy(NetworkPolicy.parse(["a.test"]), str(tmp_path / "cap.sock"), max_connections=4)
+    proxy.start()
+    held: list[socket.socket] = []
+    try:
+        for _ in range(4):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(proxy.socket_path)
+            held.append(s)
+        # The held ones are being served (nothing arrives, the proxy waits for a head) ...
+        held[0].settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            held[0].recv(1)
+        # ... and the one over the cap is closed without waiting.
+        with socket.socket(socket.AF_UNIX) as extra:
+            extra.settimeout(5)
+            extra.connect(proxy.socket_path)
+            assert extra.recv(1) == b""
+        for s in held:
+            s.close()
+        held.clear()
+        # Once they are gone, new connections are served again.
+        deadline = time.monotonic() + 10
+        while not _ask(proxy, b"garbage\r\n\r\n").startswith(b"HTTP/1.1 400"):
+            assert time.monotonic() < deadline, "the proxy did not serve again"
+            time.sleep(0.05)
+    finally:
+        for s in held:
+            s.close()
+        proxy.stop()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from warden.adapters.sandbox import cgroups, host, runner
-from warden.core.errors import Unavailable
+from warden.core.errors import Denied, Unavailable
 from warden.core.limits import Limits
 
 Run = Callable[..., runner.RunOutcome]
@@ -164,3 +164,26 @@ def test_setup_failure_is_unavailable_not_a_command_status(workspace: Path) -> N
     broken = replace(spec, ro_paths=(str(workspace / "gone"),))
     with pytest.raises(Unavailable, match="could not be set up"):
         runner.run_sandboxed(broken, Limits(timeout_s=10))
+
+
+def test_a_protected_path_swapped_for_a_link_after_the_check_mounts_nothing(tmp_path: Path) -> None:
+    # A second command running in the same workspace can swap `.bashrc` (a folder when Warden
+    # looked) for a link to `..` between Warden's check and bwrap's mount. bwrap would then
+    # resolve the link on the host and mount the folder above the workspace (every other
+    # workspace, or Warden's home) into the sandbox. The runner pins what it checked.
+    base = tmp_path / "home"
+    ws = base / "workspaces" / "ws"
+    ws.mkdir(parents=True)
+    (base / "keys").mkdir()
+    (base / "keys" / "pepper").write_text("SECRET-PEPPER")
+    (ws / ".bashrc").mkdir()
+    spec = host.build_spec(str(ws), ["sh", "-c", f"cat {base}/keys/pepper; ls {base}"],
+                           caller_env={}, env={})
+    assert str(ws / ".bashrc") in spec.protected
+    (ws / ".bashrc").rmdir()
+    (ws / ".bashrc").symlink_to("../..")
+    try:
+        out = runner.run_sandboxed(spec, Limits(timeout_s=20))
+    except (Denied, Unavailable):
+        return  # refused: the run did not start
+    assert b"SECRET-PEPPER" not in out.stdout and b"keys" not in out.stdout, out.stdout

@@ -2,8 +2,13 @@
 
 It runs in a helper thread of the Warden process (asyncio), outside the sandbox, and
 speaks the two forms clients use with HTTP(S)_PROXY: `CONNECT host:port` (TLS is tunnelled
-end to end, never inspected) and plain HTTP with an absolute URL (forwarded one request
-per connection, `Connection: close`, so a kept-alive connection cannot switch hosts).
+end to end, never inspected) and plain HTTP with an absolute URL. A plain request is
+forwarded alone: its Host header is rewritten to the URL's host (the server must not route
+it to another site than the one decided, as a CDN would by Host), exactly its
+Content-Length body follows, nothing after it (no second, pipelined request to another
+Host), and heads with bare line feeds or folded lines, which servers split differently,
+are refused. The number of open connections is capped, so a command cannot use up
+Warden's descriptors.
 Every target is decided by core.network twice: on the name (deny list, IP literals, allow
 list), then on the addresses it resolves to (loopback, private, metadata ...); the checked
 address is the one dialled, so the name cannot be rebound between check and connect.
@@ -26,8 +31,10 @@ from warden.core.network import NetDecision, NetworkPolicy, check_addresses, che
 __all__ = ["FilteringProxy", "NetEvent"]
 
 _HEAD_LIMIT = 64 * 1024
+_MAX_CONNECTIONS = 64
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization",
-               "proxy-authenticate", "te", "trailer", "upgrade"}
+               "proxy-authenticate", "te", "trailer", "upgrade", "host"}
+_TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
 
 @dataclass(frozen=True)
@@ -51,12 +58,14 @@ class FilteringProxy:
 
     def __init__(self, policy: NetworkPolicy, socket_path: str,
                  on_event: Callable[[NetEvent], None] | None = None,
-                 connect_timeout: float = 15.0) -> None:
+                 connect_timeout: float = 15.0, max_connections: int = _MAX_CONNECTIONS) -> None:
         self.policy = policy
         self.socket_path = socket_path
         self.events: list[NetEvent] = []
         self._on_event = on_event
         self._connect_timeout = connect_timeout
+        self._max_connections = max_connections
+        self._active = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -102,6 +111,16 @@ class FilteringProxy:
 
     # -- one connection ------------------------------------------------------------------
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._active >= self._max_connections:
+            writer.close()  # over the cap: refused at once, before anything is read
+            return
+        self._active += 1
+        try:
+            await self._serve_one(reader, writer)
+        finally:
+            self._active -= 1
+
+    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
@@ -111,9 +130,13 @@ class FilteringProxy:
             if len(head) > _HEAD_LIMIT:
                 await self._reply(writer, 431, "request head too large")
                 return
-            lines = head.decode("latin-1").split("\r\n")
+            lines = head.decode("latin-1").split("\r\n")[:-2]
+            if any("\r" in line or "\n" in line or "\0" in line for line in lines):
+                await self._reply(writer, 400, "bare CR, LF or NUL in the request head")
+                return
             parts = lines[0].split(" ")
-            if len(parts) != 3:
+            if len(parts) != 3 or not parts[0] or not set(parts[0]) <= _TOKEN \
+                    or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
                 await self._reply(writer, 400, "bad request line")
                 return
             method, target, version = parts
@@ -186,6 +209,22 @@ class FilteringProxy:
         except ValueError:
             await self._reply(writer, 400, "bad port")
             return
+        fields: list[tuple[str, str]] = []
+        for line in headers:
+            name, sep, value = line.partition(":")
+            if not sep or not name or not set(name) <= _TOKEN:  # also folded (indented) lines
+                await self._reply(writer, 400, f"bad header line {line[:60]!r}")
+                return
+            fields.append((name.lower(), value.strip()))
+        if any(name == "transfer-encoding" for name, _ in fields):
+            await self._reply(writer, 411, "chunked request bodies are not proxied for plain http; "
+                                           "send a Content-Length or use https")
+            return
+        lengths = {value for name, value in fields if name == "content-length"}
+        if len(lengths) > 1 or any(not v.isdigit() for v in lengths):
+            await self._reply(writer, 400, "bad Content-Length")
+            return
+        body_length = int(lengths.pop()) if lengths else 0
         decision, addresses = await self._decide(method, url.hostname, port)
         if not decision.allowed:
             await self._reply(writer, 403, f"warden: network refused: {decision.reason}")
@@ -198,21 +237,46 @@ class FilteringProxy:
         path = url.path or "/"
         if url.query:
             path += "?" + url.query
-        kept = [h for h in headers if h and h.split(":", 1)[0].strip().lower() not in _HOP_BY_HOP]
-        head = "\r\n".join([f"{method} {path} {version}", *kept, "Connection: close", "", ""])
-        up_writer.write(head.encode("latin-1"))
-        await up_writer.drain()
-        await _splice(reader, writer, up_reader, up_writer)
+        host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
+        authority = host if url.port is None else f"{host}:{url.port}"
+        kept = [h for h, (name, _) in zip(headers, fields, strict=True) if name not in _HOP_BY_HOP]
+        head = "\r\n".join([f"{method} {path} {version}", f"Host: {authority}", *kept,
+                             "Connection: close", "", ""])
+        try:
+            up_writer.write(head.encode("latin-1"))
+            await up_writer.drain()
+            await _copy_exactly(reader, up_writer, body_length)
+            # The request is complete: what the client sends after it is never forwarded,
+            # only the answer comes back.
+            await _splice_one_way(up_reader, writer)
+        finally:
+            up_writer.close()
 
     @staticmethod
     async def _reply(writer: asyncio.StreamWriter, status: int, text: str) -> None:
-        reasons = {400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large",
-                   502: "Bad Gateway"}
+        reasons = {400: "Bad Request", 403: "Forbidden", 411: "Length Required",
+                   431: "Request Header Fields Too Large", 502: "Bad Gateway"}
         body = (text + "\n").encode()
         writer.write(f"HTTP/1.1 {status} {reasons.get(status, 'Error')}\r\nContent-Type: text/plain"
                      f"\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
         with contextlib.suppress(OSError):
             await writer.drain()
+
+
+async def _copy_exactly(src: asyncio.StreamReader, dst: asyncio.StreamWriter, length: int) -> None:
+    """Copy `length` bytes of a request body (IncompleteReadError when the client stops short)."""
+    while length > 0:
+        data = await src.readexactly(min(length, 65536))
+        dst.write(data)
+        await dst.drain()
+        length -= len(data)
+
+
+async def _splice_one_way(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+        while data := await src.read(65536):
+            dst.write(data)
+            await dst.drain()
 
 
 async def _splice(a_reader: asyncio.StreamReader, a_writer: asyncio.StreamWriter,

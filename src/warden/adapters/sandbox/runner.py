@@ -20,6 +20,7 @@ import os
 import resource
 import selectors
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from pathlib import Path
 from warden.adapters.sandbox import cgroups
 from warden.adapters.sandbox.host import bwrap_path, python3_path
 from warden.core.bwrap_argv import PROXY_SOCKET, SandboxSpec, bwrap_argv, bwrap_environ
-from warden.core.errors import Unavailable
+from warden.core.errors import Denied, Unavailable
 from warden.core.limits import Limits
 from warden.core.network import NetworkPolicy
 
@@ -74,6 +75,34 @@ def _pipe_with(data: bytes) -> int:
     finally:
         os.close(write_fd)
     return read_fd
+
+
+def _open_beneath(workspace: str, path: str) -> int:
+    """An O_PATH descriptor of `path` inside `workspace`, no component followed if a link.
+
+    Raises Denied for a link and Unavailable when the path changed since it was checked.
+    """
+    parts = os.path.relpath(path, workspace).split("/")
+    fd = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for index, part in enumerate(parts):
+            if part in ("", ".", ".."):
+                raise Denied(f"{path} is not inside {workspace}", rule="sandbox.protected_symlink")
+            try:
+                nxt = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as exc:
+                raise Unavailable(f"{path} changed while the sandbox was being set up ({exc.strerror}); "
+                                  "run the command again", rule="sandbox.setup_raced") from None
+            os.close(fd)
+            fd = nxt
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISLNK(mode) or (index < len(parts) - 1 and not stat.S_ISDIR(mode)):
+                raise Denied(f"{path} became a symbolic link; Warden mounts only real files and "
+                             "folders of the workspace", rule="sandbox.protected_symlink")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _rlimits(limits: Limits, cg: cgroups.Cgroup | None,
@@ -138,6 +167,12 @@ def run_sandboxed(spec: SandboxSpec, limits: Limits, *, stdin: bytes | int | Non
             fds.append(fd)
             data.append((fd, dest))
         spec = replace(spec, data_files=tuple(data))
+        pinned_sources = []
+        for path in spec.workspace_sources():
+            fd = _open_beneath(spec.workspace, path)
+            fds.append(fd)
+            pinned_sources.append((path, fd))
+        spec = replace(spec, bind_fds=tuple(pinned_sources))
         if spec.network == "proxy":
             python = python3_path()
             if python is None:
