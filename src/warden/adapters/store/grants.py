@@ -140,7 +140,7 @@ def grants_of_workspace(tx: Tx, workspace: str, *, live_only: bool = False) -> l
 
 def grants_of_bot(tx: Tx, bot: str, *, workspace: str | None = None, live_only: bool = True) -> list[Grant]:
     rows = tx.execute(f"SELECT {_GRANT_COLUMNS} FROM grants WHERE bot = :b"
-                      " AND (:w IS NULL OR workspace = :w)"
+                      " AND (CAST(:w AS TEXT) IS NULL OR workspace = :w)"
                       + (" AND revoked_at IS NULL" if live_only else "") + " ORDER BY created_at, accessor",
                       {"b": bot, "w": workspace})
     return [_grant(r) for r in rows]

@@ -28,8 +28,8 @@ def get(tx: Tx, name: str) -> WorkspaceRecord | None:
 
 def list_all(tx: Tx, *, status: str | None = None, kind: str | None = None) -> list[WorkspaceRecord]:
     rows = tx.execute(
-        "SELECT * FROM workspaces WHERE (:status IS NULL OR status = :status)"
-        " AND (:kind IS NULL OR type = :kind) ORDER BY name",
+        "SELECT * FROM workspaces WHERE (CAST(:status AS TEXT) IS NULL OR status = :status)"
+        " AND (CAST(:kind AS TEXT) IS NULL OR type = :kind) ORDER BY name",
         {"status": status, "kind": kind})
     return [_record(r) for r in rows]
 
