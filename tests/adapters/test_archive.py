@@ -151,3 +151,17 @@ def test_pack_and_unpack_round_trip(tmp_path: Path) -> None:
     assert os.access(out / "run.sh", os.X_OK)
     assert not (out / "fifo").exists()
     assert oct(archive.stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.parametrize("name", [".warden/sandbox.json", "./.warden/zones.yaml", ".workspace.json",
+                                  ".workspace_configured", ".git/hooks/pre-commit", ".git/config", ".bashrc"])
+def test_blob_cannot_carry_files_warden_protects(tmp_path: Path, name: str) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"{}"))
+    root = tmp_path / "ws"
+    root.mkdir()
+    with pytest.raises(InvalidInput, match="protects"):
+        unpack_blob(buf.getvalue(), root, BlobLimits(max_bytes=10**6, max_files=100))

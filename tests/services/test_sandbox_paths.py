@@ -138,3 +138,27 @@ def test_effective_path_policy_for_the_sandbox_builder(app: App, record: Workspa
     assert set(eff.allowed) == {("/opt/tools", "ro"), ("/srv/shared", "rw")}
     in_session = effective_path_policy(app, record, session="s")
     assert set(in_session.allowed) == {("/opt/tools", "ro")} and in_session.denied == ("/srv/shared",)
+
+
+def test_a_project_blob_cannot_plant_the_workspace_policy(app: App, tmp_path: Path) -> None:
+    # A bot creating a workspace over the API sends project_blob. A .warden/sandbox.json inside
+    # it would be read as the workspace's own path list: a read-write mount of any host path.
+    import io
+    import tarfile
+
+    target = tmp_path / "host-only"
+    target.mkdir()
+    doc = json.dumps({"allowed_paths": [{"path": str(target), "mode": "rw"}]}).encode()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in ((".warden/sandbox.json", doc), (".warden/zones.yaml", b"{}\n"),
+                           ("src/app.py", b"print(1)\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    try:
+        record = app.workspaces.create("planted", template="minimal", blob=buf.getvalue())
+    except InvalidInput:
+        return  # refused outright: also fine
+    eff = effective_path_policy(app, record)
+    assert str(target) not in [path for path, _ in eff.allowed]

@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from warden.adapters.envs.fdtree import DirHandle, open_tree
 from warden.core.errors import InvalidInput, TooLarge
+from warden.core.policy import PROTECTED_WORKSPACE_PATHS
 
 __all__ = ["BlobLimits", "pack_tree", "unpack_blob", "unpack_tree"]
 
@@ -49,6 +50,8 @@ class BlobLimits:
     max_files: int = 20000
     # Our own archives (unarchive) may restore links that point outside (the venv's python).
     allow_links_out: bool = False
+    # ...and Warden's own workspace files (.warden/, .workspace.json); a bot's blob never may.
+    allow_protected: bool = False
 
 
 @dataclass
@@ -70,14 +73,21 @@ class _Writer:
         self.files = 0
         self.links: list[tuple[str, str]] = []
 
-    @staticmethod
-    def clean_name(raw: str) -> list[str]:
+    def clean_name(self, raw: str) -> list[str]:
         name = raw.replace("\\", "/") if "\\" in raw and "/" not in raw else raw
         if not name or name.startswith("/") or "\x00" in name:
             raise InvalidInput(f"blob entry {raw!r} has an absolute or empty path; only relative paths are allowed")
         parts = [p for p in name.split("/") if p not in ("", ".")]
         if any(p == ".." for p in parts):
             raise InvalidInput(f"blob entry {raw!r} climbs out with '..'; rebuild the archive without it")
+        rel = "/" + "/".join(parts)
+        if not self.limits.allow_protected and any(
+                rel == p or rel.startswith(p + "/") for p in PROTECTED_WORKSPACE_PATHS):
+            # Warden's own metadata (.warden/ holds the workspace's path lists and zones) and
+            # files that run code on the host later (git hooks and config, shell rc files): a
+            # blob that carried them would grant itself access or plant code outside the sandbox.
+            raise InvalidInput(f"blob entry {raw!r} is a file Warden protects in every workspace; "
+                               "leave it out of the archive")
         return parts
 
     def _count(self) -> None:

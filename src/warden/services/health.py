@@ -44,14 +44,24 @@ def requirement_names(requirements: Iterable[str]) -> list[str]:
 
 
 def installed_distributions(paths: list[str]) -> set[str]:
-    """Normalized names of distributions whose metadata lies in `paths` (nothing is imported)."""
-    from importlib.metadata import distributions
+    """Normalized names of distributions whose metadata lies in `paths` (nothing is imported).
+
+    The metadata is the bot's to shape, so it is read without following links or blocking
+    (adapters/hostread), not through importlib.metadata.
+    """
+    from warden.adapters.hostread import read_small, regular_dirs
 
     found = set()
-    for dist in distributions(path=[p for p in paths if os.path.isdir(p)]):
-        name = dist.metadata["Name"] if dist.metadata else None
-        if name:
-            found.add(_norm(name))
+    for site in paths:
+        for folder in regular_dirs(site, ".dist-info"):
+            data = read_small(os.path.join(site, folder, "METADATA"), 1 << 20)
+            for line in (data or b"").decode("utf-8", "replace").splitlines():
+                if not line.strip():
+                    break  # the headers end at the first blank line
+                key, _, value = line.partition(":")
+                if key.strip().lower() == "name" and value.strip():
+                    found.add(_norm(value.strip()))
+                    break
     return found
 
 
@@ -152,24 +162,28 @@ class HealthService:
 
     @staticmethod
     def _pyproject_deps(path: Path) -> list[str]:
-        file = path / "pyproject.toml"
-        if not file.is_file() or file.is_symlink():
+        from warden.adapters.hostread import read_small
+
+        raw = read_small(path / "pyproject.toml")
+        if raw is None:
             return []
         try:
-            data = tomllib.loads(file.read_text())
-        except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError):
+            data = tomllib.loads(raw.decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
             return []
         deps = data.get("project", {}).get("dependencies", [])
         return [d for d in deps if isinstance(d, str)]
 
     @staticmethod
     def _package_deps(path: Path) -> list[str]:
-        file = path / "package.json"
-        if not file.is_file() or file.is_symlink():
+        from warden.adapters.hostread import read_small
+
+        raw = read_small(path / "package.json")
+        if raw is None:
             return []
         try:
-            data = json.loads(file.read_text())
-        except (ValueError, OSError):
+            data = json.loads(raw)
+        except ValueError:
             return []
         deps = data.get("dependencies", {}) if isinstance(data, dict) else {}
         return [k for k in deps if isinstance(k, str)] if isinstance(deps, dict) else []

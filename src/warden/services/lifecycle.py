@@ -150,7 +150,7 @@ class LifecycleService:
         staging.mkdir(mode=0o755)
         try:
             unpack_tree(Path(str(archive)), staging, BlobLimits(max_bytes=1 << 50, max_files=1 << 30,
-                                                                allow_links_out=True))
+                                                                allow_links_out=True, allow_protected=True))
             staging.rename(path)
         except BaseException:
             self._ws.trash(staging)

@@ -187,3 +187,24 @@ def test_a_protected_path_swapped_for_a_link_after_the_check_mounts_nothing(tmp_
     except (Denied, Unavailable):
         return  # refused: the run did not start
     assert b"SECRET-PEPPER" not in out.stdout and b"keys" not in out.stdout, out.stdout
+
+
+def test_no_nested_user_namespace_even_without_disable_userns(workspace: Path) -> None:
+    # bwrap < 0.8 has no --disable-userns; the seccomp filter alone must still refuse
+    # unshare/clone(CLONE_NEWUSER) and clone3 (whose flags it cannot see), while threads work.
+    from dataclasses import replace
+
+    script = ("import ctypes, os, threading\n"
+              "libc = ctypes.CDLL(None, use_errno=True)\n"
+              "print('unshare', libc.unshare(0x10000000), ctypes.get_errno())\n"
+              "pid = os.fork()\n"
+              "if pid == 0:\n"
+              "    os._exit(0 if libc.unshare(0x10000000) == 0 else 1)\n"
+              "print('child', os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n"
+              "t = threading.Thread(target=print, args=('thread ok',)); t.start(); t.join()\n")
+    spec = replace(host.build_spec(str(workspace), ["/usr/bin/python3", "-c", script], caller_env={}, env={}),
+                   disable_userns=False)
+    out = runner.run_sandboxed(spec, Limits(timeout_s=30))
+    assert out.seccomp, out.notes
+    lines = out.stdout.decode().splitlines()
+    assert lines == ["unshare -1 1", "child 1", "thread ok"], (lines, out.stderr)

@@ -73,9 +73,12 @@ def write_thin_venv(workspace: Path, *, interpreter: str, version: str, layer_si
 def read_layer_site(venv: Path) -> str | None:
     """The layer site-packages a thin venv names, or None (no .pth, or not Warden's form)."""
     for pth in venv.glob(f"lib/python3.*/site-packages/{LAYER_PTH}"):
-        if pth.is_symlink() or not pth.is_file():
+        from warden.adapters.hostread import read_small
+
+        raw = read_small(pth, 64 * 1024)
+        if raw is None:
             return None
-        text = pth.read_text().strip()
+        text = raw.decode("utf-8", "replace").strip()
         prefix = "import site; site.addsitedir("
         if text.startswith(prefix) and text.endswith(")"):
             import ast

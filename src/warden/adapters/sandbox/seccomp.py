@@ -10,7 +10,6 @@ syscall numbers would slip past a filter written for the native ABI.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 from functools import cache
@@ -26,6 +25,11 @@ DENIED_SYSCALLS = (
     "kexec_load", "kexec_file_load",
     "open_by_handle_at", "name_to_handle_at",                   # "shocker" container escapes
 )
+# New user namespaces hand a process every capability over fresh namespaces, the widest
+# kernel surface there is; bwrap's --disable-userns stops them, but older bwraps lack it,
+# so the filter refuses them too. clone3 passes its flags in memory, which seccomp cannot
+# read: it answers ENOSYS, and libc falls back to clone, whose flags it can.
+_CLONE_NEWUSER = 0x10000000
 # ioctl requests that inject input into a terminal (CVE-2017-5226 for TIOCSTI).
 _TIOCSTI = 0x5412
 _TIOCLINUX = 0x541C
@@ -51,11 +55,17 @@ class _ArgCmp(ctypes.Structure):
 
 @cache
 def _lib() -> ctypes.CDLL:
-    name = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
+    # The soname first: find_library runs `ldconfig -p` (~25 ms, on every `warden run`).
     try:
-        lib = ctypes.CDLL(name, use_errno=True)
-    except OSError as exc:
-        raise SeccompUnavailable(f"libseccomp not found ({exc}): apt-get install libseccomp2") from exc
+        lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
+    except OSError:
+        from ctypes.util import find_library  # ~16 ms of imports: only where the soname differs
+
+        name = find_library("seccomp")
+        try:
+            lib = ctypes.CDLL(name or "libseccomp.so", use_errno=True)
+        except OSError as exc:
+            raise SeccompUnavailable(f"libseccomp not found ({exc}): apt-get install libseccomp2") from exc
     lib.seccomp_init.restype = ctypes.c_void_p
     lib.seccomp_init.argtypes = [ctypes.c_uint32]
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
@@ -98,6 +108,14 @@ def filter_bpf() -> bytes:
             if nr < 0:  # not on this architecture
                 continue
             _check(lib.seccomp_rule_add_array(ctx, _act_errno(errno.EPERM), nr, 0, None), name)
+        clone3 = lib.seccomp_syscall_resolve_name(b"clone3")
+        if clone3 >= 0:
+            _check(lib.seccomp_rule_add_array(ctx, _act_errno(errno.ENOSYS), clone3, 0, None), "clone3")
+        newuser = _ArgCmp(0, _SCMP_CMP_MASKED_EQ, _CLONE_NEWUSER, _CLONE_NEWUSER)
+        # clone's flags are its first argument on x86-64 and most others (s390 swaps them).
+        for name in ("unshare", "clone"):
+            nr = lib.seccomp_syscall_resolve_name(name.encode())
+            _check(lib.seccomp_rule_add_array(ctx, _act_errno(errno.EPERM), nr, 1, ctypes.byref(newuser)), name)
         ioctl = lib.seccomp_syscall_resolve_name(b"ioctl")
         for request in (_TIOCSTI, _TIOCLINUX):
             # Compare only the low 32 bits: the kernel ignores the high half of the request,

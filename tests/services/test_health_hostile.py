@@ -1,0 +1,35 @@
+"""`warden health` reads files the bot shapes: links, FIFOs and devices must not hang or leak it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.conftest import Cli
+
+
+def test_health_survives_fifos_and_links_planted_by_a_bot(cli: Cli, home: Path) -> None:
+    created = cli("create", "hostile", "--json")
+    assert created.code == 0, created.stderr
+    ws = Path(created.json["data"]["path"])
+    site = next((ws / ".venv" / "lib").glob("python3.*/site-packages"))
+    fifo_dist = site / "fifo-1.0.dist-info"
+    fifo_dist.mkdir()
+    os.mkfifo(fifo_dist / "METADATA")
+    zero_dist = site / "zero-1.0.dist-info"
+    zero_dist.mkdir()
+    (zero_dist / "METADATA").symlink_to("/dev/zero")
+    secret = home.parent / "outside.txt"
+    secret.write_text("Metadata-Version: 2.1\nName: leaked-host-file\n")
+    link_dist = site / "link-1.0.dist-info"
+    link_dist.mkdir()
+    (link_dist / "METADATA").symlink_to(secret)
+    (ws / "pyproject.toml").unlink(missing_ok=True)
+    os.mkfifo(ws / "pyproject.toml")
+    (ws / "package.json").unlink(missing_ok=True)
+    (ws / "package.json").symlink_to("/dev/zero")
+    result = cli("health", "hostile", "--json", timeout=60)
+    assert result.code in (0, 1), result.stderr
+    report = result.json["data"] if result.json["ok"] else {}
+    assert "leaked-host-file" not in result.stdout
+    assert report == {} or "healthy" in report
