@@ -96,3 +96,18 @@ def test_audit_records_and_verifies(cli: Cli, home: Path) -> None:
     assert [e["action"] for e in events][-1] == "workspace.create"
     ok = cli("audit", "verify", "--json")
     assert ok.code == 0 and ok.json["data"]["ok"] is True
+
+
+def test_destroy_archives_and_unarchive_brings_it_back(cli: Cli, home: Path) -> None:
+    assert cli("create", "phoenix").code == 0
+    assert cli("fs", "phoenix", "write", "/notes/keep.txt", input="kept\n").code == 0
+    gone = cli("destroy", "phoenix", "--yes", "--json")
+    assert gone.code == 0, gone.stderr
+    assert gone.json["data"]["archive"]
+    assert cli("info", "phoenix").code == 4
+    back = cli("unarchive", "phoenix", "--json")
+    assert back.code == 0, back.stderr
+    assert back.json["data"]["status"] == "ready"
+    assert cli("fs", "phoenix", "cat", "/notes/keep.txt").stdout == "kept\n"
+    assert cli("run", "phoenix", "--", "python", "-c", "print(6*7)").stdout == "42\n"
+    assert cli("unarchive", "nothing-here").code == 4

@@ -133,7 +133,10 @@ class LifecycleService:
         """Restore an archived workspace's folder, re-link its layers, and mark it ready."""
         from warden.adapters.archive import BlobLimits, unpack_tree
 
-        record = self._ws.get(name)
+        try:
+            record = self._ws.get(name)
+        except NotFound:
+            record = self._ws.restore_destroyed(name, actor=actor)  # destroyed, but archived first
         if record.status != "archived":
             raise Conflict(f"workspace {name!r} is {record.status}, not archived")
         archive = record.meta.get("archive")

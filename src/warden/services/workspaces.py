@@ -11,8 +11,10 @@ on this path: layers and template resolution are cached on disk.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -33,6 +35,8 @@ from warden.services.audit import AuditLog
 if TYPE_CHECKING:
     from warden.core.settings import Settings
     from warden.services.layers import LayerService, Resolution
+
+RECORD_SUFFIX = ".record.json"
 
 __all__ = ["CONFIGURED_MARKER", "METADATA_FILE", "WorkspaceService", "remove_in_background"]
 
@@ -255,6 +259,10 @@ class WorkspaceService:
             stop_processes(str(path))
             if archive:
                 archived = str(self.archive_folder(record))
+                # The registry row goes; a copy beside the archive lets `warden unarchive NAME`
+                # bring the workspace back (archives/ is Warden's own, never a bot's).
+                write_atomic(Path(archived + RECORD_SUFFIX),
+                             json.dumps(dataclasses.asdict(record), default=str).encode(), mode=0o600)
         from warden.adapters.store import grants as grant_rows
 
         with self._db.transaction() as tx:
@@ -268,6 +276,25 @@ class WorkspaceService:
                                tx=tx)
         self.trash(path)
         return {"name": name, "destroyed": True, "archive": archived if archive else None}
+
+    def restore_destroyed(self, name: str, *, actor: str = "user") -> WorkspaceRecord:
+        """Re-register the newest archived copy of destroyed workspace `name` (status archived)."""
+        check_name(name)
+        pattern = re.compile(re.escape(name) + r"-\d{8}T\d{6}-[0-9a-f]{4}\.tar\.zst" + re.escape(RECORD_SUFFIX))
+        found = sorted(p for p in self.archives_dir.glob(f"{name}-*{RECORD_SUFFIX}") if pattern.fullmatch(p.name))
+        if not found:
+            raise NotFound(f"no workspace named {name!r} and no archive of one: `warden list` shows the workspaces")
+        sidecar = found[-1]
+        archive = str(sidecar)[: -len(RECORD_SUFFIX)]
+        data = json.loads(sidecar.read_text())
+        meta = {**data.get("meta", {}), "archive": archive, "status_before_archive": "ready"}
+        record = WorkspaceRecord(**{**data, "status": "archived", "meta": meta})
+        with self._db.transaction() as tx:
+            rows.insert(tx, record)
+            self._audit.record(actor=actor, action="workspace.restore", target=name,
+                               detail={"archive": archive}, tx=tx)
+        sidecar.unlink()
+        return record
 
     def archive_folder(self, record: WorkspaceRecord) -> Path:
         """Pack the workspace folder (not its layers) to `archives/NAME-TIME.tar.zst`."""
