@@ -233,6 +233,12 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
         argv, stdin=stdin_arg, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env=bwrap_environ(spec), close_fds=True, start_new_session=True,
         pass_fds=tuple(fd for fd in fds if fd not in (info_read, block_write)))
+    if cg is not None:
+        # Joining a v1 cgroup waits for an RCU grace period (the kernel's cgroup_threadgroup_rwsem),
+        # a few ms when no migration happened lately. Moving bwrap itself now pays that wait while
+        # bwrap builds the namespaces; the child's move after the handshake then finds it warm.
+        with contextlib.suppress(OSError):
+            cg.add(proc.pid)
     # Our copies of the fds handed to bwrap go now, so EOFs arrive when bwrap is done.
     for fd in list(fds):
         if fd not in (info_read, block_write):
