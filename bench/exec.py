@@ -20,30 +20,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def measure(fn: Callable[[], object], n: int) -> list[float]:
-    fn()  # warm-up
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return times
-
-
-def raw_bwrap_argv() -> list[str]:
-    argv = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
-            "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
-    for link in ("/bin", "/lib", "/lib64", "/sbin"):
-        if os.path.islink(link):
-            argv += ["--symlink", os.readlink(link), link]
-    return [*argv, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--", "/usr/bin/true"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import measure, raw_bwrap_argv  # noqa: E402
 
 
 def main() -> None:

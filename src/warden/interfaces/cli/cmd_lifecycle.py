@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from warden.interfaces.cli.main import Context
-from warden.interfaces.cli.output import Output
+from warden.interfaces.cli.output import Output, human_size
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -36,15 +36,6 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=_cleanup)
 
 
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "K", "M", "G"):
-        if value < 1024 or unit == "G":
-            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
-        value /= 1024
-    return f"{n}B"
-
-
 def _render_health(d: dict[str, Any]) -> str:
     def mark(v: object) -> str:
         return "-" if v is None else ("yes" if v else "NO")
@@ -55,7 +46,7 @@ def _render_health(d: dict[str, Any]) -> str:
              f"  python deps installed: {mark(d['python_deps_installed'])}",
              f"  node_modules:          {mark(d['node_modules'])}",
              f"  node deps installed:   {mark(d['node_deps_installed'])}",
-             f"  disk usage:            {_size(d['disk_usage'])}"]
+             f"  disk usage:            {human_size(d['disk_usage'])}"]
     for layer in d.get("layers", []):
         state = "read-only" if layer["read_only"] else ("WRITABLE" if layer["present"] else "MISSING")
         lines.append(f"  layer {layer['id']}: {state}")
@@ -92,7 +83,7 @@ def _simple(ctx: Context, args: argparse.Namespace) -> Output:
     if operation == "suspend":
         text = f"suspended {args.name} (stopped {len(data['stopped'])} processes)"
     elif operation == "archive":
-        text = f"archived {args.name} to {data['archive']} ({_size(data.get('size', 0))})"
+        text = f"archived {args.name} to {data['archive']} ({human_size(data.get('size', 0))})"
     elif operation == "resume":
         text = f"{args.name} is {data['status']}" + "".join(f"\n  fixed: {f}" for f in data["repaired"]) \
             + "".join(f"\n  could not fix: {f}" for f in data["failed"])

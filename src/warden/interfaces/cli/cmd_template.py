@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from warden.interfaces.cli.main import Context
-from warden.interfaces.cli.output import Output, table
+from warden.interfaces.cli.output import Output, human_size, table
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -34,15 +34,6 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     q = ssub.add_parser("prune", parents=[common], help="remove layers no workspace uses")
     q.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     q.set_defaults(handler=_prune)
-
-
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "K", "M", "G"):
-        if value < 1024 or unit == "G":
-            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
-        value /= 1024
-    return f"{n}B"
 
 
 def _list(ctx: Context, args: argparse.Namespace) -> Output:
@@ -95,7 +86,7 @@ def _build(ctx: Context, args: argparse.Namespace) -> Output:
          "size": info.get("size", 0), "packages": info.get("packages", info.get("links", [])),
          "built_at": info.get("built_at")} for info in infos.values()]}
     return Output(data, render=lambda d: "\n".join(
-        f"layer {layer['id']} ({layer['kind']}, {len(layer['packages'])} packages, {_size(layer['size'])}) "
+        f"layer {layer['id']} ({layer['kind']}, {len(layer['packages'])} packages, {human_size(layer['size'])}) "
         f"ready at {layer['path']}" for layer in d["layers"]) or f"template {d['template']} needs no layer")
 
 
@@ -103,7 +94,7 @@ def _layers(ctx: Context, args: argparse.Namespace) -> Output:
     data = ctx.app.layers.list(ctx.app.lifecycle.layers_in_use())
     return Output(data, render=lambda d: table(
         ["Layer", "Kind", "Template", "Packages", "Size", "Built", "Workspaces"],
-        [[r["id"], r["kind"], r["template"] or "-", r["packages"], _size(r["size"]), str(r["built_at"])[:19],
+        [[r["id"], r["kind"], r["template"] or "-", r["packages"], human_size(r["size"]), str(r["built_at"])[:19],
           ", ".join(r["workspaces"]) or "-"] for r in d]) if d else "no layers built yet (`warden snapshot build`)")
 
 
@@ -112,5 +103,5 @@ def _prune(ctx: Context, args: argparse.Namespace) -> Output:
     verb = "would remove" if args.dry_run else "removed"
     data = {"dry_run": args.dry_run, "removed": [r["id"] for r in removed],
             "freed": sum(r["size"] for r in removed)}
-    return Output(data, f"{verb} {len(removed)} layers ({_size(data['freed'])})"
+    return Output(data, f"{verb} {len(removed)} layers ({human_size(data['freed'])})"
                   + "".join(f"\n  {r}" for r in data["removed"]))

@@ -1,0 +1,28 @@
+"""Helpers the benchmarks share: timing a callable, and the floor any bwrap run pays."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+
+def measure(fn: Callable[[], object], n: int) -> list[float]:
+    """Milliseconds of `n` calls of `fn`, after one warm-up call."""
+    fn()  # warm-up
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+def raw_bwrap_argv() -> list[str]:
+    """bwrap with Warden's namespaces and nothing else: the floor of every sandboxed run."""
+    argv = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
+            "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
+    for link in ("/bin", "/lib", "/lib64", "/sbin"):
+        if os.path.islink(link):
+            argv += ["--symlink", os.readlink(link), link]
+    return [*argv, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--", "/usr/bin/true"]
