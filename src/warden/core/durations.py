@@ -9,6 +9,8 @@ from warden.core.errors import InvalidInput
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _PATTERN = re.compile(r"^\s*(\d{1,9})\s*([smhdw])\s*$")
+# Longer lifetimes are a typo, and a date that far ahead overflows datetime (year 9999).
+MAX_DURATION = timedelta(days=36500)
 
 
 def parse_duration(text: str) -> timedelta:
@@ -16,7 +18,10 @@ def parse_duration(text: str) -> timedelta:
     match = _PATTERN.match(text)
     if not match:
         raise InvalidInput(f"bad duration {text!r}: write a whole number and a unit, e.g. 30s, 10m, 2h, 7d")
-    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+    seconds = int(match.group(1)) * _UNITS[match.group(2)]
+    if seconds > MAX_DURATION.total_seconds():
+        raise InvalidInput(f"duration {text!r} is longer than 100 years (36500d); give a shorter one")
+    return timedelta(seconds=seconds)
 
 
 def format_duration(delta: timedelta) -> str:
