@@ -57,7 +57,10 @@ def main() -> None:
                 run_times += measure(in_process, 1)
             rows.append(("raw bwrap ... true", raw_times))
             rows.append(('Workspace.run(["true"]) warm', run_times))
-        cli = [sys.executable, "-m", "warden", "run", "bench", "--", "true"]
+        # The console script, as a user types it in a shell (`python -m` adds runpy on top).
+        script = Path(sys.executable).with_name("warden")
+        entry = [str(script)] if script.exists() else [sys.executable, "-m", "warden"]
+        cli = [*entry, "run", "bench", "--", "true"]
         rows.append(("warden run bench -- true", measure(
             lambda: subprocess.run(cli, check=True, env=env), n)))
         if shutil.which("srt"):
