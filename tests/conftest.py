@@ -18,6 +18,22 @@ from warden.bootstrap import App, bootstrap
 REPO = Path(__file__).resolve().parent.parent
 
 
+def isolated_environ(home: Path) -> dict[str, str]:
+    """The environment a CLI call gets: only what Warden needs, plus WARDEN_HOME."""
+    keep = {k: v for k, v in os.environ.items()
+            if k in {"PATH", "LANG", "LC_ALL", "TERM", "TZ", "USER", "LOGNAME", "TMPDIR"}}
+    keep["HOME"] = str(home.parent)
+    keep["WARDEN_HOME"] = str(home)
+    return keep
+
+
+def module_home(tmp_path_factory: pytest.TempPathFactory, label: str) -> tuple[Path, dict[str, str]]:
+    """One Warden home shared by a test module (its first `create` builds the layer once)."""
+    home = tmp_path_factory.mktemp(label) / "warden-home"
+    home.mkdir()
+    return home, isolated_environ(home)
+
+
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     """An empty Warden home for one test."""
@@ -29,11 +45,7 @@ def home(tmp_path: Path) -> Path:
 @pytest.fixture
 def environ(home: Path) -> dict[str, str]:
     """The environment a CLI call in this test gets: only what Warden needs, plus WARDEN_HOME."""
-    keep = {k: v for k, v in os.environ.items()
-            if k in {"PATH", "LANG", "LC_ALL", "TERM", "TZ", "USER", "LOGNAME", "TMPDIR"}}
-    keep["HOME"] = str(home.parent)
-    keep["WARDEN_HOME"] = str(home)
-    return keep
+    return isolated_environ(home)
 
 
 @pytest.fixture

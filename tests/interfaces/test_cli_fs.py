@@ -9,17 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Cli
+from tests.conftest import Cli, module_home
 
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     """One Warden home for the module: the first `create` builds the layer, the others reuse it."""
-    home = tmp_path_factory.mktemp("fs") / "warden-home"
-    home.mkdir()
-    environ = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "LC_ALL", "TZ", "TMPDIR"}}
-    environ.update(HOME=str(home.parent), WARDEN_HOME=str(home))
-    return home, environ
+    return module_home(tmp_path_factory, "fs")
 
 
 @pytest.fixture

@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Cli
+from tests.conftest import Cli, module_home
 
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """One Warden home for the module: `create` builds the layer once."""
-    home = tmp_path_factory.mktemp("sandbox") / "warden-home"
-    home.mkdir()
-    environ = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "LC_ALL", "TZ", "TMPDIR"}}
-    environ.update(HOME=str(home.parent), WARDEN_HOME=str(home))
-    return home, environ
+    """One Warden home for the module: the first `create` builds the layer, the others reuse it."""
+    return module_home(tmp_path_factory, "sandbox")
 
 
 @pytest.fixture

@@ -2,42 +2,25 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from tests.support.envs import EnvHome, envhome  # noqa: F401 - fixture
+from tests.support.envs import EnvHome, envhome, tree_hash  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
 
-def _create(env: EnvHome, name: str) -> Path:
-    proc = env.cli("create", name, "--template", "local", "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return Path(json.loads(proc.stdout)["data"]["path"])
-
-
-def _tree_hash(root: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        digest.update(str(path).encode())
-        if path.is_file() and not path.is_symlink():
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
 def test_python_install_lands_in_the_workspace_and_is_recorded(envhome: EnvHome) -> None:  # noqa: F811
     name = envhome.name("ins")
-    ws = _create(envhome, name)
-    other = _create(envhome, envhome.name("other"))
+    ws = envhome.create(name)
+    other = envhome.create(envhome.name("other"))
     pyproject = ws / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace("dependencies = [", "# my own note\ndependencies = ["))
     layers = envhome.home / "layers"
-    before = _tree_hash(layers)
+    before = tree_hash(layers)
     proc = envhome.cli("install", name, "gamma", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout)["data"]["recorded_in"] == "pyproject.toml"
@@ -47,7 +30,7 @@ def test_python_install_lands_in_the_workspace_and_is_recorded(envhome: EnvHome)
     assert (own / "gamma").is_dir()
     assert not (own / "beta").exists()  # pip saw the layer's beta through the .pth
     subprocess.run([str(ws / ".venv/bin/python"), "-c", "import gamma, beta"], check=True)
-    assert _tree_hash(layers) == before
+    assert tree_hash(layers) == before
     assert subprocess.run([str(other / ".venv/bin/python"), "-c", "import gamma"]).returncode != 0
     health = json.loads(envhome.cli("health", name, "--json").stdout)["data"]
     assert health["healthy"], health
@@ -55,7 +38,7 @@ def test_python_install_lands_in_the_workspace_and_is_recorded(envhome: EnvHome)
 
 def test_no_persist_and_shadowing_a_layer_package(envhome: EnvHome) -> None:  # noqa: F811
     name = envhome.name("shadow")
-    ws = _create(envhome, name)
+    ws = envhome.create(name)
     before = (ws / "pyproject.toml").read_text()
     proc = envhome.cli("install", name, "beta==3.0", "--no-persist", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -67,7 +50,7 @@ def test_no_persist_and_shadowing_a_layer_package(envhome: EnvHome) -> None:  # 
 
 def test_node_install(envhome: EnvHome) -> None:  # noqa: F811
     name = envhome.name("npm")
-    ws = _create(envhome, name)
+    ws = envhome.create(name)
     tarball = envhome.npm / "tiny-extra-1.2.0.tgz"
     proc = envhome.cli("install", name, "--node", str(tarball), "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -86,7 +69,7 @@ def test_option_injection_is_refused(envhome: EnvHome, bad: str) -> None:  # noq
 
 def test_failed_install_reports_and_records_nothing(envhome: EnvHome) -> None:  # noqa: F811
     name = envhome.name("fail")
-    ws = _create(envhome, name)
+    ws = envhome.create(name)
     before = (ws / "pyproject.toml").read_text()
     proc = envhome.cli("install", name, "no-such-package-here", "--json")
     assert proc.returncode == 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -11,23 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.envs import EnvHome, envhome  # noqa: F401 - fixture
-
-
-def _create(env: EnvHome, name: str) -> Path:
-    proc = env.cli("create", name, "--template", "local", "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return Path(json.loads(proc.stdout)["data"]["path"])
-
-
-def _hash(root: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        digest.update(str(path).encode())
-        if path.is_file() and not path.is_symlink():
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
-
+from tests.support.envs import EnvHome, envhome, tree_hash  # noqa: F401 - fixture
 
 ATTACK = r"""
 import glob, os, sys
@@ -63,10 +46,10 @@ print(repr(results))
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 def test_bot_edits_cannot_reach_layer_or_other_workspaces(envhome: EnvHome) -> None:  # noqa: F811
     bot, victim = envhome.name("bot"), envhome.name("victim")
-    bot_ws = _create(envhome, bot)
-    victim_ws = _create(envhome, victim)
+    bot_ws = envhome.create(bot)
+    victim_ws = envhome.create(victim)
     layers = envhome.home / "layers"
-    layers_before, victim_before = _hash(layers), _hash(victim_ws)
+    layers_before, victim_before = tree_hash(layers), tree_hash(victim_ws)
     proc = envhome.cli("run", bot, "--json", "--", str(bot_ws / ".venv/bin/python"), "-c", ATTACK, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)["data"]
@@ -76,8 +59,8 @@ def test_bot_edits_cannot_reach_layer_or_other_workspaces(envhome: EnvHome) -> N
     assert len(results) == 5 and "changed" not in results.values(), results
     assert set(results.values()) <= {"Read-only file system", "Permission denied"}, results
     assert results["layer_new_file"] == "Read-only file system"
-    assert _hash(layers) == layers_before
-    assert _hash(victim_ws) == victim_before
+    assert tree_hash(layers) == layers_before
+    assert tree_hash(victim_ws) == victim_before
     # The bot's own changes stay in its workspace.
     import subprocess
 
@@ -92,7 +75,7 @@ def test_bot_edits_cannot_reach_layer_or_other_workspaces(envhome: EnvHome) -> N
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 def test_layer_imports_and_node_work_inside_the_sandbox(envhome: EnvHome) -> None:  # noqa: F811
     name = envhome.name("inside")
-    _create(envhome, name)
+    envhome.create(name)
     proc = envhome.cli("run", name, "--json", "--", "python", "-c", "import alpha, beta; print(beta.VERSION)")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout)["data"]["stdout"].strip() == "2.1"
@@ -102,7 +85,7 @@ def test_layer_imports_and_node_work_inside_the_sandbox(envhome: EnvHome) -> Non
 
 
 def test_layer_files_are_not_writable_or_linked_on_the_host(envhome: EnvHome) -> None:  # noqa: F811
-    ws = _create(envhome, envhome.name("host"))
+    ws = envhome.create(envhome.name("host"))
     site = Path(next(p for p in (ws / ".venv").glob("lib/python3.*/site-packages/_warden_layer.pth")).read_text()
                 .split("addsitedir(")[1].rstrip(")\n").strip("'\""))
     for path in site.rglob("*.py"):

@@ -6,6 +6,8 @@ each test uses its own workspace names.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import secrets
 import subprocess
@@ -44,6 +46,22 @@ class EnvHome:
     @staticmethod
     def name(prefix: str = "ws") -> str:
         return f"{prefix}-{secrets.token_hex(3)}"
+
+    def create(self, name: str, template: str = "local") -> Path:
+        """`warden create NAME --template T` through the CLI; the workspace folder."""
+        proc = self.cli("create", name, "--template", template, "--json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return Path(json.loads(proc.stdout)["data"]["path"])
+
+
+def tree_hash(root: Path) -> str:
+    """A digest of every name and regular file's bytes below `root` (links not followed)."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        digest.update(str(path).encode())
+        if path.is_file() and not path.is_symlink():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 @pytest.fixture(scope="session")

@@ -168,6 +168,19 @@ class FilteringProxy:
                 self._on_event(event)
         return decision, addresses
 
+    async def _open_upstream(self, writer: asyncio.StreamWriter, method: str, host: str,
+                             port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """Decide `host:port` and connect to the checked address; None once the client was answered."""
+        decision, addresses = await self._decide(method, host, port)
+        if not decision.allowed:
+            await self._reply(writer, 403, f"warden: network refused: {decision.reason}")
+            return None
+        try:
+            return await self._dial(addresses, port)
+        except (OSError, TimeoutError) as exc:
+            await self._reply(writer, 502, f"cannot reach {host}:{port}: {exc}")
+            return None
+
     async def _dial(self, addresses: list[str], port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         last: Exception = OSError("no address")
         for address in addresses:
@@ -185,15 +198,10 @@ class FilteringProxy:
         except InvalidInput:
             await self._reply(writer, 400, f"bad CONNECT target {target!r}")
             return
-        decision, addresses = await self._decide(method, host, port)
-        if not decision.allowed:
-            await self._reply(writer, 403, f"warden: network refused: {decision.reason}")
+        upstream = await self._open_upstream(writer, method, host, port)
+        if upstream is None:
             return
-        try:
-            up_reader, up_writer = await self._dial(addresses, port)
-        except (OSError, TimeoutError) as exc:
-            await self._reply(writer, 502, f"cannot reach {host}:{port}: {exc}")
-            return
+        up_reader, up_writer = upstream
         writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
         await writer.drain()
         await _splice(reader, writer, up_reader, up_writer)
@@ -225,15 +233,10 @@ class FilteringProxy:
             await self._reply(writer, 400, "bad Content-Length")
             return
         body_length = int(lengths.pop()) if lengths else 0
-        decision, addresses = await self._decide(method, url.hostname, port)
-        if not decision.allowed:
-            await self._reply(writer, 403, f"warden: network refused: {decision.reason}")
+        upstream = await self._open_upstream(writer, method, url.hostname, port)
+        if upstream is None:
             return
-        try:
-            up_reader, up_writer = await self._dial(addresses, port)
-        except (OSError, TimeoutError) as exc:
-            await self._reply(writer, 502, f"cannot reach {url.hostname}:{port}: {exc}")
-            return
+        up_reader, up_writer = upstream
         path = url.path or "/"
         if url.query:
             path += "?" + url.query
