@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 
 def measure(fn: Callable[[], object], n: int) -> list[float]:
@@ -26,3 +27,11 @@ def raw_bwrap_argv() -> list[str]:
         if os.path.islink(link):
             argv += ["--symlink", os.readlink(link), link]
     return [*argv, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--", "/usr/bin/true"]
+
+
+def bench_home(tmp: str) -> tuple[Path, dict[str, str]]:
+    """A fresh Warden home under `tmp` and the small environment the benchmarks run it with."""
+    home = Path(tmp) / "home"
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TERM")}
+    env["WARDEN_HOME"] = str(home)
+    return home, env

@@ -26,7 +26,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import measure, raw_bwrap_argv  # noqa: E402
+from _common import bench_home, measure, raw_bwrap_argv  # noqa: E402
 
 
 def start_server(env: dict[str, str], log: Path, workers: int = 1) -> tuple[subprocess.Popen[bytes], str]:
@@ -113,9 +113,7 @@ def main() -> None:
     raw = raw_bwrap_argv()
     rows.append(("raw bwrap ... true", measure(lambda: subprocess.run(raw, check=True), args.n)))
     with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp) / "home"
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TERM")}
-        env["WARDEN_HOME"] = str(home)
+        home, env = bench_home(tmp)
         with Warden.open(home, environ=env) as w:
             ws = w.create("bench", template="minimal")
             ws.files.write_bytes("data/4k.bin", os.urandom(4096))

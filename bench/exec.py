@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import os
 import shutil
 import statistics
 import subprocess
@@ -24,7 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import measure, raw_bwrap_argv  # noqa: E402
+from _common import bench_home, measure, raw_bwrap_argv  # noqa: E402
 
 
 def main() -> None:
@@ -39,9 +38,7 @@ def main() -> None:
     rows.append(("bare true", measure(lambda: subprocess.run(["true"], check=True), n)))
     raw = raw_bwrap_argv()
     with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp) / "home"
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TERM")}
-        env["WARDEN_HOME"] = str(home)
+        home, env = bench_home(tmp)
         with Warden.open(home, environ=env) as w:
             ws = w.create("bench", template="minimal")
 

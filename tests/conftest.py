@@ -27,16 +27,19 @@ def isolated_environ(home: Path) -> dict[str, str]:
     return keep
 
 
-def module_home(tmp_path_factory: pytest.TempPathFactory, label: str) -> tuple[Path, dict[str, str]]:
-    """One Warden home shared by a test module (its first `create` builds the layer once)."""
-    home = tmp_path_factory.mktemp(label) / "warden-home"
-    home.mkdir()
-    return home, isolated_environ(home)
+@pytest.fixture(scope="module")
+def _module_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]) / "warden-home"
+    path.mkdir()
+    return path
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Path:
-    """An empty Warden home for one test."""
+def home(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """An empty Warden home for one test; one for the whole module under `pytest.mark.shared_home`
+    (its first `create` builds the layer, the others reuse it)."""
+    if request.node.get_closest_marker("shared_home"):
+        return Path(request.getfixturevalue("_module_home"))
     path = tmp_path / "warden-home"
     path.mkdir()
     return path

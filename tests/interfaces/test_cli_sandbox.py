@@ -7,23 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Cli, module_home
+from tests.conftest import Cli
 
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """One Warden home for the module: the first `create` builds the layer, the others reuse it."""
-    return module_home(tmp_path_factory, "sandbox")
-
-
-@pytest.fixture
-def environ(shared: tuple[Path, dict[str, str]]) -> dict[str, str]:
-    return shared[1]
-
-
-@pytest.fixture
-def home(shared: tuple[Path, dict[str, str]]) -> Path:
-    return shared[0]
+pytestmark = pytest.mark.shared_home
 
 
 def test_list_add_remove_at_three_levels(cli: Cli, home: Path) -> None:
