@@ -256,11 +256,13 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
                 resource.prlimit(child, which, (soft, hard))
             if cg is not None:
                 cg.add(child)
-        except ProcessLookupError:  # the sandbox died while being set up (bwrap says why)
+            os.write(block_write, b"go")
+        except (ProcessLookupError, BrokenPipeError):
+            # The sandbox died while being set up (a mount failed after the pid was reported):
+            # the limits found no process, or nobody is left to read "go". bwrap says why.
             err = proc.stderr.read() if proc.stderr is not None else b""
             proc.wait()
             raise _setup_failed(err, proc.returncode) from None
-        os.write(block_write, b"go")
     except BaseException:
         _kill_tree(proc, cg)
         proc.wait()
