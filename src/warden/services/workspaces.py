@@ -15,8 +15,6 @@ import dataclasses
 import json
 import os
 import re
-import secrets
-import socket
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
@@ -43,7 +41,7 @@ __all__ = ["CONFIGURED_MARKER", "METADATA_FILE", "WorkspaceService", "remove_in_
 METADATA_FILE = ".workspace.json"
 CONFIGURED_MARKER = ".workspace_configured"
 TRASH = ".trash"
-_HOST = socket.gethostname()
+_HOST = os.uname().nodename  # what socket.gethostname() returns, without importing socket
 _GITIGNORE = ".venv/\nnode_modules/\n__pycache__/\n"
 Records = list[WorkspaceRecord]
 
@@ -146,7 +144,7 @@ class WorkspaceService:
 
             meta["ttl"] = format_duration(ttl)
         record = WorkspaceRecord(
-            id="ws_" + secrets.token_hex(8), name=name, path=str(path), type=kind,
+            id="ws_" + os.urandom(8).hex(), name=name, path=str(path), type=kind,
             status="creating", created_at=now.isoformat(), last_accessed=now.isoformat(),
             template=resolution.template.name, layer_id=next(iter(resolution.layer_ids), None),
             expires_at=(now + ttl).isoformat() if ttl else None, created_by=actor,
@@ -301,7 +299,7 @@ class WorkspaceService:
         from warden.adapters.archive import pack_tree
 
         stamp = self._clock().strftime("%Y%m%dT%H%M%S")
-        target = self.archives_dir / f"{record.name}-{stamp}-{secrets.token_hex(2)}.tar.zst"
+        target = self.archives_dir / f"{record.name}-{stamp}-{os.urandom(2).hex()}.tar.zst"
         pack_tree(Path(record.path), target)
         return target
 
@@ -311,7 +309,7 @@ class WorkspaceService:
             return
         trash = self.root_dir / TRASH
         trash.mkdir(mode=0o700, exist_ok=True)
-        target = trash / f"{path.name}-{secrets.token_hex(4)}"
+        target = trash / f"{path.name}-{os.urandom(4).hex()}"
         os.rename(path, target)
         remove_in_background(target)
 
