@@ -65,7 +65,8 @@ class Parser(argparse.ArgumentParser):
     def _get_formatter(self) -> argparse.HelpFormatter:
         # argparse builds a formatter on every add_argument, and the stock one imports shutil
         # (with bz2 and lzma) just to read the terminal width: ~3 ms of every CLI start.
-        return self.formatter_class(prog=self.prog, width=_terminal_width())
+        # Every HelpFormatter takes width; typeshed's protocol for formatter_class names only prog.
+        return self.formatter_class(prog=self.prog, width=_terminal_width())  # type: ignore[call-arg]
 
 
 def _terminal_width() -> int:
