@@ -55,6 +55,11 @@ class Home:
         return self.root / "archives"
 
     @property
+    def cache(self) -> Path:
+        """Download caches of Warden's own tools (uv), never the user's: sandboxed builds write there."""
+        return self.root / "cache"
+
+    @property
     def templates(self) -> Path:
         return self.root / "templates"
 
@@ -111,7 +116,8 @@ class App:
     def layers(self) -> LayerService:
         from warden.services.layers import LayerService
 
-        return LayerService(self.home.layers, self.home.templates, self.settings, self.environ)
+        return LayerService(self.home.layers, self.home.templates, self.settings, self.environ,
+                            cache_dir=self.home.cache)
 
     @cached_property
     def lifecycle(self) -> LifecycleService:

@@ -42,6 +42,65 @@ def make_wheel(folder: Path, name: str, version: str = "1.0", *, requires: tuple
     return path
 
 
+_BACKEND = """\
+# An in-tree PEP 517 backend: building this sdist runs `BUILD_CODE` first, then writes a wheel
+# whose module holds RESULT, what that code returned (so a test can see what the build saw).
+import base64, hashlib, os, zipfile
+
+NAME, VERSION = {name!r}, {version!r}
+
+
+def _build_code():
+{build_code}
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    result = _build_code()
+    dist = NAME + "-" + VERSION + ".dist-info"
+    files = {{NAME + "/__init__.py": "RESULT = " + repr(result) + "\\n",
+             dist + "/METADATA": "Metadata-Version: 2.1\\nName: " + NAME + "\\nVersion: " + VERSION + "\\n",
+             dist + "/WHEEL": ("Wheel-Version: 1.0\\nGenerator: warden-tests\\nRoot-Is-Purelib: true\\n"
+                               "Tag: py3-none-any\\n")}}
+    record = []
+    for arc, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(arc + ",sha256=" + digest + "," + str(len(text.encode())))
+    files[dist + "/RECORD"] = "\\n".join(record + [dist + "/RECORD,,"]) + "\\n"
+    name = NAME + "-" + VERSION + "-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as zf:
+        for arc, text in files.items():
+            zf.writestr(arc, text)
+    return name
+"""
+
+
+def make_sdist(folder: Path, name: str, version: str, build_code: str) -> Path:
+    """Write an sdist `name-version.tar.gz` whose build runs `build_code` (the body of a function
+    returning a repr-able value) through an in-tree backend, so no setuptools is needed offline."""
+    folder.mkdir(parents=True, exist_ok=True)
+    body = "\n".join("    " + line for line in build_code.strip().splitlines())
+    root = f"{name}-{version}"
+    files = {
+        f"{root}/PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{root}/pyproject.toml": ('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+                                   'backend-path = ["."]\n'),
+        f"{root}/backend.py": _BACKEND.format(name=name, version=version, build_code=body),
+    }
+    path = folder / f"{root}.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        for arc, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(arc)
+            info.size = len(data)
+            info.mode = 0o644
+            tf.addfile(info, io.BytesIO(data))
+    return path
+
+
 def make_npm_package(folder: Path, name: str, version: str = "1.0.0", *, main: str | None = None,
                      dependencies: dict[str, str] | None = None) -> Path:
     """Write an npm tarball `name-version.tgz` (package/package.json + package/index.js)."""

@@ -73,9 +73,11 @@ KEYS: dict[str, Setting] = {
                 "Install only from envs.find_links, never from an index"),
         Setting("envs.npm_registry", "str", "",
                 "npm registry URL for Node layers and installs (empty: npm's default)"),
+        # With their port: a listed name may then resolve to a private address (a registry
+        # mirror or a site's interception proxy), which a bare name would be refused.
         Setting("envs.install_domains", "list",
-                ["pypi.org", "files.pythonhosted.org", "registry.npmjs.org"],
-                "Domains `warden install` may reach from inside the sandbox"),
+                ["pypi.org:443", "files.pythonhosted.org:443", "registry.npmjs.org:443"],
+                "Package indexes that layer builds and `warden install` may reach from the sandbox"),
         Setting("api.host", "str", "127.0.0.1", "Address `warden serve` listens on"),
         Setting("api.port", "int", 8787, "Port `warden serve` listens on", minimum=1),
         Setting("api.max_body", "size", "16M",

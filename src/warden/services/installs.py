@@ -189,6 +189,12 @@ class InstallService:
 
             env.update(IndexOptions(settings.get_str("envs.index_url"), find_links, no_index).pip_env())
         domains = [] if no_index and not node else settings.get_list("envs.install_domains")
+        if domains:
+            from warden.adapters.sandbox.tools import trust_settings
+
+            trust_env, trust_paths = trust_settings(self._app.environ)
+            env = {**trust_env, **env}
+            ro_paths += trust_paths
         outcome = self._run(record, argv, env, ro_paths, domains)
         ok = outcome["exit_code"] == 0
         result: dict[str, Any] = {"name": record.name, "packages": list(packages), "node": node, "ok": ok,
@@ -213,15 +219,12 @@ class InstallService:
                                         actor="warden-install")
             return {"exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr}
         # Repairing a broken workspace: the runs service only runs in ready ones.
-        from warden.adapters.sandbox.host import build_spec
-        from warden.adapters.sandbox.runner import run_sandboxed
+        from warden.adapters.sandbox.tools import run_tool
         from warden.core.limits import Limits
-        from warden.core.network import NetworkPolicy
 
-        spec = build_spec(record.path, argv, caller_env=self._app.environ, env=env, ro_paths=ro,
-                          network=bool(domains))
         limits = Limits(memory=2048 << 20, cpu_seconds=1200, pids=512, file_size=1024 << 20, timeout_s=1800)
-        outcome = run_sandboxed(spec, limits, network=NetworkPolicy.parse(domains) if domains else None)
+        outcome = run_tool(record.path, argv, env=env, caller_env=self._app.environ, ro_paths=ro,
+                           domains=domains, limits=limits)
         return {"exit_code": outcome.exit_code, "stdout": outcome.stdout.decode("utf-8", "replace"),
                 "stderr": outcome.stderr.decode("utf-8", "replace")}
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from warden.adapters.atomic import write_atomic
 from warden.adapters.envs.layer_store import LayerStore
@@ -23,6 +23,10 @@ from warden.adapters.envs.progress import Progress
 from warden.core.errors import InvalidInput
 from warden.core.settings import Settings
 from warden.core.templates import Template, package_json, pyproject_toml, template_from_json
+
+if TYPE_CHECKING:
+    from warden.adapters.envs.interpreters import Interpreter
+    from warden.adapters.envs.python_layer import Execute, IndexOptions
 
 __all__ = ["LayerService", "Resolution"]
 
@@ -68,8 +72,9 @@ class LayerService:
     """Templates → layers on disk, built once and shared read-only."""
 
     def __init__(self, layers_dir: Path, templates_dir: Path, settings: Settings,
-                 environ: Mapping[str, str]) -> None:
+                 environ: Mapping[str, str], *, cache_dir: Path) -> None:
         self.store = LayerStore(layers_dir)
+        self.cache_dir = cache_dir
         self.templates_dir = templates_dir
         self._settings = settings
         self._environ = environ
@@ -163,11 +168,31 @@ class LayerService:
         deps = list(resolution.template.python.dependencies) if resolution.template.python else []
         bar = Progress(f"building Python layer {layer_id} for template {resolution.template.name}", 4,
                        enabled=progress)
-        info = build_python_layer(self.store, layer_id, dependencies=deps, interpreter=interp,
-                                  uv=uv_binary(), index=self.index_options(), environ=self._environ,
-                                  progress=bar, meta={"template": resolution.template.name})
+        uv = uv_binary()
+        index = self.index_options()
+        info = build_python_layer(self.store, layer_id, dependencies=deps, interpreter=interp, uv=uv,
+                                  index=index, execute=self._sandboxed(interp, uv, index),
+                                  cache_dir=self.cache_dir / "uv", progress=bar,
+                                  meta={"template": resolution.template.name})
         bar.finish()
         return info
+
+    def _sandboxed(self, interp: Interpreter, uv: str, index: IndexOptions) -> Execute:
+        """How the layer's uv commands run: in the sandbox, seeing the interpreter, uv, the
+        find-links folders and the cache, reaching the package indexes only (none with no_index)."""
+        from warden.adapters.sandbox.tools import run_tool
+
+        ro = [interp.prefix, os.path.dirname(interp.executable), os.path.realpath(uv),
+              *(link for link in index.find_links if link.startswith("/"))]
+        domains = [] if index.no_index else self._settings.get_list("envs.install_domains")
+
+        def execute(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> tuple[int, str, str]:
+            outcome = run_tool(cwd, argv, env=env, caller_env=self._environ, ro_paths=ro,
+                               rw_paths=[env["UV_CACHE_DIR"]], domains=domains)
+            return (outcome.exit_code, outcome.stdout.decode("utf-8", "replace"),
+                    outcome.stderr.decode("utf-8", "replace"))
+
+        return execute
 
     def _ensure_node(self, resolution: Resolution, progress: bool) -> dict[str, Any]:
         assert resolution.node is not None
@@ -187,7 +212,7 @@ class LayerService:
         bar.finish()
         return info
 
-    def index_options(self) -> Any:
+    def index_options(self) -> IndexOptions:
         from warden.adapters.envs.python_layer import IndexOptions
 
         return IndexOptions(self._settings.get_str("envs.index_url"),

@@ -5,14 +5,15 @@ edit of an installed file by one workspace would change the cache and every othe
 environment built from it (cross-bot poisoning). Copies share no inode with anything.
 Why `--compile-bytecode`: the layer is read-only afterwards, so Python could never write
 the `.pyc` files itself and would recompile on every import.
+Why an `execute` port: uv may build sdists, which runs their code; the layer service hands
+in a sandboxed runner, so nothing of a template's dependencies runs on the host.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,12 @@ from warden.adapters.envs.layer_store import LayerStore, dir_size
 from warden.adapters.envs.progress import Progress
 from warden.core.errors import Unavailable
 
-__all__ = ["IndexOptions", "build_python_layer", "uv_env"]
+__all__ = ["Execute", "IndexOptions", "build_python_layer", "uv_env"]
 
 BUILDER_VERSION = "1"
+
+# Runs argv in a folder with an environment; returns (exit status, stdout, stderr).
+Execute = Callable[[Sequence[str], Path, Mapping[str, str]], tuple[int, str, str]]
 
 
 class IndexOptions:
@@ -56,63 +60,59 @@ class IndexOptions:
         return env
 
 
-def uv_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment uv builds in: the caller's, minus interpreter downloads and stray venvs."""
-    env = {k: v for k, v in environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH",
-                                                         "UV_PROJECT_ENVIRONMENT", "CONDA_PREFIX"}}
-    env["UV_PYTHON_DOWNLOADS"] = "never"
-    env["UV_NO_CONFIG"] = "1"
-    env.setdefault("UV_NO_PROGRESS", "1")
-    return env
+def uv_env(cache_dir: Path) -> dict[str, str]:
+    """The whole environment uv builds in: no interpreter downloads, no user or project config
+    (a bot-writable uv.toml must not steer it), and Warden's own cache."""
+    return {"UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1", "UV_NO_PROGRESS": "1",
+            "UV_CACHE_DIR": str(cache_dir)}
 
 
-def _run(argv: list[str], *, cwd: Path, env: Mapping[str, str], what: str) -> str:
-    proc = subprocess.run(argv, cwd=cwd, env=dict(env), capture_output=True, text=True, check=False,
-                          timeout=3600)
-    if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip().splitlines()
+def _run(execute: Execute, argv: list[str], *, cwd: Path, env: Mapping[str, str], what: str) -> None:
+    code, out, err = execute(argv, cwd, env)
+    if code != 0:
+        detail = (err or out).strip().splitlines()
         tail = " | ".join(line.strip() for line in detail[-6:] if line.strip())
-        raise Unavailable(f"{what} failed: {tail or f'exit status {proc.returncode}'}; "
+        raise Unavailable(f"{what} failed: {tail or f'exit status {code}'}; "
                           "check the template's dependencies and the package index (envs.* settings)")
-    return proc.stdout
 
 
 def build_python_layer(store: LayerStore, layer_id: str, *, dependencies: Sequence[str],
                        interpreter: Interpreter, uv: str, index: IndexOptions,
-                       environ: Mapping[str, str], progress: Progress,
+                       execute: Execute, cache_dir: Path, progress: Progress,
                        meta: Mapping[str, Any]) -> dict[str, Any]:
     """Build layer `layer_id` (no-op when it exists); returns its layer.json."""
     with store.build_lock(layer_id):
         if store.exists(layer_id):
             return store.read(layer_id) or {}
-        env = uv_env(environ)
+        cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        env = uv_env(cache_dir)
         started = time.time()
         with store.staging(layer_id) as build:
             (build / "requirements.in").write_text("".join(f"{d}\n" for d in dependencies))
             progress.step(f"resolving {len(dependencies)} dependencies")
             lock = build / "requirements.lock"
             if dependencies:
-                _run([uv, "pip", "compile", "requirements.in", "-o", str(lock), "--python",
+                _run(execute, [uv, "pip", "compile", "requirements.in", "-o", str(lock), "--python",
                       interpreter.executable, "--no-header", "--quiet", *index.uv_args()],
                      cwd=build, env=env, what="resolving the dependencies (uv pip compile)")
             else:
                 lock.write_text("")
             progress.step("creating the layer venv")
             venv = build / "venv"
-            _run([uv, "venv", "--relocatable", "--python", interpreter.executable, "--quiet", str(venv)],
+            _run(execute, [uv, "venv", "--relocatable", "--python", interpreter.executable, "--quiet", str(venv)],
                  cwd=build, env=env, what="creating the venv (uv venv)")
             python = str(venv / "bin" / "python")
             pinned = [line for line in lock.read_text().splitlines() if line and not line.startswith(("#", " "))]
             progress.step(f"installing {len(pinned)} packages")
             if pinned:
-                _run([uv, "pip", "sync", str(lock), "--python", python, "--link-mode=copy",
+                _run(execute, [uv, "pip", "sync", str(lock), "--python", python, "--link-mode=copy",
                       "--compile-bytecode", "--quiet", *index.uv_args()],
                      cwd=build, env=env, what="installing the packages (uv pip sync)")
             pip_wheel = interpreter.pip_wheel
             if pip_wheel and not any(p.lower().startswith("pip==") for p in pinned):
                 # pip from the interpreter's own ensurepip wheel (offline): `python -m pip`
                 # sees the layer's packages through the .pth, uv does not.
-                _run([uv, "pip", "install", "--python", python, "--link-mode=copy", "--compile-bytecode",
+                _run(execute, [uv, "pip", "install", "--python", python, "--link-mode=copy", "--compile-bytecode",
                       "--no-deps", "--offline", "--quiet", pip_wheel],
                      cwd=build, env=env, what="adding pip to the layer")
             progress.step("sealing the layer read-only")
