@@ -90,15 +90,7 @@ def make_sdist(folder: Path, name: str, version: str, build_code: str) -> Path:
                                    'backend-path = ["."]\n'),
         f"{root}/backend.py": _BACKEND.format(name=name, version=version, build_code=body),
     }
-    path = folder / f"{root}.tar.gz"
-    with tarfile.open(path, "w:gz") as tf:
-        for arc, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(arc)
-            info.size = len(data)
-            info.mode = 0o644
-            tf.addfile(info, io.BytesIO(data))
-    return path
+    return _write_tar_gz(folder / f"{root}.tar.gz", files)
 
 
 def make_npm_package(folder: Path, name: str, version: str = "1.0.0", *, main: str | None = None,
@@ -108,7 +100,10 @@ def make_npm_package(folder: Path, name: str, version: str = "1.0.0", *, main: s
     pkg = {"name": name, "version": version, "main": "index.js", "dependencies": dependencies or {}}
     files = {"package/package.json": json.dumps(pkg),
              "package/index.js": main or f"module.exports = {{name: {name!r}, version: {version!r}}};\n"}
-    path = folder / f"{name.replace('/', '-').lstrip('@')}-{version}.tgz"
+    return _write_tar_gz(folder / f"{name.replace('/', '-').lstrip('@')}-{version}.tgz", files)
+
+
+def _write_tar_gz(path: Path, files: dict[str, str]) -> Path:
     with tarfile.open(path, "w:gz") as tf:
         for arc, text in files.items():
             data = text.encode()
