@@ -131,7 +131,8 @@ class App:
 
         return SandboxPaths(self.home.sandbox_paths, self.audit, self.clock,
                             block_system=self.settings.get_bool("sandbox.block_system_paths"),
-                            user_home=self.environ.get("HOME"))
+                            user_home=self.environ.get("HOME"), warden_home=str(self.home.root),
+                            workspaces_root=str(self.root_dir))
 
     def files(self, workspace: str | WorkspaceRecord, *, actor: str = "user",
               approver: Approver | None = None, session: str | None = None,

@@ -29,6 +29,7 @@ def decide(*argv: str):  # type: ignore[no-untyped-def]
     ("bash", "-ec", "for f in a b; do echo $f; done"),
     ("sh", "-c", "command -v rm"),
     ("find", ".", "-name", "*.py", "-exec", "cat", "{}", ";"),
+    ("sh", "-c", "cat <<EOF\nplain $HOME text\nEOF"),
 ])
 def test_allowed(argv: tuple[str, ...]) -> None:
     decision = decide(*argv)
@@ -69,6 +70,10 @@ def test_allowed(argv: tuple[str, ...]) -> None:
     (("sh", "-c", ". ./evil.sh"), "command.shell_builtin:."),
     (("sh", "-c", "$CMD x"), "command.dynamic_program"),
     (("sh", "-c", "[[ -f x ]]"), "command.shell_unparseable"),
+    # A here-document's body is expanded by the shell but is plain text to the parser.
+    (("sh", "-c", "python -c 1 <<EOF\n$(rm x)\nEOF"), "command.heredoc_substitution"),
+    (("sh", "-c", "cat <<-EOF\n\t`rm x`\nEOF\nls"), "command.heredoc_substitution"),
+    (("sh", "-c", "cat <<EOF\n${X:-$(rm x)}\nEOF"), "command.heredoc_substitution"),
     (("sh", "script.sh"), "command.shell_unchecked"),
     (("bash",), "command.shell_unchecked"),
     (("bash", "-s"), "command.shell_unchecked"),

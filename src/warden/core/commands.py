@@ -6,9 +6,10 @@ program (`env`, `nice`, `timeout`, `xargs`, `busybox`, `find -exec`, ...) are lo
 through; a path is judged by its basename and refused outside the trusted bin folders
 (`/usr/bin/rm` is `rm`; `./rm` or `/tmp/python` is not a system `python`); and a shell's
 `-c` script is parsed with bashlex and every command in it (pipelines, lists, `$(...)`,
-`<(...)`, function bodies) must pass too. What cannot be parsed, or names its program
-through an expansion (`$X args`), is refused. This is defence in depth: the bubblewrap
-sandbox is the wall, the allowlist only narrows what a bot may start inside it.
+`<(...)`, function bodies) must pass too. What cannot be parsed, names its program through
+an expansion (`$X args`) or hides a substitution in an unquoted here-document, is refused.
+This is defence in depth: the bubblewrap sandbox is the wall, the allowlist only narrows what
+a bot may start inside it.
 """
 
 from __future__ import annotations
@@ -127,6 +128,8 @@ class _Checker:
         kind = getattr(node, "kind", "")
         if kind == "command":
             self.check_simple_command(node, depth)
+        if kind == "redirect" and getattr(node, "heredoc", None) is not None:
+            _check_heredoc(node)
         if kind in ("commandsubstitution", "processsubstitution"):
             self.walk(node.command, depth + 1)
             return
@@ -165,6 +168,18 @@ class _Checker:
         if name in _SAFE_BUILTINS:
             return
         self.check_argv(argv, depth)
+
+
+def _check_heredoc(node: Any) -> None:
+    """A here-document with an unquoted delimiter expands `$(...)` and backquotes in its body,
+    which bashlex leaves as plain text: such a body would run programs nobody checked."""
+    delimiter = getattr(getattr(node, "output", None), "word", "")
+    body = getattr(node.heredoc, "value", "")
+    quoted = any(c in delimiter for c in "'\"\\")
+    if not quoted and ("$(" in body or "`" in body):
+        raise _Refused("command.heredoc_substitution",
+                       "a here-document runs the commands substituted in its body, which cannot be "
+                       "checked; quote its delimiter (<<'EOF') or run the programs directly")
 
 
 @dataclass(frozen=True)

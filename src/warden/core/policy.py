@@ -38,6 +38,7 @@ __all__ = [
     "effective_paths",
     "parse_paths_doc",
     "prefixes",
+    "state_exposure",
     "with_allowed",
     "with_denied",
 ]
@@ -308,3 +309,20 @@ def effective_paths(root: str, zones: Mapping[str, Zone], rules: PathRules, *,
         system_blocked=UNIX_PROTECTED if block_system else (),
     )
 
+
+
+def state_exposure(path: str, *, home: str, workspaces_root: str) -> str | None:
+    """Why mounting `path` into a sandbox would show it Warden's own state, or None.
+
+    Warden's home holds the keys, the registry and every workspace; an allowed path that
+    contains it (say `/`), or lies in it outside the workspaces (keys/, layers/, the
+    database), would hand all of that to every bot. Another workspace's folder is fine:
+    sharing one is the user's call. All three paths normalised and absolute (pure).
+    """
+    if is_inside(home, path):
+        return f"it contains Warden's home {home} (keys, registry and every workspace)"
+    if is_inside(workspaces_root, path):
+        return f"it contains every workspace ({workspaces_root})"
+    if is_inside(path, home) and not is_inside(path, workspaces_root):
+        return f"it is part of Warden's own state in {home}"
+    return None

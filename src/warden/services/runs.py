@@ -73,7 +73,8 @@ class RunService:
         try:
             from warden.services.sandbox_paths import effective_path_policy
         except ImportError:  # the path policy feature is not installed in this build
-            return {"ro_zones": [], "binds": [], "denied": [], "protected": []}
+            return {"ro_zones": [], "binds": [], "denied": [], "protected": [], "skipped": [],
+                    "covering_deny": []}
         eff = effective_path_policy(self._app, record, session)
         blocked = tuple(getattr(eff, "system_blocked", ()))
 
@@ -81,8 +82,16 @@ class RunService:
             return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
         binds = [Bind(path, mode) for path, mode in eff.allowed if not inside(path, blocked)]
+        # An allowed path that would show Warden's own state (a hand-edited `/`, say) is never
+        # mounted; `sandbox add` refuses such paths in the first place.
+        exposure = self._app.sandbox_paths.exposure
+        skipped = [f"{b.path} ({why})" for b in binds if (why := exposure(b.path))]
+        binds = [b for b in binds if not exposure(b.path)]
+        ws = eff.workspace
+        covering = [d for d in eff.denied if ws == d or ws.startswith(d.rstrip("/") + "/")]
         return {"ro_zones": [z.host_path for z in eff.zones if z.mode == "ro"], "binds": binds,
-                "denied": list(eff.denied), "protected": list(eff.readonly)}
+                "denied": list(eff.denied), "protected": list(eff.readonly), "skipped": skipped,
+                "covering_deny": covering}
 
     # -- the run -------------------------------------------------------------------------
     def run(self, name: str, argv: Sequence[str], *, timeout: float | None = None,
@@ -100,7 +109,10 @@ class RunService:
             raise InvalidInput("give the command as a non-empty list of strings (argv), e.g. ['python', '-V']")
         record = self._app.workspaces.get(name)
         if record.status != "ready":
-            raise Conflict(f"workspace {name!r} is {record.status}; resume it before running commands")
+            fix = {"archived": f"`warden unarchive {name}` brings it back",
+                   "suspended": f"`warden resume {name}` reopens it"}.get(
+                       record.status, f"`warden health {name} --repair` makes it ready")
+            raise Conflict(f"workspace {name!r} is {record.status} and cannot run commands; {fix}")
         limits = apply_overrides(self.default_limits(), timeout=timeout, memory=memory, cpu=cpu, pids=pids)
         policy = self.network_policy(net, allow_domains)
         ws = os.path.realpath(record.path)
@@ -118,6 +130,21 @@ class RunService:
                                        rule=decision.rule, result="refused", detail=audit_base)
                 raise _refused(Denied(f"{decision.reason} (rule {decision.rule})", rule=decision.rule))
         paths = self._path_policy(record, session)
+        if paths["covering_deny"]:
+            # Every file of the workspace is denied (fs and `sandbox check` say so): running in it
+            # would mean running in an empty, unusable folder, so refuse the way fs does.
+            where = paths["covering_deny"][0]
+            exc = Denied(f"workspace {name!r} lies under the denied path {where}; `warden sandbox list "
+                         f"--workspace {name}` shows where it is denied", rule="paths.denied")
+            self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
+                                   rule="paths.denied", result="refused", detail=audit_base)
+            raise _refused(exc)
+        notice = on_notice or on_stderr
+        for line in paths["skipped"]:
+            if notice is not None:
+                notice(f"warden: not mounting the allowed path {line}\n".encode())
+        if paths["skipped"]:
+            audit_base["skipped_paths"] = paths["skipped"]
         layers = [*ro_paths, *self._layer_paths(record)]
         try:
             spec = build_spec(ws, argv, caller_env=self._app.environ, env=dict(env or {}),

@@ -32,6 +32,7 @@ from warden.core.policy import (
     decide_host,
     effective_paths,
     parse_paths_doc,
+    state_exposure,
     with_allowed,
     with_denied,
 )
@@ -70,12 +71,21 @@ class SandboxPaths:
     """The three path lists and the zones of workspaces: read, merge, change, decide."""
 
     def __init__(self, global_file: Path, audit: AuditLog, clock: Callable[[], datetime], *,
-                 block_system: bool, user_home: str | None) -> None:
+                 block_system: bool, user_home: str | None, warden_home: str | None = None,
+                 workspaces_root: str | None = None) -> None:
         self.global_file = global_file
         self._audit = audit
         self._clock = clock
         self.block_system = block_system
         self._user_home = user_home
+        self._warden_home = normalize(warden_home) if warden_home else None
+        self._workspaces_root = normalize(workspaces_root) if workspaces_root else self._warden_home
+
+    def exposure(self, path: str) -> str | None:
+        """Why allowing `path` would show sandboxes Warden's own state (keys, registry), or None."""
+        if self._warden_home is None or self._workspaces_root is None:
+            return None
+        return state_exposure(normalize(path), home=self._warden_home, workspaces_root=self._workspaces_root)
 
     # -- files -----------------------------------------------------------------------------
     @staticmethod
@@ -156,6 +166,9 @@ class SandboxPaths:
         if mode not in ("ro", "rw"):
             raise InvalidInput(f"bad mode {mode!r}: use ro or rw")
         clean = self._clean(path)
+        why = self.exposure(clean)
+        if why is not None:
+            raise InvalidInput(f"cannot allow {clean}: {why}; allow a folder that does not contain it")
         target = self.target(level, workspace, session)
         added_at = self._clock().strftime("%Y-%m-%dT%H:%M:%SZ")
         update_doc(target.file, lambda doc: with_allowed(doc, clean, mode=mode, added_at=added_at))

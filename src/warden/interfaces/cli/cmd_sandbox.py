@@ -12,6 +12,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any
 
+from warden.core.errors import InvalidInput
 from warden.core.paths import normalize
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output, table
@@ -56,6 +57,9 @@ def _record(ctx: Context, args: argparse.Namespace) -> WorkspaceRecord | None:
 
 
 def _host_path(raw: str, base: str | None = None) -> str:
+    if not raw.strip():
+        # An empty word would become the current folder: never what anyone meant to allow.
+        raise InvalidInput("empty path: give the folder or file, e.g. /srv/data or ./data")
     path = os.path.expanduser(raw)
     if not os.path.isabs(path):
         path = os.path.join(base or os.getcwd(), path)
