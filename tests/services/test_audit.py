@@ -8,6 +8,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import Cli
 from warden.bootstrap import App
 from warden.core.audit import AuditEvent, event_hash, verify_chain
 
@@ -84,3 +85,40 @@ def test_any_single_edit_is_detected(targets: list[str], data: st.DataObject) ->
     events[index] = AuditEvent(**{**victim.__dict__, "target": victim.target + "!"})
     broken = verify_chain(events)
     assert broken is not None and broken.seq == index + 1
+
+
+def test_deleting_the_newest_rows_is_caught_by_a_recorded_anchor(app: App, home: Path) -> None:
+    """The chain alone cannot see a truncated tail; a head kept elsewhere can."""
+    _fill(app, 5)
+    head = app.audit.head()
+    assert head is not None and head[0] == 5
+    assert app.audit.verify(head) == (5, None)
+    with sqlite3.connect(home / "warden.db") as conn:
+        conn.execute("DELETE FROM audit_events WHERE seq >= 4")
+    assert app.audit.verify() == (3, None)  # what a hash chain cannot tell
+    _count, broken = app.audit.verify(head)
+    assert broken is not None and broken.seq == 5 and "deleted" in broken.reason
+
+
+def test_an_anchor_with_another_hash_is_caught(app: App) -> None:
+    _fill(app, 3)
+    head = app.audit.head()
+    assert head is not None
+    _count, broken = app.audit.verify((head[0], "0" * 64))
+    assert broken is not None and "differs" in broken.reason
+
+
+def test_cli_prints_the_head_and_checks_an_anchor(cli: Cli, home: Path) -> None:
+    assert cli("init").code == 0
+    assert cli("create", "w1").code == 0
+    first = cli("audit", "verify", "--json")
+    head = first.json["data"]["head"]
+    assert first.code == 0 and head and head.count(":") == 1
+    assert cli("audit", "verify", "--anchor", head).code == 0
+    with sqlite3.connect(home / "warden.db") as conn:
+        conn.execute("DELETE FROM audit_events WHERE seq = (SELECT MAX(seq) FROM audit_events)")
+    assert cli("audit", "verify").code == 0
+    broken = cli("audit", "verify", "--anchor", head, "--json")
+    assert broken.code == 1 and "deleted" in broken.json["error"]["message"]
+    bad = cli("audit", "verify", "--anchor", "12:xyz")
+    assert bad.code == 2 and bad.stderr.count("\n") == 1

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["GENESIS", "AuditEvent", "ChainBreak", "event_hash", "scrub", "verify_chain"]
+from warden.core.errors import InvalidInput
+
+__all__ = ["GENESIS", "AuditEvent", "ChainBreak", "check_anchor", "event_hash", "parse_anchor", "scrub",
+           "verify_chain"]
 
 GENESIS = "0" * 64
 
@@ -80,3 +83,29 @@ def verify_chain(events: Iterable[AuditEvent]) -> ChainBreak | None:
         prev_hash = event.hash
         expected_seq = event.seq + 1
     return None
+
+
+def parse_anchor(text: str) -> tuple[int, str]:
+    """`SEQ:HASH`, a head that `warden audit verify` printed earlier, as (seq, hash)."""
+    seq_text, _, digest = text.strip().partition(":")
+    digest = digest.lower()
+    if not seq_text.isdigit() or int(seq_text) < 1 or len(digest) != 64 \
+            or any(c not in "0123456789abcdef" for c in digest):
+        raise InvalidInput(f"bad anchor {text!r}: give SEQ:HASH as `warden audit verify` printed it "
+                           "(a row number, a colon, 64 hex digits)")
+    return int(seq_text), digest
+
+
+def check_anchor(events: Sequence[AuditEvent], seq: int, digest: str) -> ChainBreak | None:
+    """Whether a head recorded earlier is still in the log, unchanged.
+
+    A hash chain shows that no row was edited and none was removed before the newest one;
+    removing the newest rows leaves a shorter chain that still holds. A head kept elsewhere
+    (seq and hash) catches that: its row must still be there with the same hash.
+    """
+    for event in events:
+        if event.seq == seq:
+            if event.hash != digest:
+                return ChainBreak(seq, "it differs from the recorded anchor (edited or rewritten)")
+            return None
+    return ChainBreak(seq, "the recorded anchor's row is gone (the newest events were deleted)")

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from warden.adapters.store.db import Database, Row, Tx
-from warden.core.audit import GENESIS, AuditEvent, ChainBreak, event_hash, scrub, verify_chain
+from warden.core.audit import GENESIS, AuditEvent, ChainBreak, check_anchor, event_hash, scrub, verify_chain
 
 __all__ = ["AuditLog"]
 
@@ -71,11 +71,21 @@ class AuditLog:
                     " ORDER BY seq DESC LIMIT :n", {"t": target, "p": f"{target}:%", "n": limit})
         return [_from_row(r) for r in reversed(rows)]
 
-    def verify(self) -> tuple[int, ChainBreak | None]:
-        """How many rows were checked and the first broken one, if any."""
+    def verify(self, anchor: tuple[int, str] | None = None) -> tuple[int, ChainBreak | None]:
+        """How many rows were checked and the first broken one, if any; with `anchor` (a head
+        recorded earlier, see `head`), also that it is still there unchanged."""
         with self._db.transaction(write=False) as tx:
             rows = tx.execute("SELECT * FROM audit_events ORDER BY seq")
         events = [_from_row(r) for r in rows]
         if events and events[0].seq != 1:
             return len(events), ChainBreak(1, "row 1 is missing (deleted)")
-        return len(events), verify_chain(events)
+        broken = verify_chain(events)
+        if broken is None and anchor is not None:
+            broken = check_anchor(events, *anchor)
+        return len(events), broken
+
+    def head(self) -> tuple[int, str] | None:
+        """The newest event's seq and hash: keep it elsewhere to catch deleted newest rows later."""
+        with self._db.transaction(write=False) as tx:
+            rows = tx.execute("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
+        return (int(rows[0]["seq"]), str(rows[0]["hash"])) if rows else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from warden.core.errors import WardenError
+from warden.core.errors import InvalidInput, WardenError
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output, table
 
@@ -19,21 +19,32 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("action", nargs="?", choices=["verify"], help="verify the hash chain")
     p.add_argument("--workspace", help="only events about this workspace")
     p.add_argument("--limit", type=int, default=50, help="how many of the newest events (default 50)")
+    p.add_argument("--anchor", metavar="SEQ:HASH",
+                   help="with verify: a head printed earlier, kept elsewhere; catches deleted newest rows")
     p.set_defaults(handler=_audit)
 
 
 def _audit(ctx: Context, args: argparse.Namespace) -> Output:
     log = ctx.app.audit
+    if args.anchor is not None and args.action != "verify":
+        raise InvalidInput("--anchor goes with `warden audit verify`")
     if args.action == "verify":
-        count, broken = log.verify()
+        from warden.core.audit import parse_anchor
+
+        anchor = parse_anchor(args.anchor) if args.anchor is not None else None
+        count, broken = log.verify(anchor)
         if broken is not None:
             # Exit 1 ("failed"): the log itself is damaged; name the first broken row.
             err = WardenError(f"audit log broken at row {broken.seq}: {broken.reason} ({count} rows checked)")
             raise err
-        return Output({"rows": count, "ok": True}, f"audit log intact: {count} rows, hash chain verified")
+        head = log.head()
+        head_text = f"{head[0]}:{head[1]}" if head else None
+        text = f"audit log intact: {count} rows, hash chain verified"
+        if head_text:
+            text += (f"\nhead {head_text}\n(keep it elsewhere; `warden audit verify --anchor` with it "
+                     "later also catches deleted newest rows)")
+        return Output({"rows": count, "ok": True, "head": head_text}, text)
     if args.limit < 1:
-        from warden.core.errors import InvalidInput
-
         raise InvalidInput("--limit must be 1 or more")
     events = log.list(target=args.workspace, limit=args.limit)
     data = [{"seq": e.seq, "at": e.at, "actor": e.actor, "action": e.action, "target": e.target,
