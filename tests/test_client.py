@@ -165,6 +165,8 @@ def test_a_failed_request_leaves_no_workspace(live: dict[str, Any]) -> None:
     client: Client = live["client"]
     with pytest.raises(InvalidInput, match="bad package"):
         client.create_workspace("bad-reqs", requirements=["--index-url=http://evil"])
+    with pytest.raises(InvalidInput, match="bad package 'six; import os'"):
+        client.create_workspace("bad-marker", requirements=["six; import os"])
     with pytest.raises(Unavailable, match="failed"):
         client.create_workspace("missing-reqs", requirements=["not-a-local-package"])
     with pytest.raises(InvalidInput, match="base64"):

@@ -38,6 +38,10 @@ def test_default_template_matches_seed_001() -> None:
     ("name: x\npython:\n  dependencies:\n    - ok\n    - '-r /etc/passwd'\n",
      "t.yaml:5: field python.dependencies[1]: '-r /etc/passwd' is not a requirement"),
     ("name: x\npython:\n  dependencies:\n    - '--index-url=http://evil'\n", "field python.dependencies[0]"),
+    # Name-first, but not a requirement an installer can read: refused now, not at build time.
+    ("name: x\npython:\n  dependencies:\n    - 'six; import os'\n",
+     "t.yaml:4: field python.dependencies[0]: 'six; import os' is not a requirement (Expected a marker"),
+    ("name: x\npython:\n  dependencies:\n    - 'six=='\n", "field python.dependencies[0]: 'six==' is not"),
     ("name: x\npython:\n  dependencies: pandas\n", "t.yaml:3: field python.dependencies: expected a list"),
     ("name: x\nnodejs:\n  dependencies:\n    Bad_Name: '1'\n", "t.yaml:4: field nodejs.dependencies.Bad_Name"),
     ("name: x\nnodejs:\n  runtime: deno\n", "t.yaml:3: field nodejs.runtime: 'deno' is not one of"),

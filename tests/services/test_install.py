@@ -60,7 +60,7 @@ def test_node_install(envhome: EnvHome) -> None:  # noqa: F811
     assert out.stdout.strip() == "1.2.0"
 
 
-@pytest.mark.parametrize("bad", ["-r/etc/passwd", "--index-url=http://x", "a b"])
+@pytest.mark.parametrize("bad", ["-r/etc/passwd", "--index-url=http://x", "a b", "six; import os"])
 def test_option_injection_is_refused(envhome: EnvHome, bad: str) -> None:  # noqa: F811
     proc = envhome.cli("install", "whatever", "--json", "--", bad)
     assert proc.returncode == 2

@@ -25,6 +25,7 @@ __all__ = [
     "package_json",
     "parse_template",
     "pyproject_toml",
+    "requirement_problem",
     "template_from_json",
 ]
 
@@ -38,6 +39,24 @@ _PY_VERSION = re.compile(r"^3\.(\d{1,2})$")
 _NODE_VERSION = re.compile(r"^(\d{1,3})(?:\.\d+){0,2}$")
 _TEMPLATE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 RUNTIMES = ("node", "npm", "bun")
+
+
+def requirement_problem(text: str) -> str | None:
+    """Why `text` is not one PEP 508 requirement (name first), or None when it is one.
+
+    The name-first pattern keeps installer options out (`-r /etc/passwd`); packaging's parser
+    then refuses what pip and uv would choke on later (`six; import os`), so a bad line is an
+    input error at once, not a failed build.
+    """
+    if not text or "\n" in text or not _PY_REQ.match(text):
+        return "it does not start with a package name"
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        Requirement(text)
+    except InvalidRequirement as exc:
+        return str(exc).splitlines()[0]
+    return None
 
 
 class TemplateError(InvalidInput):
@@ -230,9 +249,10 @@ def parse_template(text: str, source: str, *, default_name: str | None = None) -
                                  f"expected a list of requirements, got {_kind(deps_node.value)}")
             for i, item in enumerate(deps_node.value):
                 req = check.text(item, f"python.dependencies[{i}]")
-                if req is None or "\n" in req or not _PY_REQ.match(req.strip()):
+                problem = "it is empty" if req is None else requirement_problem(req.strip())
+                if req is None or problem is not None:
                     raise check.fail(item, f"python.dependencies[{i}]",
-                                     f"{req!r} is not a requirement; write it like `pandas>=2.1`")
+                                     f"{req!r} is not a requirement ({problem}); write it like `pandas>=2.1`")
                 deps.append(req.strip())
         python = PythonSpec(py_version, tuple(deps))
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from warden.core.errors import Conflict, InvalidInput, Unavailable
+from warden.core.templates import requirement_problem
 from warden.core.workspaces import WorkspaceRecord
 
 if TYPE_CHECKING:
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["InstallService", "record_node", "record_python"]
 
-_PY_REQ = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\s*(?:\[[A-Za-z0-9._,\s-]*\])?\s*(?:[<>=!~;@(].*)?$")
 _NPM_SPEC = re.compile(r"^(?:@[a-z0-9~-][a-z0-9._~-]*/)?[a-z0-9~-][a-z0-9._~-]*(?:@[^\s]+)?$")
 _NPM_FILE = re.compile(r"^(?:file:)?/[^\s]+\.tgz$")
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
@@ -44,13 +44,18 @@ def check_packages(packages: Sequence[str], *, node: bool) -> list[str]:
     checked = []
     for package in packages:
         text = package.strip()
-        pattern = _NPM_SPEC if node else _PY_REQ
         if node and _NPM_FILE.match(text):
             checked.append(text if text.startswith("file:") else "file:" + text)
             continue
-        if not text or text.startswith("-") or "\n" in text or not pattern.match(text):
-            kind = "an npm package (name or name@range)" if node else "a requirement such as pandas>=2.1"
-            raise InvalidInput(f"bad package {package!r}: give {kind}")
+        if node:
+            bad = not text or text.startswith("-") or "\n" in text or not _NPM_SPEC.match(text)
+            why = "give an npm package (name or name@range)"
+        else:
+            problem = requirement_problem(text)
+            bad = problem is not None
+            why = f"{problem}; give a requirement such as pandas>=2.1"
+        if bad:
+            raise InvalidInput(f"bad package {package!r}: {why}")
         checked.append(text)
     return checked
 
