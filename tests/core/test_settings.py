@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from warden.core.durations import format_duration, parse_duration, parse_size
+from warden.core.durations import (
+    MAX_RUN_TIMEOUT,
+    format_duration,
+    format_size,
+    parse_duration,
+    parse_size,
+    parse_timeout,
+)
 from warden.core.errors import InvalidInput, NotFound
 from warden.core.settings import KEYS, coerce, env_name, resolve
 
@@ -71,3 +78,62 @@ def test_sizes() -> None:
     assert parse_size("4096") == 4096
     with pytest.raises(InvalidInput):
         parse_size("-1M")
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("sandbox.memory", "0", "below the minimum 16M"),
+    ("sandbox.memory", "16777215", "below the minimum 16M"),
+    ("sandbox.timeout", "0s", "below the minimum 1s"),
+    ("sandbox.timeout", "86401s", "above the maximum 1d"),
+    ("api.request_timeout", "0m", "below the minimum 1s"),
+    ("grants.default_ttl", "0d", "below the minimum 1s"),
+    ("api.port", "70000", "above the maximum 65535"),
+    ("api.port", 65536, "above the maximum 65535"),
+    ("api.workers", "65", "above the maximum 64"),
+    ("sandbox.pids", "3", "below the minimum 4"),
+    ("sandbox.root_dir", "relative/dir", "relative path"),
+    ("sandbox.root_dir", "./here", "relative path"),
+    ("sandbox.root_dir", "/a\0b", "NUL"),
+])
+def test_values_out_of_range_are_refused_naming_the_key(key: str, value: object, says: str) -> None:
+    with pytest.raises(InvalidInput, match=key.replace(".", r"\.")) as exc:
+        coerce(key, value)
+    assert says in exc.value.message
+    # The environment and the config file go through the same rule.
+    with pytest.raises(InvalidInput, match=env_name(key)):
+        resolve({}, {env_name(key): str(value)})
+    section, _, name = key.partition(".")
+    with pytest.raises(InvalidInput, match=r"cfg\.toml"):
+        resolve({section: {name: value}}, {}, file_label="cfg.toml")
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("sandbox.memory", "16M"), ("sandbox.timeout", "1s"), ("sandbox.timeout", "24h"), ("api.port", "1"),
+    ("api.port", "65535"), ("sandbox.root_dir", ""), ("sandbox.root_dir", "~/ws"), ("sandbox.root_dir", "/srv"),
+])
+def test_values_at_the_edges_are_kept(key: str, value: str) -> None:
+    assert coerce(key, value) in (value, int(value) if value.isdigit() else value)
+
+
+def test_defaults_pass_their_own_rules() -> None:
+    for key, spec in KEYS.items():
+        assert coerce(key, spec.default) == spec.default
+
+
+def test_run_timeouts() -> None:
+    assert parse_timeout("90") == 90.0
+    assert parse_timeout("2.5") == 2.5
+    assert parse_timeout("10m") == 600.0
+    assert parse_timeout("1d") == MAX_RUN_TIMEOUT.total_seconds()
+    for text in ("99999999999999999", "1e400", "inf", "2d", "86401"):
+        with pytest.raises(InvalidInput, match=r"--timeout .* maximum of 1d \(86400 s\)"):
+            parse_timeout(text)
+    for text in ("0", "-1", "nan", "0s", "soon", ""):
+        with pytest.raises(InvalidInput, match="--timeout"):
+            parse_timeout(text)
+
+
+def test_sizes_are_spelled_back_exactly() -> None:
+    assert [format_size(n) for n in (16 * 1024**2, 1024**3, 1536 * 1024, 100, 0)] == ["16M", "1G", "1536K", "100", "0"]
+    for n in (1, 1023, 1024, 3 * 1024**2, 5 * 1024**4):
+        assert parse_size(format_size(n)) == n

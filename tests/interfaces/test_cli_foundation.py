@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Cli
+from warden.core.settings import KEYS, env_name
 
 
 def test_init_is_idempotent_and_creates_home(cli: Cli, home: Path) -> None:
@@ -111,3 +114,94 @@ def test_destroy_archives_and_unarchive_brings_it_back(cli: Cli, home: Path) -> 
     assert cli("fs", "phoenix", "cat", "/notes/keep.txt").stdout == "kept\n"
     assert cli("run", "phoenix", "--", "python", "-c", "print(6*7)").stdout == "42\n"
     assert cli("unarchive", "nothing-here").code == 4
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("sandbox.memory", "0", "below the minimum 16M"),
+    ("sandbox.memory", "15M", "below the minimum 16M"),
+    ("sandbox.timeout", "0s", "below the minimum 1s"),
+    ("sandbox.timeout", "2d", "above the maximum 1d"),
+    ("api.port", "70000", "above the maximum 65535"),
+    ("api.port", "0", "below the minimum 1"),
+    ("api.workers", "65", "above the maximum 64"),
+    ("sandbox.pids", "3", "below the minimum 4"),
+    ("grants.max_ttl", "0s", "below the minimum 1s"),
+    ("sandbox.root_dir", "relative/dir", "relative path; give an absolute one"),
+])
+def test_config_set_refuses_values_that_break_later_commands(cli: Cli, home: Path, key: str, value: str,
+                                                            says: str) -> None:
+    cli("init")
+    before = (home / "config.toml").read_bytes()
+    bad = cli("config", "set", key, value)
+    assert bad.code == 2 and bad.stdout == ""
+    assert bad.stderr.count("\n") == 1 and key in bad.stderr and says in bad.stderr, bad.stderr
+    bad_json = cli("config", "set", key, value, "--json")
+    assert bad_json.code == 2 and bad_json.json["error"]["code"] == "invalid"
+    assert (home / "config.toml").read_bytes() == before
+    # The same rule holds for the environment and for a hand-edited config file.
+    env = cli("config", "show", "--json", env={env_name(key): value})
+    assert env.code == 2 and env_name(key) in env.json["error"]["message"] and says in env.json["error"]["message"]
+    section, _, name = key.partition(".")
+    quoted = value if KEYS[key].kind == "int" else f'"{value}"'
+    (home / "config.toml").write_text(f"[{section}]\n{name} = {quoted}\n")
+    edited = cli("config", "show", "--json")
+    assert edited.code == 2 and "config.toml" in edited.json["error"]["message"]
+    assert says in edited.json["error"]["message"]
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("sandbox.memory", "16M"), ("sandbox.timeout", "1d"), ("api.port", "65535"),
+    ("sandbox.root_dir", "~/ws"), ("sandbox.root_dir", "/srv/ws"), ("sandbox.root_dir", ""),
+])
+def test_config_set_accepts_the_edges(cli: Cli, key: str, value: str) -> None:
+    cli("init")
+    assert cli("config", "set", key, value).code == 0
+    assert cli("config", "get", key, "--json").json["data"]["source"] == "file"
+
+
+def test_serve_port_shares_the_ports_rule(cli: Cli) -> None:
+    result = cli("serve", "--port", "70000", "--json")
+    assert result.code == 2 and "65535" in result.json["error"]["message"]
+
+
+def test_json_without_a_command_is_one_usage_error_document(cli: Cli) -> None:
+    for args in (["--json"], ["--json", "--debug"], ["--home", "/tmp/nowhere", "--json"]):
+        result = cli(*args)
+        assert result.code == 2
+        assert result.json == {"ok": False, "error": {"code": "invalid", "message": result.json["error"]["message"]}}
+        assert "--help" in result.json["error"]["message"]
+    plain = cli()
+    assert plain.code == 2 and plain.stdout == "" and "usage:" in plain.stderr
+
+
+@pytest.mark.parametrize("ttl", ["0s", "0d"])
+def test_create_refuses_a_zero_ttl_and_makes_nothing(cli: Cli, home: Path, ttl: str) -> None:
+    result = cli("create", "p5", "--ttl", ttl)
+    assert result.code == 2 and result.stderr.count("\n") == 1
+    assert "ttl must be longer than zero" in result.stderr
+    as_json = cli("create", "p5", "--ttl", ttl, "--json")
+    assert as_json.code == 2 and as_json.json["error"]["code"] == "invalid"
+    assert cli("list", "--json").json["data"] == []
+    assert not (home / "workspaces" / "p5").exists()
+
+
+def test_cleanup_reports_the_duration_as_written(cli: Cli) -> None:
+    result = cli("cleanup", "--older-than", "7d", "--dry-run", "--json")
+    assert result.code == 0, result.stderr
+    data = result.json["data"]
+    assert (data["older_than"], data["older_than_s"]) == ("7d", 7 * 86400)
+    assert cli("cleanup", "--older-than", "36h", "--json").json["data"]["older_than"] == "36h"
+    assert cli("cleanup", "--older-than", "7d").stdout == "nothing idle for more than 7d\n"
+
+
+def test_config_set_fixes_a_wrong_value_in_the_file(cli: Cli, home: Path) -> None:
+    """Every other command refuses a wrong setting and points at `config set`, so it must work."""
+    assert cli("init").code == 0
+    config = home / "config.toml"
+    config.write_text(config.read_text() + 'timeout = "0s"\nmemory = "1"\n')
+    assert cli("list").code == 2
+    fixed = cli("config", "set", "sandbox.timeout", "60s", "--json")
+    assert fixed.code == 0 and "sandbox.memory" in fixed.json["data"]["warning"]
+    assert cli("config", "set", "sandbox.memory", "512M").code == 0
+    assert cli("list").code == 0
+    assert cli("config", "get", "sandbox.timeout").stdout.strip() == "60s"

@@ -117,3 +117,22 @@ def test_python_api_files(home: Path, environ: dict[str, str]) -> None:
         assert ws.files.stat("/b.bin").size == 2
         ws.files.mkdir("/d")
         assert ws.files.delete("/d") == "dir"
+
+
+def test_mkdir_says_whether_it_made_the_folder(cli: Cli, demo: Path, tmp_path: Path) -> None:
+    first = cli("fs", demo.name, "mkdir", "/d1", "--json")
+    assert first.code == 0 and first.json["data"] == {"path": "/d1", "created": True}
+    again = cli("fs", demo.name, "mkdir", "/d1", "--json")
+    assert again.code == 0 and again.json["data"] == {"path": "/d1", "created": False}
+    assert cli("fs", demo.name, "mkdir", "/d1").stdout == "/d1 already exists\n"
+    assert cli("fs", demo.name, "mkdir", "/d1/d2").stdout == "created /d1/d2\n"
+    assert cli("fs", demo.name, "mkdir", "/", "--json").json["data"]["created"] is False
+    audit = [e for e in cli("audit", "--workspace", demo.name, "--json").json["data"] if e["action"] == "fs.mkdir"]
+    assert [e["detail"]["created"] for e in audit[-5:]] == [True, False, False, True, False]
+    # What is already there must still be a real folder: a file or a link is refused as before.
+    (demo / "file.txt").write_text("x")
+    on_file = cli("fs", demo.name, "mkdir", "/file.txt", "--json")
+    assert on_file.code == 5 and "exists and is not a directory" in on_file.json["error"]["message"]
+    os.symlink(tmp_path, demo / "away")
+    link = cli("fs", demo.name, "mkdir", "/away", "--json")
+    assert link.code == 3 and link.json["error"]["code"] == "denied"

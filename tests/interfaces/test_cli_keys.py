@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import stat
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Any:
     home.mkdir()
     cli = Cli(warden_environ(home))
     assert cli("create", "demo").code == 0
+    for bot in ("list-bot", "refused-bot", "a-bot", "b-bot", "runner-bot", "reader-bot", "zone-bot"):
+        assert cli("bot", "register", bot).code == 0  # a grant is only for a registered bot
     return cli
 
 
@@ -158,3 +161,32 @@ def test_destroy_revokes_the_workspaces_grants(cli: Cli) -> None:
     assert cli("create", "gone").code == 0
     listed = cli("grants", "gone", "--json").json["data"]
     assert listed and {g["state"] for g in listed} == {"revoked"}, listed
+
+
+def _grant_rows(home: Path) -> int:
+    with sqlite3.connect(home / "warden.db") as db:
+        return int(db.execute("SELECT count(*) FROM grants").fetchone()[0])
+
+
+def test_grant_to_an_unregistered_bot_is_not_found(ws: Cli) -> None:
+    home = Path(ws.environ["WARDEN_HOME"])
+    before = _grant_rows(home)
+    human = ws("grant", "demo", "nobot", "--permissions", "read")
+    assert human.code == 4 and human.stdout == ""
+    assert human.stderr.count("\n") == 1 and "`warden bot register nobot`" in human.stderr, human.stderr
+    machine = ws("grant", "demo", "nobot", "--permissions", "read", "--json")
+    assert machine.code == 4 and machine.json["error"]["code"] == "not_found"
+    assert _grant_rows(home) == before
+    assert not [g for g in ws("grants", "demo", "--json").json["data"] if g["bot"] == "nobot"]
+    assert ws("bot", "register", "nobot").code == 0
+    assert ws("grant", "demo", "nobot", "--permissions", "read").code == 0
+    assert _grant_rows(home) == before + 1
+
+
+def test_a_too_long_ttl_is_explained_without_flag_syntax(ws: Cli) -> None:
+    # The same words reach the HTTP API, whose body fields are ttl and max_ttl.
+    for args in (["--ttl", "40d"], ["--ttl", "2h", "--max-ttl", "1h"], ["--max-ttl", "90d"], ["--ttl", "0s"]):
+        result = ws("grant", "demo", "refused-bot", "--permissions", "read", *args, "--json")
+        assert result.code == 2, args
+        message = result.json["error"]["message"]
+        assert "--" not in message and "ttl" in message, message

@@ -97,6 +97,20 @@ def test_not_found_and_conflict(live: dict[str, Any]) -> None:
     _error(response, 409, "conflict")
 
 
+def test_child_grants_need_a_registered_bot_and_fit_their_limits(live: dict[str, Any]) -> None:
+    app: App = live["app"]
+    before = len(app.grants.list_grants("demo"))
+    message = _error(live["client"].post("/v1/workspaces/demo/grants", json={"bot": "nobot", "permissions": ["read"]}),
+                     404, "not_found")
+    assert "nobot" in message and "bot register" in message
+    # Worded for this API too: the body's fields, no CLI flag syntax.
+    for body in ({"ttl": "40d"}, {"ttl": "2h", "max_ttl": "1h"}, {"max_ttl": "90d"}):
+        message = _error(live["client"].post("/v1/workspaces/demo/grants",
+                                             json={"bot": "edgebot", "permissions": ["read"], **body}), 400, "invalid")
+        assert "--" not in message and "ttl" in message, message
+    assert len(app.grants.list_grants("demo")) == before
+
+
 def test_the_protocol_checks_who_asks(live: dict[str, Any]) -> None:
     body = {"bot": "someone-else", "request": "workspace", "params": {"name": "x1"}}
     response = httpx.post(live["url"] + "/v1/workspaces", headers={"Authorization": f"Bearer {live['identity']}"},

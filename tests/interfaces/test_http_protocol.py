@@ -58,7 +58,8 @@ def test_a_bot_gets_a_workspace_works_in_it_and_is_cut_off(story: dict[str, obje
     # A person registers two bots and stores a secret (the value only ever goes through stdin).
     identity = _cli(environ, "bot", "register", "scaffolder")
     helper_identity = _cli(environ, "bot", "register", "helper")
-    tokens += [identity, helper_identity]
+    third_identity = _cli(environ, "bot", "register", "third")  # grants need a registered bot
+    tokens += [identity, helper_identity, third_identity]
     _cli(environ, "secret", "set", "API_KEY", input=SECRET_VALUE.encode() + b"\n")
 
     # The bot asks for a workspace with seed 000's message, knowing only the URL and its token.

@@ -35,6 +35,8 @@ def kapp(tmp_path_factory: pytest.TempPathFactory, clock: Clock) -> Iterator[App
                             clock=clock)
     application.workspaces.create("demo")
     application.workspaces.create("other")
+    for bot in ("reader", "shortlived", "kid", "old", "zoned", "whole", "lost"):
+        application.grants.register_bot(bot)  # a grant is only for a registered bot
     yield application
     application.close()
 

@@ -22,6 +22,8 @@ def kapp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
     application = bootstrap(home, environ={"PATH": os.environ.get("PATH", ""), "WARDEN_HOME": str(home)})
     application.workspaces.create("demo")
     application.workspaces.create("other")
+    for bot in ("beta", "gamma", "delta", "eps", "zeta", "theta", "iota", "kappa"):
+        application.grants.register_bot(bot)  # a grant is only for a registered bot
     yield application
     application.close()
 

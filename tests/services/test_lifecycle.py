@@ -146,7 +146,10 @@ def test_cleanup_by_last_access(envhome: EnvHome) -> None:  # noqa: F811
         actions = {a["name"]: a["action"] for a in plan["actions"]}
         assert actions[idle] == "archive" and actions[temp] == "destroy"
         assert app.workspaces.get(idle).status == "ready"  # a dry run changes nothing
-        assert app.lifecycle.cleanup(timedelta(days=30), dry_run=True)["actions"] == []
+        empty = app.lifecycle.cleanup(timedelta(days=30), dry_run=True)
+        assert empty["actions"] == []
+        # A DURATION as the user writes one, never timedelta's "30 days, 0:00:00".
+        assert (empty["older_than"], empty["older_than_s"]) == ("30d", 30 * 86400)
         done = app.lifecycle.cleanup(timedelta(days=7))
         assert all(a["done"] for a in done["actions"] if a["name"] in (idle, temp))
         assert app.workspaces.get(idle).status == "archived"

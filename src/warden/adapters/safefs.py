@@ -368,13 +368,32 @@ class SafeRoot:
         """Replace `path` with `text` encoded as `encoding`."""
         return self.write_bytes(path, text.encode(encoding))
 
-    def mkdir(self, path: str) -> None:
-        """Create directory `path` and its missing parents (existing directories are fine)."""
+    def mkdir(self, path: str) -> bool:
+        """Create directory `path` and its missing parents; False when it already existed (fine too)."""
         parts = _parts(path)
+        if not parts:
+            return False  # the workspace root
         try:
-            os.close(self._dir(parts, create=True))
+            parent = self._dir(parts[:-1], create=True)
         except OSError as exc:
             raise _error(exc, path) from None
+        try:
+            # mkdir itself says whether this call made it, even when another writer races us.
+            try:
+                os.mkdir(parts[-1], 0o755, dir_fd=parent)
+                created = True
+            except FileExistsError:
+                created = False
+            # What is there must be a real directory: a link is refused as everywhere (ELOOP).
+            os.close(self._open(parts, _DIR_FLAGS))
+        except NotADirectoryError:
+            raise Conflict(f"{path} exists and is not a directory; remove it first or pick another "
+                           "name") from None
+        except OSError as exc:
+            raise _error(exc, path) from None
+        finally:
+            os.close(parent)
+        return created
 
     def delete(self, path: str, *, recursive: bool = False) -> str:
         """Remove a file, a link (not its target) or a directory (empty, or any with `recursive`)."""

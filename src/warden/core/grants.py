@@ -150,18 +150,24 @@ def plan_grant(now: datetime, permissions: frozenset[str], *, zones: Sequence[st
         check_secret_name(name)
     if secrets and "secrets" not in permissions:
         raise InvalidInput("naming secrets needs the `secrets` permission: add it to --permissions")
-    for label, value in (("ttl", ttl), ("max-ttl", max_ttl)):
+    # The wording names the grant's fields (ttl, max_ttl): the CLI's --ttl/--max-ttl and the
+    # HTTP body's "ttl"/"max_ttl" both read it right.
+    for label, value in (("ttl", ttl), ("max_ttl", max_ttl)):
         if value is not None and value <= timedelta(0):
-            raise InvalidInput(f"--{label} must be longer than zero (e.g. 30m, 7d)")
+            raise InvalidInput(f"the grant's {label} must be longer than zero (e.g. 30m, 7d)")
     if max_ttl is not None and max_ttl > ceiling:
-        raise InvalidInput(f"--max-ttl ({format_duration(max_ttl)}) is longer than the limit grants.max_ttl "
-                           f"({format_duration(ceiling)}); "
-                           "shorten it or raise the setting")
+        raise InvalidInput(f"the grant's max_ttl ({format_duration(max_ttl)}) is longer than this "
+                           f"server's limit grants.max_ttl ({format_duration(ceiling)}); ask for a "
+                           "shorter one, or have the limit raised")
     limit = max_ttl if max_ttl is not None else ceiling
     wanted = ttl if ttl is not None else min(default_ttl, limit)
     if wanted > limit:
-        raise InvalidInput(f"--ttl ({format_duration(wanted)}) is longer than the maximum "
-                           f"({format_duration(limit)}); shorten it or raise --max-ttl")
+        if max_ttl is not None:
+            where, fix = "its max_ttl", f"a longer max_ttl (at most {format_duration(ceiling)})"
+        else:
+            where, fix = "this server's limit grants.max_ttl", "have the limit raised"
+        raise InvalidInput(f"the grant's ttl ({format_duration(wanted)}) is longer than {where} "
+                           f"({format_duration(limit)}); ask for a shorter ttl, or {fix}")
     zone_set = _names(zones)
     secret_set = _names(secrets) or ()
     expires = now + wanted

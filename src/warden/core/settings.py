@@ -7,14 +7,22 @@ where each value came from, so `warden config show` can say it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Literal
 
-from warden.core.durations import parse_duration, parse_size
+from warden.core.durations import (
+    MAX_RUN_TIMEOUT,
+    format_duration,
+    format_size,
+    parse_duration,
+    parse_size,
+)
 from warden.core.errors import InvalidInput, NotFound
 
-__all__ = ["KEYS", "Setting", "Settings", "coerce", "env_name", "resolve"]
+__all__ = ["KEYS", "MAX_PORT", "MAX_WORKERS", "MIN_MEMORY", "Setting", "Settings", "check_port", "coerce", "env_name",
+           "resolve"]
 
 Kind = Literal["bool", "int", "str", "path", "list", "size", "duration", "float"]
 Source = Literal["default", "file", "environment"]
@@ -22,12 +30,23 @@ Source = Literal["default", "file", "environment"]
 
 @dataclass(frozen=True)
 class Setting:
+    """One key. `minimum`/`maximum` bound an int, a size (in bytes) or a duration (in seconds)."""
+
     key: str
     kind: Kind
     default: object
     description: str
     minimum: int | None = None
     choices: tuple[str, ...] | None = None
+    maximum: int | None = None
+
+
+MiB = 1024 * 1024
+# The smallest memory limit a run may have: `warden run --memory` refuses less (core/limits.py),
+# and below it the sandbox cannot even start Python (every run would end in 137).
+MIN_MEMORY = 16 * MiB
+MAX_PORT = 65535
+MAX_WORKERS = 64
 
 
 KEYS: dict[str, Setting] = {
@@ -44,15 +63,16 @@ KEYS: dict[str, Setting] = {
         Setting("sandbox.allowed_commands", "list", ["pip", "npm", "git", "python", "node"],
                 "Programs a bot may run when sandbox.enabled is on"),
         Setting("sandbox.memory", "size", "1G",
-                "Memory limit of one sandboxed command (e.g. 512M, 2G)"),
+                "Memory limit of one sandboxed command (e.g. 512M, 2G)", minimum=MIN_MEMORY),
         Setting("sandbox.cpu_seconds", "int", 300,
                 "CPU-time limit of one sandboxed command, in seconds", minimum=1),
         Setting("sandbox.pids", "int", 256,
-                "Maximum number of processes of one sandboxed command", minimum=1),
+                "Maximum number of processes of one sandboxed command", minimum=4),
         Setting("sandbox.open_files", "int", 1024,
                 "Maximum number of open files of one sandboxed command", minimum=16),
         Setting("sandbox.timeout", "duration", "10m",
-                "Wall-clock timeout of one sandboxed command"),
+                "Wall-clock timeout of one sandboxed command", minimum=1,
+                maximum=int(MAX_RUN_TIMEOUT.total_seconds())),
         Setting("network.enabled", "bool", False,
                 "Let sandboxed commands reach the allowed domains through Warden's proxy"),
         Setting("network.allowed_domains", "list", [],
@@ -79,19 +99,28 @@ KEYS: dict[str, Setting] = {
                 ["pypi.org:443", "files.pythonhosted.org:443", "registry.npmjs.org:443"],
                 "Package indexes that layer builds and `warden install` may reach from the sandbox"),
         Setting("api.host", "str", "127.0.0.1", "Address `warden serve` listens on"),
-        Setting("api.port", "int", 8787, "Port `warden serve` listens on", minimum=1),
+        Setting("api.port", "int", 8787, "Port `warden serve` listens on", minimum=1, maximum=MAX_PORT),
         Setting("api.max_body", "size", "16M",
                 "Largest JSON request body the API accepts (file uploads use sandbox.max_file_size_mb)"),
         Setting("api.workers", "int", 1,
-                "Worker processes of `warden serve` (one per core serves the most requests)", minimum=1),
+                "Worker processes of `warden serve` (one per core serves the most requests)",
+                minimum=1, maximum=MAX_WORKERS),
         Setting("api.request_timeout", "duration", "60s",
-                "Longest time one API request may take (an exec may add its own timeout)"),
+                "Longest time one API request may take (an exec may add its own timeout)", minimum=1),
         Setting("grants.default_ttl", "duration", "7d",
-                "How long a grant lasts when --ttl is not given"),
+                "How long a grant lasts when --ttl is not given", minimum=1),
         Setting("grants.max_ttl", "duration", "30d",
-                "The longest a grant may ever last (its immutable maximum); no --max-ttl may exceed it"),
+                "The longest a grant may ever last (its immutable maximum); no --max-ttl may exceed it",
+                minimum=1),
     )
 }
+
+
+def check_port(port: int, *, label: str = "--port") -> int:
+    """A TCP port to listen on, 0..65535 (0: the kernel picks a free one); api.port shares MAX_PORT."""
+    if isinstance(port, bool) or not 0 <= port <= MAX_PORT:
+        raise InvalidInput(f"bad {label} {port}: use 0-{MAX_PORT} (0 picks a free port)")
+    return port
 
 
 def env_name(key: str) -> str:
@@ -130,8 +159,10 @@ def coerce(key: str, value: object) -> object:
             number = None
         if number is None:
             raise InvalidInput(f"{where}: {value!r} is not a whole number")
-        if spec.minimum is not None and number < spec.minimum:
-            raise InvalidInput(f"{where}: {number} is below the minimum {spec.minimum}")
+        try:
+            _check_range(spec, number, str(number), str)
+        except InvalidInput as exc:
+            raise InvalidInput(f"{where}: {exc.message}") from None
         return number
     if kind == "list":
         if isinstance(value, str):
@@ -144,14 +175,34 @@ def coerce(key: str, value: object) -> object:
         raise InvalidInput(f"{where}: {value!r} is not text")
     try:
         if kind == "size":
-            parse_size(value)
+            _check_range(spec, parse_size(value), value, format_size)
         elif kind == "duration":
-            parse_duration(value)
+            seconds = int(parse_duration(value).total_seconds())
+            _check_range(spec, seconds, value, lambda n: format_duration(timedelta(seconds=n)))
+        elif kind == "path":
+            _check_path(value)
     except InvalidInput as exc:
         raise InvalidInput(f"{where}: {exc.message}") from None
     if spec.choices and value not in spec.choices:
         raise InvalidInput(f"{where}: {value!r} is not one of {', '.join(spec.choices)}")
     return value
+
+
+def _check_range(spec: Setting, number: int, shown: str, unit: Callable[[int], str]) -> None:
+    """Refuse `number` (bytes, seconds or a count) outside the key's minimum..maximum."""
+    if spec.minimum is not None and number < spec.minimum:
+        raise InvalidInput(f"{shown} is below the minimum {unit(spec.minimum)}; give at least that")
+    if spec.maximum is not None and number > spec.maximum:
+        raise InvalidInput(f"{shown} is above the maximum {unit(spec.maximum)}; give at most that")
+
+
+def _check_path(value: str) -> None:
+    """Empty (the default) or absolute (`~` allowed): a relative folder would move with the cwd."""
+    if "\0" in value:
+        raise InvalidInput(f"{value!r} holds a NUL byte; give a plain path")
+    if value and not value.startswith(("/", "~")):
+        raise InvalidInput(f"{value!r} is a relative path; give an absolute one (e.g. /srv/warden "
+                           "or ~/warden-workspaces), or an empty value for the default")
 
 
 @dataclass(frozen=True)

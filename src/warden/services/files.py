@@ -168,9 +168,9 @@ class FileService:
         """Replace a file with `text`."""
         return self.write_bytes(path, text.encode(encoding))
 
-    def mkdir(self, path: str) -> None:
-        """Create a directory and its missing parents."""
-        self._do("mkdir", path, lambda root, rel: root.mkdir(rel))
+    def mkdir(self, path: str) -> bool:
+        """Create a directory and its missing parents; False when it was already there."""
+        return self._do("mkdir", path, lambda root, rel: root.mkdir(rel), lambda made: {"created": made})
 
     def delete(self, path: str, *, recursive: bool = False) -> str:
         """Remove a file, a link or a directory (non-empty ones only with `recursive`); returns its type."""

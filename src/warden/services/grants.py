@@ -147,6 +147,11 @@ class GrantService:
                       secrets=plan.secrets, created=now, expires=plan.expires, max_expires=plan.max_expires,
                       parent=parent[0].accessor if parent else None, created_by=actor)
         with self._db.transaction() as tx:
+            # Only for a registered bot: a typo must not mint a live token for a name nobody
+            # registered (the HTTP API's child grants come through here too).
+            if rows.bot_by_name(tx, bot) is None:
+                raise NotFound(f"no bot named {bot!r} is registered: register it first with "
+                               f"`warden bot register {bot}`")
             missing = sorted(set(plan.secrets) - set(secret_rows.names(tx)))
             if missing:
                 raise NotFound(f"no secret named {', '.join(missing)}: set it first with "

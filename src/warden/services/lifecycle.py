@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from warden.core.durations import format_duration
 from warden.core.errors import Conflict, NotFound
 from warden.core.workspaces import WorkspaceRecord, check_transition
 
@@ -205,7 +206,9 @@ class LifecycleService:
                     item["done"] = False
                     item["error"] = getattr(exc, "message", str(exc))
             self._app.layers.store.sweep()
-        return {"dry_run": dry_run, "older_than": str(older_than), "actions": actions}
+        # As the user writes a DURATION ("7d"), never timedelta's "7 days, 0:00:00".
+        return {"dry_run": dry_run, "older_than": format_duration(older_than),
+                "older_than_s": int(older_than.total_seconds()), "actions": actions}
 
     # -- snapshots (layers) in use -----------------------------------------------------------
     def layers_in_use(self) -> dict[str, list[str]]:

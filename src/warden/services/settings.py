@@ -6,10 +6,10 @@ import os
 from typing import TYPE_CHECKING
 
 from warden.adapters.config_file import read_config, set_config_value
-from warden.core.settings import coerce, resolve
+from warden.core.settings import coerce
 
 if TYPE_CHECKING:
-    from warden.bootstrap import App
+    from warden.bootstrap import App, Home
 
 __all__ = ["init_home", "set_setting"]
 
@@ -43,13 +43,14 @@ def init_home(app: App) -> list[str]:
     return created
 
 
-def set_setting(app: App, key: str, raw: str) -> object:
-    """Validate `raw` for `key`, then write it; a bad value changes nothing."""
+def set_setting(home: Home, key: str, raw: str) -> object:
+    """Validate `raw` for `key`, then write it to config.toml; a bad value changes nothing.
+
+    Only this key is judged, from the file alone (no App): `config set` is how a person fixes
+    a wrong value, so another wrong value in the file must not stop it.
+    """
     value = coerce(key, raw)
-    # Re-resolve with the change applied so a value that breaks the whole file is caught first.
-    table = read_config(app.home.config)
-    resolve({**table}, {}, file_label=str(app.home.config))
-    app.home.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    set_config_value(app.home.config, key, value)
-    app.audit.record(actor="user", action="config.set", target=key, detail={"value_set": True})
+    read_config(home.config)  # a file that is not TOML at all: say so, write nothing
+    home.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    set_config_value(home.config, key, value)
     return value

@@ -26,7 +26,7 @@ from warden.adapters.atomic import write_atomic
 from warden.adapters.processes import alive, start_time
 from warden.adapters.store import workspaces as rows
 from warden.adapters.store.db import Database
-from warden.core.errors import Conflict, NotFound
+from warden.core.errors import Conflict, InvalidInput, NotFound
 from warden.core.workspaces import WorkspaceRecord, check_name, check_type
 from warden.services.audit import AuditLog
 
@@ -134,6 +134,10 @@ class WorkspaceService:
         """Make a ready workspace from a template (building its layers first if needed)."""
         check_name(name)
         check_type(kind)
+        if ttl is not None and ttl <= timedelta(0):
+            # Refused, not read as "never expires": that is what leaving the ttl out means.
+            raise InvalidInput("ttl must be longer than zero (e.g. 30m, 7d); leave it out for a "
+                               "workspace that never expires")
         resolution = self.layers.resolve(template, python=python, node=node)
         infos = self.layers.ensure(resolution, progress=progress)
         now = self._clock()

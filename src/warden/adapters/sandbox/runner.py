@@ -273,6 +273,7 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
     deadline = started + limits.timeout_s
     out_buf = bytearray()
     err_buf = bytearray()
+    err_tail = bytearray()
     truncated = False
     timed_out = False
     sel = selectors.DefaultSelector()
@@ -323,6 +324,11 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
                 buffer, sink = streams[fileno]
                 if sink is not None:
                     sink(chunk)
+                if buffer is err_buf:
+                    # bwrap's own last words (a failed execvp or mount) decide the status below,
+                    # with or without capture.
+                    err_tail += chunk
+                    del err_tail[:-_ERR_TAIL]
                 if capture:
                     room = max_capture - len(buffer)
                     if room < len(chunk):
@@ -346,13 +352,14 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
                 with contextlib.suppress(OSError):
                     stream.close()
     duration = time.monotonic() - started
-    last = bytes(err_buf).rstrip().rsplit(b"\n", 1)[-1]
+    last = bytes(err_tail).rstrip().rsplit(b"\n", 1)[-1]
     if rc == 1 and not timed_out and last.startswith(b"bwrap: execvp "):
-        rc = 127  # the program does not exist inside: a shell's "command not found"
+        # The program could not start: a shell's 126 (found, not executable) or 127 (not found).
+        rc = 126 if last.endswith(b": Permission denied") else 127
     elif rc == 1 and not timed_out and last.startswith(b"bwrap: "):
         # bwrap's own failure while mounting (after the pid was reported): not the command's
         # status. A command could print this line itself; it would only refuse itself.
-        raise _setup_failed(bytes(err_buf), rc)
+        raise _setup_failed(bytes(err_tail), rc)
     sig: int | None = None
     if timed_out:
         code = 124
@@ -369,6 +376,9 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
     return RunOutcome(code, bytes(out_buf), bytes(err_buf), duration, timed_out, sig, oom,
                       ("cgroup " + support.mode) if cg is not None else "rlimit", seccomp_ok,
                       events, truncated, tuple(notes))
+
+
+_ERR_TAIL = 4096  # enough of stderr's end for bwrap's one-line reports
 
 
 def _setup_failed(err: bytes, rc: int | None) -> Unavailable:

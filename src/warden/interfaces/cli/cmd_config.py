@@ -59,5 +59,15 @@ def _get(ctx: Context, args: argparse.Namespace) -> Output:
 
 
 def _set(ctx: Context, args: argparse.Namespace) -> Output:
-    value = set_setting(ctx.app, args.key, args.value)
-    return Output({"key": args.key, "value": value}, f"{args.key} = {_value_text(value)}")
+    from warden.bootstrap import Home
+    from warden.core.errors import WardenError
+
+    value = set_setting(Home.locate(getattr(args, "home", None), ctx.environ), args.key, args.value)
+    data: dict[str, object] = {"key": args.key, "value": value}
+    text = f"{args.key} = {_value_text(value)}"
+    try:
+        ctx.app.audit.record(actor="user", action="config.set", target=args.key, detail={"value_set": True})
+    except WardenError as exc:  # another setting in the file is still wrong: the change is written
+        data["warning"] = exc.message
+        text += f"\nstill to fix: {exc.message}"
+    return Output(data, text)

@@ -108,5 +108,6 @@ def _rm(ctx: Context, args: argparse.Namespace) -> Output:
 
 
 def _mkdir(ctx: Context, args: argparse.Namespace) -> Output:
-    _files(ctx, args).mkdir(args.path)
-    return Output({"path": args.path, "created": True}, f"created {args.path}")
+    created = _files(ctx, args).mkdir(args.path)
+    return Output({"path": args.path, "created": created},
+                  f"created {args.path}" if created else f"{args.path} already exists")

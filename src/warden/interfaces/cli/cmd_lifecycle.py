@@ -97,10 +97,11 @@ def _cleanup(ctx: Context, args: argparse.Namespace) -> Output:
     from warden.core.durations import parse_duration
 
     data = ctx.app.lifecycle.cleanup(parse_duration(args.older_than), dry_run=args.dry_run)
+    data["older_than"] = "".join(args.older_than.split())  # as typed ("7d"), not the service's "1w"
 
     def render(d: dict[str, Any]) -> str:
         if not d["actions"]:
-            return f"nothing idle for more than {args.older_than}"
+            return f"nothing idle for more than {d['older_than']}"
         verb = "would" if d["dry_run"] else "did"
         lines = [f"{verb} {a['action']} {a['name']} ({a['reason']}, last used {a['last_accessed'][:19]})"
                  + ("" if a.get("done", True) else f": FAILED {a.get('error')}") for a in d["actions"]]

@@ -36,12 +36,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 def _timeout(text: str | None) -> float | None:
     if text is None:
         return None
-    try:
-        return float(text)
-    except ValueError:
-        from warden.core.durations import parse_duration
+    from warden.core.durations import parse_timeout
 
-        return parse_duration(text).total_seconds()
+    return parse_timeout(text)
 
 
 def _env(pairs: list[str]) -> dict[str, str]:
@@ -68,7 +65,7 @@ def _run(ctx: Context, args: argparse.Namespace) -> Output:
     live = not ctx.json
     # Standard input passes through as it is (a terminal, a file or a pipe).
     stdin = sys.stdin.fileno() if sys.stdin is not None and not sys.stdin.closed else None
-    env, actor = _env(args.env), "user"
+    env, actor, timeout = _env(args.env), "user", _timeout(args.timeout)
     if args.as_token_env:
         from warden.services.auth import run_as_token
 
@@ -79,7 +76,7 @@ def _run(ctx: Context, args: argparse.Namespace) -> Output:
             raise
         env.update(secrets)  # a grant's secrets win over --env of the same name
     result = ctx.app.runs.run(
-        args.name, command, timeout=_timeout(args.timeout), memory=args.memory, cpu=args.cpu,
+        args.name, command, timeout=timeout, memory=args.memory, cpu=args.cpu,
         pids=args.pids, net=args.net, allow_domains=args.allow_domain, env=env,
         stdin=stdin, session=args.session, actor=actor,
         on_stdout=_writer(sys.stdout.buffer) if live else None,

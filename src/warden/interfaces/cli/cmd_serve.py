@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from warden.core.errors import InvalidInput, Unavailable
+from warden.core.settings import MAX_WORKERS, check_port
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output
 
@@ -67,11 +68,10 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
     app = ctx.app
     host = args.host or app.settings.get_str("api.host")
     port = app.settings.get_int("api.port") if args.port is None else args.port
-    if not 0 <= port <= 65535:
-        raise InvalidInput(f"bad --port {port}: use 0-65535")
+    check_port(port)
     workers = app.settings.get_int("api.workers") if args.workers is None else args.workers
-    if not 1 <= workers <= 64:
-        raise InvalidInput(f"bad --workers {workers}: use 1-64")
+    if not 1 <= workers <= MAX_WORKERS:
+        raise InvalidInput(f"bad --workers {workers}: use 1-{MAX_WORKERS}")
     app.root_dir.mkdir(parents=True, exist_ok=True)
     app.keystore.ensure()
     database = app.db.url.split("@")[-1]

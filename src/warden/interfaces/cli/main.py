@@ -160,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parse(parser, args_list)
         handler: Callable[[Context, argparse.Namespace], Output] | None = getattr(args, "handler", None)
         if handler is None:
+            if wants_json:  # stdout still holds exactly one document: the usage error
+                raise UsageError("no command given: `warden --help` lists the commands")
             parser.print_help(sys.stderr)
             return 2
         ctx = Context(args, dict(os.environ))
