@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from warden.core.durations import parse_size
+from warden.core.durations import check_timeout, parse_size
 from warden.core.errors import InvalidInput
 
-__all__ = ["Limits", "apply_overrides"]
+__all__ = ["MIN_MEMORY", "Limits", "apply_overrides"]
 
 MiB = 1024 * 1024
+# The smallest memory limit a run may have: below it the sandbox cannot even start Python.
+MIN_MEMORY = 16 * MiB
 
 
 @dataclass(frozen=True)
@@ -34,12 +36,12 @@ def apply_overrides(base: Limits, *, timeout: float | None = None, memory: str |
     """`base` with the per-run overrides, each checked; InvalidInput names the bad one."""
     changes: dict[str, object] = {}
     if timeout is not None:
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout > 0:
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool):
             raise InvalidInput(f"bad timeout {timeout!r}: give a positive number of seconds")
-        changes["timeout_s"] = float(timeout)
+        changes["timeout_s"] = check_timeout(float(timeout))  # above zero, at most a day
     if memory is not None:
         size = parse_size(memory) if isinstance(memory, str) else memory
-        if isinstance(size, bool) or not isinstance(size, int) or size < 16 * MiB:
+        if isinstance(size, bool) or not isinstance(size, int) or size < MIN_MEMORY:
             raise InvalidInput(f"bad memory limit {memory!r}: give at least 16M (e.g. 256M, 2G)")
         changes["memory"] = size
     if cpu is not None:

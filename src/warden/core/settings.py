@@ -20,8 +20,9 @@ from warden.core.durations import (
     parse_size,
 )
 from warden.core.errors import InvalidInput, NotFound
+from warden.core.limits import MIN_MEMORY
 
-__all__ = ["KEYS", "MAX_PORT", "MAX_WORKERS", "MIN_MEMORY", "Setting", "Settings", "check_port", "coerce", "env_name",
+__all__ = ["KEYS", "MAX_PORT", "MAX_WORKERS", "Setting", "Settings", "check_port", "coerce", "env_name",
            "resolve"]
 
 Kind = Literal["bool", "int", "str", "path", "list", "size", "duration", "float"]
@@ -41,10 +42,6 @@ class Setting:
     maximum: int | None = None
 
 
-MiB = 1024 * 1024
-# The smallest memory limit a run may have: `warden run --memory` refuses less (core/limits.py),
-# and below it the sandbox cannot even start Python (every run would end in 137).
-MIN_MEMORY = 16 * MiB
 MAX_PORT = 65535
 MAX_WORKERS = 64
 
