@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,14 @@ def test_config_set_fixes_a_wrong_value_in_the_file(cli: Cli, home: Path) -> Non
     assert cli("config", "set", "sandbox.memory", "512M").code == 0
     assert cli("list").code == 0
     assert cli("config", "get", "sandbox.timeout").stdout.strip() == "60s"
+
+
+def test_a_workspace_whose_folder_is_gone_is_listed_broken(cli: Cli, home: Path) -> None:
+    assert cli("create", "gone").code == 0
+    shutil.rmtree(home / "workspaces" / "gone")
+    listed = {w["name"]: w["status"] for w in cli("list", "--json").json["data"]}
+    assert listed["gone"] == "broken"
+    run = cli("run", "gone", "--", "true")
+    assert run.code != 0 and "broken" in run.stderr
+    assert cli("destroy", "gone", "--no-archive", "--yes").code == 0
+    assert "gone" not in {w["name"] for w in cli("list", "--json").json["data"]}

@@ -100,20 +100,27 @@ class WorkspaceService:
         return [r for r in records if (status is None or r.status == status) and (kind is None or r.type == kind)]
 
     def _reconcile(self, records: Records) -> Records:
-        """Mark `creating` rows whose creator died as `broken` (a crash mid-create)."""
+        """Mark as `broken` the rows whose state is a lie: `creating` with its creator dead (a
+        crash mid-create), `ready`/`suspended` with the folder gone from this machine."""
         out = []
         for record in records:
+            why = None
             if record.status == "creating" and self._creator_dead(record):
-                with self._db.transaction() as tx:
-                    tx.execute("UPDATE workspaces SET status = 'broken' WHERE name = :name AND status = 'creating'",
-                               {"name": record.name})
-                    self._audit.record(actor="warden", action="workspace.broken", target=record.name,
-                                       result="creator process gone", detail={"pid": record.meta.get("pid")}, tx=tx)
-                    fresh = rows.get(tx, record.name)
-                if fresh is not None:
-                    out.append(fresh)
+                why = "creator process gone"
+            elif record.status in ("ready", "suspended") and record.meta.get("host") in (None, _HOST) \
+                    and not os.path.isdir(record.path):
+                why = "workspace folder missing"
+            if why is None:
+                out.append(record)
                 continue
-            out.append(record)
+            with self._db.transaction() as tx:
+                tx.execute("UPDATE workspaces SET status = 'broken' WHERE name = :name AND status = :status",
+                           {"name": record.name, "status": record.status})
+                self._audit.record(actor="warden", action="workspace.broken", target=record.name, result=why,
+                                   detail={"pid": record.meta.get("pid"), "path": record.path}, tx=tx)
+                fresh = rows.get(tx, record.name)
+            if fresh is not None:
+                out.append(fresh)
         return out
 
     @staticmethod
