@@ -217,3 +217,9 @@ def test_a_workspace_whose_folder_is_gone_is_listed_broken(cli: Cli, home: Path)
     assert run.code != 0 and "broken" in run.stderr
     assert cli("destroy", "gone", "--no-archive", "--yes").code == 0
     assert "gone" not in {w["name"] for w in cli("list", "--json").json["data"]}
+
+
+def test_double_dash_ends_options_for_every_command(cli: Cli) -> None:
+    assert cli("create", "--", "dd1").code == 0
+    assert cli("info", "--json", "--", "dd1").json["data"]["name"] == "dd1"
+    assert cli("run", "dd1", "--", "sh", "-c", "echo ok").stdout == "ok\n"

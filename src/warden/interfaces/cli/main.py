@@ -202,8 +202,11 @@ def _parse(parser: Parser, args_list: list[str]) -> argparse.Namespace:
     a positional and `--` there, so the tail is split off first."""
     if "--" in args_list:
         cut = args_list.index("--")
-        args = parser.parse_args(args_list[:cut])
-        if getattr(args, "takes_command", False):
+        try:
+            args = parser.parse_args(args_list[:cut])
+        except UsageError:  # another command's `--` (`warden create -- NAME`): argparse's own rule
+            args = None
+        if args is not None and getattr(args, "takes_command", False):
             args.command = [*args.command, *args_list[cut + 1:]]
             return args
     return parser.parse_args(args_list)
