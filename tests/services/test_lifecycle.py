@@ -176,3 +176,19 @@ def test_prune_keeps_layers_in_use(envhome: EnvHome, tmp_path: Path) -> None:  #
     removed = json.loads(envhome.cli("snapshot", "prune", "--json").stdout)["data"]["removed"]
     assert solo in removed and not (envhome.home / "layers" / solo).exists()
     assert all((envhome.home / "layers" / i).exists() for i in used)
+
+
+def test_a_bot_cannot_take_the_name_of_an_archived_workspace(envhome: EnvHome) -> None:  # noqa: F811
+    """Else: a bot creates the name, fills it, destroys it, and `unarchive` restores the bot's copy."""
+    from warden.core.errors import Conflict
+
+    app = envhome.app()
+    name = envhome.name("precious")
+    app.workspaces.create(name, template="local")
+    app.files(name).write_text("/notes.txt", "mine")
+    app.workspaces.destroy(name)
+    with pytest.raises(Conflict, match="archived workspace of user"):
+        app.workspaces.create(name, kind="bot", actor="bot:evil", template="local")
+    restored = envhome.cli("unarchive", name, "--json")
+    assert restored.returncode == 0, restored.stderr
+    assert app.files(name).read_text("/notes.txt") == "mine"

@@ -145,6 +145,13 @@ class WorkspaceService:
             # Refused, not read as "never expires": that is what leaving the ttl out means.
             raise InvalidInput("ttl must be longer than zero (e.g. 30m, 7d); leave it out for a "
                                "workspace that never expires")
+        if actor != "user":
+            # A destroyed workspace's archive keeps its name for its owner: a bot that took the
+            # name could destroy its own copy and have `warden unarchive NAME` restore that instead.
+            others = sorted(owner for owner in self._archived_owners(name) if owner != actor)
+            if others:
+                raise Conflict(f"the name {name!r} belongs to an archived workspace of {others[0]}; "
+                               "pick another name")
         resolution = self.layers.resolve(template, python=python, node=node)
         infos = self.layers.ensure(resolution, progress=progress)
         now = self._clock()
@@ -286,11 +293,25 @@ class WorkspaceService:
         self.trash(path)
         return {"name": name, "destroyed": True, "archive": archived if archive else None}
 
+    def _destroyed_archives(self, name: str) -> tuple[Path, ...]:
+        """The record files of `name`'s destroyed-and-archived copies, oldest first."""
+        pattern = re.compile(re.escape(name) + r"-\d{8}T\d{6}-[0-9a-f]{4}\.tar\.zst" + re.escape(RECORD_SUFFIX))
+        return tuple(sorted(p for p in self.archives_dir.glob(f"{name}-*{RECORD_SUFFIX}")
+                            if pattern.fullmatch(p.name)))
+
+    def _archived_owners(self, name: str) -> set[str]:
+        owners = set()
+        for sidecar in self._destroyed_archives(name):
+            try:
+                owners.add(str(json.loads(sidecar.read_text()).get("created_by") or "user"))
+            except (OSError, ValueError, AttributeError):
+                owners.add("user")  # unreadable: assume the person's, the safe side
+        return owners
+
     def restore_destroyed(self, name: str, *, actor: str = "user") -> WorkspaceRecord:
         """Re-register the newest archived copy of destroyed workspace `name` (status archived)."""
         check_name(name)
-        pattern = re.compile(re.escape(name) + r"-\d{8}T\d{6}-[0-9a-f]{4}\.tar\.zst" + re.escape(RECORD_SUFFIX))
-        found = sorted(p for p in self.archives_dir.glob(f"{name}-*{RECORD_SUFFIX}") if pattern.fullmatch(p.name))
+        found = self._destroyed_archives(name)
         if not found:
             raise NotFound(f"no workspace named {name!r} and no archive of one: `warden list` shows the workspaces")
         sidecar = found[-1]
