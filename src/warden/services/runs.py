@@ -100,8 +100,9 @@ class RunService:
             env: Mapping[str, str] | None = None, stdin: bytes | str | int | None = None,
             on_stdout: Sink | None = None, on_stderr: Sink | None = None, capture: bool = True,
             on_notice: Sink | None = None, actor: str = "user", session: str | None = None,
-            ro_paths: Sequence[str] = ()) -> RunResult:
-        """Run `argv` in workspace `name`; the command's status, output and timing."""
+            ro_paths: Sequence[str] = (), max_output: int | None = None) -> RunResult:
+        """Run `argv` in workspace `name`; the command's status, output and timing (captured
+        output kept up to `max_output` bytes per stream, the runner's own cap by default)."""
         from warden.adapters.sandbox.host import build_spec
         from warden.adapters.sandbox.runner import run_sandboxed
 
@@ -171,9 +172,10 @@ class RunService:
 
         stdin_arg: bytes | int | None = stdin.encode() if isinstance(stdin, str) else stdin
         try:
+            caps = {"max_capture": max_output} if max_output is not None else {}
             outcome = run_sandboxed(spec, limits, stdin=stdin_arg, on_stdout=on_stdout,
                                     on_stderr=on_stderr, capture=capture, network=policy,
-                                    on_net_event=on_net_event)
+                                    on_net_event=on_net_event, **caps)
         except Unavailable as exc:
             from warden.adapters.sandbox.doctor import userns_fix
 
@@ -189,6 +191,9 @@ class RunService:
             raise _refused(exc) from None
         self._audit_run(actor, name, audit_base, outcome)
         stderr = outcome.stderr.decode("utf-8", "replace") + "".join(refusals)
+        if outcome.truncated:
+            limit = f"{max_output} bytes" if max_output is not None else "the capture limit"
+            stderr += f"\nwarden: output beyond {limit} per stream was dropped\n"
         return RunResult(exit_code=outcome.exit_code, stdout=outcome.stdout.decode("utf-8", "replace"),
                          stderr=stderr, duration_s=outcome.duration_s, timed_out=outcome.timed_out,
                          signal=outcome.signal)

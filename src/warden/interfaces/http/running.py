@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import re
+import threading
+import weakref
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from warden.core.errors import InvalidInput, Unavailable
@@ -15,7 +20,7 @@ if TYPE_CHECKING:
     from warden.interfaces.http.models import ExecRequest
     from warden.services.auth import Principal
 
-__all__ = ["run_in_workspace"]
+__all__ = ["ExecSlots", "run_in_workspace"]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -36,6 +41,53 @@ def _check_request(app: App, body: ExecRequest) -> None:
         raise InvalidInput("cmd[0] is empty: name the program to run")
 
 
+class ExecSlots:
+    """How many API commands run at once, in all and per bot.
+
+    Each exec holds a server thread for as long as its command runs (up to sandbox.timeout);
+    without a bound one bot could hold every thread and stall the API for all the others.
+    A request over the bound is refused at once (503) rather than queued, so nothing piles up.
+    """
+
+    def __init__(self, total: int, per_bot: int) -> None:
+        self.total = total
+        self.per_bot = per_bot
+        self._lock = threading.Lock()
+        self._running: Counter[str] = Counter()
+
+    @contextmanager
+    def take(self, bot: str) -> Iterator[None]:
+        with self._lock:
+            if self._running[bot] >= self.per_bot:
+                raise Unavailable(f"this bot already runs {self.per_bot} commands at once "
+                                  "(api.max_execs_per_bot); retry when one ends", rule="api.max_execs_per_bot")
+            if sum(self._running.values()) >= self.total:
+                raise Unavailable(f"the server already runs {self.total} commands at once (api.max_execs); "
+                                  "retry when one ends", rule="api.max_execs")
+            self._running[bot] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running[bot] -= 1
+                if self._running[bot] <= 0:
+                    del self._running[bot]
+
+
+_SLOTS: weakref.WeakKeyDictionary[App, ExecSlots] = weakref.WeakKeyDictionary()
+_SLOTS_LOCK = threading.Lock()
+
+
+def exec_slots(app: App) -> ExecSlots:
+    """The server's exec bounds, from its settings (one set per App)."""
+    with _SLOTS_LOCK:
+        slots = _SLOTS.get(app)
+        if slots is None:
+            slots = ExecSlots(app.settings.get_int("api.max_execs"), app.settings.get_int("api.max_execs_per_bot"))
+            _SLOTS[app] = slots
+        return slots
+
+
 def run_in_workspace(app: App, call: Call, principal: Principal, record: WorkspaceRecord,
                      body: ExecRequest) -> RunResult:
     """Run `body.cmd` in the workspace's sandbox; secrets override same-named request variables."""
@@ -49,8 +101,9 @@ def run_in_workspace(app: App, call: Call, principal: Principal, record: Workspa
     if runs is None:
         raise Unavailable("running commands is not available on this server (the sandbox runner is "
                           "missing); update Warden")
-    result: RunResult = runs.run(record.name, list(body.cmd), timeout=body.timeout, env=env,
-                                 stdin=body.stdin.encode("utf-8") if body.stdin is not None else None,
-                                 actor=call.actor)
+    with exec_slots(app).take(principal.bot or principal.actor):
+        result: RunResult = runs.run(record.name, list(body.cmd), timeout=body.timeout, env=env,
+                                     stdin=body.stdin.encode("utf-8") if body.stdin is not None else None,
+                                     actor=call.actor, max_output=app.settings.get_size("api.max_output"))
     call.note(exit_code=result.exit_code, timed_out=result.timed_out)
     return result

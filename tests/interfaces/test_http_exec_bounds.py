@@ -1,0 +1,65 @@
+"""One bot cannot hold the API's threads or its memory through exec."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.servers import ServeProcess, warden_environ
+from warden.core.errors import Unavailable
+from warden.interfaces.http.running import ExecSlots
+
+
+def test_exec_slots_bound_all_and_each_bot() -> None:
+    slots = ExecSlots(total=3, per_bot=2)
+    with slots.take("a"), slots.take("a"):
+        with pytest.raises(Unavailable, match="max_execs_per_bot"), slots.take("a"):
+            pass
+        with slots.take("b"), pytest.raises(Unavailable, match=r"api\.max_execs\)"), slots.take("c"):
+            pass
+    with slots.take("a"), slots.take("a"), slots.take("b"):  # all released
+        pass
+
+
+def _cli(environ: dict[str, str], *args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "warden", *args], capture_output=True, env=environ,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return proc.stdout.decode().strip()
+
+
+def test_a_busy_bot_is_refused_others_are_served_and_output_is_capped(tmp_path: Path) -> None:
+    environ = {**warden_environ(tmp_path / "home"), "WARDEN_API_MAX_EXECS_PER_BOT": "1",
+               "WARDEN_API_MAX_OUTPUT": "64K"}
+    _cli(environ, "init")
+    _cli(environ, "create", "busy")
+    for bot in ("hog", "calm"):
+        _cli(environ, "bot", "register", bot)
+    hog = _cli(environ, "grant", "busy", "hog", "--permissions", "read,execute")
+    calm = _cli(environ, "grant", "busy", "calm", "--permissions", "read,execute")
+    with ServeProcess(environ, tmp_path) as server:
+        url = f"{server.url}/v1/workspaces/busy/exec"
+
+        def exec_as(token: str, cmd: list[str]) -> httpx.Response:
+            return httpx.post(url, json={"cmd": cmd}, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+        holder = threading.Thread(target=exec_as, args=(hog, ["sleep", "3"]))
+        holder.start()
+        time.sleep(1.0)  # the hog's first command is running
+        started = time.monotonic()
+        second = exec_as(hog, ["true"])
+        assert second.status_code == 503 and "max_execs_per_bot" in second.json()["error"]["message"]
+        assert time.monotonic() - started < 2, "refused at once, not queued"
+        other = exec_as(calm, ["true"])
+        assert other.status_code == 200 and other.json()["exit_code"] == 0
+        holder.join()
+        big = exec_as(calm, ["python3", "-c", "import sys; sys.stdout.write('x' * (1 << 20))"])
+        assert big.status_code == 200
+        assert len(big.json()["stdout"]) == 64 * 1024
+        assert "output beyond 65536 bytes per stream was dropped" in big.json()["stderr"]
