@@ -332,7 +332,8 @@ class WorkspaceService:
 
         stamp = self._clock().strftime("%Y%m%dT%H%M%S")
         target = self.archives_dir / f"{record.name}-{stamp}-{os.urandom(2).hex()}.tar.zst"
-        pack_tree(Path(record.path), target)
+        limit = self._settings.get_size("workspace.archive_max_size") if self._settings is not None else None
+        pack_tree(Path(record.path), target, max_bytes=limit)
         return target
 
     def trash(self, path: Path) -> None:
