@@ -63,3 +63,21 @@ def test_a_busy_bot_is_refused_others_are_served_and_output_is_capped(tmp_path: 
         assert big.status_code == 200
         assert len(big.json()["stdout"]) == 64 * 1024
         assert "output beyond 65536 bytes per stream was dropped" in big.json()["stderr"]
+
+
+def test_a_bot_holds_at_most_its_quota_of_workspaces(tmp_path: Path) -> None:
+    environ = {**warden_environ(tmp_path / "home"), "WARDEN_API_MAX_WORKSPACES_PER_BOT": "2"}
+    _cli(environ, "init")
+    token = _cli(environ, "bot", "register", "hoarder")
+    with ServeProcess(environ, tmp_path) as server:
+        def create(name: str) -> httpx.Response:
+            return httpx.post(f"{server.url}/v1/workspaces", headers={"Authorization": f"Bearer {token}"},
+                              json={"bot": "hoarder", "request": "workspace", "params": {"name": name}},
+                              timeout=120)
+
+        assert [create(n).status_code for n in ("h1", "h2")] == [201, 201]
+        third = create("h3")
+        assert third.status_code == 409 and "max_workspaces_per_bot" in third.json()["error"]["message"]
+        names = {w["name"] for w in httpx.get(f"{server.url}/v1/workspaces",
+                                              headers={"Authorization": f"Bearer {token}"}).json()}
+        assert "h3" not in names

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Path, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from warden.core.durations import parse_duration
-from warden.core.errors import Denied, InvalidInput, Unavailable
+from warden.core.errors import Conflict, Denied, InvalidInput, Unavailable
 from warden.core.grants import PERMISSIONS, effective
 from warden.interfaces.http.app import ERROR_RESPONSES, _package_version
 from warden.interfaces.http.calls import Call, threaded
@@ -82,6 +82,13 @@ def _create_workspace(app: App, request: WorkspaceRequest, actor: str) -> Worksp
         # a YAML file it wrote in its own workspace, and layers are built on the host.
         raise InvalidInput("params.template must be the name of an installed template "
                            "(`warden template list`), not a file path")
+    limit = app.settings.get_int("api.max_workspaces_per_bot")
+    owned = [w for w in app.workspaces.list() if w.created_by == actor]
+    if len(owned) >= limit:
+        # Each workspace costs disk and maybe a layer build: a bot's identity token alone must
+        # not be able to fill the machine.
+        raise Conflict(f"this bot already has {len(owned)} workspaces, the most it may "
+                       "(api.max_workspaces_per_bot); delete one first")
     blob: bytes | None = None
     if params.project_blob:
         try:
