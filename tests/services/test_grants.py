@@ -143,3 +143,31 @@ def test_every_change_is_audited_without_tokens(kapp: App) -> None:
     text = repr(events)
     assert issued.token not in text
     assert issued.grant.accessor in text
+
+
+def test_grants_of_bot_are_only_the_usable_ones(tmp_path: Path) -> None:
+    """What a bot is shown (its workspace listing) ends when its grant does, on the service clock."""
+    from datetime import UTC, datetime
+
+    now = [datetime.now(UTC)]
+    home = tmp_path / "home"
+    app = bootstrap(home, environ={"PATH": os.environ.get("PATH", ""), "WARDEN_HOME": str(home)},
+                    clock=lambda: now[0])
+    try:
+        app.workspaces.create("demo")
+        app.grants.register_bot("brief")
+        short = app.grants.grant("demo", "brief", "read,admin", ttl=timedelta(seconds=30))
+        child = app.grants.grant("demo", "brief", "read", parent=app.grants.chain(short.grant.accessor))
+        long = app.grants.grant("demo", "brief", "read", ttl=timedelta(hours=1))
+        revoked = app.grants.grant("demo", "brief", "read", ttl=timedelta(hours=1))
+        app.grants.revoke("demo", accessor=revoked.grant.accessor)
+        listed = {g.accessor for g in app.grants.grants_of_bot("brief")}  # made at one instant: no order
+        assert listed == {short.grant.accessor, child.grant.accessor, long.grant.accessor}
+        now[0] += timedelta(seconds=30)  # the end is exclusive, as for the token itself
+        assert [g.accessor for g in app.grants.grants_of_bot("brief", workspace="demo")] == [long.grant.accessor]
+        now[0] += timedelta(hours=1)
+        assert app.grants.grants_of_bot("brief") == []
+        # Revoking by bot still reaches the expired grants (and their children).
+        assert set(app.grants.revoke("demo", bot="brief")) >= {short.grant.accessor, child.grant.accessor}
+    finally:
+        app.close()

@@ -17,7 +17,7 @@ from warden.adapters.store import grants as rows
 from warden.adapters.store import secrets as secret_rows
 from warden.adapters.store.db import Database, Tx
 from warden.core.errors import InvalidInput, NotFound
-from warden.core.grants import Grant, check_bot_name, parse_permissions, plan_grant
+from warden.core.grants import Grant, alive, check_bot_name, parse_permissions, plan_grant
 from warden.core.tokens import (
     ACCESSOR_BYTES,
     TOKEN_BYTES,
@@ -252,8 +252,17 @@ class GrantService:
         return (bot[0] if bot and same_hash(bot[1], digest) else None), []
 
     def grants_of_bot(self, bot: str, *, workspace: str | None = None) -> list[Grant]:
+        """The grants `bot` can still use: neither revoked nor expired, nor any ancestor.
+
+        Judged by `alive` on the service clock, as a token is at every use, so what a bot is
+        shown never outlasts what it may do.
+        """
+        now = self._clock()
         with self._db.transaction(write=False) as tx:
-            return rows.grants_of_bot(tx, bot, workspace=workspace)
+            held = rows.grants_of_bot(tx, bot, workspace=workspace)
+            # Its own fields first; the ancestors are read only for a child grant still alive.
+            return [grant for grant in held if alive([grant], now).allowed and (
+                grant.parent is None or alive(self._chain(tx, grant.accessor), now).allowed)]
 
     def chain(self, accessor: str) -> list[Grant]:
         with self._db.transaction(write=False) as tx:

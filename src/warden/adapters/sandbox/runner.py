@@ -15,6 +15,7 @@ How the process tree is contained:
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import resource
@@ -29,6 +30,7 @@ from functools import cache
 from pathlib import Path
 
 from warden.adapters.sandbox import cgroups
+from warden.adapters.sandbox.execlimits import too_long_for_exec
 from warden.adapters.sandbox.host import bwrap_path, python3_path
 from warden.core.bwrap_argv import PROXY_SOCKET, SandboxSpec, bwrap_argv, bwrap_environ
 from warden.core.errors import Denied, Unavailable
@@ -198,6 +200,9 @@ def run_sandboxed(spec: SandboxSpec, limits: Limits, *, stdin: bytes | int | Non
         # command until the limits and the cgroup are applied to that pid. This keeps
         # preexec_fn out of Popen, so it can use vfork (about 2 ms less per run).
         argv[1:1] = ["--info-fd", str(info_write), "--block-fd", str(block_read)]
+        too_long = too_long_for_exec(argv, bwrap_environ(spec))  # before a cgroup is made for nothing
+        if too_long is not None:
+            raise too_long
         if support.memory or support.pids:
             try:
                 cg = cgroups.create(support, memory=limits.memory, pids=limits.pids)
@@ -229,10 +234,16 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
     info_read, _info_write, _block_read, block_write = control
     stdin_arg: int = subprocess.DEVNULL if stdin is None else subprocess.PIPE if isinstance(stdin, bytes) else stdin
     started = time.monotonic()
-    proc = subprocess.Popen(
-        argv, stdin=stdin_arg, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=bwrap_environ(spec), close_fds=True, start_new_session=True,
-        pass_fds=tuple(fd for fd in fds if fd not in (info_read, block_write)))
+    environ = bwrap_environ(spec)
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=stdin_arg, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=environ, close_fds=True, start_new_session=True,
+            pass_fds=tuple(fd for fd in fds if fd not in (info_read, block_write)))
+    except OSError as exc:
+        if exc.errno == errno.E2BIG:  # a limit too_long_for_exec does not know (another kernel)
+            raise too_long_for_exec(argv, environ, always=True) or exc from None
+        raise
     if cg is not None:
         # Joining a v1 cgroup waits for an RCU grace period (the kernel's cgroup_threadgroup_rwsem),
         # a few ms when no migration happened lately. Moving bwrap itself now pays that wait while
@@ -379,7 +390,6 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
 
 
 _ERR_TAIL = 4096  # enough of stderr's end for bwrap's one-line reports
-
 
 def _setup_failed(err: bytes, rc: int | None) -> Unavailable:
     lines = err.decode("utf-8", "replace").strip().splitlines()

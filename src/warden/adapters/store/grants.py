@@ -139,6 +139,11 @@ def grants_of_workspace(tx: Tx, workspace: str, *, live_only: bool = False) -> l
 
 
 def grants_of_bot(tx: Tx, bot: str, *, workspace: str | None = None, live_only: bool = True) -> list[Grant]:
+    """The bot's grants (on `workspace`); `live_only` drops revoked ones only.
+
+    Expiry is not judged here: it needs the service's clock and the grant's ancestors
+    (GrantService.grants_of_bot does both).
+    """
     rows = tx.execute(f"SELECT {_GRANT_COLUMNS} FROM grants WHERE bot = :b"
                       " AND (CAST(:w AS TEXT) IS NULL OR workspace = :w)"
                       + (" AND revoked_at IS NULL" if live_only else "") + " ORDER BY created_at, accessor",

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -18,15 +20,15 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from warden.core.errors import TooLarge, WardenError
-from warden.interfaces.http.calls import Unauthenticated
-from warden.interfaces.http.fastpath import FastReads
-from warden.interfaces.http.limits import LimitsMiddleware, Scope
+from warden.interfaces.http.calls import Call, Unauthenticated
+from warden.interfaces.http.fastpath import CONTENT_PATH, FastReads
+from warden.interfaces.http.limits import LimitsMiddleware, Refusal, Scope
 from warden.interfaces.http.models import ErrorBody
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
 
-__all__ = ["ERROR_RESPONSES", "HTTP_STATUS", "create_app", "status_for"]
+__all__ = ["ERROR_RESPONSES", "HTTP_STATUS", "bearer_token", "create_app", "status_for", "upload_screen"]
 
 log = logging.getLogger("warden.http")
 
@@ -55,6 +57,47 @@ def status_for(exc: WardenError) -> int:
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+def bearer_token(scope: Scope) -> str | None:
+    """The token of a request's `Authorization: Bearer` header, read as FastAPI's HTTPBearer does."""
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":  # the first one, as Starlette's Headers.get
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            token = token.strip()
+            return token if scheme.lower() == "bearer" and token else None
+    return None
+
+
+def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
+    """Check an upload's token and `write` grant before its body is read (see limits.py).
+
+    The same authentication, decision and audit event as the route's own (`files.write`),
+    so a refusal here reads exactly as the route's would; an allowed request goes on to the
+    route, which checks again and records the event.
+    """
+
+    def screen(scope: Scope) -> Refusal | None:
+        found = CONTENT_PATH.match(str(scope.get("path", "")))
+        name = found.group(1) if found else ""
+        query = parse_qsl(bytes(scope.get("query_string", b"")).decode("latin-1"), keep_blank_values=True)
+        path = next((value for key, value in reversed(query) if key == "path"), "")
+        try:
+            with Call(app, "files.write", f"{name}:{path}") as call:
+                token = bearer_token(scope)
+                if not token:
+                    raise Unauthenticated("authentication required: send `Authorization: Bearer <token>`",
+                                          rule="token.missing")
+                call.authenticate(token)
+                call.authorize(name, "write")
+                call.audited_by_service = True  # allowed: the route records this call's one event
+        except WardenError as exc:
+            status = status_for(exc)
+            headers = ((b"www-authenticate", b"Bearer"),) if status == 401 else ()
+            return Refusal(status, exc.code, exc.message, headers)
+        return None
+
+    return screen
 
 
 @functools.cache
@@ -112,8 +155,10 @@ def create_app(app: App) -> FastAPI:
     run_timeout = app.settings.get_seconds("sandbox.timeout")
 
     def limit_for(scope: Scope) -> int:
-        path = str(scope.get("path", ""))
-        return max_file if path.endswith("/files/content") else max_json
+        # Only an upload may be large; it is screened (its token checked) before being read.
+        if scope.get("method") == "PUT" and CONTENT_PATH.match(str(scope.get("path", ""))):
+            return max_file
+        return max_json
 
     def timeout_for(scope: Scope) -> float:
         path = str(scope.get("path", ""))
@@ -126,5 +171,6 @@ def create_app(app: App) -> FastAPI:
 
     # Added last, so outermost: limits and timeouts apply to the fast path too.
     api.add_middleware(FastReads, app=app, services=services)
-    api.add_middleware(LimitsMiddleware, limit_for=limit_for, timeout_for=timeout_for)
+    api.add_middleware(LimitsMiddleware, limit_for=limit_for, timeout_for=timeout_for,
+                       screen=upload_screen(app), screen_above=max_json)
     return api

@@ -24,11 +24,12 @@ if TYPE_CHECKING:
     from warden.bootstrap import App
     from warden.interfaces.http.files import FileServices
 
-__all__ = ["FastReads"]
+__all__ = ["CONTENT_PATH", "FastReads"]
 
 log = logging.getLogger("warden.http")
 
-_CONTENT = re.compile(r"^/v1/workspaces/([A-Za-z0-9][A-Za-z0-9_.-]{0,62})/files/content$")
+# A file's content; group 1 is the workspace name (models.NAME).
+CONTENT_PATH = re.compile(r"^/v1/workspaces/([A-Za-z0-9][A-Za-z0-9_.-]{0,62})/files/content$")
 
 
 class FastReads:
@@ -40,7 +41,7 @@ class FastReads:
     def _match(self, scope: Scope) -> tuple[str, str, str] | None:
         if scope["type"] != "http" or scope["method"] != "GET":
             return None
-        found = _CONTENT.match(scope["path"])
+        found = CONTENT_PATH.match(scope["path"])
         if found is None:
             return None
         try:

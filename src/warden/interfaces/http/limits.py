@@ -4,16 +4,25 @@ Plain ASGI rather than Starlette's BaseHTTPMiddleware: the latter costs a task a
 stream per request, which matters at a thousand small file reads a second. The body is read
 up to the limit before the application sees it, so an oversized upload is refused before any
 byte lands in a workspace and no route can forget the check.
+
+A request allowed a body larger than `screen_above` (a file upload) is first put to `screen`,
+which checks its credentials before a byte of the body is read: otherwise anyone could make
+the server hold a hundred megabytes per connection without a token. A refusal is answered at
+once and the connection closed, so the unread body is never received.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections import deque
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LimitsMiddleware", "error_bytes"]
+from starlette.concurrency import run_in_threadpool
+
+__all__ = ["LimitsMiddleware", "Refusal", "error_bytes"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -21,28 +30,49 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+# Bodies are held in pieces of about this size (see LimitsMiddleware.__call__).
+_PIECE = 1 << 20
+
 
 def error_bytes(code: str, message: str) -> bytes:
     """The JSON error envelope of the API."""
     return json.dumps({"error": {"code": code, "message": message}}).encode("utf-8")
 
 
-async def _send_error(send: Send, status: int, code: str, message: str) -> None:
+@dataclass(frozen=True)
+class Refusal:
+    """A request turned away before its body is read: the status and error envelope to answer."""
+
+    status: int
+    code: str
+    message: str
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+
+async def _send_error(send: Send, status: int, code: str, message: str,
+                      headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     body = error_bytes(code, message)
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode("ascii"))]})
+                            (b"content-length", str(len(body)).encode("ascii")), *headers]})
     await send({"type": "http.response.body", "body": body})
 
 
 class LimitsMiddleware:
-    """Refuse bodies over `limit_for(scope)` bytes with 413; answer 503 after `timeout_for(scope)` s."""
+    """Refuse bodies over `limit_for(scope)` bytes with 413; answer 503 after `timeout_for(scope)` s.
+
+    When `limit_for(scope)` is over `screen_above`, `screen(scope)` (blocking; run in the
+    threadpool) is asked first and a `Refusal` it returns is the answer, the body unread.
+    """
 
     def __init__(self, app: ASGIApp, *, limit_for: Callable[[Scope], int],
-                 timeout_for: Callable[[Scope], float]) -> None:
+                 timeout_for: Callable[[Scope], float],
+                 screen: Callable[[Scope], Refusal | None] | None = None, screen_above: int = 0) -> None:
         self.app = app
         self.limit_for = limit_for
         self.timeout_for = timeout_for
+        self.screen = screen
+        self.screen_above = screen_above
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -54,7 +84,20 @@ class LimitsMiddleware:
             await _send_error(send, 413, "invalid", f"request body of {declared} bytes is over the limit of "
                               f"{limit} bytes; send a smaller body")
             return
-        chunks: list[bytes] = []
+        if self.screen is not None and limit > self.screen_above:
+            refusal = await run_in_threadpool(self.screen, scope)
+            if refusal is not None:
+                # Connection: close makes the server drop the connection after the answer,
+                # so the body the client may still be sending is never received.
+                await _send_error(send, refusal.status, refusal.code, refusal.message,
+                                  (*refusal.headers, (b"connection", b"close")))
+                return
+        # The body is kept as pieces of at least _PIECE bytes (small messages merged, so a
+        # trickle of tiny ones costs no per-object overhead) and handed on piece by piece, each
+        # dropped here once handed: no joined copy is kept here beside the application's own
+        # (a body of one piece reaches Starlette's join as the very object, not copied).
+        chunks: deque[bytes] = deque()
+        pending = bytearray()
         size = 0
         more = scope["method"] not in {"GET", "HEAD", "DELETE", "OPTIONS"} or bool(declared)
         while more:
@@ -67,16 +110,25 @@ class LimitsMiddleware:
                 await _send_error(send, 413, "invalid", f"request body is over the limit of {limit} bytes; "
                                   "send a smaller body")
                 return
-            chunks.append(chunk)
+            if not pending and len(chunk) >= _PIECE:
+                chunks.append(chunk)
+            else:
+                pending += chunk
+                if len(pending) >= _PIECE:
+                    chunks.append(bytes(pending))
+                    pending.clear()
             more = message.get("more_body", False)
-        body = b"".join(chunks)
+        if pending:
+            chunks.append(bytes(pending))
+        del pending
         replayed = False
 
         async def replay() -> Message:
             nonlocal replayed
             if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
+                body = chunks.popleft() if chunks else b""
+                replayed = not chunks
+                return {"type": "http.request", "body": body, "more_body": not replayed}
             return await receive()  # after the body: wait for a disconnect, as servers do
 
         started = False
