@@ -13,27 +13,20 @@ import shutil
 import socket
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
+from tests.support.clock import Clock
 from tests.support.servers import ThreadServer
 from warden.bootstrap import App, bootstrap
 from warden.interfaces.http.limits import LimitsMiddleware, Refusal
 
 MAX_FILE_MB = 8
 UPLOAD = "/v1/workspaces/demo/files/content?path=up/big.bin"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture(scope="module")

@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from tests.support.clock import Clock
 from warden.bootstrap import App, bootstrap
 from warden.core.errors import Denied, InvalidInput
 from warden.core.zones import Zone
 from warden.services.auth import DENIED
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture(scope="module")
