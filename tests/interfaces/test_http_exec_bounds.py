@@ -49,13 +49,17 @@ def test_a_busy_bot_is_refused_others_are_served_and_output_is_capped(tmp_path: 
         def exec_as(token: str, cmd: list[str]) -> httpx.Response:
             return httpx.post(url, json={"cmd": cmd}, headers={"Authorization": f"Bearer {token}"}, timeout=60)
 
-        holder = threading.Thread(target=exec_as, args=(hog, ["sleep", "3"]))
+        marker = tmp_path / "home" / "workspaces" / "busy" / "started"
+        holder = threading.Thread(target=exec_as, args=(hog, ["sh", "-c", "touch started; sleep 8"]))
         holder.start()
-        time.sleep(1.0)  # the hog's first command is running
+        deadline = time.monotonic() + 60
+        while not marker.exists():  # the hog's first command is running (it holds its slot)
+            assert time.monotonic() < deadline, "the first command never started"
+            time.sleep(0.05)
         started = time.monotonic()
         second = exec_as(hog, ["true"])
         assert second.status_code == 503 and "max_execs_per_bot" in second.json()["error"]["message"]
-        assert time.monotonic() - started < 2, "refused at once, not queued"
+        assert time.monotonic() - started < 5, "refused at once, not queued behind the 8 s command"
         other = exec_as(calm, ["true"])
         assert other.status_code == 200 and other.json()["exit_code"] == 0
         holder.join()
