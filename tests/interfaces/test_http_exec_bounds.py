@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -85,3 +86,27 @@ def test_a_bot_holds_at_most_its_quota_of_workspaces(tmp_path: Path) -> None:
         names = {w["name"] for w in httpx.get(f"{server.url}/v1/workspaces",
                                               headers={"Authorization": f"Bearer {token}"}).json()}
         assert "h3" not in names
+
+
+def test_a_trickled_body_is_cut_off_at_the_request_timeout(tmp_path: Path) -> None:
+    import socket
+    from urllib.parse import urlsplit
+
+    environ = {**warden_environ(tmp_path / "home"), "WARDEN_API_REQUEST_TIMEOUT": "2s"}
+    _cli(environ, "init")
+    with ServeProcess(environ, tmp_path) as server:
+        parts = urlsplit(server.url)
+        with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+            sock.sendall(b"POST /v1/workspaces/x/exec HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{\"cmd\":")
+            started = time.monotonic()
+            answer = b""
+            while b"\r\n\r\n" not in answer:  # a byte every half second, never the whole body
+                sock.sendall(b" ")
+                sock.settimeout(0.5)
+                with contextlib.suppress(TimeoutError):
+                    answer += sock.recv(65536)
+                assert time.monotonic() - started < 20, "the trickle was never cut off"
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
+        assert b'"code":"timeout"' in answer.replace(b" ", b"")
+        assert httpx.get(f"{server.url}/v1/health", timeout=10).status_code == 200

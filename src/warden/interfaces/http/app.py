@@ -172,5 +172,5 @@ def create_app(app: App) -> FastAPI:
     # Added last, so outermost: limits and timeouts apply to the fast path too.
     api.add_middleware(FastReads, app=app, services=services)
     api.add_middleware(LimitsMiddleware, limit_for=limit_for, timeout_for=timeout_for,
-                       screen=upload_screen(app), screen_above=max_json)
+                       screen=upload_screen(app), screen_above=max_json, body_timeout=request_timeout)
     return api

@@ -31,6 +31,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Bodies are held in pieces of about this size (see LimitsMiddleware.__call__).
+_MIN_RATE = 256 * 1024  # bytes a second a body must keep up after the first timeout's worth
 _PIECE = 1 << 20
 
 
@@ -63,16 +64,20 @@ class LimitsMiddleware:
 
     When `limit_for(scope)` is over `screen_above`, `screen(scope)` (blocking; run in the
     threadpool) is asked first and a `Refusal` it returns is the answer, the body unread.
+    A body must arrive within `body_timeout` s (by default the request's own timeout), plus a
+    second for every _MIN_RATE bytes received; else 408 and the connection is closed.
     """
 
     def __init__(self, app: ASGIApp, *, limit_for: Callable[[Scope], int],
                  timeout_for: Callable[[Scope], float],
-                 screen: Callable[[Scope], Refusal | None] | None = None, screen_above: int = 0) -> None:
+                 screen: Callable[[Scope], Refusal | None] | None = None, screen_above: int = 0,
+                 body_timeout: float | None = None) -> None:
         self.app = app
         self.limit_for = limit_for
         self.timeout_for = timeout_for
         self.screen = screen
         self.screen_above = screen_above
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -100,12 +105,26 @@ class LimitsMiddleware:
         pending = bytearray()
         size = 0
         more = scope["method"] not in {"GET", "HEAD", "DELETE", "OPTIONS"} or bool(declared)
+        timeout = self.timeout_for(scope)
+        # The body must arrive in time too: a client trickling a byte at a time would otherwise
+        # hold a connection and its buffer for as long as it likes (an exec's processing time is
+        # long, its body's is not). Each _MIN_RATE bytes received earn a second more, so a big
+        # upload on a slow link still fits.
+        deadline = asyncio.get_running_loop().time() + (self.body_timeout or timeout)
         while more:
-            message = await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                await _send_error(send, 408, "timeout", f"the request body did not arrive in time ({size} bytes "
+                                  "so far); send it faster, or raise api.request_timeout",
+                                  ((b"connection", b"close"),))
+                return
             if message["type"] == "http.disconnect":
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
+            deadline += len(chunk) / _MIN_RATE
             if size > limit:
                 await _send_error(send, 413, "invalid", f"request body is over the limit of {limit} bytes; "
                                   "send a smaller body")
@@ -139,7 +158,6 @@ class LimitsMiddleware:
                 started = True
             await send(message)
 
-        timeout = self.timeout_for(scope)
         try:
             async with asyncio.timeout(timeout):  # no extra task per request, unlike wait_for
                 await self.app(scope, replay, watch)
