@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -37,18 +36,15 @@ def test_workspaces_outside_the_home_are_guarded_too() -> None:
 
 
 @pytest.fixture
-def cli(tmp_path: Path) -> Cli:
-    home = tmp_path / "home"
-    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
-    client = Cli({**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home)})
+def cli(environ: dict[str, str]) -> Cli:
+    client = Cli(environ)
     assert client("create", "a1", "--json").code == 0
     return client
 
 
-def test_allowing_a_parent_of_the_home_is_refused_and_changes_nothing(cli: Cli, tmp_path: Path) -> None:
-    home = tmp_path / "home"
+def test_allowing_a_parent_of_the_home_is_refused_and_changes_nothing(cli: Cli, home: Path) -> None:
     before = (home / "sandbox_paths.json").read_bytes() if (home / "sandbox_paths.json").exists() else None
-    for path in ("/", str(tmp_path), str(home / "keys"), ""):
+    for path in ("/", str(home.parent), str(home / "keys"), ""):
         r = cli("sandbox", "add", path, "--json")
         assert r.code == 2, (path, r.stdout, r.stderr)
         assert r.json["error"]["code"] == "invalid"
@@ -56,8 +52,7 @@ def test_allowing_a_parent_of_the_home_is_refused_and_changes_nothing(cli: Cli, 
     assert before == after
 
 
-def test_a_hand_written_allow_of_root_never_mounts_the_keys(cli: Cli, tmp_path: Path) -> None:
-    home = tmp_path / "home"
+def test_a_hand_written_allow_of_root_never_mounts_the_keys(cli: Cli, home: Path) -> None:
     (home / "sandbox_paths.json").write_text(json.dumps({"allowed_paths": ["/"], "denied_paths": []}))
     r = cli("run", "a1", "--", "sh", "-c", f"cat {home}/keys/master.key >/dev/null 2>&1 && echo LEAK || echo hidden")
     assert r.code == 0, r.stderr
@@ -66,12 +61,12 @@ def test_a_hand_written_allow_of_root_never_mounts_the_keys(cli: Cli, tmp_path: 
 
 
 @pytest.mark.parametrize("denied", ["/", "workspaces", "workspaces/a1"])
-def test_a_deny_on_the_workspace_or_above_refuses_the_run(cli: Cli, tmp_path: Path, denied: str) -> None:
-    target = denied if denied.startswith("/") else str(tmp_path / "home" / denied)
+def test_a_deny_on_the_workspace_or_above_refuses_the_run(cli: Cli, home: Path, denied: str) -> None:
+    target = denied if denied.startswith("/") else str(home / denied)
     assert cli("sandbox", "remove", target).code == 0
     r = cli("run", "a1", "--json", "--", "sh", "-c", "echo w > t.txt")
     assert r.code == 126, (r.stdout, r.stderr)
     assert r.json["error"]["code"] == "denied" and "denied path" in r.json["error"]["message"]
-    assert not (tmp_path / "home" / "workspaces" / "a1" / "t.txt").exists()
-    assert cli("sandbox", "check", str(tmp_path / "home" / "workspaces" / "a1" / "t.txt"),
+    assert not (home / "workspaces" / "a1" / "t.txt").exists()
+    assert cli("sandbox", "check", str(home / "workspaces" / "a1" / "t.txt"),
                "--op", "write").code == 3

@@ -3,7 +3,6 @@ subprocess (its output captured), both on 127.0.0.1 with an ephemeral port."""
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
@@ -102,6 +101,7 @@ class ServeProcess:
 
 
 def warden_environ(home: Path) -> dict[str, str]:
-    """A minimal environment for a Warden process on `home`."""
-    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "LC_ALL", "TZ", "TMPDIR"}}
-    return {**keep, "HOME": str(home.parent), "WARDEN_HOME": str(home)}
+    """A minimal environment for a Warden process on `home` (the one CLI calls in tests get)."""
+    from tests.conftest import isolated_environ
+
+    return isolated_environ(home)

@@ -70,25 +70,23 @@ class RunService:
 
     def _path_policy(self, record: WorkspaceRecord, session: str | None) -> dict[str, Any]:
         """Zones, allowed and denied paths from the path policy (services/sandbox_paths)."""
-        try:
-            from warden.services.sandbox_paths import effective_path_policy
-        except ImportError:  # the path policy feature is not installed in this build
-            return {"ro_zones": [], "binds": [], "denied": [], "protected": [], "skipped": [],
-                    "covering_deny": []}
+        from warden.core.paths import is_inside
+        from warden.services.sandbox_paths import effective_path_policy
+
         eff = effective_path_policy(self._app, record, session)
-        blocked = tuple(getattr(eff, "system_blocked", ()))
-
-        def inside(path: str, roots: Sequence[str]) -> bool:
-            return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
-
-        binds = [Bind(path, mode) for path, mode in eff.allowed if not inside(path, blocked)]
-        # An allowed path that would show Warden's own state (a hand-edited `/`, say) is never
-        # mounted; `sandbox add` refuses such paths in the first place.
-        exposure = self._app.sandbox_paths.exposure
-        skipped = [f"{b.path} ({why})" for b in binds if (why := exposure(b.path))]
-        binds = [b for b in binds if not exposure(b.path)]
-        ws = eff.workspace
-        covering = [d for d in eff.denied if ws == d or ws.startswith(d.rstrip("/") + "/")]
+        binds: list[Bind] = []
+        skipped: list[str] = []
+        for path, mode in eff.allowed:
+            if any(is_inside(path, root) for root in eff.system_blocked):
+                continue
+            # An allowed path that would show Warden's own state (a hand-edited `/`, say) is never
+            # mounted; `sandbox add` refuses such paths in the first place.
+            why = self._app.sandbox_paths.exposure(path)
+            if why is None:
+                binds.append(Bind(path, mode))
+            else:
+                skipped.append(f"{path} ({why})")
+        covering = [d for d in eff.denied if is_inside(eff.workspace, d)]
         return {"ro_zones": [z.host_path for z in eff.zones if z.mode == "ro"], "binds": binds,
                 "denied": list(eff.denied), "protected": list(eff.readonly), "skipped": skipped,
                 "covering_deny": covering}

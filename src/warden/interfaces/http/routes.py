@@ -101,7 +101,10 @@ def _create_workspace(app: App, request: WorkspaceRequest, actor: str) -> Worksp
 
 def router(app: App) -> APIRouter:
     """The routes, bound to one App."""
+    from warden.interfaces.http.running import ExecSlots, run_in_workspace
+
     api = APIRouter(responses=ERROR_RESPONSES)
+    exec_slots = ExecSlots.from_settings(app)  # one bound for all of this server's execs
 
     @api.get("/v1/health", response_model=Health, tags=["meta"])
     async def health() -> Health:
@@ -211,12 +214,10 @@ def router(app: App) -> APIRouter:
     def exec_command(name: WorkspaceName, body: ExecRequest, token: Token) -> RunResultBody:
         """Run a command in the workspace's sandbox (needs `execute`); secrets the grant names are
         added to its environment."""
-        from warden.interfaces.http.running import run_in_workspace
-
         with Call(app, "exec", name) as call:
             principal = call.authenticate(token_of(token))
             record = call.authorize(name, "execute", whole_workspace=True)
-            result = run_in_workspace(app, call, principal, record, body)
+            result = run_in_workspace(app, call, principal, record, body, exec_slots)
             return RunResultBody(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr,
                                  duration_s=round(result.duration_s, 6), timed_out=result.timed_out,
                                  signal=result.signal)

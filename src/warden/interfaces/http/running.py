@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import threading
-import weakref
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,6 +48,10 @@ class ExecSlots:
     A request over the bound is refused at once (503) rather than queued, so nothing piles up.
     """
 
+    @classmethod
+    def from_settings(cls, app: App) -> ExecSlots:
+        return cls(app.settings.get_int("api.max_execs"), app.settings.get_int("api.max_execs_per_bot"))
+
     def __init__(self, total: int, per_bot: int) -> None:
         self.total = total
         self.per_bot = per_bot
@@ -61,7 +64,7 @@ class ExecSlots:
             if self._running[bot] >= self.per_bot:
                 raise Unavailable(f"this bot already runs {self.per_bot} commands at once "
                                   "(api.max_execs_per_bot); retry when one ends", rule="api.max_execs_per_bot")
-            if sum(self._running.values()) >= self.total:
+            if self._running.total() >= self.total:
                 raise Unavailable(f"the server already runs {self.total} commands at once (api.max_execs); "
                                   "retry when one ends", rule="api.max_execs")
             self._running[bot] += 1
@@ -74,22 +77,8 @@ class ExecSlots:
                     del self._running[bot]
 
 
-_SLOTS: weakref.WeakKeyDictionary[App, ExecSlots] = weakref.WeakKeyDictionary()
-_SLOTS_LOCK = threading.Lock()
-
-
-def exec_slots(app: App) -> ExecSlots:
-    """The server's exec bounds, from its settings (one set per App)."""
-    with _SLOTS_LOCK:
-        slots = _SLOTS.get(app)
-        if slots is None:
-            slots = ExecSlots(app.settings.get_int("api.max_execs"), app.settings.get_int("api.max_execs_per_bot"))
-            _SLOTS[app] = slots
-        return slots
-
-
 def run_in_workspace(app: App, call: Call, principal: Principal, record: WorkspaceRecord,
-                     body: ExecRequest) -> RunResult:
+                     body: ExecRequest, slots: ExecSlots) -> RunResult:
     """Run `body.cmd` in the workspace's sandbox; secrets override same-named request variables."""
     _check_request(app, body)
     injection = app.secrets.environment(app.auth.secret_names(principal))
@@ -97,12 +86,8 @@ def run_in_workspace(app: App, call: Call, principal: Principal, record: Workspa
     # Names only: values (the bot's and the secrets) never reach the audit log.
     call.note(program=body.cmd[0], argc=len(body.cmd), env_names=sorted(body.env),
               secret_names=sorted(injection.env), missing_secrets=list(injection.missing))
-    runs = getattr(app, "runs", None)
-    if runs is None:
-        raise Unavailable("running commands is not available on this server (the sandbox runner is "
-                          "missing); update Warden")
-    with exec_slots(app).take(principal.bot or principal.actor):
-        result: RunResult = runs.run(record.name, list(body.cmd), timeout=body.timeout, env=env,
+    with slots.take(principal.bot or principal.actor):
+        result: RunResult = app.runs.run(record.name, list(body.cmd), timeout=body.timeout, env=env,
                                      stdin=body.stdin.encode("utf-8") if body.stdin is not None else None,
                                      actor=call.actor, max_output=app.settings.get_size("api.max_output"))
     call.note(exit_code=result.exit_code, timed_out=result.timed_out)
