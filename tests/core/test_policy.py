@@ -153,9 +153,9 @@ def test_protected_workspace_files_are_never_written(path: str) -> None:
 
 def test_deleting_a_parent_of_a_protected_file_or_the_root_is_denied() -> None:
     p = policy()
-    assert p.decide("/.git", "delete").rule == "deny: protected workspace file /.git/hooks"
+    assert p.decide("/.git", "delete").rule == "deny: protected workspace file /.git"
     assert p.decide("/", "delete").rule == "deny: the workspace root itself cannot be written or deleted"
-    assert p.decide("/.git/objects", "delete").allowed
+    assert not p.decide("/.git/objects", "delete").allowed  # all of .git is the person's
     assert p.decide("/.warden-evil", "write").allowed  # a sibling by prefix is not protected
 
 

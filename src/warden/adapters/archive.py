@@ -29,7 +29,9 @@ from typing import IO, Any
 
 from warden.adapters.envs.fdtree import DirHandle, open_tree
 from warden.core.errors import InvalidInput, TooLarge
+from warden.core.gitcontrol import is_git_name
 from warden.core.policy import PROTECTED_WORKSPACE_PATHS
+from warden.core.quota import file_charge
 
 __all__ = ["BlobLimits", "pack_tree", "tree_size", "unpack_blob", "unpack_tree"]
 
@@ -52,6 +54,9 @@ class BlobLimits:
     allow_links_out: bool = False
     # ...and Warden's own workspace files (.warden/, .workspace.json); a bot's blob never may.
     allow_protected: bool = False
+    # What the workspace's disk quota leaves (workspace.max_disk, max_files): None, no quota.
+    disk_bytes: int | None = None
+    disk_files: int | None = None
 
 
 @dataclass
@@ -71,6 +76,7 @@ class _Writer:
         self.limits = limits
         self.bytes = 0
         self.files = 0
+        self.disk = 0  # whole blocks, as the disk quota counts them (core/quota.py)
         self.links: list[tuple[str, str]] = []
 
     def clean_name(self, raw: str) -> list[str]:
@@ -81,6 +87,10 @@ class _Writer:
         if any(p == ".." for p in parts):
             raise InvalidInput(f"blob entry {raw!r} climbs out with '..'; rebuild the archive without it")
         rel = "/" + "/".join(parts)
+        if not self.limits.allow_protected and any(is_git_name(p) for p in parts):
+            # A repository's control files make the person's git run programs they name.
+            raise InvalidInput(f"blob entry {raw!r} is git control data (.git); leave .git out of "
+                               "the archive (Warden keeps git files the person's)")
         if not self.limits.allow_protected and any(
                 rel == p or rel.startswith(p + "/") for p in PROTECTED_WORKSPACE_PATHS):
             # Warden's own metadata (.warden/ holds the workspace's path lists and zones) and
@@ -95,6 +105,17 @@ class _Writer:
         if self.files > self.limits.max_files:
             raise TooLarge(f"the blob holds more than {self.limits.max_files} files and folders; "
                            "raise workspace.blob_max_files or send a smaller project")
+        if self.limits.disk_files is not None and self.files > self.limits.disk_files:
+            raise TooLarge(f"the blob holds more files and folders than the workspace may "
+                           f"({self.limits.disk_files:,} left under workspace.max_files); raise it or "
+                           "send a smaller project", rule="workspace.max_files")
+
+    def _charge(self, size: int) -> None:
+        self.disk += file_charge(size)
+        if self.limits.disk_bytes is not None and self.disk > self.limits.disk_bytes:
+            raise TooLarge(f"the blob takes more disk than the workspace may ({_human(max(self.limits.disk_bytes, 0))} "
+                           "left under workspace.max_disk); raise it or send a smaller project",
+                           rule="workspace.max_disk")
 
     def _parent(self, tree: DirHandle, parts: list[str]) -> DirHandle:
         return tree.path(*parts[:-1]) if len(parts) > 1 else DirHandle(os.dup(tree.fd))
@@ -105,6 +126,7 @@ class _Writer:
             return
         self._count()
         if entry.kind == "dir":
+            self._charge(1)  # a folder takes a block
             tree.path(*parts).close()
             return
         if entry.kind == "symlink":
@@ -116,7 +138,11 @@ class _Writer:
                          0o600, dir_fd=parent.fd)
             try:
                 with entry.reader() as source:
+                    size = 0
                     while chunk := source.read(_CHUNK):
+                        self.disk -= file_charge(size)
+                        size += len(chunk)
+                        self._charge(size)
                         self.bytes += len(chunk)
                         if self.bytes > self.limits.max_bytes:
                             raise TooLarge(f"the blob unpacks to more than {_human(self.limits.max_bytes)}; "

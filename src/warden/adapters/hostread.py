@@ -1,50 +1,40 @@
-"""Reading files a bot controls, from the host side (health checks, repair).
+"""Reading files a bot controls, from the host side (health checks, repair, installs).
 
-A bot can turn any file of its workspace into a symlink, a FIFO or a device between two
-commands. Host-side code that reads such a file with plain `open()` follows the link out of the
-workspace, blocks forever on the FIFO, or reads `/dev/zero` until memory runs out. These
-helpers open with O_NOFOLLOW | O_NONBLOCK, accept only regular files, and read a bounded size.
+A bot can turn any file or folder of its workspace into a symlink, a FIFO or a device between
+two commands. Host-side code that reads such a file with plain `open()` follows the link out
+of the workspace, blocks forever on the FIFO, or reads `/dev/zero` until memory runs out. These
+helpers resolve the path beneath a held descriptor of the root with no link at any depth
+(adapters/safefs: openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), accept only regular files
+(opened O_NONBLOCK, checked by fstat) and read a bounded size. Writes go through
+`SafeRoot.write_bytes` (temp file, fsync, rename, no hard-linked target).
 """
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
+
+from warden.adapters.safefs import SafeRoot
+from warden.core.errors import WardenError
 
 __all__ = ["read_small", "regular_dirs"]
 
 
-def read_small(path: Path | str, limit: int = 1 << 20) -> bytes | None:
-    """The bytes of regular file `path` (at most `limit`), or None when it is anything else."""
+def read_small(root: Path | str, rel: str, limit: int = 1 << 20) -> bytes | None:
+    """The bytes of regular file `rel` beneath `root` (at most `limit`), or None when it is
+    missing, anything but a regular file, reached through a link, or larger."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError:
+        with SafeRoot.open(root, max_bytes=limit) as tree:
+            return tree.read_bytes(rel)
+    except WardenError:
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return None
-        chunks: list[bytes] = []
-        left = limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
-        return data if len(data) <= limit else None
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
-def regular_dirs(parent: Path | str, suffix: str) -> list[str]:
-    """Names of real directories (not links) in `parent` ending with `suffix`."""
+def regular_dirs(root: Path | str, rel: str, suffix: str) -> list[str]:
+    """Names of real directories (not links) ending with `suffix` in folder `rel` beneath `root`."""
     try:
-        with os.scandir(parent) as entries:
-            return [e.name for e in entries if e.name.endswith(suffix) and e.is_dir(follow_symlinks=False)]
-    except OSError:
+        with SafeRoot.open(root) as tree:
+            entries = tree.list(rel)
+    except WardenError:
         return []
+    return [e.name for e in entries if e.type == "dir" and e.name.endswith(suffix)]
+

@@ -213,6 +213,10 @@ class SafeRoot:
                 return self._walk(parts, _DIR_FLAGS, create_dirs=True)
         return self._open(parts, _DIR_FLAGS)
 
+    def open_dir(self, path: str) -> int:
+        """A descriptor of directory `path` beneath the root, no link followed (the caller closes it)."""
+        return self._dir(_parts(path))
+
     # -- reads -----------------------------------------------------------------------------
     def read_bytes(self, path: str) -> bytes:
         """The content of regular file `path`, at most `max_bytes`."""

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from warden.core.policy import PROTECTED_WORKSPACE_PATHS
+
 __all__ = [
     "DEFAULT_ETC",
     "PROC_MASKED_DIRS",
@@ -25,6 +27,7 @@ __all__ = [
     "SandboxSpec",
     "bwrap_argv",
     "bwrap_environ",
+    "bwrap_options",
     "is_loader_variable",
     "sandbox_path",
 ]
@@ -37,12 +40,8 @@ DEFAULT_ETC = (
     "/etc/alternatives", "/etc/localtime", "/etc/os-release",
 )
 # Files and folders of a workspace a command must not change, as workspace-relative names:
-# Warden's own metadata, git's code-running hooks and config, and shell start-up files.
-PROTECTED_NAMES = (
-    ".workspace.json", ".workspace_configured", ".warden", ".git/hooks", ".git/config",
-    ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc",
-    ".zshenv", ".zprofile", ".zlogin",
-)
+# the policy's one list (Warden's metadata, .git, shell start-up files).
+PROTECTED_NAMES = tuple(p.lstrip("/") for p in PROTECTED_WORKSPACE_PATHS)
 # Where the network proxy's Unix socket appears inside the sandbox.
 PROXY_SOCKET = "/run/warden/proxy.sock"
 # Kernel-wide knobs in the fresh /proc. When Warden runs as root, the sandbox's uid 0 is the
@@ -144,12 +143,21 @@ def sandbox_path(workspace: str) -> str:
 
 def bwrap_argv(spec: SandboxSpec, bwrap: str = "bwrap") -> list[str]:
     """The full argv: bwrap, its options, `--`, then the command."""
+    return [bwrap, *bwrap_options(spec), "--", *spec.command]
+
+
+def bwrap_options(spec: SandboxSpec) -> list[str]:
+    """bwrap's options for `spec`, without the command.
+
+    The runner hands these to bwrap through `--args FD` rather than on its command line: a
+    process's argv is world-readable in /proc/PID/cmdline, on the host and (bwrap's init is pid
+    1 there) inside the sandbox, and these name host paths and carry `--setenv` values.
+    """
     if not spec.command:
         raise ValueError("empty command")
     if not spec.workspace.startswith("/"):
         raise ValueError("workspace must be an absolute path")
-    argv = [bwrap,
-            # As root, --unshare-all alone keeps the host user namespace: ask for one.
+    argv = [# As root, --unshare-all alone keeps the host user namespace: ask for one.
             "--unshare-all", "--unshare-user"]
     if spec.disable_userns:
         argv.append("--disable-userns")
@@ -212,5 +220,4 @@ def bwrap_argv(spec: SandboxSpec, bwrap: str = "bwrap") -> list[str]:
     for name, value in spec.env.items():
         if is_loader_variable(name):
             argv += ["--setenv", name, value]
-    argv += ["--", *spec.command]
     return argv

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from warden.core.errors import InvalidInput
+from warden.core.gitcontrol import touches_git_control
 from warden.core.path_lists import LEVELS, Level, PathRule, PathRules, parse_paths_doc, with_allowed, with_denied
 from warden.core.paths import is_inside, normalize
 from warden.core.zones import ApprovalKind, Mode, Zone
@@ -53,13 +54,17 @@ UNIX_PROTECTED: tuple[str, ...] = ("/etc", "/sys", "/proc", "/boot", "/bin", "/s
 WINDOWS_PROTECTED: tuple[str, ...] = ("C:\\Windows", "C:\\Program Files", "C:\\Program Files (x86)",
                                       "C:\\ProgramData", "C:\\Users\\All Users")
 
-# Workspace files a bot must never change through Warden: its metadata, its policy files
-# (.warden/ holds sandbox.json and zones.yaml: writing them would grant itself access), and
-# files that run code outside the sandbox later (git hooks and config, shell start-up files).
+# Workspace files a bot must never change, through Warden or inside a run (the sandbox re-binds
+# them read-only; this is the one list): its metadata, its policy files (.warden/ holds
+# sandbox.json and zones.yaml: writing them would grant itself access), and files that run code
+# outside the sandbox later: the whole of .git (config, hooks, commondir, info, worktrees: see
+# core/gitcontrol; a `.git` at any depth is refused too) and every bash/zsh/sh start-up file.
 PROTECTED_WORKSPACE_PATHS: tuple[str, ...] = (
-    "/.warden", "/.workspace.json", "/.workspace_configured", "/.git/hooks", "/.git/config",
-    "/.bashrc", "/.bash_profile", "/.bash_login", "/.profile", "/.zshrc", "/.zprofile",
+    "/.warden", "/.workspace.json", "/.workspace_configured", "/.git",
+    "/.bashrc", "/.bash_profile", "/.bash_login", "/.bash_logout", "/.profile",
+    "/.zshrc", "/.zshenv", "/.zprofile", "/.zlogin", "/.zlogout",
 )
+
 
 
 @dataclass(frozen=True)
@@ -212,6 +217,8 @@ class WorkspacePolicy:
             for part in chain:
                 if part in protected:
                     return protected[part]
+            if touches_git_control(path):
+                return _GIT_CONTROL
             if op == "delete" and path in self._protected_parents:
                 return self._protected_parents[path]
         zone: Zone | None = None
@@ -249,6 +256,7 @@ class WorkspacePolicy:
 
 
 _OWNER = Decision(True, "allow: workspace owner (rw)")
+_GIT_CONTROL = Decision(False, "deny: git control files are the person's (.git at any depth)")
 _GRANTED_ROOT = Decision(True, "allow: workspace root (granted zones only)")
 _ROOT_WRITE = Decision(False, "deny: the workspace root itself cannot be written or deleted")
 

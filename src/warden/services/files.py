@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from warden.adapters.safefs import Entry, SafeRoot
 from warden.core.errors import Conflict, Denied, TooLarge, WardenError
@@ -24,6 +24,10 @@ from warden.core.workspaces import WorkspaceRecord
 from warden.core.zones import Zone
 from warden.services.audit import AuditLog
 from warden.services.sandbox_paths import SandboxPaths
+
+if TYPE_CHECKING:
+    from warden.core.quota import Usage
+    from warden.services.quota import QuotaService
 
 __all__ = ["ApprovalRequest", "Approver", "FileService", "approve_local_user"]
 
@@ -59,7 +63,8 @@ class FileService:
 
     def __init__(self, record: WorkspaceRecord, *, paths: SandboxPaths, audit: AuditLog, max_bytes: int,
                  actor: str = "user", approver: Approver | None = None, session: str | None = None,
-                 scope: Mapping[str, Zone] | None = None, use_openat2: bool | None = None) -> None:
+                 scope: Mapping[str, Zone] | None = None, use_openat2: bool | None = None,
+                 quota: QuotaService | None = None) -> None:
         self.record = record
         self._paths = paths
         self._audit = audit
@@ -71,6 +76,8 @@ class FileService:
         self._use_openat2 = use_openat2
         self._policy: WorkspacePolicy | None = None
         self._stamp: object = None
+        self.quota = quota
+        self._usage: Usage | None = None  # one walk per service (per request), kept up to date
 
     # -- plumbing --------------------------------------------------------------------------
     def policy(self) -> WorkspacePolicy:
@@ -107,6 +114,8 @@ class FileService:
                 decision = self._ask(op, rel, decision)
             with SafeRoot.open(self.record.path, max_bytes=self.max_bytes, use_openat2=self._use_openat2) as root:
                 result = work(root, rel)
+            if op in ("write", "mkdir"):
+                self._defuse_git(rel, op)
         except WardenError as exc:
             if exc.rule and (decision is None or decision.allowed):
                 # The file layer refused (a link, a FIFO, a hard link): that is the deciding rule.
@@ -116,6 +125,19 @@ class FileService:
             raise
         self._audit_event(op, rel, decision, "ok", detail(result) if detail else None)
         return result
+
+    def _defuse_git(self, rel: str, op: str) -> None:
+        """A write can complete a folder that git would take for a repository (HEAD and refs):
+        the folders along the path are checked, and such a folder's HEAD set aside."""
+        from warden.adapters.gitguard import GitGuard
+
+        parts = segments(rel)
+        folders = ["/".join(parts[:i]) for i in range(len(parts) + (op == "mkdir"))]
+        moved = GitGuard(self.record.path).defuse(folders).quarantined
+        if moved:
+            self._audit.record(actor=self.actor, action="git.quarantine", target=self.record.name,
+                               decision="deny", rule="git.control_files", result="moved",
+                               detail={"moved": list(moved)})
 
     def _ask(self, op: str, rel: str, decision: Decision) -> Decision:
         request = ApprovalRequest(self.actor, self.record.name, op, rel, decision.zone, decision.rule)
@@ -162,7 +184,39 @@ class FileService:
             self._audit_event("write", path, Decision(False, rule), "invalid", {"size": len(data)})
             raise TooLarge(f"{len(data)} bytes is over the limit of {self.max_bytes} bytes "
                            "(sandbox.max_file_size_mb); write a smaller file or raise the limit", rule=rule)
-        return self._do("write", path, lambda root, rel: root.write_bytes(rel, data), lambda n: {"size": n})
+
+        def work(root: SafeRoot, rel: str) -> int:
+            growth = self._check_quota(root, rel, len(data))
+            size = root.write_bytes(rel, data)
+            self._grew(growth)
+            return size
+
+        return self._do("write", path, work, lambda n: {"size": n})
+
+    def _check_quota(self, root: SafeRoot, rel: str, size: int | None) -> tuple[int, int]:
+        """(bytes, files) writing `size` bytes to `rel` (None: making folder `rel`) adds; TooLarge
+        when that passes the workspace's quota, Unavailable when the home's disk is nearly full."""
+        if self.quota is None:
+            return 0, 0
+        from warden.core.quota import file_charge
+
+        self.quota.check_free()
+        try:
+            old: Entry | None = root.stat(rel)
+        except WardenError:  # missing (or unusable: the write itself then says why)
+            old = None
+        add_files = 0 if old is not None else 1
+        add_bytes = (0 if size is None else file_charge(size)) - (
+            file_charge(old.size) if old is not None and old.type == "file" else 0)
+        if self._usage is None:
+            self._usage = self.quota.usage(self.record.path)
+        what = f"writing {size} bytes to {rel}" if size is not None else f"making folder {rel}"
+        self.quota.check_write(self.record.name, self._usage, add_bytes, add_files, what)
+        return add_bytes, add_files
+
+    def _grew(self, growth: tuple[int, int]) -> None:
+        if self._usage is not None:
+            self._usage = self._usage.plus(*growth)
 
     def write_text(self, path: str, text: str, encoding: str = "utf-8") -> int:
         """Replace a file with `text`."""
@@ -170,7 +224,13 @@ class FileService:
 
     def mkdir(self, path: str) -> bool:
         """Create a directory and its missing parents; False when it was already there."""
-        return self._do("mkdir", path, lambda root, rel: root.mkdir(rel), lambda made: {"created": made})
+        def work(root: SafeRoot, rel: str) -> bool:
+            growth = self._check_quota(root, rel, None)
+            made = root.mkdir(rel)
+            self._grew(growth)
+            return made
+
+        return self._do("mkdir", path, work, lambda made: {"created": made})
 
     def delete(self, path: str, *, recursive: bool = False) -> str:
         """Remove a file, a link or a directory (non-empty ones only with `recursive`); returns its type."""

@@ -43,18 +43,19 @@ def requirement_names(requirements: Iterable[str]) -> list[str]:
     return names
 
 
-def installed_distributions(paths: list[str]) -> set[str]:
-    """Normalized names of distributions whose metadata lies in `paths` (nothing is imported).
+def installed_distributions(sites: list[tuple[str, str]]) -> set[str]:
+    """Normalized names of distributions whose metadata lies in `sites`, (root, folder beneath
+    it) pairs (nothing is imported).
 
-    The metadata is the bot's to shape, so it is read without following links or blocking
-    (adapters/hostread), not through importlib.metadata.
+    The metadata is the bot's to shape, so it is read beneath its root without following links
+    or blocking (adapters/hostread), not through importlib.metadata.
     """
     from warden.adapters.hostread import read_small, regular_dirs
 
     found = set()
-    for site in paths:
-        for folder in regular_dirs(site, ".dist-info"):
-            data = read_small(os.path.join(site, folder, "METADATA"), 1 << 20)
+    for root, site in sites:
+        for folder in regular_dirs(root, site, ".dist-info"):
+            data = read_small(root, f"{site}/{folder}/METADATA", 1 << 20)
             for line in (data or b"").decode("utf-8", "replace").splitlines():
                 if not line.strip():
                     break  # the headers end at the first blank line
@@ -128,10 +129,19 @@ class HealthService:
             if not report["python_venv"]:
                 issues.append("Python venv missing or damaged")
             else:
-                layer_site = read_layer_site(venv)
-                sites = [str(p) for p in venv.glob("lib/python3.*/site-packages") if not p.is_symlink()]
+                layer_site = read_layer_site(path)
+                from warden.adapters.hostread import regular_dirs
+
+                sites = [(str(path), f".venv/lib/{lib}/site-packages")
+                         for lib in regular_dirs(path, ".venv/lib", "") if lib.startswith("python3.")]
+                if layer_site and not any(layer_site.startswith(p.rstrip("/") + "/")
+                                          for p in _strings(record.meta.get("ro_paths"))):
+                    # The .pth is the bot's to write: a folder that is not one of the workspace's
+                    # layers is never read on its word.
+                    issues.append("the venv names a folder that is not its layer")
+                    layer_site = None
                 if layer_site:
-                    sites.append(layer_site)
+                    sites.append((layer_site, ""))
                     if not os.path.isdir(layer_site):
                         issues.append("the venv names a layer that is gone")
                 elif any(i.startswith("py") for i in layer_ids(record)):
@@ -164,7 +174,7 @@ class HealthService:
     def _pyproject_deps(path: Path) -> list[str]:
         from warden.adapters.hostread import read_small
 
-        raw = read_small(path / "pyproject.toml")
+        raw = read_small(path, "pyproject.toml")
         if raw is None:
             return []
         try:
@@ -178,7 +188,7 @@ class HealthService:
     def _package_deps(path: Path) -> list[str]:
         from warden.adapters.hostread import read_small
 
-        raw = read_small(path / "package.json")
+        raw = read_small(path, "package.json")
         if raw is None:
             return []
         try:
@@ -254,3 +264,7 @@ class HealthService:
         python = str(record.meta["python"]).rsplit(".", 1)[0] if record.meta.get("python") else None
         node = str(record.meta["node"]).split(".")[0] if record.meta.get("node") else None
         return self._layers.resolve(ref, python=python, node=node)
+
+
+def _strings(value: object) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list | tuple) else []

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from warden.core.errors import Conflict, InvalidInput, Unavailable
+from warden.adapters.safefs import SafeRoot
+from warden.core.errors import Conflict, InvalidInput, NotFound, TooLarge, Unavailable, WardenError
 from warden.core.templates import requirement_problem
 from warden.core.workspaces import WorkspaceRecord
 
@@ -60,11 +61,28 @@ def check_packages(packages: Sequence[str], *, node: bool) -> list[str]:
     return checked
 
 
-def record_python(pyproject: Path, requirements: Sequence[str]) -> bool:
-    """Add (or replace, by name) `requirements` in [project].dependencies, keeping comments."""
+# Manifests Warden edits for the person are bot-written files: read and written by descriptor
+# beneath the workspace (no link, FIFO or device followed, size-capped), never by a path the bot
+# could swap between a check and the open.
+MANIFEST_MAX = 1 << 20
+
+
+def _read_manifest(root: SafeRoot, name: str) -> str:
+    """The text of workspace manifest `name`, "" when it does not exist."""
+    try:
+        return root.read_text(name)
+    except NotFound:
+        return ""
+    except TooLarge:
+        raise InvalidInput(f"{name} is over {MANIFEST_MAX} bytes; Warden does not edit it (use "
+                           "--no-persist, or record the package yourself)") from None
+
+
+def record_python(root: SafeRoot, requirements: Sequence[str]) -> bool:
+    """Add (or replace, by name) `requirements` in pyproject.toml's [project].dependencies, keeping comments."""
     import tomlkit
 
-    text = pyproject.read_text() if pyproject.is_file() and not pyproject.is_symlink() else ""
+    text = _read_manifest(root, "pyproject.toml")
     doc = tomlkit.parse(text) if text else tomlkit.document()
     project = doc.get("project")
     if project is None:
@@ -89,15 +107,20 @@ def record_python(pyproject: Path, requirements: Sequence[str]) -> bool:
             deps.append(req)
             changed = True
     if changed:
-        _write(pyproject, tomlkit.dumps(doc))
+        root.write_text("pyproject.toml", tomlkit.dumps(doc))
     return changed
 
 
-def record_node(package_json: Path, specs: Sequence[str], installed: dict[str, str]) -> bool:
+def record_node(root: SafeRoot, specs: Sequence[str], installed: dict[str, str]) -> bool:
     """Add `specs` to package.json's dependencies (order and other keys kept)."""
-    text = package_json.read_text() if package_json.is_file() and not package_json.is_symlink() else "{}"
-    data = json.loads(text or "{}")
-    deps = data.setdefault("dependencies", {})
+    try:
+        data = json.loads(_read_manifest(root, "package.json") or "{}")
+    except ValueError:
+        raise InvalidInput("package.json is not valid JSON; fix it or use --no-persist") from None
+    deps = data.setdefault("dependencies", {}) if isinstance(data, dict) else None
+    if not isinstance(deps, dict):
+        raise InvalidInput("package.json has no dependencies object Warden can add to; fix it or "
+                           "use --no-persist")
     changed = False
     for spec in specs:
         if spec.startswith("file:"):
@@ -110,7 +133,7 @@ def record_node(package_json: Path, specs: Sequence[str], installed: dict[str, s
             deps[name] = value
             changed = True
     if changed:
-        _write(package_json, json.dumps(data, indent=2) + "\n")
+        root.write_text("package.json", json.dumps(data, indent=2) + "\n")
     return changed
 
 
@@ -123,13 +146,6 @@ def _tarball_name(path: str) -> str:
         if member is None:
             raise InvalidInput(f"{path} is not an npm package tarball")
         return str(json.loads(member.read())["name"])
-
-
-def _write(path: Path, text: str) -> None:
-    from warden.adapters.envs.fdtree import open_tree
-
-    with open_tree(path.parent) as folder:
-        folder.write(path.name, text)
 
 
 class InstallService:
@@ -152,7 +168,13 @@ class InstallService:
         record = self._app.workspaces.get(name)
         if record.status not in ("ready", "broken"):
             raise Conflict(f"workspace {name!r} is {record.status}; `warden resume {name}` it first")
-        result = self.install_record(record, checked, node=node, persist=persist)
+        self._app.quota.check_room(name, record.path)  # a full workspace: TooLarge before anything runs
+        try:
+            result = self.install_record(record, checked, node=node, persist=persist)
+        except TooLarge as exc:  # stopped by the disk quota (or a manifest over its size)
+            self._app.audit.record(actor=actor, action="workspace.install", target=name, result=exc.code,
+                                   rule=exc.rule or "", detail={"packages": checked, "node": node})
+            raise
         self._app.audit.record(actor=actor, action="workspace.install", target=name,
                                result="ok" if result["ok"] else f"exit {result['exit_code']}",
                                detail={"packages": checked, "node": node, "persist": persist,
@@ -206,12 +228,12 @@ class InstallService:
                                   "exit_code": outcome["exit_code"], "recorded_in": None,
                                   "error": _tail(outcome["stderr"] or outcome["stdout"]) if not ok else None}
         if ok and persist:
-            if node:
-                installed = _installed_versions(path / "node_modules", packages)
-                if record_node(path / "package.json", packages, installed):
-                    result["recorded_in"] = "package.json"
-            elif record_python(path / "pyproject.toml", packages):
-                result["recorded_in"] = "pyproject.toml"
+            with SafeRoot.open(path, max_bytes=MANIFEST_MAX) as root:
+                if node:
+                    if record_node(root, packages, _installed_versions(root, packages)):
+                        result["recorded_in"] = "package.json"
+                elif record_python(root, packages):
+                    result["recorded_in"] = "pyproject.toml"
         return result
 
     def _run(self, record: WorkspaceRecord, argv: list[str], env: dict[str, str], ro_paths: list[str],
@@ -222,6 +244,9 @@ class InstallService:
             result = self._app.runs.run(record.name, argv, env=env, ro_paths=ro, timeout=1800,
                                         net="allow" if domains else "none", allow_domains=domains,
                                         actor="warden-install")
+            if result.stopped_by is not None:  # the run's stderr ends with the quota's note
+                note = result.stderr.rstrip().rsplit("\n", 1)[-1].removeprefix("warden: stopped: ")
+                raise TooLarge(f"the install was stopped: {note}", rule=result.stopped_by)
             return {"exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr}
         # Repairing a broken workspace: the runs service only runs in ready ones.
         from warden.adapters.sandbox.tools import run_tool
@@ -243,15 +268,17 @@ def _tail(text: str) -> str:
     return " | ".join(lines[-4:]) or "no output"
 
 
-def _installed_versions(modules: Path, specs: Sequence[str]) -> dict[str, str]:
+def _installed_versions(root: SafeRoot, specs: Sequence[str]) -> dict[str, str]:
+    """Versions npm installed, read from node_modules/NAME/package.json (bot-writable files too)."""
     versions = {}
     for spec in specs:
         if spec.startswith("file:"):
             continue
         name = ("@" + spec[1:].partition("@")[0]) if spec.startswith("@") else spec.partition("@")[0]
         try:
-            data = json.loads((modules / name / "package.json").read_text())
-            versions[name] = str(data.get("version"))
-        except (OSError, ValueError):
+            data = json.loads(root.read_text(f"node_modules/{name}/package.json"))
+        except (WardenError, ValueError):
             continue
+        if isinstance(data, dict) and isinstance(data.get("version"), str):
+            versions[name] = data["version"]
     return versions

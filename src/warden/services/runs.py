@@ -80,7 +80,8 @@ class RunService:
             if any(is_inside(path, root) for root in eff.system_blocked):
                 continue
             # An allowed path that would show Warden's own state (a hand-edited `/`, say) is never
-            # mounted; `sandbox add` refuses such paths in the first place.
+            # mounted; `sandbox add` refuses such paths in the first place. This is the check by
+            # name; the one by inode is made when the path is opened for the mount.
             why = self._app.sandbox_paths.exposure(path)
             if why is None:
                 binds.append(Bind(path, mode))
@@ -123,7 +124,7 @@ class RunService:
 
             decision = check_command(argv, self._app.settings.get_list("sandbox.allowed_commands"),
                                      trusted_dirs=[*_SYSTEM_BINS, f"{ws}/.venv/bin", f"{ws}/node_modules/.bin"],
-                                     cwd=ws)
+                                     cwd=ws, env=env or {})
             if not decision.allowed:
                 self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
                                        rule=decision.rule, result="refused", detail=audit_base)
@@ -138,63 +139,110 @@ class RunService:
             self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
                                    rule="paths.denied", result="refused", detail=audit_base)
             raise _refused(exc)
-        notice = on_notice or on_stderr
-        for line in paths["skipped"]:
-            if notice is not None:
-                notice(f"warden: not mounting the allowed path {line}\n".encode())
-        if paths["skipped"]:
-            audit_base["skipped_paths"] = paths["skipped"]
-        layers = [*ro_paths, *self._layer_paths(record)]
-        try:
-            spec = build_spec(ws, argv, caller_env=self._app.environ, env=dict(env or {}),
-                              ro_paths=layers, extra_binds=paths["binds"], ro_zones=paths["ro_zones"],
-                              denied=paths["denied"], protected=paths["protected"],
-                              network=policy is not None,
-                              tmp_size=limits.memory)
-        except Denied as exc:
-            self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
-                                   rule=exc.rule or "sandbox", result="refused", detail=audit_base)
-            raise _refused(exc) from None
-        refusals: list[str] = []
-        lock = threading.Lock()
-
-        def on_net_event(event: Any) -> None:
-            if event.allowed:
-                return
-            line = f"warden: network refused {event.method} {event.host}:{event.port}: {event.reason}\n"
-            with lock:
-                refusals.append(line)
-            notice = on_notice or on_stderr
-            if notice is not None:
-                notice(line.encode())
-
-        stdin_arg: bytes | int | None = stdin.encode() if isinstance(stdin, str) else stdin
-        try:
-            caps = {"max_capture": max_output} if max_output is not None else {}
-            outcome = run_sandboxed(spec, limits, stdin=stdin_arg, on_stdout=on_stdout,
-                                    on_stderr=on_stderr, capture=capture, network=policy,
-                                    on_net_event=on_net_event, **caps)
+        try:  # the disk quota (services/quota.py): nothing starts when the home's disk is nearly full
+            self._app.quota.check_free()
         except Unavailable as exc:
-            from warden.adapters.sandbox.doctor import userns_fix
-
-            hint = userns_fix() if exc.rule == "sandbox.setup_failed" else None
-            message = exc.message + (f"; {hint}" if hint else "")
-            self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
-                                   rule=exc.rule or "sandbox.unavailable", result="unavailable",
-                                   detail=audit_base)
-            raise _refused(Unavailable(message, rule=exc.rule)) from None
-        except Denied as exc:  # a protected path became a link between the check and the mount
-            self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
-                                   rule=exc.rule or "sandbox", result="refused", detail=audit_base)
+            self._app.audit.record(actor=actor, action="run", target=name, decision="deny", rule=exc.rule or "",
+                                   result="unavailable", detail=audit_base)
             raise _refused(exc) from None
-        self._audit_run(actor, name, audit_base, outcome)
-        stderr = outcome.stderr.decode("utf-8", "replace") + "".join(refusals)
-        if outcome.truncated:
-            limit = f"{max_output} bytes" if max_output is not None else "the capture limit"
-            stderr += f"\nwarden: output beyond {limit} per stream was dropped\n"
-        return RunResult(exit_code=outcome.exit_code, stdout=outcome.stdout.decode("utf-8", "replace"),
-                         stderr=stderr, duration_s=outcome.duration_s, timed_out=outcome.timed_out,
-                         signal=outcome.signal)
+        from warden.adapters.sandbox.mountsrc import open_binds
+
+        # Allowed paths are opened now, by descriptor with no link followed, judged by inode
+        # against Warden's state, and mounted by that descriptor (adapters/sandbox/mountsrc).
+        guard_of = self._app.sandbox_paths.state_guard
+        with open_binds(paths["binds"], lambda: guard_of(ws), ws) as (binds, bind_fds, skipped):
+            paths["skipped"] += skipped
+            notice = on_notice or on_stderr
+            for line in paths["skipped"]:
+                if notice is not None:
+                    notice(f"warden: not mounting the allowed path {line}\n".encode())
+            if paths["skipped"]:
+                audit_base["skipped_paths"] = paths["skipped"]
+            layers = [*ro_paths, *self._layer_paths(record)]
+            from warden.adapters.gitguard import GitGuard
+
+            # Git control structures: the person's are bound read-only; whatever a bot leaves is
+            # moved aside after the run (and, if this process dies first, before the next one).
+            guard, run_id = GitGuard(ws), os.urandom(8).hex()
+            git = guard.before(run_id)
+            self._report_quarantine(git.quarantined, actor, name, notice)
+            try:
+                spec = build_spec(ws, argv, caller_env=self._app.environ, env=dict(env or {}),
+                                  ro_paths=layers, extra_binds=binds, bind_fds=bind_fds, ro_zones=paths["ro_zones"],
+                                  denied=paths["denied"],
+                                  protected=[*paths["protected"], *(f"{ws}/{p}" for p in git.protected)],
+                                  network=policy is not None,
+                                  tmp_size=limits.memory)
+            except Denied as exc:
+                guard.after(run_id)
+                self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
+                                       rule=exc.rule or "sandbox", result="refused", detail=audit_base)
+                raise _refused(exc) from None
+            refusals: list[str] = []
+            lock = threading.Lock()
+
+            def on_net_event(event: Any) -> None:
+                if event.allowed:
+                    return
+                line = f"warden: network refused {event.method} {event.host}:{event.port}: {event.reason}\n"
+                with lock:
+                    refusals.append(line)
+                notice = on_notice or on_stderr
+                if notice is not None:
+                    notice(line.encode())
+
+            stdin_arg: bytes | int | None = stdin.encode() if isinstance(stdin, str) else stdin
+            try:
+                caps = {"max_capture": max_output} if max_output is not None else {}
+                try:
+                    # The disk quota watches the workspace while the command runs; no single
+                    # file may pass the bytes left (RLIMIT_FSIZE).
+                    with self._app.quota.watch(ws) as watcher:
+                        outcome = run_sandboxed(spec, self._app.quota.capped(limits, watcher.start),
+                                                stdin=stdin_arg, on_stdout=on_stdout,
+                                                on_stderr=on_stderr, capture=capture, network=policy,
+                                                on_net_event=on_net_event, on_started=watcher.arm, **caps)
+                finally:
+                    moved = guard.after(run_id).quarantined
+                self._report_quarantine(moved, actor, name, notice)
+            except Unavailable as exc:
+                from warden.adapters.sandbox.doctor import userns_fix
+
+                hint = userns_fix() if exc.rule == "sandbox.setup_failed" else None
+                message = exc.message + (f"; {hint}" if hint else "")
+                self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
+                                       rule=exc.rule or "sandbox.unavailable", result="unavailable",
+                                       detail=audit_base)
+                raise _refused(Unavailable(message, rule=exc.rule)) from None
+            except Denied as exc:  # a protected path became a link between the check and the mount
+                self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
+                                       rule=exc.rule or "sandbox", result="refused", detail=audit_base)
+                raise _refused(exc) from None
+            quota_note = self._app.quota.stop_note(watcher, name)
+            if quota_note is not None:
+                audit_base["stopped_by"] = str(watcher.breach)
+                refusals.append(quota_note + "\n")
+                if notice is not None:
+                    notice((quota_note + "\n").encode())
+            self._audit_run(actor, name, audit_base, outcome)
+            stderr = outcome.stderr.decode("utf-8", "replace") + "".join(refusals)
+            if outcome.truncated:
+                limit = f"{max_output} bytes" if max_output is not None else "the capture limit"
+                stderr += f"\nwarden: output beyond {limit} per stream was dropped\n"
+            return RunResult(exit_code=outcome.exit_code, stdout=outcome.stdout.decode("utf-8", "replace"),
+                             stderr=stderr, duration_s=outcome.duration_s, timed_out=outcome.timed_out,
+                             signal=outcome.signal, stopped_by=watcher.breach)
+
+    def _report_quarantine(self, moved: Sequence[str], actor: str, name: str, notice: Sink | None) -> None:
+        """Say (and audit) which git control structures a bot left and Warden moved aside."""
+        if not moved:
+            return
+        self._app.audit.record(actor=actor, action="git.quarantine", target=name, decision="deny",
+                               rule="git.control_files", result="moved", detail={"moved": list(moved)})
+        if notice is not None:
+            notice(f"warden: moved aside git control files a command made ({', '.join(moved)}): a "
+                   "person's git would have run the programs they name; git files are the "
+                   "person's\n".encode())
 
     def _layer_paths(self, record: WorkspaceRecord) -> list[str]:
         """Env layers the workspace uses (bound read-only); filled in by the workspaces feature."""

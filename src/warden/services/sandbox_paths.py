@@ -41,6 +41,7 @@ from warden.core.zones import DEFAULT_ZONES, Mode, Zone, parse_zones
 from warden.services.audit import AuditLog
 
 if TYPE_CHECKING:
+    from warden.adapters.sandbox.mountsrc import StateGuard
     from warden.bootstrap import App
 
 __all__ = ["SandboxPaths", "effective_path_policy"]
@@ -86,6 +87,13 @@ class SandboxPaths:
         if self._warden_home is None or self._workspaces_root is None:
             return None
         return state_exposure(normalize(path), home=self._warden_home, workspaces_root=self._workspaces_root)
+
+    def state_guard(self, workspace: str | None = None) -> StateGuard:
+        """Warden's state by inode, now, for judging mount sources (adapters/sandbox/mountsrc)."""
+        from warden.adapters.sandbox.mountsrc import state_guard
+
+        home = self._warden_home or "/nonexistent"
+        return state_guard(home, self._workspaces_root or home, workspace)
 
     # -- files -----------------------------------------------------------------------------
     @staticmethod
@@ -167,6 +175,11 @@ class SandboxPaths:
             raise InvalidInput(f"bad mode {mode!r}: use ro or rw")
         clean = self._clean(path)
         why = self.exposure(clean)
+        if why is None:
+            from warden.adapters.sandbox.mountsrc import judge_path
+
+            # By inode too: a link (or a bind-mount alias) to the home has a harmless name.
+            why = judge_path(clean, self.state_guard(workspace.path if workspace else None))
         if why is not None:
             raise InvalidInput(f"cannot allow {clean}: {why}; allow a folder that does not contain it")
         target = self.target(level, workspace, session)

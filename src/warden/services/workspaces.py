@@ -33,6 +33,7 @@ from warden.services.audit import AuditLog
 if TYPE_CHECKING:
     from warden.core.settings import Settings
     from warden.services.layers import LayerService, Resolution
+    from warden.services.quota import QuotaService
 
 RECORD_SUFFIX = ".record.json"
 
@@ -69,8 +70,9 @@ def remove_in_background(path: Path) -> None:
 class WorkspaceService:
     def __init__(self, db: Database, audit: AuditLog, root_dir: Path, clock: Callable[[], datetime],
                  *, layers: Callable[[], LayerService] | None = None, settings: Settings | None = None,
-                 archives: Path | None = None) -> None:
+                 archives: Path | None = None, quota: Callable[[], QuotaService] | None = None) -> None:
         self._db = db
+        self._quota = quota
         self.archives_dir = archives or root_dir.parent / "archives"
         self._audit = audit
         self.root_dir = root_dir
@@ -261,7 +263,22 @@ class WorkspaceService:
         if self._settings is not None:
             limits = BlobLimits(self._settings.get_size("workspace.blob_max_size"),
                                 self._settings.get_int("workspace.blob_max_files"))
-        return unpack_blob(blob, path, limits)
+        if self._quota is not None:
+            # The disk quota counts what the blob takes on disk (whole blocks per file and folder).
+            quota = self._quota()
+            quota.check_free()
+            room, used = quota.limits(), quota.usage(str(path))
+            limits = dataclasses.replace(limits, disk_bytes=room.max_bytes - used.bytes,
+                                         disk_files=room.max_files - used.files)
+        counts = unpack_blob(blob, path, limits)
+        from warden.adapters.gitguard import GitGuard
+
+        # `.git` entries were refused; a folder the blob shaped like a repository (HEAD and refs)
+        # loses its HEAD before anyone's git can take it for one.
+        moved = GitGuard(str(path)).defuse().quarantined
+        if moved:
+            counts = {**counts, "git_quarantined": len(moved)}
+        return counts
 
     # -- destroy ---------------------------------------------------------------------------
     def destroy(self, name: str, *, actor: str = "user", archive: bool = True) -> dict[str, Any]:

@@ -36,7 +36,7 @@ def test_thin_venv_sees_layer_and_own_packages_win(tmp_path: Path) -> None:
                           "import sys, layered, shadowed, viapth; print(layered.WHERE, shadowed.WHERE, sys.prefix)"],
                          capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"})
     assert out.stdout.split() == ["layer", "workspace", str(venv)]
-    assert read_layer_site(venv) == str(site)
+    assert read_layer_site(ws) == str(site)
     assert os.access(venv / "bin" / "hello", os.X_OK)
     # Nothing in the venv is a hard link to anything.
     for path in venv.rglob("*"):

@@ -208,3 +208,17 @@ def test_no_nested_user_namespace_even_without_disable_userns(workspace: Path) -
     assert out.seccomp, out.notes
     lines = out.stdout.decode().splitlines()
     assert lines == ["unshare -1 1", "child 1", "thread ok"], (lines, out.stderr)
+
+
+def test_bwrap_options_never_on_a_command_line(sandbox: Run, workspace: Path) -> None:
+    """bwrap's argv is world-readable (/proc/PID/cmdline), on the host and as pid 1 inside:
+    its options, with host paths and `--setenv` values, travel through `--args FD`."""
+    secret = "s3cr3t-" + os.urandom(6).hex()
+    script = ("import os; print(open('/proc/1/cmdline','rb').read().replace(b'\\0', b' ').decode()); "
+              "print(os.environ['TZ'])")
+    out = sandbox(["python3", "-c", script], env={"TZ": secret})  # TZ is a loader variable: --setenv
+    assert out.exit_code == 0, out.stderr
+    cmdline, tz = out.stdout.decode().splitlines()
+    assert tz == secret
+    assert secret not in cmdline and "--setenv" not in cmdline
+    assert str(workspace) not in cmdline and "--ro-bind" not in cmdline

@@ -70,12 +70,15 @@ def write_thin_venv(workspace: Path, *, interpreter: str, version: str, layer_si
     return workspace / name
 
 
-def read_layer_site(venv: Path) -> str | None:
-    """The layer site-packages a thin venv names, or None (no .pth, or not Warden's form)."""
-    for pth in venv.glob(f"lib/python3.*/site-packages/{LAYER_PTH}"):
-        from warden.adapters.hostread import read_small
+def read_layer_site(workspace: Path) -> str | None:
+    """The layer site-packages the workspace's thin venv names, or None (no .pth, or not
+    Warden's form). Read beneath the workspace without following links: the bot writes it."""
+    from warden.adapters.hostread import read_small, regular_dirs
 
-        raw = read_small(pth, 64 * 1024)
+    for lib in regular_dirs(workspace, ".venv/lib", ""):
+        if not lib.startswith("python3."):
+            continue
+        raw = read_small(workspace, f".venv/lib/{lib}/site-packages/{LAYER_PTH}", 64 * 1024)
         if raw is None:
             return None
         text = raw.decode("utf-8", "replace").strip()

@@ -32,7 +32,7 @@ from pathlib import Path
 from warden.adapters.sandbox import cgroups
 from warden.adapters.sandbox.execlimits import too_long_for_exec
 from warden.adapters.sandbox.host import bwrap_path, python3_path
-from warden.core.bwrap_argv import PROXY_SOCKET, SandboxSpec, bwrap_argv, bwrap_environ
+from warden.core.bwrap_argv import PROXY_SOCKET, SandboxSpec, bwrap_environ, bwrap_options
 from warden.core.errors import Denied, Unavailable
 from warden.core.limits import Limits
 from warden.core.network import NetworkPolicy
@@ -77,6 +77,20 @@ def _pipe_with(data: bytes) -> int:
     finally:
         os.close(write_fd)
     return read_fd
+
+
+def _memfd_with(data: bytes) -> int:
+    """An anonymous file holding `data`, read from the start by bwrap (no pipe-size limit)."""
+    fd = os.memfd_create("warden-bwrap-args", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _open_beneath(workspace: str, path: str) -> int:
@@ -139,8 +153,12 @@ def run_sandboxed(spec: SandboxSpec, limits: Limits, *, stdin: bytes | int | Non
                   on_stdout: Sink | None = None, on_stderr: Sink | None = None,
                   capture: bool = True, max_capture: int = _MAX_CAPTURE,
                   network: NetworkPolicy | None = None,
-                  on_net_event: Callable[[object], None] | None = None) -> RunOutcome:
-    """Run `spec.command` in the sandbox described by `spec` within `limits`."""
+                  on_net_event: Callable[[object], None] | None = None,
+                  on_started: Callable[[Callable[[], None]], None] | None = None) -> RunOutcome:
+    """Run `spec.command` in the sandbox described by `spec` within `limits`.
+
+    `on_started` is called once the command runs with a function that kills its whole tree
+    (from any thread, until the run ends): the disk-quota watcher uses it."""
     bwrap = bwrap_path()
     if bwrap is None:
         raise Unavailable(MISSING_BWRAP, rule="sandbox.bwrap_missing")
@@ -169,12 +187,18 @@ def run_sandboxed(spec: SandboxSpec, limits: Limits, *, stdin: bytes | int | Non
             fds.append(fd)
             data.append((fd, dest))
         spec = replace(spec, data_files=tuple(data))
-        pinned_sources = []
+        # Sources outside the workspace come already open (the caller judged them by inode and
+        # owns those fds); those inside are opened here beneath the workspace, no link followed.
+        pinned_sources = list(spec.bind_fds)
+        given = {path for path, _ in pinned_sources}
         for path in spec.workspace_sources():
+            if path in given:
+                continue
             fd = _open_beneath(spec.workspace, path)
             fds.append(fd)
             pinned_sources.append((path, fd))
         spec = replace(spec, bind_fds=tuple(pinned_sources))
+        handed = [fd for _, fd in spec.bind_fds if fd not in fds]
         if spec.network == "proxy":
             python = python3_path()
             if python is None:
@@ -194,12 +218,17 @@ def run_sandboxed(spec: SandboxSpec, limits: Limits, *, stdin: bytes | int | Non
         info_read, info_write = os.pipe()
         block_read, block_write = os.pipe()
         fds += [info_read, info_write, block_read, block_write]
-        argv = bwrap_argv(spec, bwrap)
+        # The options travel in a memfd (`--args`), never on bwrap's command line: argv is
+        # world-readable in /proc (host paths, `--setenv` values) on the host and, through
+        # bwrap's pid 1, inside the sandbox. Only the bot's own command stays visible.
+        options_fd = _memfd_with(b"\0".join(os.fsencode(o) for o in bwrap_options(spec)) + b"\0")
+        fds.append(options_fd)
         # --info-fd reports the sandbox's pid once it is set up (and, unlike
         # --json-status-fd, is closed before the command starts); --block-fd holds the
         # command until the limits and the cgroup are applied to that pid. This keeps
         # preexec_fn out of Popen, so it can use vfork (about 2 ms less per run).
-        argv[1:1] = ["--info-fd", str(info_write), "--block-fd", str(block_read)]
+        argv = [bwrap, "--args", str(options_fd), "--info-fd", str(info_write), "--block-fd",
+                str(block_read), "--", *spec.command]
         too_long = too_long_for_exec(argv, bwrap_environ(spec))  # before a cgroup is made for nothing
         if too_long is not None:
             raise too_long
@@ -211,7 +240,7 @@ def run_sandboxed(spec: SandboxSpec, limits: Limits, *, stdin: bytes | int | Non
                 cg = None
         return _spawn_and_wait(argv, spec, limits, stdin, on_stdout, on_stderr, capture,
                                max_capture, fds, (info_read, info_write, block_read, block_write),
-                               cg, support, seccomp_ok, proxy, notes)
+                               cg, support, seccomp_ok, proxy, notes, handed, on_started=on_started)
     finally:
         for fd in fds:
             with contextlib.suppress(OSError):
@@ -230,7 +259,8 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
                     on_stdout: Sink | None, on_stderr: Sink | None, capture: bool,
                     max_capture: int, fds: list[int], control: tuple[int, int, int, int],
                     cg: cgroups.Cgroup | None, support: cgroups.CgroupSupport, seccomp_ok: bool,
-                    proxy: object, notes: list[str]) -> RunOutcome:
+                    proxy: object, notes: list[str], borrowed: list[int], *,
+                    on_started: Callable[[Callable[[], None]], None] | None = None) -> RunOutcome:
     info_read, _info_write, _block_read, block_write = control
     stdin_arg: int = subprocess.DEVNULL if stdin is None else subprocess.PIPE if isinstance(stdin, bytes) else stdin
     started = time.monotonic()
@@ -239,7 +269,7 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
         proc = subprocess.Popen(
             argv, stdin=stdin_arg, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=environ, close_fds=True, start_new_session=True,
-            pass_fds=tuple(fd for fd in fds if fd not in (info_read, block_write)))
+            pass_fds=(*(fd for fd in fds if fd not in (info_read, block_write)), *borrowed))
     except OSError as exc:
         if exc.errno == errno.E2BIG:  # a limit too_long_for_exec does not know (another kernel)
             raise too_long_for_exec(argv, environ, always=True) or exc from None
@@ -281,6 +311,12 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
             if stream is not None:
                 stream.close()
         raise
+    if on_started is not None:
+        def stop() -> None:
+            if proc.returncode is None:  # never a reaped pid's group
+                _kill_tree(proc, cg)
+
+        on_started(stop)
     deadline = started + limits.timeout_s
     out_buf = bytearray()
     err_buf = bytearray()

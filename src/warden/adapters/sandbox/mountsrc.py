@@ -1,0 +1,185 @@
+"""Mount sources opened by descriptor and judged by identity, never by their text.
+
+An allowed path is a name, and a name can change between the moment a person allows it and
+every later run: a bot with one allowed folder read-write can make a second allowed path below
+it (not yet existing) a symlink to Warden's home, and bwrap, handed the name, would follow it and
+mount the keys. So at each run every source outside the workspace is opened here from `/` one
+component at a time with O_NOFOLLOW (a link anywhere refuses the path), then compared by
+(device, inode) with Warden's state: the opened folder must not be, or hold, Warden's home or
+its workspaces root, and must not lie inside Warden's state or another workspace (its ancestors
+are walked up by descriptor through `..`). bwrap then mounts that very descriptor
+(`--bind-fd`), so no later rename can change what is mounted. Bind mounts that alias a folder
+under a second name are caught too: the inode is the same whatever the name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from warden.core.bwrap_argv import Bind
+from warden.core.errors import Denied
+
+__all__ = ["StateGuard", "judge_path", "open_binds", "open_nofollow", "state_guard"]
+
+_PATH = os.O_PATH | os.O_CLOEXEC
+Identity = tuple[int, int]
+
+
+def open_nofollow(path: str) -> int:
+    """An O_PATH descriptor of absolute `path`, no component followed if a link (Denied)."""
+    if not path.startswith("/"):
+        raise Denied(f"{path} is not an absolute path", rule="sandbox.path_not_absolute")
+    fd = os.open("/", _PATH | os.O_DIRECTORY)
+    try:
+        for part in [p for p in path.split("/") if p]:
+            if part in (".", ".."):
+                raise Denied(f"{path} is not a canonical path", rule="sandbox.path_not_canonical")
+            nxt = os.open(part, _PATH | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+            if stat.S_ISLNK(os.fstat(fd).st_mode):
+                raise Denied(f"{path} goes through the symbolic link {part!r}; Warden mounts only "
+                             "real paths (allow the link's target instead)", rule="sandbox.path_symlink")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _identity(fd: int) -> Identity:
+    info = os.fstat(fd)
+    return (info.st_dev, info.st_ino)
+
+
+def _stat_identity(path: str) -> Identity | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino)
+
+
+@dataclass(frozen=True)
+class StateGuard:
+    """The identities a mount source is judged against (built per run by `state_guard`)."""
+
+    home: str
+    # The folders a source must not be or hold: Warden's home, its workspaces root and all
+    # their ancestors up to `/`.
+    holders: frozenset[Identity]
+    # The folders a source must not lie in: every entry of Warden's home but the workspaces
+    # root, and every folder of the workspaces root but this run's own workspace.
+    private: frozenset[Identity]
+    own: Identity | None
+    root: Identity
+
+    def why(self, fd: int) -> str | None:
+        """Why mounting the folder open as `fd` would show Warden's state, or None."""
+        current = _identity(fd)
+        if current in self.holders:
+            return f"it is or holds Warden's home {self.home} (keys, registry, every workspace)"
+        walker = os.dup(fd)
+        try:
+            for _ in range(4096):  # deeper than any real path; a loop guard only
+                if current == self.own:
+                    return None
+                if current in self.private:
+                    return f"it lies in Warden's own state or another workspace under {self.home}"
+                if current == self.root:
+                    return None
+                parent = os.open("..", _PATH | os.O_DIRECTORY, dir_fd=walker)
+                os.close(walker)
+                walker = parent
+                upper = _identity(walker)
+                if upper == current:
+                    return None  # the top of this mount tree
+                current = upper
+            return "its ancestors could not be walked"
+        finally:
+            os.close(walker)
+
+
+def state_guard(home: str, workspaces_root: str, own_workspace: str | None) -> StateGuard:
+    """The identities of Warden's state as they are now, for judging mount sources."""
+    holders: set[Identity] = set()
+    for start in (home, workspaces_root):
+        path = os.path.realpath(start)
+        while True:
+            ident = _stat_identity(path)
+            if ident is not None:
+                holders.add(ident)
+            if path == "/":
+                break
+            path = os.path.dirname(path)
+    own = _stat_identity(own_workspace) if own_workspace else None
+    roots = _stat_identity(workspaces_root)
+    private: set[Identity] = set()
+    for folder in (home, workspaces_root):
+        with contextlib.suppress(OSError), os.scandir(folder) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    info = entry.stat(follow_symlinks=False)
+                    ident = (info.st_dev, info.st_ino)
+                    if ident not in (roots, own):
+                        private.add(ident)
+    return StateGuard(home, frozenset(holders), frozenset(private), own, _stat_identity("/") or (0, 0))
+
+
+@contextlib.contextmanager
+def open_binds(binds: Iterable[Bind], guard_of: Callable[[], StateGuard], workspace: str
+               ) -> Iterator[tuple[list[Bind], list[tuple[str, int]], list[str]]]:
+    """Open each bind outside `workspace` by descriptor and judge it: yields (the binds to
+    mount, their (path, fd) pairs, "PATH (why)" for those skipped); the fds close on exit.
+    `guard_of` is called once, and only when a bind outside the workspace needs judging."""
+    guard: StateGuard | None = None
+    kept: list[Bind] = []
+    fds: list[tuple[str, int]] = []
+    skipped: list[str] = []
+    prefix = workspace.rstrip("/") + "/"
+    try:
+        for bind in binds:
+            if bind.path == workspace or bind.path.startswith(prefix):
+                kept.append(bind)  # inside the workspace: the runner opens it beneath the workspace
+                continue
+            try:
+                fd = open_nofollow(bind.path)
+            except Denied as exc:
+                skipped.append(f"{bind.path} ({exc.message})")
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                    skipped.append(f"{bind.path} ({exc.strerror})")
+                continue  # a missing allowed path is simply not mounted
+            guard = guard or guard_of()
+            why = guard.why(fd)
+            if why is not None:
+                os.close(fd)
+                skipped.append(f"{bind.path} ({why})")
+                continue
+            kept.append(bind)
+            fds.append((bind.path, fd))
+        yield kept, fds, skipped
+    finally:
+        for _, fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def judge_path(path: str, guard: StateGuard) -> str | None:
+    """For `sandbox add`: why `path` can never be mounted (a link on the way, Warden's state), or None."""
+    try:
+        fd = open_nofollow(path)
+    except Denied as exc:
+        return exc.message
+    except OSError:
+        return None  # not there yet: judged again, by descriptor, at every run
+    try:
+        return guard.why(fd)
+    finally:
+        os.close(fd)
+

@@ -1,0 +1,147 @@
+"""A bot steering the person's host `git` through git metadata it leaves in its workspace.
+
+Each attack runs as a bot would (inside `warden run`, through `warden fs`, or in a blob); then
+the person runs the real `git status` on the host in the workspace, as they would. The bot's
+configuration names a harmless canary program (it only touches a file): it must never run.
+This is the one host-side run of a bot-influenced program these tests make on purpose, and
+`test_the_canary_runs_when_git_trusts_the_config` shows that it would be noticed.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cli
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("git") is None,
+                                reason="needs bubblewrap and git")
+
+
+@pytest.fixture
+def canary(tmp_path: Path) -> tuple[Path, Path]:
+    """(the program, the file it makes when it runs)."""
+    ran = tmp_path / "CANARY_RAN"
+    program = tmp_path / "canary.sh"
+    program.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    program.chmod(0o755)
+    return program, ran
+
+
+def person_git(folder: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    """The person's `git status`, with no system or global config of this machine in the way."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CEILING_DIRECTORIES": str(folder.parent.parent)}
+    return subprocess.run(["git", "status", "--short"], cwd=folder, env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+@pytest.fixture
+def ws(cli: Cli) -> Path:
+    created = cli("create", "gitws", "--json")
+    assert created.code == 0, created.stderr
+    return Path(created.json["data"]["path"])
+
+
+def bot_run(cli: Cli, script: str) -> str:
+    r = cli("run", "gitws", "--", "sh", "-c", script)
+    return r.stdout + r.stderr
+
+
+def test_the_canary_runs_when_git_trusts_the_config(tmp_path: Path, canary: tuple[Path, Path]) -> None:
+    program, ran = canary
+    repo = tmp_path / "plain"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "config", "core.fsmonitor", str(program)], check=True)
+    person_git(repo, tmp_path)
+    assert ran.exists()
+
+
+@pytest.mark.parametrize("attack", [
+    # git init inside, then a config naming the canary
+    "git init -q . && git config core.fsmonitor {canary}",
+    # a gitfile pointing at a repository the bot made under another name
+    "mkdir -p evil && git init -q --bare evil && git --git-dir=evil config core.fsmonitor {canary} "
+    "&& printf 'gitdir: evil\\n' > .git",
+    # .git as a link to the bot's repository
+    "git init -q --bare evil && git --git-dir=evil config core.fsmonitor {canary} && ln -s evil .git",
+    # a nested repository, and an upper-case .GIT
+    "mkdir -p sub/deeper && cd sub && git init -q && git config core.fsmonitor {canary}",
+])
+def test_bot_made_git_control_files_never_run_the_persons_git(
+        cli: Cli, ws: Path, canary: tuple[Path, Path], tmp_path: Path, attack: str) -> None:
+    program, ran = canary
+    bot_run(cli, attack.format(canary=program))
+    for folder in (ws, ws / "sub", ws / "sub" / "deeper"):
+        if folder.is_dir():
+            person_git(folder, tmp_path)
+    assert not ran.exists()
+    assert not [p for p in ws.rglob(".git")], "a bot-made .git is still in place"
+    audit = cli("audit", "--workspace", "gitws", "--json").json["data"]
+    assert any(e["action"] == "git.quarantine" for e in audit)
+
+
+def test_an_embedded_bare_repository_is_defused(cli: Cli, ws: Path, canary: tuple[Path, Path],
+                                                tmp_path: Path) -> None:
+    program, ran = canary
+    bot_run(cli, f"git init -q --bare bare && git --git-dir=bare config core.fsmonitor {program}")
+    person_git(ws / "bare", tmp_path)
+    assert not ran.exists()
+    assert (ws / "bare" / "config").exists()  # the bot's files are kept, only HEAD is set aside
+    assert not (ws / "bare" / "HEAD").exists()
+
+
+def test_the_persons_repository_is_read_only_to_bots(cli: Cli, ws: Path, canary: tuple[Path, Path],
+                                                     tmp_path: Path) -> None:
+    program, ran = canary
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)  # the person's own repository
+    (ws / "sub").mkdir()
+    subprocess.run(["git", "init", "-q", str(ws / "sub")], check=True)
+    out = bot_run(cli, f"git config core.fsmonitor {program}; printf '%s\\n' /tmp > .git/commondir; "
+                       f"mkdir -p .git/hooks && cp {program} .git/hooks/post-checkout; "
+                       f"cd sub && git config core.fsmonitor {program}; mv .git x; mkdir .git")
+    assert "Read-only file system" in out or "Device or resource busy" in out
+    person_git(ws, tmp_path)
+    person_git(ws / "sub", tmp_path)
+    assert not ran.exists()
+    assert (ws / ".git").is_dir() and (ws / "sub" / ".git").is_dir()  # still the person's, kept
+    # Between runs the person's repositories stay theirs: a second run leaves them in place.
+    bot_run(cli, "true")
+    assert (ws / ".git" / "HEAD").exists() and (ws / "sub" / ".git" / "HEAD").exists()
+
+
+def test_file_api_refuses_git_control_files(cli: Cli, ws: Path, canary: tuple[Path, Path],
+                                            tmp_path: Path) -> None:
+    program, ran = canary
+    config = f"[core]\n\tfsmonitor = {program}\n"
+    for path in ("/.git/config", "/sub/.git/config", "/sub/.GIT/config", "/.git"):
+        r = cli("fs", "gitws", "write", path, input=config)
+        assert r.code == 3, (path, r.stderr)
+    # An embedded bare repository written file by file.
+    for path, text in (("/b/config", config), ("/b/refs/heads/x", "0" * 40 + "\n"),
+                       ("/b/HEAD", "ref: refs/heads/x\n")):
+        cli("fs", "gitws", "mkdir", "/b/objects")
+        cli("fs", "gitws", "write", path, input=text)
+    person_git(ws / "b", tmp_path)
+    assert not ran.exists()
+
+
+def test_a_blob_cannot_carry_git_control_files(cli: Cli, tmp_path: Path) -> None:
+    for member in (".git/config", "sub/.git", "x/.GIT/HEAD"):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            data = b"[core]\n\tfsmonitor = /bin/true\n"
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        blob = tmp_path / "p.tar.gz"
+        blob.write_bytes(buf.getvalue())
+        r = cli("create", "blobbed", "--blob", str(blob))
+        assert r.code == 2 and ".git" in r.stderr, (member, r.stderr)
+        assert cli("info", "blobbed").code == 4

@@ -1,0 +1,90 @@
+"""`warden install` records packages in files a bot controls: a bot swapping them in a race.
+
+The bot's side runs where a bot runs, in the sandbox: a loop that exchanges pyproject.toml or
+package.json with a link to a host file, a FIFO or a link to /dev/zero (renameat2
+RENAME_EXCHANGE). Warden's side records a package again and again meanwhile; it must never copy
+the host file into the workspace, hang on the FIFO or read /dev/zero without end.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from warden.adapters.safefs import SafeRoot
+from warden.adapters.sandbox.host import build_spec, bwrap_path
+from warden.adapters.sandbox.runner import run_sandboxed
+from warden.core.errors import WardenError
+from warden.core.limits import Limits
+from warden.services.installs import MANIFEST_MAX, record_node, record_python
+
+pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed")
+
+# Exchanges NAME and "evil" for a few seconds (the bot's loop, inside the sandbox).
+SWAPPER = """
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+name, kind, target = sys.argv[1], sys.argv[2], sys.argv[3]
+if kind == "fifo":
+    os.mkfifo("evil")
+else:
+    os.symlink(target, "evil")
+open("started", "w").close()
+end = time.monotonic() + float(sys.argv[4])
+swaps = 0
+while time.monotonic() < end and not os.path.exists("stop"):
+    if libc.renameat2(-100, name.encode(), -100, b"evil", 2) == 0:  # RENAME_EXCHANGE
+        swaps += 1
+print(swaps)
+"""
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo", "zero"])
+@pytest.mark.parametrize("manifest", ["pyproject.toml", "package.json"])
+def test_swapped_manifest_never_leaks_hangs_or_floods(tmp_path: Path, kind: str, manifest: str) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    secret = tmp_path / ("host-secret.toml" if manifest.endswith(".toml") else "host-secret.json")
+    secret.write_text('[project]\nname = "HOSTSECRET"\n' if manifest.endswith(".toml")
+                      else '{"name": "HOSTSECRET", "dependencies": {}}\n')
+    (ws / manifest).write_text('[project]\nname = "ws"\ndependencies = []\n' if manifest.endswith(".toml")
+                               else '{"name": "ws", "dependencies": {}}\n')
+    (ws / "swap.py").write_text(SWAPPER)
+    target = {"link": str(secret), "zero": "/dev/zero", "fifo": ""}[kind]
+    spec = build_spec(str(ws), ["python3", "swap.py", manifest, kind, target, "20"],
+                      caller_env={}, env={})
+    outcome: list[object] = []
+    bot = threading.Thread(target=lambda: outcome.append(run_sandboxed(spec, Limits(timeout_s=60))))
+    bot.start()
+    try:
+        for _ in range(500):
+            if (ws / "started").exists():
+                break
+            threading.Event().wait(0.01)
+        recorded = refused = 0
+        for attempt in range(300):
+            try:
+                with SafeRoot.open(ws, max_bytes=MANIFEST_MAX) as root:
+                    if manifest == "package.json":
+                        record_node(root, [f"pkg{attempt}@1.0.0"], {})
+                    else:
+                        record_python(root, [f"pkg{attempt}==1.0"])
+                recorded += 1
+            except WardenError:
+                refused += 1
+    finally:
+        (ws / "stop").touch()
+        bot.join(60)
+    assert not bot.is_alive()
+    swaps = int(outcome[0].stdout)  # type: ignore[attr-defined]
+    assert swaps > 100, "the race loop did not run"
+    assert recorded + refused == 300
+    for path in ws.iterdir():
+        if path.is_file() and not path.is_symlink():
+            assert "HOSTSECRET" not in path.read_text(errors="replace"), path.name
+    assert "HOSTSECRET" in secret.read_text()  # the host file is untouched
+    assert not [p for p in ws.iterdir() if p.name.endswith(".warden-tmp")]
+    assert os.path.getsize(ws / manifest) < MANIFEST_MAX or os.path.islink(ws / manifest)
