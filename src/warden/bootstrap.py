@@ -24,7 +24,9 @@ if TYPE_CHECKING:
     from warden.services.files import Approver, FileService
     from warden.services.grants import GrantService
     from warden.services.layers import LayerService
+    from warden.services.leases import LeaseService
     from warden.services.lifecycle import LifecycleService
+    from warden.services.quota import QuotaService
     from warden.services.runs import RunService
     from warden.services.sandbox_paths import SandboxPaths
     from warden.services.secrets import SecretService
@@ -99,8 +101,13 @@ class App:
 
     @cached_property
     def db(self) -> Database:
+        from warden.adapters.home_state import check_registry
+
         self.home.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return open_database(self.environ.get("WARDEN_DATABASE_URL"), self.home.root)
+        url = self.environ.get("WARDEN_DATABASE_URL")
+        if url is None:  # the SQLite default: a set-up home whose registry is gone is an error
+            check_registry(self.home.root, self.home.root / "warden.db")
+        return open_database(url, self.home.root, busy_timeout=_busy_timeout(self.environ))
 
     @cached_property
     def audit(self) -> AuditLog:
@@ -110,7 +117,22 @@ class App:
     def workspaces(self) -> WorkspaceService:
         return WorkspaceService(self.db, self.audit, self.root_dir, self.clock,
                                 layers=lambda: self.layers, settings=self.settings,
-                                archives=self.home.archives)
+                                archives=self.home.archives, quota=lambda: self.quota,
+                                leases=lambda: self.leases)
+
+    @cached_property
+    def leases(self) -> LeaseService:
+        """Workspace leases (exclusive for lifecycle changes, shared for runs and writes)."""
+        from warden.services.leases import LeaseService
+
+        return LeaseService(self.db, self.clock, os.uname().nodename)
+
+    @cached_property
+    def quota(self) -> QuotaService:
+        """The disk quota of workspaces (workspace.max_disk, max_files, min_free)."""
+        from warden.services.quota import QuotaService
+
+        return QuotaService(self.settings, self.home.root)
 
     @cached_property
     def layers(self) -> LayerService:
@@ -143,13 +165,26 @@ class App:
         record = self.workspaces.get(workspace) if isinstance(workspace, str) else workspace
         return FileService(record, paths=self.sandbox_paths, audit=self.audit,
                            max_bytes=self.settings.get_int("sandbox.max_file_size_mb") * 1024 * 1024,
-                           actor=actor, approver=approver, session=session, scope=scope)
+                           actor=actor, approver=approver, session=session, scope=scope,
+                           quota=self.quota, leases=self.leases,
+                           status_of=self._status_of)
+
+    def _status_of(self, name: str) -> str | None:
+        """A workspace's status now (None: not in the registry; the folder then decides)."""
+        from warden.core.errors import NotFound
+
+        try:
+            return self.workspaces.get(name).status
+        except NotFound:
+            return None
 
     @cached_property
     def keystore(self) -> Keystore:
+        from warden.adapters.home_state import key_required
         from warden.adapters.keystore import Keystore
 
-        return Keystore(self.home.keys, self.environ)
+        return Keystore(self.home.keys, self.environ,
+                        required=lambda name: key_required(self.home.root, name, lambda: self.db))
 
     @cached_property
     def grants(self) -> GrantService:
@@ -181,6 +216,23 @@ class App:
     def close(self) -> None:
         if "db" in self.__dict__:
             self.db.close()
+
+
+def _busy_timeout(environ: Mapping[str, str]) -> float:
+    """WARDEN_DB_BUSY_TIMEOUT: seconds to wait for another process's registry lock (default 30)."""
+    from warden.adapters.store.db import BUSY_TIMEOUT
+    from warden.core.errors import InvalidInput
+
+    raw = environ.get("WARDEN_DB_BUSY_TIMEOUT")
+    if raw is None:
+        return BUSY_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise InvalidInput(f"bad WARDEN_DB_BUSY_TIMEOUT {raw!r}: give seconds between 0 and 3600")
+    return value
 
 
 def bootstrap(home: str | os.PathLike[str] | None = None, *,

@@ -163,5 +163,5 @@ def test_blob_cannot_carry_files_warden_protects(tmp_path: Path, name: str) -> N
         tar.addfile(info, io.BytesIO(b"{}"))
     root = tmp_path / "ws"
     root.mkdir()
-    with pytest.raises(InvalidInput, match="protects|git control"):
+    with pytest.raises(InvalidInput, match=r"protects|git control"):
         unpack_blob(buf.getvalue(), root, BlobLimits(max_bytes=10**6, max_files=100))

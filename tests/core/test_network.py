@@ -89,3 +89,21 @@ def test_parse_target_forms() -> None:
     with pytest.raises(InvalidInput):
         parse_target("example.com")
     assert policy(["a.test"], ["b.test:22"]).to_json() == {"allowed": ["a.test"], "denied": ["b.test:22"]}
+
+
+def test_a_denied_address_holds_whatever_name_leads_there() -> None:
+    """network.denied_domains=127.0.0.1 must stop `--allow-domain localhost:PORT` too."""
+    from warden.core.network import NetworkPolicy, check_addresses, check_host
+
+    policy = NetworkPolicy.parse(["localhost:8080", "[::ffff:127.0.0.1]:8080", "api.example.com"],
+                                 ["127.0.0.1", "10.1.2.3:443"])
+    assert check_host(policy, "localhost", 8080).allowed  # the name alone is not denied...
+    decision, usable = check_addresses(policy, "localhost", 8080, ["127.0.0.1"])
+    assert not decision.allowed and decision.rule == "network.denied:127.0.0.1" and usable == []
+    mapped = check_host(policy, "::ffff:127.0.0.1", 8080)
+    assert not mapped.allowed and mapped.rule == "network.denied:127.0.0.1"
+    # Only the denied address is dropped; a deny with a port holds on that port only.
+    decision, usable = check_addresses(policy, "api.example.com", 443, ["10.1.2.3", "93.184.216.34"])
+    assert decision.allowed and usable == ["93.184.216.34"]
+    decision, usable = check_addresses(policy, "api.example.com", 80, ["93.184.216.34"])
+    assert decision.allowed

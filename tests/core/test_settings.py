@@ -15,7 +15,7 @@ from warden.core.durations import (
     parse_timeout,
 )
 from warden.core.errors import InvalidInput, NotFound
-from warden.core.settings import KEYS, coerce, env_name, resolve
+from warden.core.settings import KEYS, coerce, env_name, format_value, resolve
 
 
 def test_defaults_follow_the_seed() -> None:
@@ -137,3 +137,33 @@ def test_sizes_are_spelled_back_exactly() -> None:
     assert [format_size(n) for n in (16 * 1024**2, 1024**3, 1536 * 1024, 100, 0)] == ["16M", "1G", "1536K", "100", "0"]
     for n in (1, 1023, 1024, 3 * 1024**2, 5 * 1024**4):
         assert parse_size(format_size(n)) == n
+
+
+@pytest.mark.parametrize(("text", "items"), [
+    ('["python3","echo"]', ["python3", "echo"]),
+    ("['a', 'b']", ["a", "b"]),
+    ("[ ]", []),
+    ('["a,b", " c"]', ["a,b", " c"]),
+    ("[::1]:443, x", ["[::1]:443", "x"]),  # a,b,c form whose first item has brackets
+])
+def test_list_values_from_arrays(text: str, items: list[str]) -> None:
+    assert coerce("sandbox.allowed_commands", text) == items
+    assert resolve({}, {env_name("sandbox.allowed_commands"): text}).get("sandbox.allowed_commands") == items
+
+
+@pytest.mark.parametrize("text", ['["a",', '["a", 1]', '[["a"]]', "['a'"])
+def test_malformed_arrays_are_one_line_of_invalid(text: str) -> None:
+    with pytest.raises(InvalidInput, match=r"sandbox\.allowed_commands") as caught:
+        coerce("sandbox.allowed_commands", text)
+    assert "\n" not in caught.value.message
+
+
+@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8), max_size=5))
+def test_printed_lists_read_back_the_same(items: list[str]) -> None:
+    assert coerce("sandbox.allowed_commands", format_value(items)) == items
+
+
+def test_printed_scalars_read_back_the_same() -> None:
+    for key, value in (("sandbox.enabled", True), ("sandbox.memory", "512M"), ("sandbox.timeout", "90s"),
+                       ("sandbox.pids", 64), ("sandbox.root_dir", "")):
+        assert coerce(key, format_value(value)) == value

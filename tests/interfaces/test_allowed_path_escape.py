@@ -80,3 +80,17 @@ def test_another_workspace_is_never_mounted(cli: Cli, home: Path, shared: Path) 
     cli("run", "victim", "--", "ln", "-s", other, str(shared / "peek"))
     steal = cli("run", "victim", "--", "sh", "-c", f"cat {shared}/peek/private.txt 2>&1")
     assert "other's data" not in steal.stdout
+
+
+def test_a_denied_path_cannot_be_carried_away_by_renaming_a_folder_above_it(cli: Cli, shared: Path) -> None:
+    secret = shared / "a" / "b" / "secret.txt"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("denied content\n")
+    assert cli("sandbox", "add", str(shared), "--mode", "rw").code == 0
+    assert cli("sandbox", "remove", str(secret)).code == 0
+    move = cli("run", "victim", "--", "sh", "-c",
+               f"mv {shared}/a {shared}/moved; mv {shared}/a/b {shared}/moved-b; ls -R {shared}")
+    assert "Device or resource busy" in move.stderr
+    steal = cli("run", "victim", "--", "sh", "-c", f"cat {shared}/*/*/secret.txt {shared}/*/secret.txt 2>&1")
+    assert "denied content" not in steal.stdout
+    assert secret.read_text() == "denied content\n"  # where the person left it

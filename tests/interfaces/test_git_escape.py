@@ -82,7 +82,7 @@ def test_bot_made_git_control_files_never_run_the_persons_git(
         if folder.is_dir():
             person_git(folder, tmp_path)
     assert not ran.exists()
-    assert not [p for p in ws.rglob(".git")], "a bot-made .git is still in place"
+    assert not list(ws.rglob(".git")), "a bot-made .git is still in place"
     audit = cli("audit", "--workspace", "gitws", "--json").json["data"]
     assert any(e["action"] == "git.quarantine" for e in audit)
 

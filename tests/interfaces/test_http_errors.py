@@ -97,18 +97,40 @@ def test_not_found_and_conflict(live: dict[str, Any]) -> None:
     _error(response, 409, "conflict")
 
 
-def test_child_grants_need_a_registered_bot_and_fit_their_limits(live: dict[str, Any]) -> None:
+def test_child_grants_fit_their_limits(live: dict[str, Any]) -> None:
     app: App = live["app"]
     before = len(app.grants.list_grants("demo"))
-    message = _error(live["client"].post("/v1/workspaces/demo/grants", json={"bot": "nobot", "permissions": ["read"]}),
-                     404, "not_found")
-    assert "nobot" in message and "bot register" in message
     # Worded for this API too: the body's fields, no CLI flag syntax.
     for body in ({"ttl": "40d"}, {"ttl": "2h", "max_ttl": "1h"}, {"max_ttl": "90d"}):
         message = _error(live["client"].post("/v1/workspaces/demo/grants",
                                              json={"bot": "edgebot", "permissions": ["read"], **body}), 400, "invalid")
         assert "--" not in message and "ttl" in message, message
     assert len(app.grants.list_grants("demo")) == before
+
+
+def test_minting_never_tells_which_bot_names_are_registered(live: dict[str, Any]) -> None:
+    app: App = live["app"]
+    app.grants.register_bot("known-bot")
+    answers = {}
+    for bot in ("known-bot", "nobody-by-this-name"):
+        response = live["client"].post("/v1/workspaces/demo/grants", json={"bot": bot, "permissions": ["read"]})
+        assert response.status_code == 201, response.text
+        answers[bot] = response.json()
+        # Refusals read the same whichever name is asked for.
+        too_wide = live["client"].post("/v1/workspaces/demo/grants", json={"bot": bot, "permissions": ["secrets"]})
+        assert _error(too_wide, 403, "denied") == ("the parent grant does not have secrets; "
+                                                     "a child grant is never wider")
+    known, unknown = answers["known-bot"], answers["nobody-by-this-name"]
+    assert set(known) == set(unknown)
+    assert {k: v for k, v in known.items() if k not in {"token", "accessor", "expires", "max_expires", "bot"}} == \
+        {k: v for k, v in unknown.items() if k not in {"token", "accessor", "expires", "max_expires", "bot"}}
+    # Only the person, who owns the registry, reads which one was registered (the audit).
+    events = {e.detail["bot"]: e.detail for e in app.audit.list(limit=20) if e.action == "grant.create"}
+    assert events["known-bot"]["bot_registered"] is True
+    assert events["nobody-by-this-name"]["bot_registered"] is False
+    # Such a grant is only ever its minter's: no wider, revoked with it.
+    issued = app.grants.get(unknown["accessor"])
+    assert issued.parent is not None and issued.permissions == frozenset({"read"})
 
 
 def test_the_protocol_checks_who_asks(live: dict[str, Any]) -> None:

@@ -110,3 +110,67 @@ def test_a_trickled_body_is_cut_off_at_the_request_timeout(tmp_path: Path) -> No
         assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
         assert b'"code":"timeout"' in answer.replace(b" ", b"")
         assert httpx.get(f"{server.url}/v1/health", timeout=10).status_code == 200
+
+
+def test_tokens_a_bot_minted_for_others_share_its_exec_slots(tmp_path: Path) -> None:
+    from warden.bootstrap import bootstrap
+
+    environ = {**warden_environ(tmp_path / "home"), "WARDEN_API_MAX_EXECS_PER_BOT": "2"}
+    _cli(environ, "init")
+    _cli(environ, "create", "shared")
+    for bot in ("minter", "b", "c", "d"):
+        _cli(environ, "bot", "register", bot)
+    minter = _cli(environ, "grant", "shared", "minter", "--permissions", "read,execute,admin")
+    d = _cli(environ, "grant", "shared", "d", "--permissions", "read,execute")
+    folder = tmp_path / "home" / "workspaces" / "shared"
+    with ServeProcess(environ, tmp_path) as server:
+        base = f"{server.url}/v1/workspaces/shared"
+
+        def as_(token: str) -> dict[str, str]:
+            return {"Authorization": f"Bearer {token}"}
+
+        minted = {}
+        for bot in ("b", "c"):  # the minter keeps the tokens it mints for b and c
+            response = httpx.post(f"{base}/grants", json={"bot": bot, "permissions": ["read", "execute"]},
+                                  headers=as_(minter), timeout=30)
+            assert response.status_code == 201, response.text
+            minted[bot] = response.json()["token"]
+
+        def exec_as(token: str, cmd: list[str]) -> httpx.Response:
+            return httpx.post(f"{base}/exec", json={"cmd": cmd, "timeout": 30}, headers=as_(token), timeout=60)
+
+        # Its own two slots, held until the test releases them (at most 30 s, the exec timeout).
+        hold = "touch started-$0; while [ ! -e release ]; do sleep 0.05; done"
+        holders = [threading.Thread(target=exec_as, args=(minter, ["sh", "-c", hold, str(i)])) for i in range(2)]
+        for holder in holders:
+            holder.start()
+        try:
+            deadline = time.monotonic() + 60
+            while not all((folder / f"started-{i}").exists() for i in range(2)):
+                assert time.monotonic() < deadline, "the minter's commands never started"
+                time.sleep(0.05)
+            for bot in ("b", "c"):
+                refused = exec_as(minted[bot], ["true"])
+                assert refused.status_code == 503, refused.text
+                assert "max_execs_per_bot" in refused.json()["error"]["message"]
+            other = exec_as(d, ["true"])  # a bot the person granted: its own slots
+            assert other.status_code == 200 and other.json()["exit_code"] == 0
+        finally:
+            (folder / "release").touch()
+            for holder in holders:
+                holder.join(60)
+        served = exec_as(minted["b"], ["true"])
+        assert served.status_code == 200 and served.json()["exit_code"] == 0
+        assert httpx.get(base, headers=as_(minted["c"]), timeout=30).status_code == 200
+    app = bootstrap(tmp_path / "home", environ=environ)
+    try:
+        execs = sorted((e for e in app.audit.list(limit=100) if e.action == "api.exec"), key=lambda e: e.seq)
+        by_b = [e for e in execs if e.actor.startswith("bot:b@")]
+        assert [e.rule for e in by_b] == ["api.max_execs_per_bot", "grant.allow"]
+        assert all(e.detail["bot"] == "b" and e.detail["minted_by"] == "minter" for e in by_b)
+        read = next(e for e in app.audit.list(limit=100) if e.action == "api.workspace.get")
+        assert read.actor.startswith("bot:c@") and read.detail["minted_by"] == "minter"  # any call says so
+        by_d = [e for e in execs if e.actor.startswith("bot:d@")]
+        assert [(e.detail["bot"], e.detail["minted_by"]) for e in by_d] == [("d", "d")]
+    finally:
+        app.close()

@@ -122,3 +122,54 @@ def test_cli_prints_the_head_and_checks_an_anchor(cli: Cli, home: Path) -> None:
     assert broken.code == 1 and "deleted" in broken.json["error"]["message"]
     bad = cli("audit", "verify", "--anchor", "12:xyz")
     assert bad.code == 2 and bad.stderr.count("\n") == 1
+
+
+def _insert_chain(home: Path, n: int, detail: str = '{"argv": ["true"], "i": 0, "pad": "%s"}' % ("x" * 200)) -> None:
+    """`n` valid rows written straight into the table (one transaction): a long log, fast."""
+    import json
+
+    rows, prev = [], "0" * 64
+    parsed = json.loads(detail)
+    for seq in range(1, n + 1):
+        event = AuditEvent(at="2024-01-01T00:00:00", actor="user", action="run", target=f"w{seq % 7}",
+                           decision="allow", rule="sandbox", result="0", detail=parsed)
+        digest = event_hash(event, seq, prev)
+        rows.append((seq, event.at, event.actor, event.action, event.target, event.decision, event.rule,
+                     event.result, detail, prev, digest))
+        prev = digest
+    with sqlite3.connect(home / "warden.db") as conn:
+        conn.executemany("INSERT INTO audit_events VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+
+
+def test_verify_streams_rows_in_constant_memory(app: App, home: Path) -> None:
+    """Peak memory of `verify` does not grow with the log (it once read every row at once)."""
+    import tracemalloc
+
+    app.audit.head()  # the schema exists
+    _insert_chain(home, 20_000)
+    tracemalloc.start()
+    try:
+        assert app.audit.verify() == (20_000, None)
+        _size, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 1024 * 1024, f"verify peaked at {peak / 1e6:.1f} MB for 20k rows"
+
+
+def test_a_duplicate_key_in_stored_json_breaks_verification(app: App, home: Path) -> None:
+    """`{"i": 1, "i": 1}` parses (and hashes) like `{"i": 1}`; a row stored that way is not Warden's."""
+    _fill(app, 3)
+    with sqlite3.connect(home / "warden.db") as conn:
+        conn.execute("""UPDATE audit_events SET detail = '{"i": 1, "i": 1}' WHERE seq = 2""")
+    count, broken = app.audit.verify()
+    assert broken is not None and broken.seq == 2 and "twice" in broken.reason
+    assert count == 2
+
+
+def test_detail_that_is_not_json_breaks_verification_not_the_cli(cli: Cli, home: Path) -> None:
+    assert cli("init").code == 0
+    assert cli("create", "w1").code == 0
+    with sqlite3.connect(home / "warden.db") as conn:
+        conn.execute("UPDATE audit_events SET detail = '{not json' WHERE seq = 1")
+    result = cli("audit", "verify", "--json")
+    assert result.code == 1 and "row 1" in result.json["error"]["message"]

@@ -117,3 +117,14 @@ def test_zone_scope_and_secret_names(kapp: App) -> None:
     assert _refused(kapp.auth.zone_scope, zoned, {"workspace": zones["workspace"]}).startswith("deny")
     assert _refused(kapp.auth.authorize, zoned, "demo", "execute", whole_workspace=True) in {
         "grant.permission", "grant.zone"}
+
+
+def test_the_minter_is_the_bot_holding_the_root_of_the_chain(kapp: App) -> None:
+    root = kapp.grants.grant("demo", "kid", "read,execute,admin")
+    child = kapp.grants.grant("demo", "old", "read,execute,admin", parent=kapp.grants.chain(root.grant.accessor))
+    grandchild = kapp.grants.grant("demo", "lost", "read,execute", parent=kapp.grants.chain(child.grant.accessor))
+    minters = {kapp.auth.authenticate(issued.token).bot: kapp.auth.authenticate(issued.token).minter
+               for issued in (root, child, grandchild)}
+    assert minters == {"kid": "kid", "old": "kid", "lost": "kid"}
+    identity = kapp.grants.register_bot("minter-self").token
+    assert kapp.auth.authenticate(identity).minter == "minter-self"

@@ -101,6 +101,26 @@ def test_children_are_clamped_and_revoked_with_their_parent(kapp: App) -> None:
         assert kapp.grants.get(issued.grant.accessor).revoked is not None
 
 
+def test_only_a_child_grant_may_name_an_unregistered_bot(kapp: App) -> None:
+    # The person (no parent) is told: it owns the registry, and a typo should not mint a token.
+    with pytest.raises(NotFound, match="no bot named 'ghost' is registered"):
+        kapp.grants.grant("demo", "ghost", "read")
+    # A grant holder is not: its answer for an unregistered name is that for a registered one.
+    root = kapp.grants.grant("demo", "kappa", "read,execute,admin")
+    chain = kapp.grants.chain(root.grant.accessor)
+    ghost = kapp.grants.grant("demo", "ghost", "read", parent=chain)
+    real = kapp.grants.grant("demo", "iota", "read", parent=chain)
+    assert type(ghost) is type(real) and ghost.grant.parent == real.grant.parent == root.grant.accessor
+    refusals = []
+    for bot in ("ghost", "iota"):
+        with pytest.raises(Denied) as refused:
+            kapp.grants.grant("demo", bot, "secrets", parent=chain)
+        refusals.append(str(refused.value))
+    assert refusals[0] == refusals[1]
+    assert kapp.grants.chain(ghost.grant.accessor)[-1].bot == "kappa"  # whose it really is
+    assert ghost.grant.accessor in kapp.grants.revoke("demo", accessor=root.grant.accessor)
+
+
 def test_revoke_by_bot_takes_every_grant_it_holds_there(kapp: App) -> None:
     a = kapp.grants.grant("demo", "zeta", "read")
     b = kapp.grants.grant("demo", "zeta", "write")

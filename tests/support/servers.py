@@ -17,6 +17,7 @@ import uvicorn
 
 from warden.bootstrap import App
 from warden.interfaces.http import create_app
+from warden.interfaces.http.protocol import BoundedHttpToolsProtocol
 
 
 class ThreadServer:
@@ -28,7 +29,8 @@ class ThreadServer:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(create_app(app), log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(create_app(app), log_level="warning", access_log=False, lifespan="off",
+                                http=BoundedHttpToolsProtocol)  # as `warden serve` runs it
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 

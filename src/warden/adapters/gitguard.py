@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from warden.adapters.atomic import write_atomic
+from warden.adapters.processes import alive, start_time
 from warden.adapters.safefs import SafeRoot
 from warden.core.errors import WardenError
 from warden.core.gitcontrol import QUARANTINE_SUFFIX, GitControl, is_git_name, judge, looks_like_git_dir
@@ -242,26 +243,13 @@ def _scan_folder(workspace: str, rel: str) -> list[GitControl]:
     return found
 
 
-def _start_time(pid: int) -> int | None:
-    """The start time of process `pid` (clock ticks since boot), None when there is none."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: fields count from the last ")".
-    fields = data[data.rfind(b")") + 2:].split()
-    return int(fields[19]) if len(fields) > 19 else None
-
-
 def _me() -> list[int]:
     """This process as a run registration: (pid, start time), so a reused pid is not mistaken."""
-    return [os.getpid(), _start_time(os.getpid()) or 0]
+    return [os.getpid(), start_time(os.getpid()) or 0]
 
 
 def _alive(entry: object) -> bool:
     """Whether the Warden process of a registered run still lives."""
     if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(v, int) for v in entry)):
         return False
-    pid, started = int(entry[0]), int(entry[1])
-    return pid > 0 and _start_time(pid) == started
+    return alive(int(entry[0]), int(entry[1]))

@@ -65,10 +65,13 @@ class Keystore:
     """Reads and creates the key files; seals and opens secret values."""
 
     def __init__(self, directory: Path, environ: Mapping[str, str],
-                 random: Callable[[int], bytes] = os.urandom) -> None:
+                 random: Callable[[int], bytes] = os.urandom,
+                 required: Callable[[str], bool] | None = None) -> None:
         self.directory = directory
         self._environ = environ
         self._random = random
+        # Whether a missing key file (by name) is lost rather than not made yet (home_state.py).
+        self._required = required or (lambda _name: False)
         self._pepper: bytes | None = None
 
     # -- files -----------------------------------------------------------------------------
@@ -109,12 +112,19 @@ class Keystore:
             raise Unavailable(f"key file {path} is damaged (not {KEY_BYTES} bytes); restore it from a backup")
         return data
 
-    def _create_key(self, path: Path) -> tuple[bytes, bool]:
+    def _create_key(self, path: Path, *, guarded: bool = True) -> tuple[bytes, bool]:
         """The key in `path`, made now if missing; True when this call made it."""
         self._ensure_dir()
         existing = self._read_key(path)
         if existing is not None:
             return existing, False
+        if guarded and path in (self.pepper_file, self.master_file) and self._required(path.name):
+            voids = "every grant token" if path == self.pepper_file else "every stored secret"
+            home = self.directory.parent
+            raise Unavailable(f"key file {path} is missing, but {home} was set up with it ({voids} depends "
+                              f"on it); restore it from a backup of {home}, or run `warden init "
+                              "--reset-keys --yes` to make new keys (voids every grant token and every "
+                              "stored secret)")
         key = self._random(KEY_BYTES)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{self._random(4).hex()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
@@ -152,6 +162,25 @@ class Keystore:
             made.append("keys/pepper")
         if MASTER_ENV not in self._environ and self._create_key(self.master_file)[1]:
             made.append("keys/master.key")
+        return made
+
+    def reset(self, stamp: str) -> list[str]:
+        """New pepper and master key (those from the environment aside); old files are kept in
+        keys/replaced-<stamp>/ so a mistaken reset can be undone by moving them back."""
+        made: list[str] = []
+        keep = self.directory / f"replaced-{stamp}"
+        for path, env in ((self.pepper_file, PEPPER_ENV), (self.master_file, MASTER_ENV),
+                          (self.next_file, MASTER_ENV)):
+            if env in self._environ:
+                continue
+            if path.exists():
+                keep.mkdir(mode=0o700, exist_ok=True)
+                os.replace(path, keep / path.name)
+            if path != self.next_file:
+                self._create_key(path, guarded=False)
+                made.append(f"keys/{path.name}")
+        self._pepper = None
+        self._fsync_dir()
         return made
 
     # -- the pepper ------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """Processes on this host: liveness of a recorded pid, and stopping a workspace's processes.
 
-A workspace's processes are found from /proc without any cooperation from the runner:
-every `bwrap` whose argv names the workspace (it binds it at its host path), with all its
-descendants. Every bot command runs under bwrap, so that is all of them; a person's own
-shell that merely sits in the workspace folder is left alone. Killing bwrap's process tree
+A workspace's processes are found from /proc: every `bwrap` whose working folder is the
+workspace (the runner starts it there), with all its descendants. Every bot command runs
+under bwrap, so that is all of them; a person's own shell that merely sits in the workspace
+folder is left alone. Killing bwrap's process tree
 ends the sandbox's pid namespace as a whole.
 """
 
@@ -93,8 +93,15 @@ def workspace_processes(root: str) -> set[int]:
                 argv = handle.read().split(b"\0")
         except OSError:
             continue
-        if argv and os.path.basename(argv[0].decode(errors="replace")) == "bwrap" and any(
-                _inside(arg.decode(errors="replace"), root) for arg in argv[1:]):
+        if not argv or os.path.basename(argv[0].decode(errors="replace")) != "bwrap":
+            continue
+        # Warden starts bwrap in the workspace folder (its options, which name the folder, are
+        # off the command line); a bwrap that names it in its argv is matched too.
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            cwd = ""
+        if _inside(cwd, root) or any(_inside(arg.decode(errors="replace"), root) for arg in argv[1:]):
             roots.add(pid)
     if not roots:
         return set()

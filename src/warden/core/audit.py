@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from warden.core.errors import InvalidInput
 
-__all__ = ["GENESIS", "AuditEvent", "ChainBreak", "check_anchor", "event_hash", "parse_anchor", "scrub",
-           "verify_chain"]
+__all__ = ["GENESIS", "AuditEvent", "ChainBreak", "DuplicateKey", "check_anchor", "event_hash", "parse_anchor",
+           "parse_detail", "scrub", "verify_chain"]
 
 GENESIS = "0" * 64
 
@@ -45,6 +45,28 @@ def scrub(detail: Mapping[str, object]) -> dict[str, object]:
         else:
             clean[key] = value
     return clean
+
+
+class DuplicateKey(ValueError):
+    """A stored JSON object names one key twice (json.loads would silently keep the last)."""
+
+
+def _unique_pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    result: dict[str, object] = {}
+    for key, value in pairs:
+        if key in result:
+            raise DuplicateKey(f"the key {key!r} appears twice")
+        result[key] = value
+    return result
+
+
+def parse_detail(text: str) -> dict[str, object]:
+    """A stored `detail` column, refusing duplicate keys: `{"a":1,"a":1}` hashes like `{"a":1}`,
+    so a row padded that way would otherwise still verify (RFC 8259 §4 leaves duplicates open)."""
+    value = json.loads(text, object_pairs_hook=_unique_pairs)
+    if not isinstance(value, dict):
+        raise ValueError("it is not a JSON object")
+    return value
 
 
 def _canonical(event: AuditEvent, seq: int, prev_hash: str) -> bytes:
@@ -96,7 +118,7 @@ def parse_anchor(text: str) -> tuple[int, str]:
     return int(seq_text), digest
 
 
-def check_anchor(events: Sequence[AuditEvent], seq: int, digest: str) -> ChainBreak | None:
+def check_anchor(events: Iterable[AuditEvent], seq: int, digest: str) -> ChainBreak | None:
     """Whether a head recorded earlier is still in the log, unchanged.
 
     A hash chain shows that no row was edited and none was removed before the newest one;

@@ -8,6 +8,11 @@ through; a path is judged by its basename and refused outside the trusted bin fo
 `-c` script is parsed with bashlex and every command in it (pipelines, lists, `$(...)`,
 `<(...)`, function bodies) must pass too. What cannot be parsed, names its program through
 an expansion (`$X args`) or hides a substitution in an unquoted here-document, is refused.
+
+Words that bash evaluates as code without naming a program (`${X:-$(cmd)}`, `printf -v
+'a[$(cmd)]'`, `(( ))`, `BASH_ENV=...`) are judged by core/shell_code. Shells that first source
+files from the workspace (interactive, login, `--rcfile`, zsh) are refused, and so is input
+that xargs or find splices into a command (`xargs env`, `find -exec sh -c 'echo {}'`).
 This is defence in depth: the bubblewrap sandbox is the wall, the allowlist only narrows what
 a bot may start inside it.
 """
@@ -17,9 +22,21 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+from warden.core.shell_code import (
+    Refused,
+    check_builtin_args,
+    check_env_name,
+    check_exec_options,
+    check_heredoc,
+    check_parameter,
+    check_variable,
+    is_arithmetic_command,
+)
 
 __all__ = ["SHELLS", "CommandDecision", "check_command"]
 
@@ -28,10 +45,12 @@ SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash"})
 _SAFE_BUILTINS = frozenset({
     "cd", "echo", "printf", "true", "false", "test", "[", "exit", "export", "unset", "set",
     "shift", "read", "pwd", ":", "wait", "return", "local", "break", "continue", "umask",
-    "declare", "typeset", "readonly", "getopts", "let", "times", "jobs", "type", "shopt",
+    "declare", "typeset", "readonly", "getopts", "times", "jobs", "type", "shopt",
 })
-# Builtins that run text as code or install code to run later: never allowed.
-_CODE_BUILTINS = frozenset({"eval", "source", ".", "trap", "alias", "enable", "fc", "coproc"})
+# Builtins that run text as code or install code to run later: never allowed. `let` evaluates
+# arithmetic, where `a[$(cmd)]` runs cmd; `mapfile -C CALLBACK` runs CALLBACK.
+_CODE_BUILTINS = frozenset({"eval", "source", ".", "trap", "alias", "enable", "fc", "coproc",
+                            "let", "mapfile", "readarray"})
 _MAX_DEPTH = 8
 
 
@@ -45,31 +64,26 @@ class CommandDecision:
     programs: tuple[str, ...] = ()
 
 
-class _Refused(Exception):
-    def __init__(self, rule: str, reason: str) -> None:
-        super().__init__(reason)
-        self.rule = rule
-        self.reason = reason
-
-
 class _Checker:
     def __init__(self, allowed: Iterable[str], trusted_dirs: Iterable[str], cwd: str) -> None:
         self.allowed = frozenset(posixpath.basename(a.rstrip("/")) for a in allowed if a.strip())
         self.trusted = frozenset(posixpath.normpath(d) for d in trusted_dirs)
         self.cwd = cwd
         self.programs: list[str] = []
+        # Text that xargs or find replaces with input or file names before the command runs.
+        self.holes: tuple[str, ...] = ()
 
     # -- programs ------------------------------------------------------------------------
     def program_name(self, word: str) -> str:
         if not word or "\0" in word:
-            raise _Refused("command.empty", "empty program name")
+            raise Refused("command.empty", "empty program name")
         if "/" not in word:
             return word
         full = posixpath.normpath(posixpath.join(self.cwd, word))
         folder, name = posixpath.split(full)
         if folder not in self.trusted:
-            raise _Refused("command.path_outside_bins",
-                           f"{word!r} is outside the trusted bin folders; call programs by name")
+            raise Refused("command.path_outside_bins",
+                          f"{word!r} is outside the trusted bin folders; call programs by name")
         return name
 
     def is_allowed(self, name: str) -> bool:
@@ -81,65 +95,108 @@ class _Checker:
     def require(self, name: str) -> None:
         self.programs.append(name)
         if not self.is_allowed(name):
-            raise _Refused(f"command.not_allowed:{name}",
-                           f"{name!r} is not in sandbox.allowed_commands")
+            raise Refused(f"command.not_allowed:{name}",
+                          f"{name!r} is not in sandbox.allowed_commands")
 
     # -- argv ----------------------------------------------------------------------------
-    def check_argv(self, argv: Sequence[str], depth: int = 0) -> None:
+    def check_argv(self, argv: Sequence[str], depth: int = 0, *, fed: bool = False) -> None:
+        """`fed`: xargs appends its input to argv, so argv must not end where a command goes."""
         if depth > _MAX_DEPTH:
-            raise _Refused("command.too_deep", "commands nested too deeply to check")
+            raise Refused("command.too_deep", "commands nested too deeply to check")
         if not argv:
-            raise _Refused("command.empty", "no command given")
+            raise Refused("command.empty", "no command given")
         name = self.program_name(argv[0])
         args = list(argv[1:])
+        if name == "xargs":
+            command, holes = _xargs(args)
+            if command is None:  # xargs with no command runs echo
+                self.require("echo")
+                return
+            with self.filling(holes):
+                self.check_argv(command, depth + 1, fed=not holes)
+            return
         wrapper = _WRAPPERS.get(name)
         if wrapper is not None:
             inner = wrapper(args)
             if inner is None:  # the wrapper itself does the work (`env` prints, `nice` reports)
+                if fed:
+                    raise Refused("command.fed_command",
+                                  f"xargs would pass its input to {name} as the command to run; "
+                                  f"name the command after {name}")
                 self.require(name)
             elif isinstance(inner, _Script):
                 self.check_script(inner.text, depth + 1)
             else:
-                self.check_argv(inner, depth + 1)
+                self.check_argv(inner, depth + 1, fed=fed)
             return
         self.require(name)
         if name in SHELLS:
             self.check_script(_shell_script(name, args), depth + 1)
         elif name == "find":
-            for command in _find_commands(args):
-                self.check_argv(command, depth + 1)
+            if fed:
+                raise Refused("command.fed_command",
+                              "xargs would add its input to find's expression, which may add -exec")
+            with self.filling(("{}",)):
+                for command in _find_commands(args):
+                    self.check_argv(command, depth + 1)
+
+    @contextmanager
+    def filling(self, holes: tuple[str, ...]) -> Iterator[None]:
+        outer = self.holes
+        self.holes = (*outer, *holes)
+        try:
+            yield
+        finally:
+            self.holes = outer
 
     # -- shell scripts -------------------------------------------------------------------
     def check_script(self, script: str, depth: int) -> None:
         if depth > _MAX_DEPTH:
-            raise _Refused("command.too_deep", "commands nested too deeply to check")
+            raise Refused("command.too_deep", "commands nested too deeply to check")
+        for hole in self.holes:
+            if hole in script:
+                raise Refused("command.script_placeholder",
+                              f"{hole!r} in a shell script is replaced by input or a file name, "
+                              f"which would run as code; pass it as an argument: "
+                              f"sh -c '... \"$1\"' sh {hole}")
         try:
             import bashlex  # lazy: only shell scripts need the parser
 
             trees = bashlex.parse(script)
         except Exception as exc:  # bashlex raises its own errors and NotImplementedError
-            raise _Refused("command.shell_unparseable",
-                           f"cannot check shell script {script[:60]!r} ({type(exc).__name__}); "
-                           "simplify it or run the programs directly") from None
+            raise Refused("command.shell_unparseable",
+                          f"cannot check shell script {script[:60]!r} ({type(exc).__name__}); "
+                          "simplify it or run the programs directly") from None
         for tree in trees:
-            self.walk(tree, depth)
+            self.walk(tree, depth, script)
 
-    def walk(self, node: Any, depth: int) -> None:
+    def walk(self, node: Any, depth: int, source: str) -> None:
         kind = getattr(node, "kind", "")
         if kind == "command":
             self.check_simple_command(node, depth)
+        elif kind == "assignment":
+            name = node.word.split("=", 1)[0]
+            check_variable(name.removesuffix("+"))
+        elif kind == "parameter":
+            check_parameter(source, node.pos[0])
+        elif kind == "for":  # `for PS4 in ...` assigns PS4
+            check_variable(node.parts[1].word)
+        elif kind == "compound" and is_arithmetic_command(node):
+            raise Refused("command.shell_arithmetic",
+                          "(( )) evaluates arithmetic, where a[$(cmd)] held in a variable runs cmd; "
+                          "use test or [ ] instead")
         if kind == "redirect" and getattr(node, "heredoc", None) is not None:
-            _check_heredoc(node)
+            check_heredoc(node)
         if kind in ("commandsubstitution", "processsubstitution"):
-            self.walk(node.command, depth + 1)
+            self.walk(node.command, depth + 1, source)
             return
         for attr in ("parts", "list"):
             for child in getattr(node, attr, None) or ():
-                self.walk(child, depth)
+                self.walk(child, depth, source)
         for attr in ("command", "output"):
             child = getattr(node, attr, None)
             if child is not None and hasattr(child, "kind"):
-                self.walk(child, depth)
+                self.walk(child, depth, source)
 
     def check_simple_command(self, node: Any, depth: int) -> None:
         words = [p for p in node.parts if p.kind == "word"]
@@ -148,17 +205,19 @@ class _Checker:
         program = words[0]
         if any(p.kind in ("parameter", "commandsubstitution", "processsubstitution", "tilde")
                for p in getattr(program, "parts", None) or ()):
-            raise _Refused("command.dynamic_program",
-                           f"the program {program.word!r} comes from an expansion; name it literally")
+            raise Refused("command.dynamic_program",
+                          f"the program {program.word!r} comes from an expansion; name it literally")
         argv = [w.word for w in words]
         self.check_shell_argv(argv, depth)
 
     def check_shell_argv(self, argv: list[str], depth: int) -> None:
         name = argv[0]
         if name in _CODE_BUILTINS:
-            raise _Refused(f"command.shell_builtin:{name}",
-                           f"shell builtin {name!r} runs text as code and is not allowed")
+            raise Refused(f"command.shell_builtin:{name}",
+                          f"shell builtin {name!r} runs text as code and is not allowed")
         if name in ("command", "builtin", "exec"):
+            if name == "exec":
+                check_exec_options(argv[1:])
             rest = _skip_options(argv[1:], with_value={"-a"} if name == "exec" else set())
             if name == "command" and any(a in ("-v", "-V") for a in argv[1:2]):
                 return  # a lookup, runs nothing
@@ -166,20 +225,9 @@ class _Checker:
                 self.check_shell_argv(rest, depth)
             return
         if name in _SAFE_BUILTINS:
+            check_builtin_args(name, argv[1:])
             return
         self.check_argv(argv, depth)
-
-
-def _check_heredoc(node: Any) -> None:
-    """A here-document with an unquoted delimiter expands `$(...)` and backquotes in its body,
-    which bashlex leaves as plain text: such a body would run programs nobody checked."""
-    delimiter = getattr(getattr(node, "output", None), "word", "")
-    body = getattr(node.heredoc, "value", "")
-    quoted = any(c in delimiter for c in "'\"\\")
-    if not quoted and ("$(" in body or "`" in body):
-        raise _Refused("command.heredoc_substitution",
-                       "a here-document runs the commands substituted in its body, which cannot be "
-                       "checked; quote its delimiter (<<'EOF') or run the programs directly")
 
 
 @dataclass(frozen=True)
@@ -239,9 +287,9 @@ def _env(args: list[str]) -> list[str] | _Script | None:
             split = (arg[2:], args[i + 1:])
         if split is not None:
             try:
-                return [*shlex.split(split[0]), *split[1]] or None
+                return _env([*shlex.split(split[0]), *split[1]])  # -S TEXT reads as more arguments
             except ValueError:
-                raise _Refused("command.unparseable", f"cannot split env -S {split[0]!r}") from None
+                raise Refused("command.unparseable", f"cannot split env -S {split[0]!r}") from None
         if arg == "--":
             i += 1
             break
@@ -252,15 +300,29 @@ def _env(args: list[str]) -> list[str] | _Script | None:
         else:
             break
     while i < len(args) and "=" in args[i] and not args[i].startswith("="):
-        i += 1  # NAME=VALUE assignments
+        check_env_name(args[i].split("=", 1)[0])  # NAME=VALUE assignments
+        i += 1
     return args[i:] or None
 
 
-def _xargs(args: list[str]) -> list[str]:
+def _xargs(args: list[str]) -> tuple[list[str] | None, tuple[str, ...]]:
+    """The command xargs runs (None: echo) and the replace strings (-I R, -i, --replace) that
+    it fills with its input."""
     rest = _options_then(args, {"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file",
                                 "--delimiter", "--max-args", "--max-procs", "--max-chars",
-                                "--process-slot-var", "--max-lines", "--replace", "--eof"})
-    return rest or ["echo"]  # xargs with no command runs echo
+                                "--process-slot-var", "--max-lines", "--eof"})
+    options = args[:len(args) - len(rest or [])]
+    holes: list[str] = []
+    for i, option in enumerate(options):
+        if option == "-I" and i + 1 < len(options):
+            holes.append(options[i + 1])
+        elif option.startswith("-I") and len(option) > 2:
+            holes.append(option[2:])
+        elif option.startswith("-i") or option == "--replace":
+            holes.append(option[2:] or "{}")
+        elif option.startswith("--replace="):
+            holes.append(option.split("=", 1)[1] or "{}")
+    return rest, tuple(h for h in holes if h)
 
 
 def _flock(args: list[str]) -> list[str] | _Script | None:
@@ -290,14 +352,18 @@ _WRAPPERS: dict[str, Any] = {
     "time": lambda a: _options_then(a, {"-f", "-o", "--format", "--output"}),
     "chrt": lambda a: _options_then(a, {"-T", "-P", "-D"}, positionals=1),
     "unbuffer": lambda a: _options_then(a, set()),
-    "xargs": _xargs,
     "flock": _flock,
     "busybox": _busybox,
 }
 
 
 def _shell_script(name: str, args: list[str]) -> str:
-    """The `-c` script of a shell invocation; refuse scripts read from files or stdin."""
+    """The `-c` script of a shell invocation; refuse scripts read from files or stdin, and
+    shells that first source start-up files (interactive, login, --rcfile; zsh's .zshenv)."""
+    if name == "zsh":
+        raise Refused("command.shell_startup",
+                      "zsh sources ~/.zshenv (in the workspace) on every start and its syntax is "
+                      "not bash's, so its scripts cannot be checked; use sh -c or bash -c")
     command_mode = False
     i = 0
     while i < len(args):
@@ -305,7 +371,13 @@ def _shell_script(name: str, args: list[str]) -> str:
         if arg == "--":
             i += 1
             break
-        if arg in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
+        startup = arg.split("=", 1)[0] in ("--login", "--rcfile", "--init-file", "--debugger") or (
+            arg[:1] == "-" and arg[1:2] != "-" and ("i" in arg[1:] or "l" in arg[1:]))
+        if startup:
+            raise Refused("command.shell_startup",
+                          f"{name} {arg} is an interactive or login shell, which first runs "
+                          "start-up files that cannot be checked; use -c without -i or -l")
+        if arg in ("-o", "+o", "-O", "+O"):
             i += 2
             continue
         if arg.startswith("--"):
@@ -321,9 +393,9 @@ def _shell_script(name: str, args: list[str]) -> str:
         break
     if command_mode and i < len(args):
         return args[i]
-    raise _Refused("command.shell_unchecked",
-                   f"{name} would read its script from a file or stdin, which cannot be checked; "
-                   f"pass it with {name} -c 'SCRIPT'")
+    raise Refused("command.shell_unchecked",
+                  f"{name} would read its script from a file or stdin, which cannot be checked; "
+                  f"pass it with {name} -c 'SCRIPT'")
 
 
 def _find_commands(args: list[str]) -> list[list[str]]:
@@ -342,12 +414,15 @@ def _find_commands(args: list[str]) -> list[list[str]]:
 
 
 def check_command(argv: Sequence[str], allowed: Iterable[str], *, trusted_dirs: Iterable[str],
-                  cwd: str) -> CommandDecision:
-    """Decide whether `argv` may start: every program it would run must be allowed."""
+                  cwd: str, env: Iterable[str] = ()) -> CommandDecision:
+    """Decide whether `argv` may start: every program it would run must be allowed. `env`: the
+    names the run adds to the environment (PATH or LD_* there would change what runs)."""
     checker = _Checker(allowed, trusted_dirs, cwd)
     try:
+        for name in env:
+            check_env_name(name)
         checker.check_argv(list(argv))
-    except _Refused as refusal:
+    except Refused as refusal:
         return CommandDecision(False, refusal.rule, f"refused: {refusal.reason}",
                                tuple(checker.programs))
     names = tuple(dict.fromkeys(checker.programs))

@@ -16,6 +16,8 @@ Every message is one line that says what was wrong and what to do.
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "Conflict",
     "Denied",
@@ -26,6 +28,7 @@ __all__ = [
     "TooLarge",
     "Unavailable",
     "WardenError",
+    "classify",
 ]
 
 
@@ -71,3 +74,30 @@ class TimedOut(WardenError):
 
 class Unavailable(WardenError):
     code = "unavailable"
+
+
+# errno values that mean "the disk is full" (ENOSPC) or "your share of it is" (EDQUOT).
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def classify(exc: BaseException, where: str | None = None) -> WardenError | None:
+    """A foreign error (OSError, sqlite3's or SQLAlchemy's OperationalError) as the WardenError
+    of its cause, or None when the cause is not one Warden knows.
+
+    Matched by errno and by SQLite's own messages ("database is locked", "database or disk is
+    full", see https://sqlite.org/rescode.html), so this module imports no driver. `where` names
+    the file or device when the error itself does not.
+    """
+    if isinstance(exc, WardenError):
+        return exc
+    text = str(exc)
+    if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+        place = where or exc.filename or "the device"
+        return Unavailable(f"no space left on {place}; free some space")
+    if "database is locked" in text or "database table is locked" in text:
+        place = f" ({where})" if where else ""
+        return Locked(f"the registry{place} is locked by another process; wait for it to finish "
+                      "(or stop it) and try again")
+    if "database or disk is full" in text:
+        return Unavailable(f"no space left on {where or 'the registry disk'}; free some space")
+    return None

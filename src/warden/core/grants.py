@@ -16,8 +16,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from warden.core.bwrap_argv import is_loader_variable
 from warden.core.durations import format_duration
 from warden.core.errors import Denied, InvalidInput
+from warden.core.shell_env import is_shell_startup_name
 
 __all__ = [
     "PERMISSIONS",
@@ -124,7 +126,11 @@ def check_secret_name(name: str) -> str:
     if not isinstance(name, str) or not _SECRET.match(name):
         raise InvalidInput(f"bad secret name {name!r}: use an environment variable name in capitals, "
                            "digits and '_' (e.g. OPENAI_API_KEY)")
-    if name in _RESERVED_ENV or name.startswith(("LD_", "WARDEN_", "BWRAP")):
+    # Loader and libc variables (they would travel through bwrap's --setenv, and steer the
+    # dynamic loader of every program inside) and shell start-up variables (code that runs
+    # before the command) are never a secret's name.
+    if (name in _RESERVED_ENV or name.startswith(("LD_", "WARDEN_", "BWRAP"))
+            or is_loader_variable(name) or is_shell_startup_name(name)):
         raise InvalidInput(f"secret name {name!r} is reserved (it controls the sandbox or its programs); "
                            "pick another name")
     return name

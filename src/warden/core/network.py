@@ -194,6 +194,9 @@ def check_host(policy: NetworkPolicy, host: str, port: int) -> NetDecision:
         if rule.matches(name, port):
             return NetDecision(False, f"network.denied:{rule.text}", f"{target} is in the denied list")
     if is_ip_literal(name):
+        by_address = _denied_address(policy, name, port)
+        if by_address is not None:
+            return NetDecision(False, f"network.denied:{by_address.text}", f"{target} is in the denied list")
         listed = _listed_with_port(policy, name, port)
         if listed is None:
             return NetDecision(False, "network.ip_literal",
@@ -216,13 +219,40 @@ def check_addresses(policy: NetworkPolicy, host: str, port: int,
     listed = _listed_with_port(policy, name, port)
     usable: list[str] = []
     refused_why = ""
+    denied_rule: Rule | None = None
     for address in addresses:
+        # A deny on an address holds whatever name leads there (`localhost:PORT` against a
+        # denied 127.0.0.1): checked on every address the name resolves to.
+        rule = _denied_address(policy, address, port)
+        if rule is not None:
+            denied_rule = denied_rule or rule
+            continue
         why = special_address(address)
         if why is None or listed is not None:
             usable.append(address)
         else:
             refused_why = refused_why or f"{target} resolves to {address}, {why}"
+    if not usable and denied_rule is not None and not refused_why:
+        return NetDecision(False, f"network.denied:{denied_rule.text}",
+                           f"{target} resolves to an address in the denied list"), []
     if not usable:
         return NetDecision(False, "network.special_address",
                            refused_why + "; list the host with its port to allow it"), []
     return NetDecision(True, "network.allowed", f"{target} is allowed"), usable
+
+
+def _same_address(a: str, b: str) -> bool:
+    """Whether two IP texts name one address (IPv4-mapped IPv6 folded to IPv4)."""
+    try:
+        x, y = ipaddress.ip_address(a), ipaddress.ip_address(b)
+    except ValueError:
+        return False
+    x = x.ipv4_mapped or x if isinstance(x, ipaddress.IPv6Address) else x
+    y = y.ipv4_mapped or y if isinstance(y, ipaddress.IPv6Address) else y
+    return x == y
+
+
+def _denied_address(policy: NetworkPolicy, address: str, port: int) -> Rule | None:
+    """The deny entry naming `address` (an IP literal entry, with its port if it has one)."""
+    return next((r for r in policy.denied if is_ip_literal(r.host) and (r.port is None or r.port == port)
+                 and _same_address(r.host.strip("[]"), address)), None)

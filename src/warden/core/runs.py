@@ -17,6 +17,9 @@ class RunResult:
     duration_s: float
     timed_out: bool = False
     signal: int | None = None
+    # The quota setting that stopped the run (workspace.max_disk, ...); not in the JSON, whose
+    # stderr already ends with the note saying so.
+    stopped_by: str | None = None
 
     def to_json(self) -> dict[str, object]:
         return {"exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,

@@ -7,6 +7,9 @@ where each value came from, so `warden config show` can say it.
 
 from __future__ import annotations
 
+import json
+import re
+import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,7 +26,7 @@ from warden.core.errors import InvalidInput, NotFound
 from warden.core.limits import MIN_MEMORY
 
 __all__ = ["KEYS", "MAX_PORT", "MAX_WORKERS", "Setting", "Settings", "check_port", "coerce", "env_name",
-           "resolve"]
+           "format_value", "resolve"]
 
 Kind = Literal["bool", "int", "str", "path", "list", "size", "duration", "float"]
 Source = Literal["default", "file", "environment"]
@@ -85,6 +88,15 @@ KEYS: dict[str, Setting] = {
                 minimum=1024 * 1024),
         Setting("workspace.blob_max_files", "int", 20000,
                 "Most files and folders a --blob may unpack", minimum=1),
+        # The disk quota of one workspace (core/quota.py): writes past it are refused, runs stopped.
+        Setting("workspace.max_disk", "size", "10G",
+                "Most disk space one workspace may use, all its files together", minimum=1 << 20,
+                maximum=1 << 50),
+        Setting("workspace.max_files", "int", 500000,
+                "Most files and folders one workspace may hold", minimum=100, maximum=1 << 32),
+        Setting("workspace.min_free", "size", "1G",
+                "Free space kept on the filesystem of Warden's home: below it no run or write starts",
+                minimum=0, maximum=1 << 50),
         Setting("envs.index_url", "str", "",
                 "Python package index for layers and installs (empty: uv's and pip's default)"),
         Setting("envs.find_links", "list", [],
@@ -177,8 +189,7 @@ def coerce(key: str, value: object) -> object:
         return number
     if kind == "list":
         if isinstance(value, str):
-            items = [part.strip() for part in value.split(",")]
-            return [item for item in items if item]
+            return _parse_list(value, where)
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return list(value)
         raise InvalidInput(f"{where}: {value!r} is not a list of strings (write a,b,c)")
@@ -197,6 +208,46 @@ def coerce(key: str, value: object) -> object:
     if spec.choices and value not in spec.choices:
         raise InvalidInput(f"{where}: {value!r} is not one of {', '.join(spec.choices)}")
     return value
+
+
+# `["a"`, `['a'` or `[]`: the start of an array, so an error when it does not parse, not the
+# one-item list `[::1]:443` of the a,b,c form.
+_ARRAY_START = re.compile(r"\[\s*[\[\]\"'{]")
+
+
+def _parse_list(text: str, where: str) -> list[str]:
+    """A list from text: a JSON or TOML array of strings, or `a,b,c` (blank items dropped)."""
+    stripped = text.strip()
+    items: object = None
+    if stripped.startswith("["):
+        try:
+            items = json.loads(stripped)
+        except ValueError:
+            try:
+                items = tomllib.loads(f"v = {stripped}")["v"]
+            except tomllib.TOMLDecodeError:
+                if _ARRAY_START.match(stripped):
+                    raise InvalidInput(f'{where}: {text[:80]!r} is not a valid array; write '
+                                       '["a", "b"] or a,b') from None
+    if items is None:
+        return [item for item in (part.strip() for part in text.split(",")) if item]
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        raise InvalidInput(f'{where}: {text[:80]!r} is not an array of strings; write ["a", "b"]')
+    return items
+
+
+def format_value(value: object) -> str:
+    """A value as `warden config set` takes it back: `a, b` for a list (a JSON array when an
+    item would not survive that form), `true`/`false` for a bool, the text of the rest."""
+    if isinstance(value, list):
+        text = ", ".join(str(item) for item in value)
+        try:
+            if _parse_list(text, "") == value:
+                return text
+        except InvalidInput:
+            pass  # an item that looks like the start of an array
+        return json.dumps(value, ensure_ascii=False)
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _check_range(spec: Setting, number: int, shown: str, unit: Callable[[int], str]) -> None:

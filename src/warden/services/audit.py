@@ -2,22 +2,37 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
 from warden.adapters.store.db import Database, Row, Tx
-from warden.core.audit import GENESIS, AuditEvent, ChainBreak, check_anchor, event_hash, scrub, verify_chain
+from warden.core.audit import (
+    GENESIS,
+    AuditEvent,
+    ChainBreak,
+    check_anchor,
+    event_hash,
+    parse_detail,
+    scrub,
+    verify_chain,
+)
 
 __all__ = ["AuditLog"]
 
 
-def _from_row(row: Row) -> AuditEvent:
+# Rows `verify` reads per query: memory stays flat however long the log grows.
+VERIFY_BATCH = 1000
+
+
+def _from_row(row: Row, *, strict: bool = False) -> AuditEvent:
     return AuditEvent(
         seq=int(row["seq"]), at=row["at"], actor=row["actor"], action=row["action"],
         target=row["target"], decision=row["decision"], rule=row["rule"], result=row["result"],
-        detail=json.loads(row["detail"]), prev_hash=row["prev_hash"], hash=row["hash"],
+        detail=parse_detail(row["detail"]) if strict else json.loads(row["detail"]),
+        prev_hash=row["prev_hash"], hash=row["hash"],
     )
 
 
@@ -73,16 +88,48 @@ class AuditLog:
 
     def verify(self, anchor: tuple[int, str] | None = None) -> tuple[int, ChainBreak | None]:
         """How many rows were checked and the first broken one, if any; with `anchor` (a head
-        recorded earlier, see `head`), also that it is still there unchanged."""
-        with self._db.transaction(write=False) as tx:
-            rows = tx.execute("SELECT * FROM audit_events ORDER BY seq")
-        events = [_from_row(r) for r in rows]
-        if events and events[0].seq != 1:
-            return len(events), ChainBreak(1, "row 1 is missing (deleted)")
-        broken = verify_chain(events)
+        recorded earlier, see `head`), also that it is still there unchanged.
+
+        Rows are streamed in pages (keyset by seq, one read transaction), never all at once."""
+        count = 0
+        unreadable: ChainBreak | None = None
+        at_anchor: list[AuditEvent] = []
+
+        def events(rows: Iterator[Row]) -> Iterator[AuditEvent]:
+            nonlocal count, unreadable
+            for row in rows:
+                seq = int(row["seq"])
+                if count == 0 and seq != 1:
+                    unreadable = ChainBreak(1, "row 1 is missing (deleted)")
+                    return
+                try:
+                    event = _from_row(row, strict=True)
+                except ValueError as exc:  # bad JSON, a duplicate key: not what Warden wrote
+                    count += 1
+                    unreadable = ChainBreak(seq, f"its stored detail is not what Warden writes ({exc}; edited)")
+                    return
+                count += 1
+                if anchor is not None and seq == anchor[0]:
+                    at_anchor.append(event)
+                yield event
+
+        with contextlib.closing(self._rows_in_order()) as rows:
+            broken = verify_chain(events(rows))
+        broken = broken or unreadable
         if broken is None and anchor is not None:
-            broken = check_anchor(events, *anchor)
-        return len(events), broken
+            broken = check_anchor(at_anchor, *anchor)
+        return count, broken
+
+    def _rows_in_order(self) -> Generator[Row, None, None]:
+        """Every row, oldest first, VERIFY_BATCH at a time (keyset pagination, no OFFSET)."""
+        with self._db.transaction(write=False) as tx:
+            rows = tx.execute("SELECT * FROM audit_events ORDER BY seq LIMIT :n", {"n": VERIFY_BATCH})
+            while rows:
+                yield from rows
+                if len(rows) < VERIFY_BATCH:
+                    return
+                rows = tx.execute("SELECT * FROM audit_events WHERE seq > :after ORDER BY seq LIMIT :n",
+                                  {"after": rows[-1]["seq"], "n": VERIFY_BATCH})
 
     def head(self) -> tuple[int, str] | None:
         """The newest event's seq and hash: keep it elsewhere to catch deleted newest rows later."""

@@ -45,6 +45,17 @@ class Principal:
         return self.chain[0] if self.chain else None
 
     @property
+    def minter(self) -> str:
+        """The bot answerable for this caller's use: whoever holds the root of its grant chain.
+
+        A child grant's chain ends at the grant a person issued (or a bot's grant on a workspace
+        it created itself); the bot holding that root minted every grant below it, whoever they
+        name, so per-bot bounds and the audit count the minter. For a root grant or an identity
+        token it is the bot itself.
+        """
+        return self.chain[-1].bot if self.chain else self.bot
+
+    @property
     def actor(self) -> str:
         """How the audit log names this caller: the bot and the accessor, never the token."""
         return f"bot:{self.bot}" + (f"@{self.accessor}" if self.accessor else "")

@@ -12,14 +12,15 @@ approver yet) gets Denied "needs approval" until the approvals feature plugs one
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from warden.adapters.safefs import Entry, SafeRoot
 from warden.core.errors import Conflict, Denied, TooLarge, WardenError
 from warden.core.paths import canonical, segments
-from warden.core.policy import Decision, WorkspacePolicy
+from warden.core.policy import WRITE_OPS, Decision, WorkspacePolicy
 from warden.core.workspaces import WorkspaceRecord
 from warden.core.zones import Zone
 from warden.services.audit import AuditLog
@@ -27,6 +28,7 @@ from warden.services.sandbox_paths import SandboxPaths
 
 if TYPE_CHECKING:
     from warden.core.quota import Usage
+    from warden.services.leases import LeaseService
     from warden.services.quota import QuotaService
 
 __all__ = ["ApprovalRequest", "Approver", "FileService", "approve_local_user"]
@@ -64,8 +66,11 @@ class FileService:
     def __init__(self, record: WorkspaceRecord, *, paths: SandboxPaths, audit: AuditLog, max_bytes: int,
                  actor: str = "user", approver: Approver | None = None, session: str | None = None,
                  scope: Mapping[str, Zone] | None = None, use_openat2: bool | None = None,
-                 quota: QuotaService | None = None) -> None:
+                 quota: QuotaService | None = None, leases: LeaseService | None = None,
+                 status_of: Callable[[str], str | None] | None = None) -> None:
         self.record = record
+        self._leases = leases
+        self._status_of = status_of
         self._paths = paths
         self._audit = audit
         self.max_bytes = max_bytes
@@ -112,10 +117,14 @@ class FileService:
                              rule=decision.rule)
             if decision.approval == "ask":
                 decision = self._ask(op, rel, decision)
-            with SafeRoot.open(self.record.path, max_bytes=self.max_bytes, use_openat2=self._use_openat2) as root:
-                result = work(root, rel)
-            if op in ("write", "mkdir"):
-                self._defuse_git(rel, op)
+            if op in WRITE_OPS:
+                # A shared lease: no archive, destroy or create changes the workspace under a write.
+                with self._write_lease(op):
+                    result = self._work(work, rel)
+                    if op in ("write", "mkdir"):
+                        self._defuse_git(rel, op)
+            else:
+                result = self._work(work, rel)
         except WardenError as exc:
             if exc.rule and (decision is None or decision.allowed):
                 # The file layer refused (a link, a FIFO, a hard link): that is the deciding rule.
@@ -125,6 +134,21 @@ class FileService:
             raise
         self._audit_event(op, rel, decision, "ok", detail(result) if detail else None)
         return result
+
+    def _work(self, work: Callable[[SafeRoot, str], T], rel: str) -> T:
+        with SafeRoot.open(self.record.path, max_bytes=self.max_bytes, use_openat2=self._use_openat2) as root:
+            return work(root, rel)
+
+    @contextlib.contextmanager
+    def _write_lease(self, op: str) -> Iterator[None]:
+        if self._leases is None:
+            yield
+            return
+        with self._leases.hold(self.record.name, "shared", f"fs.{op}"):
+            status = (self._status_of(self.record.name) if self._status_of else None) or self.record.status
+            if status in _UNAVAILABLE:
+                raise Conflict(f"workspace {self.record.name} {_UNAVAILABLE[status]}")
+            yield
 
     def _defuse_git(self, rel: str, op: str) -> None:
         """A write can complete a folder that git would take for a repository (HEAD and refs):

@@ -125,7 +125,17 @@ class GrantService:
               zones: Sequence[str] | None = None, secrets: Sequence[str] = (),
               ttl: timedelta | None = None, max_ttl: timedelta | None = None,
               actor: str = "user", parent: Sequence[Grant] | None = None) -> IssuedGrant:
-        """Mint a grant for `bot` on `workspace`; with `parent` (its chain) it is a clamped child."""
+        """Mint a grant for `bot` on `workspace`; with `parent` (its chain) it is a clamped child.
+
+        A grant without a parent (the person's `warden grant`, or a bot's own grant on a
+        workspace it created) needs a registered bot: NotFound "no bot named …" otherwise, a
+        typo caught by the person, who owns the registry. A child grant is minted for any
+        well-formed name, registered or not, with the same answer: its minter is a bot holding
+        an `admin` grant, and a different answer for a name nobody registered would let it list
+        the registry one guess at a time. Such a grant is no wider than its parent, is revoked
+        with it, counts against its minter (Principal.minter) and says in the audit whether its
+        bot was registered; it reaches a bot only if one is registered under that name.
+        """
         check_name(workspace)
         check_bot_name(bot)
         wanted = parse_permissions(permissions)
@@ -147,9 +157,9 @@ class GrantService:
                       secrets=plan.secrets, created=now, expires=plan.expires, max_expires=plan.max_expires,
                       parent=parent[0].accessor if parent else None, created_by=actor)
         with self._db.transaction() as tx:
-            # Only for a registered bot: a typo must not mint a live token for a name nobody
-            # registered (the HTTP API's child grants come through here too).
-            if rows.bot_by_name(tx, bot) is None:
+            # Looked up for a child grant too, so both answers take the same time.
+            registered = rows.bot_by_name(tx, bot) is not None
+            if not registered and not parent:
                 raise NotFound(f"no bot named {bot!r} is registered: register it first with "
                                f"`warden bot register {bot}`")
             missing = sorted(set(plan.secrets) - set(secret_rows.names(tx)))
@@ -159,7 +169,8 @@ class GrantService:
             rows.insert_grant(tx, grant, digest)
             self._audit.record(actor=actor, action="grant.create", target=workspace, decision="allow",
                                rule="grant.child" if parent else "grant.issue",
-                               detail={"accessor": grant.accessor, "bot": bot, "parent": grant.parent,
+                               detail={"accessor": grant.accessor, "bot": bot, "bot_registered": registered,
+                                       "parent": grant.parent,
                                        "permissions": sorted(plan.permissions),
                                        "zones": list(plan.zones) if plan.zones is not None else None,
                                        "secret_names": list(plan.secrets),

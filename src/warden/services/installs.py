@@ -245,8 +245,8 @@ class InstallService:
                                         net="allow" if domains else "none", allow_domains=domains,
                                         actor="warden-install")
             if result.stopped_by is not None:  # the run's stderr ends with the quota's note
-                note = result.stderr.rstrip().rsplit("\n", 1)[-1].removeprefix("warden: stopped: ")
-                raise TooLarge(f"the install was stopped: {note}", rule=result.stopped_by)
+                note = result.stderr.rstrip().rsplit("\n", 1)[-1].removeprefix("warden: ")
+                raise TooLarge(f"the install broke the workspace's disk quota: {note}", rule=result.stopped_by)
             return {"exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr}
         # Repairing a broken workspace: the runs service only runs in ready ones.
         from warden.adapters.sandbox.tools import run_tool

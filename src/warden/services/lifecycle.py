@@ -23,6 +23,7 @@ from warden.core.workspaces import WorkspaceRecord, check_transition
 if TYPE_CHECKING:
     from warden.bootstrap import App
     from warden.services.health import HealthService
+    from warden.services.leases import Lease
 
 __all__ = ["LifecycleService"]
 
@@ -45,16 +46,28 @@ class LifecycleService:
         """Stop every process of the workspace and mark it suspended."""
         from warden.adapters.processes import stop_processes
 
-        record = self._ws.get(name)
-        if record.status == "suspended":
+        first = self._ws.get(name)
+        if first.status == "suspended":
             return {"name": name, "status": "suspended", "stopped": []}
-        check_transition(name, record.status, "suspended")
-        stopped = stop_processes(record.path)
-        self._ws.set_status(name, "suspended", actor=actor, detail={"stopped": len(stopped)})
-        return {"name": name, "status": "suspended", "stopped": stopped}
+        check_transition(name, first.status, "suspended")
+        stopped: list[int] = []
+        with self._ws.lease(name, "exclusive", "suspend",
+                            drain=lambda: stopped.extend(stop_processes(first.path))) as lease:
+            record = self._ws.get(name)
+            if record.status == "suspended":
+                return {"name": name, "status": "suspended", "stopped": stopped}
+            check_transition(name, record.status, "suspended")
+            stopped += stop_processes(record.path)
+            self._ws.set_status(name, "suspended", actor=actor, detail={"stopped": len(stopped)},
+                                expected=record, lease=lease)
+        return {"name": name, "status": "suspended", "stopped": sorted(set(stopped))}
 
     def resume(self, name: str, *, actor: str = "user") -> dict[str, Any]:
         """Check health, repair what is wrong, and mark the workspace ready (or broken)."""
+        with self._ws.lease(name, "exclusive", "resume") as lease:
+            return self._resume_held(name, lease, actor)
+
+    def _resume_held(self, name: str, lease: Lease | None, actor: str) -> dict[str, Any]:
         record = self._ws.get(name)
         if record.status == "archived":
             raise Conflict(f"workspace {name!r} is archived; `warden unarchive {name}` brings it back")
@@ -67,7 +80,7 @@ class LifecycleService:
             report = repaired["health"]
         status = "ready" if report["healthy"] else "broken"
         self._ws.set_status(name, status, actor=actor, action="workspace.resume",
-                            detail={"issues": report["issues"]})
+                            detail={"issues": report["issues"]}, expected=record, lease=lease)
         self._ws.touch(name)
         return {"name": name, "status": status, "health": report,
                 "repaired": repaired["fixed"] if repaired else [],
@@ -76,16 +89,26 @@ class LifecycleService:
     # -- health ----------------------------------------------------------------------------
     def health(self, name: str, *, repair: bool = False, actor: str = "user") -> dict[str, Any]:
         """`warden health NAME [--repair]`."""
-        record = self._ws.get(name)
         if not repair:
-            return self.health_service.check(record)
+            return self.health_service.check(self._ws.get(name))
+        # Exclusive: a create, archive or run in progress is not repaired under its feet (a live
+        # create holds the lease; a dead one's lease is taken over).
+        with self._ws.lease(name, "exclusive", "repair") as lease:
+            return self._repair_held(name, lease, actor)
+
+    def _repair_held(self, name: str, lease: Lease | None, actor: str) -> dict[str, Any]:
+        record = self._ws.get(name)
         if record.status == "archived":
             raise Conflict(f"workspace {name!r} is archived; `warden unarchive {name}` it first")
+        if record.meta.get("blob") == "pending":
+            raise Conflict(f"workspace {name!r} was being created from a project blob when its creator "
+                           f"stopped, so its files are incomplete; `warden destroy {name} --no-archive "
+                           "--yes` and create it again")
         result = self.repair_record(record)
         health = result["health"]
         if record.status in ("broken", "creating") and health["healthy"]:
             self._ws.set_status(name, "ready", actor=actor, action="workspace.repair",
-                                detail={"fixed": result["fixed"]})
+                                detail={"fixed": result["fixed"]}, expected=record, lease=lease)
             health["status"] = "ready"
         else:
             self._app.audit.record(actor=actor, action="workspace.repair", target=name,
@@ -114,6 +137,17 @@ class LifecycleService:
         """Pack the workspace into archives/ and free its folder."""
         from warden.adapters.processes import stop_processes
 
+        first = self._ws.get(name)
+        if first.status == "archived":
+            return {"name": name, "status": "archived", "archive": first.meta.get("archive")}
+        check_transition(name, first.status, "archived")
+        with self._ws.lease(name, "exclusive", "archive", drain=lambda: stop_processes(first.path)) as lease:
+            return self._archive_held(name, lease, actor)
+
+    def _archive_held(self, name: str, lease: Lease | None, actor: str) -> dict[str, Any]:
+        from warden.adapters.processes import stop_processes
+
+        # Read again under the lease: a second archive that waited finds the first one's result.
         record = self._ws.get(name)
         if record.status == "archived":
             return {"name": name, "status": "archived", "archive": record.meta.get("archive")}
@@ -126,12 +160,17 @@ class LifecycleService:
             target = self._ws.archive_folder(record)
             archive, size = str(target), target.stat().st_size
         meta = {**record.meta, "archive": archive, "status_before_archive": record.status}
-        self._ws.set_status(name, "archived", meta=meta, actor=actor, detail={"archive": archive, "size": size})
+        self._ws.set_status(name, "archived", meta=meta, actor=actor, detail={"archive": archive, "size": size},
+                            expected=record, lease=lease)
         self._ws.trash(path)
         return {"name": name, "status": "archived", "archive": archive, "size": size}
 
     def unarchive(self, name: str, *, actor: str = "user") -> dict[str, Any]:
         """Restore an archived workspace's folder, re-link its layers, and mark it ready."""
+        with self._ws.lease(name, "exclusive", "unarchive") as lease:
+            return self._unarchive_held(name, lease, actor)
+
+    def _unarchive_held(self, name: str, lease: Lease | None, actor: str) -> dict[str, Any]:
         from warden.adapters.archive import BlobLimits, unpack_tree
 
         try:
@@ -161,7 +200,7 @@ class LifecycleService:
             raise
         meta = {k: v for k, v in record.meta.items() if k not in ("archive", "status_before_archive")}
         self._ws.set_status(name, "ready", meta=meta, actor=actor, action="workspace.unarchive",
-                            detail={"archive": archive})
+                            detail={"archive": archive}, expected=record, lease=lease)
         repaired = self.repair_record(self._ws.get(name))
         status = "ready" if repaired["health"]["healthy"] else "broken"
         if status != "ready":

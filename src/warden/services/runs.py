@@ -8,13 +8,15 @@ Refusals happen before anything starts and carry exit status 126.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from warden.adapters.store import runs_in_progress as in_progress
 from warden.core.bwrap_argv import Bind
-from warden.core.errors import Conflict, Denied, InvalidInput, Unavailable, WardenError
+from warden.core.errors import Conflict, Denied, InvalidInput, Locked, Unavailable, WardenError
 from warden.core.limits import Limits, apply_overrides
 from warden.core.runs import RunResult
 
@@ -145,93 +147,142 @@ class RunService:
             self._app.audit.record(actor=actor, action="run", target=name, decision="deny", rule=exc.rule or "",
                                    result="unavailable", detail=audit_base)
             raise _refused(exc) from None
-        from warden.adapters.sandbox.mountsrc import open_binds
-
-        # Allowed paths are opened now, by descriptor with no link followed, judged by inode
-        # against Warden's state, and mounted by that descriptor (adapters/sandbox/mountsrc).
-        guard_of = self._app.sandbox_paths.state_guard
-        with open_binds(paths["binds"], lambda: guard_of(ws), ws) as (binds, bind_fds, skipped):
-            paths["skipped"] += skipped
-            notice = on_notice or on_stderr
-            for line in paths["skipped"]:
-                if notice is not None:
-                    notice(f"warden: not mounting the allowed path {line}\n".encode())
-            if paths["skipped"]:
-                audit_base["skipped_paths"] = paths["skipped"]
-            layers = [*ro_paths, *self._layer_paths(record)]
-            from warden.adapters.gitguard import GitGuard
-
-            # Git control structures: the person's are bound read-only; whatever a bot leaves is
-            # moved aside after the run (and, if this process dies first, before the next one).
-            guard, run_id = GitGuard(ws), os.urandom(8).hex()
-            git = guard.before(run_id)
-            self._report_quarantine(git.quarantined, actor, name, notice)
+        run_id = os.urandom(8).hex()
+        audit_base["run_id"] = run_id
+        with contextlib.ExitStack() as held:
             try:
-                spec = build_spec(ws, argv, caller_env=self._app.environ, env=dict(env or {}),
-                                  ro_paths=layers, extra_binds=binds, bind_fds=bind_fds, ro_zones=paths["ro_zones"],
-                                  denied=paths["denied"],
-                                  protected=[*paths["protected"], *(f"{ws}/{p}" for p in git.protected)],
-                                  network=policy is not None,
-                                  tmp_size=limits.memory)
-            except Denied as exc:
-                guard.after(run_id)
-                self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
-                                       rule=exc.rule or "sandbox", result="refused", detail=audit_base)
+                held.enter_context(self._app.leases.hold(
+                    name, "shared", "run", on_take=self._intent(run_id, name, actor, argv, audit_base),
+                    on_release=lambda tx: in_progress.delete(tx, run_id)))
+            except (Locked, Unavailable) as exc:
+                # A lifecycle change holds the workspace, or the intent could not be recorded (a
+                # full disk, a locked registry): nothing runs without its audit row.
                 raise _refused(exc) from None
-            refusals: list[str] = []
-            lock = threading.Lock()
+            current = self._app.workspaces.get(name)  # under the lease: no archive or destroy now
+            if current.status != "ready" or current.id != record.id:
+                raise _refused(Conflict(f"workspace {name!r} changed to {current.status} while the run was "
+                                        "being prepared; run it again"))
+            from warden.adapters.sandbox.mountsrc import open_binds
 
-            def on_net_event(event: Any) -> None:
-                if event.allowed:
-                    return
-                line = f"warden: network refused {event.method} {event.host}:{event.port}: {event.reason}\n"
-                with lock:
-                    refusals.append(line)
+            # Allowed paths are opened now, by descriptor with no link followed, judged by inode
+            # against Warden's state, and mounted by that descriptor (adapters/sandbox/mountsrc).
+            guard_of = self._app.sandbox_paths.state_guard
+            with open_binds(paths["binds"], lambda: guard_of(ws), ws) as (binds, bind_fds, skipped):
+                paths["skipped"] += skipped
                 notice = on_notice or on_stderr
-                if notice is not None:
-                    notice(line.encode())
+                for line in paths["skipped"]:
+                    if notice is not None:
+                        notice(f"warden: not mounting the allowed path {line}\n".encode())
+                if paths["skipped"]:
+                    audit_base["skipped_paths"] = paths["skipped"]
+                layers = [*ro_paths, *self._layer_paths(record)]
+                from warden.adapters.gitguard import GitGuard
 
-            stdin_arg: bytes | int | None = stdin.encode() if isinstance(stdin, str) else stdin
-            try:
-                caps = {"max_capture": max_output} if max_output is not None else {}
+                # Git control structures: the person's are bound read-only; whatever a bot leaves is
+                # moved aside after the run (and, if this process dies first, before the next one).
+                guard = GitGuard(ws)
+                git = guard.before(run_id)
+                self._report_quarantine(git.quarantined, actor, name, notice)
                 try:
-                    # The disk quota watches the workspace while the command runs; no single
-                    # file may pass the bytes left (RLIMIT_FSIZE).
-                    with self._app.quota.watch(ws) as watcher:
-                        outcome = run_sandboxed(spec, self._app.quota.capped(limits, watcher.start),
-                                                stdin=stdin_arg, on_stdout=on_stdout,
-                                                on_stderr=on_stderr, capture=capture, network=policy,
-                                                on_net_event=on_net_event, on_started=watcher.arm, **caps)
-                finally:
-                    moved = guard.after(run_id).quarantined
-                self._report_quarantine(moved, actor, name, notice)
-            except Unavailable as exc:
-                from warden.adapters.sandbox.doctor import userns_fix
+                    spec = build_spec(ws, argv, caller_env=self._app.environ, env=dict(env or {}),
+                                      ro_paths=layers, extra_binds=binds, bind_fds=bind_fds, ro_zones=paths["ro_zones"],
+                                      denied=paths["denied"],
+                                      protected=[*paths["protected"], *(f"{ws}/{p}" for p in git.protected)],
+                                      network=policy is not None,
+                                      tmp_size=limits.memory)
+                except Denied as exc:
+                    guard.after(run_id)
+                    self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
+                                           rule=exc.rule or "sandbox", result="refused", detail=audit_base)
+                    raise _refused(exc) from None
+                refusals: list[str] = []
+                lock = threading.Lock()
 
-                hint = userns_fix() if exc.rule == "sandbox.setup_failed" else None
-                message = exc.message + (f"; {hint}" if hint else "")
-                self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
-                                       rule=exc.rule or "sandbox.unavailable", result="unavailable",
-                                       detail=audit_base)
-                raise _refused(Unavailable(message, rule=exc.rule)) from None
-            except Denied as exc:  # a protected path became a link between the check and the mount
-                self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
-                                       rule=exc.rule or "sandbox", result="refused", detail=audit_base)
-                raise _refused(exc) from None
-            quota_note = self._app.quota.stop_note(watcher, name)
-            if quota_note is not None:
-                audit_base["stopped_by"] = str(watcher.breach)
-                refusals.append(quota_note + "\n")
-                if notice is not None:
-                    notice((quota_note + "\n").encode())
-            self._audit_run(actor, name, audit_base, outcome)
-            stderr = outcome.stderr.decode("utf-8", "replace") + "".join(refusals)
-            if outcome.truncated:
-                limit = f"{max_output} bytes" if max_output is not None else "the capture limit"
-                stderr += f"\nwarden: output beyond {limit} per stream was dropped\n"
-            return RunResult(exit_code=outcome.exit_code, stdout=outcome.stdout.decode("utf-8", "replace"),
-                             stderr=stderr, duration_s=outcome.duration_s, timed_out=outcome.timed_out,
-                             signal=outcome.signal, stopped_by=watcher.breach)
+                def on_net_event(event: Any) -> None:
+                    if event.allowed:
+                        return
+                    line = f"warden: network refused {event.method} {event.host}:{event.port}: {event.reason}\n"
+                    with lock:
+                        refusals.append(line)
+                    notice = on_notice or on_stderr
+                    if notice is not None:
+                        notice(line.encode())
+
+                stdin_arg: bytes | int | None = stdin.encode() if isinstance(stdin, str) else stdin
+                try:
+                    caps = {"max_capture": max_output} if max_output is not None else {}
+                    try:
+                        # The disk quota watches the workspace while the command runs; no single
+                        # file may pass the bytes left (RLIMIT_FSIZE).
+                        with self._app.quota.watch(ws) as watcher:
+                            outcome = run_sandboxed(spec, self._app.quota.capped(limits, watcher.start),
+                                                    stdin=stdin_arg, on_stdout=on_stdout,
+                                                    on_stderr=on_stderr, capture=capture, network=policy,
+                                                    on_net_event=on_net_event, on_started=watcher.arm, **caps)
+                    finally:
+                        moved = guard.after(run_id).quarantined
+                    self._report_quarantine(moved, actor, name, notice)
+                except Unavailable as exc:
+                    from warden.adapters.sandbox.doctor import userns_fix
+
+                    hint = userns_fix() if exc.rule == "sandbox.setup_failed" else None
+                    message = exc.message + (f"; {hint}" if hint else "")
+                    self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
+                                           rule=exc.rule or "sandbox.unavailable", result="unavailable",
+                                           detail=audit_base)
+                    raise _refused(Unavailable(message, rule=exc.rule)) from None
+                except Denied as exc:  # a protected path became a link between the check and the mount
+                    self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
+                                           rule=exc.rule or "sandbox", result="refused", detail=audit_base)
+                    raise _refused(exc) from None
+                quota_note = self._app.quota.stop_note(watcher, name, outcome.exit_code)
+                if quota_note is not None:
+                    audit_base["stopped_by"] = str(watcher.breach)
+                    refusals.append(quota_note + "\n")
+                    if notice is not None:
+                        notice((quota_note + "\n").encode())
+                self._audit_run(actor, name, audit_base, outcome)
+                stderr = outcome.stderr.decode("utf-8", "replace") + "".join(refusals)
+                if outcome.truncated:
+                    limit = f"{max_output} bytes" if max_output is not None else "the capture limit"
+                    stderr += f"\nwarden: output beyond {limit} per stream was dropped\n"
+                return RunResult(exit_code=outcome.exit_code, stdout=outcome.stdout.decode("utf-8", "replace"),
+                                 stderr=stderr, duration_s=outcome.duration_s, timed_out=outcome.timed_out,
+                                 signal=outcome.signal, stopped_by=watcher.breach)
+
+    def _intent(self, run_id: str, name: str, actor: str, argv: Sequence[str],
+                detail: Mapping[str, Any]) -> Callable[[Any, Any], None]:
+        """What is written, in the transaction that takes the run's lease, before anything starts:
+        the run's audit intent and its in-progress row (and the runs of this node whose process
+        died without an outcome, marked lost)."""
+        def write(tx: Any, _lease: Any) -> None:
+            from warden.adapters.processes import start_time
+
+            leases = self._app.leases
+            self.mark_lost(tx)
+            now = self._app.clock().isoformat()
+            in_progress.insert(tx, run_id, name, actor, leases.node, os.getpid(), start_time(os.getpid()) or 0,
+                               now, argv)
+            self._app.audit.record(actor=actor, action="run.start", target=name, decision="allow",
+                                   rule="sandbox", result="started", detail=dict(detail), tx=tx)
+
+        return write
+
+    def mark_lost(self, tx: Any) -> list[str]:
+        """Audit as `run.lost` the runs of this node whose process died before their outcome was
+        written (a killed `warden run` or `serve`); returns their run ids."""
+        from warden.adapters.processes import alive
+
+        lost = []
+        for row in in_progress.of_node(tx, self._app.leases.node):
+            if not alive(int(row["pid"]), int(row["pid_start"]) or None):
+                self._app.audit.record(actor=str(row["actor"]), action="run.lost", target=str(row["workspace"]),
+                                       decision="allow", rule="sandbox", result="lost",
+                                       detail={"run_id": row["run_id"], "started_at": row["started_at"],
+                                               "pid": row["pid"], "argv": row["argv"]}, tx=tx)
+                in_progress.delete(tx, str(row["run_id"]))
+                lost.append(str(row["run_id"]))
+        return lost
 
     def _report_quarantine(self, moved: Sequence[str], actor: str, name: str, notice: Sink | None) -> None:
         """Say (and audit) which git control structures a bot left and Warden moved aside."""
@@ -268,3 +319,4 @@ class RunService:
             self._app.audit.record(actor=actor, action="run", target=name, decision="allow",
                                    rule="sandbox", result=str(outcome.exit_code), detail=detail, tx=tx)
             rows.update(tx, name, {"last_accessed": self._app.clock().isoformat()})
+            in_progress.delete(tx, str(base.get("run_id", "")))  # with its outcome, never apart

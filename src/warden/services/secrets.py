@@ -108,8 +108,20 @@ class SecretService:
         with self._db.transaction(write=False) as tx:
             found = {name: rows.get(tx, name) for name in wanted}
         for name, row in found.items():
-            if row is None:
+            if row is None or _unsafe_name(name):
+                # Gone, or stored under a name that is refused now (a loader or shell start-up
+                # variable, set by an older Warden): never injected.
                 missing.append(name)
             else:
                 env[name] = self._keys.open(name, row.sealed).decode("utf-8")
         return Injection(env, tuple(missing))
+
+
+def _unsafe_name(name: str) -> bool:
+    from warden.core.grants import check_secret_name
+
+    try:
+        check_secret_name(name)
+    except InvalidInput:
+        return True
+    return False

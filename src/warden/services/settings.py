@@ -22,8 +22,13 @@ _CONFIG_HEADER = """\
 """
 
 
-def init_home(app: App) -> list[str]:
-    """Create the home folders, config and database; returns what was new (idempotent)."""
+def init_home(app: App, *, reset_keys: bool = False) -> list[str]:
+    """Create the home folders, config and database; returns what was new (idempotent).
+
+    With `reset_keys`, make a new pepper and master key: every grant token and every stored
+    secret made before stops working (the old key files are kept in keys/replaced-*/)."""
+    from warden.adapters.home_state import mark
+
     created: list[str] = []
     home = app.home
     for path, mode in ((home.root, 0o700), (home.keys, 0o700), (home.layers, 0o755),
@@ -37,7 +42,14 @@ def init_home(app: App) -> list[str]:
             handle.write(_CONFIG_HEADER)
         created.append("config.toml")
     app.db  # opening migrates the registry to the current schema  # noqa: B018
+    if reset_keys:
+        stamp = app.clock().strftime("%Y%m%dT%H%M%S")
+        created += app.keystore.reset(stamp)
+        app.audit.record(actor="user", action="keys.reset", target=str(home.keys),
+                         detail={"replaced_into": f"keys/replaced-{stamp}"})
     created += app.keystore.ensure()  # token pepper and secrets master key, mode 0600
+    if mark(home.root, app.clock):  # from now on a lost registry or key file is an error
+        created.append(".initialised")
     app.audit.record(actor="user", action="init", target=str(home.root),
                      detail={"created": created})
     return created

@@ -11,6 +11,7 @@ on this path: layers and template resolution are cached on disk.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from warden.adapters.atomic import write_atomic
 from warden.adapters.processes import alive, start_time
 from warden.adapters.store import workspaces as rows
-from warden.adapters.store.db import Database
+from warden.adapters.store.db import Database, Tx
 from warden.core.errors import Conflict, InvalidInput, NotFound
 from warden.core.workspaces import WorkspaceRecord, check_name, check_type
 from warden.services.audit import AuditLog
@@ -33,6 +34,7 @@ from warden.services.audit import AuditLog
 if TYPE_CHECKING:
     from warden.core.settings import Settings
     from warden.services.layers import LayerService, Resolution
+    from warden.services.leases import Lease, LeaseService
     from warden.services.quota import QuotaService
 
 RECORD_SUFFIX = ".record.json"
@@ -70,8 +72,10 @@ def remove_in_background(path: Path) -> None:
 class WorkspaceService:
     def __init__(self, db: Database, audit: AuditLog, root_dir: Path, clock: Callable[[], datetime],
                  *, layers: Callable[[], LayerService] | None = None, settings: Settings | None = None,
-                 archives: Path | None = None, quota: Callable[[], QuotaService] | None = None) -> None:
+                 archives: Path | None = None, quota: Callable[[], QuotaService] | None = None,
+                 leases: Callable[[], LeaseService] | None = None) -> None:
         self._db = db
+        self._leases = leases
         self._quota = quota
         self.archives_dir = archives or root_dir.parent / "archives"
         self._audit = audit
@@ -85,6 +89,17 @@ class WorkspaceService:
         if self._layers is None:
             raise RuntimeError("WorkspaceService was built without layers")
         return self._layers()
+
+    def lease(self, name: str, mode: str, op: str, *, drain: Callable[[], object] | None = None,
+              ) -> contextlib.AbstractContextManager[Lease | None]:
+        """Hold workspace `name`'s lease (services/leases) for `op`; a no-op without a lease service."""
+        if self._leases is None:
+            return contextlib.nullcontext()
+        return self._leases().hold(name, mode, op, drain=drain)
+
+    def _check_lease(self, tx: Tx, lease: Lease | None) -> None:
+        if lease is not None and self._leases is not None:
+            self._leases().check(tx, lease)
 
     # -- queries -------------------------------------------------------------------------
     def get(self, name: str) -> WorkspaceRecord:
@@ -168,8 +183,19 @@ class WorkspaceService:
             status="creating", created_at=now.isoformat(), last_accessed=now.isoformat(),
             template=resolution.template.name, layer_id=next(iter(resolution.layer_ids), None),
             expires_at=(now + ttl).isoformat() if ttl else None, created_by=actor,
-            meta={**meta, "pid": os.getpid(), "pid_start": start_time(os.getpid()), "host": _HOST})
-        # The row is the claim: two creators of one name race on the UNIQUE constraint.
+            meta={**meta, "pid": os.getpid(), "pid_start": start_time(os.getpid()), "host": _HOST,
+                  # What a finished workspace must contain that repair cannot rebuild: a blob's
+                  # files. "pending" until the unpack completed, so repair can tell half-done.
+                  **({"blob": "pending"} if blob is not None else {})})
+        with self.lease(name, "exclusive", "create") as lease:
+            return self._create_claimed(record, lease, path, blob, resolution, infos, meta, now, actor, kind)
+
+    def _create_claimed(self, record: WorkspaceRecord, lease: Lease | None, path: Path, blob: bytes | None,
+                        resolution: Resolution, infos: dict[str, dict[str, Any]], meta: dict[str, Any],
+                        now: datetime, actor: str, kind: str) -> WorkspaceRecord:
+        name = record.name
+        # The row is the claim: two creators of one name race on the UNIQUE constraint (and on
+        # the name's lease, which destroy, archive and repair need too while this runs).
         with self._db.transaction() as tx:
             rows.insert(tx, record)
         made = False
@@ -187,7 +213,7 @@ class WorkspaceService:
             write_atomic(path / CONFIGURED_MARKER, now.isoformat().encode())
         except BaseException as exc:
             with self._db.transaction() as tx:
-                rows.delete(tx, name)
+                rows.delete(tx, name, record_id=record.id)  # ours only, never a later creator's row
                 self._audit.record(actor=actor, action="workspace.create", target=name,
                                    result=getattr(exc, "code", "internal"), tx=tx)
             if made:
@@ -197,7 +223,10 @@ class WorkspaceService:
         if unpacked:
             final["blob"] = unpacked
         with self._db.transaction() as tx:
-            rows.update(tx, name, {"status": "ready", "meta": final})
+            self._check_lease(tx, lease)
+            if not rows.compare_and_set(tx, name, record.id, "creating", {"status": "ready", "meta": final}):
+                raise Conflict(f"workspace {name!r} changed while it was being created; `warden info "
+                               f"{name}` shows what it is now")
             self._audit.record(actor=actor, action="workspace.create", target=name,
                                detail={"type": kind, "template": record.template, "layers": meta["layers"],
                                        "blob": unpacked}, tx=tx)
@@ -285,7 +314,14 @@ class WorkspaceService:
         """Archive (unless told not to), drop the row, and move the folder to the trash at once."""
         from warden.adapters.processes import stop_processes
 
-        record = self.get(name)
+        first = self.get(name)
+        with self.lease(name, "exclusive", "destroy", drain=lambda: stop_processes(first.path)) as lease:
+            return self._destroy_held(name, lease, actor=actor, archive=archive)
+
+    def _destroy_held(self, name: str, lease: Lease | None, *, actor: str, archive: bool) -> dict[str, Any]:
+        from warden.adapters.processes import stop_processes
+
+        record = self.get(name)  # again, under the lease: what is destroyed is what is there now
         path = Path(record.path)
         archived = record.meta.get("archive")
         if path.is_dir():
@@ -296,14 +332,19 @@ class WorkspaceService:
                 # bring the workspace back (archives/ is Warden's own, never a bot's).
                 write_atomic(Path(archived + RECORD_SUFFIX),
                              json.dumps(dataclasses.asdict(record), default=str).encode(), mode=0o600)
+        elif archive and isinstance(archived, str) and Path(archived).is_file():
+            # Already archived: its archive stays, and so must the way back to it.
+            write_atomic(Path(archived + RECORD_SUFFIX),
+                         json.dumps(dataclasses.asdict(record), default=str).encode(), mode=0o600)
         from warden.adapters.store import grants as grant_rows
 
         with self._db.transaction() as tx:
+            self._check_lease(tx, lease)
             # Grants die with their workspace, in the same transaction (a later workspace of the
             # same name is a different workspace).
             live = [g.accessor for g in grant_rows.grants_of_workspace(tx, name, live_only=True)]
             revoked = grant_rows.revoke_grants(tx, live, self._clock())
-            rows.delete(tx, name)
+            rows.delete(tx, name, record_id=record.id)
             self._audit.record(actor=actor, action="workspace.destroy", target=name,
                                detail={"archive": archived if archive else None, "grants_revoked": revoked},
                                tx=tx)
@@ -368,13 +409,20 @@ class WorkspaceService:
             rows.update(tx, name, {"last_accessed": self._clock().isoformat()})
 
     def set_status(self, name: str, status: str, *, meta: dict[str, Any] | None = None,
-                   actor: str = "user", action: str | None = None, detail: dict[str, Any] | None = None) -> None:
-        """Change a row's status (and meta) with its audit event, in one transaction."""
+                   actor: str = "user", action: str | None = None, detail: dict[str, Any] | None = None,
+                   expected: WorkspaceRecord | None = None, lease: Lease | None = None) -> None:
+        """Change a row's status (and meta) with its audit event, in one transaction; with
+        `expected`, only if the row is still that workspace in that status (compare-and-set)."""
         changes: dict[str, object] = {"status": status}
         if meta is not None:
             changes["meta"] = meta
         with self._db.transaction() as tx:
-            rows.update(tx, name, changes)
+            self._check_lease(tx, lease)
+            if expected is None:
+                rows.update(tx, name, changes)
+            elif not rows.compare_and_set(tx, name, expected.id, expected.status, changes):
+                raise Conflict(f"workspace {name!r} changed meanwhile (it was {expected.status}); "
+                               f"`warden info {name}` shows what it is now")
             self._audit.record(actor=actor, action=action or f"workspace.{status}", target=name,
                                detail=detail or {}, tx=tx)
 

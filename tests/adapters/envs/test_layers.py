@@ -102,3 +102,18 @@ def test_layer_id_follows_dependencies(envhome: EnvHome, tmp_path: Path) -> None
 def test_bad_python_flag_is_usage_error(envhome: EnvHome, bad: str) -> None:  # noqa: F811
     proc = envhome.cli("create", envhome.name(), "--template", "local", "--python", bad, "--json")
     assert proc.returncode == 2
+
+
+def test_a_garbage_layer_json_is_a_broken_layer(tmp_path: Path) -> None:
+    """Not a KeyError in `template`/`snapshot list`: the folder reads as missing and is rebuilt."""
+    from warden.adapters.envs.layer_store import LAYER_FILE, LayerStore
+
+    store = LayerStore(tmp_path / "layers")
+    for garbage in (b"not json", b"[]", b'{"kind": "python"}', b'{"id": "other", "kind": "python"}'):
+        (store.path("py-1")).mkdir(parents=True, exist_ok=True)
+        (store.path("py-1") / LAYER_FILE).write_bytes(garbage)
+        assert store.read("py-1") is None and not store.exists("py-1") and store.all() == []
+    build = tmp_path / "layers" / ".build-py-1"
+    build.mkdir()
+    info = store.commit(build, "py-1", {"id": "py-1", "kind": "python"})
+    assert info["id"] == "py-1" and store.exists("py-1")

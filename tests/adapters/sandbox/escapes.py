@@ -168,6 +168,52 @@ def protected_files(lab: Lab) -> str | None:
     return None
 
 
+@attack
+def allowed_path_link_to_home(lab: Lab) -> str | None:
+    """A bot plants a link where an allowed (not yet existing) path will be: never mounted."""
+    from warden.adapters.sandbox.mountsrc import open_binds, state_guard
+    from warden.core.bwrap_argv import Bind
+
+    shared = lab.outside / "shared"
+    shared.mkdir(exist_ok=True)
+    binds = [Bind(str(shared), "rw"), Bind(str(shared / "ref"), "ro")]
+
+    def run(argv: list[str]) -> RunOutcome:
+        guard = lambda: state_guard(str(lab.home), str(lab.home / "workspaces"), str(lab.ws))  # noqa: E731
+        with open_binds(binds, guard, str(lab.ws)) as (kept, fds, _skipped):
+            spec = build_spec(str(lab.ws), argv, caller_env=dict(os.environ), env={}, extra_binds=kept,
+                              bind_fds=fds)
+            return run_sandboxed(spec, Limits(memory=256 * MiB, pids=64, timeout_s=20))
+
+    run(["ln", "-s", os.path.relpath(lab.home, shared), str(shared / "ref")])
+    o = run(["sh", "-c", f"cat {shared}/ref/keys/pepper {shared}/ref/warden.db; ls {shared}/ref/"])
+    return "mounted Warden's home through a planted link" if lab.marker in _out(o) else None
+
+
+@attack
+def host_git_steered(lab: Lab) -> str | None:
+    """A bot leaves git control files; the sweep after the run must move them aside."""
+    from warden.adapters.gitguard import GitGuard
+
+    guard = GitGuard(str(lab.ws))
+    guard.before("attack")
+    lab.run(["sh", "-c", "mkdir -p sub && printf 'gitdir: ../evil\\n' > sub/.git; mkdir -p bare/refs bare/objects; "
+             "echo 'ref: refs/heads/x' > bare/HEAD; ln -s /tmp deep.git; mkdir -p n/.GIT"])
+    guard.after("attack")
+    left = [p for p in lab.ws.rglob("*") if p.name.lower() == ".git" and p.parent != lab.ws]
+    if left or (lab.ws / "bare" / "HEAD").exists():
+        return f"git control files left in place: {[str(p) for p in left]}"
+    return None
+
+
+@attack
+def bwrap_argv_visible(lab: Lab) -> str | None:
+    """bwrap's options (host paths, --setenv values) readable in /proc/1/cmdline inside."""
+    o = lab.run(["cat", "/proc/1/cmdline"], env={"TZ": lab.marker})
+    text = _out(o)
+    return "bwrap's options are on its command line" if lab.marker in text or str(lab.home) in text else None
+
+
 # -- inheritance -------------------------------------------------------------------------
 @attack
 def inherited_fd_and_env(lab: Lab) -> str | None:

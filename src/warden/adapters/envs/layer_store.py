@@ -64,12 +64,17 @@ class LayerStore:
         return self.root / layer_id
 
     def exists(self, layer_id: str) -> bool:
-        return (self.root / layer_id / LAYER_FILE).is_file()
+        """Whether a whole layer is there (a folder with a layer.json that reads back)."""
+        return self.read(layer_id) is not None
 
     def read(self, layer_id: str) -> dict[str, Any] | None:
+        """The layer's layer.json; None when it is missing or not one Warden wrote (garbage,
+        another layer's id): such a folder is a broken layer, rebuilt on next use."""
         try:
-            data: dict[str, Any] = json.loads((self.root / layer_id / LAYER_FILE).read_bytes())
+            data = json.loads((self.root / layer_id / LAYER_FILE).read_bytes())
         except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("id") != layer_id or not isinstance(data.get("kind"), str):
             return None
         return data
 
@@ -113,6 +118,8 @@ class LayerStore:
         write_atomic(build / LAYER_FILE, (json.dumps(info, indent=2, sort_keys=True) + "\n").encode())
         make_read_only(build)
         target = self.root / layer_id
+        if target.exists() and not self.exists(layer_id):
+            self.remove(layer_id)  # a broken layer (garbage layer.json) gives way to the new build
         try:
             os.rename(build, target)
         except OSError:

@@ -16,12 +16,14 @@ import atexit
 import contextlib
 import itertools
 import os
+import re
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import cache
 
-__all__ = ["Cgroup", "CgroupSupport", "create", "detect"]
+__all__ = ["Cgroup", "CgroupSupport", "create", "detect", "sweep", "sweep_orphans"]
 
 _ROOT = "/sys/fs/cgroup"
 _counter = itertools.count()
@@ -154,34 +156,84 @@ class Cgroup:
                 pass
             except OSError:
                 Cgroup([(version, path)]).kill()
-                _stale.append(path)
+                _remember(path)
         self.dirs.clear()
 
 
+# Busy run cgroups left to remove later. The API server runs many commands at once in threads:
+# every touch of the list holds the lock (two sweeps once removed one path twice: ValueError).
 _stale: list[str] = []
+_stale_lock = threading.Lock()
+_NAME = re.compile(r"warden-(\d+)-(\d+)-\d+")
+_orphans_swept = False
+
+
+def _remember(path: str) -> None:
+    with _stale_lock:
+        _stale.append(path)
 
 
 def sweep() -> None:
     """Remove the run cgroups that were still busy when their run ended."""
-    for path in list(_stale):
+    with _stale_lock:
+        for path in list(_stale):
+            try:
+                os.rmdir(path)
+                _stale.remove(path)
+            except FileNotFoundError:
+                _stale.remove(path)
+            except OSError:
+                pass
+
+
+def sweep_orphans(support: CgroupSupport) -> list[str]:
+    """Remove the run cgroups of Warden processes that are gone (killed mid-run: nothing of
+    theirs swept them); returns what was removed. A run cgroup's name carries its maker's pid
+    and start time, so a reused pid is not mistaken for its maker."""
+    from warden.adapters.processes import alive
+
+    removed: list[str] = []
+    bases = {spec for spec in (support.memory, support.pids) if spec is not None}
+    for version, base in bases:
         try:
-            os.rmdir(path)
-            _stale.remove(path)
-        except FileNotFoundError:
-            _stale.remove(path)
+            names = os.listdir(base)
         except OSError:
-            pass
+            continue
+        for name in names:
+            match = _NAME.fullmatch(name)
+            if match is None or alive(int(match[1]), int(match[2])):
+                continue
+            path = f"{base}/{name}"
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                Cgroup([(version, path)]).kill()
+                with contextlib.suppress(OSError):
+                    os.rmdir(path)
+            if not os.path.exists(path):
+                removed.append(path)
+    return removed
 
 
 def _sweep_at_exit() -> None:
     for _ in range(100):
         sweep()
-        if not _stale:
-            return
+        with _stale_lock:
+            if not _stale:
+                return
         time.sleep(0.01)
 
 
 atexit.register(_sweep_at_exit)
+
+
+@cache
+def _start_time() -> int:
+    from warden.adapters.processes import start_time
+
+    return start_time(os.getpid()) or 0
 
 
 def _write(path: str, text: str) -> None:
@@ -202,10 +254,14 @@ def _read_pids(path: str) -> list[int]:
 
 def create(support: CgroupSupport, *, memory: int, pids: int) -> Cgroup:
     """Make this run's cgroups with their limits; OSError when the kernel refuses."""
+    global _orphans_swept
     if _stale:
         sweep()
+    if not _orphans_swept:  # once per process: what killed runs of earlier processes left
+        _orphans_swept = True
+        sweep_orphans(support)
     group = Cgroup()
-    name = f"warden-{os.getpid()}-{next(_counter)}"
+    name = f"warden-{os.getpid()}-{_start_time()}-{next(_counter)}"
     made: dict[str, str] = {}
     try:
         for controller, spec in (("memory", support.memory), ("pids", support.pids)):

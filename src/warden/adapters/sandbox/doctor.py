@@ -120,8 +120,23 @@ def _landlock_check() -> Check:
     return Check("landlock", True, f"Landlock ABI {abi} (not needed: informational)", required=False)
 
 
-def run_checks() -> list[Check]:
-    """Every probe, required ones first."""
+def _quota_check(workspaces_root: str) -> Check:
+    """Which mechanism holds the workspace disk quota (workspace.max_disk, max_files) here."""
+    from warden.adapters.quota import OVERSHOOT, RESCAN_S, inotify_works, project_quota
+
+    _kernel, seen = project_quota(workspaces_root)
+    # Detection only: Warden does not set project quotas itself yet, so its watcher holds either way.
+    kernel = f"kernel project quota not used ({seen})"
+    if inotify_works():
+        return Check("disk quota", True, f"Warden's watcher (inotify): overshoot bounded by {OVERSHOOT}; {kernel}",
+                     required=False)
+    return Check("disk quota", False, f"Warden's watcher rescans every {RESCAN_S} s (inotify unavailable): "
+                 f"a fast writer can pass the limit by what it writes in that time; {kernel}",
+                 "raise fs.inotify.max_user_instances (sysctl)", required=False)
+
+
+def run_checks(workspaces_root: str | None = None) -> list[Check]:
+    """Every probe, required ones first; the disk quota's when `workspaces_root` is given."""
     bwrap_check, bwrap = _bwrap_check()
     checks = [bwrap_check, _userns_check(bwrap)]
     disable = bwrap_has("--disable-userns")
@@ -143,4 +158,6 @@ def run_checks() -> list[Check]:
                         f"{python} runs the in-sandbox proxy relay" if python else "no system python3",
                         "" if python else "apt-get install python3-minimal (needed for --net allow)",
                         required=False))
+    if workspaces_root is not None:
+        checks.append(_quota_check(workspaces_root))
     return checks

@@ -23,6 +23,7 @@ from warden.core.bwrap_argv import (
     sandbox_path,
 )
 from warden.core.errors import Denied, InvalidInput
+from warden.core.shell_env import refuse_shell_startup_env
 
 __all__ = [
     "build_spec",
@@ -162,8 +163,25 @@ def _protected(workspace: str, extra: Iterable[str] = ()) -> tuple[list[str], li
     return protected, pinned
 
 
+def _pins_between(path: str, writable_roots: Iterable[str]) -> list[str]:
+    """The real folders strictly between the innermost writable root holding `path` and it."""
+    roots = [r for r in writable_roots if path != r and _under(path, r)]
+    if not roots:
+        return []
+    root = max(roots, key=len)
+    pins: list[str] = []
+    current = root
+    for part in os.path.relpath(path, root).split("/")[:-1]:
+        current = os.path.join(current, part)
+        if os.path.islink(current) or not os.path.isdir(current):
+            break
+        pins.append(current)
+    return pins
+
+
 def check_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The caller's --env pairs, checked: names are shell-style, values have no NUL."""
+    """The caller's --env pairs, checked: names are shell-style, values have no NUL, and no
+    name makes a shell run code at start-up (Denied; core/shell_env)."""
     checked: dict[str, str] = {}
     for key, value in env.items():
         if not key or key[0].isdigit() or not set(key) <= _ENV_NAME_OK:
@@ -171,6 +189,7 @@ def check_env(env: Mapping[str, str]) -> dict[str, str]:
         if "\0" in value:
             raise InvalidInput(f"bad value for {key}: it contains a NUL byte")
         checked[key] = value
+    refuse_shell_startup_env(checked)
     return checked
 
 
@@ -178,7 +197,7 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
                env: Mapping[str, str], ro_paths: Iterable[str] = (),
                extra_binds: Iterable[Bind] = (), ro_zones: Iterable[str] = (),
                denied: Iterable[str] = (), protected: Iterable[str] = (), network: bool = False,
-               tmp_size: int | None = None) -> SandboxSpec:
+               tmp_size: int | None = None, bind_fds: Iterable[tuple[str, int]] = ()) -> SandboxSpec:
     """Gather the host facts for one run into a SandboxSpec (fds are added by the runner)."""
     ws = os.path.realpath(workspace)
     if not os.path.isdir(ws):
@@ -198,8 +217,9 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
     # point `home` at any host folder to have it mounted.
     mounted_ro = list(dict.fromkeys(ro_paths))
     # Inside the workspace only a read-only entry changes anything (the workspace is rw).
+    opened = dict(bind_fds)  # sources the caller opened by descriptor and judged (mountsrc)
     binds = [b for b in extra_binds
-             if os.path.exists(b.path) and (b.mode == "ro" or not _under(b.path, ws))]
+             if (b.path in opened or os.path.exists(b.path)) and (b.mode == "ro" or not _under(b.path, ws))]
     roots = [*system_ro, ws, *mounted_ro, *(b.path for b in binds)]
     masked_dirs: list[str] = []
     masked_files: list[str] = []
@@ -210,13 +230,18 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
         if os.path.islink(path):
             continue  # the link itself reveals nothing; its target is judged on its own
         (masked_dirs if os.path.isdir(path) else masked_files).append(path)
+        # A mask covers a name. In a tree the command can write, the folders between the tree's
+        # root and the denied path are pinned (bound onto themselves, so a mount point that
+        # cannot be renamed): else `mv a b` takes the denied file along to where no mask is.
+        pinned += _pins_between(path, [ws, *(b.path for b in binds if b.mode == "rw")])
     zones = [z for z in ro_zones if _under(z, ws) and os.path.isdir(z) and not os.path.islink(z)]
     return SandboxSpec(
         workspace=ws, command=tuple(command), env=full_env,
         system_ro=system_ro, system_links=system_links, etc=etc, etc_links=etc_links,
         ro_paths=tuple(p for p in mounted_ro if os.path.exists(p)),
         extra_binds=tuple(binds), protected=tuple(protected_paths), ro_zones=tuple(zones),
-        pinned=tuple(pinned), masked_dirs=tuple(masked_dirs), masked_files=tuple(masked_files),
+        pinned=tuple(dict.fromkeys(pinned)), masked_dirs=tuple(masked_dirs), masked_files=tuple(masked_files),
         network="proxy" if network else "none",
         proc_readonly=proc_ro, proc_masked_files=proc_files, proc_masked_dirs=proc_dirs,
-        disable_userns=bwrap_has("--disable-userns"), tmp_size=tmp_size)
+        disable_userns=bwrap_has("--disable-userns"), tmp_size=tmp_size,
+        bind_fds=tuple((path, fd) for path, fd in opened.items() if any(b.path == path for b in binds)))

@@ -197,6 +197,14 @@ def run_sandboxed(spec: SandboxSpec, limits: Limits, *, stdin: bytes | int | Non
             fd = _open_beneath(spec.workspace, path)
             fds.append(fd)
             pinned_sources.append((path, fd))
+            given.add(path)
+        for path in spec.pinned:
+            if path not in given:  # pins in an allowed rw tree outside the workspace
+                from warden.adapters.sandbox.mountsrc import open_nofollow
+
+                fd = open_nofollow(path)
+                fds.append(fd)
+                pinned_sources.append((path, fd))
         spec = replace(spec, bind_fds=tuple(pinned_sources))
         handed = [fd for _, fd in spec.bind_fds if fd not in fds]
         if spec.network == "proxy":
@@ -269,6 +277,9 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
         proc = subprocess.Popen(
             argv, stdin=stdin_arg, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=environ, close_fds=True, start_new_session=True,
+            # bwrap's working folder marks whose sandbox it is (adapters/processes finds a
+            # workspace's processes by it); the command's own is set by --chdir.
+            cwd=spec.workspace,
             pass_fds=(*(fd for fd in fds if fd not in (info_read, block_write)), *borrowed))
     except OSError as exc:
         if exc.errno == errno.E2BIG:  # a limit too_long_for_exec does not know (another kernel)

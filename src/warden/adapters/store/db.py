@@ -20,14 +20,29 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from warden.core.errors import Conflict, Unavailable
+from warden.core.errors import Conflict, Locked, Unavailable, classify
 
-__all__ = ["SCHEMA_REVISION", "Database", "Row", "Tx", "open_database"]
+__all__ = ["BUSY_TIMEOUT", "SCHEMA_REVISION", "Database", "Row", "Tx", "open_database"]
 
 # The Alembic head revision this code expects; tests pin it against migrations/versions.
-SCHEMA_REVISION = "0001"
+SCHEMA_REVISION = "0002"
 
 Row = dict[str, Any]
+
+# Seconds a statement waits for another process's lock before it fails as `locked`.
+BUSY_TIMEOUT = 30.0
+
+
+@contextlib.contextmanager
+def _mapped(where: str) -> Iterator[None]:
+    """sqlite3's "database is locked" as Locked and "database or disk is full" as Unavailable."""
+    try:
+        yield
+    except (sqlite3.OperationalError, OSError) as exc:
+        mapped = classify(exc, where)
+        if mapped is None:
+            raise
+        raise mapped from exc
 
 
 class Tx(Protocol):
@@ -51,55 +66,69 @@ class Database(Protocol):
 class _SqliteTx:
     dialect = "sqlite"
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, where: str) -> None:
         self._conn = conn
+        self._where = where
 
     def execute(self, sql: str, params: Mapping[str, object] | None = None) -> list[Row]:
-        try:
-            cursor = self._conn.execute(sql, dict(params or {}))
-        except sqlite3.IntegrityError as exc:
-            raise Conflict(f"already exists or still in use ({exc})") from exc
-        if cursor.description is None:
-            return []
-        names = [column[0] for column in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        with _mapped(self._where):
+            try:
+                cursor = self._conn.execute(sql, dict(params or {}))
+            except sqlite3.IntegrityError as exc:
+                raise Conflict(f"already exists or still in use ({exc})") from exc
+            if cursor.description is None:
+                return []
+            names = [column[0] for column in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def executemany(self, sql: str, rows: Sequence[Mapping[str, object]]) -> None:
-        self._conn.executemany(sql, [dict(r) for r in rows])
+        with _mapped(self._where):
+            self._conn.executemany(sql, [dict(r) for r in rows])
 
 
 class SqliteDatabase:
     """SQLite in WAL mode; one connection per thread, writes take the lock up front."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, busy_timeout: float = BUSY_TIMEOUT) -> None:
         self.path = path
         self.url = f"sqlite:///{path}"
+        self.busy_timeout = busy_timeout
         self._local = threading.local()
 
     def _connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None,
-                                   check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA busy_timeout=30000")
+            with _mapped(str(self.path)):
+                conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
+                                       check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute("PRAGMA foreign_keys=ON")
+                conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
             self._local.conn = conn
         return conn
 
     @contextlib.contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Tx]:
         conn = self._connection()
+        where = str(self.path)
         # BEGIN IMMEDIATE takes the write lock at the start, so read-then-write sequences
         # (the audit hash chain, unique names) cannot interleave with another process.
-        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        with _mapped(where):
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
-            yield _SqliteTx(conn)
+            yield _SqliteTx(conn, where)
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
+        with _mapped(where):
+            try:
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -121,6 +150,11 @@ class _SqlalchemyTx:
             result = self._conn.execute(text(sql), dict(params or {}))
         except sa_exc.IntegrityError as exc:
             raise Conflict(f"already exists or still in use ({exc.orig})") from exc
+        except sa_exc.OperationalError as exc:  # locked, disk full: by cause; else as it came
+            mapped = classify(exc.orig or exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
         if not result.returns_rows:
             return []
         return [dict(row._mapping) for row in result]
@@ -166,19 +200,24 @@ def _stored_revision(db: Database) -> str | None:
     return str(rows[0]["version_num"]) if rows else None
 
 
-def open_database(url: str | None, home: Path) -> Database:
+def open_database(url: str | None, home: Path, *, busy_timeout: float = BUSY_TIMEOUT) -> Database:
     """Open the registry at `url` (default: SQLite in `home`), migrating it to SCHEMA_REVISION."""
     db: Database
     if url is None or url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///"):]) if url else home / "warden.db"
-        db = SqliteDatabase(path)
+        db = SqliteDatabase(path, busy_timeout)
         sa_url = f"sqlite:///{path}"
     else:
         db = SqlalchemyDatabase(url)
         sa_url = url
     try:
         current = _stored_revision(db)
+    except (Locked, Unavailable):
+        raise
     except Exception as exc:
+        mapped = classify(exc)
+        if mapped is not None:
+            raise mapped from exc
         raise Unavailable(f"cannot reach the registry at {db.url.split('@')[-1]}: {exc}") from exc
     if current != SCHEMA_REVISION:
         _migrate(sa_url, home)

@@ -83,3 +83,26 @@ secrets = Table(
     Column("created_at", String(40), nullable=False),
     Column("updated_at", String(40), nullable=False),
 )
+
+# One row per workspace name (core/leases): changed by compare-and-set on `version`.
+workspace_leases = Table(
+    "workspace_leases", metadata,
+    Column("workspace", String(64), primary_key=True),
+    Column("fence", Integer, nullable=False, server_default="0"),
+    Column("version", Integer, nullable=False, server_default="1"),
+    Column("holders", Text, nullable=False, server_default="[]"),
+)
+
+# A run's intent, written (with its audit row) before the command starts and removed with its
+# outcome: what is left when the process that ran it is gone is a run whose end was lost.
+runs_in_progress = Table(
+    "runs_in_progress", metadata,
+    Column("run_id", String(40), primary_key=True),
+    Column("workspace", String(64), nullable=False),
+    Column("actor", String(200), nullable=False),
+    Column("node", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("pid_start", Integer, nullable=False),
+    Column("started_at", String(40), nullable=False),
+    Column("argv", Text, nullable=False),
+)

@@ -9,7 +9,7 @@ from warden.adapters.store.db import Row, Tx
 from warden.core.errors import Conflict
 from warden.core.workspaces import WorkspaceRecord
 
-__all__ = ["delete", "get", "insert", "list_all", "update"]
+__all__ = ["compare_and_set", "delete", "get", "insert", "list_all", "update"]
 
 _COLUMNS = ("id", "name", "path", "type", "status", "template", "layer_id", "created_at",
             "last_accessed", "expires_at", "created_by", "meta")
@@ -53,5 +53,20 @@ def update(tx: Tx, name: str, changes: Mapping[str, object]) -> None:
     tx.execute(f"UPDATE workspaces SET {sets} WHERE name = :_name", {**values, "_name": name})
 
 
-def delete(tx: Tx, name: str) -> None:
-    tx.execute("DELETE FROM workspaces WHERE name = :name", {"name": name})
+def compare_and_set(tx: Tx, name: str, record_id: str, status: str, changes: Mapping[str, object]) -> bool:
+    """Apply `changes` only if the row of `name` is still workspace `record_id` in `status`."""
+    values = dict(changes)
+    if "meta" in values:
+        values["meta"] = json.dumps(values["meta"], sort_keys=True)
+    sets = ", ".join(f"{k} = :{k}" for k in values)
+    done = tx.execute(f"UPDATE workspaces SET {sets} WHERE name = :_name AND id = :_id AND status = :_status "
+                      "RETURNING id", {**values, "_name": name, "_id": record_id, "_status": status})
+    return bool(done)
+
+
+def delete(tx: Tx, name: str, *, record_id: str | None = None) -> None:
+    """Delete the row of `name` (only if it is still workspace `record_id`, when given)."""
+    if record_id is None:
+        tx.execute("DELETE FROM workspaces WHERE name = :name", {"name": name})
+    else:
+        tx.execute("DELETE FROM workspaces WHERE name = :name AND id = :id", {"name": name, "id": record_id})

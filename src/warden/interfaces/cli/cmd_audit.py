@@ -9,6 +9,9 @@ from warden.core.errors import InvalidInput, WardenError
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output, table
 
+# The most events one listing shows (they are held in memory; `audit verify` streams instead).
+MAX_LIMIT = 1_000_000
+
 
 class AuditBroken(WardenError):
     code = "conflict"
@@ -44,8 +47,8 @@ def _audit(ctx: Context, args: argparse.Namespace) -> Output:
             text += (f"\nhead {head_text}\n(keep it elsewhere; `warden audit verify --anchor` with it "
                      "later also catches deleted newest rows)")
         return Output({"rows": count, "ok": True, "head": head_text}, text)
-    if args.limit < 1:
-        raise InvalidInput("--limit must be 1 or more")
+    if not 1 <= args.limit <= MAX_LIMIT:
+        raise InvalidInput(f"--limit must be between 1 and {MAX_LIMIT}")
     events = log.list(target=args.workspace, limit=args.limit)
     data = [{"seq": e.seq, "at": e.at, "actor": e.actor, "action": e.action, "target": e.target,
              "decision": e.decision, "rule": e.rule, "result": e.result, "detail": e.detail}

@@ -12,6 +12,10 @@ from warden.services.settings import init_home, set_setting
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("init", parents=[common], help="create WARDEN_HOME, config and keys (idempotent)")
+    p.add_argument("--reset-keys", action="store_true",
+                   help="make a new token pepper and master key: voids every grant token and every "
+                        "stored secret (needs --yes)")
+    p.add_argument("--yes", action="store_true", help="confirm --reset-keys")
     p.set_defaults(handler=_init)
 
     config = sub.add_parser("config", parents=[common], help="show or change settings")
@@ -29,16 +33,22 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _init(ctx: Context, args: argparse.Namespace) -> Output:
-    created = init_home(ctx.app)
+    if args.reset_keys and not args.yes:
+        from warden.core.errors import InvalidInput
+
+        raise InvalidInput("--reset-keys makes a new token pepper and master key: every grant token and "
+                           "every stored secret stops working; add --yes to do it")
+    created = init_home(ctx.app, reset_keys=args.reset_keys)
     data = {"home": str(ctx.app.home.root), "created": created, "database": ctx.app.db.url.split("@")[-1]}
     text = f"Warden home: {data['home']}" + (f" (created {', '.join(created)})" if created else " (already set up)")
     return Output(data, text)
 
 
 def _value_text(value: object) -> str:
-    if isinstance(value, list):
-        return ", ".join(value)
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    """What `config set` accepts back (round trip: `config set K "$(config get K)"`)."""
+    from warden.core.settings import format_value
+
+    return format_value(value)
 
 
 def _show(ctx: Context, args: argparse.Namespace) -> Output:

@@ -5,21 +5,33 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from warden.core.errors import WardenError
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output, table
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("doctor", parents=[common], help="check that sandboxing works on this machine")
+    p.add_argument("--fix", action="store_true",
+                   help="also sweep what crashed processes left: run cgroups, temp files, half-built "
+                        "layers, the trash, runs never finished (audited as lost)")
     p.set_defaults(handler=_doctor)
 
 
 def _doctor(ctx: Context, args: argparse.Namespace) -> Output:
     from warden.adapters.sandbox.doctor import run_checks
 
-    checks = run_checks()
+    try:
+        root: str | None = str(ctx.app.root_dir)  # for the disk quota's check
+    except WardenError:  # broken settings: the other checks still help
+        root = None
+    checks = run_checks(root)
     ok = all(c.ok for c in checks if c.required)
-    data = {"ok": ok, "checks": [c.to_json() for c in checks]}
+    data: dict[str, Any] = {"ok": ok, "checks": [c.to_json() for c in checks]}
+    if args.fix:
+        from warden.services.sweeper import Sweeper
+
+        data["swept"] = Sweeper(ctx.app).sweep()
 
     def render(d: dict[str, Any]) -> str:
         rows = [[c["name"], "ok" if c["ok"] else ("MISSING" if c["required"] else "warn"),
@@ -27,6 +39,15 @@ def _doctor(ctx: Context, args: argparse.Namespace) -> Output:
         verdict = ("isolation works here" if d["ok"] else
                    "Warden cannot isolate commands here and will refuse `warden run` until the "
                    "MISSING items are fixed")
-        return table(["Check", "Status", "Detail", "Fix"], rows) + "\n\n" + verdict
+        text = table(["Check", "Status", "Detail", "Fix"], rows) + "\n\n" + verdict
+        swept = d.get("swept")
+        if swept:
+            done = [f"{key.replace('_', ' ')}: {len(v) if isinstance(v, list) else v}"
+                    for key, v in swept.items() if key != "dry_run" and v]
+            text += "\nswept: " + (", ".join(done) if done else "nothing was left behind")
+            if swept.get("orphan_folders"):
+                text += ("\nfolders in the workspaces root that no workspace owns (left alone): "
+                         + ", ".join(swept["orphan_folders"]))
+        return text
 
     return Output(data, render=render, exit_code=0 if ok else 1)

@@ -64,6 +64,7 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
     import uvicorn
 
     from warden.interfaces.http import create_app
+    from warden.interfaces.http.protocol import BoundedHttpToolsProtocol
 
     app = ctx.app
     host = args.host or app.settings.get_str("api.host")
@@ -80,7 +81,12 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{bound}"
-    app.audit.record(actor="user", action="serve.start", target=url)
+    from warden.services.sweeper import Sweeper
+
+    # What a killed server or run left behind: cgroups, temp files, runs never finished (lost).
+    swept = Sweeper(app).sweep()
+    app.audit.record(actor="user", action="serve.start", target=url,
+                     detail={"swept": {k: v for k, v in swept.items() if v and k != "dry_run"}})
     if ctx.json:
         import json
 
@@ -92,7 +98,8 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
         sys.stdout.flush()
     options: dict[str, Any] = {"log_level": "info", "access_log": args.access_log, "lifespan": "off",
                                "timeout_graceful_shutdown": 5, "server_header": False,
-                               "proxy_headers": False}  # no proxy in front by default: trust no X-Forwarded-*
+                               "proxy_headers": False,  # no proxy in front by default: trust no X-Forwarded-*
+                               "http": BoundedHttpToolsProtocol}  # request line and headers bounded (414/431)
     try:
         if workers > 1:
             from uvicorn.supervisors import Multiprocess

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from warden.core.errors import WardenError
+from warden.core.errors import WardenError, classify
 from warden.interfaces.cli.output import Output
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "sandbox": _CLI + "cmd_sandbox",
     "run": _CLI + "cmd_run",
     "doctor": _CLI + "cmd_doctor",
+    **dict.fromkeys(("backup", "restore"), _CLI + "cmd_backup"),
     **dict.fromkeys(("template", "snapshot"), _CLI + "cmd_template"),
     **dict.fromkeys(("health", "install", "suspend", "resume", "archive", "unarchive", "cleanup"),
                     _CLI + "cmd_lifecycle"),
@@ -165,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             return 2
         ctx = Context(args, dict(os.environ))
-        out = handler(ctx, args)
+        out = _by_cause(handler, ctx, args)
     except WardenError as exc:
         if wants_json:
             _emit_json({"ok": False, "error": {"code": exc.code, "message": exc.message}})
@@ -194,6 +195,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if text:
             sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return _finish(ctx, out.exit_code)
+
+
+def _by_cause(handler: Callable[[Context, argparse.Namespace], Output], ctx: Context,
+              args: argparse.Namespace) -> Output:
+    """Run `handler`; a foreign error whose cause Warden knows (a locked registry, a full disk)
+    comes out as that WardenError, anything else as it was."""
+    try:
+        return handler(ctx, args)
+    except WardenError:
+        raise
+    except Exception as exc:
+        mapped = classify(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
 
 
 def _parse(parser: Parser, args_list: list[str]) -> argparse.Namespace:

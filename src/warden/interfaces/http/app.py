@@ -19,7 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from warden.core.errors import TooLarge, WardenError
+from warden.core.errors import TooLarge, WardenError, classify
 from warden.interfaces.http.calls import Call, Unauthenticated
 from warden.interfaces.http.fastpath import CONTENT_PATH, FastReads
 from warden.interfaces.http.limits import LimitsMiddleware, Refusal, Scope
@@ -42,7 +42,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": text} for status, text in (
         (400, "invalid input"), (401, "no credentials"), (403, "permission denied"),
         (404, "not found"), (409, "conflict"), (413, "request body too large"),
-        (422, "malformed request"), (423, "locked"), (503, "unavailable or timed out"))
+        (414, "request URL too long"), (422, "malformed request"), (423, "locked"),
+        (431, "request headers too large"), (503, "unavailable or timed out"))
 }
 
 
@@ -141,6 +142,9 @@ def create_app(app: App) -> FastAPI:
 
     @api.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        mapped = classify(exc)  # a locked registry, a full disk: by cause, not "internal"
+        if mapped is not None:
+            return await warden_error(request, mapped)
         # Logged without the request (its headers hold a token); the caller gets one line.
         log.error("internal error in %s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
         return _error(500, "internal", f"internal error ({type(exc).__name__}); the server log has details")

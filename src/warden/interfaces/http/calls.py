@@ -108,5 +108,7 @@ class Call:
         else:
             decision, rule, result = ("allow" if self.rule else "none"), self.rule, "internal"
         detail: Mapping[str, Any] = self.detail
+        if self.principal is not None and self.principal.minter != self.principal.bot:
+            detail = {**detail, "minted_by": self.principal.minter}  # whose grant this one came from
         self.app.audit.record(actor=self.actor, action=f"api.{self.action}", target=self.target,
                               decision=decision, rule=rule, result=result, detail=detail)

@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl
 
 from starlette.concurrency import run_in_threadpool
 
-from warden.core.errors import WardenError
+from warden.core.errors import WardenError, classify
 from warden.interfaces.http.limits import ASGIApp, Receive, Scope, Send, error_bytes
 
 if TYPE_CHECKING:
@@ -73,9 +73,13 @@ class FastReads:
         except WardenError as exc:
             status, body, kind = status_for(exc), error_bytes(exc.code, exc.message), b"application/json"
         except Exception as exc:  # the same one-line answer as the FastAPI handler gives
-            log.error("internal error in GET %s: %s: %s", scope["path"], type(exc).__name__, exc)
-            status, kind = 500, b"application/json"
-            body = error_bytes("internal", f"internal error ({type(exc).__name__}); the server log has details")
+            mapped = classify(exc)  # a full disk, a locked registry: by cause
+            if mapped is not None:
+                status, body, kind = status_for(mapped), error_bytes(mapped.code, mapped.message), b"application/json"
+            else:
+                log.error("internal error in GET %s: %s: %s", scope["path"], type(exc).__name__, exc)
+                status, kind = 500, b"application/json"
+                body = error_bytes("internal", f"internal error ({type(exc).__name__}); the server log has details")
         else:
             status, body, kind = 200, data, b"application/octet-stream"
         await send({"type": "http.response.start", "status": status,

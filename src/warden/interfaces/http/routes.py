@@ -225,7 +225,11 @@ def router(app: App) -> APIRouter:
     @api.post("/v1/workspaces/{name}/grants", response_model=GrantIssued, status_code=201, tags=["grants"])
     @threaded
     def create_grant(name: WorkspaceName, body: GrantRequest, token: Token) -> GrantIssued:
-        """Mint a child grant for another bot (needs `admin`); never wider than the caller's."""
+        """Mint a child grant for another bot (needs `admin`); never wider than the caller's.
+
+        The answer never says whether a bot of that name is registered (a child grant is made for
+        any well-formed name; see GrantService.grant); its commands count against the caller's bot.
+        """
         with Call(app, "grant.create", name) as call:
             principal = call.authenticate(token_of(token))
             call.authorize(name, "admin")

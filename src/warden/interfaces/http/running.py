@@ -46,6 +46,8 @@ class ExecSlots:
     Each exec holds a server thread for as long as its command runs (up to sandbox.timeout);
     without a bound one bot could hold every thread and stall the API for all the others.
     A request over the bound is refused at once (503) rather than queued, so nothing piles up.
+    The bot counted is the minter of the token (`Principal.minter`), not the bot it names: a
+    bot holding tokens it minted for others shares its own slots among all of them.
     """
 
     @classmethod
@@ -62,8 +64,9 @@ class ExecSlots:
     def take(self, bot: str) -> Iterator[None]:
         with self._lock:
             if self._running[bot] >= self.per_bot:
-                raise Unavailable(f"this bot already runs {self.per_bot} commands at once "
-                                  "(api.max_execs_per_bot); retry when one ends", rule="api.max_execs_per_bot")
+                raise Unavailable(f"the bot this grant comes from already runs {self.per_bot} commands at once, "
+                                  "through its own grants and those it minted (api.max_execs_per_bot); "
+                                  "retry when one ends", rule="api.max_execs_per_bot")
             if self._running.total() >= self.total:
                 raise Unavailable(f"the server already runs {self.total} commands at once (api.max_execs); "
                                   "retry when one ends", rule="api.max_execs")
@@ -83,10 +86,13 @@ def run_in_workspace(app: App, call: Call, principal: Principal, record: Workspa
     _check_request(app, body)
     injection = app.secrets.environment(app.auth.secret_names(principal))
     env = {**body.env, **injection.env}
-    # Names only: values (the bot's and the secrets) never reach the audit log.
-    call.note(program=body.cmd[0], argc=len(body.cmd), env_names=sorted(body.env),
-              secret_names=sorted(injection.env), missing_secrets=list(injection.missing))
-    with slots.take(principal.bot or principal.actor):
+    # Names only: values (the bot's and the secrets) never reach the audit log. `bot` presents
+    # the token, `minted_by` holds its chain's root: a bot's slots hold the runs of every token
+    # it minted, for whichever bot, so minting grants for others wins it no extra slots.
+    call.note(bot=principal.bot, minted_by=principal.minter, program=body.cmd[0], argc=len(body.cmd),
+              env_names=sorted(body.env), secret_names=sorted(injection.env),
+              missing_secrets=list(injection.missing))
+    with slots.take(principal.minter):
         result: RunResult = app.runs.run(record.name, list(body.cmd), timeout=body.timeout, env=env,
                                      stdin=body.stdin.encode("utf-8") if body.stdin is not None else None,
                                      actor=call.actor, max_output=app.settings.get_size("api.max_output"))

@@ -1,0 +1,157 @@
+"""`warden backup` and `warden restore`: a home's state in one file, and back.
+
+A backup is a gzip'd tar holding a consistent snapshot of the SQLite registry (the sqlite3
+online backup API: a transaction-consistent copy while other processes keep writing), the
+keys, the settings, the global path lists, the user's templates and the init marker; with
+`--workspaces`, the workspaces' folders and the archives too. It is written to a temporary
+file, fsynced and renamed, readable by the owner only (it holds the keys). A registry on
+PostgreSQL is not copied (back it up with pg_dump); the keys still are, since every node
+needs the same ones.
+
+Restore refuses a home that already holds a registry unless told to replace it (the files it
+replaces are kept beside, renamed `*.replaced-TIME`), and extracts only the names a backup
+holds: no absolute paths, no `..`, no devices, links only inside workspaces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sqlite3
+import tarfile
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+from warden.core.errors import Conflict, InvalidInput, NotFound
+
+__all__ = ["STATE_FILES", "backup_home", "restore_home"]
+
+# What a home's state is, beside the registry (relative to $WARDEN_HOME).
+STATE_FILES = ("config.toml", "sandbox_paths.json", ".initialised", "keys", "templates")
+_WITH_WORKSPACES = ("workspaces", "archives")
+_FORMAT = b"warden-backup 1\n"
+
+
+def _add_tree(tar: tarfile.TarFile, path: Path, arcname: str) -> None:
+    """Add `path` as `arcname`, folders entry by entry, links as links (never followed)."""
+    if not os.path.lexists(path):
+        return
+    tar.add(path, arcname=arcname, recursive=False)
+    if path.is_dir() and not path.is_symlink():
+        for child in sorted(os.listdir(path)):
+            _add_tree(tar, path / child, f"{arcname}/{child}")
+
+
+def backup_home(home: Path, db_path: Path | None, target: Path, *, workspaces_root: Path,
+                include_workspaces: bool) -> dict[str, object]:
+    """Write a backup of `home` to `target`; what it holds."""
+    target = target.absolute()
+    if target.exists() and target.is_dir():
+        raise InvalidInput(f"{target} is a folder; give a file name for the backup")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    held: list[str] = []
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            os.fchmod(raw.fileno(), 0o600)
+            with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+                info = tarfile.TarInfo("WARDEN-BACKUP")
+                info.size = len(_FORMAT)
+                info.mtime = int(time.time())
+                tar.addfile(info, io.BytesIO(_FORMAT))
+                if db_path is not None and db_path.exists():
+                    with tempfile.TemporaryDirectory(dir=home) as scratch:
+                        copy = Path(scratch) / "warden.db"
+                        source = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+                        try:
+                            dest = sqlite3.connect(copy)
+                            with contextlib.closing(dest):
+                                source.backup(dest)
+                        finally:
+                            source.close()
+                        tar.add(copy, arcname="warden.db")
+                    held.append("warden.db")
+                for rel in STATE_FILES:
+                    if os.path.lexists(home / rel):
+                        _add_tree(tar, home / rel, rel)
+                        held.append(rel)
+                if include_workspaces:
+                    if workspaces_root.is_dir():
+                        tar.add(workspaces_root, arcname="workspaces", recursive=False)
+                        for child in sorted(os.listdir(workspaces_root)):
+                            if not child.startswith("."):  # the trash and staging folders
+                                _add_tree(tar, workspaces_root / child, f"workspaces/{child}")
+                        held.append("workspaces")
+                    if (home / "archives").is_dir():
+                        _add_tree(tar, home / "archives", "archives")
+                        held.append("archives")
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp_name, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+    return {"file": str(target), "holds": held, "size": target.stat().st_size}
+
+
+def _check_member(member: tarfile.TarInfo) -> str:
+    name = member.name
+    parts = name.split("/")
+    if name.startswith("/") or ".." in parts or not parts[0]:
+        raise InvalidInput(f"backup entry {name!r} is not a relative path inside a home; this is not a "
+                           "Warden backup")
+    top = parts[0]
+    if top not in (*STATE_FILES, "warden.db", "WARDEN-BACKUP", *_WITH_WORKSPACES):
+        raise InvalidInput(f"backup entry {name!r} is not part of a Warden home; this is not a Warden backup")
+    if not (member.isfile() or member.isdir() or (member.issym() and top in _WITH_WORKSPACES)):
+        raise InvalidInput(f"backup entry {name!r} is a {member.type!r} entry; a Warden backup holds only "
+                           "files and folders")
+    return top
+
+
+def restore_home(source: Path, home: Path, *, replace: bool) -> dict[str, object]:
+    """Restore the backup `source` into `home`; what was restored and what was set aside."""
+    if not source.is_file():
+        raise NotFound(f"no backup file {source}")
+    try:
+        with tarfile.open(source, mode="r:gz") as tar:
+            return _restore(tar, source, home, replace=replace)
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
+        raise InvalidInput(f"{source} is not a Warden backup ({exc})") from None
+    except OSError as exc:
+        if exc.errno is not None:  # a real I/O error (disk full, permissions): as it is
+            raise
+        raise InvalidInput(f"{source} is not a Warden backup ({exc})") from None  # gzip's BadGzipFile
+
+
+def _restore(tar: tarfile.TarFile, source: Path, home: Path, *, replace: bool) -> dict[str, object]:
+    members = tar.getmembers()
+    if not any(m.name == "WARDEN-BACKUP" for m in members):
+        raise InvalidInput(f"{source} is not a Warden backup (no WARDEN-BACKUP entry)")
+    tops = {_check_member(m) for m in members} - {"WARDEN-BACKUP"}
+    present = [t for t in sorted(tops) if os.path.lexists(home / t)]
+    if "warden.db" in present and not replace:
+        raise Conflict(f"{home} already holds a registry; `warden restore {source} --yes` replaces it "
+                       "(what it replaces is kept beside it as *.replaced-TIME)")
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    with tempfile.TemporaryDirectory(dir=home, prefix=".restore-") as scratch:
+        staging = Path(scratch)
+        tar.extractall(staging, members=[m for m in members if m.name != "WARDEN-BACKUP"], filter="tar")
+        set_aside = []
+        if "warden.db" in tops:
+            # The old registry's write-ahead log must never meet the restored database.
+            for wal in ("warden.db-wal", "warden.db-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(home / wal, home / f"{wal}.replaced-{stamp}")
+        for top in sorted(tops):
+            if os.path.lexists(home / top):
+                aside = home / f"{top}.replaced-{stamp}"
+                os.rename(home / top, aside)
+                set_aside.append(str(aside))
+            os.rename(staging / top, home / top)
+    return {"restored": sorted(tops), "set_aside": set_aside}

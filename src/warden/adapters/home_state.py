@@ -1,0 +1,67 @@
+"""Whether $WARDEN_HOME was set up, so lost state is an error rather than silently remade.
+
+`warden init` writes the marker `.initialised` (atomically) once the registry and the keys
+exist. Afterwards a missing `warden.db` (the SQLite default) or a missing key file is not
+"first use" but loss: recreating them would drop every workspace record, grant and audit
+event, or void every grant token and stored secret. Homes made before the marker count as
+set up when they hold key files (for the registry) or rows that need a key (for the keys).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from warden.adapters.atomic import write_atomic
+from warden.adapters.store.db import Database
+from warden.core.errors import Unavailable
+
+__all__ = ["KEY_USERS", "MARKER", "check_registry", "key_required", "mark"]
+
+MARKER = ".initialised"
+# Which tables hold rows that a key file makes usable (HMACs under the pepper, ciphertexts).
+KEY_USERS = {"pepper": ("bots", "grants"), "master.key": ("secrets",)}
+
+
+def is_marked(root: Path) -> bool:
+    return (root / MARKER).exists()
+
+
+def mark(root: Path, clock: Callable[[], datetime]) -> bool:
+    """Write the marker; True when it is new (a fresh home, or one made before markers)."""
+    if is_marked(root):
+        return False
+    body = {"initialised_at": clock().isoformat(timespec="seconds"), "format": 1}
+    write_atomic(root / MARKER, (json.dumps(body) + "\n").encode(), mode=0o600)
+    return True
+
+
+def check_registry(root: Path, db_path: Path) -> None:
+    """Unavailable when the home was set up but its SQLite registry is gone or emptied."""
+    try:
+        size: int | None = db_path.stat().st_size
+    except FileNotFoundError:
+        size = None
+    if size:
+        return
+    keys = root / "keys"
+    if not (is_marked(root) or (keys / "pepper").exists() or (keys / "master.key").exists()):
+        return  # first use
+    state = "missing" if size is None else "empty"
+    raise Unavailable(
+        f"the registry {db_path} is {state}, but {root} was set up with it (workspaces, grants and the "
+        f"audit log live there); restore it from a backup of {root}, or to start over with an empty "
+        f"registry remove {root / MARKER} and run `warden init`")
+
+
+def key_required(root: Path, name: str, db: Callable[[], Database]) -> bool:
+    """Whether the key file `name` must already exist: the home is marked, or rows need it."""
+    if is_marked(root):
+        return True
+    tables = KEY_USERS.get(name, ())
+    if not tables:
+        return False
+    with db().transaction(write=False) as tx:
+        return any(tx.execute(f"SELECT 1 FROM {table} LIMIT 1") for table in tables)  # noqa: S608 (fixed names)

@@ -1,0 +1,157 @@
+"""The HTTP/1.1 protocol `warden serve` runs: uvicorn's httptools protocol with a bounded head.
+
+Neither httptools nor uvicorn bounds a request's head: httptools joins the pieces of a header
+value as they arrive (each join a copy) and uvicorn joins the URL's, so one unauthenticated
+request with a 64 MiB header made the server hold 64 MiB or more and answered 200. Here the
+parser is fed at most `MAX_HEAD` bytes while a head is being read, and the URL and each header
+are checked as the parser reports them; a head over a limit is answered 414 (the request line)
+or 431 (the headers) with the API's error envelope, and the connection closed, so what is
+still being sent is never read. The header limits are those of common servers (nginx's
+large_client_header_buffers allows 8 KiB a line; Node's 16 KiB cap on a whole head is tighter).
+
+Why not uvicorn's h11 protocol with `h11_max_incomplete_event_size`: it answers 400, not 431,
+and parses in Python, which costs the small requests (a file read, an exec) most of their time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httptools
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from warden.interfaces.http.limits import error_bytes
+
+__all__ = ["MAX_HEAD", "MAX_HEADER", "MAX_HEADERS", "MAX_HEADERS_SIZE", "MAX_REQUEST_LINE",
+           "BoundedHttpToolsProtocol"]
+
+# The request target (path and query); longer → 414. A file path may be PATH_MAX (4096) bytes,
+# 12 KiB once percent-encoded, so the usual 8 KiB would refuse some valid file requests.
+MAX_REQUEST_LINE = 16 * 1024
+MAX_HEADER = 8 * 1024  # one header, name and value; larger → 431
+MAX_HEADERS_SIZE = 64 * 1024  # all headers of a request together → 431
+MAX_HEADERS = 100  # headers in one request → 431
+# What the parser may be given of one head: the request line, the headers, and their
+# separators (": ", CRLF) with room to spare; past it the head is refused, unparsed.
+MAX_HEAD = MAX_REQUEST_LINE + MAX_HEADERS_SIZE + 4 * MAX_HEADERS + 1024
+
+
+class _HeadTooLarge(Exception):
+    """Raised in a parser callback to stop the parser; it becomes the `__context__` of the
+    HttpParserCallbackError that httptools raises from feed_data."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+_TOO_LARGE = (f"the request's headers are over the limit ({MAX_HEADERS} headers, {MAX_HEADER} bytes each, "
+              f"{MAX_HEADERS_SIZE} bytes in all); send fewer or smaller headers")
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, refusing a request line or headers over the limits above.
+
+    While the parser reads a head (or a chunked body's trailers, which httptools gathers the
+    same way) it is given at most MAX_HEAD bytes; a body is fed as uvicorn feeds it, since
+    LimitsMiddleware bounds bodies. A head that starts inside a piece fed unbounded (a pipelined
+    request behind a body) may get one socket read (256 KiB) more before it is counted.
+    """
+
+    def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self._bounded = True  # reading a head or trailers: fed at most MAX_HEAD bytes
+        self._bounded_bytes = 0  # fed since the head (or trailers) began
+        self._headers_count = 0
+        self._headers_size = 0
+
+    def data_received(self, data: bytes) -> None:
+        # uvicorn's own, but a head goes to the parser in pieces, within MAX_HEAD in all.
+        self._unset_keepalive_if_required()
+        while data:
+            if self._bounded:
+                room = MAX_HEAD - self._bounded_bytes
+                if room <= 0:
+                    self._refuse(_HeadTooLarge(431, _TOO_LARGE))
+                    return
+                piece, data = data[:room], data[room:]
+                self._bounded_bytes += len(piece)
+            else:
+                piece, data = data, b""
+            try:
+                self.parser.feed_data(piece)
+            except httptools.HttpParserError as exc:
+                if isinstance(exc.__context__, _HeadTooLarge):
+                    self._refuse(exc.__context__)
+                    return
+                msg = "Invalid HTTP request received."
+                self.logger.warning(msg)
+                self.send_400_response(msg)
+                return
+            except httptools.HttpParserUpgrade:
+                if self._should_upgrade():
+                    self.handle_websocket_upgrade()
+                else:
+                    self._unsupported_upgrade_warning()
+                return
+            if self.transport.is_closing():
+                return
+
+    def _refuse(self, refusal: _HeadTooLarge) -> None:
+        """Answer 414 or 431 with the API's error envelope and close the connection."""
+        body = error_bytes("invalid", refusal.message)
+        head = [STATUS_LINE[refusal.status]]
+        head.extend(name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers)
+        head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+                    % len(body))
+        self.logger.warning("refused a request whose head is over the limits (%d)", refusal.status)
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
+
+    def _bound(self) -> None:
+        self._bounded = True
+        self._bounded_bytes = 0
+
+    # Parser callbacks (httptools calls them during feed_data; raising stops the parser).
+    def on_message_begin(self) -> None:
+        self._headers_count = 0
+        self._headers_size = 0
+        super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        if len(self.url) + len(url) > MAX_REQUEST_LINE:
+            raise _HeadTooLarge(414, f"the request's URL is over the limit of {MAX_REQUEST_LINE} bytes; "
+                                    "send a shorter one")
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # Trailers come here too, and count with the headers.
+        size = len(name) + len(value)
+        self._headers_count += 1
+        self._headers_size += size
+        if size > MAX_HEADER or self._headers_count > MAX_HEADERS or self._headers_size > MAX_HEADERS_SIZE:
+            raise _HeadTooLarge(431, _TOO_LARGE)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._bounded = False
+        super().on_headers_complete()
+
+    def on_chunk_header(self) -> None:
+        self._bound()  # the last chunk's header is followed by trailers
+
+    def on_body(self, body: bytes) -> None:
+        self._bounded = False
+        super().on_body(body)
+
+    def on_chunk_complete(self) -> None:
+        self._bounded = False
+
+    def on_message_complete(self) -> None:
+        self._bound()  # the next request on this connection starts its own head
+        super().on_message_complete()

@@ -1,0 +1,149 @@
+"""Holding workspace leases (core/leases) in the registry, the same on SQLite and PostgreSQL.
+
+`hold(name, mode, op)` is a context manager: it takes the lease by compare-and-set (retrying
+when another writer changed the row in between), renews it from a daemon thread while the
+operation works, and releases it at the end. Work that must be atomic with taking or giving
+back the lease (a run's audit intent and outcome) runs in the same transaction through `on_take`
+and `on_release`. An exclusive holder that must first stop runs in its way (archive, destroy,
+suspend) passes `drain`: it announces itself ("draining": no new run may start), calls `drain`,
+and takes the lease once the runs are gone, or gives up with Locked after `wait` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from warden.adapters.processes import alive, start_time
+from warden.adapters.store import leases as rows
+from warden.adapters.store.db import Database, Tx
+from warden.core import leases
+from warden.core.errors import Locked
+from warden.core.leases import Holder, LeaseState
+
+__all__ = ["Lease", "LeaseService"]
+
+TTL = timedelta(seconds=60)
+_CAS_TRIES = 50
+
+
+@dataclass
+class Lease:
+    """A lease this process holds: its holder id and the fencing number it was granted with."""
+
+    workspace: str
+    holder: Holder
+    mode: str
+    fence: int
+
+
+class LeaseService:
+    """Workspace leases of this node's processes."""
+
+    def __init__(self, db: Database, clock: Callable[[], datetime], node: str, *, ttl: timedelta = TTL) -> None:
+        self._db = db
+        self._clock = clock
+        self.node = node
+        self.ttl = ttl
+
+    # -- the model's view of liveness -------------------------------------------------------
+    def _alive(self, holder: Holder) -> bool | None:
+        if holder.node != self.node:
+            return None  # another machine's process: only its expiry ends it
+        return alive(holder.pid, holder.start or None)
+
+    def holder(self, op: str) -> Holder:
+        pid = os.getpid()
+        return Holder(os.urandom(8).hex(), self.node, pid, start_time(pid) or 0, op)
+
+    # -- compare-and-set loop ------------------------------------------------------------------
+    def _change(self, name: str, change: Callable[[LeaseState], LeaseState | None],
+                extra: Callable[[Tx, LeaseState], None] | None = None) -> LeaseState | None:
+        """Apply `change` to the lease row by compare-and-set (with `extra` in the same
+        transaction); the new state, or None when `change` said there is nothing to do."""
+        for attempt in range(_CAS_TRIES):
+            with self._db.transaction() as tx:
+                state, version = rows.read(tx, name)
+                new = change(state)
+                if new is None:
+                    return None
+                if rows.write(tx, new, version):
+                    if extra is not None:
+                        extra(tx, new)
+                    return new
+            time.sleep(min(0.001 * 2 ** attempt, 0.05))  # another writer won this round
+        raise Locked(f"the lease of workspace {name!r} changes too fast to take; try again", rule="lease.contended")
+
+    def state(self, name: str) -> LeaseState:
+        with self._db.transaction(write=False) as tx:
+            state, _ = rows.read(tx, name)
+        return leases.live(state, self._clock(), self._alive)
+
+    def check(self, tx: Tx, lease: Lease) -> None:
+        """Raise Locked unless `lease` is still held with its fencing number (call inside the
+        transaction of a state write: a holder presumed dead must not write over its successor)."""
+        state, _ = rows.read(tx, lease.workspace)
+        mine = any(h.holder.id == lease.holder.id for h in state.held)
+        if not mine or (lease.mode == "exclusive" and state.fence != lease.fence):
+            raise Locked(f"workspace {lease.workspace!r} was taken over while {lease.holder.op} ran "
+                         "(this process was presumed dead); nothing more was changed", rule="lease.lost")
+
+    # -- holding -------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def hold(self, name: str, mode: str, op: str, *, drain: Callable[[], object] | None = None,
+             wait: float = 15.0, on_take: Callable[[Tx, Lease], None] | None = None,
+             on_release: Callable[[Tx], None] | None = None) -> Iterator[Lease]:
+        """Hold the lease of workspace `name` ("exclusive" or "shared") while the block runs."""
+        holder = self.holder(op)
+        lease = Lease(name, holder, mode, 0)
+
+        def take(state: LeaseState, as_mode: leases.Mode) -> LeaseState:
+            return leases.acquire(state, holder, as_mode, self._clock(), self.ttl, self._alive)
+
+        def taken(tx: Tx, state: LeaseState) -> None:
+            lease.fence = state.fence
+            if on_take is not None:
+                on_take(tx, lease)
+
+        if mode == "exclusive" and drain is not None:
+            self._change(name, lambda s: take(s, "draining"))
+            try:
+                drain()
+                deadline = time.monotonic() + wait
+                while True:
+                    try:
+                        self._change(name, lambda s: take(s, "exclusive"), taken)
+                        break
+                    except Locked:
+                        if time.monotonic() > deadline:
+                            raise
+                        time.sleep(0.05)
+            except BaseException:
+                self._release(name, holder.id, None)
+                raise
+        else:
+            self._change(name, lambda s: take(s, "exclusive" if mode == "exclusive" else "shared"), taken)
+        stop = threading.Event()
+        renewer = threading.Thread(target=self._renew_until, args=(name, holder.id, stop), daemon=True)
+        renewer.start()
+        try:
+            yield lease
+        finally:
+            stop.set()
+            renewer.join()
+            self._release(name, holder.id, on_release)
+
+    def _release(self, name: str, holder_id: str, on_release: Callable[[Tx], None] | None) -> None:
+        extra = (lambda tx, _state: on_release(tx)) if on_release is not None else None
+        self._change(name, lambda s: leases.release(s, holder_id), extra)
+
+    def _renew_until(self, name: str, holder_id: str, stop: threading.Event) -> None:
+        period = max(self.ttl.total_seconds() / 3, 0.05)
+        while not stop.wait(period):
+            with contextlib.suppress(Exception):  # a missed renewal is retried; expiry is generous
+                self._change(name, lambda s: leases.renew(s, holder_id, self._clock(), self.ttl))

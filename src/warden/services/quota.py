@@ -1,0 +1,82 @@
+"""The disk quota of workspaces, as runs, file writes, installs and blobs apply it.
+
+Limits come from the settings (`workspace.max_disk`, `workspace.max_files`,
+`workspace.min_free`); core/quota.py decides; adapters/quota.py measures and watches.
+Refusals carry the setting as their rule: a write past a limit is TooLarge (HTTP 413), a
+nearly full disk under Warden's home is Unavailable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from warden.adapters.quota import Watcher, free_bytes, measure
+from warden.core.errors import TooLarge, Unavailable
+from warden.core.limits import Limits
+from warden.core.quota import DISK_KEY, FILES_KEY, FREE_KEY, Quota, Usage
+from warden.core.settings import Settings
+
+__all__ = ["QuotaService"]
+
+
+class QuotaService:
+    """Applies the workspace quota; `free` and `usage` are the adapter's unless a test swaps them."""
+
+    def __init__(self, settings: Settings, home: Path, *, free: Callable[[str], int] = free_bytes,
+                 usage: Callable[[str], Usage] = measure) -> None:
+        self._settings = settings
+        self._home = home
+        self._free = free
+        self._usage = usage
+
+    def limits(self) -> Quota:
+        s = self._settings
+        return Quota(s.get_size(DISK_KEY), s.get_int(FILES_KEY), s.get_size(FREE_KEY))
+
+    def _existing_home(self) -> str:
+        path = self._home
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        return str(path)
+
+    def check_free(self) -> None:
+        """Unavailable when the filesystem of Warden's home has less than `workspace.min_free` free."""
+        where = self._existing_home()
+        problem = self.limits().free_problem(self._free(where), where)
+        if problem is not None:
+            raise Unavailable(problem, rule=FREE_KEY)
+
+    def usage(self, path: str) -> Usage:
+        """What workspace folder `path` holds now (one walk)."""
+        return self._usage(os.path.realpath(path))
+
+    def check_write(self, workspace: str, usage: Usage, add_bytes: int, add_files: int, what: str) -> None:
+        """TooLarge when writing `add_bytes` in `add_files` new files would pass a limit."""
+        refused = self.limits().refusal(usage, add_bytes, add_files, what, workspace)
+        if refused is not None:
+            message, key = refused
+            raise TooLarge(message, rule=key)
+
+    def check_room(self, workspace: str, path: str) -> None:
+        """TooLarge when the workspace is already at a limit (before an install, say)."""
+        self.check_write(workspace, self.usage(path), 1, 1, "adding anything")
+
+    def watch(self, path: str) -> Watcher:
+        """A watcher for one run in workspace folder `path` (enter it to measure and watch)."""
+        return Watcher(os.path.realpath(path), self.limits(), home=self._existing_home())
+
+    def capped(self, limits: Limits, start: Usage) -> Limits:
+        """`limits` with the file size capped at the bytes the workspace has left."""
+        from dataclasses import replace
+
+        return replace(limits, file_size=self.limits().file_size_cap(start, limits.file_size))
+
+    def stop_note(self, watcher: Watcher, workspace: str, exit_code: int) -> str | None:
+        """The line a run that broke the quota ends with, or None; `exit_code` tells whether
+        the kill reached it (137) or the command had ended already."""
+        if watcher.breach is None:
+            return None
+        return self.limits().stop_note(watcher.breach, watcher.at or watcher.start, workspace,
+                                       stopped=exit_code == 128 + 9)

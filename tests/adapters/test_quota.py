@@ -1,0 +1,155 @@
+"""Measuring a workspace and watching it grow (adapters/quota.py), without a sandbox."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+from warden.adapters.quota import Watcher, _mount_of, measure, probe_project_id, project_quota
+from warden.core.quota import DISK_KEY, FILES_KEY, Quota, Usage
+
+MiB = 1 << 20
+ROOMY = Quota(max_bytes=1 << 40, max_files=1 << 30, min_free=0)
+
+
+def blocks(root: Path) -> tuple[int, int]:
+    """(bytes by st_blocks * 512, entries) below `root`, walked independently of the adapter."""
+    total, count, seen = os.lstat(root).st_blocks * 512, 0, set()
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            if st.st_ino not in seen:
+                seen.add(st.st_ino)
+                total += st.st_blocks * 512
+                count += 1
+    return total, count
+
+
+def settle(watcher: Watcher, root: Path) -> Usage:
+    """The watcher's count once it has read every event (it must match a fresh walk)."""
+    expected = measure(str(root))
+    deadline = time.monotonic() + 5
+    while watcher.usage != expected and time.monotonic() < deadline:
+        time.sleep(0.01)
+        expected = measure(str(root))
+    return watcher.usage
+
+
+def test_measure_counts_blocks_and_files_once_and_follows_no_link(tmp_path: Path) -> None:
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    (ws / "a" / "b").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "big").write_bytes(b"x" * 3 * MiB)
+    (ws / "a" / "data").write_bytes(b"y" * MiB)
+    os.link(ws / "a" / "data", ws / "a" / "b" / "same-data")  # one inode, charged once
+    (ws / "link").symlink_to(outside)                         # never followed
+    (ws / "filelink").symlink_to(outside / "big")
+    usage = measure(str(ws))
+    assert (usage.bytes, usage.files) == blocks(ws)
+    assert MiB <= usage.bytes < MiB + 64 * 1024 and usage.files == 5
+
+
+def test_measure_charges_a_sparse_file_its_length(tmp_path: Path) -> None:
+    with open(tmp_path / "hole", "wb") as fh:
+        fh.truncate(50 * MiB)  # 0 blocks, but a shared mapping could fill it without an event
+    assert measure(str(tmp_path)).bytes >= 50 * MiB
+
+
+def test_measure_sees_into_a_folder_made_unreadable(tmp_path: Path) -> None:
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "data").write_bytes(b"z" * MiB)
+    hidden.chmod(0)
+    try:
+        assert measure(str(tmp_path)).bytes >= MiB
+    finally:
+        hidden.chmod(0o700)
+
+
+def test_the_watcher_keeps_an_exact_count_through_every_kind_of_change(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "keep").mkdir(parents=True)
+    (ws / "keep" / "old").write_bytes(b"o" * 100_000)
+    with Watcher(str(ws), ROOMY) as watcher:
+        assert watcher.start == measure(str(ws))
+        (ws / "d1" / "d2" / "d3").mkdir(parents=True)                # new folders, watched at once
+        (ws / "d1" / "d2" / "d3" / "f").write_bytes(b"f" * 300_000)
+        with open(ws / "grow", "wb") as fh:
+            for _ in range(20):
+                fh.write(b"g" * 50_000)
+        os.truncate(ws / "grow", 10)                                  # shrinks
+        (ws / "keep" / "old").write_bytes(b"n" * 10)                  # rewritten in place
+        os.rename(ws / "d1", ws / "keep" / "moved")                   # a folder moved inside
+        (ws / "keep" / "moved" / "d2" / "later").write_bytes(b"l" * 200_000)  # ...still watched
+        os.link(ws / "grow", ws / "grow2")
+        os.unlink(ws / "grow")                                        # the other name keeps it
+        (ws / "tmp").write_bytes(b"t" * 70_000)
+        os.replace(ws / "tmp", ws / "keep" / "old")                   # renamed over a file
+        for i in range(50):
+            (ws / f"small{i}").write_bytes(b"s")
+        shutil.rmtree(ws / "keep" / "moved")                          # a tree deleted
+        assert settle(watcher, ws) == measure(str(ws))
+        assert watcher.usage.files == blocks(ws)[1] == 53 and watcher.usage.bytes >= blocks(ws)[0]
+    assert watcher.breach is None
+
+
+def test_the_watcher_stops_a_writer_once_past_the_limit(tmp_path: Path) -> None:
+    quota = Quota(max_bytes=5 * MiB, max_files=1000, min_free=0)
+    stopped = threading.Event()
+    calls: list[int] = []
+
+    def stop() -> None:
+        calls.append(1)
+        stopped.set()
+
+    with Watcher(str(tmp_path), quota) as watcher:
+        watcher.arm(stop)
+        for i in range(30):
+            if stopped.is_set():
+                break
+            (tmp_path / f"f{i}").write_bytes(b"x" * MiB)
+        assert stopped.wait(5)
+    assert calls == [1] and watcher.breach == DISK_KEY
+    assert watcher.at is not None and watcher.at.bytes > 5 * MiB
+
+
+def test_a_breach_before_arming_stops_the_run_as_soon_as_it_is_armed(tmp_path: Path) -> None:
+    quota = Quota(max_bytes=1 << 40, max_files=100, min_free=0)
+    with Watcher(str(tmp_path), quota) as watcher:
+        for i in range(150):
+            (tmp_path / f"n{i}").touch()
+        deadline = time.monotonic() + 5
+        while watcher.breach is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        calls: list[int] = []
+        watcher.arm(lambda: calls.append(1))
+    assert watcher.breach == FILES_KEY and calls == [1]
+
+
+def test_nothing_is_stopped_after_the_watcher_closed(tmp_path: Path) -> None:
+    calls: list[int] = []
+    watcher = Watcher(str(tmp_path), Quota(max_bytes=1 << 20, max_files=100, min_free=0))
+    with watcher:
+        watcher.arm(lambda: calls.append(1))
+    (tmp_path / "big").write_bytes(b"x" * 2 * MiB)
+    time.sleep(0.1)
+    assert calls == [] and watcher.breach is None
+
+
+def test_project_quota_detection_names_the_filesystem(tmp_path: Path) -> None:
+    point, kind, source, options = _mount_of(str(tmp_path))
+    assert str(tmp_path).startswith(point) and kind and source
+    usable, detail = project_quota(str(tmp_path / "not-made-yet"))
+    assert point in detail and kind in detail
+    if not options & {"prjquota", "prjjquota", "pquota"}:
+        assert not usable and "without prjquota" in detail
+        # The probe itself (FS_IOC_FSSETXATTR with a project id) fails on such a filesystem,
+        # unless it has the ext4 project feature and we are root.
+        try:
+            probe_project_id(str(tmp_path))
+        except OSError as exc:
+            assert exc.errno is not None
+        assert os.listdir(tmp_path) == []  # the probe folder is gone either way

@@ -1,0 +1,38 @@
+"""Foreign errors are classified by cause: a locked registry, a full disk."""
+
+from __future__ import annotations
+
+import errno
+import sqlite3
+
+import pytest
+
+from warden.core.errors import Locked, Unavailable, classify
+from warden.core.limits import Limits, apply_overrides
+
+
+def test_locked_sqlite_is_locked() -> None:
+    mapped = classify(sqlite3.OperationalError("database is locked"), "/h/warden.db")
+    assert isinstance(mapped, Locked) and mapped.code == "locked" and "/h/warden.db" in mapped.message
+
+
+def test_full_disk_is_unavailable_naming_the_place() -> None:
+    mapped = classify(OSError(errno.ENOSPC, "No space left on device", "/h/layers/x"))
+    assert isinstance(mapped, Unavailable)
+    assert mapped.message == "no space left on /h/layers/x; free some space"
+    sqlite_full = classify(sqlite3.OperationalError("database or disk is full"), "/h/warden.db")
+    assert isinstance(sqlite_full, Unavailable) and "no space left on /h/warden.db" in sqlite_full.message
+
+
+def test_other_errors_are_left_alone() -> None:
+    assert classify(sqlite3.OperationalError("no such table: x")) is None
+    assert classify(OSError(errno.EACCES, "denied")) is None
+
+
+@pytest.mark.parametrize("kwargs", [{"cpu": 10**20}, {"pids": 10**20}, {"memory": "99999999999G"},
+                                    {"memory": 10**30}])
+def test_limits_beyond_the_kernel_types_are_invalid(kwargs: dict[str, object]) -> None:
+    from warden.core.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="above the maximum"):
+        apply_overrides(Limits(), **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,69 @@
+"""`warden backup` / `warden restore`: the way back the errors about lost state point to."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cli
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def test_a_lost_registry_and_keys_come_back_from_a_backup(cli: Cli, home: Path, tmp_path: Path) -> None:
+    assert cli("init").code == 0
+    assert cli("create", "saved").code == 0
+    assert cli("fs", "saved", "write", "/a.txt", input="mine\n").code == 0
+    assert cli("bot", "register", "b").code == 0
+    token = cli("grant", "saved", "b", "--permissions", "read").stdout.strip()
+    assert cli("secret", "set", "API_KEY", input="s3cret").code == 0
+    made = cli("backup", str(tmp_path / "home.tgz"), "--workspaces", "--json")
+    assert made.code == 0, made.stderr
+    assert {"warden.db", "keys", "config.toml", "workspaces"} <= set(made.json["data"]["holds"])
+    assert (tmp_path / "home.tgz").stat().st_mode & 0o077 == 0  # it holds the keys
+    # Disaster: the registry, the keys and the workspace are gone.
+    (home / "warden.db").unlink()
+    shutil.rmtree(home / "keys")
+    shutil.rmtree(home / "workspaces" / "saved")
+    lost = cli("list")
+    assert lost.code == 1 and "warden.db" in lost.stderr
+    restored = cli("restore", str(tmp_path / "home.tgz"), "--yes")
+    assert restored.code == 0, restored.stderr
+    assert cli("fs", "saved", "cat", "/a.txt").stdout == "mine\n"
+    assert cli("run", "saved", "--", "cat", "a.txt").stdout == "mine\n"
+    assert cli("audit", "verify").code == 0
+    from warden.bootstrap import bootstrap
+
+    app = bootstrap(home, environ=cli.environ)
+    try:
+        assert app.auth.authenticate(token).bot == "b"
+        assert app.secrets.environment(["API_KEY"]).env == {"API_KEY": "s3cret"}
+    finally:
+        app.close()
+
+
+def test_restore_refuses_to_overwrite_and_anything_not_a_backup(cli: Cli, home: Path, tmp_path: Path) -> None:
+    assert cli("init").code == 0
+    assert cli("create", "here").code == 0
+    assert cli("backup", str(tmp_path / "b.tgz")).code == 0
+    before = (home / "warden.db").read_bytes()
+    r = cli("restore", str(tmp_path / "b.tgz"))
+    assert r.code == 5 and "--yes" in r.stderr
+    assert (home / "warden.db").read_bytes() == before
+    evil = io.BytesIO()
+    with tarfile.open(fileobj=evil, mode="w:gz") as tar:
+        for name in ("WARDEN-BACKUP", "../escape.txt"):
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+    (tmp_path / "evil.tgz").write_bytes(evil.getvalue())
+    r = cli("restore", str(tmp_path / "evil.tgz"), "--yes")
+    assert r.code == 2 and not (home.parent / "escape.txt").exists()
+    (tmp_path / "junk.tgz").write_bytes(b"not a tar")
+    r = cli("restore", str(tmp_path / "junk.tgz"), "--yes")
+    assert r.code == 2 and "not a Warden backup" in r.stderr
+    assert cli("info", "here").code == 0

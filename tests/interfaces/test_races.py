@@ -1,0 +1,205 @@
+"""Two lifecycle commands at once, a run against a destroy, a create killed half-way.
+
+The repros of the reliability review, through the real CLI in parallel processes: nothing the
+user wrote is lost, no command says "created" or "archived" unless it is true when printed,
+and repair never declares a half-made workspace ready. Workspace leases (services/leases)
+make the lifecycle changes take turns.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cli
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def spawn(cli: Cli, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "warden", *args], env=cli.environ,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finish(proc: subprocess.Popen[bytes]) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out.decode(), err.decode()
+
+
+def blob_of(tmp_path: Path, files: int) -> Path:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for i in range(files):
+            data = f"file {i}\n".encode() * 20
+            info = tarfile.TarInfo(f"src/d{i % 50}/f{i}.txt")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    path = tmp_path / f"blob-{files}.tar.gz"
+    path.write_bytes(buf.getvalue())
+    return path
+
+
+def status(cli: Cli, name: str) -> str | None:
+    r = cli("info", name, "--json")
+    return r.json["data"]["status"] if r.code == 0 else None
+
+
+def wait_for_status(cli: Cli, name: str, wanted: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while status(cli, name) != wanted:
+        assert time.monotonic() < deadline, f"{name} never became {wanted}"
+        time.sleep(0.02)
+
+
+def test_two_archives_at_once_lose_nothing(cli: Cli) -> None:
+    for attempt in range(6):
+        name = f"arc{attempt}"
+        assert cli("create", name).code == 0
+        assert cli("fs", name, "write", "/notes/keep.txt", input="precious\n").code == 0
+        first = spawn(cli, "archive", name)
+        time.sleep(0.02 * attempt)
+        second = spawn(cli, "archive", name)
+        results = [finish(first), finish(second)]
+        assert sorted(code for code, _, _ in results) in ([0, 0], [0, 5]), results
+        assert not any("internal" in err for _, _, err in results), results
+        assert status(cli, name) == "archived"
+        assert cli("unarchive", name).code == 0
+        assert cli("fs", name, "cat", "/notes/keep.txt").stdout == "precious\n"
+
+
+def test_parallel_destroys_destroy_once_and_archive_once(cli: Cli, home: Path) -> None:
+    assert cli("create", "gone").code == 0
+    procs = [spawn(cli, "destroy", "gone", "--yes") for _ in range(3)]
+    codes = sorted(finish(p)[0] for p in procs)
+    assert codes.count(0) == 1 and set(codes) <= {0, 4, 5}, codes
+    archives = list((home / "archives").glob("gone-*.tar.zst"))
+    assert len(archives) == 1
+    assert cli("unarchive", "gone").code == 0
+
+
+def test_destroy_during_a_create_never_gives_a_false_success(cli: Cli, tmp_path: Path, home: Path) -> None:
+    blob = blob_of(tmp_path, 3000)
+    for attempt in range(4):
+        name = f"race{attempt}"
+        create = spawn(cli, "create", name, "--blob", str(blob), "--json")
+        time.sleep(0.05 + 0.1 * attempt)
+        destroyed = cli("destroy", name, "--yes", "--no-archive")
+        code, out, err = finish(create)
+        now = status(cli, name)
+        folder = home / "workspaces" / name
+        if destroyed.code == 0:
+            assert now is None and not folder.exists(), (attempt, code, err)
+        else:
+            assert destroyed.code in (4, 5), destroyed.stderr
+            if code == 0:  # "created" is true when printed, and still true
+                assert json.loads(out)["data"]["status"] == "ready" and now == "ready"
+                assert len(list((folder / "src").rglob("*.txt"))) == 3000
+            else:
+                assert now is None and not folder.exists()
+
+
+def test_repair_during_a_live_create_is_refused(cli: Cli, tmp_path: Path) -> None:
+    blob = blob_of(tmp_path, 6000)
+    create = spawn(cli, "create", "live", "--blob", str(blob))
+    wait_for_status(cli, "live", "creating")
+    repair = cli("health", "live", "--repair", "--json")
+    code, _, err = finish(create)
+    assert code == 0, err
+    assert repair.code == 5 and repair.json["error"]["code"] == "locked", repair.stdout
+    assert status(cli, "live") == "ready"
+
+
+def test_a_create_killed_while_unpacking_is_never_repaired_to_ready(cli: Cli, tmp_path: Path) -> None:
+    blob = blob_of(tmp_path, 20000)
+    create = spawn(cli, "create", "killed", "--blob", str(blob))
+    wait_for_status(cli, "killed", "creating")
+    time.sleep(0.3)
+    os.kill(create.pid, signal.SIGKILL)
+    create.wait()
+    assert status(cli, "killed") == "broken"
+    repair = cli("health", "killed", "--repair")
+    assert repair.code == 5 and "incomplete" in repair.stderr
+    assert status(cli, "killed") == "broken"
+    assert cli("destroy", "killed", "--yes", "--no-archive").code == 0
+
+
+def test_a_run_against_a_destroy_is_stopped_and_audited_never_an_internal_error(cli: Cli, home: Path) -> None:
+    assert cli("create", "busy").code == 0
+    run = spawn(cli, "run", "busy", "--", "sh", "-c", "echo kept > early.txt; sleep 30")
+    deadline = time.monotonic() + 20
+    while not (home / "workspaces" / "busy" / "early.txt").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    destroy = cli("destroy", "busy", "--yes")
+    code, _, err = finish(run)
+    assert destroy.code == 0, destroy.stderr
+    assert code != 0 and "internal" not in err
+    # What the run wrote before it was stopped is in the archive the destroy made.
+    assert cli("unarchive", "busy").code == 0
+    assert (home / "workspaces" / "busy" / "early.txt").read_text() == "kept\n"
+    events = [e["action"] for e in cli("audit", "--workspace", "busy", "--json").json["data"]]
+    assert "run.start" in events and "run" in events
+
+
+def test_runs_wait_for_nobody_and_are_refused_during_an_archive(cli: Cli, tmp_path: Path) -> None:
+    assert cli("create", "arcrun", "--blob", str(blob_of(tmp_path, 20000))).code == 0
+    archive = spawn(cli, "archive", "arcrun")
+    refused = None
+    deadline = time.monotonic() + 20
+    while archive.poll() is None and time.monotonic() < deadline:
+        r = cli("run", "arcrun", "--json", "--", "sh", "-c", "echo lost > late.txt")
+        if r.code != 0:
+            refused = r
+            break
+    finish(archive)
+    if refused is not None:  # a run that met the archive was refused, not half-run
+        assert refused.code == 126 and refused.json["error"]["code"] in ("locked", "conflict"), refused.stdout
+    assert cli("unarchive", "arcrun").code == 0
+
+
+def test_destroying_an_archived_workspace_keeps_its_way_back(cli: Cli) -> None:
+    assert cli("create", "twice").code == 0
+    assert cli("fs", "twice", "write", "/a.txt", input="still here\n").code == 0
+    assert cli("archive", "twice").code == 0
+    assert cli("destroy", "twice", "--yes").code == 0
+    assert cli("unarchive", "twice").code == 0
+    assert cli("fs", "twice", "cat", "/a.txt").stdout == "still here\n"
+
+
+def test_doctor_fix_sweeps_what_killed_runs_left(cli: Cli, home: Path) -> None:
+    assert cli("create", "swept").code == 0
+    run = spawn(cli, "run", "swept", "--", "sleep", "30")
+    deadline = time.monotonic() + 20
+    while "run.start" not in [e["action"] for e in cli("audit", "--workspace", "swept", "--json").json["data"]]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait()
+    stale_tmp = home / "archives" / f".swept-x.tar.zst.{run.pid}.tmp"
+    stale_tmp.parent.mkdir(exist_ok=True)
+    stale_tmp.write_bytes(b"half an archive")
+    fixed = cli("doctor", "--fix", "--json")
+    swept = fixed.json["data"]["swept"]
+    assert str(stale_tmp) in swept["temp_files"] and not stale_tmp.exists()
+    assert len(swept["lost_runs"]) == 1
+    lost = [e for e in cli("audit", "--workspace", "swept", "--json").json["data"] if e["action"] == "run.lost"]
+    assert len(lost) == 1
+    # The killed run's cgroups (named after its process) are gone.
+    from warden.adapters.sandbox import cgroups
+
+    support = cgroups.detect()
+    for spec in (support.memory, support.pids):
+        if spec is not None:
+            assert not list(Path(spec[1]).glob(f"warden-{run.pid}-*"))
+    again = cli("doctor", "--fix", "--json").json["data"]["swept"]
+    assert again["lost_runs"] == [] and again["temp_files"] == []
