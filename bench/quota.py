@@ -39,6 +39,7 @@ class _Off:
         class Null:
             start = Usage(0, 0)
             breach = None
+            notes: list[str] = []
 
             def __enter__(self) -> Null:
                 return self
@@ -65,7 +66,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
     from warden import Warden
-    from warden.adapters.quota import measure as walk
+    from warden.adapters.disk_usage import measure as walk
 
     with tempfile.TemporaryDirectory() as tmp:
         home, env = bench_home(tmp)
@@ -96,10 +97,11 @@ def main() -> None:
         # The CLI, a fresh process per run, both through `python -c` (one of them switching the
         # quota off before main()), alternately.
         entry = "import sys; from warden.interfaces.cli.main import main; sys.argv[0] = 'warden'; "
-        off_entry = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import quota, "
-                     "warden.bootstrap as b; b.App.quota = property(lambda app: quota._Off(None)); ")
+        both = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import quota, "
+                "warden.bootstrap as b; ")  # the same imports either way
+        off_entry = both + "b.App.quota = property(lambda app: quota._Off(None)); "
         argv = ["run", "bench", "--", "true"]
-        cli_on = [sys.executable, "-c", entry + "sys.exit(main(sys.argv[1:]))", *argv]
+        cli_on = [sys.executable, "-c", both + entry + "sys.exit(main(sys.argv[1:]))", *argv]
         cli_off = [sys.executable, "-c", off_entry + entry + "sys.exit(main(sys.argv[1:]))", *argv]
         cli_env = {**env, "PYTHONPATH": str(REPO / "src")}
         cli_on_times: list[float] = []

@@ -1,4 +1,5 @@
-"""Measuring a workspace and watching it grow (adapters/quota.py), without a sandbox."""
+"""Measuring a workspace and watching it grow (adapters/disk_usage.py, quota.py, project_quota.py),
+without a sandbox."""
 
 from __future__ import annotations
 
@@ -7,8 +8,13 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
-from warden.adapters.quota import Watcher, _mount_of, measure, probe_project_id, project_quota
+import pytest
+
+from warden.adapters.disk_usage import measure
+from warden.adapters.project_quota import _mount_of, probe_project_id, project_quota
+from warden.adapters.quota import Watcher
 from warden.core.quota import DISK_KEY, FILES_KEY, Quota, Usage
 
 MiB = 1 << 20
@@ -153,3 +159,54 @@ def test_project_quota_detection_names_the_filesystem(tmp_path: Path) -> None:
         except OSError as exc:
             assert exc.errno is not None
         assert os.listdir(tmp_path) == []  # the probe folder is gone either way
+
+
+def test_without_inotify_the_watcher_rescans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import warden.adapters.disk_usage as disk_usage
+
+    def refuse() -> int:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(disk_usage, "inotify", refuse)
+    stopped = threading.Event()
+    with Watcher(str(tmp_path), Quota(max_bytes=1 << 40, max_files=100, min_free=0)) as watcher:
+        watcher.arm(stopped.set)
+        for i in range(150):
+            (tmp_path / f"n{i}").touch()
+        assert stopped.wait(5)
+    assert watcher.breach == FILES_KEY and "checked every 0.2 s" in watcher.notes[0]
+
+
+def test_after_an_event_overflow_the_watcher_measures_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import warden.adapters.disk_usage as disk_usage
+
+    real, calls = disk_usage.UsageTree.handle, []
+
+    def overflow_once(self: Any, wd: int, mask: int, name: str, dirty: set[str]) -> None:
+        calls.append(name)
+        if len(calls) == 1:
+            raise disk_usage.Overflow
+        real(self, wd, mask, name, dirty)
+
+    monkeypatch.setattr(disk_usage.UsageTree, "handle", overflow_once)
+    with Watcher(str(tmp_path), ROOMY) as watcher:
+        (tmp_path / "a").write_bytes(b"a" * 100_000)
+        (tmp_path / "sub").mkdir()
+        (tmp_path / "sub" / "b").write_bytes(b"b" * 200_000)
+        assert settle(watcher, tmp_path) == measure(str(tmp_path)) and len(calls) > 1
+
+
+def test_a_writing_run_is_stopped_when_the_homes_disk_falls_below_min_free(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import warden.adapters.disk_usage as disk_usage
+
+    monkeypatch.setattr(disk_usage, "free_bytes", lambda path: 100 * MiB)  # another writer filled it
+    stopped = threading.Event()
+    with Watcher(str(tmp_path), Quota(max_bytes=1 << 40, max_files=1 << 30, min_free=1 << 30),
+                 home=str(tmp_path)) as watcher:
+        watcher.arm(stopped.set)
+        time.sleep(0.4)
+        assert not stopped.is_set()  # a command that writes nothing goes on
+        (tmp_path / "x").write_bytes(b"x")
+        assert stopped.wait(5)
+    assert watcher.breach == "workspace.min_free"

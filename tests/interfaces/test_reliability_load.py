@@ -89,7 +89,9 @@ def test_mixed_load_gives_no_server_errors(tmp_path: Path) -> None:
 def _ready_claims_hold(cli: Cli, home: Path) -> list[str]:
     """Workspaces that claim ready but lack what a ready workspace has."""
     wrong = []
-    for ws in cli("list", "--json").json["data"]:
+    listed = cli("list", "--json")
+    assert listed.code == 0, listed.stdout + listed.stderr
+    for ws in listed.json["data"]:
         if ws["status"] == "ready":
             folder = Path(ws["path"])
             if not (folder / ".workspace_configured").is_file() or not (folder / ".workspace.json").is_file():

@@ -14,6 +14,7 @@ blocks without any inotify event, but never past the length, and every change of
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["DISK_KEY", "FILES_KEY", "FREE_KEY", "Quota", "Usage", "charge", "file_charge"]
 
@@ -36,9 +37,10 @@ def _human(size: int) -> str:
     return f"{size}B"
 
 
-@dataclass(frozen=True)
-class Usage:
-    """What a workspace holds: bytes charged and files (every entry below its folder)."""
+class Usage(NamedTuple):
+    """What a workspace holds: bytes charged and files (every entry below its folder).
+
+    A tuple, not a dataclass: the watcher makes one per inotify event."""
 
     bytes: int
     files: int

@@ -1,7 +1,8 @@
 """The disk quota of workspaces, as runs, file writes, installs and blobs apply it.
 
 Limits come from the settings (`workspace.max_disk`, `workspace.max_files`,
-`workspace.min_free`); core/quota.py decides; adapters/quota.py measures and watches.
+`workspace.min_free`); core/quota.py decides; adapters/disk_usage.py measures and
+adapters/quota.py watches a run.
 Refusals carry the setting as their rule: a write past a limit is TooLarge (HTTP 413), a
 nearly full disk under Warden's home is Unavailable.
 """
@@ -12,7 +13,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from warden.adapters.quota import Watcher, free_bytes, measure
+from warden.adapters.disk_usage import free_bytes, measure
+from warden.adapters.quota import Watcher
 from warden.core.errors import TooLarge, Unavailable
 from warden.core.limits import Limits
 from warden.core.quota import DISK_KEY, FILES_KEY, FREE_KEY, Quota, Usage

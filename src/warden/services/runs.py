@@ -236,6 +236,8 @@ class RunService:
                                            rule=exc.rule or "sandbox", result="refused", detail=audit_base)
                     raise _refused(exc) from None
                 quota_note = self._app.quota.stop_note(watcher, name, outcome.exit_code)
+                if watcher.notes:  # the quota held by rescans, or its watcher failed
+                    audit_base["quota_notes"] = list(watcher.notes)
                 if quota_note is not None:
                     audit_base["stopped_by"] = str(watcher.breach)
                     refusals.append(quota_note + "\n")

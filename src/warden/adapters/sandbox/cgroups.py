@@ -209,9 +209,17 @@ def sweep_orphans(support: CgroupSupport) -> list[str]:
             except FileNotFoundError:
                 continue
             except OSError:
+                # Still busy: what the dead run left is killed, and the kernel needs a moment to
+                # release the group once its last process is reaped.
                 Cgroup([(version, path)]).kill()
-                with contextlib.suppress(OSError):
-                    os.rmdir(path)
+                for _ in range(40):
+                    try:
+                        os.rmdir(path)
+                        break
+                    except FileNotFoundError:
+                        break
+                    except OSError:
+                        time.sleep(0.025)
             if not os.path.exists(path):
                 removed.append(path)
     return removed

@@ -122,7 +122,9 @@ def _landlock_check() -> Check:
 
 def _quota_check(workspaces_root: str) -> Check:
     """Which mechanism holds the workspace disk quota (workspace.max_disk, max_files) here."""
-    from warden.adapters.quota import OVERSHOOT, RESCAN_S, inotify_works, project_quota
+    from warden.adapters.disk_usage import inotify_works
+    from warden.adapters.project_quota import project_quota
+    from warden.adapters.quota import OVERSHOOT, RESCAN_S
 
     _kernel, seen = project_quota(workspaces_root)
     # Detection only: Warden does not set project quotas itself yet, so its watcher holds either way.

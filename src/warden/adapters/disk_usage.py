@@ -1,0 +1,336 @@
+"""What a workspace holds on disk, counted once and then kept up to date from inotify events.
+
+The standard library only (inotify through ctypes). A walk lstat's every entry, follows no
+link, enters no other filesystem, opens folders beneath their parent with O_NOFOLLOW and
+charges hard links once (core.quota.charge: blocks, or the length when larger). With an
+inotify descriptor, every folder walked also gets a watch, and `UsageTree.handle` applies one
+event with at most one lstat (a new folder is walked and watched), so the count stays what a
+fresh walk would say. adapters/quota.py runs it during a run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import stat
+import struct
+import threading
+from collections.abc import Iterator
+from functools import cache
+
+from warden.core.quota import Usage, charge
+
+__all__ = ["Overflow", "UsageTree", "events", "free_bytes", "inotify", "inotify_works", "measure", "release"]
+
+_IN_MODIFY = 0x2
+_IN_MOVED_FROM = 0x40
+_IN_MOVED_TO = 0x80
+_IN_CREATE = 0x100
+_IN_DELETE = 0x200
+_IN_Q_OVERFLOW = 0x4000
+_IN_IGNORED = 0x8000
+_IN_ONLYDIR = 0x01000000
+_MASK = _IN_CREATE | _IN_MODIFY | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_ONLYDIR
+_EVENT = struct.Struct("iIII")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ROOT = os.geteuid() == 0  # root reads every folder whatever its mode
+
+
+@cache
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.inotify_init1.argtypes = [ctypes.c_int]
+    libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+    libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
+    return libc
+
+
+# Closing an inotify descriptor that ever held a watch waits for the kernel's fsnotify SRCU
+# grace period (0-24 ms seen here, and more than that on later runs in the same process);
+# removing its watches does not. So a run's descriptor is kept for the next one: watches
+# removed, queue drained, back in this pool. A forked child starts with none.
+_POOL: list[int] = []
+_POOL_LOCK = threading.Lock()
+_POOL_MAX = 8
+os.register_at_fork(after_in_child=_POOL.clear)
+
+
+def inotify() -> int:
+    """An inotify descriptor (non-blocking), from the pool when one is free."""
+    with _POOL_LOCK:
+        if _POOL:
+            return _POOL.pop()
+    fd = int(_libc().inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return fd
+
+
+def release(fd: int, wds: list[int]) -> None:
+    """Remove the watches `wds` of `fd` and keep it for the next run (closed when the pool is full)."""
+    libc = _libc()
+    for wd in wds:
+        libc.inotify_rm_watch(fd, wd)  # EINVAL when the folder went already: fine
+    with contextlib.suppress(OSError):  # BlockingIOError once the queue is empty
+        while os.read(fd, 1 << 16):
+            pass
+    with _POOL_LOCK:
+        if len(_POOL) < _POOL_MAX:
+            _POOL.append(fd)
+            return
+    os.close(fd)
+
+
+def inotify_works() -> bool:
+    """Whether this process can make an inotify instance (fs.inotify.max_user_instances)."""
+    try:
+        release(inotify(), [])
+    except OSError:
+        return False
+    return True
+
+
+def events(data: bytes) -> Iterator[tuple[int, int, str]]:
+    """(watch descriptor, mask, name) of each `struct inotify_event` in `data` (inotify(7))."""
+    offset = 0
+    while offset < len(data):
+        wd, mask, _cookie, size = _EVENT.unpack_from(data, offset)
+        start = offset + _EVENT.size
+        yield wd, mask, data[start:start + size].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        offset = start + size
+
+
+class Overflow(Exception):
+    """The kernel dropped events (IN_Q_OVERFLOW): the tree must be measured again."""
+
+
+def _open_dir(name: str, parent: int | None) -> int | None:
+    """A folder opened for listing, beneath `parent`, never through a link; None if it is gone.
+
+    A folder the bot made unreadable (chmod 000) would hide what it holds: Warden runs as its
+    owner, so it gives the owner read and search back (through an O_PATH descriptor, no path).
+    """
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except PermissionError:
+        try:
+            path_fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+            try:
+                mode = stat.S_IMODE(os.fstat(path_fd).st_mode)
+                os.chmod(f"/proc/self/fd/{path_fd}", mode | stat.S_IRWXU)
+            finally:
+                os.close(path_fd)
+            fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except OSError:
+            return None
+    except OSError:
+        return None
+    if not _ROOT:  # listable but not searchable (r without x) hides sizes: give x back too
+        mode = os.fstat(fd).st_mode
+        if mode & (stat.S_IRUSR | stat.S_IXUSR) != (stat.S_IRUSR | stat.S_IXUSR):
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, stat.S_IMODE(mode) | stat.S_IRWXU)
+    return fd
+
+
+class UsageTree:
+    """What every folder of a workspace holds, and the bytes charged per inode.
+
+    `notify` is an inotify descriptor (every walked folder gets a watch) or None (measure only).
+    """
+
+    def __init__(self, root: str, notify: int | None) -> None:
+        self.root = root
+        self.notify = notify
+        self.dev = 0
+        self.bytes = 0
+        self.wd_dir: dict[int, str] = {}
+        self.dir_wd: dict[str, int] = {}
+        self.entries: dict[str, dict[str, tuple[int, bool]]] = {}
+        self.charges: dict[int, int] = {}
+        self.links: dict[int, int] = {}
+        self.unwatched: str | None = None  # why some folder has no watch (then: rescans)
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(self.bytes, len(self.charges) - 1)  # the workspace folder itself is no file
+
+    def scan(self) -> None:
+        fd = _open_dir(self.root, None)
+        if fd is None:
+            raise FileNotFoundError(errno.ENOENT, "workspace folder missing", self.root)
+        st = os.fstat(fd)
+        self.dev = st.st_dev
+        self.charges[st.st_ino] = self.bytes = charge(st.st_blocks, st.st_size)
+        self.links[st.st_ino] = 1
+        self._walk(fd, self.root)
+
+    # -- walking ---------------------------------------------------------------------------
+    def _watch(self, fd: int, path: str) -> None:
+        if self.notify is None:
+            return
+        wd = int(_libc().inotify_add_watch(self.notify, f"/proc/self/fd/{fd}".encode(), _MASK))
+        if wd < 0:
+            err = ctypes.get_errno()
+            self.unwatched = f"inotify cannot watch {path}: {os.strerror(err)}"
+            return
+        self.wd_dir[wd] = path
+        self.dir_wd[path] = wd
+
+    def _walk(self, fd: int, path: str) -> None:
+        """Watch and list `fd` (closed here) and every folder below it, depth first.
+
+        One descriptor per level is held, the listing read whole first, so depth costs
+        descriptors and no recursion.
+        """
+        stack: list[tuple[int, str, list[os.DirEntry[str]]]] = []
+        current: tuple[int, str] | None = (fd, path)
+        try:
+            while current is not None or stack:
+                if current is not None:
+                    dir_fd, dir_path = current
+                    current = None
+                    self._watch(dir_fd, dir_path)
+                    self.entries.setdefault(dir_path, {})
+                    try:
+                        with os.scandir(dir_fd) as it:
+                            listing = list(it)
+                    except OSError:
+                        listing = []
+                    stack.append((dir_fd, dir_path, listing))
+                    continue
+                dir_fd, dir_path, listing = stack[-1]
+                if not listing:
+                    os.close(dir_fd)
+                    stack.pop()
+                    continue
+                entry = listing.pop()
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if st.st_dev != self.dev:
+                    continue  # a mount inside the workspace is another filesystem's business
+                is_dir = stat.S_ISDIR(st.st_mode)
+                self._put(dir_path, entry.name, st, is_dir)
+                if is_dir and (child := _open_dir(entry.name, dir_fd)) is not None:
+                    current = (child, f"{dir_path}/{entry.name}")
+        finally:
+            if current is not None:
+                os.close(current[0])
+            for dir_fd, _, _ in stack:
+                os.close(dir_fd)
+
+    # -- bookkeeping -----------------------------------------------------------------------
+    def _put(self, path: str, name: str, st: os.stat_result, is_dir: bool) -> None:
+        listing = self.entries.get(path)
+        if listing is None:
+            return
+        if name in listing:
+            self._drop(path, name)
+        listing[name] = (st.st_ino, is_dir)
+        cost = charge(st.st_blocks, st.st_size)
+        old = self.charges.get(st.st_ino)
+        self.charges[st.st_ino] = cost
+        self.links[st.st_ino] = self.links.get(st.st_ino, 0) + 1
+        self.bytes += cost - (old or 0)
+
+    def _unlink(self, ino: int) -> None:
+        left = self.links.get(ino, 1) - 1
+        if left > 0:
+            self.links[ino] = left
+            return
+        self.links.pop(ino, None)
+        self.bytes -= self.charges.pop(ino, 0)
+
+    def _drop(self, path: str, name: str) -> None:
+        ino, is_dir = self.entries[path].pop(name)
+        self._unlink(ino)
+        if not is_dir:
+            return
+        stack = [f"{path}/{name}"]
+        while stack:
+            top = stack.pop()
+            wd = self.dir_wd.pop(top, None)
+            if wd is not None:
+                self.wd_dir.pop(wd, None)
+                if self.notify is not None:
+                    _libc().inotify_rm_watch(self.notify, wd)  # EINVAL when already gone: fine
+            for child, (child_ino, child_dir) in self.entries.pop(top, {}).items():
+                self._unlink(child_ino)
+                if child_dir:
+                    stack.append(f"{top}/{child}")
+
+    # -- events ----------------------------------------------------------------------------
+    def handle(self, wd: int, mask: int, name: str, dirty: set[str]) -> None:
+        """Apply one inotify event."""
+        if mask & _IN_Q_OVERFLOW:
+            raise Overflow
+        path = self.wd_dir.get(wd)
+        if path is None:
+            return
+        if mask & _IN_IGNORED:
+            del self.wd_dir[wd]
+            if self.dir_wd.get(path) == wd:
+                del self.dir_wd[path]
+            return
+        if not name:
+            return
+        listing = self.entries.get(path)
+        if listing is None:
+            return
+        if mask & (_IN_DELETE | _IN_MOVED_FROM):
+            if name in listing:
+                self._drop(path, name)
+            return
+        full = f"{path}/{name}"
+        try:
+            st = os.lstat(full)
+        except OSError:
+            return  # gone again: its IN_DELETE follows
+        if st.st_dev != self.dev:
+            return
+        known = listing.get(name)
+        if mask & _IN_MODIFY and known is not None and known[0] == st.st_ino:
+            cost = charge(st.st_blocks, st.st_size)
+            self.bytes += cost - self.charges.get(st.st_ino, 0)
+            self.charges[st.st_ino] = cost
+            return
+        is_dir = stat.S_ISDIR(st.st_mode)
+        self._put(path, name, st, is_dir)
+        dirty.add(path)  # a folder's own blocks grow with its entries
+        if is_dir and (child := _open_dir(full, None)) is not None:
+            self._walk(child, full)  # what was made in it before its watch existed counts too
+
+    def restat(self, path: str) -> None:
+        """Charge a folder's own blocks again (they grow as entries are added)."""
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return
+        old = self.charges.get(st.st_ino)
+        if old is not None:
+            cost = charge(st.st_blocks, st.st_size)
+            self.charges[st.st_ino] = cost
+            self.bytes += cost - old
+
+    def close(self) -> None:
+        if self.notify is not None:
+            release(self.notify, list(self.wd_dir))
+            self.notify = None
+
+
+def measure(root: str) -> Usage:
+    """What the workspace folder `root` holds now: bytes charged and files (core.quota.charge)."""
+    tree = UsageTree(root, None)
+    tree.scan()
+    return tree.usage
+
+
+def free_bytes(path: str) -> int:
+    """Bytes an unprivileged writer may still use on the filesystem holding `path`."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
