@@ -39,7 +39,7 @@ class _Off:
         class Null:
             start = Usage(0, 0)
             breach = None
-            notes: list[str] = []
+            notes: tuple[str, ...] = ()
 
             def __enter__(self) -> Null:
                 return self

@@ -191,9 +191,14 @@ def test_after_an_event_overflow_the_watcher_measures_again(tmp_path: Path, monk
     monkeypatch.setattr(disk_usage.UsageTree, "handle", overflow_once)
     with Watcher(str(tmp_path), ROOMY) as watcher:
         (tmp_path / "a").write_bytes(b"a" * 100_000)
-        (tmp_path / "sub").mkdir()
+        deadline = time.monotonic() + 5
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)  # the new walk is done
+        (tmp_path / "sub").mkdir()  # after the new walk: counted from events again
         (tmp_path / "sub" / "b").write_bytes(b"b" * 200_000)
-        assert settle(watcher, tmp_path) == measure(str(tmp_path)) and len(calls) > 1
+        assert settle(watcher, tmp_path) == measure(str(tmp_path))
+        assert len(calls) > 1
 
 
 def test_a_writing_run_is_stopped_when_the_homes_disk_falls_below_min_free(
@@ -210,3 +215,43 @@ def test_a_writing_run_is_stopped_when_the_homes_disk_falls_below_min_free(
         (tmp_path / "x").write_bytes(b"x")
         assert stopped.wait(5)
     assert watcher.breach == "workspace.min_free"
+
+
+def test_a_run_filling_the_homes_disk_elsewhere_is_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes through an allowed read-write folder do not touch the workspace tree; the home's
+    disk shrinking below min_free during the run stops it all the same."""
+    import warden.adapters.disk_usage as disk_usage
+
+    free = [2 << 30]
+    monkeypatch.setattr(disk_usage, "free_bytes", lambda path: free[0])
+    stopped = threading.Event()
+    with Watcher(str(tmp_path), Quota(max_bytes=1 << 40, max_files=1 << 30, min_free=1 << 30),
+                 home=str(tmp_path)) as watcher:
+        watcher.arm(stopped.set)
+        time.sleep(0.4)
+        assert not stopped.is_set()
+        free[0] = 500 * MiB  # the run wrote 1.5 GiB somewhere else on the home's disk
+        assert stopped.wait(5)
+    assert watcher.breach == "workspace.min_free"
+
+
+def test_a_workspace_run_again_in_one_process_catches_up_instead_of_walking(tmp_path: Path) -> None:
+    import warden.adapters.quota as quota_adapter
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for _ in range(2):  # the first run gives its tree back; the second keeps it
+        with Watcher(str(ws), ROOMY):
+            pass
+    kept = quota_adapter._KEPT.get(str(ws))
+    assert kept is not None
+    (ws / "sub").mkdir()                      # changes between runs: queued, applied next time
+    (ws / "sub" / "f").write_bytes(b"f" * 300_000)
+    (ws / "g").write_bytes(b"g" * 5000)
+    with Watcher(str(ws), ROOMY) as watcher:
+        assert watcher._tree is kept and watcher.start == measure(str(ws))
+    shutil.rmtree(ws)                         # a new folder of the same name: walked afresh
+    ws.mkdir()
+    (ws / "new").write_bytes(b"n")
+    with Watcher(str(ws), ROOMY) as watcher:
+        assert watcher._tree is not kept and watcher.start == measure(str(ws))

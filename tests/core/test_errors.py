@@ -26,7 +26,7 @@ def test_full_disk_is_unavailable_naming_the_place() -> None:
 
 def test_other_errors_are_left_alone() -> None:
     assert classify(sqlite3.OperationalError("no such table: x")) is None
-    assert classify(OSError(errno.EACCES, "denied")) is None
+    assert classify(OSError(errno.EIO, "input/output error")) is None
 
 
 @pytest.mark.parametrize("kwargs", [{"cpu": 10**20}, {"pids": 10**20}, {"memory": "99999999999G"},
@@ -36,3 +36,10 @@ def test_limits_beyond_the_kernel_types_are_invalid(kwargs: dict[str, object]) -
 
     with pytest.raises(InvalidInput, match="above the maximum"):
         apply_overrides(Limits(), **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_permission_error_is_one_line_of_denied() -> None:
+    from warden.core.errors import Denied, classify
+
+    mapped = classify(PermissionError(13, "Permission denied", "/root/x.tgz"))
+    assert isinstance(mapped, Denied) and "/root/x.tgz" in mapped.message

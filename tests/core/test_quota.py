@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from warden.core.errors import InvalidInput
-from warden.core.quota import DISK_KEY, FILES_KEY, FREE_KEY, Quota, Usage, charge, file_charge
+from warden.core.quota import DISK_KEY, FILE_SIZE_FLOOR, FILES_KEY, FREE_KEY, Quota, Usage, charge, file_charge
 from warden.core.settings import KEYS, coerce, resolve
 
 MiB = 1 << 20
@@ -21,7 +21,10 @@ def test_a_file_is_charged_its_blocks_or_its_length_whichever_is_larger() -> Non
 def test_no_single_file_may_pass_the_bytes_left() -> None:
     assert Q.file_size_cap(Usage(1 * MiB, 10), 100 * MiB) == 4 * MiB
     assert Q.file_size_cap(Usage(0, 10), 1 * MiB) == 1 * MiB      # max_file_size is smaller
-    assert Q.file_size_cap(Usage(9 * MiB, 10), 100 * MiB) == 0    # already over: nothing may grow
+    # Already over, or a few bytes short: the floor, so bwrap can still write /etc/passwd and a
+    # command can still run (the watcher stops one that grows).
+    assert Q.file_size_cap(Usage(9 * MiB, 10), 100 * MiB) == FILE_SIZE_FLOOR
+    assert Q.file_size_cap(Usage(5 * MiB - 34, 10), 100 * MiB) == FILE_SIZE_FLOOR
 
 
 def test_only_growth_past_a_limit_breaks_it() -> None:

@@ -54,3 +54,11 @@ def test_get_prints_what_set_takes_back(cli: Cli, key: str, value: str) -> None:
     assert cli("config", "set", key, printed).code == 0
     assert cli("config", "get", key, "--json").json["data"]["value"] == first
     assert cli("config", "get", key).stdout.removesuffix("\n") == printed
+
+
+def test_setting_an_allowlist_says_when_it_is_not_enforced(cli: Cli) -> None:
+    r = cli("config", "set", "sandbox.allowed_commands", '["python3","echo"]', "--json")
+    assert r.code == 0 and "sandbox.enabled" in r.json["data"]["note"]
+    assert cli("config", "set", "sandbox.enabled", "true").code == 0
+    r = cli("config", "set", "sandbox.allowed_commands", "python3,echo", "--json")
+    assert r.code == 0 and "note" not in r.json["data"]

@@ -223,3 +223,17 @@ def test_double_dash_ends_options_for_every_command(cli: Cli) -> None:
     assert cli("create", "--", "dd1").code == 0
     assert cli("info", "--json", "--", "dd1").json["data"]["name"] == "dd1"
     assert cli("run", "dd1", "--", "sh", "-c", "echo ok").stdout == "ok\n"
+
+
+def test_a_reader_that_leaves_early_is_no_error(environ: dict[str, str]) -> None:
+    """`warden list --json | head -c 0`: no traceback when the pipe closes."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "warden", "template", "list", "--json"], env=environ,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

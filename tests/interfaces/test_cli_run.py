@@ -103,7 +103,8 @@ def test_refused_by_allowlist_is_126_and_nothing_runs(cli: Cli, ws: str, env: di
 
 
 def test_unknown_workspace_and_bad_flags(cli: Cli, ws: str) -> None:
-    assert cli("run", "nope", "--", "true").code == 4
+    unknown = cli("run", "nope", "--json", "--", "true")
+    assert unknown.code == 126 and unknown.json["error"]["code"] == "not_found"
     assert cli("run", ws).code == 2
     assert cli("run", ws, "--memory", "lots", "--", "true").code == 2
     assert cli("run", ws, "--env", "NOEQUALS", "--", "true").code == 2

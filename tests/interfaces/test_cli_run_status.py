@@ -80,10 +80,11 @@ def test_a_workspace_that_is_not_ready_names_the_command_that_fixes_it(cli: Cli,
     assert cli("create", "idle").code == 0
     assert cli("suspend", "idle").code == 0
     suspended = cli("run", "idle", "--", "true")
-    assert suspended.code == 5 and "`warden resume idle`" in suspended.stderr, suspended.stderr
+    # 126: Warden refused to start it, whatever the reason; the code says which.
+    assert suspended.code == 126 and "`warden resume idle`" in suspended.stderr, suspended.stderr
     assert cli("archive", "idle").code == 0
     archived = cli("run", "idle", "--json", "--", "true")
-    assert archived.code == 5 and archived.json["error"]["code"] == "conflict"
+    assert archived.code == 126 and archived.json["error"]["code"] == "conflict"
     message = archived.json["error"]["message"]
     assert "`warden unarchive idle`" in message and "resume" not in message
     # Following the advice works.

@@ -10,6 +10,7 @@ This is the one host-side run of a bot-influenced program these tests make on pu
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import subprocess
 import tarfile
@@ -145,3 +146,71 @@ def test_a_blob_cannot_carry_git_control_files(cli: Cli, tmp_path: Path) -> None
         r = cli("create", "blobbed", "--blob", str(blob))
         assert r.code == 2 and ".git" in r.stderr, (member, r.stderr)
         assert cli("info", "blobbed").code == 4
+
+
+ROOT_BARE = ("mkdir -p refs/heads objects; echo 'ref: refs/heads/main' > HEAD; "
+             "printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\\tworktree = .\\n"
+             "\\tfsmonitor = {canary}\\n' > config")
+
+
+def test_the_workspace_root_shaped_as_a_repository_is_defused(cli: Cli, ws: Path, canary: tuple[Path, Path],
+                                                              tmp_path: Path) -> None:
+    program, ran = canary
+    bot_run(cli, ROOT_BARE.format(canary=program))
+    person_git(ws, tmp_path)
+    assert not ran.exists() and not (ws / "HEAD").exists()
+
+
+def test_the_root_shaped_as_a_repository_through_the_file_api(cli: Cli, ws: Path, canary: tuple[Path, Path],
+                                                              tmp_path: Path) -> None:
+    program, ran = canary
+    cli("fs", "gitws", "mkdir", "/refs/heads")
+    cli("fs", "gitws", "mkdir", "/objects")
+    cli("fs", "gitws", "write", "/config",
+        input=f"[core]\n\trepositoryformatversion = 0\n\tworktree = .\n\tfsmonitor = {program}\n")
+    cli("fs", "gitws", "write", "/HEAD", input="ref: refs/heads/main\n")
+    person_git(ws, tmp_path)
+    assert not ran.exists()
+
+
+def test_a_quarantined_repository_is_never_adopted(cli: Cli, ws: Path, canary: tuple[Path, Path],
+                                                   tmp_path: Path) -> None:
+    """Moved aside, then an idle run (no bot active: new `.git` entries would be the person's),
+    then renamed back: it must not become the person's."""
+    program, ran = canary
+    bot_run(cli, f"mkdir sub && cd sub && git init -q && git config core.fsmonitor {program}")
+    quarantined = next(ws.glob("sub/.git.warden-quarantined-*"))
+    person_git(quarantined, tmp_path)  # even inside the moved-aside folder
+    bot_run(cli, "true")
+    out = bot_run(cli, "mv sub/.git.warden-quarantined-* sub/.git && mv sub/.git/HEAD.warden-quarantined sub/.git/HEAD")
+    assert "moved aside" in out
+    bot_run(cli, "true")
+    person_git(ws / "sub", tmp_path)
+    assert not ran.exists()
+
+
+def test_a_folder_made_unreadable_hides_nothing(cli: Cli, ws: Path, canary: tuple[Path, Path],
+                                                tmp_path: Path) -> None:
+    program, ran = canary
+    bot_run(cli, f"mkdir -p hide/in && cd hide/in && git init -q && git config core.fsmonitor {program} "
+                 "&& chmod 000 .. ")
+    os.chmod(ws / "hide", 0o755)  # the person looks inside
+    person_git(ws / "hide" / "in", tmp_path)
+    assert not ran.exists()
+
+
+def test_repositories_in_an_allowed_read_write_folder_are_the_persons(cli: Cli, ws: Path, tmp_path: Path,
+                                                                     canary: tuple[Path, Path]) -> None:
+    program, ran = canary
+    project = tmp_path / "project"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    assert cli("sandbox", "add", str(project), "--mode", "rw", "--workspace", "gitws").code == 0
+    out = bot_run(cli, f"echo hi > {project}/work.txt; git -C {project} config core.fsmonitor {program}; "
+                       f"mkdir {project}/inner && git init -q {project}/inner && "
+                       f"git -C {project}/inner config core.fsmonitor {program}")
+    assert (project / "work.txt").read_text() == "hi\n"  # the folder is read-write
+    assert "Read-only file system" in out
+    for folder in (project, project / "inner"):
+        person_git(folder, tmp_path)
+    assert not ran.exists()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -12,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.servers import ServeProcess, warden_environ
+from tests.support.servers import ServeProcess, cli_out, warden_environ
 from warden.core.errors import Unavailable
 from warden.interfaces.http.running import ExecSlots
 
@@ -28,22 +26,17 @@ def test_exec_slots_bound_all_and_each_bot() -> None:
         pass
 
 
-def _cli(environ: dict[str, str], *args: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "warden", *args], capture_output=True, env=environ,
-                          timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr.decode()
-    return proc.stdout.decode().strip()
 
 
 def test_a_busy_bot_is_refused_others_are_served_and_output_is_capped(tmp_path: Path) -> None:
     environ = {**warden_environ(tmp_path / "home"), "WARDEN_API_MAX_EXECS_PER_BOT": "1",
                "WARDEN_API_MAX_OUTPUT": "64K"}
-    _cli(environ, "init")
-    _cli(environ, "create", "busy")
+    cli_out(environ, "init")
+    cli_out(environ, "create", "busy")
     for bot in ("hog", "calm"):
-        _cli(environ, "bot", "register", bot)
-    hog = _cli(environ, "grant", "busy", "hog", "--permissions", "read,execute")
-    calm = _cli(environ, "grant", "busy", "calm", "--permissions", "read,execute")
+        cli_out(environ, "bot", "register", bot)
+    hog = cli_out(environ, "grant", "busy", "hog", "--permissions", "read,execute")
+    calm = cli_out(environ, "grant", "busy", "calm", "--permissions", "read,execute")
     with ServeProcess(environ, tmp_path) as server:
         url = f"{server.url}/v1/workspaces/busy/exec"
 
@@ -72,8 +65,8 @@ def test_a_busy_bot_is_refused_others_are_served_and_output_is_capped(tmp_path: 
 
 def test_a_bot_holds_at_most_its_quota_of_workspaces(tmp_path: Path) -> None:
     environ = {**warden_environ(tmp_path / "home"), "WARDEN_API_MAX_WORKSPACES_PER_BOT": "2"}
-    _cli(environ, "init")
-    token = _cli(environ, "bot", "register", "hoarder")
+    cli_out(environ, "init")
+    token = cli_out(environ, "bot", "register", "hoarder")
     with ServeProcess(environ, tmp_path) as server:
         def create(name: str) -> httpx.Response:
             return httpx.post(f"{server.url}/v1/workspaces", headers={"Authorization": f"Bearer {token}"},
@@ -93,7 +86,7 @@ def test_a_trickled_body_is_cut_off_at_the_request_timeout(tmp_path: Path) -> No
     from urllib.parse import urlsplit
 
     environ = {**warden_environ(tmp_path / "home"), "WARDEN_API_REQUEST_TIMEOUT": "2s"}
-    _cli(environ, "init")
+    cli_out(environ, "init")
     with ServeProcess(environ, tmp_path) as server:
         parts = urlsplit(server.url)
         with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
@@ -116,12 +109,12 @@ def test_tokens_a_bot_minted_for_others_share_its_exec_slots(tmp_path: Path) -> 
     from warden.bootstrap import bootstrap
 
     environ = {**warden_environ(tmp_path / "home"), "WARDEN_API_MAX_EXECS_PER_BOT": "2"}
-    _cli(environ, "init")
-    _cli(environ, "create", "shared")
+    cli_out(environ, "init")
+    cli_out(environ, "create", "shared")
     for bot in ("minter", "b", "c", "d"):
-        _cli(environ, "bot", "register", bot)
-    minter = _cli(environ, "grant", "shared", "minter", "--permissions", "read,execute,admin")
-    d = _cli(environ, "grant", "shared", "d", "--permissions", "read,execute")
+        cli_out(environ, "bot", "register", bot)
+    minter = cli_out(environ, "grant", "shared", "minter", "--permissions", "read,execute,admin")
+    d = cli_out(environ, "grant", "shared", "d", "--permissions", "read,execute")
     folder = tmp_path / "home" / "workspaces" / "shared"
     with ServeProcess(environ, tmp_path) as server:
         base = f"{server.url}/v1/workspaces/shared"

@@ -17,21 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.servers import ServeProcess, warden_environ
+from tests.support.servers import ServeProcess, cli_out, warden_environ
 from warden.client import Client
 from warden.core.errors import Denied, NotFound
 
 SECRET_VALUE = "sk-live-4f2c9d0e1b7a6c5d"
 
 
-def _cli(environ: dict[str, str], *args: str, input: bytes | None = None) -> str:
-    import subprocess
-    import sys
-
-    proc = subprocess.run([sys.executable, "-m", "warden", *args], input=input, capture_output=True,
-                          env=environ, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr.decode()
-    return proc.stdout.decode().strip()
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +31,7 @@ def story(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object
     base = tmp_path_factory.mktemp("protocol")
     home = base / "home"
     environ = warden_environ(home)
-    _cli(environ, "init")
+    cli_out(environ, "init")
     with ServeProcess(environ, base) as server:
         yield {"home": home, "environ": environ, "server": server, "tokens": [], "events": []}
 
@@ -56,11 +48,11 @@ def test_a_bot_gets_a_workspace_works_in_it_and_is_cut_off(story: dict[str, obje
     url = server.url
 
     # A person registers two bots and stores a secret (the value only ever goes through stdin).
-    identity = _cli(environ, "bot", "register", "scaffolder")
-    helper_identity = _cli(environ, "bot", "register", "helper")
-    third_identity = _cli(environ, "bot", "register", "third")  # grants need a registered bot
+    identity = cli_out(environ, "bot", "register", "scaffolder")
+    helper_identity = cli_out(environ, "bot", "register", "helper")
+    third_identity = cli_out(environ, "bot", "register", "third")  # grants need a registered bot
     tokens += [identity, helper_identity, third_identity]
-    _cli(environ, "secret", "set", "API_KEY", input=SECRET_VALUE.encode() + b"\n")
+    cli_out(environ, "secret", "set", "API_KEY", input=SECRET_VALUE.encode() + b"\n")
 
     # The bot asks for a workspace with seed 000's message, knowing only the URL and its token.
     raw = httpx.post(f"{url}/v1/workspaces", headers={"Authorization": f"Bearer {identity}"},
@@ -95,7 +87,7 @@ def test_a_bot_gets_a_workspace_works_in_it_and_is_cut_off(story: dict[str, obje
     assert ws.run(["python", "src/app.py"]).stdout == "hi\n"
 
     # A person grants the secret; a run under that grant sees it in its environment.
-    granted = json.loads(_cli(environ, "grant", "proj", "scaffolder", "--permissions",
+    granted = json.loads(cli_out(environ, "grant", "proj", "scaffolder", "--permissions",
                               "read,write,execute,secrets", "--secrets", "API_KEY", "--ttl", "1h", "--json"))["data"]
     tokens.append(granted["token"])
     with_secret = Client(url, granted["token"]).workspace("proj")
@@ -145,18 +137,18 @@ def test_a_bot_gets_a_workspace_works_in_it_and_is_cut_off(story: dict[str, obje
     _uniform(httpx.get(f"{url}/v1/workspaces/other", headers={"Authorization": f"Bearer {access}"}))
 
     # The person revokes the bot on the workspace: its grants and everything minted from them die.
-    _cli(environ, "revoke", "proj", "scaffolder")
+    cli_out(environ, "revoke", "proj", "scaffolder")
     for gone in (access, granted["token"], child.token, over.token):
         _uniform(httpx.get(f"{url}/v1/workspaces/proj", headers={"Authorization": f"Bearer {gone}"}))
 
     # Removing the bot kills its identity too: it can ask for nothing more.
-    _cli(environ, "bot", "rm", "scaffolder")
+    cli_out(environ, "bot", "rm", "scaffolder")
     again = httpx.post(f"{url}/v1/workspaces", headers={"Authorization": f"Bearer {identity}"},
                        json={"bot": "scaffolder", "request": "workspace", "params": {"name": "proj2"}})
     _uniform(again)
 
     # Every step is in the audit log, with bot and accessor as the actor and never a token.
-    audit = json.loads(_cli(environ, "audit", "--limit", "1000", "--json"))["data"]
+    audit = json.loads(cli_out(environ, "audit", "--limit", "1000", "--json"))["data"]
     story["events"] = audit
     text = json.dumps(audit)
     actions = {e["action"] for e in audit}
@@ -193,7 +185,7 @@ def test_no_token_or_secret_value_is_left_anywhere(story: dict[str, object]) -> 
 def test_serve_with_two_workers_shares_one_registry(tmp_path: Path) -> None:
     home = tmp_path / "home"
     environ = warden_environ(home)
-    token = _cli(environ, "bot", "register", "pair-bot")
+    token = cli_out(environ, "bot", "register", "pair-bot")
     with ServeProcess(environ, tmp_path, "--workers", "2", "--no-access-log") as server:
         created = Client(server.url, token).create_workspace("pair")
         written = [created.files.write(f"f{i}.txt", str(i)) for i in range(6)]  # spread over both workers

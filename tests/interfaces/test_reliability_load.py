@@ -23,29 +23,24 @@ import httpx
 import pytest
 
 from tests.conftest import Cli
-from tests.support.servers import ServeProcess, warden_environ
+from tests.support.servers import ServeProcess, cli_out, warden_environ
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
 
 
-def _cli(environ: dict[str, str], *args: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "warden", *args], capture_output=True, env=environ,
-                          timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr.decode()
-    return proc.stdout.decode().strip()
 
 
 def test_mixed_load_gives_no_server_errors(tmp_path: Path) -> None:
     environ = {**warden_environ(tmp_path / "home"), "WARDEN_API_MAX_EXECS": "8",
                "WARDEN_API_MAX_EXECS_PER_BOT": "8"}
-    _cli(environ, "init")
+    cli_out(environ, "init")
     names = ["load0", "load1"]
     tokens = {}
     for name in names:
-        _cli(environ, "create", name)
-        _cli(environ, "bot", "register", f"bot-{name}")
-        tokens[name] = _cli(environ, "grant", name, f"bot-{name}", "--permissions", "read,write,execute")
+        cli_out(environ, "create", name)
+        cli_out(environ, "bot", "register", f"bot-{name}")
+        tokens[name] = cli_out(environ, "grant", name, f"bot-{name}", "--permissions", "read,write,execute")
     statuses: collections.Counter[int] = collections.Counter()
     failures: list[str] = []
     lock = threading.Lock()

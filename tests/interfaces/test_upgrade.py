@@ -32,7 +32,7 @@ def old_src(tmp_path: Path) -> Path:
     target = tmp_path / "old"
     target.mkdir()
     with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
-        tar.extractall(target, filter="data")
+        tar.extractall(target)  # git archive of this very repository
     return target / "src"
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import tarfile
 from pathlib import Path
 
 import pytest
 
+from tests.adapters.test_quota import blocks
 from tests.conftest import Cli, isolated_environ
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
@@ -44,19 +44,6 @@ def ws(cli: Cli, home: Path, request: pytest.FixtureRequest) -> tuple[str, Path]
     return name, home / "workspaces" / name
 
 
-def on_disk(root: Path) -> tuple[int, int]:
-    """(bytes by st_blocks * 512, entries) of the workspace folder, each inode once."""
-    total, count, seen = os.lstat(root).st_blocks * 512, 0, set()
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            st = os.lstat(os.path.join(dirpath, name))
-            if st.st_ino not in seen:
-                seen.add(st.st_ino)
-                total += st.st_blocks * 512
-                count += 1
-    return total, count
-
-
 def last_run(cli: Cli, name: str) -> dict[str, object]:
     events = cli("audit", "--workspace", name, "--json").json["data"]
     runs = [e for e in events if e["action"] == "run"]
@@ -65,12 +52,14 @@ def last_run(cli: Cli, name: str) -> dict[str, object]:
 
 def test_a_run_writing_past_max_disk_is_stopped_within_a_mebibyte(cli: Cli, ws: tuple[str, Path]) -> None:
     """30 x 1 MiB against a 5M limit, five times. The overshoot is the write that crosses the
-    limit plus what the command writes before the kill lands: here either nothing more (76 KiB
-    over: the workspace's own files made the fifth write cross) or one more 1 MiB write (1.1
-    MiB). A saturated or stalled machine can keep the watcher off a CPU longer (tens of ms seen
-    here, a whole run's worth), so: every run reports the quota, most stop within ~1 MiB."""
+    limit plus what the command writes before the kill lands: 72 KiB over (the workspace's own
+    files made the fifth write cross) or one more 1 MiB write. That needs the watcher on a CPU
+    at once, i.e. real-time priority (root here); without it a busy machine delays it by a
+    slice or more, so the bound asked of every run is then only a median."""
+    from warden.adapters.quota import realtime_allowed
+
     name, folder = ws
-    within = []
+    overshoots = []
     for _ in range(5):
         r = cli("run", name, "--json", "--", "python3", "-c", WRITE_30_MIB, env={"WARDEN_WORKSPACE_MAX_DISK": "5M"})
         data = r.json["data"]
@@ -78,21 +67,23 @@ def test_a_run_writing_past_max_disk_is_stopped_within_a_mebibyte(cli: Cli, ws: 
         assert f"workspace {name} grew to " in note and "over workspace.max_disk (5M)" in note, data["stderr"]
         assert note.endswith("raise the limit with `warden config set workspace.max_disk VALUE`")
         assert last_run(cli, name)["detail"]["stopped_by"] == "workspace.max_disk"  # type: ignore[index]
-        if r.code == 137:
-            assert data["signal"] == 9 and note.startswith(f"warden: stopped: workspace {name} grew to ")
-        over = on_disk(folder)[0] - 5 * MiB
-        within.append((r.code, over // 1024, r.code == 137 and over <= MiB + 128 * 1024))
+        assert r.code == 137 and data["signal"] == 9 and note.startswith(f"warden: stopped: workspace {name} ")
+        overshoots.append(blocks(folder)[0] - 5 * MiB)
         for written in folder.glob("f*"):
             written.unlink()
-    assert [ok for *_, ok in within].count(True) >= 3, within
+    one_write = MiB + 128 * 1024
+    if realtime_allowed():
+        assert sum(over <= one_write for over in overshoots) >= 4, [o // 1024 for o in overshoots]
+    else:
+        assert sorted(overshoots)[2] <= 8 * MiB, [o // 1024 for o in overshoots]
     # Live output too: the note is the last line on stderr.
     live = cli("run", name, "--", "python3", "-c", WRITE_30_MIB, env={"WARDEN_WORKSPACE_MAX_DISK": "5M"})
-    assert live.stderr.rstrip().endswith("`warden config set workspace.max_disk VALUE`"), live.stderr
+    assert live.code == 137 and live.stderr.rstrip().endswith("`warden config set workspace.max_disk VALUE`")
 
 
 def test_no_single_file_may_pass_the_bytes_left(cli: Cli, ws: tuple[str, Path]) -> None:
     name, folder = ws
-    before = on_disk(folder)[0]
+    before = blocks(folder)[0]
     r = cli("run", name, "--json", "--", "sh", "-c", "head -c 8000000 /dev/zero > one",
             env={"WARDEN_WORKSPACE_MAX_DISK": "5M"})
     # RLIMIT_FSIZE is the budget left: head dies of SIGXFSZ (128+25) at it, unless the watcher
@@ -109,7 +100,7 @@ def test_a_run_making_too_many_files_is_stopped_within_a_hundred(cli: Cli, ws: t
     for _ in range(3):
         r = cli("run", name, "--json", "--", "sh", "-c", MAKE_3000, env={"WARDEN_WORKSPACE_MAX_FILES": "500"})
         assert "over workspace.max_files (500)" in r.json["data"]["stderr"], r.stdout + r.stderr
-        over = on_disk(folder)[1] - 500
+        over = blocks(folder)[1] - 500
         within.append((r.code, over, r.code == 137 and over <= 100))
         shutil.rmtree(folder / "many")
     assert [ok for *_, ok in within].count(True) >= 2, within
@@ -124,6 +115,21 @@ def test_a_workspace_over_its_limit_may_still_delete(cli: Cli, ws: tuple[str, Pa
     r = cli("run", name, "--", "rm", "old", env={"WARDEN_WORKSPACE_MAX_DISK": "1M"})
     assert r.code == 0, r.stderr
     assert not (folder / "old").exists()
+
+
+def test_a_workspace_a_few_bytes_short_of_its_limit_still_runs(cli: Cli, ws: tuple[str, Path]) -> None:
+    """A run filled it to within bytes of max_disk: the next one, the `rm` included, must start."""
+    from warden.adapters.disk_usage import measure
+
+    name, folder = ws
+    used = measure(str(folder)).bytes
+    with open(folder / "fill", "wb") as fill:  # sparse: charged by its length, to the byte
+        fill.truncate(2 * MiB - used - 34)
+    assert 2 * MiB - measure(str(folder)).bytes == 34
+    for argv in (["ls"], ["rm", "fill"]):
+        r = cli("run", name, "--", *argv, env={"WARDEN_WORKSPACE_MAX_DISK": "2M"})
+        assert r.code == 0, (argv, r.stderr)
+    assert not (folder / "fill").exists()
 
 
 def test_fs_write_past_the_limit_is_refused_and_writes_nothing(cli: Cli, ws: tuple[str, Path]) -> None:

@@ -107,3 +107,11 @@ def warden_environ(home: Path) -> dict[str, str]:
     from tests.conftest import isolated_environ
 
     return isolated_environ(home)
+
+
+def cli_out(environ: dict[str, str], *args: str, input: bytes | None = None) -> str:
+    """Run `warden ARGS` for a test's set-up; it must succeed: its stdout, stripped."""
+    proc = subprocess.run([sys.executable, "-m", "warden", *args], input=input, capture_output=True,
+                          env=environ, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return proc.stdout.decode().strip()

@@ -113,6 +113,17 @@ def _check_member(member: tarfile.TarInfo) -> str:
     return top
 
 
+def _no_path_through_links(members: list[tarfile.TarInfo]) -> None:
+    """No entry may lie below a link the backup itself makes: extracting `a/link -> /etc` and
+    then `a/link/passwd` would write through the link, out of the home."""
+    links = {m.name.rstrip("/") for m in members if m.issym() or m.islnk()}
+    for member in members:
+        parts = member.name.rstrip("/").split("/")
+        for depth in range(1, len(parts)):
+            if "/".join(parts[:depth]) in links:
+                raise InvalidInput(f"backup entry {member.name!r} lies below a link; this is not a Warden backup")
+
+
 def restore_home(source: Path, home: Path, *, replace: bool) -> dict[str, object]:
     """Restore the backup `source` into `home`; what was restored and what was set aside."""
     if not source.is_file():
@@ -133,16 +144,21 @@ def _restore(tar: tarfile.TarFile, source: Path, home: Path, *, replace: bool) -
     if not any(m.name == "WARDEN-BACKUP" for m in members):
         raise InvalidInput(f"{source} is not a Warden backup (no WARDEN-BACKUP entry)")
     tops = {_check_member(m) for m in members} - {"WARDEN-BACKUP"}
+    _no_path_through_links(members)
     present = [t for t in sorted(tops) if os.path.lexists(home / t)]
     if "warden.db" in present and not replace:
         raise Conflict(f"{home} already holds a registry; `warden restore {source} --yes` replaces it "
                        "(what it replaces is kept beside it as *.replaced-TIME)")
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     stamp = time.strftime("%Y%m%dT%H%M%S")
+    set_aside: list[str] = []
     with tempfile.TemporaryDirectory(dir=home, prefix=".restore-") as scratch:
         staging = Path(scratch)
-        tar.extractall(staging, members=[m for m in members if m.name != "WARDEN-BACKUP"], filter="tar")
-        set_aside = []
+        wanted = [m for m in members if m.name != "WARDEN-BACKUP"]
+        if hasattr(tarfile, "tar_filter"):  # Python >= 3.11.4: the library checks once more
+            tar.extractall(staging, members=wanted, filter="tar")
+        else:  # the checks above and _no_path_through_links are the whole guard then
+            tar.extractall(staging, members=wanted)  # noqa: S202 - every member checked above
         if "warden.db" in tops:
             # The old registry's write-ahead log must never meet the restored database.
             for wal in ("warden.db-wal", "warden.db-shm"):

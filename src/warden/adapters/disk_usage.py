@@ -145,6 +145,7 @@ class UsageTree:
     def __init__(self, root: str, notify: int | None) -> None:
         self.root = root
         self.notify = notify
+        self.root_ino = 0
         self.dev = 0
         self.bytes = 0
         self.wd_dir: dict[int, str] = {}
@@ -163,7 +164,7 @@ class UsageTree:
         if fd is None:
             raise FileNotFoundError(errno.ENOENT, "workspace folder missing", self.root)
         st = os.fstat(fd)
-        self.dev = st.st_dev
+        self.dev, self.root_ino = st.st_dev, st.st_ino
         self.charges[st.st_ino] = self.bytes = charge(st.st_blocks, st.st_size)
         self.links[st.st_ino] = 1
         self._walk(fd, self.root)
@@ -304,6 +305,30 @@ class UsageTree:
         dirty.add(path)  # a folder's own blocks grow with its entries
         if is_dir and (child := _open_dir(full, None)) is not None:
             self._walk(child, full)  # what was made in it before its watch existed counts too
+
+    def catch_up(self) -> bool:
+        """Apply the events queued since the tree was last looked at; False when only a new
+        walk can tell (events were dropped, or the workspace folder itself was replaced)."""
+        if self.notify is None or self.root not in self.dir_wd:
+            return False
+        try:
+            if os.lstat(self.root).st_ino != self.root_ino:
+                return False
+            dirty: set[str] = set()
+            while True:
+                try:
+                    data = os.read(self.notify, 1 << 16)
+                except BlockingIOError:
+                    break
+                for wd, mask, name in events(data):
+                    self.handle(wd, mask, name, dirty)
+        except (Overflow, OSError):
+            return False
+        if self.root not in self.dir_wd:  # deleted meanwhile (a new one may have its inode number)
+            return False
+        for path in dirty:
+            self.restat(path)
+        return True
 
     def restat(self, path: str) -> None:
         """Charge a folder's own blocks again (they grow as entries are added)."""

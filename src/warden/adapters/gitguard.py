@@ -9,10 +9,11 @@ Around every bot activity in a workspace (a run, a file-API write, a blob), Ward
   repository look-alike's `HEAD` likewise) every one whose inode is not the person's, so
   nothing a bot wrote is ever taken by git for a repository.
 
-State (`<ws>/.warden/git.json`: the person's inodes and the runs in progress with their pid)
-is read-modified-written under an exclusive flock; `.warden/` is read-only to bots. A run
-that died before its sweep stays listed with a dead pid, so the next activity treats every
-unknown structure as the bot's. The walk is by descriptors, never following a link.
+State (`<ws>/.warden/git.json`: the inodes of the person's structures) is written only when it
+changes, read-modified-written under an exclusive flock; `.warden/` is read-only to bots.
+Whether a bot was active since the last sweep (another run in progress, or one that died
+before its sweep) is the caller's to say, from the registry's runs in progress: then every
+unknown structure is the bot's. The walk is by descriptors, never following a link.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from warden.adapters.atomic import write_atomic
-from warden.adapters.processes import alive, start_time
 from warden.adapters.safefs import SafeRoot
 from warden.core.errors import WardenError
 from warden.core.gitcontrol import QUARANTINE_SUFFIX, GitControl, is_git_name, judge, looks_like_git_dir
@@ -41,6 +41,28 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 PATH_MAX = 4096
 
 
+Root = str | int  # a folder's path, or an open descriptor of it (an allowed path judged by inode)
+
+
+def _root_fd(root: Root) -> int:
+    """A new read descriptor of the root folder: a path is opened without following a final
+    link; a descriptor (possibly O_PATH) is reopened through /proc, so it is that very inode."""
+    if isinstance(root, int):
+        return os.open(f"/proc/self/fd/{root}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return os.open(root, _DIR)
+    except PermissionError:
+        # The bot took the bits off the folder itself (see _open_folder): they come back.
+        handle = os.open(root, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            info = os.fstat(handle)
+            if info.st_uid == os.geteuid():
+                os.chmod(f"/proc/self/fd/{handle}", stat.S_IMODE(info.st_mode) | 0o700)
+        finally:
+            os.close(handle)
+        return os.open(root, _DIR)
+
+
 @dataclass(frozen=True)
 class GitSweep:
     """What one sweep found: the person's `.git` paths (to protect) and what it moved aside."""
@@ -49,7 +71,7 @@ class GitSweep:
     quarantined: tuple[str, ...]
 
 
-def scan(workspace: str) -> list[GitControl]:
+def scan(workspace: Root) -> list[GitControl]:
     """Every git control structure beneath `workspace`, without following links or entering
     any `.git` (the person's are read-only to bots; a bot's is moved aside whole).
 
@@ -59,23 +81,53 @@ def scan(workspace: str) -> list[GitControl]:
     """
     found: list[GitControl] = []
     try:
-        root = SafeRoot.open(workspace)
-    except WardenError:
+        fd = _root_fd(workspace)
+    except OSError:
         return found
-    room = PATH_MAX - len(workspace.rstrip("/")) - 1
+    root = SafeRoot(fd)
     with root:
+        room = PATH_MAX - len(os.readlink(f"/proc/self/fd/{fd}").rstrip("/")) - 1
         stack = [""]
         while stack:
             rel = stack.pop()
             try:
-                fd = root.open_dir(rel)
+                folder = _open_folder(root, fd, rel)
             except (OSError, WardenError):
                 continue  # became a link or vanished: a link is never entered
             try:
-                stack += _list(fd, rel, found, room)
+                stack += _list(folder, rel, found, room)
             finally:
-                os.close(fd)
+                os.close(folder)
     return found
+
+
+def _open_folder(root: SafeRoot, root_fd: int, rel: str) -> int:
+    """Folder `rel`, opened for listing. A bot can take the read or search bit off its own
+    folders to hide what is inside from a Warden that is not root: such folders (its own, so
+    Warden's too) get u+rwx back, through an O_PATH descriptor (never a name a link could
+    redirect), and are opened again."""
+    try:
+        return root.open_dir(rel)
+    except PermissionError:
+        pass
+    except WardenError as exc:
+        if exc.code != "denied":
+            raise
+    fd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root_fd)
+    try:
+        for part in ["", *[p for p in rel.split("/") if p]]:
+            if part:
+                nxt = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+            info = os.fstat(fd)
+            if not stat.S_ISDIR(info.st_mode):
+                raise NotADirectoryError(rel)
+            if info.st_uid == os.geteuid() and info.st_mode & 0o700 != 0o700:
+                os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(info.st_mode) | 0o700)
+    finally:
+        os.close(fd)
+    return root.open_dir(rel)
 
 
 def _list(fd: int, rel: str, found: list[GitControl], room: int) -> list[str]:
@@ -97,20 +149,20 @@ def _list(fd: int, rel: str, found: list[GitControl], room: int) -> list[str]:
                     subdirs.append(path)
     except OSError:
         return []
-    if rel and looks_like_git_dir(names):
+    if looks_like_git_dir(names):  # the root too: git takes the workspace itself for a repository
         info = os.fstat(fd)
         found.append(GitControl(rel, "gitdir", info.st_dev, info.st_ino))
     return subdirs
 
 
-def _quarantine(workspace: str, item: GitControl) -> str | None:
+def _quarantine(workspace: Root, item: GitControl) -> str | None:
     """Move `item` aside by descriptor; the new workspace-relative path, or None if it went away."""
     parent_rel, _, name = item.path.rpartition("/")
     if item.kind == "gitdir":
         # The folder is the bot's to name; only its HEAD makes git take it for a repository.
         parent_rel, name = item.path, "HEAD"
     try:
-        dfd = os.open(workspace, _DIR)
+        dfd = _root_fd(workspace)
     except OSError:
         return None
     try:
@@ -125,6 +177,15 @@ def _quarantine(workspace: str, item: GitControl) -> str | None:
                 return None
         new = f"{name}{QUARANTINE_SUFFIX}-{secrets.token_hex(4)}"
         os.rename(name, new, src_dir_fd=dfd, dst_dir_fd=dfd)
+        if item.kind == "dotgit":
+            # A renamed .git folder still looks like a repository (HEAD and refs): its HEAD goes
+            # too, so git takes it for none even when asked to look inside.
+            with contextlib.suppress(OSError):
+                inner = os.open(new, _DIR, dir_fd=dfd)
+                try:
+                    os.rename("HEAD", f"HEAD{QUARANTINE_SUFFIX}", src_dir_fd=inner, dst_dir_fd=inner)
+                finally:
+                    os.close(inner)
         return f"{parent_rel}/{new}" if parent_rel else new
     except OSError:
         return None
@@ -133,31 +194,38 @@ def _quarantine(workspace: str, item: GitControl) -> str | None:
 
 
 class GitGuard:
-    """The git-control guard of one workspace folder."""
+    """The git-control guard of one folder: a workspace (its state in its own `.warden/`), or
+    an allowed read-write path, given as the descriptor it was judged by, with its state in
+    the workspace's `.warden/` under `state_name`."""
 
-    def __init__(self, workspace: str) -> None:
+    def __init__(self, workspace: Root, *, state_dir: str | None = None, state_name: str = STATE_FILE) -> None:
         self.workspace = workspace
-        self._state_dir = os.path.join(workspace, STATE_DIR)
+        if state_dir is None:
+            if not isinstance(workspace, str):
+                raise ValueError("a folder given by descriptor needs a state_dir")
+            state_dir = os.path.join(workspace, STATE_DIR)
+        self._state_dir = state_dir
+        self._state_name = state_name
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[dict[str, object]]:
         os.makedirs(self._state_dir, mode=0o755, exist_ok=True)
-        lock = os.open(os.path.join(self._state_dir, STATE_FILE + ".lock"),
+        lock = os.open(os.path.join(self._state_dir, self._state_name + ".lock"),
                        os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             state = self._read()
             yield state
-            write_atomic(Path(self._state_dir, STATE_FILE), json.dumps(state).encode())
+            write_atomic(Path(self._state_dir, self._state_name), json.dumps(state).encode())
         finally:
             os.close(lock)
 
     def _read(self) -> dict[str, object]:
-        path = os.path.join(self._state_dir, STATE_FILE)
+        path = os.path.join(self._state_dir, self._state_name)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
-            return {"known": [], "active": {}}
+            return {"known": []}
         try:
             raw = os.read(fd, 1 << 22) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
         finally:
@@ -168,56 +236,50 @@ class GitGuard:
             state = {}
         if not isinstance(state, dict):
             state = {}
-        # A damaged state file knows no person's structures and an unknown run: the safe side.
+        # A damaged state file knows no person's structures: the safe side.
         state.setdefault("known", [])
-        state.setdefault("active", {"unknown": 0} if raw else {})
         return state
 
-    def _sweep(self, state: dict[str, object], *, bot_active: bool) -> GitSweep:
-        keep, suspect = judge(scan(self.workspace), _known(state), bot_active=bot_active)
-        moved = [new for item in suspect if (new := _quarantine(self.workspace, item)) is not None]
-        # Only what is there now stays known: an inode freed by the person's `rm -rf` must not
-        # vouch for a bot's new folder that happens to get it.
-        state["known"] = [list(k) for k in sorted({k.identity for k in keep})]
-        return GitSweep(tuple(k.path for k in keep if k.kind == "dotgit"), tuple(moved))
+    def _sweep(self, *, bot_active: bool) -> GitSweep:
+        found = scan(self.workspace)
+        keep, suspect = judge(found, _known(self._read()), bot_active=bot_active)
+        kept = {k.identity for k in keep}
+        if suspect or kept != _known(self._read()):
+            # Something to move aside or to learn: again under the lock, against the state as it
+            # is now (another run may have changed it since).
+            with self._locked() as state:
+                keep, suspect = judge(scan(self.workspace), _known(state), bot_active=bot_active)
+                moved = tuple(new for item in suspect if (new := _quarantine(self.workspace, item)) is not None)
+                # Only what is there now stays known: an inode freed by the person's `rm -rf`
+                # must not vouch for a bot's new folder that happens to get it.
+                state["known"] = [list(k) for k in sorted({k.identity for k in keep})]
+        else:
+            moved = ()
+        return GitSweep(tuple(k.path for k in keep if k.kind == "dotgit"), moved)
 
     def defuse(self, folders: list[str] | None = None) -> GitSweep:
         """After a bot's file write or a blob: quarantine what is not the person's, in `folders`
         (workspace-relative; "" is the root) or, with None, anywhere."""
-        if folders is not None:
-            found = [item for rel in folders for item in _scan_folder(self.workspace, rel)]
-            if not found:
-                return GitSweep((), ())  # the common case: no lock, no state written
+        if folders is None:
+            return self._sweep(bot_active=True)
+        found = [item for rel in folders for item in _scan_folder(self.workspace, rel)]
+        if not found:
+            return GitSweep((), ())  # the common case: no lock, no state written
         with self._locked() as state:
-            if folders is None:
-                return self._sweep(state, bot_active=True)
             known = _known(state)
             moved = [new for item in found
                      if item.identity not in known and (new := _quarantine(self.workspace, item))]
             return GitSweep((), tuple(moved))
 
-    def before(self, run_id: str) -> GitSweep:
-        """Before bot activity: record the person's new structures (or, after a run that died
-        unswept, quarantine unknown ones) and register the activity."""
-        with self._locked() as state:
-            active = state.get("active")
-            active = dict(active) if isinstance(active, dict) else {}
-            bot_active = any(not _alive(pid) for pid in active.values()) or bool(active)
-            sweep = self._sweep(state, bot_active=bot_active)
-            active = {k: v for k, v in active.items() if _alive(v)}
-            active[run_id] = _me()
-            state["active"] = active
-        return sweep
+    def before(self, *, bot_active: bool) -> GitSweep:
+        """Before bot activity: the person's structures to protect. New ones are the person's
+        when no bot was active since the last sweep (`bot_active` False: no other run in
+        progress, none that died unswept), else they are moved aside."""
+        return self._sweep(bot_active=bot_active)
 
-    def after(self, run_id: str) -> GitSweep:
+    def after(self) -> GitSweep:
         """After bot activity: quarantine every structure that is not the person's."""
-        with self._locked() as state:
-            sweep = self._sweep(state, bot_active=True)
-            active = state.get("active")
-            active = dict(active) if isinstance(active, dict) else {}
-            active.pop(run_id, None)
-            state["active"] = {k: v for k, v in active.items() if _alive(v)}
-        return sweep
+        return self._sweep(bot_active=True)
 
 
 def _known(state: dict[str, object]) -> set[tuple[int, int]]:
@@ -228,11 +290,11 @@ def _known(state: dict[str, object]) -> set[tuple[int, int]]:
             if isinstance(k, list) and len(k) == 2 and all(isinstance(v, int) for v in k)}
 
 
-def _scan_folder(workspace: str, rel: str) -> list[GitControl]:
+def _scan_folder(workspace: Root, rel: str) -> list[GitControl]:
     """The git control structures in one folder of the workspace (not below it)."""
     found: list[GitControl] = []
     try:
-        with SafeRoot.open(workspace) as root:
+        with SafeRoot(_root_fd(workspace)) as root:
             fd = root.open_dir(rel)
     except (OSError, WardenError):
         return found
@@ -241,15 +303,3 @@ def _scan_folder(workspace: str, rel: str) -> list[GitControl]:
     finally:
         os.close(fd)
     return found
-
-
-def _me() -> list[int]:
-    """This process as a run registration: (pid, start time), so a reused pid is not mistaken."""
-    return [os.getpid(), start_time(os.getpid()) or 0]
-
-
-def _alive(entry: object) -> bool:
-    """Whether the Warden process of a registered run still lives."""
-    if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(v, int) for v in entry)):
-        return False
-    return alive(int(entry[0]), int(entry[1]))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
 from collections.abc import Callable
 
 __all__ = ["AVAILABLE", "RESOLVE", "SYSCALL", "openat2", "supported"]
@@ -36,7 +35,7 @@ Syscall = Callable[[int, bytes, OpenHow], int]
 
 
 def _load() -> Syscall | None:
-    number = _NUMBERS.get(platform.machine())
+    number = _NUMBERS.get(os.uname().machine)  # platform.machine(), without importing platform
     if number is None:
         return None
     try:

@@ -26,8 +26,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
-import shutil
 import stat
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -349,7 +347,7 @@ class SafeRoot:
             os.close(dfd)
 
     def _replace(self, dfd: int, name: str, data: bytes, perm: int) -> None:
-        tmp = f".{name[:64]}.{secrets.token_hex(6)}.warden-tmp"
+        tmp = f".{name[:64]}.{os.urandom(6).hex()}.warden-tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o600, dir_fd=dfd)
         try:
             try:
@@ -415,7 +413,10 @@ class SafeRoot:
             if kind == "dir":
                 if recursive:
                     # rmtree with dir_fd walks by descriptors and never follows links
-                    # (shutil.rmtree.avoids_symlink_attacks is True on Linux).
+                    # (shutil.rmtree.avoids_symlink_attacks is True on Linux). Imported here:
+                    # shutil pulls in bz2 and lzma, ~1.5 ms of every `warden run`.
+                    import shutil
+
                     shutil.rmtree(name, dir_fd=dfd)
                 else:
                     os.rmdir(name, dir_fd=dfd)

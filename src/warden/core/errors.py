@@ -100,4 +100,8 @@ def classify(exc: BaseException, where: str | None = None) -> WardenError | None
                       "(or stop it) and try again")
     if "database or disk is full" in text:
         return Unavailable(f"no space left on {where or 'the registry disk'}; free some space")
+    if isinstance(exc, PermissionError):
+        place = exc.filename or where or "a file"
+        return Denied(f"permission denied by the file system: {place}; use a path your user may "
+                      "read and write")
     return None

@@ -20,6 +20,7 @@ from typing import Literal
 __all__ = [
     "QUARANTINE_SUFFIX",
     "GitControl",
+    "adoptable",
     "is_git_name",
     "judge",
     "looks_like_git_dir",
@@ -76,8 +77,15 @@ def judge(found: Iterable[GitControl], known: Collection[tuple[int, int]], *,
     keep: list[GitControl] = []
     quarantine: list[GitControl] = []
     for item in found:
-        if item.identity in known or not bot_active:
+        if item.identity in known or (not bot_active and adoptable(item)):
             keep.append(item)
         else:
             quarantine.append(item)
     return keep, quarantine
+
+
+def adoptable(item: GitControl) -> bool:
+    """Whether a new structure seen between bot activity may be the person's: a `.git` outside
+    anything Warden moved aside. Never a repository look-alike (a person keeps bare repositories
+    elsewhere; a bot leaves them to be adopted), nor anything inside a quarantined folder."""
+    return item.kind == "dotgit" and QUARANTINE_SUFFIX not in item.path

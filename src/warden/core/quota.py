@@ -16,7 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["DISK_KEY", "FILES_KEY", "FREE_KEY", "Quota", "Usage", "charge", "file_charge"]
+__all__ = ["DISK_KEY", "FILES_KEY", "FILE_SIZE_FLOOR", "FREE_KEY", "Quota", "Usage", "charge", "file_charge"]
+
+# The smallest RLIMIT_FSIZE a run gets, whatever its budget (see Quota.file_size_cap).
+FILE_SIZE_FLOOR = 64 * 1024
 
 DISK_KEY = "workspace.max_disk"
 FILES_KEY = "workspace.max_files"
@@ -58,8 +61,11 @@ class Quota:
     min_free: int
 
     def file_size_cap(self, usage: Usage, file_size: int) -> int:
-        """A run's RLIMIT_FSIZE: no single file may grow past the bytes left in the budget."""
-        return max(0, min(file_size, self.max_bytes - usage.bytes))
+        """A run's RLIMIT_FSIZE: no single file may grow past the bytes left in the budget, but
+        never below FILE_SIZE_FLOOR: bubblewrap writes the sandbox's /etc/passwd under the same
+        limit, and a full workspace must still run the `rm` that empties it (the watcher stops a
+        run that grows past the budget all the same)."""
+        return min(file_size, max(FILE_SIZE_FLOOR, self.max_bytes - usage.bytes))
 
     def breach(self, start: Usage, now: Usage) -> str | None:
         """The setting a run broke (`workspace.max_disk`/`max_files`), or None.

@@ -115,6 +115,9 @@ class HealthService:
                 entry["read_only"] = not stat.S_IMODE(mode) & 0o222
                 if not entry["read_only"]:
                     issues.append(f"layer {layer_id} is writable")
+                entry["intact"] = not self._layers.store.tampered(str(layer_id))
+                if not entry["intact"]:
+                    issues.append(f"layer {layer_id} was changed since it was built (repair rebuilds it)")
             else:
                 issues.append(f"layer {layer_id} missing (repair rebuilds it)")
             report["layers"].append(entry)
@@ -218,6 +221,10 @@ class HealthService:
             failed.append(f"cannot resolve template {record.template!r}: {getattr(exc, 'message', exc)}")
             resolution = None
         if resolution is not None:
+            for layer in before["layers"]:
+                if layer.get("present") and layer.get("intact") is False:
+                    # Changed by hand since it was built: it goes, and is built again below.
+                    self._layers.store.remove(str(layer["id"]))
             missing_layers = self._layers.missing(resolution)
             try:
                 infos = self._layers.ensure(resolution, progress=True)

@@ -12,6 +12,7 @@ and takes the lease once the runs are gone, or gives up with Locked after `wait`
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -50,6 +51,9 @@ class LeaseService:
         self._clock = clock
         self.node = node
         self.ttl = ttl
+        self._lock = threading.Lock()
+        self._held: dict[str, str] = {}  # holder id → workspace, of the leases this process holds
+        self._renewer: threading.Thread | None = None
 
     # -- the model's view of liveness -------------------------------------------------------
     def _alive(self, holder: Holder) -> bool | None:
@@ -128,22 +132,37 @@ class LeaseService:
                 raise
         else:
             self._change(name, lambda s: take(s, "exclusive" if mode == "exclusive" else "shared"), taken)
-        stop = threading.Event()
-        renewer = threading.Thread(target=self._renew_until, args=(name, holder.id, stop), daemon=True)
-        renewer.start()
+        self._keep_renewed(name, holder.id)
         try:
             yield lease
         finally:
-            stop.set()
-            renewer.join()
+            with self._lock:
+                self._held.pop(holder.id, None)
             self._release(name, holder.id, on_release)
 
     def _release(self, name: str, holder_id: str, on_release: Callable[[Tx], None] | None) -> None:
         extra = (lambda tx, _state: on_release(tx)) if on_release is not None else None
         self._change(name, lambda s: leases.release(s, holder_id), extra)
 
-    def _renew_until(self, name: str, holder_id: str, stop: threading.Event) -> None:
+    def _keep_renewed(self, name: str, holder_id: str) -> None:
+        """Renew this lease every ttl/3 until it is released: one daemon thread per service
+        renews every lease this process holds (a run costs no thread of its own)."""
+        with self._lock:
+            self._held[holder_id] = name
+            if self._renewer is None or not self._renewer.is_alive():
+                self._renewer = threading.Thread(target=self._renew_loop, name="warden-lease-renewer",
+                                                 daemon=True)
+                self._renewer.start()
+
+    def _renew_loop(self) -> None:
         period = max(self.ttl.total_seconds() / 3, 0.05)
-        while not stop.wait(period):
-            with contextlib.suppress(Exception):  # a missed renewal is retried; expiry is generous
-                self._change(name, lambda s: leases.renew(s, holder_id, self._clock(), self.ttl))
+        while True:
+            time.sleep(period)
+            with self._lock:
+                held = list(self._held.items())
+            for holder_id, name in held:
+                with contextlib.suppress(Exception):  # a missed renewal is retried; expiry is generous
+                    self._change(name, functools.partial(self._renewed, holder_id=holder_id))
+
+    def _renewed(self, state: LeaseState, *, holder_id: str) -> LeaseState | None:
+        return leases.renew(state, holder_id, self._clock(), self.ttl)

@@ -12,11 +12,12 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from warden.adapters.store import runs_in_progress as in_progress
 from warden.core.bwrap_argv import Bind
-from warden.core.errors import Conflict, Denied, InvalidInput, Locked, Unavailable, WardenError
+from warden.core.errors import Conflict, Denied, InvalidInput, Locked, NotFound, Unavailable, WardenError
 from warden.core.limits import Limits, apply_overrides
 from warden.core.runs import RunResult
 
@@ -36,6 +37,19 @@ def _refused(exc: WardenError) -> WardenError:
     """Mark an error as "Warden refused to start the command" (exit status 126)."""
     exc.exit_status = REFUSED_EXIT  # type: ignore[attr-defined]
     return exc
+
+
+@dataclass
+class _Intent:
+    """One run between its lease's take and release: what both transactions write."""
+
+    run_id: str
+    record: WorkspaceRecord
+    actor: str
+    argv: list[str]
+    detail: dict[str, Any]
+    others: bool = False
+    outcome: Any = None
 
 
 class RunService:
@@ -109,12 +123,17 @@ class RunService:
 
         if isinstance(argv, str) or not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
             raise InvalidInput("give the command as a non-empty list of strings (argv), e.g. ['python', '-V']")
-        record = self._app.workspaces.get(name)
+        try:
+            record = self._app.workspaces.get(name)
+        except (Locked, Unavailable, NotFound) as exc:
+            # No such workspace, or the registry is locked or lost: the command never starts
+            # (126 whatever the reason; the code says which).
+            raise _refused(exc) from None
         if record.status != "ready":
             fix = {"archived": f"`warden unarchive {name}` brings it back",
                    "suspended": f"`warden resume {name}` reopens it"}.get(
                        record.status, f"`warden health {name} --repair` makes it ready")
-            raise Conflict(f"workspace {name!r} is {record.status} and cannot run commands; {fix}")
+            raise _refused(Conflict(f"workspace {name!r} is {record.status} and cannot run commands; {fix}"))
         limits = apply_overrides(self.default_limits(), timeout=timeout, memory=memory, cpu=cpu, pids=pids)
         policy = self.network_policy(net, allow_domains)
         ws = os.path.realpath(record.path)
@@ -136,11 +155,11 @@ class RunService:
             # Every file of the workspace is denied (fs and `sandbox check` say so): running in it
             # would mean running in an empty, unusable folder, so refuse the way fs does.
             where = paths["covering_deny"][0]
-            exc = Denied(f"workspace {name!r} lies under the denied path {where}; `warden sandbox list "
-                         f"--workspace {name}` shows where it is denied", rule="paths.denied")
+            covered = Denied(f"workspace {name!r} lies under the denied path {where}; `warden sandbox list "
+                             f"--workspace {name}` shows where it is denied", rule="paths.denied")
             self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
                                    rule="paths.denied", result="refused", detail=audit_base)
-            raise _refused(exc)
+            raise _refused(covered)
         try:  # the disk quota (services/quota.py): nothing starts when the home's disk is nearly full
             self._app.quota.check_free()
         except Unavailable as exc:
@@ -149,25 +168,22 @@ class RunService:
             raise _refused(exc) from None
         run_id = os.urandom(8).hex()
         audit_base["run_id"] = run_id
+        intent = _Intent(run_id, record, actor, list(argv), audit_base)
         with contextlib.ExitStack() as held:
             try:
-                held.enter_context(self._app.leases.hold(
-                    name, "shared", "run", on_take=self._intent(run_id, name, actor, argv, audit_base),
-                    on_release=lambda tx: in_progress.delete(tx, run_id)))
-            except (Locked, Unavailable) as exc:
-                # A lifecycle change holds the workspace, or the intent could not be recorded (a
-                # full disk, a locked registry): nothing runs without its audit row.
+                held.enter_context(self._app.leases.hold(name, "shared", "run", on_take=self._take(intent),
+                                                         on_release=self._give_back(intent)))
+            except (Locked, Unavailable, Conflict) as exc:
+                # A lifecycle change holds (or changed) the workspace, or the intent could not be
+                # recorded (a full disk, a locked registry): nothing runs without its audit row.
                 raise _refused(exc) from None
-            current = self._app.workspaces.get(name)  # under the lease: no archive or destroy now
-            if current.status != "ready" or current.id != record.id:
-                raise _refused(Conflict(f"workspace {name!r} changed to {current.status} while the run was "
-                                        "being prepared; run it again"))
-            from warden.adapters.sandbox.mountsrc import open_binds
-
             # Allowed paths are opened now, by descriptor with no link followed, judged by inode
             # against Warden's state, and mounted by that descriptor (adapters/sandbox/mountsrc).
-            guard_of = self._app.sandbox_paths.state_guard
-            with open_binds(paths["binds"], lambda: guard_of(ws), ws) as (binds, bind_fds, skipped):
+            with self._open_binds(paths["binds"], ws) as (opened_binds, opened_fds, skipped):
+                # The person's repositories in allowed read-write folders are theirs too: bound
+                # read-only, and what a bot leaves there moved aside after the run.
+                binds, bind_fds, allowed_git = self._guard_allowed_git(ws, opened_binds, opened_fds, held,
+                                                                       intent.others)
                 paths["skipped"] += skipped
                 notice = on_notice or on_stderr
                 for line in paths["skipped"]:
@@ -181,7 +197,7 @@ class RunService:
                 # Git control structures: the person's are bound read-only; whatever a bot leaves is
                 # moved aside after the run (and, if this process dies first, before the next one).
                 guard = GitGuard(ws)
-                git = guard.before(run_id)
+                git = guard.before(bot_active=intent.others)
                 self._report_quarantine(git.quarantined, actor, name, notice)
                 try:
                     spec = build_spec(ws, argv, caller_env=self._app.environ, env=dict(env or {}),
@@ -191,7 +207,7 @@ class RunService:
                                       network=policy is not None,
                                       tmp_size=limits.memory)
                 except Denied as exc:
-                    guard.after(run_id)
+                    guard.after()
                     self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
                                            rule=exc.rule or "sandbox", result="refused", detail=audit_base)
                     raise _refused(exc) from None
@@ -220,7 +236,9 @@ class RunService:
                                                     on_stderr=on_stderr, capture=capture, network=policy,
                                                     on_net_event=on_net_event, on_started=watcher.arm, **caps)
                     finally:
-                        moved = guard.after(run_id).quarantined
+                        moved = guard.after().quarantined
+                        for where, other in allowed_git:
+                            moved += tuple(f"{where}/{path}" for path in other.after().quarantined)
                     self._report_quarantine(moved, actor, name, notice)
                 except Unavailable as exc:
                     from warden.adapters.sandbox.doctor import userns_fix
@@ -243,7 +261,14 @@ class RunService:
                     refusals.append(quota_note + "\n")
                     if notice is not None:
                         notice((quota_note + "\n").encode())
-                self._audit_run(actor, name, audit_base, outcome)
+                stopper = self._stopped_by(name, outcome.signal) if quota_note is None else None
+                if stopper is not None:
+                    audit_base["stopped_by"] = stopper
+                    line = f"warden: the command was stopped by {stopper}\n"
+                    refusals.append(line)
+                    if notice is not None:
+                        notice(line.encode())
+                intent.outcome = outcome  # audited with the lease's release, in one transaction
                 stderr = outcome.stderr.decode("utf-8", "replace") + "".join(refusals)
                 if outcome.truncated:
                     limit = f"{max_output} bytes" if max_output is not None else "the capture limit"
@@ -252,27 +277,93 @@ class RunService:
                                  stderr=stderr, duration_s=outcome.duration_s, timed_out=outcome.timed_out,
                                  signal=outcome.signal, stopped_by=watcher.breach)
 
-    def _intent(self, run_id: str, name: str, actor: str, argv: Sequence[str],
-                detail: Mapping[str, Any]) -> Callable[[Any, Any], None]:
+    def _stopped_by(self, name: str, sig: int | None) -> str | None:
+        """Which lifecycle command ended a run killed by a signal (archive, destroy and suspend
+        stop the runs in their way), or None."""
+        if sig not in (9, 15):
+            return None
+        for held in self._app.leases.state(name).held:
+            if held.mode != "shared":
+                return f"`warden {held.holder.op}` (pid {held.holder.pid})"
+        return None
+
+    def _guard_allowed_git(self, ws: str, binds: list[Bind], fds: list[tuple[str, int]],
+                           held: contextlib.ExitStack, bot_active: bool,
+                           ) -> tuple[list[Bind], list[tuple[str, int]], list[tuple[str, Any]]]:
+        """For each allowed read-write folder outside the workspace (open as a judged descriptor):
+        its git guard, and read-only binds of the person's `.git` entries in it."""
+        import hashlib
+
+        from warden.adapters.gitguard import GitGuard
+        from warden.adapters.sandbox.mountsrc import open_beneath
+
+        opened = dict(fds)
+        out_binds, out_fds = list(binds), list(fds)
+        guards: list[tuple[str, Any]] = []
+        for bind in binds:
+            if bind.mode != "rw" or bind.path not in opened:
+                continue
+            state = "git-" + hashlib.sha256(bind.path.encode()).hexdigest()[:16] + ".json"
+            guard = GitGuard(opened[bind.path], state_dir=os.path.join(ws, ".warden"), state_name=state)
+            for rel in guard.before(bot_active=bot_active).protected:
+                try:
+                    fd = open_beneath(opened[bind.path], rel)
+                except (OSError, Denied):
+                    continue
+                held.callback(os.close, fd)
+                out_binds.append(Bind(f"{bind.path}/{rel}", "ro"))
+                out_fds.append((f"{bind.path}/{rel}", fd))
+            guards.append((bind.path, guard))
+        return out_binds, out_fds, guards
+
+    def _open_binds(self, binds: list[Bind], ws: str
+                    ) -> contextlib.AbstractContextManager[tuple[list[Bind], list[tuple[str, int]], list[str]]]:
+        if not binds:  # the common case: nothing to open, and mountsrc is not even imported
+            return contextlib.nullcontext(([], [], []))
+        from warden.adapters.sandbox.mountsrc import open_binds
+
+        guard_of = self._app.sandbox_paths.state_guard
+        return open_binds(binds, lambda: guard_of(ws), ws)
+
+    def _take(self, intent: _Intent) -> Callable[[Any, Any], None]:
         """What is written, in the transaction that takes the run's lease, before anything starts:
-        the run's audit intent and its in-progress row (and the runs of this node whose process
-        died without an outcome, marked lost)."""
+        the workspace checked (still this one, still ready), the runs of this node whose process
+        died marked lost, and the run's audit intent and in-progress row."""
         def write(tx: Any, _lease: Any) -> None:
             from warden.adapters.processes import start_time
+            from warden.adapters.store import workspaces as rows
 
-            leases = self._app.leases
+            name = intent.record.name
+            current = rows.get(tx, name)
+            if current is None or current.id != intent.record.id or current.status != "ready":
+                now = current.status if current is not None else "gone"
+                raise Conflict(f"workspace {name!r} changed ({now}) while the run was being prepared; "
+                               "run it again")
+            # Another run in progress here, or one that died unswept: what git files appeared
+            # since are a bot's (adapters/gitguard).
+            intent.others = any(row["workspace"] == name for row in in_progress.of_workspace(tx, name))
             self.mark_lost(tx)
-            now = self._app.clock().isoformat()
-            in_progress.insert(tx, run_id, name, actor, leases.node, os.getpid(), start_time(os.getpid()) or 0,
-                               now, argv)
-            self._app.audit.record(actor=actor, action="run.start", target=name, decision="allow",
-                                   rule="sandbox", result="started", detail=dict(detail), tx=tx)
+            leases = self._app.leases
+            in_progress.insert(tx, intent.run_id, name, intent.actor, leases.node, os.getpid(),
+                               start_time(os.getpid()) or 0, self._app.clock().isoformat(), intent.argv)
+            self._app.audit.record(actor=intent.actor, action="run.start", target=name, decision="allow",
+                                   rule="sandbox", result="started", detail=dict(intent.detail), tx=tx)
 
         return write
 
-    def mark_lost(self, tx: Any) -> list[str]:
+    def _give_back(self, intent: _Intent) -> Callable[[Any], None]:
+        """What is written with the lease's release: the outcome (when the command ran) and the
+        end of the in-progress row, together."""
+        def write(tx: Any) -> None:
+            if intent.outcome is not None:
+                self._audit_run(tx, intent.actor, intent.record.name, intent.detail, intent.outcome)
+            in_progress.delete(tx, intent.run_id)
+
+        return write
+
+    def mark_lost(self, tx: Any) -> list[dict[str, str]]:
         """Audit as `run.lost` the runs of this node whose process died before their outcome was
-        written (a killed `warden run` or `serve`); returns their run ids."""
+        written (a killed `warden run` or `serve`); returns their run ids and workspaces."""
         from warden.adapters.processes import alive
 
         lost = []
@@ -283,7 +374,7 @@ class RunService:
                                        detail={"run_id": row["run_id"], "started_at": row["started_at"],
                                                "pid": row["pid"], "argv": row["argv"]}, tx=tx)
                 in_progress.delete(tx, str(row["run_id"]))
-                lost.append(str(row["run_id"]))
+                lost.append({"run_id": str(row["run_id"]), "workspace": str(row["workspace"])})
         return lost
 
     def _report_quarantine(self, moved: Sequence[str], actor: str, name: str, notice: Sink | None) -> None:
@@ -302,7 +393,7 @@ class RunService:
         layers = record.meta.get("ro_paths") if isinstance(record.meta, Mapping) else None
         return [p for p in layers if isinstance(p, str)] if isinstance(layers, list) else []
 
-    def _audit_run(self, actor: str, name: str, base: dict[str, Any], outcome: Any) -> None:
+    def _audit_run(self, tx: Any, actor: str, name: str, base: dict[str, Any], outcome: Any) -> None:
         from warden.adapters.store import workspaces as rows
 
         events = [e.to_json() for e in outcome.net_events]
@@ -312,13 +403,11 @@ class RunService:
                   "seccomp": outcome.seccomp, "truncated": outcome.truncated}
         if events:
             detail["network_events"] = events[:100]
-        with self._app.db.transaction() as tx:
-            for event in events:
-                if not event["allowed"]:
-                    self._app.audit.record(actor=actor, action="network.refused", target=name,
-                                           decision="deny", rule=str(event["rule"]),
-                                           result="refused", detail=event, tx=tx)
-            self._app.audit.record(actor=actor, action="run", target=name, decision="allow",
-                                   rule="sandbox", result=str(outcome.exit_code), detail=detail, tx=tx)
-            rows.update(tx, name, {"last_accessed": self._app.clock().isoformat()})
-            in_progress.delete(tx, str(base.get("run_id", "")))  # with its outcome, never apart
+        for event in events:
+            if not event["allowed"]:
+                self._app.audit.record(actor=actor, action="network.refused", target=name,
+                                       decision="deny", rule=str(event["rule"]),
+                                       result="refused", detail=event, tx=tx)
+        self._app.audit.record(actor=actor, action="run", target=name, decision="allow",
+                               rule="sandbox", result=str(outcome.exit_code), detail=detail, tx=tx)
+        rows.update(tx, name, {"last_accessed": self._app.clock().isoformat()})

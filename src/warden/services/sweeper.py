@@ -10,10 +10,13 @@ they may be the person's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from warden.core.errors import WardenError
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
@@ -59,6 +62,12 @@ class Sweeper:
         else:
             with app.db.transaction() as tx:
                 report["lost_runs"] = app.runs.mark_lost(tx)
+            from warden.adapters.gitguard import GitGuard
+
+            # A run that died never had its git sweep: what its bot left is moved aside now.
+            for name in sorted({lost["workspace"] for lost in report["lost_runs"]}):
+                with contextlib.suppress(WardenError):
+                    GitGuard(app.workspaces.get(name).path).after()
         known = {Path(r.path).name for r in app.workspaces.list()}
         root = app.root_dir
         report["orphan_folders"] = sorted(

@@ -69,6 +69,19 @@ def remove_in_background(path: Path) -> None:
     threading.Thread(target=proc.wait, daemon=True).start()
 
 
+def _missing_part(record: WorkspaceRecord) -> str | None:
+    """What a ready workspace lacks that it cannot run without (a few stat calls), or None."""
+    if not os.path.isdir(record.path):
+        return "workspace folder missing"
+    if record.meta.get("python_venv") and not os.path.isdir(os.path.join(record.path, ".venv")):
+        return "Python venv missing"
+    ro_paths = record.meta.get("ro_paths")
+    for layer in ro_paths if isinstance(ro_paths, list) else ():
+        if isinstance(layer, str) and not os.path.isdir(layer):
+            return f"env layer or interpreter {layer} missing"
+    return None
+
+
 class WorkspaceService:
     def __init__(self, db: Database, audit: AuditLog, root_dir: Path, clock: Callable[[], datetime],
                  *, layers: Callable[[], LayerService] | None = None, settings: Settings | None = None,
@@ -124,9 +137,8 @@ class WorkspaceService:
             why = None
             if record.status == "creating" and self._creator_dead(record):
                 why = "creator process gone"
-            elif record.status in ("ready", "suspended") and record.meta.get("host") in (None, _HOST) \
-                    and not os.path.isdir(record.path):
-                why = "workspace folder missing"
+            elif record.status in ("ready", "suspended") and record.meta.get("host") in (None, _HOST):
+                why = _missing_part(record)
             if why is None:
                 out.append(record)
                 continue
@@ -158,6 +170,7 @@ class WorkspaceService:
         """Make a ready workspace from a template (building its layers first if needed)."""
         check_name(name)
         check_type(kind)
+        self._check_free(name)
         if ttl is not None and ttl <= timedelta(0):
             # Refused, not read as "never expires": that is what leaving the ttl out means.
             raise InvalidInput("ttl must be longer than zero (e.g. 30m, 7d); leave it out for a "
@@ -189,6 +202,17 @@ class WorkspaceService:
                   **({"blob": "pending"} if blob is not None else {})})
         with self.lease(name, "exclusive", "create") as lease:
             return self._create_claimed(record, lease, path, blob, resolution, infos, meta, now, actor, kind)
+
+    def _check_free(self, name: str) -> None:
+        """Refuse a taken name before the slow part of create (a layer build takes seconds).
+        Only a courtesy: the row insert under the name's lease stays the real claim."""
+        with self._db.transaction(write=False) as tx:
+            taken = rows.get(tx, name) is not None
+        if taken:
+            raise Conflict(f"workspace {name!r} already exists; pick another name or `warden destroy` it first")
+        if os.path.lexists(self.root_dir / name):
+            raise Conflict(f"folder {self.root_dir / name} already exists but is not a registered "
+                           "workspace; move it away or pick another name")
 
     def _create_claimed(self, record: WorkspaceRecord, lease: Lease | None, path: Path, blob: bytes | None,
                         resolution: Resolution, infos: dict[str, dict[str, Any]], meta: dict[str, Any],

@@ -117,3 +117,26 @@ def test_a_garbage_layer_json_is_a_broken_layer(tmp_path: Path) -> None:
     build.mkdir()
     info = store.commit(build, "py-1", {"id": "py-1", "kind": "python"})
     assert info["id"] == "py-1" and store.exists("py-1")
+
+
+def test_a_layer_changed_after_its_build_is_found_by_its_digest(tmp_path: Path) -> None:
+    from warden.adapters.envs.layer_store import LayerStore, tree_digest
+
+    store = LayerStore(tmp_path / "layers")
+    with store.staging("py-x") as build:
+        (build / "lib").mkdir()
+        (build / "lib" / "mod.py").write_text("X = 1\n")
+        os.symlink("lib/mod.py", build / "link.py")
+        store.commit(build, "py-x", {"id": "py-x", "kind": "python"})
+    assert not store.tampered("py-x")
+    info = store.read("py-x")
+    assert info is not None and info["tree_sha256"] == tree_digest(store.path("py-x"))
+    site = store.path("py-x") / "lib"
+    os.chmod(site, 0o755)
+    (site / "evil.pth").write_text("import os\n")  # what a root user or a bug might add
+    assert store.tampered("py-x")
+    (site / "evil.pth").unlink()
+    assert not store.tampered("py-x")
+    os.chmod(site / "mod.py", 0o644)
+    (site / "mod.py").write_text("X = 2\n")  # same size, other bytes
+    assert store.tampered("py-x")

@@ -196,10 +196,18 @@ def host_git_steered(lab: Lab) -> str | None:
     from warden.adapters.gitguard import GitGuard
 
     guard = GitGuard(str(lab.ws))
-    guard.before("attack")
+    guard.before(bot_active=False)
     lab.run(["sh", "-c", "mkdir -p sub && printf 'gitdir: ../evil\\n' > sub/.git; mkdir -p bare/refs bare/objects; "
-             "echo 'ref: refs/heads/x' > bare/HEAD; ln -s /tmp deep.git; mkdir -p n/.GIT"])
-    guard.after("attack")
+             "echo 'ref: refs/heads/x' > bare/HEAD; ln -s /tmp deep.git; mkdir -p n/.GIT; "
+             "mkdir -p locked/in/.git; chmod 000 locked"])
+    guard.after()
+    try:  # a folder the bot made unreadable is opened up and swept like any other
+        os.lstat(lab.ws / "locked" / "in" / ".git")
+        return "a .git in a folder the bot made unreadable was left in place"
+    except FileNotFoundError:
+        pass
+    except PermissionError:
+        return "a folder the bot made unreadable was not opened up (its .git unchecked)"
     left = [p for p in lab.ws.rglob("*") if p.name.lower() == ".git" and p.parent != lab.ws]
     if left or (lab.ws / "bare" / "HEAD").exists():
         return f"git control files left in place: {[str(p) for p in left]}"

@@ -12,8 +12,10 @@ def test_trust_settings_keep_existing_absolute_paths_only(tmp_path: Path) -> Non
     bundle.write_text("-----BEGIN CERTIFICATE-----\n")
     env, paths = trust_settings({"SSL_CERT_FILE": str(bundle), "SSL_CERT_DIR": "certs",
                                  "PIP_CERT": str(tmp_path / "missing.pem"), "AWS_SECRET_ACCESS_KEY": "x"})
-    assert env == {"SSL_CERT_FILE": str(bundle)}
+    # uv is told to trust the system's authorities (mounted), as pip does; the caller may say no.
+    assert env == {"SSL_CERT_FILE": str(bundle), "UV_NATIVE_TLS": "1"}
     assert paths == [str(bundle)]
+    assert trust_settings({"UV_NATIVE_TLS": "false"})[0] == {"UV_NATIVE_TLS": "0"}
 
 
 def test_folder_and_rw_binds_are_writable_ro_paths_are_not(tmp_path: Path) -> None:

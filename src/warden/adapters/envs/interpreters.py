@@ -100,7 +100,11 @@ def _pyenv_roots(environ: Mapping[str, str]) -> list[Path]:
         roots.append(Path(pwd.getpwuid(os.getuid()).pw_dir) / ".pyenv")
     unique: list[Path] = []
     for root in roots:
-        if root not in unique and (root / "versions").is_dir():
+        try:
+            usable = root not in unique and (root / "versions").is_dir()
+        except OSError:  # another user's pyenv (a PYENV_ROOT we may not read): not ours to use
+            usable = False
+        if usable:
             unique.append(root)
     return unique
 

@@ -54,6 +54,35 @@ def make_writable(root: Path) -> None:
                 os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) | 0o700)
 
 
+def tree_digest(root: Path) -> str:
+    """SHA-256 over a folder's content: every entry's path, kind, mode and bytes (or link
+    target), in a fixed order, links never followed. `layer.json` itself is left out."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        rel_dir = os.path.relpath(dirpath, root)
+        for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            if rel == LAYER_FILE:
+                continue
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            digest.update(f"{rel}\0{stat.S_IFMT(st.st_mode)}\0{stat.S_IMODE(st.st_mode) | 0o222}\0".encode())
+            if stat.S_ISLNK(st.st_mode):
+                digest.update(os.readlink(path).encode())
+            elif stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as handle:
+                    while chunk := handle.read(1 << 20):
+                        digest.update(chunk)
+            digest.update(b"\0")
+        for name in dirnames:
+            if not os.path.islink(os.path.join(dirpath, name)):
+                digest.update(f"{os.path.normpath(os.path.join(rel_dir, name))}/\0".encode())
+    return digest.hexdigest()
+
+
 class LayerStore:
     """Layers on disk, addressed by id."""
 
@@ -114,7 +143,9 @@ class LayerStore:
                 shutil.rmtree(build, ignore_errors=True)
 
     def commit(self, build: Path, layer_id: str, info: dict[str, Any]) -> dict[str, Any]:
-        """Write layer.json, seal the folder read-only and rename it to its id."""
+        """Write layer.json (with the digest of what was built), seal the folder read-only and
+        rename it to its id."""
+        info = {**info, "tree_sha256": tree_digest(build)}
         write_atomic(build / LAYER_FILE, (json.dumps(info, indent=2, sort_keys=True) + "\n").encode())
         make_read_only(build)
         target = self.root / layer_id
@@ -127,6 +158,13 @@ class LayerStore:
                 raise
             # Another builder finished first; its layer has the same content.
         return self.read(layer_id) or info
+
+    def tampered(self, layer_id: str) -> bool:
+        """Whether the layer's files differ from what was built (a `.pth` added by hand, a file
+        changed as root). Layers built before digests were recorded are taken as they are."""
+        info = self.read(layer_id)
+        recorded = info.get("tree_sha256") if info else None
+        return isinstance(recorded, str) and tree_digest(self.path(layer_id)) != recorded
 
     def remove(self, layer_id: str) -> None:
         """Delete a layer: rename it out of its id first, so no reader sees half of it."""

@@ -124,17 +124,22 @@ def _quota_check(workspaces_root: str) -> Check:
     """Which mechanism holds the workspace disk quota (workspace.max_disk, max_files) here."""
     from warden.adapters.disk_usage import inotify_works
     from warden.adapters.project_quota import project_quota
-    from warden.adapters.quota import OVERSHOOT, RESCAN_S
+    from warden.adapters.quota import OVERSHOOT, RESCAN_S, realtime_allowed
 
     _kernel, seen = project_quota(workspaces_root)
     # Detection only: Warden does not set project quotas itself yet, so its watcher holds either way.
     kernel = f"kernel project quota not used ({seen})"
-    if inotify_works():
-        return Check("disk quota", True, f"Warden's watcher (inotify): overshoot bounded by {OVERSHOOT}; {kernel}",
-                     required=False)
-    return Check("disk quota", False, f"Warden's watcher rescans every {RESCAN_S} s (inotify unavailable): "
-                 f"a fast writer can pass the limit by what it writes in that time; {kernel}",
-                 "raise fs.inotify.max_user_instances (sysctl)", required=False)
+    if not inotify_works():
+        return Check("disk quota", False, f"Warden's watcher rescans every {RESCAN_S} s (inotify unavailable): "
+                     f"a fast writer passes the limit by what it writes meanwhile; {kernel}",
+                     "raise fs.inotify.max_user_instances (sysctl)", required=False)
+    if realtime_allowed():
+        return Check("disk quota", True, f"Warden's watcher (inotify, real-time priority): overshoot bounded "
+                     f"by {OVERSHOOT}; {kernel}", required=False)
+    return Check("disk quota", False, "Warden's watcher (inotify, normal priority): a busy machine can delay it, "
+                 f"and a fast writer passes the limit by tens of MiB meanwhile; {kernel}",
+                 "give Warden's user real-time priority 1 (`USER - rtprio 1` in /etc/security/limits.conf) "
+                 "or CAP_SYS_NICE", required=False)
 
 
 def run_checks(workspaces_root: str | None = None) -> list[Check]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from warden.core.bwrap_argv import Bind
 from warden.core.errors import Denied
 
-__all__ = ["StateGuard", "judge_path", "open_binds", "open_nofollow", "state_guard"]
+__all__ = ["StateGuard", "judge_path", "open_beneath", "open_binds", "open_nofollow", "state_guard"]
 
 _PATH = os.O_PATH | os.O_CLOEXEC
 Identity = tuple[int, int]
@@ -34,16 +34,25 @@ def open_nofollow(path: str) -> int:
     """An O_PATH descriptor of absolute `path`, no component followed if a link (Denied)."""
     if not path.startswith("/"):
         raise Denied(f"{path} is not an absolute path", rule="sandbox.path_not_absolute")
-    fd = os.open("/", _PATH | os.O_DIRECTORY)
+    root = os.open("/", _PATH | os.O_DIRECTORY)
     try:
-        for part in [p for p in path.split("/") if p]:
+        return open_beneath(root, path)
+    finally:
+        os.close(root)
+
+
+def open_beneath(dir_fd: int, rel: str) -> int:
+    """An O_PATH descriptor of `rel` beneath the folder open as `dir_fd`, no link followed."""
+    fd = os.dup(dir_fd)
+    try:
+        for part in [p for p in rel.split("/") if p]:
             if part in (".", ".."):
-                raise Denied(f"{path} is not a canonical path", rule="sandbox.path_not_canonical")
+                raise Denied(f"{rel} is not a canonical path", rule="sandbox.path_not_canonical")
             nxt = os.open(part, _PATH | os.O_NOFOLLOW, dir_fd=fd)
             os.close(fd)
             fd = nxt
             if stat.S_ISLNK(os.fstat(fd).st_mode):
-                raise Denied(f"{path} goes through the symbolic link {part!r}; Warden mounts only "
+                raise Denied(f"{rel} goes through the symbolic link {part!r}; Warden mounts only "
                              "real paths (allow the link's target instead)", rule="sandbox.path_symlink")
         return fd
     except BaseException:

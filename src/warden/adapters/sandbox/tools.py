@@ -36,7 +36,11 @@ def trust_settings(caller_env: Mapping[str, str]) -> tuple[dict[str, str], list[
     (to mount read-only)."""
     env = {name: caller_env[name] for name in TRUST_VARIABLES
            if caller_env.get(name, "").startswith("/") and os.path.exists(caller_env[name])}
-    return env, list(dict.fromkeys(env.values()))
+    paths = list(dict.fromkeys(env.values()))
+    # uv trusts its own bundled roots unless told to use the system's (mounted: /etc/ssl), which
+    # is what a TLS-intercepting network's authority is added to.
+    env["UV_NATIVE_TLS"] = "0" if caller_env.get("UV_NATIVE_TLS", "1").lower() in ("0", "false", "no") else "1"
+    return env, paths
 
 
 def run_tool(folder: str | os.PathLike[str], argv: Sequence[str], *, env: Mapping[str, str],

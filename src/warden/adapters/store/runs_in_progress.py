@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from warden.adapters.store.db import Row, Tx
 
-__all__ = ["delete", "insert", "of_node"]
+__all__ = ["delete", "insert", "of_node", "of_workspace"]
 
 
 def insert(tx: Tx, run_id: str, workspace: str, actor: str, node: str, pid: int, pid_start: int,
@@ -24,3 +24,7 @@ def delete(tx: Tx, run_id: str) -> None:
 
 def of_node(tx: Tx, node: str) -> list[Row]:
     return tx.execute("SELECT * FROM runs_in_progress WHERE node = :node ORDER BY started_at", {"node": node})
+
+
+def of_workspace(tx: Tx, workspace: str) -> list[Row]:
+    return tx.execute("SELECT * FROM runs_in_progress WHERE workspace = :w", {"w": workspace})

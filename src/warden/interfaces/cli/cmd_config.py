@@ -80,4 +80,10 @@ def _set(ctx: Context, args: argparse.Namespace) -> Output:
     except WardenError as exc:  # another setting in the file is still wrong: the change is written
         data["warning"] = exc.message
         text += f"\nstill to fix: {exc.message}"
+    else:
+        if args.key == "sandbox.allowed_commands" and not ctx.app.settings.get_bool("sandbox.enabled"):
+            note = ("the allowlist is not enforced while sandbox.enabled is false; "
+                    "`warden config set sandbox.enabled true` turns it on")
+            data["note"] = note
+            text += f"\nnote: {note}"
     return Output(data, text)

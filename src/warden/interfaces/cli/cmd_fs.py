@@ -24,7 +24,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("fs", parents=[common], help="read and write a workspace's files safely",
                        description="Safe file operations; PATH is workspace-relative (/ is the workspace root).")
     p.add_argument("name", help="workspace name")
-    ops = p.add_subparsers(dest="op", metavar="OP", required=True, parser_class=type(p))
+    # prog: usage and hints read `warden fs NAME write`, NAME a placeholder like PATH.
+    ops = p.add_subparsers(dest="op", metavar="OP", required=True, parser_class=type(p), prog="warden fs NAME")
 
     o = ops.add_parser("ls", parents=[common], help="list a directory")
     o.add_argument("path", nargs="?", default="/")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from warden.core.errors import InvalidInput, Locked, Unavailable, WardenError
+from warden.core.errors import InvalidInput, WardenError
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output
 
@@ -66,11 +66,6 @@ def _run(ctx: Context, args: argparse.Namespace) -> Output:
     # Standard input passes through as it is (a terminal, a file or a pipe).
     stdin = sys.stdin.fileno() if sys.stdin is not None and not sys.stdin.closed else None
     env, actor, timeout = _env(args.env), "user", _timeout(args.timeout)
-    try:  # the registry first: a locked or missing one means the command never starts (126)
-        ctx.app.workspaces.get(args.name)
-    except (Locked, Unavailable) as exc:
-        exc.exit_status = 126  # type: ignore[union-attr]  # refused to start: `warden run`'s status
-        raise
     if args.as_token_env:
         from warden.services.auth import run_as_token
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from warden.core.errors import WardenError, classify
-from warden.interfaces.cli.output import Output
+from warden.interfaces.cli.output import Output, terminal_columns
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
@@ -31,7 +31,7 @@ EXIT_CODES = {
 
 # Which module registers each top-level command. Only the module of the command being run
 # is imported, so `warden run` does not pay for the HTTP server or the template parser;
-# `--help` and unknown words import them all. tests/interfaces/test_cli_table.py pins this
+# `--help` imports them all, an unknown word none. tests/interfaces/test_cli_table.py pins this
 # table against what the modules really register.
 _CLI = "warden.interfaces.cli."
 COMMANDS: dict[str, str] = {
@@ -54,14 +54,84 @@ MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 
 
 class UsageError(WardenError):
+    """A command line that cannot be read. `prog` is the command whose `--help` helps, with
+    its placeholders (`warden fs NAME write`) until `typed` puts in the words typed."""
+
     code = "invalid"
+
+    def __init__(self, message: str, *, prog: str | None = None, hint: str = "see `{prog} --help`") -> None:
+        super().__init__(message)
+        self.prog, self.hint = prog, hint
+
+    def typed(self, args_list: Sequence[str]) -> UsageError:
+        """The message to show: `{prog}` (and `{sub}`, prog less `warden `) as the person typed
+        them, so the hint is a command that runs (`warden fs notes write --help`)."""
+        if self.prog is None:
+            return self
+        words = self.prog.split()[1:]
+        said = _positionals(args_list)[: len(words)]
+        sub = " ".join(said if len(said) == len(words) else words)
+        prog = f"warden {sub}".strip()
+        text = f"{self.message} ({self.hint})".replace("{prog}", prog).replace("{sub}", sub + " " if sub else "")
+        return UsageError(text)
+
+
+def _nearest(word: str, choices: Sequence[str]) -> str | None:
+    """The choice a typo most likely meant, if one is close enough."""
+    import difflib
+
+    near = difflib.get_close_matches(word, choices, n=1)
+    return near[0] if near else None
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage and exiting, so --json still holds."""
+    """argparse that raises instead of printing usage and exiting, so --json still holds, and
+    answers a mistyped command or option with the nearest one."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _Subcommands)
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+        raise UsageError(message, prog=self.prog)
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
+            # The top level registers only the typed command's module: offer every command.
+            near = _nearest(value, list(COMMANDS) if self.prog == "warden" else list(action.choices))
+            guess = f"; did you mean '{{sub}}{near}'?" if near else ""
+            raise UsageError(f"unknown command '{{sub}}{value}'{guess}", prog=self.prog,
+                             hint="`{prog} --help` lists them")
+        super()._check_value(action, value)
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        known, extras = super().parse_known_args(args, namespace)
+        # A subcommand takes every word after it, so words nobody took end up in the innermost
+        # parser, which knows the options they were meant to be.
+        if extras and not any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
+            raise self._unrecognized(list(args or ()), known, extras)
+        return known, extras
+
+    def _unrecognized(self, given: list[str], known: argparse.Namespace, extras: list[str]) -> UsageError:
+        flags = given[: given.index("--")] if "--" in given else given  # after `--`, words are words
+        option = next((w.partition("=")[0] for w in extras if w.startswith("-") and w in flags), None)
+        if option is not None:
+            options = [o for o in self._option_string_actions if o.startswith("--") == option.startswith("--")]
+            near = _nearest(option, options)
+            if near:
+                return UsageError(f"unknown option '{option}'; did you mean '{near}'?", prog=self.prog)
+        command = getattr(known, "command", None) or [w for w in extras[:1] if not w.startswith("-")]
+        if getattr(known, "takes_command", False) and command and "--" not in given:
+            # `warden run W python -V`: argparse took `python` as the command and stopped at -V
+            # (or, after an option, took nothing and left `python` over).
+            name = getattr(known, "name", None)
+            start = given.index(command[0], given.index(name) + 1 if name in given else 0)
+            import shlex
+
+            fixed = shlex.join([*given[:start], "--", *given[start:]])
+            return UsageError(f"put the command after --: {{prog}} {fixed}", prog=self.prog)
+        return UsageError(f"unrecognized arguments: {' '.join(extras)}", prog=self.prog)
 
     def _get_formatter(self) -> argparse.HelpFormatter:
         # argparse builds a formatter on every add_argument, and the stock one imports shutil
@@ -69,16 +139,28 @@ class Parser(argparse.ArgumentParser):
         # Every HelpFormatter takes width; typeshed's protocol for formatter_class names only prog.
         return self.formatter_class(prog=self.prog, width=_terminal_width())  # type: ignore[call-arg]
 
+    def format_help(self) -> str:
+        """argparse's help, then the command's examples (cli/examples.py), lines kept as written."""
+        from warden.interfaces.cli.examples import examples
+
+        lines = examples(self.prog)
+        shown = "".join(f"  {line}\n" for line in lines)
+        return super().format_help() + (f"\nexamples:\n{shown}" if shown else "")
+
 
 def _terminal_width() -> int:
-    """What shutil.get_terminal_size() would say: $COLUMNS, else the terminal's, else 80."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return max(int(columns) - 2, 20)
-    try:
-        return max(os.get_terminal_size(sys.__stdout__.fileno()).columns - 2, 20)  # type: ignore[union-attr]
-    except (AttributeError, ValueError, OSError):
-        return 78
+    """What argparse would wrap at: two less than the terminal's columns (80 when unknown)."""
+    return max((terminal_columns() or 80) - 2, 20)
+
+
+class _Subcommands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Subcommands whose `--help` opens with their one-line `help`, unless they say more."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        text = kwargs.get("help")
+        if kwargs.get("description") is None and text:
+            kwargs["description"] = text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")
+        return super().add_parser(name, **kwargs)
 
 
 class Context:
@@ -118,8 +200,9 @@ def common_options() -> argparse.ArgumentParser:
     return parent
 
 
-def _command_word(args_list: Sequence[str]) -> str | None:
-    """The first word that is not a global flag (or the value of --home)."""
+def _positionals(args_list: Sequence[str]) -> list[str]:
+    """The words before `--` that are not flags (nor the value of --home): `fs notes write PATH`."""
+    words: list[str] = []
     skip = False
     for word in args_list:
         if skip:
@@ -127,10 +210,28 @@ def _command_word(args_list: Sequence[str]) -> str | None:
         elif word == "--home":
             skip = True
         elif word == "--":
-            return None
+            break
         elif not word.startswith("-"):
-            return word
-    return None
+            words.append(word)
+    return words
+
+
+def _command_word(args_list: Sequence[str]) -> str | None:
+    """The first word that is not a global flag (or the value of --home)."""
+    words = _positionals(args_list)
+    return words[0] if words else None
+
+
+def version() -> str:
+    """The installed distribution's version, else the package's own (a source checkout)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("warden")
+    except metadata.PackageNotFoundError:
+        from warden import __version__
+
+        return __version__
 
 
 def build_parser(args_list: Sequence[str] | None = None) -> Parser:
@@ -138,9 +239,11 @@ def build_parser(args_list: Sequence[str] | None = None) -> Parser:
     common = common_options()
     parser = Parser(prog="warden", parents=[common],
                     description="Warden: sandboxes and workspaces for AI agents.")
+    parser.add_argument("--version", action="store_true", help="print Warden's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     word = _command_word(args_list) if args_list is not None else None
-    wanted = (COMMANDS[word],) if word is not None and word in COMMANDS else MODULES
+    # An unknown word needs no module: Parser._check_value names the nearest command.
+    wanted = (MODULES if word is None else (COMMANDS[word],) if word in COMMANDS else ())
     for name in wanted:
         importlib.import_module(name).register(sub, common)
     return parser
@@ -153,9 +256,16 @@ def _emit_json(document: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one `warden` command; returns (and exits with) its status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    wants_json = "--json" in args_list[: args_list.index("--")] if "--" in args_list else "--json" in args_list
+    own = args_list[: args_list.index("--")] if "--" in args_list else args_list
+    wants_json = "--json" in own
     debug = "--debug" in args_list
     ctx: Context | None = None
+    if "--version" in own and _command_word(args_list) is None:  # before any command module loads
+        if wants_json:
+            _emit_json({"ok": True, "data": {"version": version()}})
+        else:
+            sys.stdout.write(f"warden {version()}\n")
+        return _finish(None, 0)
     try:
         parser = build_parser(args_list)
         args = _parse(parser, args_list)
@@ -168,6 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ctx = Context(args, dict(os.environ))
         out = _by_cause(handler, ctx, args)
     except WardenError as exc:
+        if isinstance(exc, UsageError):
+            exc = exc.typed(args_list)
         if wants_json:
             _emit_json({"ok": False, "error": {"code": exc.code, "message": exc.message}})
         else:
@@ -178,6 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("warden: interrupted\n")
         return _finish(ctx, 130)
     except BrokenPipeError:
+        _quiet_stdout()
         return _finish(ctx, 1)
     except Exception as exc:
         if debug:
@@ -188,13 +301,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             sys.stderr.write(f"warden: {message}\n")
         return _finish(ctx, 1)
-    if wants_json:
-        _emit_json({"ok": True, "data": out.data})
-    elif not out.streamed:
-        text = out.human()
-        if text:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    return _finish(ctx, out.exit_code)
+    try:
+        if wants_json:
+            _emit_json({"ok": True, "data": out.data})
+        elif not out.streamed:
+            text = out.human()
+            if text:
+                sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return _finish(ctx, out.exit_code)
+    except BrokenPipeError:  # `warden list | head -1`: the reader left, which is no error of ours
+        _quiet_stdout()
+        return _finish(ctx, out.exit_code)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _by_cause(handler: Callable[[Context, argparse.Namespace], Output], ctx: Context,

@@ -9,11 +9,16 @@ The JSON output is left alone: json.dumps escapes what JSON needs.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Output", "human_size", "printable", "table"]
+__all__ = ["Output", "human_size", "printable", "table", "terminal_columns"]
+
+_GAP = 2  # spaces between columns
+_NARROWEST = 8  # a squeezed column keeps at least this many characters a line
 
 # C0 controls, DEL and C1 controls (a terminal reads \x9b as CSI), and the bidirectional
 # overrides and isolates that make text display in another order than it reads
@@ -70,12 +75,65 @@ class Output:
         return ""
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain aligned text table (the seed's `sandbox list` layout); one line per row, always."""
+def terminal_columns(environ: Mapping[str, str] | None = None) -> int | None:
+    """The width of the terminal stdout writes to, as shutil.get_terminal_size() reads it
+    ($COLUMNS first), without importing shutil; None when stdout is no terminal."""
+    columns = (os.environ if environ is None else environ).get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or None  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _table_width() -> int:
+    """How wide a table may be: the terminal's width on a terminal; 0 (no limit) through a pipe."""
+    try:
+        on_terminal = sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        on_terminal = False
+    return (terminal_columns() or 80) if on_terminal else 0
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, width: int | None = None) -> str:
+    """A plain aligned text table (the seed's `sandbox list` layout).
+
+    Through a pipe (or with `width=0`) each row is one line, however long. Within `width`
+    columns (by default the terminal's, when stdout is one) the widest cells wrap onto more
+    lines, each in its own column.
+    """
     cells = [[printable(str(h)) for h in headers]] + [
         ["" if c is None else printable(str(c)) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    limit = _table_width() if width is None else width
+    if limit and sum(widths) + _GAP * (len(widths) - 1) > limit:
+        return _wrapped(cells, _fit(widths, limit - _GAP * (len(widths) - 1)))
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def _fit(widths: list[int], room: int) -> list[int]:
+    """Column widths that share `room`: narrow columns keep theirs, the wide ones split the rest."""
+    wide = set(range(len(widths)))
+    while True:
+        share = (room - sum(w for i, w in enumerate(widths) if i not in wide)) // max(len(wide), 1)
+        narrow = {i for i in wide if widths[i] <= share}
+        if not narrow:
+            break
+        wide -= narrow
+    return [max(share, _NARROWEST) if i in wide else w for i, w in enumerate(widths)]
+
+
+def _wrapped(cells: list[list[str]], widths: list[int]) -> str:
+    import textwrap
+
+    lines: list[str] = []
+    for row in cells:
+        parts = [textwrap.wrap(c, w, break_on_hyphens=False) or [""] for c, w in zip(row, widths, strict=True)]
+        for n in range(max(len(p) for p in parts)):
+            line = "  ".join((p[n] if n < len(p) else "").ljust(w) for p, w in zip(parts, widths, strict=True))
+            lines.append(line.rstrip())
     return "\n".join(lines)
 
 

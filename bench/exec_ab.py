@@ -1,0 +1,95 @@
+"""The run path of this tree against an earlier commit's, alternating, in one run.
+
+    .venv/bin/python bench/exec_ab.py [--base REV] [-n 30]
+
+The base commit's `src/` is taken from git into a temporary folder. Each tree gets a worker
+process (its own home and `minimal` workspace) that times `Workspace.run(["true"])` on demand,
+and `python -m warden run bench -- true` is timed from each tree's code; the two trees take
+turns, call by call, so both see the same machine load. Rows: medians and p90 per tree, and
+this tree's median as a ratio of the base's (issue 8's target: within +10%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+WORKER = r"""
+import json, sys, time
+from pathlib import Path
+from warden import Warden
+home = Path(sys.argv[1])
+env = json.loads(sys.argv[2])
+with Warden.open(home, environ=env) as w:
+    ws = w.create("bench", template="minimal")
+    ws.run(["true"])
+    print("ready", flush=True)
+    for line in sys.stdin:
+        start = time.perf_counter()
+        assert ws.run(["true"]).exit_code == 0
+        print((time.perf_counter() - start) * 1000, flush=True)
+"""
+
+
+def tree_of(rev: str, into: Path) -> Path:
+    data = subprocess.run(["git", "-C", str(REPO), "archive", rev, "src"], capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(into)  # git archive of this very repository
+    return into / "src"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--base", default="ba1cb12", help="the commit to compare with")
+    parser.add_argument("-n", type=int, default=30)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"base " + args.base: tree_of(args.base, Path(tmp) / "base"), "this tree": REPO / "src"}
+        keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TERM")}
+        workers, envs = {}, {}
+        for i, (label, src) in enumerate(trees.items()):
+            env = {**keep, "WARDEN_HOME": str(Path(tmp) / f"home{i}"), "PYTHONPATH": str(src)}
+            envs[label] = env
+            proc = subprocess.Popen([sys.executable, "-c", WORKER, env["WARDEN_HOME"], json.dumps(env)],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+            workers[label] = proc
+        warm: dict[str, list[float]] = {label: [] for label in trees}
+        cli: dict[str, list[float]] = {label: [] for label in trees}
+        for _ in range(args.n + 1):
+            for label, proc in workers.items():
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+                warm[label].append(float(proc.stdout.readline()))
+                start = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "warden", "run", "bench", "--", "true"], check=True,
+                               env=envs[label])
+                cli[label].append((time.perf_counter() - start) * 1000)
+        for proc in workers.values():
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.wait()
+    print(f"{'what':40} {'median ms':>10} {'p90 ms':>8} {'x base':>8}")
+    for title, table in (('Workspace.run(["true"]) warm', warm), ("python -m warden run bench -- true", cli)):
+        base_median = statistics.median(table["base " + args.base][1:])
+        for label, times in table.items():
+            times = times[1:]  # the first call of each is a warm-up
+            med = statistics.median(times)
+            p90 = sorted(times)[int(len(times) * 0.9) - 1]
+            print(f"{title + ' (' + label + ')':40} {med:10.1f} {p90:8.1f} {med / base_median:8.2f}")
+
+
+if __name__ == "__main__":
+    main()

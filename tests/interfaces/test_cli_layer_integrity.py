@@ -1,0 +1,55 @@
+"""A layer changed by hand, a venv or a layer gone: the workspace says so, and repair restores it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cli
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def status(cli: Cli, name: str) -> str:
+    return str(cli("info", name, "--json").json["data"]["status"])
+
+
+def layer_site(home: Path) -> Path:
+    return next((home / "layers").glob("py*/venv/lib/python3.*/site-packages"))
+
+
+def test_a_layer_changed_by_hand_is_found_and_rebuilt(cli: Cli, home: Path) -> None:
+    assert cli("create", "lay").code == 0
+    site = layer_site(home)
+    os.chmod(site, stat.S_IMODE(site.stat().st_mode) | 0o200)
+    (site / "evil.pth").write_text("import os; os.environ['EVIL'] = '1'\n")  # would run in every workspace
+    report = cli("health", "lay", "--json").json["data"]
+    assert not report["healthy"] and any("changed since it was built" in i for i in report["issues"])
+    assert [entry["intact"] for entry in report["layers"] if entry["id"].startswith("py")] == [False]
+    repaired = cli("health", "lay", "--repair", "--json")
+    assert repaired.code == 0, repaired.stderr
+    assert repaired.json["data"]["healthy"], repaired.json["data"]["issues"]
+    assert not (layer_site(home) / "evil.pth").exists()
+    assert cli("run", "lay", "--", "python", "-c", "import os; print(os.environ.get('EVIL'))").stdout == "None\n"
+
+
+def test_a_missing_venv_or_layer_is_broken_not_ready_and_repair_brings_it_back(cli: Cli, home: Path) -> None:
+    assert cli("create", "gone").code == 0
+    shutil.rmtree(home / "workspaces" / "gone" / ".venv")
+    assert status(cli, "gone") == "broken"
+    assert cli("health", "gone", "--repair").code == 0
+    assert status(cli, "gone") == "ready"
+    layer = next(p for p in (home / "layers").iterdir() if p.name.startswith("py"))
+    for dirpath, dirnames, _ in os.walk(layer):
+        for name in dirnames:
+            os.chmod(os.path.join(dirpath, name), 0o755)
+    os.chmod(layer, 0o755)
+    shutil.rmtree(layer)
+    assert status(cli, "gone") == "broken"
+    assert cli("health", "gone", "--repair").code == 0
+    assert status(cli, "gone") == "ready"
+    assert cli("run", "gone", "--", "python", "-c", "print(1)").stdout == "1\n"

@@ -1,0 +1,54 @@
+"""Tables fit the terminal they are shown on; through a pipe each row stays one line."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+
+from tests.conftest import Cli
+from warden.interfaces.cli.output import table
+
+
+def _on_a_terminal(environ: dict[str, str], *args: str) -> str:
+    """What `warden ARGS` prints with stdout on a pseudo-terminal."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "warden", *args], stdout=follower,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=environ)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    proc.wait(timeout=60)
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_doctor_fits_an_80_column_terminal(cli: Cli, environ: dict[str, str]) -> None:
+    piped = cli("doctor").stdout
+    assert max(len(line) for line in piped.splitlines()) > 80  # the case worth testing
+    shown = _on_a_terminal({**environ, "COLUMNS": "80"}, "doctor")
+    lines = shown.splitlines()
+    assert lines[0].split() == ["Check", "Status", "Detail", "Fix"]
+    assert max(len(line) for line in lines[:-1]) <= 80, shown  # the verdict below is prose
+    # Nothing is lost: every word of the piped table is still there.
+    table_words = lambda text: " ".join(text.split("\n\n")[0].split())  # noqa: E731
+    assert sorted(table_words(shown).split()) == sorted(table_words(piped).split())
+
+
+def test_piped_rows_stay_one_line_each() -> None:
+    rows = [["a", "x" * 300], ["b", "y"]]
+    assert table(["K", "V"], rows).splitlines() == table(["K", "V"], rows, width=0).splitlines()
+    assert len(table(["K", "V"], rows, width=0).splitlines()) == 3
+
+
+def test_wrapped_cells_keep_their_column() -> None:
+    text = table(["Name", "Note"], [["short", "one two three four five six"]], width=20)
+    assert text.splitlines() == ["Name   Note", "short  one two three", "       four five six"]

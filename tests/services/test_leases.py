@@ -1,0 +1,125 @@
+"""Workspace leases in the registry, on SQLite and (with WARDEN_TEST_DATABASE_URL) PostgreSQL:
+two processes never both hold an exclusive lease, holders are renewed while they work, and a
+holder presumed dead is fenced off."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from warden.adapters.store.db import Database, open_database
+from warden.core.errors import Locked
+from warden.services.leases import LeaseService
+
+ADMIN_URL = os.environ.get("WARDEN_TEST_DATABASE_URL", "")
+
+
+def _admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
+        conn.execute(sql)  # type: ignore[arg-type]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    if request.param == "sqlite":
+        database = open_database(None, tmp_path)
+        yield database
+        database.close()
+        return
+    if not ADMIN_URL.startswith("postgresql"):
+        pytest.skip("set WARDEN_TEST_DATABASE_URL=postgresql+psycopg://… to test PostgreSQL")
+    name = "warden_lease_" + secrets.token_hex(6)
+    _admin(f"CREATE DATABASE {name}")
+    base, _, _ = ADMIN_URL.rpartition("/")
+    database = open_database(f"{base}/{name}", tmp_path)
+    try:
+        yield database
+    finally:
+        database.close()
+        _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def test_exclusive_holders_never_overlap(db: Database) -> None:
+    """8 threads (standing in for processes: each its own holder) take one exclusive lease
+    100 times in all; a counter that only a holder touches must never see two at once."""
+    service = LeaseService(db, now, "node-a")
+    inside = 0
+    worst = 0
+    won = 0
+    guard = threading.Lock()
+
+    def worker() -> None:
+        nonlocal inside, worst, won
+        for _ in range(25):
+            try:
+                with service.hold("w", "exclusive", "test"):
+                    with guard:
+                        inside += 1
+                        worst = max(worst, inside)
+                        won += 1
+                    time.sleep(0.001)
+                    with guard:
+                        inside -= 1
+            except Locked:
+                time.sleep(0.001)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert worst == 1 and won > 0
+    assert service.state("w").held == ()
+
+
+def test_two_nodes_share_the_registry(db: Database) -> None:
+    """Node B cannot take what node A holds (it cannot tell whether A's process lives), until
+    A's lease expires; A's next state write then finds itself fenced off."""
+    a = LeaseService(db, now, "node-a", ttl=timedelta(seconds=0.5))
+    b = LeaseService(db, now, "node-b", ttl=timedelta(seconds=0.5))
+    with a.hold("w", "exclusive", "archive") as lease:
+        with pytest.raises(Locked, match=r"archive by pid .* on node-a"), b.hold("w", "shared", "run"):
+            pass
+        time.sleep(1.0)  # renewed by A meanwhile: still A's
+        with pytest.raises(Locked), b.hold("w", "exclusive", "destroy"):
+            pass
+        with db.transaction() as tx:
+            a.check(tx, lease)  # still A's
+
+
+def test_an_expired_holder_is_fenced_off(db: Database) -> None:
+    clock = [now()]
+    a = LeaseService(db, lambda: clock[0], "node-a", ttl=timedelta(seconds=60))
+    b = LeaseService(db, lambda: clock[0], "node-b", ttl=timedelta(seconds=60))
+    held = a.hold("w", "exclusive", "archive")
+    lease = held.__enter__()
+    with a._lock:
+        a._held.clear()  # A stops renewing (its process hangs)
+    clock[0] += timedelta(seconds=120)
+    with b.hold("w", "exclusive", "repair"), db.transaction() as tx, pytest.raises(Locked, match="taken over"):
+        a.check(tx, lease)
+    held.__exit__(None, None, None)  # A's late release changes nothing of B's
+    assert b.state("w").held == ()
+
+
+def test_a_lease_is_renewed_while_held(db: Database) -> None:
+    service = LeaseService(db, now, "node-a", ttl=timedelta(seconds=0.3))
+    with service.hold("w", "shared", "run"):
+        first = service.state("w").held[0].expires
+        time.sleep(0.5)
+        later = service.state("w").held
+        assert later and later[0].expires > first
+    assert service.state("w").held == ()
