@@ -83,3 +83,24 @@ def test_concurrent_creators_and_audit_chain_on_postgres(pg_cli: Cli) -> None:
         list(pool.map(lambda i: pg_cli("config", "set", "sandbox.max_file_size_mb", str(10 + i)), range(8)))
     verified = pg_cli("audit", "verify", "--json")
     assert verified.code == 0, verified.stdout
+
+
+def test_two_homes_on_one_registry_take_turns_on_a_workspace(pg_cli: Cli, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Two nodes (two homes, one PostgreSQL): lifecycle changes of one workspace never overlap."""
+    pg_cli("init")
+    assert pg_cli("create", "shared").code == 0
+    assert pg_cli("fs", "shared", "write", "/keep.txt", input="kept\n").code == 0
+    other_home = tmp_path_factory.mktemp("node-b") / "home"
+    node_b = Cli({**pg_cli.environ, "WARDEN_HOME": str(other_home)})
+
+    def archive(cli: Cli) -> int:
+        proc = subprocess.run([sys.executable, "-m", "warden", "archive", "shared"], env=cli.environ,
+                              capture_output=True, timeout=120, check=False)
+        return proc.returncode
+
+    with ThreadPoolExecutor(2) as pool:
+        codes = sorted(pool.map(archive, [pg_cli, node_b]))
+    assert codes in ([0, 0], [0, 5]), codes
+    assert pg_cli("info", "shared", "--json").json["data"]["status"] == "archived"
+    assert pg_cli("unarchive", "shared").code == 0
+    assert pg_cli("fs", "shared", "cat", "/keep.txt").stdout == "kept\n"

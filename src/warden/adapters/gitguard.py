@@ -22,11 +22,10 @@ import contextlib
 import fcntl
 import json
 import os
-import secrets
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from warden.adapters.atomic import write_atomic
 from warden.adapters.safefs import SafeRoot
@@ -63,8 +62,7 @@ def _root_fd(root: Root) -> int:
         return os.open(root, _DIR)
 
 
-@dataclass(frozen=True)
-class GitSweep:
+class GitSweep(NamedTuple):
     """What one sweep found: the person's `.git` paths (to protect) and what it moved aside."""
 
     protected: tuple[str, ...]
@@ -175,7 +173,7 @@ def _quarantine(workspace: Root, item: GitControl) -> str | None:
             info = os.stat(name, dir_fd=dfd, follow_symlinks=False)
             if (info.st_dev, info.st_ino) != item.identity:
                 return None
-        new = f"{name}{QUARANTINE_SUFFIX}-{secrets.token_hex(4)}"
+        new = f"{name}{QUARANTINE_SUFFIX}-{os.urandom(4).hex()}"
         os.rename(name, new, src_dir_fd=dfd, dst_dir_fd=dfd)
         if item.kind == "dotgit":
             # A renamed .git folder still looks like a repository (HEAD and refs): its HEAD goes

@@ -14,8 +14,7 @@ bot activity are moved aside (quarantined) before a person's `git` can see them.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 __all__ = [
     "QUARANTINE_SUFFIX",
@@ -51,8 +50,7 @@ def touches_git_control(path: str) -> bool:
     return any(is_git_name(part) for part in path.split("/"))
 
 
-@dataclass(frozen=True)
-class GitControl:
+class GitControl(NamedTuple):
     """One git control structure found in a workspace: where, what, and which inode."""
 
     path: str  # workspace-relative, without a leading slash

@@ -15,9 +15,8 @@ never both win. This module decides; it does no I/O and reads no clock.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from warden.core.errors import Locked
 
@@ -28,8 +27,7 @@ __all__ = ["Held", "Holder", "LeaseState", "Mode", "acquire", "from_json", "live
 Mode = Literal["exclusive", "shared", "draining"]
 
 
-@dataclass(frozen=True)
-class Holder:
+class Holder(NamedTuple):
     """One lease holder: a process on a node, for one operation."""
 
     id: str            # unique per acquisition
@@ -51,20 +49,20 @@ def _int(value: object) -> int:
     return value if isinstance(value, int) else 0
 
 
-@dataclass(frozen=True)
-class Held:
+class Held(NamedTuple):
+    """A holder's hold on the lease: how, and until when unless renewed."""
+
     holder: Holder
     mode: Mode
     expires: str  # ISO-8601 UTC
 
 
-@dataclass(frozen=True)
-class LeaseState:
+class LeaseState(NamedTuple):
     """The lease row of one workspace name: its fencing number and current holders."""
 
     workspace: str
     fence: int = 0
-    held: tuple[Held, ...] = field(default_factory=tuple)
+    held: tuple[Held, ...] = ()
 
     def exclusive(self) -> Held | None:
         return next((h for h in self.held if h.mode == "exclusive"), None)
@@ -75,7 +73,7 @@ def live(state: LeaseState, now: datetime, alive: Callable[[Holder], bool | None
     e.g. a process on another node, which only expiry can end)."""
     kept = tuple(h for h in state.held
                  if datetime.fromisoformat(h.expires) > now and alive(h.holder) is not False)
-    return replace(state, held=kept)
+    return state._replace(held=kept)
 
 
 def acquire(state: LeaseState, holder: Holder, mode: Mode, now: datetime, ttl: timedelta,
@@ -97,21 +95,21 @@ def acquire(state: LeaseState, holder: Holder, mode: Mode, now: datetime, ttl: t
                      rule=f"lease.{other.mode}")
     entry = Held(holder, mode, (now + ttl).isoformat())
     fence = current.fence + 1 if mode == "exclusive" else current.fence
-    return replace(current, fence=fence, held=(*others, entry))
+    return current._replace(fence=fence, held=(*others, entry))
 
 
 def renew(state: LeaseState, holder_id: str, now: datetime, ttl: timedelta) -> LeaseState | None:
     """The state with `holder_id`'s expiry pushed out, or None when it no longer holds a lease."""
     if not any(h.holder.id == holder_id for h in state.held):
         return None
-    held = tuple(replace(h, expires=(now + ttl).isoformat()) if h.holder.id == holder_id else h
+    held = tuple(h._replace(expires=(now + ttl).isoformat()) if h.holder.id == holder_id else h
                  for h in state.held)
-    return replace(state, held=held)
+    return state._replace(held=held)
 
 
 def release(state: LeaseState, holder_id: str) -> LeaseState:
     """The state without `holder_id` (unchanged when it held nothing)."""
-    return replace(state, held=tuple(h for h in state.held if h.holder.id != holder_id))
+    return state._replace(held=tuple(h for h in state.held if h.holder.id != holder_id))
 
 
 def to_json(state: LeaseState) -> list[dict[str, object]]:

@@ -294,15 +294,15 @@ class RunService:
         its git guard, and read-only binds of the person's `.git` entries in it."""
         import hashlib
 
-        from warden.adapters.gitguard import GitGuard
-        from warden.adapters.sandbox.mountsrc import open_beneath
-
         opened = dict(fds)
         out_binds, out_fds = list(binds), list(fds)
         guards: list[tuple[str, Any]] = []
         for bind in binds:
             if bind.mode != "rw" or bind.path not in opened:
                 continue
+            from warden.adapters.gitguard import GitGuard
+            from warden.adapters.sandbox.mountsrc import open_beneath
+
             state = "git-" + hashlib.sha256(bind.path.encode()).hexdigest()[:16] + ".json"
             guard = GitGuard(opened[bind.path], state_dir=os.path.join(ws, ".warden"), state_name=state)
             for rel in guard.before(bot_active=bot_active).protected:
