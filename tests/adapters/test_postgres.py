@@ -85,7 +85,8 @@ def test_concurrent_creators_and_audit_chain_on_postgres(pg_cli: Cli) -> None:
     assert verified.code == 0, verified.stdout
 
 
-def test_two_homes_on_one_registry_take_turns_on_a_workspace(pg_cli: Cli, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_two_homes_on_one_registry_take_turns_on_a_workspace(pg_cli: Cli,
+                                                             tmp_path_factory: pytest.TempPathFactory) -> None:
     """Two nodes (two homes, one PostgreSQL): lifecycle changes of one workspace never overlap."""
     pg_cli("init")
     assert pg_cli("create", "shared").code == 0

@@ -67,3 +67,37 @@ def test_restore_refuses_to_overwrite_and_anything_not_a_backup(cli: Cli, home: 
     r = cli("restore", str(tmp_path / "junk.tgz"), "--yes")
     assert r.code == 2 and "not a Warden backup" in r.stderr
     assert cli("info", "here").code == 0
+
+
+@pytest.mark.parametrize("entries", [
+    [("workspaces", "sym", "/tmp"), ("workspaces/w/x", "file", "")],          # the workspaces folder a link
+    [("archives", "sym", "/tmp")],
+    [("workspaces/w/link", "sym", "/tmp"), ("workspaces/w/./link/x", "file", "")],  # spelled around the check
+    [("workspaces//w", "dir", "")],
+    [("keys/pepper", "hard", "/etc/passwd")],
+])
+def test_a_crafted_backup_never_writes_outside_the_home(cli: Cli, home: Path, tmp_path: Path,
+                                                         entries: list[tuple[str, str, str]]) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        marker = tarfile.TarInfo("WARDEN-BACKUP")
+        marker.size = 1
+        tar.addfile(marker, io.BytesIO(b"1"))
+        for name, kind, target in entries:
+            info = tarfile.TarInfo(name)
+            if kind == "sym":
+                info.type, info.linkname = tarfile.SYMTYPE, target
+                tar.addfile(info)
+            elif kind == "hard":
+                info.type, info.linkname = tarfile.LNKTYPE, target
+                tar.addfile(info)
+            elif kind == "dir":
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = 1
+                tar.addfile(info, io.BytesIO(b"x"))
+    (tmp_path / "crafted.tgz").write_bytes(buf.getvalue())
+    r = cli("restore", str(tmp_path / "crafted.tgz"), "--yes")
+    assert r.code == 2, r.stdout + r.stderr
+    assert not (home / "workspaces").is_symlink() and not (home / "archives").is_symlink()

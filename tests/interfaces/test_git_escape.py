@@ -214,3 +214,23 @@ def test_repositories_in_an_allowed_read_write_folder_are_the_persons(cli: Cli, 
     for folder in (project, project / "inner"):
         person_git(folder, tmp_path)
     assert not ran.exists()
+
+
+def test_a_repository_that_borrows_its_refs_through_commondir_is_defused(
+        cli: Cli, ws: Path, canary: tuple[Path, Path], tmp_path: Path) -> None:
+    """git takes a folder with HEAD and a `commondir` file (a linked worktree) for a repository,
+    with refs, objects and config from the folder it names: no `refs` beside HEAD needed."""
+    program, ran = canary
+    config = (f"[core]\n\trepositoryformatversion = 1\n\tfsmonitor = {program}\n"
+              "[extensions]\n\tworktreeConfig = true\n")
+    for path, text in (("/c/config", config), ("/c/refs/keep", "x\n"), ("/c/objects/keep", "x\n"),
+                       ("/HEAD", "ref: refs/heads/main\n"), ("/commondir", "c\n"),
+                       ("/config.worktree", "[core]\n\tbare = false\n\tworktree = .\n")):
+        cli("fs", "gitws", "write", path, input=text)
+    bot_run(cli, "true")
+    for folder in (ws, ws / "c"):
+        person_git(folder, tmp_path)
+    bot_run(cli, "mkdir -p e && cd e && echo 'ref: refs/heads/main' > HEAD && echo ../c > commondir && "
+                 "printf '[core]\\n\\tbare = false\\n\\tworktree = .\\n' > config.worktree")
+    person_git(ws / "e", tmp_path)
+    assert not ran.exists()

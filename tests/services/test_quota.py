@@ -214,3 +214,17 @@ def test_doctor_says_which_mechanism_holds_the_quota(cli: Cli) -> None:
     checks = {c["name"]: c for c in cli("doctor", "--json").json["data"]["checks"]}
     detail = checks["disk quota"]["detail"]
     assert detail.startswith(("Warden's watcher", "kernel project quota")) and "overshoot" in detail
+
+
+def test_fallocate_past_the_file_length_is_refused(cli: Cli, ws: tuple[str, Path]) -> None:
+    """FALLOC_FL_KEEP_SIZE allocates blocks RLIMIT_FSIZE does not see: refused (the seccomp
+    filter), so one call cannot take the disk before the watcher notices."""
+    name, folder = ws
+    script = ("import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
+              "fd = os.open('big', os.O_CREAT | os.O_WRONLY); "
+              "rc = libc.fallocate(fd, 1, ctypes.c_long(0), ctypes.c_long(200 << 20)); "
+              "print(rc, ctypes.get_errno())")
+    r = cli("run", name, "--", "python3", "-c", script, env={"WARDEN_WORKSPACE_MAX_DISK": "5M"})
+    assert r.code == 0, r.stderr
+    assert r.stdout.split() == ["-1", "95"]  # EOPNOTSUPP
+    assert blocks(folder / "big")[0] < MiB

@@ -100,14 +100,17 @@ def backup_home(home: Path, db_path: Path | None, target: Path, *, workspaces_ro
 
 def _check_member(member: tarfile.TarInfo) -> str:
     name = member.name
-    parts = name.split("/")
-    if name.startswith("/") or ".." in parts or not parts[0]:
-        raise InvalidInput(f"backup entry {name!r} is not a relative path inside a home; this is not a "
-                           "Warden backup")
+    parts = name.rstrip("/").split("/")
+    if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        # Only plain names: `a/./b` or `a//b` would slip past the link check by spelling.
+        raise InvalidInput(f"backup entry {name!r} is not a plain relative path inside a home; this is "
+                           "not a Warden backup")
     top = parts[0]
     if top not in (*STATE_FILES, "warden.db", "WARDEN-BACKUP", *_WITH_WORKSPACES):
         raise InvalidInput(f"backup entry {name!r} is not part of a Warden home; this is not a Warden backup")
-    if not (member.isfile() or member.isdir() or (member.issym() and top in _WITH_WORKSPACES)):
+    if not (member.isfile() or member.isdir() or (member.issym() and top in _WITH_WORKSPACES and len(parts) > 2)):
+        # Links only inside a workspace (a venv's python), never a top-level folder of the home
+        # or a workspace itself: `workspaces -> /elsewhere` would send every later write there.
         raise InvalidInput(f"backup entry {name!r} is a {member.type!r} entry; a Warden backup holds only "
                            "files and folders")
     return top

@@ -39,10 +39,12 @@ def is_git_name(name: str) -> bool:
 def looks_like_git_dir(names: Collection[str]) -> bool:
     """Whether a folder holding entries `names` could be taken by git for a repository.
 
-    git's is_git_directory() needs `HEAD` and `refs` (and `objects`, or an environment
-    override): requiring only the first two errs on the safe side.
+    git's is_git_directory() needs a `HEAD` in the folder itself and `refs` and `objects`
+    either there or in the folder a `commondir` file names (how linked worktrees share one
+    repository). So a `HEAD` beside any of `refs`, `objects` or `commondir` is enough to count,
+    on the safe side; without its HEAD no folder is a repository to git.
     """
-    return "HEAD" in names and "refs" in names
+    return "HEAD" in names and not {"refs", "objects", "commondir"}.isdisjoint(names)
 
 
 def touches_git_control(path: str) -> bool:

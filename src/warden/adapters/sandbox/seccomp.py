@@ -33,6 +33,11 @@ _CLONE_NEWUSER = 0x10000000
 # ioctl requests that inject input into a terminal (CVE-2017-5226 for TIOCSTI).
 _TIOCSTI = 0x5412
 _TIOCLINUX = 0x541C
+# fallocate(2) with FALLOC_FL_KEEP_SIZE allocates blocks past a file's length, which
+# RLIMIT_FSIZE does not bound (the size does not change): one call could take the whole disk
+# before the quota watcher sees it. Refused as "not supported", so posix_fallocate and the like
+# fall back to writing (which the file-size limit does bound).
+_FALLOC_FL_KEEP_SIZE = 0x01
 
 _SCMP_ACT_ALLOW = 0x7FFF0000
 _SCMP_ACT_KILL_PROCESS = 0x80000000
@@ -123,6 +128,11 @@ def filter_bpf() -> bytes:
             cmp = _ArgCmp(1, _SCMP_CMP_MASKED_EQ, 0xFFFFFFFF, request)
             _check(lib.seccomp_rule_add_array(ctx, _act_errno(errno.EPERM), ioctl, 1,
                                               ctypes.byref(cmp)), "ioctl")
+        fallocate = lib.seccomp_syscall_resolve_name(b"fallocate")
+        if fallocate >= 0:
+            keep_size = _ArgCmp(1, _SCMP_CMP_MASKED_EQ, _FALLOC_FL_KEEP_SIZE, _FALLOC_FL_KEEP_SIZE)
+            _check(lib.seccomp_rule_add_array(ctx, _act_errno(errno.EOPNOTSUPP), fallocate, 1,
+                                              ctypes.byref(keep_size)), "fallocate")
         read_fd, write_fd = os.pipe()
         try:
             _check(lib.seccomp_export_bpf(ctx, write_fd), "export")
