@@ -90,3 +90,14 @@ def test_a_workspace_that_is_not_ready_names_the_command_that_fixes_it(cli: Cli,
     # Following the advice works.
     assert cli("unarchive", "idle").code == 0
     assert cli("run", "idle", "--", "true").code == 0
+
+
+def test_in_sandbox_failures_say_what_warden_had_to_do_with_them(cli: Cli, ws: Path) -> None:
+    typo = cli("run", "st", "--", "pyhton", "-V")
+    assert typo.code == 127 and "warden: pyhton is not in the sandbox" in typo.stderr
+    big = cli("run", "st", "--", "sh", "-c", "head -c 3000000 /dev/zero > big.bin",
+              env={"WARDEN_SANDBOX_MAX_FILE_SIZE_MB": "1"})
+    assert big.code != 0 and "sandbox.max_file_size_mb" in big.stderr, big.stderr
+    offline = cli("run", "st", "--", "python3", "-c",
+                  "import socket; socket.getaddrinfo('pypi.org', 443)")
+    assert offline.code == 1 and "the sandbox has no network" in offline.stderr, offline.stderr

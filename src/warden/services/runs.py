@@ -261,6 +261,17 @@ class RunService:
                     refusals.append(quota_note + "\n")
                     if notice is not None:
                         notice((quota_note + "\n").encode())
+                from warden.core.runs import explain_failure
+
+                why = explain_failure(outcome.exit_code, outcome.signal,
+                                      outcome.stderr_tail.decode("utf-8", "replace"),
+                                      oom_killed=outcome.oom_killed, network=policy is not None,
+                                      max_file_mb=self._app.settings.get_int("sandbox.max_file_size_mb"),
+                                      memory=limits.memory) if outcome.exit_code != 0 and quota_note is None else None
+                if why is not None:
+                    refusals.append(why + "\n")
+                    if notice is not None:
+                        notice((why + "\n").encode())
                 stopper = self._stopped_by(name, outcome.signal) if quota_note is None else None
                 if stopper is not None:
                     audit_base["stopped_by"] = stopper

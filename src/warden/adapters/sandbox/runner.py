@@ -62,6 +62,8 @@ class RunOutcome:
     net_events: tuple[object, ...] = ()
     truncated: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # The end of stderr, kept whether or not output was captured: what failed, in its own words.
+    stderr_tail: bytes = b""
 
 
 @cache
@@ -433,7 +435,7 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
     events = tuple(getattr(proxy, "events", ()))
     return RunOutcome(code, bytes(out_buf), bytes(err_buf), duration, timed_out, sig, oom,
                       ("cgroup " + support.mode) if cg is not None else "rlimit", seccomp_ok,
-                      events, truncated, tuple(notes))
+                      events, truncated, tuple(notes), bytes(err_tail))
 
 
 _ERR_TAIL = 4096  # enough of stderr's end for bwrap's one-line reports

@@ -1,0 +1,24 @@
+"""In-sandbox failures explained in one Warden line (pure)."""
+
+from __future__ import annotations
+
+from warden.core.runs import explain_failure
+
+FACTS = {"oom_killed": False, "network": False, "max_file_mb": 100, "memory": 512 << 20}
+
+
+def test_a_missing_program_names_what_the_sandbox_sees() -> None:
+    line = explain_failure(127, None, "bwrap: execvp pyhton: No such file or directory\n", **FACTS)
+    assert line is not None and "pyhton is not in the sandbox" in line and "warden install" in line
+    assert "not executable" in (explain_failure(126, None, "bwrap: execvp ./x: Permission denied", **FACTS) or "")
+
+
+def test_limits_and_the_network_are_named_with_their_setting() -> None:
+    assert "sandbox.max_file_size_mb" in (explain_failure(153, 25, "", **FACTS) or "")
+    assert "sandbox.max_file_size_mb" in (explain_failure(1, None, "OSError: [Errno 27] File too large", **FACTS) or "")
+    assert "--memory" in (explain_failure(137, 9, "", **{**FACTS, "oom_killed": True}) or "")
+    pip = "WARNING: Retrying ... Failed to establish a new connection: [Errno -3] Temporary failure in name resolution"
+    assert "--net allow" in (explain_failure(1, None, pip, **FACTS) or "")
+    assert explain_failure(1, None, pip, **{**FACTS, "network": True}) is None  # it had a network
+    assert explain_failure(1, None, "plain failure", **FACTS) is None
+    assert explain_failure(0, None, "Temporary failure in name resolution", **FACTS) is None
