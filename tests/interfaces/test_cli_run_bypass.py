@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,25 +12,15 @@ from tests.conftest import Cli
 from warden.api import Warden
 from warden.core.errors import Denied
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+pytestmark = [pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+              pytest.mark.shared_home]
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    home = tmp_path_factory.mktemp("bypass-home")
-    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
-    return {**keep, "HOME": str(home.parent), "WARDEN_HOME": str(home)}
-
-
-@pytest.fixture(scope="module")
-def cli(env: dict[str, str]) -> Cli:
-    return Cli(env)
-
-
-@pytest.fixture(scope="module")
-def ws(cli: Cli, env: dict[str, str]) -> Path:
-    assert cli("create", "bypass").code == 0
-    path = Path(env["WARDEN_HOME"]) / "workspaces" / "bypass"
+@pytest.fixture
+def ws(cli: Cli, home: Path) -> Path:
+    if cli("info", "bypass").code != 0:  # one workspace for the module (shared_home)
+        assert cli("create", "bypass").code == 0
+    path = home / "workspaces" / "bypass"
     (path / "evil.sh").write_text("touch pwned-by-startup\n")
     (path / ".bashrc").write_text("touch pwned-by-bashrc\n")
     return path
@@ -82,7 +71,7 @@ def test_start_up_variables_in_the_run_environment_are_refused(cli: Cli, ws: Pat
     assert not (ws / "pwned-by-startup").exists() and not (ws / "pwned-by-bashrc").exists()
 
 
-def test_python_api_refuses_start_up_variables(env: dict[str, str], ws: Path) -> None:
-    with Warden.open(env["WARDEN_HOME"], environ=env) as warden, pytest.raises(Denied, match="BASH_ENV"):
+def test_python_api_refuses_start_up_variables(environ: dict[str, str], home: Path, ws: Path) -> None:
+    with Warden.open(home, environ=environ) as warden, pytest.raises(Denied, match="BASH_ENV"):
         warden.get("bypass").run(["bash", "-c", "true"], env={"BASH_ENV": "./evil.sh"})
     assert not (ws / "pwned-by-startup").exists()
