@@ -94,14 +94,14 @@ def test_two_homes_on_one_registry_take_turns_on_a_workspace(pg_cli: Cli,
     other_home = tmp_path_factory.mktemp("node-b") / "home"
     node_b = Cli({**pg_cli.environ, "WARDEN_HOME": str(other_home)})
 
-    def archive(cli: Cli) -> int:
+    def archive(cli: Cli) -> tuple[int, str]:
         proc = subprocess.run([sys.executable, "-m", "warden", "archive", "shared"], env=cli.environ,
                               capture_output=True, timeout=120, check=False)
-        return proc.returncode
+        return proc.returncode, proc.stderr.decode()
 
     with ThreadPoolExecutor(2) as pool:
-        codes = sorted(pool.map(archive, [pg_cli, node_b]))
-    assert codes in ([0, 0], [0, 5]), codes
+        results = sorted(pool.map(archive, [pg_cli, node_b]))
+    assert [code for code, _ in results] in ([0, 0], [0, 5]), results
     assert pg_cli("info", "shared", "--json").json["data"]["status"] == "archived"
     assert pg_cli("unarchive", "shared").code == 0
     assert pg_cli("fs", "shared", "cat", "/keep.txt").stdout == "kept\n"

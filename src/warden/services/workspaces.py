@@ -413,6 +413,8 @@ class WorkspaceService:
         from warden.adapters.archive import pack_tree
 
         stamp = self._clock().strftime("%Y%m%dT%H%M%S")
+        # A home that never archived before (or another node's, on a shared registry) has none yet.
+        self.archives_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         target = self.archives_dir / f"{record.name}-{stamp}-{os.urandom(2).hex()}.tar.zst"
         limit = self._settings.get_size("workspace.archive_max_size") if self._settings is not None else None
         pack_tree(Path(record.path), target, max_bytes=limit)
@@ -422,7 +424,9 @@ class WorkspaceService:
         """Rename the folder into the trash (instant) and delete it in the background."""
         if not path.exists() and not path.is_symlink():
             return
-        trash = self.root_dir / TRASH
+        # Beside the folder, not under this node's root: a rename never crosses filesystems, and
+        # a workspace made under another root (another node's, a changed sandbox.root_dir) works.
+        trash = path.parent / TRASH
         trash.mkdir(mode=0o700, exist_ok=True)
         target = trash / f"{path.name}-{os.urandom(4).hex()}"
         os.rename(path, target)
