@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -101,3 +102,20 @@ def test_a_crafted_backup_never_writes_outside_the_home(cli: Cli, home: Path, tm
     r = cli("restore", str(tmp_path / "crafted.tgz"), "--yes")
     assert r.code == 2, r.stdout + r.stderr
     assert not (home / "workspaces").is_symlink() and not (home / "archives").is_symlink()
+
+
+def test_a_workspace_nested_deeper_than_the_recursion_limit_is_backed_up(cli: Cli, home: Path,
+                                                                         tmp_path: Path) -> None:
+    assert cli("create", "deep").code == 0
+    folder = home / "workspaces" / "deep"
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(1500):  # a bot can nest folders this deep in one command
+            os.mkdir("d", dir_fd=fd)
+            nxt = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    finally:
+        os.close(fd)
+    r = cli("backup", str(tmp_path / "deep.tgz"), "--workspaces")
+    assert r.code == 0, r.stderr

@@ -36,13 +36,16 @@ _FORMAT = b"warden-backup 1\n"
 
 
 def _add_tree(tar: tarfile.TarFile, path: Path, arcname: str) -> None:
-    """Add `path` as `arcname`, folders entry by entry, links as links (never followed)."""
-    if not os.path.lexists(path):
-        return
-    tar.add(path, arcname=arcname, recursive=False)
-    if path.is_dir() and not path.is_symlink():
-        for child in sorted(os.listdir(path)):
-            _add_tree(tar, path / child, f"{arcname}/{child}")
+    """Add `path` as `arcname`, folders entry by entry, links as links (never followed). A
+    stack, not recursion: a workspace's folders can nest deeper than Python's recursion limit."""
+    stack = [(path, arcname)]
+    while stack:
+        here, name = stack.pop()
+        if not os.path.lexists(here):
+            continue
+        tar.add(here, arcname=name, recursive=False)
+        if here.is_dir() and not here.is_symlink():
+            stack += [(here / child, f"{name}/{child}") for child in sorted(os.listdir(here), reverse=True)]
 
 
 def backup_home(home: Path, db_path: Path | None, target: Path, *, workspaces_root: Path,

@@ -54,12 +54,20 @@ def _root_fd(root: Root) -> int:
         # The bot took the bits off the folder itself (see _open_folder): they come back.
         handle = os.open(root, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            info = os.fstat(handle)
-            if info.st_uid == os.geteuid():
-                os.chmod(f"/proc/self/fd/{handle}", stat.S_IMODE(info.st_mode) | 0o700)
+            _open_up(handle)
         finally:
             os.close(handle)
         return os.open(root, _DIR)
+
+
+def _open_up(fd: int) -> None:
+    """Give u+rwx back to a folder of ours (open as O_PATH `fd`) that a bot closed off, through
+    /proc/self/fd: the very inode, never a name a link could redirect."""
+    info = os.fstat(fd)
+    if not stat.S_ISDIR(info.st_mode):
+        raise NotADirectoryError(fd)
+    if info.st_uid == os.geteuid() and info.st_mode & 0o700 != 0o700:
+        os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(info.st_mode) | 0o700)
 
 
 class GitSweep(NamedTuple):
@@ -118,11 +126,7 @@ def _open_folder(root: SafeRoot, root_fd: int, rel: str) -> int:
                 nxt = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
                 os.close(fd)
                 fd = nxt
-            info = os.fstat(fd)
-            if not stat.S_ISDIR(info.st_mode):
-                raise NotADirectoryError(rel)
-            if info.st_uid == os.geteuid() and info.st_mode & 0o700 != 0o700:
-                os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(info.st_mode) | 0o700)
+            _open_up(fd)
     finally:
         os.close(fd)
     return root.open_dir(rel)
@@ -239,10 +243,9 @@ class GitGuard:
         return state
 
     def _sweep(self, *, bot_active: bool) -> GitSweep:
-        found = scan(self.workspace)
-        keep, suspect = judge(found, _known(self._read()), bot_active=bot_active)
-        kept = {k.identity for k in keep}
-        if suspect or kept != _known(self._read()):
+        known = _known(self._read())
+        keep, suspect = judge(scan(self.workspace), known, bot_active=bot_active)
+        if suspect or {k.identity for k in keep} != known:
             # Something to move aside or to learn: again under the lock, against the state as it
             # is now (another run may have changed it since).
             with self._locked() as state:
@@ -260,7 +263,7 @@ class GitGuard:
         (workspace-relative; "" is the root) or, with None, anywhere."""
         if folders is None:
             return self._sweep(bot_active=True)
-        found = [item for rel in folders for item in _scan_folder(self.workspace, rel)]
+        found = _scan_folders(self.workspace, folders)
         if not found:
             return GitSweep((), ())  # the common case: no lock, no state written
         with self._locked() as state:
@@ -288,16 +291,21 @@ def _known(state: dict[str, object]) -> set[tuple[int, int]]:
             if isinstance(k, list) and len(k) == 2 and all(isinstance(v, int) for v in k)}
 
 
-def _scan_folder(workspace: Root, rel: str) -> list[GitControl]:
-    """The git control structures in one folder of the workspace (not below it)."""
+def _scan_folders(workspace: Root, folders: list[str]) -> list[GitControl]:
+    """The git control structures in each of `folders` of the workspace (not below them)."""
     found: list[GitControl] = []
     try:
-        with SafeRoot(_root_fd(workspace)) as root:
-            fd = root.open_dir(rel)
-    except (OSError, WardenError):
+        root = SafeRoot(_root_fd(workspace))
+    except OSError:
         return found
-    try:
-        _list(fd, rel, found, 0)
-    finally:
-        os.close(fd)
+    with root:
+        for rel in folders:
+            try:
+                fd = root.open_dir(rel)
+            except (OSError, WardenError):
+                continue
+            try:
+                _list(fd, rel, found, 0)
+            finally:
+                os.close(fd)
     return found

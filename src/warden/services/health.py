@@ -137,8 +137,10 @@ class HealthService:
 
                 sites = [(str(path), f".venv/lib/{lib}/site-packages")
                          for lib in regular_dirs(path, ".venv/lib", "") if lib.startswith("python3.")]
-                if layer_site and not any(layer_site.startswith(p.rstrip("/") + "/")
-                                          for p in _strings(record.meta.get("ro_paths"))):
+                from warden.core.paths import normalize, within
+
+                layer_site = normalize(layer_site) if layer_site and layer_site.startswith("/") else layer_site
+                if layer_site and not within(layer_site, _strings(record.meta.get("ro_paths"))):
                     # The .pth is the bot's to write: a folder that is not one of the workspace's
                     # layers is never read on its word.
                     issues.append("the venv names a folder that is not its layer")

@@ -26,6 +26,7 @@ from warden.core.workspaces import WorkspaceRecord
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
+    from warden.services.leases import Lease
 
 __all__ = ["InstallService", "record_node", "record_python"]
 
@@ -186,7 +187,8 @@ class InstallService:
         return result
 
     def install_record(self, record: WorkspaceRecord, packages: Sequence[str], *, node: bool,
-                       persist: bool) -> dict[str, Any]:
+                       persist: bool, lease: Lease | None = None) -> dict[str, Any]:
+        """Install into `record` (`lease`: the exclusive lease a caller such as repair holds)."""
         path = Path(record.path)
         settings = self._app.settings
         env: dict[str, str] = {}
@@ -222,7 +224,7 @@ class InstallService:
             trust_env, trust_paths = trust_settings(self._app.environ)
             env = {**trust_env, **env}
             ro_paths += trust_paths
-        outcome = self._run(record, argv, env, ro_paths, domains)
+        outcome = self._run(record, argv, env, ro_paths, domains, lease)
         ok = outcome["exit_code"] == 0
         result: dict[str, Any] = {"name": record.name, "packages": list(packages), "node": node, "ok": ok,
                                   "exit_code": outcome["exit_code"], "recorded_in": None,
@@ -237,13 +239,13 @@ class InstallService:
         return result
 
     def _run(self, record: WorkspaceRecord, argv: list[str], env: dict[str, str], ro_paths: list[str],
-             domains: list[str]) -> dict[str, Any]:
+             domains: list[str], lease: Lease | None) -> dict[str, Any]:
         ro = [p for p in dict.fromkeys(ro_paths) if os.path.exists(p)]
         if record.status == "ready":
             # The normal way: the runs service applies zones, path policy and auditing.
             result = self._app.runs.run(record.name, argv, env=env, ro_paths=ro, timeout=1800,
                                         net="allow" if domains else "none", allow_domains=domains,
-                                        actor="warden-install")
+                                        actor="warden-install", within=lease)
             if result.stopped_by is not None:  # the run's stderr ends with the quota's note
                 note = result.stderr.rstrip().rsplit("\n", 1)[-1].removeprefix("warden: ")
                 raise TooLarge(f"the install broke the workspace's disk quota: {note}", rule=result.stopped_by)

@@ -76,7 +76,7 @@ class LifecycleService:
         report = self.health_service.check(record)
         repaired = None
         if not report["healthy"]:
-            repaired = self.repair_record(record)
+            repaired = self.repair_record(record, lease)
             report = repaired["health"]
         status = "ready" if report["healthy"] else "broken"
         self._ws.set_status(name, status, actor=actor, action="workspace.resume",
@@ -104,7 +104,7 @@ class LifecycleService:
             raise Conflict(f"workspace {name!r} was being created from a project blob when its creator "
                            f"stopped, so its files are incomplete; `warden destroy {name} --no-archive "
                            "--yes` and create it again")
-        result = self.repair_record(record)
+        result = self.repair_record(record, lease)
         health = result["health"]
         if record.status in ("broken", "creating") and health["healthy"]:
             self._ws.set_status(name, "ready", actor=actor, action="workspace.repair",
@@ -116,11 +116,12 @@ class LifecycleService:
                                    detail={"fixed": result["fixed"], "failed": result["failed"]})
         return {**health, "fixed": result["fixed"], "failed": result["failed"]}
 
-    def repair_record(self, record: WorkspaceRecord) -> dict[str, Any]:
-        installer = self._installer()
-        return self.health_service.repair(record, install=installer)
+    def repair_record(self, record: WorkspaceRecord, lease: Lease | None = None) -> dict[str, Any]:
+        """Repair `record`; `lease` is the exclusive lease the caller holds on it, which the
+        reinstalls run under (they could not take a lease of their own beside it)."""
+        return self.health_service.repair(record, install=self._installer(lease))
 
-    def _installer(self) -> Any:
+    def _installer(self, lease: Lease | None) -> Any:
         from warden.services.installs import InstallService
 
         service = InstallService(self._app)
@@ -128,7 +129,7 @@ class LifecycleService:
             return None
 
         def install(record: WorkspaceRecord, packages: list[str], node: bool) -> None:
-            service.install_record(record, packages, node=node, persist=False)
+            service.install_record(record, packages, node=node, persist=False, lease=lease)
 
         return install
 
@@ -201,7 +202,7 @@ class LifecycleService:
         meta = {k: v for k, v in record.meta.items() if k not in ("archive", "status_before_archive")}
         self._ws.set_status(name, "ready", meta=meta, actor=actor, action="workspace.unarchive",
                             detail={"archive": archive}, expected=record, lease=lease)
-        repaired = self.repair_record(self._ws.get(name))
+        repaired = self.repair_record(self._ws.get(name), lease)
         status = "ready" if repaired["health"]["healthy"] else "broken"
         if status != "ready":
             self._ws.set_status(name, status, actor=actor, action="workspace.unarchive",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from warden.bootstrap import App
     from warden.core.network import NetworkPolicy
     from warden.core.workspaces import WorkspaceRecord
+    from warden.services.leases import Lease
 
 __all__ = ["REFUSED_EXIT", "RunService"]
 
@@ -115,9 +116,12 @@ class RunService:
             env: Mapping[str, str] | None = None, stdin: bytes | str | int | None = None,
             on_stdout: Sink | None = None, on_stderr: Sink | None = None, capture: bool = True,
             on_notice: Sink | None = None, actor: str = "user", session: str | None = None,
-            ro_paths: Sequence[str] = (), max_output: int | None = None) -> RunResult:
+            ro_paths: Sequence[str] = (), max_output: int | None = None,
+            within: Lease | None = None) -> RunResult:
         """Run `argv` in workspace `name`; the command's status, output and timing (captured
-        output kept up to `max_output` bytes per stream, the runner's own cap by default)."""
+        output kept up to `max_output` bytes per stream, the runner's own cap by default).
+        `within`: an exclusive lease on `name` the caller holds (repair reinstalling packages),
+        under which the run goes instead of taking a shared one."""
         from warden.adapters.sandbox.host import build_spec
         from warden.adapters.sandbox.runner import run_sandboxed
 
@@ -147,9 +151,8 @@ class RunService:
                                      trusted_dirs=[*_SYSTEM_BINS, f"{ws}/.venv/bin", f"{ws}/node_modules/.bin"],
                                      cwd=ws, env=env or {})
             if not decision.allowed:
-                self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
-                                       rule=decision.rule, result="refused", detail=audit_base)
-                raise _refused(Denied(f"{decision.reason} (rule {decision.rule})", rule=decision.rule))
+                raise self._refuse(Denied(f"{decision.reason} (rule {decision.rule})", rule=decision.rule),
+                                   actor, name, audit_base)
         paths = self._path_policy(record, session)
         if paths["covering_deny"]:
             # Every file of the workspace is denied (fs and `sandbox check` say so): running in it
@@ -157,22 +160,17 @@ class RunService:
             where = paths["covering_deny"][0]
             covered = Denied(f"workspace {name!r} lies under the denied path {where}; `warden sandbox list "
                              f"--workspace {name}` shows where it is denied", rule="paths.denied")
-            self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
-                                   rule="paths.denied", result="refused", detail=audit_base)
-            raise _refused(covered)
+            raise self._refuse(covered, actor, name, audit_base)
         try:  # the disk quota (services/quota.py): nothing starts when the home's disk is nearly full
             self._app.quota.check_free()
         except Unavailable as exc:
-            self._app.audit.record(actor=actor, action="run", target=name, decision="deny", rule=exc.rule or "",
-                                   result="unavailable", detail=audit_base)
-            raise _refused(exc) from None
+            raise self._refuse(exc, actor, name, audit_base, result="unavailable", rule=exc.rule or "") from None
         run_id = os.urandom(8).hex()
         audit_base["run_id"] = run_id
         intent = _Intent(run_id, record, actor, list(argv), audit_base)
         with contextlib.ExitStack() as held:
             try:
-                held.enter_context(self._app.leases.hold(name, "shared", "run", on_take=self._take(intent),
-                                                         on_release=self._give_back(intent)))
+                held.enter_context(self._lease(name, intent, within))
             except (Locked, Unavailable, Conflict) as exc:
                 # A lifecycle change holds (or changed) the workspace, or the intent could not be
                 # recorded (a full disk, a locked registry): nothing runs without its audit row.
@@ -207,22 +205,22 @@ class RunService:
                                       network=policy is not None,
                                       tmp_size=limits.memory)
                 except Denied as exc:
-                    guard.after()
-                    self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
-                                           rule=exc.rule or "sandbox", result="refused", detail=audit_base)
-                    raise _refused(exc) from None
+                    for other in (guard, *(g for _, g in allowed_git)):
+                        other.after()
+                    raise self._refuse(exc, actor, name, audit_base) from None
                 refusals: list[str] = []
                 lock = threading.Lock()
 
-                def on_net_event(event: Any) -> None:
-                    if event.allowed:
-                        return
-                    line = f"warden: network refused {event.method} {event.host}:{event.port}: {event.reason}\n"
+                def say(line: str) -> None:
+                    """One line of Warden's own on the run's stderr (kept, and shown as it comes)."""
                     with lock:
-                        refusals.append(line)
-                    notice = on_notice or on_stderr
+                        refusals.append(line + "\n")
                     if notice is not None:
-                        notice(line.encode())
+                        notice((line + "\n").encode())
+
+                def on_net_event(event: Any) -> None:
+                    if not event.allowed:
+                        say(f"warden: network refused {event.method} {event.host}:{event.port}: {event.reason}")
 
                 stdin_arg: bytes | int | None = stdin.encode() if isinstance(stdin, str) else stdin
                 try:
@@ -245,22 +243,16 @@ class RunService:
 
                     hint = userns_fix() if exc.rule == "sandbox.setup_failed" else None
                     message = exc.message + (f"; {hint}" if hint else "")
-                    self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
-                                           rule=exc.rule or "sandbox.unavailable", result="unavailable",
-                                           detail=audit_base)
-                    raise _refused(Unavailable(message, rule=exc.rule)) from None
+                    raise self._refuse(Unavailable(message, rule=exc.rule), actor, name, audit_base,
+                                       result="unavailable", rule=exc.rule or "sandbox.unavailable") from None
                 except Denied as exc:  # a protected path became a link between the check and the mount
-                    self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
-                                           rule=exc.rule or "sandbox", result="refused", detail=audit_base)
-                    raise _refused(exc) from None
+                    raise self._refuse(exc, actor, name, audit_base) from None
                 quota_note = self._app.quota.stop_note(watcher, name, outcome.exit_code)
                 if watcher.notes:  # the quota held by rescans, or its watcher failed
                     audit_base["quota_notes"] = list(watcher.notes)
                 if quota_note is not None:
                     audit_base["stopped_by"] = str(watcher.breach)
-                    refusals.append(quota_note + "\n")
-                    if notice is not None:
-                        notice((quota_note + "\n").encode())
+                    say(quota_note)
                 from warden.core.runs import explain_failure
 
                 why = explain_failure(outcome.exit_code, outcome.signal,
@@ -269,16 +261,11 @@ class RunService:
                                       max_file_mb=self._app.settings.get_int("sandbox.max_file_size_mb"),
                                       memory=limits.memory) if outcome.exit_code != 0 and quota_note is None else None
                 if why is not None:
-                    refusals.append(why + "\n")
-                    if notice is not None:
-                        notice((why + "\n").encode())
+                    say(why)
                 stopper = self._stopped_by(name, outcome.signal) if quota_note is None else None
                 if stopper is not None:
                     audit_base["stopped_by"] = stopper
-                    line = f"warden: the command was stopped by {stopper}\n"
-                    refusals.append(line)
-                    if notice is not None:
-                        notice(line.encode())
+                    say(f"warden: the command was stopped by {stopper}")
                 intent.outcome = outcome  # audited with the lease's release, in one transaction
                 stderr = outcome.stderr.decode("utf-8", "replace") + "".join(refusals)
                 if outcome.truncated:
@@ -287,6 +274,34 @@ class RunService:
                 return RunResult(exit_code=outcome.exit_code, stdout=outcome.stdout.decode("utf-8", "replace"),
                                  stderr=stderr, duration_s=outcome.duration_s, timed_out=outcome.timed_out,
                                  signal=outcome.signal, stopped_by=watcher.breach)
+
+    def _refuse(self, exc: WardenError, actor: str, name: str, detail: Mapping[str, Any], *,
+                result: str = "refused", rule: str | None = None) -> WardenError:
+        """Audit a run Warden did not start, and mark `exc` so its status is 126."""
+        self._app.audit.record(actor=actor, action="run", target=name, decision="deny",
+                               rule=rule if rule is not None else exc.rule or "sandbox", result=result,
+                               detail=dict(detail))
+        return _refused(exc)
+
+    @contextlib.contextmanager
+    def _lease(self, name: str, intent: _Intent, within: Lease | None) -> Iterator[None]:
+        """The run's shared lease with its intent and outcome written as it is taken and given
+        back; under a caller's exclusive lease, the same writes in transactions of their own."""
+        if within is None:
+            with self._app.leases.hold(name, "shared", "run", on_take=self._take(intent),
+                                       on_release=self._give_back(intent)):
+                yield
+            return
+        if within.workspace != name or within.mode != "exclusive":
+            raise InvalidInput(f"a run in {name!r} can only go under that workspace's exclusive lease")
+        with self._app.db.transaction() as tx:
+            self._app.leases.check(tx, within)
+            self._take(intent)(tx, within)
+        try:
+            yield
+        finally:
+            with self._app.db.transaction() as tx:
+                self._give_back(intent)(tx)
 
     def _stopped_by(self, name: str, sig: int | None) -> str | None:
         """Which lifecycle command ended a run killed by a signal (archive, destroy and suspend
@@ -352,7 +367,7 @@ class RunService:
                                "run it again")
             # Another run in progress here, or one that died unswept: what git files appeared
             # since are a bot's (adapters/gitguard).
-            intent.others = any(row["workspace"] == name for row in in_progress.of_workspace(tx, name))
+            intent.others = bool(in_progress.of_workspace(tx, name))
             self.mark_lost(tx)
             leases = self._app.leases
             in_progress.insert(tx, intent.run_id, name, intent.actor, leases.node, os.getpid(),

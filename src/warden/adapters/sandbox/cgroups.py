@@ -150,11 +150,7 @@ class Cgroup:
                 os.close(fd)
         self.procs_fds.clear()
         for version, path in self.dirs:
-            try:
-                os.rmdir(path)
-            except FileNotFoundError:
-                pass
-            except OSError:
+            if not _gone(path):
                 Cgroup([(version, path)]).kill()
                 _remember(path)
         self.dirs.clear()
@@ -173,17 +169,21 @@ def _remember(path: str) -> None:
         _stale.append(path)
 
 
+def _gone(path: str) -> bool:
+    """Remove an emptied run cgroup; False while the kernel still counts it busy."""
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
 def sweep() -> None:
     """Remove the run cgroups that were still busy when their run ended."""
     with _stale_lock:
-        for path in list(_stale):
-            try:
-                os.rmdir(path)
-                _stale.remove(path)
-            except FileNotFoundError:
-                _stale.remove(path)
-            except OSError:
-                pass
+        _stale[:] = [path for path in _stale if not _gone(path)]
 
 
 def sweep_orphans(support: CgroupSupport) -> list[str]:
@@ -204,22 +204,14 @@ def sweep_orphans(support: CgroupSupport) -> list[str]:
             if match is None or alive(int(match[1]), int(match[2])):
                 continue
             path = f"{base}/{name}"
-            try:
-                os.rmdir(path)
-            except FileNotFoundError:
-                continue
-            except OSError:
+            if not _gone(path):
                 # Still busy: what the dead run left is killed, and the kernel needs a moment to
                 # release the group once its last process is reaped.
                 Cgroup([(version, path)]).kill()
                 for _ in range(40):
-                    try:
-                        os.rmdir(path)
+                    if _gone(path):
                         break
-                    except FileNotFoundError:
-                        break
-                    except OSError:
-                        time.sleep(0.025)
+                    time.sleep(0.025)
             if not os.path.exists(path):
                 removed.append(path)
     return removed
