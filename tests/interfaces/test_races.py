@@ -204,3 +204,26 @@ def test_doctor_fix_sweeps_what_killed_runs_left(cli: Cli, home: Path) -> None:
             assert not list(Path(spec[1]).glob(f"warden-{run.pid}-*"))
     again = cli("doctor", "--fix", "--json").json["data"]["swept"]
     assert again["lost_runs"] == [] and again["temp_files"] == []
+
+
+def test_doctor_fix_stops_a_sandbox_its_killed_warden_left_running(cli: Cli, home: Path) -> None:
+    """A Warden killed right after starting bwrap: the sandbox (reparented, without its limits)
+    carries on. `doctor --fix` finds it by its folder and its parentless state, and ends it."""
+    assert cli("create", "orphan").code == 0
+    ws = home / "workspaces" / "orphan"
+    # The shell that starts bwrap exits at once, as a killed Warden would: bwrap is reparented.
+    subprocess.run(["sh", "-c", "bwrap --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib "
+                                "--symlink usr/lib64 /lib64 --unshare-pid -- /usr/bin/sleep 300 "
+                                ">/dev/null 2>&1 &"], cwd=ws, check=True)
+    from warden.adapters.processes import orphan_sandboxes
+
+    deadline = time.monotonic() + 10
+    while not orphan_sandboxes([str(ws)]):
+        assert time.monotonic() < deadline, "the stray sandbox did not start"
+        time.sleep(0.05)
+    swept = cli("doctor", "--fix", "--json").json["data"]["swept"]
+    assert swept["orphan_sandboxes"]
+    deadline = time.monotonic() + 10
+    while orphan_sandboxes([str(ws)]):
+        assert time.monotonic() < deadline, "the stray sandbox is still running"
+        time.sleep(0.05)

@@ -15,7 +15,8 @@ import signal
 import time
 from collections.abc import Iterable
 
-__all__ = ["alive", "start_time", "stop_processes", "workspace_processes"]
+__all__ = ["alive", "kill_orphan_sandboxes", "orphan_sandboxes", "start_time", "stop_processes",
+           "workspace_processes"]
 
 
 def start_time(pid: int) -> int | None:
@@ -117,6 +118,54 @@ def workspace_processes(root: str) -> set[int]:
         found.add(pid)
         todo.extend(children.get(pid, ()))
     return found
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as handle:
+            return handle.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def orphan_sandboxes(roots: Iterable[str]) -> set[int]:
+    """Sandboxes whose Warden died before it could let them go or kill them, with their trees.
+
+    bwrap's --die-with-parent arms itself only once bwrap runs: a Warden killed right after
+    starting it leaves a bwrap that carries on (without the run's limits, which Warden applies
+    after start-up), reparented to init or a session's subreaper. Found as a bwrap whose parent
+    is such, working in a folder under `roots` (Warden's home, the workspaces root).
+    """
+    own = {os.getpid(), os.getppid()}
+    parents = _parents()
+    found: set[int] = set()
+    for pid, parent in parents.items():
+        if pid in own or _comm(pid) != "bwrap" or not (parent == 1 or _comm(parent) == "systemd"):
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if any(_inside(cwd, root) for root in roots):
+            found.add(pid)
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    todo = list(found)
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def kill_orphan_sandboxes(roots: Iterable[str]) -> list[int]:
+    """SIGKILL what `orphan_sandboxes` finds; the pids killed."""
+    pids = orphan_sandboxes(roots)
+    _signal_all(pids, signal.SIGKILL)
+    return sorted(pids)
 
 
 def _signal_all(pids: Iterable[int], sig: int) -> None:

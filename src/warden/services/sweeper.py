@@ -1,8 +1,9 @@
 """What crashes leave behind, swept: at the start of `warden serve` and by `warden doctor --fix`.
 
 A process killed mid-way (kill -9, a power cut) leaves what its own clean-up would have
-removed: run cgroups, half-written archives, half-built layers, folders in the trash that the
-background `rm` never finished, and runs whose outcome was never written. Each is recognised
+removed: a sandbox it had just started (still running, without its limits), run cgroups,
+half-written archives, half-built layers, folders in the trash that the background `rm` never
+finished, and runs whose outcome was never written. Each is recognised
 by the liveness of the process that made it (pid and start time), so nothing in use is touched.
 Folders under the workspaces root that the registry does not know are reported, never removed:
 they may be the person's.
@@ -39,6 +40,15 @@ class Sweeper:
 
         app = self._app
         report: dict[str, Any] = {"dry_run": dry_run}
+        roots = [str(app.home.root), str(app.root_dir)]
+        if dry_run:
+            from warden.adapters.processes import orphan_sandboxes
+
+            report["orphan_sandboxes"] = sorted(orphan_sandboxes(roots))
+        else:
+            from warden.adapters.processes import kill_orphan_sandboxes
+
+            report["orphan_sandboxes"] = kill_orphan_sandboxes(roots)
         report["cgroups"] = [] if dry_run else cgroups.sweep_orphans(cgroups.detect())
         temp: list[str] = []
         archives = app.home.archives
