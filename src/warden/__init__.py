@@ -42,7 +42,7 @@ __all__ = [
     "Workspace",
 ]
 
-__version__ = "0.1.0"
+from warden._version import __version__ as __version__
 
 
 def __getattr__(name: str) -> Any:

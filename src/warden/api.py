@@ -1,4 +1,4 @@
-"""The Python API: `Warden.open()` → `Workspace` objects (INTERFACES.md, "Python")."""
+"""The Python API: `Warden.open()` → `Workspace` objects (names pinned by tests/test_public_api.py)."""
 
 from __future__ import annotations
 
@@ -51,10 +51,13 @@ class Workspace:
             env: Mapping[str, str] | None = None, stdin: bytes | str | None = None,
             memory: str | int | None = None, cpu: int | None = None, pids: int | None = None,
             net: str | None = None, allow_domains: Sequence[str] = ()) -> RunResult:
-        """Run `argv` in this workspace's sandbox and wait for it; Denied when refused."""
-        return self._app.runs.run(self.name, argv, timeout=timeout, env=env, stdin=stdin,
-                                  memory=memory, cpu=cpu, pids=pids, net=net,
-                                  allow_domains=allow_domains)
+        """Run `argv` in this workspace's sandbox and wait for it; a `Refused` error (a Denied,
+        Locked, ... as the reason was) when Warden would not start it."""
+        from warden.services.runs import RunRequest
+
+        return self._app.runs.execute(RunRequest(self.name, argv, timeout=timeout, memory=memory, cpu=cpu,
+                                                 pids=pids, net=net, allow_domains=allow_domains,
+                                                 env=env or {}, stdin=stdin))
 
     def refresh(self) -> Workspace:
         self.record = self._app.workspaces.get(self.name)

@@ -11,18 +11,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from warden.adapters.config_file import read_config
-from warden.adapters.store.db import Database, open_database
+from warden.adapters.store.db import open_database
+from warden.adapters.store.registry import SqlRegistry
 from warden.core.settings import Settings, resolve
 from warden.services.audit import AuditLog
 from warden.services.workspaces import WorkspaceService
 
 if TYPE_CHECKING:
     from warden.adapters.keystore import Keystore
+    from warden.core.ports import ConfigFile
     from warden.core.workspaces import WorkspaceRecord
     from warden.core.zones import Zone
     from warden.services.auth import AuthService
+    from warden.services.bot_requests import BotRequestService
     from warden.services.files import Approver, FileService
     from warden.services.grants import GrantService
+    from warden.services.health import HealthService
+    from warden.services.installs import InstallService
     from warden.services.layers import LayerService
     from warden.services.leases import LeaseService
     from warden.services.lifecycle import LifecycleService
@@ -30,8 +35,10 @@ if TYPE_CHECKING:
     from warden.services.runs import RunService
     from warden.services.sandbox_paths import SandboxPaths
     from warden.services.secrets import SecretService
+    from warden.services.settings import HomeSetup
+    from warden.services.sweeper import Sweeper
 
-__all__ = ["App", "Home", "bootstrap", "load_settings"]
+__all__ = ["App", "Home", "bootstrap", "config_file", "load_settings"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,7 @@ class Home:
 
     @property
     def sandbox_paths(self) -> Path:
-        """Global allowed/denied paths (seed 004's file format)."""
+        """Global allowed/denied paths (JSON: `allowed_paths`/`denied_paths` lists of {path, mode})."""
         return self.root / "sandbox_paths.json"
 
     @classmethod
@@ -100,59 +107,129 @@ class App:
         return Path(os.path.expanduser(configured)).absolute() if configured else self.home.root / "workspaces"
 
     @cached_property
-    def db(self) -> Database:
+    def registry(self) -> SqlRegistry:
+        """Workspaces, bots, grants, secrets, leases and the audit log (SQLite, or WARDEN_DATABASE_URL)."""
         from warden.adapters.home_state import check_registry
 
         self.home.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         url = self.environ.get("WARDEN_DATABASE_URL")
         if url is None:  # the SQLite default: a set-up home whose registry is gone is an error
             check_registry(self.home.root, self.home.root / "warden.db")
-        return open_database(url, self.home.root, busy_timeout=_busy_timeout(self.environ))
+        return SqlRegistry(open_database(url, self.home.root, busy_timeout=_busy_timeout(self.environ)))
 
     @cached_property
     def audit(self) -> AuditLog:
-        return AuditLog(self.db, self.clock)
+        return AuditLog(self.registry, self.clock)
 
     @cached_property
     def workspaces(self) -> WorkspaceService:
-        return WorkspaceService(self.db, self.audit, self.root_dir, self.clock,
-                                layers=lambda: self.layers, settings=self.settings,
-                                archives=self.home.archives, quota=lambda: self.quota,
-                                leases=lambda: self.leases)
+        from warden.adapters.gitguard import HostGitDefuser
+        from warden.adapters.processes import HostProcesses
+        from warden.adapters.workspace_io import HostArchives, HostWorkspaceIO
+        from warden.services.archives import ArchiveShelf
+        from warden.services.folders import FolderService
+
+        folders = FolderService(HostWorkspaceIO(), HostGitDefuser(), self.settings, quota=lambda: self.quota)
+        shelf = ArchiveShelf(HostArchives(), self.home.archives, self.clock, self.settings)
+        return WorkspaceService(self.registry, self.audit, self.clock, root_dir=self.root_dir, folders=folders,
+                                shelf=shelf, processes=HostProcesses(), node=os.uname().nodename,
+                                layers=lambda: self.layers, leases=lambda: self.leases)
+
+    @cached_property
+    def health(self) -> HealthService:
+        """`warden health NAME [--repair]`: checks a workspace folder and repairs it."""
+        from warden.adapters.workspace_io import HostWorkspaceIO
+        from warden.services.health import HealthService
+
+        return HealthService(self.workspaces, self.workspaces.folders, self.layers, HostWorkspaceIO())
+
+    @cached_property
+    def installs(self) -> InstallService:
+        """`warden install`: packages added to one workspace, in the sandbox."""
+        from warden.adapters.safefs import HostSafeRoots
+        from warden.adapters.sandbox.tool_runner import NpmTarballFiles, SandboxedTools
+        from warden.adapters.workspace_io import HostWorkspaceIO
+        from warden.services.installs import InstallService
+
+        return InstallService(self.workspaces, self.quota, self.audit, lambda: self.runs,
+                              tools=SandboxedTools(self.environ), roots=HostSafeRoots(), files=HostWorkspaceIO(),
+                              tarballs=NpmTarballFiles(), settings=self.settings)
+
+    @cached_property
+    def home_setup(self) -> HomeSetup:
+        """`warden init`: the folders, config, registry and keys of $WARDEN_HOME."""
+        from warden.adapters.home_files import HostHomeFiles
+        from warden.services.settings import HomeSetup
+
+        home = self.home
+        folders = [(home.root, 0o700), (home.keys, 0o700), (home.layers, 0o755), (home.archives, 0o700),
+                   (home.templates, 0o755), (self.root_dir, 0o755)]
+        return HomeSetup(root=home.root, folders=folders, config=home.config, files=HostHomeFiles(home.root),
+                         open_registry=lambda: self.registry, keys=lambda: self.keystore,
+                         audit=lambda: self.audit, clock=self.clock)
 
     @cached_property
     def leases(self) -> LeaseService:
         """Workspace leases (exclusive for lifecycle changes, shared for runs and writes)."""
+        from warden.adapters.processes import HostProcesses
         from warden.services.leases import LeaseService
 
-        return LeaseService(self.db, self.clock, os.uname().nodename)
+        return LeaseService(self.registry, HostProcesses(), self.clock, os.uname().nodename)
 
     @cached_property
     def quota(self) -> QuotaService:
         """The disk quota of workspaces (workspace.max_disk, max_files, min_free)."""
+        from warden.adapters.quota import HostDisk
         from warden.services.quota import QuotaService
 
-        return QuotaService(self.settings, self.home.root)
+        return QuotaService(self.settings, self.home.root, HostDisk())
 
     @cached_property
     def layers(self) -> LayerService:
+        from warden.adapters.envs.host_layers import FileResolutionCache, HostLayerBuilder, HostLayerStore
         from warden.services.layers import LayerService
+        from warden.services.templates import TemplateCatalog
 
-        return LayerService(self.home.layers, self.home.templates, self.settings, self.environ,
-                            cache_dir=self.home.cache)
+        store = HostLayerStore(self.home.layers)
+        return LayerService(store, HostLayerBuilder(store, self.environ, cache_dir=self.home.cache),
+                            FileResolutionCache(self.home.layers / "_resolved"), TemplateCatalog(self.home.templates),
+                            self.settings)
 
     @cached_property
     def lifecycle(self) -> LifecycleService:
+        from warden.adapters.processes import HostProcesses
+        from warden.adapters.unarchive import HostUnarchiver
         from warden.services.lifecycle import LifecycleService
 
-        return LifecycleService(self)
+        return LifecycleService(workspaces=self.workspaces, audit=self.audit, processes=HostProcesses(),
+                                health=lambda: self.health, installs=lambda: self.installs,
+                                layers=lambda: self.layers, unarchiver=HostUnarchiver(), clock=self.clock)
+
+    @cached_property
+    def sweeper(self) -> Sweeper:
+        """What crashes left behind, swept (`warden serve` at start, `warden doctor --fix`)."""
+        from warden.adapters.gitguard import HostGitGuards
+        from warden.adapters.leftovers import HostLeftovers
+        from warden.adapters.processes import HostProcesses
+        from warden.adapters.sandbox.cgroups import HostCgroups
+        from warden.services.runs_in_progress import RunsInProgress
+        from warden.services.sweeper import Sweeper
+
+        processes = HostProcesses()
+        return Sweeper(registry=self.registry, workspaces=self.workspaces,
+                       runs=RunsInProgress(self.audit, processes, self.clock, self.leases.node),
+                       layers=lambda: self.layers, processes=processes, cgroups=HostCgroups(),
+                       git=HostGitGuards(), leftovers=HostLeftovers(), home=self.home.root,
+                       root_dir=self.root_dir, archives=self.home.archives)
 
     @cached_property
     def sandbox_paths(self) -> SandboxPaths:
+        from warden.adapters.policy_files import HostPolicyFiles
+        from warden.adapters.sandbox.mountsrc import HostMountJudge
         from warden.services.sandbox_paths import SandboxPaths
 
-        return SandboxPaths(self.home.sandbox_paths, self.audit, self.clock,
-                            block_system=self.settings.get_bool("sandbox.block_system_paths"),
+        return SandboxPaths(self.home.sandbox_paths, self.audit, self.clock, files=HostPolicyFiles(),
+                            mounts=HostMountJudge(), block_system=self.settings.get_bool("sandbox.block_system_paths"),
                             user_home=self.environ.get("HOME"), warden_home=str(self.home.root),
                             workspaces_root=str(self.root_dir))
 
@@ -160,10 +237,13 @@ class App:
               approver: Approver | None = None, session: str | None = None,
               scope: Mapping[str, Zone] | None = None) -> FileService:
         """Safe file operations on one workspace; `approver` None: `ask` zones need a person."""
+        from warden.adapters.gitguard import HostGitDefuser
+        from warden.adapters.safefs import HostSafeRoots
         from warden.services.files import FileService
 
         record = self.workspaces.get(workspace) if isinstance(workspace, str) else workspace
-        return FileService(record, paths=self.sandbox_paths, audit=self.audit,
+        return FileService(record, paths=self.sandbox_paths, audit=self.audit, roots=HostSafeRoots(),
+                           git=HostGitDefuser(),
                            max_bytes=self.settings.get_int("sandbox.max_file_size_mb") * 1024 * 1024,
                            actor=actor, approver=approver, session=session, scope=scope,
                            quota=self.quota, leases=self.leases,
@@ -184,13 +264,13 @@ class App:
         from warden.adapters.keystore import Keystore
 
         return Keystore(self.home.keys, self.environ,
-                        required=lambda name: key_required(self.home.root, name, lambda: self.db))
+                        required=lambda name: key_required(self.home.root, name, lambda: self.registry.db))
 
     @cached_property
     def grants(self) -> GrantService:
         from warden.services.grants import GrantService
 
-        return GrantService(self.db, self.audit, self.keystore, self.workspaces, self.clock,
+        return GrantService(self.registry, self.audit, self.keystore, self.workspaces, self.clock,
                             default_ttl=timedelta(seconds=self.settings.get_seconds("grants.default_ttl")),
                             max_ttl=timedelta(seconds=self.settings.get_seconds("grants.max_ttl")),
                             zones_of=lambda record: self.sandbox_paths.zones(record))
@@ -199,23 +279,42 @@ class App:
     def secrets(self) -> SecretService:
         from warden.services.secrets import SecretService
 
-        return SecretService(self.db, self.audit, self.keystore, self.clock)
+        return SecretService(self.registry, self.audit, self.keystore, self.clock)
 
     @cached_property
     def auth(self) -> AuthService:
         from warden.services.auth import AuthService
 
-        return AuthService(self.grants, self.workspaces, self.clock)
+        return AuthService(self.grants, self.workspaces, self.clock, audit=self.audit,
+                           secrets=lambda: self.secrets)
 
     @cached_property
     def runs(self) -> RunService:
-        from warden.services.runs import RunService
+        from warden.adapters.gitguard import HostGitGuards
+        from warden.adapters.processes import HostProcesses
+        from warden.adapters.sandbox.bubblewrap import BubblewrapSandbox
+        from warden.adapters.sandbox.mountsrc import HostMountSources
+        from warden.services.runs import RunService, RunSettings
+        from warden.services.runs_in_progress import RunsInProgress
 
-        return RunService(self)
+        records = RunsInProgress(self.audit, HostProcesses(), self.clock, self.leases.node)
+        return RunService(registry=self.registry, audit=self.audit, workspaces=self.workspaces,
+                          leases=self.leases, quota=self.quota, paths=self.sandbox_paths,
+                          settings=RunSettings.from_settings(self.settings),
+                          sandbox=BubblewrapSandbox(self.environ), records=records,
+                          git=HostGitGuards(), mounts=HostMountSources(str(self.home.root), str(self.root_dir)))
+
+    @cached_property
+    def bot_requests(self) -> BotRequestService:
+        """The bot protocol's requests (ask for a workspace, exec, grant), for every front end."""
+        from warden.services.bot_requests import BotRequestService, RequestSettings
+        return BotRequestService(workspaces=self.workspaces, grants=self.grants, auth=self.auth,
+                                 secrets=self.secrets, runs=self.runs, installs=lambda: self.installs,
+                                 settings=RequestSettings.from_settings(self.settings))
 
     def close(self) -> None:
-        if "db" in self.__dict__:
-            self.db.close()
+        if "registry" in self.__dict__:
+            self.registry.close()
 
 
 def _busy_timeout(environ: Mapping[str, str]) -> float:
@@ -242,3 +341,10 @@ def bootstrap(home: str | os.PathLike[str] | None = None, *,
     env = dict(os.environ) if environ is None else dict(environ)
     located = Home.locate(home, env)
     return App(located, load_settings(located, env), env, clock or utc_now)
+
+
+def config_file(home: Home) -> ConfigFile:
+    """`home`'s config.toml, for `warden config set` (which must work while another setting is wrong)."""
+    from warden.adapters.home_files import HostConfigFile
+
+    return HostConfigFile(home.config)

@@ -2,7 +2,7 @@
 
     from warden.client import Client
     client = Client("http://127.0.0.1:8787", token)        # token defaults to $WARDEN_TOKEN
-    ws = client.create_workspace("demo")                     # seed 000's workspace request
+    ws = client.create_workspace("demo")                     # needs the bot's identity token
     ws.run(["python", "-c", "print(1)"]).stdout
     ws.files.write("notes/a.txt", b"hi"); ws.files.read("notes/a.txt")
     child = ws.grant("helper-bot", ["read"], ttl="1h")       # needs admin; never wider
@@ -143,7 +143,7 @@ class Client:
     def create_workspace(self, name: str, *, python: str | None = None, requirements: Sequence[str] = (),
                          template: str | None = None, project_blob: str | bytes | None = None,
                          bot: str | None = None) -> CreatedWorkspace:
-        """Seed 000's request: a new workspace and a grant token for it (needs an identity token)."""
+        """The bot protocol's request: a new workspace and a grant token for it (needs an identity token)."""
         import base64
 
         params: dict[str, Any] = {"name": name, "requirements": list(requirements)}

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from warden.adapters import openat2, safefs
-from warden.adapters.safefs import SafeRoot
+from warden.adapters import safefs
+from warden.adapters.safefs import SafeRoot, openat2
 from warden.core.errors import Denied, InvalidInput, NotFound, TooLarge, WardenError
 from warden.core.paths import canonical, within
 

@@ -1,4 +1,4 @@
-"""Foreign errors are classified by cause: a locked registry, a full disk."""
+"""Foreign errors are classified by cause: a locked registry, a full disk; a refusal keeps its cause."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from warden.core.errors import Locked, Unavailable, classify
+from warden.core.errors import Denied, Locked, Refused, Unavailable, classify
 from warden.core.limits import Limits, apply_overrides
 
 
@@ -43,3 +43,16 @@ def test_a_permission_error_is_one_line_of_denied() -> None:
 
     mapped = classify(PermissionError(13, "Permission denied", "/root/x.tgz"))
     assert isinstance(mapped, Denied) and "/root/x.tgz" in mapped.message
+
+
+def test_a_refusal_is_its_reason_with_exit_status_126() -> None:
+    reason = Denied("curl is not an allowed command", rule="sandbox.allowed_commands")
+    reason.extra = "kept"  # type: ignore[attr-defined]
+    refused = Refused.of(reason)
+    assert isinstance(refused, Denied) and isinstance(refused, Refused)
+    assert (refused.code, refused.message, refused.rule, refused.exit_status) == (
+        "denied", "curl is not an allowed command", "sandbox.allowed_commands", 126)
+    assert refused.extra == "kept" and str(refused) == str(reason)  # type: ignore[attr-defined]
+    assert Refused.of(refused) is refused
+    assert type(Refused.of(Denied("again"))) is type(refused)  # one refused class per reason class
+    assert not isinstance(Refused.of(Locked("held")), Denied)

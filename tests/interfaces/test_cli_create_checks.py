@@ -9,15 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import Cli
-from warden.adapters.store import workspaces as rows
 from warden.bootstrap import App
 from warden.core.workspaces import WorkspaceRecord
 
 
 def test_a_registered_name_is_refused_first(app: App, cli: Cli, home: Path) -> None:
     now = "2025-01-01T00:00:00+00:00"
-    with app.db.transaction() as tx:
-        rows.insert(tx, WorkspaceRecord(id="ws_0", name="taken", path=str(home / "workspaces" / "taken"),
+    with app.registry.transaction() as tx:
+        tx.workspaces.insert(WorkspaceRecord(id="ws_0", name="taken", path=str(home / "workspaces" / "taken"),
                                         type="user", status="ready", created_at=now, last_accessed=now))
     result = cli("create", "taken", "--template", "nosuch", "--json")
     assert result.code == 5, result.stdout

@@ -13,9 +13,9 @@ import pytest
 from tests.support.servers import ThreadServer
 from warden.bootstrap import App, bootstrap
 from warden.core.errors import Conflict, Denied, InvalidInput, Locked, NotFound, TimedOut, TooLarge, Unavailable
-from warden.interfaces.http.app import status_for
 from warden.interfaces.http.calls import Unauthenticated
 from warden.interfaces.http.limits import LimitsMiddleware
+from warden.interfaces.http.statuses import status_for
 
 
 @pytest.fixture(scope="module")

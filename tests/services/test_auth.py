@@ -92,7 +92,7 @@ def test_an_old_grant_never_opens_a_new_workspace_of_the_same_name(kapp: App) ->
     """Even a grant left live (e.g. a row restored from a backup) is bound to the workspace id."""
     record = kapp.workspaces.create("phoenix2")
     issued = kapp.grants.grant("phoenix2", "old", "read")
-    with kapp.db.transaction() as tx:
+    with kapp.registry.db.transaction() as tx:
         tx.execute("DELETE FROM workspaces WHERE name = :n", {"n": record.name})
     Path(record.path).rename(Path(record.path).with_name("phoenix2-old"))
     kapp.workspaces.create("phoenix2")

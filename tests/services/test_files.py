@@ -151,10 +151,12 @@ def test_a_workspace_being_created_or_archived_is_not_touched(app: App, record: 
 
 
 def test_forced_walk_behaves_the_same(app: App, record: WorkspaceRecord) -> None:
+    from warden.adapters.gitguard import HostGitDefuser
+    from warden.adapters.safefs import HostSafeRoots
     from warden.services.files import FileService
 
-    files = FileService(record, paths=app.sandbox_paths, audit=app.audit, max_bytes=1 << 20,
-                        approver=approve_local_user, use_openat2=False)
+    files = FileService(record, paths=app.sandbox_paths, audit=app.audit, roots=HostSafeRoots(),
+                        git=HostGitDefuser(), max_bytes=1 << 20, approver=approve_local_user, use_openat2=False)
     files.write_text("/a/b", "walk")
     assert files.read_text("/a/b") == "walk"
     os.symlink("/etc", Path(record.path) / "l")

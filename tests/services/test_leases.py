@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from warden.adapters.store.db import Database, open_database
+from warden.adapters.processes import HostProcesses
+from warden.adapters.store.db import open_database
+from warden.adapters.store.registry import SqlRegistry
 from warden.core.errors import Locked
 from warden.services.leases import LeaseService
 
@@ -29,9 +31,9 @@ def _admin(sql: str) -> None:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlRegistry]:
     if request.param == "sqlite":
-        database = open_database(None, tmp_path)
+        database = SqlRegistry(open_database(None, tmp_path))
         yield database
         database.close()
         return
@@ -40,7 +42,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
     name = "warden_lease_" + secrets.token_hex(6)
     _admin(f"CREATE DATABASE {name}")
     base, _, _ = ADMIN_URL.rpartition("/")
-    database = open_database(f"{base}/{name}", tmp_path)
+    database = SqlRegistry(open_database(f"{base}/{name}", tmp_path))
     try:
         yield database
     finally:
@@ -52,10 +54,10 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def test_exclusive_holders_never_overlap(db: Database) -> None:
+def test_exclusive_holders_never_overlap(db: SqlRegistry) -> None:
     """8 threads (standing in for processes: each its own holder) take one exclusive lease
     100 times in all; a counter that only a holder touches must never see two at once."""
-    service = LeaseService(db, now, "node-a")
+    service = LeaseService(db, HostProcesses(), now, "node-a")
     inside = 0
     worst = 0
     won = 0
@@ -85,11 +87,11 @@ def test_exclusive_holders_never_overlap(db: Database) -> None:
     assert service.state("w").held == ()
 
 
-def test_two_nodes_share_the_registry(db: Database) -> None:
+def test_two_nodes_share_the_registry(db: SqlRegistry) -> None:
     """Node B cannot take what node A holds (it cannot tell whether A's process lives), until
     A's lease expires; A's next state write then finds itself fenced off."""
-    a = LeaseService(db, now, "node-a", ttl=timedelta(seconds=0.5))
-    b = LeaseService(db, now, "node-b", ttl=timedelta(seconds=0.5))
+    a = LeaseService(db, HostProcesses(), now, "node-a", ttl=timedelta(seconds=0.5))
+    b = LeaseService(db, HostProcesses(), now, "node-b", ttl=timedelta(seconds=0.5))
     with a.hold("w", "exclusive", "archive") as lease:
         with pytest.raises(Locked, match=r"archive by pid .* on node-a"), b.hold("w", "shared", "run"):
             pass
@@ -100,10 +102,10 @@ def test_two_nodes_share_the_registry(db: Database) -> None:
             a.check(tx, lease)  # still A's
 
 
-def test_an_expired_holder_is_fenced_off(db: Database) -> None:
+def test_an_expired_holder_is_fenced_off(db: SqlRegistry) -> None:
     clock = [now()]
-    a = LeaseService(db, lambda: clock[0], "node-a", ttl=timedelta(seconds=60))
-    b = LeaseService(db, lambda: clock[0], "node-b", ttl=timedelta(seconds=60))
+    a = LeaseService(db, HostProcesses(), lambda: clock[0], "node-a", ttl=timedelta(seconds=60))
+    b = LeaseService(db, HostProcesses(), lambda: clock[0], "node-b", ttl=timedelta(seconds=60))
     held = a.hold("w", "exclusive", "archive")
     lease = held.__enter__()
     with a._lock:
@@ -115,8 +117,8 @@ def test_an_expired_holder_is_fenced_off(db: Database) -> None:
     assert b.state("w").held == ()
 
 
-def test_a_lease_is_renewed_while_held(db: Database) -> None:
-    service = LeaseService(db, now, "node-a", ttl=timedelta(seconds=0.3))
+def test_a_lease_is_renewed_while_held(db: SqlRegistry) -> None:
+    service = LeaseService(db, HostProcesses(), now, "node-a", ttl=timedelta(seconds=0.3))
     with service.hold("w", "shared", "run"):
         first = service.state("w").held[0].expires
         time.sleep(0.5)

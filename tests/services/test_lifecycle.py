@@ -121,7 +121,7 @@ def test_dead_creator_shows_broken_and_is_repairable(envhome: EnvHome) -> None: 
     app = envhome.app()
     try:
         record = app.workspaces.get(name)
-        with app.db.transaction() as tx:
+        with app.registry.db.transaction() as tx:
             meta = {**record.meta, "pid": dead.pid, "pid_start": 1}
             tx.execute("UPDATE workspaces SET status = 'creating', meta = :m WHERE name = :n",
                        {"m": json.dumps(meta), "n": name})
@@ -143,15 +143,15 @@ def test_cleanup_by_last_access(envhome: EnvHome) -> None:  # noqa: F811
     app = bootstrap(envhome.home, environ=envhome.environ, clock=lambda: later)
     try:
         plan = app.lifecycle.cleanup(timedelta(days=7), dry_run=True)
-        actions = {a["name"]: a["action"] for a in plan["actions"]}
+        actions = {a.name: a.action for a in plan.actions}
         assert actions[idle] == "archive" and actions[temp] == "destroy"
         assert app.workspaces.get(idle).status == "ready"  # a dry run changes nothing
-        empty = app.lifecycle.cleanup(timedelta(days=30), dry_run=True)
+        empty = app.lifecycle.cleanup(timedelta(days=30), dry_run=True).to_json()
         assert empty["actions"] == []
         # A DURATION as the user writes one, never timedelta's "30 days, 0:00:00".
         assert (empty["older_than"], empty["older_than_s"]) == ("30d", 30 * 86400)
         done = app.lifecycle.cleanup(timedelta(days=7))
-        assert all(a["done"] for a in done["actions"] if a["name"] in (idle, temp))
+        assert all(a.done for a in done.actions if a.name in (idle, temp))
         assert app.workspaces.get(idle).status == "archived"
         assert not temp_ws.exists()
     finally:

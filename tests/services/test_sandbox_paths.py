@@ -12,7 +12,6 @@ import pytest
 from warden.bootstrap import App, bootstrap
 from warden.core.errors import Denied, InvalidInput
 from warden.core.workspaces import WorkspaceRecord
-from warden.services.sandbox_paths import effective_path_policy
 
 
 @pytest.fixture
@@ -100,7 +99,7 @@ def _add_many(home: str, start: int) -> None:
 
 def test_concurrent_writers_lose_nothing(app: App) -> None:
     home = str(app.home.root)
-    app.db  # noqa: B018 - create the database before the workers race to
+    app.registry  # noqa: B018 - create the database before the workers race to
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=_add_many, args=(home, n * 100)) for n in range(4)]
     for proc in procs:
@@ -131,12 +130,12 @@ def test_effective_path_policy_for_the_sandbox_builder(app: App, record: Workspa
     app.sandbox_paths.add("/opt/tools", mode="ro")
     app.sandbox_paths.add("/srv/shared", workspace=record)
     app.sandbox_paths.remove("/srv/shared", workspace=record, session="s")
-    eff = effective_path_policy(app, record)
+    eff = app.sandbox_paths.effective(record)
     assert (Path(record.path) / ".warden").is_dir()  # exists, so it can be bound read-only
     assert eff.workspace == record.path
     assert {(z.name, z.mode) for z in eff.zones} == {("cache", "rw"), ("workspace", "rw")}
     assert set(eff.allowed) == {("/opt/tools", "ro"), ("/srv/shared", "rw")}
-    in_session = effective_path_policy(app, record, session="s")
+    in_session = app.sandbox_paths.effective(record, session="s")
     assert set(in_session.allowed) == {("/opt/tools", "ro")} and in_session.denied == ("/srv/shared",)
 
 
@@ -160,5 +159,5 @@ def test_a_project_blob_cannot_plant_the_workspace_policy(app: App, tmp_path: Pa
         record = app.workspaces.create("planted", template="minimal", blob=buf.getvalue())
     except InvalidInput:
         return  # refused outright: also fine
-    eff = effective_path_policy(app, record)
+    eff = app.sandbox_paths.effective(record)
     assert str(target) not in [path for path, _ in eff.allowed]

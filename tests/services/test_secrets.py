@@ -93,10 +93,9 @@ def test_a_lost_master_key_is_reported_not_guessed(app: App) -> None:
 
 def test_a_secret_stored_under_a_name_now_refused_is_never_injected(app: App) -> None:
     """An older Warden accepted RES_OPTIONS as a secret name: it must not reach a sandbox now."""
-    from warden.adapters.store import secrets as rows
 
     sealed = app.keystore.seal("RES_OPTIONS", b"ndots:1")
-    with app.db.transaction() as tx:
-        rows.upsert(tx, "RES_OPTIONS", sealed, "2026-01-01T00:00:00+00:00")
+    with app.registry.transaction() as tx:
+        tx.secrets.upsert("RES_OPTIONS", sealed, "2026-01-01T00:00:00+00:00")
     injected = app.secrets.environment(["RES_OPTIONS"])
     assert injected.env == {} and injected.missing == ("RES_OPTIONS",)

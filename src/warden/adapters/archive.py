@@ -1,13 +1,13 @@
 """Archives: a workspace as tar.zst, and safe unpacking of project blobs.
 
-Blobs come from bots (`--blob`, seed 000's `project_blob`): tar.gz, zip, plain tar or
-tar.zst, or any of those base64-encoded, or seed 000's JSON context with a `files` map.
-Unpacking never trusts the archive: names must be relative with no `..`, no device files,
-hard links refused, symlinks only to places inside the workspace (checked on the real tree
-after everything is written, since links can chain), and the sizes and file count are
-counted while writing, not taken from headers (zip bombs). Regular files are written first
-with O_NOFOLLOW relative to held folders and links made last, so no write goes through a
-link the archive planted.
+Blobs come from bots (`warden create --blob`, the bot protocol's `project_blob`): tar.gz,
+zip, plain tar or tar.zst, or any of those base64-encoded, or a JSON document whose `files`
+map (or `content.files`) holds path: text. Unpacking never trusts the archive: names must be
+relative with no `..`, no device files, hard links refused, symlinks only to places inside
+the workspace (checked on the real tree after everything is written, since links can chain),
+and the sizes and file count are counted while writing, not taken from headers (zip bombs).
+Regular files are written first with O_NOFOLLOW relative to held folders and links made
+last, so no write goes through a link the archive planted.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from warden.adapters.envs.fdtree import DirHandle, open_tree
+from warden.adapters.safefs.fdtree import DirHandle, open_tree
 from warden.core.errors import InvalidInput, TooLarge
 from warden.core.gitcontrol import is_git_name
 from warden.core.policy import PROTECTED_WORKSPACE_PATHS

@@ -23,16 +23,15 @@ import fcntl
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 from warden.adapters.atomic import write_atomic
 from warden.adapters.safefs import SafeRoot
 from warden.core.errors import WardenError
-from warden.core.gitcontrol import QUARANTINE_SUFFIX, GitControl, is_git_name, judge, looks_like_git_dir
+from warden.core.gitcontrol import QUARANTINE_SUFFIX, GitControl, GitSweep, is_git_name, judge, looks_like_git_dir
 
-__all__ = ["GitGuard", "GitSweep", "scan"]
+__all__ = ["GitGuard", "GitSweep", "HostGitDefuser", "HostGitGuards", "scan"]
 
 STATE_DIR = ".warden"
 STATE_FILE = "git.json"
@@ -68,13 +67,6 @@ def _open_up(fd: int) -> None:
         raise NotADirectoryError(fd)
     if info.st_uid == os.geteuid() and info.st_mode & 0o700 != 0o700:
         os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(info.st_mode) | 0o700)
-
-
-class GitSweep(NamedTuple):
-    """What one sweep found: the person's `.git` paths (to protect) and what it moved aside."""
-
-    protected: tuple[str, ...]
-    quarantined: tuple[str, ...]
 
 
 def scan(workspace: Root) -> list[GitControl]:
@@ -309,3 +301,25 @@ def _scan_folders(workspace: Root, folders: list[str]) -> list[GitControl]:
             finally:
                 os.close(fd)
     return found
+
+
+class HostGitGuards:
+    """The git guards of this host's folders (core.ports.GitGuards)."""
+
+    def workspace(self, path: str) -> GitGuard:
+        return GitGuard(path)
+
+    def allowed_folder(self, path: str, fd: int, workspace: str) -> GitGuard:
+        # One state file per allowed folder, named by its path, in the workspace's `.warden/`
+        # (read-only to bots), never in the folder itself.
+        import hashlib
+
+        state = "git-" + hashlib.sha256(path.encode()).hexdigest()[:16] + ".json"
+        return GitGuard(fd, state_dir=os.path.join(workspace, STATE_DIR), state_name=state)
+
+
+class HostGitDefuser:
+    """The GitDefuser port: bot-made repository look-alikes lose their HEAD after a write or blob."""
+
+    def defuse(self, workspace: str, folders: Sequence[str] | None = None) -> tuple[str, ...]:
+        return tuple(GitGuard(workspace).defuse(list(folders) if folders is not None else None).quarantined)

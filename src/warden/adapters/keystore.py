@@ -21,10 +21,10 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from warden.core.errors import InvalidInput, Unavailable
+from warden.core.secrets import Sealed
 
 __all__ = ["KEY_BYTES", "Keystore", "Sealed"]
 
@@ -32,15 +32,6 @@ KEY_BYTES = 32
 NONCE_BYTES = 12
 PEPPER_ENV = "WARDEN_TOKEN_PEPPER"
 MASTER_ENV = "WARDEN_MASTER_KEY"
-
-
-@dataclass(frozen=True)
-class Sealed:
-    """An encrypted value as it is stored: ciphertext (with the GCM tag), nonce, key id."""
-
-    ciphertext: bytes
-    nonce: bytes
-    key_id: str
 
 
 def key_id(key: bytes) -> str:

@@ -15,7 +15,7 @@ import signal
 import time
 from collections.abc import Iterable
 
-__all__ = ["alive", "kill_orphan_sandboxes", "orphan_sandboxes", "start_time", "stop_processes",
+__all__ = ["HostProcesses", "alive", "kill_orphan_sandboxes", "orphan_sandboxes", "start_time", "stop_processes",
            "workspace_processes"]
 
 
@@ -194,3 +194,22 @@ def stop_processes(root: str, *, grace: float = 2.0) -> list[int]:
         _signal_all(left, signal.SIGKILL)
         time.sleep(0.05)
     return sorted(pids)
+
+
+class HostProcesses:
+    """This machine's processes through /proc (core.ports.Processes)."""
+
+    def alive(self, pid: int, started: int | None = None) -> bool:
+        return alive(pid, started)
+
+    def start_time(self, pid: int) -> int | None:
+        return start_time(pid)
+
+    def stop_processes(self, root: str, *, grace: float = 2.0) -> list[int]:
+        return stop_processes(root, grace=grace)
+
+    def orphan_sandboxes(self, roots: Iterable[str]) -> set[int]:
+        return orphan_sandboxes(roots)
+
+    def kill_orphan_sandboxes(self, roots: Iterable[str]) -> list[int]:
+        return kill_orphan_sandboxes(roots)

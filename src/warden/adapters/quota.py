@@ -34,12 +34,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from pathlib import Path
 
 from warden.adapters import disk_usage
 from warden.adapters.disk_usage import UsageTree
 from warden.core.quota import FREE_KEY, Quota, Usage
 
-__all__ = ["OVERSHOOT", "RESCAN_S", "Watcher", "realtime_allowed"]
+__all__ = ["OVERSHOOT", "RESCAN_S", "HostDisk", "Watcher", "realtime_allowed"]
 
 RESCAN_S = 0.2
 FREE_CHECK_S = 0.25
@@ -297,3 +298,22 @@ class Watcher:
         for path in dirty:
             tree.restat(path)
         self._check(tree.usage)
+
+
+class HostDisk:
+    """Measures with one walk (adapters/disk_usage), watches a run with inotify (adapters/quota)."""
+
+    def nearest_existing(self, path: str) -> str:
+        found = Path(path)
+        while not found.exists() and found != found.parent:
+            found = found.parent
+        return str(found)
+
+    def free_bytes(self, path: str) -> int:
+        return disk_usage.free_bytes(path)
+
+    def measure(self, root: str) -> Usage:
+        return disk_usage.measure(os.path.realpath(root))
+
+    def watch(self, root: str, quota: Quota, *, home: str) -> Watcher:
+        return Watcher(os.path.realpath(root), quota, home=home)

@@ -9,8 +9,20 @@ from dataclasses import dataclass, field
 
 from warden.core.errors import InvalidInput
 
-__all__ = ["GENESIS", "AuditEvent", "ChainBreak", "DuplicateKey", "check_anchor", "event_hash", "parse_anchor",
-           "parse_detail", "scrub", "verify_chain"]
+__all__ = [
+    "GENESIS",
+    "AuditEvent",
+    "ChainBreak",
+    "DuplicateKey",
+    "StoredEvent",
+    "check_anchor",
+    "detail_text",
+    "event_hash",
+    "parse_anchor",
+    "parse_detail",
+    "scrub",
+    "verify_chain",
+]
 
 GENESIS = "0" * 64
 
@@ -31,6 +43,35 @@ class AuditEvent:
     seq: int = 0
     prev_hash: str = GENESIS
     hash: str = ""
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """An event as the registry holds it: the detail still JSON text, parsed by `to_event`."""
+
+    seq: int
+    at: str
+    actor: str
+    action: str
+    target: str
+    decision: str
+    rule: str
+    result: str
+    detail: str
+    prev_hash: str
+    hash: str
+
+    def to_event(self, *, strict: bool = False) -> AuditEvent:
+        """The event; `strict` refuses detail Warden never writes (bad JSON, a key twice)."""
+        detail = parse_detail(self.detail) if strict else json.loads(self.detail)
+        return AuditEvent(seq=self.seq, at=self.at, actor=self.actor, action=self.action, target=self.target,
+                          decision=self.decision, rule=self.rule, result=self.result, detail=detail,
+                          prev_hash=self.prev_hash, hash=self.hash)
+
+
+def detail_text(detail: Mapping[str, object]) -> str:
+    """The detail as stored: canonical JSON (sorted keys), non-JSON values as their text."""
+    return json.dumps(detail, sort_keys=True, default=str, ensure_ascii=False)
 
 
 def scrub(detail: Mapping[str, object]) -> dict[str, object]:

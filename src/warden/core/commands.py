@@ -1,6 +1,6 @@
 """The command allowlist, decided on the program that will really run (pure).
 
-Seed 000 compared `command.split()[0]` with the list, so `pip; rm -rf ~` passed. Here the
+Comparing `command.split()[0]` with the list would let `pip; rm -rf ~` pass. Here the
 decision follows argv the way the kernel and the shell would: wrappers that run another
 program (`env`, `nice`, `timeout`, `xargs`, `busybox`, `find -exec`, ...) are looked
 through; a path is judged by its basename and refused outside the trusted bin folders
@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from warden.core.decisions import Decision
 from warden.core.shell_code import (
     Refused,
     check_builtin_args,
@@ -55,12 +56,9 @@ _MAX_DEPTH = 8
 
 
 @dataclass(frozen=True)
-class CommandDecision:
-    """Allowed or refused, the rule that decided, a one-line reason, and the programs seen."""
+class CommandDecision(Decision):
+    """A decision on a command line, with the programs it would run."""
 
-    allowed: bool
-    rule: str
-    reason: str
     programs: tuple[str, ...] = ()
 
 

@@ -10,7 +10,11 @@
     ├── Unavailable            (code: unavailable)  a piece of the machine is missing
     └── TooLarge               (code: invalid)      a size limit was exceeded
 
+    Refused                    (the reason's code)  Warden refused to start a command
+
 Interfaces map `code` to an exit status (CLI) or an HTTP status (API), each in one table.
+A `Refused` error is the reason's own error (a Denied, a Locked, ...) marked so: its code and
+HTTP status are the reason's, and `warden run` exits with its `exit_status` (126) instead.
 Every message is one line that says what was wrong and what to do.
 """
 
@@ -24,6 +28,7 @@ __all__ = [
     "InvalidInput",
     "Locked",
     "NotFound",
+    "Refused",
     "TimedOut",
     "TooLarge",
     "Unavailable",
@@ -74,6 +79,39 @@ class TimedOut(WardenError):
 
 class Unavailable(WardenError):
     code = "unavailable"
+
+
+class Refused(WardenError):
+    """Warden refused to start a command (`warden run` exits `exit_status`, whatever the reason).
+
+    Never raised bare: `Refused.of(Denied(...))` is that Denied with this class mixed in, so
+    `except Denied`, its `code` and its HTTP status stay what they were, and only the CLI's
+    exit status changes: 126, what a shell answers for a command it found but could not run.
+    """
+
+    exit_status = 126
+
+    @staticmethod
+    def of(reason: WardenError) -> Refused:
+        """`reason` as a refusal: the same class, message, rule and attributes, plus Refused."""
+        if isinstance(reason, Refused):
+            return reason
+        kind = _refused_class(type(reason))
+        refused = kind.__new__(kind)
+        refused.__dict__.update(reason.__dict__)
+        refused.args = reason.args
+        return refused
+
+
+_REFUSED: dict[type[WardenError], type[Refused]] = {}
+
+
+def _refused_class(reason: type[WardenError]) -> type[Refused]:
+    """`reason`'s class with Refused mixed in (one per class: `except` and `isinstance` see both)."""
+    if reason not in _REFUSED:
+        _REFUSED[reason] = type(f"Refused{reason.__name__}", (Refused, reason),
+                                {"__module__": reason.__module__, "__doc__": Refused.__doc__})
+    return _REFUSED[reason]
 
 
 # errno values that mean "the disk is full" (ENOSPC) or "your share of it is" (EDQUOT).

@@ -19,6 +19,7 @@ from typing import Literal, NamedTuple
 __all__ = [
     "QUARANTINE_SUFFIX",
     "GitControl",
+    "GitSweep",
     "adoptable",
     "is_git_name",
     "judge",
@@ -63,6 +64,13 @@ class GitControl(NamedTuple):
     @property
     def identity(self) -> tuple[int, int]:
         return (self.dev, self.ino)
+
+
+class GitSweep(NamedTuple):
+    """What one sweep of a folder found: the person's `.git` paths (to protect) and what it moved aside."""
+
+    protected: tuple[str, ...]
+    quarantined: tuple[str, ...]
 
 
 def judge(found: Iterable[GitControl], known: Collection[tuple[int, int]], *,

@@ -17,13 +17,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from warden.core.bwrap_argv import is_loader_variable
+from warden.core.decisions import Decision
 from warden.core.durations import format_duration
 from warden.core.errors import Denied, InvalidInput
+from warden.core.names import is_name
 from warden.core.shell_env import is_shell_startup_name
 
 __all__ = [
     "PERMISSIONS",
-    "Decision",
+    "BotRow",
+
     "Grant",
     "Plan",
     "alive",
@@ -39,7 +42,6 @@ __all__ = [
 
 PERMISSIONS = ("read", "write", "execute", "secrets", "admin")
 
-_ZONE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _SECRET = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 # Environment names a secret may not take: they steer the loader, the shell or Python and
 # would turn "a value for the bot" into "code in the sandbox" (or break every run).
@@ -47,6 +49,19 @@ _RESERVED_ENV = frozenset({"PATH", "HOME", "SHELL", "USER", "LOGNAME", "PWD", "T
                            "TZ", "IFS", "ENV", "BASH_ENV", "PYTHONPATH", "PYTHONHOME",
                            "PYTHONSTARTUP", "NODE_OPTIONS", "VIRTUAL_ENV", "TMPDIR",
                            "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"})
+
+
+@dataclass(frozen=True)
+class BotRow:
+    """A registered bot (its identity token is stored only as an HMAC)."""
+
+    id: str
+    name: str
+    created_at: str
+    created_by: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"id": self.id, "name": self.name, "created": self.created_at, "created_by": self.created_by}
 
 
 @dataclass(frozen=True)
@@ -80,15 +95,6 @@ class Grant:
 
 
 @dataclass(frozen=True)
-class Decision:
-    """Allowed or not, and the rule that decided (for the audit log, never for the caller)."""
-
-    allowed: bool
-    rule: str
-    reason: str
-
-
-@dataclass(frozen=True)
 class Plan:
     """The scope and times a new grant will have once clamped."""
 
@@ -115,7 +121,7 @@ def parse_permissions(value: str | Iterable[str]) -> frozenset[str]:
 
 def check_zone_name(name: str) -> str:
     """A valid zone name (a top-level directory of a workspace)."""
-    if not isinstance(name, str) or not _ZONE.match(name):
+    if not is_name(name):
         raise InvalidInput(f"bad zone name {name!r}: a zone is a top-level folder name "
                            "(letters, digits, '.', '_', '-')")
     return name
@@ -268,12 +274,10 @@ def decide(chain: Sequence[Grant], now: datetime, *, workspace_id: str | None, p
     return Decision(True, "grant.allow", f"grant {chain[0].accessor} has {permission}")
 
 
-_BOT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-
 
 def check_bot_name(name: str) -> str:
     """A valid bot name (it appears in the audit log and in URLs)."""
-    if not isinstance(name, str) or not _BOT.match(name):
+    if not is_name(name):
         raise InvalidInput(f"bad bot name {name!r}: use 1-63 letters, digits, '.', '_' or '-', "
                            "starting with a letter or digit")
     return name

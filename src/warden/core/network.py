@@ -15,10 +15,11 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from warden.core.decisions import Decision
 from warden.core.errors import InvalidInput
 
 __all__ = [
-    "NetDecision",
+
     "NetworkPolicy",
     "Rule",
     "check_addresses",
@@ -56,15 +57,6 @@ class Rule:
         if self.host.startswith("*."):
             return host.endswith(self.host[1:]) and len(host) > len(self.host) - 1
         return host == self.host
-
-
-@dataclass(frozen=True)
-class NetDecision:
-    """Allowed or not, with the rule that decided and a one-line reason."""
-
-    allowed: bool
-    rule: str
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -183,39 +175,39 @@ def _listed_with_port(policy: NetworkPolicy, host: str, port: int) -> Rule | Non
                  if r.port == port and not r.host.startswith("*.") and r.host == host), None)
 
 
-def check_host(policy: NetworkPolicy, host: str, port: int) -> NetDecision:
+def check_host(policy: NetworkPolicy, host: str, port: int) -> Decision:
     """The decision on a name before any lookup: deny list, then IP literal, then allow list."""
     try:
         name = normalise_host(host)
     except InvalidInput:
-        return NetDecision(False, "network.bad_host", f"{host!r} is not a valid host name")
+        return Decision(False, "network.bad_host", f"{host!r} is not a valid host name")
     target = f"{_bracket(name)}:{port}"
     for rule in policy.denied:
         if rule.matches(name, port):
-            return NetDecision(False, f"network.denied:{rule.text}", f"{target} is in the denied list")
+            return Decision(False, f"network.denied:{rule.text}", f"{target} is in the denied list")
     if is_ip_literal(name):
         by_address = _denied_address(policy, name, port)
         if by_address is not None:
-            return NetDecision(False, f"network.denied:{by_address.text}", f"{target} is in the denied list")
+            return Decision(False, f"network.denied:{by_address.text}", f"{target} is in the denied list")
         listed = _listed_with_port(policy, name, port)
         if listed is None:
-            return NetDecision(False, "network.ip_literal",
+            return Decision(False, "network.ip_literal",
                                f"{target} is an IP address; list it with its port to allow it")
-        return NetDecision(True, f"network.allowed:{listed.text}", f"{target} is listed")
+        return Decision(True, f"network.allowed:{listed.text}", f"{target} is listed")
     for rule in policy.allowed:
         if rule.matches(name, port):
-            return NetDecision(True, f"network.allowed:{rule.text}", f"{target} is allowed")
-    return NetDecision(False, "network.not_allowed", f"{target} is not in the allowed domains")
+            return Decision(True, f"network.allowed:{rule.text}", f"{target} is allowed")
+    return Decision(False, "network.not_allowed", f"{target} is not in the allowed domains")
 
 
 def check_addresses(policy: NetworkPolicy, host: str, port: int,
-                    addresses: Sequence[str]) -> tuple[NetDecision, list[str]]:
+                    addresses: Sequence[str]) -> tuple[Decision, list[str]]:
     """After lookup: the decision and the addresses that may be dialled (pinned, so a second
     lookup cannot rebind the name to a private address)."""
     name = normalise_host(host)
     target = f"{_bracket(name)}:{port}"
     if not addresses:
-        return NetDecision(False, "network.no_address", f"{target} has no address"), []
+        return Decision(False, "network.no_address", f"{target} has no address"), []
     listed = _listed_with_port(policy, name, port)
     usable: list[str] = []
     refused_why = ""
@@ -233,12 +225,12 @@ def check_addresses(policy: NetworkPolicy, host: str, port: int,
         else:
             refused_why = refused_why or f"{target} resolves to {address}, {why}"
     if not usable and denied_rule is not None and not refused_why:
-        return NetDecision(False, f"network.denied:{denied_rule.text}",
+        return Decision(False, f"network.denied:{denied_rule.text}",
                            f"{target} resolves to an address in the denied list"), []
     if not usable:
-        return NetDecision(False, "network.special_address",
+        return Decision(False, "network.special_address",
                            refused_why + "; list the host with its port to allow it"), []
-    return NetDecision(True, "network.allowed", f"{target} is allowed"), usable
+    return Decision(True, "network.allowed", f"{target} is allowed"), usable
 
 
 def _same_address(a: str, b: str) -> bool:

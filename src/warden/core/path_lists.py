@@ -1,9 +1,9 @@
-"""Allowed and denied path lists at three levels (seed 004's file format), pure.
+"""Allowed and denied path lists at three levels (the `warden sandbox` command's files), pure.
 
 Each level (global, workspace, session) is one JSON document:
 `{"allowed_paths": [...], "denied_paths": [...]}` whose entries are strings or objects
 `{"path", "added_at"[, "mode"]}`. `mode` (ro/rw, default rw) is Warden's addition for
-`sandbox add --mode`. Parsing, merging, and seed 004's add/remove edits live here;
+`sandbox add --mode`. Parsing, merging, and the `add`/`remove` edits live here;
 deciding with them lives in core/policy.py.
 """
 
@@ -83,7 +83,7 @@ def _entry_path(entry: object, where: str, home: str | None) -> tuple[str, Mode,
 
 
 def parse_paths_doc(doc: object, level: Level, *, where: str, home: str | None = None) -> list[PathRule]:
-    """Seed 004's file format → rules; entries are strings or {path, added_at[, mode]}."""
+    """One level's document → rules; entries are strings or {path, added_at[, mode]}."""
     if doc is None:
         return []
     if not isinstance(doc, Mapping):
@@ -110,7 +110,7 @@ def _without(entries: object, path: str) -> list[object]:
 
 
 def with_allowed(doc: Mapping[str, object], path: str, *, mode: Mode, added_at: str) -> dict[str, object]:
-    """Seed 004's `add`: the path joins allowed_paths (replacing an older entry) and leaves denied_paths."""
+    """`sandbox add`: the path joins allowed_paths (replacing an older entry) and leaves denied_paths."""
     path = normalize(path)
     out = dict(doc)
     out["allowed_paths"] = [*_without(doc.get("allowed_paths"), path),
@@ -120,7 +120,7 @@ def with_allowed(doc: Mapping[str, object], path: str, *, mode: Mode, added_at: 
 
 
 def with_denied(doc: Mapping[str, object], path: str, *, added_at: str) -> dict[str, object]:
-    """Seed 004's `remove`: the path joins denied_paths and leaves allowed_paths."""
+    """`sandbox remove`: the path joins denied_paths and leaves allowed_paths."""
     path = normalize(path)
     out = dict(doc)
     out["denied_paths"] = [*_without(doc.get("denied_paths"), path), {"path": path, "added_at": added_at}]

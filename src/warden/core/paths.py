@@ -3,7 +3,7 @@
 Containment compares whole path segments after lexical normalisation, never string
 prefixes: `/safe-evil` is not inside `/safe` (CVE-2025-53110 in the MCP filesystem server
 was exactly that prefix check). Lexical answers say nothing about symbolic links; the
-safe file layer (adapters/safefs.py) refuses links while it opens, so that the path decided
+safe file layer (adapters/safefs) refuses links while it opens, so that the path decided
 here is the path opened.
 """
 
@@ -41,7 +41,8 @@ def is_inside(path: str, root: str) -> bool:
 
 
 def within(path: str, roots: Sequence[str]) -> bool:
-    """True exactly when absolute `path` is at or below one of `roots`, by whole segments (INTERFACES.md)."""
+    """True exactly when absolute `path` is at or below one of `roots`, by whole segments; False
+    for an empty, relative or non-`str` path, any NUL, or no usable root (never raises)."""
     if not isinstance(path, str) or not path.startswith("/") or "\0" in path:
         return False
     # A bare string is a sequence of one-character "roots"; "/" among them would admit

@@ -4,8 +4,10 @@ Every decision names the rule that made it ("deny: session denied_paths /x",
 "allow: zone workspace (rw)"), so a person can see why, and the audit log can keep it.
 
 Order of a decision, first match wins:
-1. a denied path at any level (session, workspace, global): seed 004's "denial always wins";
-2. a protected system path (seed 000's lists) while `sandbox.block_system_paths` is on;
+1. a denied path at any level (session, workspace, global): a denial always wins, so one
+   level can close what another opened;
+2. a protected system path (UNIX_PROTECTED, WINDOWS_PROTECTED) while
+   `sandbox.block_system_paths` is on;
 3. inside a workspace: its protected files (never written through Warden), then zones;
 4. outside: the most specific allowed path, whose mode (ro/rw) bounds writes;
 5. otherwise deny.
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from warden.core.decisions import Decision
 from warden.core.errors import InvalidInput
 from warden.core.gitcontrol import touches_git_control
 from warden.core.path_lists import LEVELS, Level, PathRule, PathRules, parse_paths_doc, with_allowed, with_denied
@@ -28,9 +31,9 @@ __all__ = [
     "PROTECTED_WORKSPACE_PATHS",
     "UNIX_PROTECTED",
     "WINDOWS_PROTECTED",
-    "Decision",
     "EffectivePaths",
     "Level",
+    "PathDecision",
     "PathRule",
     "PathRules",
     "WorkspacePolicy",
@@ -48,7 +51,8 @@ READ_OPS = frozenset({"read", "list", "stat", "exists"})
 WRITE_OPS = frozenset({"write", "mkdir", "delete"})
 OPS = READ_OPS | WRITE_OPS
 
-# Seed 000's lists, verbatim.
+# System folders no path list opens while sandbox.block_system_paths is on (Windows paths
+# are compared case-insensitively, with either separator).
 UNIX_PROTECTED: tuple[str, ...] = ("/etc", "/sys", "/proc", "/boot", "/bin", "/sbin", "/usr/bin",
                                    "/usr/sbin", "/lib", "/lib64", "/dev")
 WINDOWS_PROTECTED: tuple[str, ...] = ("C:\\Windows", "C:\\Program Files", "C:\\Program Files (x86)",
@@ -68,17 +72,11 @@ PROTECTED_WORKSPACE_PATHS: tuple[str, ...] = (
 
 
 @dataclass(frozen=True)
-class Decision:
-    """Allowed or not, the rule that decided, and the consent the operation still needs."""
+class PathDecision(Decision):
+    """A decision on a file operation, with the consent it still needs and the zone it is in."""
 
-    allowed: bool
-    rule: str
     approval: ApprovalKind = "preApproved"
     zone: str | None = None
-
-    @property
-    def decision(self) -> str:
-        return "allow" if self.allowed else "deny"
 
     def to_json(self) -> dict[str, object]:
         return {"decision": self.decision, "allowed": self.allowed, "rule": self.rule,
@@ -104,23 +102,23 @@ def _system_rule(path: str, windows: bool) -> str | None:
     return None
 
 
-def _denied(path: str, rules: PathRules) -> Decision | None:
+def _denied(path: str, rules: PathRules) -> PathDecision | None:
     for rule in rules.denied:
         if is_inside(path, rule.path):
-            return Decision(False, f"deny: {rule.level} denied_paths {rule.path}")
+            return PathDecision(False, f"deny: {rule.level} denied_paths {rule.path}")
     return None
 
 
 def decide_host(path: str, op: str, rules: PathRules, *, block_system: bool = True,
-                windows: bool = False) -> Decision:
+                windows: bool = False) -> PathDecision:
     """Decide an absolute host path outside any workspace: lists and protected system paths."""
     if op not in OPS:
         raise InvalidInput(f"unknown operation {op!r}: use read or write")
     if windows:
         system = _system_rule(path, True) if block_system else None
         if system:
-            return Decision(False, f"deny: system path {system} (sandbox.block_system_paths)")
-        return Decision(False, "deny: not in any allowed path")
+            return PathDecision(False, f"deny: system path {system} (sandbox.block_system_paths)")
+        return PathDecision(False, "deny: not in any allowed path")
     if not path.startswith("/") or "\0" in path:
         raise InvalidInput(f"path {path!r} must be absolute and free of NUL bytes")
     path = normalize(path)
@@ -128,13 +126,13 @@ def decide_host(path: str, op: str, rules: PathRules, *, block_system: bool = Tr
     if denied:
         return denied
     if block_system and (system := _system_rule(path, False)):
-        return Decision(False, f"deny: system path {system} (sandbox.block_system_paths)")
+        return PathDecision(False, f"deny: system path {system} (sandbox.block_system_paths)")
     for rule in rules.allowed:
         if is_inside(path, rule.path):
             if op in WRITE_OPS and rule.mode == "ro":
-                return Decision(False, f"deny: {rule.level} allowed_paths {rule.path} is ro")
-            return Decision(True, f"allow: {rule.level} allowed_paths {rule.path} ({rule.mode})")
-    return Decision(False, "deny: not in the workspace or any allowed path")
+                return PathDecision(False, f"deny: {rule.level} allowed_paths {rule.path} is ro")
+            return PathDecision(True, f"allow: {rule.level} allowed_paths {rule.path} ({rule.mode})")
+    return PathDecision(False, "deny: not in the workspace or any allowed path")
 
 
 def prefixes(path: str) -> list[str]:
@@ -170,22 +168,22 @@ class WorkspacePolicy:
         self.block_system = block_system
         base = "" if self.root == "/" else self.root
         # Denials that cover the whole workspace, and those inside it keyed by relative path.
-        self._root_denial: Decision | None = None
-        self._denied: dict[str, Decision] = {}
-        entries: list[tuple[str, Decision]] = [
-            (r.path, Decision(False, f"deny: {r.level} denied_paths {r.path}")) for r in self.rules.denied]
+        self._root_denial: PathDecision | None = None
+        self._denied: dict[str, PathDecision] = {}
+        entries: list[tuple[str, PathDecision]] = [
+            (r.path, PathDecision(False, f"deny: {r.level} denied_paths {r.path}")) for r in self.rules.denied]
         if block_system:
-            entries += [(p, Decision(False, f"deny: system path {p} (sandbox.block_system_paths)"))
+            entries += [(p, PathDecision(False, f"deny: system path {p} (sandbox.block_system_paths)"))
                         for p in UNIX_PROTECTED]
         for host, decision in entries:
             if is_inside(self.root, host):
                 self._root_denial = self._root_denial or decision
             elif host.startswith(base + "/"):
                 self._denied.setdefault(host[len(base):], decision)
-        self._protected = {p: Decision(False, f"deny: protected workspace file {p}")
+        self._protected = {p: PathDecision(False, f"deny: protected workspace file {p}")
                            for p in PROTECTED_WORKSPACE_PATHS}
         # Deleting a parent of a protected file deletes the file too.
-        self._protected_parents: dict[str, Decision] = {}
+        self._protected_parents: dict[str, PathDecision] = {}
         for p in PROTECTED_WORKSPACE_PATHS:
             for parent in prefixes(p):
                 self._protected_parents.setdefault(parent, self._protected[p])
@@ -196,9 +194,9 @@ class WorkspacePolicy:
         for zone in active.values():
             for parent in prefixes(zone.path)[:-1]:
                 self._zone_parents.setdefault(parent, []).append(zone)
-        self._cache: dict[tuple[str, str], Decision] = {}
+        self._cache: dict[tuple[str, str], PathDecision] = {}
 
-    def decide(self, path: str, op: str) -> Decision:
+    def decide(self, path: str, op: str) -> PathDecision:
         """Decide canonical workspace path `path` (`/a/b`) for `op` (read, list, stat, exists, write, mkdir, delete)."""
         if op not in OPS:
             raise InvalidInput(f"unknown operation {op!r}: use one of {', '.join(sorted(OPS))}")
@@ -234,20 +232,21 @@ class WorkspacePolicy:
             if path == "/" and not writing:
                 return _GRANTED_ROOT
             granted = ", ".join(sorted(self.scope)) or "none"
-            return Decision(False, f"deny: no granted zone holds {path} (granted: {granted})")
+            return PathDecision(False, f"deny: no granted zone holds {path} (granted: {granted})")
         key = (zone.name, op)
         cached = self._cache.get(key)
         if cached is None:
             cached = self._cache[key] = _zone_decision(zone, op, writing)
         return cached
 
-    def _delete_above_zones(self, path: str) -> Decision:
+    def _delete_above_zones(self, path: str) -> PathDecision:
         # The strictest of the zones below decides: a deny first, then an `ask`.
-        asked: Decision | None = None
+        asked: PathDecision | None = None
         for zone in self._zone_parents[path]:
             decision = _zone_decision(zone, "delete", True)
             if not decision.allowed:
-                return Decision(False, f"{decision.rule} (inside {path})", decision.approval, zone.name)
+                return PathDecision(False, f"{decision.rule} (inside {path})", approval=decision.approval,
+                                    zone=zone.name)
             if decision.approval == "ask" and asked is None:
                 asked = decision
         if asked is not None:
@@ -255,19 +254,19 @@ class WorkspacePolicy:
         return _OWNER
 
 
-_OWNER = Decision(True, "allow: workspace owner (rw)")
-_GIT_CONTROL = Decision(False, "deny: git control files are the person's (.git at any depth)")
-_GRANTED_ROOT = Decision(True, "allow: workspace root (granted zones only)")
-_ROOT_WRITE = Decision(False, "deny: the workspace root itself cannot be written or deleted")
+_OWNER = PathDecision(True, "allow: workspace owner (rw)")
+_GIT_CONTROL = PathDecision(False, "deny: git control files are the person's (.git at any depth)")
+_GRANTED_ROOT = PathDecision(True, "allow: workspace root (granted zones only)")
+_ROOT_WRITE = PathDecision(False, "deny: the workspace root itself cannot be written or deleted")
 
 
-def _zone_decision(zone: Zone, op: str, writing: bool) -> Decision:
+def _zone_decision(zone: Zone, op: str, writing: bool) -> PathDecision:
     if writing and zone.mode == "ro":
-        return Decision(False, f"deny: zone {zone.name} is ro", zone=zone.name)
+        return PathDecision(False, f"deny: zone {zone.name} is ro", zone=zone.name)
     approval = zone.approval.for_op(op)
     if approval == "blocked":
-        return Decision(False, f"deny: zone {zone.name} blocks {op}", "blocked", zone.name)
-    return Decision(True, f"allow: zone {zone.name} ({zone.mode})", approval, zone.name)
+        return PathDecision(False, f"deny: zone {zone.name} blocks {op}", approval="blocked", zone=zone.name)
+    return PathDecision(True, f"allow: zone {zone.name} ({zone.mode})", approval=approval, zone=zone.name)
 
 
 @dataclass(frozen=True)

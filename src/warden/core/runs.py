@@ -1,17 +1,96 @@
-"""The result of one sandboxed command."""
+"""One sandboxed command: what the sandbox is asked to run, what came of it, and the record of
+one still running."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
 
-__all__ = ["RunResult", "explain_failure"]
+from warden.core.bwrap_argv import Bind
+from warden.core.limits import Limits
+from warden.core.network import NetworkPolicy
+
+__all__ = ["NetEvent", "RunInProgress", "RunResult", "SandboxRequest", "Sink", "explain_failure"]
+
+# Where a command's output goes as it comes (a terminal, a socket), chunk by chunk.
+Sink = Callable[[bytes], None]
+
+
+class RunInProgress(NamedTuple):
+    """A run's intent in the registry, written before it starts and removed with its outcome: one
+    left behind by a killed Warden is a lost run (`run.lost`)."""
+
+    run_id: str
+    workspace: str
+    actor: str
+    node: str
+    pid: int
+    pid_start: int
+    started_at: str
+    argv: tuple[str, ...]
+
+
+class NetEvent(Protocol):
+    """One decision of the sandbox's filtering proxy: what was asked and what was decided."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def allowed(self) -> bool: ...
+
+    @property
+    def rule(self) -> str: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    def to_json(self) -> dict[str, object]: ...
+
+
+@dataclass(frozen=True)
+class SandboxRequest:
+    """One command for the sandbox runner (core.ports.SandboxRunner): what runs where, what it
+    sees besides its workspace, within which limits, and where its output goes."""
+
+    workspace: str  # the folder it runs in (read-write, its HOME and working folder)
+    argv: tuple[str, ...]
+    limits: Limits
+    env: Mapping[str, str] = field(default_factory=dict)  # the caller's variables, checked by the runner
+    ro_paths: tuple[str, ...] = ()  # env layers and interpreters, bound read-only
+    binds: tuple[Bind, ...] = ()  # allowed paths with their mode
+    bind_fds: tuple[tuple[str, int], ...] = ()  # allowed paths already opened (and judged) by descriptor
+    ro_zones: tuple[str, ...] = ()  # folders of the workspace bound read-only
+    denied: tuple[str, ...] = ()  # hidden wherever they lie inside a bound tree
+    protected: tuple[str, ...] = ()  # workspace files bound read-only (.git entries, policy files)
+    network: NetworkPolicy | None = None  # None: no network at all
+    stdin: bytes | int | None = None  # bytes to feed, or a descriptor to pass on (None: /dev/null)
+    on_stdout: Sink | None = None
+    on_stderr: Sink | None = None
+    capture: bool = True  # keep the output in the result (else only the sinks see it)
+    max_capture: int | None = None  # bytes kept per stream (None: the runner's own cap)
+    on_net_event: Callable[[NetEvent], None] | None = None
+    # Called once the command runs, with a function that kills its whole tree (the disk quota's).
+    on_started: Callable[[Callable[[], None]], None] | None = None
 
 
 @dataclass(frozen=True)
 class RunResult:
-    """What a sandboxed command did: its status, output and how it ended."""
+    """What a sandboxed command did: its status, output and how it ended.
 
-    exit_code: int
+    The runner fills in how the limits applied and what the network proxy decided; the run
+    service adds Warden's own lines to `stderr` and `stopped_by`. Only the first six fields
+    are in the JSON.
+    """
+
+    exit_code: int  # as a shell reports it: 124 timed out, 128+N killed by signal N
     stdout: str
     stderr: str
     duration_s: float
@@ -20,6 +99,14 @@ class RunResult:
     # The quota setting that stopped the run (workspace.max_disk, ...); not in the JSON, whose
     # stderr already ends with the note saying so.
     stopped_by: str | None = None
+    oom_killed: bool = False
+    limits_via: str = "rlimit"  # or "cgroup v2", "cgroup v1"
+    seccomp: bool = False  # whether the syscall filter was in place
+    net_events: tuple[NetEvent, ...] = ()
+    truncated: bool = False  # output beyond the capture cap was dropped
+    notes: tuple[str, ...] = ()  # what the runner could not set up, and did without
+    # The end of stderr, kept whether or not output was captured: what failed, in its own words.
+    stderr_tail: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {"exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,

@@ -1,6 +1,6 @@
 """The settings schema: every key Warden reads, its type, default and meaning.
 
-The table follows seed 000's SANDBOX_SETTINGS list (key, type, default, description).
+Each row is (key, type, default, description).
 A pure resolver merges defaults, the config file and the environment and remembers
 where each value came from, so `warden config show` can say it.
 """

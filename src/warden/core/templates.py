@@ -1,4 +1,4 @@
-"""Workspace templates in seed 001's YAML format: the model and its validation (pure).
+"""Workspace templates as YAML files: the model and its validation (pure).
 
 A template names a Python version and dependencies, a Node.js version, runtime and
 dependencies, a `system` section and a `security` section. Parsing keeps the line of every
@@ -16,15 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from warden.core.errors import InvalidInput
+from warden.core.names import name_regex
 
 __all__ = [
     "NodeSpec",
     "PythonSpec",
     "Template",
     "TemplateError",
+    "normalized_name",
     "package_json",
     "parse_template",
     "pyproject_toml",
+    "requirement_name",
     "requirement_problem",
     "template_from_json",
 ]
@@ -34,10 +37,23 @@ __all__ = [
 # `--index-url http://evil`), so the name must come first.
 _PY_REQ = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\s*(?:\[[A-Za-z0-9._,\s-]*\])?"
                      r"\s*(?:[<>=!~;@(].*)?$")
+_REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def requirement_name(requirement: str) -> str | None:
+    """The distribution name a PEP 508 requirement string starts with, as written (None: none)."""
+    match = _REQ_NAME.match(requirement)
+    return match.group(1) if match else None
+
+
+def normalized_name(name: str) -> str:
+    """A distribution name compared as PyPI compares them (PEP 503: runs of -_. are one -, any case)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 _NPM_NAME = re.compile(r"^(?:@[a-z0-9~-][a-z0-9._~-]*/)?[a-z0-9~-][a-z0-9._~-]*$")
 _PY_VERSION = re.compile(r"^3\.(\d{1,2})$")
 _NODE_VERSION = re.compile(r"^(\d{1,3})(?:\.\d+){0,2}$")
-_TEMPLATE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 RUNTIMES = ("node", "npm", "bun")
 
 
@@ -223,12 +239,12 @@ def _kind(value: Any) -> str:
 
 
 def parse_template(text: str, source: str, *, default_name: str | None = None) -> Template:
-    """Validate seed 001's template YAML; TemplateError names the file, line and field."""
+    """Validate a template's YAML; TemplateError names the file, line and field."""
     root = _load_with_lines(text, source)
     check = _Checker(source)
     top = check.mapping(root, "", ("version", "name", "description", "python", "nodejs",
                                    "system", "security"))
-    name = check.text(top.get("name"), "name", default=default_name, pattern=_TEMPLATE_NAME,
+    name = check.text(top.get("name"), "name", default=default_name, pattern=name_regex(64),
                       hint="use letters, digits, '.', '_' or '-'")
     if name is None:
         raise check.fail(root, "name", "missing; add `name: NAME` at the top")
@@ -311,7 +327,7 @@ def parse_template(text: str, source: str, *, default_name: str | None = None) -
 # -- files a template puts into a workspace --------------------------------------------------
 
 def pyproject_toml(template: Template, python_version: str | None) -> str:
-    """Seed 001's pyproject.toml for a workspace (TOML written by hand: no tomlkit on the hot path)."""
+    """The pyproject.toml a template puts in a workspace (TOML written by hand: no tomlkit on the hot path)."""
     deps = template.python.dependencies if template.python else ()
     lines = ["[project]", 'name = "workspace"', 'version = "0.1.0"']
     if python_version:
@@ -326,7 +342,7 @@ def pyproject_toml(template: Template, python_version: str | None) -> str:
 
 
 def package_json(template: Template) -> str:
-    """Seed 001's package.json for a workspace."""
+    """The package.json a template puts in a workspace."""
     deps = dict(template.node.dependencies) if template.node else {}
     return json.dumps({"name": "workspace", "version": "0.1.0", "private": True, "type": "module",
                        "dependencies": deps}, indent=2) + "\n"

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
 
 from warden.core.errors import Conflict, InvalidInput
+from warden.core.names import is_name
 
 __all__ = ["STATUSES", "TYPES", "WorkspaceRecord", "check_name", "check_transition"]
 
 TYPES = ("user", "bot", "temporary")
 STATUSES = ("creating", "ready", "suspended", "archived", "broken")
-Status = Literal["creating", "ready", "suspended", "archived", "broken"]
 
-# Names become folder names and URL segments: no separators, no leading dot, bounded.
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-
-# Which status may follow which (seed 001's lifecycle plus `broken` from a crash).
+# Which status may follow which (the lifecycle, plus `broken` when a step crashed half-way).
 _TRANSITIONS: dict[str, frozenset[str]] = {
     "creating": frozenset({"ready", "broken"}),
     "ready": frozenset({"suspended", "archived", "broken", "ready"}),
@@ -30,7 +25,7 @@ _TRANSITIONS: dict[str, frozenset[str]] = {
 
 def check_name(name: str) -> str:
     """A valid workspace name, or InvalidInput saying what a name may hold."""
-    if not isinstance(name, str) or not _NAME.match(name) or name.endswith((".lock", ".tmp")):
+    if not is_name(name) or name.endswith((".lock", ".tmp")):
         raise InvalidInput(
             f"bad workspace name {name!r}: use 1-63 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit")

@@ -1,21 +1,21 @@
-"""Zones (seed 003): named top-level directories of a workspace with a mode and approvals.
+"""Zones: named top-level directories of a workspace with a mode and approvals.
 
 A zone has a name, a directory inside the workspace (by default `/<name>`), a mode (`ro`
 or `rw`: what is physically allowed) and an approval per `write` and `delete`
 (`preApproved`, `ask`, `blocked`: what needs a person's consent; `ask` when not given).
-When a workspace configures no zones it gets the seed's defaults, `cache` and
-`workspace`. `restrict(parent, declared)` gives a child (a grant, a sub-agent) exactly the
-zones it declares and never more than its parent has; no declaration means no access.
+When a workspace configures no zones it gets two, `cache` and `workspace` (DEFAULT_ZONES).
+`restrict(parent, declared)` gives a child (a grant, a sub-agent) exactly the zones it
+declares and never more than its parent has; no declaration means no access.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from warden.core.errors import Denied, InvalidInput
+from warden.core.names import is_name
 from warden.core.paths import canonical, is_inside
 
 __all__ = [
@@ -37,12 +37,11 @@ MODES: tuple[Mode, ...] = ("ro", "rw")
 APPROVALS: tuple[ApprovalKind, ...] = ("preApproved", "ask", "blocked")
 # Strictness order: a child may move right (stricter), never left.
 _STRICTNESS = {"preApproved": 0, "ask": 1, "blocked": 2}
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 
 @dataclass(frozen=True)
 class Approval:
-    """Consent needed per operation; seed 003 makes `ask` the default."""
+    """Consent needed per operation; `ask` unless configured: a person decides by default."""
 
     write: ApprovalKind = "ask"
     delete: ApprovalKind = "ask"
@@ -87,7 +86,7 @@ DEFAULT_ZONES: Mapping[str, Zone] = {
 
 
 def _name(value: object, where: str) -> str:
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not is_name(value):
         raise InvalidInput(f"{where}: bad zone name {value!r}: use letters, digits, '.', '_' or '-'")
     return value
 
@@ -137,7 +136,7 @@ def _entries(doc: object, where: str) -> list[tuple[str, object]]:
 
 
 def parse_zones(doc: object, *, where: str = "zones") -> dict[str, Zone]:
-    """Zones from seed 003's configuration (`zones:` or `sandbox: {zones:}`); empty if none."""
+    """Zones from a zones document (`zones:` or `sandbox: {zones:}`); empty if none."""
     if doc is None:
         return {}
     if isinstance(doc, Mapping) and "sandbox" in doc and isinstance(doc["sandbox"], Mapping):

@@ -21,9 +21,10 @@ from warden.services.grants import GrantService
 from warden.services.workspaces import WorkspaceService
 
 if TYPE_CHECKING:
-    from warden.bootstrap import App
+    from warden.services.audit import AuditLog
+    from warden.services.secrets import SecretService
 
-__all__ = ["DENIED", "AuthDenied", "AuthService", "Principal", "run_as_token"]
+__all__ = ["DENIED", "AuthDenied", "AuthService", "Principal"]
 
 DENIED = "permission denied"
 
@@ -74,11 +75,13 @@ def _deny(rule: str, actor: str | None = None) -> AuthDenied:
 
 
 class AuthService:
-    def __init__(self, grants: GrantService, workspaces: WorkspaceService,
-                 clock: Callable[[], datetime]) -> None:
+    def __init__(self, grants: GrantService, workspaces: WorkspaceService, clock: Callable[[], datetime], *,
+                 audit: AuditLog | None = None, secrets: Callable[[], SecretService] | None = None) -> None:
         self._grants = grants
         self._workspaces = workspaces
         self._clock = clock
+        self._audit = audit
+        self._secrets = secrets  # built on first use: only a run as a token decrypts secrets
 
     def authenticate(self, token: str | None) -> Principal:
         """The principal a token stands for; Denied for anything that is not a live token."""
@@ -137,25 +140,26 @@ class AuthService:
             return ()
         return effective(principal.chain).secrets
 
+    def run_as_token(self, token: str | None, workspace: str) -> tuple[str, dict[str, str]]:
+        """`warden run --as-token-env`: the actor and secret environment of a grant token's run.
 
-def run_as_token(app: App, token: str | None, workspace: str) -> tuple[str, dict[str, str]]:
-    """`warden run --as-token-env`: the actor and secret environment of a grant token's run.
-
-    The token must hold `execute` on `workspace` (whole, not zone-limited); the secrets its
-    grant names are decrypted for the run's environment. A refusal is audited and answered
-    with the same "permission denied" as the API gives.
-    """
-    principal: Principal | None = None
-    try:
-        principal = app.auth.authenticate(token)
-        app.auth.authorize(principal, workspace, "execute", whole_workspace=True)
-    except Denied as exc:
-        actor = principal.actor if principal else getattr(exc, "actor", None) or "anonymous"
-        app.audit.record(actor=actor, action="run.as_token", target=workspace, decision="deny",
+        The token must hold `execute` on `workspace` (whole, not zone-limited); the secrets its
+        grant names are decrypted for the run's environment. A refusal is audited and answered
+        with the same "permission denied" as the API gives.
+        """
+        assert self._audit is not None and self._secrets is not None, "wired in bootstrap"
+        audit = self._audit
+        principal: Principal | None = None
+        try:
+            principal = self.authenticate(token)
+            self.authorize(principal, workspace, "execute", whole_workspace=True)
+        except Denied as exc:
+            actor = principal.actor if principal else getattr(exc, "actor", None) or "anonymous"
+            audit.record(actor=actor, action="run.as_token", target=workspace, decision="deny",
                          rule=exc.rule or "denied", result="denied")
-        raise
-    injection = app.secrets.environment(app.auth.secret_names(principal))
-    app.audit.record(actor=principal.actor, action="run.as_token", target=workspace, decision="allow",
+            raise
+        injection = self._secrets().environment(self.secret_names(principal))
+        audit.record(actor=principal.actor, action="run.as_token", target=workspace, decision="allow",
                      rule="grant.allow", detail={"secret_names": sorted(injection.env),
                                                  "missing_secrets": list(injection.missing)})
-    return principal.actor, injection.env
+        return principal.actor, injection.env

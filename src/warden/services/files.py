@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from warden.adapters.safefs import Entry, SafeRoot
 from warden.core.errors import Conflict, Denied, TooLarge, WardenError
 from warden.core.paths import canonical, segments
-from warden.core.policy import WRITE_OPS, Decision, WorkspacePolicy
+from warden.core.policy import WRITE_OPS, PathDecision, WorkspacePolicy
+from warden.core.ports import FileEntry, GitDefuser, SafeRoots, WorkspaceRoot
 from warden.core.workspaces import WorkspaceRecord
 from warden.core.zones import Zone
 from warden.services.audit import AuditLog
@@ -63,12 +63,15 @@ _UNAVAILABLE = {"creating": "is still being created", "archived": "is archived; 
 class FileService:
     """File operations on one workspace for one actor."""
 
-    def __init__(self, record: WorkspaceRecord, *, paths: SandboxPaths, audit: AuditLog, max_bytes: int,
-                 actor: str = "user", approver: Approver | None = None, session: str | None = None,
+    def __init__(self, record: WorkspaceRecord, *, paths: SandboxPaths, audit: AuditLog, roots: SafeRoots,
+                 git: GitDefuser, max_bytes: int, actor: str = "user", approver: Approver | None = None,
+                 session: str | None = None,
                  scope: Mapping[str, Zone] | None = None, use_openat2: bool | None = None,
                  quota: QuotaService | None = None, leases: LeaseService | None = None,
                  status_of: Callable[[str], str | None] | None = None) -> None:
         self.record = record
+        self._roots = roots
+        self._git = git
         self._leases = leases
         self._status_of = status_of
         self._paths = paths
@@ -93,20 +96,20 @@ class FileService:
             self._stamp = current
         return self._policy
 
-    def decide(self, path: str, op: str) -> Decision:
+    def decide(self, path: str, op: str) -> PathDecision:
         """The decision for `op` on workspace path `path`, without doing it."""
         return self.policy().decide(canonical(path), op)
 
-    def _audit_event(self, op: str, rel: str, decision: Decision | None, result: str,
+    def _audit_event(self, op: str, rel: str, decision: PathDecision | None, result: str,
                      detail: Mapping[str, Any] | None = None) -> None:
         self._audit.record(actor=self.actor, action=f"fs.{op}", target=f"{self.record.name}:{rel}",
                            decision=decision.decision if decision else "none",
                            rule=decision.rule if decision else "", result=result, detail=detail)
 
-    def _do(self, op: str, path: str, work: Callable[[SafeRoot, str], T],
+    def _do(self, op: str, path: str, work: Callable[[WorkspaceRoot, str], T],
             detail: Callable[[T], Mapping[str, Any]] | None = None) -> T:
         rel = path
-        decision: Decision | None = None
+        decision: PathDecision | None = None
         try:
             rel = canonical(path)
             if self.record.status in _UNAVAILABLE:
@@ -128,15 +131,15 @@ class FileService:
         except WardenError as exc:
             if exc.rule and (decision is None or decision.allowed):
                 # The file layer refused (a link, a FIFO, a hard link): that is the deciding rule.
-                decision = Decision(False, exc.rule, zone=decision.zone if decision else None)
+                decision = PathDecision(False, exc.rule, zone=decision.zone if decision else None)
             self._audit_event(op, rel if isinstance(rel, str) else repr(rel), decision, exc.code,
                               {"error": exc.message})
             raise
         self._audit_event(op, rel, decision, "ok", detail(result) if detail else None)
         return result
 
-    def _work(self, work: Callable[[SafeRoot, str], T], rel: str) -> T:
-        with SafeRoot.open(self.record.path, max_bytes=self.max_bytes, use_openat2=self._use_openat2) as root:
+    def _work(self, work: Callable[[WorkspaceRoot, str], T], rel: str) -> T:
+        with self._roots.open(self.record.path, max_bytes=self.max_bytes, use_openat2=self._use_openat2) as root:
             return work(root, rel)
 
     @contextlib.contextmanager
@@ -153,17 +156,15 @@ class FileService:
     def _defuse_git(self, rel: str, op: str) -> None:
         """A write can complete a folder that git would take for a repository (HEAD and refs):
         the folders along the path are checked, and such a folder's HEAD set aside."""
-        from warden.adapters.gitguard import GitGuard
-
         parts = segments(rel)
         folders = ["/".join(parts[:i]) for i in range(len(parts) + (op == "mkdir"))]
-        moved = GitGuard(self.record.path).defuse(folders).quarantined
+        moved = self._git.defuse(self.record.path, folders)
         if moved:
             self._audit.record(actor=self.actor, action="git.quarantine", target=self.record.name,
                                decision="deny", rule="git.control_files", result="moved",
                                detail={"moved": list(moved)})
 
-    def _ask(self, op: str, rel: str, decision: Decision) -> Decision:
+    def _ask(self, op: str, rel: str, decision: PathDecision) -> PathDecision:
         request = ApprovalRequest(self.actor, self.record.name, op, rel, decision.zone, decision.rule)
         if self.approver is None:
             raise Denied(f"{op} {rel} in workspace {self.record.name} needs approval ({decision.rule}, "
@@ -172,7 +173,8 @@ class FileService:
         if not self.approver(request):
             raise Denied(f"{op} {rel} in workspace {self.record.name} was not approved",
                          rule=f"deny: {decision.rule.removeprefix('allow: ')} not approved")
-        return Decision(True, f"{decision.rule}; approved by {self.actor}", "preApproved", decision.zone)
+        return PathDecision(True, f"{decision.rule}; approved by {self.actor}", approval="preApproved",
+                            zone=decision.zone)
 
     # -- reads -----------------------------------------------------------------------------
     def read_bytes(self, path: str) -> bytes:
@@ -184,15 +186,15 @@ class FileService:
         return self._do("read", path, lambda root, rel: root.read_text(rel, encoding),
                         lambda d: {"chars": len(d)})
 
-    def list(self, path: str = "/") -> list[Entry]:
+    def list(self, path: str = "/") -> list[FileEntry]:
         """The entries of a directory (a restricted actor sees only its zones at `/`)."""
-        entries = self._do("list", path, lambda root, rel: root.list(rel), lambda d: {"entries": len(d)})
+        entries = self._do("list", path, lambda root, rel: list(root.list(rel)), lambda d: {"entries": len(d)})
         if self.scope is not None and canonical(path) == "/":
             visible = {segments(zone.path)[0] for zone in self.scope.values()}
             entries = [e for e in entries if e.name in visible]
         return entries
 
-    def stat(self, path: str) -> Entry:
+    def stat(self, path: str) -> FileEntry:
         """What a path is (links reported as links)."""
         return self._do("stat", path, lambda root, rel: root.stat(rel))
 
@@ -205,11 +207,11 @@ class FileService:
         """Replace a file with `data` (missing parent directories are created); returns its size."""
         if len(data) > self.max_bytes:
             rule = "deny: size over sandbox.max_file_size_mb"
-            self._audit_event("write", path, Decision(False, rule), "invalid", {"size": len(data)})
+            self._audit_event("write", path, PathDecision(False, rule), "invalid", {"size": len(data)})
             raise TooLarge(f"{len(data)} bytes is over the limit of {self.max_bytes} bytes "
                            "(sandbox.max_file_size_mb); write a smaller file or raise the limit", rule=rule)
 
-        def work(root: SafeRoot, rel: str) -> int:
+        def work(root: WorkspaceRoot, rel: str) -> int:
             growth = self._check_quota(root, rel, len(data))
             size = root.write_bytes(rel, data)
             self._grew(growth)
@@ -217,7 +219,7 @@ class FileService:
 
         return self._do("write", path, work, lambda n: {"size": n})
 
-    def _check_quota(self, root: SafeRoot, rel: str, size: int | None) -> tuple[int, int]:
+    def _check_quota(self, root: WorkspaceRoot, rel: str, size: int | None) -> tuple[int, int]:
         """(bytes, files) writing `size` bytes to `rel` (None: making folder `rel`) adds; TooLarge
         when that passes the workspace's quota, Unavailable when the home's disk is nearly full."""
         if self.quota is None:
@@ -226,7 +228,7 @@ class FileService:
 
         self.quota.check_free()
         try:
-            old: Entry | None = root.stat(rel)
+            old: FileEntry | None = root.stat(rel)
         except WardenError:  # missing (or unusable: the write itself then says why)
             old = None
         add_files = 0 if old is not None else 1
@@ -248,7 +250,7 @@ class FileService:
 
     def mkdir(self, path: str) -> bool:
         """Create a directory and its missing parents; False when it was already there."""
-        def work(root: SafeRoot, rel: str) -> bool:
+        def work(root: WorkspaceRoot, rel: str) -> bool:
             growth = self._check_quota(root, rel, None)
             made = root.mkdir(rel)
             self._grew(growth)

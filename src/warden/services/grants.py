@@ -13,11 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from warden.adapters.store import grants as rows
-from warden.adapters.store import secrets as secret_rows
-from warden.adapters.store.db import Database, Tx
 from warden.core.errors import InvalidInput, NotFound
-from warden.core.grants import Grant, alive, check_bot_name, parse_permissions, plan_grant
+from warden.core.grants import BotRow, Grant, alive, check_bot_name, parse_permissions, plan_grant
+from warden.core.ports import Clock, Keys, Registry, Tx
 from warden.core.tokens import (
     ACCESSOR_BYTES,
     TOKEN_BYTES,
@@ -31,7 +29,6 @@ from warden.core.workspaces import check_name
 from warden.services.audit import AuditLog
 
 if TYPE_CHECKING:
-    from warden.adapters.keystore import Keystore
     from warden.core.workspaces import WorkspaceRecord
     from warden.services.workspaces import WorkspaceService
 
@@ -45,7 +42,7 @@ MAX_DEPTH = 8
 class IssuedBot:
     """A newly registered bot and its identity token (shown once, never stored)."""
 
-    bot: rows.BotRow
+    bot: BotRow
     token: str
 
     def to_json(self) -> dict[str, object]:
@@ -66,13 +63,13 @@ class IssuedGrant:
 
 
 class GrantService:
-    def __init__(self, db: Database, audit: AuditLog, keystore: Keystore, workspaces: WorkspaceService,
-                 clock: Callable[[], datetime], *, default_ttl: timedelta, max_ttl: timedelta,
+    def __init__(self, registry: Registry, audit: AuditLog, keys: Keys, workspaces: WorkspaceService,
+                 clock: Clock, *, default_ttl: timedelta, max_ttl: timedelta,
                  random: Callable[[int], bytes] = os.urandom,
                  zones_of: Callable[[WorkspaceRecord], Mapping[str, object]] | None = None) -> None:
-        self._db = db
+        self._registry = registry
         self._audit = audit
-        self._keys = keystore
+        self._keys = keys
         self._workspaces = workspaces
         self._clock = clock
         self._random = random
@@ -93,29 +90,29 @@ class GrantService:
         """Register a bot and return its identity token (the only time it is seen)."""
         check_bot_name(name)
         token, digest = self._new_token()
-        bot = rows.BotRow(id="bot_" + self._random(8).hex(), name=name,
+        bot = BotRow(id="bot_" + self._random(8).hex(), name=name,
                           created_at=self._clock().isoformat(), created_by=actor)
-        with self._db.transaction() as tx:
-            rows.insert_bot(tx, bot, digest)
+        with self._registry.transaction() as tx:
+            tx.bots.insert(bot, digest)
             self._audit.record(actor=actor, action="bot.register", target=f"bot:{name}",
                                detail={"bot_id": bot.id}, tx=tx)
         return IssuedBot(bot, token)
 
-    def list_bots(self) -> list[rows.BotRow]:
-        with self._db.transaction(write=False) as tx:
-            return rows.list_bots(tx)
+    def list_bots(self) -> list[BotRow]:
+        with self._registry.transaction(write=False) as tx:
+            return tx.bots.list_all()
 
     def remove_bot(self, name: str, *, actor: str = "user") -> list[str]:
         """Forget the bot's identity and revoke every grant it holds (and their children)."""
         check_bot_name(name)
         now = self._clock()
-        with self._db.transaction() as tx:
-            known = rows.bot_by_name(tx, name)
-            held = [g.accessor for g in rows.grants_of_bot(tx, name)]
+        with self._registry.transaction() as tx:
+            known = tx.bots.by_name(name)
+            held = [g.accessor for g in tx.grants.of_bot(name)]
             if known is None and not held:
                 raise NotFound(f"no bot named {name!r}: `warden bot list` shows the bots")
             revoked = self._revoke_tree(tx, held, now)
-            rows.delete_bot(tx, name)
+            tx.bots.delete(name)
             self._audit.record(actor=actor, action="bot.remove", target=f"bot:{name}",
                                detail={"revoked": revoked}, tx=tx)
         return revoked
@@ -156,17 +153,17 @@ class GrantService:
                       workspace_id=record.id, bot=bot, permissions=plan.permissions, zones=plan.zones,
                       secrets=plan.secrets, created=now, expires=plan.expires, max_expires=plan.max_expires,
                       parent=parent[0].accessor if parent else None, created_by=actor)
-        with self._db.transaction() as tx:
+        with self._registry.transaction() as tx:
             # Looked up for a child grant too, so both answers take the same time.
-            registered = rows.bot_by_name(tx, bot) is not None
+            registered = tx.bots.by_name(bot) is not None
             if not registered and not parent:
                 raise NotFound(f"no bot named {bot!r} is registered: register it first with "
                                f"`warden bot register {bot}`")
-            missing = sorted(set(plan.secrets) - set(secret_rows.names(tx)))
+            missing = sorted(set(plan.secrets) - set(tx.secrets.names()))
             if missing:
                 raise NotFound(f"no secret named {', '.join(missing)}: set it first with "
                                f"`warden secret set {missing[0]}`")
-            rows.insert_grant(tx, grant, digest)
+            tx.grants.insert(grant, digest)
             self._audit.record(actor=actor, action="grant.create", target=workspace, decision="allow",
                                rule="grant.child" if parent else "grant.issue",
                                detail={"accessor": grant.accessor, "bot": bot, "bot_registered": registered,
@@ -180,12 +177,12 @@ class GrantService:
     def list_grants(self, workspace: str) -> list[Grant]:
         """Every grant of `workspace`, revoked ones included (tokens never appear)."""
         check_name(workspace)
-        with self._db.transaction(write=False) as tx:
-            return rows.grants_of_workspace(tx, workspace)
+        with self._registry.transaction(write=False) as tx:
+            return tx.grants.of_workspace(workspace)
 
     def get(self, accessor: str) -> Grant:
-        with self._db.transaction(write=False) as tx:
-            grant = rows.grant_by_accessor(tx, accessor)
+        with self._registry.transaction(write=False) as tx:
+            grant = tx.grants.by_accessor(accessor)
         if grant is None:
             raise NotFound(f"no grant with accessor {accessor!r}: `warden grants NAME` lists them")
         return grant
@@ -197,9 +194,9 @@ class GrantService:
         if (bot is None) == (accessor is None):
             raise InvalidInput("revoke needs a BOT or --accessor ID (one of them)")
         now = self._clock()
-        with self._db.transaction() as tx:
+        with self._registry.transaction() as tx:
             if accessor is not None:
-                grant = rows.grant_by_accessor(tx, accessor)
+                grant = tx.grants.by_accessor(accessor)
                 if grant is None or grant.workspace != workspace:
                     raise NotFound(f"no grant {accessor!r} on workspace {workspace!r}: "
                                    f"`warden grants {workspace}` lists them")
@@ -207,7 +204,7 @@ class GrantService:
             else:
                 assert bot is not None
                 check_bot_name(bot)
-                roots = [g.accessor for g in rows.grants_of_bot(tx, bot, workspace=workspace)]
+                roots = [g.accessor for g in tx.grants.of_bot(bot, workspace=workspace)]
                 if not roots:
                     raise NotFound(f"bot {bot!r} holds no live grant on {workspace!r}: "
                                    f"`warden grants {workspace}` lists them")
@@ -219,8 +216,8 @@ class GrantService:
     def revoke_workspace(self, workspace: str, *, actor: str = "user") -> list[str]:
         """Revoke every grant of a workspace (when it is destroyed)."""
         now = self._clock()
-        with self._db.transaction() as tx:
-            roots = [g.accessor for g in rows.grants_of_workspace(tx, workspace, live_only=True)]
+        with self._registry.transaction() as tx:
+            roots = [g.accessor for g in tx.grants.of_workspace(workspace, live_only=True)]
             revoked = self._revoke_tree(tx, roots, now)
             if revoked:
                 self._audit.record(actor=actor, action="grant.revoke", target=workspace,
@@ -228,13 +225,13 @@ class GrantService:
         return revoked
 
     def _revoke_tree(self, tx: Tx, roots: list[str], at: datetime) -> list[str]:
-        everything = list(dict.fromkeys(roots + rows.descendants(tx, roots)))
-        rows.revoke_grants(tx, everything, at)
+        everything = list(dict.fromkeys(roots + tx.grants.descendants(roots)))
+        tx.grants.revoke(everything, at)
         return everything
 
     def is_descendant(self, accessor: str, ancestor: str) -> bool:
         """True when `accessor` was minted (at any depth) from `ancestor`, or is it."""
-        with self._db.transaction(write=False) as tx:
+        with self._registry.transaction(write=False) as tx:
             chain = self._chain(tx, accessor)
         return any(g.accessor == ancestor for g in chain)
 
@@ -243,23 +240,23 @@ class GrantService:
         chain: list[Grant] = []
         current: str | None = accessor
         while current is not None and len(chain) <= MAX_DEPTH:
-            grant = rows.grant_by_accessor(tx, current)
+            grant = tx.grants.by_accessor(current)
             if grant is None:
                 break
             chain.append(grant)
             current = grant.parent
         return chain
 
-    def resolve(self, token: str) -> tuple[rows.BotRow | None, list[Grant]]:
+    def resolve(self, token: str) -> tuple[BotRow | None, list[Grant]]:
         """The bot whose identity token this is, or the grant chain it opens ([] for neither)."""
         if not looks_like_token(token):
             return None, []
         digest = self._hash(token)
-        with self._db.transaction(write=False) as tx:
-            found = rows.chain_by_hash(tx, digest, MAX_DEPTH)
+        with self._registry.transaction(write=False) as tx:
+            found = tx.grants.chain_by_hash(digest, MAX_DEPTH)
             if found is not None and same_hash(found[1], digest):
                 return None, found[0]
-            bot = rows.bot_by_hash(tx, digest)
+            bot = tx.bots.by_hash(digest)
         return (bot[0] if bot and same_hash(bot[1], digest) else None), []
 
     def grants_of_bot(self, bot: str, *, workspace: str | None = None) -> list[Grant]:
@@ -269,12 +266,12 @@ class GrantService:
         shown never outlasts what it may do.
         """
         now = self._clock()
-        with self._db.transaction(write=False) as tx:
-            held = rows.grants_of_bot(tx, bot, workspace=workspace)
+        with self._registry.transaction(write=False) as tx:
+            held = tx.grants.of_bot(bot, workspace=workspace)
             # Its own fields first; the ancestors are read only for a child grant still alive.
             return [grant for grant in held if alive([grant], now).allowed and (
                 grant.parent is None or alive(self._chain(tx, grant.accessor), now).allowed)]
 
     def chain(self, accessor: str) -> list[Grant]:
-        with self._db.transaction(write=False) as tx:
+        with self._registry.transaction(write=False) as tx:
             return self._chain(tx, accessor)

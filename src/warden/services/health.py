@@ -1,185 +1,222 @@
-"""Workspace health (seed 001's fields plus the layer) and repair.
+"""Workspace health (the folder, its venv, node_modules, packages and layers) and repair.
 
 Checks run on the host without executing anything from the workspace: a bot controls its
 venv (a `.pth` file there runs code in any interpreter that starts on it), so presence of
-packages is read from their metadata files (`importlib.metadata` over the thin venv and
-the layer), never by importing them with the workspace's Python outside the sandbox.
+packages is read from their METADATA files in the thin venv and the layer (bounded reads that
+follow no link: the WorkspaceReads port), never by importing them with the workspace's Python
+outside the sandbox.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import stat
 import tomllib
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from warden.core.errors import Unavailable
+from warden.core.paths import normalize, within
+from warden.core.ports import WorkspaceReads
+from warden.core.templates import normalized_name, requirement_name
 from warden.core.workspaces import WorkspaceRecord
+from warden.services.folders import FolderService, env_meta, layer_ids
 
 if TYPE_CHECKING:
     from warden.services.layers import LayerService, Resolution
     from warden.services.workspaces import WorkspaceService
 
-__all__ = ["HealthService"]
-
-_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+__all__ = ["HealthReport", "HealthService", "Installer", "LayerHealth", "RepairResult"]
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+# Reinstalls `packages` (Node ones when the flag is set) into a workspace, in the sandbox.
+Installer = Callable[[WorkspaceRecord, list[str], bool], None]
 
 
 def requirement_names(requirements: Iterable[str]) -> list[str]:
     """Distribution names of PEP 508 requirement strings."""
-    names = []
-    for req in requirements:
-        match = _NAME.match(req)
-        if match:
-            names.append(match.group(1))
-    return names
+    return [name for name in map(requirement_name, requirements) if name is not None]
 
 
-def installed_distributions(sites: list[tuple[str, str]]) -> set[str]:
-    """Normalized names of distributions whose metadata lies in `sites`, (root, folder beneath
-    it) pairs (nothing is imported).
+@dataclass(frozen=True)
+class LayerHealth:
+    id: str
+    present: bool
+    read_only: bool = False
+    intact: bool | None = None  # None: not checked (the layer is missing)
 
-    The metadata is the bot's to shape, so it is read beneath its root without following links
-    or blocking (adapters/hostread), not through importlib.metadata.
-    """
-    from warden.adapters.hostread import read_small, regular_dirs
-
-    found = set()
-    for root, site in sites:
-        for folder in regular_dirs(root, site, ".dist-info"):
-            data = read_small(root, f"{site}/{folder}/METADATA", 1 << 20)
-            for line in (data or b"").decode("utf-8", "replace").splitlines():
-                if not line.strip():
-                    break  # the headers end at the first blank line
-                key, _, value = line.partition(":")
-                if key.strip().lower() == "name" and value.strip():
-                    found.add(_norm(value.strip()))
-                    break
-    return found
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"id": self.id, "present": self.present, "read_only": self.read_only}
+        if self.present:
+            data["intact"] = self.intact
+        return data
 
 
-def disk_usage(root: Path) -> int:
-    """Bytes used by the files of a workspace (links not followed, so layers are not counted)."""
-    total = 0
-    for dirpath, _dirs, files in os.walk(root, followlinks=False):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-            except OSError:
-                continue
-    return total
+@dataclass(frozen=True)
+class HealthReport:
+    """What `warden health NAME` reports: the folder, its venv and packages, its layers."""
+
+    name: str
+    status: str
+    path: str
+    configured: bool = False
+    python_venv: bool = False
+    python_deps_installed: bool | None = None
+    python_missing: list[str] = field(default_factory=list)
+    node_modules: bool | None = None
+    node_deps_installed: bool | None = None
+    node_missing: list[str] = field(default_factory=list)
+    layers: list[LayerHealth] = field(default_factory=list)
+    disk_usage: int = 0
+    issues: list[str] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.issues
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "path": self.path, "configured": self.configured,
+                "python_venv": self.python_venv, "python_deps_installed": self.python_deps_installed,
+                "python_missing": list(self.python_missing), "node_modules": self.node_modules,
+                "node_deps_installed": self.node_deps_installed, "node_missing": list(self.node_missing),
+                "layers": [layer.to_json() for layer in self.layers], "disk_usage": self.disk_usage,
+                "issues": list(self.issues), "healthy": self.healthy}
+
+
+@dataclass(frozen=True)
+class RepairResult:
+    """What `warden health NAME --repair` fixed, what it could not, and the health after."""
+
+    fixed: list[str]
+    failed: list[str]
+    before: list[str] | None  # the issues found first (None: the folder was gone)
+    health: HealthReport
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"fixed": list(self.fixed), "failed": list(self.failed)}
+        if self.before is not None:
+            data["before"] = list(self.before)
+        data["health"] = self.health.to_json()
+        return data
 
 
 class HealthService:
     """`warden health NAME [--repair]`."""
 
-    def __init__(self, workspaces: WorkspaceService, layers: LayerService) -> None:
+    def __init__(self, workspaces: WorkspaceService, folders: FolderService, layers: LayerService,
+                 reads: WorkspaceReads) -> None:
         self._workspaces = workspaces
+        self._folders = folders
         self._layers = layers
+        self._reads = reads
 
     # -- check -----------------------------------------------------------------------------
-    def check(self, record: WorkspaceRecord) -> dict[str, Any]:
-        """Seed 001's health report, plus the layer's state."""
-        from warden.adapters.envs.thin_venv import read_layer_site
-        from warden.services.workspaces import CONFIGURED_MARKER, layer_ids
-
-        path = Path(record.path)
+    def check(self, record: WorkspaceRecord) -> HealthReport:
+        """The workspace's health, read without running anything of the workspace's."""
+        path = record.path
         issues: list[str] = []
-        report: dict[str, Any] = {
-            "name": record.name, "status": record.status, "path": record.path, "configured": False,
-            "python_venv": False, "python_deps_installed": None, "python_missing": [],
-            "node_modules": None, "node_deps_installed": None, "node_missing": [],
-            "layers": [], "disk_usage": 0, "issues": issues,
-        }
-        if not path.is_dir():
+        if not self._folders.present(path):
             issues.append("workspace folder missing" + (" (archived: `warden unarchive` it)"
                                                        if record.status == "archived" else ""))
-            report["healthy"] = False
-            return report
-        report["configured"] = (path / CONFIGURED_MARKER).is_file()
-        if not report["configured"]:
+            return HealthReport(record.name, record.status, record.path, issues=issues)
+        configured = self._folders.configured(path)
+        if not configured:
             issues.append("Workspace not configured (.workspace_configured missing)")
-        for layer_id in layer_ids(record):
-            info = self._layers.store.read(str(layer_id))
-            entry = {"id": layer_id, "present": info is not None, "read_only": False}
-            if info is not None:
-                mode = os.stat(self._layers.store.path(str(layer_id))).st_mode
-                entry["read_only"] = not stat.S_IMODE(mode) & 0o222
-                if not entry["read_only"]:
-                    issues.append(f"layer {layer_id} is writable")
-                entry["intact"] = not self._layers.store.tampered(str(layer_id))
-                if not entry["intact"]:
-                    issues.append(f"layer {layer_id} was changed since it was built (repair rebuilds it)")
-            else:
-                issues.append(f"layer {layer_id} missing (repair rebuilds it)")
-            report["layers"].append(entry)
+        layers = [self._layer_health(layer_id, issues) for layer_id in layer_ids(record)]
+        python_venv, python_installed, python_missing = self._python(record, issues)
+        node_modules, node_installed, node_missing = self._node(record, issues)
+        return HealthReport(record.name, record.status, record.path, configured=configured,
+                            python_venv=python_venv, python_deps_installed=python_installed,
+                            python_missing=python_missing, node_modules=node_modules,
+                            node_deps_installed=node_installed, node_missing=node_missing, layers=layers,
+                            disk_usage=self._reads.disk_usage(path), issues=issues)
 
-        venv = path / ".venv"
-        wants_python = bool(record.meta.get("python_venv"))
-        if wants_python:
-            cfg = venv / "pyvenv.cfg"
-            python = venv / "bin" / "python"
-            report["python_venv"] = (not venv.is_symlink() and cfg.is_file() and not cfg.is_symlink()
-                                     and os.path.exists(python))
-            if not report["python_venv"]:
-                issues.append("Python venv missing or damaged")
-            else:
-                layer_site = read_layer_site(path)
-                from warden.adapters.hostread import regular_dirs
+    def _layer_health(self, layer_id: str, issues: list[str]) -> LayerHealth:
+        store = self._layers.store
+        if store.read(layer_id) is None:
+            issues.append(f"layer {layer_id} missing (repair rebuilds it)")
+            return LayerHealth(layer_id, False)
+        read_only = store.read_only(layer_id)
+        if not read_only:
+            issues.append(f"layer {layer_id} is writable")
+        intact = not store.tampered(layer_id)
+        if not intact:
+            issues.append(f"layer {layer_id} was changed since it was built (repair rebuilds it)")
+        return LayerHealth(layer_id, True, read_only, intact)
 
-                sites = [(str(path), f".venv/lib/{lib}/site-packages")
-                         for lib in regular_dirs(path, ".venv/lib", "") if lib.startswith("python3.")]
-                from warden.core.paths import normalize, within
+    def _python(self, record: WorkspaceRecord, issues: list[str]) -> tuple[bool, bool | None, list[str]]:
+        """(venv sound, its packages all there, those missing)."""
+        if not record.meta.get("python_venv"):
+            return False, None, []
+        io, path = self._folders.io, record.path
+        venv = os.path.join(path, ".venv")
+        sound = (io.kind(venv) != "symlink" and io.kind(os.path.join(venv, "pyvenv.cfg")) == "file"
+                 and io.exists(os.path.join(venv, "bin", "python")))
+        if not sound:
+            issues.append("Python venv missing or damaged")
+            return False, None, []
+        layer_site = self._reads.layer_site(path)
+        sites = [(path, f".venv/lib/{lib}/site-packages")
+                 for lib in self._reads.regular_dirs(path, ".venv/lib", "") if lib.startswith("python3.")]
+        layer_site = normalize(layer_site) if layer_site and layer_site.startswith("/") else layer_site
+        if layer_site and not within(layer_site, _strings(record.meta.get("ro_paths"))):
+            # The .pth is the bot's to write: a folder that is not one of the workspace's
+            # layers is never read on its word.
+            issues.append("the venv names a folder that is not its layer")
+            layer_site = None
+        if layer_site:
+            sites.append((layer_site, ""))
+            if not io.is_dir(layer_site):
+                issues.append("the venv names a layer that is gone")
+        elif any(i.startswith("py") for i in layer_ids(record)):
+            issues.append("the venv does not link its layer")
+        wanted = requirement_names(self._pyproject_deps(path))
+        have = self.installed_distributions(sites)
+        missing = [n for n in wanted if normalized_name(n) not in have]
+        if missing:
+            issues.append(f"Python packages missing: {', '.join(missing)}")
+        return True, not missing, missing
 
-                layer_site = normalize(layer_site) if layer_site and layer_site.startswith("/") else layer_site
-                if layer_site and not within(layer_site, _strings(record.meta.get("ro_paths"))):
-                    # The .pth is the bot's to write: a folder that is not one of the workspace's
-                    # layers is never read on its word.
-                    issues.append("the venv names a folder that is not its layer")
-                    layer_site = None
-                if layer_site:
-                    sites.append((layer_site, ""))
-                    if not os.path.isdir(layer_site):
-                        issues.append("the venv names a layer that is gone")
-                elif any(i.startswith("py") for i in layer_ids(record)):
-                    issues.append("the venv does not link its layer")
-                wanted = requirement_names(self._pyproject_deps(path))
-                have = installed_distributions(sites)
-                missing = [n for n in wanted if _norm(n) not in have]
-                report["python_missing"] = missing
-                report["python_deps_installed"] = not missing
-                if missing:
-                    issues.append(f"Python packages missing: {', '.join(missing)}")
+    def _node(self, record: WorkspaceRecord, issues: list[str]) -> tuple[bool | None, bool | None, list[str]]:
+        """(node_modules a real folder, its packages all there, those missing); None: not a Node workspace."""
+        node_deps = self._package_deps(record.path)
+        if not (node_deps or record.meta.get("node")):
+            return None, None, []
+        io = self._folders.io
+        modules = os.path.join(record.path, "node_modules")
+        real = io.kind(modules) == "dir"
+        if not node_deps:
+            return real, None, []
+        missing = [n for n in node_deps if not io.exists(os.path.join(modules, n, "package.json"))]
+        if not real:
+            issues.append("node_modules missing")
+        elif missing:
+            issues.append(f"Node packages missing: {', '.join(missing)}")
+        return real, real and not missing, missing
 
-        node_deps = self._package_deps(path)
-        modules = path / "node_modules"
-        if node_deps or record.meta.get("node"):
-            report["node_modules"] = modules.is_dir() and not modules.is_symlink()
-            if node_deps:
-                missing = [n for n in node_deps if not (modules / n / "package.json").exists()]
-                report["node_missing"] = missing
-                report["node_deps_installed"] = report["node_modules"] and not missing
-                if not report["node_modules"]:
-                    issues.append("node_modules missing")
-                elif missing:
-                    issues.append(f"Node packages missing: {', '.join(missing)}")
-        report["disk_usage"] = disk_usage(path)
-        report["healthy"] = not issues
-        return report
+    def installed_distributions(self, sites: list[tuple[str, str]]) -> set[str]:
+        """Normalized names of distributions whose metadata lies in `sites`, (root, folder beneath
+        it) pairs (nothing is imported).
 
-    @staticmethod
-    def _pyproject_deps(path: Path) -> list[str]:
-        from warden.adapters.hostread import read_small
+        The metadata is the bot's to shape, so it is read beneath its root without following links
+        or blocking (the WorkspaceReads port), not through importlib.metadata.
+        """
+        found = set()
+        for root, site in sites:
+            for folder in self._reads.regular_dirs(root, site, ".dist-info"):
+                data = self._reads.read_small(root, f"{site}/{folder}/METADATA", 1 << 20)
+                for line in (data or b"").decode("utf-8", "replace").splitlines():
+                    if not line.strip():
+                        break  # the headers end at the first blank line
+                    key, _, value = line.partition(":")
+                    if key.strip().lower() == "name" and value.strip():
+                        found.add(normalized_name(value.strip()))
+                        break
+        return found
 
-        raw = read_small(path, "pyproject.toml")
+    def _pyproject_deps(self, path: str) -> list[str]:
+        raw = self._reads.read_small(path, "pyproject.toml")
         if raw is None:
             return []
         try:
@@ -189,11 +226,8 @@ class HealthService:
         deps = data.get("project", {}).get("dependencies", [])
         return [d for d in deps if isinstance(d, str)]
 
-    @staticmethod
-    def _package_deps(path: Path) -> list[str]:
-        from warden.adapters.hostread import read_small
-
-        raw = read_small(path, "package.json")
+    def _package_deps(self, path: str) -> list[str]:
+        raw = self._reads.read_small(path, "package.json")
         if raw is None:
             return []
         try:
@@ -204,49 +238,26 @@ class HealthService:
         return [k for k in deps if isinstance(k, str)] if isinstance(deps, dict) else []
 
     # -- repair ----------------------------------------------------------------------------
-    def repair(self, record: WorkspaceRecord, *, install: Any = None) -> dict[str, Any]:
+    def repair(self, record: WorkspaceRecord, *, install: Installer | None = None) -> RepairResult:
         """Fix what can be fixed; `install(record, packages, node)` reinstalls missing packages."""
-        from warden.adapters.atomic import write_atomic
-        from warden.services.workspaces import CONFIGURED_MARKER, layer_ids, metadata_json
-
-        path = Path(record.path)
+        path = record.path
         fixed: list[str] = []
         failed: list[str] = []
-        if not path.is_dir():
+        if not self._folders.present(path):
             failed.append("the workspace folder is gone: `warden unarchive` it if archived, else "
                           "`warden destroy` it and create it again")
-            return {"fixed": fixed, "failed": failed, "health": self.check(record)}
+            return RepairResult(fixed, failed, None, self.check(record))
         before = self.check(record)
         try:
-            resolution = self._resolution(record)
+            resolution: Resolution | None = self._resolution(record)
         except Exception as exc:  # the template may be gone or invalid
             failed.append(f"cannot resolve template {record.template!r}: {getattr(exc, 'message', exc)}")
             resolution = None
         if resolution is not None:
-            for layer in before["layers"]:
-                if layer.get("present") and layer.get("intact") is False:
-                    # Changed by hand since it was built: it goes, and is built again below.
-                    self._layers.store.remove(str(layer["id"]))
-            missing_layers = self._layers.missing(resolution)
-            try:
-                infos = self._layers.ensure(resolution, progress=True)
-                if missing_layers:
-                    fixed.append(f"rebuilt layers {', '.join(missing_layers)}")
-                done = self._workspaces.populate(path, resolution, infos)
-                fixed.append("re-linked " + " and ".join(done) if done else "rewrote the project files")
-                new_layers = resolution.layer_ids
-                if new_layers != layer_ids(record):
-                    meta = {**record.meta, **self._workspaces.env_meta(resolution, infos, path)}
-                    self._workspaces.set_status(record.name, record.status, meta=meta,
-                                                action="workspace.relayer", detail={"layers": new_layers})
-                    record = self._workspaces.get(record.name)
-                    fixed.append(f"moved to layers {', '.join(new_layers)}")
-            except Unavailable as exc:
-                failed.append(exc.message)
-        write_atomic(path / ".workspace.json", metadata_json(record))
+            record = self._relink(record, resolution, before, fixed, failed)
+        self._folders.write_metadata(record)
         after = self.check(record)
-        wanted_py, wanted_node = after["python_missing"], after["node_missing"]
-        for packages, node in ((wanted_py, False), (wanted_node, True)):
+        for packages, node in ((after.python_missing, False), (after.node_missing, True)):
             if not packages:
                 continue
             if install is None:
@@ -258,18 +269,44 @@ class HealthService:
             except Exception as exc:
                 failed.append(f"reinstalling {', '.join(packages)} failed: {getattr(exc, 'message', exc)}")
         after = self.check(record)
-        if not after["configured"] and not [i for i in after["issues"] if "configured" not in i]:
-            write_atomic(path / CONFIGURED_MARKER, b"repaired\n")
+        if not after.configured and not [i for i in after.issues if "configured" not in i]:
+            self._folders.mark_configured(path, "repaired\n")
             fixed.append("marked configured")
             after = self.check(record)
-        for issue in after["issues"]:
+        for issue in after.issues:
             if issue not in failed:
                 failed.append(issue)
-        return {"fixed": fixed, "failed": failed, "before": before["issues"], "health": after}
+        return RepairResult(fixed, failed, list(before.issues), after)
+
+    def _relink(self, record: WorkspaceRecord, resolution: Resolution, before: HealthReport,
+                fixed: list[str], failed: list[str]) -> WorkspaceRecord:
+        """Rebuild missing or changed layers and write the venv, node_modules and project files
+        again; the record as it is after (moved to new layers when the template's changed)."""
+        for layer in before.layers:
+            if layer.present and layer.intact is False:
+                # Changed by hand since it was built: it goes, and is built again below.
+                self._layers.store.remove(layer.id)
+        missing_layers = self._layers.missing(resolution)
+        try:
+            layers = self._layers.ensure(resolution, progress=True)
+            if missing_layers:
+                fixed.append(f"rebuilt layers {', '.join(missing_layers)}")
+            done = self._folders.populate(record.path, resolution, layers)
+            fixed.append("re-linked " + " and ".join(done) if done else "rewrote the project files")
+            new_layers = resolution.layer_ids
+            if new_layers != layer_ids(record):
+                meta = {**record.meta, **env_meta(resolution, layers, record.path)}
+                self._workspaces.set_status(record.name, record.status, meta=meta,
+                                            action="workspace.relayer", detail={"layers": new_layers})
+                record = self._workspaces.get(record.name)
+                fixed.append(f"moved to layers {', '.join(new_layers)}")
+        except Unavailable as exc:
+            failed.append(exc.message)
+        return record
 
     def _resolution(self, record: WorkspaceRecord) -> Resolution:
         source = str(record.meta.get("template_source") or "")
-        ref = source if source.startswith("/") and os.path.exists(source) else record.template
+        ref = source if source.startswith("/") and self._folders.io.exists(source) else record.template
         python = str(record.meta["python"]).rsplit(".", 1)[0] if record.meta.get("python") else None
         node = str(record.meta["node"]).split(".")[0] if record.meta.get("node") else None
         return self._layers.resolve(ref, python=python, node=node)

@@ -15,28 +15,29 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from warden.adapters.safefs import SafeRoot
 from warden.core.errors import Conflict, InvalidInput, NotFound, TooLarge, Unavailable, WardenError
-from warden.core.templates import requirement_problem
+from warden.core.layers import IndexOptions
+from warden.core.limits import Limits
+from warden.core.ports import NpmTarballs, SafeRoots, SandboxTools, WorkspaceFolders, WorkspaceRoot
+from warden.core.settings import Settings
+from warden.core.templates import normalized_name, requirement_name, requirement_problem
 from warden.core.workspaces import WorkspaceRecord
+from warden.services.audit import AuditLog
 
 if TYPE_CHECKING:
-    from warden.bootstrap import App
     from warden.services.leases import Lease
+    from warden.services.quota import QuotaService
+    from warden.services.runs import RunService
+    from warden.services.workspaces import WorkspaceService
 
-__all__ = ["InstallService", "record_node", "record_python"]
+__all__ = ["MANIFEST_MAX", "InstallResult", "InstallService", "check_packages", "record_node", "record_python"]
 
 _NPM_SPEC = re.compile(r"^(?:@[a-z0-9~-][a-z0-9._~-]*/)?[a-z0-9~-][a-z0-9._~-]*(?:@[^\s]+)?$")
 _NPM_FILE = re.compile(r"^(?:file:)?/[^\s]+\.tgz$")
-_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def check_packages(packages: Sequence[str], *, node: bool) -> list[str]:
@@ -68,7 +69,7 @@ def check_packages(packages: Sequence[str], *, node: bool) -> list[str]:
 MANIFEST_MAX = 1 << 20
 
 
-def _read_manifest(root: SafeRoot, name: str) -> str:
+def _read_manifest(root: WorkspaceRoot, name: str) -> str:
     """The text of workspace manifest `name`, "" when it does not exist."""
     try:
         return root.read_text(name)
@@ -79,7 +80,7 @@ def _read_manifest(root: SafeRoot, name: str) -> str:
                            "--no-persist, or record the package yourself)") from None
 
 
-def record_python(root: SafeRoot, requirements: Sequence[str]) -> bool:
+def record_python(root: WorkspaceRoot, requirements: Sequence[str]) -> bool:
     """Add (or replace, by name) `requirements` in pyproject.toml's [project].dependencies, keeping comments."""
     import tomlkit
 
@@ -98,8 +99,8 @@ def record_python(root: SafeRoot, requirements: Sequence[str]) -> bool:
         project["dependencies"] = deps
     changed = False
     for req in requirements:
-        name = _norm(_NAME.match(req).group(1))  # type: ignore[union-attr]
-        same = [i for i, d in enumerate(deps) if _NAME.match(str(d)) and _norm(_NAME.match(str(d)).group(1)) == name]  # type: ignore[union-attr]
+        name = normalized_name(requirement_name(req) or req)
+        same = [i for i, d in enumerate(deps) if normalized_name(requirement_name(str(d)) or "") == name]
         if same:
             if str(deps[same[0]]) != req:
                 deps[same[0]] = req
@@ -112,8 +113,10 @@ def record_python(root: SafeRoot, requirements: Sequence[str]) -> bool:
     return changed
 
 
-def record_node(root: SafeRoot, specs: Sequence[str], installed: dict[str, str]) -> bool:
-    """Add `specs` to package.json's dependencies (order and other keys kept)."""
+def record_node(root: WorkspaceRoot, specs: Sequence[str], installed: dict[str, str], *,
+                tarball_name: Callable[[str], str] | None = None) -> bool:
+    """Add `specs` to package.json's dependencies (order and other keys kept); `tarball_name`
+    reads the package name inside a `file:` tarball."""
     try:
         data = json.loads(_read_manifest(root, "package.json") or "{}")
     except ValueError:
@@ -125,7 +128,9 @@ def record_node(root: SafeRoot, specs: Sequence[str], installed: dict[str, str])
     changed = False
     for spec in specs:
         if spec.startswith("file:"):
-            name, value = _tarball_name(spec[5:]), spec
+            if tarball_name is None:
+                raise InvalidInput(f"cannot record {spec}: no way to read the tarball here; use --no-persist")
+            name, value = tarball_name(spec[5:]), spec
         else:
             name, _, version = spec[1:].partition("@") if spec.startswith("@") else spec.partition("@")
             name = "@" + name if spec.startswith("@") else name
@@ -138,68 +143,91 @@ def record_node(root: SafeRoot, specs: Sequence[str], installed: dict[str, str])
     return changed
 
 
-def _tarball_name(path: str) -> str:
-    """The package name inside an npm tarball (package/package.json)."""
-    import tarfile
+@dataclass(frozen=True)
+class InstallResult:
+    """What `warden install` did."""
 
-    with tarfile.open(path) as tar:
-        member = tar.extractfile("package/package.json")
-        if member is None:
-            raise InvalidInput(f"{path} is not an npm package tarball")
-        return str(json.loads(member.read())["name"])
+    name: str
+    packages: list[str]
+    node: bool
+    ok: bool
+    exit_code: int
+    recorded_in: str | None = None  # the manifest the packages were added to
+    error: str | None = None  # the end of the installer's output, when it failed
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "packages": list(self.packages), "node": self.node, "ok": self.ok,
+                "exit_code": self.exit_code, "recorded_in": self.recorded_in, "error": self.error}
+
+
+@dataclass(frozen=True)
+class _Ran:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+# A repair's reinstall in a broken workspace (the runs service runs only in ready ones).
+_REPAIR_LIMITS = Limits(memory=2048 << 20, cpu_seconds=1200, pids=512, file_size=1024 << 20, timeout_s=1800)
 
 
 class InstallService:
     """Sandboxed, incremental installs into one workspace."""
 
-    def __init__(self, app: App) -> None:
-        self._app = app
+    def __init__(self, workspaces: WorkspaceService, quota: QuotaService, audit: AuditLog,
+                 runs: Callable[[], RunService], *, tools: SandboxTools, roots: SafeRoots,
+                 files: WorkspaceFolders, tarballs: NpmTarballs, settings: Settings) -> None:
+        self._workspaces = workspaces
+        self._quota = quota
+        self._audit = audit
+        self._runs = runs
+        self._tools = tools
+        self._roots = roots
+        self._files = files
+        self._tarballs = tarballs
+        self._settings = settings
 
     def available(self) -> bool:
-        try:
-            from warden.adapters.sandbox.host import bwrap_path
-        except ImportError:
-            return False
-        return bwrap_path() is not None
+        return self._tools.available()
 
     def install(self, name: str, packages: Sequence[str], *, node: bool = False, persist: bool = True,
-                actor: str = "user") -> dict[str, Any]:
+                actor: str = "user") -> InstallResult:
         """Install `packages` into workspace `name` and (unless not `persist`) record them."""
         checked = check_packages(packages, node=node)
-        record = self._app.workspaces.get(name)
+        record = self._workspaces.get(name)
         if record.status not in ("ready", "broken"):
             raise Conflict(f"workspace {name!r} is {record.status}; `warden resume {name}` it first")
-        self._app.quota.check_room(name, record.path)  # a full workspace: TooLarge before anything runs
+        self._quota.check_room(name, record.path)  # a full workspace: TooLarge before anything runs
         try:
             result = self.install_record(record, checked, node=node, persist=persist)
         except TooLarge as exc:  # stopped by the disk quota (or a manifest over its size)
-            self._app.audit.record(actor=actor, action="workspace.install", target=name, result=exc.code,
-                                   rule=exc.rule or "", detail={"packages": checked, "node": node})
+            self._audit.record(actor=actor, action="workspace.install", target=name, result=exc.code,
+                               rule=exc.rule or "", detail={"packages": checked, "node": node})
             raise
-        self._app.audit.record(actor=actor, action="workspace.install", target=name,
-                               result="ok" if result["ok"] else f"exit {result['exit_code']}",
-                               detail={"packages": checked, "node": node, "persist": persist,
-                                       "recorded_in": result.get("recorded_in")})
-        self._app.workspaces.touch(name)
-        if not result["ok"]:
-            raise Unavailable(f"installing {', '.join(checked)} failed (exit {result['exit_code']}): "
-                              f"{result['error']}")
+        self._audit.record(actor=actor, action="workspace.install", target=name,
+                           result="ok" if result.ok else f"exit {result.exit_code}",
+                           detail={"packages": checked, "node": node, "persist": persist,
+                                   "recorded_in": result.recorded_in})
+        self._workspaces.touch(name)
+        if not result.ok:
+            raise Unavailable(f"installing {', '.join(checked)} failed (exit {result.exit_code}): "
+                              f"{result.error}")
         return result
 
     def install_record(self, record: WorkspaceRecord, packages: Sequence[str], *, node: bool,
-                       persist: bool, lease: Lease | None = None) -> dict[str, Any]:
+                       persist: bool, lease: Lease | None = None) -> InstallResult:
         """Install into `record` (`lease`: the exclusive lease a caller such as repair holds)."""
-        path = Path(record.path)
-        settings = self._app.settings
+        settings = self._settings
         env: dict[str, str] = {}
         ro_paths = _strings(record.meta.get("ro_paths"))
         no_index = settings.get_bool("envs.no_index")
         find_links = settings.get_list("envs.find_links")
-        ro_paths += [link for link in find_links if link.startswith("/") and os.path.exists(link)]
+        ro_paths += [link for link in find_links if link.startswith("/") and self._files.exists(link)]
         if node:
             argv = ["npm", "install", "--ignore-scripts", "--no-audit", "--no-fund", "--no-save",
                     "--no-package-lock", "--install-links", *packages]
-            env.update({"npm_config_cache": "/tmp/.npm",  # noqa: S108 - the sandbox's private /tmp "npm_config_update_notifier": "false",
+            env.update({"npm_config_cache": "/tmp/.npm",  # noqa: S108 - the sandbox's private /tmp
+                        "npm_config_update_notifier": "false",
                         "npm_config_loglevel": "error"})
             if settings.get_str("envs.npm_registry"):
                 env["npm_config_registry"] = settings.get_str("envs.npm_registry")
@@ -207,58 +235,48 @@ class InstallService:
                 if spec.startswith("file:") and spec[5:].startswith("/"):
                     ro_paths.append(os.path.dirname(spec[5:]))
         else:
-            python = path / ".venv" / "bin" / "python"
-            if not os.path.exists(python):
+            python = os.path.join(record.path, ".venv", "bin", "python")
+            if not self._files.exists(python):
                 raise Conflict(f"workspace {record.name!r} has no Python venv; `warden health {record.name} "
                                "--repair` re-creates it")
-            argv = [str(python), "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
+            argv = [python, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
                     "--no-input", "--no-warn-script-location", *packages]
             env["PIP_CONFIG_FILE"] = "/dev/null"
-            from warden.adapters.envs.python_layer import IndexOptions
-
-            env.update(IndexOptions(settings.get_str("envs.index_url"), find_links, no_index).pip_env())
+            env.update(IndexOptions(settings.get_str("envs.index_url"), tuple(find_links), no_index).pip_env())
         domains = [] if no_index and not node else settings.get_list("envs.install_domains")
         if domains:
-            from warden.adapters.sandbox.tools import trust_settings
-
-            trust_env, trust_paths = trust_settings(self._app.environ)
+            trust_env, trust_paths = self._tools.trust()
             env = {**trust_env, **env}
             ro_paths += trust_paths
-        outcome = self._run(record, argv, env, ro_paths, domains, lease)
-        ok = outcome["exit_code"] == 0
-        result: dict[str, Any] = {"name": record.name, "packages": list(packages), "node": node, "ok": ok,
-                                  "exit_code": outcome["exit_code"], "recorded_in": None,
-                                  "error": _tail(outcome["stderr"] or outcome["stdout"]) if not ok else None}
+        ran = self._run(record, argv, env, ro_paths, domains, lease)
+        ok = ran.exit_code == 0
+        recorded_in = None
         if ok and persist:
-            with SafeRoot.open(path, max_bytes=MANIFEST_MAX) as root:
+            with self._roots.open(record.path, max_bytes=MANIFEST_MAX) as root:
                 if node:
-                    if record_node(root, packages, _installed_versions(root, packages)):
-                        result["recorded_in"] = "package.json"
+                    if record_node(root, packages, _installed_versions(root, packages),
+                                   tarball_name=self._tarballs.package_name):
+                        recorded_in = "package.json"
                 elif record_python(root, packages):
-                    result["recorded_in"] = "pyproject.toml"
-        return result
+                    recorded_in = "pyproject.toml"
+        return InstallResult(record.name, list(packages), node, ok, ran.exit_code, recorded_in,
+                             _tail(ran.stderr or ran.stdout) if not ok else None)
 
     def _run(self, record: WorkspaceRecord, argv: list[str], env: dict[str, str], ro_paths: list[str],
-             domains: list[str], lease: Lease | None) -> dict[str, Any]:
-        ro = [p for p in dict.fromkeys(ro_paths) if os.path.exists(p)]
+             domains: list[str], lease: Lease | None) -> _Ran:
+        ro = [p for p in dict.fromkeys(ro_paths) if self._files.exists(p)]
         if record.status == "ready":
             # The normal way: the runs service applies zones, path policy and auditing.
-            result = self._app.runs.run(record.name, argv, env=env, ro_paths=ro, timeout=1800,
-                                        net="allow" if domains else "none", allow_domains=domains,
-                                        actor="warden-install", within=lease)
+            result = self._runs().run(record.name, argv, env=env, ro_paths=ro, timeout=1800,
+                                      net="allow" if domains else "none", allow_domains=domains,
+                                      actor="warden-install", within=lease)
             if result.stopped_by is not None:  # the run's stderr ends with the quota's note
                 note = result.stderr.rstrip().rsplit("\n", 1)[-1].removeprefix("warden: ")
                 raise TooLarge(f"the install broke the workspace's disk quota: {note}", rule=result.stopped_by)
-            return {"exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr}
+            return _Ran(result.exit_code, result.stdout, result.stderr)
         # Repairing a broken workspace: the runs service only runs in ready ones.
-        from warden.adapters.sandbox.tools import run_tool
-        from warden.core.limits import Limits
-
-        limits = Limits(memory=2048 << 20, cpu_seconds=1200, pids=512, file_size=1024 << 20, timeout_s=1800)
-        outcome = run_tool(record.path, argv, env=env, caller_env=self._app.environ, ro_paths=ro,
-                           domains=domains, limits=limits)
-        return {"exit_code": outcome.exit_code, "stdout": outcome.stdout.decode("utf-8", "replace"),
-                "stderr": outcome.stderr.decode("utf-8", "replace")}
+        outcome = self._tools.run(record.path, argv, env=env, ro_paths=ro, domains=domains, limits=_REPAIR_LIMITS)
+        return _Ran(outcome.exit_code, outcome.stdout, outcome.stderr)
 
 
 def _strings(value: object) -> list[str]:
@@ -270,7 +288,7 @@ def _tail(text: str) -> str:
     return " | ".join(lines[-4:]) or "no output"
 
 
-def _installed_versions(root: SafeRoot, specs: Sequence[str]) -> dict[str, str]:
+def _installed_versions(root: WorkspaceRoot, specs: Sequence[str]) -> dict[str, str]:
     """Versions npm installed, read from node_modules/NAME/package.json (bot-writable files too)."""
     versions = {}
     for spec in specs:

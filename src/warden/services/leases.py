@@ -18,14 +18,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from warden.adapters.processes import alive, start_time
-from warden.adapters.store import leases as rows
-from warden.adapters.store.db import Database, Tx
 from warden.core import leases
 from warden.core.errors import Locked
 from warden.core.leases import Holder, LeaseState
+from warden.core.ports import Clock, Processes, Registry, Tx
 
 __all__ = ["Lease", "LeaseService"]
 
@@ -46,8 +44,10 @@ class Lease:
 class LeaseService:
     """Workspace leases of this node's processes."""
 
-    def __init__(self, db: Database, clock: Callable[[], datetime], node: str, *, ttl: timedelta = TTL) -> None:
-        self._db = db
+    def __init__(self, registry: Registry, processes: Processes, clock: Clock, node: str, *,
+                 ttl: timedelta = TTL) -> None:
+        self._registry = registry
+        self._processes = processes
         self._clock = clock
         self.node = node
         self.ttl = ttl
@@ -59,11 +59,11 @@ class LeaseService:
     def _alive(self, holder: Holder) -> bool | None:
         if holder.node != self.node:
             return None  # another machine's process: only its expiry ends it
-        return alive(holder.pid, holder.start or None)
+        return self._processes.alive(holder.pid, holder.start or None)
 
     def holder(self, op: str) -> Holder:
         pid = os.getpid()
-        return Holder(os.urandom(8).hex(), self.node, pid, start_time(pid) or 0, op)
+        return Holder(os.urandom(8).hex(), self.node, pid, self._processes.start_time(pid) or 0, op)
 
     # -- compare-and-set loop ------------------------------------------------------------------
     def _change(self, name: str, change: Callable[[LeaseState], LeaseState | None],
@@ -71,12 +71,12 @@ class LeaseService:
         """Apply `change` to the lease row by compare-and-set (with `extra` in the same
         transaction); the new state, or None when `change` said there is nothing to do."""
         for attempt in range(_CAS_TRIES):
-            with self._db.transaction() as tx:
-                state, version = rows.read(tx, name)
+            with self._registry.transaction() as tx:
+                state, version = tx.leases.read(name)
                 new = change(state)
                 if new is None:
                     return None
-                if rows.write(tx, new, version):
+                if tx.leases.write(new, version):
                     if extra is not None:
                         extra(tx, new)
                     return new
@@ -84,14 +84,14 @@ class LeaseService:
         raise Locked(f"the lease of workspace {name!r} changes too fast to take; try again", rule="lease.contended")
 
     def state(self, name: str) -> LeaseState:
-        with self._db.transaction(write=False) as tx:
-            state, _ = rows.read(tx, name)
+        with self._registry.transaction(write=False) as tx:
+            state, _ = tx.leases.read(name)
         return leases.live(state, self._clock(), self._alive)
 
     def check(self, tx: Tx, lease: Lease) -> None:
         """Raise Locked unless `lease` is still held with its fencing number (call inside the
         transaction of a state write: a holder presumed dead must not write over its successor)."""
-        state, _ = rows.read(tx, lease.workspace)
+        state, _ = tx.leases.read(lease.workspace)
         mine = any(h.holder.id == lease.holder.id for h in state.held)
         if not mine or (lease.mode == "exclusive" and state.fence != lease.fence):
             raise Locked(f"workspace {lease.workspace!r} was taken over while {lease.holder.op} ran "

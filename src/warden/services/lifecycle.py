@@ -1,4 +1,4 @@
-"""Workspace lifecycle (seeds 000, 001): suspend, resume, archive, unarchive, cleanup, health.
+"""Workspace lifecycle: suspend, resume, archive, unarchive, cleanup, health.
 
     creating ─► ready ◄──► suspended
        │          │  ▲          │
@@ -12,8 +12,10 @@ and frees the folder; unarchive restores it and re-links its layers.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from warden.core.durations import format_duration
@@ -21,82 +23,189 @@ from warden.core.errors import Conflict, NotFound
 from warden.core.workspaces import WorkspaceRecord, check_transition
 
 if TYPE_CHECKING:
-    from warden.bootstrap import App
-    from warden.services.health import HealthService
+    from warden.core.ports import Clock, Processes, Unarchiver
+    from warden.services.audit import AuditLog
+    from warden.services.health import HealthReport, HealthService, Installer, RepairResult
+    from warden.services.installs import InstallService
+    from warden.services.layers import LayerService
     from warden.services.leases import Lease
+    from warden.services.workspaces import WorkspaceService
 
-__all__ = ["LifecycleService"]
+__all__ = ["Archived", "Cleanup", "CleanupAction", "LifecycleService", "Repaired", "Resumed", "Suspended",
+           "Unarchived"]
 
 
+# -- results -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Suspended:
+    name: str
+    stopped: tuple[int, ...]  # the pids stopped
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": "suspended", "stopped": list(self.stopped)}
+
+
+@dataclass(frozen=True)
+class Resumed:
+    name: str
+    status: str  # ready, or broken when repair could not make it healthy
+    health: HealthReport
+    repaired: tuple[str, ...]
+    failed: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "health": self.health.to_json(),
+                "repaired": list(self.repaired), "failed": list(self.failed)}
+
+
+@dataclass(frozen=True)
+class Repaired:
+    """`warden health NAME --repair`: the health after, what was fixed and what could not be."""
+
+    health: HealthReport
+    fixed: tuple[str, ...]
+    failed: tuple[str, ...]
+
+    @property
+    def healthy(self) -> bool:
+        return self.health.healthy
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.health.to_json(), "fixed": list(self.fixed), "failed": list(self.failed)}
+
+
+@dataclass(frozen=True)
+class Archived:
+    name: str
+    archive: str | None  # None: there was no folder to pack
+    size: int | None = None  # None: it was archived already
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "status": "archived", "archive": self.archive}
+        if self.size is not None:
+            data["size"] = self.size
+        return data
+
+
+@dataclass(frozen=True)
+class Unarchived:
+    name: str
+    status: str  # ready, or broken when repair could not make it healthy
+    path: str
+    repaired: tuple[str, ...]
+    failed: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "path": self.path, "repaired": list(self.repaired),
+                "failed": list(self.failed)}
+
+
+@dataclass(frozen=True)
+class CleanupAction:
+    """One workspace cleanup archives or destroys, and (unless a dry run) how it went."""
+
+    name: str
+    action: str  # archive or destroy
+    reason: str  # idle or expired
+    last_accessed: str
+    archive: str | None = None  # where it was archived (None too when there was no folder)
+    done: bool | None = None  # None: not tried (a dry run)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "action": self.action, "reason": self.reason,
+                                "last_accessed": self.last_accessed}
+        if self.action == "archive" and self.done:
+            data["archive"] = self.archive
+        if self.done is not None:
+            data["done"] = self.done
+        if self.error is not None:
+            data["error"] = self.error
+        return data
+
+
+@dataclass(frozen=True)
+class Cleanup:
+    dry_run: bool
+    older_than: timedelta
+    actions: tuple[CleanupAction, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        # As the user writes a DURATION ("7d"), never timedelta's "7 days, 0:00:00".
+        return {"dry_run": self.dry_run, "older_than": format_duration(self.older_than),
+                "older_than_s": int(self.older_than.total_seconds()),
+                "actions": [action.to_json() for action in self.actions]}
+
+
+# -- the service -----------------------------------------------------------------------------------
 class LifecycleService:
     """Lifecycle operations on top of the workspace registry, layers and the sandbox."""
 
-    def __init__(self, app: App) -> None:
-        self._app = app
-        self._ws = app.workspaces
-
-    @property
-    def health_service(self) -> HealthService:
-        from warden.services.health import HealthService
-
-        return HealthService(self._ws, self._app.layers)
+    def __init__(self, *, workspaces: WorkspaceService, audit: AuditLog, processes: Processes,
+                 health: Callable[[], HealthService], installs: Callable[[], InstallService],
+                 layers: Callable[[], LayerService], unarchiver: Unarchiver, clock: Clock) -> None:
+        self._ws = workspaces
+        self._audit = audit
+        self._processes = processes
+        self._health = health
+        self._installs = installs
+        self._layers = layers
+        self._unarchiver = unarchiver
+        self._clock = clock
 
     # -- suspend / resume ------------------------------------------------------------------
-    def suspend(self, name: str, *, actor: str = "user") -> dict[str, Any]:
+    def suspend(self, name: str, *, actor: str = "user") -> Suspended:
         """Stop every process of the workspace and mark it suspended."""
-        from warden.adapters.processes import stop_processes
-
         first = self._ws.get(name)
         if first.status == "suspended":
-            return {"name": name, "status": "suspended", "stopped": []}
+            return Suspended(name, ())
         check_transition(name, first.status, "suspended")
         stopped: list[int] = []
         with self._ws.lease(name, "exclusive", "suspend",
-                            drain=lambda: stopped.extend(stop_processes(first.path))) as lease:
+                            drain=lambda: stopped.extend(self._processes.stop_processes(first.path))) as lease:
             record = self._ws.get(name)
             if record.status == "suspended":
-                return {"name": name, "status": "suspended", "stopped": stopped}
+                return Suspended(name, tuple(stopped))
             check_transition(name, record.status, "suspended")
-            stopped += stop_processes(record.path)
+            stopped += self._processes.stop_processes(record.path)
             self._ws.set_status(name, "suspended", actor=actor, detail={"stopped": len(stopped)},
                                 expected=record, lease=lease)
-        return {"name": name, "status": "suspended", "stopped": sorted(set(stopped))}
+        return Suspended(name, tuple(sorted(set(stopped))))
 
-    def resume(self, name: str, *, actor: str = "user") -> dict[str, Any]:
+    def resume(self, name: str, *, actor: str = "user") -> Resumed:
         """Check health, repair what is wrong, and mark the workspace ready (or broken)."""
         with self._ws.lease(name, "exclusive", "resume") as lease:
             return self._resume_held(name, lease, actor)
 
-    def _resume_held(self, name: str, lease: Lease | None, actor: str) -> dict[str, Any]:
+    def _resume_held(self, name: str, lease: Lease | None, actor: str) -> Resumed:
         record = self._ws.get(name)
         if record.status == "archived":
             raise Conflict(f"workspace {name!r} is archived; `warden unarchive {name}` brings it back")
         if record.status == "creating":
             raise Conflict(f"workspace {name!r} is still being created; wait for it")
-        report = self.health_service.check(record)
+        report = self._health().check(record)
         repaired = None
-        if not report["healthy"]:
+        if not report.healthy:
             repaired = self.repair_record(record, lease)
-            report = repaired["health"]
-        status = "ready" if report["healthy"] else "broken"
+            report = repaired.health
+        status = "ready" if report.healthy else "broken"
         self._ws.set_status(name, status, actor=actor, action="workspace.resume",
-                            detail={"issues": report["issues"]}, expected=record, lease=lease)
+                            detail={"issues": report.issues}, expected=record, lease=lease)
         self._ws.touch(name)
-        return {"name": name, "status": status, "health": report,
-                "repaired": repaired["fixed"] if repaired else [],
-                "failed": repaired["failed"] if repaired else []}
+        return Resumed(name, status, report, tuple(repaired.fixed) if repaired else (),
+                       tuple(repaired.failed) if repaired else ())
 
     # -- health ----------------------------------------------------------------------------
-    def health(self, name: str, *, repair: bool = False, actor: str = "user") -> dict[str, Any]:
+    def health(self, name: str, *, repair: bool = False, actor: str = "user") -> HealthReport | Repaired:
         """`warden health NAME [--repair]`."""
         if not repair:
-            return self.health_service.check(self._ws.get(name))
+            return self._health().check(self._ws.get(name))
         # Exclusive: a create, archive or run in progress is not repaired under its feet (a live
         # create holds the lease; a dead one's lease is taken over).
         with self._ws.lease(name, "exclusive", "repair") as lease:
             return self._repair_held(name, lease, actor)
 
-    def _repair_held(self, name: str, lease: Lease | None, actor: str) -> dict[str, Any]:
+    def _repair_held(self, name: str, lease: Lease | None, actor: str) -> Repaired:
         record = self._ws.get(name)
         if record.status == "archived":
             raise Conflict(f"workspace {name!r} is archived; `warden unarchive {name}` it first")
@@ -105,161 +214,149 @@ class LifecycleService:
                            f"stopped, so its files are incomplete; `warden destroy {name} --no-archive "
                            "--yes` and create it again")
         result = self.repair_record(record, lease)
-        health = result["health"]
-        if record.status in ("broken", "creating") and health["healthy"]:
+        health = result.health
+        if record.status in ("broken", "creating") and health.healthy:
             self._ws.set_status(name, "ready", actor=actor, action="workspace.repair",
-                                detail={"fixed": result["fixed"]}, expected=record, lease=lease)
-            health["status"] = "ready"
+                                detail={"fixed": result.fixed}, expected=record, lease=lease)
+            health = dataclasses.replace(health, status="ready")
         else:
-            self._app.audit.record(actor=actor, action="workspace.repair", target=name,
-                                   result="ok" if health["healthy"] else "partial",
-                                   detail={"fixed": result["fixed"], "failed": result["failed"]})
-        return {**health, "fixed": result["fixed"], "failed": result["failed"]}
+            self._audit.record(actor=actor, action="workspace.repair", target=name,
+                               result="ok" if health.healthy else "partial",
+                               detail={"fixed": result.fixed, "failed": result.failed})
+        return Repaired(health, tuple(result.fixed), tuple(result.failed))
 
-    def repair_record(self, record: WorkspaceRecord, lease: Lease | None = None) -> dict[str, Any]:
+    def repair_record(self, record: WorkspaceRecord, lease: Lease | None = None) -> RepairResult:
         """Repair `record`; `lease` is the exclusive lease the caller holds on it, which the
         reinstalls run under (they could not take a lease of their own beside it)."""
-        return self.health_service.repair(record, install=self._installer(lease))
+        return self._health().repair(record, install=self._installer(lease))
 
-    def _installer(self, lease: Lease | None) -> Any:
-        from warden.services.installs import InstallService
-
-        service = InstallService(self._app)
+    def _installer(self, lease: Lease | None) -> Installer | None:
+        service = self._installs()
         if not service.available():
             return None
 
-        def install(record: WorkspaceRecord, packages: list[str], node: bool) -> None:
+        def install(record: WorkspaceRecord, packages: Sequence[str], node: bool) -> None:
             service.install_record(record, packages, node=node, persist=False, lease=lease)
 
         return install
 
     # -- archive / unarchive -----------------------------------------------------------------
-    def archive(self, name: str, *, actor: str = "user") -> dict[str, Any]:
+    def archive(self, name: str, *, actor: str = "user") -> Archived:
         """Pack the workspace into archives/ and free its folder."""
-        from warden.adapters.processes import stop_processes
-
         first = self._ws.get(name)
         if first.status == "archived":
-            return {"name": name, "status": "archived", "archive": first.meta.get("archive")}
+            return Archived(name, _archive_of(first))
         check_transition(name, first.status, "archived")
-        with self._ws.lease(name, "exclusive", "archive", drain=lambda: stop_processes(first.path)) as lease:
+        with self._ws.lease(name, "exclusive", "archive",
+                            drain=lambda: self._processes.stop_processes(first.path)) as lease:
             return self._archive_held(name, lease, actor)
 
-    def _archive_held(self, name: str, lease: Lease | None, actor: str) -> dict[str, Any]:
-        from warden.adapters.processes import stop_processes
-
+    def _archive_held(self, name: str, lease: Lease | None, actor: str) -> Archived:
         # Read again under the lease: a second archive that waited finds the first one's result.
         record = self._ws.get(name)
         if record.status == "archived":
-            return {"name": name, "status": "archived", "archive": record.meta.get("archive")}
+            return Archived(name, _archive_of(record))
         check_transition(name, record.status, "archived")
-        path = Path(record.path)
         archive = None
         size = 0
-        if path.is_dir():
-            stop_processes(record.path)
-            target = self._ws.archive_folder(record)
-            archive, size = str(target), target.stat().st_size
+        if self._ws.folders.present(record.path):
+            self._processes.stop_processes(record.path)
+            packed = self._ws.shelf.pack(record)
+            archive, size = packed.path, packed.size
         meta = {**record.meta, "archive": archive, "status_before_archive": record.status}
         self._ws.set_status(name, "archived", meta=meta, actor=actor, detail={"archive": archive, "size": size},
                             expected=record, lease=lease)
-        self._ws.trash(path)
-        return {"name": name, "status": "archived", "archive": archive, "size": size}
+        self._ws.trash(record.path)
+        return Archived(name, archive, size)
 
-    def unarchive(self, name: str, *, actor: str = "user") -> dict[str, Any]:
+    def unarchive(self, name: str, *, actor: str = "user") -> Unarchived:
         """Restore an archived workspace's folder, re-link its layers, and mark it ready."""
         with self._ws.lease(name, "exclusive", "unarchive") as lease:
             return self._unarchive_held(name, lease, actor)
 
-    def _unarchive_held(self, name: str, lease: Lease | None, actor: str) -> dict[str, Any]:
-        from warden.adapters.archive import BlobLimits, unpack_tree
-
+    def _unarchive_held(self, name: str, lease: Lease | None, actor: str) -> Unarchived:
         try:
             record = self._ws.get(name)
         except NotFound:
             record = self._ws.restore_destroyed(name, actor=actor)  # destroyed, but archived first
         if record.status != "archived":
             raise Conflict(f"workspace {name!r} is {record.status}, not archived")
-        archive = record.meta.get("archive")
-        path = Path(record.path)
-        if not archive or not Path(str(archive)).is_file():
+        archive = _archive_of(record)
+        if not archive or not self._ws.shelf.exists(archive):
             raise NotFound(f"the archive of {name!r} ({archive}) is gone; `warden destroy {name} --no-archive --yes`"
                            " removes the entry")
-        if path.exists():
-            raise Conflict(f"folder {path} exists; move it away before unarchiving {name!r}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = path.parent / f".unarchive-{name}"
-        if staging.exists():
-            self._ws.trash(staging)
-        staging.mkdir(mode=0o755)
         try:
-            unpack_tree(Path(str(archive)), staging, BlobLimits(max_bytes=1 << 50, max_files=1 << 30,
-                                                                allow_links_out=True, allow_protected=True))
-            staging.rename(path)
-        except BaseException:
-            self._ws.trash(staging)
-            raise
+            self._unarchiver.restore(archive, record.path)
+        except FileExistsError:
+            raise Conflict(f"folder {record.path} exists; move it away before unarchiving {name!r}") from None
         meta = {k: v for k, v in record.meta.items() if k not in ("archive", "status_before_archive")}
         self._ws.set_status(name, "ready", meta=meta, actor=actor, action="workspace.unarchive",
                             detail={"archive": archive}, expected=record, lease=lease)
         repaired = self.repair_record(self._ws.get(name), lease)
-        status = "ready" if repaired["health"]["healthy"] else "broken"
+        status = "ready" if repaired.health.healthy else "broken"
         if status != "ready":
             self._ws.set_status(name, status, actor=actor, action="workspace.unarchive",
-                                detail={"failed": repaired["failed"]})
-        Path(str(archive)).unlink(missing_ok=True)
+                                detail={"failed": repaired.failed})
+        self._unarchiver.discard(archive)
         self._ws.touch(name)
-        return {"name": name, "status": status, "path": str(path), "repaired": repaired["fixed"],
-                "failed": repaired["failed"]}
+        return Unarchived(name, status, record.path, tuple(repaired.fixed), tuple(repaired.failed))
 
     # -- cleanup ---------------------------------------------------------------------------
-    def cleanup(self, older_than: timedelta, *, dry_run: bool = False, actor: str = "user") -> dict[str, Any]:
+    def cleanup(self, older_than: timedelta, *, dry_run: bool = False, actor: str = "user") -> Cleanup:
         """Archive workspaces idle longer than `older_than` (destroy temporary ones), and expired ones."""
-        now = self._app.clock()
+        planned = self._cleanup_plan(older_than)
+        if dry_run:
+            return Cleanup(True, older_than, planned)
+        done = tuple(self._clean(action, actor) for action in planned)
+        self._layers().store.sweep()
+        return Cleanup(False, older_than, done)
+
+    def _cleanup_plan(self, older_than: timedelta) -> tuple[CleanupAction, ...]:
+        now = self._clock()
         cutoff = now - older_than
-        actions: list[dict[str, Any]] = []
+        actions = []
         for record in self._ws.list():
             idle = _parse(record.last_accessed) < cutoff
             expired = record.expires_at is not None and _parse(record.expires_at) < now
             if not (idle or expired) or record.status == "creating":
                 continue
-            reason = "expired" if expired else "idle"
             if record.type == "temporary":
                 action = "destroy"
             elif record.status == "archived":
                 continue
-            elif record.status == "broken" and not Path(record.path).exists():
+            elif record.status == "broken" and not self._ws.folders.taken(record.path):
                 action = "destroy"
             else:
                 action = "archive"
-            actions.append({"name": record.name, "action": action, "reason": reason,
-                            "last_accessed": record.last_accessed})
-        if not dry_run:
-            for item in actions:
-                try:
-                    if item["action"] == "archive":
-                        item["archive"] = self.archive(item["name"], actor=actor)["archive"]
-                    else:
-                        self._ws.destroy(item["name"], actor=actor, archive=False)
-                    item["done"] = True
-                except Exception as exc:  # one bad workspace must not stop the sweep
-                    item["done"] = False
-                    item["error"] = getattr(exc, "message", str(exc))
-            self._app.layers.store.sweep()
-        # As the user writes a DURATION ("7d"), never timedelta's "7 days, 0:00:00".
-        return {"dry_run": dry_run, "older_than": format_duration(older_than),
-                "older_than_s": int(older_than.total_seconds()), "actions": actions}
+            actions.append(CleanupAction(record.name, action, "expired" if expired else "idle",
+                                         record.last_accessed))
+        return tuple(actions)
+
+    def _clean(self, action: CleanupAction, actor: str) -> CleanupAction:
+        try:
+            if action.action == "archive":
+                action = dataclasses.replace(action, archive=self.archive(action.name, actor=actor).archive)
+            else:
+                self._ws.destroy(action.name, actor=actor, archive=False)
+        except Exception as exc:  # one bad workspace must not stop the sweep
+            return dataclasses.replace(action, done=False, error=getattr(exc, "message", str(exc)))
+        return dataclasses.replace(action, done=True)
 
     # -- snapshots (layers) in use -----------------------------------------------------------
     def layers_in_use(self) -> dict[str, list[str]]:
         """layer id → names of the workspaces (any status) that use it."""
-        from warden.services.workspaces import layer_ids
+        from warden.services.folders import layer_ids
 
         used: dict[str, list[str]] = {}
         for record in self._ws.list():
             for layer_id in layer_ids(record):
                 used.setdefault(layer_id, []).append(record.name)
         return used
+
+
+def _archive_of(record: WorkspaceRecord) -> str | None:
+    archive = record.meta.get("archive")
+    return str(archive) if archive else None
 
 
 def _parse(stamp: str) -> datetime:

@@ -1,22 +1,20 @@
 """The disk quota of workspaces, as runs, file writes, installs and blobs apply it.
 
 Limits come from the settings (`workspace.max_disk`, `workspace.max_files`,
-`workspace.min_free`); core/quota.py decides; adapters/disk_usage.py measures and
-adapters/quota.py watches a run.
+`workspace.min_free`); core/quota.py decides; the `DiskUsage` port (adapters/disk.py)
+measures a folder and watches a run.
 Refusals carry the setting as their rule: a write past a limit is TooLarge (HTTP 413), a
 nearly full disk under Warden's home is Unavailable.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from warden.adapters.disk_usage import free_bytes, measure
-from warden.adapters.quota import Watcher
 from warden.core.errors import TooLarge, Unavailable
 from warden.core.limits import Limits
+from warden.core.ports import DiskUsage, QuotaWatch
 from warden.core.quota import DISK_KEY, FILES_KEY, FREE_KEY, Quota, Usage
 from warden.core.settings import Settings
 
@@ -24,35 +22,30 @@ __all__ = ["QuotaService"]
 
 
 class QuotaService:
-    """Applies the workspace quota; `free` and `usage` are the adapter's unless a test swaps them."""
+    """Applies the workspace quota to the folders `disk` measures."""
 
-    def __init__(self, settings: Settings, home: Path, *, free: Callable[[str], int] = free_bytes,
-                 usage: Callable[[str], Usage] = measure) -> None:
+    def __init__(self, settings: Settings, home: Path, disk: DiskUsage) -> None:
         self._settings = settings
         self._home = home
-        self._free = free
-        self._usage = usage
+        self._disk = disk
 
     def limits(self) -> Quota:
         s = self._settings
         return Quota(s.get_size(DISK_KEY), s.get_int(FILES_KEY), s.get_size(FREE_KEY))
 
     def _existing_home(self) -> str:
-        path = self._home
-        while not path.exists() and path != path.parent:
-            path = path.parent
-        return str(path)
+        return self._disk.nearest_existing(str(self._home))
 
     def check_free(self) -> None:
         """Unavailable when the filesystem of Warden's home has less than `workspace.min_free` free."""
         where = self._existing_home()
-        problem = self.limits().free_problem(self._free(where), where)
+        problem = self.limits().free_problem(self._disk.free_bytes(where), where)
         if problem is not None:
             raise Unavailable(problem, rule=FREE_KEY)
 
     def usage(self, path: str) -> Usage:
         """What workspace folder `path` holds now (one walk)."""
-        return self._usage(os.path.realpath(path))
+        return self._disk.measure(path)
 
     def check_write(self, workspace: str, usage: Usage, add_bytes: int, add_files: int, what: str) -> None:
         """TooLarge when writing `add_bytes` in `add_files` new files would pass a limit."""
@@ -65,17 +58,15 @@ class QuotaService:
         """TooLarge when the workspace is already at a limit (before an install, say)."""
         self.check_write(workspace, self.usage(path), 1, 1, "adding anything")
 
-    def watch(self, path: str) -> Watcher:
+    def watch(self, path: str) -> QuotaWatch:
         """A watcher for one run in workspace folder `path` (enter it to measure and watch)."""
-        return Watcher(os.path.realpath(path), self.limits(), home=self._existing_home())
+        return self._disk.watch(path, self.limits(), home=self._existing_home())
 
     def capped(self, limits: Limits, start: Usage) -> Limits:
         """`limits` with the file size capped at the bytes the workspace has left."""
-        from dataclasses import replace
-
         return replace(limits, file_size=self.limits().file_size_cap(start, limits.file_size))
 
-    def stop_note(self, watcher: Watcher, workspace: str, exit_code: int) -> str | None:
+    def stop_note(self, watcher: QuotaWatch, workspace: str, exit_code: int) -> str | None:
         """The line a run that broke the quota ends with, or None; `exit_code` tells whether
         the kill reached it (137) or the command had ended already."""
         if watcher.breach is None:

@@ -1,6 +1,6 @@
 """Sandbox path lists at three levels and a workspace's zones: the merged view, changes, checks.
 
-Where things live (all in seed 004's JSON format, or seed 003's YAML for zones):
+Where things live (path lists as JSON, zones as YAML):
 
     global     $WARDEN_HOME/sandbox_paths.json
     workspace  <ws>/.warden/sandbox.json
@@ -11,21 +11,19 @@ Where things live (all in seed 004's JSON format, or seed 003's YAML for zones):
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from warden.adapters.sandbox_paths import read_doc, read_zones_doc, stamp, update_doc
 from warden.core.errors import Denied, InvalidInput
+from warden.core.names import is_name
 from warden.core.paths import is_inside, normalize
 from warden.core.policy import (
     LEVELS,
-    Decision,
     EffectivePaths,
     Level,
+    PathDecision,
     PathRule,
     PathRules,
     WorkspacePolicy,
@@ -36,24 +34,20 @@ from warden.core.policy import (
     with_allowed,
     with_denied,
 )
+from warden.core.ports import MountJudge, PolicyFiles
 from warden.core.workspaces import WorkspaceRecord
 from warden.core.zones import DEFAULT_ZONES, Mode, Zone, parse_zones
 from warden.services.audit import AuditLog
 
-if TYPE_CHECKING:
-    from warden.adapters.sandbox.mountsrc import StateGuard
-    from warden.bootstrap import App
+__all__ = ["SandboxPaths"]
 
-__all__ = ["SandboxPaths", "effective_path_policy"]
-
-_SESSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 POLICY_DIR = ".warden"
 ZONES_FILE = "zones.yaml"
 
 
 def check_session(session: str) -> str:
     """A valid session id (it becomes a folder name), or InvalidInput."""
-    if not _SESSION.match(session):
+    if not is_name(session, 64):
         raise InvalidInput(f"bad session id {session!r}: use 1-64 letters, digits, '.', '_' or '-'")
     return session
 
@@ -72,9 +66,11 @@ class SandboxPaths:
     """The three path lists and the zones of workspaces: read, merge, change, decide."""
 
     def __init__(self, global_file: Path, audit: AuditLog, clock: Callable[[], datetime], *,
-                 block_system: bool, user_home: str | None, warden_home: str | None = None,
-                 workspaces_root: str | None = None) -> None:
+                 files: PolicyFiles, mounts: MountJudge, block_system: bool, user_home: str | None,
+                 warden_home: str | None = None, workspaces_root: str | None = None) -> None:
         self.global_file = global_file
+        self._files = files
+        self._mounts = mounts
         self._audit = audit
         self._clock = clock
         self.block_system = block_system
@@ -88,19 +84,11 @@ class SandboxPaths:
             return None
         return state_exposure(normalize(path), home=self._warden_home, workspaces_root=self._workspaces_root)
 
-    def state_guard(self, workspace: str | None = None) -> StateGuard:
-        """Warden's state by inode, now, for judging mount sources (adapters/sandbox/mountsrc)."""
-        from warden.adapters.sandbox.mountsrc import state_guard
-
-        home = self._warden_home or "/nonexistent"
-        return state_guard(home, self._workspaces_root or home, workspace)
-
     # -- files -----------------------------------------------------------------------------
-    @staticmethod
-    def policy_dir(record: WorkspaceRecord) -> Path:
+    def policy_dir(self, record: WorkspaceRecord) -> Path:
         """`<ws>/.warden`, refused when it is a link (a bot could point it at its own files)."""
         folder = Path(record.path) / POLICY_DIR
-        if folder.is_symlink():
+        if self._files.is_link(str(folder)):
             raise Denied(f"{folder} is a symbolic link; remove it (Warden keeps the workspace policy there)",
                          rule="deny: policy folder is a link")
         return folder
@@ -124,20 +112,20 @@ class SandboxPaths:
         return [*self.files_for(record, session).values(), self.zones_file(record)]
 
     def fingerprint(self, record: WorkspaceRecord, session: str | None) -> tuple[tuple[int, int, int], ...]:
-        return stamp(self.watched(record, session))
+        return self._files.stamp([str(file) for file in self.watched(record, session)])
 
     # -- reading ---------------------------------------------------------------------------
     def rules(self, record: WorkspaceRecord | None = None, session: str | None = None) -> PathRules:
         """The merged lists of every level that applies."""
         every: list[PathRule] = []
         for level, file in self.files_for(record, session).items():
-            every += parse_paths_doc(read_doc(file), level, where=str(file), home=self._user_home)
+            every += parse_paths_doc(self._files.read_doc(str(file)), level, where=str(file), home=self._user_home)
         return PathRules.merge(every)
 
     def zones(self, record: WorkspaceRecord) -> dict[str, Zone]:
         """The workspace's configured zones, or the defaults (cache, workspace) when none are."""
         file = self.zones_file(record)
-        configured = parse_zones(read_zones_doc(file), where=str(file))
+        configured = parse_zones(self._files.read_zones_doc(str(file)), where=str(file))
         return configured or dict(DEFAULT_ZONES)
 
     def workspace_policy(self, record: WorkspaceRecord, session: str | None = None,
@@ -170,31 +158,31 @@ class SandboxPaths:
 
     def add(self, path: str, *, level: str | None = None, workspace: WorkspaceRecord | None = None,
             session: str | None = None, mode: Mode = "rw", actor: str = "user") -> PathRule:
-        """Seed 004's `sandbox add`: allow `path` at the level and drop it from that level's denied list."""
+        """`warden sandbox add`: allow `path` at the level and drop it from that level's denied list."""
         if mode not in ("ro", "rw"):
             raise InvalidInput(f"bad mode {mode!r}: use ro or rw")
         clean = self._clean(path)
         why = self.exposure(clean)
         if why is None:
-            from warden.adapters.sandbox.mountsrc import judge_path
-
             # By inode too: a link (or a bind-mount alias) to the home has a harmless name.
-            why = judge_path(clean, self.state_guard(workspace.path if workspace else None))
+            home = self._warden_home or "/nonexistent"
+            why = self._mounts.judge(clean, home=home, workspaces_root=self._workspaces_root or home,
+                                     own_workspace=workspace.path if workspace else None)
         if why is not None:
             raise InvalidInput(f"cannot allow {clean}: {why}; allow a folder that does not contain it")
         target = self.target(level, workspace, session)
         added_at = self._clock().strftime("%Y-%m-%dT%H:%M:%SZ")
-        update_doc(target.file, lambda doc: with_allowed(doc, clean, mode=mode, added_at=added_at))
+        self._files.update_doc(str(target.file), lambda doc: with_allowed(doc, clean, mode=mode, added_at=added_at))
         self._record(actor, "sandbox.add", target, clean, {"mode": mode})
         return PathRule(clean, "allow", target.level, mode, added_at)
 
     def remove(self, path: str, *, level: str | None = None, workspace: WorkspaceRecord | None = None,
                session: str | None = None, actor: str = "user") -> PathRule:
-        """Seed 004's `sandbox remove`: deny `path` at the level and drop it from that level's allowed list."""
+        """`warden sandbox remove`: deny `path` at the level and drop it from that level's allowed list."""
         clean = self._clean(path)
         target = self.target(level, workspace, session)
         added_at = self._clock().strftime("%Y-%m-%dT%H:%M:%SZ")
-        update_doc(target.file, lambda doc: with_denied(doc, clean, added_at=added_at))
+        self._files.update_doc(str(target.file), lambda doc: with_denied(doc, clean, added_at=added_at))
         self._record(actor, "sandbox.remove", target, clean, {})
         return PathRule(clean, "deny", target.level, "rw", added_at)
 
@@ -206,7 +194,7 @@ class SandboxPaths:
 
     # -- decisions -------------------------------------------------------------------------
     def check(self, path: str, op: str, *, workspace: WorkspaceRecord | None = None,
-              session: str | None = None, actor: str = "user") -> Decision:
+              session: str | None = None, actor: str = "user") -> PathDecision:
         """Decide host path `path` for `op` the way Warden would, naming the rule; audited."""
         clean = self._clean(path)
         if op not in ("read", "write", "delete", "list", "stat", "mkdir", "exists"):
@@ -224,23 +212,18 @@ class SandboxPaths:
         return decision
 
     def effective(self, record: WorkspaceRecord, session: str | None = None) -> EffectivePaths:
-        """Zones with host directories, extra allowed paths with modes, denied and read-only paths."""
+        """What the sandbox builder mounts for `record` (and `session`).
+
+        Returns `EffectivePaths` (core/policy.py): `workspace` (host path), `zones` as
+        (name, host_path, mode) — bind the `ro` ones read-only —, `allowed` extra host paths
+        with their mode (already without those a deny covers), `denied` host paths (never
+        bind them; hide them if they lie inside a bound path), `readonly` protected workspace
+        files (.warden/, .workspace.json, .git/hooks, ...) to re-bind read-only, and
+        `system_blocked` (the protected system paths while sandbox.block_system_paths
+        is on). Creates `<ws>/.warden/` so it can be bound read-only.
+        """
         folder = self.policy_dir(record)
         # The sandbox binds .warden/ read-only; it must exist first, or a bot could create it.
-        folder.mkdir(mode=0o755, exist_ok=True)
+        self._files.make_folder(str(folder))
         return effective_paths(record.path, self.zones(record), self.rules(record, session),
                                block_system=self.block_system)
-
-
-def effective_path_policy(app: App, workspace_record: WorkspaceRecord, session: str | None = None) -> EffectivePaths:
-    """What the sandbox builder mounts for `workspace_record` (and `session`).
-
-    Returns `EffectivePaths` (core/policy.py): `workspace` (host path), `zones` as
-    (name, host_path, mode) — bind the `ro` ones read-only —, `allowed` extra host paths
-    with their mode (already without those a deny covers), `denied` host paths (never
-    bind them; hide them if they lie inside a bound path), `readonly` protected workspace
-    files (.warden/, .workspace.json, .git/hooks, ...) to re-bind read-only, and
-    `system_blocked` (seed 000's protected system paths while sandbox.block_system_paths
-    is on). Creates `<ws>/.warden/` so it can be bound read-only.
-    """
-    return app.sandbox_paths.effective(workspace_record, session)

@@ -6,15 +6,13 @@ build a sandbox's environment. Values never reach the audit log: events name sec
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 
-from warden.adapters.keystore import Keystore
-from warden.adapters.store import secrets as rows
-from warden.adapters.store.db import Database
 from warden.core.errors import InvalidInput, NotFound
 from warden.core.grants import check_secret_name
+from warden.core.ports import Clock, Keys, Registry
+from warden.core.secrets import SecretRow
 from warden.services.audit import AuditLog
 
 __all__ = ["MAX_SECRET_BYTES", "Injection", "SecretService"]
@@ -52,11 +50,10 @@ def _clean_value(value: bytes | str) -> str:
 
 
 class SecretService:
-    def __init__(self, db: Database, audit: AuditLog, keystore: Keystore,
-                 clock: Callable[[], datetime]) -> None:
-        self._db = db
+    def __init__(self, registry: Registry, audit: AuditLog, keys: Keys, clock: Clock) -> None:
+        self._registry = registry
         self._audit = audit
-        self._keys = keystore
+        self._keys = keys
         self._clock = clock
 
     def set(self, name: str, value: bytes | str, *, actor: str = "user") -> bool:
@@ -64,35 +61,35 @@ class SecretService:
         check_secret_name(name)
         text = _clean_value(value)
         sealed = self._keys.seal(name, text.encode("utf-8"))
-        with self._db.transaction() as tx:
-            created = rows.upsert(tx, name, sealed, self._clock().isoformat())
+        with self._registry.transaction() as tx:
+            created = tx.secrets.upsert(name, sealed, self._clock().isoformat())
             self._audit.record(actor=actor, action="secret.set", target=f"secret:{name}",
                                detail={"created": created, "key_id": sealed.key_id}, tx=tx)
         return created
 
-    def list_secrets(self) -> list[rows.SecretRow]:
-        with self._db.transaction(write=False) as tx:
-            return rows.all_rows(tx)
+    def list_secrets(self) -> list[SecretRow]:
+        with self._registry.transaction(write=False) as tx:
+            return tx.secrets.list_all()
 
     def names(self) -> list[str]:
-        with self._db.transaction(write=False) as tx:
-            return rows.names(tx)
+        with self._registry.transaction(write=False) as tx:
+            return tx.secrets.names()
 
     def remove(self, name: str, *, actor: str = "user") -> None:
         check_secret_name(name)
-        with self._db.transaction() as tx:
-            if not rows.delete(tx, name):
+        with self._registry.transaction() as tx:
+            if not tx.secrets.delete(name):
                 raise NotFound(f"no secret named {name!r}: `warden secret list` shows them")
             self._audit.record(actor=actor, action="secret.remove", target=f"secret:{name}", tx=tx)
 
     def rotate_key(self, *, actor: str = "user") -> tuple[str, int]:
         """Re-seal every secret under a new master key; returns the new key id and the count."""
         kid, key = self._keys.begin_rotation()
-        with self._db.transaction() as tx:
-            stored = rows.all_rows(tx)
+        with self._registry.transaction() as tx:
+            stored = tx.secrets.list_all()
             for row in stored:
                 plain = self._keys.open(row.name, row.sealed)
-                rows.upsert(tx, row.name, self._keys.seal(row.name, plain, key=(kid, key)), row.updated_at)
+                tx.secrets.upsert(row.name, self._keys.seal(row.name, plain, key=(kid, key)), row.updated_at)
             self._audit.record(actor=actor, action="secret.rotate_key", target="keys/master.key",
                                detail={"key_id": kid, "resealed": len(stored)}, tx=tx)
         self._keys.finish_rotation()
@@ -105,8 +102,8 @@ class SecretService:
             return Injection({}, ())
         env: dict[str, str] = {}
         missing: list[str] = []
-        with self._db.transaction(write=False) as tx:
-            found = {name: rows.get(tx, name) for name in wanted}
+        with self._registry.transaction(write=False) as tx:
+            found = {name: tx.secrets.get(name) for name in wanted}
         for name, row in found.items():
             if row is None or _unsafe_name(name):
                 # Gone, or stored under a name that is refused now (a loader or shell start-up
@@ -118,8 +115,6 @@ class SecretService:
 
 
 def _unsafe_name(name: str) -> bool:
-    from warden.core.grants import check_secret_name
-
     try:
         check_secret_name(name)
     except InvalidInput:

@@ -12,75 +12,91 @@ they may be the person's.
 from __future__ import annotations
 
 import contextlib
-import os
-import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from warden.core.errors import WardenError
+from warden.core.runs import RunInProgress
 
 if TYPE_CHECKING:
-    from warden.bootstrap import App
+    from warden.core.ports import GitGuards, Leftovers, Processes, Registry, RunCgroups
+    from warden.services.layers import LayerService
+    from warden.services.runs_in_progress import RunsInProgress
+    from warden.services.workspaces import WorkspaceService
 
-__all__ = ["Sweeper"]
+__all__ = ["SweepReport", "Sweeper"]
 
-_ARCHIVE_TMP = re.compile(r"\..+\.(\d+)\.tmp")
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What a sweep found (a dry run) or removed."""
+
+    dry_run: bool
+    orphan_sandboxes: tuple[int, ...]  # pids of sandboxes a dead Warden left running (killed)
+    cgroups: tuple[str, ...]  # run cgroups removed (none in a dry run)
+    temp_files: tuple[str, ...]  # half-written archives
+    layers: int  # half-built layers removed (0 in a dry run)
+    trash: tuple[str, ...]  # trashed folders whose removal was never finished (restarted)
+    lost_runs: tuple[RunInProgress, ...]  # runs whose outcome was never written (audited run.lost)
+    orphan_folders: tuple[str, ...]  # folders of the workspaces root no workspace owns (left alone)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dry_run": self.dry_run, "orphan_sandboxes": list(self.orphan_sandboxes),
+                "cgroups": list(self.cgroups), "temp_files": list(self.temp_files), "layers": self.layers,
+                "trash": list(self.trash),
+                "lost_runs": [{"run_id": run.run_id, "workspace": run.workspace} for run in self.lost_runs],
+                "orphan_folders": list(self.orphan_folders)}
 
 
 class Sweeper:
     """Finds and removes what dead processes left behind."""
 
-    def __init__(self, app: App) -> None:
-        self._app = app
+    def __init__(self, *, registry: Registry, workspaces: WorkspaceService, runs: RunsInProgress,
+                 layers: Callable[[], LayerService], processes: Processes, cgroups: RunCgroups, git: GitGuards,
+                 leftovers: Leftovers, home: Path, root_dir: Path, archives: Path) -> None:
+        self._registry = registry
+        self._workspaces = workspaces
+        self._runs = runs
+        self._layers = layers
+        self._processes = processes
+        self._cgroups = cgroups
+        self._git = git
+        self._leftovers = leftovers
+        self._home = home
+        self._root_dir = root_dir
+        self._archives = archives
 
-    def sweep(self, *, dry_run: bool = False) -> dict[str, Any]:
-        from warden.adapters.processes import alive
-        from warden.adapters.sandbox import cgroups
-        from warden.services.workspaces import TRASH, remove_in_background
-
-        app = self._app
-        report: dict[str, Any] = {"dry_run": dry_run}
-        roots = [str(app.home.root), str(app.root_dir)]
+    def sweep(self, *, dry_run: bool = False) -> SweepReport:
+        roots = [str(self._home), str(self._root_dir)]
         if dry_run:
-            from warden.adapters.processes import orphan_sandboxes
-
-            report["orphan_sandboxes"] = sorted(orphan_sandboxes(roots))
+            sandboxes = sorted(self._processes.orphan_sandboxes(roots))
         else:
-            from warden.adapters.processes import kill_orphan_sandboxes
-
-            report["orphan_sandboxes"] = kill_orphan_sandboxes(roots)
-        report["cgroups"] = [] if dry_run else cgroups.sweep_orphans(cgroups.detect())
-        temp: list[str] = []
-        archives = app.home.archives
-        if archives.is_dir():
-            for entry in archives.iterdir():
-                match = _ARCHIVE_TMP.fullmatch(entry.name)
-                if match and not alive(int(match[1])):
-                    temp.append(str(entry))
-                    if not dry_run:
-                        entry.unlink(missing_ok=True)
-        report["temp_files"] = temp
-        report["layers"] = 0 if dry_run else app.layers.store.sweep()
-        trash = app.root_dir / TRASH
-        left = sorted(str(p) for p in trash.iterdir()) if trash.is_dir() else []
+            sandboxes = self._processes.kill_orphan_sandboxes(roots)
+        cgroups = [] if dry_run else self._cgroups.sweep_orphans()
+        temp = [path for path, pid in self._leftovers.temp_archives(str(self._archives))
+                if not self._processes.alive(pid)]
+        trash = self._leftovers.trashed(str(self._root_dir))
         if not dry_run:
-            for path in left:
-                remove_in_background(Path(path))
-        report["trash"] = left
-        if dry_run:
-            report["lost_runs"] = []
-        else:
-            with app.db.transaction() as tx:
-                report["lost_runs"] = app.runs.mark_lost(tx)
-            from warden.adapters.gitguard import GitGuard
+            for path in temp:
+                self._leftovers.remove(path)
+            for path in trash:
+                self._leftovers.remove_in_background(path)
+        return SweepReport(dry_run, tuple(sandboxes), tuple(cgroups), tuple(temp),
+                           0 if dry_run else self._layers().store.sweep(), tuple(trash),
+                           () if dry_run else self._lost_runs(), self._orphan_folders())
 
-            # A run that died never had its git sweep: what its bot left is moved aside now.
-            for name in sorted({lost["workspace"] for lost in report["lost_runs"]}):
-                with contextlib.suppress(WardenError):
-                    GitGuard(app.workspaces.get(name).path).after()
-        known = {Path(r.path).name for r in app.workspaces.list()}
-        root = app.root_dir
-        report["orphan_folders"] = sorted(
-            str(root / name) for name in (os.listdir(root) if root.is_dir() else [])
-            if name not in known and not name.startswith(".") and (root / name).is_dir())
-        return report
+    def _lost_runs(self) -> tuple[RunInProgress, ...]:
+        with self._registry.transaction() as tx:
+            lost = self._runs.mark_lost(tx)
+        # A run that died never had its git sweep: what its bot left is moved aside now.
+        for name in sorted({run.workspace for run in lost}):
+            with contextlib.suppress(WardenError):
+                self._git.workspace(self._workspaces.get(name).path).after()
+        return tuple(lost)
+
+    def _orphan_folders(self) -> tuple[str, ...]:
+        known = {Path(record.path).name for record in self._workspaces.list()}
+        return tuple(sorted(str(self._root_dir / name) for name in self._leftovers.folders(str(self._root_dir))
+                            if name not in known))

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from warden.adapters.sandbox.host import build_spec
-from warden.adapters.sandbox.runner import RunOutcome, run_sandboxed
+from warden.adapters.sandbox.runner import run_sandboxed
 from warden.core.limits import Limits
+from warden.core.runs import RunResult
 
 MiB = 1024 * 1024
 PY = "/usr/bin/python3"
@@ -72,7 +73,7 @@ class Lab:
         return self
 
     def run(self, argv: list[str], *, limits: Limits | None = None, stdin: bytes | int | None = None,
-            caller_env: dict[str, str] | None = None, env: dict[str, str] | None = None) -> RunOutcome:
+            caller_env: dict[str, str] | None = None, env: dict[str, str] | None = None) -> RunResult:
         spec = build_spec(str(self.ws), argv, caller_env=caller_env or dict(os.environ), env=env or {})
         return run_sandboxed(spec, limits or Limits(memory=256 * MiB, pids=64, timeout_s=20))
 
@@ -86,8 +87,8 @@ def attack(fn: Attack) -> Attack:
     return fn
 
 
-def _out(o: RunOutcome) -> str:
-    return (o.stdout + o.stderr).decode("utf-8", "replace")
+def _out(o: RunResult) -> str:
+    return o.stdout + o.stderr
 
 
 # -- files -------------------------------------------------------------------------------
@@ -135,7 +136,7 @@ def warden_state(lab: Lab) -> str | None:
     o = lab.run(["sh", "-c", f"ls -la {lab.home} {lab.home}/keys; cat {lab.home}/keys/pepper "
                  f"{lab.home}/warden.db; cat ../../keys/pepper ../../warden.db"])
     text = _out(o)
-    if lab.marker in text or "pepper" in o.stdout.decode():
+    if lab.marker in text or "pepper" in o.stdout:
         return "saw Warden's own state"
     return None
 
@@ -147,7 +148,7 @@ def host_tmp(lab: Lab) -> str | None:
         os.write(fd, lab.marker.encode())
         os.close(fd)
         o = lab.run(["sh", "-c", f"cat {path}; ls /tmp; echo x > {path}"])
-        if lab.marker in _out(o) or os.path.basename(path) in o.stdout.decode():
+        if lab.marker in _out(o) or os.path.basename(path) in o.stdout:
             return "saw the host /tmp"
         if Path(path).read_text() != lab.marker:
             return "wrote the host /tmp"
@@ -178,7 +179,7 @@ def allowed_path_link_to_home(lab: Lab) -> str | None:
     shared.mkdir(exist_ok=True)
     binds = [Bind(str(shared), "rw"), Bind(str(shared / "ref"), "ro")]
 
-    def run(argv: list[str]) -> RunOutcome:
+    def run(argv: list[str]) -> RunResult:
         guard = lambda: state_guard(str(lab.home), str(lab.home / "workspaces"), str(lab.ws))  # noqa: E731
         with open_binds(binds, guard, str(lab.ws)) as (kept, fds, _skipped):
             spec = build_spec(str(lab.ws), argv, caller_env=dict(os.environ), env={}, extra_binds=kept,
@@ -235,8 +236,8 @@ def inherited_fd_and_env(lab: Lab) -> str | None:
         os.close(fd)
     if lab.marker in _out(o):
         return "an inherited fd or variable leaked"
-    fds = sorted(o.stdout.decode().split("\n")[-4:])
-    extra = [f for f in o.stdout.decode().split() if f.isdigit() and int(f) > 3]
+    fds = sorted(o.stdout.split("\n")[-4:])
+    extra = [f for f in o.stdout.split() if f.isdigit() and int(f) > 3]
     return f"extra fds inside: {extra} ({fds})" if extra else None
 
 
@@ -249,7 +250,7 @@ def loader_variables_reach_host_bwrap(lab: Lab) -> str | None:
 
     bwrap = bwrap_path() or "/usr/bin/bwrap"
     o = lab.run(["true"], env={"LD_DEBUG": "libs", "LD_PRELOAD": str(lab.ws / "missing.so")})
-    text = o.stderr.decode("utf-8", "replace")
+    text = o.stderr
     if "transferring control: true" not in text:  # the command inside did get them
         return f"test did not run: {text[-300:]}"
     if f"transferring control: {bwrap}" in text:
@@ -277,7 +278,7 @@ def proc_kernel_knobs(lab: Lab) -> str | None:
               "    bad.append(p)\n"
               "print('CHECKED', len(paths), 'WRITABLE', *bad[:5])\n")
     o = lab.run([PY, "-c", script])
-    words = o.stdout.decode().split()
+    words = o.stdout.split()
     if "CHECKED" not in words or int(words[words.index("CHECKED") + 1]) < 50:
         return f"test did not run: {_out(o)[-300:]}"
     writable = words[words.index("WRITABLE") + 1:]
@@ -297,7 +298,7 @@ def see_and_kill_host_processes(lab: Lab) -> str | None:
     victim = subprocess.Popen(["sleep", "60"])
     try:
         o = lab.run(["sh", "-c", f"ls /proc; kill -9 {victim.pid} {os.getpid()}; kill -9 -1"])
-        pids = [p for p in o.stdout.decode().split() if p.isdigit()]
+        pids = [p for p in o.stdout.split() if p.isdigit()]
         if str(victim.pid) in pids or str(os.getpid()) in pids or len(pids) > 8:
             return f"saw host processes: {pids}"
         time.sleep(0.1)
@@ -310,7 +311,7 @@ def see_and_kill_host_processes(lab: Lab) -> str | None:
 @attack
 def capabilities(lab: Lab) -> str | None:
     o = lab.run(["grep", "-E", "^Cap(Eff|Prm|Bnd|Amb)", "/proc/self/status"])
-    lines = o.stdout.decode().split("\n")
+    lines = o.stdout.split("\n")
     values = [line.split()[1] for line in lines if line.strip()]
     if len(values) != 4 or any(int(v, 16) for v in values):
         return f"capabilities inside: {lines}"
@@ -322,7 +323,7 @@ def mount_and_userns(lab: Lab) -> str | None:
     o = lab.run(["sh", "-c", "mkdir -p m; mount -t tmpfs none m && echo MOUNTED; "
                  "unshare --user --map-root-user true && echo USERNS; unshare -m true && echo MNTNS; "
                  "cat /proc/sys/user/max_user_namespaces"])
-    text = o.stdout.decode()
+    text = o.stdout
     for word in ("MOUNTED", "USERNS", "MNTNS"):
         if word in text:
             return f"{word.lower()} worked inside"
@@ -346,11 +347,11 @@ def tiocsti(lab: Lab) -> str | None:
         injected = b""
         with contextlib.suppress(BlockingIOError, OSError):
             injected = os.read(slave, 100)
-        if b"INJECTED" in o.stdout or b"x" in injected:
+        if "INJECTED" in o.stdout or b"x" in injected:
             return "TIOCSTI injected input into the terminal"
-        if b"TTY" in o.stdout:
+        if "TTY" in o.stdout:
             return "opened a controlling terminal"
-        if b"refused" not in o.stdout:
+        if "refused" not in o.stdout:
             return f"test did not run: {_out(o)}"
         return None
     finally:
@@ -371,7 +372,7 @@ def seccomp_syscalls(lab: Lab) -> str | None:
               "libc.syscall(0x40000000 | 39)\n"  # x32 ABI getpid: killed by the filter
               "print('X32 ALIVE')\n")
     o = lab.run([PY, "-c", script])
-    text = o.stdout.decode()
+    text = o.stdout
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 3 and parts[2] != "1":  # EPERM from the filter
@@ -430,9 +431,9 @@ def loopback_and_unix_sockets(lab: Lab) -> str | None:
             t.join()
         for s in (tcp, unix, abstract):
             s.close()
-    if seen or b"CONNECTED" in o.stdout:
+    if seen or "CONNECTED" in o.stdout:
         return f"reached the host: {seen} {o.stdout!r}"
-    if o.stdout.count(b"blocked") != 3:
+    if o.stdout.count("blocked") != 3:
         return f"test did not run: {_out(o)}"
     return None
 
@@ -467,7 +468,7 @@ def timeout_kills_tree(lab: Lab) -> str | None:
 def orphans_killed(lab: Lab) -> str | None:
     tag = f"{secrets.randbelow(10**6) + 10**6}"
     o = lab.run(["sh", "-c", f"(sleep 7{tag} &) ; nohup setsid sleep 6{tag} >/dev/null 2>&1 & echo started"])
-    if b"started" not in o.stdout:
+    if "started" not in o.stdout:
         return f"test did not run: {_out(o)}"
     time.sleep(0.2)
     left = _host_pids_with(f"7{tag}") + _host_pids_with(f"6{tag}")

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from warden.adapters.sandbox.proxy import FilteringProxy
-from warden.adapters.sandbox.runner import RunOutcome
 from warden.core.limits import Limits
 from warden.core.network import NetworkPolicy
+from warden.core.runs import RunResult
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -100,7 +100,7 @@ def test_bad_requests(proxy_for: Callable[..., FilteringProxy]) -> None:
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
-def test_sandbox_reaches_only_listed_targets(sandbox: Callable[..., RunOutcome], server: int) -> None:
+def test_sandbox_reaches_only_listed_targets(sandbox: Callable[..., RunResult], server: int) -> None:
     policy = NetworkPolicy.parse([f"127.0.0.1:{server}"])
     refused: list[object] = []
     url = f"http://127.0.0.1:{server}/in"
@@ -109,7 +109,7 @@ def test_sandbox_reaches_only_listed_targets(sandbox: Callable[..., RunOutcome],
                    f"curl -sS --noproxy '*' -m 5 {url} || echo direct-failed; echo $HTTPS_PROXY"],
                   spec_kw={"network": True}, network=policy, on_net_event=refused.append,
                   limits=Limits(timeout_s=60))
-    lines = out.stdout.decode().splitlines()
+    lines = out.stdout.splitlines()
     assert lines[0].startswith("hello /in")  # plain HTTP through the proxy
     assert lines[1].startswith("hello /in")  # CONNECT tunnel (curl -p)
     assert lines[2] == "403"
@@ -118,13 +118,13 @@ def test_sandbox_reaches_only_listed_targets(sandbox: Callable[..., RunOutcome],
     assert [getattr(e, "allowed", None) for e in refused].count(False) == 1
 
 
-def test_no_network_by_default(sandbox: Callable[..., RunOutcome], server: int) -> None:
+def test_no_network_by_default(sandbox: Callable[..., RunResult], server: int) -> None:
     out = sandbox(["/usr/bin/python3", "-c",
                    f"import socket, os\nprint(os.environ.get('HTTP_PROXY'))\n"
                    f"try:\n socket.create_connection(('127.0.0.1', {server}), 3); print('CONNECTED')\n"
                    "except OSError: print('no route')\n"
                    "print(os.path.exists('/sys/class/net'))"])
-    assert out.stdout.decode().split("\n")[:2] == ["None", "no route"]
+    assert out.stdout.split("\n")[:2] == ["None", "no route"]
 
 
 def test_proxy_socket_is_private(proxy_for: Callable[..., FilteringProxy]) -> None:

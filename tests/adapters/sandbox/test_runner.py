@@ -14,13 +14,14 @@ import pytest
 from warden.adapters.sandbox import cgroups, host, runner
 from warden.core.errors import Denied, Unavailable
 from warden.core.limits import Limits
+from warden.core.runs import RunResult
 
-Run = Callable[..., runner.RunOutcome]
+Run = Callable[..., RunResult]
 
 
 def test_exit_status_and_output_pass_through(sandbox: Run) -> None:
     out = sandbox(["sh", "-c", "echo out; echo err >&2; exit 7"])
-    assert (out.exit_code, out.stdout, out.stderr) == (7, b"out\n", b"err\n")
+    assert (out.exit_code, out.stdout, out.stderr) == (7, "out\n", "err\n")
     assert not out.timed_out and out.signal is None
 
 
@@ -31,16 +32,16 @@ def test_a_signal_gives_128_plus_n(sandbox: Run) -> None:
 
 def test_missing_program_is_127(sandbox: Run) -> None:
     out = sandbox(["no-such-program-here"])
-    assert out.exit_code == 127 and b"no-such-program-here" in out.stderr
+    assert out.exit_code == 127 and "no-such-program-here" in out.stderr
 
 
 def test_stdin_bytes_and_fd(sandbox: Run, tmp_path: Path) -> None:
-    assert sandbox(["cat"], stdin=b"hello\n" * 50000).stdout == b"hello\n" * 50000
+    assert sandbox(["cat"], stdin=b"hello\n" * 50000).stdout == "hello\n" * 50000
     source = tmp_path / "in.txt"
     source.write_text("from a file\n")
     with open(source, "rb") as fh:
-        assert sandbox(["cat"], stdin=fh.fileno()).stdout == b"from a file\n"
-    assert sandbox(["cat"]).stdout == b""  # no stdin: /dev/null
+        assert sandbox(["cat"], stdin=fh.fileno()).stdout == "from a file\n"
+    assert sandbox(["cat"]).stdout == ""  # no stdin: /dev/null
 
 
 def test_output_streams_live(sandbox: Run) -> None:
@@ -51,7 +52,7 @@ def test_output_streams_live(sandbox: Run) -> None:
     assert arrivals[0][1] == b"first\n"
     # The first line reached the sink while the command was still sleeping.
     assert finished - arrivals[0][0] >= 1.0
-    assert out.stdout == b"first\nsecond\n"
+    assert out.stdout == "first\nsecond\n"
 
 
 def test_capture_is_bounded(sandbox: Run) -> None:
@@ -62,7 +63,7 @@ def test_capture_is_bounded(sandbox: Run) -> None:
 def test_environment_is_an_allowlist(sandbox: Run, workspace: Path) -> None:
     caller = {**os.environ, "AWS_SECRET_ACCESS_KEY": "leak", "LANG": "C.UTF-8", "TZ": "UTC"}
     out = sandbox(["env"], caller_env=caller, env={"MY_FLAG": "1"})
-    env = dict(line.split("=", 1) for line in out.stdout.decode().splitlines())
+    env = dict(line.split("=", 1) for line in out.stdout.splitlines())
     assert env.pop("PWD", None) in (None, str(workspace))
     assert set(env) == {"PATH", "HOME", "LANG", "TERM", "TZ", "MY_FLAG"}
     assert env["HOME"] == str(workspace)
@@ -72,14 +73,14 @@ def test_environment_is_an_allowlist(sandbox: Run, workspace: Path) -> None:
 def test_workspace_is_cwd_and_writable_system_is_not(sandbox: Run, workspace: Path) -> None:
     out = sandbox(["sh", "-c", "pwd; echo hi > made.txt; echo t > /tmp/t && cat /tmp/t; "
                    "touch /usr/x /x /etc/x 2>/dev/null || echo ro"])
-    assert out.stdout.decode().split() == [str(workspace), "t", "ro"]
+    assert out.stdout.split() == [str(workspace), "t", "ro"]
     assert (workspace / "made.txt").read_text() == "hi\n"
 
 
 def test_rlimits_are_applied(sandbox: Run) -> None:
     limits = Limits(open_files=77, cpu_seconds=9, file_size=2 * 1024 * 1024, timeout_s=30)
     out = sandbox(["sh", "-c", "ulimit -n; ulimit -t; ulimit -f; ulimit -c"], limits=limits)
-    assert out.stdout.decode().split() == ["77", "9", "4096", "0"]
+    assert out.stdout.split() == ["77", "9", "4096", "0"]
 
 
 def test_cpu_limit_kills_a_busy_loop(sandbox: Run) -> None:
@@ -95,7 +96,7 @@ def test_cgroups_are_used_and_removed(sandbox: Run) -> None:
         pytest.skip("no writable pids cgroup")
     out = sandbox(["cat", "/proc/self/cgroup"], limits=Limits(pids=20, timeout_s=30))
     assert out.limits_via.startswith("cgroup")
-    line = next(x for x in out.stdout.decode().splitlines() if ":pids:" in x or x.startswith("0::"))
+    line = next(x for x in out.stdout.splitlines() if ":pids:" in x or x.startswith("0::"))
     name = line.rsplit("/", 1)[-1]
     assert name.startswith("warden-")
     assert not any(name in d for _, d in [support.pids] if os.path.exists(f"{d}/{name}"))
@@ -114,7 +115,7 @@ def test_workspace_venv_interpreter_prefix_is_mounted(tmp_path: Path, sandbox: R
     out = sandbox(["python", "-c", "import sys, json; print(sys.prefix); print(json.dumps(1))"],
                   spec_kw={"ro_paths": [prefix]})
     assert out.exit_code == 0, out.stderr
-    assert out.stdout.decode().split() == [str(workspace / ".venv"), "1"]
+    assert out.stdout.split() == [str(workspace / ".venv"), "1"]
 
 
 def test_pyvenv_cfg_home_written_by_a_bot_mounts_nothing(tmp_path: Path, sandbox: Run, workspace: Path) -> None:
@@ -125,8 +126,8 @@ def test_pyvenv_cfg_home_written_by_a_bot_mounts_nothing(tmp_path: Path, sandbox
     (workspace / ".venv").mkdir()
     (workspace / ".venv" / "pyvenv.cfg").write_text(f"home = {secret_dir}\n")
     out = sandbox(["sh", "-c", f"cat {secret_dir.parent}/id_rsa 2>&1; ls {secret_dir.parent} 2>&1"])
-    assert b"PRIVATE KEY" not in out.stdout
-    assert out.stdout.count(b"No such file") == 2
+    assert "PRIVATE KEY" not in out.stdout
+    assert out.stdout.count("No such file") == 2
 
 
 def test_ro_zone_and_denied_path(sandbox: Run, workspace: Path) -> None:
@@ -138,7 +139,7 @@ def test_ro_zone_and_denied_path(sandbox: Run, workspace: Path) -> None:
     out = sandbox(["sh", "-c", "cat data/in.csv; echo x > data/new || echo zone-ro; ls private; cat .env; echo"],
                   spec_kw={"ro_zones": [str(workspace / "data")],
                            "denied": [str(workspace / "private"), str(workspace / ".env")]})
-    text = out.stdout.decode()
+    text = out.stdout
     assert "a,b" in text and "key" not in text and "TOKEN" not in text
     assert not (workspace / "data" / "new").exists()
 
@@ -186,7 +187,7 @@ def test_a_protected_path_swapped_for_a_link_after_the_check_mounts_nothing(tmp_
         out = runner.run_sandboxed(spec, Limits(timeout_s=20))
     except (Denied, Unavailable):
         return  # refused: the run did not start
-    assert b"SECRET-PEPPER" not in out.stdout and b"keys" not in out.stdout, out.stdout
+    assert "SECRET-PEPPER" not in out.stdout and "keys" not in out.stdout, out.stdout
 
 
 def test_no_nested_user_namespace_even_without_disable_userns(workspace: Path) -> None:
@@ -206,7 +207,7 @@ def test_no_nested_user_namespace_even_without_disable_userns(workspace: Path) -
                    disable_userns=False)
     out = runner.run_sandboxed(spec, Limits(timeout_s=30))
     assert out.seccomp, out.notes
-    lines = out.stdout.decode().splitlines()
+    lines = out.stdout.splitlines()
     assert lines == ["unshare -1 1", "child 1", "thread ok"], (lines, out.stderr)
 
 
@@ -218,7 +219,7 @@ def test_bwrap_options_never_on_a_command_line(sandbox: Run, workspace: Path) ->
               "print(os.environ['TZ'])")
     out = sandbox(["python3", "-c", script], env={"TZ": secret})  # TZ is a loader variable: --setenv
     assert out.exit_code == 0, out.stderr
-    cmdline, tz = out.stdout.decode().splitlines()
+    cmdline, tz = out.stdout.splitlines()
     assert tz == secret
     assert secret not in cmdline and "--setenv" not in cmdline
     assert str(workspace) not in cmdline and "--ro-bind" not in cmdline

@@ -11,8 +11,9 @@ import pytest
 from warden.adapters.sandbox import cgroups, runner
 from warden.core.errors import InvalidInput
 from warden.core.limits import Limits
+from warden.core.runs import RunResult
 
-Run = Callable[..., runner.RunOutcome]
+Run = Callable[..., RunResult]
 
 
 def _our_cgroups() -> set[str]:
@@ -71,4 +72,4 @@ def test_e2big_from_the_kernel_is_invalid_input_too(monkeypatch: pytest.MonkeyPa
 def test_long_arguments_under_the_limit_still_run(sandbox: Run, workspace: Path) -> None:
     out = sandbox(["sh", "-c", 'echo "${#1} $#"', "_", "a" * 100_000, *(["b" * 100_000] * 8)])
     assert out.exit_code == 0, out.stderr
-    assert out.stdout == b"100000 9\n"
+    assert out.stdout == "100000 9\n"

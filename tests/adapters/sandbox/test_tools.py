@@ -28,7 +28,7 @@ def test_folder_and_rw_binds_are_writable_ro_paths_are_not(tmp_path: Path) -> No
     outcome = run_tool(folder, ["sh", "-c", script], env={}, caller_env={},
                        ro_paths=[str(shared)], rw_paths=[str(cache)])
     assert outcome.exit_code == 0, outcome.stderr
-    assert outcome.stdout == b"inro\n"
+    assert outcome.stdout == "inro\n"
     assert (folder / "out").read_text() == "a\n"
     assert (cache / "entry").read_text() == "b\n"
     assert (shared / "input").read_text() == "in"
@@ -45,6 +45,6 @@ def test_trust_settings_reach_networked_tools_only(tmp_path: Path) -> None:
     script = 'echo "$SSL_CERT_FILE|$WARDEN_TEST_SECRET"; cat "$SSL_CERT_FILE" 2>/dev/null || echo unreadable'
     online = run_tool(folder, ["sh", "-c", script], env={}, caller_env=caller, domains=["pypi.org:443"])
     assert online.exit_code == 0, online.stderr
-    assert online.stdout.decode().splitlines() == [f"{bundle}|", "site CA"]
+    assert online.stdout.splitlines() == [f"{bundle}|", "site CA"]
     offline = run_tool(folder, ["sh", "-c", script], env={}, caller_env=caller)
-    assert offline.stdout.decode().splitlines() == ["|", "unreadable"]
+    assert offline.stdout.splitlines() == ["|", "unreadable"]

@@ -22,7 +22,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from warden.core import layers
 from warden.core.errors import NotFound, Unavailable
+from warden.core.layers import NodeRuntime
 
 __all__ = ["Interpreter", "NodeRuntime", "find_node", "find_python", "installed_pythons", "uv_binary"]
 
@@ -34,30 +36,14 @@ _QUERY = ("import json, sys, sysconfig, os, platform; print(json.dumps({"
 
 
 @dataclass(frozen=True)
-class Interpreter:
-    """A base interpreter (never a venv's), with what a layer id depends on."""
-
-    executable: str  # real path, symlinks resolved
-    version: str  # 3.12.1
-    implementation: str
-    prefix: str
-    stdlib: str
-    platform: str  # linux-x86_64-glibc-2.36
-
-    @property
-    def xy(self) -> str:
-        return ".".join(self.version.split(".")[:2])
+class Interpreter(layers.Interpreter):
+    """A base interpreter (core/layers), with where its bundled pip wheel lies."""
 
     @property
     def pip_wheel(self) -> str | None:
         """The pip wheel bundled with the interpreter (ensurepip), for an offline pip in layers."""
         found = sorted(glob.glob(os.path.join(self.stdlib, "ensurepip", "_bundled", "pip-*.whl")))
         return found[-1] if found else None
-
-    def to_json(self) -> dict[str, str]:
-        return {"executable": self.executable, "version": self.version,
-                "implementation": self.implementation, "prefix": self.prefix,
-                "stdlib": self.stdlib, "platform": self.platform}
 
 
 def uv_binary() -> str:
@@ -150,7 +136,7 @@ def find_python(xy: str | None, environ: Mapping[str, str], *, at_least: bool = 
     """The interpreter for Python `xy` (or Warden's own when None); NotFound says how to get one.
 
     With `at_least`, a newer X.Y is accepted when `xy` itself is missing (a template's
-    version is a floor, as in seed 001's `requires-python = ">=X.Y"`).
+    version is a floor, as the workspace's pyproject.toml says: `requires-python = ">=X.Y"`).
     """
     seen: set[str] = set()
     for path in _candidates(xy, environ):
@@ -188,17 +174,6 @@ def _uv_find(xy: str, environ: Mapping[str, str]) -> Interpreter | None:
     if proc.returncode != 0 or not proc.stdout.strip():
         return None
     return _query(os.path.realpath(proc.stdout.strip()))
-
-
-@dataclass(frozen=True)
-class NodeRuntime:
-    node: str
-    npm: str | None
-    version: str  # 20.20.2
-
-    @property
-    def major(self) -> str:
-        return self.version.split(".")[0]
 
 
 def find_node(major: str | None, environ: Mapping[str, str]) -> NodeRuntime:

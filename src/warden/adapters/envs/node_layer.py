@@ -1,16 +1,18 @@
 """Building a Node.js env layer with npm, and giving a workspace `node_modules` from it.
 
-Runtime: seed 001 names bun, but bun's npm package downloads a binary at install time,
-which this machine kind cannot fetch; npm ships with Node.js and never hard-links from its
-cache (it extracts tarballs), so the layer is built with `npm install --ignore-scripts`
-(no package's install script runs on the host) and its `package-lock.json` is kept.
+Runtime: a template may name bun, but bun's npm package downloads a binary at install time,
+which fails where only a package registry is reachable; npm ships with Node.js and never
+hard-links from its cache (it extracts tarballs), so the layer is built with `npm install
+--ignore-scripts` (no package's install script runs on the host) and its `package-lock.json`
+is kept.
 
 Workspace view: `node_modules/` is a real folder of the workspace holding one symlink per
 package into the read-only layer (scoped packages get a real `@scope/` folder). Why not
-NODE_PATH: ES modules ignore it, and seed 001's package.json is `"type": "module"`. Why not
-one symlink for the whole folder: `npm install` in the workspace would then write into the
-layer. Node resolves a symlinked package to its real path, so its own dependencies are found
-next to it inside the layer; a bot that replaces a link changes only its own workspace.
+NODE_PATH: ES modules ignore it, and the package.json Warden writes says `"type": "module"`.
+Why not one symlink for the whole folder: `npm install` in the workspace would then write
+into the layer. Node resolves a symlinked package to its real path, so its own dependencies
+are found next to it inside the layer; a bot that replaces a link changes only its own
+workspace.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from warden.adapters.envs.fdtree import open_tree
 from warden.adapters.envs.interpreters import NodeRuntime
 from warden.adapters.envs.layer_store import LayerStore, dir_size
 from warden.adapters.envs.progress import Progress
+from warden.adapters.safefs.fdtree import open_tree
 from warden.core.errors import Unavailable
 
 __all__ = ["build_node_layer", "link_node_modules", "npm_env"]

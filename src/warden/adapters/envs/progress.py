@@ -6,7 +6,7 @@ import sys
 import time
 from typing import TextIO
 
-__all__ = ["Progress", "silent"]
+__all__ = ["Progress"]
 
 
 class Progress:
@@ -46,8 +46,3 @@ class Progress:
         if self.enabled and self._tty:
             self.stream.write("\n")
             self.stream.flush()
-
-
-def silent(title: str = "", total: int = 1) -> Progress:
-    """A Progress that prints nothing (library use, tests)."""
-    return Progress(title, total, enabled=False)

@@ -11,7 +11,6 @@ in a sandboxed runner, so nothing of a template's dependencies runs on the host.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from warden.adapters.envs.interpreters import Interpreter
 from warden.adapters.envs.layer_store import LayerStore, dir_size
 from warden.adapters.envs.progress import Progress
 from warden.core.errors import Unavailable
+from warden.core.layers import IndexOptions
 
 __all__ = ["Execute", "IndexOptions", "build_python_layer", "uv_env"]
 
@@ -28,36 +28,6 @@ BUILDER_VERSION = "1"
 
 # Runs argv in a folder with an environment; returns (exit status, stdout, stderr).
 Execute = Callable[[Sequence[str], Path, Mapping[str, str]], tuple[int, str, str]]
-
-
-class IndexOptions:
-    """Where packages come from: uv's defaults, or an index URL, find-links folders, no index."""
-
-    def __init__(self, index_url: str = "", find_links: Sequence[str] = (), no_index: bool = False) -> None:
-        self.index_url = index_url
-        self.find_links = tuple(find_links)
-        self.no_index = no_index
-
-    def uv_args(self) -> list[str]:
-        args: list[str] = []
-        if self.index_url:
-            args += ["--index-url", self.index_url]
-        for link in self.find_links:
-            args += ["--find-links", link]
-        if self.no_index:
-            args.append("--no-index")
-        return args
-
-    def pip_env(self) -> dict[str, str]:
-        """The same choices for pip (inside sandboxes)."""
-        env: dict[str, str] = {}
-        if self.index_url:
-            env["PIP_INDEX_URL"] = self.index_url
-        if self.find_links:
-            env["PIP_FIND_LINKS"] = " ".join(self.find_links)
-        if self.no_index:
-            env["PIP_NO_INDEX"] = "1"
-        return env
 
 
 def uv_env(cache_dir: Path) -> dict[str, str]:
@@ -151,8 +121,3 @@ def _scripts(bin_dir: Path) -> dict[str, str]:
         if text.startswith("#!") and len(text) < 64 * 1024:
             scripts[name] = text
     return scripts
-
-
-def layer_python_env() -> dict[str, str]:
-    """Environment for running a layer's interpreter on the host for checks (no user site)."""
-    return {"PATH": os.defpath, "PYTHONNOUSERSITE": "1"}

@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from warden.adapters.envs.fdtree import open_tree
+from warden.adapters.safefs.fdtree import open_tree
 
 __all__ = ["LAYER_PTH", "read_layer_site", "write_thin_venv"]
 
@@ -73,7 +73,7 @@ def write_thin_venv(workspace: Path, *, interpreter: str, version: str, layer_si
 def read_layer_site(workspace: Path) -> str | None:
     """The layer site-packages the workspace's thin venv names, or None (no .pth, or not
     Warden's form). Read beneath the workspace without following links: the bot writes it."""
-    from warden.adapters.hostread import read_small, regular_dirs
+    from warden.adapters.safefs import read_small, regular_dirs
 
     for lib in regular_dirs(workspace, ".venv/lib", ""):
         if not lib.startswith("python3."):

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from functools import cache
 
-__all__ = ["Cgroup", "CgroupSupport", "create", "detect", "sweep", "sweep_orphans"]
+__all__ = ["Cgroup", "CgroupSupport", "HostCgroups", "create", "detect", "sweep", "sweep_orphans"]
 
 _ROOT = "/sys/fs/cgroup"
 _counter = itertools.count()
@@ -291,3 +291,10 @@ def create(support: CgroupSupport, *, memory: int, pids: int) -> Cgroup:
         group.close()
         raise
     return group
+
+
+class HostCgroups:
+    """The run cgroups of this host (core.ports.RunCgroups)."""
+
+    def sweep_orphans(self) -> list[str]:
+        return sweep_orphans(detect())

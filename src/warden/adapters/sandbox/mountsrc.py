@@ -18,13 +18,15 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from warden.core.bwrap_argv import Bind
 from warden.core.errors import Denied
+from warden.core.paths import normalize
 
-__all__ = ["StateGuard", "judge_path", "open_beneath", "open_binds", "open_nofollow", "state_guard"]
+__all__ = ["HostMountJudge", "HostMountSources", "StateGuard", "judge_path", "open_beneath", "open_binds",
+           "open_nofollow", "state_guard"]
 
 _PATH = os.O_PATH | os.O_CLOEXEC
 Identity = tuple[int, int]
@@ -192,3 +194,36 @@ def judge_path(path: str, guard: StateGuard) -> str | None:
     finally:
         os.close(fd)
 
+
+class HostMountSources:
+    """Mount sources of this host, judged against Warden's state at `home` and `workspaces_root`
+    (core.ports.MountSources)."""
+
+    def __init__(self, home: str, workspaces_root: str) -> None:
+        self._home = normalize(home)
+        self._workspaces_root = normalize(workspaces_root)
+
+    def open_binds(self, binds: Sequence[Bind], workspace: str
+                   ) -> contextlib.AbstractContextManager[tuple[list[Bind], list[tuple[str, int]], list[str]]]:
+        if not binds:  # the common case: nothing to open or judge
+            return contextlib.nullcontext(([], [], []))
+        return open_binds(binds, lambda: state_guard(self._home, self._workspaces_root, workspace), workspace)
+
+    @contextlib.contextmanager
+    def open_beneath(self, dir_fd: int, rel: str) -> Iterator[int | None]:
+        try:
+            fd = open_beneath(dir_fd, rel)
+        except (OSError, Denied):
+            yield None
+            return
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+
+class HostMountJudge:
+    """The MountJudge port: is a folder, by inode, one of Warden's own (home, workspaces)?"""
+
+    def judge(self, path: str, *, home: str, workspaces_root: str, own_workspace: str | None) -> str | None:
+        return judge_path(path, state_guard(home, workspaces_root, own_workspace))

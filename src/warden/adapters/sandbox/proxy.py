@@ -25,8 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from warden.core.decisions import Decision
 from warden.core.errors import InvalidInput
-from warden.core.network import NetDecision, NetworkPolicy, check_addresses, check_host, parse_target
+from warden.core.network import NetworkPolicy, check_addresses, check_host, parse_target
 
 __all__ = ["FilteringProxy", "NetEvent"]
 
@@ -150,7 +151,7 @@ class FilteringProxy:
         finally:
             writer.close()
 
-    async def _decide(self, method: str, host: str, port: int) -> tuple[NetDecision, list[str]]:
+    async def _decide(self, method: str, host: str, port: int) -> tuple[Decision, list[str]]:
         decision = check_host(self.policy, host, port)
         addresses: list[str] = []
         if decision.allowed:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from warden.adapters.sandbox import cgroups
 from warden.adapters.sandbox.execlimits import too_long_for_exec
@@ -36,34 +37,16 @@ from warden.core.bwrap_argv import PROXY_SOCKET, SandboxSpec, bwrap_environ, bwr
 from warden.core.errors import Denied, Unavailable
 from warden.core.limits import Limits
 from warden.core.network import NetworkPolicy
+from warden.core.runs import NetEvent, RunResult, Sink
 
-__all__ = ["MISSING_BWRAP", "RunOutcome", "Sink", "run_sandboxed"]
+if TYPE_CHECKING:
+    from warden.adapters.sandbox.proxy import FilteringProxy
 
-Sink = Callable[[bytes], None]
+__all__ = ["MISSING_BWRAP", "run_sandboxed"]
 MISSING_BWRAP = ("bubblewrap (bwrap) is not installed, so Warden cannot isolate commands and "
                  "will not run them: install it (apt-get install bubblewrap) and check `warden doctor`")
 _MAX_CAPTURE = 64 * 1024 * 1024
 _GIB = 1024**3
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    """What happened: the status as a shell would report it, output and how limits applied."""
-
-    exit_code: int
-    stdout: bytes
-    stderr: bytes
-    duration_s: float
-    timed_out: bool = False
-    signal: int | None = None
-    oom_killed: bool = False
-    limits_via: str = "rlimit"
-    seccomp: bool = False
-    net_events: tuple[object, ...] = ()
-    truncated: bool = False
-    notes: tuple[str, ...] = field(default_factory=tuple)
-    # The end of stderr, kept whether or not output was captured: what failed, in its own words.
-    stderr_tail: bytes = b""
 
 
 @cache
@@ -155,8 +138,8 @@ def run_sandboxed(spec: SandboxSpec, limits: Limits, *, stdin: bytes | int | Non
                   on_stdout: Sink | None = None, on_stderr: Sink | None = None,
                   capture: bool = True, max_capture: int = _MAX_CAPTURE,
                   network: NetworkPolicy | None = None,
-                  on_net_event: Callable[[object], None] | None = None,
-                  on_started: Callable[[Callable[[], None]], None] | None = None) -> RunOutcome:
+                  on_net_event: Callable[[NetEvent], None] | None = None,
+                  on_started: Callable[[Callable[[], None]], None] | None = None) -> RunResult:
     """Run `spec.command` in the sandbox described by `spec` within `limits`.
 
     `on_started` is called once the command runs with a function that kills its whole tree
@@ -164,114 +147,258 @@ def run_sandboxed(spec: SandboxSpec, limits: Limits, *, stdin: bytes | int | Non
     bwrap = bwrap_path()
     if bwrap is None:
         raise Unavailable(MISSING_BWRAP, rule="sandbox.bwrap_missing")
-    fds: list[int] = []
-    notes: list[str] = []
-    proxy = None
-    net_dir: str | None = None
-    cg: cgroups.Cgroup | None = None
+    held = _Held()
     support = cgroups.detect()
     try:
-        seccomp_ok = True
-        try:
-            from warden.adapters.sandbox.seccomp import filter_bpf
-
-            seccomp_fd = _pipe_with(filter_bpf())
-            fds.append(seccomp_fd)
-            spec = replace(spec, seccomp_fd=seccomp_fd)
-        except Exception as exc:  # libseccomp missing: run, but say so (doctor reports it)
-            seccomp_ok = False
-            notes.append(f"seccomp unavailable: {exc}")
-        data = []
-        from warden.adapters.sandbox.host import data_files
-
-        for dest, content in data_files(os.getuid(), os.getgid(), spec.workspace):
-            fd = _pipe_with(content)
-            fds.append(fd)
-            data.append((fd, dest))
-        spec = replace(spec, data_files=tuple(data))
-        # Sources outside the workspace come already open (the caller judged them by inode and
-        # owns those fds); those inside are opened here beneath the workspace, no link followed.
-        pinned_sources = list(spec.bind_fds)
-        given = {path for path, _ in pinned_sources}
-        for path in spec.workspace_sources():
-            if path in given:
-                continue
-            fd = _open_beneath(spec.workspace, path)
-            fds.append(fd)
-            pinned_sources.append((path, fd))
-            given.add(path)
-        for path in spec.pinned:
-            if path not in given:  # pins in an allowed rw tree outside the workspace
-                from warden.adapters.sandbox.mountsrc import open_nofollow
-
-                fd = open_nofollow(path)
-                fds.append(fd)
-                pinned_sources.append((path, fd))
-        spec = replace(spec, bind_fds=tuple(pinned_sources))
-        handed = [fd for _, fd in spec.bind_fds if fd not in fds]
+        spec = _with_seccomp(spec, held)
+        spec = _with_data_files(spec, held)
+        spec = _with_pinned_sources(spec, held)
+        # Descriptors the caller opened (and owns) are handed to bwrap as they are.
+        borrowed = [fd for _, fd in spec.bind_fds if fd not in held.fds]
         if spec.network == "proxy":
-            python = python3_path()
-            if python is None:
-                raise Unavailable("the network needs a system python3 (/usr/bin/python3) for the "
-                                  "in-sandbox relay: apt-get install python3-minimal",
-                                  rule="sandbox.no_python3")
-            import tempfile
-
-            from warden.adapters.sandbox.proxy import FilteringProxy
-
-            net_dir = tempfile.mkdtemp(prefix="warden-net-")
-            socket_path = os.path.join(net_dir, "proxy.sock")
-            proxy = FilteringProxy(network or NetworkPolicy(), socket_path, on_event=on_net_event)
-            proxy.start()
-            spec = replace(spec, proxy_socket=socket_path, command=(
-                python, "-I", "-S", "-c", _forwarder_source(), PROXY_SOCKET, "--", *spec.command))
-        info_read, info_write = os.pipe()
-        block_read, block_write = os.pipe()
-        fds += [info_read, info_write, block_read, block_write]
+            spec = _with_proxy(spec, network or NetworkPolicy(), on_net_event, held)
+        control = _Control.open(held)
         # The options travel in a memfd (`--args`), never on bwrap's command line: argv is
         # world-readable in /proc (host paths, `--setenv` values) on the host and, through
         # bwrap's pid 1, inside the sandbox. Only the bot's own command stays visible.
-        options_fd = _memfd_with(b"\0".join(os.fsencode(o) for o in bwrap_options(spec)) + b"\0")
-        fds.append(options_fd)
+        options_fd = held.keep(_memfd_with(b"\0".join(os.fsencode(o) for o in bwrap_options(spec)) + b"\0"))
         # --info-fd reports the sandbox's pid once it is set up (and, unlike
         # --json-status-fd, is closed before the command starts); --block-fd holds the
         # command until the limits and the cgroup are applied to that pid. This keeps
         # preexec_fn out of Popen, so it can use vfork (about 2 ms less per run).
-        argv = [bwrap, "--args", str(options_fd), "--info-fd", str(info_write), "--block-fd",
-                str(block_read), "--", *spec.command]
+        argv = [bwrap, "--args", str(options_fd), "--info-fd", str(control.info_write), "--block-fd",
+                str(control.block_read), "--", *spec.command]
         too_long = too_long_for_exec(argv, bwrap_environ(spec))  # before a cgroup is made for nothing
         if too_long is not None:
             raise too_long
-        if support.memory or support.pids:
-            try:
-                cg = cgroups.create(support, memory=limits.memory, pids=limits.pids)
-            except OSError as exc:
-                notes.append(f"cgroup not usable ({exc}); limits by rlimit")
-                cg = None
-        return _spawn_and_wait(argv, spec, limits, stdin, on_stdout, on_stderr, capture,
-                               max_capture, fds, (info_read, info_write, block_read, block_write),
-                               cg, support, seccomp_ok, proxy, notes, handed, on_started=on_started)
+        held.cg = _run_cgroup(support, limits, held.notes)
+        output = _Output(on_stdout, on_stderr, capture, max_capture)
+        return _spawn_and_wait(argv, spec, limits, stdin, output, held, control, borrowed, support,
+                               on_started=on_started)
     finally:
-        for fd in fds:
+        held.close()
+
+
+@dataclass
+class _Held:
+    """What one run holds until it ends: descriptors for bwrap, its cgroup, the network proxy."""
+
+    fds: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what could not be set up, and was done without
+    seccomp: bool = False
+    cg: cgroups.Cgroup | None = None
+    proxy: FilteringProxy | None = None
+    net_dir: str | None = None
+
+    def keep(self, fd: int) -> int:
+        self.fds.append(fd)
+        return fd
+
+    def close_handed(self, keep: tuple[int, ...]) -> None:
+        """Close our copies of the fds bwrap now has (but `keep`), so EOFs arrive when it is done."""
+        for fd in [fd for fd in self.fds if fd not in keep]:
+            os.close(fd)
+            self.fds.remove(fd)
+
+    def close(self) -> None:
+        for fd in self.fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        if cg is not None:
-            cg.close()
-        if proxy is not None:
-            proxy.stop()
-        if net_dir is not None:
+        if self.cg is not None:
+            self.cg.close()
+        if self.proxy is not None:
+            self.proxy.stop()
+        if self.net_dir is not None:
             import shutil
 
-            shutil.rmtree(net_dir, ignore_errors=True)
+            shutil.rmtree(self.net_dir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class _Control:
+    """bwrap's --info-fd pipe (it reports the sandbox's pid) and --block-fd pipe (we say "go")."""
+
+    info_read: int
+    info_write: int
+    block_read: int
+    block_write: int
+
+    @classmethod
+    def open(cls, held: _Held) -> _Control:
+        info_read, info_write = os.pipe()
+        block_read, block_write = os.pipe()
+        for fd in (info_read, info_write, block_read, block_write):
+            held.keep(fd)
+        return cls(info_read, info_write, block_read, block_write)
+
+    @property
+    def ours(self) -> tuple[int, int]:
+        """The ends Warden keeps (the others are bwrap's)."""
+        return (self.info_read, self.block_write)
+
+
+def _with_seccomp(spec: SandboxSpec, held: _Held) -> SandboxSpec:
+    try:
+        from warden.adapters.sandbox.seccomp import filter_bpf
+
+        seccomp_fd = held.keep(_pipe_with(filter_bpf()))
+    except Exception as exc:  # libseccomp missing: run, but say so (doctor reports it)
+        held.notes.append(f"seccomp unavailable: {exc}")
+        return spec
+    held.seccomp = True
+    return replace(spec, seccomp_fd=seccomp_fd)
+
+
+def _with_data_files(spec: SandboxSpec, held: _Held) -> SandboxSpec:
+    from warden.adapters.sandbox.host import data_files
+
+    data = [(held.keep(_pipe_with(content)), dest)
+            for dest, content in data_files(os.getuid(), os.getgid(), spec.workspace)]
+    return replace(spec, data_files=tuple(data))
+
+
+def _with_pinned_sources(spec: SandboxSpec, held: _Held) -> SandboxSpec:
+    """Every mount source by descriptor. Sources outside the workspace come already open (the
+    caller judged them by inode and owns those fds); those inside are opened here beneath the
+    workspace, no link followed."""
+    pinned_sources = list(spec.bind_fds)
+    given = {path for path, _ in pinned_sources}
+    for path in spec.workspace_sources():
+        if path in given:
+            continue
+        pinned_sources.append((path, held.keep(_open_beneath(spec.workspace, path))))
+        given.add(path)
+    for path in spec.pinned:
+        if path not in given:  # pins in an allowed rw tree outside the workspace
+            from warden.adapters.sandbox.mountsrc import open_nofollow
+
+            pinned_sources.append((path, held.keep(open_nofollow(path))))
+    return replace(spec, bind_fds=tuple(pinned_sources))
+
+
+def _with_proxy(spec: SandboxSpec, network: NetworkPolicy, on_net_event: Callable[[NetEvent], None] | None,
+                held: _Held) -> SandboxSpec:
+    """The filtering proxy started on a socket the sandbox sees, and the command wrapped in the
+    in-sandbox forwarder that relays to it."""
+    python = python3_path()
+    if python is None:
+        raise Unavailable("the network needs a system python3 (/usr/bin/python3) for the "
+                          "in-sandbox relay: apt-get install python3-minimal", rule="sandbox.no_python3")
+    import tempfile
+
+    from warden.adapters.sandbox.proxy import FilteringProxy
+
+    held.net_dir = tempfile.mkdtemp(prefix="warden-net-")
+    socket_path = os.path.join(held.net_dir, "proxy.sock")
+    held.proxy = FilteringProxy(network, socket_path, on_event=on_net_event)
+    held.proxy.start()
+    return replace(spec, proxy_socket=socket_path, command=(
+        python, "-I", "-S", "-c", _forwarder_source(), PROXY_SOCKET, "--", *spec.command))
+
+
+def _run_cgroup(support: cgroups.CgroupSupport, limits: Limits, notes: list[str]) -> cgroups.Cgroup | None:
+    if not (support.memory or support.pids):
+        return None
+    try:
+        return cgroups.create(support, memory=limits.memory, pids=limits.pids)
+    except OSError as exc:
+        notes.append(f"cgroup not usable ({exc}); limits by rlimit")
+        return None
+
+
+@dataclass
+class _Output:
+    """The command's output as it arrives: passed to the sinks, kept up to `max_capture` bytes
+    per stream when captured, and the end of stderr always (bwrap's own last words)."""
+
+    on_stdout: Sink | None
+    on_stderr: Sink | None
+    capture: bool
+    max_capture: int
+    stdout: bytearray = field(default_factory=bytearray)
+    stderr: bytearray = field(default_factory=bytearray)
+    stderr_tail: bytearray = field(default_factory=bytearray)
+    truncated: bool = False
+
+    def add(self, chunk: bytes, *, is_stderr: bool) -> None:
+        sink = self.on_stderr if is_stderr else self.on_stdout
+        if sink is not None:
+            sink(chunk)
+        buffer = self.stderr if is_stderr else self.stdout
+        if is_stderr:
+            # bwrap's own last words (a failed execvp or mount) decide the status, with or
+            # without capture.
+            self.stderr_tail += chunk
+            del self.stderr_tail[:-_ERR_TAIL]
+        if self.capture:
+            room = self.max_capture - len(buffer)
+            if room < len(chunk):
+                self.truncated = True
+            buffer += chunk[:max(room, 0)]
+
+
+@dataclass
+class _Sandbox:
+    """One started sandbox: bwrap (its process group holds the whole tree) and its cgroup."""
+
+    proc: subprocess.Popen[bytes]
+    cg: cgroups.Cgroup | None
+    started: float
+
+    def kill(self) -> None:
+        _kill_tree(self.proc, self.cg)
+
+    def stop(self) -> None:
+        """Kill the tree from any thread, but never a reaped pid's group."""
+        if self.proc.returncode is None:
+            self.kill()
+
+    def read_stderr(self) -> bytes:
+        return self.proc.stderr.read() if self.proc.stderr is not None else b""
+
+    def close_streams(self) -> None:
+        for stream in (self.proc.stdout, self.proc.stderr, self.proc.stdin):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
 
 
 def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: bytes | int | None,
-                    on_stdout: Sink | None, on_stderr: Sink | None, capture: bool,
-                    max_capture: int, fds: list[int], control: tuple[int, int, int, int],
-                    cg: cgroups.Cgroup | None, support: cgroups.CgroupSupport, seccomp_ok: bool,
-                    proxy: object, notes: list[str], borrowed: list[int], *,
-                    on_started: Callable[[Callable[[], None]], None] | None = None) -> RunOutcome:
-    info_read, _info_write, _block_read, block_write = control
+                    output: _Output, held: _Held, control: _Control, borrowed: list[int],
+                    support: cgroups.CgroupSupport, *,
+                    on_started: Callable[[Callable[[], None]], None] | None = None) -> RunResult:
+    """Start bwrap, let the command go once its limits are applied, and follow it to its end."""
+    sandbox = _spawn(argv, spec, stdin, held, control, borrowed)
+    try:
+        _release(sandbox, control, limits, support)
+    except BaseException:
+        sandbox.kill()
+        sandbox.proc.wait()
+        sandbox.close_streams()
+        raise
+    if on_started is not None:
+        on_started(sandbox.stop)
+    try:
+        rc, timed_out = _follow(sandbox, stdin, output, sandbox.started + limits.timeout_s)
+    except BaseException:
+        sandbox.kill()
+        sandbox.proc.wait()
+        raise
+    finally:
+        sandbox.close_streams()
+    duration = time.monotonic() - sandbox.started
+    code, sig = _status(rc, timed_out, bytes(output.stderr_tail))
+    return RunResult(
+        code, output.stdout.decode("utf-8", "replace"), output.stderr.decode("utf-8", "replace"), duration,
+        timed_out, sig, oom_killed=sandbox.cg.oom_killed() if sandbox.cg is not None else False,
+        limits_via=("cgroup " + support.mode) if sandbox.cg is not None else "rlimit", seccomp=held.seccomp,
+        net_events=tuple(held.proxy.events) if held.proxy is not None else (), truncated=output.truncated,
+        notes=tuple(held.notes), stderr_tail=bytes(output.stderr_tail).decode("utf-8", "replace"))
+
+
+def _spawn(argv: list[str], spec: SandboxSpec, stdin: bytes | int | None, held: _Held, control: _Control,
+           borrowed: list[int]) -> _Sandbox:
+    """bwrap started in a session of its own, in the workspace folder, holding the fds it needs."""
     stdin_arg: int = subprocess.DEVNULL if stdin is None else subprocess.PIPE if isinstance(stdin, bytes) else stdin
     started = time.monotonic()
     environ = bwrap_environ(spec)
@@ -282,81 +409,59 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
             # bwrap's working folder marks whose sandbox it is (adapters/processes finds a
             # workspace's processes by it); the command's own is set by --chdir.
             cwd=spec.workspace,
-            pass_fds=(*(fd for fd in fds if fd not in (info_read, block_write)), *borrowed))
+            pass_fds=(*(fd for fd in held.fds if fd not in control.ours), *borrowed))
     except OSError as exc:
         if exc.errno == errno.E2BIG:  # a limit too_long_for_exec does not know (another kernel)
             raise too_long_for_exec(argv, environ, always=True) or exc from None
         raise
-    if cg is not None:
+    if held.cg is not None:
         # Joining a v1 cgroup waits for an RCU grace period (the kernel's cgroup_threadgroup_rwsem),
         # a few ms when no migration happened lately. Moving bwrap itself now pays that wait while
         # bwrap builds the namespaces; the child's move after the handshake then finds it warm.
         with contextlib.suppress(OSError):
-            cg.add(proc.pid)
-    # Our copies of the fds handed to bwrap go now, so EOFs arrive when bwrap is done.
-    for fd in list(fds):
-        if fd not in (info_read, block_write):
-            os.close(fd)
-            fds.remove(fd)
-    try:
-        info = _read_info(info_read)
-        child = info.get("child-pid")
-        if not isinstance(child, int):
-            err = proc.stderr.read() if proc.stderr is not None else b""
-            proc.wait()
-            raise _setup_failed(err, proc.returncode)
-        try:
-            for which, soft, hard in _rlimits(limits, cg, support):
-                resource.prlimit(child, which, (soft, hard))
-            if cg is not None:
-                cg.add(child)
-            os.write(block_write, b"go")
-        except (ProcessLookupError, BrokenPipeError):
-            # The sandbox died while being set up (a mount failed after the pid was reported):
-            # the limits found no process, or nobody is left to read "go". bwrap says why.
-            err = proc.stderr.read() if proc.stderr is not None else b""
-            proc.wait()
-            raise _setup_failed(err, proc.returncode) from None
-    except BaseException:
-        _kill_tree(proc, cg)
-        proc.wait()
-        for stream in (proc.stdout, proc.stderr, proc.stdin):
-            if stream is not None:
-                stream.close()
-        raise
-    if on_started is not None:
-        def stop() -> None:
-            if proc.returncode is None:  # never a reaped pid's group
-                _kill_tree(proc, cg)
+            held.cg.add(proc.pid)
+    held.close_handed(keep=control.ours)
+    return _Sandbox(proc, held.cg, started)
 
-        on_started(stop)
-    deadline = started + limits.timeout_s
-    out_buf = bytearray()
-    err_buf = bytearray()
-    err_tail = bytearray()
-    truncated = False
-    timed_out = False
-    sel = selectors.DefaultSelector()
-    assert proc.stdout is not None and proc.stderr is not None
-    streams: dict[int, tuple[bytearray, Sink | None]] = {
-        proc.stdout.fileno(): (out_buf, on_stdout), proc.stderr.fileno(): (err_buf, on_stderr)}
-    for fileno in streams:
-        os.set_blocking(fileno, False)
-        sel.register(fileno, selectors.EVENT_READ)
-    pending = b""
-    if isinstance(stdin, bytes) and proc.stdin is not None:
-        pending = stdin
-        if pending:
-            os.set_blocking(proc.stdin.fileno(), False)
-            sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
-        else:
-            proc.stdin.close()
+
+def _release(sandbox: _Sandbox, control: _Control, limits: Limits, support: cgroups.CgroupSupport) -> None:
+    """Once bwrap reports the sandbox's pid: its rlimits, its cgroup, then "go" on --block-fd."""
+    child = _read_info(control.info_read).get("child-pid")
+    if not isinstance(child, int):
+        err = sandbox.read_stderr()
+        sandbox.proc.wait()
+        raise _setup_failed(err, sandbox.proc.returncode)
     try:
+        for which, soft, hard in _rlimits(limits, sandbox.cg, support):
+            resource.prlimit(child, which, (soft, hard))
+        if sandbox.cg is not None:
+            sandbox.cg.add(child)
+        os.write(control.block_write, b"go")
+    except (ProcessLookupError, BrokenPipeError):
+        # The sandbox died while being set up (a mount failed after the pid was reported):
+        # the limits found no process, or nobody is left to read "go". bwrap says why.
+        err = sandbox.read_stderr()
+        sandbox.proc.wait()
+        raise _setup_failed(err, sandbox.proc.returncode) from None
+
+
+def _follow(sandbox: _Sandbox, stdin: bytes | int | None, output: _Output, deadline: float) -> tuple[int, bool]:
+    """Feed stdin and read the output until both streams close or the deadline passes (then the
+    tree is killed and what is left drained briefly); the return code and whether it timed out."""
+    proc = sandbox.proc
+    assert proc.stdout is not None and proc.stderr is not None
+    stderr_fd = proc.stderr.fileno()
+    timed_out = False
+    with selectors.DefaultSelector() as sel:
+        for stream in (proc.stdout, proc.stderr):
+            os.set_blocking(stream.fileno(), False)
+            sel.register(stream.fileno(), selectors.EVENT_READ)
+        pending = _start_stdin(proc, stdin, sel)
         while sel.get_map():
             remaining = deadline - time.monotonic()
             if remaining <= 0 and not timed_out:
                 timed_out = True
-                _kill_tree(proc, cg)
+                sandbox.kill()
                 deadline = time.monotonic() + 2.0  # drain what is left, briefly
                 continue
             if remaining <= 0:
@@ -364,15 +469,7 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
             for key, _ in sel.select(remaining):
                 fileno = int(key.fd)
                 if proc.stdin is not None and pending and fileno == proc.stdin.fileno():
-                    try:
-                        written = os.write(fileno, pending[:65536])
-                        pending = pending[written:]
-                    except (BrokenPipeError, BlockingIOError) as exc:
-                        if isinstance(exc, BrokenPipeError):
-                            pending = b""
-                    if not pending:
-                        sel.unregister(fileno)
-                        proc.stdin.close()
+                    pending = _feed(proc, pending, sel)
                     continue
                 try:
                     chunk = os.read(fileno, 65536)
@@ -381,64 +478,65 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
                 if not chunk:
                     sel.unregister(fileno)
                     continue
-                buffer, sink = streams[fileno]
-                if sink is not None:
-                    sink(chunk)
-                if buffer is err_buf:
-                    # bwrap's own last words (a failed execvp or mount) decide the status below,
-                    # with or without capture.
-                    err_tail += chunk
-                    del err_tail[:-_ERR_TAIL]
-                if capture:
-                    room = max_capture - len(buffer)
-                    if room < len(chunk):
-                        truncated = True
-                    buffer += chunk[:max(room, 0)]
-        remaining = max(deadline - time.monotonic(), 0.0)
-        try:
-            rc = proc.wait(timeout=remaining if not timed_out else 5)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_tree(proc, cg)
-            rc = proc.wait()
-    except BaseException:
-        _kill_tree(proc, cg)
-        proc.wait()
-        raise
-    finally:
-        sel.close()
-        for stream in (proc.stdout, proc.stderr, proc.stdin):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-    duration = time.monotonic() - started
-    last = bytes(err_tail).rstrip().rsplit(b"\n", 1)[-1]
+                output.add(chunk, is_stderr=fileno == stderr_fd)
+    remaining = max(deadline - time.monotonic(), 0.0)
+    try:
+        return proc.wait(timeout=remaining if not timed_out else 5), timed_out
+    except subprocess.TimeoutExpired:
+        sandbox.kill()
+        return proc.wait(), True
+
+
+def _start_stdin(proc: subprocess.Popen[bytes], stdin: bytes | int | None, sel: selectors.BaseSelector) -> bytes:
+    """The bytes still to write to the command (watched for room in the pipe); an empty
+    input closes its stdin at once."""
+    if not isinstance(stdin, bytes) or proc.stdin is None:
+        return b""
+    if stdin:
+        os.set_blocking(proc.stdin.fileno(), False)
+        sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
+    else:
+        proc.stdin.close()
+    return stdin
+
+
+def _feed(proc: subprocess.Popen[bytes], pending: bytes, sel: selectors.BaseSelector) -> bytes:
+    """Write what fits of `pending` to the command's stdin; what is left (closed when done, or
+    when the command stopped reading)."""
+    assert proc.stdin is not None
+    fileno = proc.stdin.fileno()
+    try:
+        pending = pending[os.write(fileno, pending[:65536]):]
+    except BrokenPipeError:
+        pending = b""
+    except BlockingIOError:
+        pass
+    if not pending:
+        sel.unregister(fileno)
+        proc.stdin.close()
+    return pending
+
+
+def _status(rc: int, timed_out: bool, err_tail: bytes) -> tuple[int, int | None]:
+    """The status as a shell would report it, and the signal that ended the command, if one did."""
+    last = err_tail.rstrip().rsplit(b"\n", 1)[-1]
     if rc == 1 and not timed_out and last.startswith(b"bwrap: execvp "):
         # The program could not start: a shell's 126 (found, not executable) or 127 (not found).
         rc = 126 if last.endswith(b": Permission denied") else 127
     elif rc == 1 and not timed_out and last.startswith(b"bwrap: "):
         # bwrap's own failure while mounting (after the pid was reported): not the command's
         # status. A command could print this line itself; it would only refuse itself.
-        raise _setup_failed(bytes(err_tail), rc)
-    sig: int | None = None
+        raise _setup_failed(err_tail, rc)
     if timed_out:
-        code = 124
-    elif rc < 0:
-        sig = -rc
-        code = 128 + sig
-    else:
-        code = rc
-        # bwrap reports a command killed by signal N as 128+N, the way a shell does.
-        if 128 < rc <= 128 + 64:
-            sig = rc - 128
-    oom = cg.oom_killed() if cg is not None else False
-    events = tuple(getattr(proxy, "events", ()))
-    return RunOutcome(code, bytes(out_buf), bytes(err_buf), duration, timed_out, sig, oom,
-                      ("cgroup " + support.mode) if cg is not None else "rlimit", seccomp_ok,
-                      events, truncated, tuple(notes), bytes(err_tail))
+        return 124, None
+    if rc < 0:
+        return 128 - rc, -rc
+    # bwrap reports a command killed by signal N as 128+N, the way a shell does.
+    return rc, rc - 128 if 128 < rc <= 128 + 64 else None
 
 
 _ERR_TAIL = 4096  # enough of stderr's end for bwrap's one-line reports
+
 
 def _setup_failed(err: bytes, rc: int | None) -> Unavailable:
     lines = err.decode("utf-8", "replace").strip().splitlines()

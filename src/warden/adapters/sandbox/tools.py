@@ -13,10 +13,11 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 
 from warden.adapters.sandbox.host import build_spec
-from warden.adapters.sandbox.runner import RunOutcome, run_sandboxed
+from warden.adapters.sandbox.runner import run_sandboxed
 from warden.core.bwrap_argv import Bind
 from warden.core.limits import Limits
 from warden.core.network import NetworkPolicy
+from warden.core.runs import RunResult
 
 __all__ = ["TOOL_LIMITS", "TRUST_VARIABLES", "run_tool", "trust_settings"]
 
@@ -46,7 +47,7 @@ def trust_settings(caller_env: Mapping[str, str]) -> tuple[dict[str, str], list[
 def run_tool(folder: str | os.PathLike[str], argv: Sequence[str], *, env: Mapping[str, str],
              caller_env: Mapping[str, str], ro_paths: Iterable[str] = (),
              rw_paths: Iterable[str] = (), domains: Sequence[str] = (),
-             limits: Limits = TOOL_LIMITS) -> RunOutcome:
+             limits: Limits = TOOL_LIMITS) -> RunResult:
     """Run `argv` sandboxed in `folder` (read-write), seeing `ro_paths` read-only and `rw_paths`
     read-write; the network reaches `domains` through the filtering proxy (trusting the user's
     certificate authorities), or nothing."""

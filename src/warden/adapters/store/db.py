@@ -3,10 +3,10 @@
 Statements are plain SQL with `:name` parameters, portable between SQLite (>= 3.35, for
 RETURNING) and PostgreSQL. The embedded default runs them on the standard library's
 `sqlite3`; any other URL (PostgreSQL for several machines) runs them through SQLAlchemy
-Core's `text()`. Why two executors: importing SQLAlchemy costs ~280 ms on this machine
-kind, more than the whole budget of `warden run` (150 ms), and every CLI command opens
-the registry. The schema itself is SQLAlchemy metadata migrated by Alembic (schema.py,
-migrations/), which is imported only when the stored revision is behind.
+Core's `text()`. Why two executors: importing SQLAlchemy costs a few hundred milliseconds
+(about 280 ms when measured), more than the whole budget of `warden run` (150 ms), and every
+CLI command opens the registry. The schema itself is SQLAlchemy metadata migrated by Alembic
+(schema.py, migrations/), which is imported only when the stored revision is behind.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from warden.core.errors import Conflict, Locked, Unavailable, classify
 
-__all__ = ["BUSY_TIMEOUT", "SCHEMA_REVISION", "Database", "Row", "Tx", "open_database"]
+__all__ = ["BUSY_TIMEOUT", "SCHEMA_REVISION", "Database", "Row", "Sql", "open_database"]
 
 # The Alembic head revision this code expects; tests pin it against migrations/versions.
 SCHEMA_REVISION = "0002"
@@ -45,8 +45,8 @@ def _mapped(where: str) -> Iterator[None]:
         raise mapped from exc
 
 
-class Tx(Protocol):
-    """One transaction. `dialect` is "sqlite" or "postgresql"."""
+class Sql(Protocol):
+    """Statements inside one transaction. `dialect` is "sqlite" or "postgresql"."""
 
     dialect: str
 
@@ -58,7 +58,7 @@ class Tx(Protocol):
 class Database(Protocol):
     url: str
 
-    def transaction(self, *, write: bool = True) -> contextlib.AbstractContextManager[Tx]: ...
+    def transaction(self, *, write: bool = True) -> contextlib.AbstractContextManager[Sql]: ...
 
     def close(self) -> None: ...
 
@@ -109,7 +109,7 @@ class SqliteDatabase:
         return conn
 
     @contextlib.contextmanager
-    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+    def transaction(self, *, write: bool = True) -> Iterator[Sql]:
         conn = self._connection()
         where = str(self.path)
         # BEGIN IMMEDIATE takes the write lock at the start, so read-then-write sequences
@@ -181,7 +181,7 @@ class SqlalchemyDatabase:
         self.dialect = self._engine.dialect.name
 
     @contextlib.contextmanager
-    def transaction(self, *, write: bool = True) -> Iterator[Tx]:
+    def transaction(self, *, write: bool = True) -> Iterator[Sql]:
         with self._engine.begin() as conn:
             yield _SqlalchemyTx(conn, self.dialect)
 

@@ -3,74 +3,51 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime
 
-from warden.adapters.store.db import Row, Tx
+from warden.adapters.store.db import Row, Sql
 from warden.core.errors import Conflict
-from warden.core.grants import PERMISSIONS, Grant
+from warden.core.grants import PERMISSIONS, BotRow, Grant
 
-__all__ = [
-    "BotRow",
-    "bot_by_hash",
-    "bot_by_name",
-    "chain_by_hash",
-    "delete_bot",
-    "descendants",
-    "grant_by_accessor",
-    "grants_of_bot",
-    "grants_of_workspace",
-    "insert_bot",
-    "insert_grant",
-    "list_bots",
-    "revoke_grants",
-]
-
-
-@dataclass(frozen=True)
-class BotRow:
-    id: str
-    name: str
-    created_at: str
-    created_by: str
-
-    def to_json(self) -> dict[str, object]:
-        return {"id": self.id, "name": self.name, "created": self.created_at, "created_by": self.created_by}
+__all__ = ["SqlBots", "SqlGrants"]
 
 
 def _bot(row: Row) -> BotRow:
     return BotRow(id=row["id"], name=row["name"], created_at=row["created_at"], created_by=row["created_by"])
 
 
-def insert_bot(tx: Tx, bot: BotRow, token_hash: str) -> None:
-    try:
-        tx.execute("INSERT INTO bots (id, name, token_hash, created_at, created_by)"
-                   " VALUES (:id, :name, :hash, :at, :by)",
-                   {"id": bot.id, "name": bot.name, "hash": token_hash, "at": bot.created_at,
-                    "by": bot.created_by})
-    except Conflict:
-        raise Conflict(f"bot {bot.name!r} is already registered; `warden bot rm {bot.name}` first "
-                       "to issue a new identity token") from None
+class SqlBots:
+    """The `bots` table (core.ports.BotTable)."""
 
+    def __init__(self, sql: Sql) -> None:
+        self._sql = sql
 
-def bot_by_name(tx: Tx, name: str) -> BotRow | None:
-    rows = tx.execute("SELECT id, name, created_at, created_by FROM bots WHERE name = :n", {"n": name})
-    return _bot(rows[0]) if rows else None
+    def insert(self, bot: BotRow, token_hash: str) -> None:
+        try:
+            self._sql.execute("INSERT INTO bots (id, name, token_hash, created_at, created_by)"
+                       " VALUES (:id, :name, :hash, :at, :by)",
+                       {"id": bot.id, "name": bot.name, "hash": token_hash, "at": bot.created_at,
+                        "by": bot.created_by})
+        except Conflict:
+            raise Conflict(f"bot {bot.name!r} is already registered; `warden bot rm {bot.name}` first "
+                           "to issue a new identity token") from None
 
+    def by_name(self, name: str) -> BotRow | None:
+        rows = self._sql.execute("SELECT id, name, created_at, created_by FROM bots WHERE name = :n", {"n": name})
+        return _bot(rows[0]) if rows else None
 
-def bot_by_hash(tx: Tx, token_hash: str) -> tuple[BotRow, str] | None:
-    """The bot whose identity token has this hash, with the stored hash (compared by the caller)."""
-    rows = tx.execute("SELECT id, name, created_at, created_by, token_hash FROM bots"
-                      " WHERE token_hash = :h", {"h": token_hash})
-    return (_bot(rows[0]), str(rows[0]["token_hash"])) if rows else None
+    def by_hash(self, token_hash: str) -> tuple[BotRow, str] | None:
+        """The bot whose identity token has this hash, with the stored hash (compared by the caller)."""
+        rows = self._sql.execute("SELECT id, name, created_at, created_by, token_hash FROM bots"
+                          " WHERE token_hash = :h", {"h": token_hash})
+        return (_bot(rows[0]), str(rows[0]["token_hash"])) if rows else None
 
+    def list_all(self) -> list[BotRow]:
+        return [_bot(r) for r in self._sql.execute("SELECT id, name, created_at, created_by FROM bots ORDER BY name")]
 
-def list_bots(tx: Tx) -> list[BotRow]:
-    return [_bot(r) for r in tx.execute("SELECT id, name, created_at, created_by FROM bots ORDER BY name")]
-
-
-def delete_bot(tx: Tx, name: str) -> None:
-    tx.execute("DELETE FROM bots WHERE name = :n", {"n": name})
+    def delete(self, name: str) -> None:
+        self._sql.execute("DELETE FROM bots WHERE name = :n", {"n": name})
 
 
 # -- grants ---------------------------------------------------------------------------------
@@ -96,81 +73,81 @@ def _grant(row: Row) -> Grant:
         parent=row["parent_accessor"], created_by=row["created_by"])
 
 
-def insert_grant(tx: Tx, grant: Grant, token_hash: str) -> None:
-    tx.execute(
-        f"INSERT INTO grants (token_hash, {_GRANT_COLUMNS}) VALUES (:token_hash, :accessor, :parent,"
-        " :workspace, :workspace_id, :bot, :permissions, :zones, :secrets, :created, :expires,"
-        " :max_expires, NULL, :created_by)",
-        {"token_hash": token_hash, "accessor": grant.accessor, "parent": grant.parent,
-         "workspace": grant.workspace, "workspace_id": grant.workspace_id, "bot": grant.bot,
-         "permissions": ",".join(p for p in PERMISSIONS if p in grant.permissions),
-         "zones": json.dumps(list(grant.zones)) if grant.zones is not None else None,
-         "secrets": json.dumps(list(grant.secrets)), "created": grant.created.isoformat(),
-         "expires": grant.expires.isoformat(), "max_expires": grant.max_expires.isoformat(),
-         "created_by": grant.created_by})
+class SqlGrants:
+    """The `grants` table (core.ports.GrantTable)."""
 
+    def __init__(self, sql: Sql) -> None:
+        self._sql = sql
 
-def chain_by_hash(tx: Tx, token_hash: str, max_depth: int) -> tuple[list[Grant], str] | None:
-    """The grant whose token has this hash and its ancestors (nearest first), in one query,
-    with the stored hash (compared by the caller)."""
-    columns = ", ".join(f"g.{c.strip()}" for c in _GRANT_COLUMNS.split(","))
-    rows = tx.execute(
-        "WITH RECURSIVE chain(accessor, parent, depth) AS ("
-        " SELECT accessor, parent_accessor, 0 FROM grants WHERE token_hash = :h"
-        " UNION ALL SELECT p.accessor, p.parent_accessor, c.depth + 1 FROM grants p"
-        " JOIN chain c ON p.accessor = c.parent WHERE c.depth < :d)"
-        f" SELECT g.token_hash, {columns} FROM chain c JOIN grants g ON g.accessor = c.accessor"
-        " ORDER BY c.depth", {"h": token_hash, "d": max_depth})
-    if not rows:
-        return None
-    return [_grant(r) for r in rows], str(rows[0]["token_hash"])
+    def insert(self, grant: Grant, token_hash: str) -> None:
+        self._sql.execute(
+            f"INSERT INTO grants (token_hash, {_GRANT_COLUMNS}) VALUES (:token_hash, :accessor, :parent,"
+            " :workspace, :workspace_id, :bot, :permissions, :zones, :secrets, :created, :expires,"
+            " :max_expires, NULL, :created_by)",
+            {"token_hash": token_hash, "accessor": grant.accessor, "parent": grant.parent,
+             "workspace": grant.workspace, "workspace_id": grant.workspace_id, "bot": grant.bot,
+             "permissions": ",".join(p for p in PERMISSIONS if p in grant.permissions),
+             "zones": json.dumps(list(grant.zones)) if grant.zones is not None else None,
+             "secrets": json.dumps(list(grant.secrets)), "created": grant.created.isoformat(),
+             "expires": grant.expires.isoformat(), "max_expires": grant.max_expires.isoformat(),
+             "created_by": grant.created_by})
 
+    def chain_by_hash(self, token_hash: str, max_depth: int) -> tuple[list[Grant], str] | None:
+        """The grant whose token has this hash and its ancestors (nearest first), in one query,
+        with the stored hash (compared by the caller)."""
+        columns = ", ".join(f"g.{c.strip()}" for c in _GRANT_COLUMNS.split(","))
+        rows = self._sql.execute(
+            "WITH RECURSIVE chain(accessor, parent, depth) AS ("
+            " SELECT accessor, parent_accessor, 0 FROM grants WHERE token_hash = :h"
+            " UNION ALL SELECT p.accessor, p.parent_accessor, c.depth + 1 FROM grants p"
+            " JOIN chain c ON p.accessor = c.parent WHERE c.depth < :d)"
+            f" SELECT g.token_hash, {columns} FROM chain c JOIN grants g ON g.accessor = c.accessor"
+            " ORDER BY c.depth", {"h": token_hash, "d": max_depth})
+        if not rows:
+            return None
+        return [_grant(r) for r in rows], str(rows[0]["token_hash"])
 
-def grant_by_accessor(tx: Tx, accessor: str) -> Grant | None:
-    rows = tx.execute(f"SELECT {_GRANT_COLUMNS} FROM grants WHERE accessor = :a", {"a": accessor})
-    return _grant(rows[0]) if rows else None
+    def by_accessor(self, accessor: str) -> Grant | None:
+        rows = self._sql.execute(f"SELECT {_GRANT_COLUMNS} FROM grants WHERE accessor = :a", {"a": accessor})
+        return _grant(rows[0]) if rows else None
 
+    def of_workspace(self, workspace: str, *, live_only: bool = False) -> list[Grant]:
+        rows = self._sql.execute(f"SELECT {_GRANT_COLUMNS} FROM grants WHERE workspace = :w"
+                          + (" AND revoked_at IS NULL" if live_only else "") + " ORDER BY created_at, accessor",
+                          {"w": workspace})
+        return [_grant(r) for r in rows]
 
-def grants_of_workspace(tx: Tx, workspace: str, *, live_only: bool = False) -> list[Grant]:
-    rows = tx.execute(f"SELECT {_GRANT_COLUMNS} FROM grants WHERE workspace = :w"
-                      + (" AND revoked_at IS NULL" if live_only else "") + " ORDER BY created_at, accessor",
-                      {"w": workspace})
-    return [_grant(r) for r in rows]
+    def of_bot(self, bot: str, *, workspace: str | None = None, live_only: bool = True) -> list[Grant]:
+        """The bot's grants (on `workspace`); `live_only` drops revoked ones only.
 
+        Expiry is not judged here: it needs the service's clock and the grant's ancestors
+        (GrantService.grants_of_bot does both).
+        """
+        rows = self._sql.execute(f"SELECT {_GRANT_COLUMNS} FROM grants WHERE bot = :b"
+                          " AND (CAST(:w AS TEXT) IS NULL OR workspace = :w)"
+                          + (" AND revoked_at IS NULL" if live_only else "") + " ORDER BY created_at, accessor",
+                          {"b": bot, "w": workspace})
+        return [_grant(r) for r in rows]
 
-def grants_of_bot(tx: Tx, bot: str, *, workspace: str | None = None, live_only: bool = True) -> list[Grant]:
-    """The bot's grants (on `workspace`); `live_only` drops revoked ones only.
+    def descendants(self, accessors: Sequence[str]) -> list[str]:
+        """Every grant minted from one of `accessors`, at any depth (breadth first)."""
+        found: list[str] = []
+        seen = set(accessors)
+        frontier = list(accessors)
+        while frontier:
+            marks = ", ".join(f":p{i}" for i in range(len(frontier)))
+            rows = self._sql.execute(f"SELECT accessor FROM grants WHERE parent_accessor IN ({marks})",
+                              {f"p{i}": a for i, a in enumerate(frontier)})
+            frontier = [str(r["accessor"]) for r in rows if r["accessor"] not in seen]
+            seen.update(frontier)
+            found.extend(frontier)
+        return found
 
-    Expiry is not judged here: it needs the service's clock and the grant's ancestors
-    (GrantService.grants_of_bot does both).
-    """
-    rows = tx.execute(f"SELECT {_GRANT_COLUMNS} FROM grants WHERE bot = :b"
-                      " AND (CAST(:w AS TEXT) IS NULL OR workspace = :w)"
-                      + (" AND revoked_at IS NULL" if live_only else "") + " ORDER BY created_at, accessor",
-                      {"b": bot, "w": workspace})
-    return [_grant(r) for r in rows]
-
-
-def descendants(tx: Tx, accessors: list[str]) -> list[str]:
-    """Every grant minted from one of `accessors`, at any depth (breadth first)."""
-    found: list[str] = []
-    seen = set(accessors)
-    frontier = list(accessors)
-    while frontier:
-        marks = ", ".join(f":p{i}" for i in range(len(frontier)))
-        rows = tx.execute(f"SELECT accessor FROM grants WHERE parent_accessor IN ({marks})",
-                          {f"p{i}": a for i, a in enumerate(frontier)})
-        frontier = [str(r["accessor"]) for r in rows if r["accessor"] not in seen]
-        seen.update(frontier)
-        found.extend(frontier)
-    return found
-
-
-def revoke_grants(tx: Tx, accessors: list[str], at: datetime) -> int:
-    """Mark `accessors` revoked (those not already); returns how many changed."""
-    changed = 0
-    for accessor in accessors:
-        rows = tx.execute("UPDATE grants SET revoked_at = :at WHERE accessor = :a AND revoked_at IS NULL"
-                          " RETURNING accessor", {"at": at.isoformat(), "a": accessor})
-        changed += len(rows)
-    return changed
+    def revoke(self, accessors: Sequence[str], at: datetime) -> int:
+        """Mark `accessors` revoked (those not already); returns how many changed."""
+        changed = 0
+        for accessor in accessors:
+            rows = self._sql.execute("UPDATE grants SET revoked_at = :at WHERE accessor = :a AND revoked_at IS NULL"
+                              " RETURNING accessor", {"at": at.isoformat(), "a": accessor})
+            changed += len(rows)
+        return changed

@@ -8,39 +8,44 @@ from __future__ import annotations
 
 import json
 
-from warden.adapters.store.db import Tx
-from warden.core.errors import Conflict
+from warden.adapters.store.db import Sql
 from warden.core.leases import LeaseState, from_json, to_json
 
-__all__ = ["read", "write"]
+__all__ = ["SqlLeases"]
 
 
-def read(tx: Tx, workspace: str) -> tuple[LeaseState, int | None]:
-    """The lease state of `workspace` and its row version (None: no row yet)."""
-    rows = tx.execute("SELECT fence, version, holders FROM workspace_leases WHERE workspace = :w",
-                      {"w": workspace})
-    if not rows:
-        return LeaseState(workspace), None
-    row = rows[0]
-    try:
-        holders = json.loads(row["holders"] or "[]")
-    except ValueError:
-        holders = []
-    return from_json(workspace, int(row["fence"]), holders), int(row["version"])
+class SqlLeases:
+    """The `workspace_leases` table (core.ports.LeaseTable)."""
 
+    def __init__(self, sql: Sql) -> None:
+        self._sql = sql
 
-def write(tx: Tx, state: LeaseState, version: int | None) -> bool:
-    """Store `state` if the row is still at `version` (None: it must not exist yet); False when
-    another writer got there first."""
-    holders = json.dumps(to_json(state), sort_keys=True)
-    if version is None:
+    def read(self, workspace: str) -> tuple[LeaseState, int | None]:
+        """The lease state of `workspace` and its row version (None: no row yet)."""
+        rows = self._sql.execute("SELECT fence, version, holders FROM workspace_leases WHERE workspace = :w",
+                          {"w": workspace})
+        if not rows:
+            return LeaseState(workspace), None
+        row = rows[0]
         try:
-            tx.execute("INSERT INTO workspace_leases (workspace, fence, version, holders) "
-                       "VALUES (:w, :f, 1, :h)", {"w": state.workspace, "f": state.fence, "h": holders})
-        except Conflict:
-            return False
-        return True
-    done = tx.execute("UPDATE workspace_leases SET fence = :f, version = version + 1, holders = :h "
-                      "WHERE workspace = :w AND version = :v RETURNING version",
-                      {"w": state.workspace, "f": state.fence, "h": holders, "v": version})
-    return bool(done)
+            holders = json.loads(row["holders"] or "[]")
+        except ValueError:
+            holders = []
+        return from_json(workspace, int(row["fence"]), holders), int(row["version"])
+
+    def write(self, state: LeaseState, version: int | None) -> bool:
+        """Store `state` if the row is still at `version` (None: it must not exist yet); False when
+        another writer got there first."""
+        holders = json.dumps(to_json(state), sort_keys=True)
+        if version is None:
+            # ON CONFLICT, not a caught error: on PostgreSQL a failed statement aborts the whole
+            # transaction, which would silently drop the caller's other writes in it.
+            made = self._sql.execute(
+                "INSERT INTO workspace_leases (workspace, fence, version, holders) VALUES (:w, :f, 1, :h) "
+                "ON CONFLICT (workspace) DO NOTHING RETURNING version",
+                {"w": state.workspace, "f": state.fence, "h": holders})
+            return bool(made)
+        done = self._sql.execute("UPDATE workspace_leases SET fence = :f, version = version + 1, holders = :h "
+                                 "WHERE workspace = :w AND version = :v RETURNING version",
+                                 {"w": state.workspace, "f": state.fence, "h": holders, "v": version})
+        return bool(done)

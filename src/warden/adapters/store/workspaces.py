@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from warden.adapters.store.db import Row, Tx
+from warden.adapters.store.db import Row, Sql
 from warden.core.errors import Conflict
 from warden.core.workspaces import WorkspaceRecord
 
-__all__ = ["compare_and_set", "delete", "get", "insert", "list_all", "update"]
+__all__ = ["SqlWorkspaces"]
 
 _COLUMNS = ("id", "name", "path", "type", "status", "template", "layer_id", "created_at",
             "last_accessed", "expires_at", "created_by", "meta")
@@ -21,52 +21,55 @@ def _record(row: Row) -> WorkspaceRecord:
     return WorkspaceRecord(**data)
 
 
-def get(tx: Tx, name: str) -> WorkspaceRecord | None:
-    rows = tx.execute("SELECT * FROM workspaces WHERE name = :name", {"name": name})
-    return _record(rows[0]) if rows else None
 
+class SqlWorkspaces:
+    """The `workspaces` table (core.ports.WorkspaceTable)."""
 
-def list_all(tx: Tx, *, status: str | None = None, kind: str | None = None) -> list[WorkspaceRecord]:
-    rows = tx.execute(
-        "SELECT * FROM workspaces WHERE (CAST(:status AS TEXT) IS NULL OR status = :status)"
-        " AND (CAST(:kind AS TEXT) IS NULL OR type = :kind) ORDER BY name",
-        {"status": status, "kind": kind})
-    return [_record(r) for r in rows]
+    def __init__(self, sql: Sql) -> None:
+        self._sql = sql
 
+    def get(self, name: str) -> WorkspaceRecord | None:
+        rows = self._sql.execute("SELECT * FROM workspaces WHERE name = :name", {"name": name})
+        return _record(rows[0]) if rows else None
 
-def insert(tx: Tx, record: WorkspaceRecord) -> None:
-    values = {c: getattr(record, c) for c in _COLUMNS}
-    values["meta"] = json.dumps(dict(record.meta), sort_keys=True)
-    try:
-        tx.execute(f"INSERT INTO workspaces ({', '.join(_COLUMNS)}) VALUES "
-                   f"({', '.join(':' + c for c in _COLUMNS)})", values)
-    except Conflict:
-        raise Conflict(f"workspace {record.name!r} already exists; pick another name "
-                       "or `warden destroy` it first") from None
+    def list_all(self, *, status: str | None = None, kind: str | None = None) -> list[WorkspaceRecord]:
+        rows = self._sql.execute(
+            "SELECT * FROM workspaces WHERE (CAST(:status AS TEXT) IS NULL OR status = :status)"
+            " AND (CAST(:kind AS TEXT) IS NULL OR type = :kind) ORDER BY name",
+            {"status": status, "kind": kind})
+        return [_record(r) for r in rows]
 
+    def insert(self, record: WorkspaceRecord) -> None:
+        values = {c: getattr(record, c) for c in _COLUMNS}
+        values["meta"] = json.dumps(dict(record.meta), sort_keys=True)
+        try:
+            self._sql.execute(f"INSERT INTO workspaces ({', '.join(_COLUMNS)}) VALUES "
+                       f"({', '.join(':' + c for c in _COLUMNS)})", values)
+        except Conflict:
+            raise Conflict(f"workspace {record.name!r} already exists; pick another name "
+                           "or `warden destroy` it first") from None
 
-def update(tx: Tx, name: str, changes: Mapping[str, object]) -> None:
-    values = dict(changes)
-    if "meta" in values:
-        values["meta"] = json.dumps(values["meta"], sort_keys=True)
-    sets = ", ".join(f"{k} = :{k}" for k in values)
-    tx.execute(f"UPDATE workspaces SET {sets} WHERE name = :_name", {**values, "_name": name})
+    def update(self, name: str, changes: Mapping[str, object]) -> None:
+        values = dict(changes)
+        if "meta" in values:
+            values["meta"] = json.dumps(values["meta"], sort_keys=True)
+        sets = ", ".join(f"{k} = :{k}" for k in values)
+        self._sql.execute(f"UPDATE workspaces SET {sets} WHERE name = :_name", {**values, "_name": name})
 
+    def compare_and_set(self, name: str, record_id: str, status: str, changes: Mapping[str, object]) -> bool:
+        """Apply `changes` only if the row of `name` is still workspace `record_id` in `status`."""
+        values = dict(changes)
+        if "meta" in values:
+            values["meta"] = json.dumps(values["meta"], sort_keys=True)
+        sets = ", ".join(f"{k} = :{k}" for k in values)
+        done = self._sql.execute(
+            f"UPDATE workspaces SET {sets} WHERE name = :_name AND id = :_id AND status = :_status RETURNING id",
+            {**values, "_name": name, "_id": record_id, "_status": status})
+        return bool(done)
 
-def compare_and_set(tx: Tx, name: str, record_id: str, status: str, changes: Mapping[str, object]) -> bool:
-    """Apply `changes` only if the row of `name` is still workspace `record_id` in `status`."""
-    values = dict(changes)
-    if "meta" in values:
-        values["meta"] = json.dumps(values["meta"], sort_keys=True)
-    sets = ", ".join(f"{k} = :{k}" for k in values)
-    done = tx.execute(f"UPDATE workspaces SET {sets} WHERE name = :_name AND id = :_id AND status = :_status "
-                      "RETURNING id", {**values, "_name": name, "_id": record_id, "_status": status})
-    return bool(done)
-
-
-def delete(tx: Tx, name: str, *, record_id: str | None = None) -> None:
-    """Delete the row of `name` (only if it is still workspace `record_id`, when given)."""
-    if record_id is None:
-        tx.execute("DELETE FROM workspaces WHERE name = :name", {"name": name})
-    else:
-        tx.execute("DELETE FROM workspaces WHERE name = :name AND id = :id", {"name": name, "id": record_id})
+    def delete(self, name: str, *, record_id: str | None = None) -> None:
+        """Delete the row of `name` (only if it is still workspace `record_id`, when given)."""
+        if record_id is None:
+            self._sql.execute("DELETE FROM workspaces WHERE name = :name", {"name": name})
+        else:
+            self._sql.execute("DELETE FROM workspaces WHERE name = :name AND id = :id", {"name": name, "id": record_id})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from warden.core.errors import InvalidInput, WardenError
+from warden.core.errors import Conflict, InvalidInput
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output, table
 
@@ -13,8 +13,15 @@ from warden.interfaces.cli.output import Output, table
 MAX_LIMIT = 1_000_000
 
 
-class AuditBroken(WardenError):
-    code = "conflict"
+class AuditBroken(Conflict):
+    """The stored log does not match its own hash chain: a row was edited, deleted or forged.
+
+    Its code says what happened (`conflict`, not `internal`: Warden did not fail), while the
+    exit status stays 1, "failed", rather than conflict's 5: there is nothing to retry or
+    resolve, the log itself is damaged.
+    """
+
+    exit_status = 1
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -37,9 +44,7 @@ def _audit(ctx: Context, args: argparse.Namespace) -> Output:
         anchor = parse_anchor(args.anchor) if args.anchor is not None else None
         count, broken = log.verify(anchor)
         if broken is not None:
-            # Exit 1 ("failed"): the log itself is damaged; name the first broken row.
-            err = WardenError(f"audit log broken at row {broken.seq}: {broken.reason} ({count} rows checked)")
-            raise err
+            raise AuditBroken(f"audit log broken at row {broken.seq}: {broken.reason} ({count} rows checked)")
         head = log.head()
         head_text = f"{head[0]}:{head[1]}" if head else None
         text = f"audit log intact: {count} rows, hash chain verified"

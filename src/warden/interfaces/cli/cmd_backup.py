@@ -36,7 +36,7 @@ def _backup(ctx: Context, args: argparse.Namespace) -> Output:
     sqlite = app.environ.get("WARDEN_DATABASE_URL") is None
     db_path = app.home.root / "warden.db" if sqlite else None
     if sqlite:
-        app.db  # noqa: B018 - the registry must be there (a lost one is an error, not an empty backup)
+        app.registry  # noqa: B018 - the registry must be there (a lost one is an error, not an empty backup)
     result = backup_home(app.home.root, db_path, Path(args.file), workspaces_root=app.root_dir,
                          include_workspaces=args.workspaces)
     app.audit.record(actor="user", action="home.backup", target=str(result["file"]),

@@ -7,7 +7,7 @@ from typing import Any
 
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output, table
-from warden.services.settings import init_home, set_setting
+from warden.services.settings import set_setting
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -38,8 +38,8 @@ def _init(ctx: Context, args: argparse.Namespace) -> Output:
 
         raise InvalidInput("--reset-keys makes a new token pepper and master key: every grant token and "
                            "every stored secret stops working; add --yes to do it")
-    created = init_home(ctx.app, reset_keys=args.reset_keys)
-    data = {"home": str(ctx.app.home.root), "created": created, "database": ctx.app.db.url.split("@")[-1]}
+    created = ctx.app.home_setup.init(reset_keys=args.reset_keys)
+    data = {"home": str(ctx.app.home.root), "created": created, "database": ctx.app.registry.url.split("@")[-1]}
     text = f"Warden home: {data['home']}" + (f" (created {', '.join(created)})" if created else " (already set up)")
     return Output(data, text)
 
@@ -69,10 +69,10 @@ def _get(ctx: Context, args: argparse.Namespace) -> Output:
 
 
 def _set(ctx: Context, args: argparse.Namespace) -> Output:
-    from warden.bootstrap import Home
+    from warden.bootstrap import Home, config_file
     from warden.core.errors import WardenError
 
-    value = set_setting(Home.locate(getattr(args, "home", None), ctx.environ), args.key, args.value)
+    value = set_setting(config_file(Home.locate(getattr(args, "home", None), ctx.environ)), args.key, args.value)
     data: dict[str, object] = {"key": args.key, "value": value}
     text = f"{args.key} = {_value_text(value)}"
     try:

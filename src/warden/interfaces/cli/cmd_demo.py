@@ -50,11 +50,10 @@ class _Tour:
 
 def _demo(ctx: Context, args: argparse.Namespace) -> Output:
     from warden.services.files import approve_local_user
-    from warden.services.settings import init_home
 
     app = ctx.app
     tour = _Tour(quiet=ctx.json)
-    init_home(app)
+    app.home_setup.init()
     name = args.workspace
     tour.say(f"Warden home: {app.home.root}\nThis tour uses the workspace {name!r}; every step is in the audit log.")
 

@@ -29,9 +29,7 @@ def _doctor(ctx: Context, args: argparse.Namespace) -> Output:
     ok = all(c.ok for c in checks if c.required)
     data: dict[str, Any] = {"ok": ok, "checks": [c.to_json() for c in checks]}
     if args.fix:
-        from warden.services.sweeper import Sweeper
-
-        data["swept"] = Sweeper(ctx.app).sweep()
+        data["swept"] = ctx.app.sweeper.sweep().to_json()
 
     def render(d: dict[str, Any]) -> str:
         rows = [[c["name"], "ok" if c["ok"] else ("MISSING" if c["required"] else "warn"),

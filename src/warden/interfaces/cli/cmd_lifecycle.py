@@ -60,26 +60,22 @@ def _render_health(d: dict[str, Any]) -> str:
 
 
 def _health(ctx: Context, args: argparse.Namespace) -> Output:
-    data = ctx.app.lifecycle.health(args.name, repair=args.repair)
-    code = 0 if data.get("healthy") else 1
-    return Output(data, render=_render_health, exit_code=code)
+    result = ctx.app.lifecycle.health(args.name, repair=args.repair)
+    return Output(result.to_json(), render=_render_health, exit_code=0 if result.healthy else 1)
 
 
 def _install(ctx: Context, args: argparse.Namespace) -> Output:
-    from warden.services.installs import InstallService
-
-    result = InstallService(ctx.app).install(args.name, args.packages, node=args.node,
-                                             persist=not args.no_persist)
-    return Output(result, render=lambda d: (
+    result = ctx.app.installs.install(args.name, args.packages, node=args.node, persist=not args.no_persist)
+    return Output(result.to_json(), render=lambda d: (
         f"installed {', '.join(d['packages'])} into {d['name']}"
         + (f" and recorded in {d['recorded_in']}" if d.get("recorded_in") else "")),
-        exit_code=0 if result["ok"] else 1)
+        exit_code=0 if result.ok else 1)
 
 
 def _simple(ctx: Context, args: argparse.Namespace) -> Output:
     lifecycle = ctx.app.lifecycle
     operation = args.operation
-    data: dict[str, Any] = getattr(lifecycle, operation)(args.name)
+    data: dict[str, Any] = getattr(lifecycle, operation)(args.name).to_json()
     if operation == "suspend":
         text = f"suspended {args.name} (stopped {len(data['stopped'])} processes)"
     elif operation == "archive":
@@ -96,7 +92,7 @@ def _simple(ctx: Context, args: argparse.Namespace) -> Output:
 def _cleanup(ctx: Context, args: argparse.Namespace) -> Output:
     from warden.core.durations import parse_duration
 
-    data = ctx.app.lifecycle.cleanup(parse_duration(args.older_than), dry_run=args.dry_run)
+    data = ctx.app.lifecycle.cleanup(parse_duration(args.older_than), dry_run=args.dry_run).to_json()
     data["older_than"] = "".join(args.older_than.split())  # as typed ("7d"), not the service's "1w"
 
     def render(d: dict[str, Any]) -> str:

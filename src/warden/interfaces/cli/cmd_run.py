@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from warden.core.errors import InvalidInput, WardenError
+from warden.core.errors import InvalidInput, Locked, NotFound, Refused, Unavailable, WardenError
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output
 
@@ -67,22 +67,25 @@ def _run(ctx: Context, args: argparse.Namespace) -> Output:
     stdin = sys.stdin.fileno() if sys.stdin is not None and not sys.stdin.closed else None
     env, actor, timeout = _env(args.env), "user", _timeout(args.timeout)
     if args.as_token_env:
-        from warden.services.auth import run_as_token
-
         try:
-            actor, secrets = run_as_token(ctx.app, ctx.environ.get("WARDEN_TOKEN"), args.name)
+            actor, secrets = ctx.app.auth.run_as_token(ctx.environ.get("WARDEN_TOKEN"), args.name)
         except WardenError as exc:
-            exc.exit_status = 126  # type: ignore[attr-defined]  # refused to start: `warden run`'s status
-            raise
+            raise Refused.of(exc) from None  # the command never started: `warden run` exits 126
         env.update(secrets)  # a grant's secrets win over --env of the same name
-    result = ctx.app.runs.run(
-        args.name, command, timeout=timeout, memory=args.memory, cpu=args.cpu,
-        pids=args.pids, net=args.net, allow_domains=args.allow_domain, env=env,
-        stdin=stdin, session=args.session, actor=actor,
-        on_stdout=_writer(sys.stdout.buffer) if live else None,
-        on_stderr=_writer(sys.stderr.buffer) if live else None, capture=not live,
-        # Warden's own reports (network refusals) go to stderr in both modes.
-        on_notice=_writer(sys.stderr.buffer))
+    from warden.services.runs import RunOutput, RunRequest
+
+    request = RunRequest(args.name, command, timeout=timeout, memory=args.memory, cpu=args.cpu, pids=args.pids,
+                         net=args.net, allow_domains=args.allow_domain, env=env, stdin=stdin,
+                         session=args.session, actor=actor)
+    output = RunOutput(on_stdout=_writer(sys.stdout.buffer) if live else None,
+                       on_stderr=_writer(sys.stderr.buffer) if live else None, capture=not live,
+                       # Warden's own reports (network refusals) go to stderr in both modes.
+                       on_notice=_writer(sys.stderr.buffer))
+    try:
+        runs = ctx.app.runs  # opens the registry: a locked or lost one refuses the run as well
+    except (Locked, NotFound, Unavailable) as exc:
+        raise Refused.of(exc) from None
+    result = runs.execute(request, output)
     if live and result.timed_out:
         sys.stderr.write("warden: timed out; the command and its processes were killed\n")
     return Output(result.to_json(), exit_code=result.exit_code, streamed=live)

@@ -1,4 +1,4 @@
-"""`warden sandbox list|add|remove|check`: seed 004's allowed/denied paths at three levels.
+"""`warden sandbox list|add|remove|check`: allowed/denied host paths at three levels.
 
 `add` allows a path at a level and drops it from that level's denied list; `remove` denies
 it and drops it from the allowed list. The level defaults to the narrowest one the flags

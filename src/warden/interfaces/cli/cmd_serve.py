@@ -75,16 +75,14 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
         raise InvalidInput(f"bad --workers {workers}: use 1-{MAX_WORKERS}")
     app.root_dir.mkdir(parents=True, exist_ok=True)
     app.keystore.ensure()
-    database = app.db.url.split("@")[-1]
+    database = app.registry.url.split("@")[-1]
     api = create_app(app)  # built here too, so a broken setting fails before listening
     sock = _bind(host, port)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{bound}"
-    from warden.services.sweeper import Sweeper
-
     # What a killed server or run left behind: cgroups, temp files, runs never finished (lost).
-    swept = Sweeper(app).sweep()
+    swept = app.sweeper.sweep().to_json()
     app.audit.record(actor="user", action="serve.start", target=url,
                      detail={"swept": {k: v for k, v in swept.items() if v and k != "dry_run"}})
     if ctx.json:

@@ -87,6 +87,6 @@ def _info(ctx: Context, args: argparse.Namespace) -> Output:
 def _destroy(ctx: Context, args: argparse.Namespace) -> Output:
     if not args.yes:
         raise InvalidInput(f"destroying {args.name!r} needs --yes to confirm")
-    data = ctx.app.workspaces.destroy(args.name, archive=not args.no_archive)
+    data = ctx.app.workspaces.destroy(args.name, archive=not args.no_archive).to_json()
     kept = f" (archive: {data['archive']})" if data.get("archive") else ""
     return Output(data, f"destroyed workspace {args.name}{kept}")

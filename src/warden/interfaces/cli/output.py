@@ -97,7 +97,7 @@ def _table_width() -> int:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, width: int | None = None) -> str:
-    """A plain aligned text table (the seed's `sandbox list` layout).
+    """A plain aligned text table (headers, then columns two spaces apart, as `sandbox list` shows).
 
     Through a pipe (or with `width=0`) each row is one line, however long. Within `width`
     columns (by default the terminal's, when stdout is one) the widest cells wrap onto more

@@ -1,4 +1,4 @@
-"""The HTTP API of `warden serve` (FastAPI): the bot protocol of seed 000."""
+"""The HTTP API of `warden serve` (FastAPI): the protocol bots use to get and use workspaces."""
 
 from __future__ import annotations
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request
@@ -19,11 +18,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from warden.core.errors import TooLarge, WardenError, classify
+from warden.core.errors import WardenError, classify
 from warden.interfaces.http.calls import Call, Unauthenticated
 from warden.interfaces.http.fastpath import CONTENT_PATH, FastReads
 from warden.interfaces.http.limits import LimitsMiddleware, Refusal, Scope
-from warden.interfaces.http.models import ErrorBody
+from warden.interfaces.http.statuses import ERROR_RESPONSES, HTTP_STATUS, package_version, status_for
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
@@ -31,30 +30,6 @@ if TYPE_CHECKING:
 __all__ = ["ERROR_RESPONSES", "HTTP_STATUS", "bearer_token", "create_app", "status_for", "upload_screen"]
 
 log = logging.getLogger("warden.http")
-
-# One table: error code → HTTP status (INTERFACES.md lists the statuses).
-HTTP_STATUS = {
-    "invalid": 400, "not_found": 404, "conflict": 409, "locked": 423, "denied": 403,
-    "timeout": 503, "unavailable": 503, "internal": 500,
-}
-
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": text} for status, text in (
-        (400, "invalid input"), (401, "no credentials"), (403, "permission denied"),
-        (404, "not found"), (409, "conflict"), (413, "request body too large"),
-        (414, "request URL too long"), (422, "malformed request"), (423, "locked"),
-        (431, "request headers too large"), (503, "unavailable or timed out"))
-}
-
-
-def status_for(exc: WardenError) -> int:
-    """The HTTP status of a Warden error."""
-    if isinstance(exc, Unauthenticated):
-        return 401
-    if isinstance(exc, TooLarge):
-        return 413
-    return HTTP_STATUS.get(exc.code, 500)
-
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
@@ -102,18 +77,11 @@ def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
 
 
 @functools.cache
-def _package_version() -> str:
-    try:
-        return version("warden")
-    except PackageNotFoundError:
-        return "0+unknown"
-
-
 def create_app(app: App) -> FastAPI:
     """Build the API for one wired App (the registry, keys and services it holds)."""
     from warden.interfaces.http import files, routes
 
-    api = FastAPI(title="Warden", version=_package_version(), openapi_url="/openapi.json",
+    api = FastAPI(title="Warden", version=package_version(), openapi_url="/openapi.json",
                   docs_url="/docs", redoc_url=None,
                   description="The bot protocol of Warden: bots ask for workspaces, run commands and "
                               "move files in them with scoped, expiring tokens.")

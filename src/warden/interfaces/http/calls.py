@@ -2,7 +2,8 @@
 
 Routes open a `Call` as a context manager; whatever happens inside (success, a refusal, an
 error), leaving it records actor (bot and accessor, never the token), action, target,
-decision, the rule that decided and the result.
+decision, the rule that decided and the result. A `Call` is the `Trail` the bot-request
+service (services/bot_requests.py) reports its rule and details to.
 """
 
 from __future__ import annotations
@@ -85,8 +86,12 @@ class Call:
         assert self.principal is not None, "authenticate first"
         record = self.app.auth.authorize(self.principal, workspace, permission, zone=zone,
                                          whole_workspace=whole_workspace)
-        self.rule = "grant.allow"
+        self.allow("grant.allow")
         return record
+
+    def allow(self, rule: str) -> None:
+        """The call passed the check named `rule` (the event's rule, unless an error names another)."""
+        self.rule = rule
 
     def note(self, **detail: Any) -> None:
         """Add fields to the audit event (never a token or a secret value)."""

@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl
 from starlette.concurrency import run_in_threadpool
 
 from warden.core.errors import WardenError, classify
+from warden.core.names import name_pattern
 from warden.interfaces.http.limits import ASGIApp, Receive, Scope, Send, error_bytes
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ __all__ = ["CONTENT_PATH", "FastReads"]
 log = logging.getLogger("warden.http")
 
 # A file's content; group 1 is the workspace name (models.NAME).
-CONTENT_PATH = re.compile(r"^/v1/workspaces/([A-Za-z0-9][A-Za-z0-9_.-]{0,62})/files/content$")
+CONTENT_PATH = re.compile(rf"^/v1/workspaces/({name_pattern()})/files/content$")
 
 
 class FastReads:
@@ -64,8 +65,8 @@ class FastReads:
         if matched is None:
             await self.inner(scope, receive, send)
             return
-        from warden.interfaces.http.app import status_for
         from warden.interfaces.http.files import read_content
+        from warden.interfaces.http.statuses import status_for
 
         name, path, token = matched
         try:

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from warden.interfaces.http.app import ERROR_RESPONSES
 from warden.interfaces.http.calls import Call, threaded
 from warden.interfaces.http.models import FileDeleted, FileEntry, FilesResult, FileWritten
 from warden.interfaces.http.routes import Token, WorkspaceName, token_of
+from warden.interfaces.http.statuses import ERROR_RESPONSES
 
 if TYPE_CHECKING:
-    from warden.adapters.safefs import Entry
     from warden.bootstrap import App
+    from warden.core.ports import FileEntry as Entry
     from warden.core.workspaces import WorkspaceRecord
     from warden.core.zones import Zone
     from warden.services.files import FileService

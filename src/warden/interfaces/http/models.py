@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from warden.core.names import name_pattern
+
 __all__ = [
     "ErrorBody",
     "ErrorDetail",
@@ -29,7 +31,7 @@ __all__ = [
     "WorkspaceSummary",
 ]
 
-NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+NAME = f"^{name_pattern()}$"
 DURATION = r"^[0-9]{1,9}[smhdw]$"
 PermissionName = Literal["read", "write", "execute", "secrets", "admin"]
 
@@ -49,7 +51,7 @@ class Health(BaseModel):
     version: str
 
 
-# -- the bot protocol of seed 000 -------------------------------------------------------------
+# -- the bot protocol: a bot asks for a workspace ---------------------------------------------
 class WorkspaceParams(BaseModel):
     name: str = Field(pattern=NAME, description="workspace name")
     python: str | None = Field(None, pattern=r"^[0-9]{1,2}\.[0-9]{1,3}$", description="Python version X.Y")
@@ -65,7 +67,7 @@ class Credentials(BaseModel):
 
 
 class WorkspaceRequest(BaseModel):
-    """Seed 000's message: a bot asks for a workspace."""
+    """The bot protocol's first message: a bot asks for a workspace."""
 
     bot: str = Field(pattern=NAME, description="the name of the bot asking (must match its token)")
     request: Literal["workspace"]

@@ -1,18 +1,18 @@
-"""Routes of the bot protocol: health, workspaces (seed 000's request), exec, grants."""
+"""Routes of the bot protocol: health, workspaces (a bot's request for one), exec, grants.
+
+Each route does three things: authenticate the presented token through a `Call` (which writes
+the request's one audit event), ask the bot-request service (services/bot_requests.py), which
+decides and does the work, and render its answer as the response model. `router` lists them.
+"""
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Path, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from warden.core.durations import parse_duration
-from warden.core.errors import Conflict, Denied, InvalidInput, Unavailable
-from warden.core.grants import PERMISSIONS, effective
-from warden.interfaces.http.app import ERROR_RESPONSES, _package_version
+from warden.core.grants import PERMISSIONS
 from warden.interfaces.http.calls import Call, threaded
 from warden.interfaces.http.models import (
     NAME,
@@ -30,215 +30,112 @@ from warden.interfaces.http.models import (
     WorkspaceRequest,
     WorkspaceSummary,
 )
-from warden.services.templates import TemplateCatalog
+from warden.interfaces.http.running import ExecSlots
+from warden.interfaces.http.statuses import ERROR_RESPONSES, package_version
+from warden.services.bot_requests import ChildGrant, Command, NewWorkspace
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
-    from warden.core.workspaces import WorkspaceRecord
-    from warden.services.auth import Principal
+    from warden.services.bot_requests import WorkspaceView
 
-__all__ = ["BEARER", "Token", "WorkspaceName", "router", "token_of"]
+__all__ = ["BEARER", "BotRoutes", "Token", "WorkspaceName", "router", "token_of"]
 
 BEARER = HTTPBearer(auto_error=False, description="a bot identity token or a grant token (wdn_…)")
 Token = Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)]
 WorkspaceName = Annotated[str, Path(pattern=NAME, description="workspace name")]
 Accessor = Annotated[str, Path(pattern=r"^acc_[0-9a-f]{24}$", description="grant accessor")]
 
-# What a bot gets on a workspace it asked for: everything but secrets, which a person grants.
-CREATOR_PERMISSIONS = ("read", "write", "execute", "admin")
-
 
 def token_of(credentials: HTTPAuthorizationCredentials | None) -> str | None:
     return credentials.credentials if credentials is not None else None
 
 
-def _summary(record: WorkspaceRecord, principal: Principal | None) -> WorkspaceSummary:
-    venv = record.to_json().get("python_venv")
-    permissions: list[str] = []
-    if principal is not None and principal.chain:
-        scope = effective(principal.chain)
-        permissions = [p for p in PERMISSIONS if p in scope.permissions]
-    return WorkspaceSummary(
-        name=record.name, path=record.path, status=record.status, type=record.type,
-        template=record.template, created=record.created_at, last_accessed=record.last_accessed,
-        expires=record.expires_at, python_venv=venv if isinstance(venv, str) else None,
-        permissions=permissions)
+def _summary(view: WorkspaceView) -> WorkspaceSummary:
+    return WorkspaceSummary(name=view.name, path=view.path, status=view.status, type=view.type,
+                            template=view.template, created=view.created, last_accessed=view.last_accessed,
+                            expires=view.expires, python_venv=view.python_venv,
+                            permissions=list(view.permissions))
 
 
-def _sandbox_info(app: App) -> SandboxInfo:
-    from warden.core.policy import UNIX_PROTECTED
-
-    settings = app.settings
-    return SandboxInfo(allowed_commands=settings.get_list("sandbox.allowed_commands"),
-                       blocked_paths=list(UNIX_PROTECTED) if settings.get_bool("sandbox.block_system_paths") else [],
-                       max_file_size_mb=settings.get_int("sandbox.max_file_size_mb"))
+async def health() -> Health:
+    """Is the server up (no authentication)."""
+    return Health(status="ok", version=package_version())
 
 
-def _create_workspace(app: App, request: WorkspaceRequest, actor: str) -> WorkspaceRecord:
-    """Create the workspace the bot asked for, through the workspace service (type `bot`)."""
-    params = request.params
-    if params.template is not None and TemplateCatalog.is_file_ref(params.template):
-        # A bot names a template; it never names a file. A path would let a bot point Warden at
-        # a YAML file it wrote in its own workspace, and layers are built on the host.
-        raise InvalidInput("params.template must be the name of an installed template "
-                           "(`warden template list`), not a file path")
-    limit = app.settings.get_int("api.max_workspaces_per_bot")
-    owned = [w for w in app.workspaces.list() if w.created_by == actor]
-    if len(owned) >= limit:
-        # Each workspace costs disk and maybe a layer build: a bot's identity token alone must
-        # not be able to fill the machine.
-        raise Conflict(f"this bot already has {len(owned)} workspaces, the most it may "
-                       "(api.max_workspaces_per_bot); delete one first")
-    blob: bytes | None = None
-    if params.project_blob:
-        try:
-            blob = base64.b64decode(params.project_blob, validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidInput("params.project_blob is not base64; send base64 of a tar.gz or zip") from None
-    return app.workspaces.create(params.name, kind="bot", actor=actor, template=params.template,
-                                 python=params.python, node=params.node, blob=blob)
+class BotRoutes:
+    """The routes of one server, bound to one wired App (its services, its audit log)."""
 
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.requests = app.bot_requests
+        self.exec_slots = ExecSlots.from_settings(app)  # one bound for all of this server's execs
 
-def router(app: App) -> APIRouter:
-    """The routes, bound to one App."""
-    from warden.interfaces.http.running import ExecSlots, run_in_workspace
-
-    api = APIRouter(responses=ERROR_RESPONSES)
-    exec_slots = ExecSlots.from_settings(app)  # one bound for all of this server's execs
-
-    @api.get("/v1/health", response_model=Health, tags=["meta"])
-    async def health() -> Health:
-        """Is the server up (no authentication)."""
-        return Health(status="ok", version=_package_version())
-
-    @api.get("/v1/whoami", response_model=WhoAmI, tags=["meta"])
-    @threaded
-    def whoami(token: Token) -> WhoAmI:
+    def whoami(self, token: Token) -> WhoAmI:
         """Who the presented token stands for, and what it allows."""
-        with Call(app, "whoami", "token") as call:
-            principal = call.authenticate(token_of(token))
-            call.rule = "token.valid"
-            if not principal.chain:
-                return WhoAmI(bot=principal.bot, kind="bot")
-            scope = effective(principal.chain)
-            return WhoAmI(bot=principal.bot, kind="grant", accessor=principal.accessor,
-                          workspace=principal.chain[0].workspace,
-                          permissions=[p for p in PERMISSIONS if p in scope.permissions],
-                          zones=list(scope.zones) if scope.zones is not None else None,
-                          secrets=list(scope.secrets), expires=scope.expires.isoformat())
+        with Call(self.app, "whoami", "token") as call:
+            me = self.requests.whoami(call.authenticate(token_of(token)), trail=call)
+            return WhoAmI(bot=me.bot, kind=me.kind, accessor=me.accessor, workspace=me.workspace,
+                          permissions=list(me.permissions), zones=list(me.zones) if me.zones is not None else None,
+                          secrets=list(me.secrets), expires=me.expires.isoformat() if me.expires else None)
 
-    @api.post("/v1/workspaces", response_model=WorkspaceCreated, status_code=201, tags=["workspaces"])
-    @threaded
-    def create_workspace(body: WorkspaceRequest, token: Token) -> WorkspaceCreated:
-        """Seed 000's bot protocol: a bot, by its identity token, asks for a workspace."""
-        with Call(app, "workspace.create", body.params.name) as call:
+    def create_workspace(self, body: WorkspaceRequest, token: Token) -> WorkspaceCreated:
+        """The bot protocol's first step: a bot, by its identity token, asks for a workspace."""
+        params = body.params
+        with Call(self.app, "workspace.create", params.name) as call:
             presented = token_of(token) or (body.credentials.isaac_token if body.credentials else None)
-            principal = call.authenticate(presented)
-            if principal.kind != "bot":
-                raise Denied("permission denied", rule="token.not_identity")
-            if principal.bot != body.bot:
-                raise Denied("permission denied", rule="token.bot_mismatch")
-            call.rule = "bot.identity"
-            if body.params.requirements:
-                from warden.services.installs import check_packages
-
-                check_packages(body.params.requirements, node=False)  # refused before anything is made
-            record = _create_workspace(app, body, principal.actor)
-            try:
-                if body.params.requirements:
-                    from warden.services.installs import InstallService
-
-                    # Seed 000's `requirements`: installed in the sandbox, recorded in pyproject.toml.
-                    InstallService(app).install(record.name, body.params.requirements, actor=principal.actor)
-                    record = app.workspaces.get(record.name)
-                issued = app.grants.grant(record.name, principal.bot, CREATOR_PERMISSIONS,
-                                          actor=principal.actor)
-            except BaseException:
-                # All or nothing: a workspace whose requirements or grant failed is not left behind.
-                app.workspaces.destroy(record.name, actor=principal.actor, archive=False)
-                raise
-            call.note(accessor=issued.grant.accessor, template=body.params.template)
-            venv = record.meta.get("python_venv")
+            wish = NewWorkspace(name=params.name, python=params.python, node=params.node,
+                                requirements=tuple(params.requirements), template=params.template,
+                                project_blob=params.project_blob)
+            made = self.requests.create_workspace(call.authenticate(presented), wish, bot=body.bot, trail=call)
+            issued, rules = made.grant, made.sandbox
             return WorkspaceCreated(
                 status="created",
-                workspace=WorkspaceGrantInfo(name=record.name, path=record.path,
-                                             venv=venv if isinstance(venv, str) else None,
+                workspace=WorkspaceGrantInfo(name=made.name, path=made.path, venv=made.venv,
                                              access_token=issued.token, accessor=issued.grant.accessor,
                                              expires=issued.grant.expires.isoformat()),
-                sandbox=_sandbox_info(app))
+                sandbox=SandboxInfo(allowed_commands=list(rules.allowed_commands),
+                                    blocked_paths=list(rules.blocked_paths),
+                                    max_file_size_mb=rules.max_file_size_mb))
 
-    @api.get("/v1/workspaces", response_model=list[WorkspaceSummary], tags=["workspaces"])
-    @threaded
-    def list_workspaces(token: Token) -> list[WorkspaceSummary]:
+    def list_workspaces(self, token: Token) -> list[WorkspaceSummary]:
         """The workspaces the caller holds a live grant on."""
-        with Call(app, "workspace.list", "workspaces") as call:
-            principal = call.authenticate(token_of(token))
-            call.rule = "token.valid"
-            names = ([principal.chain[0].workspace] if principal.chain else
-                     sorted({g.workspace for g in app.grants.grants_of_bot(principal.bot)}))
-            listed = []
-            for name in names:
-                try:
-                    if principal.chain:
-                        record = app.auth.authorize(principal, name, "read")
-                        listed.append(_summary(record, principal))
-                    else:
-                        listed.append(_summary(app.workspaces.get(name), None))
-                except (Denied, Unavailable):
-                    continue
-                except Exception:  # noqa: S112 (a workspace that vanished mid-listing is skipped)
-                    continue
-            return listed
+        with Call(self.app, "workspace.list", "workspaces") as call:
+            views = self.requests.list_workspaces(call.authenticate(token_of(token)), trail=call)
+            return [_summary(view) for view in views]
 
-    @api.get("/v1/workspaces/{name}", response_model=WorkspaceSummary, tags=["workspaces"])
-    @threaded
-    def get_workspace(name: WorkspaceName, token: Token) -> WorkspaceSummary:
+    def get_workspace(self, name: WorkspaceName, token: Token) -> WorkspaceSummary:
         """One workspace (needs `read`)."""
-        with Call(app, "workspace.get", name) as call:
-            principal = call.authenticate(token_of(token))
-            return _summary(call.authorize(name, "read"), principal)
+        with Call(self.app, "workspace.get", name) as call:
+            return _summary(self.requests.get_workspace(call.authenticate(token_of(token)), name, trail=call))
 
-    @api.delete("/v1/workspaces/{name}", response_model=WorkspaceDeleted, tags=["workspaces"])
-    @threaded
-    def delete_workspace(name: WorkspaceName, token: Token) -> WorkspaceDeleted:
+    def delete_workspace(self, name: WorkspaceName, token: Token) -> WorkspaceDeleted:
         """Destroy a workspace and revoke every grant on it (needs `admin`)."""
-        with Call(app, "workspace.destroy", name) as call:
-            call.authenticate(token_of(token))
-            call.authorize(name, "admin")
-            revoked = app.grants.revoke_workspace(name, actor=call.actor)
-            app.workspaces.destroy(name, actor=call.actor)
-            return WorkspaceDeleted(name=name, destroyed=True, revoked=revoked)
+        with Call(self.app, "workspace.destroy", name) as call:
+            gone = self.requests.delete_workspace(call.authenticate(token_of(token)), name, trail=call)
+            return WorkspaceDeleted(name=gone.name, destroyed=True, revoked=list(gone.revoked))
 
-    @api.post("/v1/workspaces/{name}/exec", response_model=RunResultBody, tags=["exec"])
-    @threaded
-    def exec_command(name: WorkspaceName, body: ExecRequest, token: Token) -> RunResultBody:
+    def exec_command(self, name: WorkspaceName, body: ExecRequest, token: Token) -> RunResultBody:
         """Run a command in the workspace's sandbox (needs `execute`); secrets the grant names are
         added to its environment."""
-        with Call(app, "exec", name) as call:
-            principal = call.authenticate(token_of(token))
-            record = call.authorize(name, "execute", whole_workspace=True)
-            result = run_in_workspace(app, call, principal, record, body, exec_slots)
+        with Call(self.app, "exec", name) as call:
+            command = Command(argv=tuple(body.cmd), timeout=body.timeout, env=body.env, stdin=body.stdin)
+            result = self.requests.exec(call.authenticate(token_of(token)), name, command, trail=call,
+                                        admit=self.exec_slots.take)
             return RunResultBody(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr,
                                  duration_s=round(result.duration_s, 6), timed_out=result.timed_out,
                                  signal=result.signal)
 
-    @api.post("/v1/workspaces/{name}/grants", response_model=GrantIssued, status_code=201, tags=["grants"])
-    @threaded
-    def create_grant(name: WorkspaceName, body: GrantRequest, token: Token) -> GrantIssued:
+    def create_grant(self, name: WorkspaceName, body: GrantRequest, token: Token) -> GrantIssued:
         """Mint a child grant for another bot (needs `admin`); never wider than the caller's.
 
         The answer never says whether a bot of that name is registered (a child grant is made for
         any well-formed name; see GrantService.grant); its commands count against the caller's bot.
         """
-        with Call(app, "grant.create", name) as call:
-            principal = call.authenticate(token_of(token))
-            call.authorize(name, "admin")
-            issued = app.grants.grant(
-                name, body.bot, list(body.permissions), zones=body.zones, secrets=list(body.secrets),
-                ttl=parse_duration(body.ttl) if body.ttl else None,
-                max_ttl=parse_duration(body.max_ttl) if body.max_ttl else None,
-                actor=principal.actor, parent=list(principal.chain))
-            call.note(accessor=issued.grant.accessor, bot=body.bot)
+        with Call(self.app, "grant.create", name) as call:
+            child = ChildGrant(bot=body.bot, permissions=tuple(body.permissions),
+                               zones=tuple(body.zones) if body.zones is not None else None,
+                               secrets=tuple(body.secrets), ttl=body.ttl, max_ttl=body.max_ttl)
+            issued = self.requests.create_grant(call.authenticate(token_of(token)), name, child, trail=call)
             grant = issued.grant
             return GrantIssued(token=issued.token, accessor=grant.accessor, expires=grant.expires.isoformat(),
                                max_expires=grant.max_expires.isoformat(), workspace=grant.workspace,
@@ -246,17 +143,32 @@ def router(app: App) -> APIRouter:
                                zones=list(grant.zones) if grant.zones is not None else None,
                                secrets=list(grant.secrets), parent=grant.parent)
 
-    @api.delete("/v1/workspaces/{name}/grants/{accessor}", response_model=Revoked, tags=["grants"])
-    @threaded
-    def revoke_grant(name: WorkspaceName, accessor: Accessor, token: Token) -> Revoked:
+    def revoke_grant(self, name: WorkspaceName, accessor: Accessor, token: Token) -> Revoked:
         """Revoke a grant the caller minted (at any depth) or its own (needs `admin`)."""
-        with Call(app, "grant.revoke", name) as call:
-            principal = call.authenticate(token_of(token))
-            call.authorize(name, "admin")
-            call.note(accessor=accessor)
-            assert principal.accessor is not None
-            if not app.grants.is_descendant(accessor, principal.accessor):
-                raise Denied("permission denied", rule="grant.not_descendant")
-            return Revoked(revoked=app.grants.revoke(name, accessor=accessor, actor=principal.actor))
+        with Call(self.app, "grant.revoke", name) as call:
+            done = self.requests.revoke_grant(call.authenticate(token_of(token)), name, accessor, trail=call)
+            return Revoked(revoked=list(done.revoked))
 
+
+def router(app: App) -> APIRouter:
+    """The bot protocol's routes for one App: path, method, answer and status, one line each."""
+    routes = BotRoutes(app)
+    api = APIRouter(responses=ERROR_RESPONSES)
+    add = api.add_api_route
+    add("/v1/health", health, methods=["GET"], response_model=Health, tags=["meta"])
+    add("/v1/whoami", threaded(routes.whoami), methods=["GET"], response_model=WhoAmI, tags=["meta"])
+    add("/v1/workspaces", threaded(routes.create_workspace), methods=["POST"], response_model=WorkspaceCreated,
+        status_code=201, tags=["workspaces"])
+    add("/v1/workspaces", threaded(routes.list_workspaces), methods=["GET"],
+        response_model=list[WorkspaceSummary], tags=["workspaces"])
+    add("/v1/workspaces/{name}", threaded(routes.get_workspace), methods=["GET"],
+        response_model=WorkspaceSummary, tags=["workspaces"])
+    add("/v1/workspaces/{name}", threaded(routes.delete_workspace), methods=["DELETE"],
+        response_model=WorkspaceDeleted, tags=["workspaces"])
+    add("/v1/workspaces/{name}/exec", threaded(routes.exec_command), methods=["POST"],
+        response_model=RunResultBody, tags=["exec"])
+    add("/v1/workspaces/{name}/grants", threaded(routes.create_grant), methods=["POST"],
+        response_model=GrantIssued, status_code=201, tags=["grants"])
+    add("/v1/workspaces/{name}/grants/{accessor}", threaded(routes.revoke_grant), methods=["DELETE"],
+        response_model=Revoked, tags=["grants"])
     return api

@@ -1,10 +1,10 @@
-"""The policy files on disk: seed 004's sandbox path lists and a workspace's zones.yaml.
+"""The policy files on disk: the allowed/denied path lists and a workspace's zones.yaml.
 
 Lists live in three JSON files (global `$WARDEN_HOME/sandbox_paths.json`, workspace
 `<ws>/.warden/sandbox.json`, session `<ws>/.warden/sessions/<id>/sandbox.json`). A change is
 a read-modify-write under an exclusive `flock` on a side lock file, written with
 `write_atomic`, so two writers never lose each other's entries and a reader never sees a
-torn file (the seed's `json.load` + `write_text` lost both).
+torn file (a plain `json.load` + `write_text` would lose both).
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import fcntl
 import json
 import os
 import stat
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from warden.adapters.atomic import write_atomic
 from warden.core.errors import Denied, InvalidInput
 
-__all__ = ["read_doc", "read_zones_doc", "stamp", "update_doc"]
+__all__ = ["HostPolicyFiles", "read_doc", "read_zones_doc", "stamp", "update_doc"]
 
 
 def _read(path: Path) -> bytes | None:
@@ -98,3 +98,26 @@ def stamp(paths: Iterable[Path]) -> tuple[tuple[int, int, int], ...]:
         else:
             out.append((st.st_ino, st.st_size, st.st_mtime_ns))
     return tuple(out)
+
+
+class HostPolicyFiles:
+    """The PolicyFiles port: the path-policy documents (allowed/denied paths, zones) on disk."""
+
+    def read_doc(self, path: str) -> dict[str, object]:
+        return read_doc(Path(path))
+
+    def update_doc(self, path: str, change: Callable[[dict[str, object]], Mapping[str, object]],
+                   ) -> dict[str, object]:
+        return update_doc(Path(path), change)
+
+    def read_zones_doc(self, path: str) -> object:
+        return read_zones_doc(Path(path))
+
+    def stamp(self, paths: Sequence[str]) -> tuple[tuple[int, int, int], ...]:
+        return stamp(Path(p) for p in paths)
+
+    def is_link(self, path: str) -> bool:
+        return os.path.islink(path)
+
+    def make_folder(self, path: str) -> None:
+        Path(path).mkdir(mode=0o755, exist_ok=True)

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 
-from warden.adapters import openat2 as _openat2
+from warden.adapters.safefs import openat2 as _openat2
 from warden.core.errors import Conflict, Denied, InvalidInput, NotFound, TooLarge, Unavailable, WardenError
 
-__all__ = ["OPENAT2_AVAILABLE", "Entry", "SafeRoot"]
+__all__ = ["OPENAT2_AVAILABLE", "Entry", "HostSafeRoots", "SafeRoot"]
 
 _CLOEXEC = os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | _CLOEXEC
@@ -443,3 +443,10 @@ class SafeRoot:
             raise _error(exc, path) from None
         finally:
             os.close(dfd)
+
+
+class HostSafeRoots:
+    """The SafeRoots port: a workspace folder held open, nothing beneath it followed."""
+
+    def open(self, root: str, *, max_bytes: int | None = None, use_openat2: bool | None = None) -> SafeRoot:
+        return SafeRoot.open(root, max_bytes=max_bytes, use_openat2=use_openat2)

@@ -4,7 +4,7 @@ A bot can turn any file or folder of its workspace into a symlink, a FIFO or a d
 two commands. Host-side code that reads such a file with plain `open()` follows the link out
 of the workspace, blocks forever on the FIFO, or reads `/dev/zero` until memory runs out. These
 helpers resolve the path beneath a held descriptor of the root with no link at any depth
-(adapters/safefs: openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), accept only regular files
+(safefs.root: openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), accept only regular files
 (opened O_NONBLOCK, checked by fstat) and read a bounded size. Writes go through
 `SafeRoot.write_bytes` (temp file, fsync, rename, no hard-linked target).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from warden.adapters.safefs import SafeRoot
+from warden.adapters.safefs.root import SafeRoot
 from warden.core.errors import WardenError
 
 __all__ = ["read_small", "regular_dirs"]

@@ -1,0 +1,42 @@
+"""The `SandboxRunner` port (core/ports) on this host: bubblewrap, built by `host.build_spec`
+and run by `runner.run_sandboxed`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from warden.adapters.sandbox.host import build_spec
+from warden.adapters.sandbox.runner import run_sandboxed
+from warden.core.errors import Unavailable
+from warden.core.runs import RunResult, SandboxRequest
+
+__all__ = ["BubblewrapSandbox"]
+
+
+class BubblewrapSandbox:
+    """Bot commands in bubblewrap; `environ` is Warden's own environment (LANG, TERM and TZ
+    pass into the sandbox from it)."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+
+    def run(self, request: SandboxRequest) -> RunResult:
+        spec = build_spec(request.workspace, request.argv, caller_env=self._environ, env=request.env,
+                          ro_paths=request.ro_paths, extra_binds=request.binds, bind_fds=request.bind_fds,
+                          ro_zones=request.ro_zones, denied=request.denied, protected=request.protected,
+                          network=request.network is not None, tmp_size=request.limits.memory)
+        caps = {"max_capture": request.max_capture} if request.max_capture is not None else {}
+        try:
+            return run_sandboxed(spec, request.limits, stdin=request.stdin, on_stdout=request.on_stdout,
+                                 on_stderr=request.on_stderr, capture=request.capture, network=request.network,
+                                 on_net_event=request.on_net_event, on_started=request.on_started, **caps)
+        except Unavailable as exc:
+            if exc.rule != "sandbox.setup_failed":
+                raise
+            # bwrap could not make its namespaces: most often a sysctl of this host forbids them.
+            from warden.adapters.sandbox.doctor import userns_fix
+
+            hint = userns_fix()
+            if hint is None:
+                raise
+            raise Unavailable(f"{exc.message}; {hint}", rule=exc.rule) from None

@@ -1,0 +1,165 @@
+"""Host workspace I/O: what Warden itself writes into workspace folders and its archives folder.
+
+Implements the `WorkspaceFolders`, `WorkspaceReads` and `ArchiveFiles` ports (core/ports)
+over the "never follow links" modules (adapters/safefs), the thin venv and node_modules writers
+(adapters/envs), the blob and archive code (adapters/archive) and atomic writes. Deleting a
+folder is a rename into `.trash/` beside it (instant, never crossing filesystems) and an
+`rm -rf` in the background.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+from warden.adapters.archive import BlobLimits, pack_tree, unpack_blob
+from warden.adapters.atomic import write_atomic
+from warden.adapters.envs.node_layer import link_node_modules
+from warden.adapters.envs.thin_venv import read_layer_site, write_thin_venv
+from warden.adapters.safefs import read_small, regular_dirs
+from warden.adapters.safefs.fdtree import open_tree
+from warden.core.layers import Layer
+
+__all__ = ["TRASH", "HostArchives", "HostWorkspaceIO", "remove_in_background"]
+
+TRASH = ".trash"
+
+
+def remove_in_background(path: Path) -> None:
+    """Delete `path` (already renamed out of the way) without waiting for it."""
+    try:
+        proc = subprocess.Popen(["rm", "-rf", "--", str(path)], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    # Reap it in a long-lived process (the API server); a CLI just exits and init reaps it.
+    threading.Thread(target=proc.wait, daemon=True).start()
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    return "symlink" if stat.S_ISLNK(mode) else "other"
+
+
+class HostWorkspaceIO:
+    """Workspace folders, bounded reads of their bot-written files, and the archives folder."""
+
+    # -- WorkspaceFolders ------------------------------------------------------------------
+    def kind(self, path: str) -> str | None:
+        try:
+            return _kind(os.lstat(path).st_mode)
+        except OSError:
+            return None
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    def is_file(self, path: str) -> bool:
+        return os.path.isfile(path)
+
+    def make_folder(self, path: str) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).mkdir(mode=0o755)
+
+    def read_bytes(self, path: str) -> bytes | None:
+        try:
+            return Path(path).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write_atomic(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
+        write_atomic(Path(path), data, mode=mode)
+
+    def write_thin_venv(self, workspace: str, *, interpreter: str, version: str, layer_site: str | None,
+                        scripts: Mapping[str, str]) -> None:
+        write_thin_venv(Path(workspace), interpreter=interpreter, version=version, layer_site=layer_site,
+                        scripts=scripts)
+
+    def link_node_modules(self, workspace: str, layer: Layer) -> None:
+        link_node_modules(Path(workspace), {"node_modules": layer.node_modules, "links": list(layer.packages),
+                                            "bins": dict(layer.bins)})
+
+    def write_new_files(self, workspace: str, files: Mapping[str, str | bytes]) -> None:
+        with open_tree(workspace) as tree:
+            for name, content in files.items():
+                tree.write(name, content, exclusive=True)
+
+    def unpack_blob(self, blob: bytes, workspace: str, *, max_bytes: int, max_files: int,
+                    disk_bytes: int | None, disk_files: int | None) -> dict[str, int]:
+        limits = BlobLimits(max_bytes, max_files, disk_bytes=disk_bytes, disk_files=disk_files)
+        return unpack_blob(blob, Path(workspace), limits)
+
+    def trash(self, path: str) -> None:
+        folder = Path(path)
+        if not folder.exists() and not folder.is_symlink():
+            return
+        # Beside the folder, not under this node's root: a rename never crosses filesystems, and
+        # a workspace made under another root (another node's, a changed sandbox.root_dir) works.
+        trash = folder.parent / TRASH
+        trash.mkdir(mode=0o700, exist_ok=True)
+        target = trash / f"{folder.name}-{os.urandom(4).hex()}"
+        os.rename(folder, target)
+        remove_in_background(target)
+
+    # -- WorkspaceReads --------------------------------------------------------------------
+    def read_small(self, root: str, rel: str, limit: int = 1 << 20) -> bytes | None:
+        return read_small(root, rel, limit)
+
+    def regular_dirs(self, root: str, rel: str, suffix: str) -> list[str]:
+        return regular_dirs(root, rel, suffix)
+
+    def layer_site(self, workspace: str) -> str | None:
+        return read_layer_site(Path(workspace))
+
+    def disk_usage(self, workspace: str) -> int:
+        total = 0
+        for dirpath, _dirs, files in os.walk(workspace, followlinks=False):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+                except OSError:
+                    continue
+        return total
+
+
+class HostArchives:
+    """The archives folder (Warden's own, mode 0700): packed workspaces and their records."""
+
+    def pack(self, source: str, target: str, *, max_bytes: int | None) -> int:
+        return pack_tree(Path(source), Path(target), max_bytes=max_bytes)
+
+    def make_folder(self, path: str) -> None:
+        Path(path).mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def names(self, folder: str) -> list[str]:
+        try:
+            return sorted(os.listdir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def is_file(self, path: str) -> bool:
+        return os.path.isfile(path)
+
+    def read_bytes(self, path: str) -> bytes | None:
+        try:
+            return Path(path).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write_atomic(self, path: str, data: bytes, *, mode: int = 0o600) -> None:
+        write_atomic(Path(path), data, mode=mode)
+
+    def remove(self, path: str) -> None:
+        Path(path).unlink(missing_ok=True)

@@ -1,0 +1,209 @@
+"""The registry as a unit of work, and the keys its rows are sealed and hashed with."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from warden.core.audit import AuditEvent, StoredEvent
+from warden.core.grants import BotRow, Grant
+from warden.core.leases import LeaseState
+from warden.core.runs import RunInProgress
+from warden.core.secrets import Sealed, SecretRow
+from warden.core.workspaces import WorkspaceRecord
+
+__all__ = [
+    "AuditTable",
+    "BotTable",
+    "Clock",
+    "GrantTable",
+    "Keys",
+    "LeaseTable",
+    "Registry",
+    "RunTable",
+    "SecretTable",
+    "Tx",
+    "WorkspaceTable",
+]
+
+
+# Now, as an aware UTC datetime; tests pass a clock they move by hand.
+Clock = Callable[[], datetime]
+
+
+class WorkspaceTable(Protocol):
+    def get(self, name: str) -> WorkspaceRecord | None: ...
+
+    def list_all(self, *, status: str | None = None, kind: str | None = None) -> list[WorkspaceRecord]:
+        """Every workspace (of `status`, of `kind`), by name."""
+        ...
+
+    def insert(self, record: WorkspaceRecord) -> None:
+        """Raises Conflict when the name is taken."""
+        ...
+
+    def update(self, name: str, changes: Mapping[str, object]) -> None: ...
+
+    def compare_and_set(self, name: str, record_id: str, status: str, changes: Mapping[str, object]) -> bool:
+        """Apply `changes` only if `name` is still workspace `record_id` in `status`."""
+        ...
+
+    def delete(self, name: str, *, record_id: str | None = None) -> None:
+        """Delete `name` (only while it is still workspace `record_id`, when given)."""
+        ...
+
+
+class BotTable(Protocol):
+    def insert(self, bot: BotRow, token_hash: str) -> None:
+        """Raises Conflict when a bot of that name is registered."""
+        ...
+
+    def by_name(self, name: str) -> BotRow | None: ...
+
+    def by_hash(self, token_hash: str) -> tuple[BotRow, str] | None:
+        """The bot whose identity token has this hash, and the stored hash (compared by the caller)."""
+        ...
+
+    def list_all(self) -> list[BotRow]: ...
+
+    def delete(self, name: str) -> None: ...
+
+
+class GrantTable(Protocol):
+    def insert(self, grant: Grant, token_hash: str) -> None: ...
+
+    def chain_by_hash(self, token_hash: str, max_depth: int) -> tuple[list[Grant], str] | None:
+        """The grant whose token has this hash and its ancestors (nearest first), and the stored hash."""
+        ...
+
+    def by_accessor(self, accessor: str) -> Grant | None: ...
+
+    def of_workspace(self, workspace: str, *, live_only: bool = False) -> list[Grant]: ...
+
+    def of_bot(self, bot: str, *, workspace: str | None = None, live_only: bool = True) -> list[Grant]:
+        """The bot's grants (on `workspace`); `live_only` drops revoked ones (expiry is the service's)."""
+        ...
+
+    def descendants(self, accessors: Sequence[str]) -> list[str]:
+        """Every grant minted from one of `accessors`, at any depth, breadth first."""
+        ...
+
+    def revoke(self, accessors: Sequence[str], at: datetime) -> int:
+        """Mark `accessors` revoked (those not already); how many changed."""
+        ...
+
+
+class SecretTable(Protocol):
+    def upsert(self, name: str, sealed: Sealed, at: str) -> bool:
+        """Insert or replace `name`; True when it is new."""
+        ...
+
+    def get(self, name: str) -> SecretRow | None: ...
+
+    def list_all(self) -> list[SecretRow]: ...
+
+    def names(self) -> list[str]: ...
+
+    def delete(self, name: str) -> bool: ...
+
+
+class LeaseTable(Protocol):
+    def read(self, workspace: str) -> tuple[LeaseState, int | None]:
+        """The lease state of `workspace` and its row version (None: no row yet)."""
+        ...
+
+    def write(self, state: LeaseState, version: int | None) -> bool:
+        """Store `state` if the row is still at `version` (None: must not exist); False if another won."""
+        ...
+
+
+class RunTable(Protocol):
+    """Runs in progress: a run's intent, removed with its outcome."""
+
+    def insert(self, run: RunInProgress) -> None: ...
+
+    def delete(self, run_id: str) -> None: ...
+
+    def of_node(self, node: str) -> list[RunInProgress]: ...
+
+    def of_workspace(self, workspace: str) -> list[RunInProgress]: ...
+
+
+class AuditTable(Protocol):
+    def append(self, event: AuditEvent) -> AuditEvent:
+        """Chain `event` after the newest one (one appender at a time) and store it; the stored event."""
+        ...
+
+    def head(self) -> tuple[int, str] | None:
+        """The newest event's seq and hash."""
+        ...
+
+    def newest(self, *, target: str | None, limit: int) -> list[StoredEvent]:
+        """The newest `limit` events (newest first), only those about `target` when given."""
+        ...
+
+    def page(self, *, after: int | None, limit: int) -> list[StoredEvent]:
+        """Up to `limit` events with seq > `after` (None: from the first stored, whatever its seq),
+        oldest first."""
+        ...
+
+
+class Tx(Protocol):
+    """One registry transaction."""
+
+    @property
+    def workspaces(self) -> WorkspaceTable: ...
+
+    @property
+    def bots(self) -> BotTable: ...
+
+    @property
+    def grants(self) -> GrantTable: ...
+
+    @property
+    def secrets(self) -> SecretTable: ...
+
+    @property
+    def leases(self) -> LeaseTable: ...
+
+    @property
+    def runs(self) -> RunTable: ...
+
+    @property
+    def audit(self) -> AuditTable: ...
+
+
+class Keys(Protocol):
+    """The token pepper and the secrets master key (files in $WARDEN_HOME/keys, or the environment)."""
+
+    def pepper(self) -> bytes:
+        """The HMAC key tokens are stored under."""
+        ...
+
+    def seal(self, name: str, plaintext: bytes, *, key: tuple[str, bytes] | None = None) -> Sealed:
+        """Encrypt `plaintext` bound to `name` (under `key`, a (key id, key) pair, when given)."""
+        ...
+
+    def open(self, name: str, sealed: Sealed) -> bytes:
+        """Decrypt a value sealed under `name`."""
+        ...
+
+    def begin_rotation(self) -> tuple[str, bytes]:
+        """Make the next master key (kept beside the current one until `finish_rotation`)."""
+        ...
+
+    def finish_rotation(self) -> None: ...
+
+
+class Registry(Protocol):
+    """Where workspaces, bots, grants, secrets, leases and the audit log live (SQLite or PostgreSQL)."""
+
+    url: str
+
+    def transaction(self, *, write: bool = True) -> contextlib.AbstractContextManager[Tx]:
+        """One transaction: committed when the block ends, rolled back when it raises."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,78 @@
+"""`warden grant`, `grants` and `revoke`: which bot may do what in a workspace, until when.
+
+A grant token is printed once, alone on stdout (so `TOKEN=$(warden grant ...)` works), with
+the explanation on stderr; it is never an argument of any command, so it never shows in `ps`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from warden.core.errors import InvalidInput
+from warden.interfaces.cli.main import Context
+from warden.interfaces.cli.output import Output, table
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("grant", parents=[common], help="give a bot access to a workspace; prints the token once")
+    p.add_argument("name", help="workspace")
+    p.add_argument("bot")
+    p.add_argument("--permissions", required=True,
+                   help="comma-separated: read, write, execute, secrets, admin")
+    p.add_argument("--zones", help="comma-separated zones (top-level folders) the grant is limited to")
+    p.add_argument("--secrets", help="comma-separated secret names injected into the bot's runs")
+    p.add_argument("--ttl", help="lifetime (30s, 10m, 2h, 7d; default grants.default_ttl)")
+    p.add_argument("--max-ttl", dest="max_ttl", help="immutable maximum lifetime (default grants.max_ttl)")
+    p.set_defaults(handler=_grant)
+
+    p = sub.add_parser("grants", parents=[common], help="list the grants of a workspace (never tokens)")
+    p.add_argument("name", help="workspace")
+    p.set_defaults(handler=_grants)
+
+    p = sub.add_parser("revoke", parents=[common], help="revoke a bot's grants on a workspace, or one by accessor")
+    p.add_argument("name", help="workspace")
+    p.add_argument("bot", nargs="?")
+    p.add_argument("--accessor", help="the accessor of one grant (from `warden grants NAME`)")
+    p.set_defaults(handler=_revoke)
+
+
+def _list_arg(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _grant(ctx: Context, args: argparse.Namespace) -> Output:
+    from warden.core.durations import parse_duration
+
+    issued = ctx.app.grants.grant(
+        args.name, args.bot, args.permissions, zones=_list_arg(args.zones), secrets=_list_arg(args.secrets) or [],
+        ttl=parse_duration(args.ttl) if args.ttl else None,
+        max_ttl=parse_duration(args.max_ttl) if args.max_ttl else None)
+    grant = issued.grant
+    ctx.note(f"granted {args.bot} {','.join(sorted(grant.permissions))} on {args.name} until "
+             f"{grant.expires.isoformat(timespec='seconds')} (accessor {grant.accessor}); "
+             "the token below is shown only once")
+    return Output(issued.to_json(), issued.token)
+
+
+def _grants(ctx: Context, args: argparse.Namespace) -> Output:
+    now = ctx.app.clock()
+    listed = []
+    for grant in ctx.app.grants.list_grants(args.name):
+        state = "revoked" if grant.revoked else "expired" if grant.expires <= now else "active"
+        listed.append({**grant.to_json(), "state": state})
+    return Output(listed, render=lambda d: table(
+        ["Accessor", "Bot", "Permissions", "Zones", "Secrets", "Expires", "State", "Parent"],
+        [[g["accessor"], g["bot"], ",".join(g["permissions"]), ",".join(g["zones"]) if g["zones"] else "*",
+          ",".join(g["secrets"]) or "-", str(g["expires"])[:19], g["state"], g["parent"] or "-"] for g in d])
+        if d else f"no grants on {args.name}")
+
+
+def _revoke(ctx: Context, args: argparse.Namespace) -> Output:
+    if (args.bot is None) == (args.accessor is None):
+        raise InvalidInput("warden revoke NAME needs a BOT or --accessor ID (exactly one)")
+    revoked = ctx.app.grants.revoke(args.name, bot=args.bot, accessor=args.accessor)
+    return Output({"workspace": args.name, "revoked": revoked},
+                  f"revoked {len(revoked)} grant(s) on {args.name}: {', '.join(revoked)}")

@@ -1,0 +1,408 @@
+"""A bot's requests (the bot protocol): ask for a workspace, use it, share it, give it back.
+
+One method per request a bot can make, shared by every front end that speaks for bots (the HTTP
+API; the MCP server to come). The front end turns the token a bot presents into a `Principal`
+(AuthService.authenticate); each method then decides whether that principal may make the request
+— raising `Denied("permission denied")` with the rule that decided, as AuthService does — carries
+it out and answers a frozen result for the front end to render.
+
+Each request leaves one audit event, written by the front end (interfaces/http/calls.py `Call`).
+The service tells it, through the `Trail` it is given, the rule that let the request through and
+the details worth recording: names and accessors, never a token or a secret value.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from warden.core.durations import parse_duration
+from warden.core.errors import Conflict, Denied, InvalidInput, Unavailable
+from warden.core.grants import PERMISSIONS, effective
+from warden.services.auth import DENIED
+from warden.services.installs import check_packages
+from warden.services.templates import TemplateCatalog
+
+if TYPE_CHECKING:
+    from warden.core.runs import RunResult
+    from warden.core.settings import Settings
+    from warden.core.workspaces import WorkspaceRecord
+    from warden.services.auth import AuthService, Principal
+    from warden.services.grants import GrantService, IssuedGrant
+    from warden.services.installs import InstallService
+    from warden.services.runs import RunService
+    from warden.services.secrets import SecretService
+    from warden.services.workspaces import WorkspaceService
+
+__all__ = [
+    "CREATOR_PERMISSIONS",
+    "UNTRACED",
+    "BotRequestService",
+    "ChildGrant",
+    "Command",
+    "CreatedWorkspace",
+    "DestroyedWorkspace",
+    "Identity",
+    "NewWorkspace",
+    "RequestSettings",
+    "RevokedGrants",
+    "SandboxRules",
+    "Trail",
+    "WorkspaceView",
+]
+
+# What a bot gets on a workspace it asked for: everything but secrets, which a person grants.
+CREATOR_PERMISSIONS = ("read", "write", "execute", "admin")
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+class Trail(Protocol):
+    """Where the front end gathers a request's one audit event (the HTTP `Call`)."""
+
+    def allow(self, rule: str) -> None:
+        """The request passed the check named `rule`."""
+        ...
+
+    def note(self, **detail: object) -> None:
+        """Fields for the event: names, never a token or a secret value."""
+        ...
+
+
+class _Untraced:
+    """The trail of a caller that writes no event of its own (the services below still audit)."""
+
+    def allow(self, rule: str) -> None:
+        pass
+
+    def note(self, **detail: object) -> None:
+        pass
+
+
+UNTRACED: Trail = _Untraced()
+
+
+# -- what bots ask for --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NewWorkspace:
+    """The `params` of a bot's request for a workspace."""
+
+    name: str
+    python: str | None = None
+    node: str | None = None
+    requirements: tuple[str, ...] = ()
+    template: str | None = None  # the name of an installed template, never a file
+    project_blob: str | None = None  # base64 of a tar.gz or zip
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command to run in a workspace's sandbox."""
+
+    argv: tuple[str, ...]
+    timeout: float | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    stdin: str | None = None
+
+
+@dataclass(frozen=True)
+class ChildGrant:
+    """A grant a bot mints for another bot from its own; never wider than the one it holds."""
+
+    bot: str
+    permissions: tuple[str, ...]
+    zones: tuple[str, ...] | None = None  # None: every zone the parent covers
+    secrets: tuple[str, ...] = ()
+    ttl: str | timedelta | None = None  # a DURATION (`30m`) or a timedelta
+    max_ttl: str | timedelta | None = None
+
+
+# -- what they get back -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SandboxRules:
+    """The limits a bot's commands run under, as the answer to a workspace request states them."""
+
+    allowed_commands: tuple[str, ...]
+    blocked_paths: tuple[str, ...]
+    max_file_size_mb: int
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a token stands for: a bot (identity token) or a bot through one grant, and its scope."""
+
+    bot: str
+    kind: Literal["bot", "grant"]
+    accessor: str | None = None
+    workspace: str | None = None
+    permissions: tuple[str, ...] = ()
+    zones: tuple[str, ...] | None = None
+    secrets: tuple[str, ...] = ()  # names only
+    expires: datetime | None = None
+
+
+@dataclass(frozen=True)
+class CreatedWorkspace:
+    """A workspace made for a bot, and the grant its creator holds on it (token shown once)."""
+
+    name: str
+    path: str
+    venv: str | None
+    grant: IssuedGrant
+    sandbox: SandboxRules
+
+
+@dataclass(frozen=True)
+class WorkspaceView:
+    """One workspace as a bot sees it, with what its grant allows there."""
+
+    name: str
+    path: str
+    status: str
+    type: str
+    template: str | None
+    created: str
+    last_accessed: str
+    expires: str | None
+    python_venv: str | None
+    permissions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DestroyedWorkspace:
+    name: str
+    revoked: tuple[str, ...]  # accessors of the grants revoked with it
+
+
+@dataclass(frozen=True)
+class RevokedGrants:
+    revoked: tuple[str, ...]  # the grant and every grant minted from it
+
+
+@dataclass(frozen=True)
+class RequestSettings:
+    """The settings a bot's requests are judged by."""
+
+    max_workspaces: int  # api.max_workspaces_per_bot
+    max_timeout: float  # sandbox.timeout, seconds
+    max_output: int  # api.max_output, bytes per stream
+    sandbox: SandboxRules
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RequestSettings:
+        from warden.core.policy import UNIX_PROTECTED
+
+        blocked = UNIX_PROTECTED if settings.get_bool("sandbox.block_system_paths") else ()
+        return cls(max_workspaces=settings.get_int("api.max_workspaces_per_bot"),
+                   max_timeout=settings.get_seconds("sandbox.timeout"),
+                   max_output=settings.get_size("api.max_output"),
+                   sandbox=SandboxRules(tuple(settings.get_list("sandbox.allowed_commands")), tuple(blocked),
+                                        settings.get_int("sandbox.max_file_size_mb")))
+
+
+def _ordered(permissions: frozenset[str]) -> tuple[str, ...]:
+    return tuple(p for p in PERMISSIONS if p in permissions)
+
+
+def _duration(value: str | timedelta | None) -> timedelta | None:
+    return parse_duration(value) if isinstance(value, str) else value
+
+
+def _decode_blob(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidInput("params.project_blob is not base64; send base64 of a tar.gz or zip") from None
+
+
+def _check_command(command: Command, max_timeout: float) -> None:
+    if command.timeout is not None and command.timeout > max_timeout:
+        raise InvalidInput(f"timeout {command.timeout:g} s is over this server's limit of {max_timeout:g} s "
+                           "(sandbox.timeout); ask for less")
+    for name, value in command.env.items():
+        if not _ENV_NAME.match(name):
+            raise InvalidInput(f"bad environment variable name {name!r}: use letters, digits and '_'")
+        if "\0" in value:
+            raise InvalidInput(f"environment variable {name} holds a NUL byte, which cannot be passed")
+    if any("\0" in arg for arg in command.argv):
+        raise InvalidInput("an argument of cmd holds a NUL byte, which cannot be passed to a program")
+    if not command.argv or not command.argv[0]:
+        raise InvalidInput("cmd[0] is empty: name the program to run")
+
+
+class BotRequestService:
+    """The requests of the bot protocol, one method each, for an authenticated principal."""
+
+    def __init__(self, *, workspaces: WorkspaceService, grants: GrantService, auth: AuthService,
+                 secrets: SecretService, runs: RunService, installs: Callable[[], InstallService],
+                 settings: RequestSettings) -> None:
+        self._workspaces = workspaces
+        self._grants = grants
+        self._auth = auth
+        self._secrets = secrets
+        self._runs = runs
+        self._installs = installs
+        self.settings = settings
+
+    def _authorize(self, principal: Principal, workspace: str, permission: str, trail: Trail, *,
+                   whole_workspace: bool = False) -> WorkspaceRecord:
+        record = self._auth.authorize(principal, workspace, permission, whole_workspace=whole_workspace)
+        trail.allow("grant.allow")
+        return record
+
+    # -- who am I --------------------------------------------------------------------------
+    def whoami(self, principal: Principal, *, trail: Trail = UNTRACED) -> Identity:
+        """Who the principal is and, for a grant, what it allows (its scope over the whole chain)."""
+        trail.allow("token.valid")
+        if not principal.chain:
+            return Identity(bot=principal.bot, kind="bot")
+        scope = effective(principal.chain)
+        return Identity(bot=principal.bot, kind="grant", accessor=principal.accessor,
+                        workspace=principal.chain[0].workspace, permissions=_ordered(scope.permissions),
+                        zones=scope.zones, secrets=scope.secrets, expires=scope.expires)
+
+    # -- workspaces ------------------------------------------------------------------------
+    def create_workspace(self, principal: Principal, wish: NewWorkspace, *, bot: str | None = None,
+                         trail: Trail = UNTRACED) -> CreatedWorkspace:
+        """Make the workspace a bot asked for, with its requirements, and grant the bot on it.
+
+        Only a bot's identity token asks for workspaces, and `bot`, when the request names one,
+        must be the token's. All or nothing: a workspace whose requirements or grant failed is
+        destroyed again before the error goes on.
+        """
+        if principal.kind != "bot":
+            raise Denied(DENIED, rule="token.not_identity")
+        if bot is not None and principal.bot != bot:
+            raise Denied(DENIED, rule="token.bot_mismatch")
+        trail.allow("bot.identity")
+        if wish.requirements:
+            check_packages(wish.requirements, node=False)  # refused before anything is made
+        record = self._make(wish, principal.actor)
+        try:
+            if wish.requirements:
+                # The request's `requirements`: installed in the sandbox, recorded in pyproject.toml.
+                self._installs().install(record.name, wish.requirements, actor=principal.actor)
+                record = self._workspaces.get(record.name)
+            issued = self._grants.grant(record.name, principal.bot, CREATOR_PERMISSIONS, actor=principal.actor)
+        except BaseException:
+            self._workspaces.destroy(record.name, actor=principal.actor, archive=False)
+            raise
+        trail.note(accessor=issued.grant.accessor, template=wish.template)
+        venv = record.meta.get("python_venv")
+        return CreatedWorkspace(name=record.name, path=record.path, venv=venv if isinstance(venv, str) else None,
+                                grant=issued, sandbox=self.settings.sandbox)
+
+    def _make(self, wish: NewWorkspace, actor: str) -> WorkspaceRecord:
+        """The workspace itself (type `bot`), once the template, the bot's count and the blob pass."""
+        if wish.template is not None and TemplateCatalog.is_file_ref(wish.template):
+            # A bot names a template; it never names a file. A path would let a bot point Warden at
+            # a YAML file it wrote in its own workspace, and layers are built on the host.
+            raise InvalidInput("params.template must be the name of an installed template "
+                               "(`warden template list`), not a file path")
+        owned = sum(1 for w in self._workspaces.list() if w.created_by == actor)
+        if owned >= self.settings.max_workspaces:
+            # Each workspace costs disk and maybe a layer build: a bot's identity token alone must
+            # not be able to fill the machine.
+            raise Conflict(f"this bot already has {owned} workspaces, the most it may "
+                           "(api.max_workspaces_per_bot); delete one first")
+        blob = _decode_blob(wish.project_blob) if wish.project_blob else None
+        return self._workspaces.create(wish.name, kind="bot", actor=actor, template=wish.template,
+                                       python=wish.python, node=wish.node, blob=blob)
+
+    def list_workspaces(self, principal: Principal, *, trail: Trail = UNTRACED) -> tuple[WorkspaceView, ...]:
+        """The workspaces the principal holds a live grant on (a grant token: its one workspace)."""
+        trail.allow("token.valid")
+        names = ([principal.chain[0].workspace] if principal.chain else
+                 sorted({g.workspace for g in self._grants.grants_of_bot(principal.bot)}))
+        listed = []
+        for name in names:
+            try:
+                if principal.chain:
+                    listed.append(self._view(self._auth.authorize(principal, name, "read"), principal))
+                else:
+                    listed.append(self._view(self._workspaces.get(name), None))
+            except (Denied, Unavailable):
+                continue
+            except Exception:  # noqa: S112 (a workspace that vanished mid-listing is skipped)
+                continue
+        return tuple(listed)
+
+    def get_workspace(self, principal: Principal, name: str, *, trail: Trail = UNTRACED) -> WorkspaceView:
+        """One workspace (needs `read`)."""
+        return self._view(self._authorize(principal, name, "read", trail), principal)
+
+    @staticmethod
+    def _view(record: WorkspaceRecord, principal: Principal | None) -> WorkspaceView:
+        venv = record.meta.get("python_venv")
+        permissions: tuple[str, ...] = ()
+        if principal is not None and principal.chain:
+            permissions = _ordered(effective(principal.chain).permissions)
+        return WorkspaceView(name=record.name, path=record.path, status=record.status, type=record.type,
+                             template=record.template, created=record.created_at,
+                             last_accessed=record.last_accessed, expires=record.expires_at,
+                             python_venv=venv if isinstance(venv, str) else None, permissions=permissions)
+
+    def delete_workspace(self, principal: Principal, name: str, *, trail: Trail = UNTRACED) -> DestroyedWorkspace:
+        """Revoke every grant on the workspace, then destroy it (archived first; needs `admin`)."""
+        self._authorize(principal, name, "admin", trail)
+        revoked = self._grants.revoke_workspace(name, actor=principal.actor)
+        self._workspaces.destroy(name, actor=principal.actor)
+        return DestroyedWorkspace(name=name, revoked=tuple(revoked))
+
+    # -- exec ------------------------------------------------------------------------------
+    def exec(self, principal: Principal, name: str, command: Command, *, trail: Trail = UNTRACED,
+             admit: Callable[[str], AbstractContextManager[object]] | None = None) -> RunResult:
+        """Run `command` in the workspace's sandbox (needs `execute` on the whole workspace).
+
+        The secrets the grant names join the environment, over the request's variables of the
+        same name. `admit(bot)` holds the front end's slot for the run, if it bounds them; the bot
+        is the principal's minter, so minting grants for others wins a bot no extra slots.
+        """
+        record = self._authorize(principal, name, "execute", trail, whole_workspace=True)
+        _check_command(command, self.settings.max_timeout)
+        injection = self._secrets.environment(self._auth.secret_names(principal))
+        env = {**command.env, **injection.env}
+        # Names only: values (the bot's and the secrets) never reach the audit log. `bot` presents
+        # the token, `minted_by` holds its chain's root.
+        trail.note(bot=principal.bot, minted_by=principal.minter, program=command.argv[0],
+                   argc=len(command.argv), env_names=sorted(command.env), secret_names=sorted(injection.env),
+                   missing_secrets=list(injection.missing))
+        with (admit or nullcontext)(principal.minter):
+            result = self._runs.run(record.name, list(command.argv), timeout=command.timeout, env=env,
+                                    stdin=command.stdin.encode("utf-8") if command.stdin is not None else None,
+                                    actor=principal.actor, max_output=self.settings.max_output)
+        trail.note(exit_code=result.exit_code, timed_out=result.timed_out)
+        return result
+
+    # -- grants ----------------------------------------------------------------------------
+    def create_grant(self, principal: Principal, name: str, child: ChildGrant, *,
+                     trail: Trail = UNTRACED) -> IssuedGrant:
+        """Mint a child grant for another bot (needs `admin`), clamped to the principal's own.
+
+        It is minted for any well-formed bot name, registered or not, with the same answer
+        (GrantService.grant says why); its commands count against the principal's minter.
+        """
+        self._authorize(principal, name, "admin", trail)
+        issued = self._grants.grant(name, child.bot, list(child.permissions), zones=child.zones,
+                                    secrets=list(child.secrets), ttl=_duration(child.ttl),
+                                    max_ttl=_duration(child.max_ttl), actor=principal.actor,
+                                    parent=list(principal.chain))
+        trail.note(accessor=issued.grant.accessor, bot=child.bot)
+        return issued
+
+    def revoke_grant(self, principal: Principal, name: str, accessor: str, *,
+                     trail: Trail = UNTRACED) -> RevokedGrants:
+        """Revoke the principal's own grant or one minted from it at any depth (needs `admin`)."""
+        self._authorize(principal, name, "admin", trail)
+        trail.note(accessor=accessor)
+        assert principal.accessor is not None  # authorize let only a grant through
+        if not self._grants.is_descendant(accessor, principal.accessor):
+            raise Denied(DENIED, rule="grant.not_descendant")
+        return RevokedGrants(tuple(self._grants.revoke(name, accessor=accessor, actor=principal.actor)))
+

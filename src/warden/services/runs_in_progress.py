@@ -1,0 +1,104 @@
+"""A run's records in the registry, from its start to its outcome, and the runs a dead process left.
+
+A run writes its intent (an in-progress row and a `run.start` event) in the transaction that
+takes its lease, before anything starts, and its outcome (the `run` event) with the row's
+removal in the one that gives the lease back. A row whose process died is a lost run: the next
+run on this node, or the crash sweeper, audits it as `run.lost`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from warden.core.errors import Conflict
+from warden.core.runs import RunInProgress, RunResult
+from warden.core.workspaces import WorkspaceRecord
+
+if TYPE_CHECKING:
+    from warden.core.ports import Clock, Processes, Tx
+    from warden.services.audit import AuditLog
+
+__all__ = ["RunIntent", "RunsInProgress"]
+
+
+@dataclass
+class RunIntent:
+    """One run between its lease's take and release: what both transactions write."""
+
+    run_id: str
+    record: WorkspaceRecord
+    actor: str
+    argv: list[str]
+    detail: dict[str, Any]  # the audit detail of its events
+    others: bool = False  # another run in progress (or one that died unswept) when it started
+    outcome: RunResult | None = None  # set once the command ran
+
+
+class RunsInProgress:
+    """The runs of this node (`node`) in the registry, written in the caller's transactions."""
+
+    def __init__(self, audit: AuditLog, processes: Processes, clock: Clock, node: str) -> None:
+        self._audit = audit
+        self._processes = processes
+        self._clock = clock
+        self.node = node
+
+    def begin(self, tx: Tx, intent: RunIntent) -> None:
+        """Before anything starts: the workspace checked (still this one, still ready), the runs
+        of this node whose process died marked lost, and the run's in-progress row and intent."""
+        name = intent.record.name
+        current = tx.workspaces.get(name)
+        if current is None or current.id != intent.record.id or current.status != "ready":
+            now = current.status if current is not None else "gone"
+            raise Conflict(f"workspace {name!r} changed ({now}) while the run was being prepared; run it again")
+        # Another run in progress here, or one that died unswept: what git files appeared since
+        # are a bot's (core/gitcontrol).
+        intent.others = bool(tx.runs.of_workspace(name))
+        self.mark_lost(tx)
+        pid = os.getpid()
+        tx.runs.insert(RunInProgress(intent.run_id, name, intent.actor, self.node, pid,
+                                     self._processes.start_time(pid) or 0, self._clock().isoformat(),
+                                     tuple(intent.argv)))
+        self._audit.record(actor=intent.actor, action="run.start", target=name, decision="allow",
+                           rule="sandbox", result="started", detail=dict(intent.detail), tx=tx)
+
+    def end(self, tx: Tx, intent: RunIntent) -> None:
+        """The outcome (when the command ran) and the end of the in-progress row, together."""
+        if intent.outcome is not None:
+            self._audit_outcome(tx, intent, intent.outcome)
+        tx.runs.delete(intent.run_id)
+
+    def mark_lost(self, tx: Tx) -> list[RunInProgress]:
+        """Audit as `run.lost` the runs of this node whose process died before their outcome was
+        written (a killed `warden run` or `serve`); the runs found so."""
+        lost = []
+        for run in tx.runs.of_node(self.node):
+            if not self._processes.alive(run.pid, run.pid_start or None):
+                # argv as the registry keeps it (JSON text), as in every run.lost event before.
+                self._audit.record(actor=run.actor, action="run.lost", target=run.workspace, decision="allow",
+                                   rule="sandbox", result="lost",
+                                   detail={"run_id": run.run_id, "started_at": run.started_at, "pid": run.pid,
+                                           "argv": json.dumps(list(run.argv))}, tx=tx)
+                tx.runs.delete(run.run_id)
+                lost.append(run)
+        return lost
+
+    def _audit_outcome(self, tx: Tx, intent: RunIntent, outcome: RunResult) -> None:
+        actor, name = intent.actor, intent.record.name
+        events = [e.to_json() for e in outcome.net_events]
+        detail = {**intent.detail, "exit_code": outcome.exit_code, "duration_s": round(outcome.duration_s, 4),
+                  "timed_out": outcome.timed_out, "signal": outcome.signal,
+                  "oom_killed": outcome.oom_killed, "limits_via": outcome.limits_via,
+                  "seccomp": outcome.seccomp, "truncated": outcome.truncated}
+        if events:
+            detail["network_events"] = events[:100]
+        for event in events:
+            if not event["allowed"]:
+                self._audit.record(actor=actor, action="network.refused", target=name, decision="deny",
+                                   rule=str(event["rule"]), result="refused", detail=event, tx=tx)
+        self._audit.record(actor=actor, action="run", target=name, decision="allow", rule="sandbox",
+                           result=str(outcome.exit_code), detail=detail, tx=tx)
+        tx.workspaces.update(name, {"last_accessed": self._clock().isoformat()})

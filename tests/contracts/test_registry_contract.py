@@ -1,0 +1,216 @@
+"""One contract, three registries: the in-memory fake the service unit tests use, SQLite, and
+PostgreSQL (when WARDEN_TEST_DATABASE_URL names a server). A fake that drifts from the real
+registry fails here, not silently in a unit test that trusted it."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.support.fake_registry import MemoryRegistry
+from warden.adapters.store.db import open_database
+from warden.adapters.store.registry import SqlRegistry
+from warden.core.audit import AuditEvent
+from warden.core.errors import Conflict
+from warden.core.grants import BotRow, Grant
+from warden.core.leases import Held, Holder, LeaseState
+from warden.core.ports import Registry
+from warden.core.runs import RunInProgress
+from warden.core.secrets import Sealed
+from warden.core.workspaces import WorkspaceRecord
+from warden.services.audit import AuditLog
+
+ADMIN_URL = os.environ.get("WARDEN_TEST_DATABASE_URL", "")
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
+        conn.execute(sql)  # type: ignore[arg-type]
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+def registry(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Registry]:
+    if request.param == "memory":
+        yield MemoryRegistry()
+        return
+    if request.param == "sqlite":
+        real = SqlRegistry(open_database(None, tmp_path))
+        yield real
+        real.close()
+        return
+    if not ADMIN_URL.startswith("postgresql"):
+        pytest.skip("set WARDEN_TEST_DATABASE_URL=postgresql+psycopg://… to test PostgreSQL")
+    name = "warden_contract_" + secrets.token_hex(6)
+    _admin(f"CREATE DATABASE {name}")
+    base, _, _ = ADMIN_URL.rpartition("/")
+    real = SqlRegistry(open_database(f"{base}/{name}", tmp_path))
+    try:
+        yield real
+    finally:
+        real.close()
+        _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def _record(name: str, *, id: str | None = None, status: str = "ready", kind: str = "user") -> WorkspaceRecord:
+    return WorkspaceRecord(id=id or f"ws_{name}", name=name, path=f"/w/{name}", type=kind, status=status,
+                           created_at=T0.isoformat(), last_accessed=T0.isoformat(), meta={"layers": ("a", "b")})
+
+
+def _grant(accessor: str, *, workspace: str = "w1", bot: str = "b1", parent: str | None = None,
+           at: datetime = T0) -> Grant:
+    return Grant(accessor=accessor, workspace=workspace, workspace_id=f"ws_{workspace}", bot=bot,
+                 permissions=frozenset({"read", "execute"}), zones=("src",), secrets=("API_KEY",),
+                 created=at, expires=at + timedelta(hours=1), max_expires=at + timedelta(days=1), parent=parent)
+
+
+def test_workspaces_round_trip_and_names_are_unique(registry: Registry) -> None:
+    with registry.transaction() as tx:
+        tx.workspaces.insert(_record("beta"))
+        tx.workspaces.insert(_record("alpha", kind="bot", status="creating"))
+    with registry.transaction(write=False) as tx:
+        got = tx.workspaces.get("beta")
+        assert got is not None and got.path == "/w/beta" and got.meta == {"layers": ["a", "b"]}
+        assert [r.name for r in tx.workspaces.list_all()] == ["alpha", "beta"]
+        assert [r.name for r in tx.workspaces.list_all(status="creating")] == ["alpha"]
+        assert [r.name for r in tx.workspaces.list_all(kind="user")] == ["beta"]
+        assert tx.workspaces.get("nosuch") is None
+    with pytest.raises(Conflict, match="already exists"), registry.transaction() as tx:
+        tx.workspaces.insert(_record("beta", id="ws_other"))
+
+
+def test_workspace_compare_and_set_compares(registry: Registry) -> None:
+    with registry.transaction() as tx:
+        tx.workspaces.insert(_record("w", status="creating"))
+    with registry.transaction() as tx:
+        assert not tx.workspaces.compare_and_set("w", "ws_w", "ready", {"status": "archived"})  # wrong status
+        assert not tx.workspaces.compare_and_set("w", "ws_older", "creating", {"status": "ready"})  # wrong id
+        assert tx.workspaces.compare_and_set("w", "ws_w", "creating", {"status": "ready", "meta": {"k": 1}})
+        tx.workspaces.update("w", {"last_accessed": "later"})
+    with registry.transaction(write=False) as tx:
+        got = tx.workspaces.get("w")
+        assert got is not None and (got.status, got.meta, got.last_accessed) == ("ready", {"k": 1}, "later")
+    with registry.transaction() as tx:
+        tx.workspaces.delete("w", record_id="ws_older")  # a later creator's row is never deleted
+        assert tx.workspaces.get("w") is not None
+        tx.workspaces.delete("w", record_id="ws_w")
+        assert tx.workspaces.get("w") is None
+
+
+def test_a_transaction_that_raises_leaves_nothing(registry: Registry) -> None:
+    with pytest.raises(RuntimeError), registry.transaction() as tx:
+        tx.workspaces.insert(_record("ghost"))
+        tx.audit.append(AuditEvent(at=T0.isoformat(), actor="t", action="x", target="ghost",
+                                   decision="none", rule="", result="ok"))
+        raise RuntimeError("crash between two writes")
+    with registry.transaction(write=False) as tx:
+        assert tx.workspaces.get("ghost") is None
+        assert tx.audit.head() is None
+
+
+def test_bots_and_grants(registry: Registry) -> None:
+    with registry.transaction() as tx:
+        tx.bots.insert(BotRow("bot_1", "b1", T0.isoformat(), "user"), "hash-b1")
+        tx.grants.insert(_grant("acc_root"), "hash-root")
+        tx.grants.insert(_grant("acc_child", bot="b2", parent="acc_root", at=T0 + timedelta(seconds=1)), "hash-child")
+        tx.grants.insert(_grant("acc_grandchild", bot="b3", parent="acc_child", at=T0 + timedelta(seconds=2)),
+                         "hash-gc")
+        tx.grants.insert(_grant("acc_other", workspace="w2"), "hash-other")
+    with pytest.raises(Conflict, match="already registered"), registry.transaction() as tx:
+        tx.bots.insert(BotRow("bot_2", "b1", T0.isoformat(), "user"), "hash-again")
+    with registry.transaction() as tx:
+        assert tx.bots.by_name("b1") == BotRow("bot_1", "b1", T0.isoformat(), "user")
+        assert tx.bots.by_hash("hash-b1") == (BotRow("bot_1", "b1", T0.isoformat(), "user"), "hash-b1")
+        assert tx.bots.by_hash("nope") is None
+        chain = tx.grants.chain_by_hash("hash-gc", 8)
+        assert chain is not None and [g.accessor for g in chain[0]] == ["acc_grandchild", "acc_child", "acc_root"]
+        assert chain[0][0] == _grant("acc_grandchild", bot="b3", parent="acc_child", at=T0 + timedelta(seconds=2))
+        assert [g.accessor for g in tx.grants.of_workspace("w1")] == ["acc_root", "acc_child", "acc_grandchild"]
+        assert [g.accessor for g in tx.grants.of_bot("b1")] == ["acc_other", "acc_root"]  # by time, then name
+        assert [g.accessor for g in tx.grants.of_bot("b1", workspace="w2")] == ["acc_other"]
+        assert tx.grants.descendants(["acc_root"]) == ["acc_child", "acc_grandchild"]
+        assert tx.grants.revoke(["acc_child", "acc_child", "nosuch"], T0) == 1
+        assert tx.grants.revoke(["acc_child"], T0) == 0
+        revoked = tx.grants.by_accessor("acc_child")
+        assert revoked is not None and revoked.revoked == T0
+        assert [g.accessor for g in tx.grants.of_workspace("w1", live_only=True)] == ["acc_root", "acc_grandchild"]
+        tx.bots.delete("b1")
+        assert tx.bots.list_all() == []
+
+
+def test_secrets_keep_their_creation_time(registry: Registry) -> None:
+    sealed = Sealed(b"\x00cipher", b"nonce-12byte", "k1")
+    with registry.transaction() as tx:
+        assert tx.secrets.upsert("API_KEY", sealed, "t1") is True
+        assert tx.secrets.upsert("API_KEY", Sealed(b"new", b"nonce-12byte", "k2"), "t2") is False
+        tx.secrets.upsert("ALPHA", sealed, "t3")
+    with registry.transaction() as tx:
+        row = tx.secrets.get("API_KEY")
+        assert row is not None and (row.created_at, row.updated_at, row.sealed.key_id) == ("t1", "t2", "k2")
+        assert row.sealed.ciphertext == b"new"
+        assert tx.secrets.names() == ["ALPHA", "API_KEY"]
+        assert [r.name for r in tx.secrets.list_all()] == ["ALPHA", "API_KEY"]
+        assert tx.secrets.delete("API_KEY") is True and tx.secrets.delete("API_KEY") is False
+
+
+def test_lease_writes_are_compare_and_set(registry: Registry) -> None:
+    held = Held(Holder("h1", "node-a", 10, 20, "run"), "shared", "2026-01-01T00:01:00+00:00")
+    with registry.transaction() as tx:
+        state, version = tx.leases.read("w")
+        assert (state, version) == (LeaseState("w"), None)
+        assert tx.leases.write(LeaseState("w", 0, (held,)), None)
+        assert not tx.leases.write(LeaseState("w", 1), None)  # the row exists now
+    with registry.transaction() as tx:
+        state, version = tx.leases.read("w")
+        assert state.held == (held,) and version is not None
+        assert not tx.leases.write(LeaseState("w", 5), version + 1)
+        assert tx.leases.write(LeaseState("w", 5), version)
+        assert tx.leases.read("w")[0].fence == 5
+
+
+def test_runs_in_progress(registry: Registry) -> None:
+    run = RunInProgress("r1", "w", "bot:b1", "node-a", 100, 200, "2026-01-01T00:00:02", ("echo", "hi"))
+    with registry.transaction() as tx:
+        tx.runs.insert(run)
+        tx.runs.insert(run._replace(run_id="r0", started_at="2026-01-01T00:00:01", workspace="v"))
+        tx.runs.insert(run._replace(run_id="r2", node="node-b"))
+    with registry.transaction() as tx:
+        assert [r.run_id for r in tx.runs.of_node("node-a")] == ["r0", "r1"]
+        assert sorted(tx.runs.of_workspace("w")) == [run, run._replace(run_id="r2", node="node-b")]
+        tx.runs.delete("r1")
+        assert [r.run_id for r in tx.runs.of_node("node-a")] == ["r0"]
+
+
+def test_audit_chain_through_the_log(registry: Registry) -> None:
+    log = AuditLog(registry, lambda: T0)
+    for i in range(5):
+        log.record(actor="user", action="create", target="w_1" if i % 2 else f"w_1:f{i}", detail={"i": i})
+    log.record(actor="user", action="create", target="wx1:f")  # `_` is no wildcard: not about w_1
+    assert log.verify() == (6, None)
+    assert log.head() is not None and log.head()[0] == 6  # type: ignore[index]
+    listed = log.list(target="w_1", limit=3)
+    assert [e.seq for e in listed] == [3, 4, 5] and [e.detail["i"] for e in listed] == [2, 3, 4]
+    assert [e.seq for e in log.list(limit=50)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_the_audit_chain_has_one_appender_at_a_time(registry: Registry) -> None:
+    log = AuditLog(registry, lambda: T0)
+
+    def append(n: int) -> None:
+        for i in range(10):
+            log.record(actor=f"t{n}", action="x", target="w", detail={"i": i})
+
+    threads = [threading.Thread(target=append, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert log.verify() == (40, None)
