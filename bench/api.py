@@ -6,8 +6,8 @@ Rows: a raw `bwrap … true` (the floor of any bwrap sandbox); `Workspace.run(["
 warm process; `POST /v1/workspaces/{name}/exec` of `true` through the SDK against a real
 `warden serve` process (authentication, grant checks, secrets lookup, the same run, audit).
 Then 4 KiB file reads per second over HTTP (`GET …/files/content`): one server process with
-one client and with four concurrent clients, and `--workers 2` with four clients. Targets (issue 5): API exec <= 3x raw
-bwrap; >= 1,000 reads/s on 2 cores.
+one client and with four concurrent clients, and `--workers 2` with four clients. Targets: API exec
+<= 3x raw bwrap; >= 1,000 reads/s on 2 cores.
 """
 
 from __future__ import annotations

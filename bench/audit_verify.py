@@ -5,7 +5,7 @@
 Each size gets a fresh home whose audit log is written straight into the table (valid hash
 chain, one transaction in batches), then verified in a fresh Python process that reports its
 peak RSS (getrusage ru_maxrss), so the figures of one size do not leak into the other.
-Target (reliability issue): peak RSS flat from 10k to 100k rows (it was 188 MB at 100k).
+Target: peak RSS flat from 10k to 100k rows (a verify holding every row took 188 MB at 100k).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""How fast a workspace is ready, for the `default` template, against the seed's ways.
+"""How fast a workspace is ready, for the `default` template, against the plain ways.
 
 Prints one table of medians, all measured in this run with warm caches:
-  naive          python -m venv + pip install (the seed's "fresh install")
-  snapshot cp -a copying a prebuilt venv (the seed's snapshot restore)
+  naive          python -m venv + pip install (a fresh install)
+  snapshot cp -a copying a prebuilt venv (restoring a snapshot)
   uv offline     uv venv + uv pip install --offline from the lock
   Warden.create  in a warm Python process (layer already built)
   warden create  the command, from a shell
@@ -113,7 +113,7 @@ def main() -> None:
     snapshot = med(cp_t)
     rows = [
         ("naive: python -m venv + pip install", naive_t),
-        ("seed snapshot: cp -a prebuilt venv", cp_t),
+        ("snapshot: cp -a prebuilt venv", cp_t),
         ("uv venv + uv pip install --offline", uv_t),
         ("Warden.create() in a warm process", api_t),
         ("`warden create` command", cli_t),

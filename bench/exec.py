@@ -5,7 +5,7 @@
 Rows: a bare `true`; a raw `bwrap … true` with the same namespaces (the floor any bwrap
 sandbox pays); `Workspace.run(["true"])` in a warm process (seccomp, cgroups, limits,
 audit included); `warden run NAME -- true` from a shell (a fresh Python process each
-time); and Anthropic's `srt true` when it is installed. Targets (issue 3): in-process
+time); and Anthropic's `srt true` when it is installed. Targets: in-process
 run <= 2x raw bwrap, CLI median <= 150 ms. The package is byte-compiled first, as an
 installed wheel would be (this environment sets PYTHONDONTWRITEBYTECODE).
 """

@@ -6,7 +6,7 @@ The base commit's `src/` is taken from git into a temporary folder. Each tree ge
 process (its own home and `minimal` workspace) that times `Workspace.run(["true"])` on demand,
 and `python -m warden run bench -- true` is timed from each tree's code; the two trees take
 turns, call by call, so both see the same machine load. Rows: medians and p90 per tree, and
-this tree's median as a ratio of the base's (issue 8's target: within +10%).
+this tree's median as a ratio of the base's (target: within +10%).
 """
 
 from __future__ import annotations

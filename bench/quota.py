@@ -5,7 +5,7 @@
 Cost: `Workspace.run(["true"])` in a warm process, alternately with the quota (a free-space
 check, one walk of the workspace with an inotify watch per folder, a watcher thread) and with
 it switched off in the same process; `--files N` first fills the workspace with N files in
-N/100 folders. Target (issue 7 item 7): the run stays within +10% of the run without it.
+N/100 folders. Target: the run stays within +10% of the run without it.
 """
 
 from __future__ import annotations

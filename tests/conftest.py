@@ -1,9 +1,16 @@
-"""Shared fixtures: a fresh WARDEN_HOME per test, the wired App, and the real `warden` CLI."""
+"""Shared fixtures: a fresh WARDEN_HOME per test, the wired App, and the real `warden` CLI.
+
+Under pytest-xdist (`scripts/test` runs `-n 4 --dist loadgroup`): tests sharing a module
+fixture (a `shared_home` module's home, a server) go to one worker together, as do those of the
+session's env home, and a test marked `alone` runs with no other test beside it
+(tests/support/alone.py).
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,9 +20,44 @@ from typing import Any
 
 import pytest
 
+from tests.support import alone
 from warden.bootstrap import App, bootstrap
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: its basetemp is <the session's basetemp>/gwN
+        alone.install(alone.MachineLock(Path(config.option.basetemp).parent))
+
+
+def _module_scoped(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture made once per module (or class): its module's tests then
+    share that fixture's work and, often, what the tests before them left in it."""
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    return any(chain and chain[-1].scope in ("module", "class", "package") for chain in defs.values())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups for `--dist loadgroup` (before xdist reads them): the tests of the session's env
+    home on one worker; those of a module on one when they share a module fixture (a
+    `shared_home` module's home, a server, a story told over several tests); the other `alone`
+    tests on one, one after another."""
+    for item in items:
+        if "envhome" in getattr(item, "fixturenames", ()):  # one session home: tests/support/envs.py
+            item.add_marker(pytest.mark.xdist_group("envhome"))
+        elif _module_scoped(item) or item.get_closest_marker("shared_home"):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+        elif item.get_closest_marker("alone"):
+            item.add_marker(pytest.mark.xdist_group("alone"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Each test, from its set-up to its teardown, beside others or alone."""
+    with alone.beside_others(exclusive=item.get_closest_marker("alone") is not None):
+        return (yield)
 
 
 def isolated_environ(home: Path) -> dict[str, str]:
@@ -34,12 +76,60 @@ def _module_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     return path
 
 
+def _set_up_once(tmp_path_factory: pytest.TempPathFactory, label: str, *args: str) -> Path:
+    """An empty home made as `home` makes one, then `warden ARGS` run on it through the CLI."""
+    home = tmp_path_factory.mktemp(label) / "warden-home"
+    home.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "warden", *args], env=isolated_environ(home),
+                          capture_output=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return home
+
+
+@pytest.fixture(scope="session")
+def _used_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home a first read-only command has used: its registry made, nothing else (no init)."""
+    return _set_up_once(tmp_path_factory, "used-home", "list")
+
+
+@pytest.fixture(scope="session")
+def _initialised_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home `warden init` has set up: registry, keys, config, templates, its marker."""
+    return _set_up_once(tmp_path_factory, "initialised-home", "init")
+
+
+def _copy(template: Path, tmp_path: Path) -> Path:
+    path = tmp_path / "warden-home"
+    shutil.copytree(template, path, symlinks=True)
+    return path
+
+
+@pytest.fixture
+def initialised_home(_initialised_template: Path, tmp_path: Path) -> Path:
+    """This test's own copy of a home `warden init` set up once per session (per xdist worker)."""
+    return _copy(_initialised_template, tmp_path)
+
+
 @pytest.fixture
 def home(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
-    """An empty Warden home for one test; one for the whole module under `pytest.mark.shared_home`
-    (its first `create` builds the layer, the others reuse it)."""
+    """The Warden home of one test: an empty folder; one for the whole module under
+    `pytest.mark.shared_home` (its first `create` builds the layer, the others reuse it).
+
+    Every fresh home's first `warden` command migrates its registry, which costs most of a
+    second of CPU. So a test that only needs a home to work in takes a copy of one set up once
+    per session: `pytest.mark.used_home`, a home whose registry a first read-only command made
+    (what its own first command would have done), or `pytest.mark.initialised_home`, one that
+    `warden init` set up (for tests whose own `init` is only their set-up). `pytest.mark.
+    empty_home` keeps the empty folder where a module asks for a copy (first-use tests). No copy
+    holds a layer: a layer names its own absolute path, so each home builds its own.
+    """
     if request.node.get_closest_marker("shared_home"):
         return Path(request.getfixturevalue("_module_home"))
+    if not request.node.get_closest_marker("empty_home"):
+        if request.node.get_closest_marker("initialised_home"):
+            return _copy(request.getfixturevalue("_initialised_template"), tmp_path)
+        if request.node.get_closest_marker("used_home"):
+            return _copy(request.getfixturevalue("_used_template"), tmp_path)
     path = tmp_path / "warden-home"
     path.mkdir()
     return path

@@ -173,3 +173,26 @@ def test_a_failed_request_leaves_no_workspace(live: dict[str, Any]) -> None:
         client.create_workspace("bad-blob", project_blob="!!!not base64!!!")
     names = [w.name for w in live["app"].workspaces.list()]
     assert not {"bad-reqs", "missing-reqs", "bad-blob"} & set(names)
+
+
+def _streaming(body: bytes) -> Client:
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v1/workspaces/w/exec"
+        return httpx.Response(200, content=body, headers={"content-type": "application/x-ndjson"})
+
+    return Client("http://warden.test", "wdn_x", transport=httpx.MockTransport(answer))
+
+
+def test_a_stream_skips_unknown_lines_and_raises_an_error_line() -> None:
+    ws = _streaming(b'{"type":"stdout","data":"a"}\n{"type":"progress","n":1}\n\n'
+                    b'{"type":"exit","exit_code":0,"timed_out":false,"signal":null,"duration_s":0.5}\n').workspace("w")
+    assert [(e.type, e.data, e.exit_code) for e in ws.stream(["true"])] == [("stdout", "a", None), ("exit", "", 0)]
+    broken = _streaming(b'{"type":"stderr","data":"x"}\n'
+                        b'{"type":"error","error":{"code":"unavailable","message":"the sandbox failed"}}\n')
+    with pytest.raises(Unavailable, match="the sandbox failed"):
+        broken.workspace("w").run(["true"], on_stderr=lambda _: None)
+    cut = _streaming(b'{"type":"stdout","data":"a"}\n').workspace("w")
+    with pytest.raises(WardenError, match="ended before the command's exit status"):
+        list(cut.stream(["true"]))
+    with pytest.raises(WardenError, match="not an event"):
+        list(_streaming(b"<html>\n").workspace("w").stream(["true"]))

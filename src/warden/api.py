@@ -50,14 +50,15 @@ class Workspace:
     def run(self, argv: Sequence[str], *, timeout: float | None = None,
             env: Mapping[str, str] | None = None, stdin: bytes | str | None = None,
             memory: str | int | None = None, cpu: int | None = None, pids: int | None = None,
-            net: str | None = None, allow_domains: Sequence[str] = ()) -> RunResult:
+            net: str | None = None, allow_domains: Sequence[str] = (), cwd: str | None = None) -> RunResult:
         """Run `argv` in this workspace's sandbox and wait for it; a `Refused` error (a Denied,
-        Locked, ... as the reason was) when Warden would not start it."""
+        Locked, ... as the reason was) when Warden would not start it. `cwd`: its working folder,
+        relative to the workspace (or absolute inside it)."""
         from warden.services.runs import RunRequest
 
         return self._app.runs.execute(RunRequest(self.name, argv, timeout=timeout, memory=memory, cpu=cpu,
                                                  pids=pids, net=net, allow_domains=allow_domains,
-                                                 env=env or {}, stdin=stdin))
+                                                 env=env or {}, stdin=stdin, cwd=cwd))
 
     def refresh(self) -> Workspace:
         self.record = self._app.workspaces.get(self.name)

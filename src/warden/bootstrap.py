@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from warden.services.layers import LayerService
     from warden.services.leases import LeaseService
     from warden.services.lifecycle import LifecycleService
+    from warden.services.live import LiveSandboxService
     from warden.services.quota import QuotaService
     from warden.services.runs import RunService
     from warden.services.sandbox_paths import SandboxPaths
@@ -76,6 +78,11 @@ class Home:
     def sandbox_paths(self) -> Path:
         """Global allowed/denied paths (JSON: `allowed_paths`/`denied_paths` lists of {path, mode})."""
         return self.root / "sandbox_paths.json"
+
+    @property
+    def run(self) -> Path:
+        """Live sandboxes' supervisor sockets (one 0700 folder each) and collected process output."""
+        return self.root / "run"
 
     @classmethod
     def locate(cls, home: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> Home:
@@ -220,7 +227,7 @@ class App:
                        runs=RunsInProgress(self.audit, processes, self.clock, self.leases.node),
                        layers=lambda: self.layers, processes=processes, cgroups=HostCgroups(),
                        git=HostGitGuards(), leftovers=HostLeftovers(), home=self.home.root,
-                       root_dir=self.root_dir, archives=self.home.archives)
+                       root_dir=self.root_dir, archives=self.home.archives, live=lambda: self.live)
 
     @cached_property
     def sandbox_paths(self) -> SandboxPaths:
@@ -273,7 +280,8 @@ class App:
         return GrantService(self.registry, self.audit, self.keystore, self.workspaces, self.clock,
                             default_ttl=timedelta(seconds=self.settings.get_seconds("grants.default_ttl")),
                             max_ttl=timedelta(seconds=self.settings.get_seconds("grants.max_ttl")),
-                            zones_of=lambda record: self.sandbox_paths.zones(record))
+                            zones_of=lambda record: self.sandbox_paths.zones(record),
+                            on_revoke=lambda accessors, actor: self.live.stop_principals(accessors, actor=actor))
 
     @cached_property
     def secrets(self) -> SecretService:
@@ -292,17 +300,45 @@ class App:
     def runs(self) -> RunService:
         from warden.adapters.gitguard import HostGitGuards
         from warden.adapters.processes import HostProcesses
+        from warden.adapters.safefs import HostSafeRoots
         from warden.adapters.sandbox.bubblewrap import BubblewrapSandbox
         from warden.adapters.sandbox.mountsrc import HostMountSources
+        from warden.adapters.sandbox.tools import trust_settings
         from warden.services.runs import RunService, RunSettings
         from warden.services.runs_in_progress import RunsInProgress
 
         records = RunsInProgress(self.audit, HostProcesses(), self.clock, self.leases.node)
+        trust_env, trust_paths = trust_settings(self.environ)
+        settings = dataclasses.replace(RunSettings.from_settings(self.settings), trust_env=trust_env,
+                                       trust_paths=tuple(trust_paths))
         return RunService(registry=self.registry, audit=self.audit, workspaces=self.workspaces,
-                          leases=self.leases, quota=self.quota, paths=self.sandbox_paths,
-                          settings=RunSettings.from_settings(self.settings),
+                          leases=self.leases, quota=self.quota, paths=self.sandbox_paths, settings=settings,
                           sandbox=BubblewrapSandbox(self.environ), records=records,
-                          git=HostGitGuards(), mounts=HostMountSources(str(self.home.root), str(self.root_dir)))
+                          git=HostGitGuards(), mounts=HostMountSources(str(self.home.root), str(self.root_dir)),
+                          roots=HostSafeRoots(), live=self._live_sandboxes)
+
+    def _live_sandboxes(self, needed: bool) -> LiveSandboxService | None:
+        """The live sandbox service; unless `needed`, None when this node runs no live sandbox (no
+        folder of one in `run/`), so a plain `warden run` imports and asks nothing of them."""
+        if not needed:
+            try:
+                if not any(entry.startswith("sbx_") for entry in os.listdir(self.home.run)):
+                    return None
+            except OSError:
+                return None
+        return self.live
+
+    @cached_property
+    def live(self) -> LiveSandboxService:
+        """Live sandboxes of this node and their background processes (`run --detach`, `ps`, …)."""
+        from warden.adapters.gitguard import HostGitGuards
+        from warden.adapters.sandbox.live import HostLiveSandboxes
+        from warden.services.live import LiveSandboxService, LiveSettings
+
+        return LiveSandboxService(registry=self.registry, audit=self.audit,
+                                  sandboxes=HostLiveSandboxes(self.home.run, self.environ), clock=self.clock,
+                                  node=self.leases.node, settings=LiveSettings.from_settings(self.settings),
+                                  git=HostGitGuards())
 
     @cached_property
     def bot_requests(self) -> BotRequestService:
@@ -310,7 +346,7 @@ class App:
         from warden.services.bot_requests import BotRequestService, RequestSettings
         return BotRequestService(workspaces=self.workspaces, grants=self.grants, auth=self.auth,
                                  secrets=self.secrets, runs=self.runs, installs=lambda: self.installs,
-                                 settings=RequestSettings.from_settings(self.settings))
+                                 settings=RequestSettings.from_settings(self.settings), live=lambda: self.live)
 
     def close(self) -> None:
         if "registry" in self.__dict__:

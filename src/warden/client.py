@@ -4,6 +4,13 @@
     client = Client("http://127.0.0.1:8787", token)        # token defaults to $WARDEN_TOKEN
     ws = client.create_workspace("demo")                     # needs the bot's identity token
     ws.run(["python", "-c", "print(1)"]).stdout
+    ws.run(["pytest", "-q"], cwd="src")                      # in a folder of the workspace
+    ws.run(["pip", "download", "six"], network=["pypi.org:443", "files.pythonhosted.org:443"])
+    ws.install(["six"])                                      # into .venv, recorded in pyproject.toml
+    ws.run(["make"], on_stdout=print, on_stderr=print)       # output as it comes (streamed)
+    for event in ws.stream(["pytest"]): ...                  # RunEvent: stdout/stderr data, then exit
+    server = ws.run(["python", "-m", "http.server"], background=True)   # returns at once
+    ws.processes.list(); server.logs().stderr; server.kill(); server.wait()
     ws.files.write("notes/a.txt", b"hi"); ws.files.read("notes/a.txt")
     child = ws.grant("helper-bot", ["read"], ttl="1h")       # needs admin; never wider
 
@@ -13,11 +20,12 @@ API errors come back as Warden's own exceptions (`warden.core.errors`), chosen b
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, overload
 
 import httpx
 
@@ -34,7 +42,8 @@ from warden.core.errors import (
 )
 from warden.core.runs import RunResult
 
-__all__ = ["Client", "CreatedWorkspace", "IssuedGrant", "RemoteFiles", "RemoteWorkspace", "error_from"]
+__all__ = ["Client", "CreatedWorkspace", "IssuedGrant", "ProcessInfo", "ProcessOutput", "RemoteFiles", "RemoteProcess",
+           "RemoteProcesses", "RemoteWorkspace", "RunEvent", "error_from"]
 
 # One table: the API's error code → the exception raised here.
 ERRORS: dict[str, type[WardenError]] = {
@@ -72,10 +81,68 @@ class IssuedGrant:
     workspace: str
     parent: str | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    domains: tuple[str, ...] = ()
 
     def __repr__(self) -> str:  # keep the token out of logs and tracebacks
         return (f"IssuedGrant(accessor={self.accessor!r}, bot={self.bot!r}, workspace={self.workspace!r}, "
                 f"permissions={self.permissions!r}, expires={self.expires!r})")
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """One line of a streamed run (`RemoteWorkspace.stream`): output as it came, then the exit.
+
+    `type` is "stdout" or "stderr" (with `data`, the text) or, last, "exit" (with `exit_code`,
+    `timed_out`, `signal` and `duration_s`), as the API's NDJSON lines say.
+    """
+
+    type: str
+    data: str = ""
+    exit_code: int | None = None
+    timed_out: bool = False
+    signal: int | None = None
+    duration_s: float | None = None
+
+
+def _event(line: str) -> RunEvent | None:
+    """The event of one NDJSON line; an error line raises its Warden exception; an unknown type: None."""
+    import json
+
+    try:
+        item = json.loads(line)
+        kind = str(item["type"])
+    except (ValueError, KeyError, TypeError):
+        raise WardenError(f"the server sent a line that is not an event: {line[:200]!r}") from None
+    if kind in ("stdout", "stderr"):
+        return RunEvent(kind, str(item.get("data", "")))
+    if kind == "exit":
+        signal = item.get("signal")
+        return RunEvent("exit", exit_code=int(item["exit_code"]), timed_out=bool(item.get("timed_out")),
+                        signal=int(signal) if signal is not None else None,
+                        duration_s=float(item.get("duration_s") or 0.0))
+    if kind == "error":
+        error = item.get("error") or {}
+        raise ERRORS.get(str(error.get("code")), WardenError)(str(error.get("message", "the run failed")))
+    return None  # a kind this SDK does not know yet: skipped
+
+
+def _exec_body(argv: Sequence[str], *, timeout: float | None, env: Mapping[str, str] | None, stdin: str | None,
+               cwd: str | None, network: Sequence[str] | None) -> dict[str, Any]:
+    """The JSON body of an exec request."""
+    if isinstance(argv, str):
+        raise InvalidInput("argv is a list of arguments, not a shell string: ['python', '-c', 'print(1)']")
+    if isinstance(network, str):
+        raise InvalidInput("network is a list of hosts, e.g. ['pypi.org:443']")
+    body: dict[str, Any] = {"cmd": list(argv), "env": dict(env or {})}
+    if timeout is not None:
+        body["timeout"] = timeout
+    if stdin is not None:
+        body["stdin"] = stdin
+    if cwd is not None:
+        body["cwd"] = cwd
+    if network is not None:
+        body["network"] = {"allow": list(network)}
+    return body
 
 
 class Client:
@@ -106,6 +173,20 @@ class Client:
         if response.status_code >= 400:
             raise error_from(response)
         return response
+
+    @contextlib.contextmanager
+    def streaming(self, method: str, path: str, **kwargs: Any) -> Iterator[httpx.Response]:
+        """One HTTP call whose answer is read as it comes; an error response raises as `request` does."""
+        try:
+            with self._http.stream(method, path, **kwargs) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise error_from(response)
+                yield response
+        except httpx.TimeoutException as exc:
+            raise TimedOut(f"{method} {path}: no answer from {self.url} in time ({exc})") from None
+        except httpx.TransportError as exc:
+            raise Unavailable(f"lost Warden at {self.url}: {exc}; is `warden serve` running?") from None
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self.request(method, path, **kwargs).json()
@@ -171,10 +252,10 @@ class Client:
 
     def grant(self, workspace: str, bot: str, permissions: Sequence[str], *,
               zones: Sequence[str] | None = None, secrets: Sequence[str] = (),
-              ttl: str | None = None, max_ttl: str | None = None) -> IssuedGrant:
+              ttl: str | None = None, max_ttl: str | None = None, domains: Sequence[str] = ()) -> IssuedGrant:
         """Mint a child grant on `workspace` for `bot` (needs admin; clamped to this token's grant)."""
         return self.workspace(workspace).grant(bot, permissions, zones=zones, secrets=secrets, ttl=ttl,
-                                               max_ttl=max_ttl)
+                                               max_ttl=max_ttl, domains=domains)
 
     def revoke(self, workspace: str, accessor: str) -> list[str]:
         """Revoke a grant this token minted (and everything minted from it)."""
@@ -228,6 +309,121 @@ class RemoteFiles:
         return True
 
 
+@dataclass(frozen=True)
+class ProcessInfo:
+    """A background process as the API shows it; `status` is starting, running, exited, killed
+    (a signal, its timeout or its sandbox's stop) or lost (its end was never seen)."""
+
+    id: str
+    cmd: tuple[str, ...]
+    status: str
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    started_at: str
+    ended_at: str | None
+
+    @property
+    def running(self) -> bool:
+        return self.status in ("starting", "running")
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> ProcessInfo:
+        return cls(str(data["id"]), tuple(str(a) for a in data["cmd"]), str(data["status"]), data.get("exit_code"),
+                   data.get("signal"), bool(data.get("timed_out")), str(data["started_at"]), data.get("ended_at"))
+
+
+@dataclass(frozen=True)
+class ProcessOutput:
+    """What a background process printed, as much as Warden kept (`dropped_*`: bytes lost at the front)."""
+
+    stdout: str
+    stderr: str
+    dropped_stdout: int = 0
+    dropped_stderr: int = 0
+
+
+class RemoteProcesses:
+    """The background processes this client's grant started in one workspace (`ws.processes`)."""
+
+    def __init__(self, workspace: RemoteWorkspace) -> None:
+        self._ws = workspace
+
+    def _path(self, suffix: str = "") -> str:
+        return f"/v1/workspaces/{self._ws.name}/processes{suffix}"
+
+    def list(self) -> list[ProcessInfo]:
+        return [ProcessInfo.of(item) for item in self._ws.client.request("GET", self._path()).json()]
+
+    def get(self, process_id: str) -> ProcessInfo:
+        return ProcessInfo.of(self._ws.client.request("GET", self._path(f"/{process_id}")).json())
+
+    def logs(self, process_id: str) -> ProcessOutput:
+        data = self._ws.client.request("GET", self._path(f"/{process_id}/logs")).json()
+        dropped = data.get("dropped") or {}
+        return ProcessOutput(data["stdout"], data["stderr"], int(dropped.get("stdout", 0)),
+                             int(dropped.get("stderr", 0)))
+
+    def follow(self, process_id: str) -> Iterator[RunEvent]:
+        """Its output so far, then as it comes, then (last) its `exit` event."""
+        path = self._path(f"/{process_id}/logs")
+        with self._ws.client.streaming("GET", path, params={"follow": "true"},
+                                       timeout=httpx.Timeout(self._ws.client._timeout, read=None)) as response:
+            for line in response.iter_lines():
+                event = _event(line) if line.strip() else None
+                if event is None:
+                    continue
+                yield event
+                if event.type == "exit":
+                    return
+
+    def kill(self, process_id: str, signal: str = "TERM") -> ProcessInfo:
+        """Signal it and what it started (TERM, KILL, INT, …); it is shown as it is afterwards."""
+        return ProcessInfo.of(self._ws.client.request("DELETE", self._path(f"/{process_id}"),
+                                                      params={"signal": signal}).json())
+
+    def wait(self, process_id: str, timeout: float | None = None) -> ProcessInfo:
+        """The process once it has ended; TimedOut when it still runs after `timeout` seconds."""
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.05
+        while True:
+            info = self.get(process_id)
+            if not info.running:
+                return info
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimedOut(f"process {process_id} still runs after {timeout:g} s")
+            time.sleep(pause if deadline is None else max(min(pause, deadline - time.monotonic()), 0.0))
+            pause = min(pause * 2, 0.5)
+
+
+class RemoteProcess:
+    """A background process `ws.run(..., background=True)` started."""
+
+    def __init__(self, workspace: RemoteWorkspace, process_id: str) -> None:
+        self.workspace = workspace
+        self.id = process_id
+
+    def __repr__(self) -> str:
+        return f"RemoteProcess({self.id!r}, workspace={self.workspace.name!r})"
+
+    def info(self) -> ProcessInfo:
+        return self.workspace.processes.get(self.id)
+
+    def logs(self) -> ProcessOutput:
+        return self.workspace.processes.logs(self.id)
+
+    def follow(self) -> Iterator[RunEvent]:
+        return self.workspace.processes.follow(self.id)
+
+    def kill(self, signal: str = "TERM") -> ProcessInfo:
+        return self.workspace.processes.kill(self.id, signal)
+
+    def wait(self, timeout: float | None = None) -> ProcessInfo:
+        return self.workspace.processes.wait(self.id, timeout)
+
+
 class RemoteWorkspace:
     """One workspace on a Warden server, reached with the client's token."""
 
@@ -235,6 +431,7 @@ class RemoteWorkspace:
         self.client = client
         self.name = name
         self.files = RemoteFiles(self)
+        self.processes = RemoteProcesses(self)
 
     def __repr__(self) -> str:
         return f"RemoteWorkspace({self.name!r}, url={self.client.url!r})"
@@ -243,16 +440,39 @@ class RemoteWorkspace:
         result: dict[str, Any] = self.client.request("GET", f"/v1/workspaces/{self.name}").json()
         return result
 
+    @overload
     def run(self, argv: Sequence[str], *, timeout: float | None = None, env: Mapping[str, str] | None = None,
-            stdin: str | None = None) -> RunResult:
-        """Run `argv` in the workspace's sandbox (needs execute)."""
-        if isinstance(argv, str):
-            raise InvalidInput("argv is a list of arguments, not a shell string: ['python', '-c', 'print(1)']")
-        body: dict[str, Any] = {"cmd": list(argv), "env": dict(env or {})}
-        if timeout is not None:
-            body["timeout"] = timeout
-        if stdin is not None:
-            body["stdin"] = stdin
+            stdin: str | None = None, cwd: str | None = None, network: Sequence[str] | None = None,
+            on_stdout: Callable[[str], None] | None = None, on_stderr: Callable[[str], None] | None = None,
+            background: Literal[False] = False) -> RunResult: ...
+
+    @overload
+    def run(self, argv: Sequence[str], *, timeout: float | None = None, env: Mapping[str, str] | None = None,
+            stdin: str | None = None, cwd: str | None = None, network: Sequence[str] | None = None,
+            on_stdout: Callable[[str], None] | None = None, on_stderr: Callable[[str], None] | None = None,
+            background: Literal[True]) -> RemoteProcess: ...
+
+    def run(self, argv: Sequence[str], *, timeout: float | None = None, env: Mapping[str, str] | None = None,
+            stdin: str | None = None, cwd: str | None = None, network: Sequence[str] | None = None,
+            on_stdout: Callable[[str], None] | None = None,
+            on_stderr: Callable[[str], None] | None = None, background: bool = False) -> RunResult | RemoteProcess:
+        """Run `argv` in the workspace's sandbox (needs execute). `cwd`: its working folder,
+        relative to the workspace; `network`: the hosts (`host:port`) this command may reach,
+        within the domains the grant allows (None: no network). `on_stdout` / `on_stderr`: called
+        with each piece of output text as it comes (the run is streamed, see `stream`); the
+        result holds all of it too. `background=True`: start it in this grant's live sandbox and
+        return at once, a `RemoteProcess` (its servers answer this grant's next commands on
+        127.0.0.1; `ws.processes` lists and follows them)."""
+        body = _exec_body(argv, timeout=timeout, env=env, stdin=stdin, cwd=cwd, network=network)
+        if background:
+            if on_stdout is not None or on_stderr is not None or stdin is not None:
+                raise InvalidInput("a background process takes no stdin and streams nothing: read its output "
+                                   "with ws.processes.logs(id) or follow(id)")
+            data = self.client.request("POST", f"/v1/workspaces/{self.name}/exec",
+                                       json={**body, "background": True}).json()
+            return RemoteProcess(self, str(data["id"]))
+        if on_stdout is not None or on_stderr is not None:
+            return self._run_streamed(body, on_stdout, on_stderr)
         read_timeout = (timeout or self.client._timeout) + 30.0
         data = self.client.request("POST", f"/v1/workspaces/{self.name}/exec", json=body,
                                    timeout=httpx.Timeout(self.client._timeout, read=read_timeout)).json()
@@ -260,10 +480,69 @@ class RemoteWorkspace:
                          duration_s=float(data["duration_s"]), timed_out=bool(data["timed_out"]),
                          signal=data.get("signal"))
 
+    def stream(self, argv: Sequence[str], *, timeout: float | None = None, env: Mapping[str, str] | None = None,
+               stdin: str | None = None, cwd: str | None = None,
+               network: Sequence[str] | None = None) -> Iterator[RunEvent]:
+        """Run `argv` like `run`, yielding its output as it comes and, last, how it ended:
+
+            for event in ws.stream(["make", "test"]):
+                if event.type == "stdout": print(event.data, end="")
+                elif event.type == "exit": status = event.exit_code
+
+        Leaving the loop early (or closing the iterator) drops the connection, and the server
+        kills the command. A refusal raises before the first event, as `run` does.
+        """
+        body = _exec_body(argv, timeout=timeout, env=env, stdin=stdin, cwd=cwd, network=network)
+        return self._events(body)
+
+    def _events(self, body: dict[str, Any]) -> Iterator[RunEvent]:
+        # Between two pieces of output a command may be silent for as long as it may run: without
+        # a timeout of its own, that is the server's (sandbox.timeout), which the client does not know.
+        read_timeout = body["timeout"] + 30.0 if body.get("timeout") else None
+        with self.client.streaming("POST", f"/v1/workspaces/{self.name}/exec", json={**body, "stream": True},
+                                   timeout=httpx.Timeout(self.client._timeout, read=read_timeout)) as response:
+            for line in response.iter_lines():
+                event = _event(line) if line.strip() else None
+                if event is None:
+                    continue
+                yield event
+                if event.type == "exit":
+                    return
+        raise WardenError("the server's stream ended before the command's exit status; run it again")
+
+    def _run_streamed(self, body: dict[str, Any], on_stdout: Callable[[str], None] | None,
+                      on_stderr: Callable[[str], None] | None) -> RunResult:
+        out: list[str] = []
+        err: list[str] = []
+        for event in self._events(body):
+            if event.type == "exit":
+                return RunResult(exit_code=int(event.exit_code or 0), stdout="".join(out), stderr="".join(err),
+                                 duration_s=float(event.duration_s or 0.0), timed_out=event.timed_out,
+                                 signal=event.signal)
+            (out if event.type == "stdout" else err).append(event.data)
+            callback = on_stdout if event.type == "stdout" else on_stderr
+            if callback is not None:
+                callback(event.data)
+        raise WardenError("the server's stream ended before the command's exit status; run it again")
+
+    def install(self, packages: Sequence[str], *, node: bool = False, timeout: float = 1800.0) -> dict[str, Any]:
+        """Add Python packages (or npm ones, `node`) to the workspace, installed in its sandbox from the
+        indexes the server allows (needs write and execute); what was installed and recorded."""
+        if isinstance(packages, str):
+            raise InvalidInput("packages is a list, e.g. ['requests>=2']")
+        result: dict[str, Any] = self.client.request(
+            "POST", f"/v1/workspaces/{self.name}/install", json={"packages": list(packages), "node": node},
+            timeout=httpx.Timeout(self.client._timeout, read=timeout + 30.0)).json()
+        return result
+
     def grant(self, bot: str, permissions: Sequence[str], *, zones: Sequence[str] | None = None,
-              secrets: Sequence[str] = (), ttl: str | None = None, max_ttl: str | None = None) -> IssuedGrant:
-        """Mint a child grant for `bot` (needs admin); it is never wider than this token's grant."""
+              secrets: Sequence[str] = (), ttl: str | None = None, max_ttl: str | None = None,
+              domains: Sequence[str] = ()) -> IssuedGrant:
+        """Mint a child grant for `bot` (needs admin); it is never wider than this token's grant.
+        `domains`: what its commands may ask to reach, within this grant's domains."""
         body: dict[str, Any] = {"bot": bot, "permissions": list(permissions), "secrets": list(secrets)}
+        if domains:
+            body["domains"] = list(domains)
         if zones is not None:
             body["zones"] = list(zones)
         if ttl is not None:
@@ -275,7 +554,8 @@ class RemoteWorkspace:
                            permissions=tuple(data["permissions"]),
                            zones=tuple(data["zones"]) if data.get("zones") is not None else None,
                            secrets=tuple(data["secrets"]), bot=data["bot"], workspace=data["workspace"],
-                           parent=data.get("parent"), raw={k: v for k, v in data.items() if k != "token"})
+                           parent=data.get("parent"), raw={k: v for k, v in data.items() if k != "token"},
+                           domains=tuple(data.get("domains") or ()))
 
     def revoke(self, accessor: str) -> list[str]:
         """Revoke a grant minted from this token's grant (its children go too)."""

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.waiting import poll, wait_until
 from warden.adapters.disk_usage import measure
 from warden.adapters.project_quota import _mount_of, probe_project_id, project_quota
 from warden.adapters.quota import Watcher
@@ -36,11 +37,7 @@ def blocks(root: Path) -> tuple[int, int]:
 
 def settle(watcher: Watcher, root: Path) -> Usage:
     """The watcher's count once it has read every event (it must match a fresh walk)."""
-    expected = measure(str(root))
-    deadline = time.monotonic() + 5
-    while watcher.usage != expected and time.monotonic() < deadline:
-        time.sleep(0.01)
-        expected = measure(str(root))
+    poll(lambda: watcher.usage == measure(str(root)), timeout=5, interval=0.01)
     return watcher.usage
 
 
@@ -127,9 +124,7 @@ def test_a_breach_before_arming_stops_the_run_as_soon_as_it_is_armed(tmp_path: P
     with Watcher(str(tmp_path), quota) as watcher:
         for i in range(150):
             (tmp_path / f"n{i}").touch()
-        deadline = time.monotonic() + 5
-        while watcher.breach is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+        poll(lambda: watcher.breach is not None, timeout=5, interval=0.01)
         calls: list[int] = []
         watcher.arm(lambda: calls.append(1))
     assert watcher.breach == FILES_KEY and calls == [1]
@@ -141,7 +136,7 @@ def test_nothing_is_stopped_after_the_watcher_closed(tmp_path: Path) -> None:
     with watcher:
         watcher.arm(lambda: calls.append(1))
     (tmp_path / "big").write_bytes(b"x" * 2 * MiB)
-    time.sleep(0.1)
+    time.sleep(0.1)  # nothing to wait for when all is well: the time a live watcher would need to act
     assert calls == [] and watcher.breach is None
 
 
@@ -191,10 +186,10 @@ def test_after_an_event_overflow_the_watcher_measures_again(tmp_path: Path, monk
     monkeypatch.setattr(disk_usage.UsageTree, "handle", overflow_once)
     with Watcher(str(tmp_path), ROOMY) as watcher:
         (tmp_path / "a").write_bytes(b"a" * 100_000)
-        deadline = time.monotonic() + 5
-        while not calls and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.05)  # the new walk is done
+        wait_until(lambda: calls, timeout=5, interval=0.01, message="no event was handled")
+        # The new walk is done: the count matches a fresh one, "a" included.
+        wait_until(lambda: watcher.usage == measure(str(tmp_path)), timeout=5, interval=0.01,
+                   message="the watcher did not measure again after the overflow")
         (tmp_path / "sub").mkdir()  # after the new walk: counted from events again
         (tmp_path / "sub" / "b").write_bytes(b"b" * 200_000)
         assert settle(watcher, tmp_path) == measure(str(tmp_path))
@@ -205,12 +200,19 @@ def test_a_writing_run_is_stopped_when_the_homes_disk_falls_below_min_free(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import warden.adapters.disk_usage as disk_usage
 
-    monkeypatch.setattr(disk_usage, "free_bytes", lambda path: 100 * MiB)  # another writer filled it
+    checks: list[str] = []
+
+    def free_bytes(path: str) -> int:
+        checks.append(path)
+        return 100 * MiB  # another writer filled it
+
+    monkeypatch.setattr(disk_usage, "free_bytes", free_bytes)
     stopped = threading.Event()
     with Watcher(str(tmp_path), Quota(max_bytes=1 << 40, max_files=1 << 30, min_free=1 << 30),
                  home=str(tmp_path)) as watcher:
         watcher.arm(stopped.set)
-        time.sleep(0.4)
+        # At start and twice since (the third look begins once the second is judged).
+        wait_until(lambda: len(checks) >= 3, message="the watcher never looked at the free space")
         assert not stopped.is_set()  # a command that writes nothing goes on
         (tmp_path / "x").write_bytes(b"x")
         assert stopped.wait(5)
@@ -223,12 +225,18 @@ def test_a_run_filling_the_homes_disk_elsewhere_is_stopped(tmp_path: Path, monke
     import warden.adapters.disk_usage as disk_usage
 
     free = [2 << 30]
-    monkeypatch.setattr(disk_usage, "free_bytes", lambda path: free[0])
+    checks: list[str] = []
+
+    def free_bytes(path: str) -> int:
+        checks.append(path)
+        return free[0]
+
+    monkeypatch.setattr(disk_usage, "free_bytes", free_bytes)
     stopped = threading.Event()
     with Watcher(str(tmp_path), Quota(max_bytes=1 << 40, max_files=1 << 30, min_free=1 << 30),
                  home=str(tmp_path)) as watcher:
         watcher.arm(stopped.set)
-        time.sleep(0.4)
+        wait_until(lambda: len(checks) >= 3, message="the watcher never looked at the free space")
         assert not stopped.is_set()
         free[0] = 500 * MiB  # the run wrote 1.5 GiB somewhere else on the home's disk
         assert stopped.wait(5)

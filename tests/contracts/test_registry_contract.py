@@ -20,6 +20,7 @@ from warden.core.audit import AuditEvent
 from warden.core.errors import Conflict
 from warden.core.grants import BotRow, Grant
 from warden.core.leases import Held, Holder, LeaseState
+from warden.core.live import LiveProcess, LiveSandbox
 from warden.core.ports import Registry
 from warden.core.runs import RunInProgress
 from warden.core.secrets import Sealed
@@ -69,7 +70,8 @@ def _grant(accessor: str, *, workspace: str = "w1", bot: str = "b1", parent: str
            at: datetime = T0) -> Grant:
     return Grant(accessor=accessor, workspace=workspace, workspace_id=f"ws_{workspace}", bot=bot,
                  permissions=frozenset({"read", "execute"}), zones=("src",), secrets=("API_KEY",),
-                 created=at, expires=at + timedelta(hours=1), max_expires=at + timedelta(days=1), parent=parent)
+                 created=at, expires=at + timedelta(hours=1), max_expires=at + timedelta(days=1), parent=parent,
+                 domains=("pypi.org:443", "*.example.com"))
 
 
 def test_workspaces_round_trip_and_names_are_unique(registry: Registry) -> None:
@@ -187,6 +189,73 @@ def test_runs_in_progress(registry: Registry) -> None:
         assert sorted(tx.runs.of_workspace("w")) == [run, run._replace(run_id="r2", node="node-b")]
         tx.runs.delete("r1")
         assert [r.run_id for r in tx.runs.of_node("node-a")] == ["r0"]
+
+
+def _sandbox(sandbox_id: str, *, node: str = "node-a", workspace: str = "w", principal: str = "user",
+             network: str = "none", at: str = "2026-01-01T00:00:01") -> LiveSandbox:
+    return LiveSandbox(sandbox_id, workspace, f"ws_{workspace}", principal, network, "fp", 3, node, 100,
+                       1 << 40, 101, (1 << 40) + 1, f"/h/run/{sandbox_id}/supervisor.sock", at, at,
+                       {"init_pid": 102, "cgroups": [["v1", "/sys/fs/cgroup/pids/warden-live-x"]]})
+
+
+def _process(process_id: str, *, sandbox_id: str = "sbx_a", workspace: str = "w", principal: str = "bot:b1@acc_1",
+             bot: str = "b1", at: str = "2026-01-01T00:00:02") -> LiveProcess:
+    return LiveProcess(process_id, sandbox_id, workspace, principal, bot, ("python3", "-m", "http.server"),
+                       "running", None, None, False, at, None, "node-a", {"host_pid": 4242})
+
+
+def test_live_sandboxes_are_one_per_key(registry: Registry) -> None:
+    first = _sandbox("sbx_a")
+    with registry.transaction() as tx:
+        assert tx.sandboxes.insert(first)
+        assert not tx.sandboxes.insert(_sandbox("sbx_b"))  # the same key: the first one wins
+        assert tx.sandboxes.insert(_sandbox("sbx_c", network="net-1", at="2026-01-01T00:00:00"))
+        assert tx.sandboxes.insert(_sandbox("sbx_d", principal="bot:b1@acc_1", workspace="v"))
+        assert tx.sandboxes.insert(_sandbox("sbx_e", node="node-b"))
+    with registry.transaction() as tx:
+        assert tx.sandboxes.get("sbx_a") == first
+        assert tx.sandboxes.get("sbx_b") is None
+        assert tx.sandboxes.find("node-a", "w", "user", "none") == first
+        assert tx.sandboxes.find("node-a", "w", "user", "net-2") is None
+        assert [s.id for s in tx.sandboxes.of_workspace("w")] == ["sbx_c", "sbx_a", "sbx_e"]
+        assert [s.id for s in tx.sandboxes.of_node("node-a")] == ["sbx_c", "sbx_a", "sbx_d"]
+        tx.sandboxes.touch("sbx_a", "2026-01-01T01:00:00")
+        assert tx.sandboxes.delete("sbx_c") and not tx.sandboxes.delete("sbx_c")
+    with registry.transaction(write=False) as tx:
+        got = tx.sandboxes.get("sbx_a")
+        assert got is not None and got.last_used == "2026-01-01T01:00:00" and got.pid_start == 1 << 40
+        assert got.meta == {"init_pid": 102, "cgroups": [["v1", "/sys/fs/cgroup/pids/warden-live-x"]]}
+
+
+def test_live_processes_end_once_and_count_against_their_bot(registry: Registry) -> None:
+    with registry.transaction() as tx:
+        tx.processes.insert(_process("p1"))
+        tx.processes.insert(_process("p2", at="2026-01-01T00:00:01"))
+        tx.processes.insert(_process("p3", bot="b2", principal="bot:b2@acc_2"))
+        tx.processes.insert(_process("p4", bot="", principal="user", sandbox_id="sbx_b"))
+    with pytest.raises(Conflict), registry.transaction() as tx:
+        tx.processes.insert(_process("p1"))
+    with registry.transaction() as tx:
+        assert tx.processes.count_running() == 3  # the person's process takes no bot's slot
+        assert tx.processes.count_running(bot="b1") == 2
+        assert [p.id for p in tx.processes.of_workspace("w")] == ["p2", "p1", "p3", "p4"]
+        assert [p.id for p in tx.processes.of_workspace("w", principal="bot:b1@acc_1")] == ["p2", "p1"]
+        assert [p.id for p in tx.processes.of_sandbox("sbx_b")] == ["p4"]
+        tx.processes.update("p1", {"meta": {"host_pid": 7, "cgroups": []}, "status": "running"})
+        assert tx.processes.finish("p1", status="exited", exit_code=3, signal=None, timed_out=False,
+                                   ended_at="2026-01-01T00:01:00")
+        assert not tx.processes.finish("p1", status="killed", exit_code=137, signal=9, timed_out=False,
+                                       ended_at="2026-01-01T00:02:00")  # it had ended: the first outcome stays
+        assert tx.processes.finish("p2", status="killed", exit_code=124, signal=None, timed_out=True,
+                                   ended_at="2026-01-01T00:01:00")
+        assert tx.processes.count_running(bot="b1") == 0
+    with registry.transaction(write=False) as tx:
+        got = tx.processes.get("p1")
+        assert got is not None and (got.status, got.exit_code, got.signal, got.timed_out) == ("exited", 3, None, False)
+        assert got.meta == {"host_pid": 7, "cgroups": []} and got.argv == ("python3", "-m", "http.server")
+        assert not got.running and tx.processes.get("p2").timed_out  # type: ignore[union-attr]
+        tx.processes.delete("p1")
+        assert tx.processes.get("p1") is None
 
 
 def test_audit_chain_through_the_log(registry: Registry) -> None:

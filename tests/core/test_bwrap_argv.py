@@ -56,6 +56,12 @@ def test_workspace_is_bound_read_write_at_its_own_path_and_is_the_cwd() -> None:
     assert argv[argv.index("--chdir") + 1] == WS
 
 
+def test_a_working_folder_is_where_the_command_starts_after_every_mount() -> None:
+    argv = bwrap_argv(replace(spec(), cwd=f"{WS}/src"))
+    assert argv[argv.index("--chdir") + 1] == f"{WS}/src"
+    assert argv.index("--chdir") > argv.index("--remount-ro")  # inside the finished sandbox
+
+
 def test_protected_files_and_ro_zones_come_after_the_workspace_bind() -> None:
     protected = f"{WS}/.git/hooks"
     zone = f"{WS}/data"

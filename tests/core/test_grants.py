@@ -244,3 +244,31 @@ def test_to_json_never_has_a_token() -> None:
     data = grant().to_json()
     assert "token" not in data and "token_hash" not in data
     assert data["permissions"] == ["read", "write", "execute", "admin"]
+
+
+# -- domains -------------------------------------------------------------------------------------
+def test_a_grant_s_domains_are_parsed_and_written_one_way() -> None:
+    assert plan(domains=["PyPI.org", "pypi.org", "*.Example.com:443"]).domains == ("pypi.org", "*.example.com:443")
+    assert plan().domains == ()
+    with pytest.raises(InvalidInput, match="bad network entry"):
+        plan(domains=["pypi.org/simple"])
+
+
+def test_a_child_grant_never_reaches_more_than_its_parent() -> None:
+    parent = replace(grant(), domains=("*.example.com", "pypi.org:443"))
+    assert plan(domains=["a.example.com:443", "pypi.org:443"], parent=[parent]).domains == \
+        ("a.example.com:443", "pypi.org:443")
+    for wider in (["example.com"], ["pypi.org"], ["pypi.org:80"], ["files.pythonhosted.org"]):
+        with pytest.raises(Denied, match="does not reach") as caught:
+            plan(domains=wider, parent=[parent])
+        assert caught.value.rule == "grant.clamp"
+    assert plan(parent=[parent]).domains == ()  # a child names its domains; none by default
+
+
+def test_effective_domains_are_those_every_ancestor_covers() -> None:
+    root = replace(grant("acc_root"), domains=("*.example.com",))
+    # A stored child wider than its parent (written before a clamp, or by hand) is cut at use.
+    child = replace(grant("acc_child", parent="acc_root"), domains=("a.example.com", "evil.test"))
+    assert effective([child, root]).domains == ("a.example.com",)
+    assert effective([root]).domains == ("*.example.com",)
+    assert "domains" in child.to_json() and child.to_json()["domains"] == ["a.example.com", "evil.test"]

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from warden.core.errors import InvalidInput
-from warden.core.network import NetworkPolicy, check_addresses, check_host, parse_rule, parse_target, special_address
+from warden.core.errors import Denied, InvalidInput
+from warden.core.network import (
+    NetworkPolicy,
+    check_addresses,
+    check_host,
+    covers,
+    parse_rule,
+    parse_target,
+    special_address,
+    uncovered,
+)
 
 
 def policy(allowed: list[str], denied: list[str] | None = None) -> NetworkPolicy:
@@ -107,3 +116,42 @@ def test_a_denied_address_holds_whatever_name_leads_there() -> None:
     assert decision.allowed and usable == ["93.184.216.34"]
     decision, usable = check_addresses(policy, "api.example.com", 80, ["93.184.216.34"])
     assert decision.allowed
+
+
+@pytest.mark.parametrize(("outer", "inner", "covered"), [
+    ("example.com", "example.com", True), ("example.com", "example.com:443", True),
+    ("example.com:443", "example.com:443", True), ("example.com:443", "example.com", False),
+    ("example.com:443", "example.com:80", False), ("example.com", "a.example.com", False),
+    ("*.example.com", "a.example.com:443", True), ("*.example.com", "*.a.example.com", True),
+    ("*.example.com", "*.example.com", True), ("*.example.com", "example.com", False),
+    ("*.example.com", "evilexample.com", False), ("*.example.com", "a.example.com.evil", False),
+    ("127.0.0.1:8080", "127.0.0.1:8080", True), ("127.0.0.1:8080", "127.0.0.1:8081", False),
+    ("a.example.com", "*.example.com", False)])
+def test_one_entry_covers_another_only_when_it_matches_all_it_matches(outer: str, inner: str, covered: bool) -> None:
+    """A grant's domains bound a command's request and a child grant's: never wider."""
+    assert covers(parse_rule(outer), parse_rule(inner)) is covered
+
+
+def test_uncovered_names_what_a_request_asks_beyond_what_was_given() -> None:
+    assert uncovered(["PyPI.org:443", "files.pythonhosted.org"], ["pypi.org", "*.pythonhosted.org:443"]) == \
+        ["files.pythonhosted.org"]
+    assert uncovered(["a.test"], []) == ["a.test"]
+    with pytest.raises(InvalidInput):
+        uncovered(["not a host"], ["a.test"])
+
+
+def test_a_bot_s_policy_reaches_special_addresses_only_through_exact_grant_entries() -> None:
+    grant = ["*.corp.test", "localhost", "127.0.0.1:8080", "db.corp.test:5432"]
+    policy = NetworkPolicy.within_grant(["app.corp.test:443", "db.corp.test:5432", "localhost:22", "127.0.0.1:8080"],
+                                        grant)
+    assert check_addresses(policy, "app.corp.test", 443, ["10.0.0.5"])[0].rule == "network.special_address"
+    assert check_addresses(policy, "db.corp.test", 5432, ["10.0.0.6"])[0].allowed
+    assert check_addresses(policy, "localhost", 22, ["127.0.0.1"])[0].rule == "network.special_address"
+    assert check_host(policy, "127.0.0.1", 8080).allowed
+    assert check_addresses(policy, "app.corp.test", 443, ["93.184.215.14"])[0].allowed  # public: as asked
+    assert not check_host(policy, "other.corp.test", 443).allowed  # only what the command asked for
+    with pytest.raises(Denied) as caught:
+        NetworkPolicy.within_grant(["corp.test:443"], grant)
+    assert caught.value.rule == "grant.network"
+    assert policy.to_json()["special"] == ["db.corp.test:5432", "127.0.0.1:8080"]
+    assert "special" not in NetworkPolicy.parse(["a.test"]).to_json()

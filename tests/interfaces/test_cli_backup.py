@@ -13,9 +13,11 @@ import pytest
 
 from tests.conftest import Cli
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+pytestmark = [pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+              pytest.mark.used_home]
 
 
+@pytest.mark.initialised_home
 def test_a_lost_registry_and_keys_come_back_from_a_backup(cli: Cli, home: Path, tmp_path: Path) -> None:
     assert cli("init").code == 0
     assert cli("create", "saved").code == 0
@@ -48,6 +50,7 @@ def test_a_lost_registry_and_keys_come_back_from_a_backup(cli: Cli, home: Path, 
         app.close()
 
 
+@pytest.mark.initialised_home
 def test_restore_refuses_to_overwrite_and_anything_not_a_backup(cli: Cli, home: Path, tmp_path: Path) -> None:
     assert cli("init").code == 0
     assert cli("create", "here").code == 0

@@ -9,6 +9,7 @@ import pytest
 from tests.conftest import Cli
 
 
+@pytest.mark.initialised_home
 @pytest.mark.parametrize(("text", "stored"), [
     ('["python3","echo"]', ["python3", "echo"]),
     ("['python3', 'echo']", ["python3", "echo"]),
@@ -24,6 +25,7 @@ def test_list_syntaxes_store_the_items(cli: Cli, text: str, stored: list[str]) -
     assert cli("config", "get", "sandbox.allowed_commands", "--json", env=env).json["data"]["value"] == stored
 
 
+@pytest.mark.initialised_home
 def test_a_malformed_array_is_one_invalid_line_and_changes_nothing(cli: Cli, home: Path) -> None:
     cli("init")
     before = (home / "config.toml").read_bytes()
@@ -36,6 +38,7 @@ def test_a_malformed_array_is_one_invalid_line_and_changes_nothing(cli: Cli, hom
     assert env.code == 2 and env.json["error"]["code"] == "invalid"
 
 
+@pytest.mark.initialised_home
 @pytest.mark.parametrize(("key", "value"), [
     ("sandbox.allowed_commands", '["a,b", " c", "[x"]'),
     ("sandbox.allowed_commands", "pip, git"),

@@ -10,7 +10,10 @@ import pytest
 from tests.conftest import Cli
 from warden.core.settings import KEYS, env_name
 
+pytestmark = pytest.mark.used_home  # a copy of a home whose registry is made (tests/conftest.py `home`)
 
+
+@pytest.mark.empty_home  # what init makes in a home nothing has used yet
 def test_init_is_idempotent_and_creates_home(cli: Cli, home: Path) -> None:
     first = cli("init", "--json")
     assert first.code == 0, first.stderr
@@ -22,6 +25,7 @@ def test_init_is_idempotent_and_creates_home(cli: Cli, home: Path) -> None:
     assert again.json["data"]["created"] == []
 
 
+@pytest.mark.initialised_home
 def test_config_set_wrong_type_exits_2_and_changes_nothing(cli: Cli, home: Path) -> None:
     cli("init")
     before = (home / "config.toml").read_bytes()
@@ -34,6 +38,7 @@ def test_config_set_wrong_type_exits_2_and_changes_nothing(cli: Cli, home: Path)
     assert bad_json.json == {"ok": False, "error": {"code": "invalid", "message": bad_json.json["error"]["message"]}}
 
 
+@pytest.mark.initialised_home
 def test_config_show_tells_each_source(cli: Cli) -> None:
     cli("init")
     assert cli("config", "set", "sandbox.max_file_size_mb", "5").code == 0
@@ -44,6 +49,7 @@ def test_config_show_tells_each_source(cli: Cli) -> None:
     assert env.json["data"] == {"key": "sandbox.max_file_size_mb", "value": 7, "source": "environment"}
 
 
+@pytest.mark.initialised_home
 def test_config_keeps_comments_when_setting(cli: Cli, home: Path) -> None:
     cli("init")
     text = (home / "config.toml").read_text()
@@ -93,6 +99,7 @@ def test_usage_errors_exit_2_with_one_line(cli: Cli) -> None:
     assert result.json["ok"] is False and result.json["error"]["code"] == "invalid"
 
 
+@pytest.mark.initialised_home
 def test_audit_records_and_verifies(cli: Cli, home: Path) -> None:
     cli("init")
     cli("create", "demo")
@@ -117,6 +124,7 @@ def test_destroy_archives_and_unarchive_brings_it_back(cli: Cli, home: Path) -> 
     assert cli("unarchive", "nothing-here").code == 4
 
 
+@pytest.mark.initialised_home
 @pytest.mark.parametrize(("key", "value", "says"), [
     ("sandbox.memory", "0", "below the minimum 16M"),
     ("sandbox.memory", "15M", "below the minimum 16M"),
@@ -150,6 +158,7 @@ def test_config_set_refuses_values_that_break_later_commands(cli: Cli, home: Pat
     assert says in edited.json["error"]["message"]
 
 
+@pytest.mark.initialised_home
 @pytest.mark.parametrize(("key", "value"), [
     ("sandbox.memory", "16M"), ("sandbox.timeout", "1d"), ("api.port", "65535"),
     ("sandbox.root_dir", "~/ws"), ("sandbox.root_dir", "/srv/ws"), ("sandbox.root_dir", ""),
@@ -195,6 +204,7 @@ def test_cleanup_reports_the_duration_as_written(cli: Cli) -> None:
     assert cli("cleanup", "--older-than", "7d").stdout == "nothing idle for more than 7d\n"
 
 
+@pytest.mark.initialised_home
 def test_config_set_fixes_a_wrong_value_in_the_file(cli: Cli, home: Path) -> None:
     """Every other command refuses a wrong setting and points at `config set`, so it must work."""
     assert cli("init").code == 0

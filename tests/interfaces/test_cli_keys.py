@@ -13,6 +13,8 @@ from tests.conftest import Cli
 from tests.support.servers import warden_environ
 from warden.core.tokens import looks_like_token
 
+pytestmark = pytest.mark.used_home  # a copy of a home whose registry is made (tests/conftest.py `home`)
+
 
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory: pytest.TempPathFactory) -> Any:
@@ -27,6 +29,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return cli
 
 
+@pytest.mark.empty_home  # what init makes in a home nothing has used yet
 def test_init_creates_private_keys(cli: Any, home: Path) -> None:
     result = cli("init", "--json")
     assert result.code == 0

@@ -11,7 +11,8 @@ import pytest
 
 from tests.conftest import Cli
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+pytestmark = [pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+              pytest.mark.used_home]
 
 
 def status(cli: Cli, name: str) -> str:

@@ -11,7 +11,8 @@ import pytest
 from tests.conftest import Cli
 from warden.core.policy import state_exposure
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+pytestmark = [pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+              pytest.mark.used_home]
 
 
 @pytest.mark.parametrize(("path", "exposed"), [

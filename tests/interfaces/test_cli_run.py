@@ -16,7 +16,8 @@ import pytest
 
 from tests.conftest import Cli
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+pytestmark = [pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+              pytest.mark.used_home]
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +72,7 @@ def test_stdin_passes_through(cli: Cli, ws: str) -> None:
     assert r.stdout == "HELLO\n"
 
 
+@pytest.mark.alone  # times the first line's arrival: on shared cores it may come late
 def test_output_is_streamed_live(env: dict[str, str], ws: str) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "warden", "run", ws, "--", "sh", "-c",
                              "echo first; sleep 2; echo second"], stdout=subprocess.PIPE, env=env)

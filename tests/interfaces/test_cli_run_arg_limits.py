@@ -10,7 +10,8 @@ from tests.conftest import Cli
 from warden.adapters.sandbox import execlimits
 from warden.bootstrap import App
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+pytestmark = [pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+              pytest.mark.used_home]
 
 
 def test_run_with_a_command_line_too_long_for_bwrap_exits_2(app: App, cli: Cli) -> None:

@@ -6,6 +6,8 @@ import pytest
 
 from tests.conftest import Cli
 
+pytestmark = pytest.mark.used_home  # a copy of a home whose registry is made (tests/conftest.py `home`)
+
 
 def test_a_mistyped_command_names_the_nearest_one(cli: Cli) -> None:
     result = cli("craete", "x")

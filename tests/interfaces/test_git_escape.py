@@ -20,8 +20,9 @@ import pytest
 
 from tests.conftest import Cli
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("git") is None,
-                                reason="needs bubblewrap and git")
+pytestmark = [pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("git") is None,
+                                 reason="needs bubblewrap and git"),
+              pytest.mark.used_home]
 
 
 @pytest.fixture

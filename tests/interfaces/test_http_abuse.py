@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import socket
 import time
@@ -48,7 +49,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 
 def _raw(url: str, head: str, body: bytes = b"", wait: float = 10.0) -> tuple[int, dict[str, str], bytes]:
-    """Send `head` and the start of a body, then read the answer until the server closes.
+    """Send `head` and the start of a body, then read the answer: until its Content-Length is
+    in, or else until the server closes (a server keeping the connection open after answering
+    would otherwise hold the test for its keep-alive time).
 
     Raises socket.timeout when the server instead waits for the rest of the body.
     """
@@ -58,6 +61,10 @@ def _raw(url: str, head: str, body: bytes = b"", wait: float = 10.0) -> tuple[in
         data = b""
         while chunk := sock.recv(65536):
             data += chunk
+            top, end, payload = data.partition(b"\r\n\r\n")
+            length = re.search(rb"(?im)^content-length:\s*(\d+)\s*$", top)
+            if end and length and len(payload) >= int(length.group(1)):
+                break
     top, _, payload = data.partition(b"\r\n\r\n")
     lines = top.decode("latin-1").split("\r\n")
     headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}

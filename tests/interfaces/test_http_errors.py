@@ -177,7 +177,7 @@ def test_denials_name_the_actor_in_the_audit_log_not_the_token(live: dict[str, A
 
 
 async def _slow_app(scope: Any, receive: Any, send: Any) -> None:
-    await asyncio.sleep(5)
+    await asyncio.sleep(5)  # an app far slower than the middleware's timeout, which cancels it
 
 
 async def _echo_app(scope: Any, receive: Any, send: Any) -> None:

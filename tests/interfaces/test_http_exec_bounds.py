@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.support.servers import ServeProcess, cli_out, warden_environ
+from tests.support.waiting import wait_until
 from warden.core.errors import Unavailable
 from warden.interfaces.http.running import ExecSlots
 
@@ -28,8 +29,9 @@ def test_exec_slots_bound_all_and_each_bot() -> None:
 
 
 
-def test_a_busy_bot_is_refused_others_are_served_and_output_is_capped(tmp_path: Path) -> None:
-    environ = {**warden_environ(tmp_path / "home"), "WARDEN_API_MAX_EXECS_PER_BOT": "1",
+def test_a_busy_bot_is_refused_others_are_served_and_output_is_capped(tmp_path: Path,
+                                                                      initialised_home: Path) -> None:
+    environ = {**warden_environ(initialised_home), "WARDEN_API_MAX_EXECS_PER_BOT": "1",
                "WARDEN_API_MAX_OUTPUT": "64K"}
     cli_out(environ, "init")
     cli_out(environ, "create", "busy")
@@ -43,28 +45,30 @@ def test_a_busy_bot_is_refused_others_are_served_and_output_is_capped(tmp_path: 
         def exec_as(token: str, cmd: list[str]) -> httpx.Response:
             return httpx.post(url, json={"cmd": cmd}, headers={"Authorization": f"Bearer {token}"}, timeout=60)
 
-        marker = tmp_path / "home" / "workspaces" / "busy" / "started"
-        holder = threading.Thread(target=exec_as, args=(hog, ["sh", "-c", "touch started; sleep 8"]))
+        folder = initialised_home / "workspaces" / "busy"
+        # The hog's first command holds its slot until the test lets it go.
+        hold = "touch started; while [ ! -e release ]; do sleep 0.05; done"
+        holder = threading.Thread(target=exec_as, args=(hog, ["sh", "-c", hold]))
         holder.start()
-        deadline = time.monotonic() + 60
-        while not marker.exists():  # the hog's first command is running (it holds its slot)
-            assert time.monotonic() < deadline, "the first command never started"
-            time.sleep(0.05)
-        started = time.monotonic()
-        second = exec_as(hog, ["true"])
-        assert second.status_code == 503 and "max_execs_per_bot" in second.json()["error"]["message"]
-        assert time.monotonic() - started < 5, "refused at once, not queued behind the 8 s command"
-        other = exec_as(calm, ["true"])
-        assert other.status_code == 200 and other.json()["exit_code"] == 0
-        holder.join()
+        try:
+            wait_until((folder / "started").exists, timeout=60, message="the first command never started")
+            started = time.monotonic()
+            second = exec_as(hog, ["true"])
+            assert second.status_code == 503 and "max_execs_per_bot" in second.json()["error"]["message"]
+            assert time.monotonic() - started < 5, "refused at once, not queued behind the held command"
+            other = exec_as(calm, ["true"])
+            assert other.status_code == 200 and other.json()["exit_code"] == 0
+        finally:
+            (folder / "release").touch()
+            holder.join(60)
         big = exec_as(calm, ["python3", "-c", "import sys; sys.stdout.write('x' * (1 << 20))"])
         assert big.status_code == 200
         assert len(big.json()["stdout"]) == 64 * 1024
         assert "output beyond 65536 bytes per stream was dropped" in big.json()["stderr"]
 
 
-def test_a_bot_holds_at_most_its_quota_of_workspaces(tmp_path: Path) -> None:
-    environ = {**warden_environ(tmp_path / "home"), "WARDEN_API_MAX_WORKSPACES_PER_BOT": "2"}
+def test_a_bot_holds_at_most_its_quota_of_workspaces(tmp_path: Path, initialised_home: Path) -> None:
+    environ = {**warden_environ(initialised_home), "WARDEN_API_MAX_WORKSPACES_PER_BOT": "2"}
     cli_out(environ, "init")
     token = cli_out(environ, "bot", "register", "hoarder")
     with ServeProcess(environ, tmp_path) as server:
@@ -81,11 +85,11 @@ def test_a_bot_holds_at_most_its_quota_of_workspaces(tmp_path: Path) -> None:
         assert "h3" not in names
 
 
-def test_a_trickled_body_is_cut_off_at_the_request_timeout(tmp_path: Path) -> None:
+def test_a_trickled_body_is_cut_off_at_the_request_timeout(tmp_path: Path, initialised_home: Path) -> None:
     import socket
     from urllib.parse import urlsplit
 
-    environ = {**warden_environ(tmp_path / "home"), "WARDEN_API_REQUEST_TIMEOUT": "2s"}
+    environ = {**warden_environ(initialised_home), "WARDEN_API_REQUEST_TIMEOUT": "2s"}
     cli_out(environ, "init")
     with ServeProcess(environ, tmp_path) as server:
         parts = urlsplit(server.url)
@@ -100,22 +104,25 @@ def test_a_trickled_body_is_cut_off_at_the_request_timeout(tmp_path: Path) -> No
                 with contextlib.suppress(TimeoutError):
                     answer += sock.recv(65536)
                 assert time.monotonic() - started < 20, "the trickle was never cut off"
+            sock.settimeout(10)
+            while chunk := sock.recv(65536):  # the rest of the answer (its body may come later)
+                answer += chunk
         assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
         assert b'"code":"timeout"' in answer.replace(b" ", b"")
         assert httpx.get(f"{server.url}/v1/health", timeout=10).status_code == 200
 
 
-def test_tokens_a_bot_minted_for_others_share_its_exec_slots(tmp_path: Path) -> None:
+def test_tokens_a_bot_minted_for_others_share_its_exec_slots(tmp_path: Path, initialised_home: Path) -> None:
     from warden.bootstrap import bootstrap
 
-    environ = {**warden_environ(tmp_path / "home"), "WARDEN_API_MAX_EXECS_PER_BOT": "2"}
+    environ = {**warden_environ(initialised_home), "WARDEN_API_MAX_EXECS_PER_BOT": "2"}
     cli_out(environ, "init")
     cli_out(environ, "create", "shared")
     for bot in ("minter", "b", "c", "d"):
         cli_out(environ, "bot", "register", bot)
     minter = cli_out(environ, "grant", "shared", "minter", "--permissions", "read,execute,admin")
     d = cli_out(environ, "grant", "shared", "d", "--permissions", "read,execute")
-    folder = tmp_path / "home" / "workspaces" / "shared"
+    folder = initialised_home / "workspaces" / "shared"
     with ServeProcess(environ, tmp_path) as server:
         base = f"{server.url}/v1/workspaces/shared"
 
@@ -138,10 +145,8 @@ def test_tokens_a_bot_minted_for_others_share_its_exec_slots(tmp_path: Path) -> 
         for holder in holders:
             holder.start()
         try:
-            deadline = time.monotonic() + 60
-            while not all((folder / f"started-{i}").exists() for i in range(2)):
-                assert time.monotonic() < deadline, "the minter's commands never started"
-                time.sleep(0.05)
+            wait_until(lambda: all((folder / f"started-{i}").exists() for i in range(2)), timeout=60,
+                       message="the minter's commands never started")
             for bot in ("b", "c"):
                 refused = exec_as(minted[bot], ["true"])
                 assert refused.status_code == 503, refused.text
@@ -155,7 +160,7 @@ def test_tokens_a_bot_minted_for_others_share_its_exec_slots(tmp_path: Path) -> 
         served = exec_as(minted["b"], ["true"])
         assert served.status_code == 200 and served.json()["exit_code"] == 0
         assert httpx.get(base, headers=as_(minted["c"]), timeout=30).status_code == 200
-    app = bootstrap(tmp_path / "home", environ=environ)
+    app = bootstrap(initialised_home, environ=environ)
     try:
         execs = sorted((e for e in app.audit.list(limit=100) if e.action == "api.exec"), key=lambda e: e.seq)
         by_b = [e for e in execs if e.actor.startswith("bot:b@")]

@@ -22,8 +22,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Cli
+from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+pytestmark = [pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+              pytest.mark.used_home]
 
 
 def spawn(cli: Cli, *args: str) -> subprocess.Popen[bytes]:
@@ -55,10 +57,7 @@ def status(cli: Cli, name: str) -> str | None:
 
 
 def wait_for_status(cli: Cli, name: str, wanted: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while status(cli, name) != wanted:
-        assert time.monotonic() < deadline, f"{name} never became {wanted}"
-        time.sleep(0.02)
+    wait_until(lambda: status(cli, name) == wanted, timeout=timeout, message=f"{name} never became {wanted}")
 
 
 def test_two_archives_at_once_lose_nothing(cli: Cli) -> None:
@@ -67,7 +66,7 @@ def test_two_archives_at_once_lose_nothing(cli: Cli) -> None:
         assert cli("create", name).code == 0
         assert cli("fs", name, "write", "/notes/keep.txt", input="precious\n").code == 0
         first = spawn(cli, "archive", name)
-        time.sleep(0.02 * attempt)
+        time.sleep(0.02 * attempt)  # a different head start each attempt: what the test does
         second = spawn(cli, "archive", name)
         results = [finish(first), finish(second)]
         assert sorted(code for code, _, _ in results) in ([0, 0], [0, 5]), results
@@ -92,7 +91,7 @@ def test_destroy_during_a_create_never_gives_a_false_success(cli: Cli, tmp_path:
     for attempt in range(4):
         name = f"race{attempt}"
         create = spawn(cli, "create", name, "--blob", str(blob), "--json")
-        time.sleep(0.05 + 0.1 * attempt)
+        time.sleep(0.05 + 0.1 * attempt)  # a later destroy each attempt: what the test does
         destroyed = cli("destroy", name, "--yes", "--no-archive")
         code, out, err = finish(create)
         now = status(cli, name)
@@ -119,11 +118,13 @@ def test_repair_during_a_live_create_is_refused(cli: Cli, tmp_path: Path) -> Non
     assert status(cli, "live") == "ready"
 
 
-def test_a_create_killed_while_unpacking_is_never_repaired_to_ready(cli: Cli, tmp_path: Path) -> None:
+def test_a_create_killed_while_unpacking_is_never_repaired_to_ready(cli: Cli, tmp_path: Path, home: Path) -> None:
     blob = blob_of(tmp_path, 20000)
     create = spawn(cli, "create", "killed", "--blob", str(blob))
     wait_for_status(cli, "killed", "creating")
-    time.sleep(0.3)
+    # The blob's first file is on disk (of 20000): the create is unpacking.
+    wait_until((home / "workspaces" / "killed" / "src" / "d0" / "f0.txt").exists, interval=0.005,
+               message="the create never started unpacking")
     os.kill(create.pid, signal.SIGKILL)
     create.wait()
     assert status(cli, "killed") == "broken"
@@ -136,10 +137,7 @@ def test_a_create_killed_while_unpacking_is_never_repaired_to_ready(cli: Cli, tm
 def test_a_run_against_a_destroy_is_stopped_and_audited_never_an_internal_error(cli: Cli, home: Path) -> None:
     assert cli("create", "busy").code == 0
     run = spawn(cli, "run", "busy", "--", "sh", "-c", "echo kept > early.txt; sleep 30")
-    deadline = time.monotonic() + 20
-    while not (home / "workspaces" / "busy" / "early.txt").exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until((home / "workspaces" / "busy" / "early.txt").exists, timeout=20, message="the run never started")
     destroy = cli("destroy", "busy", "--yes")
     code, _, err = finish(run)
     assert destroy.code == 0, destroy.stderr
@@ -180,10 +178,11 @@ def test_destroying_an_archived_workspace_keeps_its_way_back(cli: Cli) -> None:
 def test_doctor_fix_sweeps_what_killed_runs_left(cli: Cli, home: Path) -> None:
     assert cli("create", "swept").code == 0
     run = spawn(cli, "run", "swept", "--", "sleep", "30")
-    deadline = time.monotonic() + 20
-    while "run.start" not in [e["action"] for e in cli("audit", "--workspace", "swept", "--json").json["data"]]:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+
+    def started() -> bool:
+        return "run.start" in [e["action"] for e in cli("audit", "--workspace", "swept", "--json").json["data"]]
+
+    wait_until(started, timeout=20, interval=0.05, message="the run never started")
     os.kill(run.pid, signal.SIGKILL)
     run.wait()
     stale_tmp = home / "archives" / f".swept-x.tar.zst.{run.pid}.tmp"
@@ -217,13 +216,7 @@ def test_doctor_fix_stops_a_sandbox_its_killed_warden_left_running(cli: Cli, hom
                                 ">/dev/null 2>&1 &"], cwd=ws, check=True)
     from warden.adapters.processes import orphan_sandboxes
 
-    deadline = time.monotonic() + 10
-    while not orphan_sandboxes([str(ws)]):
-        assert time.monotonic() < deadline, "the stray sandbox did not start"
-        time.sleep(0.05)
+    wait_until(lambda: orphan_sandboxes([str(ws)]), interval=0.05, message="the stray sandbox did not start")
     swept = cli("doctor", "--fix", "--json").json["data"]["swept"]
     assert swept["orphan_sandboxes"]
-    deadline = time.monotonic() + 10
-    while orphan_sandboxes([str(ws)]):
-        assert time.monotonic() < deadline, "the stray sandbox is still running"
-        time.sleep(0.05)
+    wait_until(lambda: not orphan_sandboxes([str(ws)]), interval=0.05, message="the stray sandbox is still running")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -108,6 +109,7 @@ def test_an_anchor_with_another_hash_is_caught(app: App) -> None:
     assert broken is not None and "differs" in broken.reason
 
 
+@pytest.mark.initialised_home
 def test_cli_prints_the_head_and_checks_an_anchor(cli: Cli, home: Path) -> None:
     assert cli("init").code == 0
     assert cli("create", "w1").code == 0
@@ -166,6 +168,7 @@ def test_a_duplicate_key_in_stored_json_breaks_verification(app: App, home: Path
     assert count == 2
 
 
+@pytest.mark.initialised_home
 def test_detail_that_is_not_json_breaks_verification_not_the_cli(cli: Cli, home: Path) -> None:
     assert cli("init").code == 0
     assert cli("create", "w1").code == 0

@@ -23,10 +23,11 @@ def _check_ready(ws: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # the kills are spread over a create's duration measured first: no other test may change it
 def test_kill_create_at_random_points(envhome: EnvHome) -> None:  # noqa: F811
     seed = int(os.environ.get("WARDEN_CRASH_SEED", time.time()))
     rng = random.Random(seed)
-    # How long a whole create takes here, to spread the kills over all of it.
+    # How long a whole create takes on this machine now, to spread the kills over all of it.
     spans = []
     for _ in range(3):
         started = time.monotonic()
@@ -42,7 +43,7 @@ def test_kill_create_at_random_points(envhome: EnvHome) -> None:  # noqa: F811
         delay = span * (0.3 + 0.75 * (trial + rng.random()) / 20)
         proc = subprocess.Popen([sys.executable, "-m", "warden", "create", name, "--template", "local"],
                                 env=envhome.environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(delay)
+        time.sleep(delay)  # the random moment of the kill: what the test does, not a wait
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         listed = envhome.cli("list", "--json")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.waiting import wait_until
 from warden.adapters.processes import HostProcesses
 from warden.adapters.store.db import open_database
 from warden.adapters.store.registry import SqlRegistry
@@ -72,11 +73,11 @@ def test_exclusive_holders_never_overlap(db: SqlRegistry) -> None:
                         inside += 1
                         worst = max(worst, inside)
                         won += 1
-                    time.sleep(0.001)
+                    time.sleep(0.001)  # holds it a moment, so that others try meanwhile
                     with guard:
                         inside -= 1
             except Locked:
-                time.sleep(0.001)
+                time.sleep(0.001)  # and tries again a moment later
 
     threads = [threading.Thread(target=worker) for _ in range(8)]
     for thread in threads:
@@ -87,6 +88,7 @@ def test_exclusive_holders_never_overlap(db: SqlRegistry) -> None:
     assert service.state("w").held == ()
 
 
+@pytest.mark.alone  # A's renewals must come within its 0.5 s ttl: no other test may take the cores
 def test_two_nodes_share_the_registry(db: SqlRegistry) -> None:
     """Node B cannot take what node A holds (it cannot tell whether A's process lives), until
     A's lease expires; A's next state write then finds itself fenced off."""
@@ -95,7 +97,8 @@ def test_two_nodes_share_the_registry(db: SqlRegistry) -> None:
     with a.hold("w", "exclusive", "archive") as lease:
         with pytest.raises(Locked, match=r"archive by pid .* on node-a"), b.hold("w", "shared", "run"):
             pass
-        time.sleep(1.0)  # renewed by A meanwhile: still A's
+        # Twice A's ttl by the wall clock, which its renewals run on: renewed meanwhile, still A's.
+        time.sleep(1.0)
         with pytest.raises(Locked), b.hold("w", "exclusive", "destroy"):
             pass
         with db.transaction() as tx:
@@ -121,7 +124,7 @@ def test_a_lease_is_renewed_while_held(db: SqlRegistry) -> None:
     service = LeaseService(db, HostProcesses(), now, "node-a", ttl=timedelta(seconds=0.3))
     with service.hold("w", "shared", "run"):
         first = service.state("w").held[0].expires
-        time.sleep(0.5)
-        later = service.state("w").held
+        later = wait_until(lambda: [h for h in service.state("w").held if h.expires > first],
+                           message="the lease was never renewed")
         assert later and later[0].expires > first
     assert service.state("w").held == ()

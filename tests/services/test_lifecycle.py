@@ -6,14 +6,37 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from tests.support.envs import EnvHome, envhome  # noqa: F401 - fixture
+from tests.support.waiting import wait_until
 from warden.bootstrap import bootstrap
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """The processes below `pid` on this host, with their command names."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            names[int(entry)] = stat[stat.index("(") + 1:stat.rindex(")")]
+            parents[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
+    found: dict[int, str] = {}
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent and child not in found:
+                found[child] = names[child]
+                todo.append(child)
+    return found
 
 
 def _create(env: EnvHome, name: str, *args: str) -> Path:
@@ -35,7 +58,7 @@ def test_suspend_stops_sandboxed_processes_and_resume_reopens(envhome: EnvHome) 
                                 "--bind", str(ws), str(ws), "--chdir", str(ws), "--unshare-pid",
                                 "--die-with-parent", "--", "sleep", "60"])
     try:
-        time.sleep(0.3)
+        wait_until(lambda: "sleep" in _descendants(sleeper.pid).values(), message="the sandbox never started")
         proc = envhome.cli("suspend", name, "--json")
         assert proc.returncode == 0, proc.stderr
         assert sleeper.pid in json.loads(proc.stdout)["data"]["stopped"]

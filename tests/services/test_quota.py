@@ -17,7 +17,8 @@ import pytest
 from tests.adapters.test_quota import blocks
 from tests.conftest import Cli, isolated_environ
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+pytestmark = [pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+              pytest.mark.used_home]
 
 MiB = 1 << 20
 WRITE_30_MIB = "for i in range(30):\n    open(f'f{i}', 'wb').write(b'x' * (1 << 20))\n"
@@ -50,6 +51,7 @@ def last_run(cli: Cli, name: str) -> dict[str, object]:
     return runs[-1] if runs else {}
 
 
+@pytest.mark.alone  # how far past the limit a run gets depends on how soon the watcher gets a core
 def test_a_run_writing_past_max_disk_is_stopped_within_a_mebibyte(cli: Cli, ws: tuple[str, Path]) -> None:
     """30 x 1 MiB against a 5M limit, five times. The overshoot is the write that crosses the
     limit plus what the command writes before the kill lands: 72 KiB over (the workspace's own
@@ -92,6 +94,7 @@ def test_no_single_file_may_pass_the_bytes_left(cli: Cli, ws: tuple[str, Path]) 
     assert (folder / "one").stat().st_size <= 5 * MiB - before
 
 
+@pytest.mark.alone  # as above: the overshoot measures the watcher's reaction time
 def test_a_run_making_too_many_files_is_stopped_within_a_hundred(cli: Cli, ws: tuple[str, Path]) -> None:
     """3000 new files against max_files=500, three times: most runs stop within 100 files past
     the limit (see the test above for why not all)."""

@@ -20,7 +20,9 @@ from tests.support.fakes import (
     FakeHostProcesses,
     FakeMountSources,
     FakeNetEvent,
+    FakeSafeRoots,
     FakeSandboxRunner,
+    FakeWorkspaceIO,
 )
 from warden.core.bwrap_argv import Bind
 from warden.core.errors import Conflict, Denied, InvalidInput, Locked, NotFound, Refused, Unavailable
@@ -85,12 +87,14 @@ class World:
         self.sandbox = FakeSandboxRunner(RunResult(0, "hello\n", "", 0.25))
         self.git = FakeGitGuards()
         self.mounts = FakeMountSources()
+        self.io = FakeWorkspaceIO()  # the workspace folders, as the run's cwd is judged in them
+        self.io.make_folder("/home/u/.warden/workspaces/w1")
         self.records = RunsInProgress(self.audit, self.processes, lambda: self.now, "node-a")
         self.settings = dataclasses.replace(RunSettings.from_settings(resolved), **settings)  # type: ignore[arg-type]
         self.service = RunService(registry=self.registry, audit=self.audit, workspaces=Workspaces(self.registry),
                                   leases=self.leases, quota=self.quota, paths=self.paths,  # type: ignore[arg-type]
                                   settings=self.settings, sandbox=self.sandbox, records=self.records,
-                                  git=self.git, mounts=self.mounts)
+                                  git=self.git, mounts=self.mounts, roots=FakeSafeRoots(self.io))
         self.add_workspace("w1")
 
     def add_workspace(self, name: str, status: str = "ready", **meta: object) -> None:
@@ -168,6 +172,31 @@ def test_output_goes_to_the_sinks_and_warden_lines_to_the_notice(world: World) -
     assert out == [b"out\n"] and notice == [line.encode()]
     assert (result.stdout, result.stderr) == ("", line)  # not captured; Warden's own lines are kept
     assert world.events("network.refused") == [("network.refused", "deny", "network.not_allowed", "refused")]
+
+
+def test_a_front_end_gets_the_kill_switch_and_a_killed_run_is_audited_as_such(world: World) -> None:
+    # A streamed exec whose client left kills its command through `on_started` (interfaces/http).
+    kills: list[object] = []
+
+    def started(kill: object) -> None:
+        kills.append(kill)
+        assert callable(kill)
+        kill()
+
+    result = world.service.execute(RunRequest("w1", ["sleep", "100"]), RunOutput(capture=False, on_started=started))
+    assert len(kills) == 1 and (result.exit_code, result.signal) == (137, 9)
+    assert world.events("run") == [("run", "allow", "sandbox", "137")]
+
+
+def test_a_terminal_is_handed_to_the_sandbox(world: World) -> None:
+    master, slave = os.openpty()
+    try:
+        world.service.execute(RunRequest("w1", ["sh"], terminal=slave), RunOutput(capture=False))
+        assert world.sandbox.requests[0].terminal == slave
+        assert os.read(master, 100) == b"hello\r\n"  # what the command wrote reaches the terminal alone
+    finally:
+        os.close(master)
+        os.close(slave)
 
 
 def test_a_run_that_failed_says_why_when_warden_knows(world: World) -> None:
@@ -257,6 +286,93 @@ def test_bad_network_options_are_invalid(world: World) -> None:
         world.service.run("w1", ["ls"], allow_domains=["pypi.org"])
     with pytest.raises(InvalidInput, match="at least one --allow-domain"):
         world.service.run("w1", ["ls"], net="allow")
+
+
+# -- the working folder (cwd) ---------------------------------------------------------------------
+def test_cwd_is_a_folder_of_the_workspace_given_to_the_sandbox(world: World) -> None:
+    world.io.make_folder(f"{WS}/src/pkg")
+    world.service.run("w1", ["ls"], cwd="src/pkg")
+    world.service.run("w1", ["ls"], cwd=f"{WS}/src/./pkg/../pkg")
+    world.service.run("w1", ["ls"], cwd=".")
+    assert [r.cwd for r in world.sandbox.requests] == [f"{WS}/src/pkg", f"{WS}/src/pkg", WS]
+    assert world.audit.list(limit=1)[0].detail["cwd"] == "."
+
+
+@pytest.mark.parametrize(("cwd", "why"), [
+    ("..", "climbs out of the workspace"), ("src/../../w2", "climbs out of the workspace"),
+    ("/etc", "is outside the workspace"), (f"{WS}/../w2", "is outside the workspace"),
+    ("/home/u/.warden/workspaces/w1-evil", "is outside the workspace"),
+    ("missing", "is not a folder of the workspace"), ("up/etc", "goes through a symbolic link"),
+    ("notes.txt", "is a file, not a folder"),
+    ("up", "is a symbolic link, not a folder"), ("", "cwd is empty"), ("a\0b", "NUL byte")])
+def test_a_cwd_outside_or_not_a_folder_is_refused_before_anything_runs(world: World, cwd: str, why: str) -> None:
+    world.io.make_folder(f"{WS}/src")
+    world.io.files[f"{WS}/notes.txt"] = b"x"
+    world.io.links[f"{WS}/up"] = "/"
+    with pytest.raises(InvalidInput, match=why) as caught:
+        world.service.run("w1", ["ls"], cwd=cwd)
+    assert isinstance(caught.value, Refused) and caught.value.code == "invalid"
+    assert str(caught.value).count("\n") == 0
+    assert world.sandbox.requests == [] and world.runs_in_progress() == []
+    assert world.events() == [("run", "deny", "run.cwd", "refused")]
+
+
+def test_a_cwd_under_a_denied_path_is_refused(world: World) -> None:
+    world.io.make_folder(f"{WS}/private")
+    world.paths.denied = (f"{WS}/private",)
+    with pytest.raises(InvalidInput, match="denied path"):
+        world.service.run("w1", ["ls"], cwd="private")
+    assert world.sandbox.requests == []
+
+
+# -- TLS trust and a bot's network ---------------------------------------------------------------
+def test_tls_trust_reaches_runs_with_network_only() -> None:
+    world = World(trust_env={"SSL_CERT_FILE": "/etc/corp/ca.pem", "UV_SYSTEM_CERTS": "1"},
+                  trust_paths=("/etc/corp/ca.pem", "/home/u"))
+    world.service.run("w1", ["ls"])
+    world.service.run("w1", ["pip", "download", "six"], net="allow", allow_domains=["pypi.org"],
+                      env={"UV_SYSTEM_CERTS": "0"})
+    without, networked = world.sandbox.requests
+    assert "SSL_CERT_FILE" not in without.env and "/etc/corp/ca.pem" not in without.ro_paths
+    assert networked.env["SSL_CERT_FILE"] == "/etc/corp/ca.pem" and networked.env["UV_SYSTEM_CERTS"] == "0"
+    assert "/etc/corp/ca.pem" in networked.ro_paths
+    assert "/home/u" not in networked.ro_paths  # it would show Warden's home: never mounted
+
+
+def test_a_bot_run_reaches_its_own_domains_not_the_settings_ones() -> None:
+    world = World(allowed_domains=("pypi.org",))
+    world.service.run("w1", ["curl", "x"], net="allow", allow_domains=["example.com:443"], actor="bot:b@acc",
+                      grant_domains=["example.com"])
+    world.service.run("w1", ["curl", "x"], net="allow", allow_domains=["example.com:443"])
+    bot, person = world.sandbox.requests
+    assert bot.network is not None and [r.text for r in bot.network.allowed] == ["example.com:443"]
+    assert person.network is not None and [r.text for r in person.network.allowed] == ["pypi.org", "example.com:443"]
+    with pytest.raises(Denied, match=r"does not allow network to other\.test:443") as caught:
+        world.service.run("w1", ["curl", "x"], net="allow", allow_domains=["other.test:443"], actor="bot:b@acc",
+                          grant_domains=["example.com"])
+    assert isinstance(caught.value, Refused) and len(world.sandbox.requests) == 2
+    assert world.events()[-1] == ("run", "deny", "grant.network", "refused")
+
+
+def test_a_bot_picks_no_port_on_a_private_address_its_grant_did_not_name() -> None:
+    """Listing a name without its port never reaches 127.0.0.1 or a private address (core.network);
+    a bot asking `db.corp.test:5432` under a grant of `*.corp.test` must not turn that around."""
+    world = World()
+    world.service.run("w1", ["psql"], net="allow", allow_domains=["db.corp.test:5432", "127.0.0.1:8080"],
+                      actor="bot:b@acc", grant_domains=["*.corp.test", "127.0.0.1:8080"])
+    policy = world.sandbox.requests[0].network
+    assert policy is not None and [r.text for r in policy.allowed] == ["db.corp.test:5432", "127.0.0.1:8080"]
+    assert policy.special is not None and [r.text for r in policy.special] == ["127.0.0.1:8080"]
+
+
+def test_a_failed_name_lookup_without_network_gets_a_hint_for_a_person_and_for_a_bot(world: World) -> None:
+    world.sandbox.result = RunResult(1, "", "curl: (6) Could not resolve host: pypi.org\n", 0.1,
+                                     stderr_tail="curl: (6) Could not resolve host: pypi.org\n")
+    person = world.service.run("w1", ["curl", "https://pypi.org"])
+    bot = world.service.run("w1", ["curl", "https://pypi.org"], actor="bot:b@acc_1")
+    assert person.stderr.endswith("--allow-domain HOST (or `warden install` for packages)\n")
+    assert '"network": {"allow": ["HOST:443"]}' in bot.stderr and "/install" in bot.stderr
+    assert bot.stderr.count("warden:") == 1
 
 
 # -- lost runs ------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """A Warden home with a local package index and a built template, shared by the env tests.
 
 Building a layer takes seconds, so one home (and its layers) serves a whole test session;
-each test uses its own workspace names.
+each test uses its own workspace names. Under pytest-xdist the tests using it run on one
+worker (tests/conftest.py), in the order they would without it: some change the whole home
+(cleanup archives every idle workspace), so they must not run beside each other.
 """
 
 from __future__ import annotations
@@ -77,7 +79,9 @@ def envhome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvHome]:
                     "WARDEN_ENVS_FIND_LINKS": str(root / "wheels"), "WARDEN_ENVS_NO_INDEX": "1",
                     "npm_config_cache": str(root / "npm-cache"), "UV_CACHE_DIR": str(root / "uv-cache")})
     env = EnvHome(root, home, template, root / "wheels", root / "npm", environ)
-    (home / "templates").mkdir()
+    proc = env.cli("init")  # a set-up home, as a user's is: whichever test comes first finds it so
+    assert proc.returncode == 0, proc.stderr
+    (home / "templates").mkdir(exist_ok=True)
     (home / "templates" / "local.yaml").write_text(template.read_text())
     proc = env.cli("snapshot", "build", "local", "--json")
     assert proc.returncode == 0, proc.stderr

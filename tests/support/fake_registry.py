@@ -20,6 +20,7 @@ from warden.core.audit import GENESIS, AuditEvent, StoredEvent, detail_text, eve
 from warden.core.errors import Conflict
 from warden.core.grants import BotRow, Grant
 from warden.core.leases import LeaseState
+from warden.core.live import LiveProcess, LiveSandbox
 from warden.core.runs import RunInProgress
 from warden.core.secrets import Sealed, SecretRow
 from warden.core.workspaces import WorkspaceRecord
@@ -33,6 +34,8 @@ class _State:
     secrets: dict[str, SecretRow] = field(default_factory=dict)
     leases: dict[str, tuple[LeaseState, int]] = field(default_factory=dict)
     runs: dict[str, RunInProgress] = field(default_factory=dict)
+    sandboxes: dict[str, LiveSandbox] = field(default_factory=dict)
+    processes: dict[str, LiveProcess] = field(default_factory=dict)
     audit: list[StoredEvent] = field(default_factory=list)
 
 
@@ -221,6 +224,95 @@ class _Runs:
         return [r for r in self._s.runs.values() if r.workspace == workspace]
 
 
+def _stored_live(meta: Mapping[str, object]) -> dict[str, object]:
+    """Meta as the SQL registry gives it back: through JSON."""
+    return json.loads(json.dumps(dict(meta), sort_keys=True, default=str))  # type: ignore[no-any-return]
+
+
+class _Sandboxes:
+    def __init__(self, state: _State) -> None:
+        self._s = state
+
+    def insert(self, sandbox: LiveSandbox) -> bool:
+        key = (sandbox.node, sandbox.workspace, sandbox.principal, sandbox.network)
+        if sandbox.id in self._s.sandboxes or any((s.node, s.workspace, s.principal, s.network) == key
+                                                  for s in self._s.sandboxes.values()):
+            return False
+        self._s.sandboxes[sandbox.id] = sandbox._replace(meta=_stored_live(sandbox.meta))
+        return True
+
+    def get(self, sandbox_id: str) -> LiveSandbox | None:
+        return self._s.sandboxes.get(sandbox_id)
+
+    def find(self, node: str, workspace: str, principal: str, network: str) -> LiveSandbox | None:
+        return next((s for s in self._s.sandboxes.values()
+                     if (s.node, s.workspace, s.principal, s.network) == (node, workspace, principal, network)), None)
+
+    def _sorted(self, found: list[LiveSandbox]) -> list[LiveSandbox]:
+        return sorted(found, key=lambda s: (s.started_at, s.id))
+
+    def of_workspace(self, workspace: str) -> list[LiveSandbox]:
+        return self._sorted([s for s in self._s.sandboxes.values() if s.workspace == workspace])
+
+    def of_node(self, node: str) -> list[LiveSandbox]:
+        return self._sorted([s for s in self._s.sandboxes.values() if s.node == node])
+
+    def touch(self, sandbox_id: str, at: str) -> None:
+        if sandbox_id in self._s.sandboxes:
+            self._s.sandboxes[sandbox_id] = self._s.sandboxes[sandbox_id]._replace(last_used=at)
+
+    def delete(self, sandbox_id: str) -> bool:
+        return self._s.sandboxes.pop(sandbox_id, None) is not None
+
+
+class _Processes:
+    def __init__(self, state: _State) -> None:
+        self._s = state
+
+    def insert(self, process: LiveProcess) -> None:
+        if process.id in self._s.processes:
+            raise Conflict(f"already exists or still in use (process {process.id})")
+        self._s.processes[process.id] = process._replace(meta=_stored_live(process.meta),
+                                                         principal=process.principal[:200])
+
+    def get(self, process_id: str) -> LiveProcess | None:
+        return self._s.processes.get(process_id)
+
+    def of_workspace(self, workspace: str, *, principal: str | None = None) -> list[LiveProcess]:
+        return sorted((p for p in self._s.processes.values()
+                       if p.workspace == workspace and (principal is None or p.principal == principal)),
+                      key=lambda p: (p.started_at, p.id))
+
+    def of_sandbox(self, sandbox_id: str) -> list[LiveProcess]:
+        return sorted((p for p in self._s.processes.values() if p.sandbox_id == sandbox_id),
+                      key=lambda p: (p.started_at, p.id))
+
+    def count_running(self, *, bot: str | None = None) -> int:
+        return sum(1 for p in self._s.processes.values()
+                   if p.running and (p.bot != "" if bot is None else p.bot == bot))
+
+    def update(self, process_id: str, changes: Mapping[str, object]) -> None:
+        found = self._s.processes.get(process_id)
+        if found is None:
+            return
+        values = {k: v for k, v in changes.items() if k in ("status", "meta", "sandbox_id")}
+        if "meta" in values:
+            values["meta"] = _stored_live(values["meta"])  # type: ignore[arg-type]
+        self._s.processes[process_id] = found._replace(**values)  # type: ignore[arg-type]
+
+    def finish(self, process_id: str, *, status: str, exit_code: int | None, signal: int | None, timed_out: bool,
+               ended_at: str) -> bool:
+        found = self._s.processes.get(process_id)
+        if found is None or not found.running:
+            return False
+        self._s.processes[process_id] = found._replace(status=status, exit_code=exit_code, signal=signal,
+                                                       timed_out=timed_out, ended_at=ended_at)
+        return True
+
+    def delete(self, process_id: str) -> None:
+        self._s.processes.pop(process_id, None)
+
+
 class _Audit:
     def __init__(self, state: _State) -> None:
         self._s = state
@@ -255,6 +347,8 @@ class MemoryTx:
         self.secrets = _Secrets(state)
         self.leases = _Leases(state)
         self.runs = _Runs(state)
+        self.sandboxes = _Sandboxes(state)
+        self.processes = _Processes(state)
         self.audit = _Audit(state)
 
 

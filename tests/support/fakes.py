@@ -7,19 +7,21 @@ Each keeps the promises its real adapter keeps that the services rely on; the co
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import os
 import posixpath
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from warden.core.bwrap_argv import Bind
-from warden.core.errors import InvalidInput, NotFound, TooLarge
-from warden.core.gitcontrol import GitSweep
+from warden.core.errors import Conflict, Denied, InvalidInput, NotFound, TooLarge, Unavailable
+from warden.core.gitcontrol import GitControl, GitSweep, adoptable, is_git_name
 from warden.core.layers import IndexOptions, Interpreter, Layer, NodeRuntime
 from warden.core.limits import Limits
+from warden.core.live import RING_BYTES, Chunk, Exited, LiveProcess, LiveSandbox, Logs, StartedSandbox, Supervised
 from warden.core.quota import Quota, Usage
 from warden.core.runs import RunResult, SandboxRequest
 
@@ -156,6 +158,22 @@ class FakeWorkspaceIO:
         return sum(len(data) for path, data in self.files.items() if path.startswith(workspace + "/"))
 
 
+@dataclass(frozen=True)
+class _Tree:
+    """A folder of a FakeWorkspaceIO as packed: its folders, files and links, by relative path."""
+
+    dirs: frozenset[str]
+    files: Mapping[str, bytes]
+    links: Mapping[str, str]
+
+    @classmethod
+    def of(cls, io: FakeWorkspaceIO, folder: str) -> _Tree:
+        prefix = folder.rstrip("/") + "/"
+        return cls(frozenset(d[len(prefix):] for d in io.dirs if d.startswith(prefix)),
+                   {p[len(prefix):]: b for p, b in io.files.items() if p.startswith(prefix)},
+                   {p[len(prefix):]: t for p, t in io.links.items() if p.startswith(prefix)})
+
+
 class FakeArchives:
     """The archives folder in memory (core.ports.ArchiveFiles); `packed` maps archive → the folder packed."""
 
@@ -163,6 +181,7 @@ class FakeArchives:
         self.files: dict[str, bytes] = {}
         self.folders: set[str] = set()
         self.packed: dict[str, str] = {}
+        self.trees: dict[str, _Tree] = {}
         self._io = io
 
     def pack(self, source: str, target: str, *, max_bytes: int | None) -> int:
@@ -171,6 +190,8 @@ class FakeArchives:
             raise TooLarge(f"{source} holds {size:,} bytes", rule="workspace.archive_max_size")
         self.files[target] = b"tar.zst"
         self.packed[target] = source
+        if self._io is not None:  # what FakeUnarchiver brings back
+            self.trees[target] = _Tree.of(self._io, source)
         return len(self.files[target])
 
     def make_folder(self, path: str) -> None:
@@ -187,9 +208,12 @@ class FakeArchives:
 
     def write_atomic(self, path: str, data: bytes, *, mode: int = 0o600) -> None:
         self.files[path] = data
+        self.packed.pop(path, None)  # other bytes now: not the archive packed there
+        self.trees.pop(path, None)
 
     def remove(self, path: str) -> None:
         self.files.pop(path, None)
+        self.trees.pop(path, None)
 
 
 class FakeGitDefuser:
@@ -205,27 +229,48 @@ class FakeGitDefuser:
 
 
 class FakeHostProcesses:
-    """core.ports.Processes: the pids in `running` are alive; `stopped` lists the folders stopped."""
+    """core.ports.Processes: the pids in `running` are alive, each started at `starts[pid]` (7
+    unless set), so a pid given with another start time is a reused one, as on the host;
+    `sandboxes[folder]` are the pids of sandboxes running in a workspace folder (stopped by
+    `stop_processes`), `orphans[folder]` those whose Warden died; `stopped` lists the folders stopped."""
 
     def __init__(self) -> None:
         self.running: set[int] = {os.getpid()}
+        self.starts: dict[int, int] = {}
+        self.sandboxes: dict[str, set[int]] = {}
+        self.orphans: dict[str, set[int]] = {}
         self.stopped: list[str] = []
 
     def alive(self, pid: int, started: int | None = None) -> bool:
-        return pid in self.running
+        return pid in self.running and (started is None or started == self.start_time(pid))
 
     def start_time(self, pid: int) -> int | None:
-        return 7 if pid in self.running else None
+        return self.starts.get(pid, 7) if pid in self.running else None
+
+    def _in(self, table: dict[str, set[int]], roots: Sequence[str]) -> set[int]:
+        """The live pids of `table` working in a folder under one of `roots`."""
+        return {pid for folder, pids in table.items()
+                if any(folder == root or folder.startswith(root.rstrip("/") + "/") for root in roots)
+                for pid in pids if pid in self.running}
+
+    def _end(self, pids: set[int]) -> list[int]:
+        self.running -= pids
+        for table in (self.sandboxes, self.orphans):
+            for folder in list(table):
+                table[folder] -= pids
+                if not table[folder]:
+                    del table[folder]
+        return sorted(pids)
 
     def stop_processes(self, root: str) -> list[int]:
         self.stopped.append(root)
-        return []
+        return self._end(self._in(self.sandboxes, [root]) | self._in(self.orphans, [root]))
 
-    def orphan_sandboxes(self, roots: Sequence[str]) -> set[int]:
-        return set()
+    def orphan_sandboxes(self, roots: Sequence[str], keep: Collection[int] = ()) -> set[int]:
+        return self._in(self.orphans, roots) - set(keep)
 
-    def kill_orphan_sandboxes(self, roots: Sequence[str]) -> list[int]:
-        return []
+    def kill_orphan_sandboxes(self, roots: Sequence[str], keep: Collection[int] = ()) -> list[int]:
+        return self._end(self.orphan_sandboxes(roots, keep))
 
 
 class FakeLayerStore:
@@ -362,32 +407,66 @@ class FakeResolutionCache:
 
 
 class FakeQuotaWatch:
-    def __init__(self, start: Usage) -> None:
+    """One run's watch (core.ports.QuotaWatch). Made by FakeDisk.watch, it measures on entry and
+    sees what `FakeDisk.grow` adds while it is entered: growth past `quota` sets `breach` and
+    calls the armed stop once, as the host's inotify watcher does. Made by hand, only `breach`
+    set by the test stops a run (at `arm`)."""
+
+    def __init__(self, start: Usage, quota: Quota | None = None, *, disk: FakeDisk | None = None,
+                 root: str = "") -> None:
         self.start = start
         self.breach: str | None = None
         self.at: Usage | None = None
         self.notes: list[str] = []
+        self._quota = quota
+        self._disk = disk
+        self.root = root
+        self._stop: Callable[[], None] | None = None
+        self._closed = False
 
     def arm(self, stop: Callable[[], None]) -> None:
+        self._stop = stop
         if self.breach is not None:
             stop()
 
+    def see(self, now: Usage) -> None:
+        """The workspace now holds `now` (FakeDisk.grow says so)."""
+        if self._closed or self.breach is not None or self._quota is None:
+            return
+        key = self._quota.breach(self.start, now)
+        if key is not None:
+            self.breach, self.at = key, now
+            if self._stop is not None:
+                self._stop()
+
     def __enter__(self) -> FakeQuotaWatch:
+        if self._disk is not None:
+            self.start = self._disk.measure(self.root)
+            self._disk.watching.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        self._closed, self._stop = True, None
+        if self._disk is not None and self in self._disk.watching:
+            self._disk.watching.remove(self)
 
 
 class FakeDisk:
-    """core.ports.DiskUsage: `free` bytes under the home, `usage[folder]` what a folder holds."""
+    """core.ports.DiskUsage: `free` bytes under the home, `usage[folder]` what a folder holds
+    (`grow` adds to it and tells the watches), `missing` paths not made yet (with all below them)."""
 
     def __init__(self, free: int = 1 << 40) -> None:
         self.free = free
         self.usage: dict[str, Usage] = {}
+        self.missing: set[str] = set()
+        self.watching: list[FakeQuotaWatch] = []
 
     def nearest_existing(self, path: str) -> str:
-        return path
+        found = path
+        while found != "/" and any(found == gone or found.startswith(gone.rstrip("/") + "/")
+                                   for gone in self.missing):
+            found = posixpath.dirname(found)
+        return found
 
     def free_bytes(self, path: str) -> int:
         return self.free
@@ -395,8 +474,15 @@ class FakeDisk:
     def measure(self, root: str) -> Usage:
         return self.usage.get(root, Usage(0, 0))
 
+    def grow(self, root: str, bytes_: int, files: int = 1) -> None:
+        """Folder `root` gains `bytes_` in `files` new files (a running command wrote them)."""
+        now = self.usage[root] = self.measure(root).plus(bytes_, files)
+        for watch in list(self.watching):
+            if watch.root == root:
+                watch.see(now)
+
     def watch(self, root: str, quota: Quota, *, home: str) -> FakeQuotaWatch:
-        return FakeQuotaWatch(self.measure(root))
+        return FakeQuotaWatch(self.measure(root), quota, disk=self, root=root)
 
 
 class FakeSandboxTools:
@@ -422,6 +508,9 @@ class FakeSandboxTools:
 
 
 class FakeConfigFile:
+    """core.ports.ConfigFile: `tables` as config.toml holds them (`set_value` writes there too),
+    `values` every key set; `broken`: the file is not TOML (reads and writes refused)."""
+
     def __init__(self, tables: dict[str, object] | None = None, *, broken: bool = False) -> None:
         self.values: dict[str, object] = {}
         self.tables = tables or {}
@@ -430,22 +519,39 @@ class FakeConfigFile:
     def read(self) -> dict[str, object]:
         if self.broken:
             raise InvalidInput("config.toml: not valid TOML")
-        return dict(self.tables)
+        return copy.deepcopy(self.tables)
 
     def set_value(self, key: str, value: object) -> None:
+        if self.broken:
+            raise InvalidInput("config.toml: not valid TOML")
         self.values[key] = value
+        *tables, leaf = key.split(".")
+        node = self.tables
+        for name in tables:
+            child = node.setdefault(name, {})
+            assert isinstance(child, dict)
+            node = child
+        node[leaf] = value
 
 
 class FakeHomeFiles:
+    """core.ports.HomeFiles: `folders` made (path → mode; their parents made along in `parents`),
+    `configs` written (path → text), `marked` once set up."""
+
     def __init__(self) -> None:
         self.folders: dict[str, int] = {}
+        self.parents: set[str] = set()
         self.configs: dict[str, str] = {}
         self.marked = False
 
     def make_folder(self, path: str, mode: int) -> bool:
-        if path in self.folders:
+        if path in self.folders or path in self.parents:
             return False
         self.folders[path] = mode
+        parent = posixpath.dirname(path)
+        while parent not in ("/", ""):
+            self.parents.add(parent)
+            parent = posixpath.dirname(parent)
         return True
 
     def create_config(self, path: str, text: str) -> bool:
@@ -460,6 +566,8 @@ class FakeHomeFiles:
 
 
 class FakeKeyFiles:
+    """core.ports.KeyFiles: `made` the key files there; `resets` the stamps of each reset."""
+
     def __init__(self) -> None:
         self.made: set[str] = set()
         self.resets: list[str] = []
@@ -470,9 +578,10 @@ class FakeKeyFiles:
         return new
 
     def reset(self, stamp: str) -> list[str]:
+        """New keys made at once (the old ones kept aside), as the host's Keystore does."""
         self.resets.append(stamp)
-        self.made.clear()
-        return []
+        self.made = {"pepper", "master.key"}
+        return ["keys/pepper", "keys/master.key"]
 
 
 class _FakeEntry:
@@ -484,46 +593,83 @@ class _FakeEntry:
 
 
 class _FakeRoot:
-    """A WorkspaceRoot over a FakeWorkspaceIO folder (links refused, as the real one refuses them)."""
+    """A WorkspaceRoot over a FakeWorkspaceIO folder: a link anywhere on a path is refused
+    (Denied), one at its end is stat'ed, listed and deleted as a link, never followed; errors
+    as the host's SafeRoot raises them."""
 
     def __init__(self, io: FakeWorkspaceIO, root: str, max_bytes: int | None) -> None:
         self._io, self._root, self._max = io, root.rstrip("/"), max_bytes
 
-    def _path(self, path: str) -> str:
-        full = posixpath.normpath(f"{self._root}/{path.lstrip('/')}")
-        if full in self._io.links:
-            raise InvalidInput(f"{path} is a symbolic link")
+    def _path(self, path: str, *, final_link: bool = False) -> str:
+        """The full path of workspace path `path`; Denied for a link on the way (and at its end
+        unless `final_link`), NotFound for a file on the way."""
+        parts = [p for p in path.split("/") if p]
+        for part in parts:
+            if part in (".", "..") or "\0" in part:
+                raise InvalidInput(f"path {path!r} is not canonical; it holds {part!r}")
+        full = self._root
+        for index, part in enumerate(parts):
+            full = f"{full}/{part}"
+            last = index == len(parts) - 1
+            if full in self._io.links and not (last and final_link):
+                raise Denied(f"{path} goes through a symbolic link; Warden does not follow links",
+                             rule="deny: symbolic link")
+            if not last and full in self._io.files:
+                raise NotFound(f"{path}: a part of the path is not a directory")
         return full
 
+    def _entry(self, full: str) -> _FakeEntry:
+        kind = self._io.kind(full)
+        if kind is None:
+            raise NotFound(f"no such file or directory: {full}")
+        name = "/" if full == self._root else posixpath.basename(full)
+        return _FakeEntry(name, kind, len(self._io.files.get(full, b"")) if kind == "file" else 0)
+
     def read_bytes(self, path: str) -> bytes:
-        data = self._io.files.get(self._path(path))
-        if data is None:
-            raise NotFound(f"no file {path}")
-        if self._max is not None and len(data) > self._max:
-            raise TooLarge(f"{path} is over {self._max} bytes")
-        return data
-
-    def read_text(self, path: str, encoding: str = "utf-8") -> str:
-        return self.read_bytes(path).decode(encoding)
-
-    def stat(self, path: str) -> _FakeEntry:
         full = self._path(path)
         kind = self._io.kind(full)
         if kind is None:
-            raise NotFound(f"no entry {path}")
-        return _FakeEntry(posixpath.basename(full), kind, len(self._io.files.get(full, b"")))
+            raise NotFound(f"no such file or directory: {path}")
+        if kind == "dir":
+            raise InvalidInput(f"{path} is a directory; list it instead")
+        data = self._io.files[full]
+        if self._max is not None and len(data) > self._max:
+            raise TooLarge(f"{path} is {len(data)} bytes, over the limit of {self._max}")
+        return data
+
+    def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        try:
+            return self.read_bytes(path).decode(encoding)
+        except UnicodeDecodeError:
+            raise InvalidInput(f"{path} is not valid {encoding} text; read it as bytes") from None
+
+    def stat(self, path: str) -> _FakeEntry:
+        return self._entry(self._path(path, final_link=True))
 
     def exists(self, path: str) -> bool:
-        return self._io.kind(self._path(path)) is not None
+        try:
+            self.stat(path)
+        except NotFound:
+            return False
+        return True
 
     def list(self, path: str) -> list[_FakeEntry]:
         full = self._path(path)
+        kind = self._io.kind(full)
+        if kind != "dir":
+            raise NotFound(f"no such file or directory: {path}" if kind is None
+                           else f"{path}: a part of the path is not a directory")
         names = {posixpath.basename(p) for p in (*self._io.dirs, *self._io.files, *self._io.links)
                  if posixpath.dirname(p) == full and p != full}
-        return [self.stat(f"{path.rstrip('/')}/{name}") for name in sorted(names)]
+        return [self._entry(f"{full}/{name}") for name in sorted(names)]
 
     def write_bytes(self, path: str, data: bytes) -> int:
-        self._io.write_atomic(self._path(path), data)
+        full = self._path(path)
+        if full == self._root or self._io.kind(full) == "dir":
+            raise InvalidInput(f"{path} is a directory; give a file path")
+        if self._max is not None and len(data) > self._max:
+            raise TooLarge(f"{len(data)} bytes for {path} is over the limit of {self._max}")
+        self._io.write_atomic(full, data)
         return len(data)
 
     def write_text(self, path: str, text: str, encoding: str = "utf-8") -> int:
@@ -531,16 +677,30 @@ class _FakeRoot:
 
     def mkdir(self, path: str) -> bool:
         full = self._path(path)
-        if self._io.kind(full) == "dir":
+        kind = self._io.kind(full)
+        if kind == "dir":
             return False
+        if kind is not None:
+            raise Conflict(f"{path} exists and is not a directory; remove it first or pick another name")
         self._io._parents(full)
         self._io.dirs.add(full)
         return True
 
     def delete(self, path: str, *, recursive: bool = False) -> str:
-        full = self._path(path)
-        kind = self._io.kind(full) or "missing"
-        self._io.trash(full)
+        full = self._path(path, final_link=True)
+        if full == self._root:
+            raise InvalidInput("the root cannot be deleted")
+        kind = self._io.kind(full)
+        if kind is None:
+            raise NotFound(f"no such file or directory: {path}")
+        prefix = full + "/"
+        inside = [p for p in (*self._io.dirs, *self._io.files, *self._io.links) if p.startswith(prefix)]
+        if kind == "dir" and inside and not recursive:
+            raise Conflict(f"{path} is a directory that is not empty; delete it recursively")
+        for gone in (full, *inside):
+            self._io.dirs.discard(gone)
+            self._io.files.pop(gone, None)
+            self._io.links.pop(gone, None)
         return kind
 
     def __enter__(self) -> _FakeRoot:
@@ -558,7 +718,10 @@ class FakeSafeRoots:
         self.tarballs: dict[str, str] = {}
 
     def open(self, root: str, *, max_bytes: int | None = None, use_openat2: bool | None = None) -> _FakeRoot:
-        if not self._io.is_dir(root) or root in self._io.links:
+        if root in self._io.links:
+            raise Denied(f"the workspace folder {root} is a symbolic link; Warden works only on a real folder",
+                         rule="deny: symbolic link")
+        if self._io.kind(root) != "dir":
             raise NotFound(f"the workspace folder {root} is missing")
         return _FakeRoot(self._io, root, max_bytes)
 
@@ -587,7 +750,10 @@ class FakeNetEvent:
 
 class FakeSandboxRunner:
     """core.ports.SandboxRunner: records every request and answers `result`, or raises `error`.
-    The output goes to the request's sinks, and `net_events` to its `on_net_event`, as they would."""
+    As the host's runner does: the output goes to the request's sinks and `net_events` to its
+    `on_net_event`; `on_started` gets a stop function, and a run stopped by it ends killed
+    (137, SIGKILL); output past `max_capture` is cut (`truncated`); the end of stderr is kept
+    in `stderr_tail`, captured or not; on a `terminal` the output is written there alone."""
 
     def __init__(self, result: RunResult | None = None) -> None:
         self.result = result or RunResult(0, "", "", 0.01)
@@ -599,36 +765,68 @@ class FakeSandboxRunner:
         self.requests.append(request)
         if self.error is not None:
             raise self.error
+        stopped: list[bool] = []
         if request.on_started is not None:
-            request.on_started(lambda: None)
+            request.on_started(lambda: stopped.append(True))
+        result = self.result
+        if stopped:
+            result = dataclasses.replace(result, exit_code=128 + 9, signal=9, timed_out=False)
         for event in self.net_events:
             if request.on_net_event is not None:
                 request.on_net_event(event)
-        for text, sink in ((self.result.stdout, request.on_stdout), (self.result.stderr, request.on_stderr)):
+        if request.terminal is not None:  # the command's stdout and stderr are the terminal
+            os.write(request.terminal, (result.stdout + result.stderr).encode())
+            return dataclasses.replace(result, stdout="", stderr="", net_events=tuple(self.net_events))
+        for text, sink in ((result.stdout, request.on_stdout), (result.stderr, request.on_stderr)):
             if text and sink is not None:
                 sink(text.encode())
+        tail = result.stderr_tail or result.stderr.encode()[-_ERR_TAIL:].decode("utf-8", "replace")
         if not request.capture:
-            return dataclasses.replace(self.result, stdout="", stderr="", net_events=tuple(self.net_events))
-        return dataclasses.replace(self.result, net_events=tuple(self.net_events))
+            return dataclasses.replace(result, stdout="", stderr="", stderr_tail=tail,
+                                       net_events=tuple(self.net_events))
+        cap = request.max_capture
+        truncated = result.truncated or (cap is not None and max(len(result.stdout.encode()),
+                                                                 len(result.stderr.encode())) > cap)
+        if cap is not None:
+            result = dataclasses.replace(result, stdout=result.stdout.encode()[:cap].decode("utf-8", "replace"),
+                                         stderr=result.stderr.encode()[:cap].decode("utf-8", "replace"))
+        return dataclasses.replace(result, truncated=truncated, stderr_tail=tail, net_events=tuple(self.net_events))
+
+
+_ERR_TAIL = 4096  # the bytes of stderr's end the host's runner keeps (adapters/sandbox/runner.py)
 
 
 class FakeGitGuard:
-    """One folder's guard: `protected` are the person's .git entries, `left` what a bot leaves
-    (moved aside by `after`); `calls` records the sweeps."""
+    """One folder's guard (core.ports.GitGuard), by workspace-relative paths: `protected` are the
+    person's .git entries (known), `new` the git structures that appeared since the last sweep
+    (a `.git` entry, or a repository look-alike by any other name), `left` what a bot leaves
+    during a run (only `after` sees it); `calls` records the sweeps.
+
+    As the host's guard judges: a new `.git` seen while no bot was active is the person's; any
+    other new structure is moved aside by the next sweep (named as it was, where the host adds
+    QUARANTINE_SUFFIX and a tag)."""
 
     def __init__(self) -> None:
         self.protected: tuple[str, ...] = ()
+        self.new: tuple[str, ...] = ()
         self.left: tuple[str, ...] = ()
         self.calls: list[str] = []
 
     def before(self, *, bot_active: bool) -> GitSweep:
         self.calls.append(f"before(bot_active={bot_active})")
-        return GitSweep(self.protected, ())
+        adopted = () if bot_active else tuple(path for path in self.new if adoptable(_git_control(path)))
+        moved = tuple(path for path in self.new if path not in adopted)
+        self.protected, self.new = (*self.protected, *adopted), ()
+        return GitSweep(self.protected, moved)
 
     def after(self) -> GitSweep:
         self.calls.append("after")
-        moved, self.left = self.left, ()
-        return GitSweep((), moved)
+        moved, self.new, self.left = (*self.new, *self.left), (), ()
+        return GitSweep(self.protected, moved)
+
+
+def _git_control(path: str) -> GitControl:
+    return GitControl(path, "dotgit" if is_git_name(posixpath.basename(path)) else "gitdir", 0, 0)
 
 
 class FakeGitGuards:
@@ -649,19 +847,34 @@ class FakeGitGuards:
 
 class FakeMountSources:
     """core.ports.MountSources: every path outside the workspace "opens" as a new number unless
-    it is `missing` (not mounted, silently) or in `unsafe` (skipped with the reason given);
-    `open` holds the descriptors not yet closed."""
+    it or a folder above it is `missing` (not mounted, silently) or in `unsafe` (skipped with the
+    reason given: a link on the way, Warden's state); beneath an opened folder such a path opens
+    as None; `open` holds the descriptors not yet closed (`paths` what each names)."""
 
     def __init__(self) -> None:
         self.missing: set[str] = set()
         self.unsafe: dict[str, str] = {}
         self.open: set[int] = set()
+        self.paths: dict[int, str] = {}
         self._next = 100
 
-    def _fd(self) -> int:
+    def _fd(self, path: str) -> int:
         self._next += 1
         self.open.add(self._next)
+        self.paths[self._next] = path
         return self._next
+
+    def _why_not(self, path: str) -> str | None:
+        """Why `path` cannot be opened: the reason it or a folder above it is unsafe, "missing", or None."""
+        above = path
+        while True:
+            if above in self.unsafe:
+                return self.unsafe[above]
+            if above in self.missing:
+                return "missing"
+            if above in ("/", ""):
+                return None
+            above = posixpath.dirname(above)
 
     @contextlib.contextmanager
     def open_binds(self, binds: Sequence[Bind], workspace: str
@@ -670,13 +883,14 @@ class FakeMountSources:
         fds: list[tuple[str, int]] = []
         skipped: list[str] = []
         for bind in binds:
+            why = self._why_not(bind.path)
             if bind.path == workspace or bind.path.startswith(workspace + "/"):
                 kept.append(bind)
-            elif bind.path in self.unsafe:
-                skipped.append(f"{bind.path} ({self.unsafe[bind.path]})")
-            elif bind.path not in self.missing:
+            elif why is None:
                 kept.append(bind)
-                fds.append((bind.path, self._fd()))
+                fds.append((bind.path, self._fd(bind.path)))
+            elif why != "missing":
+                skipped.append(f"{bind.path} ({why})")
         try:
             yield kept, fds, skipped
         finally:
@@ -684,7 +898,11 @@ class FakeMountSources:
 
     @contextlib.contextmanager
     def open_beneath(self, dir_fd: int, rel: str) -> Iterator[int | None]:
-        fd = self._fd()
+        path = posixpath.join(self.paths.get(dir_fd, ""), rel)
+        if self._why_not(path) is not None:
+            yield None
+            return
+        fd = self._fd(path)
         try:
             yield fd
         finally:
@@ -704,7 +922,9 @@ class FakeRunCgroups:
 
 class FakeUnarchiver:
     """core.ports.Unarchiver over a FakeWorkspaceIO and FakeArchives: a restored folder appears
-    in `io` with the archive's `contents` (relative path → bytes)."""
+    in `io` as FakeArchives packed it (or with `contents`, relative path → bytes, when set); an
+    archive that is not there (FileNotFoundError) or that FakeArchives never packed (damaged:
+    Unavailable) restores nothing."""
 
     def __init__(self, io: FakeWorkspaceIO, archives: FakeArchives) -> None:
         self._io = io
@@ -713,11 +933,20 @@ class FakeUnarchiver:
         self.restored: list[tuple[str, str]] = []
 
     def restore(self, archive: str, folder: str) -> None:
-        if self._io.exists(folder):
+        if self._io.kind(folder) is not None:
             raise FileExistsError(folder)
+        if not self._archives.is_file(archive):
+            raise FileNotFoundError(archive)
+        if archive not in self._archives.packed and not self.contents:
+            raise Unavailable(f"the archive {archive} is damaged: not an archive Warden packed")
+        tree = self._archives.trees.get(archive, _Tree(frozenset(), {}, {}))
         self._io.make_folder(folder)
-        for rel, data in self.contents.items():
+        for rel in sorted(tree.dirs):
+            self._io.dirs.add(f"{folder}/{rel}")
+        for rel, data in (self.contents or tree.files).items():
             self._io.write_atomic(f"{folder}/{rel}", data)
+        for rel, target in ({} if self.contents else tree.links).items():
+            self._io.links[f"{folder}/{rel}"] = target
         self.restored.append((archive, folder))
 
     def discard(self, archive: str) -> None:
@@ -726,7 +955,8 @@ class FakeUnarchiver:
 
 class FakeLeftovers:
     """core.ports.Leftovers: `temp[folder]` half-written archives with their writers' pids,
-    `trash[root]` and `folders[root]` as found; `removed` and `background` what was deleted."""
+    `trash[root]` and `folder_names[root]` as found; `removed` and `background` what was deleted
+    (gone from what is found next, as on the host)."""
 
     def __init__(self) -> None:
         self.temp: dict[str, list[tuple[str, int]]] = {}
@@ -746,6 +976,138 @@ class FakeLeftovers:
 
     def remove(self, path: str) -> None:
         self.removed.append(path)
+        self.temp = {folder: [t for t in found if t[0] != path] for folder, found in self.temp.items()}
 
     def remove_in_background(self, path: str) -> None:
         self.background.append(path)
+        self.trash = {root: [p for p in found if p != path] for root, found in self.trash.items()}
+
+
+class _FakeProcess:
+    def __init__(self, process_id: str, pid: int, argv: tuple[str, ...], stdout: bytes, code: int | None) -> None:
+        self.id, self.pid, self.argv, self.stdout = process_id, pid, argv, stdout
+        self.exited: Exited | None = None if code is None else Exited(code, None)
+
+
+def _script(argv: tuple[str, ...]) -> tuple[bytes, int | None]:
+    """What a command the fake understands prints and how it ends: `sh -c "echo WORD; exit N"`
+    (either part), anything else runs until it is signalled."""
+    if len(argv) != 3 or argv[:2] != ("sh", "-c"):
+        return b"", None
+    out, code = b"", 0
+    for part in (p.strip() for p in argv[2].split(";")):
+        if part.startswith("echo "):
+            out += part[5:].encode() + b"\n"
+        elif part.startswith("exit "):
+            code = int(part[5:])
+    return out, code
+
+
+class FakeLiveSandboxes:
+    """core.ports.LiveSandboxes in memory: a sandbox is alive until stopped (or `end(id)`), its
+    background processes run until signalled unless their argv is a script `_script` knows; a
+    foreground run answers `result` (or the script's output and status). `bad` makes every
+    supervisor call after start raise as a hostile supervisor's answer would."""
+
+    def __init__(self, result: RunResult | None = None) -> None:
+        self.result = result
+        self.alive_ids: set[str] = set()
+        self.started: list[tuple[str, SandboxRequest]] = []
+        self.stopped: list[str] = []
+        self.runs: list[tuple[str, SandboxRequest]] = []
+        self.procs: dict[str, dict[str, _FakeProcess]] = {}
+        self.kept: dict[str, Logs] = {}
+        self.released: list[str] = []
+        self.bad = False
+        self.events: list[FakeNetEvent] = []  # what the proxy of a sandbox with network decided
+        self._pids = iter(range(2, 1 << 20))
+
+    def _check(self, sandbox: LiveSandbox) -> dict[str, _FakeProcess]:
+        if self.bad:
+            raise Unavailable("the live sandbox answered what Warden does not accept", rule="live.bad_answer")
+        if sandbox.id not in self.alive_ids:
+            raise Unavailable("the live sandbox does not answer", rule="live.unreachable")
+        return self.procs[sandbox.id]
+
+    def start(self, sandbox_id: str, request: SandboxRequest, *, idle_s: float) -> StartedSandbox:
+        self.alive_ids.add(sandbox_id)
+        self.started.append((sandbox_id, request))
+        self.procs[sandbox_id] = {}
+        return StartedSandbox(1000 + len(self.started), 7, 2000 + len(self.started), 7,
+                              f"/run/{sandbox_id}/supervisor.sock", {"limits_via": "rlimit", "seccomp": True})
+
+    def end(self, sandbox_id: str) -> None:
+        """The sandbox ended by itself (idle, its supervisor killed)."""
+        self.alive_ids.discard(sandbox_id)
+
+    def alive(self, sandbox: LiveSandbox) -> bool:
+        return sandbox.id in self.alive_ids
+
+    def run(self, sandbox: LiveSandbox, process_id: str, request: SandboxRequest) -> RunResult:
+        self._check(sandbox)
+        self.runs.append((sandbox.id, request))
+        if self.result is not None:
+            return self.result
+        out, code = _script(request.argv)
+        return RunResult(code if code is not None else 0, out.decode(), "", 0.01, seccomp=True)
+
+    def spawn(self, sandbox: LiveSandbox, process_id: str, request: SandboxRequest, *,
+              ring: int = RING_BYTES) -> dict[str, object]:
+        procs = self._check(sandbox)
+        out, code = _script(request.argv)
+        procs[process_id] = _FakeProcess(process_id, next(self._pids), request.argv, out[-ring:], code)
+        return {"host_pid": 4000 + len(procs), "host_start": 7, "cgroups": []}
+
+    def _seen(self, proc: _FakeProcess) -> Supervised:
+        return Supervised(proc.id, proc.pid, "exited" if proc.exited else "running", proc.exited,
+                          0.0 if proc.exited else None, True)
+
+    def listing(self, sandbox: LiveSandbox) -> list[Supervised]:
+        return [self._seen(p) for p in self._check(sandbox).values()]
+
+    def logs(self, sandbox: LiveSandbox, process_id: str) -> tuple[Logs, Exited | None]:
+        proc = self._check(sandbox)[process_id]
+        return Logs(proc.stdout, b""), proc.exited
+
+    def follow(self, sandbox: LiveSandbox, process_id: str, *, tick: float = 1.0) -> Iterator[Chunk | None]:
+        proc = self._check(sandbox)[process_id]
+        if proc.stdout:
+            yield Chunk("stdout", proc.stdout)
+        if proc.exited is None:
+            yield None
+            return
+        yield Chunk("", b"", proc.exited)
+
+    def wait(self, sandbox: LiveSandbox, process_id: str, timeout: float) -> Supervised:
+        return self._seen(self._check(sandbox)[process_id])
+
+    def signal(self, sandbox: LiveSandbox | None, process: LiveProcess, sig: int) -> None:
+        if sandbox is None or sandbox.id not in self.alive_ids:
+            return
+        proc = self.procs[sandbox.id].get(process.id)
+        if proc is not None and proc.exited is None:
+            proc.exited = Exited(128 + sig, sig)
+
+    def forget(self, sandbox: LiveSandbox, process_id: str) -> None:
+        self._check(sandbox).pop(process_id, None)
+
+    def release(self, process: LiveProcess) -> bool:
+        self.released.append(process.id)
+        return False
+
+    def stop(self, sandbox: LiveSandbox) -> None:
+        self.stopped.append(sandbox.id)
+        self.alive_ids.discard(sandbox.id)
+
+    def keep_logs(self, process_id: str, logs: Logs) -> None:
+        self.kept[process_id] = logs
+
+    def kept_logs(self, process_id: str) -> Logs | None:
+        return self.kept.get(process_id)
+
+    def drop_logs(self, process_id: str) -> None:
+        self.kept.pop(process_id, None)
+
+    def net_events(self, sandbox: LiveSandbox) -> list[FakeNetEvent]:
+        events, self.events = self.events, []
+        return events

@@ -8,13 +8,13 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from types import TracebackType
 
 import httpx
 import uvicorn
 
+from tests.support.waiting import poll
 from warden.bootstrap import App
 from warden.interfaces.http import create_app
 from warden.interfaces.http.protocol import BoundedHttpToolsProtocol
@@ -36,11 +36,9 @@ class ThreadServer:
 
     def __enter__(self) -> ThreadServer:
         self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("the API server did not start")
-            time.sleep(0.01)
+        poll(lambda: self.server.started or not self.thread.is_alive(), timeout=20, interval=0.01)
+        if not self.server.started:
+            raise RuntimeError("the API server did not start")
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
@@ -74,15 +72,19 @@ class ServeProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "warden", "serve", "--port", "0", *self.extra],
                                      stdout=self._out, stderr=self._err, env=self.environ,
                                      stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while True:
+        proc = self.proc
+
+        def serving() -> str | bool:
+            """The URL once it answers; False while it starts, True once the process ended."""
             match = re.search(rb"listening on (http://127\.0\.0\.1:\d+)", self.out_path.read_bytes())
             if match and _healthy(match.group(1).decode()):
-                self.url = match.group(1).decode()
-                break
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("warden serve did not start: " + self.output().decode(errors="replace"))
-            time.sleep(0.05)
+                return match.group(1).decode()
+            return proc.poll() is not None
+
+        answer = poll(serving, timeout=30, interval=0.05)
+        if not isinstance(answer, str):
+            raise RuntimeError("warden serve did not start: " + self.output().decode(errors="replace"))
+        self.url = answer
         return self
 
     def output(self) -> bytes:

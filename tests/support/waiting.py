@@ -16,24 +16,24 @@ __all__ = ["poll", "wait_until"]
 T = TypeVar("T")
 
 
-def poll(predicate: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.02) -> T:
-    """Call `predicate` until it returns something true or `timeout` seconds have passed;
-    its last answer (false when the deadline passed first)."""
+def poll(predicate: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.02, want: bool = True) -> T:
+    """Call `predicate` until its answer is true (`want=False`: false, such as an empty list of
+    what is left) or `timeout` seconds have passed; its last answer."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
-        if value or time.monotonic() >= deadline:
+        if bool(value) == want or time.monotonic() >= deadline:
             return value
         time.sleep(interval)
 
 
 def wait_until(predicate: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.02,
                message: str | Callable[[], str] = "") -> T:
-    """`poll`, failing the test when the deadline passes first: `message` (or a callable
-    giving it, for state read at that moment) says what never happened."""
+    """`poll` until `predicate` answers something true, failing the test when the deadline
+    passes first: `message` (or a callable giving it, to show state read then) says what."""
     value = poll(predicate, timeout=timeout, interval=interval)
     if not value:
         said = message() if callable(message) else message
         raise AssertionError(f"{said or getattr(predicate, '__name__', 'the condition')} "
-                             f"did not happen within {timeout:g} s")
+                             f"(not within {timeout:g} s)")
     return value

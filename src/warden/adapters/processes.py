@@ -13,7 +13,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 __all__ = ["HostProcesses", "alive", "kill_orphan_sandboxes", "orphan_sandboxes", "start_time", "stop_processes",
            "workspace_processes"]
@@ -128,19 +128,20 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def orphan_sandboxes(roots: Iterable[str]) -> set[int]:
+def orphan_sandboxes(roots: Iterable[str], keep: Collection[int] = ()) -> set[int]:
     """Sandboxes whose Warden died before it could let them go or kill them, with their trees.
 
     bwrap's --die-with-parent arms itself only once bwrap runs: a Warden killed right after
     starting it leaves a bwrap that carries on (without the run's limits, which Warden applies
     after start-up), reparented to init or a session's subreaper. Found as a bwrap whose parent
-    is such, working in a folder under `roots` (Warden's home, the workspaces root).
+    is such, working in a folder under `roots` (Warden's home, the workspaces root). Live sandboxes
+    run without --die-with-parent on purpose and are found so too: `keep` names their bwraps.
     """
     own = {os.getpid(), os.getppid()}
     parents = _parents()
     found: set[int] = set()
     for pid, parent in parents.items():
-        if pid in own or _comm(pid) != "bwrap" or not (parent == 1 or _comm(parent) == "systemd"):
+        if pid in own or pid in keep or _comm(pid) != "bwrap" or not (parent == 1 or _comm(parent) == "systemd"):
             continue
         try:
             cwd = os.readlink(f"/proc/{pid}/cwd")
@@ -161,9 +162,9 @@ def orphan_sandboxes(roots: Iterable[str]) -> set[int]:
     return found
 
 
-def kill_orphan_sandboxes(roots: Iterable[str]) -> list[int]:
+def kill_orphan_sandboxes(roots: Iterable[str], keep: Collection[int] = ()) -> list[int]:
     """SIGKILL what `orphan_sandboxes` finds; the pids killed."""
-    pids = orphan_sandboxes(roots)
+    pids = orphan_sandboxes(roots, keep)
     _signal_all(pids, signal.SIGKILL)
     return sorted(pids)
 
@@ -208,8 +209,8 @@ class HostProcesses:
     def stop_processes(self, root: str, *, grace: float = 2.0) -> list[int]:
         return stop_processes(root, grace=grace)
 
-    def orphan_sandboxes(self, roots: Iterable[str]) -> set[int]:
-        return orphan_sandboxes(roots)
+    def orphan_sandboxes(self, roots: Iterable[str], keep: Collection[int] = ()) -> set[int]:
+        return orphan_sandboxes(roots, keep)
 
-    def kill_orphan_sandboxes(self, roots: Iterable[str]) -> list[int]:
-        return kill_orphan_sandboxes(roots)
+    def kill_orphan_sandboxes(self, roots: Iterable[str], keep: Collection[int] = ()) -> list[int]:
+        return kill_orphan_sandboxes(roots, keep)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from warden.adapters.archive import BlobLimits, unpack_tree
 from warden.adapters.workspace_io import HostWorkspaceIO
+from warden.core.errors import Unavailable, WardenError
 
 __all__ = ["HostUnarchiver"]
 
@@ -29,9 +30,13 @@ class HostUnarchiver:
         try:
             unpack_tree(Path(archive), staging, _OWN)
             staging.rename(path)
-        except BaseException:
+        except BaseException as exc:
             trash(str(staging))
-            raise
+            if isinstance(exc, WardenError | OSError) or not isinstance(exc, Exception):
+                raise
+            # zstandard's and tarfile's own errors: the archive file is damaged, not Warden.
+            raise Unavailable(f"the archive {archive} is damaged ({type(exc).__name__}: {exc}); restore it "
+                              "from a backup, or `warden destroy` the workspace") from exc
 
     def discard(self, archive: str) -> None:
         Path(archive).unlink(missing_ok=True)

@@ -10,20 +10,22 @@ folder is a rename into `.trash/` beside it (instant, never crossing filesystems
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from warden.adapters.archive import BlobLimits, pack_tree, unpack_blob
 from warden.adapters.atomic import write_atomic
-from warden.adapters.envs.node_layer import link_node_modules
-from warden.adapters.envs.thin_venv import read_layer_site, write_thin_venv
 from warden.adapters.safefs import read_small, regular_dirs
-from warden.adapters.safefs.fdtree import open_tree
-from warden.core.layers import Layer
+
+if TYPE_CHECKING:
+    from warden.core.layers import Layer
+
+# The archive, env-layer and tree writers are imported by the methods that use them: every
+# `warden run` builds this adapter, and tarfile, zstandard and the layer code would cost it
+# ~8 ms of imports it never needs.
 
 __all__ = ["TRASH", "HostArchives", "HostWorkspaceIO", "remove_in_background"]
 
@@ -36,6 +38,8 @@ def remove_in_background(path: Path) -> None:
         proc = subprocess.Popen(["rm", "-rf", "--", str(path)], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
+        import shutil  # only when rm cannot start: shutil pulls in bz2 and lzma
+
         shutil.rmtree(path, ignore_errors=True)
         return
     # Reap it in a long-lived process (the API server); a CLI just exits and init reaps it.
@@ -84,20 +88,28 @@ class HostWorkspaceIO:
 
     def write_thin_venv(self, workspace: str, *, interpreter: str, version: str, layer_site: str | None,
                         scripts: Mapping[str, str]) -> None:
+        from warden.adapters.envs.thin_venv import write_thin_venv
+
         write_thin_venv(Path(workspace), interpreter=interpreter, version=version, layer_site=layer_site,
                         scripts=scripts)
 
     def link_node_modules(self, workspace: str, layer: Layer) -> None:
+        from warden.adapters.envs.node_layer import link_node_modules
+
         link_node_modules(Path(workspace), {"node_modules": layer.node_modules, "links": list(layer.packages),
                                             "bins": dict(layer.bins)})
 
     def write_new_files(self, workspace: str, files: Mapping[str, str | bytes]) -> None:
+        from warden.adapters.safefs.fdtree import open_tree
+
         with open_tree(workspace) as tree:
             for name, content in files.items():
                 tree.write(name, content, exclusive=True)
 
     def unpack_blob(self, blob: bytes, workspace: str, *, max_bytes: int, max_files: int,
                     disk_bytes: int | None, disk_files: int | None) -> dict[str, int]:
+        from warden.adapters.archive import BlobLimits, unpack_blob
+
         limits = BlobLimits(max_bytes, max_files, disk_bytes=disk_bytes, disk_files=disk_files)
         return unpack_blob(blob, Path(workspace), limits)
 
@@ -121,6 +133,8 @@ class HostWorkspaceIO:
         return regular_dirs(root, rel, suffix)
 
     def layer_site(self, workspace: str) -> str | None:
+        from warden.adapters.envs.thin_venv import read_layer_site
+
         return read_layer_site(Path(workspace))
 
     def disk_usage(self, workspace: str) -> int:
@@ -138,6 +152,8 @@ class HostArchives:
     """The archives folder (Warden's own, mode 0700): packed workspaces and their records."""
 
     def pack(self, source: str, target: str, *, max_bytes: int | None) -> int:
+        from warden.adapters.archive import pack_tree
+
         return pack_tree(Path(source), Path(target), max_bytes=max_bytes)
 
     def make_folder(self, path: str) -> None:

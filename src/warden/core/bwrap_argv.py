@@ -81,6 +81,9 @@ class SandboxSpec:
     workspace: str
     command: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+    # The command's working folder inside the sandbox (None: the workspace). bwrap changes to it
+    # after pivoting into the sandbox's root, so it resolves only within what the sandbox sees.
+    cwd: str | None = None
     # The read-only system: directories bound at their own path, and (target, link) pairs
     # for merged-/usr links such as /bin → usr/bin.
     system_ro: tuple[str, ...] = ("/usr",)
@@ -108,6 +111,9 @@ class SandboxSpec:
     proxy_socket: str | None = None  # host path of the proxy's Unix socket
     seccomp_fd: int | None = None
     disable_userns: bool = True
+    # A live sandbox (adapters/sandbox/live.py) outlives the Warden process that starts it, so
+    # it is started without --die-with-parent; Warden stops it through the registry instead.
+    die_with_parent: bool = True
     tmp_size: int | None = None
     hostname: str = "warden"
     # Parts of the fresh /proc covered read-only / hidden (the adapter keeps those that exist).
@@ -161,8 +167,9 @@ def bwrap_options(spec: SandboxSpec) -> list[str]:
             "--unshare-all", "--unshare-user"]
     if spec.disable_userns:
         argv.append("--disable-userns")
-    argv += ["--die-with-parent",
-             "--new-session",  # setsid: no controlling tty, so no TIOCSTI injection
+    if spec.die_with_parent:
+        argv.append("--die-with-parent")
+    argv += ["--new-session",  # setsid: no controlling tty, so no TIOCSTI injection
              "--cap-drop", "ALL",
              "--hostname", spec.hostname]
     for path in spec.system_ro:
@@ -214,7 +221,7 @@ def bwrap_options(spec: SandboxSpec) -> list[str]:
         if not spec.proxy_socket:
             raise ValueError("network proxy without a socket")
         argv += ["--ro-bind", spec.proxy_socket, PROXY_SOCKET]
-    argv += ["--remount-ro", "/", "--chdir", spec.workspace]
+    argv += ["--remount-ro", "/", "--chdir", spec.cwd or spec.workspace]
     if spec.seccomp_fd is not None:
         argv += ["--seccomp", str(spec.seccomp_fd)]
     for name, value in spec.env.items():

@@ -2,9 +2,10 @@
 
 A grant holds permissions (`read`, `write`, `execute`, `secrets`, `admin`), optionally a set
 of zones (top-level directories of the workspace; none means the whole workspace), the
-names of secrets injected into its runs, and an expiry: a TTL plus an immutable maximum
-(Vault's `ttl` / `explicit_max_ttl`). A child grant, minted by the holder of an `admin`
-grant, is clamped to its parent: never wider in permissions, zones, secrets or time. The
+names of secrets injected into its runs, the domains its commands may ask to reach (none: no
+network), and an expiry: a TTL plus an immutable maximum (Vault's `ttl` / `explicit_max_ttl`).
+A child grant, minted by the holder of an `admin` grant, is clamped to its parent: never wider
+in permissions, zones, secrets, domains or time. The
 clamp is applied when the child is made and again at every use, over the whole chain, so
 a parent that is revoked or expires takes its children with it.
 """
@@ -21,6 +22,7 @@ from warden.core.decisions import Decision
 from warden.core.durations import format_duration
 from warden.core.errors import Denied, InvalidInput
 from warden.core.names import is_name
+from warden.core.network import parse_rule, uncovered
 from warden.core.shell_env import is_shell_startup_name
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "Plan",
     "alive",
     "check_bot_name",
+    "check_domains",
     "check_secret_name",
     "check_zone_name",
     "decide",
@@ -81,13 +84,16 @@ class Grant:
     revoked: datetime | None = None
     parent: str | None = None
     created_by: str = "user"
+    # What its commands may ask to reach, one command at a time (core.network entries:
+    # `example.com`, `*.example.com`, `host:PORT`); none: they never get the network.
+    domains: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {
             "accessor": self.accessor, "workspace": self.workspace, "bot": self.bot,
             "permissions": [p for p in PERMISSIONS if p in self.permissions],
             "zones": list(self.zones) if self.zones is not None else None,
-            "secrets": list(self.secrets), "created": self.created.isoformat(),
+            "secrets": list(self.secrets), "domains": list(self.domains), "created": self.created.isoformat(),
             "expires": self.expires.isoformat(), "max_expires": self.max_expires.isoformat(),
             "revoked": self.revoked.isoformat() if self.revoked else None,
             "parent": self.parent, "created_by": self.created_by,
@@ -103,6 +109,15 @@ class Plan:
     secrets: tuple[str, ...]
     expires: datetime
     max_expires: datetime
+    domains: tuple[str, ...] = ()
+
+
+def check_domains(domains: Iterable[str]) -> tuple[str, ...]:
+    """A grant's domains, each parsed (InvalidInput names a bad one) and written the one way
+    core.network prints it, without repeats, in order."""
+    if isinstance(domains, str):
+        raise InvalidInput("domains must be a list of entries such as pypi.org or *.example.com")
+    return tuple(dict.fromkeys(parse_rule(d).text for d in domains))
 
 
 def parse_permissions(value: str | Iterable[str]) -> frozenset[str]:
@@ -150,16 +165,18 @@ def _names(values: Iterable[str] | None) -> tuple[str, ...] | None:
 
 def plan_grant(now: datetime, permissions: frozenset[str], *, zones: Sequence[str] | None = None,
                secrets: Sequence[str] = (), ttl: timedelta | None, max_ttl: timedelta | None,
-               default_ttl: timedelta, ceiling: timedelta, parent: Sequence[Grant] | None = None) -> Plan:
+               default_ttl: timedelta, ceiling: timedelta, parent: Sequence[Grant] | None = None,
+               domains: Sequence[str] = ()) -> Plan:
     """Validate a request for a grant and clamp it to its parent chain (`parent[0]` = the parent).
 
-    Wider permissions, zones or secrets than the parent are refused (Denied, naming what);
+    Wider permissions, zones, secrets or domains than the parent are refused (Denied, naming what);
     times are shortened to the parent's silently, as Vault does with a child's TTL.
     """
     for name in zones or ():
         check_zone_name(name)
     for name in secrets:
         check_secret_name(name)
+    domain_set = check_domains(domains)
     if secrets and "secrets" not in permissions:
         raise InvalidInput("naming secrets needs the `secrets` permission: add it to --permissions")
     # The wording names the grant's fields (ttl, max_ttl): the CLI's --ttl/--max-ttl and the
@@ -201,10 +218,14 @@ def plan_grant(now: datetime, permissions: frozenset[str], *, zones: Sequence[st
         if missing:
             raise Denied(f"the parent grant does not name secret {', '.join(missing)}; "
                          "a child grant is never wider", rule="grant.clamp")
+        beyond = uncovered(domain_set, scope.domains)
+        if beyond:
+            raise Denied(f"the parent grant does not reach {', '.join(beyond)}; "
+                         "a child grant is never wider", rule="grant.clamp")
         expires = min(expires, scope.expires)
         max_expires = min(max_expires, scope.max_expires)
     expires = min(expires, max_expires)
-    return Plan(frozenset(permissions), zone_set, secret_set, expires, max_expires)
+    return Plan(frozenset(permissions), zone_set, secret_set, expires, max_expires, domain_set)
 
 
 def effective(chain: Sequence[Grant]) -> Plan:
@@ -214,6 +235,8 @@ def effective(chain: Sequence[Grant]) -> Plan:
     permissions = frozenset(PERMISSIONS)
     zones: set[str] | None = None
     secrets: set[str] | None = None
+    # The grant's own domains, each kept only while every ancestor covers it too.
+    domains = [d for d in chain[0].domains if all(not uncovered([d], g.domains) for g in chain[1:])]
     expires = chain[0].expires
     max_expires = chain[0].max_expires
     for grant in chain:
@@ -226,7 +249,7 @@ def effective(chain: Sequence[Grant]) -> Plan:
     if "secrets" not in permissions:
         secrets = set()
     return Plan(permissions, tuple(sorted(zones)) if zones is not None else None,
-                tuple(sorted(secrets or ())), expires, max_expires)
+                tuple(sorted(secrets or ())), expires, max_expires, tuple(domains))
 
 
 def expiry(chain: Sequence[Grant]) -> datetime:

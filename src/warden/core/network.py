@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from warden.core.decisions import Decision
-from warden.core.errors import InvalidInput
+from warden.core.errors import Denied, InvalidInput
 
 __all__ = [
 
@@ -24,11 +24,13 @@ __all__ = [
     "Rule",
     "check_addresses",
     "check_host",
+    "covers",
     "is_ip_literal",
     "normalise_host",
     "parse_rule",
     "parse_target",
     "special_address",
+    "uncovered",
 ]
 
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
@@ -63,14 +65,57 @@ class Rule:
 class NetworkPolicy:
     allowed: tuple[Rule, ...] = ()
     denied: tuple[Rule, ...] = ()
+    # The allowed entries that may reach an IP literal or a loopback, private or metadata address
+    # (each still names its host with its port). None: every such entry of `allowed`, for the
+    # person's own lists. A bot's command gets only those its grant names exactly so
+    # (`within_grant`): a grant of `*.corp` or `localhost` does not let a bot pick the port.
+    special: tuple[Rule, ...] | None = None
 
     @classmethod
     def parse(cls, allowed: Iterable[str], denied: Iterable[str] = ()) -> NetworkPolicy:
         """Parse the entries; InvalidInput names a bad one."""
         return cls(tuple(parse_rule(a) for a in allowed), tuple(parse_rule(d) for d in denied))
 
+    @classmethod
+    def within_grant(cls, asked: Iterable[str], granted: Iterable[str], denied: Iterable[str] = ()) -> NetworkPolicy:
+        """A bot's command reaching exactly `asked`, each covered by its grant's `granted` (Denied,
+        rule `grant.network`, naming those that are not; InvalidInput for a bad entry)."""
+        wanted, given = list(asked), list(granted)
+        beyond = uncovered(wanted, given)
+        if beyond:
+            raise Denied(f"the grant does not allow network to {', '.join(beyond)}", rule="grant.network")
+        exact = {rule for rule in map(parse_rule, given) if rule.port is not None and not rule.host.startswith("*.")}
+        allowed = tuple(dict.fromkeys(parse_rule(w) for w in wanted))
+        return cls(allowed, tuple(parse_rule(d) for d in denied), tuple(r for r in allowed if r in exact))
+
     def to_json(self) -> dict[str, list[str]]:
-        return {"allowed": [r.text for r in self.allowed], "denied": [r.text for r in self.denied]}
+        shown = {"allowed": [r.text for r in self.allowed], "denied": [r.text for r in self.denied]}
+        if self.special is not None:
+            shown["special"] = [r.text for r in self.special]
+        return shown
+
+
+def covers(outer: Rule, inner: Rule) -> bool:
+    """Whether every (host, port) `inner` matches is matched by `outer` too.
+
+    `*.example.com` covers `a.example.com` and `*.a.example.com`, never `example.com`; a rule
+    with a port covers only rules with that same port, one without covers every port.
+    """
+    if outer.port is not None and inner.port != outer.port:
+        return False
+    if not outer.host.startswith("*."):
+        return inner.host == outer.host
+    if inner.host == outer.host:
+        return True
+    host = inner.host[2:] if inner.host.startswith("*.") else inner.host
+    return host.endswith(outer.host[1:]) and len(host) > len(outer.host) - 1
+
+
+def uncovered(wanted: Iterable[str], allowed: Iterable[str]) -> list[str]:
+    """The entries of `wanted` that no entry of `allowed` covers (both parsed by parse_rule,
+    InvalidInput for a bad one): what a request asks beyond what it was given."""
+    rules = [parse_rule(a) for a in allowed]
+    return [parse_rule(w).text for w in wanted if not any(covers(r, parse_rule(w)) for r in rules)]
 
 
 def _bracket(host: str) -> str:
@@ -171,7 +216,7 @@ def special_address(address: str) -> str | None:
 
 
 def _listed_with_port(policy: NetworkPolicy, host: str, port: int) -> Rule | None:
-    return next((r for r in policy.allowed
+    return next((r for r in (policy.allowed if policy.special is None else policy.special)
                  if r.port == port and not r.host.startswith("*.") and r.host == host), None)
 
 

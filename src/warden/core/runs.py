@@ -8,10 +8,13 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from warden.core.bwrap_argv import Bind
+from warden.core.errors import InvalidInput
 from warden.core.limits import Limits
 from warden.core.network import NetworkPolicy
+from warden.core.paths import canonical, normalize, within
 
-__all__ = ["NetEvent", "RunInProgress", "RunResult", "SandboxRequest", "Sink", "explain_failure"]
+__all__ = ["NO_NETWORK_ENV", "NetEvent", "RunInProgress", "RunResult", "SandboxRequest", "Sink", "explain_failure",
+           "workspace_cwd"]
 
 # Where a command's output goes as it comes (a terminal, a socket), chunk by chunk.
 Sink = Callable[[bytes], None]
@@ -63,6 +66,9 @@ class SandboxRequest:
     workspace: str  # the folder it runs in (read-write, its HOME and working folder)
     argv: tuple[str, ...]
     limits: Limits
+    # The command's working folder: a folder of the workspace (absolute, as the sandbox sees it),
+    # already judged by the run service (workspace_cwd, then by descriptor); None: the workspace.
+    cwd: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)  # the caller's variables, checked by the runner
     ro_paths: tuple[str, ...] = ()  # env layers and interpreters, bound read-only
     binds: tuple[Bind, ...] = ()  # allowed paths with their mode
@@ -72,6 +78,10 @@ class SandboxRequest:
     protected: tuple[str, ...] = ()  # workspace files bound read-only (.git entries, policy files)
     network: NetworkPolicy | None = None  # None: no network at all
     stdin: bytes | int | None = None  # bytes to feed, or a descriptor to pass on (None: /dev/null)
+    # The slave side of a pseudo-terminal the caller holds the master of: the command's stdin,
+    # stdout and stderr and its controlling terminal, in a session of its own (stdin is then
+    # ignored and the output reaches only the master, never the sinks). None: pipes.
+    terminal: int | None = None
     on_stdout: Sink | None = None
     on_stderr: Sink | None = None
     capture: bool = True  # keep the output in the result (else only the sinks see it)
@@ -117,17 +127,46 @@ class RunResult:
 # What a program prints when it needs the network and has none (pip, uv, npm, curl, git, Python).
 _NO_NETWORK = ("Network is unreachable", "Temporary failure in name resolution", "Could not resolve host",
                "Name or service not known", "getaddrinfo EAI_AGAIN", "getaddrinfo ENOTFOUND",
-               "No address associated with hostname", "nodename nor servname")
+               "No address associated with hostname", "nodename nor servname",
+               # pip without retries (NO_NETWORK_ENV) says only that the index had nothing.
+               "(from versions: none)")
+# Installers retry a dead network for 8-60 s before they fail; without network there is nothing
+# to wait for, so a run without it tells them not to (the run's own variables win).
+NO_NETWORK_ENV = {"PIP_RETRIES": "0", "npm_config_fetch_retries": "0", "UV_HTTP_RETRIES": "0"}
 _SIGXFSZ = 25
 
 
+def workspace_cwd(cwd: str, workspace: str) -> str:
+    """A run's working folder `cwd` as a canonical workspace-relative path (`/` is the workspace).
+
+    `cwd` is hostile input: relative to the workspace, or absolute as the sandbox sees it (the
+    workspace is mounted at its own path `workspace`). `..` may not climb out of it and an
+    absolute path must lie inside it (InvalidInput otherwise). Lexical only: the run service
+    then opens the folder beneath the workspace by descriptor, refusing links and non-folders.
+    """
+    if not isinstance(cwd, str) or not cwd:
+        raise InvalidInput("cwd is empty: give a folder of the workspace, e.g. src")
+    if "\0" in cwd:
+        raise InvalidInput("cwd contains a NUL byte: give a folder of the workspace, e.g. src")
+    if cwd.startswith("/"):
+        if not within(cwd, [workspace]):
+            raise InvalidInput(f"cwd {cwd!r} is outside the workspace: give a folder inside it, relative "
+                               f"(src) or absolute as the sandbox sees it ({workspace.rstrip('/')}/src)")
+        return normalize(cwd)[len(normalize(workspace)):] or "/"
+    try:
+        return canonical(cwd)
+    except InvalidInput:
+        raise InvalidInput(f"cwd {cwd!r} climbs out of the workspace: give a folder inside it, e.g. src") from None
+
+
 def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom_killed: bool,
-                    network: bool, max_file_mb: int, memory: int) -> str | None:
+                    network: bool, max_file_mb: int, memory: int, bot: bool = False) -> str | None:
     """One line saying what Warden's sandbox had to do with a failed command, or None.
 
     A command that fails inside the sandbox says so in its own words (`bwrap: execvp pyhton`,
     "File too large", a DNS error); this names the limit or the missing piece behind it and
-    the setting or flag that changes it. Pure: the caller passes the facts.
+    the setting or flag that changes it (`bot`: in the words of the HTTP API, which a bot
+    uses, rather than the CLI's). Pure: the caller passes the facts.
     """
     last = stderr_tail.strip().rsplit("\n", 1)[-1] if stderr_tail.strip() else ""
     if exit_code in (126, 127) and last.startswith("bwrap: execvp "):
@@ -143,6 +182,10 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
         return (f"warden: the command ran out of memory (limit {memory >> 20} MiB); run it with "
                 "--memory SIZE or set sandbox.memory")
     if not network and exit_code != 0 and any(text in stderr_tail for text in _NO_NETWORK):
+        if bot:
+            return ('warden: the sandbox has no network; ask for it for one command with "network": '
+                    '{"allow": ["HOST:443"]} (within the domains your grant allows), or add packages '
+                    "with POST /v1/workspaces/NAME/install")
         return ("warden: the sandbox has no network; run with --net allow --allow-domain HOST "
                 "(or `warden install` for packages)")
     return None

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -25,18 +26,23 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from warden.core.durations import parse_duration
 from warden.core.errors import Conflict, Denied, InvalidInput, Unavailable
 from warden.core.grants import PERMISSIONS, effective
+from warden.core.network import parse_rule, uncovered
 from warden.services.auth import DENIED
 from warden.services.installs import check_packages
 from warden.services.templates import TemplateCatalog
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from warden.core.live import Chunk, Logs, ProcessView
     from warden.core.runs import RunResult
     from warden.core.settings import Settings
     from warden.core.workspaces import WorkspaceRecord
     from warden.services.auth import AuthService, Principal
     from warden.services.grants import GrantService, IssuedGrant
-    from warden.services.installs import InstallService
-    from warden.services.runs import RunService
+    from warden.services.installs import InstallResult, InstallService
+    from warden.services.live import Busy, LiveSandboxService
+    from warden.services.runs import RunOutput, RunService
     from warden.services.secrets import SecretService
     from warden.services.workspaces import WorkspaceService
 
@@ -109,6 +115,10 @@ class Command:
     timeout: float | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     stdin: str | None = None
+    cwd: str | None = None  # relative to the workspace, or absolute inside it (None: the workspace)
+    # The hosts this one command may reach (`host:port`, core.network entries), each within the
+    # domains the grant allows; None: no network.
+    network: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -121,16 +131,25 @@ class ChildGrant:
     secrets: tuple[str, ...] = ()
     ttl: str | timedelta | None = None  # a DURATION (`30m`) or a timedelta
     max_ttl: str | timedelta | None = None
+    domains: tuple[str, ...] = ()  # what its commands may ask to reach; within the parent's
 
 
 # -- what they get back -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SandboxRules:
-    """The limits a bot's commands run under, as the answer to a workspace request states them."""
+    """The limits a bot's commands run under, as the answer to a workspace request states them:
+    what really applies, so a bot plans by it."""
 
-    allowed_commands: tuple[str, ...]
+    allowed_commands: tuple[str, ...]  # empty unless the allowlist is on (`allowlist`)
     blocked_paths: tuple[str, ...]
     max_file_size_mb: int
+    allowlist: bool = False  # sandbox.enabled: only allowed_commands run
+    domains: tuple[str, ...] = ()  # what a command may ask to reach (the grant's); none: no network
+    timeout_s: float = 0.0  # sandbox.timeout, the most a command may ask for
+    memory: int = 0  # sandbox.memory, bytes
+    cpu_seconds: int = 0  # sandbox.cpu_seconds
+    pids: int = 0  # sandbox.pids
+    max_output: int = 0  # api.max_output, bytes kept per stream
 
 
 @dataclass(frozen=True)
@@ -145,6 +164,7 @@ class Identity:
     zones: tuple[str, ...] | None = None
     secrets: tuple[str, ...] = ()  # names only
     expires: datetime | None = None
+    domains: tuple[str, ...] = ()  # what its commands may ask to reach
 
 
 @dataclass(frozen=True)
@@ -199,11 +219,16 @@ class RequestSettings:
         from warden.core.policy import UNIX_PROTECTED
 
         blocked = UNIX_PROTECTED if settings.get_bool("sandbox.block_system_paths") else ()
+        allowlist = settings.get_bool("sandbox.enabled")
+        commands = tuple(settings.get_list("sandbox.allowed_commands")) if allowlist else ()
+        rules = SandboxRules(commands, tuple(blocked), settings.get_int("sandbox.max_file_size_mb"),
+                             allowlist=allowlist, timeout_s=settings.get_seconds("sandbox.timeout"),
+                             memory=settings.get_size("sandbox.memory"),
+                             cpu_seconds=settings.get_int("sandbox.cpu_seconds"),
+                             pids=settings.get_int("sandbox.pids"), max_output=settings.get_size("api.max_output"))
         return cls(max_workspaces=settings.get_int("api.max_workspaces_per_bot"),
                    max_timeout=settings.get_seconds("sandbox.timeout"),
-                   max_output=settings.get_size("api.max_output"),
-                   sandbox=SandboxRules(tuple(settings.get_list("sandbox.allowed_commands")), tuple(blocked),
-                                        settings.get_int("sandbox.max_file_size_mb")))
+                   max_output=settings.get_size("api.max_output"), sandbox=rules)
 
 
 def _ordered(permissions: frozenset[str]) -> tuple[str, ...]:
@@ -241,7 +266,8 @@ class BotRequestService:
 
     def __init__(self, *, workspaces: WorkspaceService, grants: GrantService, auth: AuthService,
                  secrets: SecretService, runs: RunService, installs: Callable[[], InstallService],
-                 settings: RequestSettings) -> None:
+                 settings: RequestSettings, live: Callable[[], LiveSandboxService] | None = None) -> None:
+        self._live = live  # background processes (services/live.py)
         self._workspaces = workspaces
         self._grants = grants
         self._auth = auth
@@ -265,7 +291,7 @@ class BotRequestService:
         scope = effective(principal.chain)
         return Identity(bot=principal.bot, kind="grant", accessor=principal.accessor,
                         workspace=principal.chain[0].workspace, permissions=_ordered(scope.permissions),
-                        zones=scope.zones, secrets=scope.secrets, expires=scope.expires)
+                        zones=scope.zones, secrets=scope.secrets, expires=scope.expires, domains=scope.domains)
 
     # -- workspaces ------------------------------------------------------------------------
     def create_workspace(self, principal: Principal, wish: NewWorkspace, *, bot: str | None = None,
@@ -295,8 +321,9 @@ class BotRequestService:
             raise
         trail.note(accessor=issued.grant.accessor, template=wish.template)
         venv = record.meta.get("python_venv")
+        rules = dataclasses.replace(self.settings.sandbox, domains=issued.grant.domains)
         return CreatedWorkspace(name=record.name, path=record.path, venv=venv if isinstance(venv, str) else None,
-                                grant=issued, sandbox=self.settings.sandbox)
+                                grant=issued, sandbox=rules)
 
     def _make(self, wish: NewWorkspace, actor: str) -> WorkspaceRecord:
         """The workspace itself (type `bot`), once the template, the bot's count and the blob pass."""
@@ -357,15 +384,21 @@ class BotRequestService:
 
     # -- exec ------------------------------------------------------------------------------
     def exec(self, principal: Principal, name: str, command: Command, *, trail: Trail = UNTRACED,
-             admit: Callable[[str], AbstractContextManager[object]] | None = None) -> RunResult:
+             admit: Callable[[str], AbstractContextManager[object]] | None = None,
+             output: RunOutput | None = None, terminal: int | None = None) -> RunResult:
         """Run `command` in the workspace's sandbox (needs `execute` on the whole workspace).
 
         The secrets the grant names join the environment, over the request's variables of the
         same name. `admit(bot)` holds the front end's slot for the run, if it bounds them; the bot
         is the principal's minter, so minting grants for others wins a bot no extra slots.
+        Without `command.network` the command has no network, whatever network.enabled says;
+        with it, exactly those hosts, each within the grant's domains (Denied otherwise).
+        `output`: where the output goes as it comes (a streamed exec), instead of the result;
+        `terminal`: the slave of a pseudo-terminal the front end relays (a PTY), stdin ignored.
         """
         record = self._authorize(principal, name, "execute", trail, whole_workspace=True)
         _check_command(command, self.settings.max_timeout)
+        reach = self._reach(principal, command.network, trail) if command.network is not None else ()
         injection = self._secrets.environment(self._auth.secret_names(principal))
         env = {**command.env, **injection.env}
         # Names only: values (the bot's and the secrets) never reach the audit log. `bot` presents
@@ -373,11 +406,54 @@ class BotRequestService:
         trail.note(bot=principal.bot, minted_by=principal.minter, program=command.argv[0],
                    argc=len(command.argv), env_names=sorted(command.env), secret_names=sorted(injection.env),
                    missing_secrets=list(injection.missing))
+        if command.cwd is not None:
+            trail.note(cwd=command.cwd)
         with (admit or nullcontext)(principal.minter):
             result = self._runs.run(record.name, list(command.argv), timeout=command.timeout, env=env,
                                     stdin=command.stdin.encode("utf-8") if command.stdin is not None else None,
-                                    actor=principal.actor, max_output=self.settings.max_output)
+                                    actor=principal.actor, max_output=self.settings.max_output, cwd=command.cwd,
+                                    net="allow" if reach else "none", allow_domains=reach,
+                                    grant_domains=effective(principal.chain).domains, output=output, terminal=terminal)
         trail.note(exit_code=result.exit_code, timed_out=result.timed_out)
+        return result
+
+    @staticmethod
+    def _reach(principal: Principal, wanted: tuple[str, ...], trail: Trail) -> tuple[str, ...]:
+        """The hosts one command asks to reach, when the grant's domains cover each of them."""
+        if not wanted:
+            raise InvalidInput('network.allow is empty: name the hosts the command needs, e.g. '
+                               '{"allow": ["pypi.org:443"]}, or leave "network" out for none')
+        asked = tuple(dict.fromkeys(parse_rule(w).text for w in wanted))  # InvalidInput names a bad one
+        granted = effective(principal.chain).domains
+        trail.note(network=list(asked))
+        beyond = uncovered(asked, granted)
+        if beyond:
+            has = f"it allows {', '.join(granted)}" if granted else "it allows no network"
+            raise Denied(f"the grant does not allow network to {', '.join(beyond)} ({has}); a person adds "
+                         "domains with `warden grant WORKSPACE BOT --allow-domain DOMAIN`", rule="grant.network")
+        return asked
+
+    # -- install ---------------------------------------------------------------------------
+    def install(self, principal: Principal, name: str, packages: Sequence[str], *, node: bool = False,
+                trail: Trail = UNTRACED,
+                admit: Callable[[str], AbstractContextManager[object]] | None = None) -> InstallResult:
+        """Add Python (or, `node`, npm) packages to the workspace (needs `write` and `execute` on
+        the whole workspace: the installer writes .venv, node_modules and the manifest at its root,
+        and a package's build step is code run in the sandbox). The installer reaches only the
+        package indexes the person configured (envs.install_domains), whatever the grant's domains;
+        `warden install` does the same. The service audits it (`workspace.install`)."""
+        self._authorize(principal, name, "write", trail, whole_workspace=True)
+        self._authorize(principal, name, "execute", trail, whole_workspace=True)
+        checked = check_packages(packages, node=node)  # refused before anything runs
+        if any(spec.startswith("file:") for spec in checked):
+            # A tarball path names a file of the host, whose folder the installer would mount: a
+            # person's `warden install` may, a bot never names host files.
+            raise InvalidInput("name npm packages from the registry (name or name@range); a bot cannot "
+                               "install from a file path")
+        trail.note(bot=principal.bot, minted_by=principal.minter, packages=checked, node=node)
+        with (admit or nullcontext)(principal.minter):
+            result = self._installs().install(name, checked, node=node, actor=principal.actor)
+        trail.note(recorded_in=result.recorded_in)
         return result
 
     # -- grants ----------------------------------------------------------------------------
@@ -392,7 +468,7 @@ class BotRequestService:
         issued = self._grants.grant(name, child.bot, list(child.permissions), zones=child.zones,
                                     secrets=list(child.secrets), ttl=_duration(child.ttl),
                                     max_ttl=_duration(child.max_ttl), actor=principal.actor,
-                                    parent=list(principal.chain))
+                                    parent=list(principal.chain), domains=child.domains)
         trail.note(accessor=issued.grant.accessor, bot=child.bot)
         return issued
 
@@ -405,4 +481,71 @@ class BotRequestService:
         if not self._grants.is_descendant(accessor, principal.accessor):
             raise Denied(DENIED, rule="grant.not_descendant")
         return RevokedGrants(tuple(self._grants.revoke(name, accessor=accessor, actor=principal.actor)))
+
+    # -- background processes --------------------------------------------------------------
+    # A bot starts them with `"background": true` and sees, follows and kills only its own: those
+    # its principal (its grant) started. Another principal's process is "not found", like one
+    # that does not exist. Each needs `execute` on the whole workspace, as exec does.
+    def _processes(self) -> LiveSandboxService:
+        if self._live is None:
+            raise Unavailable("this server runs no live sandboxes, so no background processes")
+        return self._live()
+
+    def start(self, principal: Principal, name: str, command: Command, *, trail: Trail = UNTRACED,
+              busy: Busy | None = None) -> ProcessView:
+        """Start `command` in the background in the principal's live sandbox (needs `execute`).
+
+        As exec: the grant's secrets join the environment, the network is the command's own within
+        the grant's domains. It takes one of the minter's exec slots while it runs (api.max_execs,
+        api.max_execs_per_bot, counted in the registry over every server worker); `busy(bot)`
+        gives the front end's foreground commands, counted with it."""
+        record = self._authorize(principal, name, "execute", trail, whole_workspace=True)
+        _check_command(command, self.settings.max_timeout)
+        if command.stdin is not None:
+            raise InvalidInput("a background process reads no stdin: leave `stdin` out, or run it in the foreground")
+        reach = self._reach(principal, command.network, trail) if command.network is not None else ()
+        injection = self._secrets.environment(self._auth.secret_names(principal))
+        trail.note(bot=principal.bot, minted_by=principal.minter, program=command.argv[0], argc=len(command.argv),
+                   env_names=sorted(command.env), secret_names=sorted(injection.env), background=True)
+        from warden.services.runs import RunRequest
+
+        self._processes()  # refused before anything is judged, when there are none here
+        request = RunRequest(record.name, tuple(command.argv), timeout=command.timeout,
+                             env={**command.env, **injection.env}, actor=principal.actor, cwd=command.cwd,
+                             net="allow" if reach else "none", allow_domains=reach,
+                             grant_domains=effective(principal.chain).domains)
+        view = self._runs.start(request, bot=principal.minter, busy=busy)
+        trail.note(process=view.id)
+        return view
+
+    def processes(self, principal: Principal, name: str, *, trail: Trail = UNTRACED) -> tuple[ProcessView, ...]:
+        """The principal's background processes in the workspace (needs `execute`)."""
+        self._authorize(principal, name, "execute", trail, whole_workspace=True)
+        return self._processes().list(name, principal=principal.actor)
+
+    def process(self, principal: Principal, name: str, process_id: str, *, trail: Trail = UNTRACED) -> ProcessView:
+        self._authorize(principal, name, "execute", trail, whole_workspace=True)
+        trail.note(process=process_id)
+        return self._processes().get(name, process_id, principal=principal.actor)
+
+    def process_logs(self, principal: Principal, name: str, process_id: str, *,
+                     trail: Trail = UNTRACED) -> Logs:
+        self._authorize(principal, name, "execute", trail, whole_workspace=True)
+        trail.note(process=process_id)
+        return self._processes().logs(name, process_id, principal=principal.actor)
+
+    def follow_process(self, principal: Principal, name: str, process_id: str, *,
+                       trail: Trail = UNTRACED) -> Iterator[Chunk | None]:
+        """The process's output as it comes (services/live.py `follow`); checked before it starts."""
+        self._authorize(principal, name, "execute", trail, whole_workspace=True)
+        trail.note(process=process_id)
+        live = self._processes()
+        live.get(name, process_id, principal=principal.actor)  # NotFound now, not mid-stream
+        return live.follow(name, process_id, principal=principal.actor)
+
+    def kill_process(self, principal: Principal, name: str, process_id: str, sig: int, *,
+                     trail: Trail = UNTRACED) -> ProcessView:
+        self._authorize(principal, name, "execute", trail, whole_workspace=True)
+        trail.note(process=process_id, signal=sig)
+        return self._processes().kill(name, process_id, sig, principal=principal.actor, actor=principal.actor)
 

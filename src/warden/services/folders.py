@@ -16,12 +16,12 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from warden.core.errors import Conflict
-from warden.core.layers import EnvLayers
 from warden.core.ports import GitDefuser, WorkspaceFolders
 from warden.core.settings import Settings
 from warden.core.workspaces import WorkspaceRecord
 
 if TYPE_CHECKING:
+    from warden.core.layers import EnvLayers
     from warden.services.layers import Resolution
     from warden.services.quota import QuotaService
 

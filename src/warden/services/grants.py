@@ -66,7 +66,8 @@ class GrantService:
     def __init__(self, registry: Registry, audit: AuditLog, keys: Keys, workspaces: WorkspaceService,
                  clock: Clock, *, default_ttl: timedelta, max_ttl: timedelta,
                  random: Callable[[int], bytes] = os.urandom,
-                 zones_of: Callable[[WorkspaceRecord], Mapping[str, object]] | None = None) -> None:
+                 zones_of: Callable[[WorkspaceRecord], Mapping[str, object]] | None = None,
+                 on_revoke: Callable[[list[str], str], object] | None = None) -> None:
         self._registry = registry
         self._audit = audit
         self._keys = keys
@@ -77,6 +78,14 @@ class GrantService:
         self.max_ttl = max_ttl
         # The workspace's configured zones, to refuse a grant naming one it does not have.
         self._zones_of = zones_of
+        # Told the accessors revoked (and by whom) once the revocation is committed: the live
+        # sandboxes of those grants are stopped at once (services/live.py).
+        self._on_revoke = on_revoke
+
+    def _revoked(self, accessors: list[str], actor: str) -> list[str]:
+        if accessors and self._on_revoke is not None:
+            self._on_revoke(accessors, actor)
+        return accessors
 
     def _hash(self, token: str) -> str:
         return hash_token(token, self._keys.pepper())
@@ -115,14 +124,16 @@ class GrantService:
             tx.bots.delete(name)
             self._audit.record(actor=actor, action="bot.remove", target=f"bot:{name}",
                                detail={"revoked": revoked}, tx=tx)
-        return revoked
+        return self._revoked(revoked, actor)
 
     # -- grants ------------------------------------------------------------------------------
     def grant(self, workspace: str, bot: str, permissions: str | Iterable[str], *,
               zones: Sequence[str] | None = None, secrets: Sequence[str] = (),
               ttl: timedelta | None = None, max_ttl: timedelta | None = None,
-              actor: str = "user", parent: Sequence[Grant] | None = None) -> IssuedGrant:
+              actor: str = "user", parent: Sequence[Grant] | None = None,
+              domains: Sequence[str] = ()) -> IssuedGrant:
         """Mint a grant for `bot` on `workspace`; with `parent` (its chain) it is a clamped child.
+        `domains`: what its commands may ask to reach, one command at a time (none: no network).
 
         A grant without a parent (the person's `warden grant`, or a bot's own grant on a
         workspace it created) needs a registered bot: NotFound "no bot named …" otherwise, a
@@ -141,7 +152,8 @@ class GrantService:
             raise InvalidInput(f"grants may nest at most {MAX_DEPTH} deep; mint this one from a grant nearer the root")
         now = self._clock()
         plan = plan_grant(now, wanted, zones=zones, secrets=secrets, ttl=ttl, max_ttl=max_ttl,
-                          default_ttl=self.default_ttl, ceiling=self.max_ttl, parent=parent)
+                          default_ttl=self.default_ttl, ceiling=self.max_ttl, parent=parent,
+                          domains=domains)
         if plan.zones is not None and self._zones_of is not None:
             known = self._zones_of(record)
             unknown = sorted(set(plan.zones) - set(known))
@@ -152,7 +164,8 @@ class GrantService:
         grant = Grant(accessor=make_accessor(self._random(ACCESSOR_BYTES)), workspace=workspace,
                       workspace_id=record.id, bot=bot, permissions=plan.permissions, zones=plan.zones,
                       secrets=plan.secrets, created=now, expires=plan.expires, max_expires=plan.max_expires,
-                      parent=parent[0].accessor if parent else None, created_by=actor)
+                      parent=parent[0].accessor if parent else None, created_by=actor,
+                      domains=plan.domains)
         with self._registry.transaction() as tx:
             # Looked up for a child grant too, so both answers take the same time.
             registered = tx.bots.by_name(bot) is not None
@@ -171,6 +184,7 @@ class GrantService:
                                        "permissions": sorted(plan.permissions),
                                        "zones": list(plan.zones) if plan.zones is not None else None,
                                        "secret_names": list(plan.secrets),
+                                       "domains": list(plan.domains),
                                        "expires": plan.expires.isoformat()}, tx=tx)
         return IssuedGrant(grant, token)
 
@@ -211,7 +225,7 @@ class GrantService:
             revoked = self._revoke_tree(tx, roots, now)
             self._audit.record(actor=actor, action="grant.revoke", target=workspace, decision="none",
                                detail={"accessor": accessor, "bot": bot, "revoked": revoked}, tx=tx)
-        return revoked
+        return self._revoked(revoked, actor)
 
     def revoke_workspace(self, workspace: str, *, actor: str = "user") -> list[str]:
         """Revoke every grant of a workspace (when it is destroyed)."""
@@ -222,7 +236,7 @@ class GrantService:
             if revoked:
                 self._audit.record(actor=actor, action="grant.revoke", target=workspace,
                                    detail={"revoked": revoked, "reason": "workspace destroyed"}, tx=tx)
-        return revoked
+        return self._revoked(revoked, actor)
 
     def _revoke_tree(self, tx: Tx, roots: list[str], at: datetime) -> list[str]:
         everything = list(dict.fromkeys(roots + tx.grants.descendants(roots)))

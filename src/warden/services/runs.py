@@ -1,8 +1,9 @@
 """Run a command in a workspace's sandbox: the one way Warden executes bot commands.
 
 Order of a run: look up the workspace → limits (settings, then per-run overrides) → the
-network decision → the command allowlist when `sandbox.enabled` is on → the path policy
-(zones, allowed/denied paths, protected files) → the disk quota → the run's lease, taken with
+network decision → the working folder (`cwd`, opened beneath the workspace) → the command
+allowlist when `sandbox.enabled` is on → the path policy (zones, allowed/denied paths,
+protected files) → the disk quota → the run's lease, taken with
 its intent in the registry → mount sources and git guards → the sandbox → one audit event,
 written with the lease's release. Refusals happen before anything starts: each is a `Refused`
 error (`warden run` exits 126) and, once the workspace is known to be ready, an audited deny.
@@ -14,7 +15,7 @@ import contextlib
 import dataclasses
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,16 +23,18 @@ from warden.core.bwrap_argv import Bind
 from warden.core.errors import Conflict, Denied, InvalidInput, Locked, NotFound, Refused, Unavailable, WardenError
 from warden.core.limits import Limits, apply_overrides
 from warden.core.paths import is_inside
-from warden.core.runs import NetEvent, RunResult, SandboxRequest, Sink, explain_failure
+from warden.core.runs import NO_NETWORK_ENV, NetEvent, RunResult, SandboxRequest, Sink, explain_failure, workspace_cwd
 from warden.services.runs_in_progress import RunIntent, RunsInProgress
 
 if TYPE_CHECKING:
+    from warden.core.live import ProcessView
     from warden.core.network import NetworkPolicy
-    from warden.core.ports import GitGuard, GitGuards, MountSources, Registry, SandboxRunner
+    from warden.core.ports import GitGuard, GitGuards, MountSources, Registry, SafeRoots, SandboxRunner
     from warden.core.settings import Settings
     from warden.core.workspaces import WorkspaceRecord
     from warden.services.audit import AuditLog
     from warden.services.leases import Lease, LeaseService
+    from warden.services.live import Busy, LiveSandboxService
     from warden.services.quota import QuotaService
     from warden.services.sandbox_paths import SandboxPaths
     from warden.services.workspaces import WorkspaceService
@@ -52,6 +55,10 @@ class RunSettings:
     check_commands: bool  # sandbox.enabled: judge commands by the allowlist
     allowed_commands: tuple[str, ...]  # sandbox.allowed_commands
     max_file_mb: int  # sandbox.max_file_size_mb, named when a file reached it
+    # The person's TLS trust (SSL_CERT_FILE, PIP_CERT, ... and uv's system certificates): the
+    # variables and the certificate files and folders they name, given to runs with network only.
+    trust_env: Mapping[str, str] = field(default_factory=dict)
+    trust_paths: tuple[str, ...] = ()
 
     @classmethod
     def from_settings(cls, s: Settings) -> RunSettings:
@@ -76,8 +83,16 @@ class RunRequest:
     pids: int | None = None
     net: str | None = None  # "none" or "allow" (None: network.enabled decides)
     allow_domains: Sequence[str] = ()  # reachable with net "allow", besides network.allowed_domains
+    # A bot's command: the domains its grant allows. With net "allow" it then reaches exactly
+    # `allow_domains`, each within them, never network.allowed_domains; and a loopback or private
+    # address only through an entry the grant names with its port (NetworkPolicy.within_grant).
+    grant_domains: Sequence[str] | None = None
+    cwd: str | None = None  # the working folder: relative to the workspace, or absolute inside it
     env: Mapping[str, str] = field(default_factory=dict)
     stdin: bytes | str | int | None = None  # bytes or text to feed, or a descriptor to pass on
+    # The slave of a pseudo-terminal whose master the front end relays (`warden shell`, the PTY
+    # WebSocket): the command's stdin, stdout, stderr and controlling terminal; stdin is ignored.
+    terminal: int | None = None
     session: str | None = None  # apply this session's path lists too
     ro_paths: Sequence[str] = ()  # more read-only paths (an install's package folders)
     actor: str = "user"
@@ -93,6 +108,9 @@ class RunOutput:
     on_stderr: Sink | None = None
     on_notice: Sink | None = None
     capture: bool = True  # keep the output in the result too
+    # Called once the command runs, with a function that kills its whole tree from any thread
+    # (a front end whose client went away stops the command with it).
+    on_started: Callable[[Callable[[], None]], None] | None = None
 
     @property
     def notice(self) -> Sink | None:
@@ -113,6 +131,7 @@ class _Plan:
     protected: list[str]
     skipped: list[str]  # allowed paths never mounted, with why
     detail: dict[str, Any]  # the audit detail every event of the run carries
+    cwd: str | None = None  # the working folder, absolute (None: the workspace)
 
 
 @dataclass(frozen=True)
@@ -157,7 +176,8 @@ class RunService:
 
     def __init__(self, *, registry: Registry, audit: AuditLog, workspaces: WorkspaceService,
                  leases: LeaseService, quota: QuotaService, paths: SandboxPaths, settings: RunSettings,
-                 sandbox: SandboxRunner, records: RunsInProgress, git: GitGuards, mounts: MountSources) -> None:
+                 sandbox: SandboxRunner, records: RunsInProgress, git: GitGuards, mounts: MountSources,
+                 roots: SafeRoots, live: Callable[[bool], LiveSandboxService | None] | None = None) -> None:
         self._registry = registry
         self._audit = audit
         self._workspaces = workspaces
@@ -169,10 +189,17 @@ class RunService:
         self._records = records
         self._git = git
         self._mounts = mounts
+        self._roots = roots
+        # Live sandboxes (services/live.py): background processes, and the foreground commands of a
+        # principal whose live sandbox runs. `live(False)` is None when none can be running here
+        # (nothing of them is even imported then); `live(True)` always gives the service.
+        self._live = live
 
     # -- inputs --------------------------------------------------------------------------
-    def network_policy(self, net: str | None, allow_domains: Sequence[str]) -> NetworkPolicy | None:
-        """None for no network; the parsed allowlist otherwise."""
+    def network_policy(self, net: str | None, allow_domains: Sequence[str], *,
+                       grant_domains: Sequence[str] | None = None) -> NetworkPolicy | None:
+        """None for no network; the parsed allowlist otherwise: with network.allowed_domains for
+        the person, or for a bot (`grant_domains`) `allow_domains` alone, within its grant."""
         from warden.core.network import NetworkPolicy
 
         mode = net or ("allow" if self.settings.network else "none")
@@ -182,6 +209,10 @@ class RunService:
             if allow_domains:
                 raise InvalidInput("--allow-domain needs --net allow")
             return None
+        if grant_domains is not None:
+            if not allow_domains:
+                raise InvalidInput("name the hosts the command may reach")
+            return NetworkPolicy.within_grant(allow_domains, grant_domains, self.settings.denied_domains)
         allowed = [*self.settings.allowed_domains, *allow_domains]
         if not allowed:
             raise InvalidInput("--net allow needs at least one --allow-domain DOMAIN "
@@ -194,12 +225,16 @@ class RunService:
             net: str | None = None, allow_domains: Sequence[str] = (),
             env: Mapping[str, str] | None = None, stdin: bytes | str | int | None = None,
             actor: str = "user", session: str | None = None, ro_paths: Sequence[str] = (),
-            max_output: int | None = None, within: Lease | None = None) -> RunResult:
-        """`execute` with the request spelled as keywords, and its output captured."""
+            max_output: int | None = None, within: Lease | None = None, cwd: str | None = None,
+            grant_domains: Sequence[str] | None = None, terminal: int | None = None,
+            output: RunOutput | None = None) -> RunResult:
+        """`execute` with the request spelled as keywords (its output captured, unless `output`
+        says where it goes)."""
         request = RunRequest(name, argv, timeout=timeout, memory=memory, cpu=cpu, pids=pids, net=net,
                              allow_domains=allow_domains, env=env or {}, stdin=stdin, session=session,
-                             ro_paths=ro_paths, actor=actor, max_output=max_output)
-        return self.execute(request, within=within)
+                             ro_paths=ro_paths, actor=actor, max_output=max_output, cwd=cwd,
+                             grant_domains=grant_domains, terminal=terminal)
+        return self.execute(request, output, within=within)
 
     def execute(self, request: RunRequest, output: RunOutput | None = None, *,
                 within: Lease | None = None) -> RunResult:
@@ -217,6 +252,32 @@ class RunService:
             mounts = self._mount(held, plan, intent, notes)
             result, watched = self._sandboxed(plan, request, output, mounts, notes)
             return self._conclude(plan, request, intent, result, watched, notes)
+
+    def start(self, request: RunRequest, *, bot: str = "", busy: Busy | None = None) -> ProcessView:
+        """Start `request`'s command in the background, in the live sandbox of its workspace,
+        principal (`request.actor`) and network (started when none runs), and return at once.
+
+        Judged, leased, mounted and refused (126) exactly as a run; its intent is audited as a
+        run's (`run.start`, `background: true`), its outcome once it ends (services/live.py).
+        `bot`: the bot whose API exec slots it takes ("" for the person's); `busy(bot)` gives the
+        front end's own foreground commands (all, the bot's), counted with it."""
+        live = self._live(True) if self._live is not None else None
+        if live is None:
+            raise Refused.of(Unavailable("this Warden runs no live sandboxes, so no background processes"))
+        if request.terminal is not None:
+            raise Refused.of(InvalidInput("a background process has no terminal; start it without one"))
+        _check_argv(request.argv)
+        plan = self._judge(self._ready_workspace(request.workspace), request)
+        intent = RunIntent(os.urandom(8).hex(), plan.record, request.actor, list(request.argv), plan.detail)
+        plan.detail["run_id"] = intent.run_id
+        plan.detail["background"] = True
+        notes = _Notes(None)
+        starter = live.starter(plan.record, request.actor, intent.run_id, bot=bot, busy=busy)
+        with contextlib.ExitStack() as held:
+            self._hold_lease(held, intent, None)
+            mounts = self._mount(held, plan, intent, notes)
+            self._sandboxed(plan, request, RunOutput(capture=False), mounts, notes, runner=starter)
+        return starter.started()
 
     def _ready_workspace(self, name: str) -> WorkspaceRecord:
         try:
@@ -238,17 +299,24 @@ class RunService:
         name, argv, env = record.name, request.argv, request.env
         limits = apply_overrides(self.settings.limits, timeout=request.timeout, memory=request.memory,
                                  cpu=request.cpu, pids=request.pids)
-        network = self.network_policy(request.net, request.allow_domains)
+        try:
+            network = self.network_policy(request.net, request.allow_domains, grant_domains=request.grant_domains)
+        except Denied as exc:  # a bot asking beyond its grant (its front end refuses this first)
+            raise self._refuse(exc, request.actor, name, {"argv": list(argv)}) from None
         folder = os.path.realpath(record.path)
-        detail = {"argv": list(argv), "limits": limits.to_json(),
-                  "network": network.to_json() if network else "none", "env_keys": sorted(env.keys())}
+        detail: dict[str, Any] = {"argv": list(argv), "limits": limits.to_json(),
+                                  "network": network.to_json() if network else "none", "env_keys": sorted(env.keys())}
+        cwd = None
+        if request.cwd is not None:
+            detail["cwd"] = request.cwd
+            cwd = self._working_folder(request.cwd, folder, request.actor, name, detail)
         if self.settings.check_commands:
             from warden.core.commands import check_command
 
             decision = check_command(argv, self.settings.allowed_commands,
                                      trusted_dirs=[*_SYSTEM_BINS, f"{folder}/.venv/bin",
                                                    f"{folder}/node_modules/.bin"],
-                                     cwd=folder, env=env)
+                                     cwd=cwd or folder, env=env)
             if not decision.allowed:
                 raise self._refuse(Denied(f"{decision.reason} (rule {decision.rule})", rule=decision.rule),
                                    request.actor, name, detail)
@@ -260,11 +328,43 @@ class RunService:
             raise self._refuse(Denied(f"workspace {name!r} lies under the denied path {covering[0]}; `warden "
                                       f"sandbox list --workspace {name}` shows where it is denied",
                                       rule="paths.denied"), request.actor, name, detail)
+        hidden = [d for d in plan.denied if cwd is not None and is_inside(cwd, d)]
+        if hidden:
+            raise self._refuse(InvalidInput(f"cwd {request.cwd!r} lies under the denied path {hidden[0]}, which "
+                                            "the sandbox hides; give another folder"), request.actor, name, detail,
+                               rule="run.cwd")
         try:  # the disk quota (services/quota.py): nothing starts when the home's disk is nearly full
             self._quota.check_free()
         except Unavailable as exc:
             raise self._refuse(exc, request.actor, name, detail, result="unavailable", rule=exc.rule or "") from None
-        return plan
+        return dataclasses.replace(plan, cwd=cwd)
+
+    def _working_folder(self, cwd: str, folder: str, actor: str, name: str, detail: Mapping[str, Any]) -> str:
+        """The run's working folder, absolute: `cwd` judged lexically (core.runs.workspace_cwd),
+        then opened beneath the workspace by descriptor with no link followed, and a folder.
+
+        bwrap changes into it by path once inside the sandbox, where the path resolves only within
+        what the sandbox shows, so a folder a command swaps for a link afterwards leads nowhere new.
+        Any refusal is one line with code `invalid`, audited (`warden run` exits 126).
+        """
+        try:
+            rel = workspace_cwd(cwd, folder)
+            if rel != "/":
+                try:
+                    with self._roots.open(folder) as root:
+                        kind = root.stat(rel).type
+                except WardenError as exc:
+                    why = ("goes through a symbolic link; give the folder the link points to"
+                           if isinstance(exc, Denied) or "link" in exc.message else
+                           "is not a folder of the workspace (nothing there); make it first"
+                           if isinstance(exc, NotFound) else f"cannot be opened ({exc.message})")
+                    raise InvalidInput(f"cwd {cwd!r} {why}") from None
+                if kind != "dir":
+                    what = "a symbolic link" if kind == "symlink" else f"a {kind}"
+                    raise InvalidInput(f"cwd {cwd!r} is {what}, not a folder; give a folder of the workspace")
+        except InvalidInput as exc:
+            raise self._refuse(exc, actor, name, detail, rule="run.cwd") from None
+        return folder if rel == "/" else folder + rel
 
     def _path_plan(self, record: WorkspaceRecord, session: str | None, folder: str, limits: Limits,
                    network: NetworkPolicy | None, detail: dict[str, Any]) -> _Plan:
@@ -320,29 +420,43 @@ class RunService:
         return mounts
 
     def _sandboxed(self, plan: _Plan, request: RunRequest, output: RunOutput, mounts: _Mounts,
-                   notes: _Notes) -> tuple[RunResult, _Watched]:
+                   notes: _Notes, *, runner: SandboxRunner | None = None) -> tuple[RunResult, _Watched]:
         """The command run in the sandbox under the disk quota's watch, then the git sweep; a
-        sandbox that cannot start (or a mount source that became a link) is a refusal."""
+        sandbox that cannot start (or a mount source that became a link) is a refusal. `runner`:
+        where it runs (a background process's starter); else the principal's live sandbox when
+        one runs, or a fresh sandbox."""
         name = plan.record.name
+        if runner is None:
+            live = self._live(False) if self._live is not None else None
+            runner = live.runner(plan.record, request.actor, self._sandbox) if live is not None else self._sandbox
 
         def on_net_event(event: NetEvent) -> None:
             if not event.allowed:
                 notes.say(f"warden: network refused {event.method} {event.host}:{event.port}: {event.reason}")
 
         stdin = request.stdin.encode() if isinstance(request.stdin, str) else request.stdin
+        env, ro_paths = dict(request.env), [*request.ro_paths, *_layer_paths(plan.record)]
+        if plan.network is not None:
+            # The person's TLS trust reaches commands with network, read-only: what their own pip,
+            # uv and npm trust (a TLS-intercepting network's authority). The run's variables win.
+            env = {**self.settings.trust_env, **env}
+            ro_paths += [p for p in self.settings.trust_paths if self._paths.exposure(p) is None
+                         and not any(is_inside(p, d) for d in plan.denied)]
+        else:
+            env = {**NO_NETWORK_ENV, **env}  # pip and npm fail at once rather than retry for a minute
         try:
             try:
                 # The disk quota watches the workspace while the command runs; no single file may
                 # pass the bytes left (RLIMIT_FSIZE).
                 with self._quota.watch(plan.folder) as watcher:
-                    result = self._sandbox.run(SandboxRequest(
+                    result = runner.run(SandboxRequest(
                         plan.folder, tuple(request.argv), self._quota.capped(plan.limits, watcher.start),
-                        env=dict(request.env), ro_paths=(*request.ro_paths, *_layer_paths(plan.record)),
+                        cwd=plan.cwd, env=env, ro_paths=tuple(ro_paths),
                         binds=tuple(mounts.binds), bind_fds=tuple(mounts.bind_fds), ro_zones=tuple(plan.ro_zones),
                         denied=tuple(plan.denied), protected=tuple(mounts.protected), network=plan.network,
                         stdin=stdin, on_stdout=output.on_stdout, on_stderr=output.on_stderr,
                         capture=output.capture, max_capture=request.max_output, on_net_event=on_net_event,
-                        on_started=watcher.arm))
+                        on_started=_both(watcher.arm, output.on_started), terminal=request.terminal))
             finally:
                 moved = [f"{where}/{path}" if where else path
                          for where, guard in mounts.guards for path in guard.after().quarantined]
@@ -368,7 +482,8 @@ class RunService:
         if result.exit_code != 0 and watched.note is None:
             why = explain_failure(result.exit_code, result.signal, result.stderr_tail,
                                   oom_killed=result.oom_killed, network=plan.network is not None,
-                                  max_file_mb=self.settings.max_file_mb, memory=plan.limits.memory)
+                                  max_file_mb=self.settings.max_file_mb, memory=plan.limits.memory,
+                                  bot=request.actor.startswith("bot:"))
             if why is not None:
                 notes.say(why)
         stopper = self._stopped_by(name, result.signal) if watched.note is None else None
@@ -439,6 +554,19 @@ class RunService:
                            rule="git.control_files", result="moved", detail={"moved": list(moved)})
         notes.show(f"warden: moved aside git control files a command made ({', '.join(moved)}): a "
                    "person's git would have run the programs they name; git files are the person's\n")
+
+
+def _both(first: Callable[[Callable[[], None]], None],
+          second: Callable[[Callable[[], None]], None] | None) -> Callable[[Callable[[], None]], None]:
+    """One `on_started` hook that calls `first`, then `second` when there is one."""
+    if second is None:
+        return first
+
+    def started(kill: Callable[[], None]) -> None:
+        first(kill)
+        second(kill)
+
+    return started
 
 
 def _check_argv(argv: Sequence[str]) -> None:

@@ -54,9 +54,10 @@ class RunsInProgress:
         if current is None or current.id != intent.record.id or current.status != "ready":
             now = current.status if current is not None else "gone"
             raise Conflict(f"workspace {name!r} changed ({now}) while the run was being prepared; run it again")
-        # Another run in progress here, or one that died unswept: what git files appeared since
-        # are a bot's (core/gitcontrol).
-        intent.others = bool(tx.runs.of_workspace(name))
+        # Another run in progress here, or one that died unswept, or a live sandbox (whose
+        # background processes run at any time): what git files appeared since are a bot's
+        # (core/gitcontrol).
+        intent.others = bool(tx.runs.of_workspace(name)) or bool(tx.sandboxes.of_workspace(name))
         self.mark_lost(tx)
         pid = os.getpid()
         tx.runs.insert(RunInProgress(intent.run_id, name, intent.actor, self.node, pid,

@@ -23,6 +23,7 @@ from warden.core.runs import RunInProgress
 if TYPE_CHECKING:
     from warden.core.ports import GitGuards, Leftovers, Processes, Registry, RunCgroups
     from warden.services.layers import LayerService
+    from warden.services.live import LiveSandboxService
     from warden.services.runs_in_progress import RunsInProgress
     from warden.services.workspaces import WorkspaceService
 
@@ -55,7 +56,8 @@ class Sweeper:
 
     def __init__(self, *, registry: Registry, workspaces: WorkspaceService, runs: RunsInProgress,
                  layers: Callable[[], LayerService], processes: Processes, cgroups: RunCgroups, git: GitGuards,
-                 leftovers: Leftovers, home: Path, root_dir: Path, archives: Path) -> None:
+                 leftovers: Leftovers, home: Path, root_dir: Path, archives: Path,
+                 live: Callable[[], LiveSandboxService] | None = None) -> None:
         self._registry = registry
         self._workspaces = workspaces
         self._runs = runs
@@ -67,13 +69,20 @@ class Sweeper:
         self._home = home
         self._root_dir = root_dir
         self._archives = archives
+        self._live = live
 
     def sweep(self, *, dry_run: bool = False) -> SweepReport:
         roots = [str(self._home), str(self._root_dir)]
+        # Live sandboxes outlive the Warden that started them on purpose: those in the registry
+        # are no orphans. Each is looked at instead (services/live.py): stopped if it may no
+        # longer run, its ended processes recorded.
+        keep = self._live().keep() if self._live is not None else set()
         if dry_run:
-            sandboxes = sorted(self._processes.orphan_sandboxes(roots))
+            sandboxes = sorted(self._processes.orphan_sandboxes(roots, keep))
         else:
-            sandboxes = self._processes.kill_orphan_sandboxes(roots)
+            sandboxes = self._processes.kill_orphan_sandboxes(roots, keep)
+            if self._live is not None:
+                self._live().sweep()
         cgroups = [] if dry_run else self._cgroups.sweep_orphans()
         temp = [path for path, pid in self._leftovers.temp_archives(str(self._archives))
                 if not self._processes.alive(pid)]

@@ -35,6 +35,7 @@ def test_concurrent_sweeps_never_trip_over_each_other(tmp_path: Path) -> None:
     assert errors == [] and cgroups._stale == []
 
 
+@pytest.mark.alone  # another process's sweep (doctor --fix, serve's start-up) would take the stale cgroup first
 def test_cgroups_of_dead_runs_are_swept_and_live_ones_kept() -> None:
     support = cgroups.detect()
     if support.pids is None:

@@ -13,9 +13,11 @@ def test_trust_settings_keep_existing_absolute_paths_only(tmp_path: Path) -> Non
     env, paths = trust_settings({"SSL_CERT_FILE": str(bundle), "SSL_CERT_DIR": "certs",
                                  "PIP_CERT": str(tmp_path / "missing.pem"), "AWS_SECRET_ACCESS_KEY": "x"})
     # uv is told to trust the system's authorities (mounted), as pip does; the caller may say no.
-    assert env == {"SSL_CERT_FILE": str(bundle), "UV_NATIVE_TLS": "1"}
+    # Both of uv's names: the old one for an older uv, the new one so a newer uv does not warn.
+    assert env == {"SSL_CERT_FILE": str(bundle), "UV_NATIVE_TLS": "1", "UV_SYSTEM_CERTS": "1"}
     assert paths == [str(bundle)]
-    assert trust_settings({"UV_NATIVE_TLS": "false"})[0] == {"UV_NATIVE_TLS": "0"}
+    assert trust_settings({"UV_NATIVE_TLS": "false"})[0] == {"UV_NATIVE_TLS": "0", "UV_SYSTEM_CERTS": "0"}
+    assert trust_settings({"UV_SYSTEM_CERTS": "0"})[0] == {"UV_NATIVE_TLS": "0", "UV_SYSTEM_CERTS": "0"}
 
 
 def test_folder_and_rw_binds_are_writable_ro_paths_are_not(tmp_path: Path) -> None:

@@ -24,12 +24,14 @@ class BubblewrapSandbox:
         spec = build_spec(request.workspace, request.argv, caller_env=self._environ, env=request.env,
                           ro_paths=request.ro_paths, extra_binds=request.binds, bind_fds=request.bind_fds,
                           ro_zones=request.ro_zones, denied=request.denied, protected=request.protected,
-                          network=request.network is not None, tmp_size=request.limits.memory)
+                          network=request.network is not None, tmp_size=request.limits.memory,
+                          cwd=request.cwd)
         caps = {"max_capture": request.max_capture} if request.max_capture is not None else {}
         try:
             return run_sandboxed(spec, request.limits, stdin=request.stdin, on_stdout=request.on_stdout,
                                  on_stderr=request.on_stderr, capture=request.capture, network=request.network,
-                                 on_net_event=request.on_net_event, on_started=request.on_started, **caps)
+                                 on_net_event=request.on_net_event, on_started=request.on_started,
+                                 terminal=request.terminal, **caps)
         except Unavailable as exc:
             if exc.rule != "sandbox.setup_failed":
                 raise

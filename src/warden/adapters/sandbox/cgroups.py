@@ -112,6 +112,16 @@ class Cgroup:
         for fd in self.procs_fds:
             os.write(fd, str(pid).encode())
 
+    def wait_empty(self, timeout: float = 2.0) -> bool:
+        """Wait until no process is left in the cgroups (cgroup.kill only starts the killing);
+        False if some still are after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while any(_read_pids(path) for _, path in self.dirs):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.002)
+        return True
+
     def kill(self) -> None:
         """SIGKILL everything still in the cgroups (a timeout, or leftovers after exit)."""
         for version, path in self.dirs:
@@ -252,8 +262,10 @@ def _read_pids(path: str) -> list[int]:
         return []
 
 
-def create(support: CgroupSupport, *, memory: int, pids: int) -> Cgroup:
-    """Make this run's cgroups with their limits; OSError when the kernel refuses."""
+def create(support: CgroupSupport, *, memory: int, pids: int, name: str | None = None) -> Cgroup:
+    """Make this run's cgroups with their limits; OSError when the kernel refuses. `name`: a
+    name of the caller's (a live sandbox's `warden-live-…`, which outlives this process and is
+    not swept as an orphan of it) instead of one carrying this process's pid."""
     global _orphans_swept
     if _stale:
         sweep()
@@ -261,7 +273,7 @@ def create(support: CgroupSupport, *, memory: int, pids: int) -> Cgroup:
         _orphans_swept = True
         sweep_orphans(support)
     group = Cgroup()
-    name = f"warden-{os.getpid()}-{_start_time()}-{next(_counter)}"
+    name = name or f"warden-{os.getpid()}-{_start_time()}-{next(_counter)}"
     made: dict[str, str] = {}
     try:
         for controller, spec in (("memory", support.memory), ("pids", support.pids)):

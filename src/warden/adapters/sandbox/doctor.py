@@ -165,6 +165,25 @@ def run_checks(workspaces_root: str | None = None) -> list[Check]:
                         f"{python} runs the in-sandbox proxy relay" if python else "no system python3",
                         "" if python else "apt-get install python3-minimal (needed for --net allow)",
                         required=False))
+    checks.append(_live_check(python, ok))
     if workspaces_root is not None:
         checks.append(_quota_check(workspaces_root))
     return checks
+
+
+def _live_check(python: str | None, cgroups_ok: bool) -> Check:
+    """What live sandboxes (`run --detach`, background processes) need: a system python3 for the
+    supervisor inside; with cgroups, each command's leftovers are killed at its end."""
+    if python is None:
+        return Check("live sandboxes", False, "no system python3 for the supervisor: background processes "
+                     "(`warden run --detach`, `\"background\": true`) are refused",
+                     "apt-get install python3-minimal", required=False)
+    children = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+    detail = f"{python} runs the supervisor; " + (
+        "commands found through /proc/PID/task/TID/children" if children
+        else "commands found by a scan of /proc (this kernel lacks CONFIG_PROC_CHILDREN: slower)")
+    if not cgroups_ok:
+        return Check("live sandboxes", False, detail + "; without cgroups a command that leaves its session "
+                     "survives its end in the live sandbox (until the sandbox stops)",
+                     "run Warden as root, or in a delegated cgroup", required=False)
+    return Check("live sandboxes", True, detail + "; each command in a cgroup of its own", required=False)

@@ -197,8 +197,10 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
                env: Mapping[str, str], ro_paths: Iterable[str] = (),
                extra_binds: Iterable[Bind] = (), ro_zones: Iterable[str] = (),
                denied: Iterable[str] = (), protected: Iterable[str] = (), network: bool = False,
-               tmp_size: int | None = None, bind_fds: Iterable[tuple[str, int]] = ()) -> SandboxSpec:
-    """Gather the host facts for one run into a SandboxSpec (fds are added by the runner)."""
+               tmp_size: int | None = None, bind_fds: Iterable[tuple[str, int]] = (),
+               cwd: str | None = None) -> SandboxSpec:
+    """Gather the host facts for one run into a SandboxSpec (fds are added by the runner);
+    `cwd`: the command's working folder, judged by the caller (None: the workspace)."""
     ws = os.path.realpath(workspace)
     if not os.path.isdir(ws):
         raise InvalidInput(f"workspace folder {workspace} is missing; `warden health` can repair it")
@@ -236,7 +238,7 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
         pinned += _pins_between(path, [ws, *(b.path for b in binds if b.mode == "rw")])
     zones = [z for z in ro_zones if _under(z, ws) and os.path.isdir(z) and not os.path.islink(z)]
     return SandboxSpec(
-        workspace=ws, command=tuple(command), env=full_env,
+        workspace=ws, command=tuple(command), env=full_env, cwd=cwd,
         system_ro=system_ro, system_links=system_links, etc=etc, etc_links=etc_links,
         ro_paths=tuple(p for p in mounted_ro if os.path.exists(p)),
         extra_binds=tuple(binds), protected=tuple(protected_paths), ro_zones=tuple(zones),

@@ -139,11 +139,14 @@ def run_sandboxed(spec: SandboxSpec, limits: Limits, *, stdin: bytes | int | Non
                   capture: bool = True, max_capture: int = _MAX_CAPTURE,
                   network: NetworkPolicy | None = None,
                   on_net_event: Callable[[NetEvent], None] | None = None,
-                  on_started: Callable[[Callable[[], None]], None] | None = None) -> RunResult:
+                  on_started: Callable[[Callable[[], None]], None] | None = None,
+                  terminal: int | None = None) -> RunResult:
     """Run `spec.command` in the sandbox described by `spec` within `limits`.
 
     `on_started` is called once the command runs with a function that kills its whole tree
-    (from any thread, until the run ends): the disk-quota watcher uses it."""
+    (from any thread, until the run ends): the disk-quota watcher uses it. `terminal`: the slave
+    of a pseudo-terminal to be the command's stdin, stdout, stderr and controlling terminal
+    (terminal.py); its output then reaches the master alone."""
     bwrap = bwrap_path()
     if bwrap is None:
         raise Unavailable(MISSING_BWRAP, rule="sandbox.bwrap_missing")
@@ -157,6 +160,10 @@ def run_sandboxed(spec: SandboxSpec, limits: Limits, *, stdin: bytes | int | Non
         borrowed = [fd for _, fd in spec.bind_fds if fd not in held.fds]
         if spec.network == "proxy":
             spec = _with_proxy(spec, network or NetworkPolicy(), on_net_event, held)
+        if terminal is not None:
+            from warden.adapters.sandbox.terminal import on_terminal
+
+            spec, stdin = replace(spec, command=on_terminal(spec.command)), terminal
         control = _Control.open(held)
         # The options travel in a memfd (`--args`), never on bwrap's command line: argv is
         # world-readable in /proc (host paths, `--setenv` values) on the host and, through
@@ -174,7 +181,7 @@ def run_sandboxed(spec: SandboxSpec, limits: Limits, *, stdin: bytes | int | Non
         held.cg = _run_cgroup(support, limits, held.notes)
         output = _Output(on_stdout, on_stderr, capture, max_capture)
         return _spawn_and_wait(argv, spec, limits, stdin, output, held, control, borrowed, support,
-                               on_started=on_started)
+                               on_started=on_started, terminal=terminal is not None)
     finally:
         held.close()
 
@@ -366,9 +373,10 @@ class _Sandbox:
 def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: bytes | int | None,
                     output: _Output, held: _Held, control: _Control, borrowed: list[int],
                     support: cgroups.CgroupSupport, *,
-                    on_started: Callable[[Callable[[], None]], None] | None = None) -> RunResult:
+                    on_started: Callable[[Callable[[], None]], None] | None = None,
+                    terminal: bool = False) -> RunResult:
     """Start bwrap, let the command go once its limits are applied, and follow it to its end."""
-    sandbox = _spawn(argv, spec, stdin, held, control, borrowed)
+    sandbox = _spawn(argv, spec, stdin, held, control, borrowed, terminal=terminal)
     try:
         _release(sandbox, control, limits, support)
     except BaseException:
@@ -397,14 +405,15 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
 
 
 def _spawn(argv: list[str], spec: SandboxSpec, stdin: bytes | int | None, held: _Held, control: _Control,
-           borrowed: list[int]) -> _Sandbox:
-    """bwrap started in a session of its own, in the workspace folder, holding the fds it needs."""
+           borrowed: list[int], *, terminal: bool = False) -> _Sandbox:
+    """bwrap started in a session of its own, in the workspace folder, holding the fds it needs
+    (`terminal`: `stdin` is a pseudo-terminal, the command's stdout too)."""
     stdin_arg: int = subprocess.DEVNULL if stdin is None else subprocess.PIPE if isinstance(stdin, bytes) else stdin
     started = time.monotonic()
     environ = bwrap_environ(spec)
     try:
         proc = subprocess.Popen(
-            argv, stdin=stdin_arg, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            argv, stdin=stdin_arg, stdout=stdin_arg if terminal else subprocess.PIPE, stderr=subprocess.PIPE,
             env=environ, close_fds=True, start_new_session=True,
             # bwrap's working folder marks whose sandbox it is (adapters/processes finds a
             # workspace's processes by it); the command's own is set by --chdir.
@@ -449,11 +458,11 @@ def _follow(sandbox: _Sandbox, stdin: bytes | int | None, output: _Output, deadl
     """Feed stdin and read the output until both streams close or the deadline passes (then the
     tree is killed and what is left drained briefly); the return code and whether it timed out."""
     proc = sandbox.proc
-    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stderr is not None  # stdout is None on a terminal (the caller reads its master)
     stderr_fd = proc.stderr.fileno()
     timed_out = False
     with selectors.DefaultSelector() as sel:
-        for stream in (proc.stdout, proc.stderr):
+        for stream in (s for s in (proc.stdout, proc.stderr) if s is not None):
             os.set_blocking(stream.fileno(), False)
             sel.register(stream.fileno(), selectors.EVENT_READ)
         pending = _start_stdin(proc, stdin, sel)

@@ -14,6 +14,10 @@ from warden.core.runs import RunResult
 __all__ = ["NpmTarballFiles", "SandboxedTools"]
 
 
+# package.json is a few KiB; a bigger one is not read into memory.
+_MAX_PACKAGE_JSON = 1 << 20
+
+
 class SandboxedTools:
     """`run_tool` with the caller's environment bound (for its TLS trust settings)."""
 
@@ -41,8 +45,18 @@ class NpmTarballFiles:
     """Reads npm package tarballs the person names (`warden install --node /path/pkg.tgz`)."""
 
     def package_name(self, tarball: str) -> str:
-        with tarfile.open(tarball) as tar:
-            member = tar.extractfile("package/package.json")
-            if member is None:
-                raise InvalidInput(f"{tarball} is not an npm package tarball")
-            return str(json.loads(member.read())["name"])
+        refusal = f"{tarball} is not an npm package tarball (package/package.json with a name)"
+        try:
+            with tarfile.open(tarball) as tar:
+                member = tar.extractfile("package/package.json")
+                if member is None:
+                    raise InvalidInput(refusal)
+                data = member.read(_MAX_PACKAGE_JSON + 1)  # a bot may have made the tarball
+                if len(data) > _MAX_PACKAGE_JSON:
+                    raise InvalidInput(refusal)
+                name = json.loads(data)["name"]
+        except (KeyError, TypeError, ValueError, EOFError, tarfile.TarError) as exc:
+            raise InvalidInput(refusal) from exc
+        if not isinstance(name, str) or not name:
+            raise InvalidInput(refusal)
+        return name

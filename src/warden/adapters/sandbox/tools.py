@@ -39,8 +39,10 @@ def trust_settings(caller_env: Mapping[str, str]) -> tuple[dict[str, str], list[
            if caller_env.get(name, "").startswith("/") and os.path.exists(caller_env[name])}
     paths = list(dict.fromkeys(env.values()))
     # uv trusts its own bundled roots unless told to use the system's (mounted: /etc/ssl), which
-    # is what a TLS-intercepting network's authority is added to.
-    env["UV_NATIVE_TLS"] = "0" if caller_env.get("UV_NATIVE_TLS", "1").lower() in ("0", "false", "no") else "1"
+    # is what a TLS-intercepting network's authority is added to. Newer uv renamed UV_NATIVE_TLS
+    # to UV_SYSTEM_CERTS (the old name warns); both are set, so every uv reads one, none warns.
+    said = caller_env.get("UV_SYSTEM_CERTS", caller_env.get("UV_NATIVE_TLS", "1"))
+    env["UV_SYSTEM_CERTS"] = env["UV_NATIVE_TLS"] = "0" if said.lower() in ("0", "false", "no") else "1"
     return env, paths
 
 

@@ -52,7 +52,7 @@ class SqlBots:
 
 # -- grants ---------------------------------------------------------------------------------
 _GRANT_COLUMNS = ("accessor, parent_accessor, workspace, workspace_id, bot, permissions, zones, secrets,"
-                  " created_at, expires_at, max_expires_at, revoked_at, created_by")
+                  " created_at, expires_at, max_expires_at, revoked_at, created_by, domains")
 
 
 def _time(text: str | None) -> datetime | None:
@@ -70,7 +70,8 @@ def _grant(row: Row) -> Grant:
         bot=row["bot"], permissions=frozenset(p for p in str(row["permissions"]).split(",") if p),
         zones=tuple(zones) if zones is not None else None, secrets=tuple(json.loads(row["secrets"])),
         created=created, expires=expires, max_expires=max_expires, revoked=_time(row["revoked_at"]),
-        parent=row["parent_accessor"], created_by=row["created_by"])
+        parent=row["parent_accessor"], created_by=row["created_by"],
+        domains=tuple(json.loads(row["domains"] or "[]")))
 
 
 class SqlGrants:
@@ -83,14 +84,14 @@ class SqlGrants:
         self._sql.execute(
             f"INSERT INTO grants (token_hash, {_GRANT_COLUMNS}) VALUES (:token_hash, :accessor, :parent,"
             " :workspace, :workspace_id, :bot, :permissions, :zones, :secrets, :created, :expires,"
-            " :max_expires, NULL, :created_by)",
+            " :max_expires, NULL, :created_by, :domains)",
             {"token_hash": token_hash, "accessor": grant.accessor, "parent": grant.parent,
              "workspace": grant.workspace, "workspace_id": grant.workspace_id, "bot": grant.bot,
              "permissions": ",".join(p for p in PERMISSIONS if p in grant.permissions),
              "zones": json.dumps(list(grant.zones)) if grant.zones is not None else None,
              "secrets": json.dumps(list(grant.secrets)), "created": grant.created.isoformat(),
              "expires": grant.expires.isoformat(), "max_expires": grant.max_expires.isoformat(),
-             "created_by": grant.created_by})
+             "created_by": grant.created_by, "domains": json.dumps(list(grant.domains))})
 
     def chain_by_hash(self, token_hash: str, max_depth: int) -> tuple[list[Grant], str] | None:
         """The grant whose token has this hash and its ancestors (nearest first), in one query,

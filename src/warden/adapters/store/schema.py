@@ -6,7 +6,7 @@ JSON columns hold text documents.
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, String, Table, Text, UniqueConstraint
 
 metadata = MetaData()
 
@@ -69,6 +69,8 @@ grants = Table(
     Column("max_expires_at", String(40), nullable=False),
     Column("revoked_at", String(40)),
     Column("created_by", String(200), nullable=False),
+    # JSON list of the domains its commands may ask to reach (core.network entries)
+    Column("domains", Text, nullable=False, server_default="[]"),
 )
 Index("ix_grants_workspace", grants.c.workspace)
 Index("ix_grants_bot", grants.c.bot)
@@ -106,3 +108,50 @@ runs_in_progress = Table(
     Column("started_at", String(40), nullable=False),
     Column("argv", Text, nullable=False),
 )
+
+# Live sandboxes (core/live.py): one row per running one, found by its key on its node. A
+# sandbox outlives the Warden process that started it; any process of its node reaches it here.
+live_sandboxes = Table(
+    "live_sandboxes", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("workspace", String(64), nullable=False),
+    Column("workspace_id", String(40), nullable=False),
+    Column("principal", String(200), nullable=False),
+    Column("network", String(80), nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("fence", BigInteger, nullable=False),
+    Column("node", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("pid_start", BigInteger, nullable=False),
+    Column("supervisor_pid", Integer, nullable=False),
+    Column("supervisor_start", BigInteger, nullable=False),
+    Column("socket", Text, nullable=False),
+    Column("started_at", String(40), nullable=False),
+    Column("last_used", String(40), nullable=False),
+    Column("meta", Text, nullable=False, server_default="{}"),
+    UniqueConstraint("node", "workspace", "principal", "network", name="uq_live_sandboxes_key"),
+)
+Index("ix_live_sandboxes_workspace", live_sandboxes.c.workspace)
+
+# Background processes of live sandboxes: written as one starts, ended with its outcome (the
+# `run` audit event). Running ones of bots count against api.max_execs and max_execs_per_bot.
+live_processes = Table(
+    "live_processes", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("sandbox_id", String(40), nullable=False),
+    Column("workspace", String(64), nullable=False),
+    Column("principal", String(200), nullable=False),
+    Column("bot", String(64), nullable=False, server_default=""),
+    Column("argv", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("exit_code", Integer),
+    Column("signal", Integer),
+    Column("timed_out", Integer, nullable=False, server_default="0"),
+    Column("started_at", String(40), nullable=False),
+    Column("ended_at", String(40)),
+    Column("node", String(255), nullable=False),
+    Column("meta", Text, nullable=False, server_default="{}"),
+)
+Index("ix_live_processes_workspace", live_processes.c.workspace)
+Index("ix_live_processes_sandbox", live_processes.c.sandbox_id)
+Index("ix_live_processes_status", live_processes.c.status, live_processes.c.bot)

@@ -11,52 +11,59 @@ its audit event commit together or not at all.
 
 from __future__ import annotations
 
-from warden.core.ports.files import (
-    ConfigFile,
-    DiskUsage,
-    FileEntry,
-    HomeFiles,
-    KeyFiles,
-    MountJudge,
-    PolicyFiles,
-    QuotaWatch,
-    SafeRoots,
-    WorkspaceRoot,
-)
-from warden.core.ports.registry import (
-    AuditTable,
-    BotTable,
-    Clock,
-    GrantTable,
-    Keys,
-    LeaseTable,
-    Registry,
-    RunTable,
-    SecretTable,
-    Tx,
-    WorkspaceTable,
-)
-from warden.core.ports.sandbox import (
-    GitGuard,
-    GitGuards,
-    Leftovers,
-    MountSources,
-    Processes,
-    RunCgroups,
-    SandboxRunner,
-    Unarchiver,
-)
-from warden.core.ports.workspace import (
-    ArchiveFiles,
-    GitDefuser,
-    LayerBuilder,
-    LayerStore,
-    NpmTarballs,
-    ResolutionCache,
-    SandboxTools,
-    WorkspaceFolders,
-    WorkspaceReads,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from warden.core.ports.files import (
+        ConfigFile,
+        DiskUsage,
+        FileEntry,
+        HomeFiles,
+        KeyFiles,
+        MountJudge,
+        PolicyFiles,
+        QuotaWatch,
+        SafeRoots,
+        WorkspaceRoot,
+    )
+    from warden.core.ports.live import LiveSandboxes
+    from warden.core.ports.registry import (
+        AuditTable,
+        BotTable,
+        Clock,
+        GrantTable,
+        Keys,
+        LeaseTable,
+        ProcessTable,
+        Registry,
+        RunTable,
+        SandboxTable,
+        SecretTable,
+        Tx,
+        WorkspaceTable,
+    )
+    from warden.core.ports.sandbox import (
+        GitGuard,
+        GitGuards,
+        Leftovers,
+        MountSources,
+        Processes,
+        RunCgroups,
+        SandboxRunner,
+        Unarchiver,
+    )
+    from warden.core.ports.workspace import (
+        ArchiveFiles,
+        GitDefuser,
+        LayerBuilder,
+        LayerStore,
+        NpmTarballs,
+        ResolutionCache,
+        SandboxTools,
+        WorkspaceFolders,
+        WorkspaceReads,
+    )
 
 __all__ = [
     "ArchiveFiles",
@@ -77,10 +84,12 @@ __all__ = [
     "LayerStore",
     "LeaseTable",
     "Leftovers",
+    "LiveSandboxes",
     "MountJudge",
     "MountSources",
     "NpmTarballs",
     "PolicyFiles",
+    "ProcessTable",
     "Processes",
     "QuotaWatch",
     "Registry",
@@ -89,6 +98,7 @@ __all__ = [
     "RunTable",
     "SafeRoots",
     "SandboxRunner",
+    "SandboxTable",
     "SandboxTools",
     "SecretTable",
     "Tx",
@@ -98,3 +108,55 @@ __all__ = [
     "WorkspaceRoot",
     "WorkspaceTable",
 ]
+
+# Where each port is declared: importing the package loads only the part a caller names, so
+# `warden run` does not import the Protocols of layers and files it never touches.
+_HOME = {
+    "ArchiveFiles": "workspace",
+    "AuditTable": "registry",
+    "BotTable": "registry",
+    "Clock": "registry",
+    "ConfigFile": "files",
+    "DiskUsage": "files",
+    "FileEntry": "files",
+    "GitDefuser": "workspace",
+    "GitGuard": "sandbox",
+    "GitGuards": "sandbox",
+    "GrantTable": "registry",
+    "HomeFiles": "files",
+    "KeyFiles": "files",
+    "Keys": "registry",
+    "LayerBuilder": "workspace",
+    "LayerStore": "workspace",
+    "LeaseTable": "registry",
+    "Leftovers": "sandbox",
+    "LiveSandboxes": "live",
+    "MountJudge": "files",
+    "MountSources": "sandbox",
+    "NpmTarballs": "workspace",
+    "PolicyFiles": "files",
+    "ProcessTable": "registry",
+    "Processes": "sandbox",
+    "QuotaWatch": "files",
+    "Registry": "registry",
+    "ResolutionCache": "workspace",
+    "RunCgroups": "sandbox",
+    "RunTable": "registry",
+    "SafeRoots": "files",
+    "SandboxRunner": "sandbox",
+    "SandboxTable": "registry",
+    "SandboxTools": "workspace",
+    "SecretTable": "registry",
+    "Tx": "registry",
+    "Unarchiver": "sandbox",
+    "WorkspaceFolders": "workspace",
+    "WorkspaceReads": "workspace",
+    "WorkspaceRoot": "files",
+    "WorkspaceTable": "registry",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'warden.core.ports' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"warden.core.ports.{_HOME[name]}"), name)

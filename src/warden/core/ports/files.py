@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from warden.core.ports.registry import Clock
-from warden.core.quota import Quota, Usage
+
+if TYPE_CHECKING:
+    from warden.core.quota import Quota, Usage
 
 __all__ = [
     "ConfigFile",

@@ -5,14 +5,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from warden.core.audit import AuditEvent, StoredEvent
-from warden.core.grants import BotRow, Grant
-from warden.core.leases import LeaseState
-from warden.core.runs import RunInProgress
-from warden.core.secrets import Sealed, SecretRow
-from warden.core.workspaces import WorkspaceRecord
+if TYPE_CHECKING:
+    from warden.core.audit import AuditEvent, StoredEvent
+    from warden.core.grants import BotRow, Grant
+    from warden.core.leases import LeaseState
+    from warden.core.live import LiveProcess, LiveSandbox
+    from warden.core.runs import RunInProgress
+    from warden.core.secrets import Sealed, SecretRow
+    from warden.core.workspaces import WorkspaceRecord
 
 __all__ = [
     "AuditTable",
@@ -21,8 +23,10 @@ __all__ = [
     "GrantTable",
     "Keys",
     "LeaseTable",
+    "ProcessTable",
     "Registry",
     "RunTable",
+    "SandboxTable",
     "SecretTable",
     "Tx",
     "WorkspaceTable",
@@ -131,6 +135,64 @@ class RunTable(Protocol):
     def of_workspace(self, workspace: str) -> list[RunInProgress]: ...
 
 
+class SandboxTable(Protocol):
+    """Live sandboxes (core/live.py): one row per running one, so any process of its node finds it."""
+
+    def insert(self, sandbox: LiveSandbox) -> bool:
+        """Store a sandbox just started; False (nothing stored) when one with its key — node,
+        workspace, principal, network — is there already."""
+        ...
+
+    def get(self, sandbox_id: str) -> LiveSandbox | None: ...
+
+    def find(self, node: str, workspace: str, principal: str, network: str) -> LiveSandbox | None: ...
+
+    def of_workspace(self, workspace: str) -> list[LiveSandbox]: ...
+
+    def of_node(self, node: str) -> list[LiveSandbox]: ...
+
+    def touch(self, sandbox_id: str, at: str) -> None:
+        """Record a use (its idle time counts from the last one)."""
+        ...
+
+    def delete(self, sandbox_id: str) -> bool:
+        """Remove the row; True when this call removed it (its stop is then this caller's to record)."""
+        ...
+
+
+class ProcessTable(Protocol):
+    """Background processes of live sandboxes, from their start to their outcome."""
+
+    def insert(self, process: LiveProcess) -> None:
+        """Raises Conflict when the id is taken."""
+        ...
+
+    def get(self, process_id: str) -> LiveProcess | None: ...
+
+    def of_workspace(self, workspace: str, *, principal: str | None = None) -> list[LiveProcess]:
+        """The workspace's processes (of `principal`), oldest first."""
+        ...
+
+    def of_sandbox(self, sandbox_id: str) -> list[LiveProcess]: ...
+
+    def count_running(self, *, bot: str | None = None) -> int:
+        """Processes starting or running that bots' exec slots hold (of `bot` when given). Called
+        before an insert in one transaction, the two are atomic against other writers."""
+        ...
+
+    def update(self, process_id: str, changes: Mapping[str, object]) -> None:
+        """Change `status`, `meta` or `sandbox_id`."""
+        ...
+
+    def finish(self, process_id: str, *, status: str, exit_code: int | None, signal: int | None, timed_out: bool,
+               ended_at: str) -> bool:
+        """Record the outcome of a process still starting or running; True when this call ended
+        it (its outcome is then this caller's to audit), False when it had ended already."""
+        ...
+
+    def delete(self, process_id: str) -> None: ...
+
+
 class AuditTable(Protocol):
     def append(self, event: AuditEvent) -> AuditEvent:
         """Chain `event` after the newest one (one appender at a time) and store it; the stored event."""
@@ -170,6 +232,12 @@ class Tx(Protocol):
 
     @property
     def runs(self) -> RunTable: ...
+
+    @property
+    def sandboxes(self) -> SandboxTable: ...
+
+    @property
+    def processes(self) -> ProcessTable: ...
 
     @property
     def audit(self) -> AuditTable: ...

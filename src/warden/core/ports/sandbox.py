@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Protocol
 
-from warden.core.bwrap_argv import Bind
-from warden.core.gitcontrol import GitSweep
-from warden.core.runs import RunResult, SandboxRequest
+if TYPE_CHECKING:
+    from warden.core.bwrap_argv import Bind
+    from warden.core.gitcontrol import GitSweep
+    from warden.core.runs import RunResult, SandboxRequest
 
 __all__ = [
     "GitGuard",
@@ -38,12 +39,13 @@ class Processes(Protocol):
         what is left after a grace period); the pids it found."""
         ...
 
-    def orphan_sandboxes(self, roots: Sequence[str]) -> set[int]:
+    def orphan_sandboxes(self, roots: Sequence[str], keep: Collection[int] = ()) -> set[int]:
         """Sandboxes (with their process trees) whose Warden died before it could stop them,
-        working in a folder under one of `roots`."""
+        working in a folder under one of `roots`; never the sandboxes `keep` names (live sandboxes,
+        which outlive the Warden that started them on purpose), nor their trees."""
         ...
 
-    def kill_orphan_sandboxes(self, roots: Sequence[str]) -> list[int]:
+    def kill_orphan_sandboxes(self, roots: Sequence[str], keep: Collection[int] = ()) -> list[int]:
         """SIGKILL what `orphan_sandboxes` finds; the pids killed."""
         ...
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from warden.core.layers import IndexOptions, Interpreter, Layer, NodeRuntime
-from warden.core.limits import Limits
-from warden.core.runs import RunResult
+if TYPE_CHECKING:
+    from warden.core.layers import IndexOptions, Interpreter, Layer, NodeRuntime
+    from warden.core.limits import Limits
+    from warden.core.runs import RunResult
 
 __all__ = [
     "ArchiveFiles",

@@ -22,6 +22,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="comma-separated: read, write, execute, secrets, admin")
     p.add_argument("--zones", help="comma-separated zones (top-level folders) the grant is limited to")
     p.add_argument("--secrets", help="comma-separated secret names injected into the bot's runs")
+    p.add_argument("--allow-domain", dest="allow_domain", action="append", default=[], metavar="DOMAIN",
+                   help="a domain the bot's commands may ask to reach, one command at a time (repeat; "
+                        "*.example.com for subdomains, host:PORT for one port); without it: no network")
     p.add_argument("--ttl", help="lifetime (30s, 10m, 2h, 7d; default grants.default_ttl)")
     p.add_argument("--max-ttl", dest="max_ttl", help="immutable maximum lifetime (default grants.max_ttl)")
     p.set_defaults(handler=_grant)
@@ -49,9 +52,10 @@ def _grant(ctx: Context, args: argparse.Namespace) -> Output:
     issued = ctx.app.grants.grant(
         args.name, args.bot, args.permissions, zones=_list_arg(args.zones), secrets=_list_arg(args.secrets) or [],
         ttl=parse_duration(args.ttl) if args.ttl else None,
-        max_ttl=parse_duration(args.max_ttl) if args.max_ttl else None)
+        max_ttl=parse_duration(args.max_ttl) if args.max_ttl else None, domains=args.allow_domain)
     grant = issued.grant
-    ctx.note(f"granted {args.bot} {','.join(sorted(grant.permissions))} on {args.name} until "
+    reach = f", network to {', '.join(grant.domains)} on request" if grant.domains else ""
+    ctx.note(f"granted {args.bot} {','.join(sorted(grant.permissions))}{reach} on {args.name} until "
              f"{grant.expires.isoformat(timespec='seconds')} (accessor {grant.accessor}); "
              "the token below is shown only once")
     return Output(issued.to_json(), issued.token)
@@ -64,9 +68,10 @@ def _grants(ctx: Context, args: argparse.Namespace) -> Output:
         state = "revoked" if grant.revoked else "expired" if grant.expires <= now else "active"
         listed.append({**grant.to_json(), "state": state})
     return Output(listed, render=lambda d: table(
-        ["Accessor", "Bot", "Permissions", "Zones", "Secrets", "Expires", "State", "Parent"],
+        ["Accessor", "Bot", "Permissions", "Zones", "Secrets", "Domains", "Expires", "State", "Parent"],
         [[g["accessor"], g["bot"], ",".join(g["permissions"]), ",".join(g["zones"]) if g["zones"] else "*",
-          ",".join(g["secrets"]) or "-", str(g["expires"])[:19], g["state"], g["parent"] or "-"] for g in d])
+          ",".join(g["secrets"]) or "-", ",".join(g["domains"]) or "-", str(g["expires"])[:19], g["state"],
+          g["parent"] or "-"] for g in d])
         if d else f"no grants on {args.name}")
 
 

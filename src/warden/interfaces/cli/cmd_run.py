@@ -25,6 +25,14 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="set a variable inside the sandbox (repeat)")
     p.add_argument("--session", help="apply this session's path lists too")
+    p.add_argument("--cwd", metavar="DIR",
+                   help="working folder: relative to the workspace, or absolute inside it (default: its root)")
+    p.add_argument("--tty", action="store_true",
+                   help="give the command a terminal (a REPL, an editor): keys, Ctrl-C and resizes reach it; "
+                        "its output is not captured")
+    p.add_argument("--detach", action="store_true",
+                   help="start it in the background, in the workspace's live sandbox; print its process id "
+                        "and return at once (`warden ps|logs|kill|wait` follow it)")
     p.add_argument("--as-token-env", action="store_true",
                    help="run as the bot whose grant token is in $WARDEN_TOKEN (needs execute; "
                         "the secrets its grant names are injected)")
@@ -76,7 +84,16 @@ def _run(ctx: Context, args: argparse.Namespace) -> Output:
 
     request = RunRequest(args.name, command, timeout=timeout, memory=args.memory, cpu=args.cpu, pids=args.pids,
                          net=args.net, allow_domains=args.allow_domain, env=env, stdin=stdin,
-                         session=args.session, actor=actor)
+                         session=args.session, actor=actor, cwd=args.cwd)
+    if args.detach:
+        from warden.interfaces.cli.cmd_process import start_detached
+
+        return start_detached(ctx, request, tty=args.tty)
+    if args.tty:
+        from warden.interfaces.cli.terminal import run_on_terminal
+
+        result = run_on_terminal(ctx, request)
+        return Output(result.to_json(), exit_code=result.exit_code, streamed=True)
     output = RunOutput(on_stdout=_writer(sys.stdout.buffer) if live else None,
                        on_stderr=_writer(sys.stderr.buffer) if live else None, capture=not live,
                        # Warden's own reports (network refusals) go to stderr in both modes.

@@ -85,6 +85,7 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
     swept = app.sweeper.sweep().to_json()
     app.audit.record(actor="user", action="serve.start", target=url,
                      detail={"swept": {k: v for k, v in swept.items() if v and k != "dry_run"}})
+    _watch_live_sandboxes(app)
     if ctx.json:
         import json
 
@@ -113,3 +114,24 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
         sock.close()
         app.audit.record(actor="user", action="serve.stop", target=url)
     return Output({"url": url, "stopped": True}, streamed=True)
+
+
+LIVE_SWEEP_S = 15.0
+
+
+def _watch_live_sandboxes(app: Any) -> None:
+    """While the server runs, look at this machine's live sandboxes every LIVE_SWEEP_S seconds:
+    ended background processes get their outcome audited, and a sandbox whose grant expired or
+    that sits idle is stopped without waiting for someone to ask (services/live.py `sweep`)."""
+    import threading
+    import time
+
+    def loop() -> None:
+        while True:
+            time.sleep(LIVE_SWEEP_S)
+            try:
+                app.live.sweep()
+            except Exception as exc:  # a locked registry, a full disk: the next round tries again
+                sys.stderr.write(f"warden: live sandbox sweep failed: {type(exc).__name__}: {exc}\n")
+
+    threading.Thread(target=loop, name="warden-live-sweep", daemon=True).start()

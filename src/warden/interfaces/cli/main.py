@@ -42,6 +42,8 @@ COMMANDS: dict[str, str] = {
     "fs": _CLI + "cmd_fs",
     "sandbox": _CLI + "cmd_sandbox",
     "run": _CLI + "cmd_run",
+    **dict.fromkeys(("ps", "logs", "kill", "wait"), _CLI + "cmd_process"),
+    "shell": _CLI + "cmd_shell",
     "doctor": _CLI + "cmd_doctor",
     **dict.fromkeys(("backup", "restore"), _CLI + "cmd_backup"),
     "template": _CLI + "cmd_template",

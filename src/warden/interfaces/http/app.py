@@ -7,7 +7,6 @@ are the CLI's (`invalid`, `not_found`, `conflict`, `denied`, `locked`, `timeout`
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -76,10 +75,9 @@ def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
     return screen
 
 
-@functools.cache
 def create_app(app: App) -> FastAPI:
     """Build the API for one wired App (the registry, keys and services it holds)."""
-    from warden.interfaces.http import files, routes
+    from warden.interfaces.http import files, processes, routes
 
     api = FastAPI(title="Warden", version=package_version(), openapi_url="/openapi.json",
                   docs_url="/docs", redoc_url=None,
@@ -120,6 +118,7 @@ def create_app(app: App) -> FastAPI:
     services = files.FileServices(app)
     api.include_router(routes.router(app))
     api.include_router(files.router(app, services))
+    api.include_router(processes.router(app))
 
     max_json = app.settings.get_size("api.max_body")
     max_file = app.settings.get_int("sandbox.max_file_size_mb") * 1024 * 1024
@@ -135,8 +134,9 @@ def create_app(app: App) -> FastAPI:
     def timeout_for(scope: Scope) -> float:
         path = str(scope.get("path", ""))
         method = scope.get("method")
-        if path.endswith("/exec"):
-            return run_timeout + 30.0  # the run has its own, shorter, wall-clock limit
+        if path.endswith("/exec") or path.endswith("/logs"):
+            # The run has its own, shorter, wall-clock limit; so has a followed background process.
+            return run_timeout + 30.0
         if method == "POST" and path.rstrip("/") == "/v1/workspaces":
             return max(request_timeout, 600.0)  # building an environment may take minutes
         return request_timeout

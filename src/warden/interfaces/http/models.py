@@ -11,6 +11,7 @@ from warden.core.names import name_pattern
 __all__ = [
     "ErrorBody",
     "ErrorDetail",
+    "ExecNetwork",
     "ExecRequest",
     "FileDeleted",
     "FileEntry",
@@ -19,9 +20,17 @@ __all__ = [
     "GrantIssued",
     "GrantRequest",
     "Health",
+    "InstallRequest",
+    "InstallResultBody",
+    "LogsDropped",
+    "ProcessBody",
+    "ProcessLogs",
+    "ProcessStarted",
     "Revoked",
     "RunResultBody",
     "SandboxInfo",
+    "SandboxLimits",
+    "SandboxNetwork",
     "WhoAmI",
     "WorkspaceCreated",
     "WorkspaceDeleted",
@@ -84,10 +93,29 @@ class WorkspaceGrantInfo(BaseModel):
     expires: str
 
 
+class SandboxNetwork(BaseModel):
+    default: Literal["none"] = Field(default="none", description="a command has no network unless it asks")
+    domains: list[str] = Field(default_factory=list,
+                               description='what one command may ask to reach with "network": {"allow": '
+                                           '["host:port", ...]} (the grant\'s domains); empty: no network')
+
+
+class SandboxLimits(BaseModel):
+    timeout_s: float = Field(description="the longest a command may run (sandbox.timeout)")
+    memory_bytes: int = Field(description="memory per command (sandbox.memory)")
+    cpu_seconds: int = Field(description="CPU time per command (sandbox.cpu_seconds)")
+    pids: int = Field(description="processes per command (sandbox.pids)")
+    max_output_bytes: int = Field(description="output kept per stream (api.max_output)")
+
+
 class SandboxInfo(BaseModel):
-    allowed_commands: list[str]
+    allowed_commands: list[str] = Field(description="the only commands that run when allowlist is true; "
+                                                    "empty when it is false (then any command runs)")
     blocked_paths: list[str]
     max_file_size_mb: int
+    allowlist: bool = Field(False, description="whether commands are judged by allowed_commands (sandbox.enabled)")
+    network: SandboxNetwork = Field(default_factory=lambda: SandboxNetwork(domains=[]))
+    limits: SandboxLimits | None = None
 
 
 class WorkspaceCreated(BaseModel):
@@ -124,9 +152,17 @@ class WhoAmI(BaseModel):
     zones: list[str] | None = None
     secrets: list[str] = Field(default_factory=list, description="names only, never values")
     expires: str | None = None
+    domains: list[str] = Field(default_factory=list, description="what its commands may ask to reach")
 
 
 # -- exec -------------------------------------------------------------------------------------
+class ExecNetwork(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    allow: list[str] = Field(max_length=64, description='hosts to reach, e.g. ["pypi.org:443"], each '
+                                                         "within the domains the grant allows")
+
+
 class ExecRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -134,6 +170,16 @@ class ExecRequest(BaseModel):
     timeout: float | None = Field(None, gt=0, le=86400, description="wall-clock seconds")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
     stdin: str | None = Field(None, description="text fed to the command's standard input")
+    cwd: str | None = Field(None, max_length=4096,
+                            description="working folder: relative to the workspace, or absolute inside it")
+    network: ExecNetwork | None = Field(None, description="network for this command only, within the "
+                                                          "grant's domains; absent: none")
+    background: bool = Field(False, description="start it in the background, in the live sandbox of this grant "
+                                                "(its servers reach the grant's next commands on 127.0.0.1): "
+                                                '202 {"id": ...}; see /processes')
+    stream: bool = Field(False, description="answer application/x-ndjson as the output comes: "
+                                            '{"type": "stdout"|"stderr", "data": TEXT} lines, then '
+                                            '{"type": "exit", "exit_code", "timed_out", "signal", "duration_s"}')
 
 
 class RunResultBody(BaseModel):
@@ -143,6 +189,54 @@ class RunResultBody(BaseModel):
     duration_s: float
     timed_out: bool
     signal: int | None = None
+
+
+# -- background processes ---------------------------------------------------------------------
+class ProcessStarted(BaseModel):
+    id: str = Field(description="the process's id (16 hex digits), for /processes/{id}")
+
+
+class ProcessBody(BaseModel):
+    id: str
+    cmd: list[str]
+    status: Literal["starting", "running", "exited", "killed", "lost"] = Field(
+        description="exited: by itself; killed: by a signal, its timeout or its sandbox's stop; lost: its end "
+                    "was never seen")
+    exit_code: int | None = Field(None, description="as a shell says it: 124 timed out, 128+N killed by signal N")
+    signal: int | None = None
+    timed_out: bool = False
+    started_at: str
+    ended_at: str | None = None
+
+
+class LogsDropped(BaseModel):
+    stdout: int
+    stderr: int
+
+
+class ProcessLogs(BaseModel):
+    id: str
+    stdout: str
+    stderr: str
+    dropped: LogsDropped = Field(description="bytes the output rings no longer hold (the oldest go first)")
+
+
+# -- install ----------------------------------------------------------------------------------
+class InstallRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    packages: list[str] = Field(min_length=1, max_length=100,
+                                description="Python requirements (pandas>=2.1), or npm packages with node")
+    node: bool = Field(False, description="npm packages into node_modules instead of Python ones into .venv")
+
+
+class InstallResultBody(BaseModel):
+    name: str
+    packages: list[str]
+    node: bool
+    ok: bool
+    exit_code: int
+    recorded_in: str | None = Field(None, description="the manifest the packages were added to")
 
 
 # -- files ------------------------------------------------------------------------------------
@@ -184,6 +278,8 @@ class GrantRequest(BaseModel):
     secrets: list[str] = Field(default_factory=list, max_length=64)
     ttl: str | None = Field(None, pattern=DURATION, description="lifetime, e.g. 30m, 2h, 7d")
     max_ttl: str | None = Field(None, pattern=DURATION, description="immutable maximum lifetime")
+    domains: list[str] = Field(default_factory=list, max_length=64,
+                               description="what its commands may ask to reach, within the parent's")
 
 
 class GrantIssued(BaseModel):
@@ -197,6 +293,7 @@ class GrantIssued(BaseModel):
     zones: list[str] | None
     secrets: list[str]
     parent: str | None
+    domains: list[str] = Field(default_factory=list)
 
 
 class Revoked(BaseModel):

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated
 
-from fastapi import APIRouter, Path, Security
+from fastapi import APIRouter, Path, Response, Security, WebSocket
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from warden.core.grants import PERMISSIONS
 from warden.interfaces.http.calls import Call, threaded
@@ -20,9 +21,14 @@ from warden.interfaces.http.models import (
     GrantIssued,
     GrantRequest,
     Health,
+    InstallRequest,
+    InstallResultBody,
+    ProcessStarted,
     Revoked,
     RunResultBody,
     SandboxInfo,
+    SandboxLimits,
+    SandboxNetwork,
     WhoAmI,
     WorkspaceCreated,
     WorkspaceDeleted,
@@ -38,7 +44,7 @@ if TYPE_CHECKING:
     from warden.bootstrap import App
     from warden.services.bot_requests import WorkspaceView
 
-__all__ = ["BEARER", "BotRoutes", "Token", "WorkspaceName", "router", "token_of"]
+__all__ = ["BEARER", "BotRoutes", "Token", "WorkspaceName", "command_of", "router", "token_of"]
 
 BEARER = HTTPBearer(auto_error=False, description="a bot identity token or a grant token (wdn_…)")
 Token = Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)]
@@ -48,6 +54,12 @@ Accessor = Annotated[str, Path(pattern=r"^acc_[0-9a-f]{24}$", description="grant
 
 def token_of(credentials: HTTPAuthorizationCredentials | None) -> str | None:
     return credentials.credentials if credentials is not None else None
+
+
+def command_of(body: ExecRequest) -> Command:
+    """The bot-request service's command for the body of an exec request."""
+    return Command(argv=tuple(body.cmd), timeout=body.timeout, env=body.env, stdin=body.stdin,
+                   cwd=body.cwd, network=tuple(body.network.allow) if body.network else None)
 
 
 def _summary(view: WorkspaceView) -> WorkspaceSummary:
@@ -76,7 +88,8 @@ class BotRoutes:
             me = self.requests.whoami(call.authenticate(token_of(token)), trail=call)
             return WhoAmI(bot=me.bot, kind=me.kind, accessor=me.accessor, workspace=me.workspace,
                           permissions=list(me.permissions), zones=list(me.zones) if me.zones is not None else None,
-                          secrets=list(me.secrets), expires=me.expires.isoformat() if me.expires else None)
+                          secrets=list(me.secrets), expires=me.expires.isoformat() if me.expires else None,
+                          domains=list(me.domains))
 
     def create_workspace(self, body: WorkspaceRequest, token: Token) -> WorkspaceCreated:
         """The bot protocol's first step: a bot, by its identity token, asks for a workspace."""
@@ -95,7 +108,11 @@ class BotRoutes:
                                              expires=issued.grant.expires.isoformat()),
                 sandbox=SandboxInfo(allowed_commands=list(rules.allowed_commands),
                                     blocked_paths=list(rules.blocked_paths),
-                                    max_file_size_mb=rules.max_file_size_mb))
+                                    max_file_size_mb=rules.max_file_size_mb, allowlist=rules.allowlist,
+                                    network=SandboxNetwork(domains=list(rules.domains)),
+                                    limits=SandboxLimits(timeout_s=rules.timeout_s, memory_bytes=rules.memory,
+                                                         cpu_seconds=rules.cpu_seconds, pids=rules.pids,
+                                                         max_output_bytes=rules.max_output)))
 
     def list_workspaces(self, token: Token) -> list[WorkspaceSummary]:
         """The workspaces the caller holds a live grant on."""
@@ -118,12 +135,48 @@ class BotRoutes:
         """Run a command in the workspace's sandbox (needs `execute`); secrets the grant names are
         added to its environment."""
         with Call(self.app, "exec", name) as call:
-            command = Command(argv=tuple(body.cmd), timeout=body.timeout, env=body.env, stdin=body.stdin)
+            command = command_of(body)
             result = self.requests.exec(call.authenticate(token_of(token)), name, command, trail=call,
                                         admit=self.exec_slots.take)
             return RunResultBody(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr,
                                  duration_s=round(result.duration_s, 6), timed_out=result.timed_out,
                                  signal=result.signal)
+
+    async def exec_or_stream(self, name: WorkspaceName, body: ExecRequest, token: Token) -> RunResultBody | Response:
+        """`exec_command`, or with `"stream": true` its output as NDJSON while it runs (streaming.py)."""
+        if body.background:
+            return await run_in_threadpool(self.start_background, name, body, token)
+        if body.stream:
+            from warden.interfaces.http.streaming import stream_exec
+
+            return await stream_exec(self.app, self.requests, self.exec_slots.take, name, command_of(body),
+                                     token_of(token))
+        return await run_in_threadpool(self.exec_command, name, body, token)
+
+    def start_background(self, name: WorkspaceName, body: ExecRequest, token: Token) -> Response:
+        """exec with `"background": true`: started in the grant's live sandbox, 202 and its id
+        (processes.py has the routes that follow it). It takes an exec slot while it runs."""
+        from fastapi.responses import JSONResponse
+
+        with Call(self.app, "exec", name) as call:
+            view = self.requests.start(call.authenticate(token_of(token)), name, command_of(body), trail=call,
+                                       busy=self.exec_slots.counts)
+            return JSONResponse({"id": view.id}, status_code=202)
+
+    async def pty(self, websocket: WebSocket, name: WorkspaceName) -> None:
+        """An interactive shell on a pseudo-terminal over WebSocket (needs `execute`); pty.py."""
+        from warden.interfaces.http.pty import serve_pty
+
+        await serve_pty(self.app, self.requests, self.exec_slots.take, websocket, name)
+
+    def install(self, name: WorkspaceName, body: InstallRequest, token: Token) -> InstallResultBody:
+        """Add packages to the workspace, installed in its sandbox from the package indexes the
+        server allows (needs `write` and `execute`); recorded in pyproject.toml or package.json."""
+        with Call(self.app, "install", name) as call:
+            done = self.requests.install(call.authenticate(token_of(token)), name, body.packages, node=body.node,
+                                         trail=call, admit=self.exec_slots.take)
+            return InstallResultBody(name=done.name, packages=list(done.packages), node=done.node, ok=done.ok,
+                                     exit_code=done.exit_code, recorded_in=done.recorded_in)
 
     def create_grant(self, name: WorkspaceName, body: GrantRequest, token: Token) -> GrantIssued:
         """Mint a child grant for another bot (needs `admin`); never wider than the caller's.
@@ -134,14 +187,15 @@ class BotRoutes:
         with Call(self.app, "grant.create", name) as call:
             child = ChildGrant(bot=body.bot, permissions=tuple(body.permissions),
                                zones=tuple(body.zones) if body.zones is not None else None,
-                               secrets=tuple(body.secrets), ttl=body.ttl, max_ttl=body.max_ttl)
+                               secrets=tuple(body.secrets), ttl=body.ttl, max_ttl=body.max_ttl,
+                               domains=tuple(body.domains))
             issued = self.requests.create_grant(call.authenticate(token_of(token)), name, child, trail=call)
             grant = issued.grant
             return GrantIssued(token=issued.token, accessor=grant.accessor, expires=grant.expires.isoformat(),
                                max_expires=grant.max_expires.isoformat(), workspace=grant.workspace,
                                bot=grant.bot, permissions=[p for p in PERMISSIONS if p in grant.permissions],
                                zones=list(grant.zones) if grant.zones is not None else None,
-                               secrets=list(grant.secrets), parent=grant.parent)
+                               secrets=list(grant.secrets), parent=grant.parent, domains=list(grant.domains))
 
     def revoke_grant(self, name: WorkspaceName, accessor: Accessor, token: Token) -> Revoked:
         """Revoke a grant the caller minted (at any depth) or its own (needs `admin`)."""
@@ -165,8 +219,14 @@ def router(app: App) -> APIRouter:
         response_model=WorkspaceSummary, tags=["workspaces"])
     add("/v1/workspaces/{name}", threaded(routes.delete_workspace), methods=["DELETE"],
         response_model=WorkspaceDeleted, tags=["workspaces"])
-    add("/v1/workspaces/{name}/exec", threaded(routes.exec_command), methods=["POST"],
-        response_model=RunResultBody, tags=["exec"])
+    add("/v1/workspaces/{name}/exec", routes.exec_or_stream, methods=["POST"], response_model=RunResultBody,
+        responses={200: {"content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+                         "description": 'with "stream": true, one JSON object a line as the output comes'},
+                   202: {"model": ProcessStarted, "description": 'with "background": true, the process started'}},
+        tags=["exec"])
+    api.add_api_websocket_route("/v1/workspaces/{name}/pty", routes.pty)
+    add("/v1/workspaces/{name}/install", threaded(routes.install), methods=["POST"],
+        response_model=InstallResultBody, tags=["exec"])
     add("/v1/workspaces/{name}/grants", threaded(routes.create_grant), methods=["POST"],
         response_model=GrantIssued, status_code=201, tags=["grants"])
     add("/v1/workspaces/{name}/grants/{accessor}", threaded(routes.revoke_grant), methods=["DELETE"],

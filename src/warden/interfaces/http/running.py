@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -32,22 +32,33 @@ class ExecSlots:
 
     @classmethod
     def from_settings(cls, app: App) -> ExecSlots:
-        return cls(app.settings.get_int("api.max_execs"), app.settings.get_int("api.max_execs_per_bot"))
+        return cls(app.settings.get_int("api.max_execs"), app.settings.get_int("api.max_execs_per_bot"),
+                   background=lambda bot: app.live.running_counts(bot))
 
-    def __init__(self, total: int, per_bot: int) -> None:
+    def __init__(self, total: int, per_bot: int, *,
+                 background: Callable[[str], tuple[int, int]] | None = None) -> None:
         self.total = total
         self.per_bot = per_bot
         self._lock = threading.Lock()
         self._running: Counter[str] = Counter()
+        # (all bots', this bot's) background processes running, kept in the registry so that they
+        # count over every server worker; they hold exec slots as long as they run.
+        self._background = background
+
+    def counts(self, bot: str) -> tuple[int, int]:
+        """(all, `bot`'s) commands this server runs in the foreground now."""
+        with self._lock:
+            return self._running.total(), self._running[bot]
 
     @contextmanager
     def take(self, bot: str) -> Iterator[None]:
+        background_all, background_mine = self._background(bot) if self._background is not None else (0, 0)
         with self._lock:
-            if self._running[bot] >= self.per_bot:
+            if self._running[bot] + background_mine >= self.per_bot:
                 raise Unavailable(f"the bot this grant comes from already runs {self.per_bot} commands at once, "
                                   "through its own grants and those it minted (api.max_execs_per_bot); "
                                   "retry when one ends", rule="api.max_execs_per_bot")
-            if self._running.total() >= self.total:
+            if self._running.total() + background_all >= self.total:
                 raise Unavailable(f"the server already runs {self.total} commands at once (api.max_execs); "
                                   "retry when one ends", rule="api.max_execs")
             self._running[bot] += 1

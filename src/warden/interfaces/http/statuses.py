@@ -3,6 +3,7 @@ responses every route documents, and the version it reports."""
 
 from __future__ import annotations
 
+import functools
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -36,6 +37,7 @@ def status_for(exc: WardenError) -> int:
     return HTTP_STATUS.get(exc.code, 500)
 
 
+@functools.cache  # read once: /v1/health answers on the event loop
 def package_version() -> str:
     try:
         return version("warden")

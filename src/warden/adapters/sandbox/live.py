@@ -1,0 +1,925 @@
+"""Live sandboxes on this host (core.ports.LiveSandboxes): a bwrap sandbox that outlives the
+Warden process starting it, with our supervisor (supervisor.py) inside, and the client side of
+the supervisor's protocol.
+
+Starting one: Warden binds a listening Unix socket in `$WARDEN_HOME/run/<id>/` (folder 0700,
+socket 0600) and hands its descriptor to bwrap, which passes it to the supervisor; the path is
+never mounted in the sandbox. bwrap runs without --die-with-parent, in a session of its own and
+in the workspace folder (so `Processes.stop_processes` finds it like any sandbox of the
+workspace), under the sandbox's cgroup `warden-live-<id>` (a name the orphan sweep of run
+cgroups leaves alone). The sandbox's mounts, seccomp filter and synthesized /etc files are the
+fresh sandbox's (runner.py's helpers build them).
+
+Running a command in it: Warden asks the supervisor to fork the command held before exec, finds
+that process among the supervisor's children by its pid in the sandbox's pid namespace
+(NSpid), applies the command's rlimits and gives it a cgroup of its own, and only then says
+`go` — the handshake bwrap's --block-fd gives a fresh sandbox. A foreground command's output
+comes through pipes Warden passed (SCM_RIGHTS), read here as the fresh runner reads bwrap's.
+
+Everything the supervisor says is bounded and parsed by core/live.py before use; a socket that
+does not answer in time, or answers badly, is `Unavailable` (rule `live.unreachable` or
+`live.bad_answer`), and the service stops that sandbox.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from warden.adapters.processes import alive, start_time
+from warden.adapters.sandbox import cgroups
+from warden.adapters.sandbox.host import build_spec, bwrap_path, check_env, python3_path
+from warden.adapters.sandbox.runner import (
+    _MAX_CAPTURE,
+    MISSING_BWRAP,
+    _Control,
+    _forwarder_source,
+    _Held,
+    _memfd_with,
+    _Output,
+    _read_info,
+    _rlimits,
+    _setup_failed,
+    _with_data_files,
+    _with_pinned_sources,
+    _with_seccomp,
+)
+from warden.core.bwrap_argv import PROXY_SOCKET, bwrap_environ, bwrap_options, sandbox_path
+from warden.core.errors import Unavailable
+from warden.core.live import (
+    FRAME_HEADER,
+    RING_BYTES,
+    SANDBOX_ID,
+    BadAnswer,
+    Chunk,
+    Exited,
+    LiveProcess,
+    LiveSandbox,
+    Logs,
+    StartedSandbox,
+    Supervised,
+    check_process_id,
+    decode_frame_length,
+    encode_frame,
+    parse_chunk_event,
+    parse_exit_event,
+    parse_listing,
+    parse_logs,
+    parse_ok,
+    parse_spawned,
+    parse_waited,
+)
+from warden.core.runs import NetEvent, RunResult, SandboxRequest
+
+if TYPE_CHECKING:
+    import socket
+
+__all__ = ["HostLiveSandboxes", "supervisor_source"]
+
+T = TypeVar("T")
+
+_SOCKET = "supervisor.sock"
+_ANSWER_TIMEOUT = 10.0  # seconds a supervisor has to answer one request
+_START_TIMEOUT = 20.0  # seconds a new live sandbox has to answer its first ping
+_DRAIN = 2.0  # seconds to read what a command left in its pipes after it ended
+_ERR_TAIL = 4096
+
+
+@cache
+def supervisor_source() -> str:
+    return Path(__file__).with_name("supervisor.py").read_text()
+
+
+@contextlib.contextmanager
+def _reachable(path: str) -> Iterator[str]:
+    """`path`, or for one past a Unix socket address's 108 bytes (a deep $WARDEN_HOME) the same
+    file through its folder's descriptor, /proc/self/fd/N/NAME, which bind and connect follow."""
+    if len(os.fsencode(path)) < 100:
+        yield path
+        return
+    fd = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{fd}/{os.path.basename(path)}"
+    finally:
+        os.close(fd)
+
+
+class _Channel:
+    """One connection to a supervisor: frames out, bounded frames in, every read with a deadline."""
+
+    def __init__(self, path: str, timeout: float | None = None) -> None:
+        import socket  # here, not above: `warden run` imports this module and needs no socket without one
+
+        self.sock: socket.socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        self.sock.settimeout(_ANSWER_TIMEOUT if timeout is None else timeout)
+        try:
+            with _reachable(path) as address:
+                self.sock.connect(address)
+        except OSError as exc:
+            self.sock.close()
+            raise Unavailable(f"the live sandbox does not answer ({exc.strerror or exc})",
+                              rule="live.unreachable") from None
+        self.buffer = bytearray()
+
+    def send(self, message: Mapping[str, object], fds: list[int] | None = None) -> None:
+        data = encode_frame(message)
+        try:
+            if fds:
+                import array
+                import socket
+
+                sent = self.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+                self.sock.sendall(data[sent:])
+            else:
+                self.sock.sendall(data)
+        except OSError as exc:
+            raise Unavailable(f"the live sandbox stopped listening ({exc.strerror or exc})",
+                              rule="live.unreachable") from None
+
+    def _fill(self, size: int, deadline: float) -> None:
+        while len(self.buffer) < size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Quiet("the live sandbox did not answer in time", rule="live.unreachable")
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(min(max(size - len(self.buffer), 65536), 1 << 20))
+            except TimeoutError:
+                continue
+            except OSError as exc:
+                raise Unavailable(f"the live sandbox hung up ({exc.strerror or exc})",
+                                  rule="live.unreachable") from None
+            if not chunk:
+                raise Unavailable("the live sandbox hung up", rule="live.unreachable")
+            self.buffer += chunk
+
+    def frame(self, timeout: float | None = None) -> bytes:
+        """The next frame's body; Unavailable when none comes in `timeout`, or it is bad."""
+        deadline = time.monotonic() + (_ANSWER_TIMEOUT if timeout is None else timeout)
+        self._fill(FRAME_HEADER, deadline)
+        try:
+            length = decode_frame_length(bytes(self.buffer[:FRAME_HEADER]))
+        except BadAnswer as exc:
+            raise _bad(exc) from None
+        self._fill(FRAME_HEADER + length, deadline)
+        body = bytes(self.buffer[FRAME_HEADER:FRAME_HEADER + length])
+        del self.buffer[:FRAME_HEADER + length]
+        return body
+
+    def pop(self) -> bytes | None:
+        """A whole frame already read, or None."""
+        if len(self.buffer) < FRAME_HEADER:
+            return None
+        try:
+            length = decode_frame_length(bytes(self.buffer[:FRAME_HEADER]))
+        except BadAnswer as exc:
+            raise _bad(exc) from None
+        if len(self.buffer) < FRAME_HEADER + length:
+            return None
+        body = bytes(self.buffer[FRAME_HEADER:FRAME_HEADER + length])
+        del self.buffer[:FRAME_HEADER + length]
+        return body
+
+    def ask(self, message: Mapping[str, object], timeout: float | None = None) -> bytes:
+        self.send(message)
+        return self.frame(timeout)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+class _Quiet(Unavailable):
+    """No frame in the time given (a followed process printing nothing, or a supervisor that hangs)."""
+
+
+def _bad(exc: BadAnswer) -> Unavailable:
+    return Unavailable(f"the live sandbox answered what Warden does not accept ({exc}); it is stopped",
+                       rule="live.bad_answer")
+
+
+def _parsed(parse: Callable[[bytes], T], data: bytes) -> T:
+    """`parse(data)`; a BadAnswer as Unavailable (`live.bad_answer`)."""
+    try:
+        return parse(data)
+    except BadAnswer as exc:
+        raise _bad(exc) from None
+
+
+def _children(pid: int) -> list[int]:
+    """The children of `pid` (its main thread's), from /proc; by a scan of every ppid without
+    /proc/PID/task/TID/children (kernels built without CONFIG_PROC_CHILDREN)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(x) for x in handle.read().split()]
+    except FileNotFoundError:
+        if not os.path.exists(f"/proc/{pid}"):
+            return []
+    except (OSError, ValueError):
+        return []
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{name}/stat", "rb") as handle:
+                data = handle.read()
+                if int(data[data.rfind(b")") + 2:].split()[1]) == pid:
+                    found.append(int(name))
+    return found
+
+
+def _ns_pid(pid: int) -> tuple[int | None, int | None]:
+    """(the pid namespace's inode, the innermost pid) of host process `pid`."""
+    try:
+        inode = os.stat(f"/proc/{pid}/ns/pid").st_ino
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("NSpid:"):
+                    return inode, int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None, None
+
+
+def _host_pid(parent: int, ns_pid: int, pidns: int, timeout: float = 5.0) -> int:
+    """The host's pid of the child of `parent` that is `ns_pid` in pid namespace `pidns`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for child in _children(parent):
+            if _ns_pid(child) == (pidns, ns_pid):
+                return child
+        if time.monotonic() > deadline:
+            raise Unavailable("the live sandbox named a process that is not its own", rule="live.bad_answer")
+        time.sleep(0.001)
+
+
+def _command_env(workspace: str, caller_env: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of one command, as build_spec makes a fresh sandbox's."""
+    base = {"PATH": sandbox_path(workspace), "HOME": workspace, "LANG": caller_env.get("LANG") or "C.UTF-8",
+            "TERM": caller_env.get("TERM") or "dumb"}
+    if caller_env.get("TZ"):
+        base["TZ"] = caller_env["TZ"]
+    return {**base, **check_env(env)}
+
+
+def _cgroup_of(meta: Mapping[str, object]) -> cgroups.Cgroup | None:
+    """A process's (or sandbox's) cgroup from its registry record, its folders checked."""
+    dirs = []
+    for item in meta.get("cgroups") or ():  # type: ignore[attr-defined]
+        if (isinstance(item, list | tuple) and len(item) == 2 and item[0] in ("v1", "v2")
+                and isinstance(item[1], str) and item[1].startswith("/sys/fs/cgroup/")
+                and os.path.basename(item[1]).startswith("warden-live-") and ".." not in item[1]):
+            dirs.append((str(item[0]), str(item[1])))
+    return cgroups.Cgroup(dirs) if dirs else None
+
+
+def _remove_cgroup(group: cgroups.Cgroup, tries: int = 40) -> None:
+    """Kill what is left in `group` and remove its folders (a busy one is retried briefly)."""
+    group.kill()
+    for version, path in group.dirs:
+        for _ in range(tries):
+            try:
+                os.rmdir(path)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                cgroups.Cgroup([(version, path)]).kill()
+                time.sleep(0.025)
+
+
+class _Proxy:
+    """The filtering proxy of a live sandbox with network: live_proxy.py in a process of its own,
+    its socket in a short folder of the system's temporary directory (a Unix socket's path is
+    bounded), its decisions appended to `net-events.jsonl` in the sandbox's folder."""
+
+    _PREFIX = "warden-live-net-"
+
+    def __init__(self, proc: subprocess.Popen[bytes], folder: str) -> None:
+        self.proc = proc
+        self.folder = folder
+        self.socket = os.path.join(folder, "proxy.sock")
+
+    @classmethod
+    def start(cls, policy: Mapping[str, object], sandbox_folder: Path, environ: Mapping[str, str]) -> _Proxy:
+        import json
+        import select
+        import sys
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix=cls._PREFIX)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "warden.adapters.sandbox.live_proxy", os.path.join(folder, "proxy.sock"),
+             str(sandbox_folder / "net-events.jsonl")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
+            start_new_session=True, env=dict(environ))
+        proxy = cls(proc, folder)
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(json.dumps(dict(policy)).encode() + b"\n")
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], _START_TIMEOUT)
+            if not ready or proc.stdout.readline().strip() != b"ready":
+                raise Unavailable("the network proxy of the live sandbox did not start", rule="sandbox.setup_failed")
+        except BaseException:
+            proxy.kill()
+            raise
+        threading.Thread(target=proc.wait, name="warden-live-proxy-reaper", daemon=True).start()
+        return proxy
+
+    def watch(self, pid: int) -> None:
+        """Tell the proxy the sandbox's bwrap: it ends when that ends."""
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.write(f"{pid}\n".encode())
+            self.proc.stdin.close()
+
+    def meta(self) -> dict[str, object]:
+        return {"proxy_pid": self.proc.pid, "proxy_start": start_time(self.proc.pid) or 0, "net_dir": self.folder}
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self._remove(self.folder)
+
+    @classmethod
+    def end(cls, meta: Mapping[str, object]) -> None:
+        """End a sandbox's proxy (it ends by itself once the sandbox has) and remove its folder."""
+        pid, start, folder = meta.get("proxy_pid"), meta.get("proxy_start"), meta.get("net_dir")
+        if isinstance(pid, int) and isinstance(start, int) and pid > 1 and alive(pid, start):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if isinstance(folder, str):
+            cls._remove(folder)
+
+    @classmethod
+    def _remove(cls, folder: str) -> None:
+        import shutil
+        import tempfile
+
+        # Only a folder of ours: the registry's copy of the path is compared, never trusted.
+        if (os.path.dirname(folder) == tempfile.gettempdir() and os.path.basename(folder).startswith(cls._PREFIX)
+                and not os.path.islink(folder)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+class HostLiveSandboxes:
+    """Live sandboxes of this host, their folders under `run_root` ($WARDEN_HOME/run); `environ`
+    is Warden's own environment (LANG, TERM and TZ pass into commands from it)."""
+
+    def __init__(self, run_root: Path, environ: Mapping[str, str]) -> None:
+        self.run_root = run_root
+        self._environ = environ
+
+    # -- paths ------------------------------------------------------------------------------
+    def _folder(self, sandbox_id: str) -> Path:
+        if not SANDBOX_ID.match(sandbox_id):
+            raise Unavailable(f"bad live sandbox id {sandbox_id[:40]!r} in the registry", rule="live.bad_row")
+        return self.run_root / sandbox_id
+
+    def _channel(self, sandbox: LiveSandbox, timeout: float | None = None) -> _Channel:
+        # The path is Warden's own, made from the id; the row's copy is only compared with it.
+        path = str(self._folder(sandbox.id) / _SOCKET)
+        if sandbox.socket != path:
+            raise Unavailable("the registry names another socket for this live sandbox", rule="live.bad_row")
+        return _Channel(path, timeout)
+
+    def _logs_file(self, process_id: str, stream: str) -> Path:
+        return self.run_root / "logs" / f"{check_process_id(process_id)}.{stream}"
+
+    # -- starting ---------------------------------------------------------------------------
+    def start(self, sandbox_id: str, request: SandboxRequest, *, idle_s: float) -> StartedSandbox:
+        """Start a live sandbox with `request`'s mounts and network (its argv is not run)."""
+        bwrap, python = bwrap_path(), python3_path()
+        if bwrap is None:
+            raise Unavailable(MISSING_BWRAP, rule="sandbox.bwrap_missing")
+        if python is None:
+            raise Unavailable("a live sandbox needs a system python3 (/usr/bin/python3) for its supervisor: "
+                              "apt-get install python3-minimal", rule="sandbox.no_python3")
+        folder = self._folder(sandbox_id)
+        self.run_root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700)
+        path = str(folder / _SOCKET)
+        import shutil
+        import socket
+
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        held = _Held()
+        group: cgroups.Cgroup | None = None
+        proc: subprocess.Popen[bytes] | None = None
+        proxy: _Proxy | None = None
+        try:
+            old = os.umask(0o177)
+            try:
+                with _reachable(path) as address:
+                    listener.bind(address)
+            finally:
+                os.umask(old)
+            listener.listen(64)
+            command: tuple[str, ...] = (python, "-I", "-S", "-c", supervisor_source(), str(listener.fileno()),
+                                        f"{idle_s:g}")
+            if request.network is not None:
+                # The proxy outside (a process of its own: it outlives this one, as the sandbox does)
+                # and, inside, the relay that execs the supervisor with the proxy variables set.
+                proxy = _Proxy.start(request.network.to_json(), folder, self._environ)
+                command = (python, "-I", "-S", "-c", _forwarder_source(), PROXY_SOCKET, "--", *command)
+            spec = build_spec(request.workspace, command, caller_env=self._environ, env={},
+                              ro_paths=request.ro_paths, extra_binds=request.binds, bind_fds=request.bind_fds,
+                              ro_zones=request.ro_zones, denied=request.denied, protected=request.protected,
+                              network=proxy is not None, tmp_size=request.limits.memory)
+            spec = replace(spec, die_with_parent=False, proxy_socket=proxy.socket if proxy is not None else None)
+            spec = _with_seccomp(spec, held)
+            spec = _with_data_files(spec, held)
+            spec = _with_pinned_sources(spec, held)
+            borrowed = [fd for _, fd in spec.bind_fds if fd not in held.fds]
+            control = _Control.open(held)
+            options_fd = held.keep(_memfd_with(b"\0".join(os.fsencode(o) for o in bwrap_options(spec)) + b"\0"))
+            argv = [bwrap, "--args", str(options_fd), "--info-fd", str(control.info_write), "--block-fd",
+                    str(control.block_read), "--", *spec.command]
+            support = cgroups.detect()
+            if support.memory or support.pids:
+                try:
+                    group = cgroups.create(support, memory=request.limits.memory, pids=request.limits.pids,
+                                           name=f"warden-live-{sandbox_id[4:]}")
+                except OSError as exc:
+                    held.notes.append(f"cgroup not usable ({exc}); limits by rlimit")
+            with open(folder / "sandbox.log", "wb") as log:
+                proc = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=bwrap_environ(spec),
+                    close_fds=True, start_new_session=True, cwd=spec.workspace,
+                    pass_fds=(*(fd for fd in held.fds if fd not in control.ours), *borrowed, listener.fileno()))
+            # Reaped by a thread of this process while it lives; by init once it has gone.
+            threading.Thread(target=proc.wait, name="warden-live-reaper", daemon=True).start()
+            if proxy is not None:
+                proxy.watch(proc.pid)
+            held.close_handed(keep=control.ours)
+            listener.close()
+            started = self._release(proc, control, group, support, folder)
+            return started._replace(socket=path, meta={**started.meta, "seccomp": held.seccomp,
+                                                       "notes": held.notes[:5],
+                                                       **(proxy.meta() if proxy is not None else {})})
+        except BaseException:
+            if proc is not None:
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            if proxy is not None:
+                proxy.kill()
+            if group is not None:
+                _remove_cgroup(group)
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        finally:
+            listener.close()
+            held.close()
+            if group is not None:
+                for fd in group.procs_fds:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                group.procs_fds.clear()
+
+    def _release(self, proc: subprocess.Popen[bytes], control: _Control, group: cgroups.Cgroup | None,
+                 support: cgroups.CgroupSupport, folder: Path) -> StartedSandbox:
+        """Limits on the sandbox's init, its cgroup, "go"; then the supervisor found and pinged."""
+        if group is not None:
+            with contextlib.suppress(OSError):
+                group.add(proc.pid)
+        init = _read_info(control.info_read).get("child-pid")
+        if not isinstance(init, int):
+            raise _setup_failed(self._log(folder), proc.wait(5))
+        try:
+            # The supervisor keeps Warden's own limits but for core dumps; each command gets its
+            # own before it may start (prlimit lowers, which any user may).
+            resource.prlimit(init, resource.RLIMIT_CORE, (0, 0))
+            if group is not None:
+                group.add(init)
+            os.write(control.block_write, b"go")
+        except (ProcessLookupError, BrokenPipeError):
+            raise _setup_failed(self._log(folder), proc.wait(5)) from None
+        deadline = time.monotonic() + _START_TIMEOUT
+        supervisor = None
+        while supervisor is None:
+            found = _children(init)
+            supervisor = found[0] if found else None
+            if supervisor is None:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise _setup_failed(self._log(folder), proc.poll())
+                time.sleep(0.002)
+        pidns, _ = _ns_pid(supervisor)
+        channel = _Channel(str(folder / _SOCKET), _START_TIMEOUT)
+        try:
+            _parsed(parse_ok, channel.ask({"op": "ping"}, timeout=max(deadline - time.monotonic(), 1.0)))
+        except Unavailable:
+            raise _setup_failed(self._log(folder), proc.poll()) from None
+        finally:
+            channel.close()
+        limits_via = f"cgroup {support.mode}" if group is not None else "rlimit"
+        return StartedSandbox(proc.pid, start_time(proc.pid) or 0, supervisor, start_time(supervisor) or 0, "",
+                              {"init_pid": init, "init_start": start_time(init) or 0, "pidns": pidns or 0,
+                               "cgroups": [list(d) for d in group.dirs] if group is not None else [],
+                               "limits_via": limits_via})
+
+    @staticmethod
+    def _log(folder: Path) -> bytes:
+        try:
+            with open(folder / "sandbox.log", "rb") as handle:
+                return handle.read()[-_ERR_TAIL:]
+        except OSError:
+            return b""
+
+    def alive(self, sandbox: LiveSandbox) -> bool:
+        return alive(sandbox.pid, sandbox.pid_start) and alive(sandbox.supervisor_pid, sandbox.supervisor_start)
+
+    # -- one command ------------------------------------------------------------------------
+    def _spawn(self, sandbox: LiveSandbox, channel: _Channel, process_id: str, request: SandboxRequest, *,
+               background: bool, names: list[str], fds: list[int], ring: int) -> tuple[int, cgroups.Cgroup | None]:
+        """The command forked and held; its host pid and cgroup, limits applied, then let go."""
+        cwd = request.cwd or request.workspace
+        timeout = request.limits.timeout_s + (0.0 if background else 5.0)  # a foreground one: Warden's own first
+        channel.send({"op": "spawn", "id": process_id, "argv": list(request.argv),
+                      "env": _command_env(request.workspace, self._environ, request.env), "cwd": cwd,
+                      "background": background, "timeout": timeout, "fds": names, "ring": ring}, fds)
+        ns_pid = _parsed(parse_spawned, channel.frame())
+        pidns = sandbox.meta.get("pidns")
+        host_pid = _host_pid(sandbox.supervisor_pid, ns_pid, pidns if isinstance(pidns, int) else 0)
+        support = cgroups.detect()
+        group = None
+        if _cgroup_of(sandbox.meta) is not None:
+            with contextlib.suppress(OSError):
+                group = cgroups.create(support, memory=request.limits.memory, pids=request.limits.pids,
+                                       name=f"warden-live-{sandbox.id[4:]}-{process_id}")
+        try:
+            for which, soft, hard in _rlimits(request.limits, group, support):
+                resource.prlimit(host_pid, which, (soft, hard))
+            if group is not None:
+                group.add(host_pid)
+            _parsed(parse_ok, channel.ask({"op": "go", "id": process_id}))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.kill(host_pid, signal.SIGKILL)
+            if group is not None:
+                _remove_cgroup(group)
+            raise
+        return host_pid, group
+
+    def run(self, sandbox: LiveSandbox, process_id: str, request: SandboxRequest) -> RunResult:
+        """Run `request`'s command in the live sandbox to its end (a foreground command)."""
+        channel = self._channel(sandbox)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        ours = [out_r, err_r]
+        theirs = [out_w, err_w]
+        names = ["stdout", "stderr"]
+        stdin = request.stdin
+        pending = b""
+        if isinstance(stdin, bytes):
+            in_r, in_w = os.pipe2(os.O_CLOEXEC)
+            theirs.append(in_r)
+            ours.append(in_w)
+            names.append("stdin")
+            pending = stdin
+        elif isinstance(stdin, int):
+            names.append("stdin")
+        group: cgroups.Cgroup | None = None
+        try:
+            fds = theirs + ([stdin] if isinstance(stdin, int) else [])
+            host_pid, group = self._spawn(sandbox, channel, process_id, request, background=False,
+                                          names=names, fds=fds, ring=RING_BYTES)
+            for fd in theirs:
+                os.close(fd)
+            theirs = []
+            started = time.monotonic()
+            host_start = start_time(host_pid)
+            ended: list[bool] = []
+
+            def kill() -> None:
+                # Its group while its leader lives; once the supervisor reaped it, the number may
+                # name another process: then its cgroup alone (the supervisor killed the group).
+                if not ended and host_start is not None and alive(host_pid, host_start):
+                    with contextlib.suppress(OSError):
+                        os.killpg(host_pid, signal.SIGKILL)
+                if group is not None:
+                    group.kill()
+                    # "Killed" is true when the result is returned: the next command of this
+                    # sandbox never meets a leftover still running.
+                    group.wait_empty()
+
+            if request.on_started is not None:
+                request.on_started(kill)
+            output = _Output(request.on_stdout, request.on_stderr, request.capture,
+                             request.max_capture if request.max_capture is not None else _MAX_CAPTURE)
+            exited, timed_out = self._follow(channel, ours, pending, output, started + request.limits.timeout_s,
+                                             kill, ended)
+            code, sig = (exited.exit_code, exited.signal) if exited is not None else (137, 9)
+            if timed_out:
+                code, sig = 124, None
+            oom = group.oom_killed() if group is not None else False
+            meta = sandbox.meta
+            return RunResult(code, output.stdout.decode("utf-8", "replace"), output.stderr.decode("utf-8", "replace"),
+                             time.monotonic() - started, timed_out, sig, oom_killed=oom,
+                             limits_via=str(meta.get("limits_via", "rlimit")), seccomp=bool(meta.get("seccomp")),
+                             truncated=output.truncated,
+                             stderr_tail=bytes(output.stderr_tail).decode("utf-8", "replace"))
+        finally:
+            for fd in (*ours, *theirs):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            if group is not None:
+                _remove_cgroup(group)
+            channel.close()
+
+    def _follow(self, channel: _Channel, ours: list[int], pending: bytes, output: _Output, deadline: float,
+                kill: Callable[[], None], ended: list[bool]) -> tuple[Exited | None, bool]:
+        """Read the command's pipes and its supervisor's exit event until both are done, feeding
+        stdin; at the deadline, kill it and drain briefly."""
+        out_r, err_r = ours[0], ours[1]
+        in_w = ours[2] if len(ours) > 2 else None
+        exited: Exited | None = None
+        timed_out = False
+        channel.sock.setblocking(False)
+        with selectors.DefaultSelector() as sel:
+            for fd in (out_r, err_r):
+                os.set_blocking(fd, False)
+                sel.register(fd, selectors.EVENT_READ, "pipe")
+            sel.register(channel.sock, selectors.EVENT_READ, "channel")
+            if in_w is not None:
+                if pending:
+                    os.set_blocking(in_w, False)
+                    sel.register(in_w, selectors.EVENT_WRITE, "stdin")
+                else:
+                    os.close(in_w)
+                    ours.remove(in_w)
+            pipes_open = 2
+            # A quick command's end may have come in with the answer to `go`.
+            exited, deadline = self._exit_from(channel, kill, ended, deadline)
+            while pipes_open or exited is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if timed_out or exited is not None:
+                        break  # drained long enough
+                    timed_out = True
+                    kill()
+                    deadline = time.monotonic() + _DRAIN
+                    continue
+                for key, _ in sel.select(left):
+                    if key.data == "stdin":
+                        pending = self._feed(key.fd, pending, sel, ours)
+                    elif key.data == "channel":
+                        try:
+                            chunk = channel.sock.recv(65536)
+                        except BlockingIOError:
+                            continue
+                        except OSError:
+                            chunk = b""
+                        if not chunk:
+                            sel.unregister(channel.sock)
+                            if exited is None:
+                                exited = Exited(137, 9)  # the supervisor went away: so did the command
+                                ended.append(True)
+                            continue
+                        channel.buffer += chunk
+                        if exited is None:
+                            exited, deadline = self._exit_from(channel, kill, ended, deadline)
+                    else:
+                        try:
+                            data = os.read(key.fd, 65536)
+                        except BlockingIOError:
+                            continue
+                        if not data:
+                            sel.unregister(key.fd)
+                            pipes_open -= 1
+                            continue
+                        output.add(data, is_stderr=key.fd == err_r)
+        return exited, timed_out
+
+    @staticmethod
+    def _exit_from(channel: _Channel, kill: Callable[[], None], ended: list[bool],
+                   deadline: float) -> tuple[Exited | None, float]:
+        """The exit event if the channel's buffer holds it whole (then the command's leftovers are
+        killed and the deadline drawn in to drain its pipes), and the deadline."""
+        body = channel.pop()
+        if body is None:
+            return None, deadline
+        exited = _parsed(parse_exit_event, body)
+        ended.append(True)
+        # What it left behind goes now (a fresh sandbox's pid namespace would end); the pipes
+        # then close, and their rest is read.
+        kill()
+        return exited, min(deadline, time.monotonic() + _DRAIN)
+
+    @staticmethod
+    def _feed(fd: int, pending: bytes, sel: selectors.BaseSelector, ours: list[int]) -> bytes:
+        try:
+            pending = pending[os.write(fd, pending[:65536]):]
+        except BrokenPipeError:
+            pending = b""
+        except BlockingIOError:
+            return pending
+        if not pending:
+            sel.unregister(fd)
+            os.close(fd)
+            ours.remove(fd)
+        return pending
+
+    def spawn(self, sandbox: LiveSandbox, process_id: str, request: SandboxRequest, *,
+              ring: int = RING_BYTES) -> dict[str, object]:
+        """Start `request`'s command in the background; its host details for the registry."""
+        channel = self._channel(sandbox)
+        try:
+            host_pid, group = self._spawn(sandbox, channel, process_id, request, background=True, names=[],
+                                          fds=[], ring=ring)
+        finally:
+            channel.close()
+        dirs: list[list[str]] = []
+        if group is not None:
+            dirs = [list(d) for d in group.dirs]
+            for fd in group.procs_fds:  # the cgroup stays; this process lets go of it
+                os.close(fd)
+            group.procs_fds.clear()
+        return {"host_pid": host_pid, "host_start": start_time(host_pid) or 0, "cgroups": dirs}
+
+    # -- asking -----------------------------------------------------------------------------
+    def listing(self, sandbox: LiveSandbox) -> list[Supervised]:
+        channel = self._channel(sandbox)
+        try:
+            return _parsed(parse_listing, channel.ask({"op": "list"}))
+        finally:
+            channel.close()
+
+    def logs(self, sandbox: LiveSandbox, process_id: str) -> tuple[Logs, Exited | None]:
+        channel = self._channel(sandbox)
+        try:
+            return _parsed(parse_logs, channel.ask({"op": "logs", "id": check_process_id(process_id)}))
+        finally:
+            channel.close()
+
+    def follow(self, sandbox: LiveSandbox, process_id: str, *, tick: float = 1.0) -> Iterator[Chunk | None]:
+        """The process's output so far, then as it comes, then its end; None every `tick` seconds
+        of quiet (so a caller can stop following)."""
+        channel = self._channel(sandbox)
+        try:
+            logs, ended = _parsed(parse_logs, channel.ask({"op": "logs", "id": check_process_id(process_id),
+                                                           "follow": True}))
+            for stream, data in (("stdout", logs.stdout), ("stderr", logs.stderr)):
+                if data:
+                    yield Chunk(stream, data)
+            if ended is not None:
+                yield Chunk("", b"", ended)
+                return
+            while True:
+                try:
+                    body = channel.frame(tick)
+                except _Quiet:
+                    yield None
+                    continue
+                chunk = _parsed(parse_chunk_event, body)
+                yield chunk
+                if chunk.exited is not None:
+                    return
+        finally:
+            channel.close()
+
+    def wait(self, sandbox: LiveSandbox, process_id: str, timeout: float) -> Supervised:
+        channel = self._channel(sandbox, timeout + _ANSWER_TIMEOUT)
+        try:
+            answer = channel.ask({"op": "wait", "id": check_process_id(process_id), "timeout": timeout},
+                                 timeout=timeout + _ANSWER_TIMEOUT)
+            return _parsed(parse_waited, answer)
+        finally:
+            channel.close()
+
+    def signal(self, sandbox: LiveSandbox | None, process: LiveProcess, sig: int) -> None:
+        """Send `sig` to the process's group, through its supervisor; by the host when that fails
+        (and SIGKILL always reaches its cgroup too)."""
+        try:
+            if sandbox is None:
+                raise Unavailable("no sandbox", rule="live.unreachable")
+            channel = self._channel(sandbox)
+            try:
+                _parsed(parse_ok, channel.ask({"op": "kill", "id": process.id, "signal": sig}))
+            finally:
+                channel.close()
+        except Unavailable:
+            pid, start = process.meta.get("host_pid"), process.meta.get("host_start")
+            if isinstance(pid, int) and isinstance(start, int) and pid > 1 and alive(pid, start):
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, sig)
+        if sig == signal.SIGKILL:
+            group = _cgroup_of(process.meta)
+            if group is not None:
+                group.kill()
+
+    def forget(self, sandbox: LiveSandbox, process_id: str) -> None:
+        channel = self._channel(sandbox)
+        try:
+            _parsed(parse_ok, channel.ask({"op": "forget", "id": check_process_id(process_id)}))
+        finally:
+            channel.close()
+
+    # -- ending -----------------------------------------------------------------------------
+    def release(self, process: LiveProcess) -> bool:
+        """Kill what a finished background process left in its cgroup and remove the cgroup;
+        whether the memory limit killed something of it."""
+        group = _cgroup_of(process.meta)
+        if group is None:
+            return False
+        oom = group.oom_killed()
+        _remove_cgroup(group)
+        return oom
+
+    def stop(self, sandbox: LiveSandbox) -> None:
+        """End the live sandbox with everything in it, and remove its cgroup and folder."""
+        with contextlib.suppress(Unavailable):
+            channel = self._channel(sandbox, 2.0)
+            try:
+                channel.ask({"op": "stop"}, timeout=2.0)
+            except Unavailable:
+                pass
+            finally:
+                channel.close()
+        init, init_start = sandbox.meta.get("init_pid"), sandbox.meta.get("init_start")
+        # SIGKILL to a pid namespace's init ends every process in it.
+        for pid, start in ((init, init_start), (sandbox.supervisor_pid, sandbox.supervisor_start),
+                           (sandbox.pid, sandbox.pid_start)):
+            if isinstance(pid, int) and isinstance(start, int) and pid > 1 and alive(pid, start):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        group = _cgroup_of(sandbox.meta)
+        if group is not None:
+            _remove_cgroup(group)
+        _Proxy.end(sandbox.meta)
+        import shutil
+
+        with contextlib.suppress(Unavailable):
+            shutil.rmtree(self._folder(sandbox.id), ignore_errors=True)
+
+    # -- output kept after a process was collected ------------------------------------------------
+    def keep_logs(self, process_id: str, logs: Logs) -> None:
+        folder = self.run_root / "logs"
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for stream, data in (("out", logs.stdout), ("err", logs.stderr)):
+            path = self._logs_file(process_id, stream)
+            tmp = path.with_suffix(f".{stream}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, data[-RING_BYTES:])
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+
+    def kept_logs(self, process_id: str) -> Logs | None:
+        found = []
+        for stream in ("out", "err"):
+            try:
+                fd = os.open(self._logs_file(process_id, stream), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                return None
+            try:
+                found.append(os.read(fd, RING_BYTES))
+            finally:
+                os.close(fd)
+        return Logs(found[0], found[1])
+
+    def drop_logs(self, process_id: str) -> None:
+        for stream in ("out", "err"):
+            with contextlib.suppress(OSError):
+                self._logs_file(process_id, stream).unlink()
+
+    def net_events(self, sandbox: LiveSandbox) -> list[NetEvent]:
+        """The network proxy's decisions since the last call (none for a sandbox without network)."""
+        import json
+
+        from warden.adapters.sandbox.proxy import NetEvent as ProxyEvent
+
+        folder = self._folder(sandbox.id)
+        try:
+            fd = os.open(folder / "net-events.jsonl", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return []
+        try:
+            try:
+                done = int((folder / "net-events.read").read_text() or 0)
+            except (OSError, ValueError):
+                done = 0
+            os.lseek(fd, done, os.SEEK_SET)
+            data = os.read(fd, 1 << 20)
+        finally:
+            os.close(fd)
+        whole = data[:data.rfind(b"\n") + 1]
+        (folder / "net-events.read").write_text(str(done + len(whole)))
+        events: list[NetEvent] = []
+        for line in whole.splitlines():
+            with contextlib.suppress(ValueError, TypeError, KeyError):
+                item = json.loads(line)
+                events.append(ProxyEvent(str(item["method"]), str(item["host"]), int(item["port"]),
+                                         bool(item["allowed"]), str(item["rule"]), str(item["reason"])))
+        return events

@@ -1,0 +1,530 @@
+"""Runs INSIDE a live sandbox: starts commands there on Warden's request and keeps their output.
+
+Started as `python3 -I -S -c SOURCE LISTEN_FD IDLE_SECONDS` as the sandbox's command (under bwrap's
+init, in the sandbox's pid namespace), with the bot's rights only, and nothing but the standard
+library, so any system python3 runs it. LISTEN_FD is a listening Unix socket Warden bound in its
+own home before starting the sandbox: the socket's path is never mounted inside, the descriptor
+is closed on exec, and the supervisor makes itself non-dumpable (prctl PR_SET_DUMPABLE 0), so no
+command can reach the socket through /proc/PID/fd, read this process's memory, or ptrace it (the
+seccomp filter refuses ptrace as well). A command can still kill it (the same user): the sandbox
+then ends, with only that principal's own processes.
+
+Protocol: frames of a 4-byte big-endian length and UTF-8 JSON, one request and its answer at a
+time per connection (core/live.py parses the answers; Warden trusts none of them). A `spawn`
+forks the command held before exec until Warden, having applied its limits and cgroup to the
+new pid, sends `go`. A foreground command gets the descriptors Warden passed (SCM_RIGHTS) and
+dies if its caller's connection closes; a background one writes into pipes read here into ring
+buffers. Every command runs in a session of its own, so a kill reaches its process group.
+
+The supervisor exits (and the sandbox with it) after IDLE_SECONDS without a running process or a
+connection, once Warden has collected every finished process (or after six idle periods anyway).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import errno
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+MAX_REQUEST = 1 << 20
+MAX_PROCS = 64  # background processes kept, running or finished
+MAX_FDS = 3
+MAX_PENDING_OUT = 16 << 20  # bytes queued to a client that does not read
+SPAWN_GRACE = 30.0  # seconds a spawned command waits for Warden's go before it is killed
+READ_CHUNK = 65536
+
+
+def _no_dump() -> None:
+    """PR_SET_DUMPABLE 0: /proc/PID/{fd,mem,environ} and ptrace closed to the sandbox's commands."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE) failed")
+
+
+def _wait_status(status: int) -> dict[str, int | None]:
+    if os.WIFSIGNALED(status):
+        return {"exit_code": 128 + os.WTERMSIG(status), "signal": os.WTERMSIG(status)}
+    return {"exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else 255, "signal": None}
+
+
+class Ring:
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.data = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        over = len(self.data) - self.size
+        if over > 0:
+            del self.data[:over]
+            self.dropped += over
+
+
+class Proc:
+    def __init__(self, proc_id: str, pid: int, background: bool, timeout: float, ring: int, go_fd: int | None,
+                 owner: Conn | None) -> None:
+        self.id = proc_id
+        self.pid = pid
+        self.background = background
+        self.deadline: float | None = time.monotonic() + timeout if timeout else None
+        self.spawned = time.monotonic()
+        self.status = "starting"
+        self.result: dict[str, int | None] | None = None
+        self.timed_out = False
+        self.ended = 0.0
+        self.out = Ring(ring)
+        self.err = Ring(ring)
+        self.go_fd = go_fd
+        self.owner = owner  # the connection of a foreground command's caller
+        self.pipes: dict[int, str] = {}  # fd -> "stdout" | "stderr"
+        self.followers: list[Conn] = []
+        self.waiters: list[tuple[Conn, float]] = []  # (connection, deadline)
+
+    def info(self, now: float) -> dict[str, object]:
+        data = {"id": self.id, "pid": self.pid, "status": self.status, "background": self.background,
+                "timed_out": self.timed_out}
+        if self.result is not None:
+            data.update(self.result)
+            data["ended_ago"] = max(now - self.ended, 0.0)
+        return data
+
+    def exit_event(self) -> dict[str, object]:
+        event = {"event": "exit", "timed_out": self.timed_out}
+        event.update(self.result or {"exit_code": 255, "signal": None})
+        return event
+
+
+class Conn:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.inbuf = bytearray()
+        self.outbuf = bytearray()
+        self.fds: list[int] = []
+        self.closing = False
+
+
+class Supervisor:
+    def __init__(self, listener: socket.socket, idle: float) -> None:
+        self.listener = listener
+        self.idle = idle
+        self.sel = selectors.DefaultSelector()
+        self.conns: dict[int, Conn] = {}
+        self.procs: dict[str, Proc] = {}
+        self.by_pid: dict[int, Proc] = {}
+        self.pipes: dict[int, Proc] = {}  # fd -> Proc
+        self.last_activity = time.monotonic()
+        self.stopping = False
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, lambda *_: self.stop())
+        self.sel.register(self.listener, selectors.EVENT_READ, "listen")
+        self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self) -> None:
+        while True:
+            now = time.monotonic()
+            self.expire(now)
+            if self.stopping or self.idle_over(now):
+                break
+            for key, events in self.sel.select(self.next_timeout(now)):
+                tag = key.data
+                if tag == "listen":
+                    self.accept()
+                elif tag == "wake":
+                    self.drain_wake()
+                elif isinstance(tag, Conn):
+                    if events & selectors.EVENT_READ:
+                        self.read_conn(tag)
+                    if events & selectors.EVENT_WRITE and tag.sock.fileno() >= 0:
+                        self.flush(tag)
+                elif isinstance(tag, Proc):
+                    self.read_pipe(key.fd, tag)
+            self.reap()
+        self.kill_all()
+
+    def next_timeout(self, now: float) -> float:
+        moments = [now + 1.0]
+        for proc in self.procs.values():
+            if proc.deadline is not None and proc.status == "running":
+                moments.append(proc.deadline)
+            for _, deadline in proc.waiters:
+                moments.append(deadline)
+        return max(min(moments) - now, 0.0)
+
+    def idle_over(self, now: float) -> bool:
+        if self.conns or any(p.status in ("starting", "running") for p in self.procs.values()):
+            self.last_activity = now
+            return False
+        idle = now - self.last_activity
+        uncollected = any(p.background and p.status == "exited" for p in self.procs.values())
+        return idle >= (self.idle * 6 if uncollected else self.idle)
+
+    def stop(self) -> None:
+        self.stopping = True
+
+    def kill_all(self) -> None:
+        for proc in list(self.procs.values()):
+            if proc.status in ("starting", "running"):
+                self.signal_group(proc, signal.SIGKILL)
+
+    def expire(self, now: float) -> None:
+        for proc in list(self.procs.values()):
+            if proc.status == "starting" and now - proc.spawned > SPAWN_GRACE:
+                self.signal_group(proc, signal.SIGKILL)
+            if proc.status == "running" and proc.deadline is not None and now >= proc.deadline:
+                proc.timed_out = True
+                proc.deadline = None
+                self.signal_group(proc, signal.SIGKILL)
+            for waiter in list(proc.waiters):
+                if now >= waiter[1]:
+                    proc.waiters.remove(waiter)
+                    self.send(waiter[0], {"ok": True, "process": proc.info(now)})
+
+    def signal_group(self, proc: Proc, sig: int, group_only: bool = False) -> bool:
+        """Signal the command's process group (its session); the pid itself while it may not have
+        made its session yet. Never a reaped pid (`group_only`): the number may be reused."""
+        for target in (-proc.pid,) if group_only else (-proc.pid, proc.pid):
+            try:
+                os.kill(target, sig)
+                return True
+            except ProcessLookupError:
+                continue
+            except PermissionError:
+                continue
+        return False
+
+    # -- children ------------------------------------------------------------------------------
+    def drain_wake(self) -> None:
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            proc = self.by_pid.pop(pid, None)
+            if proc is None:
+                continue
+            if proc.status == "starting":
+                proc.status = "failed"
+            else:
+                proc.status = "exited"
+            proc.result = _wait_status(status)
+            proc.ended = self.last_activity = time.monotonic()
+            # What the command left in its process group goes with it.
+            self.signal_group(proc, signal.SIGKILL, group_only=True)
+            self.finish(proc)
+
+    def finish(self, proc: Proc) -> None:
+        """Tell whoever waits on an ended process; a foreground one is forgotten once told."""
+        if proc.pipes:
+            return  # its output is still being read: told once the pipes close
+        now = time.monotonic()
+        if proc.go_fd is not None:
+            os.close(proc.go_fd)
+            proc.go_fd = None
+        if proc.owner is not None:
+            self.send(proc.owner, proc.exit_event())
+            proc.owner = None
+        for conn in proc.followers:
+            self.send(conn, proc.exit_event())
+        proc.followers = []
+        for conn, _ in proc.waiters:
+            self.send(conn, {"ok": True, "process": proc.info(now)})
+        proc.waiters = []
+        if not proc.background:
+            self.procs.pop(proc.id, None)
+
+    def read_pipe(self, fd: int, proc: Proc) -> None:
+        try:
+            chunk = os.read(fd, READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        stream = proc.pipes.get(fd)
+        if not chunk or stream is None:
+            self.sel.unregister(fd)
+            os.close(fd)
+            proc.pipes.pop(fd, None)
+            self.pipes.pop(fd, None)
+            if proc.status in ("exited", "failed") and not proc.pipes:
+                self.finish(proc)
+            return
+        (proc.out if stream == "stdout" else proc.err).add(chunk)
+        event = {"event": "output", "stream": stream, "data": base64.b64encode(chunk).decode("ascii")}
+        for conn in list(proc.followers):
+            self.send(conn, event)
+
+    # -- connections ---------------------------------------------------------------------------
+    def accept(self) -> None:
+        try:
+            sock, _ = self.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        sock.setblocking(False)
+        conn = Conn(sock)
+        self.conns[sock.fileno()] = conn
+        self.sel.register(sock, selectors.EVENT_READ, conn)
+
+    def read_conn(self, conn: Conn) -> None:
+        try:
+            data, ancdata, _, _ = conn.sock.recvmsg(READ_CHUNK, socket.CMSG_SPACE(MAX_FDS * 4),
+                                                    socket.MSG_CMSG_CLOEXEC)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, ancdata = b"", []
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                whole = len(payload) - len(payload) % 4
+                fds = list(struct.unpack("={}i".format(whole // 4), payload[:whole]))  # noqa: UP032 (any python3)
+                conn.fds.extend(fds)
+        if len(conn.fds) > MAX_FDS:
+            self.close(conn)
+            return
+        if not data:
+            self.close(conn)
+            return
+        conn.inbuf += data
+        while len(conn.inbuf) >= 4:
+            (length,) = struct.unpack(">I", bytes(conn.inbuf[:4]))
+            if length > MAX_REQUEST:
+                self.close(conn)
+                return
+            if len(conn.inbuf) < 4 + length:
+                break
+            body = bytes(conn.inbuf[4:4 + length])
+            del conn.inbuf[:4 + length]
+            try:
+                request = json.loads(body.decode("utf-8"))
+                if not isinstance(request, dict):
+                    raise ValueError("not an object")
+                self.handle(conn, request)
+            except Exception as exc:  # one bad request answers an error, the supervisor goes on
+                error = "{}: {}".format(type(exc).__name__, exc)  # noqa: UP032 (runs on any python3)
+                self.send(conn, {"ok": False, "error": error[:300]})
+            if conn.sock.fileno() < 0:
+                return
+
+    def send(self, conn: Conn, message: Mapping[str, object]) -> None:
+        if conn.sock.fileno() < 0:
+            return
+        data = json.dumps(message, separators=(",", ":")).encode()
+        conn.outbuf += struct.pack(">I", len(data)) + data
+        if len(conn.outbuf) > MAX_PENDING_OUT:
+            self.close(conn)
+            return
+        self.flush(conn)
+
+    def flush(self, conn: Conn) -> None:
+        try:
+            while conn.outbuf:
+                sent = conn.sock.send(conn.outbuf)
+                del conn.outbuf[:sent]
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self.close(conn)
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbuf else 0)
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.modify(conn.sock, events, conn)
+        if conn.closing and not conn.outbuf:
+            self.close(conn)
+
+    def close(self, conn: Conn) -> None:
+        fileno = conn.sock.fileno()
+        if fileno < 0:
+            return
+        self.sel.unregister(conn.sock)
+        self.conns.pop(fileno, None)
+        conn.sock.close()
+        for fd in conn.fds:
+            os.close(fd)
+        conn.fds = []
+        for proc in list(self.procs.values()):
+            if proc.owner is conn and proc.status in ("starting", "running"):
+                # A foreground command does not outlive its caller (as --die-with-parent would).
+                proc.owner = None
+                self.signal_group(proc, signal.SIGKILL)
+            if conn in proc.followers:
+                proc.followers.remove(conn)
+            proc.waiters = [w for w in proc.waiters if w[0] is not conn]
+        self.last_activity = time.monotonic()
+
+    # -- requests ------------------------------------------------------------------------------
+    def handle(self, conn: Conn, request: dict[str, Any]) -> None:
+        op = request.get("op")
+        if op == "ping":
+            self.send(conn, {"ok": True})
+        elif op == "spawn":
+            self.spawn(conn, request)
+        elif op == "go":
+            proc = self.procs[request["id"]]
+            if proc.status != "starting" or proc.go_fd is None:
+                raise ValueError("not waiting to start")
+            os.write(proc.go_fd, b"go")
+            os.close(proc.go_fd)
+            proc.go_fd = None
+            proc.status = "running"
+            self.send(conn, {"ok": True})
+        elif op == "list":
+            now = time.monotonic()
+            self.send(conn, {"ok": True, "processes": [p.info(now) for p in self.procs.values()]})
+        elif op == "logs":
+            self.logs(conn, request)
+        elif op == "kill":
+            proc = self.procs[request["id"]]
+            sig = int(request.get("signal", signal.SIGTERM))
+            if proc.status not in ("starting", "running"):
+                raise ValueError("the process has ended")
+            self.signal_group(proc, sig)
+            self.send(conn, {"ok": True})
+        elif op == "wait":
+            proc = self.procs[request["id"]]
+            if proc.status in ("exited", "failed") and not proc.pipes:
+                self.send(conn, {"ok": True, "process": proc.info(time.monotonic())})
+            else:
+                timeout = min(max(float(request.get("timeout", 0)), 0.0), 86400.0)
+                proc.waiters.append((conn, time.monotonic() + timeout))
+        elif op == "forget":
+            ended = self.procs.get(request["id"])
+            if ended is not None and ended.status in ("exited", "failed") and not ended.pipes:
+                self.procs.pop(ended.id, None)
+            self.send(conn, {"ok": True})
+        elif op == "stop":
+            self.send(conn, {"ok": True})
+            self.stop()
+        else:
+            raise ValueError("unknown op")
+
+    def logs(self, conn: Conn, request: dict[str, Any]) -> None:
+        proc = self.procs[request["id"]]
+        done = proc.status in ("exited", "failed") and not proc.pipes
+        answer = {"ok": True, "stdout": base64.b64encode(bytes(proc.out.data)).decode("ascii"),
+                  "stderr": base64.b64encode(bytes(proc.err.data)).decode("ascii"),
+                  "dropped": [proc.out.dropped, proc.err.dropped]}
+        if done:
+            answer["exit"] = proc.exit_event()
+        self.send(conn, answer)
+        if request.get("follow") and not done:
+            proc.followers.append(conn)
+
+    def spawn(self, conn: Conn, request: dict[str, Any]) -> None:
+        proc_id = request["id"]
+        if not isinstance(proc_id, str) or len(proc_id) != 16 or proc_id in self.procs:
+            raise ValueError("bad or duplicate id")
+        argv = [str(a) for a in request["argv"]]
+        env = {str(k): str(v) for k, v in request["env"].items()}
+        # The network relay (the forwarder) set the proxy variables in this process: pass them on.
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy",
+                     "npm_config_proxy", "npm_config_https_proxy"):
+            if name in os.environ:
+                env[name] = os.environ[name]
+        cwd = str(request.get("cwd") or "/")
+        background = bool(request.get("background"))
+        timeout = float(request.get("timeout") or 0)
+        ring = min(max(int(request.get("ring", 1 << 20)), 4096), 8 << 20)
+        if background and sum(1 for p in self.procs.values() if p.background) >= MAX_PROCS:
+            raise ValueError("too many background processes in this sandbox")
+        given = list(conn.fds)
+        conn.fds = []
+        names = list(request.get("fds") or [])
+        if len(names) != len(given):
+            for fd in given:
+                os.close(fd)
+            raise ValueError("descriptors and their names disagree")
+        child_fds = dict(zip(names, given))  # noqa: B905 (runs on any python3; lengths checked above)
+        parent_reads = {}
+        devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            if background:
+                for name in ("stdout", "stderr"):
+                    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+                    parent_reads[read_end] = name
+                    child_fds[name] = write_end
+            go_r, go_w = os.pipe2(os.O_CLOEXEC)
+            pid = os.fork()
+            if pid == 0:  # the child: never returns
+                self.child(argv, env, cwd, [child_fds.get("stdin", devnull), child_fds.get("stdout", devnull),
+                                            child_fds.get("stderr", devnull)], go_r)
+            os.close(go_r)
+        finally:
+            os.close(devnull)
+            for fd in child_fds.values():
+                os.close(fd)
+        proc = Proc(proc_id, pid, background, timeout, ring, go_w, None if background else conn)
+        self.procs[proc_id] = proc
+        self.by_pid[pid] = proc
+        for fd, name in parent_reads.items():
+            os.set_blocking(fd, False)
+            proc.pipes[fd] = name
+            self.pipes[fd] = proc
+            self.sel.register(fd, selectors.EVENT_READ, proc)
+        self.send(conn, {"ok": True, "pid": pid})
+
+    @staticmethod
+    def child(argv: list[str], env: dict[str, str], cwd: str, stdio: list[int], go_r: int) -> NoReturn:
+        try:
+            os.setsid()
+            # Python ignores these; a command expects them at their defaults, as after a shell.
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.set_wakeup_fd(-1)
+            for target, fd in enumerate(stdio):
+                os.dup2(fd, target, inheritable=True)
+            if os.read(go_r, 2) != b"go":  # Warden applies the limits before saying go
+                os._exit(125)
+            os.closerange(3, 1 << 16)
+            os.chdir(cwd)
+        except BaseException:
+            os._exit(126)
+        try:
+            os.execvpe(argv[0], argv, env)  # noqa: S606 (argv, never a shell string)
+        except OSError as exc:
+            # Worded as bwrap words it, so a command reads the same in a live or a fresh sandbox.
+            message = "bwrap: execvp {}: {}\n".format(argv[0], exc.strerror)  # noqa: UP032 (any python3)
+            os.write(2, message.encode("utf-8", "replace"))
+            os._exit(127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126)
+        finally:
+            os._exit(126)
+
+
+def main() -> None:
+    listen_fd, idle = int(sys.argv[1]), float(sys.argv[2])
+    _no_dump()
+    listener = socket.socket(fileno=listen_fd)
+    listener.set_inheritable(False)
+    listener.setblocking(False)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # hold none of bwrap's descriptors
+        os.dup2(null, fd)
+    os.close(null)
+    Supervisor(listener, idle).run()
+
+
+if __name__ == "__main__":
+    main()

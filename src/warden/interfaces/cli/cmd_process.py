@@ -1,0 +1,132 @@
+"""`warden ps|logs|kill|wait`: background processes in a workspace's live sandboxes, and
+`warden run --detach` (cmd_run hands it here) that starts one."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import TYPE_CHECKING, Any
+
+from warden.core.errors import InvalidInput, Locked, NotFound, Refused, Unavailable
+from warden.interfaces.cli.main import Context
+from warden.interfaces.cli.output import Output, table
+
+if TYPE_CHECKING:
+    from warden.core.live import ProcessView
+    from warden.services.runs import RunRequest
+
+__all__ = ["register", "start_detached"]
+
+# `warden wait` without --timeout waits as long as a process may run at most (sandbox.timeout's cap).
+_FOREVER = 86400.0
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("ps", parents=[common], help="background processes in a workspace's live sandboxes")
+    p.add_argument("name")
+    p.set_defaults(handler=_ps)
+    p = sub.add_parser("logs", parents=[common], help="what a background process printed")
+    p.add_argument("name")
+    p.add_argument("id", help="the process id `warden run --detach` printed (see `warden ps`)")
+    p.add_argument("--follow", "-f", action="store_true", help="go on printing its output as it comes, until it ends")
+    p.set_defaults(handler=_logs)
+    p = sub.add_parser("kill", parents=[common], help="send a signal to a background process (and its children)")
+    p.add_argument("name")
+    p.add_argument("id")
+    p.add_argument("--signal", "-s", default="TERM", help="TERM (default), KILL, INT, HUP, USR1, USR2, STOP, CONT")
+    p.set_defaults(handler=_kill)
+    p = sub.add_parser("wait", parents=[common], help="wait for a background process to end; exit with its status")
+    p.add_argument("name")
+    p.add_argument("id")
+    p.add_argument("--timeout", help="give up after this long (seconds, or 30s, 10m); exits 1 then")
+    p.set_defaults(handler=_wait)
+
+
+def _render(data: Any) -> str:
+    rows = [(p["id"], p["status"], "" if p["exit_code"] is None else p["exit_code"], p["started_at"][:19],
+             " ".join(p["cmd"])) for p in data]
+    return table(("ID", "STATUS", "EXIT", "STARTED", "COMMAND"), rows) if rows else "no background processes"
+
+
+def _known(ctx: Context, name: str) -> None:
+    """NotFound (exit 4) for a workspace that does not exist."""
+    ctx.app.workspaces.get(name)
+
+
+def start_detached(ctx: Context, request: RunRequest, *, tty: bool = False) -> Output:
+    """`warden run NAME --detach -- CMD`: start it, print its id."""
+    if tty:
+        raise Refused.of(InvalidInput("--detach and --tty do not go together: a background process has no terminal"))
+    request = dataclasses.replace(request, stdin=None)  # a background process reads nothing
+    try:
+        runs = ctx.app.runs
+    except (Locked, NotFound, Unavailable) as exc:
+        raise Refused.of(exc) from None
+    view = runs.start(request)
+    return Output(view.to_json(), text=view.id)
+
+
+def _ps(ctx: Context, args: argparse.Namespace) -> Output:
+    _known(ctx, args.name)
+    views = ctx.app.live.list(args.name)
+    return Output([v.to_json() for v in views], render=_render)
+
+
+def _logs(ctx: Context, args: argparse.Namespace) -> Output:
+    _known(ctx, args.name)
+    live = ctx.app.live
+    if not args.follow:
+        logs = live.logs(args.name, args.id)
+        if ctx.json:
+            return Output({"id": args.id, **logs.to_json()})
+        _write(sys.stdout.buffer, logs.stdout)
+        _write(sys.stderr.buffer, logs.stderr)
+        return Output(streamed=True)
+    out, err = bytearray(), bytearray()
+    ended = None
+    for chunk in live.follow(args.name, args.id):
+        if chunk is None:
+            continue
+        if chunk.exited is not None:
+            ended = chunk.exited
+            break
+        if ctx.json:
+            (out if chunk.stream == "stdout" else err).extend(chunk.data)
+        else:
+            _write(sys.stdout.buffer if chunk.stream == "stdout" else sys.stderr.buffer, chunk.data)
+    data = {"id": args.id, "stdout": out.decode("utf-8", "replace"), "stderr": err.decode("utf-8", "replace"),
+            "exit_code": ended.exit_code if ended else None}
+    return Output(data, streamed=not ctx.json)
+
+
+def _write(stream: Any, data: bytes) -> None:
+    if data:
+        stream.write(data)
+        stream.flush()
+
+
+def _kill(ctx: Context, args: argparse.Namespace) -> Output:
+    from warden.core.live import signal_number
+
+    sig = signal_number(args.signal)
+    _known(ctx, args.name)
+    view = ctx.app.live.kill(args.name, args.id, sig, actor="user")
+    return Output(view.to_json(), text=_line(view))
+
+
+def _line(view: ProcessView) -> str:
+    code = "" if view.exit_code is None else f" (exit {view.exit_code})"
+    return f"{view.id} {view.status}{code}"
+
+
+def _wait(ctx: Context, args: argparse.Namespace) -> Output:
+    timeout = _FOREVER
+    if args.timeout is not None:
+        from warden.core.durations import parse_timeout
+
+        timeout = parse_timeout(args.timeout)
+    _known(ctx, args.name)
+    view = ctx.app.live.wait(args.name, args.id, timeout)
+    code = view.exit_code if view.exit_code is not None else 1  # lost: its status is not known
+    return Output(view.to_json(), text=_line(view), exit_code=code)

@@ -1,0 +1,128 @@
+"""Routes of background processes, for the grant that started them (services/live.py).
+
+`POST /v1/workspaces/{name}/exec` with `"background": true` answers 202 `{"id": …}` (routes.py hands
+it here); `GET …/processes` lists the caller's, `GET …/processes/{id}` shows one, `GET
+…/processes/{id}/logs` gives its output (`?follow=true`: NDJSON as it comes, the lines of a
+streamed exec, `{"type": "stdout"|"stderr", "data"}` then `{"type": "exit", …}`), and `DELETE
+…/processes/{id}` signals it (`?signal=TERM`, the default, or KILL, INT, …). Each needs `execute` on
+the whole workspace, as exec does, and shows a bot only what its own grant started: another
+principal's process is a 404 like one that does not exist. One audit event per request (`Call`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import StreamingResponse
+
+from warden.core.errors import WardenError
+from warden.core.run_stream import OutputEvents, error_event, ndjson
+from warden.interfaces.http.calls import Call, threaded
+from warden.interfaces.http.models import LogsDropped, ProcessBody, ProcessLogs
+from warden.interfaces.http.routes import Token, WorkspaceName, token_of
+from warden.interfaces.http.statuses import ERROR_RESPONSES
+
+if TYPE_CHECKING:
+    from warden.bootstrap import App
+    from warden.core.live import Chunk, ProcessView
+    from warden.services.bot_requests import BotRequestService
+
+__all__ = ["ProcessRoutes", "router"]
+
+NDJSON = "application/x-ndjson"
+ProcessId = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$", description="a process id, as exec answered it")]
+
+
+def _body(view: ProcessView) -> ProcessBody:
+    return ProcessBody(id=view.id, cmd=list(view.cmd), status=view.status,  # type: ignore[arg-type]
+                       exit_code=view.exit_code, signal=view.signal, timed_out=view.timed_out,
+                       started_at=view.started_at, ended_at=view.ended_at)
+
+
+def _events(chunks: Iterator[Chunk | None], max_output: int) -> Iterator[bytes]:
+    """A followed process's chunks as NDJSON lines; an empty chunk after each second of quiet, so
+    the server's thread comes back to the event loop (and stops once the client has gone)."""
+    events = OutputEvents(max_output)
+    try:
+        for chunk in chunks:
+            if chunk is None:
+                yield b""
+                continue
+            if chunk.exited is not None:
+                ended = chunk.exited
+                yield ndjson([*events.finish(), {"type": "exit", "exit_code": ended.exit_code,
+                                                 "timed_out": ended.timed_out, "signal": ended.signal}])
+                return
+            out = events.feed("stdout" if chunk.stream == "stdout" else "stderr", chunk.data)
+            if out:
+                yield ndjson(out)
+    except WardenError as exc:
+        yield ndjson([error_event(exc.code, exc.message)])
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+
+
+class ProcessRoutes:
+    """The process routes of one server (the start is exec's: routes.py)."""
+
+    def __init__(self, app: App, requests: BotRequestService) -> None:
+        self.app = app
+        self.requests = requests
+
+    def list(self, name: WorkspaceName, token: Token) -> list[ProcessBody]:
+        """The caller's background processes in the workspace (needs `execute`), oldest first."""
+        with Call(self.app, "process.list", name) as call:
+            return [_body(v) for v in self.requests.processes(call.authenticate(token_of(token)), name, trail=call)]
+
+    def get(self, name: WorkspaceName, process_id: ProcessId, token: Token) -> ProcessBody:
+        """One of the caller's background processes."""
+        with Call(self.app, "process.get", name) as call:
+            return _body(self.requests.process(call.authenticate(token_of(token)), name, process_id, trail=call))
+
+    def logs(self, name: WorkspaceName, process_id: ProcessId, token: Token,
+             follow: Annotated[bool, Query(description="stream NDJSON as the output comes, until it ends")] = False,
+             ) -> ProcessLogs | StreamingResponse:
+        """What the process printed (as much as its rings kept); `follow=true` goes on as it prints."""
+        with Call(self.app, "process.logs", name) as call:
+            principal = call.authenticate(token_of(token))
+            if follow:
+                chunks = self.requests.follow_process(principal, name, process_id, trail=call)
+            else:
+                logs = self.requests.process_logs(principal, name, process_id, trail=call)
+                data = logs.to_json()
+                return ProcessLogs(id=process_id, stdout=str(data["stdout"]), stderr=str(data["stderr"]),
+                                   dropped=LogsDropped(stdout=logs.dropped_stdout, stderr=logs.dropped_stderr))
+        return StreamingResponse(_events(chunks, self.requests.settings.max_output), media_type=NDJSON)
+
+    def kill(self, name: WorkspaceName, process_id: ProcessId, token: Token,
+             signal: Annotated[str, Query(max_length=8, description="TERM (default), KILL, INT, HUP, …")] = "TERM",
+             ) -> ProcessBody:
+        """Signal the process and what it started (its process group); SIGKILL ends it for sure."""
+        from warden.core.live import signal_number
+
+        with Call(self.app, "process.kill", name) as call:
+            principal = call.authenticate(token_of(token))
+            sig = signal_number(signal)
+            return _body(self.requests.kill_process(principal, name, process_id, sig, trail=call))
+
+
+def router(app: App) -> APIRouter:
+    """The process routes for one App."""
+    routes = ProcessRoutes(app, app.bot_requests)
+    api = APIRouter(responses=ERROR_RESPONSES)
+    add = api.add_api_route
+    add("/v1/workspaces/{name}/processes", threaded(routes.list), methods=["GET"],
+        response_model=list[ProcessBody], tags=["processes"])
+    add("/v1/workspaces/{name}/processes/{process_id}", threaded(routes.get), methods=["GET"],
+        response_model=ProcessBody, tags=["processes"])
+    add("/v1/workspaces/{name}/processes/{process_id}/logs", threaded(routes.logs), methods=["GET"],
+        response_model=ProcessLogs, tags=["processes"],
+        responses={200: {"content": {NDJSON: {"schema": {"type": "string"}}},
+                         "description": "with follow=true, one JSON object a line as the output comes"}})
+    add("/v1/workspaces/{name}/processes/{process_id}", threaded(routes.kill), methods=["DELETE"],
+        response_model=ProcessBody, tags=["processes"])
+    return api

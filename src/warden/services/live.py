@@ -1,0 +1,644 @@
+"""Live sandboxes and background processes: which one a command goes to, who may see what, and
+the records of each from start to outcome (core/live.py says what a live sandbox is).
+
+A live sandbox belongs to one workspace, one principal (the actor: "user", or "bot:NAME@acc_…"
+for a grant) and one network policy, on one node; its row in the registry lets any Warden
+process of that node find it. It is started by the first background command of its key, and is
+used by that principal's foreground commands while it runs (so they reach its servers on
+127.0.0.1). It is used only while it still stands for what it was started under:
+
+- its bwrap and supervisor still run (the supervisor ends it after `workspace.sandbox_idle` with
+  nothing running; Warden also stops an idle one it finds),
+- the workspace is the same one, ready, and no exclusive lease was taken on it since (the
+  lease's fencing number is unchanged: archive, destroy, suspend, repair… each take one — the
+  sandbox's lease is then lost),
+- its principal's grant chain is live (neither revoked nor expired),
+- it mounts what a fresh sandbox of the command would (the path policy and layers unchanged).
+
+Otherwise it is stopped, and its running processes end as `killed` with that reason. Revoking
+a grant stops its sandboxes at once (GrantService calls `stop_principals`).
+
+A background process's intent is audited as a run's (`run.start`, by RunService), and its
+outcome (`run`, with `background: true`) once Warden collects it: whenever a process of that
+node looks at the sandbox (ps, logs, wait, kill, a run in it, the sweeper). Its output is then
+kept in Warden's home, as much as the supervisor's rings held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from warden.core.errors import Denied, NotFound, TimedOut, Unavailable
+from warden.core.live import (
+    RING_BYTES,
+    Chunk,
+    Exited,
+    LiveProcess,
+    LiveSandbox,
+    Logs,
+    ProcessView,
+    Supervised,
+    check_process_id,
+    network_key,
+    plan_fingerprint,
+)
+from warden.core.runs import RunResult, SandboxRequest
+
+if TYPE_CHECKING:
+    from warden.core.grants import Grant
+    from warden.core.ports import Clock, GitGuards, LiveSandboxes, Registry, SandboxRunner, Tx
+    from warden.core.settings import Settings
+    from warden.core.workspaces import WorkspaceRecord
+    from warden.services.audit import AuditLog
+
+__all__ = ["LiveSandboxService", "LiveSettings", "ProcessStarter"]
+
+# How many ended processes a workspace keeps (with their output) before the oldest are dropped.
+_KEEP_ENDED = 50
+# Counts of foreground commands a front end runs itself (all of them, the bot's), beside the
+# registry's background ones.
+Busy = Callable[[str], tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class LiveSettings:
+    idle_s: float  # workspace.sandbox_idle
+    max_execs: int  # api.max_execs
+    max_execs_per_bot: int  # api.max_execs_per_bot
+    ring: int = RING_BYTES
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> LiveSettings:
+        return cls(s.get_seconds("workspace.sandbox_idle"), s.get_int("api.max_execs"),
+                   s.get_int("api.max_execs_per_bot"))
+
+
+def _policy(request: SandboxRequest) -> str:
+    """A digest of what the path policy makes a sandbox mount (all but the read-only extras)."""
+    return plan_fingerprint({
+        "workspace": request.workspace, "binds": sorted((b.path, b.mode) for b in request.binds),
+        "ro_zones": sorted(request.ro_zones), "denied": sorted(request.denied),
+        "protected": sorted(request.protected),
+        "network": request.network.to_json() if request.network is not None else None})
+
+
+def _fingerprint(request: SandboxRequest) -> str:
+    return plan_fingerprint({"policy": _policy(request), "ro_paths": sorted(request.ro_paths)})
+
+
+def _only_more_to_read(sandbox: LiveSandbox, request: SandboxRequest) -> bool:
+    """Whether `request` differs from what `sandbox` was started with only by read-only extras
+    (an install's package folders): the policy is the same, so the sandbox may go on."""
+    kept = sandbox.meta.get("ro_paths")
+    return (sandbox.meta.get("policy") == _policy(request) and isinstance(kept, list)
+            and set(kept) <= set(request.ro_paths))
+
+
+def _network(request: SandboxRequest) -> str:
+    return network_key(request.network.to_json() if request.network is not None else None)
+
+
+def _accessor(principal: str) -> str | None:
+    """The grant a principal acts through (`bot:NAME@acc_…`), None for the person."""
+    _, at, accessor = principal.partition("@")
+    return accessor if at and principal.startswith("bot:") else None
+
+
+class ProcessStarter:
+    """A SandboxRunner for RunService that starts its request's command in the background (the
+    run path judges, leases, mounts and audits the intent as for any run; this starts it)."""
+
+    def __init__(self, service: LiveSandboxService, record: WorkspaceRecord, principal: str, process_id: str,
+                 bot: str, busy: Busy | None) -> None:
+        self._service = service
+        self._record = record
+        self._principal = principal
+        self._process_id = process_id
+        self._bot = bot
+        self._busy = busy
+        self.process: LiveProcess | None = None
+
+    def run(self, request: SandboxRequest) -> RunResult:
+        self.process = self._service.start_background(self._record, self._principal, self._process_id, request,
+                                                      bot=self._bot, busy=self._busy)
+        return RunResult(0, "", "", 0.0)
+
+    def started(self) -> ProcessView:
+        assert self.process is not None, "run() first"
+        return ProcessView.of(self.process)
+
+
+class _LiveRunner:
+    """A SandboxRunner that runs a foreground command in its principal's live sandbox when one
+    runs for the request's network, else in a fresh sandbox (`fresh`)."""
+
+    def __init__(self, service: LiveSandboxService, record: WorkspaceRecord, principal: str,
+                 fresh: SandboxRunner) -> None:
+        self._service = service
+        self._record = record
+        self._principal = principal
+        self._fresh = fresh
+
+    def run(self, request: SandboxRequest) -> RunResult:
+        if request.terminal is not None:  # a terminal session gets a fresh sandbox of its own
+            return self._fresh.run(request)
+        result = self._service.run_in_live(self._record, self._principal, request)
+        return result if result is not None else self._fresh.run(request)
+
+
+class LiveSandboxService:
+    """Live sandboxes of this node and the background processes in them."""
+
+    def __init__(self, *, registry: Registry, audit: AuditLog, sandboxes: LiveSandboxes, clock: Clock, node: str,
+                 settings: LiveSettings, git: GitGuards) -> None:
+        self._registry = registry
+        self._audit = audit
+        self._sandboxes = sandboxes
+        self._clock = clock
+        self.node = node
+        self.settings = settings
+        self._git = git
+
+    def _now(self) -> str:
+        return self._clock().isoformat()
+
+    # -- for the run path ----------------------------------------------------------------------
+    def runner(self, record: WorkspaceRecord, principal: str, fresh: SandboxRunner) -> SandboxRunner:
+        """Where RunService runs a foreground command of `principal`."""
+        return _LiveRunner(self, record, principal, fresh)
+
+    def starter(self, record: WorkspaceRecord, principal: str, process_id: str, *, bot: str = "",
+                busy: Busy | None = None) -> ProcessStarter:
+        """Where RunService starts a background command (`bot`: whose API exec slots it takes)."""
+        return ProcessStarter(self, record, principal, process_id, bot, busy)
+
+    def run_in_live(self, record: WorkspaceRecord, principal: str, request: SandboxRequest) -> RunResult | None:
+        """Run a foreground command in the live sandbox of its key, if one is up; None if not."""
+        sandbox = self._sandbox_for(record, principal, request, start=False)
+        if sandbox is None:
+            return None
+        try:
+            result = self._sandboxes.run(sandbox, os.urandom(8).hex(), request)
+        except Unavailable as exc:
+            if exc.rule == "live.unreachable" and not self._sandboxes.alive(sandbox):
+                self._stop(sandbox, "stopped", killed=False)  # it ended just now: a fresh sandbox runs it
+                return None
+            if exc.rule in ("live.bad_answer", "live.unreachable"):
+                self._stop(sandbox, "its supervisor answered badly")
+            raise
+        if request.network is None:
+            return result
+        # What the proxy decided meanwhile is this command's to report (a background process of
+        # the same sandbox may have asked too: it is reported here as well, and audited once).
+        events = tuple(self._sandboxes.net_events(sandbox))
+        if request.on_net_event is not None:
+            for event in events:
+                request.on_net_event(event)
+        return dataclasses.replace(result, net_events=(*result.net_events, *events))
+
+    def start_background(self, record: WorkspaceRecord, principal: str, process_id: str, request: SandboxRequest,
+                         *, bot: str = "", busy: Busy | None = None) -> LiveProcess:
+        """Start a background process in the live sandbox of its key (started when none runs)."""
+        check_process_id(process_id)
+        sandbox = self._sandbox_for(record, principal, request, start=True)
+        assert sandbox is not None
+        now = self._now()
+        process = LiveProcess(process_id, sandbox.id, record.name, principal, bot, tuple(request.argv), "starting",
+                              None, None, False, now, None, self.node,
+                              {"starter_pid": os.getpid(), "timeout_s": request.limits.timeout_s})
+        with self._registry.transaction() as tx:
+            if bot:
+                self._admit(tx, bot, busy)
+            tx.processes.insert(process)
+        try:
+            meta = self._sandboxes.spawn(sandbox, process_id, request, ring=self.settings.ring)
+        except BaseException:
+            with self._registry.transaction() as tx:
+                tx.processes.delete(process_id)
+            raise
+        meta = {**process.meta, **meta}
+        with self._registry.transaction() as tx:
+            tx.processes.update(process_id, {"status": "running", "meta": meta})
+            tx.sandboxes.touch(sandbox.id, self._now())
+        return process._replace(status="running", meta=meta)
+
+    def _admit(self, tx: Tx, bot: str, busy: Busy | None) -> None:
+        """Refuse a bot's background process over api.max_execs or api.max_execs_per_bot, counting
+        its running ones in the registry (all server workers) and the front end's foreground ones."""
+        total_fg, mine_fg = busy(bot) if busy is not None else (0, 0)
+        mine = tx.processes.count_running(bot=bot) + mine_fg
+        if mine >= self.settings.max_execs_per_bot:
+            raise Unavailable(f"the bot this grant comes from already runs {self.settings.max_execs_per_bot} commands "
+                              "at once, background ones included (api.max_execs_per_bot); kill one or retry when "
+                              "one ends", rule="api.max_execs_per_bot")
+        if tx.processes.count_running() + total_fg >= self.settings.max_execs:
+            raise Unavailable(f"the server already runs {self.settings.max_execs} commands at once, background "
+                              "ones included (api.max_execs); retry when one ends", rule="api.max_execs")
+
+    def running_counts(self, bot: str) -> tuple[int, int]:
+        """(all bots', `bot`'s) background processes running, from the registry."""
+        with self._registry.transaction(write=False) as tx:
+            return tx.processes.count_running(), tx.processes.count_running(bot=bot)
+
+    # -- which sandbox -------------------------------------------------------------------------
+    def _sandbox_for(self, record: WorkspaceRecord, principal: str, request: SandboxRequest, *,
+                     start: bool) -> LiveSandbox | None:
+        network, fingerprint = _network(request), _fingerprint(request)
+        for _ in range(3):
+            with self._registry.transaction(write=False) as tx:
+                found = tx.sandboxes.find(self.node, record.name, principal, network)
+                fence = tx.leases.read(record.name)[0].fence
+            if found is not None:
+                problem = self._problem(found, record, fence)
+                if problem is None and found.fingerprint != fingerprint:
+                    if not start and _only_more_to_read(found, request):
+                        return None  # a command that needs more mounts (an install) runs in a fresh one
+                    # Else the policy changed since it started (a path denied, a zone made read-only,
+                    # layers replaced): what runs in it must not keep what is no longer allowed.
+                    problem = "its mounts are not what the workspace's policy says now"
+                if problem is None:
+                    with self._registry.transaction() as tx:
+                        tx.sandboxes.touch(found.id, self._now())
+                    return found
+                self._stop(found, problem)
+            if not start:
+                return None
+            made = self._start(record, principal, request, network, fingerprint, fence)
+            if made is not None:
+                return made
+        raise Unavailable(f"the live sandbox of {record.name!r} keeps changing under this command; run it again",
+                          rule="live.contended")
+
+    def _start(self, record: WorkspaceRecord, principal: str, request: SandboxRequest, network: str,
+               fingerprint: str, fence: int) -> LiveSandbox | None:
+        sandbox_id = "sbx_" + os.urandom(8).hex()
+        started = self._sandboxes.start(sandbox_id, request, idle_s=self.settings.idle_s)
+        now = self._now()
+        meta = {**started.meta, "policy": _policy(request), "ro_paths": sorted(request.ro_paths)}
+        sandbox = LiveSandbox(sandbox_id, record.name, record.id, principal, network, fingerprint, fence, self.node,
+                              started.pid, started.pid_start, started.supervisor_pid, started.supervisor_start,
+                              started.socket, now, now, meta)
+        with self._registry.transaction() as tx:
+            won = tx.sandboxes.insert(sandbox)
+            if won:
+                self._audit.record(actor=principal, action="sandbox.start", target=record.name, decision="allow",
+                                   rule="sandbox", result="started",
+                                   detail={"sandbox": sandbox_id, "network": network,
+                                           "limits_via": sandbox.meta.get("limits_via")}, tx=tx)
+        if not won:  # another process started one for this key meanwhile: its sandbox serves
+            self._sandboxes.stop(sandbox)
+            return None
+        return sandbox
+
+    def _problem(self, sandbox: LiveSandbox, record: WorkspaceRecord | None, fence: int | None) -> str | None:
+        """Why `sandbox` may no longer be used, or None."""
+        if not self._sandboxes.alive(sandbox):
+            return "stopped"
+        if record is None or record.id != sandbox.workspace_id:
+            return "the workspace is gone"
+        if record.status != "ready":
+            return f"the workspace is {record.status}"
+        if fence is not None and fence != sandbox.fence:
+            return "its lease was lost (the workspace was taken exclusively since it started)"
+        accessor = _accessor(sandbox.principal)
+        if accessor is not None:
+            from warden.core.grants import alive
+
+            with self._registry.transaction(write=False) as tx:
+                chain = _chain(tx, accessor)
+            life = alive(chain, self._clock())
+            if not life.allowed:
+                return f"its grant is no longer live ({life.rule})"
+        return None
+
+    # -- stopping ------------------------------------------------------------------------------
+    def _stop(self, sandbox: LiveSandbox, reason: str, *, killed: bool = True, actor: str = "warden") -> None:
+        """Stop `sandbox` (if it still runs), end its processes' records and remove its row."""
+        with contextlib.suppress(Unavailable):
+            self._collect(sandbox)  # what had ended before is recorded as it ended
+        self._sandboxes.stop(sandbox)
+        ended = []
+        with self._registry.transaction() as tx:
+            if not tx.sandboxes.delete(sandbox.id):
+                return  # another process stopped it and recorded it
+            for process in tx.processes.of_sandbox(sandbox.id):
+                if process.running:
+                    status = "killed" if killed else "lost"
+                    self._end(tx, process, status, Exited(137, 9) if killed else None, reason)
+                    ended.append(process)
+            self._audit.record(actor=actor, action="sandbox.stop", target=sandbox.workspace, decision="none",
+                               rule="sandbox", result="stopped",
+                               detail={"sandbox": sandbox.id, "principal": sandbox.principal, "reason": reason,
+                                       "processes_ended": [p.id for p in ended]}, tx=tx)
+        for process in ended:
+            self._sandboxes.release(process)
+        self._sweep_git(sandbox.workspace)
+
+    def _sweep_git(self, workspace: str) -> None:
+        """Move aside what the sandbox's bot left of git's control files (core/gitcontrol)."""
+        with self._registry.transaction(write=False) as tx:
+            record = tx.workspaces.get(workspace)
+        if record is not None and record.status == "ready":
+            with contextlib.suppress(Exception):  # a missing folder has nothing to sweep
+                self._git.workspace(record.path).after()
+
+    def stop_principals(self, accessors: list[str], *, reason: str = "its grant was revoked",
+                        actor: str = "user") -> list[str]:
+        """Stop the live sandboxes of grants `accessors` (revoked); the ids stopped."""
+        wanted = set(accessors)
+        with self._registry.transaction(write=False) as tx:
+            found = [s for s in tx.sandboxes.of_node(self.node) if _accessor(s.principal) in wanted]
+        for sandbox in found:
+            self._stop(sandbox, reason, actor=actor)
+        return [s.id for s in found]
+
+    def stop_workspace(self, workspace: str, *, reason: str, actor: str = "user") -> list[str]:
+        with self._registry.transaction(write=False) as tx:
+            found = tx.sandboxes.of_workspace(workspace)
+        for sandbox in found:
+            if sandbox.node == self.node:
+                self._stop(sandbox, reason, actor=actor)
+        return [s.id for s in found]
+
+    # -- collecting outcomes ---------------------------------------------------------------------
+    def sweep(self) -> list[str]:
+        """Every live sandbox of this node looked at: ended processes recorded, sandboxes that may
+        no longer run (dead, idle, workspace changed, lease lost, grant revoked or expired)
+        stopped. The ids of those stopped."""
+        with self._registry.transaction(write=False) as tx:
+            sandboxes = tx.sandboxes.of_node(self.node)
+        stopped = []
+        for sandbox in sandboxes:
+            if self._check(sandbox, idle=True):
+                stopped.append(sandbox.id)
+        return stopped
+
+    def keep(self) -> set[int]:
+        """The bwrap pids of this node's live sandboxes (the orphan sweep leaves them running)."""
+        with self._registry.transaction(write=False) as tx:
+            return {s.pid for s in tx.sandboxes.of_node(self.node)}
+
+    def _check(self, sandbox: LiveSandbox, *, idle: bool = False) -> bool:
+        """Collect `sandbox`'s ended processes, or stop it if it may no longer run; True if stopped."""
+        with self._registry.transaction(write=False) as tx:
+            record = tx.workspaces.get(sandbox.workspace)
+            fence = tx.leases.read(sandbox.workspace)[0].fence
+        problem = self._problem(sandbox, record, fence)
+        if problem == "stopped":
+            self._stop(sandbox, self._why_gone(record, sandbox), killed=record is None or record.status != "ready")
+            return True
+        if problem is not None:
+            self._stop(sandbox, problem)
+            return True
+        try:
+            running = self._collect(sandbox)
+        except Unavailable as exc:
+            self._stop(sandbox, "its supervisor does not answer" if exc.rule == "live.unreachable"
+                       else "its supervisor answered badly")
+            return True
+        if idle and not running:
+            last = _parse_time(sandbox.last_used)
+            if last is not None and (self._clock() - last).total_seconds() >= self.settings.idle_s:
+                self._stop(sandbox, f"idle for {self.settings.idle_s:g} s (workspace.sandbox_idle)", killed=False)
+                return True
+        return False
+
+    @staticmethod
+    def _why_gone(record: WorkspaceRecord | None, sandbox: LiveSandbox) -> str:
+        if record is None or record.id != sandbox.workspace_id:
+            return "the workspace was destroyed"
+        if record.status != "ready":
+            return f"the workspace was {record.status}"
+        return "it ended (idle, or its supervisor was killed)"
+
+    def _audit_network(self, sandbox: LiveSandbox) -> None:
+        """Audit what the proxy of `sandbox` refused since it was last asked (`network.refused`)."""
+        refused = [e for e in self._sandboxes.net_events(sandbox) if not e.allowed][:100]
+        if not refused:
+            return
+        with self._registry.transaction() as tx:
+            for event in refused:
+                self._audit.record(actor=sandbox.principal, action="network.refused", target=sandbox.workspace,
+                                   decision="deny", rule=event.rule, result="refused",
+                                   detail={**event.to_json(), "sandbox": sandbox.id}, tx=tx)
+
+    def _collect(self, sandbox: LiveSandbox) -> int:
+        """Record the outcome of every process of `sandbox` that has ended; how many still run."""
+        if sandbox.network != "none":
+            self._audit_network(sandbox)
+        with self._registry.transaction(write=False) as tx:
+            rows = [p for p in tx.processes.of_sandbox(sandbox.id) if p.running]
+        if not rows:
+            return 0
+        listed = {s.id: s for s in self._sandboxes.listing(sandbox)}
+        running = 0
+        for process in rows:
+            seen = listed.get(process.id)
+            if seen is not None and seen.status in ("starting", "running"):
+                running += 1
+                continue
+            self._finish(sandbox, process, seen)
+        return running
+
+    def _finish(self, sandbox: LiveSandbox, process: LiveProcess, seen: Supervised | None) -> None:
+        """Record how `process` ended (`seen` by its supervisor; None: it lost track of it)."""
+        logs = None
+        if seen is not None:
+            with contextlib.suppress(Unavailable):
+                logs, _ = self._sandboxes.logs(sandbox, process.id)
+        oom = self._sandboxes.release(process)
+        if logs is not None:
+            self._sandboxes.keep_logs(process.id, logs)
+        exited = seen.exited if seen is not None else None
+        status = "lost" if exited is None else "exited"
+        if exited is not None and (exited.timed_out or exited.signal is not None):
+            status = "killed"
+        with self._registry.transaction() as tx:
+            self._end(tx, process, status, exited, None, oom=oom)
+        if seen is not None:
+            with contextlib.suppress(Unavailable):
+                self._sandboxes.forget(sandbox, process.id)
+        self._prune(process.workspace)
+
+    def _end(self, tx: Tx, process: LiveProcess, status: str, exited: Exited | None, reason: str | None, *,
+             oom: bool = False) -> None:
+        """The outcome of `process`, written once (by whichever Warden process ends its record)."""
+        code = exited.exit_code if exited is not None else None
+        sig = exited.signal if exited is not None else None
+        timed_out = exited.timed_out if exited is not None else False
+        if timed_out:
+            code, sig = 124, None
+        if not tx.processes.finish(process.id, status=status, exit_code=code, signal=sig, timed_out=timed_out,
+                                   ended_at=self._now()):
+            return
+        detail: dict[str, object] = {"run_id": process.id, "background": True, "argv": list(process.argv),
+                                     "exit_code": code, "signal": sig, "timed_out": timed_out, "oom_killed": oom,
+                                     "sandbox": process.sandbox_id}
+        if reason is not None:
+            detail["stopped_by"] = reason
+        if status == "lost":
+            self._audit.record(actor=process.principal, action="run.lost", target=process.workspace,
+                               decision="allow", rule="sandbox", result="lost", detail=detail, tx=tx)
+        else:
+            self._audit.record(actor=process.principal, action="run", target=process.workspace, decision="allow",
+                               rule="sandbox", result=str(code), detail=detail, tx=tx)
+
+    def _prune(self, workspace: str) -> None:
+        """Drop the records (and kept output) of all but the newest _KEEP_ENDED ended processes."""
+        with self._registry.transaction() as tx:
+            ended = [p for p in tx.processes.of_workspace(workspace) if not p.running]
+            old = ended[:-_KEEP_ENDED] if len(ended) > _KEEP_ENDED else []
+            for process in old:
+                tx.processes.delete(process.id)
+        for process in old:
+            self._sandboxes.drop_logs(process.id)
+
+    # -- what people and bots ask ----------------------------------------------------------------
+    def _refresh(self, workspace: str) -> None:
+        """Collect what ended in the workspace's live sandboxes of this node (stopping those that
+        may no longer run), so what is shown is what is."""
+        with self._registry.transaction(write=False) as tx:
+            sandboxes = [s for s in tx.sandboxes.of_workspace(workspace) if s.node == self.node]
+        for sandbox in sandboxes:
+            self._check(sandbox)
+
+    def list(self, workspace: str, *, principal: str | None = None) -> tuple[ProcessView, ...]:
+        """The workspace's background processes (only `principal`'s when given), oldest first."""
+        self._refresh(workspace)
+        with self._registry.transaction(write=False) as tx:
+            return tuple(ProcessView.of(p) for p in tx.processes.of_workspace(workspace, principal=principal))
+
+    def _process(self, workspace: str, process_id: str, principal: str | None) -> LiveProcess:
+        """The process, if it is of `workspace` and (when given) of `principal`: NotFound alike
+        for one that does not exist and one that is another principal's."""
+        check_process_id(process_id)
+        with self._registry.transaction(write=False) as tx:
+            process = tx.processes.get(process_id)
+        if process is None or process.workspace != workspace or (principal is not None
+                                                                   and process.principal != principal):
+            raise NotFound(f"no process {process_id} in workspace {workspace!r}: `warden ps {workspace}` lists them")
+        return process
+
+    def _sandbox_of(self, process: LiveProcess) -> LiveSandbox | None:
+        with self._registry.transaction(write=False) as tx:
+            sandbox = tx.sandboxes.get(process.sandbox_id)
+        if sandbox is not None and sandbox.node != self.node:
+            raise Unavailable(f"process {process.id} runs on node {sandbox.node}; ask Warden there",
+                              rule="live.other_node")
+        return sandbox
+
+    def get(self, workspace: str, process_id: str, *, principal: str | None = None) -> ProcessView:
+        process = self._process(workspace, process_id, principal)
+        sandbox = self._sandbox_of(process)
+        if sandbox is not None and process.running:
+            self._check(sandbox)
+        return ProcessView.of(self._process(workspace, process_id, principal))
+
+    def logs(self, workspace: str, process_id: str, *, principal: str | None = None) -> Logs:
+        """What the process printed, as much as was kept."""
+        process = self._process(workspace, process_id, principal)
+        sandbox = self._sandbox_of(process)
+        if process.running and sandbox is not None:
+            try:
+                logs, ended = self._sandboxes.logs(sandbox, process.id)
+            except Unavailable:
+                self._check(sandbox)
+            else:
+                if ended is not None:
+                    self._check(sandbox)
+                return logs
+        kept = self._sandboxes.kept_logs(process.id)
+        return kept if kept is not None else Logs(b"", b"")
+
+    def follow(self, workspace: str, process_id: str, *, principal: str | None = None) -> Iterator[Chunk | None]:
+        """The process's output so far and as it comes, then its end (`Chunk.exited`); None after
+        each second of quiet. An ended process: its kept output and its end."""
+        process = self._process(workspace, process_id, principal)
+        sandbox = self._sandbox_of(process)
+        if process.running and sandbox is not None:
+            try:
+                for chunk in self._sandboxes.follow(sandbox, process.id):
+                    yield chunk
+                    if chunk is not None and chunk.exited is not None:
+                        with contextlib.suppress(Unavailable):
+                            self._check(sandbox)
+                        return
+            except Unavailable:
+                self._check(sandbox)
+            process = self._process(workspace, process_id, principal)
+            if process.running:
+                return
+        kept = self._sandboxes.kept_logs(process.id) or Logs(b"", b"")
+        for stream, data in (("stdout", kept.stdout), ("stderr", kept.stderr)):
+            if data:
+                yield Chunk(stream, data)
+        yield Chunk("", b"", Exited(process.exit_code if process.exit_code is not None else 255, process.signal,
+                                    process.timed_out))
+
+    def kill(self, workspace: str, process_id: str, sig: int, *, principal: str | None = None,
+             actor: str = "user") -> ProcessView:
+        """Send `sig` to the process's group; after SIGKILL (or a signal it dies of within a few
+        seconds) its outcome is recorded."""
+        process = self._process(workspace, process_id, principal)
+        if not process.running:
+            raise Denied(f"process {process_id} has ended ({process.status}); nothing to signal",
+                         rule="process.ended")
+        sandbox = self._sandbox_of(process)
+        self._sandboxes.signal(sandbox, process, sig)
+        self._audit.record(actor=actor, action="process.kill", target=workspace, decision="allow", rule="sandbox",
+                           result="signalled", detail={"id": process_id, "signal": sig})
+        if sandbox is not None:
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:
+                self._check(sandbox)
+                if not self._process(workspace, process_id, principal).running:
+                    break
+                time.sleep(0.02)
+        return ProcessView.of(self._process(workspace, process_id, principal))
+
+    def wait(self, workspace: str, process_id: str, timeout: float, *, principal: str | None = None) -> ProcessView:
+        """The process once it has ended; TimedOut when it still runs after `timeout` seconds."""
+        process = self._process(workspace, process_id, principal)
+        sandbox = self._sandbox_of(process)
+        deadline = time.monotonic() + timeout
+        while process.running and sandbox is not None:
+            left = deadline - time.monotonic()
+            with contextlib.suppress(Unavailable):
+                self._sandboxes.wait(sandbox, process.id, max(min(left, 60.0), 0.0))
+            self._check(sandbox)
+            process = self._process(workspace, process_id, principal)
+            if not process.running or time.monotonic() >= deadline:
+                break
+            sandbox = self._sandbox_of(process)
+        if process.running:
+            raise TimedOut(f"process {process_id} still runs after {timeout:g} s; `warden kill {workspace} "
+                           f"{process_id}` stops it")
+        return ProcessView.of(process)
+
+
+def _chain(tx: Tx, accessor: str) -> list[Grant]:
+    from warden.services.grants import MAX_DEPTH
+
+    chain: list[Grant] = []
+    current: str | None = accessor
+    while current is not None and len(chain) <= MAX_DEPTH:
+        grant = tx.grants.by_accessor(current)
+        if grant is None:
+            break
+        chain.append(grant)
+        current = grant.parent
+    return chain
+
+
+def _parse_time(stamp: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(stamp)
+    except ValueError:
+        return None

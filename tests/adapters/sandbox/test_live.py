@@ -1,0 +1,327 @@
+"""Live sandboxes on this host (adapters/sandbox/live.py and supervisor.py), with real bubblewrap:
+commands share one sandbox yet keep their own limits and timeouts; background output is kept in
+bounded rings; stopping ends everything; nothing inside reaches the supervisor; and a supervisor
+that answers what the protocol does not allow (huge, malformed, nothing) costs Warden a bounded
+wait and an error, never more."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.waiting import wait_until
+from warden.adapters.processes import alive
+from warden.adapters.sandbox import live as live_module
+from warden.adapters.sandbox.live import HostLiveSandboxes
+from warden.core.errors import Unavailable
+from warden.core.limits import Limits
+from warden.core.live import RING_BYTES, LiveProcess, LiveSandbox
+from warden.core.runs import SandboxRequest
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+SBX = "sbx_00112233445566aa"
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> str:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return str(ws)
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> HostLiveSandboxes:
+    return HostLiveSandboxes(tmp_path / "run", {"LANG": "C.UTF-8"})
+
+
+def _row(sandbox_id: str, started: object) -> LiveSandbox:
+    s = started
+    return LiveSandbox(sandbox_id, "w", "ws_w", "user", "none", "fp", 0, "node", s.pid, s.pid_start,  # type: ignore[attr-defined]
+                       s.supervisor_pid, s.supervisor_start, s.socket, "t", "t", s.meta)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def sandbox(host: HostLiveSandboxes, folder: str) -> Iterator[LiveSandbox]:
+    started = host.start(SBX, SandboxRequest(folder, ("true",), Limits(timeout_s=60)), idle_s=60)
+    row = _row(SBX, started)
+    yield row
+    host.stop(row)
+
+
+def _req(folder: str, *argv: str, **limits: object) -> SandboxRequest:
+    return SandboxRequest(folder, argv, Limits(**{"timeout_s": 30, **limits}))  # type: ignore[arg-type]
+
+
+def _process(sandbox: LiveSandbox, process_id: str, meta: dict[str, object]) -> LiveProcess:
+    return LiveProcess(process_id, sandbox.id, "w", "user", "", ("x",), "running", None, None, False, "t", None,
+                       "node", meta)
+
+
+def test_foreground_commands_share_it_with_their_own_limits(host: HostLiveSandboxes, sandbox: LiveSandbox,
+                                                            folder: str) -> None:
+    first = host.run(sandbox, "a" * 16, _req(folder, "sh", "-c", "ulimit -t; ulimit -n; echo x > shared.txt",
+                                             cpu_seconds=7, open_files=99))
+    assert (first.exit_code, first.stdout) == (0, "7\n99\n")
+    second = host.run(sandbox, "b" * 16, _req(folder, "sh", "-c", "ulimit -t; cat shared.txt; echo $$ > /tmp/pid",
+                                              cpu_seconds=11))
+    assert (second.exit_code, second.stdout) == (0, "11\nx\n")
+    # /tmp is the sandbox's own, kept between its commands.
+    assert host.run(sandbox, "c" * 16, _req(folder, "cat", "/tmp/pid")).stdout.strip().isdigit()
+    assert second.seccomp is True
+
+
+def test_what_a_foreground_command_leaves_behind_is_killed(host: HostLiveSandboxes, sandbox: LiveSandbox,
+                                                           folder: str) -> None:
+    left = host.run(sandbox, "a" * 16, _req(folder, "sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"))
+    pid = left.stdout.strip()
+    assert left.exit_code == 0 and pid.isdigit()
+    # Gone or a zombie (dead, waiting for the supervisor to reap it): `kill -0` alone counts a
+    # zombie as there.
+    probe = host.run(sandbox, "b" * 16, _req(folder, "sh", "-c",
+                                             f"s=$(awk '/^State/ {{print $2}}' /proc/{pid}/status 2>/dev/null); "
+                                             "[ -n \"$s\" ] && [ \"$s\" != Z ] && echo alive || echo gone"))
+    assert probe.stdout == "gone\n"
+
+
+def test_memory_and_process_limits_hold_per_command(host: HostLiveSandboxes, sandbox: LiveSandbox,
+                                                    folder: str) -> None:
+    hog = host.run(sandbox, "a" * 16, _req(folder, "python3", "-c", "x = bytearray(400 << 20); print('got it')",
+                                           memory=64 << 20))
+    assert hog.exit_code != 0 and "got it" not in hog.stdout
+    forks = host.run(sandbox, "b" * 16, _req(folder, "sh", "-c",
+                                             "for i in $(seq 40); do sleep 5 & done 2>/dev/null; wait; echo done",
+                                             pids=8))
+    assert "fork" in forks.stderr.lower() or "resource" in forks.stderr.lower() or forks.exit_code != 0
+    fine = host.run(sandbox, "c" * 16, _req(folder, "python3", "-c", "x = bytearray(100 << 20); print('ok')"))
+    assert fine.stdout == "ok\n"  # the next command has its own limits again
+
+
+def test_stdin_timeouts_and_missing_programs(host: HostLiveSandboxes, sandbox: LiveSandbox, folder: str) -> None:
+    fed = host.run(sandbox, "a" * 16, SandboxRequest(folder, ("wc", "-c"), Limits(timeout_s=30),
+                                                     stdin=b"x" * 300_000))
+    assert fed.stdout.strip() == "300000"
+    started = time.monotonic()
+    slow = host.run(sandbox, "b" * 16, _req(folder, "sleep", "60", timeout_s=1))
+    assert (slow.exit_code, slow.timed_out) == (124, True) and time.monotonic() - started < 10
+    missing = host.run(sandbox, "c" * 16, _req(folder, "no-such-program"))
+    assert missing.exit_code == 127 and "execvp no-such-program" in missing.stderr
+
+
+def test_a_background_server_is_reached_and_its_output_kept_in_a_ring(host: HostLiveSandboxes,
+                                                                      sandbox: LiveSandbox, folder: str) -> None:
+    meta = host.spawn(sandbox, "a" * 16, _req(folder, "python3", "-u", "-m", "http.server", "8000",
+                                              "--bind", "127.0.0.1", timeout_s=120))
+    server = _process(sandbox, "a" * 16, meta)
+    probe = ("import urllib.request, time\nfor i in range(100):\n    try:\n"
+             "        print(urllib.request.urlopen('http://127.0.0.1:8000/').status); break\n"
+             "    except OSError: time.sleep(0.05)")
+    assert host.run(sandbox, "b" * 16, _req(folder, "python3", "-c", probe)).stdout == "200\n"
+    wait_until(lambda: b"GET / HTTP" in host.logs(sandbox, "a" * 16)[0].stderr, message="the request was not logged")
+    flood = host.spawn(sandbox, "c" * 16, _req(folder, "python3", "-c",
+                                               "import sys; sys.stdout.write('y' * (3 << 20)); print('end')"))
+    done = host.wait(sandbox, "c" * 16, 30)
+    assert done.exited is not None and done.exited.exit_code == 0
+    logs, ended = host.logs(sandbox, "c" * 16)
+    assert ended is not None and len(logs.stdout) <= RING_BYTES and logs.stdout.endswith(b"end\n")
+    assert logs.dropped_stdout >= (3 << 20) - RING_BYTES
+    host.release(_process(sandbox, "c" * 16, flood))
+    host.signal(sandbox, server, 15)
+    stopped = host.wait(sandbox, "a" * 16, 10)
+    assert stopped.exited is not None and stopped.exited.signal == 15
+    assert host.release(server) is False
+
+
+def test_a_background_timeout_kills_it(host: HostLiveSandboxes, sandbox: LiveSandbox, folder: str) -> None:
+    host.spawn(sandbox, "a" * 16, _req(folder, "sleep", "60", timeout_s=1))
+    ended = host.wait(sandbox, "a" * 16, 20)
+    assert ended.exited is not None and ended.exited.timed_out
+
+
+def test_stopping_ends_every_process_in_it(host: HostLiveSandboxes, folder: str) -> None:
+    started = host.start(SBX, _req(folder, "true"), idle_s=60)
+    row = _row(SBX, started)
+    meta = host.spawn(row, "a" * 16, _req(folder, "sleep", "300", timeout_s=300))
+    pid, start = meta["host_pid"], meta["host_start"]
+    assert isinstance(pid, int) and isinstance(start, int) and alive(pid, start)
+    host.stop(row)
+    wait_until(lambda: not alive(pid, start) and not host.alive(row), message="the sandbox outlived its stop")
+    assert not os.path.exists(host.run_root / SBX)
+
+
+def test_an_idle_sandbox_ends_by_itself(host: HostLiveSandboxes, folder: str) -> None:
+    row = _row(SBX, host.start(SBX, _req(folder, "true"), idle_s=1))
+    try:
+        wait_until(lambda: not host.alive(row), timeout=20, message="the idle sandbox did not end")
+    finally:
+        host.stop(row)
+
+
+ATTACK = r"""
+import ctypes, glob, os, socket, sys
+found = []
+me = os.getpid()
+for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
+    for what in ('fd', 'environ', 'mem', 'cmdline'):
+        path = f'/proc/{pid}/{what}'
+        try:
+            if what == 'fd':
+                for fd in os.listdir(path):
+                    target = os.readlink(f'{path}/{fd}')
+                    if 'socket' in target and int(pid) != me:
+                        s = socket.socket(fileno=os.open(f'{path}/{fd}', os.O_RDWR))
+                        found.append(f'opened socket {pid}/{fd}')
+            else:
+                with open(path, 'rb') as handle:
+                    data = handle.read(4096)
+                if b'supervisor' in data and what != 'cmdline':
+                    found.append(f'read {path}')
+        except OSError:
+            pass
+libc = ctypes.CDLL(None, use_errno=True)
+for pid in [int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) != me]:
+    if libc.ptrace(16, pid, 0, 0) == 0:  # PTRACE_ATTACH
+        found.append(f'ptraced {pid}')
+for path in sys.argv[1:]:
+    if os.path.exists(path):
+        found.append(f'sees {path}')
+print('\n'.join(found) or 'nothing')
+"""
+
+
+def test_no_command_reaches_the_supervisor(host: HostLiveSandboxes, sandbox: LiveSandbox, folder: str) -> None:
+    result = host.run(sandbox, "a" * 16, _req(folder, "python3", "-c", ATTACK, sandbox.socket,
+                                              str(host.run_root)))
+    assert result.stdout == "nothing\n", result.stdout + result.stderr
+    # The supervisor is still there and still answers.
+    assert host.listing(sandbox) == []
+
+
+# -- a supervisor that answers what it should not -------------------------------------------------
+class Hostile:
+    """A Unix socket server in place of a supervisor, answering every request with `reply`."""
+
+    def __init__(self, path: Path, reply: Callable[[socket.socket], None]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # Through the folder's descriptor, as Warden binds its own: a pytest-xdist worker's tmp
+        # path can pass the 107 bytes a Unix socket address may hold.
+        folder = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+        try:
+            self.server.bind(f"/proc/self/fd/{folder}/{path.name}")
+        finally:
+            os.close(folder)
+        self.server.listen(8)
+        self.reply = reply
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.recv(65536)
+                    self.reply(conn)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def _frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+REPLIES: dict[str, Callable[[socket.socket], None]] = {
+    "a huge frame": lambda c: c.sendall(struct.pack(">I", 0xFFFFFFF0) + b"x" * 65536),
+    "not json": lambda c: c.sendall(_frame(b"\xff" * 1000)),
+    "the wrong shape": lambda c: c.sendall(_frame(b'{"ok": 1, "processes": {"a": 1}, "pid": -5}')),
+    "a cut frame": lambda c: c.sendall(struct.pack(">I", 1000) + b"{"),
+    "four megabytes of junk": lambda c: c.sendall(_frame(b"[" * ((4 << 20) - 8))),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(REPLIES))
+def test_a_hostile_answer_is_an_error_in_bounded_time(tmp_path: Path, folder: str, kind: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(live_module, "_ANSWER_TIMEOUT", 2.0)
+    host = HostLiveSandboxes(tmp_path / "run", {})
+    path = tmp_path / "run" / SBX / "supervisor.sock"
+    hostile = Hostile(path, REPLIES[kind])
+    me = os.getpid()
+    row = LiveSandbox(SBX, "w", "ws_w", "user", "none", "fp", 0, "node", me, 0, me, 0, str(path), "t", "t",
+                      {"pidns": 0})
+    try:
+        for call in (lambda: host.listing(row), lambda: host.logs(row, "a" * 16),
+                     lambda: host.wait(row, "a" * 16, 0.5), lambda: host.forget(row, "a" * 16),
+                     lambda: host.spawn(row, "a" * 16, _req(folder, "true")),
+                     lambda: host.run(row, "a" * 16, _req(folder, "true"))):
+            started = time.monotonic()
+            with pytest.raises(Unavailable) as caught:
+                call()
+            assert caught.value.rule in ("live.bad_answer", "live.unreachable")
+            assert time.monotonic() - started < 8
+            assert len(caught.value.message) < 400
+    finally:
+        hostile.close()
+
+
+def test_a_silent_supervisor_costs_a_bounded_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(live_module, "_ANSWER_TIMEOUT", 1.0)
+    host = HostLiveSandboxes(tmp_path / "run", {})
+    path = tmp_path / "run" / SBX / "supervisor.sock"
+    hostile = Hostile(path, lambda c: time.sleep(30))
+    me = os.getpid()
+    row = LiveSandbox(SBX, "w", "ws_w", "user", "none", "fp", 0, "node", me, 0, me, 0, str(path), "t", "t", {})
+    try:
+        started = time.monotonic()
+        with pytest.raises(Unavailable, match="in time"):
+            host.listing(row)
+        assert time.monotonic() - started < 5
+    finally:
+        hostile.close()
+
+
+def test_a_row_naming_another_socket_is_refused(tmp_path: Path) -> None:
+    host = HostLiveSandboxes(tmp_path / "run", {})
+    row = LiveSandbox(SBX, "w", "ws_w", "user", "none", "fp", 0, "node", 1, 0, 1, 0, "/run/docker.sock", "t", "t", {})
+    with pytest.raises(Unavailable, match="another socket"):
+        host.listing(row)
+    with pytest.raises(Unavailable, match="bad live sandbox id"):
+        host.listing(row._replace(id="../../etc"))
+
+
+def test_a_sandbox_with_network_has_its_proxy_beside_it_until_it_stops(host: HostLiveSandboxes, folder: str) -> None:
+    from warden.core.network import NetworkPolicy
+
+    request = SandboxRequest(folder, ("true",), Limits(timeout_s=30), network=NetworkPolicy.parse(["example.com"]))
+    row = _row(SBX, host.start(SBX, request, idle_s=60))
+    pid, start, net_dir = row.meta["proxy_pid"], row.meta["proxy_start"], row.meta["net_dir"]
+    assert isinstance(pid, int) and isinstance(start, int) and isinstance(net_dir, str)
+    try:
+        assert alive(pid, start) and os.path.exists(os.path.join(net_dir, "proxy.sock"))
+        proxied = host.run(row, "a" * 16, _req(folder, "sh", "-c", "echo $HTTPS_PROXY"))
+        assert proxied.stdout.startswith("http://127.0.0.1:")  # the relay inside, in front of the proxy
+        refused = host.run(row, "b" * 16, _req(folder, "python3", "-c",
+                                                "import urllib.request; urllib.request.urlopen('http://example.org/')"))
+        assert refused.exit_code == 1
+        events = host.net_events(row)
+        assert [(e.host, e.allowed) for e in events] == [("example.org", False)]
+        assert host.net_events(row) == []  # each decision is handed over once
+    finally:
+        host.stop(row)
+    wait_until(lambda: not alive(pid, start), message="the proxy outlived its sandbox")
+    assert not os.path.exists(net_dir)

@@ -1,0 +1,264 @@
+"""Live sandboxes and background processes through the real CLI (INTERFACES.md, "Live sandboxes
+and processes"): `warden run --detach`, `ps`, `logs`, `kill`, `wait`; a detached server reached by
+the person's next command; output kept between calls; statuses, timeouts and limits per command;
+idle stop and transparent restart; death on destroy; the audit trail of each."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cli, isolated_environ
+from tests.support.waiting import wait_until
+from warden.adapters.processes import alive
+from warden.bootstrap import bootstrap
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+PROBE = ("import sys, time, urllib.request\nfor i in range(150):\n    try:\n"
+         "        print(urllib.request.urlopen(sys.argv[1], timeout=2).status); break\n"
+         "    except OSError: time.sleep(0.05)\nelse:\n    print('unreachable')")
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("processes") / "warden-home"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture(scope="module")
+def cli(home: Path) -> Cli:
+    return Cli({**isolated_environ(home), "WARDEN_WORKSPACE_SANDBOX_IDLE": "60s"})
+
+
+@pytest.fixture(scope="module")
+def ws(cli: Cli) -> Iterator[str]:
+    made = cli("create", "procs", "--template", "minimal", "--json")
+    assert made.code == 0, made.stderr
+    yield "procs"
+    cli("destroy", "procs", "--yes", "--no-archive")  # its live sandboxes die with it
+
+
+def _detach(cli: Cli, ws: str, *command: str, options: tuple[str, ...] = ()) -> str:
+    started = cli("run", ws, "--detach", *options, "--json", "--", *command)
+    assert started.code == 0, started.stdout + started.stderr
+    process_id = started.json["data"]["id"]
+    assert isinstance(process_id, str) and len(process_id) == 16
+    return str(process_id)
+
+
+def _ps(cli: Cli, ws: str) -> dict[str, dict[str, object]]:
+    listed = cli("ps", ws, "--json")
+    assert listed.code == 0, listed.stderr
+    return {p["id"]: p for p in listed.json["data"]}
+
+
+def _host_pid(home: Path, process_id: str) -> tuple[int, int]:
+    app = bootstrap(home, environ=isolated_environ(home))
+    try:
+        with app.registry.transaction(write=False) as tx:
+            process = tx.processes.get(process_id)
+        assert process is not None
+        return int(process.meta["host_pid"]), int(process.meta["host_start"])  # type: ignore[call-overload]
+    finally:
+        app.close()
+
+
+def test_a_detached_server_is_reached_by_the_next_command(cli: Cli, ws: str) -> None:
+    plain = cli("run", ws, "--detach", "--", "python3", "-m", "http.server", "8000", "--bind", "127.0.0.1")
+    assert plain.code == 0 and len(plain.stdout.strip()) == 16, plain.stderr  # the id alone, for scripts
+    server = plain.stdout.strip()
+    reached = cli("run", ws, "--", "python3", "-c", PROBE, "http://127.0.0.1:8000/")
+    assert (reached.code, reached.stdout) == (0, "200\n"), reached.stderr
+    listed = _ps(cli, ws)
+    assert set(listed[server]) >= {"id", "cmd", "status", "exit_code"}
+    assert listed[server]["cmd"] == ["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"]
+    assert (listed[server]["status"], listed[server]["exit_code"]) == ("running", None)
+    human = cli("ps", ws)
+    assert server in human.stdout and "running" in human.stdout
+    # Its output is kept between calls (the request it served is in its log).
+    wait_until(lambda: "GET / HTTP" in cli("logs", ws, server).stderr, message="the request was not logged")
+    killed = cli("kill", ws, server, "--json")
+    assert killed.code == 0 and killed.json["data"]["status"] == "killed"
+    assert cli("wait", ws, server).code == 128 + 15
+    # Still there once it has ended and been collected.
+    assert "GET / HTTP" in cli("logs", ws, server).stderr
+    assert cli("kill", ws, server).code == 3  # it has ended: nothing to signal
+
+
+def test_wait_gives_the_status_and_logs_follow_to_the_end(cli: Cli, ws: str) -> None:
+    job = _detach(cli, ws, "sh", "-c", "echo one; sleep 1; echo two >&2; exit 7")
+    followed = cli("logs", ws, job, "--follow")
+    assert (followed.code, followed.stdout, followed.stderr) == (0, "one\n", "two\n")
+    waited = cli("wait", ws, job, "--json")
+    assert waited.code == 7 and waited.json["data"]["exit_code"] == 7
+    assert _ps(cli, ws)[job]["status"] == "exited"
+    logs = cli("logs", ws, job, "--json")
+    assert (logs.json["data"]["stdout"], logs.json["data"]["stderr"]) == ("one\n", "two\n")
+    sleeper = _detach(cli, ws, "sleep", "300")
+    started = time.monotonic()
+    early = cli("wait", ws, sleeper, "--timeout", "1")
+    assert early.code == 1 and "still runs" in early.stderr and time.monotonic() - started < 30
+    assert cli("kill", ws, sleeper, "--signal", "KILL").code == 0
+    assert cli("wait", ws, sleeper).code == 137
+
+
+def test_a_background_process_keeps_its_own_timeout_and_limits(cli: Cli, ws: str, home: Path) -> None:
+    timed = _detach(cli, ws, "sleep", "60", options=("--timeout", "1"))
+    done = cli("wait", ws, timed, "--json")
+    assert done.code == 124 and done.json["data"]["timed_out"] is True and done.json["data"]["status"] == "killed"
+    spinner = _detach(cli, ws, "python3", "-c", "while True: pass", options=("--cpu", "1"))
+    spun = cli("wait", ws, spinner, "--json", "--timeout", "60")
+    assert spun.json["data"]["signal"] in (9, 24), spun.stdout  # SIGXCPU, then SIGKILL at the hard limit
+    # A foreground command in the live sandbox has its own limits too, whatever runs beside it.
+    beside = _detach(cli, ws, "sleep", "300")
+    hog = cli("run", ws, "--memory", "64M", "--", "python3", "-c", "x = bytearray(300 << 20); print('got it')")
+    assert hog.code != 0 and "got it" not in hog.stdout
+    ok = cli("run", ws, "--", "sh", "-c", "ulimit -t")
+    assert ok.stdout.strip() == "300"
+    cli("kill", ws, beside, "--signal", "KILL")
+    app = bootstrap(home, environ=isolated_environ(home))
+    try:
+        events = [e for e in app.audit.list(target=ws, limit=500) if e.detail.get("run_id") == timed]
+        assert [e.action for e in events] == ["run.start", "run"]
+        assert events[0].detail["background"] is True and events[1].detail["timed_out"] is True
+    finally:
+        app.close()
+
+
+def test_refusals_exit_126_and_name_what_to_do(cli: Cli, ws: str) -> None:
+    assert cli("run", "no-such-ws", "--detach", "--", "true").code == 126
+    tty = cli("run", ws, "--detach", "--tty", "--", "sh")
+    assert tty.code == 126 and "--detach and --tty" in tty.stderr
+    assert cli("logs", ws, "not-an-id").code == 2
+    assert cli("logs", ws, "0123456789abcdef").code == 4
+    assert cli("ps", "no-such-ws").code == 4
+    assert cli("kill", ws, "0123456789abcdef", "--signal", "SEGV").code == 2
+
+
+def test_death_on_destroy(cli: Cli, home: Path) -> None:
+    assert cli("create", "doomed", "--template", "minimal").code == 0
+    sleeper = _detach(cli, "doomed", "sleep", "300")
+    pid, start = _host_pid(home, sleeper)
+    assert alive(pid, start)
+    assert cli("destroy", "doomed", "--yes", "--no-archive").code == 0
+    wait_until(lambda: not alive(pid, start), message="the background process outlived its workspace")
+    # The sweep records how it ended (and leaves no live sandbox row behind).
+    assert cli("doctor", "--fix").code in (0, 1)
+    app = bootstrap(home, environ=isolated_environ(home))
+    try:
+        with app.registry.transaction(write=False) as tx:
+            process = tx.processes.get(sleeper)
+            assert tx.sandboxes.of_workspace("doomed") == []
+        assert process is not None and process.status == "killed"
+    finally:
+        app.close()
+
+
+def test_idle_stop_and_transparent_restart(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    cli = Cli({**isolated_environ(home), "WARDEN_WORKSPACE_SANDBOX_IDLE": "2s"})
+    assert cli("create", "idle", "--template", "minimal").code == 0
+    try:
+        first = _detach(cli, "idle", "true")
+        assert cli("wait", "idle", first).code == 0
+
+        def sandboxes() -> list[str]:
+            app = bootstrap(home, environ=isolated_environ(home))
+            try:
+                app.live.sweep()  # what a running server's sweep, or any ps, would find
+                with app.registry.transaction(write=False) as tx:
+                    return [s.id for s in tx.sandboxes.of_workspace("idle")]
+            finally:
+                app.close()
+
+        before = sandboxes()
+        assert len(before) == 1
+        wait_until(lambda: not sandboxes(), timeout=30, message="the idle live sandbox did not stop")
+        again = _detach(cli, "idle", "sh", "-c", "echo back")
+        assert cli("wait", "idle", again).code == 0
+        assert cli("logs", "idle", again).stdout == "back\n"
+        after = sandboxes()
+        assert len(after) == 1 and after != before
+        audit = cli("audit", "--workspace", "idle", "--limit", "100", "--json")
+        actions = [e["action"] for e in audit.json["data"]["events"]] if isinstance(audit.json["data"], dict) \
+            else [e["action"] for e in audit.json["data"]]
+        assert actions.count("sandbox.start") == 2 and actions.count("sandbox.stop") >= 1
+    finally:
+        cli("destroy", "idle", "--yes", "--no-archive")
+
+
+def test_the_person_and_a_bot_never_share_a_sandbox(cli: Cli, ws: str, home: Path) -> None:
+    server = _detach(cli, ws, "python3", "-m", "http.server", "8001", "--bind", "127.0.0.1")
+    assert cli("run", ws, "--", "python3", "-c", PROBE, "http://127.0.0.1:8001/").stdout == "200\n"
+    assert cli("bot", "register", "intruder").code == 0
+    token = cli("grant", ws, "intruder", "--permissions", "read,execute").stdout.strip()
+    pid, _ = _host_pid(home, server)
+    attack = ("import os, signal\nmine = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+              f"try:\n    os.kill({pid}, signal.SIGKILL); print('killed')\n"
+              "except OSError as e:\n    print('no', e.errno)\n"
+              # Built at run time: the attacker's own argv must not hold the name it looks for.
+              "print(any('http.' + 'server' in open(f'/proc/{p}/cmdline').read() for p in mine))")
+    as_bot = cli("run", ws, "--as-token-env", "--", "python3", "-c", attack, env={"WARDEN_TOKEN": token})
+    assert as_bot.code == 0, as_bot.stderr
+    assert as_bot.stdout.splitlines() == ["no 3", "False"]  # ESRCH: not in its pid namespace
+    unreached = cli("run", ws, "--as-token-env", "--", "python3", "-c", PROBE.replace("150", "10"),
+                    "http://127.0.0.1:8001/", env={"WARDEN_TOKEN": token})
+    assert unreached.stdout == "unreachable\n"
+    assert _ps(cli, ws)[server]["status"] == "running"
+    cli("kill", ws, server)
+    assert json.loads(cli("wait", ws, server, "--json").stdout)["data"]["status"] == "killed"
+    assert os.path.isdir(home / "run")
+    assert (home / "run").stat().st_mode & 0o077 == 0  # the sockets' folder is Warden's alone
+
+
+NO_PROXY_PROBE = PROBE.replace(  # straight to 127.0.0.1, never through a sandbox's proxy
+    "urllib.request.urlopen(sys.argv[1], timeout=2)",
+    "urllib.request.build_opener(urllib.request.ProxyHandler({})).open(sys.argv[1], timeout=2)")
+
+
+@pytest.fixture
+def upstream() -> Iterator[int]:
+    """A web server of the host on a loopback port: what an allowed domain stands for here."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    thread.join(5)
+
+
+def test_a_command_without_network_never_reaches_a_networked_process(cli: Cli, ws: str, upstream: int) -> None:
+    allow = ("--net", "allow", "--allow-domain", f"127.0.0.1:{upstream}")
+    fetch = f"import urllib.request; print('upstream', urllib.request.urlopen('http://127.0.0.1:{upstream}/').status)"
+    server = _detach(cli, ws, "sh", "-c", f'python3 -c "{fetch}" && exec python3 -m http.server 8010 --bind 127.0.0.1',
+                     options=allow)
+    wait_until(lambda: "upstream 200" in cli("logs", ws, server).stdout, timeout=30,
+               message="the networked process did not reach its allowed domain")
+    # The same principal with the same network policy shares its sandbox (and reaches it) …
+    same = cli("run", ws, *allow, "--", "python3", "-c", NO_PROXY_PROBE, "http://127.0.0.1:8010/")
+    assert same.stdout == "200\n", same.stderr
+    # … a command without network, or with another policy, runs elsewhere and never reaches it.
+    for options in ((), ("--net", "allow", "--allow-domain", "127.0.0.1:1")):
+        other = cli("run", ws, *options, "--", "python3", "-c", NO_PROXY_PROBE.replace("150", "10"),
+                    "http://127.0.0.1:8010/")
+        assert other.stdout == "unreachable\n", other.stderr
+    # The proxy of a live sandbox holds like a fresh one's: another host is refused, and audited.
+    refused = _detach(cli, ws, "python3", "-c", "import urllib.request; urllib.request.urlopen('http://example.org/')",
+                      options=allow)
+    assert cli("wait", ws, refused).code == 1
+    audit = cli("audit", "--workspace", ws, "--limit", "200", "--json").stdout
+    assert '"network.refused"' in audit and "example.org" in audit
+    cli("kill", ws, server)
+    assert cli("wait", ws, server).code == 143

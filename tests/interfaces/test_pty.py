@@ -1,0 +1,243 @@
+"""Interactive terminals in the sandbox: the real `warden shell` (and `run --tty`) under a
+pseudo-terminal the test holds, and the PTY WebSocket of a real `warden serve`.
+
+Each checks what a person at the keyboard sees: what is typed echoes and runs, `stty size`
+inside follows a resize, Ctrl-C interrupts `sleep 100` and the shell goes on, and `exit 3`
+ends the session with status 3. Every wait polls for the expected text up to a deadline.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import ClientConnection, connect
+
+from tests.support.servers import ServeProcess, cli_out, warden_environ
+from tests.support.waiting import wait_until
+
+PROMPT = b"# " if os.geteuid() == 0 else b"$ "
+# A foreground job that says once it runs (the quotes keep the typed line's echo from saying it).
+SLEEP = b"sh -c 'echo sleep\"\"ing; exec sleep 100'\n"
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("pty")
+    environ = {**warden_environ(tmp / "home"), "TERM": "xterm"}
+    cli_out(environ, "init")
+    cli_out(environ, "create", "term")
+    cli_out(environ, "bot", "register", "typist")
+    token = cli_out(environ, "grant", "term", "typist", "--permissions", "read,execute")
+    return {"environ": environ, "token": token, "tmp": tmp}
+
+
+class Screen:
+    """Everything a terminal showed, read from its master as it comes."""
+
+    def __init__(self) -> None:
+        self.seen = b""
+
+    def more(self) -> bytes:
+        raise NotImplementedError
+
+    def wait_for(self, text: bytes, *, timeout: float = 30.0) -> None:
+        """Until `text` has been shown since the last wait (what came before it is consumed)."""
+        def shown() -> bool:
+            self.seen += self.more()
+            return text in self.seen
+
+        wait_until(shown, timeout=timeout, interval=0.0,
+                   message=lambda: f"{text!r} on the terminal (it shows {self.seen[-300:]!r})")
+        self.seen = self.seen[self.seen.index(text) + len(text):]
+
+
+class CliScreen(Screen):
+    def __init__(self, master: int) -> None:
+        super().__init__()
+        self.master = master
+
+    def more(self) -> bytes:
+        ready, _, _ = select.select([self.master], [], [], 0.05)
+        if not ready:
+            return b""
+        try:
+            return os.read(self.master, 65536)
+        except OSError:  # EIO: the CLI has exited
+            return b""
+
+
+def _set_size(fd: int, cols: int, rows: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def _controlling_terminal() -> None:  # in the child: stdin, the test's pty, as its terminal
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+@pytest.fixture
+def warden_on_a_terminal(home: dict[str, Any]) -> Iterator[Any]:
+    """Start `warden ARGS` as a person would, on a terminal (the test's pseudo-terminal, of
+    which it leads the session): returns (process, master, screen)."""
+    started: list[tuple[subprocess.Popen[bytes], int]] = []
+
+    def start(*args: str) -> tuple[subprocess.Popen[bytes], int, CliScreen]:
+        master, slave = os.openpty()
+        _set_size(master, 100, 30)
+        proc = subprocess.Popen([sys.executable, "-m", "warden", *args], stdin=slave, stdout=slave, stderr=slave,
+                                env=home["environ"], start_new_session=True, preexec_fn=_controlling_terminal)
+        os.close(slave)
+        started.append((proc, master))
+        return proc, master, CliScreen(master)
+
+    yield start
+    for proc, master in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        os.close(master)
+
+
+def test_warden_shell_echoes_resizes_interrupts_and_exits_with_the_shells_status(warden_on_a_terminal: Any) -> None:
+    proc, master, screen = warden_on_a_terminal("shell", "term")
+    screen.wait_for(PROMPT)
+    os.write(master, b"echo hel''lo; stty size; tty\n")
+    screen.wait_for(b"hello\r\n30 100\r\n")  # the person's terminal size, copied at the start
+    _set_size(master, 132, 50)  # SIGWINCH to warden, which resizes the sandbox's terminal
+    os.write(master, b"stty size\n")
+    screen.wait_for(b"50 132\r\n")
+    os.write(master, SLEEP)
+    screen.wait_for(b"sleeping\r\n")  # the job runs in the foreground (its echo of the line says less)
+    os.write(master, b"\x03")  # Ctrl-C: to the shell's foreground job, not to warden
+    os.write(master, b"echo alive-$?\n")
+    screen.wait_for(b"alive-130\r\n", timeout=20)
+    assert proc.poll() is None
+    os.write(master, b"exit 3\n")
+    assert proc.wait(30) == 3
+
+
+def test_warden_run_tty_gives_the_command_a_terminal(warden_on_a_terminal: Any) -> None:
+    script = "test -t 0 && test -t 1 && stty size; read line; echo got-$line; exit 7"
+    proc, master, screen = warden_on_a_terminal("run", "term", "--tty", "--", "sh", "-c", script)
+    screen.wait_for(b"30 100\r\n")
+    os.write(master, b"typed\n")
+    screen.wait_for(b"got-typed\r\n")
+    assert proc.wait(30) == 7
+
+
+def test_a_command_on_the_terminal_cannot_push_input_into_it(warden_on_a_terminal: Any) -> None:
+    # TIOCSTI would queue bytes as if typed (CVE-2017-5226). The terminal is a fresh one only the
+    # sandbox reads, and the syscall filter refuses the ioctl all the same.
+    push = "import fcntl, termios\ntry:\n fcntl.ioctl(0, termios.TIOCSTI, b'x'); print('PUSHED')\n" \
+           "except OSError as e: print('refused', e.errno)"
+    proc, _master, screen = warden_on_a_terminal("run", "term", "--tty", "--", "python3", "-c", push)
+    screen.wait_for(b"refused 1\r\n")
+    assert proc.wait(30) == 0 and b"PUSHED" not in screen.seen
+
+
+@pytest.fixture(scope="module")
+def server(home: dict[str, Any]) -> Iterator[ServeProcess]:
+    with ServeProcess(home["environ"], home["tmp"]) as served:
+        yield served
+
+
+class SocketScreen(Screen):
+    def __init__(self, ws: ClientConnection) -> None:
+        super().__init__()
+        self.ws = ws
+        self.texts: list[dict[str, Any]] = []
+
+    def more(self) -> bytes:
+        try:
+            message = self.ws.recv(timeout=0.05)
+        except TimeoutError:
+            return b""
+        if isinstance(message, str):
+            self.texts.append(json.loads(message))
+            return b""
+        return message
+
+
+def _pty_url(server: ServeProcess, query: str = "cols=100&rows=30") -> str:
+    return server.url.replace("http://", "ws://") + f"/v1/workspaces/term/pty?{query}"
+
+
+def test_the_pty_websocket_echoes_resizes_interrupts_and_ends_with_the_exit_status(
+        server: ServeProcess, home: dict[str, Any]) -> None:
+    with connect(_pty_url(server), additional_headers={"Authorization": f"Bearer {home['token']}"}) as ws:
+        screen = SocketScreen(ws)
+        screen.wait_for(PROMPT)
+        ws.send(b"echo hel''lo; stty size\n")
+        screen.wait_for(b"hello\r\n30 100\r\n")
+        ws.send(json.dumps({"type": "resize", "cols": 132, "rows": 50}))
+        ws.send(b"stty size\n")
+        screen.wait_for(b"50 132\r\n")
+        ws.send(SLEEP)
+        screen.wait_for(b"sleeping\r\n")
+        ws.send(b"\x03")
+        ws.send(b"echo alive-$?\n")
+        screen.wait_for(b"alive-130\r\n", timeout=20)
+        ws.send(b"exit 3\n")
+        wait_until(lambda: screen.more() == b"" and screen.texts, timeout=30, message="the exit frame")
+        last = screen.texts[-1]
+        assert {k: v for k, v in last.items() if k != "duration_s"} == {
+            "type": "exit", "exit_code": 3, "timed_out": False, "signal": None}
+        wait_until(lambda: _closed(ws), timeout=10, message="the server closing the socket")
+        assert ws.close_code == 1000
+
+
+def _closed(ws: ClientConnection) -> bool:
+    try:
+        ws.recv(timeout=0.05)
+    except TimeoutError:
+        return False
+    except Exception:  # ConnectionClosed
+        return True
+    return False
+
+
+def test_the_pty_websocket_refuses_before_upgrading(server: ServeProcess, home: dict[str, Any]) -> None:
+    with pytest.raises(InvalidStatus) as refused:
+        connect(_pty_url(server), additional_headers={"Authorization": "Bearer wdn_not_a_token"})
+    assert refused.value.response.status_code == 403
+    assert json.loads(bytes(refused.value.response.body or b""))["error"]["code"] == "denied"
+    with pytest.raises(InvalidStatus) as unnamed:
+        connect(_pty_url(server))
+    assert unnamed.value.response.status_code == 401
+    with pytest.raises(InvalidStatus) as huge:
+        connect(_pty_url(server, "cols=0&rows=30"), additional_headers={"Authorization": "Bearer x"})
+    assert huge.value.response.status_code == 400
+    with pytest.raises(InvalidStatus) as too_long:  # over sandbox.timeout (10 minutes here)
+        connect(_pty_url(server, "timeout=3600"), additional_headers={"Authorization": f"Bearer {home['token']}"})
+    assert too_long.value.response.status_code == 400
+
+
+def test_a_pty_client_that_leaves_has_its_shell_killed_and_audited(server: ServeProcess, home: dict[str, Any]) -> None:
+    marker = Path(home["tmp"]) / "home" / "workspaces" / "term" / "left"
+    with connect(_pty_url(server), additional_headers={"Authorization": f"Bearer {home['token']}"}) as ws:
+        screen = SocketScreen(ws)
+        screen.wait_for(PROMPT)
+        ws.send(b"sleep 120; touch left\n")
+        screen.wait_for(b"sleep 120; touch left\r\n")
+    started = time.monotonic()
+
+    def audited() -> dict[str, Any] | None:
+        log = json.loads(cli_out(home["environ"], "audit", "--workspace", "term", "--limit", "10", "--json"))["data"]
+        gone = [e for e in log if e["action"] == "api.pty" and e["detail"].get("client_gone")]
+        return gone[-1] if gone else None
+
+    event = wait_until(audited, timeout=60, message="the PTY of the client that left was never audited")
+    assert event["detail"]["exit_code"] == 137 and time.monotonic() - started < 60
+    assert not marker.exists()

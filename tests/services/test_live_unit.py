@@ -1,0 +1,233 @@
+"""LiveSandboxService on fakes (services/live.py): which sandbox a command goes to, when one may no
+longer be used and what its processes' records say then, exec slots, and who sees what."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.support.fake_registry import MemoryRegistry
+from tests.support.fakes import FakeGitGuards, FakeLiveSandboxes
+from warden.core.errors import NotFound, TimedOut, Unavailable
+from warden.core.grants import Grant
+from warden.core.leases import LeaseState
+from warden.core.limits import Limits
+from warden.core.live import LiveSandbox
+from warden.core.network import NetworkPolicy
+from warden.core.runs import RunResult, SandboxRequest
+from warden.core.workspaces import WorkspaceRecord
+from warden.services.audit import AuditLog
+from warden.services.live import LiveSandboxService, LiveSettings
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+FOLDER = "/home/u/.warden/workspaces/w1"
+ALICE = "bot:alice@acc_a"
+BOB = "bot:bob@acc_b"
+
+
+class World:
+    def __init__(self) -> None:
+        self.now = T0
+        self.registry = MemoryRegistry()
+        self.audit = AuditLog(self.registry, lambda: self.now)
+        self.sandboxes = FakeLiveSandboxes()
+        self.git = FakeGitGuards()
+        self.service = LiveSandboxService(registry=self.registry, audit=self.audit, sandboxes=self.sandboxes,
+                                          clock=lambda: self.now, node="node-a",
+                                          settings=LiveSettings(idle_s=60, max_execs=4, max_execs_per_bot=2),
+                                          git=self.git)
+        self.record = WorkspaceRecord(id="ws_w1", name="w1", path=FOLDER, type="user", status="ready",
+                                      created_at=T0.isoformat(), last_accessed=T0.isoformat())
+        with self.registry.transaction() as tx:
+            tx.workspaces.insert(self.record)
+            for accessor, bot in (("acc_a", "alice"), ("acc_b", "bob")):
+                tx.grants.insert(Grant(accessor=accessor, workspace="w1", workspace_id="ws_w1", bot=bot,
+                                       permissions=frozenset({"read", "execute"}), zones=None, secrets=(),
+                                       created=T0, expires=T0 + timedelta(hours=1),
+                                       max_expires=T0 + timedelta(days=1)), f"hash-{bot}")
+        self._ids = iter(range(1, 1000))
+
+    def request(self, *argv: str, network: NetworkPolicy | None = None, denied: tuple[str, ...] = ()) -> SandboxRequest:
+        return SandboxRequest(FOLDER, argv or ("sleep", "300"), Limits(timeout_s=30), network=network, denied=denied)
+
+    def start(self, principal: str = ALICE, *argv: str, bot: str = "", **options: object) -> str:
+        process_id = f"{next(self._ids):016x}"
+        self.service.start_background(self.record, principal, process_id, self.request(*argv, **options),  # type: ignore[arg-type]
+                                      bot=bot)
+        return process_id
+
+    def rows(self) -> list[LiveSandbox]:
+        with self.registry.transaction(write=False) as tx:
+            return tx.sandboxes.of_workspace("w1")
+
+    def status(self, process_id: str) -> tuple[str, int | None]:
+        with self.registry.transaction(write=False) as tx:
+            process = tx.processes.get(process_id)
+        assert process is not None
+        return process.status, process.exit_code
+
+    def actions(self) -> list[str]:
+        return [e.action for e in self.audit.list(limit=1000)]
+
+    def stop_reasons(self) -> list[str]:
+        """Why each sandbox stopped, the newest first."""
+        return [str(e.detail["reason"]) for e in reversed(self.audit.list(limit=1000)) if e.action == "sandbox.stop"]
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+def test_one_sandbox_per_workspace_principal_and_network(world: World) -> None:
+    world.start(ALICE)
+    world.start(ALICE)
+    assert len(world.sandboxes.started) == 1  # the second process went into the first one's sandbox
+    world.start(BOB)
+    world.start(ALICE, network=NetworkPolicy.parse(["example.com"]))
+    keys = sorted((s.principal, s.network) for s in world.rows())
+    assert len(keys) == 3 and keys[0][0] == ALICE and keys[0][1] != keys[1][1]
+    assert world.actions().count("sandbox.start") == 3
+
+
+def test_a_foreground_command_uses_the_live_sandbox_only_when_one_runs(world: World) -> None:
+    assert world.service.run_in_live(world.record, ALICE, world.request("true")) is None
+    world.start(ALICE)
+    ran = world.service.run_in_live(world.record, ALICE, world.request("sh", "-c", "echo hi; exit 3"))
+    assert ran is not None and (ran.exit_code, ran.stdout) == (3, "hi\n")
+    assert world.service.run_in_live(world.record, BOB, world.request("true")) is None  # not Bob's
+
+
+def test_a_sandbox_whose_mounts_changed_is_stopped_not_reused(world: World) -> None:
+    server = world.start(ALICE)
+    assert world.service.run_in_live(world.record, ALICE, world.request("true", denied=(f"{FOLDER}/secret",))) is None
+    assert world.status(server) == ("killed", 137)
+    assert world.stop_reasons() == ["its mounts are not what the workspace's policy says now"]
+    assert world.rows() == []
+
+
+def test_a_command_needing_only_more_to_read_goes_to_a_fresh_sandbox(world: World) -> None:
+    server = world.start(ALICE)
+    install = SandboxRequest(FOLDER, ("pip", "install", "x"), Limits(timeout_s=30), ro_paths=("/opt/index",))
+    assert world.service.run_in_live(world.record, ALICE, install) is None  # a fresh sandbox runs it …
+    assert world.status(server) == ("running", None) and world.sandboxes.stopped == []  # … and this one goes on
+
+
+def test_a_lost_lease_stops_the_sandbox(world: World) -> None:
+    server = world.start(ALICE)
+    with world.registry.transaction() as tx:  # an exclusive holder (repair, resume, …) came and went
+        state, version = tx.leases.read("w1")
+        tx.leases.write(LeaseState("w1", state.fence + 1), version)
+    assert world.service.list("w1")[0].status == "killed"
+    assert world.status(server) == ("killed", 137)
+    assert "lease was lost" in world.stop_reasons()[0]
+
+
+def test_revoked_and_expired_grants_end_their_sandboxes(world: World) -> None:
+    mine = world.start(ALICE)
+    bobs = world.start(BOB)
+    assert world.service.stop_principals(["acc_a"])
+    assert world.status(mine) == ("killed", 137) and world.status(bobs) == ("running", None)
+    world.now = T0 + timedelta(hours=2)  # Bob's grant expires
+    world.service.sweep()
+    assert world.status(bobs) == ("killed", 137)
+    assert "no longer live (grant.expired)" in world.stop_reasons()[0]
+
+
+def test_an_ended_process_is_collected_once_with_its_output(world: World) -> None:
+    job = world.start(ALICE, "sh", "-c", "echo done; exit 3")
+    assert [(p.id, p.status, p.exit_code) for p in world.service.list("w1")] == [(job, "exited", 3)]
+    world.service.list("w1")
+    outcome = [e for e in world.audit.list(limit=100) if e.action == "run"]
+    assert len(outcome) == 1 and outcome[0].detail["background"] is True and outcome[0].result == "3"
+    assert world.sandboxes.kept[job].stdout == b"done\n" and world.sandboxes.released == [job]
+    assert world.sandboxes.procs[world.rows()[0].id] == {}  # the supervisor was told to forget it
+    assert world.service.logs("w1", job).stdout == b"done\n"  # from what was kept
+
+
+def test_a_sandbox_that_died_leaves_lost_processes_and_a_destroyed_one_killed_ones(world: World) -> None:
+    lost = world.start(ALICE)
+    world.sandboxes.end(world.rows()[0].id)
+    world.service.list("w1")
+    assert world.status(lost) == ("lost", None)
+    assert "run.lost" in world.actions()
+    gone = world.start(ALICE)
+    with world.registry.transaction() as tx:
+        tx.workspaces.delete("w1")
+    world.sandboxes.end(world.rows()[0].id)
+    world.service.sweep()
+    assert world.status(gone) == ("killed", 137)
+    assert world.stop_reasons()[0] == "the workspace was destroyed"
+
+
+def test_a_bad_answer_stops_the_sandbox(world: World) -> None:
+    server = world.start(ALICE)
+    world.sandboxes.bad = True
+    views = world.service.list("w1")
+    assert [v.status for v in views] == ["killed"]
+    assert world.stop_reasons() == ["its supervisor answered badly"]
+    assert world.status(server) == ("killed", 137)
+
+
+def test_an_idle_sandbox_is_stopped_by_the_sweep(world: World) -> None:
+    job = world.start(ALICE, "sh", "-c", "exit 0")
+    world.service.sweep()
+    assert len(world.rows()) == 1 and world.status(job) == ("exited", 0)
+    world.now = T0 + timedelta(seconds=61)
+    world.service.sweep()
+    assert world.rows() == [] and world.stop_reasons()[0].startswith("idle for 60 s")
+    world.start(ALICE)  # and the next command starts a new one
+    assert len(world.sandboxes.started) == 2
+
+
+def test_background_processes_hold_their_bots_exec_slots(world: World) -> None:
+    world.start(ALICE, bot="alice")
+    world.start(ALICE, bot="alice")
+    with pytest.raises(Unavailable, match="max_execs_per_bot"):
+        world.start(ALICE, bot="alice")
+    world.start(BOB, bot="bob")
+    with pytest.raises(Unavailable, match=r"api\.max_execs\)"):
+        world.service.start_background(world.record, BOB, "f" * 16, world.request(), bot="bob",
+                                       busy=lambda bot: (1, 0))  # one foreground command of the front end
+    world.start("user")  # the person's take no bot's slot
+    assert world.service.running_counts("alice") == (3, 2)
+
+
+def test_a_principal_sees_and_kills_only_its_own(world: World) -> None:
+    mine = world.start(ALICE)
+    assert [v.id for v in world.service.list("w1", principal=ALICE)] == [mine]
+    assert world.service.list("w1", principal=BOB) == ()
+    for call in (lambda: world.service.get("w1", mine, principal=BOB),
+                 lambda: world.service.logs("w1", mine, principal=BOB),
+                 lambda: world.service.kill("w1", mine, 9, principal=BOB)):
+        with pytest.raises(NotFound):
+            call()
+    assert world.service.kill("w1", mine, 15, principal=ALICE).status == "killed"
+    assert world.status(mine) == ("killed", 143)
+    with pytest.raises(TimedOut):
+        world.service.wait("w1", world.start(ALICE), 0)
+
+
+def test_a_lost_start_race_uses_the_winners_sandbox(world: World) -> None:
+    world.start(ALICE)
+    winner = world.rows()[0]
+    # Another process started the winner while this one started its own for the same key.
+    loser = world.service._start(world.record, ALICE, world.request(), "none", winner.fingerprint, winner.fence)
+    assert loser is None and world.sandboxes.stopped == [world.sandboxes.started[-1][0]]
+    assert world.rows() == [winner] and world.service.keep() == {winner.pid}
+
+
+def test_a_foreground_run_in_a_sandbox_that_just_ended_goes_to_a_fresh_one(world: World) -> None:
+    world.start(ALICE)
+    world.sandboxes.result = RunResult(0, "live\n", "", 0.1)
+    sandbox = world.rows()[0]
+    original = world.sandboxes.run
+
+    def ended_meanwhile(s: LiveSandbox, process_id: str, request: SandboxRequest) -> RunResult:
+        world.sandboxes.end(s.id)
+        return original(s, process_id, request)
+
+    world.sandboxes.run = ended_meanwhile  # type: ignore[method-assign]
+    assert world.service.run_in_live(world.record, ALICE, world.request("true")) is None
+    assert sandbox.id in world.sandboxes.stopped
