@@ -92,6 +92,9 @@ def test_what_a_foreground_command_leaves_behind_is_killed(host: HostLiveSandbox
     assert probe.stdout == "gone\n"
 
 
+# Alone: it fills memory and forks to a limit, like the escape lab's bombs (the pids limit here
+# depends on the sandbox's cgroup, which a parallel run's sweeps and bombs have disturbed).
+@pytest.mark.alone
 def test_memory_and_process_limits_hold_per_command(host: HostLiveSandboxes, sandbox: LiveSandbox,
                                                     folder: str) -> None:
     hog = host.run(sandbox, "a" * 16, _req(folder, "python3", "-c", "x = bytearray(400 << 20); print('got it')",
