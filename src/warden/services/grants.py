@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from warden.core.workspaces import WorkspaceRecord
     from warden.services.workspaces import WorkspaceService
 
-__all__ = ["GrantService", "IssuedBot", "IssuedGrant"]
+__all__ = ["GrantService", "IssuedBot", "IssuedGrant", "chain_of"]
 
 # How deep a chain of child grants may go; bounds the walk done at every request.
 MAX_DEPTH = 8
@@ -246,21 +246,10 @@ class GrantService:
     def is_descendant(self, accessor: str, ancestor: str) -> bool:
         """True when `accessor` was minted (at any depth) from `ancestor`, or is it."""
         with self._registry.transaction(write=False) as tx:
-            chain = self._chain(tx, accessor)
+            chain = chain_of(tx, accessor)
         return any(g.accessor == ancestor for g in chain)
 
     # -- resolving tokens --------------------------------------------------------------------
-    def _chain(self, tx: Tx, accessor: str) -> list[Grant]:
-        chain: list[Grant] = []
-        current: str | None = accessor
-        while current is not None and len(chain) <= MAX_DEPTH:
-            grant = tx.grants.by_accessor(current)
-            if grant is None:
-                break
-            chain.append(grant)
-            current = grant.parent
-        return chain
-
     def resolve(self, token: str) -> tuple[BotRow | None, list[Grant]]:
         """The bot whose identity token this is, or the grant chain it opens ([] for neither)."""
         if not looks_like_token(token):
@@ -284,8 +273,21 @@ class GrantService:
             held = tx.grants.of_bot(bot, workspace=workspace)
             # Its own fields first; the ancestors are read only for a child grant still alive.
             return [grant for grant in held if alive([grant], now).allowed and (
-                grant.parent is None or alive(self._chain(tx, grant.accessor), now).allowed)]
+                grant.parent is None or alive(chain_of(tx, grant.accessor), now).allowed)]
 
     def chain(self, accessor: str) -> list[Grant]:
         with self._registry.transaction(write=False) as tx:
-            return self._chain(tx, accessor)
+            return chain_of(tx, accessor)
+
+
+def chain_of(tx: Tx, accessor: str) -> list[Grant]:
+    """The grant `accessor` and its ancestors, nearest first (at most MAX_DEPTH + 1)."""
+    chain: list[Grant] = []
+    current: str | None = accessor
+    while current is not None and len(chain) <= MAX_DEPTH:
+        grant = tx.grants.by_accessor(current)
+        if grant is None:
+            break
+        chain.append(grant)
+        current = grant.parent
+    return chain

@@ -52,7 +52,6 @@ from warden.core.live import (
 from warden.core.runs import RunResult, SandboxRequest
 
 if TYPE_CHECKING:
-    from warden.core.grants import Grant
     from warden.core.ports import Clock, GitGuards, LiveSandboxes, Registry, SandboxRunner, Tx
     from warden.core.settings import Settings
     from warden.core.workspaces import WorkspaceRecord
@@ -312,7 +311,9 @@ class LiveSandboxService:
             from warden.core.grants import alive
 
             with self._registry.transaction(write=False) as tx:
-                chain = _chain(tx, accessor)
+                from warden.services.grants import chain_of
+
+                chain = chain_of(tx, accessor)
             life = alive(chain, self._clock())
             if not life.allowed:
                 return f"its grant is no longer live ({life.rule})"
@@ -621,20 +622,6 @@ class LiveSandboxService:
             raise TimedOut(f"process {process_id} still runs after {timeout:g} s; `warden kill {workspace} "
                            f"{process_id}` stops it")
         return ProcessView.of(process)
-
-
-def _chain(tx: Tx, accessor: str) -> list[Grant]:
-    from warden.services.grants import MAX_DEPTH
-
-    chain: list[Grant] = []
-    current: str | None = accessor
-    while current is not None and len(chain) <= MAX_DEPTH:
-        grant = tx.grants.by_accessor(current)
-        if grant is None:
-            break
-        chain.append(grant)
-        current = grant.parent
-    return chain
 
 
 def _parse_time(stamp: str) -> datetime | None:
