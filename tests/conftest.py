@@ -1,8 +1,8 @@
 """Shared fixtures: a fresh WARDEN_HOME per test, the wired App, and the real `warden` CLI.
 
-Under pytest-xdist (`scripts/test` runs `-n 4 --dist loadgroup`): tests sharing a module
-fixture (a `shared_home` module's home, a server) go to one worker together, as do those of the
-session's env home, and a test marked `alone` runs with no other test beside it
+Under pytest-xdist (`scripts/test` runs `-n 4 --dist loadscope`): the tests of one module run
+on one worker, in order, so a module fixture (a `shared_home` module's home, a server, a story
+told over several tests) is made once; a test marked `alone` runs with no other test beside it
 (tests/support/alone.py).
 """
 
@@ -31,32 +31,12 @@ def pytest_configure(config: pytest.Config) -> None:
         alone.install(alone.MachineLock(Path(config.option.basetemp).parent))
 
 
-def _module_scoped(item: pytest.Item) -> bool:
-    """Whether the test uses a fixture made once per module (or class): its module's tests then
-    share that fixture's work and, often, what the tests before them left in it."""
-    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-    return any(chain and chain[-1].scope in ("module", "class", "package") for chain in defs.values())
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups for `--dist loadgroup` (before xdist reads them): the tests of the session's env
-    home on one worker; those of a module on one when they share a module fixture (a
-    `shared_home` module's home, a server, a story told over several tests); the other `alone`
-    tests on one, one after another."""
-    for item in items:
-        if "envhome" in getattr(item, "fixturenames", ()):  # one session home: tests/support/envs.py
-            item.add_marker(pytest.mark.xdist_group("envhome"))
-        elif _module_scoped(item) or item.get_closest_marker("shared_home"):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-        elif item.get_closest_marker("alone"):
-            item.add_marker(pytest.mark.xdist_group("alone"))
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     """Each test, from its set-up to its teardown, beside others or alone."""
-    with alone.beside_others(exclusive=item.get_closest_marker("alone") is not None):
+    exclusive = item.get_closest_marker("alone") is not None
+    keep = exclusive and nextitem is not None and nextitem.get_closest_marker("alone") is not None
+    with alone.beside_others(exclusive=exclusive, keep=keep):
         return (yield)
 
 

@@ -2,12 +2,12 @@
 
 Most tests share the machine freely. A few cannot: those that measure time, fill memory or
 fork until a limit stops them, or judge machine-wide state (every run cgroup on the host).
-They are marked `pytest.mark.alone`. Under pytest-xdist each test holds a shared lock on one
-file of the session from its set-up to its teardown, and an `alone` test holds it exclusively,
-so it starts once the tests in flight on the other workers are done and no test starts beside
-it. A waiting exclusive holder goes first (a second, "turnstile" lock keeps new shared holders
-out meanwhile), so a stream of short tests cannot starve it. `alone()` gives part of a test
-or fixture the same (a module fixture doing the heavy work for many quick tests).
+They are marked `pytest.mark.alone`, or hold `alone()` for the part that needs it. Under
+pytest-xdist each test holds a shared lock on one file of the session from its set-up to its
+teardown, and an `alone` test holds it exclusively: it starts once the tests in flight on the
+other workers are done, and no test starts beside it. A waiting exclusive holder goes first
+(a second, "turnstile" lock keeps new shared holders out meanwhile), so a stream of short
+tests cannot starve it; a worker keeps the exclusive lock from one `alone` test to the next.
 
 Without xdist the tests run one at a time anyway and no lock is taken.
 """
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-__all__ = ["MachineLock", "alone"]
+__all__ = ["MachineLock", "alone", "beside_others", "install"]
 
 
 class MachineLock:
@@ -32,36 +32,23 @@ class MachineLock:
         self._main: IO[bytes] | None = None
         self.mode: str | None = None  # "shared", "exclusive" or None (not held by this process)
 
-    def _take(self, exclusive: bool) -> None:
-        assert self.mode is None
-        self._main = open(self._main_path, "ab")  # noqa: SIM115 - held across calls
+    def take(self, *, exclusive: bool) -> None:
+        """Hold the lock in this mode (letting go of another mode first: a shared holder that
+        waited for the exclusive lock could wait for another one doing the same)."""
+        wanted = "exclusive" if exclusive else "shared"
+        if self.mode == wanted:
+            return
+        self.drop()
+        main = open(self._main_path, "ab")  # noqa: SIM115 - held until drop()
         with open(self._turnstile_path, "ab") as turnstile:
             fcntl.flock(turnstile, fcntl.LOCK_EX)
-            fcntl.flock(self._main, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        self.mode = "exclusive" if exclusive else "shared"
+            fcntl.flock(main, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        self._main, self.mode = main, wanted
 
-    def _drop(self) -> None:
+    def drop(self) -> None:
         if self._main is not None:
             self._main.close()  # releases the flock
-        self._main = None
-        self.mode = None
-
-    @contextlib.contextmanager
-    def hold(self, *, exclusive: bool) -> Iterator[None]:
-        """Hold the lock (a no-op when this process holds it already in a strong enough mode;
-        shared turns exclusive meanwhile, by letting go first, so two never wait on each other)."""
-        before = self.mode
-        if before == "exclusive" or (before == "shared" and not exclusive):
-            yield
-            return
-        self._drop()
-        self._take(exclusive)
-        try:
-            yield
-        finally:
-            self._drop()
-            if before is not None:
-                self._take(exclusive=False)
+        self._main, self.mode = None, None
 
 
 _lock: MachineLock | None = None
@@ -74,20 +61,31 @@ def install(lock: MachineLock | None) -> None:
 
 
 @contextlib.contextmanager
-def alone() -> Iterator[None]:
-    """No other test of the session runs while this block does."""
+def beside_others(*, exclusive: bool, keep: bool = False) -> Iterator[None]:
+    """Held around each whole test by conftest; `keep`: still held after it (the next test
+    wants the same exclusive lock)."""
     if _lock is None:
         yield
         return
-    with _lock.hold(exclusive=True):
+    _lock.take(exclusive=exclusive)
+    try:
         yield
+    finally:
+        if not keep:
+            _lock.drop()
 
 
 @contextlib.contextmanager
-def beside_others(exclusive: bool) -> Iterator[None]:
-    """Held around each whole test (its set-up, call and teardown) by conftest."""
-    if _lock is None:
+def alone() -> Iterator[None]:
+    """No other test of the session runs while this block of a test or fixture does."""
+    if _lock is None or _lock.mode == "exclusive":
         yield
         return
-    with _lock.hold(exclusive=exclusive):
+    before = _lock.mode
+    _lock.take(exclusive=True)
+    try:
         yield
+    finally:
+        _lock.drop()
+        if before is not None:
+            _lock.take(exclusive=False)

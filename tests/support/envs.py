@@ -1,9 +1,9 @@
 """A Warden home with a local package index and a built template, shared by the env tests.
 
 Building a layer takes seconds, so one home (and its layers) serves a whole test session;
-each test uses its own workspace names. Under pytest-xdist the tests using it run on one
-worker (tests/conftest.py), in the order they would without it: some change the whole home
-(cleanup archives every idle workspace), so they must not run beside each other.
+each test uses its own workspace names. Under pytest-xdist each worker process has its own,
+used by one test at a time: some change the whole home (cleanup archives every idle
+workspace), so two tests must never work in one beside each other.
 """
 
 from __future__ import annotations

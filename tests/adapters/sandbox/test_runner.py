@@ -44,15 +44,19 @@ def test_stdin_bytes_and_fd(sandbox: Run, tmp_path: Path) -> None:
     assert sandbox(["cat"]).stdout == ""  # no stdin: /dev/null
 
 
-@pytest.mark.alone  # times the first line's arrival: on shared cores it may come late
-def test_output_streams_live(sandbox: Run) -> None:
-    arrivals: list[tuple[float, bytes]] = []
-    out = sandbox(["sh", "-c", "echo first; sleep 1.5; echo second"],
-                  on_stdout=lambda chunk: arrivals.append((time.monotonic(), chunk)))
-    finished = time.monotonic()
-    assert arrivals[0][1] == b"first\n"
-    # The first line reached the sink while the command was still sleeping.
-    assert finished - arrivals[0][0] >= 1.0
+def test_output_streams_live(sandbox: Run, workspace: Path) -> None:
+    arrivals: list[bytes] = []
+
+    def sink(chunk: bytes) -> None:
+        arrivals.append(chunk)
+        (workspace / "go").touch()
+
+    # The second line comes only once the first has reached the sink (which makes "go"): held
+    # back until the command ends, the first would never come, and the run would time out.
+    out = sandbox(["sh", "-c", "echo first; while [ ! -e go ]; do sleep 0.05; done; echo second"],
+                  on_stdout=sink, limits=Limits(timeout_s=30))
+    assert not out.timed_out
+    assert arrivals[0] == b"first\n"
     assert out.stdout == "first\nsecond\n"
 
 
