@@ -5,6 +5,7 @@ processes are listed, end with their status, keep their output, and are forgotte
 
 from __future__ import annotations
 
+import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,8 @@ from warden.core.live import Exited, LiveProcess, LiveSandbox, Logs
 from warden.core.ports import LiveSandboxes
 from warden.core.runs import SandboxRequest
 
-SBX = "sbx_0011223344556677"
+# Its own per test process: a live sandbox's cgroup is named after its id, machine-wide.
+SBX = f"sbx_{secrets.token_hex(8)}"
 
 
 @pytest.fixture(params=["fake", "host"])

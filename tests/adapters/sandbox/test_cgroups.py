@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,57 @@ def test_cgroups_of_dead_runs_are_swept_and_live_ones_kept() -> None:
         for path in (stale, mine):
             if path.exists():
                 path.rmdir()
+
+
+def test_cgroups_of_dead_live_sandboxes_are_swept_and_living_ones_kept(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live sandbox killed without its stop (or whose home was deleted) once left its cgroups
+    behind for good: 96 of them after a day of tests."""
+    import secrets
+    import shutil
+    import signal
+
+    from warden.adapters.sandbox.live import HostLiveSandboxes
+    from warden.core.limits import Limits
+    from warden.core.runs import SandboxRequest
+
+    support = cgroups.detect()
+    if support.pids is None or shutil.which("bwrap") is None:
+        pytest.skip("no writable pids cgroup or no bubblewrap here")
+    (tmp_path / "ws").mkdir()
+    host = HostLiveSandboxes(tmp_path / "run", {})
+    request = SandboxRequest(str(tmp_path / "ws"), ("true",), Limits(timeout_s=60))
+    living_id, dead_id, new_id = (secrets.token_hex(8) for _ in range(3))
+    living = host.start(f"sbx_{living_id}", request, idle_s=60)
+    dead = host.start(f"sbx_{dead_id}", request, idle_s=60)
+    base = support.pids[1]
+    made = [Path(base, f"warden-live-{living_id}-{'a' * 16}"),  # an uncollected command of a living one
+            Path(base, f"warden-live-{dead_id}-{'b' * 16}"),  # the dead one's command
+            Path(base, f"warden-live-{new_id}")]  # a sandbox being made: empty until its init joins
+    for path in made:
+        path.mkdir()
+    try:
+        os.kill(int(dead.meta["init_pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+        dead_dirs = [path for _, path in dead.meta["cgroups"]]  # type: ignore[union-attr]
+        assert not cgroups.sweep_orphans(support) or all(Path(p).exists() for p in dead_dirs)  # young: kept
+        monkeypatch.setattr(cgroups, "_LIVE_GRACE_S", -1.0)
+        for _ in range(100):  # the kernel empties the killed sandbox's cgroup once its init is reaped
+            if not any(cgroups._read_pids(p) for p in dead_dirs):
+                break
+            time.sleep(0.02)
+        removed = cgroups.sweep_orphans(support)
+        assert set(dead_dirs) | {str(made[1])} <= set(removed)
+        assert not any(Path(p).exists() for p in dead_dirs) and not made[1].exists()
+        # The living sandbox keeps its cgroups, its uncollected command's included.
+        assert all(Path(p).exists() for _, p in living.meta["cgroups"])  # type: ignore[union-attr]
+        assert made[0].exists()
+    finally:
+        for path in made:
+            if path.exists():
+                path.rmdir()
+        from warden.core.live import LiveSandbox
+
+        row = LiveSandbox(f"sbx_{living_id}", "w", "ws_w", "user", "none", "fp", 0, "node", living.pid,
+                          living.pid_start, living.supervisor_pid, living.supervisor_start, living.socket, "t", "t",
+                          living.meta)
+        host.stop(row)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from warden.adapters.sandbox import doctor, seccomp
@@ -37,3 +39,15 @@ def test_userns_fix_reads_the_ubuntu_sysctl(monkeypatch: pytest.MonkeyPatch) -> 
     assert fix and "kernel.apparmor_restrict_unprivileged_userns=0" in fix
     monkeypatch.setattr(doctor, "_sysctl", {"kernel.unprivileged_userns_clone": "0"}.get)
     assert "unprivileged_userns_clone=1" in (doctor.userns_fix() or "")
+
+
+def test_as_root_without_a_pids_cgroup_doctor_says_commands_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from warden.adapters.sandbox import cgroups
+
+    monkeypatch.setattr(cgroups, "detect", lambda: cgroups.CgroupSupport(None, None, ("pids not delegated",)))
+    check = {c.name: c for c in doctor.run_checks()}["cgroups"]
+    assert not check.ok
+    if os.getuid() == 0:
+        assert check.required and "every command is refused" in check.detail
+    else:
+        assert not check.required and "falling back to rlimits" in check.detail

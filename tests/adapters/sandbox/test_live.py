@@ -7,6 +7,7 @@ wait and an error, never more."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import socket
 import struct
@@ -19,6 +20,7 @@ import pytest
 
 from tests.support.waiting import wait_until
 from warden.adapters.processes import alive
+from warden.adapters.sandbox import cgroups
 from warden.adapters.sandbox import live as live_module
 from warden.adapters.sandbox.live import HostLiveSandboxes
 from warden.core.errors import Unavailable
@@ -28,7 +30,8 @@ from warden.core.runs import SandboxRequest
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
-SBX = "sbx_00112233445566aa"
+# Its own per test process: a live sandbox's cgroup is named after its id, machine-wide.
+SBX = f"sbx_{secrets.token_hex(8)}"
 
 
 @pytest.fixture
@@ -149,6 +152,23 @@ def test_a_background_timeout_kills_it(host: HostLiveSandboxes, sandbox: LiveSan
     assert ended.exited is not None and ended.exited.timed_out
 
 
+
+def test_a_signal_right_after_the_start_is_never_lost(host: HostLiveSandboxes, sandbox: LiveSandbox,
+                                                       folder: str) -> None:
+    # Sent before the forked child had put its handlers back to their defaults, a SIGTERM once
+    # reached the supervisor's Python handler in the child and was dropped: `sleep` ran on.
+    # Busy loops beside it make the child late to run, as on a loaded machine.
+    for index in range(4):
+        host.spawn(sandbox, f"{index:016x}".replace("0", "f"), _req(folder, "sh", "-c", "while :; do :; done"))
+    for index in range(25):
+        process_id = f"{index:016x}"
+        meta = host.spawn(sandbox, process_id, _req(folder, "sleep", "300", timeout_s=300))
+        host.signal(sandbox, _process(sandbox, process_id, meta), 15)
+        ended = host.wait(sandbox, process_id, 10)
+        assert ended.exited is not None and ended.exited.signal == 15, (index, ended)
+        host.forget(sandbox, process_id)
+
+
 def test_stopping_ends_every_process_in_it(host: HostLiveSandboxes, folder: str) -> None:
     started = host.start(SBX, _req(folder, "true"), idle_s=60)
     row = _row(SBX, started)
@@ -158,6 +178,9 @@ def test_stopping_ends_every_process_in_it(host: HostLiveSandboxes, folder: str)
     host.stop(row)
     wait_until(lambda: not alive(pid, start) and not host.alive(row), message="the sandbox outlived its stop")
     assert not os.path.exists(host.run_root / SBX)
+    # Nor is a cgroup of it or of its uncollected background process left behind.
+    assert [path for _, path in meta.get("cgroups") or [] if os.path.exists(path)] == []  # type: ignore[attr-defined]
+    assert [path for _, path in started.meta.get("cgroups") or [] if os.path.exists(path)] == []  # type: ignore[attr-defined]
 
 
 def test_an_idle_sandbox_ends_by_itself(host: HostLiveSandboxes, folder: str) -> None:
@@ -328,3 +351,35 @@ def test_a_sandbox_with_network_has_its_proxy_beside_it_until_it_stops(host: Hos
         host.stop(row)
     wait_until(lambda: not alive(pid, start), message="the proxy outlived its sandbox")
     assert not os.path.exists(net_dir)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="RLIMIT_NPROC binds every user but root")
+def test_as_root_a_command_without_its_pids_cgroup_never_starts(host: HostLiveSandboxes, tmp_path: Path,
+                                                                folder: str) -> None:
+    # A cgroup the kernel will not make (here: its name taken) once left the command under an
+    # rlimit that does not bind root: 40 forks in a sandbox limited to 8.
+    support = cgroups.detect()
+    if support.pids is None:
+        pytest.skip("no writable pids cgroup")
+    sandbox_id = f"sbx_{secrets.token_hex(8)}"
+    taken = f"{support.pids[1]}/warden-live-{sandbox_id[4:]}"
+    os.mkdir(taken)
+    try:
+        with pytest.raises(Unavailable, match="process limit cannot be enforced"):
+            host.start(sandbox_id, _req(folder, "true"), idle_s=60)
+    finally:
+        os.rmdir(taken)
+    assert not (host.run_root / sandbox_id).exists()
+    row = _row(sandbox_id, host.start(sandbox_id, _req(folder, "true"), idle_s=60))
+    try:
+        taken = f"{support.pids[1]}/warden-live-{sandbox_id[4:]}-{'d' * 16}"
+        os.mkdir(taken)
+        try:
+            with pytest.raises(Unavailable, match="process limit cannot be enforced"):
+                host.run(row, "d" * 16, _req(folder, "touch", "ran"))
+        finally:
+            os.rmdir(taken)
+        assert not (Path(folder) / "ran").exists()
+        assert host.run(row, "e" * 16, _req(folder, "true")).exit_code == 0  # the sandbox still serves
+    finally:
+        host.stop(row)

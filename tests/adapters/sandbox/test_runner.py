@@ -234,3 +234,30 @@ def test_bwrap_options_never_on_a_command_line(sandbox: Run, workspace: Path) ->
     assert tz == secret
     assert secret not in cmdline and "--setenv" not in cmdline
     assert str(workspace) not in cmdline and "--ro-bind" not in cmdline
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="RLIMIT_NPROC binds every user but root")
+def test_as_root_without_a_pids_cgroup_the_command_is_refused(monkeypatch: pytest.MonkeyPatch, sandbox: Run,
+                                                              workspace: Path) -> None:
+    # The kernel never applies RLIMIT_NPROC to uid 0: without a pids cgroup nothing would stop a
+    # fork bomb, so the command must not start (it once ran under an rlimit that did nothing).
+    monkeypatch.setattr(cgroups, "detect", lambda: cgroups.CgroupSupport(None, None, ("pids not delegated",)))
+    with pytest.raises(Unavailable, match="process limit cannot be enforced") as refused:
+        sandbox(["touch", "ran"])
+    assert refused.value.rule == "sandbox.pids_unenforced"
+    assert not (workspace / "ran").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="RLIMIT_NPROC binds every user but root")
+def test_as_root_a_cgroup_the_kernel_refuses_refuses_the_command(monkeypatch: pytest.MonkeyPatch, sandbox: Run,
+                                                                 workspace: Path) -> None:
+    if cgroups.detect().pids is None:
+        pytest.skip("no writable pids cgroup")
+
+    def refused_by_kernel(*args: object, **kwargs: object) -> cgroups.Cgroup:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cgroups, "create", refused_by_kernel)
+    with pytest.raises(Unavailable, match="No space left on device"):
+        sandbox(["touch", "ran"])
+    assert not (workspace / "ran").exists()

@@ -224,6 +224,43 @@ def sweep_orphans(support: CgroupSupport) -> list[str]:
                     time.sleep(0.025)
             if not os.path.exists(path):
                 removed.append(path)
+        removed.extend(_sweep_dead_live(version, base, names))
+    return removed
+
+
+# A live sandbox's cgroup (`warden-live-<id>`) and its commands' (`warden-live-<id>-<process>`),
+# named by the live adapter; they outlive the process that made them, as the sandbox does.
+_LIVE = re.compile(r"warden-live-([0-9a-f]{16})(?:-([0-9a-f]{16}))?")
+# A cgroup is empty from its mkdir to its first process: younger than this, it may be new.
+_LIVE_GRACE_S = 60.0
+
+
+def _sweep_dead_live(version: str, base: str, names: list[str]) -> list[str]:
+    """Remove the cgroups of live sandboxes that are gone: a live sandbox's own cgroup holds
+    its init while it lives, so an old empty one is a dead sandbox's (killed, or its home
+    deleted with nothing to stop it), and its commands' cgroups go with it, as do those whose
+    sandbox's cgroup was removed without them."""
+    now = time.time()
+
+    def old(path: str) -> bool:
+        try:
+            return now - os.stat(path).st_mtime > _LIVE_GRACE_S
+        except OSError:
+            return False
+
+    found = [(name, match) for name in names if (match := _LIVE.fullmatch(name)) is not None]
+    sandboxes = {match[1] for _, match in found if match[2] is None}
+    dead = {sid for sid in sandboxes
+            if not _read_pids(f"{base}/warden-live-{sid}") and old(f"{base}/warden-live-{sid}")}
+    removed = []
+    # The commands' cgroups first: a sandbox's own is then removed after them.
+    for name, match in sorted(found, key=lambda item: item[1][2] is None):
+        path = f"{base}/{name}"
+        sid = match[1]
+        if sid in dead or (match[2] is not None and sid not in sandboxes and old(path)):
+            Cgroup([(version, path)]).kill()
+            if _gone(path):
+                removed.append(path)
     return removed
 
 

@@ -155,9 +155,17 @@ def run_checks(workspaces_root: str | None = None) -> list[Check]:
     detail = f"per-run cgroups: {support.mode}"
     if support.notes:
         detail += "; " + "; ".join(support.notes)
-    checks.append(Check("cgroups", ok, detail + ("" if ok else "; falling back to rlimits"),
-                        "" if ok else "run Warden as root, or in a delegated cgroup "
-                        "(systemd-run --user --scope -p Delegate=yes warden ...)", required=False))
+    # RLIMIT_NPROC never binds uid 0: as root, nothing but a pids cgroup holds a process limit.
+    root_without_pids = support.pids is None and os.getuid() == 0
+    if ok:
+        fallback, fix = "", ""
+    elif root_without_pids:
+        fallback = "; as root without a pids cgroup every command is refused (sandbox.pids_unenforced)"
+        fix = "give Warden a writable pids cgroup (mount the pids controller, or run it in a delegated cgroup)"
+    else:
+        fallback = "; falling back to rlimits (the process limit counts all of this user's processes)"
+        fix = "run Warden as root, or in a delegated cgroup (systemd-run --user --scope -p Delegate=yes warden ...)"
+    checks.append(Check("cgroups", ok, detail + fallback, fix, required=root_without_pids))
     checks.append(_seccomp_check())
     checks.append(_landlock_check())
     python = python3_path()

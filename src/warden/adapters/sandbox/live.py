@@ -54,6 +54,7 @@ from warden.adapters.sandbox.runner import (
     _with_data_files,
     _with_pinned_sources,
     _with_seccomp,
+    check_process_limit,
 )
 from warden.core.bwrap_argv import PROXY_SOCKET, bwrap_environ, bwrap_options, sandbox_path
 from warden.core.errors import Unavailable
@@ -453,6 +454,7 @@ class HostLiveSandboxes:
                                            name=f"warden-live-{sandbox_id[4:]}")
                 except OSError as exc:
                     held.notes.append(f"cgroup not usable ({exc}); limits by rlimit")
+            check_process_limit(group, support, held.notes)
             with open(folder / "sandbox.log", "wb") as log:
                 proc = subprocess.Popen(
                     argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=bwrap_environ(spec),
@@ -553,11 +555,15 @@ class HostLiveSandboxes:
         host_pid = _host_pid(sandbox.supervisor_pid, ns_pid, pidns if isinstance(pidns, int) else 0)
         support = cgroups.detect()
         group = None
-        if _cgroup_of(sandbox.meta) is not None:
-            with contextlib.suppress(OSError):
-                group = cgroups.create(support, memory=request.limits.memory, pids=request.limits.pids,
-                                       name=f"warden-live-{sandbox.id[4:]}-{process_id}")
+        notes: list[str] = []
         try:
+            if _cgroup_of(sandbox.meta) is not None:
+                try:
+                    group = cgroups.create(support, memory=request.limits.memory, pids=request.limits.pids,
+                                           name=f"warden-live-{sandbox.id[4:]}-{process_id}")
+                except OSError as exc:
+                    notes.append(f"cgroup not usable ({exc})")
+            check_process_limit(group, support, notes)
             for which, soft, hard in _rlimits(request.limits, group, support):
                 resource.prlimit(host_pid, which, (soft, hard))
             if group is not None:
@@ -855,6 +861,13 @@ class HostLiveSandboxes:
                     os.kill(pid, signal.SIGKILL)
         group = _cgroup_of(sandbox.meta)
         if group is not None:
+            # Its commands' cgroups too: a background process not yet collected keeps its own.
+            for version, path in group.dirs:
+                base, own = os.path.split(path)
+                with contextlib.suppress(OSError):
+                    for name in os.listdir(base):
+                        if name.startswith(f"{own}-"):
+                            _remove_cgroup(cgroups.Cgroup([(version, f"{base}/{name}")]))
             _remove_cgroup(group)
         _Proxy.end(sandbox.meta)
         import shutil

@@ -304,13 +304,27 @@ def _with_proxy(spec: SandboxSpec, network: NetworkPolicy, on_net_event: Callabl
 
 
 def _run_cgroup(support: cgroups.CgroupSupport, limits: Limits, notes: list[str]) -> cgroups.Cgroup | None:
-    if not (support.memory or support.pids):
-        return None
-    try:
-        return cgroups.create(support, memory=limits.memory, pids=limits.pids)
-    except OSError as exc:
-        notes.append(f"cgroup not usable ({exc}); limits by rlimit")
-        return None
+    group = None
+    if support.memory or support.pids:
+        try:
+            group = cgroups.create(support, memory=limits.memory, pids=limits.pids)
+        except OSError as exc:
+            notes.append(f"cgroup not usable ({exc}); limits by rlimit")
+    check_process_limit(group, support, notes)
+    return group
+
+
+def check_process_limit(group: cgroups.Cgroup | None, support: cgroups.CgroupSupport, notes: list[str]) -> None:
+    """Refuse a command whose process limit nothing would hold. RLIMIT_NPROC counts the
+    processes of a real user id and the kernel never applies it to uid 0, so when Warden runs as
+    root only a pids cgroup stops a fork bomb; without one the command does not start."""
+    if (group is not None and support.pids is not None) or os.getuid() != 0:
+        return
+    why = "; ".join(notes[-1:] + list(support.notes[:1])) or "no pids cgroup"
+    if group is not None:
+        group.close()
+    raise Unavailable(f"the process limit cannot be enforced: Warden runs as root and has no pids cgroup "
+                      f"for this command ({why}); see `warden doctor` (cgroups)", rule="sandbox.pids_unenforced")
 
 
 @dataclass

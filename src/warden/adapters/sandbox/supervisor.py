@@ -42,6 +42,8 @@ MAX_FDS = 3
 MAX_PENDING_OUT = 16 << 20  # bytes queued to a client that does not read
 SPAWN_GRACE = 30.0  # seconds a spawned command waits for Warden's go before it is killed
 READ_CHUNK = 65536
+# Signals this Python handles or ignores; a command expects them at their defaults, as after a shell.
+_CHILD_SIGNALS = {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
 
 
 def _no_dump() -> None:
@@ -467,10 +469,18 @@ class Supervisor:
                     parent_reads[read_end] = name
                     child_fds[name] = write_end
             go_r, go_w = os.pipe2(os.O_CLOEXEC)
-            pid = os.fork()
-            if pid == 0:  # the child: never returns
-                self.child(argv, env, cwd, [child_fds.get("stdin", devnull), child_fds.get("stdout", devnull),
-                                            child_fds.get("stderr", devnull)], go_r)
+            # Blocked across the fork: a signal Warden sends before the child has put its
+            # handlers back to their defaults would reach this process's Python handler in the
+            # child, which drops it (a SIGTERM right after the start was lost). The child
+            # unblocks once the defaults are in place, and a pending signal then acts.
+            signal.pthread_sigmask(signal.SIG_BLOCK, _CHILD_SIGNALS)
+            try:
+                pid = os.fork()
+                if pid == 0:  # the child: never returns
+                    self.child(argv, env, cwd, [child_fds.get("stdin", devnull), child_fds.get("stdout", devnull),
+                                                child_fds.get("stderr", devnull)], go_r)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
             os.close(go_r)
         finally:
             os.close(devnull)
@@ -491,9 +501,10 @@ class Supervisor:
         try:
             os.setsid()
             # Python ignores these; a command expects them at their defaults, as after a shell.
-            for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, signal.SIG_DFL)
             signal.set_wakeup_fd(-1)
+            for sig in _CHILD_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
             for target, fd in enumerate(stdio):
                 os.dup2(fd, target, inheritable=True)
             if os.read(go_r, 2) != b"go":  # Warden applies the limits before saying go
