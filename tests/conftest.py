@@ -31,6 +31,19 @@ def pytest_configure(config: pytest.Config) -> None:
         alone.install(alone.MachineLock(Path(config.option.basetemp).parent))
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """End the home daemons this session's tests started and left (tests/interfaces/
+    test_cli_daemon.py stops its own; a test elsewhere that switched it on may not)."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None:
+        return
+    from tests.interfaces.test_cli_daemon import daemon_pids, stop_daemon
+
+    base = factory.getbasetemp()
+    if daemon_pids(base):
+        stop_daemon(base)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     """Each test, from its set-up to its teardown, beside others or alone."""
@@ -46,6 +59,10 @@ def isolated_environ(home: Path) -> dict[str, str]:
             if k in {"PATH", "LANG", "LC_ALL", "TERM", "TZ", "USER", "LOGNAME", "TMPDIR"}}
     keep["HOME"] = str(home.parent)
     keep["WARDEN_HOME"] = str(home)
+    # Each command runs in the CLI process itself, as the tests that kill one mid-way need; the
+    # home's daemon (one per home, of which the suite makes hundreds) is tested on its own
+    # (tests/interfaces/test_cli_daemon.py), where it is switched back on.
+    keep["WARDEN_DAEMON"] = "0"
     return keep
 
 

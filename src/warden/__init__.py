@@ -10,8 +10,7 @@ Names are imported lazily so that `import warden` stays cheap for the CLI.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+from warden._version import __version__ as __version__
 from warden.core.errors import (
     Conflict,
     Denied,
@@ -24,7 +23,12 @@ from warden.core.errors import (
     WardenError,
 )
 
+# Not `from typing import TYPE_CHECKING`: typing costs the `warden` program's start-up 7 ms
+# (interfaces/cli/entry.py, the thin client of the daemon, imports this package).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from warden.api import RunResult, Warden, Workspace
 
 __all__ = [
@@ -41,8 +45,6 @@ __all__ = [
     "WardenError",
     "Workspace",
 ]
-
-from warden._version import __version__ as __version__
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,5 @@
-"""`python -m warden` is `warden`."""
+"""`python -m warden` is `warden` (through the home's daemon where it can: interfaces/cli/entry.py)."""
 
-import sys
+from warden.interfaces.cli.entry import main
 
-from warden.interfaces.cli.main import main
-
-sys.exit(main())
+main()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -384,3 +385,19 @@ def config_file(home: Home) -> ConfigFile:
     from warden.adapters.home_files import HostConfigFile
 
     return HostConfigFile(home.config)
+
+
+def warm_host() -> None:
+    """Learn once what every sandboxed run asks of this host (where bwrap is and what it can,
+    the seccomp filter, the cgroups Warden may use): the home's daemon calls it before it forks
+    a child per command, so no child pays for it. /etc is left to each run: its entries change."""
+    from warden.adapters.sandbox import cgroups, host, seccomp
+
+    host.bwrap_path()
+    host.bwrap_has("--disable-userns")
+    host.python3_path()
+    host.system_layout()
+    host.proc_layout()
+    cgroups.detect()
+    with suppress(Exception):  # without libseccomp each run says so itself
+        seccomp.filter_bpf()

@@ -18,11 +18,17 @@ from tests.conftest import Cli
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+@pytest.fixture(scope="module", params=["alone", "daemon"])
+def env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Every test twice: each `warden` running its command itself, and through the home's
+    daemon (a forked child of it runs the command line: interfaces/cli/daemon.py)."""
     home = tmp_path_factory.mktemp("run-home")
     keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
-    return {**keep, "HOME": str(home.parent), "WARDEN_HOME": str(home)}
+    through = {"WARDEN_DAEMON": "0"} if request.param == "alone" else {"WARDEN_DAEMON_IDLE": "60"}
+    yield {**keep, "HOME": str(home.parent), "WARDEN_HOME": str(home), **through}
+    from tests.interfaces.test_cli_daemon import stop_daemon
+
+    stop_daemon(home)
 
 
 @pytest.fixture(scope="module")

@@ -75,17 +75,37 @@ def detail_text(detail: Mapping[str, object]) -> str:
 
 
 def scrub(detail: Mapping[str, object]) -> dict[str, object]:
-    """Drop values under secret-looking keys, recursively (defence in depth for callers)."""
+    """Drop values under secret-looking keys, recursively (defence in depth for callers), and
+    give bytes that are not UTF-8 (a command line's, kept by Python as lone surrogates) as
+    `\\xNN` text, which a log row can hold and hash."""
     clean: dict[str, object] = {}
     for key, value in detail.items():
         lowered = key.lower()
         if any(word in lowered for word in _SECRET_KEYS) and lowered not in {"secret_names", "secrets"}:
-            clean[key] = "[redacted]"
+            clean[_text(key)] = "[redacted]"
         elif isinstance(value, Mapping):
-            clean[key] = scrub(value)
+            clean[_text(key)] = scrub(value)
         else:
-            clean[key] = value
+            clean[_text(key)] = _texts(value)
     return clean
+
+
+def _texts(value: object) -> object:
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, list | tuple):
+        return [scrub(v) if isinstance(v, Mapping) else _texts(v) for v in value]
+    return value
+
+
+def _text(value: str) -> str:
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return value
 
 
 class DuplicateKey(ValueError):

@@ -1,0 +1,365 @@
+"""The home's daemon: Warden imported once, a forked child per `warden run`.
+
+`python -m warden.interfaces.cli.daemon HOME` (started by the `warden` client on demand,
+interfaces/cli/entry.py). It listens on `HOME/run/daemon.sock` (0600, the home's owner only,
+checked again by the peer's credentials) and, for each request, forks a child that takes the
+client's stdin, stdout and stderr, folder and environment and runs the CLI's `main` on the
+client's command line: the same code a `warden run` runs by itself, so the same checks, audit,
+leases and sandbox, minus the imports. The child sends the status; the daemon sends it for a
+child killed by a signal, and interrupts a child whose client went away.
+
+It holds no state a child could inherit wrongly: no registry connection, no thread, no open
+file but its socket, its lock and a wake-up pipe (closed in each child). What children import
+that it has not, it imports after them, so the second command starts warm. It ends when idle
+(`WARDEN_DAEMON_IDLE` seconds, 900 by default), and at once when Warden's code changed on
+disk: a client then runs its command itself, and the next one starts a fresh daemon. A client
+whose environment differs from the daemon's (another PATH, another WARDEN_* setting) runs its
+command itself too, so nothing imported under one environment serves another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import importlib
+import io
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+from warden.interfaces.cli.entry import daemon_paths, decode_request, recv_frame, reply, send_frame
+
+__all__ = ["Daemon", "main"]
+
+# Variables of a terminal or a shell, not of Warden: a client may differ from the daemon in these.
+_VOLATILE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES", "TERM", "WINDOWID", "TMUX_PANE",
+                       "SSH_TTY", "GPG_TTY", "PS1", "PS2", "PROMPT_COMMAND"})
+_MAX_REPORT = 60_000  # bytes of new module names a child reports (a pipe holds 64 KiB)
+_LOG_BYTES = 1 << 20
+_STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}
+
+
+def code_stamp() -> str:
+    """What Warden's code on disk is: every module's path, size and modification time."""
+    root = Path(__file__).resolve().parents[2]  # the `warden` package
+    digest = hashlib.sha256()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith(".py"):
+                with contextlib.suppress(OSError):
+                    st = os.stat(os.path.join(folder, name))
+                    digest.update(f"{folder}/{name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def _own(environ: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k not in _VOLATILE}
+
+
+@dataclass
+class _Child:
+    pid: int
+    conn: socket.socket
+    report: int
+    said: bool = False  # whether the child sent its status itself
+
+
+@dataclass
+class Daemon:
+    home: str
+    idle_s: float
+    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    stamp: str = field(default_factory=code_stamp)
+    children: dict[int, _Child] = field(default_factory=dict)
+    draining: bool = False
+
+    def serve(self) -> int:
+        path, lock_path = daemon_paths(self.home)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return 0  # another daemon serves this home
+        self._warm(["warden.interfaces.cli.main", "warden.interfaces.cli.cmd_run", "warden.bootstrap"])
+        from warden.bootstrap import warm_host
+
+        warm_host()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a dead daemon's socket (the lock says none lives)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        old = os.umask(0o177)
+        try:
+            listener.bind(path)
+        finally:
+            os.umask(old)
+        listener.listen(64)
+        bound = os.stat(path).st_ino
+        wake_r, wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, lambda *_: self._drain())
+        sel = selectors.DefaultSelector()
+        sel.register(listener, selectors.EVENT_READ, "listener")
+        sel.register(wake_r, selectors.EVENT_READ, "wake")
+        self._held = (lock, wake_r, wake_w, listener.fileno())
+        last = time.monotonic()
+        try:
+            while not (self.draining and not self.children):
+                timeout = None if self.children else max(last + self.idle_s - time.monotonic(), 0.0)
+                if timeout == 0.0:
+                    break  # idle
+                for key, _ in sel.select(timeout):
+                    if key.data == "listener":
+                        last = time.monotonic()
+                        self._accept(listener, sel)
+                    elif key.data == "wake":
+                        with contextlib.suppress(OSError):
+                            while os.read(wake_r, 512):
+                                pass
+                    else:
+                        self._client_gone(key.data, sel)
+                if self.draining and listener.fileno() != -1:
+                    # No new client from now on: the next one starts a fresh daemon.
+                    sel.unregister(listener)
+                    listener.close()
+                    with contextlib.suppress(OSError):
+                        if os.stat(path).st_ino == bound:
+                            os.unlink(path)
+                self._reap(sel)
+                if self.children:
+                    last = time.monotonic()
+        finally:
+            with contextlib.suppress(OSError):
+                if listener.fileno() != -1 and os.stat(path).st_ino == bound:
+                    os.unlink(path)
+            with contextlib.suppress(OSError):
+                listener.close()
+        return 0
+
+    def _drain(self) -> None:
+        self.draining = True
+
+    # -- one request -------------------------------------------------------------------------
+    def _accept(self, listener: socket.socket, sel: selectors.BaseSelector) -> None:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        fds: list[int] = []
+        try:
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _, uid, _ = struct.unpack("3i", creds)
+            if uid != os.getuid():
+                conn.close()
+                return
+            conn.settimeout(5.0)
+            payload, fds = recv_frame(conn, max_fds=3)
+            request, problem = self._problem(payload, fds)
+            if request is None:
+                _log(self.home, f"a client runs its command itself: {problem}")
+                send_frame(conn, reply("fallback", problem))
+                conn.close()
+                return
+            report_r, report_w = os.pipe2(os.O_CLOEXEC)
+            known = set(sys.modules)
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.close(report_r)
+                    self._child(conn, request, fds, report_w, known)
+                finally:
+                    os._exit(1)  # a signal's exception escaped the child's last lines: never its way back here
+            os.close(report_w)
+            conn.settimeout(None)
+            self.children[pid] = _Child(pid, conn, report_r)
+            sel.register(conn, selectors.EVENT_READ, self.children[pid])
+        except (OSError, ValueError) as exc:
+            _log(self.home, f"a request failed: {exc}")
+            with contextlib.suppress(OSError):
+                conn.close()
+        finally:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def _problem(self, payload: bytes | None,
+                 fds: list[int]) -> tuple[tuple[list[str], dict[str, str], str] | None, str]:
+        """The request, or None and why this daemon will not run it."""
+        if payload is None or len(fds) != 3:
+            return None, "a request carries a command line and three descriptors"
+        try:
+            argv, env, cwd = decode_request(payload)
+        except ValueError as exc:
+            return None, f"a malformed request ({exc})"
+        if _own(env) != _own(self.environ):
+            changed = {k for k, _ in set(_own(env).items()) ^ set(_own(self.environ).items())}
+            return None, f"its environment differs from the daemon's ({', '.join(sorted(changed)[:5])})"
+        if code_stamp() != self.stamp:
+            self._drain()
+            return None, "Warden's code changed since the daemon started"
+        return (argv, env, cwd), ""
+
+    def _child(self, conn: socket.socket, request: tuple[list[str], dict[str, str], str], fds: list[int],
+               report: int, known: set[str]) -> NoReturn:
+        status = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            for fd in (*self._held, *(c.conn.fileno() for c in self.children.values()),
+                       *(c.report for c in self.children.values())):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            conn.settimeout(None)
+            # The child says its pid itself, before anything runs: a client that has it knows a
+            # command may have started (and never runs it again itself).
+            send_frame(conn, reply("pid", os.getpid()))
+            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            os.setsid()
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+            for fd in fds:
+                os.close(fd)
+            argv, env, cwd = request
+            os.environ.clear()
+            os.environ.update(env)
+            _fresh_stdio()
+            sys.argv = ["warden", *argv]
+            try:
+                os.chdir(cwd)
+            except OSError as exc:
+                sys.stderr.write(f"warden: the current folder cannot be entered ({exc.strerror})\n")
+                raise SystemExit(1) from None
+            from warden.interfaces.cli.main import main
+
+            status = main(argv)
+        except SystemExit as exc:
+            status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except KeyboardInterrupt:
+            status = 130
+        except BaseException:
+            status = 1
+        finally:
+            # Done: no signal may now raise here (the daemon interrupts a child whose client has
+            # gone, which a client does as soon as it has the status).
+            signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            with contextlib.suppress(Exception):
+                send_frame(conn, reply("status", status))
+            with contextlib.suppress(Exception):
+                new = "\n".join(sorted(set(sys.modules) - known)).encode()[:_MAX_REPORT]
+                os.write(report, new)
+            os._exit(status & 0xFF)
+
+    # -- children ending ---------------------------------------------------------------------
+    def _client_gone(self, child: _Child, sel: selectors.BaseSelector) -> None:
+        """The client's connection became readable: it closed (it was killed or interrupted
+        without forwarding): the command is interrupted, as a local run's would be."""
+        with contextlib.suppress(OSError):
+            sel.unregister(child.conn)
+        with contextlib.suppress(OSError):
+            os.kill(child.pid, signal.SIGINT)
+
+    def _reap(self, sel: selectors.BaseSelector) -> None:
+        while self.children:
+            try:
+                pid, wait_status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is None:
+                continue
+            if os.WIFSIGNALED(wait_status):
+                with contextlib.suppress(OSError):
+                    send_frame(child.conn, reply("status", 128 + os.WTERMSIG(wait_status)))
+            with contextlib.suppress(OSError, KeyError, ValueError):
+                sel.unregister(child.conn)
+            child.conn.close()
+            try:
+                names = os.read(child.report, _MAX_REPORT).decode(errors="replace").split()
+            except OSError:
+                names = []
+            os.close(child.report)
+            self._warm(names)
+
+    def _warm(self, names: list[str]) -> None:
+        """Import what a child needed, so the next child has it; never a module that would
+        leave a thread behind (a fork copies only the thread that forks)."""
+        import threading
+
+        for name in names:
+            if name in sys.modules or name == "__main__" or not name.isascii():
+                continue
+            try:
+                importlib.import_module(name)
+            except BaseException:
+                sys.modules.pop(name, None)
+            if threading.active_count() > 1:
+                _log(self.home, f"importing {name} started a thread; the daemon ends")
+                self._drain()
+                return
+
+
+def _fresh_stdio() -> None:
+    """sys.stdin/stdout/stderr on the client's descriptors, buffered as Python buffers them at
+    its start (line by line on a terminal)."""
+    encoding, errors = sys.stdout.encoding, sys.stdout.errors
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=encoding, errors=errors)
+    for fd, name, errs in ((1, "stdout", errors), (2, "stderr", "backslashreplace")):
+        raw = io.FileIO(fd, "w", closefd=False)
+        tty = os.isatty(fd)
+        stream = io.TextIOWrapper(io.BufferedWriter(raw), encoding=encoding, errors=errs,
+                                  line_buffering=tty or fd == 2, write_through=fd == 2)
+        setattr(sys, name, stream)
+
+
+def _log(home: str, line: str) -> None:
+    path = os.path.join(home, "run", "daemon.log")
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            if os.fstat(fd).st_size > _LOG_BYTES:
+                os.ftruncate(fd, 0)
+            os.write(fd, f"{time.strftime('%Y-%m-%dT%H:%M:%S')} [{os.getpid()}] {line}\n".encode(errors="replace"))
+        finally:
+            os.close(fd)
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.stderr.write("usage: python -m warden.interfaces.cli.daemon HOME (the warden client starts it)\n")
+        raise SystemExit(2)
+    home = os.path.abspath(sys.argv[1])
+    os.chdir("/")
+    try:
+        idle = float(os.environ.get("WARDEN_DAEMON_IDLE", "900"))
+    except ValueError:
+        idle = 900.0
+    try:
+        raise SystemExit(Daemon(home, max(idle, 0.1)).serve())
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.EACCES):
+            import traceback
+
+            _log(home, f"the daemon ended on an error: {exc}: " + " | ".join(
+                line.strip() for line in traceback.format_tb(exc.__traceback__)[-3:]))
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""The `warden` program: a thin client of the home's daemon for `warden run`, else the CLI.
+
+Most of a `warden run`'s time was Python importing Warden (the registry stack, the policy,
+the sandbox adapters) before the command could start. The home's daemon
+(interfaces/cli/daemon.py) has imported all that once; for each `warden run` it forks a child
+that runs exactly the command line this process was given, with this process's environment,
+folder, stdin, stdout and stderr (passed over the socket), and that child's status is this
+process's. So this module imports the standard library only, and only what the round trip
+needs.
+
+It goes through the daemon only where the result is the same as running here: the `run`
+command (not `--tty`, which needs this terminal as its controlling one), stdin not a terminal
+(Ctrl-C at a prompt would stop the whole run instead of reaching the program), the daemon not
+switched off (`WARDEN_DAEMON=0`), and a daemon of the same code and environment (else it says
+so and the command runs here). Where there is no daemon yet, the command runs here and one is
+started for the next.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import sys
+
+# Not `from typing import TYPE_CHECKING`: this module starts every `warden` program, and each
+# import here is paid by every `warden run` (typing alone: 7 ms; json and contextlib too).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import NoReturn
+
+__all__ = ["MAX_FRAME", "daemon_paths", "decode_request", "encode_request", "main", "recv_frame", "reply",
+           "send_frame"]
+
+MAX_FRAME = 1 << 20  # a request is a command line and an environment: far below this
+_MAGIC = b"warden-run/1"
+# Signals a person or a supervisor sends to stop a command: passed on to the daemon's child.
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+def send_frame(sock: socket.socket, payload: bytes, fds: Sequence[int] = ()) -> None:
+    """One length-prefixed frame, with descriptors (SCM_RIGHTS) on its first byte."""
+    data = struct.pack("!I", len(payload)) + payload
+    if fds:
+        rights = struct.pack(f"{len(fds)}i", *fds)
+        sent = sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+        data = data[sent:]
+    if data:
+        sock.sendall(data)
+
+
+def recv_frame(sock: socket.socket, *, max_fds: int = 0) -> tuple[bytes | None, list[int]]:
+    """The next frame and the descriptors that came with it; (None, []) at a clean end.
+    Raises ValueError for anything else (too long, cut short, too many descriptors)."""
+    fds: list[int] = []
+    head = b""
+    try:
+        while len(head) < 4:
+            space = socket.CMSG_SPACE(max_fds * 4) if max_fds and not fds else 0
+            chunk, ancillary, flags, _ = sock.recvmsg(4 - len(head), space)
+            for level, kind, data in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    whole = len(data) - len(data) % 4
+                    fds.extend(struct.unpack(f"{whole // 4}i", data[:whole]))
+            if flags & socket.MSG_CTRUNC:
+                raise ValueError("more descriptors than a request carries")
+            if not chunk:
+                if head:
+                    raise ValueError("the frame was cut short")
+                return None, []
+            head += chunk
+        (size,) = struct.unpack("!I", head)
+        if size > MAX_FRAME:
+            raise ValueError(f"a frame of {size} bytes (at most {MAX_FRAME})")
+        body = b""
+        while len(body) < size:
+            chunk = sock.recv(min(size - len(body), 65536))
+            if not chunk:
+                raise ValueError("the frame was cut short")
+            body += chunk
+    except BaseException:
+        for fd in fds:
+            try:  # noqa: SIM105 - contextlib is one import more for every `warden` program
+                os.close(fd)
+            except OSError:
+                pass
+        raise
+    return body, fds
+
+
+def encode_request(argv: Sequence[str], env: dict[str, str], cwd: str) -> bytes:
+    """A command line, its environment and folder as NUL-separated bytes (none holds a NUL;
+    bytes that are not UTF-8 travel as they are, as the operating system gave them)."""
+    fields = [_MAGIC, os.fsencode(cwd), str(len(argv)).encode(), *map(os.fsencode, argv),
+              *(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items())]
+    return b"\0".join(fields)
+
+
+def decode_request(payload: bytes) -> tuple[list[str], dict[str, str], str]:
+    """encode_request's inverse; ValueError for anything it could not have made."""
+    fields = payload.split(b"\0")
+    if len(fields) < 3 or fields[0] != _MAGIC or not fields[2].isdigit():
+        raise ValueError("not a request of this Warden's client")
+    count = int(fields[2])
+    if len(fields) < 3 + count:
+        raise ValueError("a request cut short")
+    argv = [os.fsdecode(f) for f in fields[3:3 + count]]
+    env: dict[str, str] = {}
+    for item in fields[3 + count:]:
+        key, sep, value = item.partition(b"=")
+        if not sep or not key:
+            raise ValueError("a malformed environment entry")
+        env[os.fsdecode(key)] = os.fsdecode(value)
+    return argv, env, os.fsdecode(fields[1])
+
+
+def reply(word: str, value: object) -> bytes:
+    """One of the daemon's answers: `pid N`, `status N`, `fallback WHY`."""
+    return f"{word} {value}".encode("utf-8", "replace")
+
+
+def _answer(payload: bytes | None) -> tuple[str, str]:
+    word, _, value = (payload or b"").decode("utf-8", "replace").partition(" ")
+    return word, value
+
+
+def daemon_paths(home: str) -> tuple[str, str]:
+    """The daemon's socket and lock file in the home's `run` folder."""
+    run = os.path.join(home, "run")
+    return os.path.join(run, "daemon.sock"), os.path.join(run, "daemon.lock")
+
+
+def _home(argv: Sequence[str]) -> str:
+    """The home this command line names, as the CLI finds it (bootstrap.Home.locate)."""
+    own = argv[: list(argv).index("--")] if "--" in argv else argv
+    raw = os.environ.get("WARDEN_HOME") or "~/.warden"
+    for index, word in enumerate(own):
+        if word == "--home" and index + 1 < len(own):
+            raw = own[index + 1]
+        elif word.startswith("--home="):
+            raw = word.split("=", 1)[1]
+    return os.path.abspath(os.path.expanduser(raw))
+
+
+def _wanted(argv: Sequence[str]) -> bool:
+    """Whether this command line may go through the daemon (see the module's docstring)."""
+    if os.environ.get("WARDEN_DAEMON", "1") in ("0", "off", "no", "false"):
+        return False
+    own = list(argv[: list(argv).index("--")] if "--" in argv else argv)
+    words = [w for i, w in enumerate(own) if not w.startswith("-") and (i == 0 or own[i - 1] != "--home")]
+    if not words or words[0] != "run" or any(w in ("--tty", "-t", "--help", "-h") for w in own):
+        return False
+    try:
+        return not os.isatty(0)
+    except OSError:
+        return False
+
+
+def _through_daemon(argv: Sequence[str], home: str) -> int | None:
+    """The command's status, run by the daemon's child; None: run it here (and, when no daemon
+    answered, one is started for the next command)."""
+    path, _ = daemon_paths(home)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        _start_daemon(home)
+        return None
+    with sock:
+        try:
+            send_frame(sock, encode_request(argv, dict(os.environ), os.getcwd()), (0, 1, 2))
+            word, value = _answer(recv_frame(sock)[0])
+        except (OSError, ValueError):
+            return None  # nothing was started: the command runs here
+        if word == "status":
+            return int(value)
+        if word != "pid" or not value.isdigit():
+            return None  # a stale daemon (other code, another environment): it says why in its log
+        child = int(value)
+
+        def forward(sig: int, _frame: object) -> None:
+            try:  # noqa: SIM105 - as above
+                os.kill(child, sig)
+            except OSError:
+                pass
+
+        for sig in _FORWARDED:
+            signal.signal(sig, forward)
+        while True:
+            try:
+                word, value = _answer(recv_frame(sock)[0])
+            except (OSError, ValueError):
+                word, value = "", ""
+            if word == "status" and value.lstrip("-").isdigit():
+                return int(value)
+            if word != "pid":
+                sys.stderr.write("warden: the daemon's runner ended without the command's status\n")
+                return 1
+
+
+def _start_daemon(home: str) -> None:
+    """Start the home's daemon in the background (once: its lock keeps a second one out)."""
+    if not os.path.isdir(home):
+        return  # not a home yet (`warden init` makes it): the command says what is wrong
+    import subprocess
+
+    try:  # noqa: SIM105 - as above
+        subprocess.Popen(
+            [sys.executable, "-m", "warden.interfaces.cli.daemon", home], stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True)
+    except OSError:
+        pass  # the command runs here all the same
+
+
+def main() -> NoReturn:
+    argv = sys.argv[1:]
+    if _wanted(argv):
+        status = _through_daemon(argv, _home(argv))
+        if status is not None:
+            sys.stdout.flush()
+            sys.exit(status)
+    from warden.interfaces.cli.main import run
+
+    run()

@@ -1,0 +1,265 @@
+"""The home's daemon and the thin `warden` client (interfaces/cli/daemon.py, entry.py), for real:
+a `warden run` goes through a forked child of the daemon with the client's own stdin, stdout,
+stderr, folder and environment, and gives what running it alone gives; Ctrl-C and a killed
+client stop the command; a daemon of other code or another environment is never used; only its
+owner reaches it; it ends when idle; two clients at once start one daemon; a daemon killed
+mid-run costs the client nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.waiting import poll, wait_until
+from warden.interfaces.cli import daemon as daemon_module
+from warden.interfaces.cli.entry import daemon_paths
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+WARDEN = [sys.executable, "-m", "warden"]
+
+
+def daemon_pids(home: Path) -> list[int]:
+    """The daemon of `home` and its children (each runs one client's command)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        # Its home is `home` or lies under it (the session's end ends all of its tests').
+        if b"warden.interfaces.cli.daemon" in argv and any(
+                a == os.fsencode(str(home)) or a.startswith(os.fsencode(f"{home}/")) for a in argv):
+            found.append(int(entry))
+    return sorted(found)
+
+
+def stop_daemon(home: Path) -> None:
+    for pid in daemon_pids(home):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    poll(lambda: daemon_pids(home), timeout=10, want=False)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    home = tmp_path_factory.mktemp("daemon-home") / "warden-home"
+    home.mkdir()
+    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
+    environ = {**keep, "HOME": str(home.parent), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "120"}
+    created = subprocess.run([*WARDEN, "create", "dw", "--json"], env=environ, capture_output=True, timeout=120,
+                             check=False)
+    assert created.returncode == 0, created.stderr
+    yield environ
+    stop_daemon(home)
+
+
+def warden(env: dict[str, str], *args: str, stdin: bytes = b"", extra: dict[str, str] | None = None,
+           cwd: str | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([*WARDEN, *args], input=stdin, env={**env, **(extra or {})}, capture_output=True,
+                          timeout=120, check=False, cwd=cwd)
+
+
+def served(env: dict[str, str]) -> Path:
+    """The daemon of the test's home is up (the first client started it)."""
+    home = Path(env["WARDEN_HOME"])
+    path, _ = daemon_paths(str(home))
+    warden(env, "run", "dw", "--", "true")
+
+    def listening() -> bool:
+        with socket.socket(socket.AF_UNIX) as probe:
+            return probe.connect_ex(path) == 0
+
+    wait_until(listening, timeout=30, message="the daemon did not start")
+    return home
+
+
+CASES = [
+    ("run", "dw", "--", "sh", "-c", "echo out; echo err >&2; exit 3"),
+    ("run", "dw", "--json", "--", "sh", "-c", "printf 'a\\nb'; exit 7"),
+    ("run", "dw", "--env", "GREETING=hi there", "--", "sh", "-c", 'echo "$GREETING"; ulimit -t'),
+    ("run", "dw", "--", "cat"),
+    ("run", "dw", "--timeout", "1", "--", "sleep", "30"),
+    ("run", "nosuch", "--", "true"),
+    ("run", "dw", "--cwd", "../..", "--", "pwd"),
+    ("run", "dw", "--", "no-such-program"),
+    ("run", "dw", "--bogus", "--", "true"),
+    ("run", "dw", "--", "sh", "-c", "kill -TERM $$"),
+]
+
+
+def _timeless(out: bytes) -> bytes:
+    return re.sub(rb'"duration_s": [0-9.e-]+', b'"duration_s": 0', out)
+
+
+def test_a_run_through_the_daemon_gives_what_a_run_alone_gives(env: dict[str, str]) -> None:
+    home = served(env)
+    for args in CASES:
+        alone = warden(env, *args, stdin=b"fed\n", extra={"WARDEN_DAEMON": "0"})
+        through = warden(env, *args, stdin=b"fed\n")
+        # Durations differ; the rest of what was said does not.
+        assert (through.returncode, _timeless(through.stdout), through.stderr) == \
+            (alone.returncode, _timeless(alone.stdout), alone.stderr), args
+    # The non-UTF-8 bytes of a command line travel as they are.
+    odd = os.fsdecode(b"caf\xe9")
+    through = warden(env, "run", "dw", "--", "printf", "%s", odd)
+    assert through.returncode == 0 and through.stdout == b"caf\xe9"
+    assert daemon_pids(home), "the commands did not go through a daemon"
+
+
+def test_the_command_runs_in_a_child_of_the_daemon(env: dict[str, str]) -> None:
+    home = served(env)
+    proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sleep", "5"], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        # The daemon and its child for this command (the client is not the one running it).
+        wait_until(lambda: len(daemon_pids(home)) >= 2, timeout=10, message="no child of the daemon ran it")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_ctrl_c_and_a_killed_client_stop_the_command(env: dict[str, str]) -> None:
+    home = served(env)
+    ws = home / "workspaces" / "dw"
+    for how, status in ((signal.SIGINT, 130), (signal.SIGKILL, -9)):
+        mark = ws / f"after-{how.name}"
+        mark.unlink(missing_ok=True)
+        proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sh", "-c", f"echo started; sleep 3; touch {mark.name}"],
+                                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"started\n"
+        proc.send_signal(how)
+        assert proc.wait(timeout=30) == status, proc.stderr.read() if proc.stderr else b""
+        time.sleep(4)  # past the command's own end, had it gone on
+        assert not mark.exists(), f"the command went on after {how.name}"
+        wait_until(lambda: len(daemon_pids(home)) == 1, timeout=10, message="the daemon's child lived on")
+
+
+def test_another_environment_or_changed_code_is_run_by_the_client_itself(env: dict[str, str]) -> None:
+    home = served(env)
+    log = home / "run" / "daemon.log"
+    other = warden(env, "run", "dw", "--", "sh", "-c", "echo fine", extra={"WARDEN_SOMETHING": "else"})
+    assert (other.returncode, other.stdout) == (0, b"fine\n")
+    assert "environment differs" in log.read_text() and "WARDEN_SOMETHING" in log.read_text()
+    before = daemon_pids(home)[0]
+    # The code on disk changes (an upgrade): the daemon takes no more commands and ends.
+    module = Path(daemon_module.__file__)
+    stat = module.stat()
+    os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    try:
+        changed = warden(env, "run", "dw", "--", "sh", "-c", "echo still fine")
+        assert (changed.returncode, changed.stdout) == (0, b"still fine\n")
+        assert "code changed" in log.read_text()
+        wait_until(lambda: before not in daemon_pids(home), timeout=10, message="the stale daemon lived on")
+    finally:
+        os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def test_only_its_owner_reaches_it(env: dict[str, str]) -> None:
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("needs root to act as another user")
+    home = served(env)
+    path, _ = daemon_paths(str(home))
+    # Even through a path anyone may use (a link to the socket in /tmp, the socket's mode opened
+    # to all), the daemon serves no other user: it checks the peer's credentials.
+    door = Path(f"/tmp/warden-daemon-door-{os.getpid()}.sock")
+    os.link(path, door)
+    mode = door.stat().st_mode & 0o7777
+    try:
+        door.chmod(0o777)
+        # The system interpreter and our sources (this test's own interpreter may be out of its reach).
+        src = str(Path(daemon_module.__file__).parents[3])
+        probe = "\n".join([
+            f"import sys; sys.path.insert(0, {src!r})",
+            "import socket",
+            "from warden.interfaces.cli.entry import send_frame, encode_request, recv_frame",
+            f"s = socket.socket(socket.AF_UNIX); s.connect({str(door)!r})",
+            "try:",
+            "    send_frame(s, encode_request(['run', 'dw', '--', 'touch', 'by-nobody'], {}, '/'), (0, 1, 2))",
+            "    print(recv_frame(s)[0])",
+            "except OSError as exc:",
+            "    print('closed', type(exc).__name__)",
+        ])
+        out = subprocess.run([str(shutil.which("runuser")), "-u", "nobody", "--", "/usr/bin/python3", "-I", "-c",
+                              probe], capture_output=True, timeout=30, check=False)
+    finally:
+        door.chmod(mode)
+        door.unlink()
+    if b"No module named" in out.stderr or b"Permission denied: '/" in out.stderr:
+        pytest.skip(f"the checkout is not readable by nobody: {out.stderr.strip()[-200:]!r}")
+    # Closed on it at once: nothing answered, nothing ran.
+    assert out.stdout.strip() in (b"None", b"closed BrokenPipeError", b"closed ConnectionResetError"), out
+    assert not (home / "workspaces" / "dw" / "by-nobody").exists()
+
+
+def test_a_daemon_killed_mid_run_costs_the_client_nothing(env: dict[str, str]) -> None:
+    home = served(env)
+    proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sh", "-c", "echo started; sleep 1; echo done; exit 5"],
+                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"started\n"
+    daemon = min(daemon_pids(home))
+    os.kill(daemon, signal.SIGKILL)
+    assert proc.wait(timeout=30) == 5
+    assert proc.stdout.read() == b"done\n"
+    # The next client starts a new daemon (the dead one's socket is taken over).
+    assert warden(env, "run", "dw", "--", "true").returncode == 0
+    wait_until(lambda: daemon_pids(home) and daemon not in daemon_pids(home), timeout=30,
+               message="no new daemon")
+
+
+def test_two_clients_at_once_start_one_daemon_and_an_idle_one_ends(env: dict[str, str]) -> None:
+    home = Path(env["WARDEN_HOME"])
+    stop_daemon(home)
+    quick = {**env, "WARDEN_DAEMON_IDLE": "2"}
+    procs = [subprocess.Popen([*WARDEN, "run", "dw", "--", "sh", "-c", f"exit {n}"], env=quick,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for n in range(4)]
+    assert [p.wait(timeout=60) for p in procs] == [0, 1, 2, 3]
+    wait_until(lambda: len(daemon_pids(home)) == 1, timeout=30, message="not exactly one daemon")
+    path, _ = daemon_paths(str(home))
+    wait_until(lambda: not daemon_pids(home) and not os.path.exists(path), timeout=30,
+               message="the idle daemon did not end and remove its socket")
+
+
+def test_a_terminal_on_stdin_or_wardens_switch_keeps_the_command_here(env: dict[str, str]) -> None:
+    home = served(env)
+    off = warden(env, "run", "dw", "--", "true", extra={"WARDEN_DAEMON": "0"})
+    assert off.returncode == 0
+    # With the daemon off nothing goes through it: its count of children stays at none.
+    proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sleep", "3"], env={**env, "WARDEN_DAEMON": "0"},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert poll(lambda: len(daemon_pids(home)) > 1, timeout=2) is False
+    finally:
+        proc.kill()
+        proc.wait()
+    # A terminal on stdin: Ctrl-C there must reach the program, as in a run alone.
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sleep", "3"], env=env, stdin=slave,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert poll(lambda: len(daemon_pids(home)) > 1, timeout=2) is False
+        finally:
+            proc.kill()
+            proc.wait()
+    finally:
+        os.close(master)
+        os.close(slave)
