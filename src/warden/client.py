@@ -387,15 +387,19 @@ class RemoteProcesses:
         import time
 
         deadline = None if timeout is None else time.monotonic() + timeout
-        pause = 0.05
         while True:
-            info = self.get(process_id)
+            # The server holds each request until the process ends or up to 30 s (its long poll).
+            left = 30.0 if deadline is None else min(deadline - time.monotonic(), 30.0)
+            if left <= 0:
+                info = self.get(process_id)
+            else:
+                info = ProcessInfo.of(self._ws.client.request(
+                    "GET", self._path(f"/{process_id}/wait"), params={"timeout": f"{max(left, 0.001):.3f}"},
+                    timeout=left + 30.0).json())
             if not info.running:
                 return info
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimedOut(f"process {process_id} still runs after {timeout:g} s")
-            time.sleep(pause if deadline is None else max(min(pause, deadline - time.monotonic()), 0.0))
-            pause = min(pause * 2, 0.5)
 
 
 class RemoteProcess:

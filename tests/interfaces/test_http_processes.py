@@ -181,6 +181,37 @@ def test_raw_http_shapes(world: World) -> None:
     stdin = httpx.post(f"{base}/exec", json={"cmd": ["cat"], "background": True, "stdin": "x"}, headers=headers,
                        timeout=30)
     assert stdin.status_code == 400
+    both = httpx.post(f"{base}/exec", json={"cmd": ["true"], "background": True, "stream": True}, headers=headers,
+                      timeout=30)
+    assert both.status_code == 400 and both.json()["error"]["code"] == "invalid"
+    assert "logs?follow=true" in both.json()["error"]["message"]
+
+
+def test_wait_is_a_long_poll(world: World) -> None:
+    base = f"{world.server.url}/v1/workspaces/shared"
+    headers = {"Authorization": f"Bearer {world.tokens['carol']}"}
+    started = httpx.post(f"{base}/exec", json={"cmd": ["sh", "-c", "sleep 1.5; exit 6"], "background": True},
+                         headers=headers, timeout=60).json()["id"]
+    # Still running when its wait runs out: the view as it is, 200, `running`.
+    before = time.monotonic()
+    early = httpx.get(f"{base}/processes/{started}/wait", params={"timeout": "0.3"}, headers=headers, timeout=30)
+    assert early.status_code == 200 and early.json()["status"] == "running"
+    assert 0.25 <= time.monotonic() - before < 1.4
+    # Answered as soon as it ends, not at the timeout's end.
+    ended = httpx.get(f"{base}/processes/{started}/wait", params={"timeout": "30"}, headers=headers, timeout=60)
+    assert ended.status_code == 200 and ended.json()["exit_code"] == 6
+    assert time.monotonic() - before < 10
+    for bad in ("0", "31", "x"):
+        assert httpx.get(f"{base}/processes/{started}/wait", params={"timeout": bad}, headers=headers,
+                         timeout=30).status_code in (400, 422)
+    # Another bot's process is not found, as with every other process route.
+    other = httpx.get(f"{base}/processes/{started}/wait", params={"timeout": "1"},
+                      headers={"Authorization": f"Bearer {world.tokens['bob']}"}, timeout=30)
+    assert other.status_code == 404
+    # The SDK's wait uses it: it returns once the process ends.
+    ws = world.ws("carol")
+    process = ws.run(["sh", "-c", "sleep 0.5; exit 2"], background=True)
+    assert ws.processes.wait(process.id, timeout=30).exit_code == 2
 
 
 def test_revoking_a_grant_ends_its_processes(world: World) -> None:

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from warden.core.durations import parse_duration
-from warden.core.errors import Conflict, Denied, InvalidInput, Unavailable
+from warden.core.errors import Conflict, Denied, InvalidInput, TimedOut, Unavailable
 from warden.core.grants import PERMISSIONS, effective
 from warden.core.network import parse_rule, uncovered
 from warden.services.auth import DENIED
@@ -542,6 +542,18 @@ class BotRequestService:
         live = self._processes()
         live.get(name, process_id, principal=principal.actor)  # NotFound now, not mid-stream
         return live.follow(name, process_id, principal=principal.actor)
+
+    def wait_process(self, principal: Principal, name: str, process_id: str, timeout: float, *,
+                     trail: Trail = UNTRACED) -> ProcessView:
+        """The process once it has ended, or as it is after `timeout` seconds (a long poll: the
+        caller asks again while it runs)."""
+        self._authorize(principal, name, "execute", trail, whole_workspace=True)
+        trail.note(process=process_id)
+        live = self._processes()
+        try:
+            return live.wait(name, process_id, timeout, principal=principal.actor)
+        except TimedOut:
+            return live.get(name, process_id, principal=principal.actor)
 
     def kill_process(self, principal: Principal, name: str, process_id: str, sig: int, *,
                      trail: Trail = UNTRACED) -> ProcessView:

@@ -29,7 +29,10 @@ if TYPE_CHECKING:
     from warden.core.live import Chunk, ProcessView
     from warden.services.bot_requests import BotRequestService
 
-__all__ = ["ProcessRoutes", "router"]
+__all__ = ["MAX_WAIT_S", "ProcessRoutes", "router"]
+
+# A wait holds a server thread: at most this long per request (the SDK asks again).
+MAX_WAIT_S = 30.0
 
 NDJSON = "application/x-ndjson"
 ProcessId = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$", description="a process id, as exec answered it")]
@@ -98,6 +101,16 @@ class ProcessRoutes:
                                    dropped=LogsDropped(stdout=logs.dropped_stdout, stderr=logs.dropped_stderr))
         return StreamingResponse(_events(chunks, self.requests.settings.max_output), media_type=NDJSON)
 
+    def wait(self, name: WorkspaceName, process_id: ProcessId, token: Token,
+             timeout: Annotated[float, Query(gt=0, le=MAX_WAIT_S,
+                                             description=f"seconds to wait, at most {MAX_WAIT_S:g}")] = MAX_WAIT_S,
+             ) -> ProcessBody:
+        """The process once it has ended, or as it is after `timeout` seconds (still `running`:
+        ask again). Holds one of the server's threads meanwhile, hence the bound."""
+        with Call(self.app, "process.wait", name) as call:
+            principal = call.authenticate(token_of(token))
+            return _body(self.requests.wait_process(principal, name, process_id, timeout, trail=call))
+
     def kill(self, name: WorkspaceName, process_id: ProcessId, token: Token,
              signal: Annotated[str, Query(max_length=8, description="TERM (default), KILL, INT, HUP, …")] = "TERM",
              ) -> ProcessBody:
@@ -123,6 +136,8 @@ def router(app: App) -> APIRouter:
         response_model=ProcessLogs, tags=["processes"],
         responses={200: {"content": {NDJSON: {"schema": {"type": "string"}}},
                          "description": "with follow=true, one JSON object a line as the output comes"}})
+    add("/v1/workspaces/{name}/processes/{process_id}/wait", threaded(routes.wait), methods=["GET"],
+        response_model=ProcessBody, tags=["processes"])
     add("/v1/workspaces/{name}/processes/{process_id}", threaded(routes.kill), methods=["DELETE"],
         response_model=ProcessBody, tags=["processes"])
     return api

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Path, Response, Security, WebSocket
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
+from warden.core.errors import InvalidInput
 from warden.core.grants import PERMISSIONS
 from warden.interfaces.http.calls import Call, threaded
 from warden.interfaces.http.models import (
@@ -159,6 +160,9 @@ class BotRoutes:
         from fastapi.responses import JSONResponse
 
         with Call(self.app, "exec", name) as call:
+            if body.stream:
+                raise InvalidInput('"stream" and "background" do not go together: a background process\'s '
+                                   "output is followed with GET …/processes/ID/logs?follow=true")
             view = self.requests.start(call.authenticate(token_of(token)), name, command_of(body), trail=call,
                                        busy=self.exec_slots.counts)
             return JSONResponse({"id": view.id}, status_code=202)
