@@ -263,3 +263,37 @@ def test_a_terminal_on_stdin_or_wardens_switch_keeps_the_command_here(env: dict[
     finally:
         os.close(master)
         os.close(slave)
+
+
+def test_closed_streams_and_a_parents_signals_end_it_as_a_run_alone_would(env: dict[str, str]) -> None:
+    home = served(env)
+    ws = home / "workspaces" / "dw"
+    shell = " ".join(WARDEN)
+    for mode in ("0", "1"):
+        for closed in (">&-", "2>&-", "<&-"):
+            mark = f"mark-{mode}-{len(closed)}"
+            # A closed stdout or stderr once gave a traceback, or a silent 1 with the command never run.
+            proc = subprocess.run(["sh", "-c", f"exec {shell} run dw -- sh -c 'touch {mark}; echo ran' {closed}"],
+                                  env={**env, "WARDEN_DAEMON": mode}, capture_output=True, timeout=60, check=False)
+            assert proc.returncode == 0 and b"Traceback" not in proc.stderr, (mode, closed, proc)
+            assert (ws / mark).exists(), (mode, closed)
+        for how in (signal.SIGTERM, signal.SIGHUP):
+            run = subprocess.Popen([*WARDEN, "run", "dw", "--", "sh", "-c", "echo started; sleep 30"],
+                                   env={**env, "WARDEN_DAEMON": mode}, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            assert run.stdout is not None and run.stdout.readline() == b"started\n"
+            run.send_signal(how)
+            # Killed by it, both ways: a parent sees the same death.
+            assert run.wait(timeout=30) == -how, (mode, how.name)
+
+
+def test_a_variable_warden_does_not_read_keeps_the_fast_way(env: dict[str, str]) -> None:
+    home = served(env)
+    extra = {**env, "SSH_CONNECTION": "10.0.0.1 5 10.0.0.2 22", "VIRTUAL_ENV": "/somewhere", "WARDEN_DAEMON": "1"}
+    proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sleep", "3"], env=extra, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: len(daemon_pids(home)) >= 2, timeout=10, message="it did not go through the daemon")
+    finally:
+        proc.kill()
+        proc.wait()

@@ -150,6 +150,27 @@ def test_run_as_token_env_injects_the_grants_secrets(ws: Any) -> None:
     assert token not in str(audit) and "run-secret-value" not in str(audit)
 
 
+def test_run_as_token_env_reaches_only_what_its_grant_allows(ws: Any) -> None:
+    # It once followed the person's --net and network settings, not the grant's domains.
+    assert ws("config", "set", "network.allowed_domains", "person.example").code == 0
+    assert ws("bot", "register", "net-bot").code == 0
+    token = ws("grant", "demo", "net-bot", "--permissions", "execute", "--allow-domain", "pypi.org").stdout.strip()
+    as_bot = {"WARDEN_TOKEN": token}
+    beyond = ws("run", "demo", "--as-token-env", "--net", "allow", "--allow-domain", "example.com", "--", "true",
+                env=as_bot)
+    assert beyond.code == 126 and "does not allow network to example.com" in beyond.stderr
+    # The person's allowed domains are not the bot's: naming none, it has no network at all.
+    persons = ws("run", "demo", "--as-token-env", "--net", "allow", "--allow-domain", "person.example", "--",
+                 "true", env=as_bot)
+    assert persons.code == 126 and "person.example" in persons.stderr
+    within = ws("run", "demo", "--as-token-env", "--allow-domain", "pypi.org", "--json", "--", "sh", "-c",
+                'echo "$HTTPS_PROXY"', env=as_bot)
+    assert within.code == 0 and within.json["data"]["stdout"].startswith("http://127.0.0.1:")
+    quiet = ws("run", "demo", "--as-token-env", "--json", "--", "sh", "-c", 'echo "[$HTTPS_PROXY]"', env=as_bot)
+    assert quiet.code == 0 and quiet.json["data"]["stdout"] == "[]\n"
+    assert ws("config", "set", "network.allowed_domains", "").code == 0
+
+
 def test_grant_to_a_zone_the_workspace_lacks(ws: Any) -> None:
     result = ws("grant", "demo", "zone-bot", "--permissions", "read", "--zones", "nozone", "--json")
     assert result.code == 2 and "no zone nozone" in result.json["error"]["message"]

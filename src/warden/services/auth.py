@@ -140,8 +140,9 @@ class AuthService:
             return ()
         return effective(principal.chain).secrets
 
-    def run_as_token(self, token: str | None, workspace: str) -> tuple[str, dict[str, str]]:
-        """`warden run --as-token-env`: the actor and secret environment of a grant token's run.
+    def run_as_token(self, token: str | None, workspace: str) -> tuple[str, dict[str, str], tuple[str, ...]]:
+        """`warden run --as-token-env`: the actor, secret environment and network (the domains
+        its `--allow-domain` may name) of a grant token's run.
 
         The token must hold `execute` on `workspace` (whole, not zone-limited); the secrets its
         grant names are decrypted for the run's environment. A refusal is audited and answered
@@ -162,4 +163,4 @@ class AuthService:
         audit.record(actor=principal.actor, action="run.as_token", target=workspace, decision="allow",
                      rule="grant.allow", detail={"secret_names": sorted(injection.env),
                                                  "missing_secrets": list(injection.missing)})
-        return principal.actor, injection.env
+        return principal.actor, injection.env, tuple(effective(principal.chain).domains)

@@ -74,17 +74,22 @@ def _run(ctx: Context, args: argparse.Namespace) -> Output:
     # Standard input passes through as it is (a terminal, a file or a pipe).
     stdin = sys.stdin.fileno() if sys.stdin is not None and not sys.stdin.closed else None
     env, actor, timeout = _env(args.env), "user", _timeout(args.timeout)
+    net, grant_domains = args.net, None
     if args.as_token_env:
         try:
-            actor, secrets = ctx.app.auth.run_as_token(ctx.environ.get("WARDEN_TOKEN"), args.name)
+            actor, secrets, domains = ctx.app.auth.run_as_token(ctx.environ.get("WARDEN_TOKEN"), args.name)
         except WardenError as exc:
             raise Refused.of(exc) from None  # the command never started: `warden run` exits 126
         env.update(secrets)  # a grant's secrets win over --env of the same name
+        # The bot's network, as over HTTP: what its grant allows and this run names, never the
+        # person's settings (network.allowed_domains); none unless it names some.
+        grant_domains = domains
+        net = net or ("allow" if args.allow_domain else "none")
     from warden.services.runs import RunOutput, RunRequest
 
     request = RunRequest(args.name, command, timeout=timeout, memory=args.memory, cpu=args.cpu, pids=args.pids,
-                         net=args.net, allow_domains=args.allow_domain, env=env, stdin=stdin,
-                         session=args.session, actor=actor, cwd=args.cwd)
+                         net=net, allow_domains=args.allow_domain, env=env, stdin=stdin,
+                         session=args.session, actor=actor, cwd=args.cwd, grant_domains=grant_domains)
     if args.detach:
         from warden.interfaces.cli.cmd_process import start_detached
 

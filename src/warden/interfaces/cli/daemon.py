@@ -40,9 +40,13 @@ from warden.interfaces.cli.entry import daemon_paths, decode_request, recv_frame
 
 __all__ = ["Daemon", "main"]
 
-# Variables of a terminal or a shell, not of Warden: a client may differ from the daemon in these.
-_VOLATILE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES", "TERM", "WINDOWID", "TMUX_PANE",
-                       "SSH_TTY", "GPG_TTY", "PS1", "PS2", "PROMPT_COMMAND"})
+# What a child may have inherited from the daemon's own start rather than its client's environment
+# (which it takes whole): where Python finds modules, the locale its streams were made with, where
+# bwrap and the home are looked up, Warden's own settings. A client that differs in one of these
+# runs its command itself; any other variable (SSH_CONNECTION, VIRTUAL_ENV, TERM…) just passes on.
+_SAME = ("PATH", "HOME", "TMPDIR", "LANG", "LANGUAGE")
+_SAME_PREFIXES = ("LC_", "PYTHON", "WARDEN_")
+_OURS = frozenset({"WARDEN_DAEMON", "WARDEN_DAEMON_IDLE"})  # the client's switch, not a setting
 _MAX_REPORT = 60_000  # bytes of new module names a child reports (a pipe holds 64 KiB)
 _LOG_BYTES = 1 << 20
 _STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}
@@ -63,7 +67,8 @@ def code_stamp() -> str:
 
 
 def _own(environ: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in environ.items() if k not in _VOLATILE}
+    return {k: v for k, v in environ.items()
+            if (k in _SAME or k.startswith(_SAME_PREFIXES)) and k not in _OURS}
 
 
 @dataclass

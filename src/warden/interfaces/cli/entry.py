@@ -180,8 +180,10 @@ def _through_daemon(argv: Sequence[str], home: str) -> int | None:
         if word != "pid" or not value.isdigit():
             return None  # a stale daemon (other code, another environment): it says why in its log
         child = int(value)
+        received: list[int] = []
 
         def forward(sig: int, _frame: object) -> None:
+            received.append(sig)
             try:  # noqa: SIM105 - as above
                 os.kill(child, sig)
             except OSError:
@@ -195,7 +197,15 @@ def _through_daemon(argv: Sequence[str], home: str) -> int | None:
             except (OSError, ValueError):
                 word, value = "", ""
             if word == "status" and value.lstrip("-").isdigit():
-                return int(value)
+                status = int(value)
+                # Killed by a signal it passed on (SIGTERM, SIGHUP, SIGQUIT; SIGINT is Warden's
+                # "interrupted", 130): this process ends by it too, as one running the command
+                # itself would, so its parent sees the same death.
+                for got in received:
+                    if got != signal.SIGINT and status == 128 + got:
+                        signal.signal(got, signal.SIG_DFL)
+                        os.kill(os.getpid(), got)
+                return status
             if word != "pid":
                 sys.stderr.write("warden: the daemon's runner ended without the command's status\n")
                 return 1
@@ -215,7 +225,25 @@ def _start_daemon(home: str) -> None:
         pass  # the command runs here all the same
 
 
+def _standard_streams() -> None:
+    """A closed stdin, stdout or stderr (`warden run … >&-`) becomes /dev/null, as for a
+    daemon: Python leaves its stream None, and nothing Warden writes may then fail."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False))  # noqa: SIM115 - the process's own stream
+
+
 def main() -> NoReturn:
+    _standard_streams()
     argv = sys.argv[1:]
     if _wanted(argv):
         status = _through_daemon(argv, _home(argv))
