@@ -90,7 +90,7 @@ def test_a_detached_server_is_reached_by_the_next_command(cli: Cli, ws: str) -> 
     assert cli("wait", ws, server).code == 128 + 15
     # Still there once it has ended and been collected.
     assert "GET / HTTP" in cli("logs", ws, server).stderr
-    assert cli("kill", ws, server).code == 3  # it has ended: nothing to signal
+    assert cli("kill", ws, server).code == 5  # it has ended: nothing to signal (a conflict, not a policy)
 
 
 def test_wait_gives_the_status_and_logs_follow_to_the_end(cli: Cli, ws: str) -> None:
@@ -136,7 +136,7 @@ def test_a_background_process_keeps_its_own_timeout_and_limits(cli: Cli, ws: str
 def test_refusals_exit_126_and_name_what_to_do(cli: Cli, ws: str) -> None:
     assert cli("run", "no-such-ws", "--detach", "--", "true").code == 126
     tty = cli("run", ws, "--detach", "--tty", "--", "sh")
-    assert tty.code == 126 and "--detach and --tty" in tty.stderr
+    assert tty.code == 2 and "--detach and --tty" in tty.stderr  # a usage error
     assert cli("logs", ws, "not-an-id").code == 2
     assert cli("logs", ws, "0123456789abcdef").code == 4
     assert cli("ps", "no-such-ws").code == 4

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from warden.core.errors import Denied, NotFound, TimedOut, Unavailable
+from warden.core.errors import Conflict, NotFound, TimedOut, Unavailable
 from warden.core.live import (
     RING_BYTES,
     Chunk,
@@ -589,8 +589,9 @@ class LiveSandboxService:
         seconds) its outcome is recorded."""
         process = self._process(workspace, process_id, principal)
         if not process.running:
-            raise Denied(f"process {process_id} has ended ({process.status}); nothing to signal",
-                         rule="process.ended")
+            # The process's state, not a policy, stands in the way: conflict (exit 5, HTTP 409).
+            raise Conflict(f"process {process_id} has ended ({process.status}); nothing to signal",
+                           rule="process.ended")
         sandbox = self._sandbox_of(process)
         self._sandboxes.signal(sandbox, process, sig)
         self._audit.record(actor=actor, action="process.kill", target=workspace, decision="allow", rule="sandbox",

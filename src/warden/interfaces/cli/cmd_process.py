@@ -57,7 +57,8 @@ def _known(ctx: Context, name: str) -> None:
 def start_detached(ctx: Context, request: RunRequest, *, tty: bool = False) -> Output:
     """`warden run NAME --detach -- CMD`: start it, print its id."""
     if tty:
-        raise Refused.of(InvalidInput("--detach and --tty do not go together: a background process has no terminal"))
+        # A usage error (2), not a refusal to start (126): the command line itself is wrong.
+        raise InvalidInput("--detach and --tty do not go together: a background process has no terminal")
     request = dataclasses.replace(request, stdin=None)  # a background process reads nothing
     try:
         runs = ctx.app.runs
