@@ -104,6 +104,15 @@ def test_zone_configuration_applies_to_the_cli(cli: Cli, demo: Path) -> None:
     assert blocked.code == 3 and "zone final blocks delete" in blocked.stderr
 
 
+def test_a_read_only_zone_without_its_folder_is_read_only_in_the_first_run(cli: Cli, demo: Path) -> None:
+    (demo / ".warden").mkdir(exist_ok=True)
+    (demo / ".warden" / "zones.yaml").write_text("zones:\n  reports: {mode: ro}\n")
+    assert not (demo / "reports").exists()
+    out = cli("run", demo.name, "--", "sh", "-c", "mkdir -p reports; echo x > reports/r.md || echo refused")
+    assert out.code == 0 and "refused" in out.stdout, out.stderr
+    assert (demo / "reports").is_dir() and not (demo / "reports" / "r.md").exists()
+
+
 def test_python_api_files(home: Path, environ: dict[str, str]) -> None:
     from warden import Warden
 

@@ -261,3 +261,30 @@ def test_as_root_a_cgroup_the_kernel_refuses_refuses_the_command(monkeypatch: py
     with pytest.raises(Unavailable, match="No space left on device"):
         sandbox(["touch", "ran"])
     assert not (workspace / "ran").exists()
+
+
+def test_a_read_only_zone_holds_from_the_first_run_and_cannot_be_renamed_away(sandbox: Run, workspace: Path) -> None:
+    # The zone's folder did not exist yet: the command once made it and wrote in it, read-only
+    # only from the next run on.
+    zone = workspace / "docs" / "final"
+    out = sandbox(["sh", "-c", "mkdir -p docs/final; echo x > docs/final/new || echo refused"],
+                  spec_kw={"ro_zones": [str(zone)]})
+    assert "refused" in out.stdout and zone.is_dir() and not (zone / "new").exists()
+    (zone / "kept.txt").write_text("the person's")
+    # A rename of a folder above it would take the mount along and free the zone's name for a
+    # new, writable folder from the next run on.
+    out = sandbox(["sh", "-c", "mv docs elsewhere || echo pinned; mkdir -p docs/final; "
+                               "echo x > docs/final/kept.txt || echo refused"],
+                  spec_kw={"ro_zones": [str(zone)]})
+    assert "pinned" in out.stdout and "refused" in out.stdout
+    assert (zone / "kept.txt").read_text() == "the person's" and not (workspace / "elsewhere").exists()
+
+
+def test_a_link_where_a_read_only_zone_is_refuses_the_run(sandbox: Run, workspace: Path) -> None:
+    from warden.core.errors import Denied
+
+    (workspace / "real").mkdir()
+    (workspace / "docs").symlink_to("real")
+    with pytest.raises(Denied, match="symlink where a read-only zone is"):
+        sandbox(["touch", "ran"], spec_kw={"ro_zones": [str(workspace / "docs" / "final")]})
+    assert not (workspace / "ran").exists() and not (workspace / "real" / "final").exists()

@@ -7,7 +7,9 @@ name, ~50 µs) instead of running `bwrap --help`.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
@@ -22,7 +24,7 @@ from warden.core.bwrap_argv import (
     SandboxSpec,
     sandbox_path,
 )
-from warden.core.errors import Denied, InvalidInput
+from warden.core.errors import Denied, InvalidInput, Unavailable
 from warden.core.shell_env import refuse_shell_startup_env
 
 __all__ = [
@@ -163,6 +165,35 @@ def _protected(workspace: str, extra: Iterable[str] = ()) -> tuple[list[str], li
     return protected, pinned
 
 
+def _zone_folder(workspace: str, zone: str) -> None:
+    """Make the zone's missing folders beneath the workspace, no link followed; Denied when a
+    component is a link or not a folder (the mount would land elsewhere, or nowhere)."""
+    fd = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in os.path.relpath(zone, workspace).split("/"):
+            if part in ("", ".", ".."):
+                raise Denied(f"zone {zone} is not inside the workspace", rule="sandbox.zone_path")
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o755, dir_fd=fd)
+            try:
+                nxt = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as exc:
+                raise Unavailable(f"zone {zone} changed while the sandbox was being set up ({exc.strerror}); "
+                                  "run the command again", rule="sandbox.setup_raced") from None
+            os.close(fd)
+            fd = nxt
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISLNK(mode):
+                raise Denied(f"{os.path.join(workspace, os.path.relpath(zone, workspace))} is a symlink where "
+                             "a read-only zone is: replace the link with the real folder",
+                             rule="sandbox.protected_symlink")
+            if not stat.S_ISDIR(mode):
+                raise Denied(f"read-only zone {zone} is not a folder: move the file away",
+                             rule="sandbox.zone_not_folder")
+    finally:
+        os.close(fd)
+
+
 def _pins_between(path: str, writable_roots: Iterable[str]) -> list[str]:
     """The real folders strictly between the innermost writable root holding `path` and it."""
     roots = [r for r in writable_roots if path != r and _under(path, r)]
@@ -236,7 +267,16 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
         # root and the denied path are pinned (bound onto themselves, so a mount point that
         # cannot be renamed): else `mv a b` takes the denied file along to where no mask is.
         pinned += _pins_between(path, [ws, *(b.path for b in binds if b.mode == "rw")])
-    zones = [z for z in ro_zones if _under(z, ws) and os.path.isdir(z) and not os.path.islink(z)]
+    zones = []
+    for zone in dict.fromkeys(ro_zones):
+        if not _under(zone, ws) or zone == ws:
+            continue
+        # A read-only zone is mounted read-only even before it has a folder (one the command
+        # could make and fill in this very run), and the folders above it are pinned (a rename
+        # of one would take the mount along and leave the zone's name free for a new folder).
+        _zone_folder(ws, zone)
+        zones.append(zone)
+        pinned += _pins_between(zone, [ws, *(b.path for b in binds if b.mode == "rw")])
     return SandboxSpec(
         workspace=ws, command=tuple(command), env=full_env, cwd=cwd,
         system_ro=system_ro, system_links=system_links, etc=etc, etc_links=etc_links,
