@@ -8,6 +8,7 @@ mid-run costs the client nothing."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -297,3 +298,23 @@ def test_a_variable_warden_does_not_read_keeps_the_fast_way(env: dict[str, str])
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_it_looks_after_the_homes_live_sandboxes(env: dict[str, str]) -> None:
+    # Without a server running, a background process's end was audited only once someone
+    # looked at it (`warden ps`, `logs`, `wait`); the daemon now looks every few seconds.
+    home = Path(env["WARDEN_HOME"])
+    stop_daemon(home)
+    quick = {**env, "WARDEN_DAEMON_SWEEP": "1"}
+    served(quick)
+    started = warden(quick, "run", "dw", "--detach", "--", "sh", "-c", "exit 4")
+    assert started.returncode == 0, started.stderr
+    process_id = started.stdout.decode().strip()
+
+    def audited() -> bool:
+        shown = warden(quick, "audit", "--limit", "20", "--json", extra={"WARDEN_DAEMON": "0"})
+        return any(e["action"] == "run" and e.get("detail", {}).get("run_id") == process_id
+                   and e.get("detail", {}).get("exit_code") == 4 for e in json.loads(shown.stdout)["data"])
+
+    wait_until(audited, timeout=30, interval=0.5, message="the background process's end was not audited")
+    stop_daemon(home)

@@ -8,6 +8,10 @@ client's command line: the same code a `warden run` runs by itself, so the same 
 leases and sandbox, minus the imports. The child sends the status; the daemon sends it for a
 child killed by a signal, and interrupts a child whose client went away.
 
+While the home has live sandboxes it stays, and every `WARDEN_DAEMON_SWEEP` seconds (15) a
+child looks at them as `warden serve` does: ended background processes get their outcome
+audited, idle or no longer allowed sandboxes are stopped.
+
 It holds no state a child could inherit wrongly: no registry connection, no thread, no open
 file but its socket, its lock and a wake-up pipe (closed in each child). What children import
 that it has not, it imports after them, so the second command starts warm. It ends when idle
@@ -76,7 +80,6 @@ class _Child:
     pid: int
     conn: socket.socket
     report: int
-    said: bool = False  # whether the child sent its status itself
 
 
 @dataclass
@@ -87,6 +90,8 @@ class Daemon:
     stamp: str = field(default_factory=code_stamp)
     children: dict[int, _Child] = field(default_factory=dict)
     draining: bool = False
+    sweep_s: float = 15.0
+    sweeper: int | None = None  # the child looking at the live sandboxes, while it runs
 
     def serve(self) -> int:
         path, lock_path = daemon_paths(self.home)
@@ -119,11 +124,21 @@ class Daemon:
         sel.register(wake_r, selectors.EVENT_READ, "wake")
         self._held = (lock, wake_r, wake_w, listener.fileno())
         last = time.monotonic()
+        next_sweep = last + self.sweep_s
         try:
-            while not (self.draining and not self.children):
-                timeout = None if self.children else max(last + self.idle_s - time.monotonic(), 0.0)
-                if timeout == 0.0:
+            while not (self.draining and not self.children and self.sweeper is None):
+                now = time.monotonic()
+                live = self._live_sandboxes()
+                if live:
+                    last = now  # it stays while the home has live sandboxes: it looks after them
+                    if now >= next_sweep:
+                        self._sweep()
+                        next_sweep = now + self.sweep_s
+                timeout = None if self.children else max(last + self.idle_s - now, 0.0)
+                if timeout == 0.0 and self.sweeper is None:
                     break  # idle
+                if live or self.sweeper is not None:
+                    timeout = max(min(timeout if timeout is not None else self.sweep_s, next_sweep - now), 0.05)
                 for key, _ in sel.select(timeout):
                     if key.data == "listener":
                         last = time.monotonic()
@@ -154,6 +169,47 @@ class Daemon:
 
     def _drain(self) -> None:
         self.draining = True
+
+    # -- the home's live sandboxes ---------------------------------------------------------------
+    def _live_sandboxes(self) -> bool:
+        """Whether the home has live sandboxes (each has a folder `run/sbx_…`)."""
+        try:
+            return any(name.startswith("sbx_") for name in os.listdir(os.path.join(self.home, "run")))
+        except OSError:
+            return False
+
+    def _sweep(self) -> None:
+        """In a child of its own (the daemon opens no registry): record what ended in the live
+        sandboxes, audit it, and stop those that sit idle or may no longer run, as `warden
+        serve` does while it runs (services/live.py `sweep`) — so a background process's
+        outcome is in the audit log without anyone asking."""
+        if self.sweeper is not None or self.draining:
+            return
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                signal.set_wakeup_fd(-1)
+                for fd in (*self._held, *(c.conn.fileno() for c in self.children.values()),
+                           *(c.report for c in self.children.values())):
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                for sig in (signal.SIGTERM, signal.SIGCHLD):
+                    signal.signal(sig, signal.SIG_DFL)
+                os.setsid()
+                from warden.bootstrap import bootstrap
+
+                app = bootstrap(self.home, environ=self.environ)
+                try:
+                    app.live.sweep()
+                finally:
+                    app.close()
+                status = 0
+            except BaseException as exc:
+                _log(self.home, f"the live sandbox sweep failed: {type(exc).__name__}: {exc}")
+            finally:
+                os._exit(status)
+        self.sweeper = pid
 
     # -- one request -------------------------------------------------------------------------
     def _accept(self, listener: socket.socket, sel: selectors.BaseSelector) -> None:
@@ -279,13 +335,16 @@ class Daemon:
             os.kill(child.pid, signal.SIGINT)
 
     def _reap(self, sel: selectors.BaseSelector) -> None:
-        while self.children:
+        while self.children or self.sweeper is not None:
             try:
                 pid, wait_status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
+            if pid == self.sweeper:
+                self.sweeper = None
+                continue
             child = self.children.pop(pid, None)
             if child is None:
                 continue
@@ -356,7 +415,11 @@ def main() -> None:
     except ValueError:
         idle = 900.0
     try:
-        raise SystemExit(Daemon(home, max(idle, 0.1)).serve())
+        sweep = float(os.environ.get("WARDEN_DAEMON_SWEEP", "15"))
+    except ValueError:
+        sweep = 15.0
+    try:
+        raise SystemExit(Daemon(home, max(idle, 0.1), sweep_s=max(sweep, 0.5)).serve())
     except OSError as exc:
         if exc.errno not in (errno.ENOENT, errno.EACCES):
             import traceback
