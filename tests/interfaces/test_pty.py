@@ -128,6 +128,34 @@ def test_warden_shell_echoes_resizes_interrupts_and_exits_with_the_shells_status
     assert proc.wait(30) == 3
 
 
+def test_warden_shell_opens_in_the_live_sandbox_of_a_detached_server(warden_on_a_terminal: Any,
+                                                                     home: dict[str, Any]) -> None:
+    # The shell once got a fresh sandbox: a server started with --detach was out of its reach.
+    # A live sandbox's /tmp is its own and kept between its commands: the shell sees the file.
+    server = cli_out(home["environ"], "run", "term", "--detach", "--", "sh", "-c",
+                     "echo from-the-server > /tmp/flag; exec sleep 300")
+    try:
+        proc, master, screen = warden_on_a_terminal("shell", "term")
+        screen.wait_for(PROMPT)
+        os.write(master, b"cat /tmp/fl''ag; stty size\n")
+        screen.wait_for(b"from-the-server\r\n30 100\r\n")
+        _set_size(master, 120, 40)
+        os.write(master, b"stty size\n")
+        screen.wait_for(b"40 120\r\n")
+        os.write(master, SLEEP)
+        screen.wait_for(b"sleeping\r\n")
+        os.write(master, b"\x03")  # Ctrl-C reaches the job in the live sandbox
+        os.write(master, b"echo alive-$?\n")
+        screen.wait_for(b"alive-130\r\n", timeout=20)
+        os.write(master, b"exit 4\n")
+        assert proc.wait(30) == 4
+        # The server lives on after the shell.
+        listed = cli_out(home["environ"], "ps", "term")
+        assert server in listed and "running" in listed
+    finally:
+        cli_out(home["environ"], "kill", "term", server, "--signal", "KILL")
+
+
 def test_warden_run_tty_gives_the_command_a_terminal(warden_on_a_terminal: Any) -> None:
     script = "test -t 0 && test -t 1 && stty size; read line; echo got-$line; exit 7"
     proc, master, screen = warden_on_a_terminal("run", "term", "--tty", "--", "sh", "-c", script)

@@ -146,8 +146,7 @@ class _LiveRunner:
         self._fresh = fresh
 
     def run(self, request: SandboxRequest) -> RunResult:
-        if request.terminal is not None:  # a terminal session gets a fresh sandbox of its own
-            return self._fresh.run(request)
+        # A terminal session too (`warden shell` reaches the servers a detached command runs).
         result = self._service.run_in_live(self._record, self._principal, request)
         return result if result is not None else self._fresh.run(request)
 

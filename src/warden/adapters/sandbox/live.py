@@ -549,7 +549,8 @@ class HostLiveSandboxes:
         timeout = request.limits.timeout_s + (0.0 if background else 5.0)  # a foreground one: Warden's own first
         channel.send({"op": "spawn", "id": process_id, "argv": list(request.argv),
                       "env": _command_env(request.workspace, self._environ, request.env), "cwd": cwd,
-                      "background": background, "timeout": timeout, "fds": names, "ring": ring}, fds)
+                      "background": background, "timeout": timeout, "fds": names, "ring": ring,
+                      "tty": request.terminal is not None}, fds)
         ns_pid = _parsed(parse_spawned, channel.frame())
         pidns = sandbox.meta.get("pidns")
         host_pid = _host_pid(sandbox.supervisor_pid, ns_pid, pidns if isinstance(pidns, int) else 0)
@@ -580,13 +581,19 @@ class HostLiveSandboxes:
     def run(self, sandbox: LiveSandbox, process_id: str, request: SandboxRequest) -> RunResult:
         """Run `request`'s command in the live sandbox to its end (a foreground command)."""
         channel = self._channel(sandbox)
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        ours = [out_r, err_r]
-        theirs = [out_w, err_w]
-        names = ["stdout", "stderr"]
         stdin = request.stdin
         pending = b""
+        ours: list[int] = []
+        theirs: list[int] = []
+        names: list[str] = []
+        if request.terminal is not None:
+            # A terminal session (`warden shell`): the pseudo-terminal's slave is the command's
+            # stdin, stdout, stderr and controlling terminal; the front end relays its master.
+            names, stdin = ["stdin", "stdout", "stderr"], None
+        else:
+            out_r, out_w = os.pipe2(os.O_CLOEXEC)
+            err_r, err_w = os.pipe2(os.O_CLOEXEC)
+            ours, theirs, names = [out_r, err_r], [out_w, err_w], ["stdout", "stderr"]
         if isinstance(stdin, bytes):
             in_r, in_w = os.pipe2(os.O_CLOEXEC)
             theirs.append(in_r)
@@ -598,6 +605,8 @@ class HostLiveSandboxes:
         group: cgroups.Cgroup | None = None
         try:
             fds = theirs + ([stdin] if isinstance(stdin, int) else [])
+            if request.terminal is not None:
+                fds = [request.terminal] * 3
             host_pid, group = self._spawn(sandbox, channel, process_id, request, background=False,
                                           names=names, fds=fds, ring=RING_BYTES)
             for fd in theirs:
@@ -647,13 +656,13 @@ class HostLiveSandboxes:
                 kill: Callable[[], None], ended: list[bool]) -> tuple[Exited | None, bool]:
         """Read the command's pipes and its supervisor's exit event until both are done, feeding
         stdin; at the deadline, kill it and drain briefly."""
-        out_r, err_r = ours[0], ours[1]
+        err_r = ours[1] if ours else -1  # no pipes on a terminal: its master is relayed
         in_w = ours[2] if len(ours) > 2 else None
         exited: Exited | None = None
         timed_out = False
         channel.sock.setblocking(False)
         with selectors.DefaultSelector() as sel:
-            for fd in (out_r, err_r):
+            for fd in ours[:2]:
                 os.set_blocking(fd, False)
                 sel.register(fd, selectors.EVENT_READ, "pipe")
             sel.register(channel.sock, selectors.EVENT_READ, "channel")
@@ -664,7 +673,7 @@ class HostLiveSandboxes:
                 else:
                     os.close(in_w)
                     ours.remove(in_w)
-            pipes_open = 2
+            pipes_open = len(ours[:2])
             # A quick command's end may have come in with the answer to `go`.
             exited, deadline = self._exit_from(channel, kill, ended, deadline)
             while pipes_open or exited is None:

@@ -478,7 +478,8 @@ class Supervisor:
                 pid = os.fork()
                 if pid == 0:  # the child: never returns
                     self.child(argv, env, cwd, [child_fds.get("stdin", devnull), child_fds.get("stdout", devnull),
-                                                child_fds.get("stderr", devnull)], go_r)
+                                                child_fds.get("stderr", devnull)], go_r,
+                               tty=bool(request.get("tty")) and "stdin" in child_fds)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
             os.close(go_r)
@@ -497,7 +498,8 @@ class Supervisor:
         self.send(conn, {"ok": True, "pid": pid})
 
     @staticmethod
-    def child(argv: list[str], env: dict[str, str], cwd: str, stdio: list[int], go_r: int) -> NoReturn:
+    def child(argv: list[str], env: dict[str, str], cwd: str, stdio: list[int], go_r: int, *,
+              tty: bool = False) -> NoReturn:
         try:
             os.setsid()
             # Python ignores these; a command expects them at their defaults, as after a shell.
@@ -507,6 +509,11 @@ class Supervisor:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
             for target, fd in enumerate(stdio):
                 os.dup2(fd, target, inheritable=True)
+            if tty:  # a terminal session: the pseudo-terminal becomes this new session's own
+                import fcntl
+                import termios
+
+                fcntl.ioctl(0, termios.TIOCSCTTY, 0)
             if os.read(go_r, 2) != b"go":  # Warden applies the limits before saying go
                 os._exit(125)
             os.closerange(3, 1 << 16)
