@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import gc
 import hashlib
 import importlib
 import io
@@ -377,6 +378,9 @@ class Daemon:
                 _log(self.home, f"importing {name} started a thread; the daemon ends")
                 self._drain()
                 return
+        # What is loaded now is kept out of the collector's sight: a collection in a child would
+        # otherwise walk (and so copy, page by page) every object it shares with the daemon.
+        gc.freeze()
 
 
 def _fresh_stdio() -> None:

@@ -18,17 +18,19 @@ started for the next.
 
 from __future__ import annotations
 
+import _socket
 import os
-import signal
-import socket
 import struct
 import sys
 
 # Not `from typing import TYPE_CHECKING`: this module starts every `warden` program, and each
-# import here is paid by every `warden run` (typing alone: 7 ms; json and contextlib too).
+# import here is paid by every `warden run` (typing alone: 7 ms; json and contextlib too; the
+# socket module 3 ms over the C module under it, which is all this needs; `signal` is imported
+# once the request is on its way, while the daemon's child starts the command).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from socket import socket as Socket
     from typing import NoReturn
 
 __all__ = ["MAX_FRAME", "daemon_paths", "decode_request", "encode_request", "main", "recv_frame", "reply",
@@ -36,35 +38,33 @@ __all__ = ["MAX_FRAME", "daemon_paths", "decode_request", "encode_request", "mai
 
 MAX_FRAME = 1 << 20  # a request is a command line and an environment: far below this
 _MAGIC = b"warden-run/1"
-# Signals a person or a supervisor sends to stop a command: passed on to the daemon's child.
-_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
-def send_frame(sock: socket.socket, payload: bytes, fds: Sequence[int] = ()) -> None:
+def send_frame(sock: Socket | _socket.socket, payload: bytes, fds: Sequence[int] = ()) -> None:
     """One length-prefixed frame, with descriptors (SCM_RIGHTS) on its first byte."""
     data = struct.pack("!I", len(payload)) + payload
     if fds:
         rights = struct.pack(f"{len(fds)}i", *fds)
-        sent = sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+        sent = sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
         data = data[sent:]
     if data:
         sock.sendall(data)
 
 
-def recv_frame(sock: socket.socket, *, max_fds: int = 0) -> tuple[bytes | None, list[int]]:
+def recv_frame(sock: Socket | _socket.socket, *, max_fds: int = 0) -> tuple[bytes | None, list[int]]:
     """The next frame and the descriptors that came with it; (None, []) at a clean end.
     Raises ValueError for anything else (too long, cut short, too many descriptors)."""
     fds: list[int] = []
     head = b""
     try:
         while len(head) < 4:
-            space = socket.CMSG_SPACE(max_fds * 4) if max_fds and not fds else 0
+            space = _socket.CMSG_SPACE(max_fds * 4) if max_fds and not fds else 0
             chunk, ancillary, flags, _ = sock.recvmsg(4 - len(head), space)
             for level, kind, data in ancillary:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
                     whole = len(data) - len(data) % 4
                     fds.extend(struct.unpack(f"{whole // 4}i", data[:whole]))
-            if flags & socket.MSG_CTRUNC:
+            if flags & _socket.MSG_CTRUNC:
                 raise ValueError("more descriptors than a request carries")
             if not chunk:
                 if head:
@@ -162,53 +162,64 @@ def _through_daemon(argv: Sequence[str], home: str) -> int | None:
     """The command's status, run by the daemon's child; None: run it here (and, when no daemon
     answered, one is started for the next command)."""
     path, _ = daemon_paths(home)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
     try:
         sock.connect(path)
     except OSError:
         sock.close()
         _start_daemon(home)
         return None
-    with sock:
+    try:
+        return _served(sock, argv)
+    finally:
+        sock.close()
+
+
+def _served(sock: _socket.socket, argv: Sequence[str]) -> int | None:
+    """The round trip on a connected socket: the request, the child's pid, its status."""
+    try:
+        send_frame(sock, encode_request(argv, dict(os.environ), os.getcwd()), (0, 1, 2))
+        word, value = _answer(recv_frame(sock)[0])
+    except (OSError, ValueError):
+        return None  # nothing was started: the command runs here
+    if word == "status":
+        return int(value)
+    if word != "pid" or not value.isdigit():
+        return None  # a stale daemon (other code, another environment): it says why in its log
+    child = int(value)
+    import signal
+
+    # Signals a person or a supervisor sends to stop a command: passed on to the daemon's child.
+    forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    received: list[int] = []
+
+    def forward(sig: int, _frame: object) -> None:
+        received.append(sig)
+        try:  # noqa: SIM105 - as above
+            os.kill(child, sig)
+        except OSError:
+            pass
+
+    for sig in forwarded:
+        signal.signal(sig, forward)
+    while True:
         try:
-            send_frame(sock, encode_request(argv, dict(os.environ), os.getcwd()), (0, 1, 2))
             word, value = _answer(recv_frame(sock)[0])
         except (OSError, ValueError):
-            return None  # nothing was started: the command runs here
-        if word == "status":
-            return int(value)
-        if word != "pid" or not value.isdigit():
-            return None  # a stale daemon (other code, another environment): it says why in its log
-        child = int(value)
-        received: list[int] = []
-
-        def forward(sig: int, _frame: object) -> None:
-            received.append(sig)
-            try:  # noqa: SIM105 - as above
-                os.kill(child, sig)
-            except OSError:
-                pass
-
-        for sig in _FORWARDED:
-            signal.signal(sig, forward)
-        while True:
-            try:
-                word, value = _answer(recv_frame(sock)[0])
-            except (OSError, ValueError):
-                word, value = "", ""
-            if word == "status" and value.lstrip("-").isdigit():
-                status = int(value)
-                # Killed by a signal it passed on (SIGTERM, SIGHUP, SIGQUIT; SIGINT is Warden's
-                # "interrupted", 130): this process ends by it too, as one running the command
-                # itself would, so its parent sees the same death.
-                for got in received:
-                    if got != signal.SIGINT and status == 128 + got:
-                        signal.signal(got, signal.SIG_DFL)
-                        os.kill(os.getpid(), got)
-                return status
-            if word != "pid":
-                sys.stderr.write("warden: the daemon's runner ended without the command's status\n")
-                return 1
+            word, value = "", ""
+        if word == "status" and value.lstrip("-").isdigit():
+            status = int(value)
+            # Killed by a signal it passed on (SIGTERM, SIGHUP, SIGQUIT; SIGINT is Warden's
+            # "interrupted", 130): this process ends by it too, as one running the command
+            # itself would, so its parent sees the same death.
+            for got in received:
+                if got != signal.SIGINT and status == 128 + got:
+                    signal.signal(got, signal.SIG_DFL)
+                    os.kill(os.getpid(), got)
+            return status
+        if word != "pid":
+            sys.stderr.write("warden: the daemon's runner ended without the command's status\n")
+            return 1
 
 
 def _start_daemon(home: str) -> None:
@@ -248,8 +259,12 @@ def main() -> NoReturn:
     if _wanted(argv):
         status = _through_daemon(argv, _home(argv))
         if status is not None:
-            sys.stdout.flush()
-            sys.exit(status)
+            # Nothing of this process is left to tidy: ending at once spares the interpreter's
+            # shutdown (a few milliseconds of every `warden run`).
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:
+                    stream.flush()
+            os._exit(status & 0xFF)
     from warden.interfaces.cli.main import run
 
     run()
