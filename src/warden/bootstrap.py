@@ -20,6 +20,7 @@ from warden.services.audit import AuditLog
 from warden.services.workspaces import WorkspaceService
 
 if TYPE_CHECKING:
+    from warden.adapters.exec_slots import HeldSlots
     from warden.adapters.keystore import Keystore
     from warden.core.ports import ConfigFile
     from warden.core.workspaces import WorkspaceRecord
@@ -340,6 +341,13 @@ class App:
                                   sandboxes=HostLiveSandboxes(self.home.run, self.environ), clock=self.clock,
                                   node=self.leases.node, settings=LiveSettings.from_settings(self.settings),
                                   git=HostGitGuards())
+
+    @cached_property
+    def exec_slots(self) -> HeldSlots:
+        """The API's exec slots every server worker of this home sees."""
+        from warden.adapters.exec_slots import HeldSlots
+
+        return HeldSlots(self.home.run / "exec-slots")
 
     @cached_property
     def bot_requests(self) -> BotRequestService:

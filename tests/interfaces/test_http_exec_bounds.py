@@ -28,6 +28,62 @@ def test_exec_slots_bound_all_and_each_bot() -> None:
 
 
 
+def test_held_slots_are_counted_over_processes_and_freed_by_a_death(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from warden.adapters.exec_slots import HeldSlots
+
+    folder = tmp_path / "slots"
+    slots = ExecSlots(total=3, per_bot=2, shared=HeldSlots(folder))
+    # Another process (a second server worker) holds one of bot a's slots.
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from warden.adapters.exec_slots import HeldSlots\n"
+        f"with HeldSlots(__import__('pathlib').Path({str(folder)!r})).take('a', lambda e, m: None):\n"
+        "    print('held', flush=True); time.sleep(60)")], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        with slots.take("a"):
+            with pytest.raises(Unavailable, match="max_execs_per_bot"), slots.take("a"):
+                pass
+            with slots.take("b"), pytest.raises(Unavailable, match=r"api\.max_execs\)"), slots.take("c"):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    # Its worker died mid-command: its slot is free again, and its file goes.
+    with slots.take("a"), slots.take("a"):
+        pass
+    assert [p.name for p in folder.iterdir()] == [".lock"]
+
+
+def test_a_busy_bot_is_refused_by_every_worker(tmp_path: Path, initialised_home: Path) -> None:
+    # The foreground slots were counted per worker: with two, a bot ran twice its share.
+    environ = {**warden_environ(initialised_home), "WARDEN_API_MAX_EXECS_PER_BOT": "1"}
+    cli_out(environ, "init")
+    cli_out(environ, "create", "busy2")
+    cli_out(environ, "bot", "register", "hog")
+    hog = cli_out(environ, "grant", "busy2", "hog", "--permissions", "read,execute")
+    with ServeProcess(environ, tmp_path, "--workers", "2", "--no-access-log") as server:
+        url = f"{server.url}/v1/workspaces/busy2/exec"
+        headers = {"Authorization": f"Bearer {hog}"}
+        folder = initialised_home / "workspaces" / "busy2"
+        hold = "touch started; while [ ! -e release ]; do sleep 0.05; done"
+        holder = threading.Thread(target=lambda: httpx.post(url, json={"cmd": ["sh", "-c", hold]}, headers=headers,
+                                                            timeout=60))
+        holder.start()
+        try:
+            wait_until((folder / "started").exists, timeout=60, message="the first command never started")
+            # New connections each: the requests spread over both workers.
+            refused = [httpx.post(url, json={"cmd": ["true"]}, headers=headers, timeout=60).status_code
+                       for _ in range(6)]
+            assert refused == [503] * 6
+        finally:
+            (folder / "release").touch()
+            holder.join(60)
+        assert httpx.post(url, json={"cmd": ["true"]}, headers=headers, timeout=60).status_code == 200
+
+
 def test_a_busy_bot_is_refused_others_are_served_and_output_is_capped(tmp_path: Path,
                                                                       initialised_home: Path) -> None:
     environ = {**warden_environ(initialised_home), "WARDEN_API_MAX_EXECS_PER_BOT": "1",

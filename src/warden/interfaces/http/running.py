@@ -10,14 +10,22 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from warden.core.errors import Unavailable
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from warden.bootstrap import App
 
-__all__ = ["ExecSlots"]
+
+class SharedSlots(Protocol):
+    """Slots every worker of the home sees (adapters/exec_slots.HeldSlots)."""
+
+    def take(self, bot: str, admit: Callable[[int, int], None]) -> AbstractContextManager[None]: ...
+
+__all__ = ["ExecSlots", "SharedSlots"]
 
 
 class ExecSlots:
@@ -33,10 +41,11 @@ class ExecSlots:
     @classmethod
     def from_settings(cls, app: App) -> ExecSlots:
         return cls(app.settings.get_int("api.max_execs"), app.settings.get_int("api.max_execs_per_bot"),
-                   background=lambda bot: app.live.running_counts(bot))
+                   background=lambda bot: app.live.running_counts(bot), shared=app.exec_slots)
 
     def __init__(self, total: int, per_bot: int, *,
-                 background: Callable[[str], tuple[int, int]] | None = None) -> None:
+                 background: Callable[[str], tuple[int, int]] | None = None,
+                 shared: SharedSlots | None = None) -> None:
         self.total = total
         self.per_bot = per_bot
         self._lock = threading.Lock()
@@ -44,26 +53,38 @@ class ExecSlots:
         # (all bots', this bot's) background processes running, kept in the registry so that they
         # count over every server worker; they hold exec slots as long as they run.
         self._background = background
+        # The foreground commands of every worker of this home (adapters/exec_slots.py); without
+        # it, this worker's alone.
+        self._shared = shared
 
     def counts(self, bot: str) -> tuple[int, int]:
         """(all, `bot`'s) commands this server runs in the foreground now."""
         with self._lock:
             return self._running.total(), self._running[bot]
 
+    def _admit(self, running_all: int, running_mine: int) -> None:
+        if running_mine >= self.per_bot:
+            raise Unavailable(f"the bot this grant comes from already runs {self.per_bot} commands at once, "
+                              "through its own grants and those it minted (api.max_execs_per_bot); "
+                              "retry when one ends", rule="api.max_execs_per_bot")
+        if running_all >= self.total:
+            raise Unavailable(f"the server already runs {self.total} commands at once (api.max_execs); "
+                              "retry when one ends", rule="api.max_execs")
+
     @contextmanager
     def take(self, bot: str) -> Iterator[None]:
         background_all, background_mine = self._background(bot) if self._background is not None else (0, 0)
         with self._lock:
-            if self._running[bot] + background_mine >= self.per_bot:
-                raise Unavailable(f"the bot this grant comes from already runs {self.per_bot} commands at once, "
-                                  "through its own grants and those it minted (api.max_execs_per_bot); "
-                                  "retry when one ends", rule="api.max_execs_per_bot")
-            if self._running.total() + background_all >= self.total:
-                raise Unavailable(f"the server already runs {self.total} commands at once (api.max_execs); "
-                                  "retry when one ends", rule="api.max_execs")
+            self._admit(self._running.total() + background_all, self._running[bot] + background_mine)
             self._running[bot] += 1
         try:
-            yield
+            if self._shared is None:
+                yield
+            else:
+                # Every worker's foreground commands, counted and taken under the folder's lock.
+                with self._shared.take(bot, lambda everyone, mine: self._admit(everyone + background_all,
+                                                                               mine + background_mine)):
+                    yield
         finally:
             with self._lock:
                 self._running[bot] -= 1
