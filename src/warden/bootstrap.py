@@ -340,7 +340,8 @@ class App:
         return LiveSandboxService(registry=self.registry, audit=self.audit,
                                   sandboxes=HostLiveSandboxes(self.home.run, self.environ), clock=self.clock,
                                   node=self.leases.node, settings=LiveSettings.from_settings(self.settings),
-                                  git=HostGitGuards())
+                                  git=HostGitGuards(), over_quota=lambda record: self.quota.over(record.name,
+                                                                                                 record.path))
 
     @cached_property
     def exec_slots(self) -> HeldSlots:

@@ -318,3 +318,33 @@ def test_it_looks_after_the_homes_live_sandboxes(env: dict[str, str]) -> None:
 
     wait_until(audited, timeout=30, interval=0.5, message="the background process's end was not audited")
     stop_daemon(home)
+
+
+def test_background_processes_that_fill_the_workspace_past_its_quota_are_stopped(env: dict[str, str]) -> None:
+    # The disk quota was watched for foreground runs only: a background process could fill the
+    # disk in files each under the cap (the room left when it started).
+    from warden.adapters.quota import HostDisk
+
+    home = Path(env["WARDEN_HOME"])
+    stop_daemon(home)
+    used = HostDisk().measure(str(home / "workspaces" / "dw")).bytes
+    quota = {**env, "WARDEN_DAEMON_SWEEP": "1", "WARDEN_WORKSPACE_MAX_DISK": str(used + 3_000_000)}
+    served(quota)
+    started = warden(quota, "run", "dw", "--detach", "--", "sh", "-c",
+                     "for i in 1 2 3 4 5 6; do head -c 1000000 /dev/zero > fill-$i; done; sleep 300")
+    assert started.returncode == 0, started.stderr
+    process_id = started.stdout.decode().strip()
+
+    def stopped() -> dict[str, object] | None:
+        shown = warden(quota, "audit", "--limit", "30", "--json", extra={"WARDEN_DAEMON": "0"})
+        for event in json.loads(shown.stdout)["data"]:
+            detail = event.get("detail", {})
+            if event["action"] == "run" and detail.get("run_id") == process_id:
+                return dict(detail)
+        return None
+
+    ended = wait_until(stopped, timeout=30, interval=0.5, message="the background process was not stopped")
+    assert "over workspace.max_disk" in str(ended.get("stopped_by")) and ended.get("exit_code") == 137
+    for i in range(1, 7):
+        (home / "workspaces" / "dw" / f"fill-{i}").unlink(missing_ok=True)
+    stop_daemon(home)

@@ -108,6 +108,17 @@ class Quota:
                     FILES_KEY)
         return None
 
+    def over(self, usage: Usage, workspace: str) -> tuple[str, str] | None:
+        """(message, setting) when workspace `workspace` holds more than a limit now (what
+        its background processes wrote: no single write is checked there), else None."""
+        if usage.bytes > self.max_bytes:
+            return (f"workspace {workspace} holds {_human(usage.bytes)}, over {DISK_KEY} "
+                    f"({_human(self.max_bytes)})", DISK_KEY)
+        if usage.files > self.max_files:
+            return (f"workspace {workspace} holds {usage.files:,} files, over {FILES_KEY} "
+                    f"({self.max_files:,})", FILES_KEY)
+        return None
+
     def free_problem(self, free: int, where: str) -> str | None:
         """Why nothing may write now (the home's filesystem is nearly full), or None."""
         if free >= self.min_free:

@@ -155,7 +155,11 @@ class LiveSandboxService:
     """Live sandboxes of this node and the background processes in them."""
 
     def __init__(self, *, registry: Registry, audit: AuditLog, sandboxes: LiveSandboxes, clock: Clock, node: str,
-                 settings: LiveSettings, git: GitGuards) -> None:
+                 settings: LiveSettings, git: GitGuards,
+                 over_quota: Callable[[WorkspaceRecord], str | None] | None = None) -> None:
+        # Why a workspace is over its disk quota now (services/quota.py), or None: the sweep
+        # stops a live sandbox whose background processes filled it past the limit.
+        self._over_quota = over_quota
         self._registry = registry
         self._audit = audit
         self._sandboxes = sandboxes
@@ -376,9 +380,24 @@ class LiveSandboxService:
             sandboxes = tx.sandboxes.of_node(self.node)
         stopped = []
         for sandbox in sandboxes:
-            if self._check(sandbox, idle=True):
+            if self._check(sandbox, idle=True) or self._past_quota(sandbox):
                 stopped.append(sandbox.id)
         return stopped
+
+    def _past_quota(self, sandbox: LiveSandbox) -> bool:
+        """Stop `sandbox` when background processes run in it and its workspace has passed its
+        disk quota: a foreground run is watched while it runs, a background one only here (each
+        file it writes is capped at the room left when it started)."""
+        if self._over_quota is None:
+            return False
+        with self._registry.transaction(write=False) as tx:
+            running = any(p.running for p in tx.processes.of_sandbox(sandbox.id))
+            record = tx.workspaces.get(sandbox.workspace)
+        why = self._over_quota(record) if running and record is not None else None
+        if why is None:
+            return False
+        self._stop(sandbox, f"{why}: its background processes were stopped")
+        return True
 
     def keep(self) -> set[int]:
         """The bwrap pids of this node's live sandboxes (the orphan sweep leaves them running)."""

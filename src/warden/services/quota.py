@@ -54,6 +54,11 @@ class QuotaService:
             message, key = refused
             raise TooLarge(message, rule=key)
 
+    def over(self, workspace: str, path: str) -> str | None:
+        """Why workspace folder `path` is over its quota now, or None."""
+        found = self.limits().over(self.usage(path), workspace)
+        return None if found is None else found[0]
+
     def check_room(self, workspace: str, path: str) -> None:
         """TooLarge when the workspace is already at a limit (before an install, say)."""
         self.check_write(workspace, self.usage(path), 1, 1, "adding anything")
