@@ -262,3 +262,23 @@ def test_a_command_without_network_never_reaches_a_networked_process(cli: Cli, w
     assert '"network.refused"' in audit and "example.org" in audit
     cli("kill", ws, server)
     assert cli("wait", ws, server).code == 143
+
+
+def test_the_persons_repository_is_theirs_while_their_server_runs(cli: Cli, ws: str, home: Path) -> None:
+    # With a live sandbox up, any new .git was taken for a bot's and moved aside, even when the
+    # only sandbox was the person's own.
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    import subprocess
+
+    server = _detach(cli, ws, "sleep", "300")
+    folder = home / "workspaces" / ws / "mine"
+    try:
+        folder.mkdir()
+        subprocess.run(["git", "init", "-q", str(folder)], check=True)
+        ran = cli("run", ws, "--", "true")
+        assert ran.code == 0 and "quarantine" not in ran.stderr, ran.stderr
+        assert (folder / ".git").is_dir() and not list(folder.glob(".git.warden-quarantined-*"))
+    finally:
+        cli("kill", ws, server, "--signal", "KILL")
+        shutil.rmtree(folder, ignore_errors=True)

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RunIntent", "RunsInProgress"]
 
+PERSON = "user"  # the actor of the person's own commands
+
 
 @dataclass
 class RunIntent:
@@ -54,10 +56,12 @@ class RunsInProgress:
         if current is None or current.id != intent.record.id or current.status != "ready":
             now = current.status if current is not None else "gone"
             raise Conflict(f"workspace {name!r} changed ({now}) while the run was being prepared; run it again")
-        # Another run in progress here, or one that died unswept, or a live sandbox (whose
-        # background processes run at any time): what git files appeared since are a bot's
-        # (core/gitcontrol).
-        intent.others = bool(tx.runs.of_workspace(name)) or bool(tx.sandboxes.of_workspace(name))
+        # A bot's run in progress here, or one that died unswept, or a bot's live sandbox (whose
+        # background processes run at any time): what git files appeared since may be a bot's
+        # (core/gitcontrol). The person's own runs and live sandbox are the person's: a `git
+        # init` of theirs is not moved aside because they keep a server running.
+        intent.others = (any(run.actor != PERSON for run in tx.runs.of_workspace(name))
+                         or any(sandbox.principal != PERSON for sandbox in tx.sandboxes.of_workspace(name)))
         self.mark_lost(tx)
         pid = os.getpid()
         tx.runs.insert(RunInProgress(intent.run_id, name, intent.actor, self.node, pid,
