@@ -121,16 +121,20 @@ def test_a_run_through_the_daemon_gives_what_a_run_alone_gives(env: dict[str, st
     assert daemon_pids(home), "the commands did not go through a daemon"
 
 
-def test_the_command_runs_in_a_child_of_the_daemon(env: dict[str, str]) -> None:
-    home = served(env)
+def assert_through_a_child(home: Path, env: dict[str, str]) -> None:
+    """A `warden run` with `env` runs in a child of the daemon (the client is not the one
+    running it): the daemon and that child are seen while it runs."""
     proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sleep", "5"], env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        # The daemon and its child for this command (the client is not the one running it).
         wait_until(lambda: len(daemon_pids(home)) >= 2, timeout=10, message="no child of the daemon ran it")
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_command_runs_in_a_child_of_the_daemon(env: dict[str, str]) -> None:
+    assert_through_a_child(served(env), env)
 
 
 def test_ctrl_c_and_a_killed_client_stop_the_command(env: dict[str, str]) -> None:
@@ -289,15 +293,8 @@ def test_closed_streams_and_a_parents_signals_end_it_as_a_run_alone_would(env: d
 
 
 def test_a_variable_warden_does_not_read_keeps_the_fast_way(env: dict[str, str]) -> None:
-    home = served(env)
     extra = {**env, "SSH_CONNECTION": "10.0.0.1 5 10.0.0.2 22", "VIRTUAL_ENV": "/somewhere", "WARDEN_DAEMON": "1"}
-    proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sleep", "3"], env=extra, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        wait_until(lambda: len(daemon_pids(home)) >= 2, timeout=10, message="it did not go through the daemon")
-    finally:
-        proc.kill()
-        proc.wait()
+    assert_through_a_child(served(env), extra)
 
 
 def test_it_looks_after_the_homes_live_sandboxes(env: dict[str, str]) -> None:

@@ -165,33 +165,40 @@ def _protected(workspace: str, extra: Iterable[str] = ()) -> tuple[list[str], li
     return protected, pinned
 
 
-def _zone_folder(workspace: str, zone: str) -> None:
-    """Make the zone's missing folders beneath the workspace, no link followed; Denied when a
-    component is a link or not a folder (the mount would land elsewhere, or nowhere)."""
+def open_beneath(workspace: str, path: str, *, make_folders: bool = False) -> int:
+    """An O_PATH descriptor of `path` inside `workspace`, no component followed if a link;
+    `make_folders`: its missing components made as folders first (a read-only zone's), and it
+    must be a folder.
+
+    Raises Denied for a link (or a file where a folder must be) and Unavailable when the path
+    changed since it was checked.
+    """
+    parts = os.path.relpath(path, workspace).split("/")
     fd = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        for part in os.path.relpath(zone, workspace).split("/"):
+        for index, part in enumerate(parts):
             if part in ("", ".", ".."):
-                raise Denied(f"zone {zone} is not inside the workspace", rule="sandbox.zone_path")
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o755, dir_fd=fd)
+                raise Denied(f"{path} is not inside {workspace}", rule="sandbox.protected_symlink")
+            if make_folders:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
             try:
                 nxt = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
             except OSError as exc:
-                raise Unavailable(f"zone {zone} changed while the sandbox was being set up ({exc.strerror}); "
+                raise Unavailable(f"{path} changed while the sandbox was being set up ({exc.strerror}); "
                                   "run the command again", rule="sandbox.setup_raced") from None
             os.close(fd)
             fd = nxt
             mode = os.fstat(fd).st_mode
-            if stat.S_ISLNK(mode):
-                raise Denied(f"{os.path.join(workspace, os.path.relpath(zone, workspace))} is a symlink where "
-                             "a read-only zone is: replace the link with the real folder",
+            folder = index < len(parts) - 1 or make_folders
+            if stat.S_ISLNK(mode) or (folder and not stat.S_ISDIR(mode)):
+                raise Denied(f"{path} is a symbolic link or goes through one (or through a file); Warden "
+                             "mounts only real files and folders of the workspace: replace the link",
                              rule="sandbox.protected_symlink")
-            if not stat.S_ISDIR(mode):
-                raise Denied(f"read-only zone {zone} is not a folder: move the file away",
-                             rule="sandbox.zone_not_folder")
-    finally:
+        return fd
+    except BaseException:
         os.close(fd)
+        raise
 
 
 def _pins_between(path: str, writable_roots: Iterable[str]) -> list[str]:
@@ -274,7 +281,7 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
         # A read-only zone is mounted read-only even before it has a folder (one the command
         # could make and fill in this very run), and the folders above it are pinned (a rename
         # of one would take the mount along and leave the zone's name free for a new folder).
-        _zone_folder(ws, zone)
+        os.close(open_beneath(ws, zone, make_folders=True))
         zones.append(zone)
         pinned += _pins_between(zone, [ws, *(b.path for b in binds if b.mode == "rw")])
     return SandboxSpec(

@@ -21,7 +21,6 @@ import os
 import resource
 import selectors
 import signal
-import stat
 import subprocess
 import time
 from collections.abc import Callable
@@ -32,9 +31,9 @@ from typing import TYPE_CHECKING
 
 from warden.adapters.sandbox import cgroups
 from warden.adapters.sandbox.execlimits import too_long_for_exec
-from warden.adapters.sandbox.host import bwrap_path, python3_path
+from warden.adapters.sandbox.host import bwrap_path, open_beneath, python3_path
 from warden.core.bwrap_argv import PROXY_SOCKET, SandboxSpec, bwrap_environ, bwrap_options
-from warden.core.errors import Denied, Unavailable
+from warden.core.errors import Unavailable
 from warden.core.limits import Limits
 from warden.core.network import NetworkPolicy
 from warden.core.runs import NetEvent, RunResult, Sink
@@ -76,34 +75,6 @@ def _memfd_with(data: bytes) -> int:
         os.close(fd)
         raise
     return fd
-
-
-def _open_beneath(workspace: str, path: str) -> int:
-    """An O_PATH descriptor of `path` inside `workspace`, no component followed if a link.
-
-    Raises Denied for a link and Unavailable when the path changed since it was checked.
-    """
-    parts = os.path.relpath(path, workspace).split("/")
-    fd = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for index, part in enumerate(parts):
-            if part in ("", ".", ".."):
-                raise Denied(f"{path} is not inside {workspace}", rule="sandbox.protected_symlink")
-            try:
-                nxt = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            except OSError as exc:
-                raise Unavailable(f"{path} changed while the sandbox was being set up ({exc.strerror}); "
-                                  "run the command again", rule="sandbox.setup_raced") from None
-            os.close(fd)
-            fd = nxt
-            mode = os.fstat(fd).st_mode
-            if stat.S_ISLNK(mode) or (index < len(parts) - 1 and not stat.S_ISDIR(mode)):
-                raise Denied(f"{path} became a symbolic link; Warden mounts only real files and "
-                             "folders of the workspace", rule="sandbox.protected_symlink")
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def _rlimits(limits: Limits, cg: cgroups.Cgroup | None,
@@ -273,7 +244,7 @@ def _with_pinned_sources(spec: SandboxSpec, held: _Held) -> SandboxSpec:
     for path in spec.workspace_sources():
         if path in given:
             continue
-        pinned_sources.append((path, held.keep(_open_beneath(spec.workspace, path))))
+        pinned_sources.append((path, held.keep(open_beneath(spec.workspace, path))))
         given.add(path)
     for path in spec.pinned:
         if path not in given:  # pins in an allowed rw tree outside the workspace

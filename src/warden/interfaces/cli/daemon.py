@@ -171,6 +171,15 @@ class Daemon:
     def _drain(self) -> None:
         self.draining = True
 
+    def _let_go(self) -> None:
+        """In a child: none of the daemon's descriptors (its socket, lock, wake-up pipe) nor the
+        other clients' connections and reports stay open in it."""
+        signal.set_wakeup_fd(-1)
+        for fd in (*self._held, *(c.conn.fileno() for c in self.children.values()),
+                   *(c.report for c in self.children.values())):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
     # -- the home's live sandboxes ---------------------------------------------------------------
     def _live_sandboxes(self) -> bool:
         """Whether the home has live sandboxes (each has a folder `run/sbx_…`)."""
@@ -190,11 +199,7 @@ class Daemon:
         if pid == 0:
             status = 1
             try:
-                signal.set_wakeup_fd(-1)
-                for fd in (*self._held, *(c.conn.fileno() for c in self.children.values()),
-                           *(c.report for c in self.children.values())):
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+                self._let_go()
                 for sig in (signal.SIGTERM, signal.SIGCHLD):
                     signal.signal(sig, signal.SIG_DFL)
                 os.setsid()
@@ -276,11 +281,7 @@ class Daemon:
                report: int, known: set[str]) -> NoReturn:
         status = 1
         try:
-            signal.set_wakeup_fd(-1)
-            for fd in (*self._held, *(c.conn.fileno() for c in self.children.values()),
-                       *(c.report for c in self.children.values())):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            self._let_go()
             conn.settimeout(None)
             # The child says its pid itself, before anything runs: a client that has it knows a
             # command may have started (and never runs it again itself).
