@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -194,7 +195,7 @@ def test_only_its_owner_reaches_it(env: dict[str, str]) -> None:
             "from warden.interfaces.cli.entry import send_frame, encode_request, recv_frame",
             f"s = socket.socket(socket.AF_UNIX); s.connect({str(door)!r})",
             "try:",
-            "    send_frame(s, encode_request(['run', 'dw', '--', 'touch', 'by-nobody'], {}, '/'), (0, 1, 2))",
+            "    send_frame(s, encode_request(['run', 'dw', '--', 'touch', 'by-nobody'], {}, '/', {}), (0, 1, 2))",
             "    print(recv_frame(s)[0])",
             "except OSError as exc:",
             "    print('closed', type(exc).__name__)",
@@ -345,3 +346,81 @@ def test_background_processes_that_fill_the_workspace_past_its_quota_are_stopped
     for i in range(1, 7):
         (home / "workspaces" / "dw" / f"fill-{i}").unlink(missing_ok=True)
     stop_daemon(home)
+
+
+SCRIPT = Path(sys.executable).with_name("warden")  # the console script, as a person runs `warden`
+
+
+def test_a_module_planted_in_the_current_folder_never_loads_in_the_daemon(env: dict[str, str],
+                                                                          tmp_path: Path) -> None:
+    # The daemon was started with `python -m`, which puts the current folder first on the import
+    # path: a bot's `selectors.py` in the workspace ran as the home's owner, outside the sandbox.
+    if not SCRIPT.exists():
+        pytest.skip("no console script next to this interpreter")
+    home = Path(env["WARDEN_HOME"])
+    stop_daemon(home)
+    canary = tmp_path / "canary"
+    planted = home / "workspaces" / "dw"
+    (planted / "selectors.py").write_text(f"open({str(canary)!r}, 'a').write('loaded')\nraise ImportError\n")
+    try:
+        for _ in range(3):
+            ran = subprocess.run([str(SCRIPT), "run", "dw", "--", "true"], env=env, cwd=planted,
+                                 stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
+            assert ran.returncode == 0, ran.stderr
+            time.sleep(0.5)
+        wait_until(lambda: daemon_pids(home), timeout=20, message="no daemon started")
+        assert not canary.exists(), "a module of the current folder loaded in the daemon"
+    finally:
+        (planted / "selectors.py").unlink()
+        stop_daemon(home)
+
+
+def test_the_commands_umask_and_limits_are_the_clients(env: dict[str, str]) -> None:
+    # A daemon started under `umask 077; ulimit -n 100` ran every later command with them.
+    home = Path(env["WARDEN_HOME"])
+    stop_daemon(home)
+    shell = " ".join(WARDEN)
+    probe = "run dw -- sh -c 'umask; ulimit -n'"
+    first = subprocess.run(["sh", "-c", f"umask 077; ulimit -n 100; {shell} {probe} </dev/null"], env=env,
+                           capture_output=True, timeout=60, check=False)
+    assert first.stdout.split() == [b"0077", b"100"], first
+    wait_until(lambda: daemon_pids(home), timeout=20, message="no daemon started")
+    for mask, files in (("022", "1000"), ("027", "200")):
+        alone = subprocess.run(["sh", "-c", f"umask {mask}; ulimit -n {files}; {shell} {probe} </dev/null"],
+                               env={**env, "WARDEN_DAEMON": "0"}, capture_output=True, timeout=60, check=False)
+        through = subprocess.run(["sh", "-c", f"umask {mask}; ulimit -n {files}; {shell} {probe} </dev/null"],
+                                 env=env, capture_output=True, timeout=60, check=False)
+        assert through.stdout == alone.stdout == f"0{mask}\n{files}\n".encode(), (through, alone)
+    stop_daemon(home)
+
+
+def test_a_client_that_trickles_its_request_holds_up_no_one_for_long(env: dict[str, str]) -> None:
+    home = served(env)
+    path, _ = daemon_paths(str(home))
+    slow = socket.socket(socket.AF_UNIX)
+    slow.connect(path)
+    slow.sendall(struct.pack("!I", 1000) + b"w")  # promises 1000 bytes, sends one
+    try:
+        started = time.monotonic()
+        ran = warden(env, "run", "dw", "--", "true")
+        assert ran.returncode == 0 and time.monotonic() - started < 4, time.monotonic() - started
+    finally:
+        slow.close()
+
+
+def test_a_run_folder_others_may_enter_is_not_trusted(env: dict[str, str]) -> None:
+    home = served(env)
+    run = home / "run"
+    run.chmod(0o755)
+    try:
+        # It runs, in the client: no daemon child takes it.
+        proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sleep", "3"], env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert poll(lambda: len(daemon_pids(home)) > 1, timeout=2) is False
+        finally:
+            proc.kill()
+            proc.wait()
+        assert warden(env, "run", "dw", "--", "true").returncode == 0
+    finally:
+        run.chmod(0o700)

@@ -39,9 +39,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
-from warden.interfaces.cli.entry import daemon_paths, decode_request, recv_frame, reply, send_frame
+from warden.interfaces.cli.entry import (
+    daemon_paths,
+    decode_request,
+    ours,
+    process_context,
+    recv_frame,
+    reply,
+    send_frame,
+)
 
 __all__ = ["Daemon", "main"]
 
@@ -55,6 +63,7 @@ _OURS = frozenset({"WARDEN_DAEMON", "WARDEN_DAEMON_IDLE"})  # the client's switc
 _MAX_REPORT = 60_000  # bytes of new module names a child reports (a pipe holds 64 KiB)
 _LOG_BYTES = 1 << 20
 _STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}
+_REQUEST_S = 1.0  # seconds a client has to hand over its whole request
 
 
 def code_stamp() -> str:
@@ -76,6 +85,13 @@ def _own(environ: dict[str, str]) -> dict[str, str]:
             if (k in _SAME or k.startswith(_SAME_PREFIXES)) and k not in _OURS}
 
 
+class _Request(NamedTuple):
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    context: dict[str, str]  # entry.process_context(): the client's umask, limits, namespaces…
+
+
 @dataclass
 class _Child:
     pid: int
@@ -88,6 +104,7 @@ class Daemon:
     home: str
     idle_s: float
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    context: dict[str, str] = field(default_factory=process_context)
     stamp: str = field(default_factory=code_stamp)
     children: dict[int, _Child] = field(default_factory=dict)
     draining: bool = False
@@ -97,6 +114,9 @@ class Daemon:
     def serve(self) -> int:
         path, lock_path = daemon_paths(self.home)
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        if not ours(self.home, private=False) or not ours(os.path.dirname(path), private=True):
+            _log(self.home, "the home or its run folder is another user's or open to others: no daemon")
+            return 1
         lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -230,8 +250,8 @@ class Daemon:
             if uid != os.getuid():
                 conn.close()
                 return
-            conn.settimeout(5.0)
-            payload, fds = recv_frame(conn, max_fds=3)
+            # One deadline for the whole request: a client that trickles it holds up the others.
+            payload, fds = recv_frame(conn, max_fds=3, deadline=time.monotonic() + _REQUEST_S)
             request, problem = self._problem(payload, fds)
             if request is None:
                 _log(self.home, f"a client runs its command itself: {problem}")
@@ -260,29 +280,38 @@ class Daemon:
                 with contextlib.suppress(OSError):
                     os.close(fd)
 
-    def _problem(self, payload: bytes | None,
-                 fds: list[int]) -> tuple[tuple[list[str], dict[str, str], str] | None, str]:
+    def _problem(self, payload: bytes | None, fds: list[int]) -> tuple[_Request | None, str]:
         """The request, or None and why this daemon will not run it."""
         if payload is None or len(fds) != 3:
             return None, "a request carries a command line and three descriptors"
         try:
-            argv, env, cwd = decode_request(payload)
+            argv, env, cwd, context = decode_request(payload)
         except ValueError as exc:
             return None, f"a malformed request ({exc})"
         if _own(env) != _own(self.environ):
             changed = {k for k, _ in set(_own(env).items()) ^ set(_own(self.environ).items())}
             return None, f"its environment differs from the daemon's ({', '.join(sorted(changed)[:5])})"
+        for key in ("ns", "cgroup"):
+            if context.get(key) != self.context.get(key):
+                # Another namespace or cgroup (`unshare`, `systemd-run -p MemoryMax=`): what the
+                # client runs in is not the daemon's to give.
+                return None, f"it runs in other {'namespaces' if key == 'ns' else 'cgroups'} than the daemon"
         if code_stamp() != self.stamp:
             self._drain()
             return None, "Warden's code changed since the daemon started"
-        return (argv, env, cwd), ""
+        return _Request(argv, env, cwd, context), ""
 
-    def _child(self, conn: socket.socket, request: tuple[list[str], dict[str, str], str], fds: list[int],
-               report: int, known: set[str]) -> NoReturn:
+    def _child(self, conn: socket.socket, request: _Request, fds: list[int], report: int,
+               known: set[str]) -> NoReturn:
         status = 1
         try:
             self._let_go()
             conn.settimeout(None)
+            problem = _take_on(request.context)
+            if problem is not None:  # nothing ran: the client runs it itself
+                _log(self.home, f"a client runs its command itself: {problem}")
+                send_frame(conn, reply("fallback", problem))
+                os._exit(0)
             # The child says its pid itself, before anything runs: a client that has it knows a
             # command may have started (and never runs it again itself).
             send_frame(conn, reply("pid", os.getpid()))
@@ -294,7 +323,7 @@ class Daemon:
                 os.dup2(fd, target)
             for fd in fds:
                 os.close(fd)
-            argv, env, cwd = request
+            argv, env, cwd = request.argv, request.env, request.cwd
             os.environ.clear()
             os.environ.update(env)
             _fresh_stdio()
@@ -382,6 +411,25 @@ class Daemon:
         # What is loaded now is kept out of the collector's sight: a collection in a child would
         # otherwise walk (and so copy, page by page) every object it shares with the daemon.
         gc.freeze()
+
+
+def _take_on(context: dict[str, str]) -> str | None:
+    """In a child: the client's umask, resource limits and priority (a command inherits them
+    as from a shell); why not, if one cannot be had (a hard limit above the daemon's)."""
+    import resource
+
+    try:
+        os.umask(int(context["umask"]) & 0o777)
+        for key, value in context.items():
+            if key.startswith("rlimit."):
+                soft, hard = (int(v) for v in value.split(","))
+                resource.setrlimit(int(key.split(".", 1)[1]), (soft, hard))
+        nice = int(context["nice"])
+        if nice != os.getpriority(os.PRIO_PROCESS, 0):
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except (KeyError, ValueError, OSError) as exc:
+        return f"its limits or priority cannot be taken on ({exc})"
+    return None
 
 
 def _fresh_stdio() -> None:

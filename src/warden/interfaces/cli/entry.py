@@ -22,6 +22,7 @@ import _socket
 import os
 import struct
 import sys
+from time import monotonic as _monotonic
 
 # Not `from typing import TYPE_CHECKING`: this module starts every `warden` program, and each
 # import here is paid by every `warden run` (typing alone: 7 ms; json and contextlib too; the
@@ -33,11 +34,13 @@ if TYPE_CHECKING:
     from socket import socket as Socket
     from typing import NoReturn
 
-__all__ = ["MAX_FRAME", "daemon_paths", "decode_request", "encode_request", "main", "recv_frame", "reply",
-           "send_frame"]
+__all__ = ["MAX_FRAME", "daemon_paths", "decode_request", "encode_request", "main", "ours", "process_context",
+           "recv_frame", "reply", "send_frame"]
 
 MAX_FRAME = 1 << 20  # a request is a command line and an environment: far below this
-_MAGIC = b"warden-run/1"
+_CONNECT_S = 2.0  # seconds to reach the daemon and hand it the request
+_ANSWER_S = 10.0  # seconds for its child to say it runs the command, else it runs here
+_MAGIC = b"warden-run/2"
 
 
 def send_frame(sock: Socket | _socket.socket, payload: bytes, fds: Sequence[int] = ()) -> None:
@@ -51,13 +54,24 @@ def send_frame(sock: Socket | _socket.socket, payload: bytes, fds: Sequence[int]
         sock.sendall(data)
 
 
-def recv_frame(sock: Socket | _socket.socket, *, max_fds: int = 0) -> tuple[bytes | None, list[int]]:
+def recv_frame(sock: Socket | _socket.socket, *, max_fds: int = 0,
+               deadline: float | None = None) -> tuple[bytes | None, list[int]]:
     """The next frame and the descriptors that came with it; (None, []) at a clean end.
-    Raises ValueError for anything else (too long, cut short, too many descriptors)."""
+    Raises ValueError for anything else (too long, cut short, too many descriptors), TimeoutError
+    when `deadline` (time.monotonic()) passes first, for the whole frame."""
     fds: list[int] = []
     head = b""
+
+    def in_time() -> None:
+        if deadline is not None:
+            left = deadline - _monotonic()
+            if left <= 0:
+                raise TimeoutError("the frame did not come in time")
+            sock.settimeout(left)
+
     try:
         while len(head) < 4:
+            in_time()
             space = _socket.CMSG_SPACE(max_fds * 4) if max_fds and not fds else 0
             chunk, ancillary, flags, _ = sock.recvmsg(4 - len(head), space)
             for level, kind, data in ancillary:
@@ -76,6 +90,7 @@ def recv_frame(sock: Socket | _socket.socket, *, max_fds: int = 0) -> tuple[byte
             raise ValueError(f"a frame of {size} bytes (at most {MAX_FRAME})")
         body = b""
         while len(body) < size:
+            in_time()
             chunk = sock.recv(min(size - len(body), 65536))
             if not chunk:
                 raise ValueError("the frame was cut short")
@@ -90,30 +105,71 @@ def recv_frame(sock: Socket | _socket.socket, *, max_fds: int = 0) -> tuple[byte
     return body, fds
 
 
-def encode_request(argv: Sequence[str], env: dict[str, str], cwd: str) -> bytes:
-    """A command line, its environment and folder as NUL-separated bytes (none holds a NUL;
-    bytes that are not UTF-8 travel as they are, as the operating system gave them)."""
+def process_context() -> dict[str, str]:
+    """What of a process, besides its environment, a command it runs inherits: its umask, its
+    resource limits and priority, its namespaces and cgroups. The daemon's child takes on the
+    client's umask, limits and priority, and serves only a client in its own namespaces and
+    cgroups (else the command runs in the client, under the client's own)."""
+    import resource
+
+    mask = os.umask(0)
+    os.umask(mask)
+    context = {"umask": str(mask), "nice": str(os.getpriority(os.PRIO_PROCESS, 0))}
+    for name in dir(resource):
+        if name.startswith("RLIMIT_"):
+            which = getattr(resource, name)
+            soft, hard = resource.getrlimit(which)
+            context[f"rlimit.{which}"] = f"{soft},{hard}"
+    namespaces = []
+    for kind in ("cgroup", "ipc", "mnt", "net", "pid", "user", "uts"):
+        try:
+            namespaces.append(os.readlink(f"/proc/self/ns/{kind}"))
+        except OSError:
+            namespaces.append(f"{kind}:?")
+    context["ns"] = ",".join(namespaces)
+    try:
+        with open("/proc/self/cgroup", "rb") as handle:
+            context["cgroup"] = handle.read(65536).decode("utf-8", "replace").replace("\n", ";")
+    except OSError:
+        context["cgroup"] = "?"
+    return context
+
+
+def encode_request(argv: Sequence[str], env: dict[str, str], cwd: str, context: dict[str, str]) -> bytes:
+    """A command line, its process context, environment and folder as NUL-separated bytes (none
+    holds a NUL; bytes that are not UTF-8 travel as they are, as the operating system gave them)."""
     fields = [_MAGIC, os.fsencode(cwd), str(len(argv)).encode(), *map(os.fsencode, argv),
+              str(len(context)).encode(), *(f"{k}={v}".encode() for k, v in context.items()),
               *(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items())]
     return b"\0".join(fields)
 
 
-def decode_request(payload: bytes) -> tuple[list[str], dict[str, str], str]:
-    """encode_request's inverse; ValueError for anything it could not have made."""
-    fields = payload.split(b"\0")
-    if len(fields) < 3 or fields[0] != _MAGIC or not fields[2].isdigit():
-        raise ValueError("not a request of this Warden's client")
-    count = int(fields[2])
-    if len(fields) < 3 + count:
-        raise ValueError("a request cut short")
-    argv = [os.fsdecode(f) for f in fields[3:3 + count]]
-    env: dict[str, str] = {}
-    for item in fields[3 + count:]:
+def _pairs(items: Sequence[bytes]) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for item in items:
         key, sep, value = item.partition(b"=")
         if not sep or not key:
-            raise ValueError("a malformed environment entry")
-        env[os.fsdecode(key)] = os.fsdecode(value)
-    return argv, env, os.fsdecode(fields[1])
+            raise ValueError("a malformed entry")
+        pairs[os.fsdecode(key)] = os.fsdecode(value)
+    return pairs
+
+
+def decode_request(payload: bytes) -> tuple[list[str], dict[str, str], str, dict[str, str]]:
+    """encode_request's inverse (argv, env, cwd, context); ValueError for anything it could
+    not have made."""
+    fields = payload.split(b"\0")
+    if len(fields) < 4 or fields[0] != _MAGIC or not fields[2].isdigit():
+        raise ValueError("not a request of this Warden's client")
+    count = int(fields[2])
+    if len(fields) < 4 + count or not fields[3 + count].isdigit():
+        raise ValueError("a request cut short")
+    argv = [os.fsdecode(f) for f in fields[3:3 + count]]
+    given = int(fields[3 + count])
+    if len(fields) < 4 + count + given:
+        raise ValueError("a request cut short")
+    context = _pairs(fields[4 + count:4 + count + given])
+    env = _pairs(fields[4 + count + given:])
+    return argv, env, os.fsdecode(fields[1]), context
 
 
 def reply(word: str, value: object) -> bytes:
@@ -162,31 +218,66 @@ def _through_daemon(argv: Sequence[str], home: str) -> int | None:
     """The command's status, run by the daemon's child; None: run it here (and, when no daemon
     answered, one is started for the next command)."""
     path, _ = daemon_paths(home)
+    if not ours(home, private=False):
+        return None  # a home of another user's (or open to others): no daemon of ours serves it
+    if os.path.lexists(os.path.dirname(path)) and not ours(os.path.dirname(path), private=True):
+        return None
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
     try:
+        sock.settimeout(_CONNECT_S)
         sock.connect(path)
     except OSError:
         sock.close()
         _start_daemon(home)
         return None
     try:
-        return _served(sock, argv)
+        # The peer is a process of this user's (a socket another made in our folder is not ours).
+        peer, uid, _ = struct.unpack("3i", sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12))
+        if uid != os.geteuid():
+            return None
+        return _served(sock, argv, peer)
     finally:
         sock.close()
 
 
-def _served(sock: _socket.socket, argv: Sequence[str]) -> int | None:
+def ours(path: str, *, private: bool) -> bool:
+    """Whether `path` is a real folder of this user's that no other may write to (`private`: nor
+    read or enter)."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    loose = 0o077 if private else 0o022
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & loose
+
+
+def _child_of(pid: int, parent: int) -> bool:
+    """Whether process `pid` is a child of `parent` (the daemon's child it names as the one
+    running the command): only then are signals passed on to it."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read(4096).rsplit(b")", 1)[1].split()
+        return int(fields[1]) == parent
+    except (OSError, IndexError, ValueError):
+        return False
+
+
+def _served(sock: _socket.socket, argv: Sequence[str], peer: int) -> int | None:
     """The round trip on a connected socket: the request, the child's pid, its status."""
     try:
-        send_frame(sock, encode_request(argv, dict(os.environ), os.getcwd()), (0, 1, 2))
-        word, value = _answer(recv_frame(sock)[0])
+        send_frame(sock, encode_request(argv, dict(os.environ), os.getcwd(), process_context()), (0, 1, 2))
+        # Nothing has started before the pid comes: past this wait the command runs here (the
+        # daemon's child then cannot say its pid and runs nothing).
+        word, value = _answer(recv_frame(sock, deadline=_monotonic() + _ANSWER_S)[0])
     except (OSError, ValueError):
-        return None  # nothing was started: the command runs here
-    if word == "status":
-        return int(value)
+        return None
+    sock.settimeout(None)
     if word != "pid" or not value.isdigit():
         return None  # a stale daemon (other code, another environment): it says why in its log
     child = int(value)
+    verified = _child_of(child, peer)
     import signal
 
     # Signals a person or a supervisor sends to stop a command: passed on to the daemon's child.
@@ -195,6 +286,8 @@ def _served(sock: _socket.socket, argv: Sequence[str]) -> int | None:
 
     def forward(sig: int, _frame: object) -> None:
         received.append(sig)
+        if not verified:
+            return
         try:  # noqa: SIM105 - as above
             os.kill(child, sig)
         except OSError:
@@ -229,9 +322,12 @@ def _start_daemon(home: str) -> None:
     import subprocess
 
     try:  # noqa: SIM105 - as above
+        # -P: no folder put before the standard library and Warden on the import path (`-m`
+        # would put the current one there: a bot's `selectors.py` in the workspace would load
+        # in the daemon); and it starts in `/`.
         subprocess.Popen(
-            [sys.executable, "-m", "warden.interfaces.cli.daemon", home], stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True)
+            [sys.executable, "-P", "-m", "warden.interfaces.cli.daemon", home], stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True, cwd="/")
     except OSError:
         pass  # the command runs here all the same
 
