@@ -22,3 +22,11 @@ def test_limits_and_the_network_are_named_with_their_setting() -> None:
     assert explain_failure(1, None, pip, **{**FACTS, "network": True}) is None  # it had a network
     assert explain_failure(1, None, "plain failure", **FACTS) is None
     assert explain_failure(0, None, "Temporary failure in name resolution", **FACTS) is None
+
+
+def test_the_process_limit_is_named_when_a_fork_fails() -> None:
+    shell = "sh: 1: Cannot fork\n"
+    assert "--pids N" in (explain_failure(2, None, shell, **FACTS, pids=20) or "")
+    python = "BlockingIOError: [Errno 11] Resource temporarily unavailable\n"
+    assert "(20 processes" in (explain_failure(1, None, python, **FACTS, pids=20) or "")
+    assert explain_failure(0, None, shell, **FACTS, pids=20) is None

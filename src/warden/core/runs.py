@@ -134,6 +134,10 @@ _NO_NETWORK = ("Network is unreachable", "Temporary failure in name resolution",
 # to wait for, so a run without it tells them not to (the run's own variables win).
 NO_NETWORK_ENV = {"PIP_RETRIES": "0", "npm_config_fetch_retries": "0", "UV_HTTP_RETRIES": "0"}
 _SIGXFSZ = 25
+# What a shell, Python or Node prints when fork or clone fails on the process limit (EAGAIN).
+_NO_FORK = ("Cannot fork", "fork: Resource temporarily unavailable", "fork: retry",
+            "BlockingIOError: [Errno 11] Resource temporarily unavailable", "spawn EAGAIN",
+            "can't start new thread", "Resource temporarily unavailable (os error 11)")
 
 
 def workspace_cwd(cwd: str, workspace: str) -> str:
@@ -160,7 +164,8 @@ def workspace_cwd(cwd: str, workspace: str) -> str:
 
 
 def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom_killed: bool,
-                    network: bool, max_file_mb: int, memory: int, bot: bool = False) -> str | None:
+                    network: bool, max_file_mb: int, memory: int, bot: bool = False,
+                    pids: int | None = None) -> str | None:
     """One line saying what Warden's sandbox had to do with a failed command, or None.
 
     A command that fails inside the sandbox says so in its own words (`bwrap: execvp pyhton`,
@@ -181,6 +186,12 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
     if oom_killed:
         return (f"warden: the command ran out of memory (limit {memory >> 20} MiB); run it with "
                 "--memory SIZE or set sandbox.memory")
+    if pids is not None and exit_code != 0 and any(text in stderr_tail for text in _NO_FORK):
+        if bot:
+            return (f"warden: the command reached its process limit ({pids} processes and threads), "
+                    "the server's sandbox.pids; run fewer at once")
+        return (f"warden: the command reached its process limit ({pids} processes and threads); "
+                "run it with --pids N or set sandbox.pids")
     if not network and exit_code != 0 and any(text in stderr_tail for text in _NO_NETWORK):
         if bot:
             return ('warden: the sandbox has no network; ask for it for one command with "network": '

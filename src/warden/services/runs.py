@@ -483,7 +483,7 @@ class RunService:
             why = explain_failure(result.exit_code, result.signal, result.stderr_tail,
                                   oom_killed=result.oom_killed, network=plan.network is not None,
                                   max_file_mb=self.settings.max_file_mb, memory=plan.limits.memory,
-                                  bot=request.actor.startswith("bot:"))
+                                  bot=request.actor.startswith("bot:"), pids=plan.limits.pids)
             if why is not None:
                 notes.say(why)
         stopper = self._stopped_by(name, result.signal) if watched.note is None else None

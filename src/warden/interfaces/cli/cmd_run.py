@@ -13,7 +13,10 @@ from warden.interfaces.cli.output import Output
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("run", parents=[common], help="run a command in a workspace's sandbox",
-                       usage="warden run NAME [options] -- COMMAND [ARG...]")
+                       usage="warden run NAME [options] -- COMMAND [ARG...]",
+                       epilog="Without a terminal on stdin it goes through the home's daemon (started by the "
+                              "first run; ends after WARDEN_DAEMON_IDLE seconds idle): the same run, without "
+                              "loading Warden each time. WARDEN_DAEMON=0 runs it in this process.")
     p.add_argument("name")
     p.add_argument("--timeout", help="wall-clock limit in seconds (or 30s, 10m)")
     p.add_argument("--memory", help="memory limit, e.g. 256M, 2G")
