@@ -25,7 +25,7 @@ import pytest
 
 from tests.support.waiting import poll, wait_until
 from warden.interfaces.cli import daemon as daemon_module
-from warden.interfaces.cli.entry import daemon_paths
+from warden.interfaces.cli.entry import daemon_paths, encode_request, recv_frame, send_frame
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -195,7 +195,7 @@ def test_only_its_owner_reaches_it(env: dict[str, str]) -> None:
             "from warden.interfaces.cli.entry import send_frame, encode_request, recv_frame",
             f"s = socket.socket(socket.AF_UNIX); s.connect({str(door)!r})",
             "try:",
-            "    send_frame(s, encode_request(['run', 'dw', '--', 'touch', 'by-nobody'], {}, '/', {}), (0, 1, 2))",
+            "    send_frame(s, encode_request(['run', 'dw', '--', 'touch', 'by-nobody'], {}, '/'), (0, 1, 2))",
             "    print(recv_frame(s)[0])",
             "except OSError as exc:",
             "    print('closed', type(exc).__name__)",
@@ -424,3 +424,67 @@ def test_a_run_folder_others_may_enter_is_not_trusted(env: dict[str, str]) -> No
         assert warden(env, "run", "dw", "--", "true").returncode == 0
     finally:
         run.chmod(0o700)
+
+
+def _log_after(home: Path, start: int) -> str:
+    log = home / "run" / "daemon.log"
+    return log.read_text()[start:] if log.exists() else ""
+
+
+def _log_size(home: Path) -> int:
+    log = home / "run" / "daemon.log"
+    return len(log.read_text()) if log.exists() else 0
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv (util-linux)")
+def test_a_client_confined_otherwise_is_never_served_and_never_confines_others(env: dict[str, str]) -> None:
+    # The daemon took the client's word for its context, and compared only namespaces and
+    # cgroups: a client under no_new_privs, other capabilities or CPUs was served by the
+    # unconfined daemon; and a daemon started by a confined client confined everyone after.
+    home = Path(env["WARDEN_HOME"])
+    for confined in (["setpriv", "--no-new-privs"], ["taskset", "-c", "0"]):
+        if shutil.which(confined[0]) is None or (confined[0] == "taskset" and (os.cpu_count() or 1) < 2):
+            continue
+        served(env)
+        start = _log_size(home)
+        ran = subprocess.run([*confined, *WARDEN, "run", "dw", "--", "echo", "fine"], env=env,
+                             stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
+        assert (ran.returncode, ran.stdout) == (0, b"fine\n"), ran
+        assert "another" in _log_after(home, start), (confined, _log_after(home, start))
+        # The other way round: a daemon a confined client started serves no plain client.
+        stop_daemon(home)
+        for _ in range(2):
+            subprocess.run([*confined, *WARDEN, "run", "dw", "--", "true"], env=env, stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=60, check=False)
+            time.sleep(0.5)
+        wait_until(lambda: daemon_pids(home), timeout=20, message="the confined client started no daemon")
+        start = _log_size(home)
+        plain = warden(env, "run", "dw", "--", "echo", "plain")
+        assert (plain.returncode, plain.stdout) == (0, b"plain\n")
+        assert "another" in _log_after(home, start)
+        stop_daemon(home)
+
+
+def test_only_warden_run_on_its_home_with_a_right_to_write_there_is_served(env: dict[str, str]) -> None:
+    home = served(env)
+    path, lock = daemon_paths(str(home))
+
+    def ask(argv: list[str], proof_flags: int) -> bytes | None:
+        proof = os.open(lock, proof_flags)
+        try:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.connect(path)
+                send_frame(sock, encode_request(argv, dict(env), str(home)), (0, 1, 2, proof))
+                return recv_frame(sock, deadline=time.monotonic() + 30)[0]
+        finally:
+            os.close(proof)
+
+    # Another command (the client sends only `run`): a confused deputy for the whole CLI.
+    assert ask(["create", "w2"], os.O_RDWR) is not None and not (home / "workspaces" / "w2").exists()
+    assert (ask(["create", "w2"], os.O_RDWR) or b"").startswith(b"fallback")
+    # Its lock file open for reading only: no proof it may write in the home (a Landlock
+    # ruleset or a read-only mount around the client refuses the write open).
+    assert (ask(["run", "dw", "--", "touch", "by-reader"], os.O_RDONLY) or b"").startswith(b"fallback")
+    assert not (home / "workspaces" / "dw" / "by-reader").exists()
+    # Another home named on the command line.
+    assert (ask(["run", "--home", "/tmp/elsewhere", "dw", "--", "true"], os.O_RDWR) or b"").startswith(b"fallback")

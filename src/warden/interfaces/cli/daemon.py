@@ -44,8 +44,9 @@ from typing import NamedTuple, NoReturn
 from warden.interfaces.cli.entry import (
     daemon_paths,
     decode_request,
+    home_of,
+    is_daemon_run,
     ours,
-    process_context,
     recv_frame,
     reply,
     send_frame,
@@ -53,13 +54,21 @@ from warden.interfaces.cli.entry import (
 
 __all__ = ["Daemon", "main"]
 
-# What a child may have inherited from the daemon's own start rather than its client's environment
-# (which it takes whole): where Python finds modules, the locale its streams were made with, where
-# bwrap and the home are looked up, Warden's own settings. A client that differs in one of these
-# runs its command itself; any other variable (SSH_CONNECTION, VIRTUAL_ENV, TERM…) just passes on.
-_SAME = ("PATH", "HOME", "TMPDIR", "LANG", "LANGUAGE")
-_SAME_PREFIXES = ("LC_", "PYTHON", "WARDEN_")
-_OURS = frozenset({"WARDEN_DAEMON", "WARDEN_DAEMON_IDLE"})  # the client's switch, not a setting
+# Variables of a terminal, a shell or a session, which nothing of Warden reads: a client may
+# differ from the daemon in these. Any other difference (a PATH, an LD_PRELOAD, a locale, a
+# WARDEN_* setting) and the client runs its command itself: the daemon's process was started
+# with its first client's, and a child takes the client's whole environment but not what the
+# daemon loaded under its own.
+_VOLATILE = frozenset({
+    "PWD", "OLDPWD", "SHLVL", "_", "TERM", "COLORTERM", "COLUMNS", "LINES", "WINDOWID", "TMUX", "TMUX_PANE", "STY",
+    "SSH_CONNECTION", "SSH_CLIENT", "SSH_TTY", "SSH_AUTH_SOCK", "GPG_TTY", "DISPLAY", "WAYLAND_DISPLAY",
+    "XDG_SESSION_ID", "XDG_VTNR", "PS1", "PS2", "PS4", "PROMPT_COMMAND", "HISTFILE", "HISTSIZE", "HISTCONTROL",
+    "MAIL", "VIRTUAL_ENV", "VIRTUAL_ENV_PROMPT", "WARDEN_DAEMON", "WARDEN_DAEMON_IDLE"})
+# What confines a process besides its environment (proc(5)): the daemon serves only a client
+# it matches in all of them (else the child would run with less than the client had, or more).
+_CONFINEMENT = ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs",
+                "Seccomp", "Seccomp_filters", "Cpus_allowed_list", "Mems_allowed_list")
+_NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts")
 _MAX_REPORT = 60_000  # bytes of new module names a child reports (a pipe holds 64 KiB)
 _LOG_BYTES = 1 << 20
 _STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}
@@ -81,15 +90,60 @@ def code_stamp() -> str:
 
 
 def _own(environ: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in environ.items()
-            if (k in _SAME or k.startswith(_SAME_PREFIXES)) and k not in _OURS}
+    return {k: v for k, v in environ.items() if k not in _VOLATILE}
+
+
+def process_of(pid: int | str) -> dict[str, str]:
+    """What confines process `pid` (or "self") and what a command inherits from it, read from
+    /proc rather than taken from it: its credentials, capabilities, no_new_privs, seccomp, CPUs,
+    namespaces, cgroups, root folder and LSM label; and its umask, limits and priority (taken
+    on by the child). Empty when it cannot be read."""
+    base = f"/proc/{pid}"
+    found: dict[str, str] = {}
+    try:
+        with open(f"{base}/status") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key in _CONFINEMENT or key == "Umask":
+                    found[key] = " ".join(value.split())
+        for kind in _NAMESPACES:
+            with contextlib.suppress(FileNotFoundError):
+                found[f"ns.{kind}"] = os.readlink(f"{base}/ns/{kind}")
+        with open(f"{base}/cgroup") as handle:
+            found["cgroup"] = handle.read(65536)
+        root = os.stat(f"{base}/root")
+        found["root"] = f"{root.st_dev}:{root.st_ino}"
+        with contextlib.suppress(OSError), open(f"{base}/attr/current") as handle:
+            found["lsm"] = handle.read(4096).strip()
+        with open(f"{base}/limits") as handle:
+            # One line per resource, in RLIMIT_ order (proc(5)): soft and hard, or "unlimited".
+            for which, line in enumerate(handle.readlines()[1:]):
+                cells = line[26:].split()
+                found[f"rlimit.{which}"] = ",".join("-1" if c == "unlimited" else c for c in cells[:2])
+        with open(f"{base}/stat", "rb") as handle:
+            found["nice"] = handle.read(4096).rsplit(b")", 1)[1].split()[16].decode()
+    except (OSError, IndexError, ValueError):
+        return {}
+    return found
+
+
+def _differs(client: dict[str, str], daemon: dict[str, str]) -> str | None:
+    """What confines the client otherwise than the daemon, or None."""
+    if not client:
+        return "its process could not be read"
+    for key, value in daemon.items():
+        if key in ("Umask", "nice") or key.startswith("rlimit."):
+            continue  # the child takes these on
+        if client.get(key) != value:
+            return f"it runs with another {key} than the daemon"
+    return None
 
 
 class _Request(NamedTuple):
     argv: list[str]
     env: dict[str, str]
     cwd: str
-    context: dict[str, str]  # entry.process_context(): the client's umask, limits, namespaces…
+    context: dict[str, str]  # process_of(the client): its umask, limits, priority, taken on
 
 
 @dataclass
@@ -104,7 +158,7 @@ class Daemon:
     home: str
     idle_s: float
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
-    context: dict[str, str] = field(default_factory=process_context)
+    context: dict[str, str] = field(default_factory=lambda: process_of("self"))
     stamp: str = field(default_factory=code_stamp)
     children: dict[int, _Child] = field(default_factory=dict)
     draining: bool = False
@@ -246,13 +300,13 @@ class Daemon:
         fds: list[int] = []
         try:
             creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            _, uid, _ = struct.unpack("3i", creds)
+            peer, uid, _ = struct.unpack("3i", creds)
             if uid != os.getuid():
                 conn.close()
                 return
             # One deadline for the whole request: a client that trickles it holds up the others.
-            payload, fds = recv_frame(conn, max_fds=3, deadline=time.monotonic() + _REQUEST_S)
-            request, problem = self._problem(payload, fds)
+            payload, fds = recv_frame(conn, max_fds=4, deadline=time.monotonic() + _REQUEST_S)
+            request, problem = self._problem(payload, fds, peer)
             if request is None:
                 _log(self.home, f"a client runs its command itself: {problem}")
                 send_frame(conn, reply("fallback", problem))
@@ -280,26 +334,41 @@ class Daemon:
                 with contextlib.suppress(OSError):
                     os.close(fd)
 
-    def _problem(self, payload: bytes | None, fds: list[int]) -> tuple[_Request | None, str]:
+    def _problem(self, payload: bytes | None, fds: list[int], peer: int) -> tuple[_Request | None, str]:
         """The request, or None and why this daemon will not run it."""
-        if payload is None or len(fds) != 3:
-            return None, "a request carries a command line and three descriptors"
+        if payload is None or len(fds) != 4:
+            return None, "a request carries a command line and four descriptors"
         try:
-            argv, env, cwd, context = decode_request(payload)
+            argv, env, cwd = decode_request(payload)
         except ValueError as exc:
             return None, f"a malformed request ({exc})"
+        # Only what the client itself would hand over: `warden run` on this home.
+        if not is_daemon_run(argv) or home_of(argv, env) != self.home:
+            return None, "only `warden run` on this daemon's home is served"
+        if not self._proves_write(fds[3]):
+            return None, "it showed no right to write in the home (its lock file, open for writing)"
         if _own(env) != _own(self.environ):
             changed = {k for k, _ in set(_own(env).items()) ^ set(_own(self.environ).items())}
             return None, f"its environment differs from the daemon's ({', '.join(sorted(changed)[:5])})"
-        for key in ("ns", "cgroup"):
-            if context.get(key) != self.context.get(key):
-                # Another namespace or cgroup (`unshare`, `systemd-run -p MemoryMax=`): what the
-                # client runs in is not the daemon's to give.
-                return None, f"it runs in other {'namespaces' if key == 'ns' else 'cgroups'} than the daemon"
+        context = process_of(peer)
+        why = _differs(context, self.context)
+        if why is not None:
+            return None, why
         if code_stamp() != self.stamp:
             self._drain()
             return None, "Warden's code changed since the daemon started"
         return _Request(argv, env, cwd, context), ""
+
+    def _proves_write(self, fd: int) -> bool:
+        """Whether `fd` is this home's lock file, opened for writing by the client."""
+        import fcntl as _fcntl
+
+        try:
+            mode = _fcntl.fcntl(fd, _fcntl.F_GETFL) & os.O_ACCMODE
+            given, ours_ = os.fstat(fd), os.stat(daemon_paths(self.home)[1])
+        except OSError:
+            return False
+        return mode == os.O_RDWR and (given.st_dev, given.st_ino) == (ours_.st_dev, ours_.st_ino)
 
     def _child(self, conn: socket.socket, request: _Request, fds: list[int], report: int,
                known: set[str]) -> NoReturn:
@@ -319,7 +388,7 @@ class Daemon:
                 signal.signal(sig, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             os.setsid()
-            for target, fd in enumerate(fds):
+            for target, fd in enumerate(fds[:3]):
                 os.dup2(fd, target)
             for fd in fds:
                 os.close(fd)
@@ -419,10 +488,10 @@ def _take_on(context: dict[str, str]) -> str | None:
     import resource
 
     try:
-        os.umask(int(context["umask"]) & 0o777)
+        os.umask(int(context["Umask"], 8) & 0o777)
         for key, value in context.items():
             if key.startswith("rlimit."):
-                soft, hard = (int(v) for v in value.split(","))
+                soft, hard = (resource.RLIM_INFINITY if v == "-1" else int(v) for v in value.split(","))
                 resource.setrlimit(int(key.split(".", 1)[1]), (soft, hard))
         nice = int(context["nice"])
         if nice != os.getpriority(os.PRIO_PROCESS, 0):

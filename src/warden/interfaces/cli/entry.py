@@ -34,13 +34,13 @@ if TYPE_CHECKING:
     from socket import socket as Socket
     from typing import NoReturn
 
-__all__ = ["MAX_FRAME", "daemon_paths", "decode_request", "encode_request", "main", "ours", "process_context",
-           "recv_frame", "reply", "send_frame"]
+__all__ = ["MAX_FRAME", "daemon_paths", "decode_request", "encode_request", "home_of", "is_daemon_run", "main",
+           "ours", "recv_frame", "reply", "send_frame"]
 
 MAX_FRAME = 1 << 20  # a request is a command line and an environment: far below this
 _CONNECT_S = 2.0  # seconds to reach the daemon and hand it the request
 _ANSWER_S = 10.0  # seconds for its child to say it runs the command, else it runs here
-_MAGIC = b"warden-run/2"
+_MAGIC = b"warden-run/3"
 
 
 def send_frame(sock: Socket | _socket.socket, payload: bytes, fds: Sequence[int] = ()) -> None:
@@ -105,71 +105,29 @@ def recv_frame(sock: Socket | _socket.socket, *, max_fds: int = 0,
     return body, fds
 
 
-def process_context() -> dict[str, str]:
-    """What of a process, besides its environment, a command it runs inherits: its umask, its
-    resource limits and priority, its namespaces and cgroups. The daemon's child takes on the
-    client's umask, limits and priority, and serves only a client in its own namespaces and
-    cgroups (else the command runs in the client, under the client's own)."""
-    import resource
-
-    mask = os.umask(0)
-    os.umask(mask)
-    context = {"umask": str(mask), "nice": str(os.getpriority(os.PRIO_PROCESS, 0))}
-    for name in dir(resource):
-        if name.startswith("RLIMIT_"):
-            which = getattr(resource, name)
-            soft, hard = resource.getrlimit(which)
-            context[f"rlimit.{which}"] = f"{soft},{hard}"
-    namespaces = []
-    for kind in ("cgroup", "ipc", "mnt", "net", "pid", "user", "uts"):
-        try:
-            namespaces.append(os.readlink(f"/proc/self/ns/{kind}"))
-        except OSError:
-            namespaces.append(f"{kind}:?")
-    context["ns"] = ",".join(namespaces)
-    try:
-        with open("/proc/self/cgroup", "rb") as handle:
-            context["cgroup"] = handle.read(65536).decode("utf-8", "replace").replace("\n", ";")
-    except OSError:
-        context["cgroup"] = "?"
-    return context
-
-
-def encode_request(argv: Sequence[str], env: dict[str, str], cwd: str, context: dict[str, str]) -> bytes:
-    """A command line, its process context, environment and folder as NUL-separated bytes (none
-    holds a NUL; bytes that are not UTF-8 travel as they are, as the operating system gave them)."""
+def encode_request(argv: Sequence[str], env: dict[str, str], cwd: str) -> bytes:
+    """A command line, its environment and folder as NUL-separated bytes (none holds a NUL;
+    bytes that are not UTF-8 travel as they are, as the operating system gave them)."""
     fields = [_MAGIC, os.fsencode(cwd), str(len(argv)).encode(), *map(os.fsencode, argv),
-              str(len(context)).encode(), *(f"{k}={v}".encode() for k, v in context.items()),
               *(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items())]
     return b"\0".join(fields)
 
 
-def _pairs(items: Sequence[bytes]) -> dict[str, str]:
-    pairs: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition(b"=")
-        if not sep or not key:
-            raise ValueError("a malformed entry")
-        pairs[os.fsdecode(key)] = os.fsdecode(value)
-    return pairs
-
-
-def decode_request(payload: bytes) -> tuple[list[str], dict[str, str], str, dict[str, str]]:
-    """encode_request's inverse (argv, env, cwd, context); ValueError for anything it could
-    not have made."""
+def decode_request(payload: bytes) -> tuple[list[str], dict[str, str], str]:
+    """encode_request's inverse (argv, env, cwd); ValueError for anything it could not have made."""
     fields = payload.split(b"\0")
-    if len(fields) < 4 or fields[0] != _MAGIC or not fields[2].isdigit():
+    if len(fields) < 3 or fields[0] != _MAGIC or not fields[2].isdigit():
         raise ValueError("not a request of this Warden's client")
     count = int(fields[2])
-    if len(fields) < 4 + count or not fields[3 + count].isdigit():
+    if len(fields) < 3 + count:
         raise ValueError("a request cut short")
-    argv = [os.fsdecode(f) for f in fields[3:3 + count]]
-    given = int(fields[3 + count])
-    if len(fields) < 4 + count + given:
-        raise ValueError("a request cut short")
-    context = _pairs(fields[4 + count:4 + count + given])
-    env = _pairs(fields[4 + count + given:])
-    return argv, env, os.fsdecode(fields[1]), context
+    env: dict[str, str] = {}
+    for item in fields[3 + count:]:
+        key, sep, value = item.partition(b"=")
+        if not sep or not key:
+            raise ValueError("a malformed environment entry")
+        env[os.fsdecode(key)] = os.fsdecode(value)
+    return [os.fsdecode(f) for f in fields[3:3 + count]], env, os.fsdecode(fields[1])
 
 
 def reply(word: str, value: object) -> bytes:
@@ -188,25 +146,30 @@ def daemon_paths(home: str) -> tuple[str, str]:
     return os.path.join(run, "daemon.sock"), os.path.join(run, "daemon.lock")
 
 
-def _home(argv: Sequence[str]) -> str:
+def home_of(argv: Sequence[str], environ: dict[str, str] | os._Environ[str]) -> str:
     """The home this command line names, as the CLI finds it (bootstrap.Home.locate)."""
     own = argv[: list(argv).index("--")] if "--" in argv else argv
-    raw = os.environ.get("WARDEN_HOME") or "~/.warden"
+    raw = environ.get("WARDEN_HOME") or "~/.warden"
     for index, word in enumerate(own):
         if word == "--home" and index + 1 < len(own):
             raw = own[index + 1]
         elif word.startswith("--home="):
             raw = word.split("=", 1)[1]
+    if (raw == "~" or raw.startswith("~/")) and environ.get("HOME"):
+        raw = os.path.join(environ["HOME"], raw[2:])
     return os.path.abspath(os.path.expanduser(raw))
+
+
+def is_daemon_run(argv: Sequence[str]) -> bool:
+    """Whether the command line is one the daemon runs: `run`, without a terminal or help."""
+    own = list(argv[: list(argv).index("--")] if "--" in argv else argv)
+    words = [w for i, w in enumerate(own) if not w.startswith("-") and (i == 0 or own[i - 1] != "--home")]
+    return bool(words) and words[0] == "run" and not any(w in ("--tty", "-t", "--help", "-h") for w in own)
 
 
 def _wanted(argv: Sequence[str]) -> bool:
     """Whether this command line may go through the daemon (see the module's docstring)."""
-    if os.environ.get("WARDEN_DAEMON", "1") in ("0", "off", "no", "false"):
-        return False
-    own = list(argv[: list(argv).index("--")] if "--" in argv else argv)
-    words = [w for i, w in enumerate(own) if not w.startswith("-") and (i == 0 or own[i - 1] != "--home")]
-    if not words or words[0] != "run" or any(w in ("--tty", "-t", "--help", "-h") for w in own):
+    if os.environ.get("WARDEN_DAEMON", "1") in ("0", "off", "no", "false") or not is_daemon_run(argv):
         return False
     try:
         return not os.isatty(0)
@@ -267,12 +230,20 @@ def _child_of(pid: int, parent: int) -> bool:
 def _served(sock: _socket.socket, argv: Sequence[str], peer: int) -> int | None:
     """The round trip on a connected socket: the request, the child's pid, its status."""
     try:
-        send_frame(sock, encode_request(argv, dict(os.environ), os.getcwd(), process_context()), (0, 1, 2))
+        # Proof that this process may write in the home (a Landlock ruleset or a read-only
+        # mount around it would refuse the open): the daemon serves no one with less.
+        proof = os.open(daemon_paths(home_of(argv, os.environ))[1], os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        send_frame(sock, encode_request(argv, dict(os.environ), os.getcwd()), (0, 1, 2, proof))
         # Nothing has started before the pid comes: past this wait the command runs here (the
         # daemon's child then cannot say its pid and runs nothing).
         word, value = _answer(recv_frame(sock, deadline=_monotonic() + _ANSWER_S)[0])
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(proof)
     sock.settimeout(None)
     if word != "pid" or not value.isdigit():
         return None  # a stale daemon (other code, another environment): it says why in its log
@@ -353,7 +324,7 @@ def main() -> NoReturn:
     _standard_streams()
     argv = sys.argv[1:]
     if _wanted(argv):
-        status = _through_daemon(argv, _home(argv))
+        status = _through_daemon(argv, home_of(argv, os.environ))
         if status is not None:
             # Nothing of this process is left to tidy: ending at once spares the interpreter's
             # shutdown (a few milliseconds of every `warden run`).
