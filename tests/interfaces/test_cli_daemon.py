@@ -167,9 +167,12 @@ def test_another_environment_or_changed_code_is_run_by_the_client_itself(env: di
     stat = module.stat()
     os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     try:
-        changed = warden(env, "run", "dw", "--", "sh", "-c", "echo still fine")
-        assert (changed.returncode, changed.stdout) == (0, b"still fine\n")
-        assert "code changed" in log.read_text()
+        def noticed() -> bool:  # it looks at the code once a second at most
+            changed = warden(env, "run", "dw", "--", "sh", "-c", "echo still fine")
+            assert (changed.returncode, changed.stdout) == (0, b"still fine\n")
+            return "code changed" in log.read_text()
+
+        wait_until(noticed, timeout=20, interval=0.3, message="the daemon did not notice the change")
         wait_until(lambda: before not in daemon_pids(home), timeout=10, message="the stale daemon lived on")
     finally:
         os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))

@@ -160,6 +160,7 @@ class Daemon:
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     context: dict[str, str] = field(default_factory=lambda: process_of("self"))
     stamp: str = field(default_factory=code_stamp)
+    stamp_checked: float = 0.0  # time.monotonic() of the last look at the code
     children: dict[int, _Child] = field(default_factory=dict)
     draining: bool = False
     sweep_s: float = 15.0
@@ -354,10 +355,19 @@ class Daemon:
         why = _differs(context, self.context)
         if why is not None:
             return None, why
-        if code_stamp() != self.stamp:
+        if self._code_changed():
             self._drain()
             return None, "Warden's code changed since the daemon started"
         return _Request(argv, env, cwd, context), ""
+
+    def _code_changed(self) -> bool:
+        """Whether Warden's code on disk is no longer the daemon's; looked at once a second at
+        most (a walk of the package costs a few milliseconds of every command)."""
+        now = time.monotonic()
+        if now - self.stamp_checked < 1.0:
+            return False
+        self.stamp_checked = now
+        return code_stamp() != self.stamp
 
     def _proves_write(self, fd: int) -> bool:
         """Whether `fd` is this home's lock file, opened for writing by the client."""
