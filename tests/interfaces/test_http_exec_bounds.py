@@ -153,15 +153,19 @@ def test_a_trickled_body_is_cut_off_at_the_request_timeout(tmp_path: Path, initi
             sock.sendall(b"POST /v1/workspaces/x/exec HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
                          b"Content-Length: 100\r\n\r\n{\"cmd\":")
             started = time.monotonic()
-            # A byte every half second, never the whole body, until the server answers (no byte
-            # after that: one sent to a closed connection brings a reset, which drops the answer).
-            while not select.select([sock], [], [], 0.5)[0]:
+            # A byte every 0.3 s for 1.8 s, never the whole body: the connection is never idle for
+            # the 2 s timeout, so only a bound on the whole request can cut it off, at ~2 s (an
+            # idle timeout would answer at ~3.8 s). Then nothing more is sent: a byte that meets
+            # the closed connection brings a reset, which drops the answer.
+            while time.monotonic() - started < 1.8 and not select.select([sock], [], [], 0.3)[0]:
                 sock.sendall(b" ")
-                assert time.monotonic() - started < 20, "the trickle was never cut off"
+            assert select.select([sock], [], [], 20)[0], "the trickle was never cut off"
+            answered = time.monotonic() - started
             answer = b""
             while chunk := sock.recv(65536):  # the whole answer, until the server closes
                 answer += chunk
         assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
+        assert answered < 3.5, f"answered after {answered:.1f} s: an idle timeout, not one on the whole request"
         assert b'"code":"timeout"' in answer.replace(b" ", b"")
         assert httpx.get(f"{server.url}/v1/health", timeout=10).status_code == 200
 
