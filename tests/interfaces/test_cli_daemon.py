@@ -472,12 +472,12 @@ def test_only_warden_run_on_its_home_with_a_right_to_write_there_is_served(env: 
     home = served(env)
     path, lock = daemon_paths(str(home))
 
-    def ask(argv: list[str], proof_flags: int) -> bytes | None:
+    def ask(argv: list[str], proof_flags: int, cwd: str | None = None) -> bytes | None:
         proof = os.open(lock, proof_flags)
         try:
             with socket.socket(socket.AF_UNIX) as sock:
                 sock.connect(path)
-                send_frame(sock, encode_request(argv, dict(env), str(home)), (0, 1, 2, proof))
+                send_frame(sock, encode_request(argv, dict(env), cwd or str(home)), (0, 1, 2, proof))
                 return recv_frame(sock, deadline=time.monotonic() + 30)[0]
         finally:
             os.close(proof)
@@ -489,5 +489,33 @@ def test_only_warden_run_on_its_home_with_a_right_to_write_there_is_served(env: 
     # ruleset or a read-only mount around the client refuses the write open).
     assert (ask(["run", "dw", "--", "touch", "by-reader"], os.O_RDONLY) or b"").startswith(b"fallback")
     assert not (home / "workspaces" / "dw" / "by-reader").exists()
-    # Another home named on the command line.
+    # Another home named on the command line, or a terminal asked for, as the CLI's parser reads
+    # them (abbreviated: `--ho`, `--tt`; a relative home is the client's folder's).
     assert (ask(["run", "--home", "/tmp/elsewhere", "dw", "--", "true"], os.O_RDWR) or b"").startswith(b"fallback")
+    assert (ask(["run", "--ho", "/tmp/elsewhere", "dw", "--", "true"], os.O_RDWR) or b"").startswith(b"fallback")
+    assert (ask(["run", "--tt", "dw", "--", "true"], os.O_RDWR) or b"").startswith(b"fallback")
+    elsewhere = home.parent / "client-folder"
+    (elsewhere / str(home).lstrip("/")).mkdir(parents=True, exist_ok=True)  # `--home` relative to it
+    relative = ["run", "--home", str(home).lstrip("/"), "dw", "--", "touch", "by-relative"]
+    assert (ask(relative, os.O_RDWR, cwd=str(elsewhere)) or b"").startswith(b"fallback")
+
+
+def test_the_process_judged_is_the_one_that_asks(env: dict[str, str]) -> None:
+    # The daemon judged the process that connected; a child it forked (or one it passed the
+    # socket to), confined otherwise, could then send the request.
+    home = served(env)
+    path, lock = daemon_paths(str(home))
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(path)
+        child = os.fork()
+        if child == 0:
+            try:
+                proof = os.open(lock, os.O_RDWR)
+                send_frame(sock, encode_request(["run", "dw", "--", "touch", "by-child"], dict(env), str(home)),
+                           (0, 1, 2, proof))
+            finally:
+                os._exit(0)
+        os.waitpid(child, 0)
+        answer = recv_frame(sock, deadline=time.monotonic() + 30)[0]
+    assert (answer or b"").startswith(b"fallback"), answer
+    assert not (home / "workspaces" / "dw" / "by-child").exists()

@@ -189,6 +189,8 @@ class Daemon:
             listener.bind(path)
         finally:
             os.umask(old)
+        # Each piece a client sends carries its sender's pid, stamped by the kernel.
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         listener.listen(64)
         bound = os.stat(path).st_ino
         wake_r, wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -299,15 +301,27 @@ class Daemon:
         except OSError:
             return
         fds: list[int] = []
+        pidfd = -1
         try:
             creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
             peer, uid, _ = struct.unpack("3i", creds)
             if uid != os.getuid():
                 conn.close()
                 return
+            # The process that connected, held by a pidfd: its /proc is read only while it is
+            # still that process (not one that took its pid after it left).
+            pidfd = _peer_pidfd(conn, peer)
             # One deadline for the whole request: a client that trickles it holds up the others.
-            payload, fds = recv_frame(conn, max_fds=4, deadline=time.monotonic() + _REQUEST_S)
-            request, problem = self._problem(payload, fds, peer)
+            senders: list[int] = []
+            payload, fds = recv_frame(conn, max_fds=4, deadline=time.monotonic() + _REQUEST_S, senders=senders)
+            if not senders or any(sender != peer for sender in senders):
+                # Another process sent it (a child the connector made, or one it passed the
+                # socket to): the one judged must be the one asking.
+                request, problem = None, "the request came from another process than the one that connected"
+            else:
+                request, problem = self._problem(payload, fds, peer)
+            if request is not None and not _alive(pidfd):
+                request, problem = None, "the client left before it was judged"
             if request is None:
                 _log(self.home, f"a client runs its command itself: {problem}")
                 send_frame(conn, reply("fallback", problem))
@@ -334,6 +348,8 @@ class Daemon:
             for fd in fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+            if pidfd >= 0:
+                os.close(pidfd)
 
     def _problem(self, payload: bytes | None, fds: list[int], peer: int) -> tuple[_Request | None, str]:
         """The request, or None and why this daemon will not run it."""
@@ -359,6 +375,26 @@ class Daemon:
             self._drain()
             return None, "Warden's code changed since the daemon started"
         return _Request(argv, env, cwd, context), ""
+
+    def _not_ours(self, argv: list[str]) -> str | None:
+        """In a child, in the client's environment and folder: what the CLI's own parser makes
+        of the command line, unless it is `warden run` without a terminal on this daemon's home
+        (the client's quick look at it, `is_daemon_run`, misses abbreviations such as `--ho`,
+        and a relative `--home` is the client folder's)."""
+        from warden.bootstrap import Home
+        from warden.core.errors import WardenError
+        from warden.interfaces.cli.main import parse_command_line
+
+        try:
+            args = parse_command_line(argv)
+        except WardenError:
+            return None  # a usage error: `main` says so, as it would in the client, and runs nothing
+        handler = getattr(args, "handler", None)
+        if getattr(handler, "__module__", "") != "warden.interfaces.cli.cmd_run" or getattr(args, "tty", False):
+            return "only `warden run` without a terminal is served"
+        if os.path.abspath(Home.locate(getattr(args, "home", None), os.environ).root) != self.home:
+            return "only `warden run` on this daemon's home is served"
+        return None
 
     def _code_changed(self) -> bool:
         """Whether Warden's code on disk is no longer the daemon's; looked at once a second at
@@ -386,7 +422,15 @@ class Daemon:
         try:
             self._let_go()
             conn.settimeout(None)
-            problem = _take_on(request.context)
+            argv, env, cwd = request.argv, request.env, request.cwd
+            os.environ.clear()
+            os.environ.update(env)
+            try:
+                os.chdir(cwd)
+            except OSError as exc:
+                problem: str | None = f"its folder cannot be entered here ({exc.strerror})"
+            else:
+                problem = _take_on(request.context) or self._not_ours(argv)
             if problem is not None:  # nothing ran: the client runs it itself
                 _log(self.home, f"a client runs its command itself: {problem}")
                 send_frame(conn, reply("fallback", problem))
@@ -402,16 +446,8 @@ class Daemon:
                 os.dup2(fd, target)
             for fd in fds:
                 os.close(fd)
-            argv, env, cwd = request.argv, request.env, request.cwd
-            os.environ.clear()
-            os.environ.update(env)
             _fresh_stdio()
             sys.argv = ["warden", *argv]
-            try:
-                os.chdir(cwd)
-            except OSError as exc:
-                sys.stderr.write(f"warden: the current folder cannot be entered ({exc.strerror})\n")
-                raise SystemExit(1) from None
             from warden.interfaces.cli.main import main
 
             status = main(argv)
@@ -490,6 +526,27 @@ class Daemon:
         # What is loaded now is kept out of the collector's sight: a collection in a child would
         # otherwise walk (and so copy, page by page) every object it shares with the daemon.
         gc.freeze()
+
+
+_SO_PEERPIDFD = 77  # Linux 6.5: a pidfd of the process that connected (not in Python 3.11's socket module)
+
+
+def _peer_pidfd(conn: socket.socket, peer: int) -> int:
+    """A pidfd of the connected client: the kernel's own, or (before Linux 6.5) one opened now,
+    which names the connector as long as it lives (a process that took its pid after it left is
+    not the sender the kernel stamped on the request, which is checked against `peer`)."""
+    try:
+        return int(conn.getsockopt(socket.SOL_SOCKET, _SO_PEERPIDFD))
+    except OSError:
+        return os.pidfd_open(peer)
+
+
+def _alive(pidfd: int) -> bool:
+    try:
+        signal.pidfd_send_signal(pidfd, 0)
+    except OSError:
+        return False
+    return True
 
 
 def _take_on(context: dict[str, str]) -> str | None:

@@ -54,11 +54,12 @@ def send_frame(sock: Socket | _socket.socket, payload: bytes, fds: Sequence[int]
         sock.sendall(data)
 
 
-def recv_frame(sock: Socket | _socket.socket, *, max_fds: int = 0,
-               deadline: float | None = None) -> tuple[bytes | None, list[int]]:
+def recv_frame(sock: Socket | _socket.socket, *, max_fds: int = 0, deadline: float | None = None,
+               senders: list[int] | None = None) -> tuple[bytes | None, list[int]]:
     """The next frame and the descriptors that came with it; (None, []) at a clean end.
     Raises ValueError for anything else (too long, cut short, too many descriptors), TimeoutError
-    when `deadline` (time.monotonic()) passes first, for the whole frame."""
+    when `deadline` (time.monotonic()) passes first, for the whole frame. `senders`: gets the pid
+    the kernel stamped on each piece (SCM_CREDENTIALS, on a socket with SO_PASSCRED)."""
     fds: list[int] = []
     head = b""
 
@@ -70,16 +71,24 @@ def recv_frame(sock: Socket | _socket.socket, *, max_fds: int = 0,
             sock.settimeout(left)
 
     try:
-        while len(head) < 4:
-            in_time()
+        def piece(size: int) -> bytes:
             space = _socket.CMSG_SPACE(max_fds * 4) if max_fds and not fds else 0
-            chunk, ancillary, flags, _ = sock.recvmsg(4 - len(head), space)
+            if senders is not None:
+                space += _socket.CMSG_SPACE(12)
+            chunk, ancillary, flags, _ = sock.recvmsg(size, space)
             for level, kind, data in ancillary:
                 if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
                     whole = len(data) - len(data) % 4
                     fds.extend(struct.unpack(f"{whole // 4}i", data[:whole]))
+                elif level == _socket.SOL_SOCKET and kind == _socket.SCM_CREDENTIALS and senders is not None:
+                    senders.append(struct.unpack("3i", data[:12])[0])
             if flags & _socket.MSG_CTRUNC:
                 raise ValueError("more descriptors than a request carries")
+            return chunk
+
+        while len(head) < 4:
+            in_time()
+            chunk = piece(4 - len(head))
             if not chunk:
                 if head:
                     raise ValueError("the frame was cut short")
@@ -91,7 +100,8 @@ def recv_frame(sock: Socket | _socket.socket, *, max_fds: int = 0,
         body = b""
         while len(body) < size:
             in_time()
-            chunk = sock.recv(min(size - len(body), 65536))
+            chunk = piece(min(size - len(body), 65536)) if senders is not None else sock.recv(min(size - len(body),
+                                                                                                  65536))
             if not chunk:
                 raise ValueError("the frame was cut short")
             body += chunk

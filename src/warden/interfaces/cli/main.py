@@ -22,7 +22,7 @@ from warden.interfaces.cli.output import Output, terminal_columns
 if TYPE_CHECKING:
     from warden.bootstrap import App
 
-__all__ = ["EXIT_CODES", "Context", "main"]
+__all__ = ["EXIT_CODES", "Context", "main", "parse_command_line"]
 
 # One table: error code → exit status. Scripts rely on these numbers: never renumber one.
 EXIT_CODES = {
@@ -354,20 +354,31 @@ def _by_cause(handler: Callable[[Context, argparse.Namespace], Output], ctx: Con
         raise mapped from exc
 
 
+def parse_command_line(args_list: Sequence[str]) -> argparse.Namespace:
+    """The command line as `main` reads it (UsageError when it cannot be read): the home's daemon
+    checks with it what it is asked to run."""
+    return _parse(build_parser(args_list), list(args_list))
+
+
 def _parse(parser: Parser, args_list: list[str]) -> argparse.Namespace:
     """Parse; for commands that run a program (`warden run NAME [opts] -- CMD...`), the words
     after the first `--` are that program's argv. argparse alone cannot place options between
     a positional and `--` there, so the tail is split off first."""
+    first: UsageError | None = None
     if "--" in args_list:
         cut = args_list.index("--")
         try:
             args = parser.parse_args(args_list[:cut])
-        except UsageError:  # another command's `--` (`warden create -- NAME`): argparse's own rule
-            args = None
+        except UsageError as exc:  # another command's `--` (`warden create -- NAME`): argparse's own rule
+            args, first = None, exc
         if args is not None and getattr(args, "takes_command", False):
             args.command = [*args.command, *args_list[cut + 1:]]
             return args
-    return parser.parse_args(args_list)
+    args = parser.parse_args(args_list)
+    if first is not None and getattr(args, "takes_command", False) and not args.command:
+        # `warden run -- CMD`: the workspace is missing, not the command (argparse took CMD for it).
+        raise first
+    return args
 
 
 def _finish(ctx: Context | None, status: int) -> int:
