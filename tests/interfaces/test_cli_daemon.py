@@ -198,7 +198,8 @@ def test_only_its_owner_reaches_it(env: dict[str, str]) -> None:
             "from warden.interfaces.cli.entry import send_frame, encode_request, recv_frame",
             f"s = socket.socket(socket.AF_UNIX); s.connect({str(door)!r})",
             "try:",
-            "    send_frame(s, encode_request(['run', 'dw', '--', 'touch', 'by-nobody'], {}, '/'), (0, 1, 2))",
+            "    send_frame(s, encode_request(['run', 'dw', '--', 'touch', 'by-nobody'], {}, '/'),"
+            " (0, 1, 2, 0, 0))",
             "    print(recv_frame(s)[0])",
             "except OSError as exc:",
             "    print('closed', type(exc).__name__)",
@@ -473,14 +474,18 @@ def test_only_warden_run_on_its_home_with_a_right_to_write_there_is_served(env: 
     path, lock = daemon_paths(str(home))
 
     def ask(argv: list[str], proof_flags: int, cwd: str | None = None) -> bytes | None:
-        proof = os.open(lock, proof_flags)
+        proof, me = os.open(lock, proof_flags), os.pidfd_open(os.getpid())
         try:
             with socket.socket(socket.AF_UNIX) as sock:
                 sock.connect(path)
-                send_frame(sock, encode_request(argv, dict(env), cwd or str(home)), (0, 1, 2, proof))
+                send_frame(sock, encode_request(argv, dict(env), cwd or str(home)), (0, 1, 2, proof, me))
                 return recv_frame(sock, deadline=time.monotonic() + 30)[0]
         finally:
             os.close(proof)
+            os.close(me)
+
+    # What a well-formed request gets: served (the check below refuses for its own reasons).
+    assert (ask(["run", "dw", "--", "true"], os.O_RDWR) or b"").startswith(b"pid")
 
     # Another command (the client sends only `run`): a confused deputy for the whole CLI.
     assert ask(["create", "w2"], os.O_RDWR) is not None and not (home / "workspaces" / "w2").exists()
@@ -498,6 +503,14 @@ def test_only_warden_run_on_its_home_with_a_right_to_write_there_is_served(env: 
     (elsewhere / str(home).lstrip("/")).mkdir(parents=True, exist_ok=True)  # `--home` relative to it
     relative = ["run", "--home", str(home).lstrip("/"), "dw", "--", "touch", "by-relative"]
     assert (ask(relative, os.O_RDWR, cwd=str(elsewhere)) or b"").startswith(b"fallback")
+    # A `..` after a link: text says this home, the kernel another (the link's parent's).
+    (home.parent / "other" / "sub").mkdir(parents=True, exist_ok=True)
+    link = home.parent / "lnk"
+    if not link.is_symlink():
+        link.symlink_to(home.parent / "other" / "sub")
+    dotted = ["run", "--home", f"{link}/../{home.name}", "dw", "--", "true"]
+    assert (ask(dotted, os.O_RDWR) or b"").startswith(b"fallback")
+    assert "on this daemon's home" in (home / "run" / "daemon.log").read_text()
 
 
 def test_the_process_judged_is_the_one_that_asks(env: dict[str, str]) -> None:
@@ -510,12 +523,31 @@ def test_the_process_judged_is_the_one_that_asks(env: dict[str, str]) -> None:
         child = os.fork()
         if child == 0:
             try:
-                proof = os.open(lock, os.O_RDWR)
+                proof, mine = os.open(lock, os.O_RDWR), os.pidfd_open(os.getpid())
                 send_frame(sock, encode_request(["run", "dw", "--", "touch", "by-child"], dict(env), str(home)),
-                           (0, 1, 2, proof))
+                           (0, 1, 2, proof, mine))
             finally:
                 os._exit(0)
         os.waitpid(child, 0)
         answer = recv_frame(sock, deadline=time.monotonic() + 30)[0]
     assert (answer or b"").startswith(b"fallback"), answer
+    assert not (home / "workspaces" / "dw" / "by-child").exists()
+    assert "pidfd of the process that connected" in (home / "run" / "daemon.log").read_text()
+    # Its parent's pidfd (the connector's) with the child's request: the kernel's stamp says who sent it.
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(path)
+        parents = os.pidfd_open(os.getpid())
+        child = os.fork()
+        if child == 0:
+            try:
+                proof = os.open(lock, os.O_RDWR)
+                send_frame(sock, encode_request(["run", "dw", "--", "touch", "by-child"], dict(env), str(home)),
+                           (0, 1, 2, proof, parents))
+            finally:
+                os._exit(0)
+        os.waitpid(child, 0)
+        os.close(parents)
+        answer = recv_frame(sock, deadline=time.monotonic() + 30)[0]
+    assert (answer or b"").startswith(b"fallback"), answer
+    assert "came from another process" in (home / "run" / "daemon.log").read_text()
     assert not (home / "workspaces" / "dw" / "by-child").exists()

@@ -301,20 +301,22 @@ class Daemon:
         except OSError:
             return
         fds: list[int] = []
-        pidfd = -1
         try:
             creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
             peer, uid, _ = struct.unpack("3i", creds)
             if uid != os.getuid():
                 conn.close()
                 return
-            # The process that connected, held by a pidfd: its /proc is read only while it is
-            # still that process (not one that took its pid after it left).
-            pidfd = _peer_pidfd(conn, peer)
             # One deadline for the whole request: a client that trickles it holds up the others.
             senders: list[int] = []
-            payload, fds = recv_frame(conn, max_fds=4, deadline=time.monotonic() + _REQUEST_S, senders=senders)
-            if not senders or any(sender != peer for sender in senders):
+            payload, fds = recv_frame(conn, max_fds=5, deadline=time.monotonic() + _REQUEST_S, senders=senders)
+            # The client hands over a pidfd of itself: while it lives, its pid names no other
+            # process, so its /proc read here is its own (not one that took its pid after it
+            # left); and the kernel stamped the pid of the process that sent each piece.
+            pidfd = fds[4] if len(fds) == 5 and _pidfd_of(fds[4]) == peer else -1
+            if pidfd < 0:
+                request, problem = None, "the request carried no pidfd of the process that connected"
+            elif not senders or any(sender != peer for sender in senders):
                 # Another process sent it (a child the connector made, or one it passed the
                 # socket to): the one judged must be the one asking.
                 request, problem = None, "the request came from another process than the one that connected"
@@ -348,13 +350,11 @@ class Daemon:
             for fd in fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-            if pidfd >= 0:
-                os.close(pidfd)
 
     def _problem(self, payload: bytes | None, fds: list[int], peer: int) -> tuple[_Request | None, str]:
         """The request, or None and why this daemon will not run it."""
-        if payload is None or len(fds) != 4:
-            return None, "a request carries a command line and four descriptors"
+        if payload is None or len(fds) != 5:
+            return None, "a request carries a command line and five descriptors"
         try:
             argv, env, cwd = decode_request(payload)
         except ValueError as exc:
@@ -392,7 +392,8 @@ class Daemon:
         handler = getattr(args, "handler", None)
         if getattr(handler, "__module__", "") != "warden.interfaces.cli.cmd_run" or getattr(args, "tty", False):
             return "only `warden run` without a terminal is served"
-        if os.path.abspath(Home.locate(getattr(args, "home", None), os.environ).root) != self.home:
+        # As `main` will use it, unnormalised: a `..` after a link is the link target's parent.
+        if str(Home.locate(getattr(args, "home", None), os.environ).root) != self.home:
             return "only `warden run` on this daemon's home is served"
         return None
 
@@ -528,17 +529,18 @@ class Daemon:
         gc.freeze()
 
 
-_SO_PEERPIDFD = 77  # Linux 6.5: a pidfd of the process that connected (not in Python 3.11's socket module)
-
-
-def _peer_pidfd(conn: socket.socket, peer: int) -> int:
-    """A pidfd of the connected client: the kernel's own, or (before Linux 6.5) one opened now,
-    which names the connector as long as it lives (a process that took its pid after it left is
-    not the sender the kernel stamped on the request, which is checked against `peer`)."""
+def _pidfd_of(fd: int) -> int | None:
+    """The pid a pidfd names, or None when `fd` is no pidfd."""
     try:
-        return int(conn.getsockopt(socket.SOL_SOCKET, _SO_PEERPIDFD))
-    except OSError:
-        return os.pidfd_open(peer)
+        if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:[pidfd]":
+            return None
+        with open(f"/proc/self/fdinfo/{fd}") as handle:
+            for line in handle:
+                if line.startswith("Pid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _alive(pidfd: int) -> bool:

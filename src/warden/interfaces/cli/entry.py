@@ -246,7 +246,12 @@ def _served(sock: _socket.socket, argv: Sequence[str], peer: int) -> int | None:
     except OSError:
         return None
     try:
-        send_frame(sock, encode_request(argv, dict(os.environ), os.getcwd()), (0, 1, 2, proof))
+        me = os.pidfd_open(os.getpid())  # the daemon judges this very process, not one that may take its pid
+    except OSError:
+        os.close(proof)
+        return None
+    try:
+        send_frame(sock, encode_request(argv, dict(os.environ), os.getcwd()), (0, 1, 2, proof, me))
         # Nothing has started before the pid comes: past this wait the command runs here (the
         # daemon's child then cannot say its pid and runs nothing).
         word, value = _answer(recv_frame(sock, deadline=_monotonic() + _ANSWER_S)[0])
@@ -254,6 +259,7 @@ def _served(sock: _socket.socket, argv: Sequence[str], peer: int) -> int | None:
         return None
     finally:
         os.close(proof)
+        os.close(me)
     sock.settimeout(None)
     if word != "pid" or not value.isdigit():
         return None  # a stale daemon (other code, another environment): it says why in its log
