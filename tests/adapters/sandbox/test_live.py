@@ -383,3 +383,12 @@ def test_as_root_a_command_without_its_pids_cgroup_never_starts(host: HostLiveSa
         assert host.run(row, "e" * 16, _req(folder, "true")).exit_code == 0  # the sandbox still serves
     finally:
         host.stop(row)
+
+
+def test_the_supervisors_command_line_is_short_and_its_file_read_only(host: HostLiveSandboxes, sandbox: LiveSandbox,
+                                                                       folder: str) -> None:
+    # Its whole source was its argv: pages of it in every `ps` of the host.
+    cmdline = Path(f"/proc/{sandbox.supervisor_pid}/cmdline").read_bytes()
+    assert len(cmdline) < 300 and b"supervisor.py" in cmdline, cmdline[:300]
+    out = host.run(sandbox, "f" * 16, _req(folder, "sh", "-c", "echo x >> /etc/warden/supervisor.py || echo refused"))
+    assert "refused" in out.stdout

@@ -97,6 +97,9 @@ _DRAIN = 2.0  # seconds to read what a command left in its pipes after it ended
 _ERR_TAIL = 4096
 
 
+SUPERVISOR_PATH = "/etc/warden/supervisor.py"  # inside a live sandbox
+
+
 @cache
 def supervisor_source() -> str:
     return Path(__file__).with_name("supervisor.py").read_text()
@@ -427,7 +430,9 @@ class HostLiveSandboxes:
             finally:
                 os.umask(old)
             listener.listen(64)
-            command: tuple[str, ...] = (python, "-I", "-S", "-c", supervisor_source(), str(listener.fileno()),
+            # The supervisor's source as a read-only file of the sandbox, not its command line
+            # (all of it in every `ps` of the host otherwise); -I keeps its folder off sys.path.
+            command: tuple[str, ...] = (python, "-I", "-S", SUPERVISOR_PATH, str(listener.fileno()),
                                         f"{idle_s:g}")
             if request.network is not None:
                 # The proxy outside (a process of its own: it outlives this one, as the sandbox does)
@@ -440,7 +445,7 @@ class HostLiveSandboxes:
                               network=proxy is not None, tmp_size=request.limits.memory)
             spec = replace(spec, die_with_parent=False, proxy_socket=proxy.socket if proxy is not None else None)
             spec = _with_seccomp(spec, held)
-            spec = _with_data_files(spec, held)
+            spec = _with_data_files(spec, held, [(SUPERVISOR_PATH, supervisor_source().encode())])
             spec = _with_pinned_sources(spec, held)
             borrowed = [fd for _, fd in spec.bind_fds if fd not in held.fds]
             control = _Control.open(held)

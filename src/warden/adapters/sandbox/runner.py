@@ -23,7 +23,7 @@ import selectors
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -227,11 +227,12 @@ def _with_seccomp(spec: SandboxSpec, held: _Held) -> SandboxSpec:
     return replace(spec, seccomp_fd=seccomp_fd)
 
 
-def _with_data_files(spec: SandboxSpec, held: _Held) -> SandboxSpec:
+def _with_data_files(spec: SandboxSpec, held: _Held, extra: Sequence[tuple[str, bytes]] = ()) -> SandboxSpec:
+    """The synthesized /etc files, and `extra` (path, content) ones, as read-only files of the sandbox."""
     from warden.adapters.sandbox.host import data_files
 
-    data = [(held.keep(_pipe_with(content)), dest)
-            for dest, content in data_files(os.getuid(), os.getgid(), spec.workspace)]
+    data = [(held.keep(_pipe_with(content) if len(content) < 16384 else _memfd_with(content)), dest)
+            for dest, content in [*data_files(os.getuid(), os.getgid(), spec.workspace), *extra]]
     return replace(spec, data_files=tuple(data))
 
 
