@@ -134,6 +134,17 @@ def assert_through_a_child(home: Path, env: dict[str, str]) -> None:
         proc.wait()
 
 
+def assert_not_through_a_child(home: Path, env: dict[str, str], stdin: int = subprocess.DEVNULL) -> None:
+    """A `warden run` with `env` and `stdin` runs in the client: the daemon gets no child."""
+    proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sleep", "3"], env=env, stdin=stdin,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert poll(lambda: len(daemon_pids(home)) > 1, timeout=2) is False
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_the_command_runs_in_a_child_of_the_daemon(env: dict[str, str]) -> None:
     assert_through_a_child(served(env), env)
 
@@ -251,25 +262,13 @@ def test_a_terminal_on_stdin_or_wardens_switch_keeps_the_command_here(env: dict[
     off = warden(env, "run", "dw", "--", "true", extra={"WARDEN_DAEMON": "0"})
     assert off.returncode == 0
     # With the daemon off nothing goes through it: its count of children stays at none.
-    proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sleep", "3"], env={**env, "WARDEN_DAEMON": "0"},
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert poll(lambda: len(daemon_pids(home)) > 1, timeout=2) is False
-    finally:
-        proc.kill()
-        proc.wait()
+    assert_not_through_a_child(home, {**env, "WARDEN_DAEMON": "0"})
     # A terminal on stdin: Ctrl-C there must reach the program, as in a run alone.
     import pty
 
     master, slave = pty.openpty()
     try:
-        proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sleep", "3"], env=env, stdin=slave,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            assert poll(lambda: len(daemon_pids(home)) > 1, timeout=2) is False
-        finally:
-            proc.kill()
-            proc.wait()
+        assert_not_through_a_child(home, env, stdin=slave)
     finally:
         os.close(master)
         os.close(slave)
@@ -417,14 +416,7 @@ def test_a_run_folder_others_may_enter_is_not_trusted(env: dict[str, str]) -> No
     run = home / "run"
     run.chmod(0o755)
     try:
-        # It runs, in the client: no daemon child takes it.
-        proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sleep", "3"], env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            assert poll(lambda: len(daemon_pids(home)) > 1, timeout=2) is False
-        finally:
-            proc.kill()
-            proc.wait()
+        assert_not_through_a_child(home, env)  # it runs, in the client
         assert warden(env, "run", "dw", "--", "true").returncode == 0
     finally:
         run.chmod(0o700)
