@@ -543,3 +543,19 @@ def test_the_process_judged_is_the_one_that_asks(env: dict[str, str]) -> None:
     assert (answer or b"").startswith(b"fallback"), answer
     assert "came from another process" in (home / "run" / "daemon.log").read_text()
     assert not (home / "workspaces" / "dw" / "by-child").exists()
+
+
+def test_a_live_sandbox_folder_a_killed_warden_left_does_not_keep_it_going(env: dict[str, str]) -> None:
+    # It stayed while any `run/sbx_…` folder existed: one with no sandbox behind it (a Warden
+    # killed between its start and its record) kept it, and its sweeps, going for good.
+    home = Path(env["WARDEN_HOME"])
+    stop_daemon(home)
+    (home / "run").mkdir(mode=0o700, exist_ok=True)  # as Warden makes it: its own, closed to others
+    left = home / "run" / f"sbx_{'0' * 16}"
+    left.mkdir()
+    try:
+        quick = {**env, "WARDEN_DAEMON_SWEEP": "0.5", "WARDEN_DAEMON_IDLE": "1"}
+        served(quick)
+        wait_until(lambda: not daemon_pids(home), timeout=30, message="the daemon stayed for a dead sandbox's folder")
+    finally:
+        left.rmdir()

@@ -63,7 +63,8 @@ class HeldSlots:
                 continue
             path = self.folder / name
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                # Non-blocking: a FIFO in its place would otherwise hold the open forever.
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
             except OSError:
                 continue  # released meanwhile
             try:

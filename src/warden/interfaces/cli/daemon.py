@@ -73,6 +73,7 @@ _MAX_REPORT = 60_000  # bytes of new module names a child reports (a pipe holds 
 _LOG_BYTES = 1 << 20
 _STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}
 _REQUEST_S = 1.0  # seconds a client has to hand over its whole request
+_SOME_LEFT = 3  # a sweep's exit status when live sandboxes remain after it
 
 
 def code_stamp() -> str:
@@ -165,6 +166,9 @@ class Daemon:
     draining: bool = False
     sweep_s: float = 15.0
     sweeper: int | None = None  # the child looking at the live sandboxes, while it runs
+    # Whether the last sweep left live sandboxes in the registry (None: not known since the last
+    # command, which may have started one).
+    registry_live: bool | None = None
 
     def serve(self) -> int:
         path, lock_path = daemon_paths(self.home)
@@ -259,7 +263,11 @@ class Daemon:
 
     # -- the home's live sandboxes ---------------------------------------------------------------
     def _live_sandboxes(self) -> bool:
-        """Whether the home has live sandboxes (each has a folder `run/sbx_…`)."""
+        """Whether the home has live sandboxes: a folder `run/sbx_…` each, unless the last sweep
+        found none in the registry (a folder a killed Warden left would keep the daemon, and its
+        sweeps, going for good)."""
+        if self.registry_live is False:
+            return False
         try:
             return any(name.startswith("sbx_") for name in os.listdir(os.path.join(self.home, "run")))
         except OSError:
@@ -285,9 +293,9 @@ class Daemon:
                 app = bootstrap(self.home, environ=self.environ)
                 try:
                     app.live.sweep()
+                    status = _SOME_LEFT if app.live.keep() else 0
                 finally:
                     app.close()
-                status = 0
             except BaseException as exc:
                 _log(self.home, f"the live sandbox sweep failed: {type(exc).__name__}: {exc}")
             finally:
@@ -340,6 +348,7 @@ class Daemon:
                     os._exit(1)  # a signal's exception escaped the child's last lines: never its way back here
             os.close(report_w)
             conn.settimeout(None)
+            self.registry_live = None  # `run --detach` may start a live sandbox
             self.children[pid] = _Child(pid, conn, report_r)
             sel.register(conn, selectors.EVENT_READ, self.children[pid])
         except (OSError, ValueError) as exc:
@@ -491,6 +500,9 @@ class Daemon:
                 return
             if pid == self.sweeper:
                 self.sweeper = None
+                code = os.waitstatus_to_exitcode(wait_status)
+                if code in (0, _SOME_LEFT):
+                    self.registry_live = code == _SOME_LEFT
                 continue
             child = self.children.pop(pid, None)
             if child is None:

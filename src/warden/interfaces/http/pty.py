@@ -24,9 +24,8 @@ import json
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket
 
@@ -34,8 +33,8 @@ from warden.adapters.pty import Pty
 from warden.core.errors import InvalidInput, WardenError, classify
 from warden.core.run_stream import error_event, exit_event
 from warden.core.terminal import DEFAULT_SIZE, DEFAULT_TERM, SHELL_ARGV, check_term, parse_control, size_of
-from warden.interfaces.http.calls import Call
 from warden.interfaces.http.statuses import status_for
+from warden.interfaces.http.streaming import exec_in_thread
 from warden.services.bot_requests import Command
 from warden.services.runs import RunOutput
 
@@ -139,25 +138,11 @@ async def serve_pty(app: App, requests: BotRequestService, admit: Callable[[str]
     session = _Session(asyncio.get_running_loop())
     with Pty(size.cols, size.rows) as pty:
         command = Command(argv=SHELL_ARGV, env={"TERM": term}, timeout=timeout)
-
-        def work() -> RunResult:
-            try:
-                with Call(app, "pty", name) as call:
-                    call.note(cols=size.cols, rows=size.rows)
-                    try:
-                        return requests.exec(call.authenticate(token), name, command, trail=call, admit=admit,
-                                             output=session.output(pty), terminal=pty.slave)
-                    finally:
-                        if session.gone:
-                            call.note(client_gone=True)
-            finally:
-                pty.give_away()
-
-        job: asyncio.Future[RunResult] = asyncio.ensure_future(run_in_threadpool(work))
-        started = asyncio.ensure_future(session.started.wait())
+        job = await exec_in_thread(app, requests, admit, name, command, token, action="pty",
+                                   output=session.output(pty), started=session.started, gone=lambda: session.gone,
+                                   ended=pty.give_away, stop=session.stop, terminal=pty.slave, settle=True,
+                                   cols=size.cols, rows=size.rows)
         try:
-            first: set[asyncio.Future[Any]] = {job, started}
-            await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
             if not session.started.is_set():
                 refusal = job.exception()
                 await _deny(websocket, refusal or WardenError("the shell ended before it started"))
@@ -168,7 +153,6 @@ async def serve_pty(app: App, requests: BotRequestService, admit: Callable[[str]
             session.stop()
             raise
         finally:
-            started.cancel()
             if not job.done():  # cancelled (the server is stopping): the shell dies with the session
                 session.stop()
                 with contextlib.suppress(BaseException):

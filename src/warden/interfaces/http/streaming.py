@@ -165,36 +165,55 @@ class StreamedRun(Response):
                 return
 
 
+async def exec_in_thread(app: App, requests: BotRequestService, admit: Callable[[str], AbstractContextManager[object]],
+                         name: str, command: Command, token: str | None, *, action: str, output: RunOutput,
+                         started: asyncio.Event, gone: Callable[[], bool], ended: Callable[[], None],
+                         stop: Callable[[], None], terminal: int | None = None, settle: bool = False,
+                         **notes: object) -> asyncio.Future[RunResult]:
+    """Run the exec in a worker thread (its `Call` audited as `action` with `notes`, and
+    `client_gone` when `gone()` says so; `ended()` once it is over), and return its future as
+    soon as its command has `started` or it has ended (refused before anything ran). A
+    cancellation meanwhile `stop()`s it (`settle`: and waits for its thread to end, as a
+    terminal session must before its pseudo-terminal is closed)."""
+
+    def work() -> RunResult:
+        try:
+            with Call(app, action, name) as call:
+                call.note(**notes)
+                try:
+                    return requests.exec(call.authenticate(token), name, command, trail=call, admit=admit,
+                                         output=output, terminal=terminal)
+                finally:
+                    if gone():
+                        call.note(client_gone=True)
+        finally:
+            ended()
+
+    job: asyncio.Future[RunResult] = asyncio.ensure_future(run_in_threadpool(work))
+    waiter = asyncio.ensure_future(started.wait())
+    try:
+        first: set[asyncio.Future[Any]] = {job, waiter}
+        await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        stop()
+        if settle and not job.done():
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(job)
+        raise
+    finally:
+        waiter.cancel()
+    return job
+
+
 async def stream_exec(app: App, requests: BotRequestService, admit: Callable[[str], AbstractContextManager[object]],
                       name: str, command: Command, token: str | None) -> Response:
     """Carry out a streamed exec (`admit`: the server's exec slots): an error response if it is
     refused, else the NDJSON answer."""
     loop = asyncio.get_running_loop()
     channel = RunChannel(loop, requests.settings.max_output)
-
-    def work() -> RunResult:
-        try:
-            with Call(app, "exec", name) as call:
-                call.note(stream=True)
-                try:
-                    return requests.exec(call.authenticate(token), name, command, trail=call, admit=admit,
-                                         output=channel.output())
-                finally:
-                    if channel.gone:
-                        call.note(client_gone=True)
-        finally:
-            channel.ended()
-
-    job: asyncio.Future[RunResult] = asyncio.ensure_future(run_in_threadpool(work))
-    started = asyncio.ensure_future(channel.started.wait())
-    try:
-        first: set[asyncio.Future[Any]] = {job, started}
-        await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        channel.stop()
-        raise
-    finally:
-        started.cancel()
+    job = await exec_in_thread(app, requests, admit, name, command, token, action="exec", output=channel.output(),
+                               started=channel.started, gone=lambda: channel.gone, ended=channel.ended,
+                               stop=channel.stop, stream=True)
     if not channel.started.is_set():
         job.result()  # refused before anything ran: raises the error the handlers answer
     return StreamedRun(channel, job)
