@@ -230,3 +230,14 @@ def test_tokens_a_bot_minted_for_others_share_its_exec_slots(tmp_path: Path, ini
         assert [(e.detail["bot"], e.detail["minted_by"]) for e in by_d] == [("d", "d")]
     finally:
         app.close()
+
+
+def test_every_workers_foreground_commands_count_for_a_background_start(tmp_path: Path) -> None:
+    # A background start was admitted against this worker's foreground commands only.
+    from warden.adapters.exec_slots import HeldSlots
+
+    shared = HeldSlots(tmp_path / "slots")
+    mine, other_worker = ExecSlots(total=3, per_bot=2, shared=shared), ExecSlots(total=3, per_bot=2, shared=shared)
+    with other_worker.take("a"):
+        assert mine.counts("a") == (1, 1) and mine.counts("b") == (1, 0)
+    assert mine.counts("a") == (0, 0)

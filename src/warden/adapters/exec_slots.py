@@ -54,6 +54,17 @@ class HeldSlots:
             path.unlink(missing_ok=True)
             os.close(held)
 
+    def counts(self, bot: str) -> tuple[int, int]:
+        """(all, `bot`'s) slots every worker holds now."""
+        if not self.folder.is_dir():
+            return 0, 0
+        lock = os.open(self.folder / _LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return self._count(bot)
+        finally:
+            os.close(lock)
+
     def _count(self, bot: str) -> tuple[int, int]:
         """(all, `bot`'s) slots held now; the files of workers that died are removed."""
         prefix = bot.encode().hex() + "."

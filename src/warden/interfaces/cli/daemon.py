@@ -417,10 +417,8 @@ class Daemon:
 
     def _proves_write(self, fd: int) -> bool:
         """Whether `fd` is this home's lock file, opened for writing by the client."""
-        import fcntl as _fcntl
-
         try:
-            mode = _fcntl.fcntl(fd, _fcntl.F_GETFL) & os.O_ACCMODE
+            mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
             given, ours_ = os.fstat(fd), os.stat(daemon_paths(self.home)[1])
         except OSError:
             return False

@@ -25,6 +25,8 @@ class SharedSlots(Protocol):
 
     def take(self, bot: str, admit: Callable[[int, int], None]) -> AbstractContextManager[None]: ...
 
+    def counts(self, bot: str) -> tuple[int, int]: ...
+
 __all__ = ["ExecSlots", "SharedSlots"]
 
 
@@ -58,7 +60,10 @@ class ExecSlots:
         self._shared = shared
 
     def counts(self, bot: str) -> tuple[int, int]:
-        """(all, `bot`'s) commands this server runs in the foreground now."""
+        """(all, `bot`'s) commands running in the foreground now: every worker's when they
+        share their slots, else this one's."""
+        if self._shared is not None:
+            return self._shared.counts(bot)
         with self._lock:
             return self._running.total(), self._running[bot]
 
