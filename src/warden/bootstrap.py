@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from warden.core.ports import ConfigFile
     from warden.core.workspaces import WorkspaceRecord
     from warden.core.zones import Zone
+    from warden.services.approvals import ApprovalService
     from warden.services.auth import AuthService
     from warden.services.bot_requests import BotRequestService
     from warden.services.files import Approver, FileService
@@ -297,6 +298,17 @@ class App:
 
         return AuthService(self.grants, self.workspaces, self.clock, audit=self.audit,
                            secrets=lambda: self.secrets)
+
+    @cached_property
+    def approvals(self) -> ApprovalService:
+        """Bots' `ask` operations waiting for a person (`warden approvals`, /v1/approvals)."""
+        from warden.services.approvals import ApprovalService
+
+        return ApprovalService(self.registry, self.audit, self.clock, workspaces=self.workspaces,
+                               grants=self.grants, files=self.files,
+                               zones_of=lambda record: self.sandbox_paths.zones(record),
+                               ttl=timedelta(seconds=self.settings.get_seconds("approvals.ttl")),
+                               max_pending=self.settings.get_int("approvals.max_pending"))
 
     @cached_property
     def runs(self) -> RunService:

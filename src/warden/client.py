@@ -12,6 +12,9 @@
     server = ws.run(["python", "-m", "http.server"], background=True)   # returns at once
     ws.processes.list(); server.logs().stderr; server.kill(); server.wait()
     ws.files.write("notes/a.txt", b"hi"); ws.files.read("notes/a.txt")
+    try: ws.files.write("final/report.md", text)             # a zone whose writes are `ask`
+    except Pending as waiting:                               # 202: a person answers it
+        client.wait_for_approval(waiting.approval["id"])     # → {"status": "approved", ...}
     child = ws.grant("helper-bot", ["read"], ttl="1h")       # needs admin; never wider
 
 API errors come back as Warden's own exceptions (`warden.core.errors`), chosen by the stable
@@ -35,6 +38,7 @@ from warden.core.errors import (
     InvalidInput,
     Locked,
     NotFound,
+    Pending,
     TimedOut,
     TooLarge,
     Unavailable,
@@ -191,6 +195,51 @@ class Client:
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self.request(method, path, **kwargs).json()
 
+    def _may_wait(self, response: httpx.Response) -> httpx.Response:
+        """A 202 holding an approval: the operation waits for a person (raised as Pending)."""
+        if response.status_code == 202:
+            body = response.json()
+            if isinstance(body, dict) and isinstance(body.get("approval"), dict):
+                raise Pending(str(body.get("message") or "waiting for approval"), approval=body["approval"])
+        return response
+
+    # -- approvals -------------------------------------------------------------------------------
+    def approval(self, approval_id: str) -> dict[str, Any]:
+        """A request's status (`pending`, `approving`, `approved`, `denied`, `expired`, `failed`)."""
+        view: dict[str, Any] = self._json("GET", f"/v1/approvals/{approval_id}")["approval"]
+        return view
+
+    def wait_for_approval(self, approval_id: str, *, timeout: float | None = None,
+                          interval: float = 0.5) -> dict[str, Any]:
+        """Poll until a person answered (or it expired); the request as it ended. `approved`
+        means the operation has been carried out; TimedOut after `timeout` seconds."""
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            view = self.approval(approval_id)
+            if view["status"] not in ("pending", "approving"):
+                return view
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimedOut(f"no answer to {approval_id} within {timeout} s; it is still {view['status']}")
+            time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
+
+    def approvals(self, workspace: str, *, everything: bool = False) -> list[dict[str, Any]]:
+        """A workspace's requests (needs a grant with `approve` there)."""
+        found: list[dict[str, Any]] = self._json("GET", f"/v1/workspaces/{workspace}/approvals",
+                                                 params={"all": "true" if everything else "false"})["approvals"]
+        return found
+
+    def approve(self, approval_id: str, *, note: str | None = None) -> dict[str, Any]:
+        """Approve another bot's request (needs `approve`); Warden carries it out."""
+        view: dict[str, Any] = self._json("POST", f"/v1/approvals/{approval_id}/approve", json={"note": note})
+        return view["approval"]  # type: ignore[no-any-return]
+
+    def deny(self, approval_id: str, *, note: str | None = None) -> dict[str, Any]:
+        """Deny another bot's request (needs `approve`); nothing is done."""
+        view: dict[str, Any] = self._json("POST", f"/v1/approvals/{approval_id}/deny", json={"note": note})
+        return view["approval"]  # type: ignore[no-any-return]
+
     def with_token(self, token: str) -> Client:
         """Another client on the same server with another token."""
         return Client(self.url, token, timeout=self._timeout, transport=self._transport)
@@ -278,10 +327,13 @@ class RemoteFiles:
         return self.read(path).decode(encoding)
 
     def write(self, path: str, data: bytes | str) -> int:
-        """Replace the file at `path` with `data`; returns the size written."""
+        """Replace the file at `path` with `data`; returns the size written. Pending (with
+        `.approval`) when the zone asks a person first: see `Client.wait_for_approval`."""
         payload = data.encode("utf-8") if isinstance(data, str) else data
-        result = self._ws.client.request("PUT", self._path("/content"), params={"path": path}, content=payload,
-                                         headers={"content-type": "application/octet-stream"}).json()
+        client = self._ws.client
+        result = client._may_wait(client.request("PUT", self._path("/content"), params={"path": path},
+                                                 content=payload,
+                                                 headers={"content-type": "application/octet-stream"})).json()
         return int(result["size"])
 
     def write_text(self, path: str, text: str) -> int:
@@ -299,7 +351,9 @@ class RemoteFiles:
         return entries
 
     def delete(self, path: str) -> None:
-        self._ws.client.request("DELETE", self._path(), params={"path": path})
+        """Delete a file, a link or an empty folder; Pending when the zone asks a person first."""
+        client = self._ws.client
+        client._may_wait(client.request("DELETE", self._path(), params={"path": path}))
 
     def exists(self, path: str) -> bool:
         try:

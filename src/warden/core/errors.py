@@ -28,6 +28,7 @@ __all__ = [
     "InvalidInput",
     "Locked",
     "NotFound",
+    "Pending",
     "Refused",
     "TimedOut",
     "TooLarge",
@@ -79,6 +80,18 @@ class TimedOut(WardenError):
 
 class Unavailable(WardenError):
     code = "unavailable"
+
+
+class Pending(WardenError):
+    """The operation waits for a person's answer: not a failure (HTTP 202 with the approval).
+
+    `approval` is what the requester is shown (core/approvals.py `ApprovalRecord.view`)."""
+
+    code = "pending"
+
+    def __init__(self, message: str, *, approval: dict[str, object], rule: str | None = None) -> None:
+        super().__init__(message, rule=rule)
+        self.approval = approval
 
 
 class Refused(WardenError):

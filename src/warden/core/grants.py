@@ -43,7 +43,7 @@ __all__ = [
     "plan_grant",
 ]
 
-PERMISSIONS = ("read", "write", "execute", "secrets", "admin")
+PERMISSIONS = ("read", "write", "execute", "secrets", "admin", "approve")
 
 _SECRET = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 # Environment names a secret may not take: they steer the loader, the shell or Python and

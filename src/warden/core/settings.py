@@ -100,6 +100,13 @@ KEYS: dict[str, Setting] = {
         Setting("workspace.sandbox_idle", "duration", "10m",
                 "How long a live sandbox (background processes) stays up with nothing running in it",
                 minimum=1, maximum=7 * 86400),
+        # Approvals (core/approvals.py): how long a bot's `ask` operation waits for an answer,
+        # and how many one bot may keep waiting (each holds up to sandbox.max_file_size_mb).
+        Setting("approvals.ttl", "duration", "1d",
+                "How long a bot's request for approval waits before it expires", minimum=1,
+                maximum=30 * 86400),
+        Setting("approvals.max_pending", "int", 50,
+                "Requests for approval one bot may have waiting at once", minimum=1, maximum=10000),
         Setting("envs.index_url", "str", "",
                 "Python package index for layers and installs (empty: uv's and pip's default)"),
         Setting("envs.find_links", "list", [],

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from warden.services.audit import AuditLog
     from warden.services.secrets import SecretService
 
-__all__ = ["DENIED", "AuthDenied", "AuthService", "Principal"]
+__all__ = ["DENIED", "AuthDenied", "AuthService", "Principal", "zone_scope_of"]
 
 DENIED = "permission denied"
 
@@ -74,6 +74,26 @@ def _deny(rule: str, actor: str | None = None) -> AuthDenied:
     return AuthDenied(rule, actor)
 
 
+def zone_scope_of(principal: Principal,
+                  zones: Mapping[str, Zone] | Callable[[], Mapping[str, Zone]]) -> dict[str, Zone] | None:
+    """The zones a principal's file operations are limited to (None: the whole workspace).
+
+    `zones` are the workspace's configured zones (or a function that reads them, called only
+    when the grant is limited to zones); a grant names some of them and gets exactly those,
+    with their modes and approvals (core.zones.restrict).
+    """
+    if not principal.chain:
+        return {}
+    names = effective(principal.chain).zones
+    if names is None:
+        return None
+    configured = zones() if callable(zones) else zones
+    try:
+        return restrict(configured, [ZoneRequest(name) for name in names])
+    except Denied as exc:
+        raise _deny(exc.rule or "grant.zone") from None
+
+
 class AuthService:
     def __init__(self, grants: GrantService, workspaces: WorkspaceService, clock: Callable[[], datetime], *,
                  audit: AuditLog | None = None, secrets: Callable[[], SecretService] | None = None) -> None:
@@ -117,22 +137,8 @@ class AuthService:
 
     def zone_scope(self, principal: Principal,
                    zones: Mapping[str, Zone] | Callable[[], Mapping[str, Zone]]) -> dict[str, Zone] | None:
-        """The zones a principal's file operations are limited to (None: the whole workspace).
-
-        `zones` are the workspace's configured zones (or a function that reads them, called only
-        when the grant is limited to zones); a grant names some of them and gets exactly those,
-        with their modes and approvals (core.zones.restrict).
-        """
-        if not principal.chain:
-            return {}
-        names = effective(principal.chain).zones
-        if names is None:
-            return None
-        configured = zones() if callable(zones) else zones
-        try:
-            return restrict(configured, [ZoneRequest(name) for name in names])
-        except Denied as exc:
-            raise _deny(exc.rule or "grant.zone") from None
+        """The zones a principal's file operations are limited to (None: the whole workspace)."""
+        return zone_scope_of(principal, zones)
 
     def secret_names(self, principal: Principal) -> tuple[str, ...]:
         """The secrets a principal's runs get (none without the `secrets` permission)."""

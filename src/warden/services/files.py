@@ -6,8 +6,9 @@ protected files, zones) → the approval gate for `ask` → the safe file layer 
 workspace's directory descriptor → one audit event with the rule that decided.
 
 Approval: a zone's `ask` needs a person. The service takes an `approver` callable; the CLI
-and the Python API run as the local person, so they pass `approve_local_user`. A bot (no
-approver yet) gets Denied "needs approval" until the approvals feature plugs one in.
+and the Python API run as the local person, so they pass `approve_local_user`. A bot's service
+gets the approvals queue's (services/approvals.py): the operation is stored and answered
+Pending; without an approver it is Denied.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from warden.core.errors import Conflict, Denied, TooLarge, WardenError
+from warden.core.errors import Conflict, Denied, Pending, TooLarge, WardenError
 from warden.core.paths import canonical, segments
 from warden.core.policy import WRITE_OPS, PathDecision, WorkspacePolicy
 from warden.core.ports import FileEntry, GitDefuser, SafeRoots, WorkspaceRoot
@@ -46,9 +47,13 @@ class ApprovalRequest:
     path: str
     zone: str | None
     rule: str
+    content: bytes | None = None  # a write's bytes: what a person approves is exactly what lands
+    recursive: bool = False
 
 
-Approver = Callable[[ApprovalRequest], bool]
+# True (or the answer's name, for the audit event) to go ahead, False to refuse; an approver
+# that cannot answer now (the approvals queue) raises Pending instead.
+Approver = Callable[[ApprovalRequest], bool | str]
 
 
 def approve_local_user(request: ApprovalRequest) -> bool:
@@ -107,7 +112,8 @@ class FileService:
                            rule=decision.rule if decision else "", result=result, detail=detail)
 
     def _do(self, op: str, path: str, work: Callable[[WorkspaceRoot, str], T],
-            detail: Callable[[T], Mapping[str, Any]] | None = None) -> T:
+            detail: Callable[[T], Mapping[str, Any]] | None = None, *, content: bytes | None = None,
+            recursive: bool = False) -> T:
         rel = path
         decision: PathDecision | None = None
         try:
@@ -119,7 +125,7 @@ class FileService:
                 raise Denied(f"{op} {rel} in workspace {self.record.name} refused ({decision.rule})",
                              rule=decision.rule)
             if decision.approval == "ask":
-                decision = self._ask(op, rel, decision)
+                decision = self._ask(op, rel, decision, content, recursive)
             if op in WRITE_OPS:
                 # A shared lease: no archive, destroy or create changes the workspace under a write.
                 with self._write_lease(op):
@@ -128,6 +134,11 @@ class FileService:
                         self._defuse_git(rel, op)
             else:
                 result = self._work(work, rel)
+        except Pending as exc:
+            self._audit_event(op, rel, PathDecision(True, exc.rule or "approval.pending", approval="ask",
+                                                    zone=decision.zone if decision else None),
+                              exc.code, {"approval": exc.approval.get("id")})
+            raise
         except WardenError as exc:
             if exc.rule and (decision is None or decision.allowed):
                 # The file layer refused (a link, a FIFO, a hard link): that is the deciding rule.
@@ -164,16 +175,20 @@ class FileService:
                                decision="deny", rule="git.control_files", result="moved",
                                detail={"moved": list(moved)})
 
-    def _ask(self, op: str, rel: str, decision: PathDecision) -> PathDecision:
-        request = ApprovalRequest(self.actor, self.record.name, op, rel, decision.zone, decision.rule)
+    def _ask(self, op: str, rel: str, decision: PathDecision, content: bytes | None,
+             recursive: bool) -> PathDecision:
+        request = ApprovalRequest(self.actor, self.record.name, op, rel, decision.zone, decision.rule,
+                                  content, recursive)
         if self.approver is None:
             raise Denied(f"{op} {rel} in workspace {self.record.name} needs approval ({decision.rule}, "
                          "approval ask) and no one can answer; ask the workspace owner",
                          rule=f"deny: {decision.rule.removeprefix('allow: ')} needs approval")
-        if not self.approver(request):
+        answer = self.approver(request)
+        if not answer:
             raise Denied(f"{op} {rel} in workspace {self.record.name} was not approved",
                          rule=f"deny: {decision.rule.removeprefix('allow: ')} not approved")
-        return PathDecision(True, f"{decision.rule}; approved by {self.actor}", approval="preApproved",
+        by = answer if isinstance(answer, str) else self.actor
+        return PathDecision(True, f"{decision.rule}; approved by {by}", approval="preApproved",
                             zone=decision.zone)
 
     # -- reads -----------------------------------------------------------------------------
@@ -217,7 +232,7 @@ class FileService:
             self._grew(growth)
             return size
 
-        return self._do("write", path, work, lambda n: {"size": n})
+        return self._do("write", path, work, lambda n: {"size": n}, content=data)
 
     def _check_quota(self, root: WorkspaceRoot, rel: str, size: int | None) -> tuple[int, int]:
         """(bytes, files) writing `size` bytes to `rel` (None: making folder `rel`) adds; TooLarge
@@ -261,4 +276,4 @@ class FileService:
     def delete(self, path: str, *, recursive: bool = False) -> str:
         """Remove a file, a link or a directory (non-empty ones only with `recursive`); returns its type."""
         return self._do("delete", path, lambda root, rel: root.delete(rel, recursive=recursive),
-                        lambda kind: {"type": kind, "recursive": recursive})
+                        lambda kind: {"type": kind, "recursive": recursive}, recursive=recursive)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from warden.adapters.store.db import Database, Sql
 
 if TYPE_CHECKING:
+    from warden.adapters.store.approvals import SqlApprovals
     from warden.adapters.store.audit import SqlAudit
     from warden.adapters.store.grants import SqlBots, SqlGrants
     from warden.adapters.store.leases import SqlLeases
@@ -74,6 +75,12 @@ class SqlTx:
         from warden.adapters.store.live import SqlProcesses
 
         return SqlProcesses(self.sql)
+
+    @cached_property
+    def approvals(self) -> SqlApprovals:
+        from warden.adapters.store.approvals import SqlApprovals
+
+        return SqlApprovals(self.sql)
 
     @cached_property
     def audit(self) -> SqlAudit:

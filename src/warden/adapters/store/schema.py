@@ -6,7 +6,7 @@ JSON columns hold text documents.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, String, Table, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, Index, Integer, LargeBinary, MetaData, String, Table, Text, UniqueConstraint
 
 metadata = MetaData()
 
@@ -155,3 +155,33 @@ live_processes = Table(
 Index("ix_live_processes_workspace", live_processes.c.workspace)
 Index("ix_live_processes_sandbox", live_processes.c.sandbox_id)
 Index("ix_live_processes_status", live_processes.c.status, live_processes.c.bot)
+
+# Approvals (core/approvals.py): a bot's `ask` operation waiting for a person, with the bytes of
+# a write, so that whoever answers (on any node) carries out exactly what was asked.
+approvals = Table(
+    "approvals", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("workspace", String(64), nullable=False),
+    Column("workspace_id", String(40), nullable=False),
+    Column("op", String(16), nullable=False),
+    Column("path", Text, nullable=False),
+    Column("destination", Text),
+    Column("requester", String(200), nullable=False),
+    Column("bot", String(64), nullable=False),
+    Column("accessor", String(40), nullable=False),
+    Column("zone", String(64)),
+    Column("rule", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("created_at", String(40), nullable=False),
+    Column("expires_at", String(40), nullable=False),
+    Column("digest", String(64)),
+    Column("size", BigInteger),
+    Column("content", LargeBinary),
+    Column("detail", Text, nullable=False, server_default="{}"),
+    Column("answered_by", String(200)),
+    Column("answered_at", String(40)),
+    Column("note", Text),
+    Column("outcome", Text, nullable=False, server_default="{}"),
+)
+Index("ix_approvals_status", approvals.c.status, approvals.c.workspace)
+Index("ix_approvals_bot", approvals.c.bot, approvals.c.status)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     )
     from warden.core.ports.live import LiveSandboxes
     from warden.core.ports.registry import (
+        ApprovalTable,
         AuditTable,
         BotTable,
         Clock,
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "ApprovalTable",
     "ArchiveFiles",
     "AuditTable",
     "BotTable",
@@ -113,6 +115,7 @@ __all__ = [
 # `warden run` does not import the Protocols of layers and files it never touches.
 _HOME = {
     "ArchiveFiles": "workspace",
+    "ApprovalTable": "registry",
     "AuditTable": "registry",
     "BotTable": "registry",
     "Clock": "registry",

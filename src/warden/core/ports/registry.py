@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from warden.core.approvals import ApprovalRecord
     from warden.core.audit import AuditEvent, StoredEvent
     from warden.core.grants import BotRow, Grant
     from warden.core.leases import LeaseState
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from warden.core.workspaces import WorkspaceRecord
 
 __all__ = [
+    "ApprovalTable",
     "AuditTable",
     "BotTable",
     "Clock",
@@ -212,6 +214,39 @@ class AuditTable(Protocol):
         ...
 
 
+class ApprovalTable(Protocol):
+    """Requests waiting for a person's answer (core/approvals.py)."""
+
+    def insert(self, record: ApprovalRecord, content: bytes | None) -> None: ...
+
+    def get(self, approval_id: str) -> ApprovalRecord | None: ...
+
+    def content(self, approval_id: str) -> bytes | None:
+        """The bytes a write asked to write (None for other operations)."""
+        ...
+
+    def move(self, approval_id: str, from_status: str, changes: Mapping[str, object]) -> bool:
+        """Compare-and-set: apply `changes` (status, answered_by, …) only if the row is still
+        `from_status`; False when another answer got there first."""
+        ...
+
+    def listed(self, *, workspace: str | None, statuses: Sequence[str] | None, limit: int) -> list[ApprovalRecord]:
+        """Newest first."""
+        ...
+
+    def count_waiting(self, bot: str, now: str) -> int:
+        """A bot's requests still pending and not past their time."""
+        ...
+
+    def expire(self, now: str) -> list[str]:
+        """Mark pending requests past their time `expired` (content dropped); their ids."""
+        ...
+
+    def forget_workspace(self, workspace_id: str) -> int:
+        """Drop the requests of a destroyed workspace."""
+        ...
+
+
 class Tx(Protocol):
     """One registry transaction."""
 
@@ -241,6 +276,9 @@ class Tx(Protocol):
 
     @property
     def audit(self) -> AuditTable: ...
+
+    @property
+    def approvals(self) -> ApprovalTable: ...
 
 
 class Keys(Protocol):

@@ -76,6 +76,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "secret list": ("warden secret list",),
     "secret rm": ("warden secret rm GITHUB_TOKEN",),
     "secret rotate-key": ("warden secret rotate-key",),
+    "approvals": ("warden approvals", "warden approvals --workspace notes --all",
+                  "warden approvals --show apr_0123456789abcdef   # the change it would make, as a diff"),
+    "approve": ("warden approve apr_0123456789abcdef --note 'checked the figures'",),
+    "deny": ("warden deny apr_0123456789abcdef --note 'not in final/, use drafts/'",),
     "serve": ("warden serve", "warden serve --host 127.0.0.1 --port 8765"),
     "demo": ("warden demo",),
 }

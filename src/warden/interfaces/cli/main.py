@@ -28,6 +28,7 @@ __all__ = ["EXIT_CODES", "Context", "main", "parse_command_line"]
 EXIT_CODES = {
     "invalid": 2, "denied": 3, "not_found": 4, "conflict": 5, "locked": 5,
     "timeout": 1, "unavailable": 1, "internal": 1,
+    "pending": 75,  # EX_TEMPFAIL: accepted, waiting for a person's answer; ask again later
 }
 
 # Which module registers each top-level command. Only the module of the command being run
@@ -53,6 +54,7 @@ COMMANDS: dict[str, str] = {
     "bot": _CLI + "cmd_bot",
     **dict.fromkeys(("grant", "grants", "revoke"), _CLI + "cmd_grant"),
     "secret": _CLI + "cmd_secret",
+    **dict.fromkeys(("approvals", "approve", "deny"), _CLI + "cmd_approvals"),
     "serve": _CLI + "cmd_serve",
     "demo": _CLI + "cmd_demo",
 }

@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from warden.core.errors import WardenError, classify
+from warden.core.errors import Pending, WardenError, classify
 from warden.interfaces.http.calls import Call, Unauthenticated
 from warden.interfaces.http.fastpath import CONTENT_PATH, FastReads
 from warden.interfaces.http.limits import LimitsMiddleware, Refusal, Scope
@@ -77,7 +77,7 @@ def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
 
 def create_app(app: App) -> FastAPI:
     """Build the API for one wired App (the registry, keys and services it holds)."""
-    from warden.interfaces.http import files, processes, routes
+    from warden.interfaces.http import approvals, files, processes, routes
 
     api = FastAPI(title="Warden", version=package_version(), openapi_url="/openapi.json",
                   docs_url="/docs", redoc_url=None,
@@ -87,6 +87,8 @@ def create_app(app: App) -> FastAPI:
 
     @api.exception_handler(WardenError)
     async def warden_error(request: Request, exc: WardenError) -> JSONResponse:
+        if isinstance(exc, Pending):  # not a failure: accepted, waiting for a person
+            return JSONResponse({"approval": exc.approval, "message": exc.message}, status_code=202)
         status = status_for(exc)
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
         return _error(status, exc.code, exc.message, headers)
@@ -119,6 +121,7 @@ def create_app(app: App) -> FastAPI:
     api.include_router(routes.router(app))
     api.include_router(files.router(app, services))
     api.include_router(processes.router(app))
+    api.include_router(approvals.router(app))
 
     max_json = app.settings.get_size("api.max_body")
     max_file = app.settings.get_int("sandbox.max_file_size_mb") * 1024 * 1024

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from warden.core.ports import FileEntry as Entry
     from warden.core.workspaces import WorkspaceRecord
     from warden.core.zones import Zone
+    from warden.services.auth import Principal
     from warden.services.files import FileService
 
 __all__ = ["FileServices", "read_content", "router"]
@@ -57,7 +58,8 @@ class FileServices:
         self._cache: OrderedDict[Hashable, FileService] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, record: WorkspaceRecord, actor: str, scope: dict[str, Zone] | None) -> FileService:
+    def get(self, record: WorkspaceRecord, principal: Principal, scope: dict[str, Zone] | None) -> FileService:
+        actor = principal.actor
         key = (record.id, record.path, record.status, actor,
                None if scope is None else tuple(sorted(scope.items())))
         with self._lock:
@@ -65,8 +67,8 @@ class FileServices:
             if service is not None:
                 self._cache.move_to_end(key)
                 return service
-        # No approver: a zone whose approval is `ask` refuses bots until a person can answer.
-        service = self._app.files(record, actor=actor, scope=scope)
+        # A zone's `ask` stores the operation in the approvals queue and answers 202 pending.
+        service = self._app.files(record, actor=actor, scope=scope, approver=self._app.approvals.queue(principal))
         with self._lock:
             self._cache[key] = service
             while len(self._cache) > self._size:
@@ -80,7 +82,7 @@ def _files(app: App, services: FileServices, call: Call, name: str, permission: 
     record = call.authorize(name, permission)
     scope = app.auth.zone_scope(call.principal, lambda: app.sandbox_paths.zones(record))
     call.audited_by_service = True
-    return services.get(record, call.actor, scope)
+    return services.get(record, call.principal, scope)
 
 
 def read_content(app: App, services: FileServices, token: str | None, name: str, path: str) -> bytes:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,7 +42,7 @@ __all__ = [
 
 NAME = f"^{name_pattern()}$"
 DURATION = r"^[0-9]{1,9}[smhdw]$"
-PermissionName = Literal["read", "write", "execute", "secrets", "admin"]
+PermissionName = Literal["read", "write", "execute", "secrets", "admin", "approve"]
 
 
 class ErrorDetail(BaseModel):
@@ -298,3 +298,40 @@ class GrantIssued(BaseModel):
 
 class Revoked(BaseModel):
     revoked: list[str]
+
+
+# -- approvals --------------------------------------------------------------------------------
+class ApprovalView(BaseModel):
+    id: str
+    workspace: str
+    operation: str
+    path: str
+    destination: str | None = None
+    zone: str | None = None
+    bot: str
+    requester: str
+    status: Literal["pending", "approving", "approved", "denied", "expired", "failed"]
+    size: int | None = None
+    sha256: str | None = None
+    rule: str
+    created: str
+    expires: str
+    answered_by: str | None = None
+    answered_at: str | None = None
+    note: str | None = None
+    outcome: dict[str, Any] | None = None
+    detail: dict[str, Any] | None = None
+
+
+class ApprovalBody(BaseModel):
+    approval: ApprovalView
+
+
+class ApprovalList(BaseModel):
+    approvals: list[ApprovalView]
+
+
+class ApprovalAnswer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    note: str | None = Field(default=None, max_length=2000)

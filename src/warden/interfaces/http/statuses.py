@@ -16,7 +16,7 @@ __all__ = ["ERROR_RESPONSES", "HTTP_STATUS", "package_version", "status_for"]
 # One table: error code → HTTP status. Clients branch on these statuses: never change one.
 HTTP_STATUS = {
     "invalid": 400, "not_found": 404, "conflict": 409, "locked": 423, "denied": 403,
-    "timeout": 503, "unavailable": 503, "internal": 500,
+    "timeout": 503, "unavailable": 503, "internal": 500, "pending": 202,
 }
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -1,0 +1,125 @@
+"""Approvals (pure): a bot's operation that a zone marks `ask`, kept until a person answers.
+
+A request holds everything needed to carry the operation out later exactly as asked: the
+operation (`write`, `mkdir`, `delete`, `move`, `git.push`), the workspace path (and a move's
+destination), the bytes of a write with their SHA-256, and who asked (the grant's accessor, so
+the grant can be checked again when the answer comes: a revoked or expired grant's request is
+not carried out). Its life:
+
+    pending ──approve──▶ approving ──carried out──▶ approved
+       │                     └──────failed────────▶ failed
+       ├──deny──▶ denied
+       └──(expires_at passes)──▶ expired
+
+`approving` is held while Warden carries the operation out, so "approved" is only ever shown
+once it is done; every move is compare-and-set on the status. A bot never answers its own
+request, and answering over the API needs the `approve` permission on that workspace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from warden.core.errors import Conflict, Denied, InvalidInput
+
+__all__ = [
+    "APPROVAL_ID",
+    "OPERATIONS",
+    "STATUSES",
+    "ApprovalRecord",
+    "check_answer",
+    "check_approval_id",
+    "content_digest",
+    "new_approval_id",
+    "shown_status",
+]
+
+OPERATIONS = ("write", "mkdir", "delete", "git.push")
+STATUSES = ("pending", "approving", "approved", "denied", "expired", "failed")
+# Answered for good: no further move.
+FINAL = frozenset({"approved", "denied", "expired", "failed"})
+APPROVAL_ID = re.compile(r"^apr_[a-z0-9]{16}$")
+_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def new_approval_id() -> str:
+    return "apr_" + "".join(secrets.choice(_ALPHABET) for _ in range(16))
+
+
+def check_approval_id(value: str) -> str:
+    if not APPROVAL_ID.match(value or ""):
+        raise InvalidInput(f"bad approval id {value!r}: an id looks like apr_ and 16 letters or digits; "
+                           "see `warden approvals`")
+    return value
+
+
+def content_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    """One request for a person's consent and its answer."""
+
+    id: str
+    workspace: str
+    workspace_id: str
+    op: str
+    path: str
+    requester: str            # the audit actor: bot:NAME@acc_…
+    bot: str                  # the requesting bot (never its own approver)
+    accessor: str             # the requesting grant: checked again (alive, still allowed) when answered
+    zone: str | None
+    rule: str
+    created_at: datetime
+    expires_at: datetime
+    status: str = "pending"
+    destination: str | None = None
+    digest: str | None = None  # SHA-256 of `content`
+    size: int | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    answered_by: str | None = None
+    answered_at: datetime | None = None
+    note: str | None = None
+    outcome: Mapping[str, Any] = field(default_factory=dict)
+
+    def view(self, now: datetime) -> dict[str, Any]:
+        """What the person and the bot are shown (never the token hash or the content)."""
+        return {"id": self.id, "workspace": self.workspace, "operation": self.op, "path": self.path,
+                "destination": self.destination, "zone": self.zone, "bot": self.bot, "requester": self.requester,
+                "status": shown_status(self, now), "size": self.size, "sha256": self.digest,
+                "rule": self.rule, "created": self.created_at.isoformat(), "expires": self.expires_at.isoformat(),
+                "answered_by": self.answered_by,
+                "answered_at": self.answered_at.isoformat() if self.answered_at else None,
+                "note": self.note, "outcome": dict(self.outcome) or None, "detail": dict(self.detail) or None}
+
+
+def shown_status(record: ApprovalRecord, now: datetime) -> str:
+    """The status as of `now`: a pending request past its time is expired even before a sweep writes it."""
+    if record.status == "pending" and now >= record.expires_at:
+        return "expired"
+    return record.status
+
+
+def check_answer(record: ApprovalRecord, now: datetime, *, answerer_bot: str | None, approve: bool) -> None:
+    """May this answer be given now? Denied for a bot answering its own request; Conflict when
+    the request is no longer waiting. `answerer_bot` None is the person (the CLI)."""
+    if answerer_bot is not None and answerer_bot == record.bot:
+        raise Denied(f"bot {answerer_bot} asked for {record.id} and cannot answer its own request; "
+                     "a person or another bot with the approve permission must",
+                     rule="approval.own_request")
+    status = shown_status(record, now)
+    if status == "pending":
+        return
+    if status == "approving" and approve and answerer_bot is None:
+        return  # a person may finish an approval that a killed Warden left half done
+    verb = "approve" if approve else "deny"
+    raise Conflict(f"cannot {verb} {record.id}: it is {status}"
+                   + (f" (answered by {record.answered_by})" if record.answered_by else ""),
+                   rule=f"approval.{status}")

@@ -1,0 +1,102 @@
+"""`warden approvals|approve|deny`: the person's side of the approvals queue (services/approvals.py)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from warden.interfaces.cli.main import Context
+from warden.interfaces.cli.output import Output, table
+
+if TYPE_CHECKING:
+    from warden.core.approvals import ApprovalRecord
+
+__all__ = ["register"]
+
+_PREVIEW_LINES = 200
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("approvals", parents=[common], help="bots' requests waiting for your approval")
+    p.add_argument("--workspace", "-w", metavar="NAME", help="only this workspace's requests")
+    p.add_argument("--all", action="store_true", help="answered and expired requests too")
+    p.add_argument("--show", metavar="ID", help="one request in full, with the change it would make as a diff")
+    p.set_defaults(handler=_list)
+    for verb, text in (("approve", "approve a request: Warden carries the operation out exactly as asked"),
+                       ("deny", "deny a request: nothing is done")):
+        p = sub.add_parser(verb, parents=[common], help=text)
+        p.add_argument("id", help="the request's id (apr_…, see `warden approvals`)")
+        p.add_argument("--note", help="a note kept with the answer in the audit log")
+        p.set_defaults(handler=_approve if verb == "approve" else _deny)
+
+
+def _render(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no requests waiting for approval"
+    return table(("ID", "STATUS", "WORKSPACE", "BOT", "OPERATION", "PATH", "SIZE", "ASKED"),
+                 [(r["id"], r["status"], r["workspace"], r["bot"], r["operation"], r["path"],
+                   "" if r["size"] is None else r["size"], r["created"][:19]) for r in rows])
+
+
+def _list(ctx: Context, args: argparse.Namespace) -> Output:
+    approvals = ctx.app.approvals
+    if args.show:
+        return _show(ctx, approvals.get(args.show))
+    if args.workspace:
+        ctx.app.workspaces.get(args.workspace)  # not found: exit 4, not an empty list
+    records = approvals.listed(workspace=args.workspace, everything=args.all)
+    return Output([approvals.view(r) for r in records], render=_render)
+
+
+def _show(ctx: Context, record: ApprovalRecord) -> Output:
+    approvals = ctx.app.approvals
+    view = approvals.view(record)
+    lines = [f"{record.id}: {record.bot} asks to {record.op} {record.path} in workspace {record.workspace} "
+             f"({view['status']})", f"  zone {record.zone or '-'} · rule {record.rule}",
+             f"  asked {view['created'][:19]}, expires {view['expires'][:19]}"]
+    if record.answered_by:
+        lines.append(f"  answered by {record.answered_by}" + (f": {record.note}" if record.note else ""))
+    diff = _diff(ctx, record) if view["status"] == "pending" else None
+    if diff is not None:
+        lines.append(diff)
+    return Output({**view, "diff": diff}, text="\n".join(lines))
+
+
+def _diff(ctx: Context, record: ApprovalRecord) -> str | None:
+    """The change a pending write would make, as a unified diff (text), or a one-line summary."""
+    import difflib
+
+    if record.op != "write":
+        return None
+    new = ctx.app.approvals.content(record.id) or b""
+    files = ctx.app.files(record.workspace)
+    try:
+        old = files.read_bytes(record.path) if files.exists(record.path) else b""
+    except Exception:  # a folder, a link: say so rather than guess
+        return f"  (the current {record.path} cannot be read as a file)"
+    try:
+        a, b = old.decode("utf-8").splitlines(keepends=True), new.decode("utf-8").splitlines(keepends=True)
+    except UnicodeDecodeError:
+        return f"  binary: {len(old)} bytes now, {len(new)} bytes asked"
+    lines = list(difflib.unified_diff(a, b, f"a{record.path}", f"b{record.path}"))
+    if len(lines) > _PREVIEW_LINES:
+        lines = [*lines[:_PREVIEW_LINES], f"… {len(lines) - _PREVIEW_LINES} more lines\n"]
+    return "".join(lines).rstrip("\n") or "  (no change: the file already has these bytes)"
+
+
+def _outcome(record: ApprovalRecord) -> str:
+    done = ", ".join(f"{k} {v}" for k, v in record.outcome.items())
+    said = f"approved {record.id}: {record.op} {record.path} in {record.workspace} done"
+    return said + (f" ({done})" if done else "")
+
+
+def _approve(ctx: Context, args: argparse.Namespace) -> Output:
+    approvals = ctx.app.approvals
+    record = approvals.answer(args.id, approve=True, actor="user", note=args.note)
+    return Output(approvals.view(record), text=_outcome(record))
+
+
+def _deny(ctx: Context, args: argparse.Namespace) -> Output:
+    approvals = ctx.app.approvals
+    record = approvals.answer(args.id, approve=False, actor="user", note=args.note)
+    return Output(approvals.view(record), text=f"denied {record.id}: {record.op} {record.path} in {record.workspace}")

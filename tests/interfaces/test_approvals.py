@@ -1,0 +1,191 @@
+"""The approvals loop end to end: a bot's write to an `ask` zone waits (HTTP 202), a person
+answers with the real CLI, the exact bytes land; denial and expiry change nothing; a bot never
+answers its own request; a bot given `approve` answers another's over HTTP; two answers at once
+carry an operation out once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.servers import ServeProcess, cli_out, warden_environ
+from warden.client import Client
+from warden.core.errors import Denied, Pending
+
+ZONES = ("zones:\n"
+         "  drafts: {approval: {write: preApproved, delete: preApproved}}\n"
+         "  final: {approval: {write: ask, delete: ask}}\n"
+         "  archive: {approval: {write: preApproved, delete: blocked}}\n")
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+    base = tmp_path_factory.mktemp("approvals")
+    environ = warden_environ(base / "home")
+    cli_out(environ, "init")
+    path = Path(json.loads(cli_out(environ, "create", "paper", "--template", "minimal", "--json"))["data"]["path"])
+    (path / ".warden").mkdir(exist_ok=True)
+    (path / ".warden" / "zones.yaml").write_text(ZONES)
+    for bot in ("writer", "reviewer", "idle"):
+        cli_out(environ, "bot", "register", bot)
+    writer = cli_out(environ, "grant", "paper", "writer", "--permissions", "read,write,approve")
+    reviewer = cli_out(environ, "grant", "paper", "reviewer", "--permissions", "read,approve")
+    idle = cli_out(environ, "grant", "paper", "idle", "--permissions", "read,write")
+    with ServeProcess(environ, base) as server:
+        yield {"environ": environ, "path": path, "url": server.url, "writer": writer, "reviewer": reviewer,
+               "idle": idle}
+
+
+def _cli(loop: dict[str, object], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "warden", *args], capture_output=True, text=True,
+                          env=loop["environ"], timeout=120, check=False)  # type: ignore[arg-type]
+
+
+def _put(loop: dict[str, object], token: str, path: str, data: bytes) -> httpx.Response:
+    return httpx.put(f"{loop['url']}/v1/workspaces/paper/files/content", params={"path": path}, content=data,
+                     headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def test_a_write_to_an_ask_zone_waits_and_lands_exactly_once_approved(loop: dict[str, object]) -> None:
+    root: Path = loop["path"]  # type: ignore[assignment]
+    data = "# Report\n\nfinal figures: 42\n".encode() + bytes(range(256))
+    asked = _put(loop, loop["writer"], "/final/report.md", data)  # type: ignore[arg-type]
+    assert asked.status_code == 202, asked.text
+    approval = asked.json()["approval"]
+    assert approval["status"] == "pending" and approval["id"].startswith("apr_")
+    assert approval["sha256"] == hashlib.sha256(data).hexdigest() and approval["size"] == len(data)
+    assert not (root / "final" / "report.md").exists()  # nothing happens before the answer
+
+    # The bot polls; the person sees it in the queue, with the change as a diff.
+    client = Client(str(loop["url"]), str(loop["writer"]))
+    assert client.approval(approval["id"])["status"] == "pending"
+    listed = _cli(loop, "approvals", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)["data"]
+    assert [(r["id"], r["bot"], r["operation"], r["path"]) for r in rows] == [
+        (approval["id"], "writer", "write", "/final/report.md")]
+    shown = _cli(loop, "approvals", "--show", approval["id"])
+    assert shown.returncode == 0 and "writer asks to write /final/report.md" in shown.stdout
+    assert "binary" in shown.stdout  # the bytes are not text: summarised, not dumped
+
+    # A bot never answers its own request, even holding `approve`.
+    own = httpx.post(f"{loop['url']}/v1/approvals/{approval['id']}/approve",
+                     headers={"Authorization": f"Bearer {loop['writer']}"}, timeout=30)
+    assert own.status_code == 403 and "own request" in own.json()["error"]["message"]
+    assert not (root / "final" / "report.md").exists()
+
+    done = _cli(loop, "approve", approval["id"], "--note", "looks right")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"approved {approval['id']}: write /final/report.md in paper done")
+    assert (root / "final" / "report.md").read_bytes() == data
+    final = client.wait_for_approval(approval["id"], timeout=5)
+    assert final["status"] == "approved" and final["answered_by"] == "user" and final["note"] == "looks right"
+    assert final["outcome"] == {"size": len(data)}
+
+    again = _cli(loop, "approve", approval["id"])
+    assert again.returncode == 5 and "it is approved" in again.stderr
+
+    audit = json.loads(_cli(loop, "audit", "--json", "--limit", "50").stdout)["data"]
+    actions = [(e["action"], e["actor"], e["result"]) for e in audit if approval["id"] in json.dumps(e)]
+    assert ("approval.request", f"bot:writer@{approval['requester'].split('@')[1]}", "pending") in actions
+    assert ("approval.approve", "user", "ok") in actions
+
+
+def test_a_denied_request_changes_nothing(loop: dict[str, object]) -> None:
+    root: Path = loop["path"]  # type: ignore[assignment]
+    (root / "final").mkdir(exist_ok=True)
+    (root / "final" / "keep.md").write_text("original\n")
+    asked = _put(loop, loop["idle"], "/final/keep.md", b"overwritten\n")  # type: ignore[arg-type]
+    assert asked.status_code == 202
+    approval_id = asked.json()["approval"]["id"]
+    shown = _cli(loop, "approvals", "--show", approval_id)
+    assert "-original" in shown.stdout and "+overwritten" in shown.stdout
+    denied = _cli(loop, "deny", approval_id, "--note", "no")
+    assert denied.returncode == 0 and denied.stdout.startswith(f"denied {approval_id}")
+    assert (root / "final" / "keep.md").read_text() == "original\n"
+    view = Client(str(loop["url"]), str(loop["idle"])).approval(approval_id)
+    assert view["status"] == "denied" and view["note"] == "no"
+    assert _cli(loop, "approve", approval_id).returncode == 5  # answered: no second answer
+
+
+def test_a_bot_given_approve_answers_another_bots_request_over_http(loop: dict[str, object]) -> None:
+    root: Path = loop["path"]  # type: ignore[assignment]
+    writer = Client(str(loop["url"]), str(loop["writer"]))
+    with pytest.raises(Pending) as waiting:
+        writer.workspace("paper").files.write("/final/from-sdk.txt", "via the SDK\n")
+    approval_id = waiting.value.approval["id"]
+    reviewer = Client(str(loop["url"]), str(loop["reviewer"]))
+    assert [a["id"] for a in reviewer.approvals("paper")] == [approval_id]
+    # A bot without `approve` neither answers nor even sees another bot's request.
+    idle = Client(str(loop["url"]), str(loop["idle"]))
+    with pytest.raises(Denied):
+        idle.approve(approval_id)
+    with pytest.raises(Exception, match="no approval request"):
+        idle.approval(approval_id)
+    answered = reviewer.approve(approval_id, note="ok")
+    assert answered["status"] == "approved" and answered["answered_by"].startswith("bot:reviewer@")
+    assert (root / "final" / "from-sdk.txt").read_text() == "via the SDK\n"
+    # A delete in an `ask` zone waits as well; in a `blocked` one it is refused outright.
+    with pytest.raises(Pending) as deleting:
+        writer.workspace("paper").files.delete("/final/from-sdk.txt")
+    assert (root / "final" / "from-sdk.txt").exists()
+    reviewer.approve(deleting.value.approval["id"])
+    assert not (root / "final" / "from-sdk.txt").exists()
+    (root / "archive").mkdir(exist_ok=True)
+    (root / "archive" / "old.txt").write_text("x")
+    with pytest.raises(Denied, match="blocks delete"):
+        writer.workspace("paper").files.delete("/archive/old.txt")
+    # preApproved zones need no one.
+    assert writer.workspace("paper").files.write("/drafts/d.txt", "d") == 1
+
+
+def test_two_answers_at_once_carry_the_operation_out_once(loop: dict[str, object]) -> None:
+    root: Path = loop["path"]  # type: ignore[assignment]
+    asked = _put(loop, loop["idle"], "/final/once.txt", b"once\n")  # type: ignore[arg-type]
+    approval_id = asked.json()["approval"]["id"]
+    results: list[subprocess.CompletedProcess[str]] = []
+    threads = [threading.Thread(target=lambda: results.append(_cli(loop, "approve", approval_id))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(r.returncode for r in results) == [0, 5], [r.stderr for r in results]
+    assert (root / "final" / "once.txt").read_text() == "once\n"
+    audit = json.loads(_cli(loop, "audit", "--json", "--limit", "100").stdout)["data"]
+    carried = [e for e in audit if e["action"] == "fs.write" and e["target"] == "paper:/final/once.txt"
+               and e["result"] == "ok"]
+    assert len(carried) == 1 and f"approval {approval_id}" in carried[0]["rule"]
+
+
+def test_a_revoked_grant_s_request_is_not_carried_out(loop: dict[str, object]) -> None:
+    environ: dict[str, str] = loop["environ"]  # type: ignore[assignment]
+    root: Path = loop["path"]  # type: ignore[assignment]
+    cli_out(environ, "bot", "register", "shortlived")
+    token = cli_out(environ, "grant", "paper", "shortlived", "--permissions", "write")
+    asked = _put(loop, token, "/final/late.txt", b"late\n")
+    approval_id = asked.json()["approval"]["id"]
+    cli_out(environ, "revoke", "paper", "shortlived")
+    late = _cli(loop, "approve", approval_id)
+    assert late.returncode == 3 and "no longer live" in late.stderr
+    assert not (root / "final" / "late.txt").exists()
+    assert json.loads(_cli(loop, "approvals", "--all", "--json").stdout)["data"][0]["status"] == "failed"
+
+
+def test_bad_ids_and_unknown_requests(loop: dict[str, object]) -> None:
+    bad = _cli(loop, "approve", "nope")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "apr_" in bad.stderr
+    missing = _cli(loop, "deny", "apr_" + "0" * 16)
+    assert missing.returncode == 4
+    unknown = httpx.get(f"{loop['url']}/v1/approvals/apr_{'0' * 16}",
+                        headers={"Authorization": f"Bearer {loop['writer']}"}, timeout=30)
+    assert unknown.status_code == 404
+    nobody = httpx.get(f"{loop['url']}/v1/approvals/apr_{'0' * 16}", timeout=30)
+    assert nobody.status_code == 401

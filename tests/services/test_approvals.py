@@ -1,0 +1,114 @@
+"""The approvals service on a real registry and workspace, with a clock moved by hand: expiry,
+the per-bot bound, a changed zone at answer time, a half-done approval a person finishes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from warden.bootstrap import App, bootstrap
+from warden.core.errors import Conflict, Denied, Pending, TooLarge
+
+ZONES = "zones:\n  final: {approval: {write: ask, delete: ask}}\n"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[App, Clock]]:
+    home = tmp_path / "home"
+    clock = Clock()
+    app = bootstrap(home, environ={"PATH": os.environ.get("PATH", ""), "WARDEN_HOME": str(home),
+                                   "WARDEN_APPROVALS_TTL": "1h", "WARDEN_APPROVALS_MAX_PENDING": "2"},
+                    clock=clock)
+    record = app.workspaces.create("demo", template="minimal")
+    (Path(record.path) / ".warden").mkdir(exist_ok=True)
+    (Path(record.path) / ".warden" / "zones.yaml").write_text(ZONES)
+    app.grants.register_bot("writer")
+    yield app, clock
+    app.close()
+
+
+def _bot_files(app: App) -> tuple[object, str]:
+    issued = app.grants.grant("demo", "writer", ["read", "write"])
+    principal = app.auth.authenticate(issued.token)
+    files = app.files("demo", actor=principal.actor, approver=app.approvals.queue(principal))
+    return files, principal.actor
+
+
+def _ask(files: object, path: str, data: bytes) -> str:
+    with pytest.raises(Pending) as waiting:
+        files.write_bytes(path, data)  # type: ignore[attr-defined]
+    return str(waiting.value.approval["id"])
+
+
+def test_an_expired_request_is_never_carried_out(world: tuple[App, Clock]) -> None:
+    app, clock = world
+    files, _ = _bot_files(app)
+    approval_id = _ask(files, "/final/a.txt", b"a")
+    clock.now += timedelta(hours=1, seconds=1)
+    assert app.approvals.view(app.approvals.get(approval_id))["status"] == "expired"
+    with pytest.raises(Conflict, match="it is expired"):
+        app.approvals.answer(approval_id, approve=True, actor="user")
+    root = Path(app.workspaces.get("demo").path)
+    assert not (root / "final" / "a.txt").exists()
+    assert app.approvals.content(approval_id) is None  # its bytes are not kept past their use
+    assert [r.status for r in app.approvals.listed(everything=True)] == ["expired"]
+
+
+def test_one_bot_keeps_a_bounded_number_waiting(world: tuple[App, Clock]) -> None:
+    app, clock = world
+    files, _ = _bot_files(app)
+    _ask(files, "/final/1", b"1")
+    _ask(files, "/final/2", b"2")
+    with pytest.raises(TooLarge, match="approvals.max_pending"):
+        files.write_bytes("/final/3", b"3")  # type: ignore[attr-defined]
+    clock.now += timedelta(hours=2)  # the two expire: room again
+    _ask(files, "/final/4", b"4")
+
+
+def test_a_zone_made_stricter_before_the_answer_wins(world: tuple[App, Clock]) -> None:
+    app, _ = world
+    files, _ = _bot_files(app)
+    approval_id = _ask(files, "/final/b.txt", b"b")
+    root = Path(app.workspaces.get("demo").path)
+    (root / ".warden" / "zones.yaml").write_text("zones:\n  final: {mode: ro}\n")
+    with pytest.raises(Denied, match="was approved but carrying it out failed"):
+        app.approvals.answer(approval_id, approve=True, actor="user")
+    assert not (root / "final" / "b.txt").exists()
+    assert app.approvals.get(approval_id).status == "failed"
+
+
+def test_a_person_finishes_an_approval_a_killed_warden_left_half_done(world: tuple[App, Clock]) -> None:
+    app, _ = world
+    files, _ = _bot_files(app)
+    approval_id = _ask(files, "/final/c.txt", b"c")
+    record = app.approvals.get(approval_id)
+    with app.registry.transaction() as tx:  # as a Warden killed between the two writes leaves it
+        assert tx.approvals.move(approval_id, "pending", {"status": "approving", "answered_by": "user"})
+    assert app.approvals.get(approval_id).status == "approving" and record.status == "pending"
+    done = app.approvals.answer(approval_id, approve=True, actor="user")
+    assert done.status == "approved"
+    assert (Path(app.workspaces.get("demo").path) / "final" / "c.txt").read_bytes() == b"c"
+
+
+def test_tampered_content_is_not_written(world: tuple[App, Clock]) -> None:
+    app, _ = world
+    files, _ = _bot_files(app)
+    approval_id = _ask(files, "/final/d.txt", b"what was asked")
+    with app.registry.transaction() as tx:
+        tx.approvals._sql.execute("UPDATE approvals SET content = :c WHERE id = :i",  # type: ignore[attr-defined]
+                                  {"c": b"something else", "i": approval_id})
+    with pytest.raises(Conflict, match="does not match its hash"):
+        app.approvals.answer(approval_id, approve=True, actor="user")
+    assert not (Path(app.workspaces.get("demo").path) / "final" / "d.txt").exists()
