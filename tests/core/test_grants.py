@@ -134,9 +134,31 @@ def test_child_wider_in_permissions_is_denied() -> None:
 
 def test_child_of_zoned_parent_gets_its_zones_and_no_more() -> None:
     parent = grant(zones=("src",))
-    assert plan("read", parent=[parent]).zones == ("src",)
+    assert plan("read", zones=["*"], parent=[parent]).zones == ("src",)
+    assert plan("read", zones=["src"], parent=[parent]).zones == ("src",)
     with pytest.raises(Denied, match="data"):
         plan("read", zones=["src", "data"], parent=[parent])
+
+
+def test_a_child_that_declares_no_zones_gets_none_and_a_person_s_grant_the_whole_workspace() -> None:
+    assert plan("read").zones is None  # a person's grant without --zones: `*`
+    assert plan("read", zones=["*"]).zones is None
+    assert plan("read", parent=[grant()]).zones == ()  # a worker that declares nothing gets nothing
+    assert plan("read", zones=["*"], parent=[grant()]).zones is None
+    with pytest.raises(InvalidInput, match="stands alone"):
+        plan("read", zones=["*", "src"])
+
+
+def test_per_zone_modes_never_widen_the_parent() -> None:
+    assert plan("read,write", zones=["drafts:rw", "input:ro"]).zones == ("drafts:rw", "input:ro")
+    parent = grant(permissions="read,write,admin", zones=("drafts:rw", "input:ro"))
+    assert plan("read,write", zones=["input"], parent=[parent]).zones == ("input",)
+    assert effective([grant(zones=("input",)), parent]).zones == ("input:ro",)  # the stricter mode stays
+    with pytest.raises(Denied, match="read-only"):
+        plan("read,write", zones=["input:rw"], parent=[parent])
+    for bad in ("input:rx", "a b", ":ro", "../x"):
+        with pytest.raises(InvalidInput, match="bad zone"):
+            plan("read", zones=[bad])
 
 
 def test_child_secrets_must_be_named_by_parent() -> None:

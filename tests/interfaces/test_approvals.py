@@ -56,7 +56,7 @@ def _put(loop: dict[str, object], token: str, path: str, data: bytes) -> httpx.R
 
 def test_a_write_to_an_ask_zone_waits_and_lands_exactly_once_approved(loop: dict[str, object]) -> None:
     root: Path = loop["path"]  # type: ignore[assignment]
-    data = "# Report\n\nfinal figures: 42\n".encode() + bytes(range(256))
+    data = b"# Report\n\nfinal figures: 42\n" + bytes(range(256))
     asked = _put(loop, loop["writer"], "/final/report.md", data)  # type: ignore[arg-type]
     assert asked.status_code == 202, asked.text
     approval = asked.json()["approval"]

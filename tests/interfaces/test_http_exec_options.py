@@ -187,13 +187,13 @@ def test_a_child_grant_never_reaches_more_than_its_parent(world: dict[str, Any])
     port, other = world["port"], world["other"]
     parent = Client(world["url"], _person_grant(world, "--allow-domain", f"127.0.0.1:{port}")).workspace("web")
     with pytest.raises(Denied, match="never wider"):
-        parent.grant("helper", ["execute"], domains=[f"127.0.0.1:{other}"])
-    child = parent.grant("helper", ["execute"], domains=[f"127.0.0.1:{port}"])
+        parent.grant("helper", ["execute"], domains=[f"127.0.0.1:{other}"], zones=["*"])
+    child = parent.grant("helper", ["execute"], domains=[f"127.0.0.1:{port}"], zones=["*"])
     assert child.domains == (f"127.0.0.1:{port}",)
-    assert parent.grant("helper", ["execute"]).domains == ()  # none unless named
+    assert parent.grant("helper", ["execute"], zones=["*"]).domains == ()  # none unless named
     # The creator's own grant (no domains) can mint none either.
     with pytest.raises(Denied, match="never wider"):
-        world["created"].grant("helper", ["execute"], domains=[f"127.0.0.1:{port}"])
+        world["created"].grant("helper", ["execute"], domains=[f"127.0.0.1:{port}"], zones=["*"])
 
 
 # -- TLS trust and the hint ----------------------------------------------------------------------

@@ -96,7 +96,7 @@ def test_a_bot_gets_a_workspace_works_in_it_and_is_cut_off(story: dict[str, obje
     assert with_secret.run(probe).stdout.strip() == hashlib.sha256(SECRET_VALUE.encode()).hexdigest()
 
     # The bot hands a helper a narrower grant; it can read, not write, and cannot widen itself.
-    child = ws.grant("helper", ["read"], ttl="1h")
+    child = ws.grant("helper", ["read"], ttl="1h", zones=["*"])  # a child declares what it gets
     tokens.append(child.token)
     assert child.permissions == ("read",)
     helper = Client(url, child.token).workspace("proj")
@@ -107,12 +107,12 @@ def test_a_bot_gets_a_workspace_works_in_it_and_is_cut_off(story: dict[str, obje
         helper.grant("third", ["read"])
     with pytest.raises(Denied, match="never wider"):
         ws.grant("helper", ["read", "secrets"], secrets=["API_KEY"])
-    over = ws.grant("helper", ["read"], ttl="29d")  # longer than the parent's 7 days: clamped
+    over = ws.grant("helper", ["read"], ttl="29d", zones=["*"])  # longer than the parent's 7 days: clamped
     tokens.append(over.token)
     assert over.expires <= body["workspace"]["expires"]
 
     # Expiry: a 2-second grant works, then stops.
-    short = ws.grant("helper", ["read"], ttl="2s")
+    short = ws.grant("helper", ["read"], ttl="2s", zones=["*"])
     tokens.append(short.token)
     assert Client(url, short.token).workspace("proj").files.read("src/app.py")
     time.sleep(2.2)  # its 2 s pass by the server's clock: nothing to poll for, the expiry is the point
@@ -121,8 +121,8 @@ def test_a_bot_gets_a_workspace_works_in_it_and_is_cut_off(story: dict[str, obje
     _uniform(expired)
 
     # Revoking a parent revokes its children.
-    middle = ws.grant("helper", ["read", "admin"], ttl="1h")
-    grandchild = Client(url, middle.token).workspace("proj").grant("third", ["read"])
+    middle = ws.grant("helper", ["read", "admin"], ttl="1h", zones=["*"])
+    grandchild = Client(url, middle.token).workspace("proj").grant("third", ["read"], zones=["*"])
     tokens += [middle.token, grandchild.token]
     assert Client(url, grandchild.token).workspace("proj").files.read("src/app.py")
     assert set(ws.revoke(middle.accessor)) == {middle.accessor, grandchild.accessor}

@@ -71,7 +71,7 @@ def test_one_bot_keeps_a_bounded_number_waiting(world: tuple[App, Clock]) -> Non
     files, _ = _bot_files(app)
     _ask(files, "/final/1", b"1")
     _ask(files, "/final/2", b"2")
-    with pytest.raises(TooLarge, match="approvals.max_pending"):
+    with pytest.raises(TooLarge, match=r"approvals\.max_pending"):
         files.write_bytes("/final/3", b"3")  # type: ignore[attr-defined]
     clock.now += timedelta(hours=2)  # the two expire: room again
     _ask(files, "/final/4", b"4")
@@ -112,3 +112,23 @@ def test_tampered_content_is_not_written(world: tuple[App, Clock]) -> None:
     with pytest.raises(Conflict, match="does not match its hash"):
         app.approvals.answer(approval_id, approve=True, actor="user")
     assert not (Path(app.workspaces.get("demo").path) / "final" / "d.txt").exists()
+
+
+def test_default_zones_are_open_to_a_bot_and_a_child_gets_only_what_it_declares(world: tuple[App, Clock]) -> None:
+    app, _ = world
+    plain = app.workspaces.create("plain", template="minimal")
+    issued = app.grants.grant("plain", "writer", ["read", "write", "admin"])
+    principal = app.auth.authenticate(issued.token)
+    files = app.files("plain", actor=principal.actor, approver=app.approvals.queue(principal),
+                      scope=app.auth.zone_scope(principal, app.sandbox_paths.zones(plain)))
+    assert files.write_bytes("/workspace/notes.md", b"n") == 1  # no one needs asking in cache/workspace
+    assert files.write_bytes("/cache/page.html", b"p") == 1
+    app.grants.register_bot("helper")
+    chain = app.grants.chain(issued.grant.accessor)
+    nothing = app.grants.grant("plain", "helper", ["read"], parent=chain)
+    assert nothing.grant.zones == ()
+    drafts = app.grants.grant("plain", "helper", ["read"], zones=["workspace:ro"], parent=chain)
+    child = app.auth.authenticate(drafts.token)
+    scope = app.auth.zone_scope(child, app.sandbox_paths.zones(plain))
+    assert scope is not None and list(scope) == ["workspace"] and scope["workspace"].mode == "ro"
+    assert app.auth.zone_scope(app.auth.authenticate(nothing.token), app.sandbox_paths.zones(plain)) == {}

@@ -100,6 +100,9 @@ class SandboxSpec:
     # Existing protected files and ro zones inside the workspace, re-bound read-only.
     protected: tuple[str, ...] = ()
     ro_zones: tuple[str, ...] = ()
+    # Zones where nothing may be removed or renamed: the command runs under the Landlock
+    # launcher (adapters/sandbox/landlock.py), whose source is one of the data files.
+    keep_zones: tuple[str, ...] = ()
     # Directories bound onto themselves read-write so that they cannot be renamed away from
     # the read-only mounts inside them (`mv .git x && mkdir -p .git/hooks` otherwise works).
     pinned: tuple[str, ...] = ()

@@ -13,7 +13,7 @@ a parent that is revoked or expires takes its children with it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -28,7 +28,6 @@ from warden.core.shell_env import is_shell_startup_name
 __all__ = [
     "PERMISSIONS",
     "BotRow",
-
     "Grant",
     "Plan",
     "alive",
@@ -41,9 +40,12 @@ __all__ = [
     "expiry",
     "parse_permissions",
     "plan_grant",
+    "zone_entry",
+    "zone_names",
 ]
 
 PERMISSIONS = ("read", "write", "execute", "secrets", "admin", "approve")
+_PERMISSION_LIST = "read, write, execute, secrets, admin, approve"
 
 _SECRET = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 # Environment names a secret may not take: they steer the loader, the shell or Python and
@@ -124,22 +126,56 @@ def parse_permissions(value: str | Iterable[str]) -> frozenset[str]:
     """`read,write` or ["read", "write"] → a set of known permissions; InvalidInput otherwise."""
     items = value.split(",") if isinstance(value, str) else list(value)
     if any(not isinstance(item, str) for item in items):
-        raise InvalidInput("permissions must be names: read, write, execute, secrets, admin")
+        raise InvalidInput(f"permissions must be names: {_PERMISSION_LIST}")
     names = {item.strip().lower() for item in items if item.strip()}
     unknown = sorted(n for n in names if n not in PERMISSIONS)
     if unknown:
-        raise InvalidInput(f"unknown permission {', '.join(unknown)}: use read, write, execute, secrets, admin")
+        raise InvalidInput(f"unknown permission {', '.join(unknown)}: use {_PERMISSION_LIST}")
     if not names:
-        raise InvalidInput("a grant needs at least one permission: read, write, execute, secrets or admin")
+        raise InvalidInput(f"a grant needs at least one permission: {_PERMISSION_LIST}")
     return frozenset(names)
 
 
 def check_zone_name(name: str) -> str:
-    """A valid zone name (a top-level directory of a workspace)."""
-    if not is_name(name):
-        raise InvalidInput(f"bad zone name {name!r}: a zone is a top-level folder name "
-                           "(letters, digits, '.', '_', '-')")
+    """A valid zone entry of a grant: a zone's name, with `:ro` or `:rw` for the grant's mode in it."""
+    zone_entry(name)
     return name
+
+
+def zone_entry(entry: str) -> tuple[str, str | None]:
+    """`drafts:rw` → ("drafts", "rw"); `input` → ("input", None: the zone's own mode)."""
+    name, colon, mode = entry.partition(":") if isinstance(entry, str) else ("", "", "")
+    if not is_name(name) or (colon and mode not in ("ro", "rw")):
+        raise InvalidInput(f"bad zone {entry!r}: name a zone (a folder of the workspace), optionally with "
+                           ":ro or :rw (e.g. drafts:rw,input:ro), or * for the whole workspace")
+    return name, (mode or None)
+
+
+def zone_names(entries: Iterable[str]) -> set[str]:
+    return {zone_entry(entry)[0] for entry in entries}
+
+
+def _zone_map(entries: Iterable[str]) -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for entry in entries:
+        name, mode = zone_entry(entry)
+        if name in found:
+            raise InvalidInput(f"zone {name} is named twice; keep one")
+        found[name] = mode
+    return found
+
+
+def _entries(zones: Mapping[str, str | None]) -> tuple[str, ...]:
+    return tuple(sorted(name if mode is None else f"{name}:{mode}" for name, mode in zones.items()))
+
+
+def _narrowed(mine: Mapping[str, str | None], parent: Mapping[str, str | None]) -> dict[str, str | None]:
+    """The zones both name, each at the stricter mode (ro beats rw beats the zone's own)."""
+    out: dict[str, str | None] = {}
+    for name in mine.keys() & parent.keys():
+        modes = {mine[name], parent[name]} - {None}
+        out[name] = "ro" if "ro" in modes else ("rw" if modes else None)
+    return out
 
 
 def check_secret_name(name: str) -> str:
@@ -172,8 +208,11 @@ def plan_grant(now: datetime, permissions: frozenset[str], *, zones: Sequence[st
     Wider permissions, zones, secrets or domains than the parent are refused (Denied, naming what);
     times are shortened to the parent's silently, as Vault does with a child's TTL.
     """
-    for name in zones or ():
-        check_zone_name(name)
+    whole = zones is not None and list(zones) == ["*"]
+    if zones is not None and not whole:
+        if "*" in zones:
+            raise InvalidInput("* (the whole workspace) stands alone; name zones or give *, not both")
+        _zone_map(zones)
     for name in secrets:
         check_secret_name(name)
     domain_set = check_domains(domains)
@@ -197,7 +236,10 @@ def plan_grant(now: datetime, permissions: frozenset[str], *, zones: Sequence[st
             where, fix = "this server's limit grants.max_ttl", "have the limit raised"
         raise InvalidInput(f"the grant's ttl ({format_duration(wanted)}) is longer than {where} "
                            f"({format_duration(limit)}); ask for a shorter ttl, or {fix}")
-    zone_set = _names(zones)
+    # Without a parent (a person's grant) no --zones means the whole workspace. A child grant
+    # gets exactly the zones it declares and none when it declares none (a worker that
+    # declares nothing gets nothing); `*` asks for all its parent has.
+    zone_set = None if whole or (zones is None and not parent) else _entries(_zone_map(zones or ()))
     secret_set = _names(secrets) or ()
     expires = now + wanted
     max_expires = now + limit
@@ -210,9 +252,15 @@ def plan_grant(now: datetime, permissions: frozenset[str], *, zones: Sequence[st
         if scope.zones is not None:
             if zone_set is None:
                 zone_set = scope.zones
-            outside = sorted(set(zone_set) - set(scope.zones))
+            have = _zone_map(scope.zones)
+            asked = _zone_map(zone_set)
+            outside = sorted(set(asked) - set(have))
             if outside:
                 raise Denied(f"the parent grant does not cover zone {', '.join(outside)}; "
+                             "a child grant is never wider", rule="grant.clamp")
+            wider = sorted(name for name, mode in asked.items() if mode == "rw" and have[name] == "ro")
+            if wider:
+                raise Denied(f"the parent grant has zone {', '.join(wider)} read-only; "
                              "a child grant is never wider", rule="grant.clamp")
         missing = sorted(set(secret_set) - set(scope.secrets))
         if missing:
@@ -233,7 +281,7 @@ def effective(chain: Sequence[Grant]) -> Plan:
     if not chain:
         raise ValueError("an empty grant chain has no scope")
     permissions = frozenset(PERMISSIONS)
-    zones: set[str] | None = None
+    zones: dict[str, str | None] | None = None
     secrets: set[str] | None = None
     # The grant's own domains, each kept only while every ancestor covers it too.
     domains = [d for d in chain[0].domains if all(not uncovered([d], g.domains) for g in chain[1:])]
@@ -242,13 +290,14 @@ def effective(chain: Sequence[Grant]) -> Plan:
     for grant in chain:
         permissions &= grant.permissions
         if grant.zones is not None:
-            zones = set(grant.zones) if zones is None else zones & set(grant.zones)
+            own = _zone_map(grant.zones)
+            zones = own if zones is None else _narrowed(zones, own)
         secrets = set(grant.secrets) if secrets is None else secrets & set(grant.secrets)
         expires = min(expires, grant.expires, grant.max_expires)
         max_expires = min(max_expires, grant.max_expires)
     if "secrets" not in permissions:
         secrets = set()
-    return Plan(permissions, tuple(sorted(zones)) if zones is not None else None,
+    return Plan(permissions, _entries(zones) if zones is not None else None,
                 tuple(sorted(secrets or ())), expires, max_expires, tuple(domains))
 
 
@@ -292,7 +341,7 @@ def decide(chain: Sequence[Grant], now: datetime, *, workspace_id: str | None, p
         if whole_workspace:
             return Decision(False, "grant.zone", f"grant {chain[0].accessor} is limited to zones "
                             f"{', '.join(scope.zones)} and cannot reach the whole workspace")
-        if zone is not None and zone not in scope.zones:
+        if zone is not None and zone not in zone_names(scope.zones):
             return Decision(False, "grant.zone", f"grant {chain[0].accessor} does not cover zone {zone}")
     return Decision(True, "grant.allow", f"grant {chain[0].accessor} has {permission}")
 

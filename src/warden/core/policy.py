@@ -271,11 +271,23 @@ def _zone_decision(zone: Zone, op: str, writing: bool) -> PathDecision:
 
 @dataclass(frozen=True)
 class ZoneMount:
-    """A zone as the sandbox builder needs it: its host directory and mode."""
+    """A zone as the sandbox builder needs it: its host directory, mode and approvals."""
 
     name: str
     host_path: str
     mode: Mode
+    write: ApprovalKind = "preApproved"
+    delete: ApprovalKind = "preApproved"
+
+    @property
+    def read_only_in_runs(self) -> bool:
+        """Writes that need a person (or are blocked) go through the file API, never a run."""
+        return self.mode == "ro" or self.write != "preApproved"
+
+    @property
+    def kept_in_runs(self) -> bool:
+        """Writable in runs, but removing or renaming there needs a person (or is blocked)."""
+        return not self.read_only_in_runs and self.delete != "preApproved"
 
 
 @dataclass(frozen=True)
@@ -309,7 +321,8 @@ def effective_paths(root: str, zones: Mapping[str, Zone], rules: PathRules, *,
             allowed.append((rule.path, rule.mode))
     return EffectivePaths(
         workspace=root,
-        zones=tuple(ZoneMount(z.name, root + z.path, z.mode) for z in zones.values()),
+        zones=tuple(ZoneMount(z.name, root + z.path, z.mode, z.approval.write, z.approval.delete)
+                    for z in zones.values()),
         allowed=tuple(allowed),
         denied=tuple(sorted({r.path for r in rules.denied})),
         readonly=tuple(root + p for p in PROTECTED_WORKSPACE_PATHS),

@@ -74,6 +74,7 @@ class SandboxRequest:
     binds: tuple[Bind, ...] = ()  # allowed paths with their mode
     bind_fds: tuple[tuple[str, int], ...] = ()  # allowed paths already opened (and judged) by descriptor
     ro_zones: tuple[str, ...] = ()  # folders of the workspace bound read-only
+    keep_zones: tuple[str, ...] = ()  # folders of the workspace where nothing may be removed or renamed
     denied: tuple[str, ...] = ()  # hidden wherever they lie inside a bound tree
     protected: tuple[str, ...] = ()  # workspace files bound read-only (.git entries, policy files)
     network: NetworkPolicy | None = None  # None: no network at all

@@ -79,9 +79,13 @@ class ZoneRequest:
     delete: ApprovalKind | None = None
 
 
+# The working areas every workspace has when it configures none: open to whoever holds the
+# workspace (their purpose is a bot's downloads and drafts), where a zone one configures asks
+# a person unless it says otherwise.
+_OPEN = Approval("preApproved", "preApproved")
 DEFAULT_ZONES: Mapping[str, Zone] = {
-    "cache": Zone("cache", "/cache", "rw"),
-    "workspace": Zone("workspace", "/workspace", "rw"),
+    "cache": Zone("cache", "/cache", "rw", _OPEN),
+    "workspace": Zone("workspace", "/workspace", "rw", _OPEN),
 }
 
 

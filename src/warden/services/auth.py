@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from warden.core.errors import Denied, NotFound
-from warden.core.grants import Grant, alive, decide, effective
+from warden.core.grants import Grant, alive, decide, effective, zone_entry
 from warden.core.workspaces import WorkspaceRecord
 from warden.core.zones import Zone, ZoneRequest, restrict
 from warden.services.grants import GrantService
@@ -84,12 +84,13 @@ def zone_scope_of(principal: Principal,
     """
     if not principal.chain:
         return {}
-    names = effective(principal.chain).zones
-    if names is None:
+    entries = effective(principal.chain).zones
+    if entries is None:
         return None
     configured = zones() if callable(zones) else zones
+    wanted = [zone_entry(entry) for entry in entries]
     try:
-        return restrict(configured, [ZoneRequest(name) for name in names])
+        return restrict(configured, [ZoneRequest(name, mode) for name, mode in wanted])  # type: ignore[arg-type]
     except Denied as exc:
         raise _deny(exc.rule or "grant.zone") from None
 

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from warden.core.errors import InvalidInput, NotFound
-from warden.core.grants import BotRow, Grant, alive, check_bot_name, parse_permissions, plan_grant
+from warden.core.grants import BotRow, Grant, alive, check_bot_name, parse_permissions, plan_grant, zone_names
 from warden.core.ports import Clock, Keys, Registry, Tx
 from warden.core.tokens import (
     ACCESSOR_BYTES,
@@ -156,7 +156,7 @@ class GrantService:
                           domains=domains)
         if plan.zones is not None and self._zones_of is not None:
             known = self._zones_of(record)
-            unknown = sorted(set(plan.zones) - set(known))
+            unknown = sorted(zone_names(plan.zones) - set(known))
             if unknown:
                 raise InvalidInput(f"workspace {workspace!r} has no zone {', '.join(unknown)}; "
                                    f"its zones: {', '.join(sorted(known)) or 'none'}")

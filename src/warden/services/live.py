@@ -83,7 +83,8 @@ def _policy(request: SandboxRequest) -> str:
     """A digest of what the path policy makes a sandbox mount (all but the read-only extras)."""
     return plan_fingerprint({
         "workspace": request.workspace, "binds": sorted((b.path, b.mode) for b in request.binds),
-        "ro_zones": sorted(request.ro_zones), "denied": sorted(request.denied),
+        "ro_zones": sorted(request.ro_zones), "keep_zones": sorted(request.keep_zones),
+        "denied": sorted(request.denied),
         "protected": sorted(request.protected),
         "network": request.network.to_json() if request.network is not None else None})
 

@@ -127,6 +127,7 @@ class _Plan:
     network: NetworkPolicy | None
     binds: list[Bind]  # allowed paths, not yet opened
     ro_zones: list[str]
+    keep_zones: list[str]
     denied: list[str]
     protected: list[str]
     skipped: list[str]  # allowed paths never mounted, with why
@@ -384,7 +385,8 @@ class RunService:
             else:
                 skipped.append(f"{path} ({why})")
         return _Plan(record, folder, limits, network, binds,
-                     ro_zones=[z.host_path for z in eff.zones if z.mode == "ro"], denied=list(eff.denied),
+                     ro_zones=[z.host_path for z in eff.zones if z.read_only_in_runs],
+                     keep_zones=[z.host_path for z in eff.zones if z.kept_in_runs], denied=list(eff.denied),
                      protected=list(eff.readonly), skipped=skipped, detail=detail)
 
     def _mount(self, held: contextlib.ExitStack, plan: _Plan, intent: RunIntent, notes: _Notes) -> _Mounts:
@@ -453,6 +455,7 @@ class RunService:
                         plan.folder, tuple(request.argv), self._quota.capped(plan.limits, watcher.start),
                         cwd=plan.cwd, env=env, ro_paths=tuple(ro_paths),
                         binds=tuple(mounts.binds), bind_fds=tuple(mounts.bind_fds), ro_zones=tuple(plan.ro_zones),
+                        keep_zones=tuple(plan.keep_zones),
                         denied=tuple(plan.denied), protected=tuple(mounts.protected), network=plan.network,
                         stdin=stdin, on_stdout=output.on_stdout, on_stderr=output.on_stderr,
                         capture=output.capture, max_capture=request.max_output, on_net_event=on_net_event,

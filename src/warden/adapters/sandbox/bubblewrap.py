@@ -23,7 +23,8 @@ class BubblewrapSandbox:
     def run(self, request: SandboxRequest) -> RunResult:
         spec = build_spec(request.workspace, request.argv, caller_env=self._environ, env=request.env,
                           ro_paths=request.ro_paths, extra_binds=request.binds, bind_fds=request.bind_fds,
-                          ro_zones=request.ro_zones, denied=request.denied, protected=request.protected,
+                          ro_zones=request.ro_zones, keep_zones=request.keep_zones, denied=request.denied,
+                          protected=request.protected,
                           network=request.network is not None, tmp_size=request.limits.memory,
                           cwd=request.cwd)
         caps = {"max_capture": request.max_capture} if request.max_capture is not None else {}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import subprocess
 import tempfile
@@ -106,18 +105,23 @@ def _seccomp_check() -> Check:
 
 
 def _landlock_check() -> Check:
-    libc = ctypes.CDLL(None, use_errno=True)
-    # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) returns the ABI version.
-    nr = {"x86_64": 444, "aarch64": 444}.get(os.uname().machine)
-    if nr is None:
-        return Check("landlock", False, "unknown syscall number on this architecture", "", required=False)
-    abi = libc.syscall(nr, None, 0, 1)
-    if abi < 0:
-        err = ctypes.get_errno()
-        why = {38: "not in this kernel", 95: "disabled at boot"}.get(err, os.strerror(err))
-        return Check("landlock", False, f"Landlock {why} (optional: bwrap does the isolation)",
-                     "boot with lsm=landlock,... on Linux 5.13+", required=False)
-    return Check("landlock", True, f"Landlock ABI {abi} (not needed: informational)", required=False)
+    """What Landlock holds here: zones whose deletes need a person stay writable in runs but
+    nothing can be removed or renamed in them (ABI 2+); without it such zones are read-only in runs."""
+    from warden.adapters.sandbox.host import python3_path
+    from warden.adapters.sandbox.landlock import abi, needed_abi
+
+    version = abi()
+    if version < needed_abi:
+        why = f"Landlock ABI {version}" if version else "no Landlock in this kernel (or disabled at boot)"
+        return Check("landlock", False, f"{why}: zones whose deletes are ask or blocked are read-only "
+                     "inside runs (writes there go through `warden fs` and approvals)",
+                     "boot Linux 5.19+ with lsm=landlock,... to keep them writable", required=False)
+    if python3_path() is None:
+        return Check("landlock", False, f"Landlock ABI {version}, but no system python3 to apply it in the "
+                     "sandbox: zones whose deletes are ask or blocked are read-only inside runs",
+                     "apt-get install python3-minimal", required=False)
+    return Check("landlock", True, f"Landlock ABI {version}: no removing or renaming inside runs in zones "
+                 "whose deletes are ask or blocked", required=False)
 
 
 def _quota_check(workspaces_root: str) -> Check:

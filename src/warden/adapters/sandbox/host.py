@@ -233,7 +233,7 @@ def check_env(env: Mapping[str, str]) -> dict[str, str]:
 
 def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[str, str],
                env: Mapping[str, str], ro_paths: Iterable[str] = (),
-               extra_binds: Iterable[Bind] = (), ro_zones: Iterable[str] = (),
+               extra_binds: Iterable[Bind] = (), ro_zones: Iterable[str] = (), keep_zones: Iterable[str] = (),
                denied: Iterable[str] = (), protected: Iterable[str] = (), network: bool = False,
                tmp_size: int | None = None, bind_fds: Iterable[tuple[str, int]] = (),
                cwd: str | None = None) -> SandboxSpec:
@@ -274,6 +274,15 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
         # root and the denied path are pinned (bound onto themselves, so a mount point that
         # cannot be renamed): else `mv a b` takes the denied file along to where no mask is.
         pinned += _pins_between(path, [ws, *(b.path for b in binds if b.mode == "rw")])
+    kept = [z for z in dict.fromkeys(keep_zones) if _under(z, ws) and z != ws]
+    if kept:
+        from warden.adapters.sandbox.landlock import LAUNCHER_PATH, abi, needed_abi
+
+        python = python3_path()
+        if abi() >= needed_abi and python is not None:
+            command = (python, "-I", "-S", LAUNCHER_PATH, *kept, "--", *command)
+        else:  # cannot forbid only removal here: forbid every change instead
+            ro_zones, kept = [*ro_zones, *kept], []
     zones = []
     for zone in dict.fromkeys(ro_zones):
         if not _under(zone, ws) or zone == ws:
@@ -288,7 +297,7 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
         workspace=ws, command=tuple(command), env=full_env, cwd=cwd,
         system_ro=system_ro, system_links=system_links, etc=etc, etc_links=etc_links,
         ro_paths=tuple(p for p in mounted_ro if os.path.exists(p)),
-        extra_binds=tuple(binds), protected=tuple(protected_paths), ro_zones=tuple(zones),
+        extra_binds=tuple(binds), protected=tuple(protected_paths), ro_zones=tuple(zones), keep_zones=tuple(kept),
         pinned=tuple(dict.fromkeys(pinned)), masked_dirs=tuple(masked_dirs), masked_files=tuple(masked_files),
         network="proxy" if network else "none",
         proc_readonly=proc_ro, proc_masked_files=proc_files, proc_masked_dirs=proc_dirs,

@@ -441,7 +441,8 @@ class HostLiveSandboxes:
                 command = (python, "-I", "-S", "-c", _forwarder_source(), PROXY_SOCKET, "--", *command)
             spec = build_spec(request.workspace, command, caller_env=self._environ, env={},
                               ro_paths=request.ro_paths, extra_binds=request.binds, bind_fds=request.bind_fds,
-                              ro_zones=request.ro_zones, denied=request.denied, protected=request.protected,
+                              ro_zones=request.ro_zones, keep_zones=request.keep_zones, denied=request.denied,
+                              protected=request.protected,
                               network=proxy is not None, tmp_size=request.limits.memory)
             spec = replace(spec, die_with_parent=False, proxy_socket=proxy.socket if proxy is not None else None)
             spec = _with_seccomp(spec, held)

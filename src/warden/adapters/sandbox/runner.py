@@ -231,6 +231,10 @@ def _with_data_files(spec: SandboxSpec, held: _Held, extra: Sequence[tuple[str, 
     """The synthesized /etc files, and `extra` (path, content) ones, as read-only files of the sandbox."""
     from warden.adapters.sandbox.host import data_files
 
+    if spec.keep_zones:
+        from warden.adapters.sandbox.landlock import LAUNCHER_PATH, launcher_source
+
+        extra = [*extra, (LAUNCHER_PATH, launcher_source())]
     data = [(held.keep(_pipe_with(content) if len(content) < 16384 else _memfd_with(content)), dest)
             for dest, content in [*data_files(os.getuid(), os.getgid(), spec.workspace), *extra]]
     return replace(spec, data_files=tuple(data))

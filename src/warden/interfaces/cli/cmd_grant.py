@@ -19,8 +19,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="workspace")
     p.add_argument("bot")
     p.add_argument("--permissions", required=True,
-                   help="comma-separated: read, write, execute, secrets, admin")
-    p.add_argument("--zones", help="comma-separated zones (top-level folders) the grant is limited to")
+                   help="comma-separated: read, write, execute, secrets, admin, approve (answer other bots' "
+                        "requests for approval)")
+    p.add_argument("--zones", help="comma-separated zones the grant is limited to, each with :ro or :rw for "
+                                   "the bot's mode there (drafts:rw,input:ro); without it: the whole workspace (*)")
     p.add_argument("--secrets", help="comma-separated secret names injected into the bot's runs")
     p.add_argument("--allow-domain", dest="allow_domain", action="append", default=[], metavar="DOMAIN",
                    help="a domain the bot's commands may ask to reach, one command at a time (repeat; "

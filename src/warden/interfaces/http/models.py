@@ -273,8 +273,11 @@ class GrantRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     bot: str = Field(pattern=NAME)
-    permissions: list[PermissionName] = Field(min_length=1, max_length=5)
-    zones: list[str] | None = Field(None, max_length=64, description="null: every zone the parent covers")
+    permissions: list[PermissionName] = Field(min_length=1, max_length=6)
+    zones: list[str] | None = Field(None, max_length=64,
+                                    description="the zones the child gets, each NAME, NAME:ro or NAME:rw; "
+                                                "[\"*\"]: all its parent has; null or []: none (a child "
+                                                "gets what it declares)")
     secrets: list[str] = Field(default_factory=list, max_length=64)
     ttl: str | None = Field(None, pattern=DURATION, description="lifetime, e.g. 30m, 2h, 7d")
     max_ttl: str | None = Field(None, pattern=DURATION, description="immutable maximum lifetime")

@@ -1,0 +1,72 @@
+"""Zones hold inside `warden run` too: a zone whose writes need a person is read-only there
+(EROFS: changes go through the file API and its approvals), and in a zone whose deletes need a
+person or are blocked nothing can be removed or renamed (EACCES, by Landlock), while writing
+there and removing elsewhere still work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cli
+from warden.adapters.sandbox.landlock import abi
+
+pytestmark = pytest.mark.shared_home
+
+ZONES = ("zones:\n"
+         "  drafts: {approval: {write: preApproved, delete: preApproved}}\n"
+         "  final: {approval: {write: ask, delete: ask}}\n"
+         "  archive: {approval: {write: preApproved, delete: blocked}}\n")
+
+
+@pytest.fixture
+def paper(cli: Cli, request: pytest.FixtureRequest) -> Path:
+    name = "zr-" + request.node.name.removeprefix("test_")[:40].replace("_", "-")
+    created = cli("create", name, "--template", "minimal", "--json")
+    assert created.code == 0, created.stderr
+    root = Path(created.json["data"]["path"])
+    (root / ".warden").mkdir(exist_ok=True)
+    (root / ".warden" / "zones.yaml").write_text(ZONES)
+    for zone in ("drafts", "final", "archive"):
+        (root / zone).mkdir()
+        (root / zone / "old.txt").write_text(f"{zone}\n")
+    return root
+
+
+def _sh(cli: Cli, root: Path, script: str) -> str:
+    out = cli("run", root.name, "--", "sh", "-c", "exec 2>&1; " + script)
+    assert out.code == 0, out.stderr
+    return out.stdout
+
+
+def test_an_ask_zone_is_read_only_inside_runs(cli: Cli, paper: Path) -> None:
+    said = _sh(cli, paper, "echo new > final/new.md 2>&1 || true; echo x >> final/old.txt 2>&1 || true; "
+                           "rm final/old.txt 2>&1 || true")
+    assert said.count("Read-only file system") == 3, said
+    assert not (paper / "final" / "new.md").exists() and (paper / "final" / "old.txt").read_text() == "final\n"
+
+
+@pytest.mark.skipif(abi() < 2, reason="this kernel has no Landlock ABI 2: such zones are read-only instead")
+def test_nothing_is_removed_or_renamed_in_a_zone_whose_deletes_are_blocked(cli: Cli, paper: Path) -> None:
+    said = _sh(cli, paper, "rm archive/old.txt 2>&1 || true; mv archive/old.txt drafts/ 2>&1 || true; "
+                           "mv archive/old.txt archive/renamed.txt 2>&1 || true; "
+                           "echo more >> archive/old.txt && echo appended; "
+                           "mkdir archive/sub && echo new > archive/sub/n.txt && echo made; "
+                           "rm archive/sub/n.txt 2>&1 || true; rmdir archive/sub 2>&1 || true; "
+                           "rm drafts/old.txt && echo removed-elsewhere")
+    assert said.count("Permission denied") == 5, said
+    assert "appended" in said and "made" in said and "removed-elsewhere" in said
+    assert (paper / "archive" / "old.txt").read_text() == "archive\nmore\n"
+    assert (paper / "archive" / "sub" / "n.txt").exists() and not (paper / "drafts" / "old.txt").exists()
+    # The file API holds the same rule for everyone.
+    refused = cli("fs", paper.name, "rm", "/archive/old.txt")
+    assert refused.code == 3 and "zone archive blocks delete" in refused.stderr
+
+
+def test_a_workspace_without_such_zones_runs_its_command_directly(cli: Cli, paper: Path) -> None:
+    (paper / ".warden" / "zones.yaml").write_text("zones:\n  drafts: {approval: {write: preApproved, "
+                                                  "delete: preApproved}}\n")
+    said = _sh(cli, paper, "cat /proc/self/status | grep -c NoNewPrivs; ls /etc/warden 2>&1 || true; "
+                           "rm final/old.txt && echo removed")
+    assert "removed" in said and "landlock.py" not in said
