@@ -250,6 +250,8 @@ def test_the_pty_websocket_refuses_before_upgrading(server: ServeProcess, home: 
     with pytest.raises(InvalidStatus) as too_long:  # over sandbox.timeout (10 minutes here)
         connect(_pty_url(server, "timeout=3600"), additional_headers={"Authorization": f"Bearer {home['token']}"})
     assert too_long.value.response.status_code == 400
+    # A client's mistake is not a server fault: no ERROR line in the server's log for any of these.
+    assert b"without completing handshake" not in server.output() and b"ERROR" not in server.output()
 
 
 def test_a_pty_client_that_leaves_has_its_shell_killed_and_audited(server: ServeProcess, home: dict[str, Any]) -> None:

@@ -64,7 +64,7 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
     import uvicorn
 
     from warden.interfaces.http import create_app
-    from warden.interfaces.http.protocol import BoundedHttpToolsProtocol
+    from warden.interfaces.http.protocol import BoundedHttpToolsProtocol, DeniedHandshakeProtocol
 
     app = ctx.app
     host = args.host or app.settings.get_str("api.host")
@@ -98,7 +98,8 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
     options: dict[str, Any] = {"log_level": "info", "access_log": args.access_log, "lifespan": "off",
                                "timeout_graceful_shutdown": 5, "server_header": False,
                                "proxy_headers": False,  # no proxy in front by default: trust no X-Forwarded-*
-                               "http": BoundedHttpToolsProtocol}  # request line and headers bounded (414/431)
+                               "http": BoundedHttpToolsProtocol,  # request line and headers bounded (414/431)
+                               "ws": DeniedHandshakeProtocol}  # a refused PTY handshake is no server error
     try:
         if workers > 1:
             from uvicorn.supervisors import Multiprocess

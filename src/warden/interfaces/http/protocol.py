@@ -21,12 +21,13 @@ from typing import Any
 import httptools
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from uvicorn.server import ServerState
 
 from warden.interfaces.http.limits import error_bytes
 
 __all__ = ["MAX_HEAD", "MAX_HEADER", "MAX_HEADERS", "MAX_HEADERS_SIZE", "MAX_REQUEST_LINE",
-           "BoundedHttpToolsProtocol"]
+           "BoundedHttpToolsProtocol", "DeniedHandshakeProtocol"]
 
 # The request target (path and query); longer → 414. A file path may be PATH_MAX (4096) bytes,
 # 12 KiB once percent-encoded, so the usual 8 KiB would refuse some valid file requests.
@@ -155,3 +156,22 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._bound()  # the next request on this connection starts its own head
         super().on_message_complete()
+
+
+class DeniedHandshakeProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's WebSocket protocol, quiet about a handshake answered with an HTTP denial.
+
+    A refused PTY handshake (no token, another bot's workspace, no exec slot) is answered with
+    the API's error response through the ASGI denial-response extension. uvicorn's sans-I/O
+    protocol sends it but never counts the handshake as over, so when the route returns it logs
+    "ASGI callable returned without completing handshake." at ERROR level for every refusal: an
+    operator would read a server fault into a client's mistake. Once the denial's body is sent
+    the handshake is over (the connection is closed), and it is marked so; an app that really
+    returns without answering is still logged.
+    """
+
+    async def send(self, message: Any) -> None:
+        await super().send(message)
+        if (message.get("type") == "websocket.http.response.body" and not message.get("more_body", False)
+                and self.close_sent):
+            self.handshake_complete = True
