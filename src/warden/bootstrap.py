@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from warden.services.approvals import ApprovalService
     from warden.services.auth import AuthService
     from warden.services.bot_requests import BotRequestService
+    from warden.services.context import ContextService
     from warden.services.files import Approver, FileService
     from warden.services.grants import GrantService
     from warden.services.health import HealthService
@@ -300,6 +301,16 @@ class App:
                            secrets=lambda: self.secrets)
 
     @cached_property
+    def context(self) -> ContextService:
+        """This terminal's current workspace and history (`warden ws`, `warden @NAME`)."""
+        from warden.adapters.terminal_id import terminal_id
+        from warden.adapters.terminals import TerminalFiles
+        from warden.services.context import ContextService
+
+        return ContextService(TerminalFiles(self.home.root / "terminals"), self.workspaces,
+                              terminal_id(self.environ))
+
+    @cached_property
     def approvals(self) -> ApprovalService:
         """Bots' `ask` operations waiting for a person (`warden approvals`, /v1/approvals)."""
         from warden.services.approvals import ApprovalService
@@ -308,7 +319,8 @@ class App:
                                grants=self.grants, files=self.files,
                                zones_of=lambda record: self.sandbox_paths.zones(record),
                                ttl=timedelta(seconds=self.settings.get_seconds("approvals.ttl")),
-                               max_pending=self.settings.get_int("approvals.max_pending"))
+                               max_pending=self.settings.get_int("approvals.max_pending"),
+                               max_bytes=self.settings.get_size("approvals.max_pending_size"))
 
     @cached_property
     def runs(self) -> RunService:

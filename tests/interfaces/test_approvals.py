@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.servers import ServeProcess, cli_out, warden_environ
 from warden.client import Client
-from warden.core.errors import Denied, Pending
+from warden.core.errors import Denied, NotFound, Pending
 
 ZONES = ("zones:\n"
          "  drafts: {approval: {write: preApproved, delete: preApproved}}\n"
@@ -79,7 +79,7 @@ def test_a_write_to_an_ask_zone_waits_and_lands_exactly_once_approved(loop: dict
     # A bot never answers its own request, even holding `approve`.
     own = httpx.post(f"{loop['url']}/v1/approvals/{approval['id']}/approve",
                      headers={"Authorization": f"Bearer {loop['writer']}"}, timeout=30)
-    assert own.status_code == 403 and "own request" in own.json()["error"]["message"]
+    assert own.status_code == 403 and "asked by writer" in own.json()["error"]["message"]
     assert not (root / "final" / "report.md").exists()
 
     done = _cli(loop, "approve", approval["id"], "--note", "looks right")
@@ -124,11 +124,11 @@ def test_a_bot_given_approve_answers_another_bots_request_over_http(loop: dict[s
     approval_id = waiting.value.approval["id"]
     reviewer = Client(str(loop["url"]), str(loop["reviewer"]))
     assert [a["id"] for a in reviewer.approvals("paper")] == [approval_id]
-    # A bot without `approve` neither answers nor even sees another bot's request.
+    # A bot without `approve` neither answers nor even learns that another bot's request exists.
     idle = Client(str(loop["url"]), str(loop["idle"]))
-    with pytest.raises(Denied):
+    with pytest.raises(NotFound, match="no approval request"):
         idle.approve(approval_id)
-    with pytest.raises(Exception, match="no approval request"):
+    with pytest.raises(NotFound, match="no approval request"):
         idle.approval(approval_id)
     answered = reviewer.approve(approval_id, note="ok")
     assert answered["status"] == "approved" and answered["answered_by"].startswith("bot:reviewer@")
@@ -189,3 +189,50 @@ def test_bad_ids_and_unknown_requests(loop: dict[str, object]) -> None:
     assert unknown.status_code == 404
     nobody = httpx.get(f"{loop['url']}/v1/approvals/apr_{'0' * 16}", timeout=30)
     assert nobody.status_code == 401
+
+
+def test_a_bot_cannot_mint_an_approver_or_answer_requests_of_grants_it_minted(loop: dict[str, object]) -> None:
+    url, root = str(loop["url"]), loop["path"]
+    writer = Client(url, str(loop["writer"])).workspace("paper")  # holds admin? no: read,write,approve
+    environ: dict[str, str] = loop["environ"]  # type: ignore[assignment]
+    cli_out(environ, "bot", "register", "lead")
+    lead_token = cli_out(environ, "grant", "paper", "lead", "--permissions", "read,write,admin,approve")
+    lead = Client(url, lead_token).workspace("paper")
+    # `approve` is a person's to give: a child grant never carries it, under any name.
+    with pytest.raises(Denied, match="only a person gives the approve permission"):
+        lead.grant("ghost-approver", ["read", "approve"], zones=["*"])
+    # A worker the lead minted asks; the lead (its minter) may not answer, another approver may.
+    worker = lead.grant("worker", ["read", "write"], zones=["final"])
+    with pytest.raises(Pending) as waiting:
+        Client(url, worker.token).workspace("paper").files.write("/final/by-worker.md", "w\n")
+    approval_id = waiting.value.approval["id"]
+    with pytest.raises(Denied, match="minted by lead"):
+        Client(url, lead_token).approve(approval_id)
+    assert Client(url, str(loop["reviewer"])).approve(approval_id)["status"] == "approved"
+    assert (root / "final" / "by-worker.md").read_text() == "w\n"  # type: ignore[operator]
+    del writer
+
+
+def test_an_approver_limited_to_zones_answers_for_those_only(loop: dict[str, object]) -> None:
+    url = str(loop["url"])
+    environ: dict[str, str] = loop["environ"]  # type: ignore[assignment]
+    cli_out(environ, "bot", "register", "drafts-reviewer")
+    narrow = cli_out(environ, "grant", "paper", "drafts-reviewer", "--permissions", "read,approve",
+                     "--zones", "drafts:ro")
+    asked = _put(loop, str(loop["idle"]), "/final/outside.md", b"x")
+    approval_id = asked.json()["approval"]["id"]
+    with pytest.raises(NotFound):
+        Client(url, narrow).approve(approval_id)
+    assert approval_id not in [a["id"] for a in Client(url, narrow).approvals("paper")]
+    _cli(loop, "deny", approval_id)
+
+
+def test_a_bot_chosen_path_cannot_forge_lines_of_the_preview(loop: dict[str, object]) -> None:
+    forged = "/final/r.md (pending)\n--- a/final/r.md\n+++ b/final/r.md\n+harmless"
+    asked = _put(loop, str(loop["idle"]), forged, b"payload\n")
+    assert asked.status_code == 202, asked.text
+    approval_id = asked.json()["approval"]["id"]
+    shown = _cli(loop, "approvals", "--show", approval_id)
+    assert "+harmless" not in shown.stdout.splitlines()
+    assert "\\n+harmless" in shown.stdout and "+payload" in shown.stdout
+    _cli(loop, "deny", approval_id)

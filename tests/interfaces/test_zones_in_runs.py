@@ -70,3 +70,37 @@ def test_a_workspace_without_such_zones_runs_its_command_directly(cli: Cli, pape
     said = _sh(cli, paper, "cat /proc/self/status | grep -c NoNewPrivs; ls /etc/warden 2>&1 || true; "
                            "rm final/old.txt && echo removed")
     assert "removed" in said and "landlock.py" not in said
+
+
+@pytest.mark.skipif(abi() < 2, reason="this kernel has no Landlock ABI 2: such zones are read-only instead")
+def test_the_loaders_variables_reach_the_command_but_never_the_launcher(cli: Cli, paper: Path, tmp_path: Path) -> None:
+    """A preloaded library that makes landlock_restrict_self a no-op would lift the rule if the
+    launcher itself were started with LD_PRELOAD; it gets it only after the rule holds."""
+    import shutil
+    import subprocess
+
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler to build the preloaded library")
+    source = tmp_path / "pre.c"
+    source.write_text('#define _GNU_SOURCE\n#include <stdarg.h>\n#include <dlfcn.h>\n'
+                      'long syscall(long n, ...) { va_list ap; va_start(ap, n); long a[6];'
+                      ' for (int i = 0; i < 6; i++) a[i] = va_arg(ap, long); va_end(ap);'
+                      ' if (n == 446) return 0;'
+                      ' static long (*real)(long, ...); if (!real) real = dlsym(RTLD_NEXT, "syscall");'
+                      ' return real(n, a[0], a[1], a[2], a[3], a[4], a[5]); }\n')
+    library = paper / "drafts" / "pre.so"
+    subprocess.run([shutil.which("cc") or "gcc", "-shared", "-fPIC", "-o", str(library), str(source), "-ldl"],
+                   check=True, capture_output=True)
+    out = cli("run", paper.name, "--env", f"LD_PRELOAD={library}", "--", "sh", "-c",
+              "exec 2>&1; echo \"preload=$LD_PRELOAD\"; rm archive/old.txt || echo refused")
+    assert out.code == 0, out.stderr
+    assert f"preload={library}" in out.stdout and "refused" in out.stdout
+    assert (paper / "archive" / "old.txt").exists()
+
+
+def test_a_kept_zone_s_folder_is_made_before_the_run_and_a_link_refused(cli: Cli, paper: Path) -> None:
+    (paper / ".warden" / "zones.yaml").write_text("zones:\n  vault: {approval: {write: preApproved, "
+                                                  "delete: blocked}}\n")
+    said = _sh(cli, paper, "ls -ld vault | cut -c1; rmdir vault 2>&1 || echo kept; mv vault v2 || echo kept")
+    assert said.splitlines()[0] == "d" and said.count("kept") == 2
+    assert (paper / "vault").is_dir() and not (paper / "vault").is_symlink()

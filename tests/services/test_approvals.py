@@ -90,13 +90,18 @@ def test_a_zone_made_stricter_before_the_answer_wins(world: tuple[App, Clock]) -
 
 
 def test_a_person_finishes_an_approval_a_killed_warden_left_half_done(world: tuple[App, Clock]) -> None:
-    app, _ = world
+    app, clock = world
     files, _ = _bot_files(app)
     approval_id = _ask(files, "/final/c.txt", b"c")
     record = app.approvals.get(approval_id)
     with app.registry.transaction() as tx:  # as a Warden killed between the two writes leaves it
-        assert tx.approvals.move(approval_id, "pending", {"status": "approving", "answered_by": "user"})
+        assert tx.approvals.move(approval_id, "pending", {"status": "approving", "answered_by": "user",
+                                                        "answered_at": clock.now})
     assert app.approvals.get(approval_id).status == "approving" and record.status == "pending"
+    # While it may still be in progress elsewhere, nobody carries it out a second time.
+    with pytest.raises(Conflict, match="is being carried out"):
+        app.approvals.answer(approval_id, approve=True, actor="user")
+    clock.now += timedelta(minutes=6)
     done = app.approvals.answer(approval_id, approve=True, actor="user")
     assert done.status == "approved"
     assert (Path(app.workspaces.get("demo").path) / "final" / "c.txt").read_bytes() == b"c"

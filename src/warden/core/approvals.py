@@ -23,7 +23,7 @@ import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from warden.core.errors import Conflict, Denied, InvalidInput
@@ -74,6 +74,7 @@ class ApprovalRecord:
     path: str
     requester: str            # the audit actor: bot:NAME@acc_…
     bot: str                  # the requesting bot (never its own approver)
+    minter: str               # the bot holding the root of its grant's chain (nor that one)
     accessor: str             # the requesting grant: checked again (alive, still allowed) when answered
     zone: str | None
     rule: str
@@ -107,18 +108,30 @@ def shown_status(record: ApprovalRecord, now: datetime) -> str:
     return record.status
 
 
-def check_answer(record: ApprovalRecord, now: datetime, *, answerer_bot: str | None, approve: bool) -> None:
-    """May this answer be given now? Denied for a bot answering its own request; Conflict when
-    the request is no longer waiting. `answerer_bot` None is the person (the CLI)."""
-    if answerer_bot is not None and answerer_bot == record.bot:
-        raise Denied(f"bot {answerer_bot} asked for {record.id} and cannot answer its own request; "
-                     "a person or another bot with the approve permission must",
+# How long an approval may be in progress before a person may take it over (its Warden killed).
+RESUME_AFTER = timedelta(minutes=5)
+
+
+def check_answer(record: ApprovalRecord, now: datetime, *, answerer: tuple[str, str] | None,
+                 approve: bool) -> None:
+    """May this answer be given now? `answerer` is the answering bot and the bot at the root of
+    its grant's chain (None: the person, on the CLI). Denied when either is the asking bot or
+    the root of its chain (a bot's own request, or one of a grant it minted); Conflict when the
+    request is no longer waiting."""
+    if answerer is not None and set(answerer) & {record.bot, record.minter}:
+        raise Denied(f"bot {answerer[0]} cannot answer {record.id}: it was asked by {record.bot} through a grant "
+                     f"minted by {record.minter}; a person or a bot of no part in it must answer",
                      rule="approval.own_request")
     status = shown_status(record, now)
     if status == "pending":
         return
-    if status == "approving" and approve and answerer_bot is None:
+    if (status == "approving" and approve and answerer is None and record.answered_at is not None
+            and now - record.answered_at >= RESUME_AFTER):
         return  # a person may finish an approval that a killed Warden left half done
+    if status == "approving":
+        raise Conflict(f"{record.id} is being carried out (approved by {record.answered_by}); if that Warden was "
+                       f"killed, approve it again after {(record.answered_at or now) + RESUME_AFTER:%H:%M:%S} UTC",
+                       rule="approval.approving")
     verb = "approve" if approve else "deny"
     raise Conflict(f"cannot {verb} {record.id}: it is {status}"
                    + (f" (answered by {record.answered_by})" if record.answered_by else ""),

@@ -245,6 +245,11 @@ def plan_grant(now: datetime, permissions: frozenset[str], *, zones: Sequence[st
     max_expires = now + limit
     if parent:
         scope = effective(parent)
+        if "approve" in permissions:
+            # A person's consent, handed to a bot of theirs: a bot never passes it on (it would
+            # mint an approver of its own requests under another name).
+            raise Denied("only a person gives the approve permission (`warden grant NAME BOT --permissions "
+                         "approve`); a child grant never carries it", rule="grant.clamp")
         extra = sorted(permissions - scope.permissions)
         if extra:
             raise Denied(f"the parent grant does not have {', '.join(extra)}; a child grant is never wider",

@@ -54,7 +54,7 @@ class ApprovalService:
     def __init__(self, registry: Registry, audit: AuditLog, clock: Callable[[], datetime], *,
                  workspaces: WorkspaceService, grants: GrantService, files: FilesFor,
                  zones_of: Callable[[WorkspaceRecord], Mapping[str, Zone]],
-                 ttl: timedelta, max_pending: int,
+                 ttl: timedelta, max_pending: int, max_bytes: int,
                  before: Callable[[WorkspaceRecord, str, str], object] | None = None) -> None:
         self._registry = registry
         self._audit = audit
@@ -65,6 +65,7 @@ class ApprovalService:
         self._zones_of = zones_of
         self.ttl = ttl
         self.max_pending = max_pending
+        self.max_bytes = max_bytes
         # Called with (workspace, message, actor) before an approved operation changes anything:
         # the checkpoint that lets a person undo what they approved.
         self._before = before
@@ -99,15 +100,21 @@ class ApprovalService:
         now = self._clock()
         record = ApprovalRecord(
             id=new_approval_id(), workspace=workspace, workspace_id=record_ws.id, op=op, path=path,
-            requester=principal.actor, bot=principal.bot, accessor=principal.accessor, zone=zone,
+            requester=principal.actor, bot=principal.bot, minter=principal.minter, accessor=principal.accessor,
+            zone=zone,
             rule=rule, created_at=now, expires_at=now + self.ttl, destination=destination,
             digest=content_digest(content) if content is not None else None,
             size=len(content) if content is not None else None, detail=dict(detail or {}))
         with self._registry.transaction() as tx:
-            waiting = tx.approvals.count_waiting(principal.bot, _iso(now))
+            # Counted per minter: the child grants a bot mints (under any names) share its bound.
+            waiting, held = tx.approvals.count_waiting(principal.minter, _iso(now))
             if waiting >= self.max_pending:
-                raise TooLarge(f"bot {principal.bot} already has {waiting} requests waiting for approval "
-                               f"(approvals.max_pending); wait for answers first", rule="approval.max_pending")
+                raise TooLarge(f"bot {principal.minter} and the grants it minted already have {waiting} requests "
+                               "waiting for approval (approvals.max_pending); wait for answers first",
+                               rule="approval.max_pending")
+            if held + (record.size or 0) > self.max_bytes:
+                raise TooLarge(f"requests waiting for approval already hold {held} bytes "
+                               "(approvals.max_pending_size); wait for answers first", rule="approval.max_bytes")
             tx.approvals.insert(record, content)
         self._audit.record(actor=principal.actor, action="approval.request", target=f"{workspace}:{path}",
                            decision="ask", rule=rule, result="pending",
@@ -152,11 +159,11 @@ class ApprovalService:
                                rule="approval.ttl", result="expired")
         return gone
 
-    def answer(self, approval_id: str, *, approve: bool, actor: str, bot: str | None = None,
+    def answer(self, approval_id: str, *, approve: bool, actor: str, answerer: Principal | None = None,
                note: str | None = None) -> ApprovalRecord:
-        """Approve (and carry out) or deny one request. `bot` is the answering bot over the API
-        (None: the person). Returns the request as it ends; a failed operation raises its error
-        after the request is marked `failed`."""
+        """Approve (and carry out) or deny one request. `answerer` is the answering grant over the
+        API (None: the person). Returns the request as it ends; a failed operation raises its
+        error after the request is marked `failed`."""
         if note is not None and len(note) > 2000:
             raise TooLarge("a note is at most 2000 characters")
         if self.status(self.get(approval_id)) == "expired":
@@ -164,7 +171,8 @@ class ApprovalService:
         record = self.get(approval_id)
         verb = "approve" if approve else "deny"
         try:
-            check_answer(record, self._clock(), answerer_bot=bot, approve=approve)
+            check_answer(record, self._clock(), approve=approve,
+                         answerer=(answerer.bot, answerer.minter) if answerer is not None else None)
         except WardenError as exc:
             self._audit.record(actor=actor, action=f"approval.{verb}", target=approval_id,
                                decision="deny", rule=exc.rule or "approval", result=exc.code)
@@ -178,13 +186,16 @@ class ApprovalService:
                                        "requester": record.requester, "note": note})
             return self.get(approval_id)
         content = self.content(approval_id)
-        if record.status == "pending":
-            self._move(record, "approving", answered)
+        # Claimed by compare-and-set: from pending, or (a person finishing what a killed Warden
+        # left) from the very `approving` state it saw, so two answers never both carry it out.
+        self._move(record, "approving", answered,
+                   answered_at=record.answered_at if record.status == "approving" else None)
         return self._carry_out(self.get(approval_id), content, actor)
 
-    def _move(self, record: ApprovalRecord, to: str, changes: Mapping[str, object]) -> None:
+    def _move(self, record: ApprovalRecord, to: str, changes: Mapping[str, object], *,
+              answered_at: datetime | None = None) -> None:
         with self._registry.transaction() as tx:
-            moved = tx.approvals.move(record.id, record.status, {"status": to, **changes})
+            moved = tx.approvals.move(record.id, record.status, {"status": to, **changes}, answered_at=answered_at)
         if not moved:
             now = self.get(record.id)
             raise Conflict(f"{record.id} was answered meanwhile: it is {self.status(now)}"

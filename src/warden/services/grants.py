@@ -26,6 +26,7 @@ from warden.core.tokens import (
     same_hash,
 )
 from warden.core.workspaces import check_name
+from warden.core.zones import Zone
 from warden.services.audit import AuditLog
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ class GrantService:
     def __init__(self, registry: Registry, audit: AuditLog, keys: Keys, workspaces: WorkspaceService,
                  clock: Clock, *, default_ttl: timedelta, max_ttl: timedelta,
                  random: Callable[[int], bytes] = os.urandom,
-                 zones_of: Callable[[WorkspaceRecord], Mapping[str, object]] | None = None,
+                 zones_of: Callable[[WorkspaceRecord], Mapping[str, Zone]] | None = None,
                  on_revoke: Callable[[list[str], str], object] | None = None) -> None:
         self._registry = registry
         self._audit = audit
@@ -160,6 +161,11 @@ class GrantService:
             if unknown:
                 raise InvalidInput(f"workspace {workspace!r} has no zone {', '.join(unknown)}; "
                                    f"its zones: {', '.join(sorted(known)) or 'none'}")
+            wider = sorted(e.partition(":")[0] for e in plan.zones
+                           if e.endswith(":rw") and known[e.partition(":")[0]].mode == "ro")
+            if wider:  # refused now, not at every use (the whole grant would be unusable)
+                raise InvalidInput(f"zone {', '.join(wider)} of workspace {workspace!r} is read-only; "
+                                   "a grant cannot make it rw")
         token, digest = self._new_token()
         grant = Grant(accessor=make_accessor(self._random(ACCESSOR_BYTES)), workspace=workspace,
                       workspace_id=record.id, bot=bot, permissions=plan.permissions, zones=plan.zones,

@@ -22,6 +22,7 @@ from warden.core.bwrap_argv import (
     PROTECTED_NAMES,
     Bind,
     SandboxSpec,
+    is_loader_variable,
     sandbox_path,
 )
 from warden.core.errors import Denied, InvalidInput, Unavailable
@@ -280,9 +281,20 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
 
         python = python3_path()
         if abi() >= needed_abi and python is not None:
-            command = (python, "-I", "-S", LAUNCHER_PATH, *kept, "--", *command)
+            # Variables the dynamic loader reads (LD_PRELOAD, LD_LIBRARY_PATH, …) would load the
+            # caller's code into the launcher before its rules hold (a preloaded `syscall` that
+            # skips landlock_restrict_self). The launcher starts without them and sets them only
+            # for the command it execs, after the rules are in force.
+            loader = [(k, v) for k, v in full_env.items() if is_loader_variable(k)]
+            full_env = {k: v for k, v in full_env.items() if not is_loader_variable(k)}
+            command = (python, "-I", "-S", LAUNCHER_PATH, *(x for k, v in loader for x in ("--setenv", k, v)),
+                       *kept, "--", *command)
         else:  # cannot forbid only removal here: forbid every change instead
             ro_zones, kept = [*ro_zones, *kept], []
+    for zone in kept:
+        # Made now, as a read-only zone's is, refusing a link where it should be: else a command
+        # could take the name first (a link it then may not remove blocks the zone for good).
+        os.close(open_beneath(ws, zone, make_folders=True))
     zones = []
     for zone in dict.fromkeys(ro_zones):
         if not _under(zone, ws) or zone == ws:

@@ -1,6 +1,7 @@
 """Inside a sandbox: forbid removing and renaming in some folders (Landlock), then exec the command.
 
-Run by the sandbox's own python3 (`python3 -I -S /etc/warden/landlock.py KEEP... -- CMD...`),
+Run by the sandbox's own python3 (`python3 -I -S /etc/warden/landlock.py [--setenv NAME VALUE]...
+KEEP... -- CMD...`; the loader's variables come as --setenv, set only for CMD),
 standard library only, after bubblewrap has built the mounts, so the rules are made on the
 sandbox's own view. Landlock only allows (a ruleset denies what it handles unless a rule grants
 it beneath some folder), so "no removal in KEEP" is said as: removal allowed beneath every
@@ -34,7 +35,14 @@ def main(argv: list[str]) -> None:
         split = argv.index("--")
     except ValueError:
         _fail("no command")
-    keep = [os.path.normpath(p) for p in argv[1:split]]
+    own, keep, setenv = argv[1:split], [], {}
+    while own:
+        if own[0] == "--setenv" and len(own) >= 3:
+            setenv[own[1]] = own[2]
+            own = own[3:]
+        else:
+            keep.append(os.path.normpath(own[0]))
+            own = own[1:]
     command = argv[split + 1:]
     if not command:
         _fail("no command")
@@ -80,6 +88,7 @@ def main(argv: list[str]) -> None:
     if libc.syscall(_RESTRICT, ctypes.c_int(ruleset), ctypes.c_uint32(0)) < 0:
         _fail(os.strerror(ctypes.get_errno()))
     os.close(ruleset)
+    os.environ.update(setenv)  # the loader's variables, for the command only (see adapters/sandbox/landlock.py)
     try:
         os.execvp(command[0], command)  # noqa: S606 (the command itself, as bubblewrap would exec it)
     except OSError as exc:  # as bubblewrap itself words it, so a run reads the same either way

@@ -11,7 +11,7 @@ from warden.core.approvals import ApprovalRecord
 
 __all__ = ["SqlApprovals"]
 
-_COLUMNS = ("id", "workspace", "workspace_id", "op", "path", "destination", "requester", "bot", "accessor",
+_COLUMNS = ("id", "workspace", "workspace_id", "op", "path", "destination", "requester", "bot", "minter", "accessor",
             "zone", "rule", "status", "created_at", "expires_at", "digest", "size", "detail",
             "answered_by", "answered_at", "note", "outcome")
 _CHANGEABLE = frozenset({"status", "answered_by", "answered_at", "note", "outcome"})
@@ -35,7 +35,7 @@ def _record(row: Row) -> ApprovalRecord:
     return ApprovalRecord(
         id=str(row["id"]), workspace=str(row["workspace"]), workspace_id=str(row["workspace_id"]),
         op=str(row["op"]), path=str(row["path"]), requester=str(row["requester"]), bot=str(row["bot"]),
-        accessor=str(row["accessor"]),
+        minter=str(row["minter"]), accessor=str(row["accessor"]),
         zone=None if row["zone"] is None else str(row["zone"]), rule=str(row["rule"]),
         created_at=created, expires_at=expires, status=str(row["status"]),
         destination=None if row["destination"] is None else str(row["destination"]),
@@ -77,7 +77,8 @@ class SqlApprovals:
             return None
         return bytes(rows[0]["content"])
 
-    def move(self, approval_id: str, from_status: str, changes: Mapping[str, object]) -> bool:
+    def move(self, approval_id: str, from_status: str, changes: Mapping[str, object], *,
+             answered_at: datetime | None = None) -> bool:
         unknown = set(changes) - _CHANGEABLE
         if unknown:
             raise ValueError(f"approval fields {sorted(unknown)} cannot change")
@@ -85,8 +86,11 @@ class SqlApprovals:
         # Once answered for good the bytes are no longer needed: the row keeps their hash.
         drop = ", content = NULL" if changes.get("status") in ("approved", "denied", "expired", "failed") else ""
         params = {key: _value(key, value) for key, value in changes.items()}
+        also = ""
+        if answered_at is not None:  # a claim on an answer in progress: only the one that saw it may
+            also, params["_at"] = " AND answered_at = :_at", _value("answered_at", answered_at)
         rows = self._sql.execute(
-            f"UPDATE approvals SET {sets}{drop} WHERE id = :_id AND status = :_from RETURNING id",
+            f"UPDATE approvals SET {sets}{drop} WHERE id = :_id AND status = :_from{also} RETURNING id",
             {**params, "_id": approval_id, "_from": from_status})
         return bool(rows)
 
@@ -105,10 +109,14 @@ class SqlApprovals:
                                  "ORDER BY created_at DESC, id LIMIT :limit", params)
         return [_record(row) for row in rows]
 
-    def count_waiting(self, bot: str, now: str) -> int:
-        rows = self._sql.execute("SELECT COUNT(*) AS n FROM approvals WHERE bot = :bot AND status = 'pending' "
-                                 "AND expires_at > :now", {"bot": bot, "now": now})
-        return int(rows[0]["n"])
+    def count_waiting(self, minter: str, now: str) -> tuple[int, int]:
+        rows = self._sql.execute(
+            "SELECT COUNT(*) AS n FROM approvals WHERE minter = :m AND status = 'pending' AND expires_at > :now",
+            {"m": minter, "now": now})
+        held = self._sql.execute(
+            "SELECT COALESCE(SUM(size), 0) AS b FROM approvals WHERE status = 'pending' AND expires_at > :now",
+            {"now": now})
+        return int(rows[0]["n"]), int(held[0]["b"])
 
     def expire(self, now: str) -> list[str]:
         rows = self._sql.execute("UPDATE approvals SET status = 'expired', content = NULL "

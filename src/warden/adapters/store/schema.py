@@ -168,6 +168,7 @@ approvals = Table(
     Column("destination", Text),
     Column("requester", String(200), nullable=False),
     Column("bot", String(64), nullable=False),
+    Column("minter", String(64), nullable=False),  # the bot holding the root of the asking grant's chain
     Column("accessor", String(40), nullable=False),
     Column("zone", String(64)),
     Column("rule", Text, nullable=False),
@@ -184,4 +185,4 @@ approvals = Table(
     Column("outcome", Text, nullable=False, server_default="{}"),
 )
 Index("ix_approvals_status", approvals.c.status, approvals.c.workspace)
-Index("ix_approvals_bot", approvals.c.bot, approvals.c.status)
+Index("ix_approvals_minter", approvals.c.minter, approvals.c.status)

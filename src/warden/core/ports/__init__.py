@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         PolicyFiles,
         QuotaWatch,
         SafeRoots,
+        TerminalStore,
         WorkspaceRoot,
     )
     from warden.core.ports.live import LiveSandboxes
@@ -103,6 +104,7 @@ __all__ = [
     "SandboxTable",
     "SandboxTools",
     "SecretTable",
+    "TerminalStore",
     "Tx",
     "Unarchiver",
     "WorkspaceFolders",
@@ -146,6 +148,7 @@ _HOME = {
     "RunCgroups": "sandbox",
     "RunTable": "registry",
     "SafeRoots": "files",
+    "TerminalStore": "files",
     "SandboxRunner": "sandbox",
     "SandboxTable": "registry",
     "SandboxTools": "workspace",

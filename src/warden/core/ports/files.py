@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 from warden.core.ports.registry import Clock
 
 if TYPE_CHECKING:
+    from warden.core.context import TerminalContext
     from warden.core.quota import Quota, Usage
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "PolicyFiles",
     "QuotaWatch",
     "SafeRoots",
+    "TerminalStore",
     "WorkspaceRoot",
 ]
 
@@ -194,4 +196,14 @@ class KeyFiles(Protocol):
 
     def reset(self, stamp: str) -> list[str]:
         """New keys; the old files kept in keys/replaced-`stamp`/."""
+        ...
+
+
+class TerminalStore(Protocol):
+    """Each terminal's working context (core/context.py), kept in the home."""
+
+    def read(self, terminal: str) -> TerminalContext: ...
+
+    def change(self, terminal: str, how: Callable[[TerminalContext], TerminalContext]) -> TerminalContext:
+        """Apply `how` to the stored context atomically (one change at a time per terminal)."""
         ...

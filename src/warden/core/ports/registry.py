@@ -225,17 +225,20 @@ class ApprovalTable(Protocol):
         """The bytes a write asked to write (None for other operations)."""
         ...
 
-    def move(self, approval_id: str, from_status: str, changes: Mapping[str, object]) -> bool:
+    def move(self, approval_id: str, from_status: str, changes: Mapping[str, object], *,
+             answered_at: datetime | None = None) -> bool:
         """Compare-and-set: apply `changes` (status, answered_by, …) only if the row is still
-        `from_status`; False when another answer got there first."""
+        `from_status` (and was answered at `answered_at`, when given); False when another answer
+        got there first."""
         ...
 
     def listed(self, *, workspace: str | None, statuses: Sequence[str] | None, limit: int) -> list[ApprovalRecord]:
         """Newest first."""
         ...
 
-    def count_waiting(self, bot: str, now: str) -> int:
-        """A bot's requests still pending and not past their time."""
+    def count_waiting(self, minter: str, now: str) -> tuple[int, int]:
+        """The requests still pending (not past their time) under grants minted by `minter`,
+        and the bytes all pending requests of the home hold."""
         ...
 
     def expire(self, now: str) -> list[str]:

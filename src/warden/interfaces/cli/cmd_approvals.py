@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from warden.interfaces.cli.main import Context
-from warden.interfaces.cli.output import Output, table
+from warden.interfaces.cli.output import Output, printable, table
 
 if TYPE_CHECKING:
     from warden.core.approvals import ApprovalRecord
@@ -51,11 +51,15 @@ def _list(ctx: Context, args: argparse.Namespace) -> Output:
 def _show(ctx: Context, record: ApprovalRecord) -> Output:
     approvals = ctx.app.approvals
     view = approvals.view(record)
-    lines = [f"{record.id}: {record.bot} asks to {record.op} {record.path} in workspace {record.workspace} "
-             f"({view['status']})", f"  zone {record.zone or '-'} · rule {record.rule}",
+    # Every word a bot chose (its path above all: a file name may hold a line break) is escaped,
+    # so nothing it wrote can pass for a line of Warden's own, a fake diff header say.
+    lines = [f"{record.id}: {record.bot} asks to {record.op} {printable(record.path)} in workspace "
+             f"{record.workspace} ({view['status']})",
+             f"  zone {record.zone or '-'} · rule {printable(record.rule)}",
              f"  asked {view['created'][:19]}, expires {view['expires'][:19]}"]
     if record.answered_by:
-        lines.append(f"  answered by {record.answered_by}" + (f": {record.note}" if record.note else ""))
+        lines.append(f"  answered by {printable(record.answered_by)}"
+                     + (f": {printable(record.note)}" if record.note else ""))
     diff = _diff(ctx, record) if view["status"] == "pending" else None
     if diff is not None:
         lines.append(diff)
@@ -68,25 +72,26 @@ def _diff(ctx: Context, record: ApprovalRecord) -> str | None:
 
     if record.op != "write":
         return None
+    shown = printable(record.path)
     new = ctx.app.approvals.content(record.id) or b""
     files = ctx.app.files(record.workspace)
     try:
         old = files.read_bytes(record.path) if files.exists(record.path) else b""
     except Exception:  # a folder, a link: say so rather than guess
-        return f"  (the current {record.path} cannot be read as a file)"
+        return f"  (the current {shown} cannot be read as a file)"
     try:
         a, b = old.decode("utf-8").splitlines(keepends=True), new.decode("utf-8").splitlines(keepends=True)
     except UnicodeDecodeError:
         return f"  binary: {len(old)} bytes now, {len(new)} bytes asked"
-    lines = list(difflib.unified_diff(a, b, f"a{record.path}", f"b{record.path}"))
+    lines = [printable(line.removesuffix("\n")) for line in difflib.unified_diff(a, b, f"a{shown}", f"b{shown}")]
     if len(lines) > _PREVIEW_LINES:
-        lines = [*lines[:_PREVIEW_LINES], f"… {len(lines) - _PREVIEW_LINES} more lines\n"]
-    return "".join(lines).rstrip("\n") or "  (no change: the file already has these bytes)"
+        lines = [*lines[:_PREVIEW_LINES], f"… {len(lines) - _PREVIEW_LINES} more lines"]
+    return "\n".join(lines) or "  (no change: the file already has these bytes)"
 
 
 def _outcome(record: ApprovalRecord) -> str:
-    done = ", ".join(f"{k} {v}" for k, v in record.outcome.items())
-    said = f"approved {record.id}: {record.op} {record.path} in {record.workspace} done"
+    done = printable(", ".join(f"{k} {v}" for k, v in record.outcome.items()))
+    said = f"approved {record.id}: {record.op} {printable(record.path)} in {record.workspace} done"
     return said + (f" ({done})" if done else "")
 
 
@@ -99,4 +104,5 @@ def _approve(ctx: Context, args: argparse.Namespace) -> Output:
 def _deny(ctx: Context, args: argparse.Namespace) -> Output:
     approvals = ctx.app.approvals
     record = approvals.answer(args.id, approve=False, actor="user", note=args.note)
-    return Output(approvals.view(record), text=f"denied {record.id}: {record.op} {record.path} in {record.workspace}")
+    said = f"denied {record.id}: {record.op} {printable(record.path)} in {record.workspace}"
+    return Output(approvals.view(record), text=said)

@@ -51,8 +51,13 @@ def _list_arg(value: str | None) -> list[str] | None:
 def _grant(ctx: Context, args: argparse.Namespace) -> Output:
     from warden.core.durations import parse_duration
 
+    zones = _list_arg(args.zones)
+    if zones is not None and (not zones or len(zones) != len(args.zones.split(","))):
+        # An empty $ZONES in a script must not fail open into the whole workspace.
+        raise InvalidInput(f"--zones {args.zones!r} names an empty zone: list zones (drafts:rw,input:ro), "
+                           "or * for the whole workspace")
     issued = ctx.app.grants.grant(
-        args.name, args.bot, args.permissions, zones=_list_arg(args.zones), secrets=_list_arg(args.secrets) or [],
+        args.name, args.bot, args.permissions, zones=zones, secrets=_list_arg(args.secrets) or [],
         ttl=parse_duration(args.ttl) if args.ttl else None,
         max_ttl=parse_duration(args.max_ttl) if args.max_ttl else None, domains=args.allow_domain)
     grant = issued.grant
@@ -71,7 +76,8 @@ def _grants(ctx: Context, args: argparse.Namespace) -> Output:
         listed.append({**grant.to_json(), "state": state})
     return Output(listed, render=lambda d: table(
         ["Accessor", "Bot", "Permissions", "Zones", "Secrets", "Domains", "Expires", "State", "Parent"],
-        [[g["accessor"], g["bot"], ",".join(g["permissions"]), ",".join(g["zones"]) if g["zones"] else "*",
+        [[g["accessor"], g["bot"], ",".join(g["permissions"]),
+          "*" if g["zones"] is None else (",".join(g["zones"]) or "none"),
           ",".join(g["secrets"]) or "-", ",".join(g["domains"]) or "-", str(g["expires"])[:19], g["state"],
           g["parent"] or "-"] for g in d])
         if d else f"no grants on {args.name}")

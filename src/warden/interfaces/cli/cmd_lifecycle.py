@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from warden.interfaces.cli.main import Context
+from warden.interfaces.cli.main import Context, add_workspace
 from warden.interfaces.cli.output import Output, human_size
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("health", parents=[common], help="check a workspace (and repair it)")
-    p.add_argument("name")
+    add_workspace(p)
     p.add_argument("--repair", action="store_true", help="fix what can be fixed")
     p.set_defaults(handler=_health)
 

@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from warden.core.errors import InvalidInput, Locked, NotFound, Refused, Unavailable
-from warden.interfaces.cli.main import Context
+from warden.interfaces.cli.main import Context, add_workspace
 from warden.interfaces.cli.output import Output, table
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ _FOREVER = 86400.0
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("ps", parents=[common], help="background processes in a workspace's live sandboxes")
-    p.add_argument("name")
+    add_workspace(p)
     p.set_defaults(handler=_ps)
     p = sub.add_parser("logs", parents=[common], help="what a background process printed")
     p.add_argument("name")

@@ -7,17 +7,33 @@ import sys
 from typing import Any
 
 from warden.core.errors import InvalidInput, Locked, NotFound, Refused, Unavailable, WardenError
-from warden.interfaces.cli.main import Context
+from warden.interfaces.cli.main import Context, add_workspace
 from warden.interfaces.cli.output import Output
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("run", parents=[common], help="run a command in a workspace's sandbox",
-                       usage="warden run NAME [options] -- COMMAND [ARG...]",
-                       epilog="Without a terminal on stdin it goes through the home's daemon (started by the "
-                              "first run; ends after WARDEN_DAEMON_IDLE seconds idle): the same run, without "
-                              "loading Warden each time. WARDEN_DAEMON=0 runs it in this process.")
-    p.add_argument("name")
+    for word in ("run", "with"):
+        if word == "run":
+            p = sub.add_parser("run", parents=[common], help="run a command in a workspace's sandbox",
+                               usage="warden run [NAME | -w NAME] [options] -- COMMAND [ARG...]",
+                               epilog="Without NAME: this terminal's current workspace (`warden ws set NAME`). "
+                                      "Without a terminal on stdin it goes through the home's daemon (started "
+                                      "by the first run; ends after WARDEN_DAEMON_IDLE seconds idle): the same "
+                                      "run, without loading Warden each time. WARDEN_DAEMON=0 runs it in this "
+                                      "process.")
+            add_workspace(p)
+        else:
+            p = sub.add_parser("with", parents=[common],
+                               help="run a command in another workspace, leaving this terminal's current one",
+                               usage="warden with NAME [options] -- COMMAND [ARG...]")
+            p.add_argument("name")
+        _run_options(p)
+        # Everything after `--` is the command, its own dashes included (main._parse).
+        p.add_argument("command", nargs="*", help="the command, after --")
+        p.set_defaults(handler=_run, takes_command=True)
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", help="wall-clock limit in seconds (or 30s, 10m)")
     p.add_argument("--memory", help="memory limit, e.g. 256M, 2G")
     p.add_argument("--cpu", type=int, help="CPU-time limit in seconds")
@@ -39,9 +55,6 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--as-token-env", action="store_true",
                    help="run as the bot whose grant token is in $WARDEN_TOKEN (needs execute; "
                         "the secrets its grant names are injected)")
-    # Everything after `--` is the command, its own dashes included (main._parse).
-    p.add_argument("command", nargs="*", help="the command, after --")
-    p.set_defaults(handler=_run, takes_command=True)
 
 
 def _timeout(text: str | None) -> float | None:

@@ -5,17 +5,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from warden.interfaces.cli.main import Context
+from warden.interfaces.cli.main import Context, add_workspace
 from warden.interfaces.cli.output import Output
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("shell", parents=[common], help="an interactive shell in a workspace's sandbox",
-                       usage="warden shell NAME [options]",
+                       usage="warden shell [NAME | -w NAME] [options]",
                        description="bash (sh when the sandbox has no bash) on a terminal in the workspace's "
                                    "sandbox: Ctrl-C reaches the shell's job, resizes follow, and Warden exits "
                                    "with the shell's status. The sandbox's limits apply, its timeout too.")
-    p.add_argument("name")
+    add_workspace(p)
     p.add_argument("--timeout", help="wall-clock limit in seconds (or 30m, 2h; default sandbox.timeout)")
     p.add_argument("--memory", help="memory limit, e.g. 256M, 2G")
     p.add_argument("--net", choices=["none", "allow"], help="network: none (default) or allow")

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from warden.core.errors import InvalidInput
-from warden.interfaces.cli.main import Context
+from warden.interfaces.cli.main import Context, add_workspace
 from warden.interfaces.cli.output import Output, table
 
 
@@ -27,7 +27,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=_list)
 
     p = sub.add_parser("info", parents=[common], help="show one workspace")
-    p.add_argument("name")
+    add_workspace(p)
     p.set_defaults(handler=_info)
 
     p = sub.add_parser("destroy", parents=[common], help="remove a workspace")

@@ -63,7 +63,8 @@ _VOLATILE = frozenset({
     "PWD", "OLDPWD", "SHLVL", "_", "TERM", "COLORTERM", "COLUMNS", "LINES", "WINDOWID", "TMUX", "TMUX_PANE", "STY",
     "SSH_CONNECTION", "SSH_CLIENT", "SSH_TTY", "SSH_AUTH_SOCK", "GPG_TTY", "DISPLAY", "WAYLAND_DISPLAY",
     "XDG_SESSION_ID", "XDG_VTNR", "PS1", "PS2", "PS4", "PROMPT_COMMAND", "HISTFILE", "HISTSIZE", "HISTCONTROL",
-    "MAIL", "VIRTUAL_ENV", "VIRTUAL_ENV_PROMPT", "WARDEN_DAEMON", "WARDEN_DAEMON_IDLE"})
+    "MAIL", "VIRTUAL_ENV", "VIRTUAL_ENV_PROMPT", "WARDEN_DAEMON", "WARDEN_DAEMON_IDLE",
+    "WARDEN_TERMINAL"})  # which terminal a client is: its current workspace (the client always names it)
 # What confines a process besides its environment (proc(5)): the daemon serves only a client
 # it matches in all of them (else the child would run with less than the client had, or more).
 _CONFINEMENT = ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs",

@@ -251,7 +251,12 @@ def _served(sock: _socket.socket, argv: Sequence[str], peer: int) -> int | None:
         os.close(proof)
         return None
     try:
-        send_frame(sock, encode_request(argv, dict(os.environ), os.getcwd()), (0, 1, 2, proof, me))
+        environ = dict(os.environ)
+        if not environ.get("WARDEN_TERMINAL"):  # the daemon's own session is not this terminal's
+            from warden.adapters.terminal_id import session_terminal
+
+            environ["WARDEN_TERMINAL"] = session_terminal()
+        send_frame(sock, encode_request(argv, environ, os.getcwd()), (0, 1, 2, proof, me))
         # Nothing has started before the pid comes: past this wait the command runs here (the
         # daemon's child then cannot say its pid and runs nothing).
         word, value = _answer(recv_frame(sock, deadline=_monotonic() + _ANSWER_S)[0])

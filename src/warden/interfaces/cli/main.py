@@ -16,13 +16,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from warden.core.errors import WardenError, classify
+from warden.core.errors import Refused, WardenError, classify
 from warden.interfaces.cli.output import Output, terminal_columns
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
 
-__all__ = ["EXIT_CODES", "Context", "main", "parse_command_line"]
+__all__ = ["EXIT_CODES", "Context", "add_workspace", "main", "parse_command_line"]
 
 # One table: error code → exit status. Scripts rely on these numbers: never renumber one.
 EXIT_CODES = {
@@ -42,7 +42,7 @@ COMMANDS: dict[str, str] = {
     "audit": _CLI + "cmd_audit",
     "fs": _CLI + "cmd_fs",
     "sandbox": _CLI + "cmd_sandbox",
-    "run": _CLI + "cmd_run",
+    **dict.fromkeys(("run", "with"), _CLI + "cmd_run"),
     **dict.fromkeys(("ps", "logs", "kill", "wait"), _CLI + "cmd_process"),
     "shell": _CLI + "cmd_shell",
     "doctor": _CLI + "cmd_doctor",
@@ -54,6 +54,7 @@ COMMANDS: dict[str, str] = {
     "bot": _CLI + "cmd_bot",
     **dict.fromkeys(("grant", "grants", "revoke"), _CLI + "cmd_grant"),
     "secret": _CLI + "cmd_secret",
+    "ws": _CLI + "cmd_ws",
     **dict.fromkeys(("approvals", "approve", "deny"), _CLI + "cmd_approvals"),
     "serve": _CLI + "cmd_serve",
     "demo": _CLI + "cmd_demo",
@@ -213,6 +214,31 @@ def common_options() -> argparse.ArgumentParser:
     return parent
 
 
+def add_workspace(p: argparse.ArgumentParser) -> None:
+    """A command's workspace: NAME, or -w/--workspace NAME, or (neither) this terminal's current
+    one (`warden ws set NAME`); `main` puts the one meant in `args.name`."""
+    p.add_argument("name", nargs="?", metavar="NAME",
+                   help="the workspace (default: this terminal's current one, see `warden ws set`)")
+    p.add_argument("-w", "--workspace", dest="workspace_option", metavar="NAME", help="the workspace")
+    p.set_defaults(uses_current=True)
+
+
+def _resolve_workspace(ctx: Context, args: argparse.Namespace) -> None:
+    if not getattr(args, "uses_current", False):
+        return
+    named, option = args.name, args.workspace_option
+    if named and option and named != option:
+        raise UsageError(f"two workspaces named ({named} and -w {option}): name it once")
+    args.name = named or option or ctx.app.context.current_name()
+
+
+def _rewritten(args_list: list[str]) -> list[str]:
+    """`warden @NAME` is `warden ws set NAME` (seed 000's shortcut)."""
+    if args_list and args_list[0].startswith("@") and len(args_list[0]) > 1:
+        return ["ws", "set", args_list[0][1:], *args_list[1:]]
+    return args_list
+
+
 def _positionals(args_list: Sequence[str]) -> list[str]:
     """The words before `--` that are not flags (nor the value of --home): `fs notes write PATH`."""
     words: list[str] = []
@@ -268,7 +294,7 @@ def _emit_json(document: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one `warden` command; returns (and exits with) its status."""
-    args_list = list(sys.argv[1:] if argv is None else argv)
+    args_list = _rewritten(list(sys.argv[1:] if argv is None else argv))
     own = args_list[: args_list.index("--")] if "--" in args_list else args_list
     wants_json = "--json" in own
     debug = "--debug" in args_list
@@ -289,6 +315,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             return 2
         ctx = Context(args, dict(os.environ))
+        try:
+            _resolve_workspace(ctx, args)
+        except WardenError as exc:
+            # `warden run` without a workspace to run in refuses to start its command (126).
+            raise (Refused.of(exc) if getattr(args, "takes_command", False) else exc) from None
         out = _by_cause(handler, ctx, args)
     except WardenError as exc:
         if isinstance(exc, UsageError):

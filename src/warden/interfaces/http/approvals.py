@@ -32,13 +32,19 @@ def router(app: App) -> APIRouter:
     api = APIRouter(responses=ERROR_RESPONSES, tags=["approvals"])
     approvals = app.approvals
 
+    def may_answer(call: Call, record: ApprovalRecord) -> None:
+        """Denied unless the caller holds `approve` where the request lies: its zone, or the whole
+        workspace for a path in no zone (a grant limited to some zones answers for those only)."""
+        call.authorize(record.workspace, "approve", zone=record.zone, whole_workspace=record.zone is None)
+
     def visible(call: Call, approval_id: str) -> ApprovalRecord:
-        """The request, when the caller asked it or may answer it; NotFound otherwise."""
+        """The request, when the caller's very grant asked it or the caller may answer it;
+        NotFound otherwise (an id is not a way to learn what others asked, or that they did)."""
         assert call.principal is not None
         record = approvals.get(approval_id)
-        if record.bot != call.principal.bot or call.principal.kind != "grant":
+        if call.principal.accessor != record.accessor:
             try:
-                call.authorize(record.workspace, "approve")
+                may_answer(call, record)
             except WardenError:
                 raise NotFound(f"no approval request {approval_id}") from None
         return record
@@ -61,7 +67,10 @@ def router(app: App) -> APIRouter:
         with Call(app, "approvals.list", name) as call:
             call.authenticate(token_of(token))
             call.authorize(name, "approve")
-            records = approvals.listed(workspace=name, everything=all)
+            assert call.principal is not None
+            scope = app.auth.zone_scope(call.principal, lambda: app.sandbox_paths.zones(app.workspaces.get(name)))
+            records = [r for r in approvals.listed(workspace=name, everything=all)
+                       if scope is None or (r.zone is not None and r.zone in scope)]
             return ApprovalList(approvals=[ApprovalView(**approvals.view(r)) for r in records])
 
     def answer(approval_id: str, token: str | None, body: ApprovalAnswer | None, approve: bool) -> ApprovalBody:
@@ -69,9 +78,12 @@ def router(app: App) -> APIRouter:
         with Call(app, f"approvals.{verb}", approval_id) as call:
             principal = call.authenticate(token)
             record = approvals.get(approval_id)
-            call.authorize(record.workspace, "approve")
+            try:
+                may_answer(call, record)
+            except WardenError:
+                raise NotFound(f"no approval request {approval_id}") from None  # as GET: no existence oracle
             call.audited_by_service = True  # the service's approval.* event names this caller
-            done = approvals.answer(approval_id, approve=approve, actor=principal.actor, bot=principal.bot,
+            done = approvals.answer(approval_id, approve=approve, actor=principal.actor, answerer=principal,
                                     note=body.note if body else None)
             return ApprovalBody(approval=ApprovalView(**approvals.view(done)))
 

@@ -24,6 +24,7 @@ def upgrade() -> None:
         sa.Column("destination", sa.Text),
         sa.Column("requester", sa.String(200), nullable=False),
         sa.Column("bot", sa.String(64), nullable=False),
+        sa.Column("minter", sa.String(64), nullable=False),
         sa.Column("accessor", sa.String(40), nullable=False),
         sa.Column("zone", sa.String(64)),
         sa.Column("rule", sa.Text, nullable=False),
@@ -40,10 +41,10 @@ def upgrade() -> None:
         sa.Column("outcome", sa.Text, nullable=False, server_default="{}"),
     )
     op.create_index("ix_approvals_status", "approvals", ["status", "workspace"])
-    op.create_index("ix_approvals_bot", "approvals", ["bot", "status"])
+    op.create_index("ix_approvals_minter", "approvals", ["minter", "status"])
 
 
 def downgrade() -> None:
-    op.drop_index("ix_approvals_bot", "approvals")
+    op.drop_index("ix_approvals_minter", "approvals")
     op.drop_index("ix_approvals_status", "approvals")
     op.drop_table("approvals")

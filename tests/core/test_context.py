@@ -1,0 +1,47 @@
+"""A terminal's context (pure): set, back, forward like a browser; matching typed names."""
+
+from __future__ import annotations
+
+import pytest
+
+from warden.core.context import MAX_HISTORY, TerminalContext, match_workspace
+from warden.core.errors import InvalidInput, NotFound
+
+
+def test_back_and_forward_walk_the_history_and_a_new_set_drops_the_forward_part() -> None:
+    ctx = TerminalContext().set("a").set("b").set("c")
+    assert ctx.current == "c" and ctx.recent == ("c", "b", "a")
+    ctx = ctx.back().back()
+    assert ctx.current == "a"
+    with pytest.raises(InvalidInput, match="no earlier"):
+        ctx.back()
+    assert ctx.forward().current == "b"
+    ctx = ctx.set("d")  # after going back, a new one drops b and c from the way forward
+    assert ctx.history == ("a", "d") and ctx.current == "d"
+    with pytest.raises(InvalidInput, match="no later"):
+        ctx.forward()
+    assert ctx.set("d") == ctx  # setting the current one again changes nothing
+
+
+def test_history_is_bounded_and_survives_a_round_trip() -> None:
+    ctx = TerminalContext()
+    for i in range(MAX_HISTORY + 10):
+        ctx = ctx.set(f"w{i}")
+    assert len(ctx.history) == MAX_HISTORY and ctx.current == f"w{MAX_HISTORY + 9}"
+    assert TerminalContext.from_json(ctx.to_json()) == ctx
+    for bad in ({"history": "x", "position": 0}, {"history": ["a"], "position": 5}, {"history": [1], "position": 0},
+                {}):
+        assert TerminalContext.from_json(bad) == TerminalContext()
+
+
+def test_a_typed_name_matches_exactly_then_by_prefix_then_by_part_and_never_guesses() -> None:
+    names = ["web-app", "web-api", "notes", "scratch"]
+    assert match_workspace("notes", names) == "notes"
+    assert match_workspace("scr", names) == "scratch"
+    assert match_workspace("app", names) == "web-app"
+    with pytest.raises(InvalidInput, match="web-api, web-app"):
+        match_workspace("web", names)
+    with pytest.raises(NotFound, match="did you mean notes"):
+        match_workspace("notse", names)
+    with pytest.raises(NotFound):
+        match_workspace("scr", names, exact_only=True)
