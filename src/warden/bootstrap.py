@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from warden.services.auth import AuthService
     from warden.services.bot_requests import BotRequestService
     from warden.services.files import Approver, FileService
+    from warden.services.git import GitService
     from warden.services.grants import GrantService
     from warden.services.health import HealthService
     from warden.services.installs import InstallService
@@ -290,6 +291,20 @@ class App:
         from warden.services.secrets import SecretService
 
         return SecretService(self.registry, self.audit, self.keystore, self.clock)
+
+    @cached_property
+    def git(self) -> GitService:
+        """`warden git`: the person's git on workspaces, run hardened; changes staged as proposals."""
+        from warden.adapters.git import HostGit
+        from warden.services.git import GitService
+
+        return GitService(workspaces=self.workspaces, git=HostGit(self.environ), audit=self.audit,
+                          secrets=lambda: self.secrets, leases=self.leases,
+                          forbidden_roots=[str(self.root_dir)], before_pull=self.before_pull)
+
+    # The checkpoint to take before `git pull` changes a workspace: (record, actor). None until
+    # the checkpoint service sets it here.
+    before_pull: Callable[[WorkspaceRecord, str], None] | None = None
 
     @cached_property
     def auth(self) -> AuthService:

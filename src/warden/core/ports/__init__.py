@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         SafeRoots,
         WorkspaceRoot,
     )
+    from warden.core.ports.git import Credential, GitResult, GitRunner
     from warden.core.ports.live import LiveSandboxes
     from warden.core.ports.registry import (
         AuditTable,
@@ -71,11 +72,14 @@ __all__ = [
     "BotTable",
     "Clock",
     "ConfigFile",
+    "Credential",
     "DiskUsage",
     "FileEntry",
     "GitDefuser",
     "GitGuard",
     "GitGuards",
+    "GitResult",
+    "GitRunner",
     "GrantTable",
     "HomeFiles",
     "KeyFiles",
@@ -117,11 +121,14 @@ _HOME = {
     "BotTable": "registry",
     "Clock": "registry",
     "ConfigFile": "files",
+    "Credential": "git",
     "DiskUsage": "files",
     "FileEntry": "files",
     "GitDefuser": "workspace",
     "GitGuard": "sandbox",
     "GitGuards": "sandbox",
+    "GitResult": "git",
+    "GitRunner": "git",
     "GrantTable": "registry",
     "HomeFiles": "files",
     "KeyFiles": "files",
