@@ -23,7 +23,7 @@ from pathlib import Path
 
 from warden.adapters.atomic import write_atomic
 from warden.adapters.gitguard import GitGuard
-from warden.core.errors import Conflict, Denied, InvalidInput, NotFound, TimedOut, Unavailable, WardenError
+from warden.core.errors import Conflict, Denied, InvalidInput, NotFound, TimedOut, Unavailable
 from warden.core.git import CREDENTIAL_ENV, HARDENING, forbidden_config, git_environ
 from warden.core.ports.git import Credential, GitResult
 
@@ -251,10 +251,9 @@ class HostGit:
         GitGuard(workspace).adopt(".git")
 
 
-class GitFailed(WardenError):
-    """git itself refused or failed; the message holds its own last word."""
-
-    code = "conflict"
+class GitFailed(Conflict):
+    """git itself refused or failed; the message holds its own word (the state it found is
+    the conflict: a remote unreachable, a path in the way)."""
 
     def __init__(self, message: str, result: GitResult) -> None:
         super().__init__(message, rule="git")
@@ -262,5 +261,7 @@ class GitFailed(WardenError):
 
 
 def _last_line(text: str) -> str:
+    """git's own complaint in one line: its first `fatal:`/`error:` line, else its last word."""
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("hint:")]
-    return lines[-1][:400] if lines else ""
+    said = [line for line in lines if line.startswith(("fatal:", "error:"))] or lines[-1:]
+    return said[0][:400] if said else ""
