@@ -1,0 +1,64 @@
+"""Git over HTTP for bots, against a real `warden serve`: a grant with `read` sees the status, the
+diff and the proposals; staging needs `write` over the whole workspace and records the bot as
+the proposal's actor; there is no push route (a bot's push waits for a person)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.services.test_git import git
+from tests.support.servers import ServeProcess, cli_out, warden_environ
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str], Path]]:
+    root = tmp_path_factory.mktemp("http-git")
+    bare = root / "remote.git"
+    git("init", "-q", "--bare", "-b", "main", str(bare))
+    seed = root / "seed"
+    git("clone", "-q", str(bare), str(seed))
+    (seed / "notes.md").write_text("one\n")
+    git("add", ".", cwd=seed)
+    git("commit", "-qm", "init", cwd=seed)
+    git("push", "-q", "origin", "main", cwd=seed)
+    environ = warden_environ(root / "home")
+    cli_out(environ, "init")
+    path = Path(cli_out(environ, "create", "repo", "--template", "minimal", "--json").split('"path": "')[1]
+                .split('"')[0])
+    cli_out(environ, "git", "repo", "clone", f"file://{bare}")
+    tokens = {}
+    for bot in ("reader", "writer"):
+        cli_out(environ, "bot", "register", bot)
+    tokens["reader"] = cli_out(environ, "grant", "repo", "reader", "--permissions", "read")
+    tokens["writer"] = cli_out(environ, "grant", "repo", "writer", "--permissions", "read,write")
+    with ServeProcess(environ, root) as server:
+        yield server.url, tokens, path
+
+
+def test_bots_look_and_stage_but_never_push(world: tuple[str, dict[str, str], Path]) -> None:
+    url, tokens, path = world
+    (path / "notes.md").write_text("one\ntwo\n")
+
+    def call(method: str, route: str, bot: str, **kwargs: object) -> httpx.Response:
+        return httpx.request(method, f"{url}/v1/workspaces/repo/git/{route}",
+                             headers={"Authorization": f"Bearer {tokens[bot]}"}, timeout=60, **kwargs)  # type: ignore[arg-type]
+
+    status = call("GET", "status", "reader")
+    assert status.status_code == 200 and status.json()["changes"] == [{"code": " M", "path": "notes.md"}]
+    assert "+two" in call("GET", "diff", "reader").json()["diff"]
+    assert call("POST", "stage", "reader", json={"message": "x"}).status_code == 403
+    staged = call("POST", "stage", "writer", json={"message": "Add two"})
+    assert staged.status_code == 201, staged.text
+    body = staged.json()
+    assert "+two" in body["diff"] and body["actor"].startswith("bot:writer@acc_")
+    [listed] = call("GET", "staged", "reader").json()
+    assert (listed["id"], listed["message"]) == (body["id"], "Add two")
+    assert call("POST", "push", "writer", json={"id": body["id"]}).status_code in (404, 405)
+    assert httpx.get(f"{url}/v1/workspaces/repo/git/status", timeout=10).status_code == 401
