@@ -300,7 +300,8 @@ class App:
 
         return GitService(workspaces=self.workspaces, git=HostGit(self.environ), audit=self.audit,
                           secrets=lambda: self.secrets, leases=self.leases,
-                          forbidden_roots=[str(self.root_dir)], before_pull=self.before_pull)
+                          forbidden_roots=[str(self.root_dir)], before_pull=self.before_pull,
+                          room=lambda record: self.quota.check_room(record.name, record.path))
 
     # The checkpoint to take before `git pull` changes a workspace: (record, actor). None until
     # the checkpoint service sets it here.

@@ -111,6 +111,11 @@ def test_the_token_goes_through_the_helper_only(app: App, service: GitService, r
     assert (ws / "a.txt").read_text() == "hello\n"
     assert any(h.startswith("Basic ") for h in seen)
     # Later pulls and pushes find the secret by the name Warden remembered, never its value.
+    # The helper runs isolated: a `warden` package a bot leaves in the workspace (git's working
+    # folder) is not the one it imports.
+    (ws / "warden" / "adapters").mkdir(parents=True)
+    for init in ("warden/__init__.py", "warden/adapters/__init__.py", "warden/adapters/git_credential.py"):
+        (ws / init).write_text(f"open({str(tmp_path / 'canary-ran')!r}, 'w').close()\n")
     (ws / "a.txt").write_text("over http\n")
     proposal = service.stage("demo", "over http")
     service.push("demo", proposal.id)
@@ -120,6 +125,7 @@ def test_the_token_goes_through_the_helper_only(app: App, service: GitService, r
         if path.is_file():
             assert TOKEN.encode() not in path.read_bytes(), path
     assert "GIT_TOKEN" in (ws / ".warden" / "git-remote.json").read_text()
+    assert not (tmp_path / "canary-ran").exists()
     assert TOKEN not in str([(e.detail, e.target) for e in app.audit.list(limit=50)])
     # git's own trace of every program it starts: the helper is one, the token in no argv.
     trace = tmp_path / "trace"

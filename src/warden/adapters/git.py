@@ -179,10 +179,13 @@ class HostGit:
                          "program; remove them (git config --unset) and try again", rule="git.config")
 
     # -- running ----------------------------------------------------------------------------
-    def _argv(self, args: Sequence[str], credential: Credential | None) -> list[str]:
+    def _argv(self, args: Sequence[str], credential: Credential | None, workspace: str) -> list[str]:
         argv = [self._program(), "--no-pager"]
         for pin in HARDENING:
             argv += ["-c", pin]
+        # Exactly this repository is trusted (git reads safe.directory only from protected
+        # config, the command line among them): the one Warden vetted, whoever owns the folder.
+        argv += ["-c", f"safe.directory={workspace}"]
         if credential is not None:
             argv += ["-c", f"credential.helper={helper_command()}", "-c", "credential.useHttpPath=false"]
         return argv + list(args)
@@ -219,7 +222,7 @@ class HostGit:
         env = git_environ(self._environ, git_dir=git_dir or "", work_tree=workspace, extra=extra)
         if git_dir is None:  # `git clone` places its own (and refuses a GIT_WORK_TREE that exists)
             del env["GIT_DIR"], env["GIT_WORK_TREE"]
-        proc = self._spawn(self._argv(args, credential), workspace, env=env, stdin=input, timeout=timeout)
+        proc = self._spawn(self._argv(args, credential, workspace), workspace, env=env, stdin=input, timeout=timeout)
         if len(proc.stdout) > _MAX_OUTPUT:
             raise InvalidInput(f"git {args[0]} printed more than {_MAX_OUTPUT >> 20} MiB")
         result = GitResult(proc.returncode, proc.stdout, proc.stderr)

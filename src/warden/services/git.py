@@ -128,7 +128,8 @@ class GitService:
     def __init__(self, *, workspaces: WorkspaceService, git: GitRunner, audit: AuditLog,
                  secrets: Callable[[], SecretService], leases: LeaseService | None = None,
                  forbidden_roots: Sequence[str] = (), new_id: Callable[[], str] = _new_id,
-                 before_pull: Callable[[WorkspaceRecord, str], None] | None = None) -> None:
+                 before_pull: Callable[[WorkspaceRecord, str], None] | None = None,
+                 room: Callable[[WorkspaceRecord], None] | None = None) -> None:
         self._workspaces = workspaces
         self._git = git
         self._audit = audit
@@ -139,6 +140,9 @@ class GitService:
         # The checkpoint service's hook (a checkpoint of the workspace before a pull changes it),
         # wired by bootstrap; (record, actor).
         self._before_pull = before_pull
+        # The workspace quota (workspace.max_disk, max_files, min_free): TooLarge when a clone or
+        # a pull, which bring content in, would start from a workspace already at a limit.
+        self._room = room
 
     # -- plumbing ----------------------------------------------------------------------------
     def _record(self, name: str) -> WorkspaceRecord:
@@ -272,6 +276,8 @@ class GitService:
                 shown = ", ".join(blockers[:5]) + (" …" if len(blockers) > 5 else "")
                 raise Conflict(f"workspace {record.name} is not empty ({shown}); clone into a new workspace")
             cred = self._credential(None, url, credential, username)
+            if self._room is not None:
+                self._room(record)
             self._git.clone(record.path, url, branch, cred)
             try:
                 return self._check_out(record, url, entries)
@@ -470,6 +476,8 @@ class GitService:
             branch = self._branch(record)
             remote, remote_branch = self._upstream(record, branch)
             cred = self._remote_credential(record, remote, credential, username)
+            if self._room is not None:
+                self._room(record)
             if self._before_pull is not None:
                 self._before_pull(record, actor)
             self._run(record, "fetch", "--quiet", "--no-recurse-submodules", "--no-write-fetch-head",
