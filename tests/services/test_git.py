@@ -318,6 +318,21 @@ def test_config_that_names_a_program_is_refused_and_never_run(
     assert not ran.exists()
 
 
+def test_worktree_config_is_vetted_too_and_a_commondir_refused(ws: Path, service: GitService,
+                                                             canary: tuple[Path, Path]) -> None:
+    program, ran = canary
+    git("config", "--file", str(ws / ".git" / "config"), "extensions.worktreeConfig", "true")
+    git("config", "--file", str(ws / ".git" / "config.worktree"), "core.fsmonitor", str(program))
+    with pytest.raises(Denied, match=r"core\.fsmonitor"):
+        service.status("demo")
+    (ws / ".git" / "config.worktree").unlink()
+    service.status("demo")
+    (ws / ".git" / "commondir").write_text("/elsewhere\n")
+    with pytest.raises(Denied, match="commondir"):
+        service.status("demo")
+    assert not ran.exists()
+
+
 def test_a_remote_url_naming_a_transport_helper_is_refused(ws: Path, service: GitService,
                                                           canary: tuple[Path, Path]) -> None:
     program, ran = canary

@@ -112,9 +112,20 @@ class HostGit:
         return folder
 
     def repo_config(self, workspace: str) -> list[tuple[str, str]]:
-        """The repository's own config as (key, value): read as a plain file, no include followed."""
-        config = os.path.join(_git_path(workspace), "config")
-        if not os.path.exists(config):
+        """The repository's own config as (key, value), `config` and `config.worktree` (read when
+        extensions.worktreeConfig is on): each read as a plain file, no include followed. A
+        `commondir` (a linked worktree's pointer to where its config really is) is refused."""
+        git_dir = _git_path(workspace)
+        if os.path.lexists(os.path.join(git_dir, "commondir")):
+            raise Denied("the workspace's .git is a linked worktree (it has a commondir); Warden runs git "
+                         "only on a repository whose config it can vet", rule="git.config")
+        entries: list[tuple[str, str]] = []
+        for name in ("config", "config.worktree"):
+            entries += self._config_entries(workspace, os.path.join(git_dir, name))
+        return entries
+
+    def _config_entries(self, workspace: str, config: str) -> list[tuple[str, str]]:
+        if not os.path.lexists(config):
             return []
         if os.path.islink(config):
             raise Denied(f"{config} is a link; Warden runs no git beside a repository config it cannot vet",
