@@ -92,6 +92,22 @@ def test_clone_lands_at_the_root_as_the_persons_repository(app: App, ws: Path, s
     assert (event.action, event.target, event.result) == ("git.clone", "demo", "ok")
 
 
+def test_clone_checks_out_the_branch_asked_for(service: GitService, record: WorkspaceRecord, remote: Path,
+                                               tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    git("clone", "-q", str(remote), str(other))
+    git("checkout", "-qb", "dev", cwd=other)
+    (other / "dev.txt").write_text("dev\n")
+    git("add", ".", cwd=other)
+    git("commit", "-qm", "dev", cwd=other)
+    git("push", "-q", "origin", "dev", cwd=other)
+    result = service.clone("demo", f"file://{remote}", branch="dev")
+    assert result.branch == "dev" and (Path(record.path) / "dev.txt").exists()
+    assert service.status("demo").upstream == "origin/dev"
+    with pytest.raises(InvalidInput):
+        service.clone("demo", f"file://{remote}", branch="--upload-pack=x")
+
+
 def test_clone_refuses_a_workspace_with_files(service: GitService, record: WorkspaceRecord, remote: Path) -> None:
     (Path(record.path) / "notes.txt").write_text("mine")
     with pytest.raises(Conflict, match="not empty"):
@@ -195,6 +211,22 @@ def test_discard_restores_the_files_and_keeps_the_commit(ws: Path, service: GitS
     assert git("rev-parse", f"refs/warden/discarded/{proposal.id}", cwd=ws).strip() == proposal.commit
     with pytest.raises(NotFound):
         service.discard("demo", proposal.id)
+
+
+def test_a_first_commit_into_an_empty_repository(service: GitService, record: WorkspaceRecord,
+                                                 tmp_path: Path) -> None:
+    empty = tmp_path / "empty.git"
+    git("init", "-q", "--bare", "-b", "main", str(empty))
+    service.clone("demo", f"file://{empty}")
+    ws = Path(record.path)
+    (ws / "hello.py").write_text("print('hi')\n")
+    assert [p for _, p in service.diff("demo").files] == ["hello.py"]
+    proposal = service.stage("demo", "First")
+    assert proposal.parent == "" and proposal.files == (("A", "hello.py"),)
+    branch = proposal.branch
+    service.push("demo", proposal.id)
+    assert git("rev-parse", branch, cwd=empty).strip() == proposal.commit
+    assert git("rev-parse", "HEAD", cwd=ws).strip() == proposal.commit and service.status("demo").changes == ()
 
 
 def test_bad_input_is_one_clear_error(ws: Path, service: GitService) -> None:

@@ -189,11 +189,13 @@ class GitService:
         found = self._git.run(record.path, ["rev-parse", "--verify", "-q", "--end-of-options", rev], check=False)
         return found.stdout.strip() or None if found.code == 0 else None
 
-    def _head(self, record: WorkspaceRecord) -> str:
-        head = self._rev(record, "HEAD^{commit}")
-        if head is None:
-            raise Conflict(f"the repository of workspace {record.name} has no commit yet")
-        return head
+    def _head(self, record: WorkspaceRecord) -> str | None:
+        """HEAD's commit; None on a branch with no commit yet (a new, empty repository)."""
+        return self._rev(record, "HEAD^{commit}")
+
+    def _base(self, record: WorkspaceRecord, commit: str | None) -> str:
+        """What to diff against: `commit`, or the empty tree before a first commit."""
+        return commit or self._run(record, "mktree", input="").strip()
 
     def _branch(self, record: WorkspaceRecord) -> str:
         found = self._git.run(record.path, ["symbolic-ref", "-q", "--short", "HEAD"], check=False)
@@ -321,8 +323,9 @@ class GitService:
         """What `stage` would propose now: the working tree (new files too) against HEAD."""
         def work(record: WorkspaceRecord) -> DiffResult:
             head = self._head(record)
+            base = self._base(record, head)
             with self._working_tree(record, head) as tree:
-                return DiffResult(self._files(record, head, tree), self._patch(record, head, tree))
+                return DiffResult(self._files(record, base, tree), self._patch(record, base, tree))
 
         return self._do("diff", name, actor, work, changes=False, detail=lambda d: {"files": len(d.files)})
 
@@ -345,12 +348,13 @@ class GitService:
             raise NotFound(f"no proposal {pid} in workspace {record.name} (see `warden git {record.name} staged`)")
         raw = self._run(record, "show", "-s", "--no-show-signature", "--format=%P%x00%cI%x00%B", commit)
         parents, created, message = raw.split("\0", 2)
-        parent = parents.split()[0] if parents.split() else ""
+        parent = parents.split()[0] if parents.split() else ""  # "": a first commit
+        base = self._base(record, parent or None)
         marks = trailers(message)
         return Proposal(id=pid, commit=commit, parent=parent, branch=marks.get("branch", ""),
                         message=subject(message), actor=marks.get("actor", ""), created=created,
-                        files=self._files(record, parent, commit) if parent else (),
-                        diff=self._patch(record, parent, commit) if with_diff and parent else None)
+                        files=self._files(record, base, commit),
+                        diff=self._patch(record, base, commit) if with_diff else None)
 
     # -- staging ---------------------------------------------------------------------------------
     def stage(self, name: str, message: str, *, actor: str = "user") -> Proposal:
@@ -362,13 +366,14 @@ class GitService:
             head = self._head(record)
             branch = self._branch(record)
             with self._working_tree(record, head) as tree:
-                if tree == self._rev(record, f"{head}^{{tree}}"):
+                if tree == self._rev(record, f"{self._base(record, head)}^{{tree}}"):
                     raise Conflict(f"nothing to stage: the working tree of {record.name} matches HEAD")
                 pid = check_proposal_id(self._new_id())
                 who, email = self._git.identity(record.path)
                 env = {"GIT_AUTHOR_NAME": who, "GIT_AUTHOR_EMAIL": email,
                        "GIT_COMMITTER_NAME": who, "GIT_COMMITTER_EMAIL": email}
-                commit = self._run(record, "commit-tree", "--no-gpg-sign", tree, "-p", head, "-F", "-",
+                parents = ["-p", head] if head else []
+                commit = self._run(record, "commit-tree", "--no-gpg-sign", tree, *parents, "-F", "-",
                                    input=proposal_message(text, actor=actor, proposal=pid, branch=branch),
                                    extra_env=env).strip()
             # An empty old value: the ref must not exist yet (git-update-ref(1)).
@@ -394,9 +399,9 @@ class GitService:
             proposal = self._proposal(record, pid)
             head = self._head(record)
             branch = self._branch(record)
-            if proposal.parent != head or proposal.branch != branch:
-                raise Conflict(f"proposal {pid} was staged on {proposal.branch} at {proposal.parent[:12]}; "
-                               f"the workspace is now on {branch} at {head[:12]}: stage again")
+            if proposal.parent != (head or "") or proposal.branch != branch:
+                raise Conflict(f"proposal {pid} was staged on {proposal.branch} at {proposal.parent[:12] or '(none)'}; "
+                               f"the workspace is now on {branch} at {(head or '(none)')[:12]}: stage again")
             remote, remote_branch = self._upstream(record, branch)
             cred = self._remote_credential(record, remote, credential, username)
             pushed = self._git.run(record.path, ["push", "--porcelain", "--quiet", "--no-verify",
@@ -412,8 +417,9 @@ class GitService:
                 raise Conflict(f"git push failed: {last[-1] if last else 'exit status ' + str(pushed.code)}",
                                rule="git.push")
             # The branch follows what was pushed; the index too (the working tree holds it already).
+            # The old value checked (empty: the branch had no commit yet): nothing moved it meanwhile.
             self._run(record, "update-ref", "-m", f"warden: push {pid}", f"refs/heads/{branch}",
-                      proposal.commit, head)
+                      proposal.commit, head or "")
             self._run(record, "read-tree", proposal.commit)
             self._git.run(record.path, ["update-index", "-q", "--refresh"], check=False)
             self._run(record, "update-ref", "-d", f"{PROPOSAL_REF}{pid}", proposal.commit)
@@ -445,11 +451,12 @@ class GitService:
                 moved = set(self._names(record, "diff-tree", "-r", "-z", "--no-renames", "--name-only",
                                         proposal.commit, tree, paths=paths))
             restore = [p for p in paths if p not in moved]
-            in_head = set(self._names(record, "ls-tree", "-r", "-z", "--name-only", head, paths=restore))
+            in_head = set(self._names(record, "ls-tree", "-r", "-z", "--name-only", head, paths=restore)
+                          if head else ())
             tracked = [p for p in restore if p in in_head]
             added = [p for p in restore if p not in in_head]
             for chunk in _chunks(tracked):
-                self._run(record, "checkout", "-q", head, "--", *chunk)
+                self._run(record, "checkout", "-q", head or "HEAD", "--", *chunk)
             for chunk in _chunks(added):
                 self._run(record, "rm", "-q", "--cached", "--ignore-unmatch", "--", *chunk)
                 self._run(record, "clean", "-q", "-f", "--", *chunk)
@@ -498,7 +505,7 @@ class GitService:
                 reason = lines[0] if lines else f"exit status {merged.code}"
                 raise Conflict(f"pull refused: {reason} (stage or discard local changes first)", rule="git.pull")
             after = self._rev(record, "HEAD^{commit}") or ""
-            files = len(self._files(record, before, after)) if before and before != after else 0
+            files = len(self._files(record, self._base(record, before or None), after)) if before != after else 0
             return PullResult(before, after, files)
 
         return self._do("pull", name, actor, work, changes=True, detail=lambda r: r.to_json())
