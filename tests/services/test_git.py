@@ -330,7 +330,8 @@ def test_the_workspaces_attributes_name_no_program(ws: Path, service: GitService
     "url.ext::{program}.insteadOf=file://",
 ])
 def test_config_that_names_a_program_is_refused_and_never_run(
-        ws: Path, service: GitService, remote: Path, tmp_path: Path, canary: tuple[Path, Path], planted: str) -> None:
+        app: App, ws: Path, service: GitService, remote: Path, tmp_path: Path, canary: tuple[Path, Path],
+        planted: str) -> None:
     program, ran = canary
     hooks = tmp_path / "hooks"
     hooks.mkdir()
@@ -347,6 +348,8 @@ def test_config_that_names_a_program_is_refused_and_never_run(
                lambda: service.push("demo")):
         with pytest.raises((Denied, NotFound)):
             op()
+    event = app.audit.list(limit=1)[0]
+    assert (event.action, event.decision, event.rule) == ("git.push", "deny", "git.config")
     assert not ran.exists()
 
 

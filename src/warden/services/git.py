@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from warden.core.errors import Conflict, InvalidInput, NotFound, WardenError
+from warden.core.errors import Conflict, Denied, InvalidInput, NotFound, WardenError
 from warden.core.git import (
     DISCARDED_REF,
     PROPOSAL_REF,
@@ -162,7 +162,8 @@ class GitService:
             with self._held(record, op, changes):
                 result = work(record)
         except WardenError as exc:
-            self._audit.record(actor=actor, action=f"git.{op}", target=target, decision="allow",
+            self._audit.record(actor=actor, action=f"git.{op}", target=target,
+                               decision="deny" if isinstance(exc, Denied) else "allow",
                                rule=exc.rule or "", result=exc.code,
                                detail={**(asked or {}), "error": exc.message})
             raise
@@ -282,14 +283,14 @@ class GitService:
                 self._room(record)
             self._git.clone(record.path, url, branch, cred)
             try:
-                return self._check_out(record, url, entries)
+                result = self._check_out(record, url, entries)
             except BaseException:
                 self._git.remove_repository(record.path)
                 raise
-            finally:
-                if credential:
-                    self._git.save_state(record.path, {"credential": credential,
-                                                       **({"username": username} if username else {})})
+            # The secret's name (never its value), for later pulls and pushes.
+            self._git.save_state(record.path, {"credential": credential, **({"username": username} if username else {})}
+                                 if credential else {})
+            return result
 
         return self._do("clone", name, actor, work, changes=True, detail=lambda r: r.to_json(),
                         asked={"url": _shown_url(url), "branch": branch, "credential": credential})
