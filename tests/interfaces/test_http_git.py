@@ -13,6 +13,8 @@ import pytest
 
 from tests.services.test_git import git
 from tests.support.servers import ServeProcess, cli_out, warden_environ
+from warden.client import Client
+from warden.core.errors import Denied
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
@@ -62,3 +64,15 @@ def test_bots_look_and_stage_but_never_push(world: tuple[str, dict[str, str], Pa
     assert (listed["id"], listed["message"]) == (body["id"], "Add two")
     assert call("POST", "push", "writer", json={"id": body["id"]}).status_code in (404, 405)
     assert httpx.get(f"{url}/v1/workspaces/repo/git/status", timeout=10).status_code == 401
+
+
+def test_the_sdk(world: tuple[str, dict[str, str], Path]) -> None:
+    url, tokens, path = world
+    (path / "sdk.txt").write_text("from the sdk\n")
+    writer = Client(url, tokens["writer"]).workspace("repo").git
+    assert {"code": "??", "path": "sdk.txt"} in writer.status()["changes"]
+    assert "+from the sdk" in writer.diff()["diff"]
+    proposal = writer.stage("From the SDK")
+    assert proposal["id"] in {p["id"] for p in writer.staged()}
+    with pytest.raises(Denied):
+        Client(url, tokens["reader"]).workspace("repo").git.stage("no")
