@@ -300,12 +300,11 @@ class App:
 
         return GitService(workspaces=self.workspaces, git=HostGit(self.environ), audit=self.audit,
                           secrets=lambda: self.secrets, leases=self.leases,
-                          forbidden_roots=[str(self.root_dir)], before_pull=self.before_pull,
+                          forbidden_roots=[str(self.root_dir)],
+                          # The checkpoint to take before `git pull` changes a workspace, called
+                          # with (record, actor): the checkpoint service's, once it is wired here.
+                          before_pull=None,
                           room=lambda record: self.quota.check_room(record.name, record.path))
-
-    # The checkpoint to take before `git pull` changes a workspace: (record, actor). None until
-    # the checkpoint service sets it here.
-    before_pull: Callable[[WorkspaceRecord, str], None] | None = None
 
     @cached_property
     def auth(self) -> AuthService:

@@ -96,3 +96,14 @@ def test_inside_runs_the_clone_is_read_only_and_stays_the_persons(cli: Cli, ws: 
                           text=True, check=False, env={"PATH": "/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM": "1",
                                                        "HOME": str(ws)})
     assert proc.stdout.strip() == "main"
+
+
+def test_a_workspace_at_its_quota_takes_no_clone(cli: Cli, remote: Path) -> None:
+    created = cli("create", "full", "--template", "minimal", "--json")
+    assert created.code == 0
+    (Path(created.json["data"]["path"]) / "pyproject.toml").write_bytes(b"#" * (2 << 20))
+    assert cli("config", "set", "workspace.max_disk", "1M").code == 0
+    result = cli("git", "full", "clone", f"file://{remote}", "--json")
+    assert (result.code, result.json["error"]["code"]) == (2, "invalid"), result.stdout
+    assert "workspace.max_disk" in result.json["error"]["message"] or "disk" in result.json["error"]["message"]
+    assert not (Path(created.json["data"]["path"]) / ".git").exists()

@@ -140,8 +140,8 @@ class GitService:
         # The checkpoint service's hook (a checkpoint of the workspace before a pull changes it),
         # wired by bootstrap; (record, actor).
         self._before_pull = before_pull
-        # The workspace quota (workspace.max_disk, max_files, min_free): TooLarge when a clone or
-        # a pull, which bring content in, would start from a workspace already at a limit.
+        # The workspace quota (workspace.max_disk, max_files, min_free): TooLarge when a clone, a
+        # pull or a stage, which bring content in, would start from a workspace already at a limit.
         self._room = room
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -366,6 +366,8 @@ class GitService:
         def work(record: WorkspaceRecord) -> Proposal:
             head = self._head(record)
             branch = self._branch(record)
+            if self._room is not None:
+                self._room(record)  # the proposal's objects land in the workspace's .git
             with self._working_tree(record, head) as tree:
                 if tree == self._rev(record, f"{self._base(record, head)}^{{tree}}"):
                     raise Conflict(f"nothing to stage: the working tree of {record.name} matches HEAD")
