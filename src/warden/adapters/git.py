@@ -217,8 +217,9 @@ class HostGit:
             input: str | None = None, credential: Credential | None = None, check: bool = True,
             timeout: float = 600.0) -> GitResult:
         if not self.has_repository(workspace):
-            raise NotFound(f"workspace {os.path.basename(workspace)} holds no repository of the person "
-                           "(clone one with `warden git NAME clone URL`)")
+            raise NotFound(f"workspace {os.path.basename(workspace)} holds no .git Warden knows as the person's "
+                           "(clone with `warden git NAME clone URL`; a .git made outside Warden counts once a "
+                           "run has seen it)")
         self._vet(workspace)
         return self._run(workspace, args, extra_env=extra_env, input=input, credential=credential,
                          check=check, timeout=timeout, git_dir=_git_path(workspace))
