@@ -22,6 +22,7 @@ from warden.services.workspaces import WorkspaceService
 if TYPE_CHECKING:
     from warden.adapters.exec_slots import HeldSlots
     from warden.adapters.keystore import Keystore
+    from warden.core.approvals import ApprovalRecord
     from warden.core.ports import ConfigFile
     from warden.core.workspaces import WorkspaceRecord
     from warden.core.zones import Zone
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from warden.services.bot_requests import BotRequestService
     from warden.services.context import ContextService
     from warden.services.files import Approver, FileService
+    from warden.services.git import GitService
     from warden.services.grants import GrantService
     from warden.services.health import HealthService
     from warden.services.installs import InstallService
@@ -294,6 +296,20 @@ class App:
         return SecretService(self.registry, self.audit, self.keystore, self.clock)
 
     @cached_property
+    def git(self) -> GitService:
+        """`warden git`: the person's git on workspaces, run hardened; changes staged as proposals."""
+        from warden.adapters.git import HostGit
+        from warden.services.git import GitService
+
+        return GitService(workspaces=self.workspaces, git=HostGit(self.environ), audit=self.audit,
+                          secrets=lambda: self.secrets, leases=self.leases,
+                          forbidden_roots=[str(self.root_dir)],
+                          # The checkpoint to take before `git pull` changes a workspace, called
+                          # with (record, actor): the checkpoint service's, once it is wired here.
+                          before_pull=None,
+                          room=lambda record: self.quota.check_room(record.name, record.path))
+
+    @cached_property
     def auth(self) -> AuthService:
         from warden.services.auth import AuthService
 
@@ -315,12 +331,25 @@ class App:
         """Bots' `ask` operations waiting for a person (`warden approvals`, /v1/approvals)."""
         from warden.services.approvals import ApprovalService
 
-        return ApprovalService(self.registry, self.audit, self.clock, workspaces=self.workspaces,
+        service = ApprovalService(self.registry, self.audit, self.clock, workspaces=self.workspaces,
                                grants=self.grants, files=self.files,
                                zones_of=lambda record: self.sandbox_paths.zones(record),
                                ttl=timedelta(seconds=self.settings.get_seconds("approvals.ttl")),
                                max_pending=self.settings.get_int("approvals.max_pending"),
                                max_bytes=self.settings.get_size("approvals.max_pending_size"))
+        service.register("git.push", lambda record, _content: self._push_approved(record))
+        return service
+
+    def _push_approved(self, record: ApprovalRecord) -> dict[str, object]:
+        """A bot's approved push: exactly the commit it asked to push, as that bot."""
+        from warden.core.errors import Conflict
+
+        proposal = str(record.detail.get("proposal", ""))
+        waiting = {p.id: p for p in self.git.staged(record.workspace, actor=record.requester)}
+        if proposal not in waiting or waiting[proposal].commit != record.detail.get("commit"):
+            raise Conflict(f"proposal {proposal} is no longer the commit that was asked to be pushed "
+                           "(pushed, discarded or staged again); nothing was pushed")
+        return self.git.push(record.workspace, proposal, actor=record.requester).to_json()
 
     @cached_property
     def runs(self) -> RunService:

@@ -15,6 +15,7 @@
     try: ws.files.write("final/report.md", text)             # a zone whose writes are `ask`
     except Pending as waiting:                               # 202: a person answers it
         client.wait_for_approval(waiting.approval["id"])     # → {"status": "approved", ...}
+    ws.git.status(); ws.git.diff()["diff"]; ws.git.stage("Fix the parser")   # a proposal for the person
     child = ws.grant("helper-bot", ["read"], ttl="1h")       # needs admin; never wider
 
 API errors come back as Warden's own exceptions (`warden.core.errors`), chosen by the stable
@@ -46,8 +47,8 @@ from warden.core.errors import (
 )
 from warden.core.runs import RunResult
 
-__all__ = ["Client", "CreatedWorkspace", "IssuedGrant", "ProcessInfo", "ProcessOutput", "RemoteFiles", "RemoteProcess",
-           "RemoteProcesses", "RemoteWorkspace", "RunEvent", "error_from"]
+__all__ = ["Client", "CreatedWorkspace", "IssuedGrant", "ProcessInfo", "ProcessOutput", "RemoteFiles", "RemoteGit",
+           "RemoteProcess", "RemoteProcesses", "RemoteWorkspace", "RunEvent", "error_from"]
 
 # One table: the API's error code → the exception raised here.
 ERRORS: dict[str, type[WardenError]] = {
@@ -363,6 +364,46 @@ class RemoteFiles:
         return True
 
 
+class RemoteGit:
+    """The workspace's repository: look, stage changes as a proposal, and ask the person to push
+    it (a bot never pushes by itself)."""
+
+    def __init__(self, workspace: RemoteWorkspace) -> None:
+        self._ws = workspace
+
+    def _path(self, suffix: str) -> str:
+        return f"/v1/workspaces/{self._ws.name}/git/{suffix}"
+
+    def status(self) -> dict[str, Any]:
+        """{branch, upstream, ahead, behind, changes: [{code, path}]} (needs `read`)."""
+        result: dict[str, Any] = self._ws.client.request("GET", self._path("status")).json()
+        return result
+
+    def diff(self) -> dict[str, Any]:
+        """What staging would propose now: {files: [{status, path}], diff} (needs `read`)."""
+        result: dict[str, Any] = self._ws.client.request("GET", self._path("diff")).json()
+        return result
+
+    def staged(self) -> list[dict[str, Any]]:
+        """The proposals waiting for the person (needs `read`)."""
+        result: list[dict[str, Any]] = self._ws.client.request("GET", self._path("staged")).json()
+        return result
+
+    def push(self, proposal: str | None = None) -> dict[str, Any]:
+        """Ask a person to push a proposal (the only one waiting when None): raises Pending, whose
+        `.approval["id"]` `Client.wait_for_approval` follows; once approved it has been pushed."""
+        client = self._ws.client
+        client._may_wait(client.request("POST", self._path("push"), json={"proposal": proposal}))
+        raise WardenError("the server pushed without a person's approval")  # never: a bot's push always waits
+
+    def stage(self, message: str) -> dict[str, Any]:
+        """Propose the working tree's changes as one commit; the proposal with its diff (needs
+        `write` on the whole workspace)."""
+        result: dict[str, Any] = self._ws.client.request("POST", self._path("stage"),
+                                                         json={"message": message}).json()
+        return result
+
+
 @dataclass(frozen=True)
 class ProcessInfo:
     """A background process as the API shows it; `status` is starting, running, exited, killed
@@ -490,6 +531,7 @@ class RemoteWorkspace:
         self.name = name
         self.files = RemoteFiles(self)
         self.processes = RemoteProcesses(self)
+        self.git = RemoteGit(self)
 
     def __repr__(self) -> str:
         return f"RemoteWorkspace({self.name!r}, url={self.client.url!r})"

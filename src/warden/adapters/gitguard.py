@@ -274,6 +274,39 @@ class GitGuard:
         """After bot activity: quarantine every structure that is not the person's."""
         return self._sweep(bot_active=True)
 
+    def adopt(self, rel: str) -> None:
+        """Record the `.git` folder at workspace path `rel` as the person's: Warden made it for
+        them (`warden git clone`), so no sweep moves it aside, even one after a bot's run that
+        was going on meanwhile, and runs get it read-only."""
+        info = self._lstat(rel)
+        if info is None or not stat.S_ISDIR(info.st_mode) or not is_git_name(rel.rpartition("/")[2]):
+            raise ValueError(f"{rel} is not a .git folder")
+        with self._locked() as state:
+            known = _known(state) | {(info.st_dev, info.st_ino)}
+            state["known"] = [list(k) for k in sorted(known)]
+
+    def knows(self, rel: str) -> bool:
+        """Whether the entry at workspace path `rel` is a folder known as the person's."""
+        info = self._lstat(rel)
+        return (info is not None and stat.S_ISDIR(info.st_mode)
+                and (info.st_dev, info.st_ino) in _known(self._read()))
+
+    def _lstat(self, rel: str) -> os.stat_result | None:
+        parent, _, name = rel.rpartition("/")
+        try:
+            fd = _root_fd(self.workspace)
+        except OSError:
+            return None
+        try:
+            with SafeRoot(fd) as root:
+                folder = root.open_dir(parent) if parent else os.dup(fd)
+                try:
+                    return os.stat(name, dir_fd=folder, follow_symlinks=False)
+                finally:
+                    os.close(folder)
+        except (OSError, WardenError):
+            return None
+
 
 def _known(state: dict[str, object]) -> set[tuple[int, int]]:
     raw = state.get("known")

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         TerminalStore,
         WorkspaceRoot,
     )
+    from warden.core.ports.git import Credential, GitResult, GitRunner
     from warden.core.ports.live import LiveSandboxes
     from warden.core.ports.registry import (
         ApprovalTable,
@@ -74,11 +75,14 @@ __all__ = [
     "BotTable",
     "Clock",
     "ConfigFile",
+    "Credential",
     "DiskUsage",
     "FileEntry",
     "GitDefuser",
     "GitGuard",
     "GitGuards",
+    "GitResult",
+    "GitRunner",
     "GrantTable",
     "HomeFiles",
     "KeyFiles",
@@ -122,11 +126,14 @@ _HOME = {
     "BotTable": "registry",
     "Clock": "registry",
     "ConfigFile": "files",
+    "Credential": "git",
     "DiskUsage": "files",
     "FileEntry": "files",
     "GitDefuser": "workspace",
     "GitGuard": "sandbox",
     "GitGuards": "sandbox",
+    "GitResult": "git",
+    "GitRunner": "git",
     "GrantTable": "registry",
     "HomeFiles": "files",
     "KeyFiles": "files",

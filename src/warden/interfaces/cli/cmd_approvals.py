@@ -70,6 +70,17 @@ def _diff(ctx: Context, record: ApprovalRecord) -> str | None:
     """The change a pending write would make, as a unified diff (text), or a one-line summary."""
     import difflib
 
+    if record.op == "git.push":
+        from warden.core.errors import NotFound
+
+        try:
+            proposal = ctx.app.git.proposal(record.workspace, record.path)
+        except NotFound:
+            proposal = None
+        if proposal is None or proposal.commit != record.detail.get("commit"):
+            return "  (the proposal is gone or was staged again: approving it pushes nothing)"
+        text = proposal.diff or "\n".join(f"{status} {path}" for status, path in proposal.files)
+        return "\n".join(printable(line) for line in [f"  {proposal.message}", *text.splitlines()])
     if record.op != "write":
         return None
     shown = printable(record.path)

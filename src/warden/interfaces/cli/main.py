@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("create", "list", "info", "destroy"), _CLI + "cmd_workspace"),
     "audit": _CLI + "cmd_audit",
     "fs": _CLI + "cmd_fs",
+    "git": _CLI + "cmd_git",
     "sandbox": _CLI + "cmd_sandbox",
     **dict.fromkeys(("run", "with"), _CLI + "cmd_run"),
     **dict.fromkeys(("ps", "logs", "kill", "wait"), _CLI + "cmd_process"),

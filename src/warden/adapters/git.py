@@ -1,0 +1,282 @@
+"""The person's `git`, run hardened on a workspace (core.ports.GitRunner; core/git.py says why).
+
+Every call: the repository's config is read as a file (`git config --file`, which follows no
+include and runs nothing) and refused when it names a program; then git runs with the
+environment rebuilt (core.git.git_environ), `GIT_DIR`/`GIT_WORK_TREE` naming the person's
+`.git` and the workspace, `--no-pager`, and the `-c` pins of core.git.HARDENING. A credential
+reaches git only through Warden's helper (adapters/git_credential.py) and variables in the
+environment of that one git process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from warden.adapters.atomic import write_atomic
+from warden.adapters.gitguard import GitGuard
+from warden.core.errors import Conflict, Denied, InvalidInput, NotFound, TimedOut, Unavailable
+from warden.core.git import CREDENTIAL_ENV, HARDENING, forbidden_config, git_environ
+from warden.core.ports.git import Credential, GitResult
+
+__all__ = ["HostGit", "helper_command"]
+
+STATE_DIR = ".warden"
+_MAX_OUTPUT = 64 * 1024 * 1024  # a diff past this is not one a person reads in a terminal
+
+
+def helper_command(python: str = sys.executable) -> str:
+    """The `credential.helper` value: Warden's helper, run by this interpreter in isolated mode
+    (no PYTHONPATH, no user site, not the workspace's folder on sys.path). `!` makes git run it
+    through the shell; the path is quoted for that shell."""
+    import shlex
+
+    return "!" + shlex.join([python, "-I", "-m", "warden.adapters.git_credential"])
+
+
+def _git_path(workspace: str) -> str:
+    return os.path.join(workspace, ".git")
+
+
+class HostGit:
+    """git on this host's workspace folders."""
+
+    def __init__(self, environ: Mapping[str, str], *, git: str | None = None) -> None:
+        self._environ = dict(environ)
+        found = git or shutil.which("git", path=self._environ.get("PATH") or os.defpath)
+        self._git = found
+
+    def _program(self) -> str:
+        if self._git is None:
+            raise Unavailable("git is not installed on this machine (apt-get install git)")
+        return self._git
+
+    # -- the repository -------------------------------------------------------------------
+    def has_repository(self, workspace: str) -> bool:
+        return GitGuard(workspace).knows(".git")
+
+    def root_entries(self, workspace: str) -> list[str]:
+        try:
+            return sorted(os.listdir(workspace))
+        except FileNotFoundError:
+            raise NotFound(f"the folder of workspace {workspace} is missing; see `warden health`") from None
+
+    def write_info(self, workspace: str, name: str, text: str) -> None:
+        info = os.path.join(_git_path(workspace), "info")
+        os.makedirs(info, mode=0o755, exist_ok=True)
+        if os.path.islink(info):
+            raise Denied(f"{info} is a link; Warden writes no file through it")
+        write_atomic(Path(info, name), text.encode())
+
+    def remove_repository(self, workspace: str) -> None:
+        path = _git_path(workspace)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+
+    @contextlib.contextmanager
+    def scratch_index(self, workspace: str) -> Iterator[str]:
+        folder = self._state(workspace)
+        fd, path = tempfile.mkstemp(prefix="git-index-", dir=folder)
+        os.close(fd)
+        os.unlink(path)  # git makes it; an empty file is not an index to git
+        try:
+            yield path
+        finally:
+            for leftover in (path, path + ".lock"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(leftover)
+
+    @contextlib.contextmanager
+    def locked(self, workspace: str) -> Iterator[None]:
+        lock = os.open(os.path.join(self._state(workspace), "git.op.lock"),
+                       os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(lock)
+
+    def _state(self, workspace: str) -> str:
+        folder = os.path.join(workspace, STATE_DIR)
+        os.makedirs(folder, mode=0o755, exist_ok=True)
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            raise Denied(f"{folder} is not a folder")
+        return folder
+
+    def repo_config(self, workspace: str) -> list[tuple[str, str]]:
+        """The repository's own config as (key, value), `config` and `config.worktree` (read when
+        extensions.worktreeConfig is on): each read as a plain file, no include followed. A
+        `commondir` (a linked worktree's pointer to where its config really is) is refused."""
+        git_dir = _git_path(workspace)
+        if os.path.lexists(os.path.join(git_dir, "commondir")):
+            raise Denied("the workspace's .git is a linked worktree (it has a commondir); Warden runs git "
+                         "only on a repository whose config it can vet", rule="git.config")
+        entries: list[tuple[str, str]] = []
+        for name in ("config", "config.worktree"):
+            entries += self._config_entries(workspace, os.path.join(git_dir, name))
+        return entries
+
+    def _config_entries(self, workspace: str, config: str) -> list[tuple[str, str]]:
+        if not os.path.lexists(config):
+            return []
+        if os.path.islink(config):
+            raise Denied(f"{config} is a link; Warden runs no git beside a repository config it cannot vet",
+                         rule="git.config")
+        proc = self._spawn(["config", "--no-includes", "--null", "--list", "--file", config], workspace,
+                           env=git_environ(self._environ, git_dir=_git_path(workspace), work_tree=workspace),
+                           stdin=None, timeout=30)
+        if proc.returncode != 0:
+            raise Denied(f"the git config of this workspace cannot be read: {_last_line(proc.stderr)}",
+                         rule="git.config")
+        entries = []
+        for item in proc.stdout.split("\0"):
+            if item:
+                key, _, value = item.partition("\n")
+                entries.append((key, value))
+        return entries
+
+    def identity(self, workspace: str) -> tuple[str, str]:
+        found = dict(self.repo_config(workspace))
+        name, email = found.get("user.name"), found.get("user.email")
+        home = self._environ.get("HOME")
+        if (not name or not email) and home:
+            person = self._config_file(os.path.join(home, ".gitconfig"), workspace)
+            name, email = name or person.get("user.name"), email or person.get("user.email")
+        login = self._environ.get("USER") or self._environ.get("LOGNAME") or "person"
+        return name or login, email or f"{login}@{os.uname().nodename}"
+
+    def _config_file(self, path: str, workspace: str) -> dict[str, str]:
+        if not os.path.isfile(path):
+            return {}
+        proc = self._spawn(["config", "--no-includes", "--null", "--list", "--file", path], workspace,
+                           env=git_environ(self._environ, git_dir=_git_path(workspace), work_tree=workspace),
+                           stdin=None, timeout=30)
+        return dict(item.partition("\n")[::2] for item in proc.stdout.split("\0") if item) \
+            if proc.returncode == 0 else {}
+
+    def load_state(self, workspace: str) -> dict[str, str]:
+        import json
+
+        path = os.path.join(self._state(workspace), "git-remote.json")
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return {}
+        with os.fdopen(fd, "rb") as handle:
+            try:
+                data = json.loads(handle.read(1 << 16) or b"{}")
+            except ValueError:
+                return {}
+        return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)} \
+            if isinstance(data, dict) else {}
+
+    def save_state(self, workspace: str, state: dict[str, str]) -> None:
+        import json
+
+        write_atomic(Path(self._state(workspace), "git-remote.json"), json.dumps(state).encode())
+
+    def _vet(self, workspace: str) -> None:
+        bad = forbidden_config(self.repo_config(workspace))
+        if bad:
+            raise Denied(f"the repository's .git/config sets {', '.join(bad)}, which can make git run a "
+                         "program; remove them (git config --unset) and try again", rule="git.config")
+
+    # -- running ----------------------------------------------------------------------------
+    def _argv(self, args: Sequence[str], credential: Credential | None, workspace: str) -> list[str]:
+        argv = [self._program(), "--no-pager"]
+        for pin in HARDENING:
+            argv += ["-c", pin]
+        # Exactly this repository is trusted (git reads safe.directory only from protected
+        # config, the command line among them): the one Warden vetted, whoever owns the folder.
+        argv += ["-c", f"safe.directory={workspace}"]
+        if credential is not None:
+            argv += ["-c", f"credential.helper={helper_command()}", "-c", "credential.useHttpPath=false"]
+        return argv + list(args)
+
+    def _spawn(self, argv: Sequence[str], workspace: str, *, env: Mapping[str, str], stdin: str | None,
+               timeout: float) -> subprocess.CompletedProcess[str]:
+        program = argv if argv and argv[0] == self._git else [self._program(), *argv]
+        try:
+            return subprocess.run(program, cwd=workspace, env=dict(env), input=stdin, capture_output=True,
+                                  text=True, errors="surrogateescape", timeout=timeout, check=False,
+                                  stdin=None if stdin is not None else subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise TimedOut(f"git {' '.join(argv[1:3])} took longer than {timeout:g}s") from None
+        except FileNotFoundError:
+            raise NotFound(f"the folder of workspace {workspace} is missing; see `warden health`") from None
+
+    def run(self, workspace: str, args: Sequence[str], *, extra_env: Mapping[str, str] | None = None,
+            input: str | None = None, credential: Credential | None = None, check: bool = True,
+            timeout: float = 600.0) -> GitResult:
+        if not self.has_repository(workspace):
+            raise NotFound(f"workspace {os.path.basename(workspace)} holds no .git Warden knows as the person's "
+                           "(clone with `warden git NAME clone URL`; a .git made outside Warden counts once a "
+                           "run has seen it)")
+        self._vet(workspace)
+        return self._run(workspace, args, extra_env=extra_env, input=input, credential=credential,
+                         check=check, timeout=timeout, git_dir=_git_path(workspace))
+
+    def _run(self, workspace: str, args: Sequence[str], *, extra_env: Mapping[str, str] | None,
+             input: str | None, credential: Credential | None, check: bool, timeout: float,
+             git_dir: str | None) -> GitResult:
+        extra = dict(extra_env or {})
+        if credential is not None:
+            extra.update(zip(CREDENTIAL_ENV, (credential.username, credential.password, credential.where),
+                             strict=True))
+        env = git_environ(self._environ, git_dir=git_dir or "", work_tree=workspace, extra=extra)
+        if git_dir is None:  # `git clone` places its own (and refuses a GIT_WORK_TREE that exists)
+            del env["GIT_DIR"], env["GIT_WORK_TREE"]
+        proc = self._spawn(self._argv(args, credential, workspace), workspace, env=env, stdin=input, timeout=timeout)
+        if len(proc.stdout) > _MAX_OUTPUT:
+            raise InvalidInput(f"git {args[0]} printed more than {_MAX_OUTPUT >> 20} MiB")
+        result = GitResult(proc.returncode, proc.stdout, proc.stderr)
+        if check and proc.returncode != 0:
+            raise GitFailed(f"git {args[0]} failed: {_last_line(proc.stderr) or f'exit status {proc.returncode}'}",
+                            result)
+        return result
+
+    def clone(self, workspace: str, url: str, branch: str | None, credential: Credential | None) -> None:
+        """Clone beside, in the workspace's `.warden/` (the same filesystem), with no checkout and
+        no template (no sample hooks), then move its `.git` to the root and adopt it."""
+        target = _git_path(workspace)
+        if os.path.lexists(target):
+            raise Conflict(f"workspace {os.path.basename(workspace)} already holds a .git")
+        scratch = tempfile.mkdtemp(prefix="git-clone-", dir=self._state(workspace))
+        try:
+            inner = os.path.join(scratch, "repo")
+            args = ["clone", "--no-checkout", "--template=", "--no-recurse-submodules",
+                    "--upload-pack=git-upload-pack", "--quiet"]
+            if branch:
+                args += ["--branch", branch]
+            self._run(scratch, [*args, "--", url, inner], extra_env={}, input=None, credential=credential,
+                      check=True, timeout=3600, git_dir=None)
+            os.rename(os.path.join(inner, ".git"), target)
+        except GitFailed as exc:
+            raise GitFailed(f"git clone of {url} failed: {exc.message.partition(': ')[2]}", exc.result) from None
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        GitGuard(workspace).adopt(".git")
+
+
+class GitFailed(Conflict):
+    """git itself refused or failed; the message holds its own word (the state it found is
+    the conflict: a remote unreachable, a path in the way)."""
+
+    def __init__(self, message: str, result: GitResult) -> None:
+        super().__init__(message, rule="git")
+        self.result = result
+
+
+def _last_line(text: str) -> str:
+    """git's own complaint in one line: its first `fatal:`/`error:` line, else its last word."""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("hint:")]
+    said = [line for line in lines if line.startswith(("fatal:", "error:"))] or lines[-1:]
+    return said[0][:400] if said else ""

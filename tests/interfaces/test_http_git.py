@@ -1,0 +1,101 @@
+"""Git over HTTP for bots, against a real `warden serve`: a grant with `read` sees the status, the
+diff and the proposals; staging needs `write` over the whole workspace and records the bot as
+the proposal's actor; a bot's push waits for a person's approval, then lands in the remote."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.services.test_git import git
+from tests.support.servers import ServeProcess, cli_out, warden_environ
+from warden.client import Client
+from warden.core.errors import Denied, Pending
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str], Path]]:
+    root = tmp_path_factory.mktemp("http-git")
+    bare = root / "remote.git"
+    git("init", "-q", "--bare", "-b", "main", str(bare))
+    seed = root / "seed"
+    git("clone", "-q", str(bare), str(seed))
+    (seed / "notes.md").write_text("one\n")
+    git("add", ".", cwd=seed)
+    git("commit", "-qm", "init", cwd=seed)
+    git("push", "-q", "origin", "main", cwd=seed)
+    environ = warden_environ(root / "home")
+    cli_out(environ, "init")
+    path = Path(cli_out(environ, "create", "repo", "--template", "minimal", "--json").split('"path": "')[1]
+                .split('"')[0])
+    cli_out(environ, "git", "repo", "clone", f"file://{bare}")
+    tokens = {}
+    for bot in ("reader", "writer"):
+        cli_out(environ, "bot", "register", bot)
+    tokens["reader"] = cli_out(environ, "grant", "repo", "reader", "--permissions", "read")
+    tokens["writer"] = cli_out(environ, "grant", "repo", "writer", "--permissions", "read,write")
+    with ServeProcess(environ, root) as server:
+        yield server.url, tokens, path
+
+
+def test_bots_look_and_stage_but_never_push(world: tuple[str, dict[str, str], Path]) -> None:
+    url, tokens, path = world
+    (path / "notes.md").write_text("one\ntwo\n")
+
+    def call(method: str, route: str, bot: str, **kwargs: object) -> httpx.Response:
+        return httpx.request(method, f"{url}/v1/workspaces/repo/git/{route}",
+                             headers={"Authorization": f"Bearer {tokens[bot]}"}, timeout=60, **kwargs)  # type: ignore[arg-type]
+
+    status = call("GET", "status", "reader")
+    assert status.status_code == 200 and status.json()["changes"] == [{"code": " M", "path": "notes.md"}]
+    assert "+two" in call("GET", "diff", "reader").json()["diff"]
+    assert call("POST", "stage", "reader", json={"message": "x"}).status_code == 403
+    staged = call("POST", "stage", "writer", json={"message": "Add two"})
+    assert staged.status_code == 201, staged.text
+    body = staged.json()
+    assert "+two" in body["diff"] and body["actor"].startswith("bot:writer@acc_")
+    [listed] = call("GET", "staged", "reader").json()
+    assert (listed["id"], listed["message"]) == (body["id"], "Add two")
+    assert call("POST", "push", "reader", json={"proposal": body["id"]}).status_code == 403
+    assert call("POST", "push", "writer", json={"proposal": "p-nope"}).status_code == 404
+    bare = Path(git("remote", "get-url", "origin", cwd=path).removeprefix("file://").strip())
+    before = git("rev-parse", "main", cwd=bare)
+    asked = call("POST", "push", "writer", json={"proposal": body["id"]})
+    assert asked.status_code == 202, asked.text
+    approval = asked.json()["approval"]
+    assert (approval["operation"], approval["status"], approval["detail"]["commit"]) == (
+        "git.push", "pending", body["commit"])
+    assert git("rev-parse", "main", cwd=bare) == before  # nothing pushed before a person says so
+    environ = warden_environ(path.parent.parent)
+    shown = subprocess.run([sys.executable, "-m", "warden", "approvals", "--show", approval["id"]],
+                           capture_output=True, text=True, env=environ, check=True).stdout
+    assert "+two" in shown  # the person sees the proposal's diff
+    subprocess.run([sys.executable, "-m", "warden", "approve", approval["id"]], capture_output=True,
+                   env=environ, check=True)
+    assert git("rev-parse", "main", cwd=bare).strip() == body["commit"]
+    done = Client(url, tokens["writer"]).wait_for_approval(approval["id"], timeout=5)
+    assert done["status"] == "approved" and done["outcome"]["commit"] == body["commit"]
+    assert httpx.get(f"{url}/v1/workspaces/repo/git/status", timeout=10).status_code == 401
+
+
+def test_the_sdk(world: tuple[str, dict[str, str], Path]) -> None:
+    url, tokens, path = world
+    (path / "sdk.txt").write_text("from the sdk\n")
+    writer = Client(url, tokens["writer"]).workspace("repo").git
+    assert {"code": "??", "path": "sdk.txt"} in writer.status()["changes"]
+    assert "+from the sdk" in writer.diff()["diff"]
+    proposal = writer.stage("From the SDK")
+    assert proposal["id"] in {p["id"] for p in writer.staged()}
+    with pytest.raises(Denied):
+        Client(url, tokens["reader"]).workspace("repo").git.stage("no")
+    with pytest.raises(Pending) as waiting:
+        writer.push(proposal["id"])
+    assert waiting.value.approval["operation"] == "git.push"
