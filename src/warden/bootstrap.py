@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from warden.services.leases import LeaseService
     from warden.services.lifecycle import LifecycleService
     from warden.services.live import LiveSandboxService
+    from warden.services.locks import LockService
     from warden.services.quota import QuotaService
     from warden.services.runs import RunService
     from warden.services.sandbox_paths import SandboxPaths
@@ -187,7 +188,27 @@ class App:
         from warden.adapters.processes import HostProcesses
         from warden.services.leases import LeaseService
 
-        return LeaseService(self.registry, HostProcesses(), self.clock, os.uname().nodename)
+        return LeaseService(self.registry, HostProcesses(), self.clock, os.uname().nodename, terminal=self.terminal)
+
+    # Set by `warden serve` before it builds anything: what it does, it does for bots, on no terminal.
+    serving = False
+
+    @cached_property
+    def terminal(self) -> str | None:
+        """The terminal this process acts for (`WARDEN_TERMINAL`, else its shell session); None in
+        a server, whose requests are bots' (a terminal's lock refuses them all)."""
+        if self.serving:
+            return None
+        from warden.adapters.terminal_id import terminal_id
+
+        return terminal_id(self.environ)
+
+    @cached_property
+    def locks(self) -> LockService:
+        """Terminals' locks on workspaces (`warden lock|unlock|takeover|locks`)."""
+        from warden.services.locks import LockService
+
+        return LockService(self.leases, self.workspaces, self.audit, self.clock)
 
     @cached_property
     def quota(self) -> QuotaService:
@@ -324,7 +345,7 @@ class App:
         from warden.services.context import ContextService
 
         return ContextService(TerminalFiles(self.home.root / "terminals"), self.workspaces,
-                              terminal_id(self.environ))
+                              self.terminal or terminal_id(self.environ))
 
     @cached_property
     def approvals(self) -> ApprovalService:

@@ -4,6 +4,8 @@ registry fails here, not silently in a unit test that trusted it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import secrets
 import threading
@@ -283,3 +285,41 @@ def test_the_audit_chain_has_one_appender_at_a_time(registry: Registry) -> None:
     for t in threads:
         t.join()
     assert log.verify() == (40, None)
+
+
+def test_approvals_move_by_compare_and_set_and_drop_their_bytes_once_answered(registry: Registry) -> None:
+    from warden.core.approvals import ApprovalRecord, content_digest
+
+    content = bytes(range(256)) * 4
+    record = ApprovalRecord(id="apr_" + "a" * 16, workspace="w1", workspace_id="ws_w1", op="write", path="/final/r",
+                            requester="bot:b1@acc_1", bot="b1", minter="lead", accessor="acc_1", zone="final",
+                            rule="allow: zone final (rw)", created_at=T0, expires_at=T0 + timedelta(hours=1),
+                            digest=content_digest(content), size=len(content), detail={"recursive": False})
+    with registry.transaction() as tx:
+        tx.approvals.insert(record, content)
+    with registry.transaction() as tx:
+        assert tx.approvals.get(record.id) == record and tx.approvals.content(record.id) == content
+        assert tx.approvals.count_waiting("lead", (T0 + timedelta(minutes=1)).isoformat(timespec="microseconds")) \
+            == (1, len(content))
+        assert tx.approvals.count_waiting("b1", T0.isoformat(timespec="microseconds"))[0] == 0
+        assert [r.id for r in tx.approvals.listed(workspace="w1", statuses=("pending",), limit=5)] == [record.id]
+    answered = T0 + timedelta(minutes=2)
+    with registry.transaction() as tx:
+        assert tx.approvals.move(record.id, "pending", {"status": "approving", "answered_by": "user",
+                                                        "answered_at": answered})
+        assert not tx.approvals.move(record.id, "pending", {"status": "denied"})  # already moved on
+        assert not tx.approvals.move(record.id, "approving", {"status": "approving"},
+                                     answered_at=answered + timedelta(seconds=1))  # someone else's claim
+        assert tx.approvals.content(record.id) == content  # still needed to carry it out
+        assert tx.approvals.move(record.id, "approving", {"status": "approved", "outcome": {"size": 1024}},
+                                 answered_at=answered)
+    with registry.transaction() as tx:
+        done = tx.approvals.get(record.id)
+        assert done is not None and done.status == "approved" and done.outcome == {"size": 1024}
+        assert done.answered_at == answered and tx.approvals.content(record.id) is None
+    other = dataclasses.replace(record, id="apr_" + "b" * 16, created_at=T0 + timedelta(seconds=1))
+    with registry.transaction() as tx:
+        tx.approvals.insert(other, b"x")
+        assert tx.approvals.expire((T0 + timedelta(hours=2)).isoformat(timespec="microseconds")) == [other.id]
+        assert tx.approvals.content(other.id) is None
+        assert tx.approvals.forget_workspace("ws_w1") == 2

@@ -236,3 +236,16 @@ def test_a_bot_chosen_path_cannot_forge_lines_of_the_preview(loop: dict[str, obj
     assert "+harmless" not in shown.stdout.splitlines()
     assert "\\n+harmless" in shown.stdout and "+payload" in shown.stdout
     _cli(loop, "deny", approval_id)
+
+
+def test_a_terminal_s_lock_refuses_bots_with_423(loop: dict[str, object]) -> None:
+    environ = {**loop["environ"], "WARDEN_TERMINAL": "person"}  # type: ignore[dict-item]
+    cli_out(environ, "lock", "paper", "--reason", "reviewing")
+    try:
+        refused = _put(loop, str(loop["idle"]), "/drafts/while-locked.md", b"x")
+        assert refused.status_code == 423 and "locked by terminal person (reviewing)" in refused.text
+        assert httpx.get(f"{loop['url']}/v1/workspaces/paper/files", params={"path": "/drafts"},
+                         headers={"Authorization": f"Bearer {loop['idle']}"}, timeout=30).status_code == 200
+    finally:
+        cli_out(environ, "unlock", "paper")
+    assert _put(loop, str(loop["idle"]), "/drafts/after.md", b"x").status_code == 200

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from warden.core.approvals import ApprovalRecord
 from warden.core.audit import GENESIS, AuditEvent, StoredEvent, detail_text, event_hash
 from warden.core.errors import Conflict
 from warden.core.grants import BotRow, Grant
@@ -37,6 +38,7 @@ class _State:
     sandboxes: dict[str, LiveSandbox] = field(default_factory=dict)
     processes: dict[str, LiveProcess] = field(default_factory=dict)
     audit: list[StoredEvent] = field(default_factory=list)
+    approvals: dict[str, tuple[ApprovalRecord, bytes | None]] = field(default_factory=dict)
 
 
 def _stored_meta(meta: object) -> dict[str, object]:
@@ -339,6 +341,60 @@ class _Audit:
         return [e for e in self._s.audit if after is None or e.seq > after][:limit]
 
 
+class _Approvals:
+    def __init__(self, state: _State) -> None:
+        self._s = state
+
+    def insert(self, record: ApprovalRecord, content: bytes | None) -> None:
+        if record.id in self._s.approvals:
+            raise Conflict(f"already exists (approval {record.id})")
+        self._s.approvals[record.id] = (record, content)
+
+    def get(self, approval_id: str) -> ApprovalRecord | None:
+        found = self._s.approvals.get(approval_id)
+        return found[0] if found else None
+
+    def content(self, approval_id: str) -> bytes | None:
+        found = self._s.approvals.get(approval_id)
+        return found[1] if found else None
+
+    def move(self, approval_id: str, from_status: str, changes: Mapping[str, object], *,
+             answered_at: datetime | None = None) -> bool:
+        found = self._s.approvals.get(approval_id)
+        if found is None or found[0].status != from_status:
+            return False
+        if answered_at is not None and found[0].answered_at != answered_at:
+            return False
+        record = dataclasses.replace(found[0], **changes)  # type: ignore[arg-type]
+        final = changes.get("status") in ("approved", "denied", "expired", "failed")
+        self._s.approvals[approval_id] = (record, None if final else found[1])
+        return True
+
+    def listed(self, *, workspace: str | None, statuses: Sequence[str] | None, limit: int) -> list[ApprovalRecord]:
+        rows = [r for r, _ in self._s.approvals.values()
+                if (workspace is None or r.workspace == workspace) and (statuses is None or r.status in statuses)]
+        return sorted(rows, key=lambda r: (r.created_at, r.id), reverse=True)[:limit]
+
+    def count_waiting(self, minter: str, now: str) -> tuple[int, int]:
+        at = datetime.fromisoformat(now)
+        waiting = [r for r, _ in self._s.approvals.values() if r.status == "pending" and r.expires_at > at]
+        return sum(1 for r in waiting if r.minter == minter), sum(r.size or 0 for r in waiting)
+
+    def expire(self, now: str) -> list[str]:
+        at = datetime.fromisoformat(now)
+        gone = sorted(i for i, (r, _) in self._s.approvals.items() if r.status == "pending" and r.expires_at <= at)
+        for approval_id in gone:
+            self._s.approvals[approval_id] = (dataclasses.replace(self._s.approvals[approval_id][0],
+                                                                  status="expired"), None)
+        return gone
+
+    def forget_workspace(self, workspace_id: str) -> int:
+        gone = [i for i, (r, _) in self._s.approvals.items() if r.workspace_id == workspace_id]
+        for approval_id in gone:
+            del self._s.approvals[approval_id]
+        return len(gone)
+
+
 class MemoryTx:
     def __init__(self, state: _State) -> None:
         self.workspaces = _Workspaces(state)
@@ -350,6 +406,7 @@ class MemoryTx:
         self.sandboxes = _Sandboxes(state)
         self.processes = _Processes(state)
         self.audit = _Audit(state)
+        self.approvals = _Approvals(state)
 
 
 class MemoryRegistry:

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Literal, NamedTuple
 
 from warden.core.errors import Locked
+from warden.core.locks import TerminalLock
 
 __all__ = ["Held", "Holder", "LeaseState", "Mode", "acquire", "from_json", "live", "release", "renew", "to_json"]
 
@@ -63,6 +64,7 @@ class LeaseState(NamedTuple):
     workspace: str
     fence: int = 0
     held: tuple[Held, ...] = ()
+    lock: TerminalLock | None = None  # a terminal's lock (core/locks.py), kept on the same row
 
     def exclusive(self) -> Held | None:
         return next((h for h in self.held if h.mode == "exclusive"), None)

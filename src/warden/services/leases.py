@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
-from warden.core import leases
+from warden.core import leases, locks
 from warden.core.errors import Locked
 from warden.core.leases import Holder, LeaseState
+from warden.core.locks import TerminalLock
 from warden.core.ports import Clock, Processes, Registry, Tx
 
 __all__ = ["Lease", "LeaseService"]
@@ -45,8 +46,11 @@ class LeaseService:
     """Workspace leases of this node's processes."""
 
     def __init__(self, registry: Registry, processes: Processes, clock: Clock, node: str, *,
-                 ttl: timedelta = TTL) -> None:
+                 ttl: timedelta = TTL, terminal: str | None = None) -> None:
         self._registry = registry
+        # The terminal this process acts for (None: a server's bots): a terminal's lock
+        # (core/locks.py) refuses every other one.
+        self.terminal = terminal
         self._processes = processes
         self._clock = clock
         self.node = node
@@ -107,7 +111,11 @@ class LeaseService:
         lease = Lease(name, holder, mode, 0)
 
         def take(state: LeaseState, as_mode: leases.Mode) -> LeaseState:
-            return leases.acquire(state, holder, as_mode, self._clock(), self.ttl, self._alive)
+            now = self._clock()
+            locks.check(state.lock, name, self.terminal, now, self._lock_alive)
+            if state.lock is not None and state.lock.terminal == self.terminal:
+                state = state._replace(lock=state.lock.renewed(now))  # its holder's use keeps it
+            return leases.acquire(state, holder, as_mode, now, self.ttl, self._alive)
 
         def taken(tx: Tx, state: LeaseState) -> None:
             lease.fence = state.fence
@@ -139,6 +147,27 @@ class LeaseService:
             with self._lock:
                 self._held.pop(holder.id, None)
             self._release(name, holder.id, on_release)
+
+    # -- terminal locks ------------------------------------------------------------------------
+    def _lock_alive(self, lock: TerminalLock) -> bool | None:
+        """Whether a lock's terminal lives: known only for a shell session on this node."""
+        session = locks.session_of(lock.terminal)
+        if session is None or lock.node != self.node:
+            return None
+        return self._processes.alive(session[0], session[1] or None)
+
+    def live_lock(self, name: str) -> TerminalLock | None:
+        lock = self.state(name).lock
+        return lock if lock is not None and lock.live(self._clock(), self._lock_alive) else None
+
+    def change_lock(self, name: str, change: Callable[[TerminalLock | None], TerminalLock | None]) -> None:
+        """Set the lock of `name` to `change(the live lock or None)`, by compare-and-set."""
+        def changed(state: LeaseState) -> LeaseState:
+            now = self._clock()
+            current = state.lock if state.lock is not None and state.lock.live(now, self._lock_alive) else None
+            return state._replace(lock=change(current))
+
+        self._change(name, changed)
 
     def _release(self, name: str, holder_id: str, on_release: Callable[[Tx], None] | None) -> None:
         extra = (lambda tx, _state: on_release(tx)) if on_release is not None else None

@@ -93,6 +93,7 @@ workspace_leases = Table(
     Column("fence", Integer, nullable=False, server_default="0"),
     Column("version", Integer, nullable=False, server_default="1"),
     Column("holders", Text, nullable=False, server_default="[]"),
+    Column("terminal_lock", Text),  # a terminal's lock (core/locks.py), JSON; NULL: none
 )
 
 # A run's intent, written (with its audit row) before the command starts and removed with its

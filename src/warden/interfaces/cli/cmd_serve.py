@@ -67,6 +67,7 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
     from warden.interfaces.http.protocol import BoundedHttpToolsProtocol, DeniedHandshakeProtocol
 
     app = ctx.app
+    app.serving = True  # its requests are bots': no terminal's lock is theirs (set before anything is built)
     host = args.host or app.settings.get_str("api.host")
     port = app.settings.get_int("api.port") if args.port is None else args.port
     check_port(port)

@@ -56,6 +56,7 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("grant", "grants", "revoke"), _CLI + "cmd_grant"),
     "secret": _CLI + "cmd_secret",
     "ws": _CLI + "cmd_ws",
+    **dict.fromkeys(("lock", "unlock", "takeover", "locks"), _CLI + "cmd_lock"),
     **dict.fromkeys(("approvals", "approve", "deny"), _CLI + "cmd_approvals"),
     "serve": _CLI + "cmd_serve",
     "demo": _CLI + "cmd_demo",

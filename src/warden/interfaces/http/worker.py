@@ -12,4 +12,6 @@ def app_from_environment() -> FastAPI:
     from warden.bootstrap import bootstrap
     from warden.interfaces.http import create_app
 
-    return create_app(bootstrap())
+    app = bootstrap()
+    app.serving = True  # its requests are bots': no terminal's lock is theirs
+    return create_app(app)
