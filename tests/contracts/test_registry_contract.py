@@ -5,7 +5,6 @@ registry fails here, not silently in a unit test that trusted it."""
 from __future__ import annotations
 
 import dataclasses
-
 import os
 import secrets
 import threading

@@ -21,6 +21,10 @@ __all__ = ["LockService"]
 DEFAULT_TTL = timedelta(hours=2)
 
 
+def _or_default(ttl: timedelta | None) -> timedelta:
+    return DEFAULT_TTL if ttl is None else ttl  # a zero ttl is refused, not defaulted
+
+
 class LockService:
     def __init__(self, leases: LeaseService, workspaces: WorkspaceService, audit: AuditLog,
                  clock: Callable[[], datetime]) -> None:
@@ -45,7 +49,7 @@ class LockService:
                 raise Locked(f"workspace {name!r} is locked by terminal {current.terminal} until "
                              f"{current.expires:%Y-%m-%d %H:%M:%S} UTC; `warden takeover {name}` takes it over",
                              rule="lock.terminal")
-            lock = TerminalLock.new(terminal, self._leases.node, self._clock(), ttl if ttl is not None else DEFAULT_TTL, reason)
+            lock = TerminalLock.new(terminal, self._leases.node, self._clock(), _or_default(ttl), reason)
             if current is not None:
                 lock = TerminalLock(terminal, lock.node, current.since, lock.expires, lock.ttl_s, reason)
             made[:] = [lock]
@@ -86,7 +90,7 @@ class LockService:
 
         def change(current: TerminalLock | None) -> TerminalLock:
             taken[:] = [current]
-            made[:] = [TerminalLock.new(terminal, self._leases.node, self._clock(), ttl if ttl is not None else DEFAULT_TTL, reason)]
+            made[:] = [TerminalLock.new(terminal, self._leases.node, self._clock(), _or_default(ttl), reason)]
             return made[0]
 
         self._leases.change_lock(name, change)
