@@ -24,6 +24,7 @@ from warden.core.limits import Limits
 from warden.core.live import RING_BYTES, Chunk, Exited, LiveProcess, LiveSandbox, Logs, StartedSandbox, Supervised
 from warden.core.quota import Quota, Usage
 from warden.core.runs import RunResult, SandboxRequest
+from warden.core.watching import Coalescer
 
 
 # -- workspace folders, layers, installs, health, quota, settings (services/folders.py and friends) --
@@ -418,6 +419,7 @@ class FakeQuotaWatch:
         self.breach: str | None = None
         self.at: Usage | None = None
         self.notes: list[str] = []
+        self.changes: Coalescer | None = None  # a fake sees no file changes
         self._quota = quota
         self._disk = disk
         self.root = root

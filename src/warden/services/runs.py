@@ -24,6 +24,7 @@ from warden.core.errors import Conflict, Denied, InvalidInput, Locked, NotFound,
 from warden.core.limits import Limits, apply_overrides
 from warden.core.paths import is_inside
 from warden.core.runs import NO_NETWORK_ENV, NetEvent, RunResult, SandboxRequest, Sink, explain_failure, workspace_cwd
+from warden.core.watching import run_summary
 from warden.services.runs_in_progress import RunIntent, RunsInProgress
 
 if TYPE_CHECKING:
@@ -141,6 +142,7 @@ class _Watched:
     note: str | None  # the line a run the quota stopped ends with
     breach: str | None  # the setting it broke (workspace.max_disk, ...)
     notes: tuple[str, ...]  # how the watch went (held by rescans, a failed watcher)
+    changes: dict[str, Any] | None = None  # what the run changed (core.watching.run_summary)
 
 
 @dataclass
@@ -467,7 +469,9 @@ class RunService:
         except Denied as exc:  # a protected path became a link between the check and the mount
             raise self._refuse(exc, request.actor, name, plan.detail) from None
         note = self._quota.stop_note(watcher, name, result.exit_code)
-        return result, _Watched(note, watcher.breach, tuple(watcher.notes))
+        # The quota's watcher saw every change the command made: the audit event sums them up.
+        changes = run_summary(watcher.changes) if watcher.changes is not None else None
+        return result, _Watched(note, watcher.breach, tuple(watcher.notes), changes)
 
     def _conclude(self, plan: _Plan, request: RunRequest, intent: RunIntent, result: RunResult,
                   watched: _Watched, notes: _Notes) -> RunResult:
@@ -476,6 +480,8 @@ class RunService:
         name, detail = plan.record.name, plan.detail
         if watched.notes:
             detail["quota_notes"] = list(watched.notes)
+        if watched.changes is not None:
+            detail["changes"] = watched.changes
         if watched.note is not None:
             detail["stopped_by"] = str(watched.breach)
             notes.say(watched.note)

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         SandboxRunner,
         Unarchiver,
     )
+    from warden.core.ports.watch import ChangeFeed, FileWatcher
     from warden.core.ports.workspace import (
         ArchiveFiles,
         GitDefuser,
@@ -69,10 +70,12 @@ __all__ = [
     "ArchiveFiles",
     "AuditTable",
     "BotTable",
+    "ChangeFeed",
     "Clock",
     "ConfigFile",
     "DiskUsage",
     "FileEntry",
+    "FileWatcher",
     "GitDefuser",
     "GitGuard",
     "GitGuards",
@@ -115,10 +118,12 @@ _HOME = {
     "ArchiveFiles": "workspace",
     "AuditTable": "registry",
     "BotTable": "registry",
+    "ChangeFeed": "watch",
     "Clock": "registry",
     "ConfigFile": "files",
     "DiskUsage": "files",
     "FileEntry": "files",
+    "FileWatcher": "watch",
     "GitDefuser": "workspace",
     "GitGuard": "sandbox",
     "GitGuards": "sandbox",

@@ -10,6 +10,7 @@ from warden.core.ports.registry import Clock
 
 if TYPE_CHECKING:
     from warden.core.quota import Quota, Usage
+    from warden.core.watching import Coalescer
 
 __all__ = [
     "ConfigFile",
@@ -131,6 +132,11 @@ class QuotaWatch(Protocol):
 
     @property
     def notes(self) -> list[str]: ...
+
+    @property
+    def changes(self) -> Coalescer | None:
+        """What the run changed in the workspace (core.watching), None where it was not watched."""
+        ...
 
     def arm(self, stop: Callable[[], None]) -> None: ...
 
