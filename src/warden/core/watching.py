@@ -153,8 +153,9 @@ class Coalescer:
         changes = tuple(Change(kind, path) for path, kind in self._changes.items())
         return Batch(changes, at, len(changes) + self._extra, self.overflow)
 
-    def tally(self) -> dict[ChangeKind, int]:
-        counts: dict[ChangeKind, int] = {"added": 0, "modified": 0, "deleted": 0}
+    def tally(self) -> dict[str, int]:
+        """How many paths were added, modified and deleted."""
+        counts = {"added": 0, "modified": 0, "deleted": 0}
         for kind in self._changes.values():
             counts[kind] += 1
         return counts
@@ -173,7 +174,7 @@ def run_summary(changes: Coalescer, *, paths: int = RUN_PATHS) -> dict[str, obje
     kind, the first `paths` paths, and `overflow` (with `more`) when the counts are not all."""
     if not changes:
         return None
-    summary: dict[str, object] = {kind: n for kind, n in changes.tally().items()}
+    summary: dict[str, object] = {**changes.tally()}
     summary["paths"] = [p for p, _ in zip(changes.paths(), range(paths), strict=False)]
     if changes.overflow:
         summary["overflow"] = True
