@@ -17,7 +17,7 @@ from typing import Literal
 from warden.core.gitcontrol import QUARANTINE_SUFFIX
 
 __all__ = ["BATCH_LIMIT", "DEBOUNCE_S", "IGNORED_NAMES", "MAX_BATCH_WAIT_S", "RUN_PATHS", "Batch", "Change",
-           "ChangeKind", "Coalescer", "ignored", "ignored_name", "run_summary"]
+           "ChangeKind", "Coalescer", "ignored", "ignored_name", "run_summary", "shown_path"]
 
 ChangeKind = Literal["added", "modified", "deleted"]
 
@@ -34,6 +34,12 @@ RUN_PATHS = 20
 # store) at any depth, and what Warden's git guard moved aside (core/gitcontrol.py). They are
 # never watched at all, so `npm install` costs the watcher nothing.
 IGNORED_NAMES = frozenset({".warden", ".venv", "node_modules", ".git"})
+
+
+def shown_path(path: str) -> str:
+    """`path` as text: a name that is no UTF-8 (read with surrogateescape) gets U+FFFD where its
+    bad bytes were, so it can be written as JSON, to a terminal or to the audit log."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def ignored_name(name: str) -> bool:
@@ -54,7 +60,7 @@ class Change:
     path: str
 
     def to_json(self) -> dict[str, str]:
-        return {"change": self.change, "path": self.path}
+        return {"change": self.change, "path": shown_path(self.path)}
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,7 @@ class Batch:
 
     def lines(self) -> list[str]:
         """The human form: one line per change, then one for what overflow left out."""
-        out = [f"{c.change} {c.path}" for c in self.changes]
+        out = [f"{c.change} {shown_path(c.path)}" for c in self.changes]
         if self.overflow:
             out.append(f"… and more: {self.count} changes in all (only the first {len(self.changes)} listed)")
         return out
@@ -175,7 +181,7 @@ def run_summary(changes: Coalescer, *, paths: int = RUN_PATHS) -> dict[str, obje
     if not changes:
         return None
     summary: dict[str, object] = {**changes.tally()}
-    summary["paths"] = [p for p, _ in zip(changes.paths(), range(paths), strict=False)]
+    summary["paths"] = [shown_path(p) for p, _ in zip(changes.paths(), range(paths), strict=False)]
     if changes.overflow:
         summary["overflow"] = True
         summary["more"] = changes.extra

@@ -55,6 +55,7 @@ COMMANDS: dict[str, str] = {
     "secret": _CLI + "cmd_secret",
     "serve": _CLI + "cmd_serve",
     "demo": _CLI + "cmd_demo",
+    "watch": _CLI + "cmd_watch",
 }
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 

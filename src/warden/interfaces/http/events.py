@@ -1,0 +1,113 @@
+"""`GET /v1/workspaces/{name}/events`: the workspace's file changes as Server-Sent Events.
+
+Needs `read` on the workspace; a grant limited to zones is shown only the paths its zones cover.
+Each debounced batch is one event, `event: change` with `data:` the batch's JSON (the objects
+`warden watch --json` prints: `{"changes": [{"change", "path"}], "at", "count"[, "overflow"]}`);
+a comment line (`: keep-alive`) every HEARTBEAT_S so proxies keep the stream open; a last
+`event: end` (`data: {"reason": "gone"|"archived"|…}`) when the workspace folder goes. The
+watch is closed (its inotify descriptor given back, its place in api.max_watches_per_bot freed)
+as soon as the client disconnects. One audit event per stream, written when it opens.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import anyio
+from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import StreamingResponse
+
+from warden.core.zones import zone_for
+from warden.interfaces.http.calls import Call
+from warden.interfaces.http.routes import Token, WorkspaceName, token_of
+from warden.interfaces.http.statuses import ERROR_RESPONSES
+
+if TYPE_CHECKING:
+    from starlette.types import Receive, Scope, Send
+
+    from warden.bootstrap import App
+    from warden.services.watching import Watch
+
+__all__ = ["HEARTBEAT_S", "SSE", "EventStream", "router"]
+
+SSE = "text/event-stream"
+HEARTBEAT_S = 15.0
+
+
+def _event(kind: str, data: object) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+async def _events(watch: Watch, heartbeat_s: float) -> AsyncIterator[bytes]:
+    yield b": watching\n\n"  # the headers go out now: the client knows the watch is on
+    while True:
+        # Waits in a worker thread; cancelled at once when the client goes (the watch's close
+        # wakes that thread, which then gives the descriptor back).
+        batch = await anyio.to_thread.run_sync(watch.next, heartbeat_s, abandon_on_cancel=True)
+        if batch is not None:
+            yield _event("change", batch.to_json())
+        elif watch.ended is not None:
+            yield _event("end", {"reason": watch.ended})
+            return
+        else:
+            yield b": keep-alive\n\n"
+
+
+class EventStream(StreamingResponse):
+    """A streaming response that always closes its watch, however the stream ends.
+
+    Starlette only listens for the client's disconnect under ASGI specs before 2.4 (after that
+    it notices at the next failed write, up to a heartbeat later); here the disconnect is always
+    listened for, so a client that leaves frees its watch at once.
+    """
+
+    def __init__(self, watch: Watch, heartbeat_s: float = HEARTBEAT_S) -> None:
+        super().__init__(_events(watch, heartbeat_s), media_type=SSE,
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.watch = watch
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def stream() -> None:
+                    await self.stream_response(send)
+                    group.cancel_scope.cancel()
+
+                async def listen() -> None:
+                    await self.listen_for_disconnect(receive)
+                    group.cancel_scope.cancel()
+
+                group.start_soon(stream)
+                group.start_soon(listen)
+        except OSError:
+            pass  # the client went while we wrote: nothing more to tell it
+        finally:
+            self.watch.close()
+
+
+def router(app: App) -> APIRouter:
+    api = APIRouter(responses=ERROR_RESPONSES, tags=["files"])
+
+    @api.get("/v1/workspaces/{name}/events", response_class=EventStream,
+             responses={200: {"content": {SSE: {"schema": {"type": "string"}}},
+                              "description": "Server-Sent Events: `event: change` per batch of file changes"}})
+    async def events(name: WorkspaceName, token: Token) -> EventStream:
+        """The workspace's file changes as they happen (needs `read`; a grant sees its zones only)."""
+
+        def opening() -> Watch:
+            with Call(app, "events.watch", name) as call:
+                principal = call.authenticate(token_of(token))
+                record = call.authorize(name, "read")
+                scope = app.auth.zone_scope(principal, lambda: app.sandbox_paths.zones(record))
+                shown = None if scope is None else (lambda path: zone_for(scope, path) is not None)
+                watch = app.watching.open(name, holder=principal.minter, shown=shown)
+                call.note(zones=None if scope is None else sorted(scope))
+                return watch
+
+        return EventStream(await run_in_threadpool(opening))
+
+    return api
