@@ -4,7 +4,8 @@ Needs `read` on the workspace; a grant limited to zones is shown only the paths 
 Each debounced batch is one event, `event: change` with `data:` the batch's JSON (the objects
 `warden watch --json` prints: `{"changes": [{"change", "path"}], "at", "count"[, "overflow"]}`);
 a comment line (`: keep-alive`) every HEARTBEAT_S so proxies keep the stream open; a last
-`event: end` (`data: {"reason": "gone"|"archived"|…}`) when the workspace folder goes. The
+`event: end` (`data: {"reason": "gone"|"archived"|…|"timeout"}`) when the workspace folder goes
+or `?timeout=SECONDS` passed. The
 watch is closed (its inotify descriptor given back, its place in api.max_watches_per_bot freed)
 as soon as the client disconnects. One audit event per stream, written when it opens.
 """
@@ -12,11 +13,12 @@ as soon as the client disconnects. One audit event per stream, written when it o
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
 
@@ -41,18 +43,24 @@ def _event(kind: str, data: object) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-async def _events(watch: Watch, heartbeat_s: float) -> AsyncIterator[bytes]:
+async def _events(watch: Watch, heartbeat_s: float, timeout: float | None) -> AsyncIterator[bytes]:
     yield b": watching\n\n"  # the headers go out now: the client knows the watch is on
+    deadline = None if timeout is None else time.monotonic() + timeout
     while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            yield _event("end", {"reason": "timeout"})
+            return
         # Waits in a worker thread; cancelled at once when the client goes (the watch's close
         # wakes that thread, which then gives the descriptor back).
-        batch = await anyio.to_thread.run_sync(watch.next, heartbeat_s, abandon_on_cancel=True)
+        wait = heartbeat_s if left is None else min(left, heartbeat_s)
+        batch = await anyio.to_thread.run_sync(watch.next, wait, abandon_on_cancel=True)
         if batch is not None:
             yield _event("change", batch.to_json())
         elif watch.ended is not None:
             yield _event("end", {"reason": watch.ended})
             return
-        else:
+        elif deadline is None or time.monotonic() < deadline:
             yield b": keep-alive\n\n"
 
 
@@ -64,8 +72,8 @@ class EventStream(StreamingResponse):
     listened for, so a client that leaves frees its watch at once.
     """
 
-    def __init__(self, watch: Watch, heartbeat_s: float = HEARTBEAT_S) -> None:
-        super().__init__(_events(watch, heartbeat_s), media_type=SSE,
+    def __init__(self, watch: Watch, *, heartbeat_s: float = HEARTBEAT_S, timeout: float | None = None) -> None:
+        super().__init__(_events(watch, heartbeat_s, timeout), media_type=SSE,
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self.watch = watch
 
@@ -95,7 +103,10 @@ def router(app: App) -> APIRouter:
     @api.get("/v1/workspaces/{name}/events", response_class=EventStream,
              responses={200: {"content": {SSE: {"schema": {"type": "string"}}},
                               "description": "Server-Sent Events: `event: change` per batch of file changes"}})
-    async def events(name: WorkspaceName, token: Token) -> EventStream:
+    async def events(name: WorkspaceName, token: Token,
+                     timeout: Annotated[float | None, Query(gt=0, description="end the stream after this many seconds "
+                                                                             "(`event: end`, reason timeout)")] = None,
+                     ) -> EventStream:
         """The workspace's file changes as they happen (needs `read`; a grant sees its zones only)."""
 
         def opening() -> Watch:
@@ -108,6 +119,6 @@ def router(app: App) -> APIRouter:
                 call.note(zones=None if scope is None else sorted(scope))
                 return watch
 
-        return EventStream(await run_in_threadpool(opening))
+        return EventStream(await run_in_threadpool(opening), timeout=timeout)
 
     return api
