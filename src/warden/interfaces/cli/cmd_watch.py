@@ -43,9 +43,9 @@ def _watch(ctx: Context, args: argparse.Namespace) -> Output:
         deadline = time.monotonic() + parse_timeout(args.timeout)
     batches = changes = 0
     with ctx.app.watching.open(args.name) as watch:
-        if not ctx.json:
-            sys.stderr.write(f"watching {printable(args.name)} (Ctrl-C stops)\n")
-            sys.stderr.flush()
+        # On stderr, --json or not: a script (or a test) knows from it that changes now count.
+        sys.stderr.write(f"watching {printable(args.name)} (Ctrl-C stops)\n")
+        sys.stderr.flush()
         while args.count is None or batches < args.count:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:

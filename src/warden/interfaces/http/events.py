@@ -100,7 +100,7 @@ class EventStream(StreamingResponse):
 def router(app: App) -> APIRouter:
     api = APIRouter(responses=ERROR_RESPONSES, tags=["files"])
 
-    @api.get("/v1/workspaces/{name}/events", response_class=EventStream,
+    @api.get("/v1/workspaces/{name}/events", response_class=StreamingResponse, response_model=None,
              responses={200: {"content": {SSE: {"schema": {"type": "string"}}},
                               "description": "Server-Sent Events: `event: change` per batch of file changes"}})
     async def events(name: WorkspaceName, token: Token,
