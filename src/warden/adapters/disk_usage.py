@@ -171,6 +171,7 @@ class UsageTree:
         # Told each change an event shows, as (kind, host path): a run's change summary
         # (adapters/quota.py). None between runs, so catching up on others' changes is not told.
         self.on_change: Callable[[ChangeKind, str], None] | None = None
+        self._telling: Callable[[ChangeKind, str], None] | None = None  # set while a new folder is walked
 
     @property
     def usage(self) -> Usage:
@@ -250,6 +251,8 @@ class UsageTree:
         if name in listing:
             self._drop(path, name)
         listing[name] = (st.st_ino, is_dir)
+        if self._telling is not None:
+            self._telling("added", f"{path}/{name}")
         cost = charge(st.st_blocks, st.st_size)
         old = self.charges.get(st.st_ino)
         self.charges[st.st_ino] = cost
@@ -330,11 +333,12 @@ class UsageTree:
             told("added" if known is None else "modified", full)
         dirty.add(path)  # a folder's own blocks grow with its entries
         if is_dir and (child := _open_dir(full, None)) is not None:
-            self._walk(child, full)  # what was made in it before its watch existed counts too
-            if told is not None:
-                for below in [p for p in self.entries if p == full or p.startswith(full + "/")]:
-                    for entry in list(self.entries.get(below, ())):
-                        told("added", f"{below}/{entry}")
+            # What was made in it before its watch existed counts too (and is told as added).
+            self._telling = told
+            try:
+                self._walk(child, full)
+            finally:
+                self._telling = None
 
     def catch_up(self) -> bool:
         """Apply the events queued since the tree was last looked at; False when only a new

@@ -176,7 +176,9 @@ class InotifyFeed:
             kind: ChangeKind
             if mask & (_IN_DELETE | _IN_MOVED_FROM):
                 kind = "deleted"
-                if mask & _IN_ISDIR:
+                if mask & _IN_MOVED_FROM and mask & _IN_ISDIR:
+                    # A folder moved keeps its watches: forget them, its new place (if within)
+                    # is walked again. A deleted one's go by themselves (IN_IGNORED).
                     self._unwatch(path)
             elif mask & (_IN_CREATE | _IN_MOVED_TO):
                 kind = "added"
