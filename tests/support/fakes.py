@@ -1127,6 +1127,7 @@ class FakeFeed:
         self._cond = threading.Condition()
         self.gone = False
         self.closed = False
+        self.notes: list[str] = []
 
     def _push(self, kind: str, path: str) -> None:
         with self._cond:

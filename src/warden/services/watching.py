@@ -63,6 +63,11 @@ class Watch:
         self._checked = clock()
         self.ended: str | None = None  # why no batch follows: "gone", "archived", …, "closed"
 
+    @property
+    def notes(self) -> list[str]:
+        """Folders left unwatched and why (fs.inotify.max_user_watches), to tell the watcher."""
+        return list(self._feed.notes)
+
     def next(self, timeout: float | None = None) -> Batch | None:
         """The next batch, or None after `timeout` seconds without one (or once `ended`)."""
         deadline = None if timeout is None else self._clock() + timeout

@@ -18,6 +18,11 @@ class ChangeFeed(Protocol):
         """The watched folder itself was deleted or moved away: no batch follows."""
         ...
 
+    @property
+    def notes(self) -> list[str]:
+        """What could not be watched and why (inotify limits), for the person or bot watching."""
+        ...
+
     def next(self, timeout: float | None) -> Batch | None:
         """The next batch (blocks); None after `timeout` seconds of nothing, once closed, or gone."""
         ...

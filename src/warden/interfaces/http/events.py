@@ -3,6 +3,7 @@
 Needs `read` on the workspace; a grant limited to zones is shown only the paths its zones cover.
 Each debounced batch is one event, `event: change` with `data:` the batch's JSON (the objects
 `warden watch --json` prints: `{"changes": [{"change", "path"}], "at", "count"[, "overflow"]}`);
+`event: notice` (`{"message"}`) first for any folder inotify could not watch (its limits);
 a comment line (`: keep-alive`) every HEARTBEAT_S so proxies keep the stream open; a last
 `event: end` (`data: {"reason": "gone"|"archived"|…|"timeout"}`) when the workspace folder goes
 or `?timeout=SECONDS` passed. The
@@ -45,6 +46,8 @@ def _event(kind: str, data: object) -> bytes:
 
 async def _events(watch: Watch, heartbeat_s: float, timeout: float | None) -> AsyncIterator[bytes]:
     yield b": watching\n\n"  # the headers go out now: the client knows the watch is on
+    for note in watch.notes:  # folders inotify could not watch (its limits): changes there are missed
+        yield _event("notice", {"message": note})
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         left = None if deadline is None else deadline - time.monotonic()
