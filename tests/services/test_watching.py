@@ -34,7 +34,7 @@ class Workspaces:
 @pytest.fixture
 def world() -> tuple[WatchService, FakeWatcher, Workspaces]:
     fake, spaces = FakeWatcher(), Workspaces()
-    service = WatchService(workspaces=spaces, watcher=fake, settings=WatchSettings(max_per_bot=2))  # type: ignore[arg-type]
+    service = WatchService(workspaces=spaces, watcher=fake, settings=WatchSettings(max_per_bot=2, max_total=3))  # type: ignore[arg-type]
     return service, fake, spaces
 
 
@@ -56,7 +56,10 @@ def test_a_bot_holds_at_most_its_share_and_a_closed_watch_frees_it(world: tuple)
     first, second = service.open("w", holder="bot"), service.open("w", holder="bot")
     with pytest.raises(Unavailable, match=r"api\.max_watches_per_bot"):
         service.open("w", holder="bot")
-    service.open("w", holder="other-bot").close()  # another bot has its own share
+    third = service.open("w", holder="other-bot")  # another bot has its own share
+    with pytest.raises(Unavailable, match=r"api\.max_watches\b"):  # but all together are bounded too
+        service.open("w", holder="yet-another")
+    third.close()
     first.close()
     first.close()  # twice is once
     assert service.held("bot") == 1

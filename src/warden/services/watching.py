@@ -4,8 +4,9 @@ Each watch is one inotify feed (core/ports/watch.py) over the workspace folder, 
 batch per debounced burst (core/watching.py: 100 ms of quiet, ignored folders never watched,
 workspace-relative paths, at most BATCH_LIMIT paths a batch). A bot's watch shows only the
 paths its grant's zones cover, and one bot holds at most `api.max_watches_per_bot` at once in
-one server process. A watch ends when its workspace folder goes (destroyed, archived, moved) or
-the workspace leaves `ready`/`suspended`; the caller then gets `ended`.
+one server process (`api.max_watches` for all bots together). A watch ends when its workspace
+folder goes (destroyed, archived, moved) or the workspace leaves `ready`/`suspended`; the caller
+then gets `ended`.
 """
 
 from __future__ import annotations
@@ -38,13 +39,16 @@ _WATCHABLE = ("ready", "suspended")
 @dataclass(frozen=True)
 class WatchSettings:
     max_per_bot: int = 4  # api.max_watches_per_bot
+    # api.max_watches: all holders together. Each watch holds one inotify instance, and the
+    # quota's watcher of every run needs one too (fs.inotify.max_user_instances, often 128).
+    max_total: int = 32
     debounce_s: float = DEBOUNCE_S
     max_wait_s: float = MAX_BATCH_WAIT_S
     limit: int = BATCH_LIMIT
 
     @classmethod
     def from_settings(cls, s: Settings) -> WatchSettings:
-        return cls(max_per_bot=s.get_int("api.max_watches_per_bot"))
+        return cls(max_per_bot=s.get_int("api.max_watches_per_bot"), max_total=s.get_int("api.max_watches"))
 
 
 class Watch:
@@ -135,6 +139,9 @@ class WatchService:
                 if self._held[holder] >= self.settings.max_per_bot:
                     raise Unavailable(f"{holder} already watches {self.settings.max_per_bot} times at once "
                                       "(api.max_watches_per_bot); close a watch first", rule="api.max_watches_per_bot")
+                if self._held.total() >= self.settings.max_total:
+                    raise Unavailable(f"{self.settings.max_total} watches are open in this server already "
+                                      "(api.max_watches); retry when one closes", rule="api.max_watches")
                 self._held[holder] += 1
         try:
             feed = self._watcher.watch(os.path.realpath(record.path), debounce_s=self.settings.debounce_s,
