@@ -20,8 +20,8 @@ import threading
 from collections.abc import Callable, Iterator
 from functools import cache
 
+from warden.core.changes import ChangeKind
 from warden.core.quota import Usage, charge
-from warden.core.watching import ChangeKind
 
 __all__ = ["Overflow", "UsageTree", "add_watch", "events", "free_bytes", "inotify", "inotify_works", "measure",
            "release", "remove_watch"]

@@ -38,8 +38,8 @@ from pathlib import Path
 
 from warden.adapters import disk_usage
 from warden.adapters.disk_usage import UsageTree
+from warden.core.changes import ChangeKind, Coalescer, ignored
 from warden.core.quota import FREE_KEY, Quota, Usage
-from warden.core.watching import ChangeKind, Coalescer, ignored
 
 __all__ = ["OVERSHOOT", "RESCAN_S", "HostDisk", "Watcher", "realtime_allowed"]
 
@@ -139,7 +139,7 @@ class Watcher:
         self._wrote = False
         self._closed = False
         self._failed = False
-        # What the run changed, from the same events (core.watching): its audit event's summary.
+        # What the run changed, from the same events (core.changes): its audit event's summary.
         # None where inotify could not watch the workspace (the quota is then kept by rescans).
         self.changes: Coalescer | None = None
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from warden.core.bwrap_argv import Bind
+from warden.core.changes import run_summary
 from warden.core.errors import Conflict, Denied, InvalidInput, Locked, NotFound, Refused, Unavailable, WardenError
 from warden.core.limits import Limits, apply_overrides
 from warden.core.paths import is_inside
 from warden.core.runs import NO_NETWORK_ENV, NetEvent, RunResult, SandboxRequest, Sink, explain_failure, workspace_cwd
-from warden.core.watching import run_summary
 from warden.services.runs_in_progress import RunIntent, RunsInProgress
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ class _Watched:
     note: str | None  # the line a run the quota stopped ends with
     breach: str | None  # the setting it broke (workspace.max_disk, ...)
     notes: tuple[str, ...]  # how the watch went (held by rescans, a failed watcher)
-    changes: dict[str, Any] | None = None  # what the run changed (core.watching.run_summary)
+    changes: dict[str, Any] | None = None  # what the run changed (core.changes.run_summary)
 
 
 @dataclass

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Protocol
 from warden.core.ports.registry import Clock
 
 if TYPE_CHECKING:
+    from warden.core.changes import Coalescer
     from warden.core.quota import Quota, Usage
-    from warden.core.watching import Coalescer
 
 __all__ = [
     "ConfigFile",
@@ -135,7 +135,7 @@ class QuotaWatch(Protocol):
 
     @property
     def changes(self) -> Coalescer | None:
-        """What the run changed in the workspace (core.watching), None where it was not watched."""
+        """What the run changed in the workspace (core.changes), None where it was not watched."""
         ...
 
     def arm(self, stop: Callable[[], None]) -> None: ...
