@@ -4,7 +4,16 @@ zone filter and a run's summary."""
 from __future__ import annotations
 
 from warden.core.gitcontrol import QUARANTINE_SUFFIX
-from warden.core.watching import Batch, Change, Coalescer, ignored, ignored_name, run_summary, shown_path
+from warden.core.watching import (
+    Batch,
+    Change,
+    Coalescer,
+    batch_of,
+    ignored,
+    ignored_name,
+    run_summary,
+    shown_path,
+)
 
 
 def test_ignored_anywhere_in_the_path() -> None:
@@ -21,7 +30,7 @@ def test_a_burst_folds_into_one_change_per_path_in_first_seen_order() -> None:
     for kind, path in [("added", "/a"), ("modified", "/a"), ("modified", "/b"), ("added", "/tmp"),
                        ("deleted", "/tmp"), ("deleted", "/c"), ("added", "/c"), ("modified", "/b")]:
         c.add(kind, path)  # type: ignore[arg-type]
-    batch = c.batch("2026-01-01T00:00:00Z")
+    batch = batch_of(c, "2026-01-01T00:00:00Z")
     assert batch is not None
     assert [(x.change, x.path) for x in batch.changes] == [("added", "/a"), ("modified", "/b"), ("modified", "/c")]
     assert batch.count == 3 and not batch.overflow
@@ -34,14 +43,14 @@ def test_a_burst_that_cancels_out_is_no_batch() -> None:
     c = Coalescer()
     c.add("added", "/tmp.swp")
     c.add("deleted", "/tmp.swp")
-    assert c.batch("t") is None
+    assert batch_of(c, "t") is None
 
 
 def test_past_the_limit_it_only_counts() -> None:
     c = Coalescer(limit=3)
     for i in range(1_000):
         c.add("added", f"/f{i}")
-    batch = c.batch("t")
+    batch = batch_of(c, "t")
     assert batch is not None
     assert len(batch.changes) == 3 and batch.count == 1_000 and batch.overflow
     assert batch.to_json()["overflow"] is True

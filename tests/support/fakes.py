@@ -1140,7 +1140,7 @@ class FakeFeed:
             self._cond.notify_all()
 
     def next(self, timeout: float | None) -> Batch | None:
-        from warden.core.watching import Coalescer, ignored
+        from warden.core.watching import Coalescer, batch_of, ignored
 
         with self._cond:
             self._cond.wait_for(lambda: self._pending or self.gone or self.closed, timeout)
@@ -1151,7 +1151,7 @@ class FakeFeed:
                 if not ignored(path):
                     batch.add(kind, path)  # type: ignore[arg-type]
             self._pending.clear()
-        return batch.batch("2026-01-01T00:00:00.000Z")
+        return batch_of(batch, "2026-01-01T00:00:00.000Z")
 
     def close(self) -> None:
         with self._cond:

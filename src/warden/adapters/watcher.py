@@ -32,7 +32,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from warden.adapters import disk_usage
-from warden.core.watching import Batch, ChangeKind, Coalescer, ignored_name
+from warden.core.watching import Batch, ChangeKind, Coalescer, batch_of, ignored_name
 
 __all__ = ["InotifyFeed", "InotifyWatcher"]
 
@@ -249,11 +249,11 @@ class InotifyFeed:
                 if batch and first is None:
                     first = self._clock()
                 if self.gone:
-                    return batch.batch(self._stamp())
+                    return batch_of(batch, self._stamp())
                 if first is not None and self._clock() - first < self.max_wait_s:
                     continue  # more may come: the burst ends after a quiet debounce_s
             if first is not None:
-                made = batch.batch(self._stamp())
+                made = batch_of(batch, self._stamp())
                 if made is not None:
                     return made
                 batch, first = Coalescer(self.limit), None  # it all cancelled out: wait on

@@ -1,7 +1,7 @@
 """Which file changes count and how one burst's raw events fold into one change per path:
 the light half of file watching, which every run's quota watcher uses for the run's audit
-summary (so it is kept free of dataclasses: `warden run` imports it). core/watching.py holds the
-batches watchers hand out.
+summary (so it is kept free of dataclasses: `warden run` imports it). core/watching.py makes the
+batches watchers hand out from it.
 
 Memory is bounded whatever a command does: a fold keeps at most `limit` distinct paths; past
 that it only counts (`overflow`), so a bot creating a million files costs a counter, not a list.
@@ -10,12 +10,9 @@ that it only counts (`overflow`), so a bot creating a million files costs a coun
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from warden.core.gitcontrol import QUARANTINE_SUFFIX
-
-if TYPE_CHECKING:
-    from warden.core.watching import Batch
 
 __all__ = ["BATCH_LIMIT", "DEBOUNCE_S", "IGNORED_NAMES", "MAX_BATCH_WAIT_S", "RUN_PATHS", "ChangeKind", "Coalescer",
            "ignored", "ignored_name", "run_summary", "shown_path"]
@@ -99,14 +96,9 @@ class Coalescer:
         self.overflow = True
         self._extra += count
 
-    def batch(self, at: str) -> Batch | None:
-        """The burst as one batch, or None when its changes cancelled out."""
-        if not self:
-            return None
-        from warden.core.watching import Batch, Change  # watchers only: runs never make batches
-
-        changes = tuple(Change(kind, path) for path, kind in self._changes.items())
-        return Batch(changes, at, len(changes) + self._extra, self.overflow)
+    def items(self) -> Iterable[tuple[str, ChangeKind]]:
+        """(path, change) of each path kept, in the order it first changed."""
+        return self._changes.items()
 
     def tally(self) -> dict[str, int]:
         """How many paths were added, modified and deleted."""

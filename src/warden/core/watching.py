@@ -25,7 +25,7 @@ from warden.core.changes import (
 )
 
 __all__ = ["BATCH_LIMIT", "DEBOUNCE_S", "IGNORED_NAMES", "MAX_BATCH_WAIT_S", "RUN_PATHS", "Batch", "Change",
-           "ChangeKind", "Coalescer", "ignored", "ignored_name", "run_summary", "shown_path"]
+           "ChangeKind", "Coalescer", "batch_of", "ignored", "ignored_name", "run_summary", "shown_path"]
 
 
 @dataclass(frozen=True)
@@ -80,3 +80,11 @@ class Batch:
             return self
         return Batch(kept, self.at, len(kept) if not self.overflow else self.count - (len(self.changes) - len(kept)),
                      self.overflow)
+
+
+def batch_of(folded: Coalescer, at: str) -> Batch | None:
+    """A burst's folded changes as one batch ended `at`, or None when they cancelled out."""
+    if not folded:
+        return None
+    changes = tuple(Change(kind, path) for path, kind in folded.items())
+    return Batch(changes, at, len(changes) + folded.extra, folded.overflow)
