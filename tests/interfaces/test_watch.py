@@ -224,6 +224,12 @@ def test_a_runs_audit_event_sums_up_what_it_changed(world: World) -> None:
     cli_out(world.environ, "run", "shared", "--", "true")
     events = json.loads(cli_out(world.environ, "audit", "--json", "--limit", "5"))["data"]
     assert "changes" not in [e for e in events if e["action"] == "run"][-1]["detail"]
+    # A bot's exec over HTTP is audited the same way.
+    ws = Client(world.server.url, world.tokens["runner"]).workspace("shared")
+    assert ws.run(["sh", "-c", "echo hi > via-http.txt"]).exit_code == 0
+    events = json.loads(cli_out(world.environ, "audit", "--json", "--limit", "10"))["data"]
+    run = [e for e in events if e["action"] == "run"][-1]
+    assert run["actor"].startswith("bot:runner") and run["detail"]["changes"]["paths"] == ["/via-http.txt"]
 
 
 def test_no_watcher_outlives_the_tests(world: World) -> None:
