@@ -137,6 +137,22 @@ def test_a_zoned_grant_sees_its_zones_only(world: World) -> None:
         assert kind == "change" and [c["path"] for c in data["changes"]] == ["/cache/in-zone.txt"]
 
 
+def test_a_denied_path_is_never_named_to_a_bot(world: World) -> None:
+    folder = world.folder()
+    (folder / "private").mkdir(exist_ok=True)
+    cli_out(world.environ, "sandbox", "remove", str(folder / "private"), "--workspace", "shared")
+    try:
+        with world.stream("reader") as response:
+            events = _sse(response.iter_lines())
+            assert next(events) == ("comment", "watching")
+            (folder / "private" / "salary.csv").write_text("x")
+            (folder / "public.txt").write_text("x")
+            kind, data = next(events)
+            assert kind == "change" and [c["path"] for c in data["changes"]] == ["/public.txt"]
+    finally:
+        cli_out(world.environ, "sandbox", "add", str(folder / "private"), "--workspace", "shared")
+
+
 def test_a_disconnect_closes_the_watch_and_frees_its_place(world: World) -> None:
     # The streams of earlier tests close as their clients left, a moment later: wait for none.
     wait_until(lambda: _server_watches(world.server) == 0, timeout=10)

@@ -104,3 +104,33 @@ def test_close_from_another_thread_ends_a_waiting_next(world: tuple) -> None:  #
     watch.close()
     waiter.join(5)
     assert got == [None] and watch.ended == "closed" and service.held("bot") == 0
+
+
+def test_the_policy_filter_shows_what_stat_allows_and_reads_the_policy_once_a_second() -> None:
+    from warden.core.errors import InvalidInput
+    from warden.services.watching import PolicyFilter
+
+    class Decision:
+        def __init__(self, allowed: bool) -> None:
+            self.allowed = allowed
+
+    class Policy:
+        def decide(self, path: str, op: str) -> Decision:
+            assert op == "stat"
+            if "\\n" in path:
+                raise InvalidInput("bad name")
+            return Decision(not path.startswith("/private"))
+
+    class Files:
+        reads = 0
+
+        def policy(self) -> Policy:
+            Files.reads += 1
+            return Policy()
+
+    now = [0.0]
+    shown = PolicyFilter(Files(), clock=lambda: now[0])  # type: ignore[arg-type]
+    assert shown("/a.txt") and not shown("/private/x") and not shown("/bad\\nname")
+    assert Files.reads == 1
+    now[0] = 1.5
+    assert shown("/b.txt") and Files.reads == 2

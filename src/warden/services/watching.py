@@ -2,11 +2,11 @@
 
 Each watch is one inotify feed (core/ports/watch.py) over the workspace folder, handing out one
 batch per debounced burst (core/watching.py: 100 ms of quiet, ignored folders never watched,
-workspace-relative paths, at most BATCH_LIMIT paths a batch). A bot's watch shows only the
-paths its grant's zones cover, and one bot holds at most `api.max_watches_per_bot` at once in
-one server process (`api.max_watches` for all bots together). A watch ends when its workspace
-folder goes (destroyed, archived, moved) or the workspace leaves `ready`/`suspended`; the caller
-then gets `ended`.
+workspace-relative paths, at most BATCH_LIMIT paths a batch). A bot's watch shows only the paths
+its file policy lets it see (PolicyFilter: its grant's zones, never a denied path), and one bot
+holds at most `api.max_watches_per_bot` at once in one server process (`api.max_watches` for all
+bots together). A watch ends when its workspace folder goes (destroyed, archived, moved) or the
+workspace leaves `ready`/`suspended`; the caller then gets `ended`.
 """
 
 from __future__ import annotations
@@ -23,12 +23,14 @@ from warden.core.errors import Conflict, Unavailable
 from warden.core.watching import BATCH_LIMIT, DEBOUNCE_S, MAX_BATCH_WAIT_S
 
 if TYPE_CHECKING:
+    from warden.core.policy import WorkspacePolicy
     from warden.core.ports import ChangeFeed, FileWatcher
     from warden.core.settings import Settings
     from warden.core.watching import Batch
+    from warden.services.files import FileService
     from warden.services.workspaces import WorkspaceService
 
-__all__ = ["Watch", "WatchService", "WatchSettings"]
+__all__ = ["PolicyFilter", "Watch", "WatchService", "WatchSettings"]
 
 # How often a waiting watch looks at the registry: a workspace archived or destroyed by another
 # process may keep its folder a moment (a lease, the trash), and the registry says so first.
@@ -109,6 +111,30 @@ class Watch:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class PolicyFilter:
+    """Which changed paths a caller may be told of: those its file policy lets it `stat` (the
+    grant's zones, the denied and protected paths), so a watch never names what the file API
+    would refuse to show. The policy is read again at most once a second (its files may change)."""
+
+    def __init__(self, files: FileService, clock: Callable[[], float] = time.monotonic) -> None:
+        self._files = files
+        self._clock = clock
+        self._policy: WorkspacePolicy | None = None
+        self._at = 0.0
+
+    def __call__(self, path: str) -> bool:
+        from warden.core.errors import WardenError
+        from warden.core.paths import canonical
+
+        now = self._clock()
+        if self._policy is None or now - self._at >= 1.0:
+            self._policy, self._at = self._files.policy(), now
+        try:
+            return self._policy.decide(canonical(path), "stat").allowed
+        except WardenError:
+            return False  # a name the policy cannot even judge is not shown
 
 
 class WatchService:

@@ -1,6 +1,7 @@
 """`GET /v1/workspaces/{name}/events`: the workspace's file changes as Server-Sent Events.
 
-Needs `read` on the workspace; a grant limited to zones is shown only the paths its zones cover.
+Needs `read` on the workspace; a bot is shown only the paths its file policy lets it see (a
+grant limited to zones: those zones; never a denied path).
 Each debounced batch is one event, `event: change` with `data:` the batch's JSON (the objects
 `warden watch --json` prints: `{"changes": [{"change", "path"}], "at", "count"[, "overflow"]}`);
 `event: notice` (`{"message"}`) first for any folder inotify could not watch (its limits);
@@ -23,10 +24,10 @@ from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
 
-from warden.core.zones import zone_for
 from warden.interfaces.http.calls import Call
 from warden.interfaces.http.routes import Token, WorkspaceName, token_of
 from warden.interfaces.http.statuses import ERROR_RESPONSES
+from warden.services.watching import PolicyFilter
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -117,7 +118,8 @@ def router(app: App) -> APIRouter:
                 principal = call.authenticate(token_of(token))
                 record = call.authorize(name, "read")
                 scope = app.auth.zone_scope(principal, lambda: app.sandbox_paths.zones(record))
-                shown = None if scope is None else (lambda path: zone_for(scope, path) is not None)
+                # Told only what its file policy lets it see: its zones, never a denied path.
+                shown = PolicyFilter(app.files(record, actor=call.actor, scope=scope))
                 watch = app.watching.open(name, holder=principal.minter, shown=shown)
                 call.note(zones=None if scope is None else sorted(scope))
                 return watch
