@@ -45,7 +45,8 @@ def _event(kind: str, data: object) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-async def _events(watch: Watch, heartbeat_s: float, timeout: float | None) -> AsyncIterator[bytes]:
+async def _events(watch: Watch, heartbeat_s: float, timeout: float | None,
+                  limiter: anyio.CapacityLimiter | None) -> AsyncIterator[bytes]:
     yield b": watching\n\n"  # the headers go out now: the client knows the watch is on
     for note in watch.notes:  # folders inotify could not watch (its limits): changes there are missed
         yield _event("notice", {"message": note})
@@ -58,7 +59,7 @@ async def _events(watch: Watch, heartbeat_s: float, timeout: float | None) -> As
         # Waits in a worker thread; cancelled at once when the client goes (the watch's close
         # wakes that thread, which then gives the descriptor back).
         wait = heartbeat_s if left is None else min(left, heartbeat_s)
-        batch = await anyio.to_thread.run_sync(watch.next, wait, abandon_on_cancel=True)
+        batch = await anyio.to_thread.run_sync(watch.next, wait, abandon_on_cancel=True, limiter=limiter)
         if batch is not None:
             yield _event("change", batch.to_json())
         elif watch.ended is not None:
@@ -76,8 +77,9 @@ class EventStream(StreamingResponse):
     listened for, so a client that leaves frees its watch at once.
     """
 
-    def __init__(self, watch: Watch, *, heartbeat_s: float = HEARTBEAT_S, timeout: float | None = None) -> None:
-        super().__init__(_events(watch, heartbeat_s, timeout), media_type=SSE,
+    def __init__(self, watch: Watch, *, heartbeat_s: float = HEARTBEAT_S, timeout: float | None = None,
+                 limiter: anyio.CapacityLimiter | None = None) -> None:
+        super().__init__(_events(watch, heartbeat_s, timeout, limiter), media_type=SSE,
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self.watch = watch
 
@@ -103,6 +105,10 @@ class EventStream(StreamingResponse):
 
 def router(app: App) -> APIRouter:
     api = APIRouter(responses=ERROR_RESPONSES, tags=["files"])
+    # A waiting stream holds a worker thread for up to a heartbeat: its own tokens, so open
+    # streams never take the threads of the other routes (Starlette's shared limiter has 40).
+    # The service refuses past api.max_watches, so this never makes a stream wait.
+    waiting = anyio.CapacityLimiter(app.settings.get_int("api.max_watches"))
 
     @api.get("/v1/workspaces/{name}/events", response_class=StreamingResponse, response_model=None,
              responses={200: {"content": {SSE: {"schema": {"type": "string"}}},
@@ -124,6 +130,6 @@ def router(app: App) -> APIRouter:
                 call.note(zones=None if scope is None else sorted(scope))
                 return watch
 
-        return EventStream(await run_in_threadpool(opening), timeout=timeout)
+        return EventStream(await run_in_threadpool(opening), timeout=timeout, limiter=waiting)
 
     return api
