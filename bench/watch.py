@@ -16,7 +16,8 @@ Then `Workspace.run(["true"])` (and a command writing 10 files) in a warm proces
 summary in its audit event and with it patched out, taking turns (same machine load).
 
 And why the baseline is not what Warden runs: how many folders each watches for a workspace
-holding a link to a folder outside it (watchfiles follows the link).
+holding a link to a folder outside it (watchfiles follows the link). `--flood N`: a bot making N
+files at once, and what the watcher's memory does meanwhile (bounded: batches keep 1000 paths).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -209,6 +211,37 @@ def _run_cost(n: int, ws: object) -> list[tuple[str, list[float]]]:
     return list(rows.items())
 
 
+def _flood(n: int, tmp: str) -> str:
+    """What a watcher holds while a bot makes `n` files as fast as it can (peak RSS growth)."""
+    import resource
+
+    from warden.adapters.watcher import InotifyWatcher
+
+    root = Path(tmp) / "flood"
+    root.mkdir()
+    with InotifyWatcher().watch(str(root), debounce_s=0.1, max_wait_s=1.0, limit=1000) as feed:
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+        def make() -> None:
+            (root / "d").mkdir()
+            for i in range(n):
+                os.close(os.open(root / "d" / f"f{i}", os.O_CREAT | os.O_WRONLY, 0o644))
+
+        maker = threading.Thread(target=make)
+        start = time.monotonic()
+        maker.start()
+        batches = counted = 0
+        while True:
+            batch = feed.next(1.0)
+            if batch is None and not maker.is_alive():
+                break
+            if batch is not None:
+                batches, counted = batches + 1, counted + batch.count
+        grew = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+    return (f"a flood of {n} files: {batches} batches in {time.monotonic() - start:.1f} s (count {counted}, an "
+            f"upper bound past each batch's 1000 paths); the watcher's peak memory grew {grew:.1f} MiB")
+
+
 def _row(name: str, times: list[float]) -> str:
     ordered = sorted(times)
     p95 = ordered[max(0, int(len(ordered) * 0.95) - 1)]
@@ -218,7 +251,10 @@ def _row(name: str, times: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-n", type=int, default=50)
-    n = parser.parse_args().n
+    parser.add_argument("--flood", type=int, default=0, metavar="FILES",
+                        help="also make this many files at once and report the watcher's memory")
+    args = parser.parse_args()
+    n = args.n
     compileall.compile_dir(str(REPO / "src" / "warden"), quiet=1)
     sys.path.insert(0, str(REPO / "src"))
     from warden import Warden
@@ -260,6 +296,8 @@ def main() -> None:
                 print(f"summary adds to a run's quota watch, {label}: {extra * 1000:+.0f} µs")
         theirs, ours = _watched_folders(tmp)
         print(f"\nfolders watched for a workspace of 3 with a link to 21 outside: watchfiles {theirs}, Warden {ours}")
+        if args.flood:
+            print(_flood(args.flood, tmp))
     print("(latencies include the 100 ms of quiet that ends a burst; watchfiles needs a second 100 ms step "
           "to see the quiet)")
 

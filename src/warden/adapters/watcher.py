@@ -99,34 +99,44 @@ class InotifyFeed:
 
     def _walk(self, fd: int, path: str, found: Coalescer | None) -> None:
         """Watch folder `fd` (closed here), known as `path`, and every folder below it; with
-        `found`, report all they hold as added (it was made before its watch existed)."""
-        stack = [(fd, path)]
-        while stack:
-            dir_fd, dir_path = stack.pop()
+        `found`, report all they hold as added (it was made before its watch existed).
+
+        A listing is read as it comes, never held: a folder of a million files costs a million
+        steps and no memory; only the paths of folders still to visit are kept, and each is
+        opened from the root again, name by name, never through a link.
+        """
+        pending: list[str] = []
+        current: int | None = fd
+        current_path = path
+        while current is not None or pending:
+            if current is None:
+                current_path = pending.pop()
+                current = self._open_below_root(current_path)
+                if current is None:
+                    continue  # gone (or swapped for a link) meanwhile: its own events say so
             try:
-                self._watch(dir_fd, dir_path)
-                with os.scandir(dir_fd) as it:
-                    listing = list(it)
-                for entry in listing:
-                    if ignored_name(entry.name):
-                        continue
-                    child = f"{dir_path}/{entry.name}"
-                    if found is not None:
-                        found.add("added", child)
-                    try:
-                        # d_type first: most entries are files, and they cost no stat here.
-                        if not entry.is_dir(follow_symlinks=False):
-                            continue  # a link is a file here, never followed
-                        if entry.stat(follow_symlinks=False).st_dev != self._dev:
-                            continue  # another filesystem mounted inside is not walked
-                    except OSError:
-                        continue
-                    with contextlib.suppress(OSError):
-                        stack.append((os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd), child))
+                self._watch(current, current_path)
+                with os.scandir(current) as it:
+                    for entry in it:
+                        if ignored_name(entry.name):
+                            continue
+                        child = f"{current_path}/{entry.name}"
+                        if found is not None:
+                            found.add("added", child)
+                        try:
+                            # d_type first: most entries are files, and they cost no stat here.
+                            if not entry.is_dir(follow_symlinks=False):
+                                continue  # a link is a file here, never followed
+                            if entry.stat(follow_symlinks=False).st_dev != self._dev:
+                                continue  # another filesystem mounted inside is not walked
+                        except OSError:
+                            continue
+                        pending.append(child)
             except OSError:
                 pass  # gone (or unreadable) meanwhile: its own events say what happened
             finally:
-                os.close(dir_fd)
+                os.close(current)
+                current = None
 
     def _unwatch(self, path: str) -> None:
         """Forget `path` and the folders below it (moved away: their events are not ours)."""
