@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from warden.services.secrets import SecretService
     from warden.services.settings import HomeSetup
     from warden.services.sweeper import Sweeper
+    from warden.services.watching import WatchService
 
 __all__ = ["App", "Home", "bootstrap", "config_file", "load_settings"]
 
@@ -423,6 +424,15 @@ class App:
         from warden.adapters.exec_slots import HeldSlots
 
         return HeldSlots(self.home.run / "exec-slots")
+
+    @cached_property
+    def watching(self) -> WatchService:
+        """Watches of workspaces' file changes (`warden watch`, the events stream)."""
+        from warden.adapters.watcher import InotifyWatcher
+        from warden.services.watching import WatchService, WatchSettings
+
+        return WatchService(workspaces=self.workspaces, watcher=InotifyWatcher(),
+                            settings=WatchSettings.from_settings(self.settings))
 
     @cached_property
     def bot_requests(self) -> BotRequestService:

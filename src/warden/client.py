@@ -16,6 +16,7 @@
     except Pending as waiting:                               # 202: a person answers it
         client.wait_for_approval(waiting.approval["id"])     # → {"status": "approved", ...}
     ws.git.status(); ws.git.diff()["diff"]; ws.git.stage("Fix the parser")   # a proposal for the person
+    for batch in ws.files.watch(timeout=60): ...             # file changes as they happen (SSE)
     child = ws.grant("helper-bot", ["read"], ttl="1h")       # needs admin; never wider
 
 API errors come back as Warden's own exceptions (`warden.core.errors`), chosen by the stable
@@ -25,6 +26,7 @@ API errors come back as Warden's own exceptions (`warden.core.errors`), chosen b
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +48,10 @@ from warden.core.errors import (
     WardenError,
 )
 from warden.core.runs import RunResult
+from warden.core.watching import Batch, Change
+
+# Longest silence on a change stream before the SDK gives the server up (it heartbeats every 15 s).
+_WATCH_SILENCE_S = 45.0
 
 __all__ = ["Client", "CreatedWorkspace", "IssuedGrant", "ProcessInfo", "ProcessOutput", "RemoteFiles", "RemoteGit",
            "RemoteProcess", "RemoteProcesses", "RemoteWorkspace", "RunEvent", "error_from"]
@@ -362,6 +368,41 @@ class RemoteFiles:
         except NotFound:
             return False
         return True
+
+    def watch(self, *, timeout: float | None = None, count: int | None = None) -> Iterator[Batch]:
+        """The workspace's file changes as they happen (`GET …/events`, server-sent events): one
+        `Batch` per debounced burst, until `count` batches, `timeout` seconds, or the workspace
+        goes (then the iterator just ends). Needs `read`; a grant sees its zones' paths only.
+
+            for batch in ws.files.watch(timeout=60):
+                for change in batch.changes: print(change.change, change.path)
+        """
+        params = {} if timeout is None else {"timeout": timeout}
+        got = 0
+        if count is not None and count < 1:
+            return
+        # The server sends a comment every 15 s: a longer silence is a lost server.
+        read = httpx.Timeout(self._ws.client._timeout, read=_WATCH_SILENCE_S)
+        with self._ws.client.streaming("GET", f"/v1/workspaces/{self._ws.name}/events", params=params,
+                                       timeout=read) as response:
+            kind = ""
+            for line in response.iter_lines():
+                if line.startswith("event:"):
+                    kind = line[6:].strip()
+                elif line.startswith("data:") and kind == "change":
+                    yield _batch(json.loads(line[5:]))
+                    got += 1
+                    if count is not None and got >= count:
+                        return
+                elif line.startswith("data:") and kind == "end":
+                    return
+                elif not line:
+                    kind = ""
+
+
+def _batch(data: Mapping[str, Any]) -> Batch:
+    changes = tuple(Change(c["change"], c["path"]) for c in data.get("changes", ()))
+    return Batch(changes, str(data.get("at", "")), int(data.get("count", len(changes))), bool(data.get("overflow")))
 
 
 class RemoteGit:

@@ -24,6 +24,7 @@ from warden.core.limits import Limits
 from warden.core.live import RING_BYTES, Chunk, Exited, LiveProcess, LiveSandbox, Logs, StartedSandbox, Supervised
 from warden.core.quota import Quota, Usage
 from warden.core.runs import RunResult, SandboxRequest
+from warden.core.watching import Batch, Coalescer
 
 
 # -- workspace folders, layers, installs, health, quota, settings (services/folders.py and friends) --
@@ -418,6 +419,7 @@ class FakeQuotaWatch:
         self.breach: str | None = None
         self.at: Usage | None = None
         self.notes: list[str] = []
+        self.changes: Coalescer | None = None  # a fake sees no file changes
         self._quota = quota
         self._disk = disk
         self.root = root
@@ -1111,3 +1113,82 @@ class FakeLiveSandboxes:
     def net_events(self, sandbox: LiveSandbox) -> list[FakeNetEvent]:
         events, self.events = self.events, []
         return events
+
+
+class FakeFeed:
+    """One feed of FakeWatcher (core.ports.ChangeFeed): changes the test makes with
+    `FakeWatcher.change` before a `next` are that call's one batch, as a burst is on the host."""
+
+    def __init__(self, watcher: FakeWatcher, root: str, limit: int) -> None:
+        import threading
+
+        self._watcher, self.root, self.limit = watcher, root, limit
+        self._pending: list[tuple[str, str]] = []
+        self._cond = threading.Condition()
+        self.gone = False
+        self.closed = False
+        self.notes: list[str] = []
+
+    def _push(self, kind: str, path: str) -> None:
+        with self._cond:
+            self._pending.append((kind, path))
+            self._cond.notify_all()
+
+    def _remove(self) -> None:
+        with self._cond:
+            self.gone = True
+            self._cond.notify_all()
+
+    def next(self, timeout: float | None) -> Batch | None:
+        from warden.core.watching import Coalescer, batch_of, ignored
+
+        with self._cond:
+            self._cond.wait_for(lambda: self._pending or self.gone or self.closed, timeout)
+            if self.closed or (self.gone and not self._pending):
+                return None
+            batch = Coalescer(self.limit)
+            for kind, path in self._pending:
+                if not ignored(path):
+                    batch.add(kind, path)  # type: ignore[arg-type]
+            self._pending.clear()
+        return batch_of(batch, "2026-01-01T00:00:00.000Z")
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+        self._watcher.feeds.discard(self)
+
+    def __enter__(self) -> FakeFeed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class FakeWatcher:
+    """In-memory file watching (core.ports.FileWatcher): the test says what changed."""
+
+    def __init__(self) -> None:
+        self.feeds: set[FakeFeed] = set()
+        self.missing: set[str] = set()
+
+    def watch(self, root: str, *, debounce_s: float, max_wait_s: float, limit: int) -> FakeFeed:
+        if root in self.missing:
+            raise FileNotFoundError(2, "No such file or directory", root)
+        feed = FakeFeed(self, root, limit)
+        self.feeds.add(feed)
+        return feed
+
+    def change(self, root: str, kind: str, path: str) -> None:
+        """`path` (workspace-relative) in the folder `root` was added, modified or deleted."""
+        for feed in list(self.feeds):
+            if feed.root == root:
+                feed._push(kind, path)
+
+    def remove(self, root: str) -> None:
+        """The folder `root` itself went."""
+        self.missing.add(root)
+        for feed in list(self.feeds):
+            if feed.root == root:
+                feed._remove()

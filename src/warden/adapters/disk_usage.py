@@ -17,12 +17,14 @@ import os
 import stat
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
 
+from warden.core.changes import ChangeKind
 from warden.core.quota import Usage, charge
 
-__all__ = ["Overflow", "UsageTree", "events", "free_bytes", "inotify", "inotify_works", "measure", "release"]
+__all__ = ["Overflow", "UsageTree", "add_watch", "events", "free_bytes", "inotify", "inotify_works", "measure",
+           "release", "remove_watch"]
 
 _IN_MODIFY = 0x2
 _IN_MOVED_FROM = 0x40
@@ -82,6 +84,18 @@ def release(fd: int, wds: list[int]) -> None:
             _POOL.append(fd)
             return
     os.close(fd)
+
+
+def add_watch(fd: int, folder_fd: int, mask: int) -> int:
+    """Watch the folder open as `folder_fd` (through its descriptor: no path, no link followed);
+    its watch descriptor, or minus the errno."""
+    wd = int(_libc().inotify_add_watch(fd, f"/proc/self/fd/{folder_fd}".encode(), mask))
+    return wd if wd >= 0 else -ctypes.get_errno()
+
+
+def remove_watch(fd: int, wd: int) -> None:
+    """Remove one watch (EINVAL when the folder went already: fine)."""
+    _libc().inotify_rm_watch(fd, wd)
 
 
 def inotify_works() -> bool:
@@ -154,6 +168,10 @@ class UsageTree:
         self.charges: dict[int, int] = {}
         self.links: dict[int, int] = {}
         self.unwatched: str | None = None  # why some folder has no watch (then: rescans)
+        # Told each change an event shows, as (kind, host path): a run's change summary
+        # (adapters/quota.py). None between runs, so catching up on others' changes is not told.
+        self.on_change: Callable[[ChangeKind, str], None] | None = None
+        self._telling: Callable[[ChangeKind, str], None] | None = None  # set while a new folder is walked
 
     @property
     def usage(self) -> Usage:
@@ -233,6 +251,8 @@ class UsageTree:
         if name in listing:
             self._drop(path, name)
         listing[name] = (st.st_ino, is_dir)
+        if self._telling is not None:
+            self._telling("added", f"{path}/{name}")
         cost = charge(st.st_blocks, st.st_size)
         old = self.charges.get(st.st_ino)
         self.charges[st.st_ino] = cost
@@ -283,15 +303,20 @@ class UsageTree:
         listing = self.entries.get(path)
         if listing is None:
             return
+        told = self.on_change
+        full = f"{path}/{name}"
         if mask & (_IN_DELETE | _IN_MOVED_FROM):
             if name in listing:
                 self._drop(path, name)
+            if told is not None:
+                told("deleted", full)
             return
-        full = f"{path}/{name}"
         try:
             st = os.lstat(full)
         except OSError:
-            return  # gone again: its IN_DELETE follows
+            if told is not None:
+                told("added", full)  # gone again: its IN_DELETE follows and the two cancel out
+            return
         if st.st_dev != self.dev:
             return
         known = listing.get(name)
@@ -299,12 +324,21 @@ class UsageTree:
             cost = charge(st.st_blocks, st.st_size)
             self.bytes += cost - self.charges.get(st.st_ino, 0)
             self.charges[st.st_ino] = cost
+            if told is not None:
+                told("modified", full)
             return
         is_dir = stat.S_ISDIR(st.st_mode)
         self._put(path, name, st, is_dir)
+        if told is not None:
+            told("added" if known is None else "modified", full)
         dirty.add(path)  # a folder's own blocks grow with its entries
         if is_dir and (child := _open_dir(full, None)) is not None:
-            self._walk(child, full)  # what was made in it before its watch existed counts too
+            # What was made in it before its watch existed counts too (and is told as added).
+            self._telling = told
+            try:
+                self._walk(child, full)
+            finally:
+                self._telling = None
 
     def catch_up(self) -> bool:
         """Apply the events queued since the tree was last looked at; False when only a new

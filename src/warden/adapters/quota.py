@@ -38,6 +38,7 @@ from pathlib import Path
 
 from warden.adapters import disk_usage
 from warden.adapters.disk_usage import UsageTree
+from warden.core.changes import ChangeKind, Coalescer, ignored
 from warden.core.quota import FREE_KEY, Quota, Usage
 
 __all__ = ["OVERSHOOT", "RESCAN_S", "HostDisk", "Watcher", "realtime_allowed"]
@@ -57,6 +58,8 @@ _SEEN: set[str] = set()
 _KEPT_LOCK = threading.Lock()
 _KEPT_MAX = 8
 _KEPT_MAX_FILES = 200_000  # about 50 MB of bookkeeping held between runs
+# Paths a run's change summary keeps to merge repeated events; past them it counts (overflow).
+RUN_TRACKED = 10_000
 
 
 def _forget_kept() -> None:
@@ -136,10 +139,16 @@ class Watcher:
         self._wrote = False
         self._closed = False
         self._failed = False
+        # What the run changed, from the same events (core.changes): its audit event's summary.
+        # None where inotify could not watch the workspace (the quota is then kept by rescans).
+        self.changes: Coalescer | None = None
 
     def __enter__(self) -> Watcher:
         self._tree = self._fresh_tree()
         self.start = self._tree.usage
+        if self._tree.notify is not None:
+            self.changes = Coalescer(RUN_TRACKED)
+            self._tree.on_change = self._changed
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
         self._thread = threading.Thread(target=self._loop, name="warden-quota", daemon=True)
         self._thread.start()
@@ -170,6 +179,35 @@ class Watcher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _changed(self, kind: ChangeKind, path: str) -> None:
+        rel = path[len(self.root):]
+        if self.changes is not None and not ignored(rel):
+            self.changes.add(kind, rel)
+
+    def _last_events(self, tree: UsageTree) -> None:
+        """Apply what the kernel queued after the thread last looked: the command has ended, so
+        every change it made is queued by now (inotify queues at the system call). One read that
+        finds nothing, for a run that changed nothing."""
+        if tree.notify is None or self._failed:
+            return
+        dirty: set[str] = set()
+        try:
+            while True:
+                try:
+                    data = os.read(tree.notify, 1 << 16)
+                except BlockingIOError:
+                    break
+                for wd, mask, name in disk_usage.events(data):
+                    tree.handle(wd, mask, name, dirty)
+        except disk_usage.Overflow:
+            self._failed = True  # the kept tree is stale: it is measured afresh next time
+            if self.changes is not None:
+                self.changes.lost()
+        except OSError:
+            self._failed = True
+        for path in dirty:
+            tree.restat(path)
 
     @property
     def usage(self) -> Usage:
@@ -203,6 +241,8 @@ class Watcher:
                 os.close(fd)
         self._wake_r = self._wake_w = -1
         if self._tree is not None:
+            self._last_events(self._tree)
+            self._tree.on_change = None
             if self._failed or self._tree.notify is None:
                 self._tree.close()  # watches removed, the descriptor pooled: no waiting on the kernel
             else:
@@ -260,6 +300,9 @@ class Watcher:
                     poll.unregister(tree.notify)
                     tree.close()
                     tree = self._tree = self._fresh_tree()
+                    if self.changes is not None:
+                        self.changes.lost()  # what the kernel dropped is counted, not listed
+                        tree.on_change = self._changed
                     if tree.notify is not None:
                         poll.register(tree.notify, select.POLLIN)
                     self._check(tree.usage)

@@ -136,6 +136,13 @@ KEYS: dict[str, Setting] = {
                 minimum=1, maximum=1024),
         Setting("api.max_execs_per_bot", "int", 4,
                 "Commands one bot may run at once through the API", minimum=1, maximum=1024),
+        Setting("api.max_watches", "int", 32,
+                "Change streams (GET …/events) open at once in one server process, all bots together "
+                "(each holds an inotify instance: fs.inotify.max_user_instances is often 128)",
+                minimum=1, maximum=4096),
+        Setting("api.max_watches_per_bot", "int", 4,
+                "Change streams (GET …/events) one bot may hold open at once in one server process",
+                minimum=1, maximum=1024),
         Setting("api.max_workspaces_per_bot", "int", 20,
                 "Workspaces one bot may hold at once that it created itself (POST /v1/workspaces)",
                 minimum=0, maximum=100000),

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from warden.core.bwrap_argv import Bind
+from warden.core.changes import run_summary
 from warden.core.errors import Conflict, Denied, InvalidInput, Locked, NotFound, Refused, Unavailable, WardenError
 from warden.core.limits import Limits, apply_overrides
 from warden.core.paths import is_inside
@@ -142,6 +143,7 @@ class _Watched:
     note: str | None  # the line a run the quota stopped ends with
     breach: str | None  # the setting it broke (workspace.max_disk, ...)
     notes: tuple[str, ...]  # how the watch went (held by rescans, a failed watcher)
+    changes: dict[str, Any] | None = None  # what the run changed (core.changes.run_summary)
 
 
 @dataclass
@@ -470,7 +472,9 @@ class RunService:
         except Denied as exc:  # a protected path became a link between the check and the mount
             raise self._refuse(exc, request.actor, name, plan.detail) from None
         note = self._quota.stop_note(watcher, name, result.exit_code)
-        return result, _Watched(note, watcher.breach, tuple(watcher.notes))
+        # The quota's watcher saw every change the command made: the audit event sums them up.
+        changes = run_summary(watcher.changes) if watcher.changes is not None else None
+        return result, _Watched(note, watcher.breach, tuple(watcher.notes), changes)
 
     def _conclude(self, plan: _Plan, request: RunRequest, intent: RunIntent, result: RunResult,
                   watched: _Watched, notes: _Notes) -> RunResult:
@@ -479,6 +483,8 @@ class RunService:
         name, detail = plan.record.name, plan.detail
         if watched.notes:
             detail["quota_notes"] = list(watched.notes)
+        if watched.changes is not None:
+            detail["changes"] = watched.changes
         if watched.note is not None:
             detail["stopped_by"] = str(watched.breach)
             notes.say(watched.note)

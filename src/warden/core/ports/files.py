@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 from warden.core.ports.registry import Clock
 
 if TYPE_CHECKING:
+    from warden.core.changes import Coalescer
     from warden.core.context import TerminalContext
     from warden.core.quota import Quota, Usage
 
@@ -133,6 +134,11 @@ class QuotaWatch(Protocol):
 
     @property
     def notes(self) -> list[str]: ...
+
+    @property
+    def changes(self) -> Coalescer | None:
+        """What the run changed in the workspace (core.changes), None where it was not watched."""
+        ...
 
     def arm(self, stop: Callable[[], None]) -> None: ...
 

@@ -106,6 +106,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "with": ("warden with scratch -- ls   # this terminal's current workspace stays as it was",),
     "serve": ("warden serve", "warden serve --host 127.0.0.1 --port 8765"),
     "demo": ("warden demo",),
+    "watch": ("warden watch notes", "warden watch notes --json --count 1   # the next batch of changes, as JSON",
+              "warden watch notes --timeout 10m"),
 }
 
 

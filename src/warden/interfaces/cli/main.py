@@ -60,6 +60,7 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("approvals", "approve", "deny"), _CLI + "cmd_approvals"),
     "serve": _CLI + "cmd_serve",
     "demo": _CLI + "cmd_demo",
+    "watch": _CLI + "cmd_watch",
 }
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ERROR_RESPONSES", "HTTP_STATUS", "bearer_token", "create_app", "status_for", "upload_screen"]
 
+# How long one change stream (GET …/events) may stay open: heartbeats keep it alive meanwhile.
+_STREAM_S = 7 * 86400.0
 log = logging.getLogger("warden.http")
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -77,7 +79,7 @@ def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
 
 def create_app(app: App) -> FastAPI:
     """Build the API for one wired App (the registry, keys and services it holds)."""
-    from warden.interfaces.http import approvals, files, git, processes, routes
+    from warden.interfaces.http import approvals, events, files, git, processes, routes
 
     api = FastAPI(title="Warden", version=package_version(), openapi_url="/openapi.json",
                   docs_url="/docs", redoc_url=None,
@@ -123,6 +125,7 @@ def create_app(app: App) -> FastAPI:
     api.include_router(processes.router(app))
     api.include_router(approvals.router(app))
     api.include_router(git.router(app))
+    api.include_router(events.router(app))
 
     max_json = app.settings.get_size("api.max_body")
     max_file = app.settings.get_int("sandbox.max_file_size_mb") * 1024 * 1024
@@ -141,6 +144,8 @@ def create_app(app: App) -> FastAPI:
         if path.endswith("/exec") or path.endswith("/logs"):
             # The run has its own, shorter, wall-clock limit; so has a followed background process.
             return run_timeout + 30.0
+        if method == "GET" and path.endswith("/events"):
+            return _STREAM_S  # a change stream lasts as long as its client listens
         if method == "POST" and path.rstrip("/") == "/v1/workspaces":
             return max(request_timeout, 600.0)  # building an environment may take minutes
         return request_timeout

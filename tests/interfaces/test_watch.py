@@ -1,0 +1,260 @@
+"""File watching end to end: `warden watch`, `GET /v1/workspaces/{name}/events` on a real `warden
+serve`, the SDK's `ws.files.watch()`, and the change summary in a run's audit event.
+
+Batches are shown by order and count: a stream (or the CLI) is known to be watching from what it
+sent first (the SSE comment `: watching`, the CLI's "watching" line), and only then are files
+written; a burst of 50 quick writes is then the first event, whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.servers import ServeProcess, cli_out, warden_environ
+from tests.support.waiting import wait_until
+from warden.client import Client
+from warden.core.errors import Unavailable
+
+MAX_WATCHES = 2
+
+
+class World:
+    def __init__(self, home: Path, environ: dict[str, str], server: ServeProcess, tokens: dict[str, str]) -> None:
+        self.home, self.environ, self.server, self.tokens = home, environ, server, tokens
+
+    def folder(self, name: str = "shared") -> Path:
+        return self.home / "workspaces" / name
+
+    def stream(self, bot: str, name: str = "shared", **params: Any) -> Any:
+        return httpx.stream("GET", f"{self.server.url}/v1/workspaces/{name}/events", params=params, timeout=30,
+                            headers={"Authorization": f"Bearer {self.tokens[bot]}"} if bot else {})
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    root = tmp_path_factory.mktemp("watch")
+    home = root / "home"
+    environ = {**warden_environ(home), "WARDEN_API_MAX_WATCHES_PER_BOT": str(MAX_WATCHES)}
+    cli_out(environ, "init")
+    for name in ("shared", "other", "doomed"):
+        cli_out(environ, "create", name, "--template", "minimal")
+    tokens = {}
+    for bot in ("reader", "zoned", "runner", "stranger", "doomer"):
+        cli_out(environ, "bot", "register", bot)
+    tokens["reader"] = cli_out(environ, "grant", "shared", "reader", "--permissions", "read")
+    tokens["zoned"] = cli_out(environ, "grant", "shared", "zoned", "--permissions", "read", "--zones", "cache")
+    tokens["runner"] = cli_out(environ, "grant", "shared", "runner", "--permissions", "execute")
+    tokens["stranger"] = cli_out(environ, "grant", "other", "stranger", "--permissions", "read")
+    tokens["doomer"] = cli_out(environ, "grant", "doomed", "doomer", "--permissions", "read")
+    with ServeProcess(environ, root) as server:
+        yield World(home, environ, server, tokens)
+
+
+def _sse(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
+    """(event, data) of each event in an SSE stream; comments as ("comment", text)."""
+    kind = ""
+    for line in lines:
+        if line.startswith(":"):
+            yield "comment", line[1:].strip()
+        elif line.startswith("event:"):
+            kind = line[6:].strip()
+        elif line.startswith("data:"):
+            yield kind, json.loads(line[5:])
+        elif not line:
+            kind = ""
+
+
+def _server_watches(server: ServeProcess) -> int:
+    """Folders watched by inotify in the server and its workers (fdinfo: one line per watch)."""
+    assert server.proc is not None
+    pids, count = [server.proc.pid], 0
+    while pids:
+        pid = pids.pop()
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            pids += [int(p) for p in (task / "children").read_text().split()]
+        for info in Path(f"/proc/{pid}/fdinfo").iterdir():
+            with contextlib.suppress(OSError):  # a descriptor closed meanwhile
+                count += info.read_text().count("inotify wd:")
+    return count
+
+
+def _write_burst(folder: Path, prefix: str, n: int = 50) -> list[str]:
+    for i in range(n):
+        (folder / f"{prefix}{i:02}.txt").write_text("x")
+    return [f"/{prefix}{i:02}.txt" for i in range(n)]
+
+
+def test_stream_needs_a_token_with_read_on_that_workspace(world: World) -> None:
+    url = f"{world.server.url}/v1/workspaces/shared/events"
+    assert httpx.get(url, timeout=10).status_code == 401
+    for bot in ("stranger", "runner"):  # another workspace's grant; a grant without read
+        answer = httpx.get(url, headers={"Authorization": f"Bearer {world.tokens[bot]}"}, timeout=10)
+        assert answer.status_code == 403, answer.text
+        assert answer.json()["error"]["code"] == "denied"
+
+
+def test_a_burst_is_one_change_event_and_ignored_folders_say_nothing(world: World) -> None:
+    folder = world.folder()
+    (folder / "node_modules").mkdir(exist_ok=True)
+    with world.stream("reader") as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = _sse(response.iter_lines())
+        assert next(events) == ("comment", "watching")
+        (folder / "node_modules" / "noise.js").write_text("x")
+        (folder / ".venv" / "noise.py").write_text("x")
+        expected = _write_burst(folder, "burst")
+        kind, data = next(events)
+        assert kind == "change"
+        assert [c["path"] for c in data["changes"]] == expected  # the noise came first, and is not there
+        assert data["count"] == 50 and {c["change"] for c in data["changes"]} == {"added"}
+        (folder / "after.txt").write_text("x")
+        kind, data = next(events)
+        assert (kind, data["changes"]) == ("change", [{"change": "added", "path": "/after.txt"}])
+
+
+def test_a_zoned_grant_sees_its_zones_only(world: World) -> None:
+    folder = world.folder()
+    (folder / "cache").mkdir(exist_ok=True)
+    with world.stream("zoned") as response:
+        events = _sse(response.iter_lines())
+        assert next(events) == ("comment", "watching")
+        (folder / "outside-zone.txt").write_text("x")
+        (folder / "cache" / "in-zone.txt").write_text("x")
+        kind, data = next(events)
+        assert kind == "change" and [c["path"] for c in data["changes"]] == ["/cache/in-zone.txt"]
+
+
+def test_a_denied_path_is_never_named_to_a_bot(world: World) -> None:
+    folder = world.folder()
+    (folder / "private").mkdir(exist_ok=True)
+    cli_out(world.environ, "sandbox", "remove", str(folder / "private"), "--workspace", "shared")
+    try:
+        with world.stream("reader") as response:
+            events = _sse(response.iter_lines())
+            assert next(events) == ("comment", "watching")
+            (folder / "private" / "salary.csv").write_text("x")
+            (folder / "public.txt").write_text("x")
+            kind, data = next(events)
+            assert kind == "change" and [c["path"] for c in data["changes"]] == ["/public.txt"]
+    finally:
+        cli_out(world.environ, "sandbox", "add", str(folder / "private"), "--workspace", "shared")
+
+
+def test_a_disconnect_closes_the_watch_and_frees_its_place(world: World) -> None:
+    # The streams of earlier tests close as their clients left, a moment later: wait for none.
+    wait_until(lambda: _server_watches(world.server) == 0, timeout=10)
+    before = 0
+    streams = [world.stream("reader") for _ in range(MAX_WATCHES)]
+    # One iterator kept per stream: dropping httpx's line iterator would close the connection.
+    readers = [_sse(stream.__enter__().iter_lines()) for stream in streams]
+    for reader in readers:
+        assert next(reader) == ("comment", "watching")
+    assert _server_watches(world.server) > before
+    ws = Client(world.server.url, world.tokens["reader"]).workspace("shared")
+    with pytest.raises(Unavailable, match=r"api\.max_watches_per_bot"):
+        list(ws.files.watch(timeout=1))
+    for stream in streams:
+        stream.__exit__(None, None, None)  # the client goes away mid-stream
+    wait_until(lambda: _server_watches(world.server) == before, timeout=10)
+    assert list(ws.files.watch(timeout=0.5)) == []  # the places are free again
+
+
+def test_sdk_watch_yields_batches_then_ends(world: World) -> None:
+    folder = world.folder()
+    ws = Client(world.server.url, world.tokens["reader"]).workspace("shared")
+    batches = ws.files.watch(timeout=20, count=1)
+    # The generator opens the stream at its first step: write from another process once it
+    # is open, i.e. keep writing until the first batch arrives.
+    writer = subprocess.Popen([sys.executable, "-c", "import sys, time, pathlib\n"
+                               "for i in range(200):\n"
+                               "    pathlib.Path(sys.argv[1], f'sdk{i}.txt').write_text('x'); time.sleep(0.05)",
+                               str(folder)])
+    try:
+        got = list(batches)
+    finally:
+        writer.kill()
+        writer.wait()
+    assert len(got) == 1 and got[0].changes and got[0].changes[0].path.startswith("/sdk")
+
+
+def test_the_stream_ends_when_the_workspace_is_destroyed(world: World) -> None:
+    with world.stream("doomer", "doomed") as response:
+        events = _sse(response.iter_lines())
+        assert next(events) == ("comment", "watching")
+        cli_out(world.environ, "destroy", "doomed", "--yes", "--no-archive")
+        seen = list(events)
+    assert seen[-1][0] == "end" and seen[-1][1]["reason"] in ("gone", "archived")
+
+
+def _cli(world: World, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "warden", *args], env=world.environ, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_cli_watch_json_count_one_gets_the_batch(world: World) -> None:
+    folder = world.folder()
+    proc = _cli(world, "watch", "shared", "--json", "--count", "1", "--timeout", "30")
+    assert proc.stderr is not None and proc.stdout is not None
+    assert proc.stderr.readline().startswith("watching shared")
+    expected = _write_burst(folder, "cli")
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    first, last = out.splitlines()
+    assert [c["path"] for c in json.loads(first)["changes"]] == expected
+    assert json.loads(last) == {"ok": True, "data": {"batches": 1, "changes": 50, "ended": None}}
+
+
+def test_cli_watch_text_and_ctrl_c(world: World) -> None:
+    proc = _cli(world, "watch", "shared")
+    assert proc.stderr is not None and proc.stdout is not None
+    assert proc.stderr.readline().startswith("watching shared")
+    (world.folder() / "text.txt").write_text("x")
+    assert proc.stdout.readline() == "added /text.txt\n"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 130 and "interrupted" in err
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_a_runs_audit_event_sums_up_what_it_changed(world: World) -> None:
+    (world.folder() / "doomed-by-run.txt").write_text("x")
+    cli_out(world.environ, "run", "shared", "--", "sh", "-c",
+            "mkdir -p out && echo hi > out/made-by-run.txt && rm doomed-by-run.txt && mkdir -p .git && touch .git/x")
+    events = json.loads(cli_out(world.environ, "audit", "--json", "--limit", "20"))["data"]
+    run = [e for e in events if e["action"] == "run"][-1]
+    assert run["detail"]["changes"] == {"added": 2, "modified": 0, "deleted": 1,
+                                        "paths": ["/out", "/out/made-by-run.txt", "/doomed-by-run.txt"]}
+    cli_out(world.environ, "run", "shared", "--", "true")
+    events = json.loads(cli_out(world.environ, "audit", "--json", "--limit", "5"))["data"]
+    assert "changes" not in [e for e in events if e["action"] == "run"][-1]["detail"]
+    # A bot's exec over HTTP is audited the same way.
+    ws = Client(world.server.url, world.tokens["runner"]).workspace("shared")
+    assert ws.run(["sh", "-c", "echo hi > via-http.txt"]).exit_code == 0
+    events = json.loads(cli_out(world.environ, "audit", "--json", "--limit", "10"))["data"]
+    run = [e for e in events if e["action"] == "run"][-1]
+    assert run["actor"].startswith("bot:runner") and run["detail"]["changes"]["paths"] == ["/via-http.txt"]
+
+
+def test_no_watcher_outlives_the_tests(world: World) -> None:
+    wait_until(lambda: _server_watches(world.server) == 0, timeout=10)
+    assert os.path.isdir(world.folder())
+
+
+def test_the_route_is_in_the_api_description(world: World) -> None:
+    doc = httpx.get(world.server.url + "/openapi.json", timeout=10).json()
+    route = doc["paths"]["/v1/workspaces/{name}/events"]["get"]
+    assert "text/event-stream" in route["responses"]["200"]["content"]
+    assert [p["name"] for p in route["parameters"]] == ["name", "timeout"]
