@@ -22,11 +22,13 @@ from warden.services.workspaces import WorkspaceService
 if TYPE_CHECKING:
     from warden.adapters.exec_slots import HeldSlots
     from warden.adapters.keystore import Keystore
+    from warden.adapters.versions import HostVersionStore
     from warden.core.ports import ConfigFile
     from warden.core.workspaces import WorkspaceRecord
     from warden.core.zones import Zone
     from warden.services.auth import AuthService
     from warden.services.bot_requests import BotRequestService
+    from warden.services.checkpoints import CheckpointService
     from warden.services.files import Approver, FileService
     from warden.services.grants import GrantService
     from warden.services.health import HealthService
@@ -80,6 +82,11 @@ class Home:
     def sandbox_paths(self) -> Path:
         """Global allowed/denied paths (JSON: `allowed_paths`/`denied_paths` lists of {path, mode})."""
         return self.root / "sandbox_paths.json"
+
+    @property
+    def versions(self) -> Path:
+        """Checkpoints and kept versions of workspaces: content-addressed objects and manifests."""
+        return self.root / "versions"
 
     @property
     def run(self) -> Path:
@@ -142,7 +149,8 @@ class App:
         shelf = ArchiveShelf(HostArchives(), self.home.archives, self.clock, self.settings)
         return WorkspaceService(self.registry, self.audit, self.clock, root_dir=self.root_dir, folders=folders,
                                 shelf=shelf, processes=HostProcesses(), node=os.uname().nodename,
-                                layers=lambda: self.layers, leases=lambda: self.leases)
+                                layers=lambda: self.layers, leases=lambda: self.leases,
+                                on_destroyed=lambda record, actor: self.checkpoints.forget(record, actor))
 
     @cached_property
     def health(self) -> HealthService:
@@ -162,7 +170,8 @@ class App:
 
         return InstallService(self.workspaces, self.quota, self.audit, lambda: self.runs,
                               tools=SandboxedTools(self.environ), roots=HostSafeRoots(), files=HostWorkspaceIO(),
-                              tarballs=NpmTarballFiles(), settings=self.settings)
+                              tarballs=NpmTarballFiles(), settings=self.settings,
+                              checkpoints=lambda: self.checkpoints)
 
     @cached_property
     def home_setup(self) -> HomeSetup:
@@ -191,7 +200,23 @@ class App:
         from warden.adapters.quota import HostDisk
         from warden.services.quota import QuotaService
 
-        return QuotaService(self.settings, self.home.root, HostDisk())
+        return QuotaService(self.settings, self.home.root, HostDisk(), kept=self._version_store.usage_at)
+
+    @cached_property
+    def _version_store(self) -> HostVersionStore:
+        from warden.adapters.versions import HostVersionStore
+
+        return HostVersionStore(self.home.versions)
+
+    @cached_property
+    def checkpoints(self) -> CheckpointService:
+        """Checkpoints, rollbacks and kept versions (`warden checkpoint|checkpoints|rollback`,
+        `warden fs NAME versions|restore`); other features call `checkpoints.create(record, message,
+        actor)` before they change a workspace."""
+        from warden.services.checkpoints import CheckpointService
+
+        return CheckpointService(self._version_store, self.workspaces, self.audit, self.settings, self.clock,
+                                 leases=lambda: self.leases, quota=self.quota)
 
     @cached_property
     def layers(self) -> LayerService:
@@ -256,7 +281,8 @@ class App:
                            max_bytes=self.settings.get_int("sandbox.max_file_size_mb") * 1024 * 1024,
                            actor=actor, approver=approver, session=session, scope=scope,
                            quota=self.quota, leases=self.leases,
-                           status_of=self._status_of)
+                           status_of=self._status_of,
+                           versions=self.checkpoints.for_files(record, actor))
 
     def _status_of(self, name: str) -> str | None:
         """A workspace's status now (None: not in the registry; the folder then decides)."""

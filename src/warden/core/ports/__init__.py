@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         SandboxRunner,
         Unarchiver,
     )
+    from warden.core.ports.versions import Captured, VersionStore
     from warden.core.ports.workspace import (
         ArchiveFiles,
         GitDefuser,
@@ -69,6 +70,7 @@ __all__ = [
     "ArchiveFiles",
     "AuditTable",
     "BotTable",
+    "Captured",
     "Clock",
     "ConfigFile",
     "DiskUsage",
@@ -103,6 +105,7 @@ __all__ = [
     "SecretTable",
     "Tx",
     "Unarchiver",
+    "VersionStore",
     "WorkspaceFolders",
     "WorkspaceReads",
     "WorkspaceRoot",
@@ -115,6 +118,7 @@ _HOME = {
     "ArchiveFiles": "workspace",
     "AuditTable": "registry",
     "BotTable": "registry",
+    "Captured": "versions",
     "Clock": "registry",
     "ConfigFile": "files",
     "DiskUsage": "files",
@@ -149,6 +153,7 @@ _HOME = {
     "SecretTable": "registry",
     "Tx": "registry",
     "Unarchiver": "sandbox",
+    "VersionStore": "versions",
     "WorkspaceFolders": "workspace",
     "WorkspaceReads": "workspace",
     "WorkspaceRoot": "files",
