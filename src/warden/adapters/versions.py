@@ -105,12 +105,16 @@ class _Objects:
         self.budget = budget
         self.added = 0
         self.disk = 0  # what the new objects take on disk, in whole blocks (as the quota counts)
+        self._made: set[str] = set()  # fan-out folders known to exist (one mkdir each, not one per object)
 
     def path(self, digest: str) -> Path:
         return self.objects / digest[:2] / digest[2:]
 
+    def _name(self, digest: str) -> str:
+        return f"{self.objects}/{digest[:2]}/{digest[2:]}"
+
     def has(self, digest: str) -> bool:
-        return os.path.exists(self.path(digest))
+        return os.path.exists(self._name(digest))
 
     def _charge(self, size: int, what: str) -> None:
         self.added += size
@@ -120,12 +124,15 @@ class _Objects:
                            "bytes left under workspace.max_disk); delete files or old versions, or raise it",
                            rule="workspace.max_disk")
 
-    def _place(self, tmp: Path, digest: str) -> None:
-        target = self.path(digest)
-        if target.exists():
-            tmp.unlink()
+    def _place(self, tmp: str, digest: str) -> None:
+        target = self._name(digest)
+        if os.path.exists(target):
+            os.unlink(tmp)
             return
-        target.parent.mkdir(mode=0o700, exist_ok=True)
+        if digest[:2] not in self._made:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(f"{self.objects}/{digest[:2]}", 0o700)
+            self._made.add(digest[:2])
         os.chmod(tmp, 0o444)
         os.rename(tmp, target)
 
@@ -140,18 +147,23 @@ class _Objects:
             if self.has(digest):
                 return digest, len(data)
             self._charge(len(data), what)
-            tmp = self.tmp / f"{os.urandom(8).hex()}.part"
+            tmp = f"{self.tmp}/{os.urandom(8).hex()}.part"
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(out, view):]
-            finally:
-                os.close(out)
-            self._place(tmp, digest)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(out, view):]
+                finally:
+                    os.close(out)
+                self._place(tmp, digest)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
             return digest, len(data)
         hasher = hashlib.sha256()
-        tmp = self.tmp / f"{os.urandom(8).hex()}.part"
+        tmp = f"{self.tmp}/{os.urandom(8).hex()}.part"
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         total = 0
         try:
@@ -172,7 +184,7 @@ class _Objects:
             self._place(tmp, digest)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
+                os.unlink(tmp)
             raise
         return digest, total
 
