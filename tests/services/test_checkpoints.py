@@ -402,7 +402,7 @@ def test_concurrent_checkpoints_and_a_changing_tree(app: App, tmp_path: Path) ->
         try:
             for _ in range(3):
                 app.checkpoints.create(record.name)
-        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+        except BaseException as exc:
             errors.append(exc)
 
     writer = threading.Thread(target=churn)
