@@ -198,9 +198,11 @@ class App:
     def quota(self) -> QuotaService:
         """The disk quota of workspaces (workspace.max_disk, max_files, min_free)."""
         from warden.adapters.quota import HostDisk
+        from warden.adapters.version_usage import kept_bytes
         from warden.services.quota import QuotaService
 
-        return QuotaService(self.settings, self.home.root, HostDisk(), kept=self._version_store.usage_at)
+        versions = self.home.versions
+        return QuotaService(self.settings, self.home.root, HostDisk(), kept=lambda folder: kept_bytes(versions, folder))
 
     @cached_property
     def _version_store(self) -> HostVersionStore:

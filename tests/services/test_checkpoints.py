@@ -428,3 +428,57 @@ def test_a_rollback_waits_for_no_run_and_refuses_while_one_holds_the_workspace(a
         with pytest.raises(Locked):
             app.checkpoints.rollback(record.name, made.id)
     app.checkpoints.rollback(record.name, made.id)
+
+
+AS_USER = """
+import os, sys
+from pathlib import Path
+from warden.adapters.versions import HostVersionStore
+from warden.core.checkpoints import plan_rollback
+base = Path(sys.argv[1])
+ws = base / "ws"
+ws.mkdir()
+(ws / "locked").write_text("secret")
+os.chmod(ws / "locked", 0)
+(ws / "ro").mkdir()
+(ws / "ro" / "f").write_text("f")
+os.chmod(ws / "ro", 0o555)
+store = HostVersionStore(base / "store")
+with store.lock("w", "id1", str(ws)):
+    saved = store.capture("w", str(ws), known={}, budget=None, now_ns=0)
+assert sorted(e.path for e in saved.entries) == ["locked", "ro", "ro/f"], saved.entries
+assert os.stat(ws / "locked").st_mode & 0o777 == 0
+os.chmod(ws / "ro", 0o755)
+(ws / "ro" / "f").write_text("changed")
+(ws / "ro" / "g").write_text("new")
+os.chmod(ws / "ro", 0o555)
+os.unlink(ws / "locked")
+store.apply("w", str(ws), plan_rollback(store.scan(str(ws), None), saved.entries, None))
+assert os.stat(ws / "locked").st_mode & 0o777 == 0
+os.chmod(ws / "locked", 0o600)
+assert (ws / "locked").read_text() == "secret"
+assert sorted(os.listdir(ws / "ro")) == ["f"] and (ws / "ro" / "f").read_text() == "f"
+assert os.stat(ws / "ro").st_mode & 0o777 == 0o555
+print("ok")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/setpriv").exists(),
+                    reason="needs root to run the check as another user")
+def test_modes_a_bot_set_do_not_stop_warden_running_as_that_user() -> None:
+    """Warden as an ordinary user (the bots' user): a file made unreadable is still saved, and a
+    read-only folder is still rolled back, both with their modes kept."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="warden-ck-user-", dir="/tmp"))
+    try:
+        os.chown(base, 65534, 65534)
+        src = str(Path(__file__).resolve().parents[2] / "src")
+        done = subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                               sys.executable, "-c", AS_USER, str(base)], env={"PYTHONPATH": src, "PATH": "/usr/bin"},
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwx", str(base)], check=False)
+        shutil.rmtree(base, ignore_errors=True)

@@ -29,15 +29,17 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
 import stat
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from warden.adapters.atomic import write_atomic
+from warden.adapters.version_usage import folder_index, kept_bytes, read_text
 from warden.core.checkpoints import (
     STABLE_NS,
     Current,
@@ -201,12 +203,12 @@ class HostVersionStore:
         return self.root / name
 
     def _owner(self, store: Path) -> str | None:
-        return _read_text(store / "owner")
+        return read_text(store / "owner")
 
     # -- the lock --------------------------------------------------------------------------
     def _index(self, folder: str) -> Path:
         """Where the store of workspace folder `folder` is named (the quota knows folders, not names)."""
-        return self.root / ".folders" / hashlib.sha256(os.path.abspath(folder).encode()).hexdigest()[:40]
+        return folder_index(self.root, folder)
 
     @contextlib.contextmanager
     def lock(self, name: str, owner: str, folder: str) -> Iterator[None]:
@@ -226,7 +228,7 @@ class HostVersionStore:
                     self._empty(store)  # left by a destroyed workspace of the same name
                 write_atomic(store / "owner", owner.encode(), mode=0o600)
             index = self._index(folder)
-            if _read_text(index) != name:
+            if read_text(index) != name:
                 write_atomic(index, name.encode(), mode=0o600)
             yield
         finally:
@@ -298,13 +300,15 @@ class HostVersionStore:
                 and objects.has(known.digest)):
             return Entry(path, "file", mode, known.size, known.digest, stamp=stamp)
         try:
-            fd = os.open(fname, _READ, dir_fd=dfd)
-        except (FileNotFoundError, PermissionError):
+            fd = _open_to_read(dfd, fname)
+        except FileNotFoundError:
             return None
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENXIO):
                 return None  # swapped for a link or a socket since the stat
             raise
+        if fd is None:
+            return None
         try:
             before = os.fstat(fd)
             if not stat.S_ISREG(before.st_mode):
@@ -417,25 +421,39 @@ class HostVersionStore:
         except OSError as exc:
             raise _folder_error(exc, folder) from None
         dirs = _Dirs(root_fd)
+        opened: list[tuple[int, int]] = []  # folders made writable for the rollback: (fd, mode to put back)
+
+        def in_folder(path: str, work: Callable[[int, str], object]) -> None:
+            parent, leaf = dirs.parent(path)
+            try:
+                work(parent, leaf)
+            except PermissionError:
+                # A folder whose mode forbids writing (a bot's chmod 555; Warden runs as the same
+                # user): opened up for the rollback, its mode put back at the end.
+                mode = stat.S_IMODE(os.fstat(parent).st_mode)
+                if mode & 0o700 == 0o700:
+                    raise
+                opened.append((os.dup(parent), mode))
+                os.fchmod(parent, mode | 0o700)
+                work(parent, leaf)
+
         try:
             for path in plan.remove:
-                _remove(dirs, path)
+                in_folder(path, _remove)
             dirs.forget()
             for path in plan.mkdirs:
-                parent, leaf = dirs.parent(path)
-                _make_dir(parent, leaf)
+                in_folder(path, _make_dir)
             for entry in plan.writes:
-                parent, leaf = dirs.parent(entry.path)
                 if entry.kind == "symlink":
-                    _put_link(parent, leaf, entry.target)
+                    in_folder(entry.path, functools.partial(_put_link, entry.target))
                 else:
-                    _put_file(parent, leaf, objects.path(entry.digest), entry.mode)
+                    in_folder(entry.path, functools.partial(_put_file, objects.path(entry.digest), entry.mode))
             for path, mode in plan.chmods:
-                parent, leaf = dirs.parent(path)
-                _chmod_file(parent, leaf, mode)
-            for path, mode in plan.dir_modes:
-                fd = dirs.open(path)
+                in_folder(path, functools.partial(_chmod_file, mode))
+            for fd, mode in opened:
                 os.fchmod(fd, mode)
+            for path, mode in plan.dir_modes:
+                os.fchmod(dirs.open(path), mode)
             _syncfs(root_fd)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
@@ -443,6 +461,8 @@ class HostVersionStore:
                                "was); run the rollback again") from None
             raise _no_space(exc, f"workspace folder {folder}") from None
         finally:
+            for fd, _mode in opened:
+                os.close(fd)
             dirs.close()
             os.close(root_fd)
 
@@ -571,8 +591,7 @@ class HostVersionStore:
 
     def usage_at(self, folder: str) -> int:
         """What the store of the workspace at `folder` holds (0 when it has none)."""
-        name = _read_text(self._index(folder))
-        return self.usage(name) if name else 0
+        return kept_bytes(self.root, folder)
 
     def usage(self, name: str) -> int:
         try:
@@ -607,19 +626,12 @@ class HostVersionStore:
         if not store.exists():
             return False
         for index in _listdir(self.root / ".folders"):
-            if _read_text(self.root / ".folders" / index) == name:
+            if read_text(self.root / ".folders" / index) == name:
                 (self.root / ".folders" / index).unlink(missing_ok=True)
         target = self.root / f".trash-{name}-{os.urandom(4).hex()}"
         os.rename(store, target)
         remove_in_background(target)
         return True
-
-
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
-        return None
 
 
 def _listdir(path: Path) -> list[str]:
@@ -636,6 +648,35 @@ def _folder_error(exc: OSError, folder: str) -> WardenError:
         return Denied(f"the workspace folder {folder} is not a real folder (a link?); Warden works only on "
                       "a real folder", rule="deny: symbolic link")
     return WardenError(f"{folder}: {exc.strerror or exc}")
+
+
+def _open_to_read(dfd: int, name: str) -> int | None:
+    """`name` opened to read, no link followed. A file its mode makes unreadable (a bot's chmod
+    000; Warden runs as the same user) is made readable for the moment of the open and its mode
+    put back: left out, a whole rollback would remove it. None when it cannot be read at all."""
+    try:
+        return os.open(name, _READ, dir_fd=dfd)
+    except PermissionError:
+        pass
+    path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    try:
+        st = os.fstat(path_fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        proc = f"/proc/self/fd/{path_fd}"
+        try:
+            os.chmod(proc, stat.S_IMODE(st.st_mode) | 0o400)
+        except OSError:
+            return None  # another user's file: not Warden's to read
+        try:
+            # Not O_NOFOLLOW: /proc/self/fd/N is a magic link to this very inode, never a path.
+            return os.open(proc, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None
+        finally:
+            os.chmod(proc, stat.S_IMODE(st.st_mode))
+    finally:
+        os.close(path_fd)
 
 
 def _current(dfd: int, name: str) -> Current:
@@ -686,9 +727,8 @@ class _Dirs:
         self.forget()
 
 
-def _remove(dirs: _Dirs, path: str) -> None:
+def _remove(parent: int, leaf: str) -> None:
     try:
-        parent, leaf = dirs.parent(path)
         st = os.stat(leaf, dir_fd=parent, follow_symlinks=False)
     except FileNotFoundError:
         return  # gone already (a rollback run again after a crash)
@@ -719,7 +759,7 @@ def _tmp_name(leaf: str) -> str:
     return f".{leaf[:64]}.{os.urandom(6).hex()}.warden-tmp"
 
 
-def _put_file(parent: int, leaf: str, source: Path, mode: int) -> None:
+def _put_file(source: Path, mode: int, parent: int, leaf: str) -> None:
     """Replace `leaf` with a copy of object `source`: a new file beside it, renamed over it."""
     tmp = _tmp_name(leaf)
     src = os.open(source, _READ)
@@ -749,7 +789,7 @@ def _put_file(parent: int, leaf: str, source: Path, mode: int) -> None:
         os.close(src)
 
 
-def _put_link(parent: int, leaf: str, target: str) -> None:
+def _put_link(target: str, parent: int, leaf: str) -> None:
     tmp = _tmp_name(leaf)
     os.symlink(target, tmp, dir_fd=parent)
     try:
@@ -760,7 +800,7 @@ def _put_link(parent: int, leaf: str, target: str) -> None:
         raise
 
 
-def _chmod_file(parent: int, leaf: str, mode: int) -> None:
+def _chmod_file(mode: int, parent: int, leaf: str) -> None:
     """Set a file's mode through an O_PATH descriptor (its mode may forbid opening it to read;
     O_NOFOLLOW: a link there is never changed through)."""
     fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
