@@ -263,6 +263,11 @@ def test_kill_9_mid_checkpoint_leaves_a_consistent_store(app: App, tmp_path: Pat
     made = app.checkpoints.create(record.name)  # and it goes on working (the lease of the killed one is dead)
     consistent(folder)
     assert made.files == 400
+    # The killed captures' objects were collected: every object is named by a manifest.
+    named = {e.digest for m in app.checkpoints.list(record.name) for e in m.entries if e.kind == "file"}
+    stored = {p.parent.name + p.name for p in (folder / "objects").rglob("*") if p.is_file()}
+    assert stored == named and not list((folder / "tmp").iterdir())
+    assert app.checkpoints.store.usage(record.name) == app.checkpoints.store.measure(record.name)
 
 
 def test_versions_kept_on_overwrite_and_delete(app: App, tmp_path: Path) -> None:

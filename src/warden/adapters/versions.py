@@ -8,6 +8,8 @@ Layout of one workspace's store (folders 0700, Warden's alone):
     checkpoints/ID.json   one manifest per checkpoint (core/checkpoints.py)
     versions.json         the index of kept versions of single paths
     usage                 the bytes the store held when last measured (the quota reads it)
+    capturing             present while a capture runs: found by the next one, the orphans of a
+                          killed capture are collected
     tmp/                  objects being written
     lock                  flock'ed by each change
 
@@ -322,6 +324,17 @@ class HostVersionStore:
         steady = _stamp(after) == _stamp(before) and after.st_ctime_ns + STABLE_NS < now_ns
         return Entry(path, "file", stat.S_IMODE(before.st_mode), size, digest,
                      stamp=_stamp(after) if steady else None)
+
+    def begin_capture(self, name: str) -> bool:
+        """Mark a capture under way; True when the last one was cut short (its objects are orphans)."""
+        marker = self._store(name) / "capturing"
+        cut_short = marker.exists()
+        if not cut_short:
+            marker.touch(mode=0o600)
+        return cut_short
+
+    def end_capture(self, name: str) -> None:
+        (self._store(name) / "capturing").unlink(missing_ok=True)
 
     # -- manifests ---------------------------------------------------------------------------
     def save_manifest(self, name: str, manifest: Manifest) -> None:

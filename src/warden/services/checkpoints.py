@@ -119,20 +119,27 @@ class CheckpointService:
         """Capture under the store's lock: objects first, the manifest last."""
         previous = self.store.manifests(record.name, record.id)
         known = {e.path: e for e in previous[-1].entries} if previous else {}
+        if self.store.begin_capture(record.name):
+            self._collect(record)  # the last capture was killed: its objects are named by no manifest
         try:
             captured = self.store.capture(record.name, record.path, known=known, budget=self._budget(record),
                                           now_ns=self._now_ns())
         except TooLarge:
             # Objects placed before the refusal are named by no manifest: free them now.
-            self.store.collect(record.name, self._live_digests(record, self.store.versions(record.name, record.id)))
-            self.store.measure(record.name)
+            self._collect(record)
+            self.store.end_capture(record.name)
             raise
         manifest = Manifest(id=self._unique_id({m.id for m in previous}), workspace=record.name,
                             workspace_id=record.id, created_at=self._clock().isoformat(timespec="milliseconds"),
                             message=message, actor=actor, entries=tuple(captured.entries),
                             added_bytes=captured.added_bytes)
         self.store.save_manifest(record.name, manifest)
+        self.store.end_capture(record.name)
         return manifest
+
+    def _collect(self, record: WorkspaceRecord) -> None:
+        self.store.collect(record.name, self._live_digests(record, self.store.versions(record.name, record.id)))
+        self.store.measure(record.name)
 
     def _unique_id(self, taken: set[str]) -> str:
         for _ in range(10):

@@ -38,6 +38,13 @@ class VersionStore(Protocol):
         matches `known` are not read again); TooLarge when new objects pass `budget` bytes."""
         ...
 
+    def begin_capture(self, name: str) -> bool:
+        """Mark a capture under way; True when the last one was cut short (a kill -9 left objects
+        no manifest names)."""
+        ...
+
+    def end_capture(self, name: str) -> None: ...
+
     def save_manifest(self, name: str, manifest: Manifest) -> None:
         """Write `manifest` atomically, its objects made durable first."""
         ...
