@@ -61,6 +61,7 @@ def fill(root: Path) -> None:
     os.chmod(root / "private" / "secret.txt", 0o600)
     os.symlink("src/run.sh", root / "to-run")
     os.symlink("/nowhere/at/all", root / "dangling")
+    os.symlink("src/pkg", root / "to-pkg")  # a link to a folder is a link, never walked into
 
 
 def test_rollback_restores_the_tree_byte_for_byte(app: App, tmp_path: Path) -> None:
@@ -70,6 +71,7 @@ def test_rollback_restores_the_tree_byte_for_byte(app: App, tmp_path: Path) -> N
     before = tree(root)
     made = app.checkpoints.create(record.name, "first")
     assert made.files == 4 and made.message == "first"
+    assert {e.path: e.kind for e in made.entries}["to-pkg"] == "symlink"
     # Change everything a bot could: content, modes, links, empty folders, deletes, additions,
     # a file where a folder was and a folder where a file was.
     (root / "src" / "pkg" / "mod.py").write_text("changed\n")
@@ -84,6 +86,8 @@ def test_rollback_restores_the_tree_byte_for_byte(app: App, tmp_path: Path) -> N
     (root / "new" / "deep").mkdir(parents=True)
     (root / "new" / "deep" / "f").write_text("added")
     os.chmod(root / "private", 0o755)
+    os.unlink(root / "to-pkg")
+    (root / "to-pkg").mkdir()
     done = app.checkpoints.rollback(record.name, made.id)
     assert tree(root) == before
     assert done["checkpoint"] == made.id and done["saved_as"] != made.id

@@ -259,11 +259,20 @@ class HostVersionStore:
                 rel = dirpath[2:] if dirpath != "." else ""
                 base = rel.split("/") if rel else []
                 skip = git_heads(rel, [*dirnames, *filenames])
-                dirnames[:] = sorted(d for d in dirnames if not excluded([*base, d]))
-                for d in dirnames:
-                    with contextlib.suppress(FileNotFoundError):
+                # fwalk lists a symlink to a folder among the folders (it never descends into
+                # it): such a name is a link, saved as one.
+                real: list[str] = []
+                for d in sorted(d for d in dirnames if not excluded([*base, d])):
+                    try:
                         st = os.stat(d, dir_fd=dfd, follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    if stat.S_ISDIR(st.st_mode):
+                        real.append(d)
                         out.entries.append(Entry(f"{rel}/{d}" if rel else d, "dir", stat.S_IMODE(st.st_mode)))
+                    else:
+                        filenames.append(d)
+                dirnames[:] = real
                 for fname in sorted(filenames):
                     path = f"{rel}/{fname}" if rel else fname
                     if excluded([*base, fname]) or is_temp(fname) or path in skip:
@@ -273,14 +282,11 @@ class HostVersionStore:
                         out.entries.append(entry)
         except OSError as exc:
             raise _no_space(exc, f"Warden's home ({self.root})") from None
-        except BaseException:
-            self._bump(name, objects.disk)  # placed before the failure: counted until collected
-            raise
         finally:
             os.close(root_fd)
+            self._bump(name, objects.disk)  # also what a failure left: counted until collected
         out.entries.sort(key=lambda e: e.path)
         out.added_bytes = objects.added
-        self._bump(name, objects.disk)
         return out
 
     def _capture_one(self, dfd: int, fname: str, path: str, known: Entry | None, objects: _Objects,
