@@ -432,11 +432,30 @@ def test_a_rollback_waits_for_no_run_and_refuses_while_one_holds_the_workspace(a
     record = register(app, tmp_path)
     (Path(record.path) / "a").write_text("a")
     made = app.checkpoints.create(record.name)
+    app.checkpoints.rollback_wait = 0.5
     with app.leases.hold(record.name, "shared", "run"):
         app.checkpoints.create(record.name)  # a checkpoint goes on beside a run
         with pytest.raises(Locked):
             app.checkpoints.rollback(record.name, made.id)
     app.checkpoints.rollback(record.name, made.id)
+    # A rollback asked for while a checkpoint (or a write) is in flight waits for it to end.
+    app.checkpoints.rollback_wait = 10
+    (Path(record.path) / "b").write_text("b")
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold_shared() -> None:
+        with app.leases.hold(record.name, "shared", "checkpoint"):
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold_shared)
+    holder.start()
+    held.wait(10)
+    threading.Timer(0.5, release.set).start()
+    app.checkpoints.rollback(record.name, made.id)
+    holder.join()
+    assert not (Path(record.path) / "b").exists()
 
 
 AS_USER = """

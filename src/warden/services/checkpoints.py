@@ -64,6 +64,7 @@ class CheckpointService:
         self._quota = quota
         self._new_id = new_id
         self._now_ns = now_ns
+        self.rollback_wait = 15.0  # seconds a rollback waits for runs and writes in flight
 
     # -- plumbing ----------------------------------------------------------------------------------
     def _record(self, workspace: str | WorkspaceRecord) -> WorkspaceRecord:
@@ -76,6 +77,13 @@ class CheckpointService:
     def _lease(self, name: str, mode: str, op: str) -> Iterator[None]:
         if self._leases is None:
             yield
+            return
+        if mode == "exclusive":
+            # As lifecycle changes do: announce it (no new run or write starts), wait for those in
+            # flight (a checkpoint, a file write, a short command) to end, else refuse with Locked.
+            # Nothing is stopped: a long run is the person's to end first.
+            with self._leases().hold(name, mode, op, drain=lambda: None, wait=self.rollback_wait):
+                yield
             return
         with self._leases().hold(name, mode, op):
             yield

@@ -236,8 +236,8 @@ class FileService:
             old = root.stat(rel)
         except WardenError:
             return []
-        if old.type not in ("file", "dir"):
-            return []
+        if old.type != "file" and not (op == "delete" and old.type == "dir"):
+            return []  # a link keeps nothing; a write onto a folder fails anyway
         return self.versions.keep(rel, op)
 
     def list_versions(self, path: str) -> builtins.list[Version]:
