@@ -510,3 +510,35 @@ def test_modes_a_bot_set_do_not_stop_warden_running_as_that_user() -> None:
     finally:
         subprocess.run(["chmod", "-R", "u+rwx", str(base)], check=False)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_rollback_cut_short_is_run_again_to_the_same_tree(app: App, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import warden.adapters.versions as store_module
+
+    record = register(app, tmp_path)
+    root = Path(record.path)
+    for i in range(30):
+        (root / "d" / str(i % 3)).mkdir(parents=True, exist_ok=True)
+        (root / "d" / str(i % 3) / f"f{i}").write_text(f"file {i}")
+    before = tree(root)
+    made = app.checkpoints.create(record.name)
+    for i in range(0, 30, 2):
+        (root / "d" / str(i % 3) / f"f{i}").write_text("changed")
+    (root / "extra").write_text("x")
+    real = store_module._put_file
+    calls = {"n": 0}
+
+    def dies_midway(*args: object) -> None:
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt  # as if killed between two files
+        real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store_module, "_put_file", dies_midway)
+    with pytest.raises(KeyboardInterrupt):
+        app.checkpoints.rollback(record.name, made.id)
+    monkeypatch.undo()
+    assert tree(root) != before
+    app.checkpoints.rollback(record.name, made.id)
+    assert tree(root) == before  # no temporary file left either
