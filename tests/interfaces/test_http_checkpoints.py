@@ -53,6 +53,27 @@ def test_a_bot_checkpoints_and_the_person_rolls_back(served: dict[str, Any]) -> 
     assert created and "saver" in created[0]["actor"]
 
 
+def test_through_the_sdk(served: dict[str, Any]) -> None:
+    from warden.client import Client
+
+    ws = Client(served["url"], served["rw"]).workspace("ck")
+    made = ws.checkpoint("sdk")
+    assert made["message"] == "sdk" and ws.checkpoints()[0]["id"] == made["id"]
+
+
+def test_python_api(served: dict[str, Any]) -> None:
+    from warden import Warden
+
+    with Warden.open(served["environ"]["WARDEN_HOME"], environ=served["environ"]) as w:
+        ws = w.get("ck")
+        (served["folder"] / "api.txt").write_text("kept")
+        made = ws.checkpoint("from python")
+        (served["folder"] / "api.txt").write_text("lost")
+        assert ws.rollback(made.id, path="/api.txt")["checkpoint"] == made.id
+        assert (served["folder"] / "api.txt").read_text() == "kept"
+        assert ws.checkpoints()[-1].id != made.id  # the rollback saved what was there first
+
+
 def test_refusals(served: dict[str, Any]) -> None:
     assert _call(served, "POST", served["ro"], json={}).status_code == 403
     assert _call(served, "GET", "wdn_not-a-token").status_code in (401, 403)
