@@ -48,6 +48,10 @@ def test_checkpoint_list_and_rollback(cli: Cli, demo: Path) -> None:
     assert (demo / ".venv").is_dir()  # the environment is not part of checkpoints
     audit = cli("audit", "--workspace", name, "--json").json["data"]
     assert [e["action"] for e in audit].count("checkpoint.rollback") == 2
+    dropped = cli("checkpoints", name, "--drop", first, "--json")
+    assert dropped.code == 0 and dropped.json["data"]["dropped"] == [first]
+    assert first not in [c["id"] for c in cli("checkpoints", name, "--json").json["data"]]
+    assert cli("checkpoints", name, "--drop", first).code == 4
 
 
 def test_refusals_have_stable_codes(cli: Cli, demo: Path) -> None:

@@ -542,3 +542,26 @@ def test_a_rollback_cut_short_is_run_again_to_the_same_tree(app: App, tmp_path: 
     assert tree(root) != before
     app.checkpoints.rollback(record.name, made.id)
     assert tree(root) == before  # no temporary file left either
+
+
+def test_dropping_checkpoints_frees_what_only_they_held(app: App, tmp_path: Path) -> None:
+    record = register(app, tmp_path)
+    root = Path(record.path)
+    (root / "shared.bin").write_bytes(os.urandom(100_000))
+    (root / "only-first.bin").write_bytes(os.urandom(200_000))
+    first = app.checkpoints.create(record.name)
+    os.unlink(root / "only-first.bin")
+    second = app.checkpoints.create(record.name)
+    # A rollback from a tree a checkpoint holds as it is saves nothing new first.
+    done = app.checkpoints.rollback(record.name, second.id)
+    assert done["saved_as"] == second.id and len(app.checkpoints.list(record.name)) == 2
+    with pytest.raises(NotFound):
+        app.checkpoints.drop(record.name, [first.id, "abcdef99"])  # all or nothing
+    assert len(app.checkpoints.list(record.name)) == 2
+    dropped = app.checkpoints.drop(record.name, [first.id[:5]])
+    assert dropped["dropped"] == [first.id] and int(str(dropped["freed"])) >= 200_000
+    assert [m.id for m in app.checkpoints.list(record.name)] == [second.id]
+    consistent(app.home.versions / record.name)
+    app.checkpoints.rollback(record.name, second.id)
+    assert (root / "shared.bin").stat().st_size == 100_000
+    assert app.audit.list(target=record.name, limit=5)[-1].action in {"checkpoint.drop", "checkpoint.rollback"}

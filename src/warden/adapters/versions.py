@@ -357,6 +357,15 @@ class HostVersionStore:
             raise _no_space(exc, f"Warden's home ({self.root})") from None
         self._bump(name, file_charge(len(data)))
 
+    def drop_manifest(self, name: str, checkpoint: str) -> None:
+        path = self._store(name) / "checkpoints" / f"{checkpoint}.json"
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return
+        path.unlink()
+        self._bump(name, -file_charge(size))
+
     def manifests(self, name: str, owner: str) -> list[Manifest]:
         store = self._store(name)
         if self._owner(store) != owner:

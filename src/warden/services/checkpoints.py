@@ -19,11 +19,11 @@ import builtins
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from warden.core.checkpoints import Manifest, Version, check_id, normalize_scope, plan_rollback, retain
+from warden.core.checkpoints import Entry, Manifest, Version, check_id, normalize_scope, plan_rollback, retain
 from warden.core.errors import Conflict, InvalidInput, NotFound, TooLarge, WardenError
 from warden.core.paths import canonical
 from warden.core.ports import VersionStore
@@ -123,8 +123,9 @@ class CheckpointService:
                            detail={k: v for k, v in manifest.summary().items() if k != "workspace"})
         return manifest
 
-    def _capture(self, record: WorkspaceRecord, message: str, actor: str) -> Manifest:
-        """Capture under the store's lock: objects first, the manifest last."""
+    def _capture(self, record: WorkspaceRecord, message: str, actor: str, *, reuse: bool = False) -> Manifest:
+        """Capture under the store's lock: objects first, the manifest last. With `reuse`, a tree
+        the newest checkpoint already holds as it is gives that checkpoint, not a new one."""
         previous = self.store.manifests(record.name, record.id)
         known = {e.path: e for e in previous[-1].entries} if previous else {}
         if self.store.begin_capture(record.name):
@@ -137,6 +138,9 @@ class CheckpointService:
             self._collect(record)
             self.store.end_capture(record.name)
             raise
+        if reuse and previous and _same_content(previous[-1].entries, captured.entries):
+            self.store.end_capture(record.name)
+            return previous[-1]
         manifest = Manifest(id=self._unique_id({m.id for m in previous}), workspace=record.name,
                             workspace_id=record.id, created_at=self._clock().isoformat(timespec="milliseconds"),
                             message=message, actor=actor, entries=tuple(captured.entries),
@@ -145,9 +149,12 @@ class CheckpointService:
         self.store.end_capture(record.name)
         return manifest
 
-    def _collect(self, record: WorkspaceRecord) -> None:
-        self.store.collect(record.name, self._live_digests(record, self.store.versions(record.name, record.id)))
+    def _collect(self, record: WorkspaceRecord) -> int:
+        """Remove objects no checkpoint or version names; the bytes freed."""
+        freed = self.store.collect(record.name,
+                                   self._live_digests(record, self.store.versions(record.name, record.id)))
         self.store.measure(record.name)
+        return freed
 
     def _unique_id(self, taken: set[str]) -> str:
         for _ in range(10):
@@ -187,7 +194,7 @@ class CheckpointService:
             with self._lease(record.name, "exclusive", "rollback"), self._lock(record):
                 target = self._find(record, wanted)
                 detail["checkpoint"] = target.id
-                before = self._capture(record, f"before rollback to {target.id}", actor)
+                before = self._capture(record, f"before rollback to {target.id}", actor, reuse=True)
                 detail["saved_as"] = before.id
                 plan = plan_rollback(self.store.scan(record.path, scope), target.entries, scope)
                 self.store.apply(record.name, record.path, plan)
@@ -200,6 +207,21 @@ class CheckpointService:
                            detail=detail)
         self._workspaces.touch(record.name)
         return {"workspace": record.name, **detail}
+
+    def drop(self, workspace: str | WorkspaceRecord, checkpoints: Sequence[str], actor: str = "user",
+             ) -> dict[str, object]:
+        """Delete checkpoints (ids or unique prefixes) and the content only they held."""
+        record = self._workspaces.get(workspace) if isinstance(workspace, str) else workspace
+        wanted = [check_id(c) for c in checkpoints]
+        with self._lock(record):
+            found = [self._find(record, c) for c in wanted]  # all or nothing: a bad id drops none
+            for manifest in found:
+                self.store.drop_manifest(record.name, manifest.id)
+            freed = self._collect(record)
+        ids = sorted({m.id for m in found})
+        self._audit.record(actor=actor, action="checkpoint.drop", target=record.name, result="ok",
+                           detail={"checkpoints": ids, "freed": freed})
+        return {"workspace": record.name, "dropped": ids, "freed": freed}
 
     # -- versions of single paths -------------------------------------------------------------------
     def for_files(self, record: WorkspaceRecord, actor: str) -> WorkspaceVersions:
@@ -259,6 +281,14 @@ class CheckpointService:
         if removed:
             self._audit.record(actor=actor, action="checkpoint.forget", target=record.name, result="ok")
         return removed
+
+
+def _same_content(a: Sequence[Entry], b: Sequence[Entry]) -> bool:
+    """Whether two checkpoints hold the same tree (stat stamps aside)."""
+    def key(entries: Sequence[Entry]) -> list[tuple[str, str, int, str, str]]:
+        return [(e.path, e.kind, e.mode, e.digest, e.target) for e in entries]
+
+    return len(a) == len(b) and key(a) == key(b)
 
 
 class WorkspaceVersions:

@@ -49,6 +49,10 @@ class VersionStore(Protocol):
         """Write `manifest` atomically, its objects made durable first."""
         ...
 
+    def drop_manifest(self, name: str, checkpoint: str) -> None:
+        """Delete one manifest (its objects stay until `collect`)."""
+        ...
+
     def manifests(self, name: str, owner: str) -> list[Manifest]:
         """The workspace's checkpoints, oldest first (none when the store is another workspace's)."""
         ...

@@ -17,8 +17,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("-m", "--message", default="", help="what the checkpoint is for")
     p.set_defaults(handler=_checkpoint)
 
-    p = sub.add_parser("checkpoints", parents=[common], help="list a workspace's checkpoints")
+    p = sub.add_parser("checkpoints", parents=[common], help="list a workspace's checkpoints",
+                       description="List a workspace's checkpoints, newest first; --drop deletes some "
+                                   "(and the content only they held).")
     p.add_argument("name", help="workspace name")
+    p.add_argument("--drop", action="append", metavar="ID", default=[],
+                   help="delete this checkpoint (repeatable)")
     p.set_defaults(handler=_checkpoints)
 
     p = sub.add_parser("rollback", parents=[common], help="bring a workspace back to a checkpoint",
@@ -38,6 +42,10 @@ def _checkpoint(ctx: Context, args: argparse.Namespace) -> Output:
 
 
 def _checkpoints(ctx: Context, args: argparse.Namespace) -> Output:
+    if args.drop:
+        done = ctx.app.checkpoints.drop(args.name, args.drop)
+        return Output(done, render=lambda d: f"dropped {', '.join(d['dropped'])} of {d['workspace']} "
+                                             f"(freed {human_size(d['freed'])})")
     found = [m.summary() for m in reversed(ctx.app.checkpoints.list(args.name))]
 
     def render(data: list[dict[str, Any]]) -> str:

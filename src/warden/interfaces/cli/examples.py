@@ -32,7 +32,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "fs NAME restore": ("warden fs notes restore /README.md   # the newest kept version",
                         "warden fs notes restore /README.md 3f2a9c01d4"),
     "checkpoint": ('warden checkpoint notes -m "before the refactor"', "warden checkpoint notes --json"),
-    "checkpoints": ("warden checkpoints notes",),
+    "checkpoints": ("warden checkpoints notes", "warden checkpoints notes --drop 3f2a9c01d4   # frees its space"),
     "rollback": ("warden rollback notes 3f2a9c01d4", "warden rollback notes 3f2a --path /src/app.py"),
     "sandbox": ("warden sandbox list", "warden sandbox add ~/datasets --mode ro --workspace notes"),
     "sandbox list": ("warden sandbox list", "warden sandbox list --workspace notes"),
