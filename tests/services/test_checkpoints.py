@@ -345,6 +345,13 @@ def test_the_store_counts_against_the_quota(home: Path, environ: dict[str, str],
         files = app.files(record.name, approver=approve_local_user)
         with pytest.raises(TooLarge):
             files.write_bytes("/c.bin", os.urandom(200 * 1024))
+        # A full workspace can still be rolled back (the save before it is not refused), and
+        # dropping checkpoints makes room again.
+        first = app.checkpoints.list(record.name)[0]
+        done = app.checkpoints.rollback(record.name, first.id)
+        assert not (root / "b.bin").exists()
+        app.checkpoints.drop(record.name, [str(done["saved_as"])])
+        app.checkpoints.create(record.name)
     finally:
         app.close()
 

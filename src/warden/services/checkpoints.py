@@ -123,15 +123,20 @@ class CheckpointService:
                            detail={k: v for k, v in manifest.summary().items() if k != "workspace"})
         return manifest
 
-    def _capture(self, record: WorkspaceRecord, message: str, actor: str, *, reuse: bool = False) -> Manifest:
+    def _capture(self, record: WorkspaceRecord, message: str, actor: str, *, reuse: bool = False,
+                 bounded: bool = True) -> Manifest:
         """Capture under the store's lock: objects first, the manifest last. With `reuse`, a tree
-        the newest checkpoint already holds as it is gives that checkpoint, not a new one."""
+        the newest checkpoint already holds as it is gives that checkpoint, not a new one; unless
+        `bounded`, workspace.max_disk does not refuse it (only workspace.min_free does)."""
         previous = self.store.manifests(record.name, record.id)
         known = {e.path: e for e in previous[-1].entries} if previous else {}
         if self.store.begin_capture(record.name):
             self._collect(record)  # the last capture was killed: its objects are named by no manifest
         try:
-            captured = self.store.capture(record.name, record.path, known=known, budget=self._budget(record),
+            if not bounded and self._quota is not None:
+                self._quota.check_free()
+            budget = self._budget(record) if bounded else None
+            captured = self.store.capture(record.name, record.path, known=known, budget=budget,
                                           now_ns=self._now_ns())
         except TooLarge:
             # Objects placed before the refusal are named by no manifest: free them now.
@@ -194,7 +199,10 @@ class CheckpointService:
             with self._lease(record.name, "exclusive", "rollback"), self._lock(record):
                 target = self._find(record, wanted)
                 detail["checkpoint"] = target.id
-                before = self._capture(record, f"before rollback to {target.id}", actor, reuse=True)
+                # Not refused by workspace.max_disk: a workspace a bot filled up is just when a
+                # rollback is needed (`checkpoints --drop` frees this save when it is not wanted).
+                before = self._capture(record, f"before rollback to {target.id}", actor, reuse=True,
+                                       bounded=False)
                 detail["saved_as"] = before.id
                 plan = plan_rollback(self.store.scan(record.path, scope), target.entries, scope)
                 self.store.apply(record.name, record.path, plan)
@@ -277,7 +285,12 @@ class CheckpointService:
     def forget(self, record: WorkspaceRecord, actor: str = "user") -> bool:
         """Drop a destroyed workspace's checkpoints and versions (its archive, if any, keeps its
         last state)."""
-        removed = self.store.remove(record.name)
+        try:
+            removed = self.store.remove(record.name)
+        except OSError as exc:  # the workspace is gone all the same; say what was left behind
+            self._audit.record(actor=actor, action="checkpoint.forget", target=record.name, result="internal",
+                               detail={"error": str(exc)})
+            return False
         if removed:
             self._audit.record(actor=actor, action="checkpoint.forget", target=record.name, result="ok")
         return removed
