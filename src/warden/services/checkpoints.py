@@ -111,7 +111,7 @@ class CheckpointService:
         before `install`, `git pull` and approved operations)."""
         record = self._record(workspace)
         if len(message) > 1000 or "\0" in message:
-            raise InvalidInput("a checkpoint message is one line of at most 1000 characters")
+            raise InvalidInput("a checkpoint message is at most 1000 characters, without NUL; shorten it")
         try:
             with self._lease(record.name, "shared", "checkpoint"), self._lock(record):
                 manifest = self._capture(record, message, actor)
