@@ -521,7 +521,7 @@ def test_modes_a_bot_set_do_not_stop_warden_running_as_that_user() -> None:
 
 def test_a_rollback_cut_short_is_run_again_to_the_same_tree(app: App, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    import warden.adapters.versions as store_module
+    import warden.adapters.safefs.trees as store_module
 
     record = register(app, tmp_path)
     root = Path(record.path)

@@ -20,27 +20,36 @@ renamed into place, then the filesystem is synced, then the manifest is renamed 
 kill at any moment leaves at worst unreferenced objects (collected later) and never a manifest
 naming a missing one.
 
-Workspaces are read and written by descriptor: `os.fwalk` (no link followed, each folder
-opened relative to its parent's descriptor) and `O_NOFOLLOW` opens relative to a held folder,
-so a folder a bot swapped for a symlink is neither read through nor written through.
+Workspaces are read and written by descriptor (adapters/safefs/trees.py): a folder a bot swapped
+for a symlink is neither read through nor written through.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
-import functools
 import hashlib
 import json
 import os
 import stat
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from warden.adapters.atomic import write_atomic
+from warden.adapters.safefs.trees import (
+    DIR_FLAGS,
+    READ_FLAGS,
+    Dirs,
+    apply_plan,
+    no_space,
+    open_folder,
+    open_to_read,
+    scan_tree,
+    stamp_of,
+    syncfs,
+)
 from warden.adapters.version_usage import folder_index, kept_bytes, read_text
 from warden.core.checkpoints import (
     STABLE_NS,
@@ -53,13 +62,11 @@ from warden.core.checkpoints import (
     git_heads,
     is_temp,
 )
-from warden.core.errors import Conflict, Denied, NotFound, TooLarge, Unavailable, WardenError
+from warden.core.errors import NotFound, TooLarge, WardenError
 from warden.core.quota import file_charge
 
 __all__ = ["HostVersionStore"]
 
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _SMALL = 1 << 20  # files up to this size are read in one go and hashed before anything is written
 _CHUNK = 1 << 20
 
@@ -68,36 +75,6 @@ _CHUNK = 1 << 20
 class _Captured:
     entries: list[Entry] = field(default_factory=list)
     added_bytes: int = 0
-
-
-def _syncfs(fd: int) -> None:
-    """Make everything written on the filesystem holding `fd` durable (one call for thousands of
-    objects, instead of an fsync each), so a manifest renamed after it never names lost bytes."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.syncfs(fd) == 0:
-            return
-    except (OSError, AttributeError):
-        pass
-    os.sync()
-
-
-def _stamp(st: os.stat_result) -> tuple[int, int, int, int]:
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISDIR(mode):
-        return "dir"
-    return "symlink" if stat.S_ISLNK(mode) else "other"
-
-
-def _no_space(exc: OSError, where: str) -> WardenError:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return Unavailable(f"no space left on the filesystem of {where}; free some space")
-    return WardenError(f"{where}: {exc.strerror or exc}")
 
 
 class _Objects:
@@ -221,7 +198,7 @@ class HostVersionStore:
                 made.mkdir(mode=0o700, exist_ok=True)
             fd = os.open(store / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
-            raise _no_space(exc, str(self.root)) from None
+            raise no_space(exc, str(self.root)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             found = self._owner(store)
@@ -250,10 +227,7 @@ class HostVersionStore:
                 now_ns: int) -> _Captured:
         objects = _Objects(self._store(name), budget)
         out = _Captured()
-        try:
-            root_fd = os.open(folder, _DIR)
-        except OSError as exc:
-            raise _folder_error(exc, folder) from None
+        root_fd = open_folder(folder)
         try:
             for dirpath, dirnames, filenames, dfd in os.fwalk(".", dir_fd=root_fd, follow_symlinks=False):
                 rel = dirpath[2:] if dirpath != "." else ""
@@ -281,7 +255,7 @@ class HostVersionStore:
                     if entry is not None:
                         out.entries.append(entry)
         except OSError as exc:
-            raise _no_space(exc, f"Warden's home ({self.root})") from None
+            raise no_space(exc, f"Warden's home ({self.root})") from None
         finally:
             os.close(root_fd)
             self._bump(name, objects.disk)  # also what a failure left: counted until collected
@@ -303,12 +277,12 @@ class HostVersionStore:
                 return None
         if not stat.S_ISREG(st.st_mode):
             return None  # FIFOs, sockets, devices are not content
-        stamp = _stamp(st)
+        stamp = stamp_of(st)
         if (known is not None and known.kind == "file" and known.stamp == stamp
                 and objects.has(known.digest)):
             return Entry(path, "file", mode, known.size, known.digest, stamp=stamp)
         try:
-            fd = _open_to_read(dfd, fname)
+            fd = open_to_read(dfd, fname)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -327,9 +301,9 @@ class HostVersionStore:
             os.close(fd)
         # The stamp may stand for these bytes only when nothing changed while they were read
         # and the file had been still for a while (STABLE_NS).
-        steady = _stamp(after) == _stamp(before) and after.st_ctime_ns + STABLE_NS < now_ns
+        steady = stamp_of(after) == stamp_of(before) and after.st_ctime_ns + STABLE_NS < now_ns
         return Entry(path, "file", stat.S_IMODE(before.st_mode), size, digest,
-                     stamp=_stamp(after) if steady else None)
+                     stamp=stamp_of(after) if steady else None)
 
     def begin_capture(self, name: str) -> bool:
         """Mark a capture under way; True when the last one was cut short (its objects are orphans)."""
@@ -345,16 +319,16 @@ class HostVersionStore:
     # -- manifests ---------------------------------------------------------------------------
     def save_manifest(self, name: str, manifest: Manifest) -> None:
         store = self._store(name)
-        fd = os.open(store, _DIR)
+        fd = os.open(store, DIR_FLAGS)
         try:
-            _syncfs(fd)  # the objects first, then the manifest that names them
+            syncfs(fd)  # the objects first, then the manifest that names them
         finally:
             os.close(fd)
         data = json.dumps(manifest.to_json(), separators=(",", ":")).encode()
         try:
             write_atomic(store / "checkpoints" / f"{manifest.id}.json", data, mode=0o600)
         except OSError as exc:
-            raise _no_space(exc, f"Warden's home ({self.root})") from None
+            raise no_space(exc, f"Warden's home ({self.root})") from None
         self._bump(name, file_charge(len(data)))
 
     def drop_manifest(self, name: str, checkpoint: str) -> None:
@@ -385,114 +359,12 @@ class HostVersionStore:
         found.sort(key=lambda m: (m.created_at, m.id))
         return found
 
-    # -- reading the workspace now -----------------------------------------------------------------
+    # -- the workspace now, and rollback -----------------------------------------------------------------
     def scan(self, folder: str, scope: str | None) -> dict[str, Current]:
-        found: dict[str, Current] = {}
-        try:
-            root_fd = os.open(folder, _DIR)
-        except OSError as exc:
-            raise _folder_error(exc, folder) from None
-        try:
-            start_fd, prefix = root_fd, ""
-            if scope is not None:
-                opened = self._scan_scope(root_fd, scope, found)
-                if opened is None:
-                    return found
-                start_fd, prefix = opened, scope
-            try:
-                for dirpath, dirnames, filenames, dfd in os.fwalk(".", dir_fd=start_fd, follow_symlinks=False):
-                    rel = dirpath[2:] if dirpath != "." else ""
-                    rel = f"{prefix}/{rel}" if prefix and rel else (prefix or rel)
-                    base = rel.split("/") if rel else []
-                    dirnames[:] = [d for d in dirnames if not excluded([*base, d])]
-                    for child in [*dirnames, *filenames]:
-                        if excluded([*base, child]):
-                            continue
-                        with contextlib.suppress(FileNotFoundError):
-                            found[f"{rel}/{child}" if rel else child] = _current(dfd, child)
-            finally:
-                if start_fd != root_fd:
-                    os.close(start_fd)
-        finally:
-            os.close(root_fd)
-        return found
+        return scan_tree(folder, scope)
 
-    def _scan_scope(self, root_fd: int, scope: str, found: dict[str, Current]) -> int | None:
-        """Record the scope's parents and the scope itself; a descriptor of the scope when it is a
-        real folder (to walk), else None."""
-        parts = scope.split("/")
-        current = os.dup(root_fd)
-        try:
-            for index, part in enumerate(parts):
-                path = "/".join(parts[: index + 1])
-                try:
-                    now = _current(current, part)
-                except FileNotFoundError:
-                    return None
-                found[path] = now
-                if now.kind != "dir":
-                    return None
-                nxt = os.open(part, _DIR, dir_fd=current)
-                os.close(current)
-                current = nxt
-            fd, current = current, -1
-            return fd
-        finally:
-            if current >= 0:
-                os.close(current)
-
-    # -- rollback ----------------------------------------------------------------------------------
     def apply(self, name: str, folder: str, plan: RollbackPlan) -> None:
-        objects = _Objects(self._store(name), None)
-        try:
-            root_fd = os.open(folder, _DIR)
-        except OSError as exc:
-            raise _folder_error(exc, folder) from None
-        dirs = _Dirs(root_fd)
-        opened: list[tuple[int, int]] = []  # folders made writable for the rollback: (fd, mode to put back)
-
-        def in_folder(path: str, work: Callable[[int, str], object]) -> None:
-            parent, leaf = dirs.parent(path)
-            try:
-                work(parent, leaf)
-            except PermissionError:
-                # A folder whose mode forbids writing (a bot's chmod 555; Warden runs as the same
-                # user): opened up for the rollback, its mode put back at the end.
-                mode = stat.S_IMODE(os.fstat(parent).st_mode)
-                if mode & 0o700 == 0o700:
-                    raise
-                opened.append((os.dup(parent), mode))
-                os.fchmod(parent, mode | 0o700)
-                work(parent, leaf)
-
-        try:
-            for path in plan.remove:
-                in_folder(path, _remove)
-            dirs.forget()
-            for path in plan.mkdirs:
-                in_folder(path, _make_dir)
-            for entry in plan.writes:
-                if entry.kind == "symlink":
-                    in_folder(entry.path, functools.partial(_put_link, entry.target))
-                else:
-                    in_folder(entry.path, functools.partial(_put_file, objects.path(entry.digest), entry.mode))
-            for path, mode in plan.chmods:
-                in_folder(path, functools.partial(_chmod_file, mode))
-            for fd, mode in opened:
-                os.fchmod(fd, mode)
-            for path, mode in plan.dir_modes:
-                os.fchmod(dirs.open(path), mode)
-            _syncfs(root_fd)
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise Conflict(f"workspace folder {folder} changed during the rollback (a link where a folder "
-                               "was); run the rollback again") from None
-            raise _no_space(exc, f"workspace folder {folder}") from None
-        finally:
-            for fd, _mode in opened:
-                os.close(fd)
-            dirs.close()
-            os.close(root_fd)
+        apply_plan(folder, plan, _Objects(self._store(name), None).path)
 
     # -- versions of single paths ------------------------------------------------------------------
     def keep_file(self, name: str, folder: str, path: str, *, max_bytes: int) -> list[tuple[str, int, str, int]]:
@@ -502,10 +374,10 @@ class HostVersionStore:
             return []
         kept: list[tuple[str, int, str, int]] = []
         try:
-            root_fd = os.open(folder, _DIR)
+            root_fd = os.open(folder, DIR_FLAGS)
         except OSError:
             return []
-        dirs = _Dirs(root_fd)
+        dirs = Dirs(root_fd)
         try:
             try:
                 parent, leaf = dirs.parent("/".join(parts))
@@ -517,7 +389,7 @@ class HostVersionStore:
                 return [got] if got else []
             if not stat.S_ISDIR(st.st_mode):
                 return []
-            top = os.open(leaf, _DIR, dir_fd=parent)
+            top = os.open(leaf, DIR_FLAGS, dir_fd=parent)
             try:
                 for dirpath, dirnames, filenames, dfd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
                     rel = "/".join([*parts, *([dirpath[2:]] if dirpath != "." else [])])
@@ -541,7 +413,7 @@ class HostVersionStore:
     @staticmethod
     def _keep_one(dfd: int, fname: str, path: str, objects: _Objects) -> tuple[str, int, str, int] | None:
         try:
-            fd = os.open(fname, _READ, dir_fd=dfd)
+            fd = os.open(fname, READ_FLAGS, dir_fd=dfd)
         except OSError:
             return None
         try:
@@ -569,9 +441,9 @@ class HostVersionStore:
 
     def save_versions(self, name: str, versions: Sequence[Version]) -> None:
         store = self._store(name)
-        fd = os.open(store, _DIR)
+        fd = os.open(store, DIR_FLAGS)
         try:
-            _syncfs(fd)
+            syncfs(fd)
         finally:
             os.close(fd)
         data = json.dumps([v.to_json() for v in versions], separators=(",", ":")).encode()
@@ -585,7 +457,7 @@ class HostVersionStore:
     def read_object(self, name: str, digest: str, *, max_bytes: int) -> bytes:
         path = _Objects(self._store(name), None).path(digest)
         try:
-            fd = os.open(path, _READ)
+            fd = os.open(path, READ_FLAGS)
         except FileNotFoundError:
             raise NotFound(f"the saved content {digest[:12]} is gone from the store") from None
         try:
@@ -669,171 +541,3 @@ def _listdir(path: Path) -> list[str]:
         return []
 
 
-def _folder_error(exc: OSError, folder: str) -> WardenError:
-    if exc.errno == errno.ENOENT:
-        return NotFound(f"the workspace folder {folder} is missing; `warden health NAME --repair` re-creates it")
-    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-        return Denied(f"the workspace folder {folder} is not a real folder (a link?); Warden works only on "
-                      "a real folder", rule="deny: symbolic link")
-    return WardenError(f"{folder}: {exc.strerror or exc}")
-
-
-def _open_to_read(dfd: int, name: str) -> int | None:
-    """`name` opened to read, no link followed. A file its mode makes unreadable (a bot's chmod
-    000; Warden runs as the same user) is made readable for the moment of the open and its mode
-    put back: left out, a whole rollback would remove it. None when it cannot be read at all."""
-    try:
-        return os.open(name, _READ, dir_fd=dfd)
-    except PermissionError:
-        pass
-    path_fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-    try:
-        st = os.fstat(path_fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        proc = f"/proc/self/fd/{path_fd}"
-        try:
-            os.chmod(proc, stat.S_IMODE(st.st_mode) | 0o400)
-        except OSError:
-            return None  # another user's file: not Warden's to read
-        try:
-            # Not O_NOFOLLOW: /proc/self/fd/N is a magic link to this very inode, never a path.
-            return os.open(proc, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            return None
-        finally:
-            os.chmod(proc, stat.S_IMODE(st.st_mode))
-    finally:
-        os.close(path_fd)
-
-
-def _current(dfd: int, name: str) -> Current:
-    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-    kind = _kind(st.st_mode)
-    if kind == "symlink":
-        return Current("symlink", 0o777, target=os.readlink(name, dir_fd=dfd))
-    return Current(kind, stat.S_IMODE(st.st_mode), _stamp(st) if kind == "file" else (0, 0, 0, 0))
-
-
-class _Dirs:
-    """Folders beneath a held root, each opened component by component with O_NOFOLLOW (a link
-    anywhere on the way fails with ELOOP: nothing is written through it); kept open for the
-    entries that follow (a rollback writes in path order)."""
-
-    def __init__(self, root_fd: int) -> None:
-        self.root_fd = root_fd
-        self._open: dict[str, int] = {}
-
-    def open(self, path: str) -> int:
-        if not path:
-            return self.root_fd
-        fd = self._open.get(path)
-        if fd is not None:
-            return fd
-        parent_path, _, leaf = path.rpartition("/")
-        parent = self.open(parent_path)
-        try:
-            fd = os.open(leaf, _DIR, dir_fd=parent)
-        except NotADirectoryError:
-            # O_DIRECTORY|O_NOFOLLOW on a link says ENOTDIR: name the real reason.
-            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path) from None
-        if len(self._open) > 512:
-            self.forget()
-        self._open[path] = fd
-        return fd
-
-    def parent(self, path: str) -> tuple[int, str]:
-        parent_path, _, leaf = path.rpartition("/")
-        return self.open(parent_path), leaf
-
-    def forget(self) -> None:
-        for fd in self._open.values():
-            os.close(fd)
-        self._open.clear()
-
-    def close(self) -> None:
-        self.forget()
-
-
-def _remove(parent: int, leaf: str) -> None:
-    try:
-        st = os.stat(leaf, dir_fd=parent, follow_symlinks=False)
-    except FileNotFoundError:
-        return  # gone already (a rollback run again after a crash)
-    if stat.S_ISDIR(st.st_mode):
-        import shutil
-
-        # rmtree with dir_fd walks by descriptors and never follows links.
-        shutil.rmtree(leaf, dir_fd=parent)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(leaf, dir_fd=parent)
-
-
-def _make_dir(parent: int, leaf: str) -> None:
-    for _ in range(3):
-        try:
-            os.mkdir(leaf, 0o700, dir_fd=parent)  # its mode is set once it is filled
-            return
-        except FileExistsError:
-            st = os.stat(leaf, dir_fd=parent, follow_symlinks=False)
-            if stat.S_ISDIR(st.st_mode):
-                return
-            os.unlink(leaf, dir_fd=parent)  # a file or a link where the folder belongs
-    raise OSError(errno.EAGAIN, f"cannot make folder {leaf!r}: it keeps changing")
-
-
-def _tmp_name(leaf: str) -> str:
-    return f".{leaf[:64]}.{os.urandom(6).hex()}.warden-tmp"
-
-
-def _put_file(source: Path, mode: int, parent: int, leaf: str) -> None:
-    """Replace `leaf` with a copy of object `source`: a new file beside it, renamed over it."""
-    tmp = _tmp_name(leaf)
-    src = os.open(source, _READ)
-    try:
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                      dir_fd=parent)
-        try:
-            try:
-                size = os.fstat(src).st_size
-                copied = 0
-                while copied < size:
-                    sent = os.copy_file_range(src, out, size - copied)
-                    if sent == 0:
-                        break
-                    copied += sent
-                os.fchmod(out, mode & 0o7777 & ~0o6000)  # never set setuid/setgid on the host
-            finally:
-                os.close(out)
-            # No fsync per file: the whole rollback is synced once at its end (syncfs); a crash
-            # before it leaves files a second run of the same rollback rewrites.
-            os.rename(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=parent)
-            raise
-    finally:
-        os.close(src)
-
-
-def _put_link(target: str, parent: int, leaf: str) -> None:
-    tmp = _tmp_name(leaf)
-    os.symlink(target, tmp, dir_fd=parent)
-    try:
-        os.rename(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=parent)
-        raise
-
-
-def _chmod_file(mode: int, parent: int, leaf: str) -> None:
-    """Set a file's mode through an O_PATH descriptor (its mode may forbid opening it to read;
-    O_NOFOLLOW: a link there is never changed through)."""
-    fd = os.open(leaf, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
-    try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            os.chmod(f"/proc/self/fd/{fd}", mode & 0o7777 & ~0o6000)
-    finally:
-        os.close(fd)
