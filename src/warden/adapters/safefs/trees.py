@@ -71,10 +71,7 @@ def no_space(exc: OSError, where: str) -> WardenError:
 def scan_tree(folder: str, scope: str | None) -> dict[str, Current]:
     """What folder `folder` holds now within `scope` (content only, core/checkpoints.py), no link followed."""
     found: dict[str, Current] = {}
-    try:
-        root_fd = os.open(folder, DIR_FLAGS)
-    except OSError as exc:
-        raise folder_error(exc, folder) from None
+    root_fd = open_folder(folder)
     try:
         start_fd, prefix = root_fd, ""
         if scope is not None:
@@ -99,6 +96,7 @@ def scan_tree(folder: str, scope: str | None) -> dict[str, Current]:
     finally:
         os.close(root_fd)
     return found
+
 
 def _scan_scope(root_fd: int, scope: str, found: dict[str, Current]) -> int | None:
     """Record the scope's parents and the scope itself; a descriptor of the scope when it is a
@@ -128,10 +126,7 @@ def _scan_scope(root_fd: int, scope: str, found: dict[str, Current]) -> int | No
 def apply_plan(folder: str, plan: RollbackPlan, object_path: Callable[[str], Path]) -> None:
     """Carry out `plan` beneath `folder`: each step relative to a held folder, no link followed, each
     file written beside its target and renamed over it (`object_path(digest)` holds its bytes)."""
-    try:
-        root_fd = os.open(folder, DIR_FLAGS)
-    except OSError as exc:
-        raise folder_error(exc, folder) from None
+    root_fd = open_folder(folder)
     dirs = Dirs(root_fd)
     opened: list[tuple[int, int]] = []  # folders made writable for the rollback: (fd, mode to put back)
 
