@@ -92,3 +92,4 @@ def test_retention_settings_through_config(cli: Cli) -> None:
     assert cli("config", "set", "versions.keep", "-1").code == 2
     assert cli("config", "set", "versions.keep", "10").code == 0
     assert cli("config", "set", "versions.max_size", "1G").code == 0
+

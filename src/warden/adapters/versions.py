@@ -49,6 +49,7 @@ from warden.adapters.safefs.trees import (
     scan_tree,
     stamp_of,
     syncfs,
+    walk_tree,
 )
 from warden.adapters.version_usage import folder_index, kept_bytes, read_text
 from warden.core.checkpoints import (
@@ -58,7 +59,7 @@ from warden.core.checkpoints import (
     Manifest,
     RollbackPlan,
     Version,
-    excluded,
+    excluded_name,
     git_heads,
     is_temp,
 )
@@ -229,14 +230,12 @@ class HostVersionStore:
         out = _Captured()
         root_fd = open_folder(folder)
         try:
-            for dirpath, dirnames, filenames, dfd in os.fwalk(".", dir_fd=root_fd, follow_symlinks=False):
-                rel = dirpath[2:] if dirpath != "." else ""
-                base = rel.split("/") if rel else []
+            for rel, dirnames, filenames, dfd in walk_tree(root_fd):
+                top = not rel
                 skip = git_heads(rel, [*dirnames, *filenames])
-                # fwalk lists a symlink to a folder among the folders (it never descends into
-                # it): such a name is a link, saved as one.
+                # A folder swapped for a link since it was listed is saved as the link it is now.
                 real: list[str] = []
-                for d in sorted(d for d in dirnames if not excluded([*base, d])):
+                for d in sorted(d for d in dirnames if not excluded_name(d, top=top)):
                     try:
                         st = os.stat(d, dir_fd=dfd, follow_symlinks=False)
                     except FileNotFoundError:
@@ -249,7 +248,7 @@ class HostVersionStore:
                 dirnames[:] = real
                 for fname in sorted(filenames):
                     path = f"{rel}/{fname}" if rel else fname
-                    if excluded([*base, fname]) or is_temp(fname) or path in skip:
+                    if excluded_name(fname, top=top) or is_temp(fname) or path in skip:
                         continue
                     entry = self._capture_one(dfd, fname, path, known.get(path), objects, now_ns)
                     if entry is not None:
@@ -391,11 +390,11 @@ class HostVersionStore:
                 return []
             top = os.open(leaf, DIR_FLAGS, dir_fd=parent)
             try:
-                for dirpath, dirnames, filenames, dfd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
-                    rel = "/".join([*parts, *([dirpath[2:]] if dirpath != "." else [])])
-                    dirnames[:] = sorted(d for d in dirnames if not excluded([*rel.split("/"), d]))
+                for here, dirnames, filenames, dfd in walk_tree(top):
+                    rel = "/".join([*parts, *([here] if here else [])])
+                    dirnames[:] = sorted(d for d in dirnames if not excluded_name(d, top=False))
                     for fname in sorted(filenames):
-                        if excluded([*rel.split("/"), fname]) or is_temp(fname):
+                        if excluded_name(fname, top=False) or is_temp(fname):
                             continue
                         got = self._keep_one(dfd, fname, f"/{rel}/{fname}", objects)
                         if got:

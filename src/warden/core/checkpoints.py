@@ -45,6 +45,7 @@ __all__ = [
     "Version",
     "check_id",
     "excluded",
+    "excluded_name",
     "git_heads",
     "is_temp",
     "normalize_scope",
@@ -68,11 +69,14 @@ Kind = Literal["file", "dir", "symlink"]
 
 def excluded(parts: Sequence[str]) -> bool:
     """Whether workspace path `parts` (`["src", "a.py"]`) is outside what checkpoints hold."""
-    if not parts:
-        return False
-    if parts[0] in _PROTECTED_TOP:
-        return True
-    return any(p in ENV_NAMES or is_git_name(p) or QUARANTINE_SUFFIX in p for p in parts)
+    return any(excluded_name(p, top=i == 0) for i, p in enumerate(parts))
+
+
+def excluded_name(name: str, *, top: bool) -> bool:
+    """Whether an entry named `name` (in the workspace's top folder when `top`) is left out,
+    whatever its folder: a walk checks each name once, not each whole path again (a bot can nest
+    folders thousands deep)."""
+    return (top and name in _PROTECTED_TOP) or name in ENV_NAMES or is_git_name(name) or QUARANTINE_SUFFIX in name
 
 
 def is_temp(name: str) -> bool:
@@ -140,8 +144,8 @@ class Entry:
         path, kind, mode, size, data, stamp = raw
         if kind not in ("file", "dir", "symlink") or not isinstance(path, str) or not isinstance(data, str):
             raise ValueError("bad manifest entry")
-        parts = path.split("/")
-        if not path or any(p in ("", ".", "..") or "\0" in p for p in parts) or excluded(parts):
+        parent, _, name = path.rpartition("/")
+        if not name or name in (".", "..") or "\0" in name or excluded_name(name, top=not parent):
             raise ValueError(f"bad manifest path {path!r}")
         if kind == "file" and not re.fullmatch(r"[0-9a-f]{64}", data):
             raise ValueError("bad manifest digest")
@@ -188,9 +192,17 @@ class Manifest:
         entries = raw.get("entries")
         if not isinstance(entries, list):
             raise ValueError("manifest without entries")
+        parsed = tuple(Entry.from_json(e) for e in entries)
+        # Each entry checked its own name; its folders must be entries (checked the same way) too,
+        # so no path of a manifest lies in or below what checkpoints leave out.
+        folders = {e.path for e in parsed if e.kind == "dir"}
+        for entry in parsed:
+            parent = entry.path.rpartition("/")[0]
+            if parent and parent not in folders:
+                raise ValueError(f"manifest entry {entry.path!r} without its folder")
         return cls(str(raw["id"]), str(raw["workspace"]), str(raw["workspace_id"]), str(raw["created_at"]),
                    str(raw.get("message", "")), str(raw.get("actor", "")),
-                   tuple(Entry.from_json(e) for e in entries), int(raw.get("added_bytes", 0)))  # type: ignore[call-overload]
+                   parsed, int(raw.get("added_bytes", 0)))  # type: ignore[call-overload]
 
 
 @dataclass(frozen=True)
@@ -244,9 +256,26 @@ def plan_rollback(current: Mapping[str, Current], target: Iterable[Entry], scope
         wants = wanted.get(path)
         if wants is None or (found.kind == "dir") != (wants.kind == "dir") or found.kind == "other":
             remove.add(path)
-    # Only the top of a removed subtree is removed: its contents go with it.
-    tops = {p for p in remove if not _ancestors(p) & remove}
-    gone = {p for p in current if p in tops or _ancestors(p) & tops}
+    # Only the top of a removed subtree is removed: its contents go with it. In tree order a
+    # folder's contents follow it, so one pass finds the tops and what goes with them (no walk up
+    # each path: a bot can nest folders thousands deep).
+    tops: set[str] = set()
+    cover = None
+    for path in sorted(remove, key=_tree_order):
+        if cover is not None and path.startswith(cover):
+            continue
+        tops.add(path)
+        cover = path + "/"
+    gone: set[str] = set()
+    cover = None
+    for path in sorted(current, key=_tree_order):
+        if path in tops:
+            cover = path + "/"
+            gone.add(path)
+        elif cover is not None and path.startswith(cover):
+            gone.add(path)
+        else:
+            cover = None
     if scope is not None:
         for parent in _parents(scope):
             there = current.get(parent)
@@ -277,8 +306,8 @@ def _parents(path: str) -> list[str]:
     return ["/".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def _ancestors(path: str) -> set[str]:
-    return set(_parents(path))
+def _tree_order(path: str) -> list[str]:
+    return path.split("/")
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,13 @@
 """Reading and rewriting a whole workspace tree by descriptor: what checkpoints save and restore.
 
 A bot may have swapped any folder for a symlink, a file for a FIFO, or made a file unreadable
-before Warden comes to save or restore its workspace. So the tree is walked with `os.fwalk`
-(each folder opened relative to its parent's descriptor, no link followed: a link to a folder is
-listed but never entered), every entry is opened with `O_NOFOLLOW` relative to a held folder, and
-a rollback writes each file beside its target and renames it over, component by component from
-the workspace's own descriptor, so a link planted anywhere on the way fails (ELOOP) instead of
-leading outside. What counts as content is core/checkpoints.py's decision.
+before Warden comes to save or restore its workspace. So the tree is walked by `walk_tree` (each
+folder opened relative to its parent's descriptor, no link followed: a link to a folder is listed
+but never entered; no recursion, however deep a bot nested its folders), every entry is opened
+with `O_NOFOLLOW` relative to a held folder, and a rollback writes each file beside its target
+and renames it over, component by component from the workspace's own descriptor, so a link
+planted anywhere on the way fails (ELOOP) instead of leading outside. What counts as content is
+core/checkpoints.py's decision.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ import errno
 import functools
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from warden.core.checkpoints import Current, RollbackPlan, excluded
+from warden.core.checkpoints import Current, RollbackPlan, excluded_name
 from warden.core.errors import Conflict, Denied, NotFound, Unavailable, WardenError
 
 __all__ = ["DIR_FLAGS", "READ_FLAGS", "Dirs", "apply_plan", "current_entry", "folder_error", "no_space",
-           "open_folder", "open_to_read", "scan_tree", "stamp_of", "syncfs"]
+           "open_folder", "open_to_read", "scan_tree", "stamp_of", "syncfs", "walk_tree"]
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -68,6 +70,108 @@ def no_space(exc: OSError, where: str) -> WardenError:
     return WardenError(f"{where}: {exc.strerror or exc}")
 
 
+_OPEN_DIRS = 256  # folders a walk or a rollback holds open at most (the open-file limit is often 1024)
+
+
+@dataclass
+class _Frame:
+    path: str
+    fd: int | None  # None once closed to stay under _OPEN_DIRS; reopened by name when needed
+    ident: tuple[int, int]
+    pending: list[str]
+
+
+def walk_tree(root_fd: int) -> Iterator[tuple[str, list[str], list[str], int]]:
+    """(path, folders, others, descriptor) for each folder beneath `root_fd`, top-down, like
+    `os.fwalk(follow_symlinks=False)` but without recursion: a bot can nest folders deeper than
+    Python's recursion limit (and than the open-file limit: only the deepest _OPEN_DIRS stay open).
+    A symlink, even to a folder, is among the others and never entered; the caller may prune
+    `folders` in place. A folder swapped while walked is skipped, never followed."""
+    frames: list[_Frame] = []
+    entered: tuple[str, int, tuple[int, int]] | None = ("", os.dup(root_fd), (0, 0))
+    try:
+        while True:
+            if entered is not None:
+                path, fd, ident = entered
+                entered = None
+                folders: list[str] = []
+                others: list[str] = []
+                try:
+                    with os.scandir(fd) as listing:
+                        for item in listing:
+                            try:
+                                is_dir = item.is_dir(follow_symlinks=False)
+                            except OSError:
+                                is_dir = False
+                            (folders if is_dir else others).append(item.name)
+                except OSError:
+                    os.close(fd)
+                    continue  # unreadable or gone: nothing beneath it is seen
+                folders.sort()
+                others.sort()
+                yield path, folders, others, fd
+                frames.append(_Frame(path, fd, ident, list(reversed(folders))))
+                open_fds = [f for f in frames[1:] if f.fd is not None]
+                if len(open_fds) > _OPEN_DIRS:
+                    oldest = open_fds[0]
+                    os.close(oldest.fd)  # type: ignore[arg-type]
+                    oldest.fd = None
+            if not frames:
+                return
+            top = frames[-1]
+            if not top.pending:
+                if top.fd is not None:
+                    os.close(top.fd)
+                frames.pop()
+                continue
+            name = top.pending.pop()
+            parent = _reopen(frames, root_fd)
+            if parent is None:
+                frames.pop()
+                continue
+            try:
+                child = os.open(name, DIR_FLAGS, dir_fd=parent)
+            except OSError:
+                continue  # removed, or swapped for a link, since it was listed
+            st = os.fstat(child)
+            entered = (f"{top.path}/{name}" if top.path else name, child, (st.st_dev, st.st_ino))
+    finally:
+        for frame in frames:
+            if frame.fd is not None:
+                os.close(frame.fd)
+        if entered is not None:
+            os.close(entered[1])
+
+
+def _reopen(frames: list[_Frame], root_fd: int) -> int | None:
+    """The descriptor of the innermost frame, opened again from the nearest open ancestor when it
+    was closed (None when the folder there is no longer the one walked)."""
+    top = frames[-1]
+    if top.fd is not None:
+        return top.fd
+    index = max(i for i, f in enumerate(frames) if f.fd is not None or i == 0)
+    base = frames[index]
+    current = base.fd if base.fd is not None else root_fd
+    own = False
+    try:
+        for frame in frames[index + 1:]:
+            name = frame.path.rsplit("/", 1)[-1]
+            nxt = os.open(name, DIR_FLAGS, dir_fd=current)
+            if own:
+                os.close(current)
+            current, own = nxt, True
+            st = os.fstat(current)
+            if (st.st_dev, st.st_ino) != frame.ident:
+                os.close(current)
+                return None
+    except OSError:
+        if own:
+            os.close(current)
+        return None
+    top.fd = current
+    return current
+
+
 def scan_tree(folder: str, scope: str | None) -> dict[str, Current]:
     """What folder `folder` holds now within `scope` (content only, core/checkpoints.py), no link followed."""
     found: dict[str, Current] = {}
@@ -80,13 +184,12 @@ def scan_tree(folder: str, scope: str | None) -> dict[str, Current]:
                 return found
             start_fd, prefix = opened, scope
         try:
-            for dirpath, dirnames, filenames, dfd in os.fwalk(".", dir_fd=start_fd, follow_symlinks=False):
-                rel = dirpath[2:] if dirpath != "." else ""
-                rel = f"{prefix}/{rel}" if prefix and rel else (prefix or rel)
-                base = rel.split("/") if rel else []
-                dirnames[:] = [d for d in dirnames if not excluded([*base, d])]
+            for here, dirnames, filenames, dfd in walk_tree(start_fd):
+                rel = f"{prefix}/{here}" if prefix and here else (prefix or here)
+                top = not rel
+                dirnames[:] = [d for d in dirnames if not excluded_name(d, top=top)]
                 for child in [*dirnames, *filenames]:
-                    if excluded([*base, child]):
+                    if excluded_name(child, top=top):
                         continue
                     with contextlib.suppress(FileNotFoundError):
                         found[f"{rel}/{child}" if rel else child] = current_entry(dfd, child)
@@ -230,22 +333,37 @@ class Dirs:
         self._open: dict[str, int] = {}
 
     def open(self, path: str) -> int:
+        """Folder `path`, from the deepest folder already open on the way (a rollback goes in path
+        order: mostly the parent), one component at a time: no recursion, and however deep the
+        tree, only the _OPEN_DIRS folders used last stay open."""
         if not path:
             return self.root_fd
-        fd = self._open.get(path)
+        fd = self._open.pop(path, None)
         if fd is not None:
+            self._open[path] = fd  # used last: kept longest
             return fd
-        parent_path, _, leaf = path.rpartition("/")
-        parent = self.open(parent_path)
-        try:
-            fd = os.open(leaf, DIR_FLAGS, dir_fd=parent)
-        except NotADirectoryError:
-            # O_DIRECTORY|O_NOFOLLOW on a link says ENOTDIR: name the real reason.
-            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path) from None
-        if len(self._open) > 512:
-            self.forget()
-        self._open[path] = fd
-        return fd
+        rest: list[str] = []
+        base = path
+        current = self.root_fd
+        while base:
+            base, _, name = base.rpartition("/")
+            rest.append(name)
+            held = self._open.get(base) if base else None
+            if held is not None:
+                current = held
+                break
+        for name in reversed(rest):
+            base = f"{base}/{name}" if base else name
+            try:
+                current = os.open(name, DIR_FLAGS, dir_fd=current)
+            except NotADirectoryError:
+                # O_DIRECTORY|O_NOFOLLOW on a link says ENOTDIR: name the real reason.
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path) from None
+            self._open[base] = current
+            while len(self._open) > _OPEN_DIRS:  # the folder used longest ago goes, never `current`
+                oldest = next(iter(self._open))
+                os.close(self._open.pop(oldest))
+        return current
 
     def parent(self, path: str) -> tuple[int, str]:
         parent_path, _, leaf = path.rpartition("/")
@@ -268,8 +386,14 @@ def _remove(parent: int, leaf: str) -> None:
     if stat.S_ISDIR(st.st_mode):
         import shutil
 
-        # rmtree with dir_fd walks by descriptors and never follows links.
-        shutil.rmtree(leaf, dir_fd=parent)
+        # rmtree with dir_fd walks by descriptors and never follows links; a tree nested deeper
+        # than Python's recursion limit goes to GNU rm through the held folder, as SafeRoot does.
+        try:
+            shutil.rmtree(leaf, dir_fd=parent)
+        except RecursionError:
+            from warden.adapters.safefs.root import _remove_deep
+
+            _remove_deep(parent, leaf)
     else:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(leaf, dir_fd=parent)
