@@ -384,6 +384,8 @@ class HostVersionStore:
             except OSError:
                 return []  # missing, or reached through a link: nothing of the workspace to keep
             if stat.S_ISREG(st.st_mode):
+                if st.st_size > max_bytes:
+                    return []  # larger than every version together may be: not read at all
                 got = self._keep_one(parent, leaf, "/" + "/".join(parts), objects)
                 return [got] if got else []
             if not stat.S_ISDIR(st.st_mode):
