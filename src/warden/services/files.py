@@ -8,6 +8,10 @@ workspace's directory descriptor → one audit event with the rule that decided.
 Approval: a zone's `ask` needs a person. The service takes an `approver` callable; the CLI
 and the Python API run as the local person, so they pass `approve_local_user`. A bot (no
 approver yet) gets Denied "needs approval" until the approvals feature plugs one in.
+
+Versions: a write over a file and a delete first keep what is there as a version in Warden's
+store (`versions`, services/checkpoints.py); `list_versions` and `restore_version` read them back.
+A move that replaces a file should call `_keep(root, destination, "move")` the same way.
 """
 
 from __future__ import annotations
