@@ -12,6 +12,7 @@ from warden.core.runs import RunResult
 from warden.core.workspaces import WorkspaceRecord
 
 if TYPE_CHECKING:
+    from warden.core.checkpoints import Manifest
     from warden.services.files import FileService
 
 __all__ = ["RunResult", "Warden", "Workspace"]
@@ -59,6 +60,18 @@ class Workspace:
         return self._app.runs.execute(RunRequest(self.name, argv, timeout=timeout, memory=memory, cpu=cpu,
                                                  pids=pids, net=net, allow_domains=allow_domains,
                                                  env=env or {}, stdin=stdin, cwd=cwd))
+
+    def checkpoint(self, message: str = "") -> Manifest:
+        """Save the workspace's content as a checkpoint (`warden checkpoint`); its `.id` rolls back to it."""
+        return self._app.checkpoints.create(self.name, message)
+
+    def checkpoints(self) -> list[Manifest]:
+        """The workspace's checkpoints, oldest first."""
+        return self._app.checkpoints.list(self.name)
+
+    def rollback(self, checkpoint: str, *, path: str | None = None) -> dict[str, object]:
+        """Bring the workspace (or only `path`) back to `checkpoint`; what was there is saved first."""
+        return self._app.checkpoints.rollback(self.name, checkpoint, path=path)
 
     def refresh(self) -> Workspace:
         self.record = self._app.workspaces.get(self.name)

@@ -22,6 +22,7 @@ from warden.services.workspaces import WorkspaceService
 if TYPE_CHECKING:
     from warden.adapters.exec_slots import HeldSlots
     from warden.adapters.keystore import Keystore
+    from warden.adapters.versions import HostVersionStore
     from warden.core.approvals import ApprovalRecord
     from warden.core.ports import ConfigFile
     from warden.core.workspaces import WorkspaceRecord
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from warden.services.approvals import ApprovalService
     from warden.services.auth import AuthService
     from warden.services.bot_requests import BotRequestService
+    from warden.services.checkpoints import CheckpointService
     from warden.services.context import ContextService
     from warden.services.files import Approver, FileService
     from warden.services.git import GitService
@@ -86,6 +88,11 @@ class Home:
     def sandbox_paths(self) -> Path:
         """Global allowed/denied paths (JSON: `allowed_paths`/`denied_paths` lists of {path, mode})."""
         return self.root / "sandbox_paths.json"
+
+    @property
+    def versions(self) -> Path:
+        """Checkpoints and kept versions of workspaces: content-addressed objects and manifests."""
+        return self.root / "versions"
 
     @property
     def run(self) -> Path:
@@ -148,7 +155,8 @@ class App:
         shelf = ArchiveShelf(HostArchives(), self.home.archives, self.clock, self.settings)
         return WorkspaceService(self.registry, self.audit, self.clock, root_dir=self.root_dir, folders=folders,
                                 shelf=shelf, processes=HostProcesses(), node=os.uname().nodename,
-                                layers=lambda: self.layers, leases=lambda: self.leases)
+                                layers=lambda: self.layers, leases=lambda: self.leases,
+                                on_destroyed=lambda record, actor: self.checkpoints.forget(record, actor))
 
     @cached_property
     def health(self) -> HealthService:
@@ -168,7 +176,8 @@ class App:
 
         return InstallService(self.workspaces, self.quota, self.audit, lambda: self.runs,
                               tools=SandboxedTools(self.environ), roots=HostSafeRoots(), files=HostWorkspaceIO(),
-                              tarballs=NpmTarballFiles(), settings=self.settings)
+                              tarballs=NpmTarballFiles(), settings=self.settings,
+                              checkpoints=lambda: self.checkpoints)
 
     @cached_property
     def home_setup(self) -> HomeSetup:
@@ -215,9 +224,27 @@ class App:
     def quota(self) -> QuotaService:
         """The disk quota of workspaces (workspace.max_disk, max_files, min_free)."""
         from warden.adapters.quota import HostDisk
+        from warden.adapters.version_usage import kept_bytes
         from warden.services.quota import QuotaService
 
-        return QuotaService(self.settings, self.home.root, HostDisk())
+        versions = self.home.versions
+        return QuotaService(self.settings, self.home.root, HostDisk(), kept=lambda folder: kept_bytes(versions, folder))
+
+    @cached_property
+    def _version_store(self) -> HostVersionStore:
+        from warden.adapters.versions import HostVersionStore
+
+        return HostVersionStore(self.home.versions)
+
+    @cached_property
+    def checkpoints(self) -> CheckpointService:
+        """Checkpoints, rollbacks and kept versions (`warden checkpoint|checkpoints|rollback`,
+        `warden fs NAME versions|restore`); other features call `checkpoints.create(record, message,
+        actor)` before they change a workspace."""
+        from warden.services.checkpoints import CheckpointService
+
+        return CheckpointService(self._version_store, self.workspaces, self.audit, self.settings, self.clock,
+                                 leases=lambda: self.leases, quota=self.quota)
 
     @cached_property
     def layers(self) -> LayerService:
@@ -282,7 +309,8 @@ class App:
                            max_bytes=self.settings.get_int("sandbox.max_file_size_mb") * 1024 * 1024,
                            actor=actor, approver=approver, session=session, scope=scope,
                            quota=self.quota, leases=self.leases,
-                           status_of=self._status_of)
+                           status_of=self._status_of,
+                           versions=self.checkpoints.for_files(record, actor))
 
     def _status_of(self, name: str) -> str | None:
         """A workspace's status now (None: not in the registry; the folder then decides)."""
@@ -326,9 +354,9 @@ class App:
         return GitService(workspaces=self.workspaces, git=HostGit(self.environ), audit=self.audit,
                           secrets=lambda: self.secrets, leases=self.leases,
                           forbidden_roots=[str(self.root_dir)],
-                          # The checkpoint to take before `git pull` changes a workspace, called
-                          # with (record, actor): the checkpoint service's, once it is wired here.
-                          before_pull=None,
+                          # A checkpoint before `git pull` changes the working tree (undo: rollback).
+                          before_pull=lambda record, actor: self.checkpoints.create(
+                              record, "before git pull", actor),
                           room=lambda record: self.quota.check_room(record.name, record.path))
 
     @cached_property
@@ -358,7 +386,9 @@ class App:
                                zones_of=lambda record: self.sandbox_paths.zones(record),
                                ttl=timedelta(seconds=self.settings.get_seconds("approvals.ttl")),
                                max_pending=self.settings.get_int("approvals.max_pending"),
-                               max_bytes=self.settings.get_size("approvals.max_pending_size"))
+                               max_bytes=self.settings.get_size("approvals.max_pending_size"),
+                               # What a person approved can be undone: a checkpoint comes first.
+                               before=lambda record, message, actor: self.checkpoints.create(record, message, actor))
         service.register("git.push", lambda record, _content: self._push_approved(record))
         return service
 

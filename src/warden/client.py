@@ -676,6 +676,18 @@ class RemoteWorkspace:
             timeout=httpx.Timeout(self.client._timeout, read=timeout + 30.0)).json()
         return result
 
+    def checkpoint(self, message: str = "") -> dict[str, Any]:
+        """Save the workspace's content as a checkpoint (needs write on the whole workspace); its
+        `id`, `files`, `size`. Rolling back to it is the person's (`warden rollback NAME ID`)."""
+        result: dict[str, Any] = self.client.request(
+            "POST", f"/v1/workspaces/{self.name}/checkpoints", json={"message": message}).json()
+        return result
+
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """The workspace's checkpoints, newest first (needs read on the whole workspace)."""
+        result: list[dict[str, Any]] = self.client.request("GET", f"/v1/workspaces/{self.name}/checkpoints").json()
+        return result
+
     def grant(self, bot: str, permissions: Sequence[str], *, zones: Sequence[str] | None = None,
               secrets: Sequence[str] = (), ttl: str | None = None, max_ttl: str | None = None,
               domains: Sequence[str] = ()) -> IssuedGrant:

@@ -249,3 +249,16 @@ def test_a_terminal_s_lock_refuses_bots_with_423(loop: dict[str, object]) -> Non
     finally:
         cli_out(environ, "unlock", "paper")
     assert _put(loop, str(loop["idle"]), "/drafts/after.md", b"x").status_code == 200
+
+
+def test_an_approved_change_can_be_rolled_back(loop: dict[str, object]) -> None:
+    root: Path = loop["path"]  # type: ignore[assignment]
+    (root / "final" / "kept.md").write_text("the person's text\n")
+    asked = _put(loop, str(loop["idle"]), "/final/kept.md", b"the bot's text\n")
+    approval_id = asked.json()["approval"]["id"]
+    assert _cli(loop, "approve", approval_id).returncode == 0
+    assert (root / "final" / "kept.md").read_text() == "the bot's text\n"
+    listed = json.loads(_cli(loop, "checkpoints", "paper", "--json").stdout)["data"]
+    [before] = [c for c in listed if approval_id in c["message"]]
+    assert _cli(loop, "rollback", "paper", before["id"], "--path", "/final/kept.md").returncode == 0
+    assert (root / "final" / "kept.md").read_text() == "the person's text\n"

@@ -107,3 +107,17 @@ def test_a_workspace_at_its_quota_takes_no_clone(cli: Cli, remote: Path) -> None
     assert (result.code, result.json["error"]["code"]) == (2, "invalid"), result.stdout
     assert "workspace.max_disk" in result.json["error"]["message"] or "disk" in result.json["error"]["message"]
     assert not (Path(created.json["data"]["path"]) / ".git").exists()
+
+
+def test_a_pull_keeps_a_checkpoint_to_roll_back_to(cli: Cli, ws: Path, remote: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    git("clone", "-q", str(remote), str(other))
+    (other / "README.md").write_text("# demo\n\nfrom elsewhere\n")
+    git("commit", "-qam", "elsewhere", cwd=other)
+    git("push", "-q", "origin", "main", cwd=other)
+    (ws / "notes.txt").write_text("mine, untracked\n")
+    assert cli("git", "gitws", "pull").code == 0
+    assert (ws / "README.md").read_text() == "# demo\n\nfrom elsewhere\n"
+    [before] = [c for c in cli("checkpoints", "gitws", "--json").json["data"] if c["message"] == "before git pull"]
+    assert cli("rollback", "gitws", before["id"], "--path", "/README.md").code == 0
+    assert (ws / "README.md").read_text() == "# demo\n"

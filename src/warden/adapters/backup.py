@@ -3,8 +3,8 @@
 A backup is a gzip'd tar holding a consistent snapshot of the SQLite registry (the sqlite3
 online backup API: a transaction-consistent copy while other processes keep writing), the
 keys, the settings, the global path lists, the user's templates and the init marker; with
-`--workspaces`, the workspaces' folders and the archives too. It is written to a temporary
-file, fsynced and renamed, readable by the owner only (it holds the keys). A registry on
+`--workspaces`, the workspaces' folders, their checkpoints and versions, and the archives too.
+It is written to a temporary file, fsynced and renamed, readable by the owner only (it holds the keys). A registry on
 PostgreSQL is not copied (back it up with pg_dump); the keys still are, since every node
 needs the same ones.
 
@@ -31,7 +31,7 @@ __all__ = ["STATE_FILES", "backup_home", "restore_home"]
 
 # What a home's state is, beside the registry (relative to $WARDEN_HOME).
 STATE_FILES = ("config.toml", "sandbox_paths.json", ".initialised", "keys", "templates")
-_WITH_WORKSPACES = ("workspaces", "archives")
+_WITH_WORKSPACES = ("workspaces", "archives", "versions")
 _FORMAT = b"warden-backup 1\n"
 
 
@@ -91,6 +91,12 @@ def backup_home(home: Path, db_path: Path | None, target: Path, *, workspaces_ro
                     if (home / "archives").is_dir():
                         _add_tree(tar, home / "archives", "archives")
                         held.append("archives")
+                    if (home / "versions").is_dir():  # the workspaces' checkpoints and kept versions
+                        tar.add(home / "versions", arcname="versions", recursive=False)
+                        for child in sorted(os.listdir(home / "versions")):
+                            if not child.startswith(".trash-"):  # stores of destroyed workspaces
+                                _add_tree(tar, home / "versions" / child, f"versions/{child}")
+                        held.append("versions")
             raw.flush()
             os.fsync(raw.fileno())
         os.replace(tmp_name, target)

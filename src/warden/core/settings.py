@@ -111,6 +111,14 @@ KEYS: dict[str, Setting] = {
         Setting("approvals.max_pending_size", "size", "1G",
                 "Bytes all requests waiting for approval may hold together (a write's content waits too)",
                 minimum=0, maximum=1 << 50),
+        # Versions the file API keeps (core/checkpoints.py): they and checkpoints count against
+        # workspace.max_disk.
+        Setting("versions.keep", "int", 10,
+                "Earlier contents of one path kept when Warden's file API overwrites or deletes it (0: none)",
+                minimum=0, maximum=10000),
+        Setting("versions.max_size", "size", "1G",
+                "Most bytes the kept versions of one workspace hold together; the oldest go first",
+                minimum=0, maximum=1 << 50),
         Setting("envs.index_url", "str", "",
                 "Python package index for layers and installs (empty: uv's and pip's default)"),
         Setting("envs.find_links", "list", [],

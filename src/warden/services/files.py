@@ -9,16 +9,21 @@ Approval: a zone's `ask` needs a person. The service takes an `approver` callabl
 and the Python API run as the local person, so they pass `approve_local_user`. A bot's service
 gets the approvals queue's (services/approvals.py): the operation is stored and answered
 Pending; without an approver it is Denied.
+
+Versions: a write over a file and a delete first keep what is there as a version in Warden's
+store (`versions`, services/checkpoints.py); `list_versions` and `restore_version` read them back.
+A move that replaces a file should call `_keep(root, destination, "move")` the same way.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from warden.core.errors import Conflict, Denied, Pending, TooLarge, WardenError
+from warden.core.errors import Conflict, Denied, NotFound, Pending, TooLarge, WardenError
 from warden.core.paths import canonical, segments
 from warden.core.policy import WRITE_OPS, PathDecision, WorkspacePolicy
 from warden.core.ports import FileEntry, GitDefuser, SafeRoots, WorkspaceRoot
@@ -28,7 +33,9 @@ from warden.services.audit import AuditLog
 from warden.services.sandbox_paths import SandboxPaths
 
 if TYPE_CHECKING:
+    from warden.core.checkpoints import Version
     from warden.core.quota import Usage
+    from warden.services.checkpoints import WorkspaceVersions
     from warden.services.leases import LeaseService
     from warden.services.quota import QuotaService
 
@@ -73,8 +80,11 @@ class FileService:
                  session: str | None = None,
                  scope: Mapping[str, Zone] | None = None, use_openat2: bool | None = None,
                  quota: QuotaService | None = None, leases: LeaseService | None = None,
-                 status_of: Callable[[str], str | None] | None = None) -> None:
+                 status_of: Callable[[str], str | None] | None = None,
+                 versions: WorkspaceVersions | None = None) -> None:
         self.record = record
+        # Overwrites and deletes keep the previous content here first (services/checkpoints.py).
+        self.versions = versions
         self._roots = roots
         self._git = git
         self._leases = leases
@@ -112,8 +122,8 @@ class FileService:
                            rule=decision.rule if decision else "", result=result, detail=detail)
 
     def _do(self, op: str, path: str, work: Callable[[WorkspaceRoot, str], T],
-            detail: Callable[[T], Mapping[str, Any]] | None = None, *, content: bytes | None = None,
-            recursive: bool = False) -> T:
+            detail: Callable[[T], Mapping[str, Any]] | None = None, *, action: str | None = None,
+            content: bytes | None = None, recursive: bool = False) -> T:
         rel = path
         decision: PathDecision | None = None
         try:
@@ -143,10 +153,10 @@ class FileService:
             if exc.rule and (decision is None or decision.allowed):
                 # The file layer refused (a link, a FIFO, a hard link): that is the deciding rule.
                 decision = PathDecision(False, exc.rule, zone=decision.zone if decision else None)
-            self._audit_event(op, rel if isinstance(rel, str) else repr(rel), decision, exc.code,
+            self._audit_event(action or op, rel if isinstance(rel, str) else repr(rel), decision, exc.code,
                               {"error": exc.message})
             raise
-        self._audit_event(op, rel, decision, "ok", detail(result) if detail else None)
+        self._audit_event(action or op, rel, decision, "ok", detail(result) if detail else None)
         return result
 
     def _work(self, work: Callable[[WorkspaceRoot, str], T], rel: str) -> T:
@@ -226,13 +236,46 @@ class FileService:
             raise TooLarge(f"{len(data)} bytes is over the limit of {self.max_bytes} bytes "
                            "(sandbox.max_file_size_mb); write a smaller file or raise the limit", rule=rule)
 
+        kept: builtins.list[Version] = []
+
         def work(root: WorkspaceRoot, rel: str) -> int:
             growth = self._check_quota(root, rel, len(data))
+            kept.extend(self._keep(root, rel, "write"))
             size = root.write_bytes(rel, data)
             self._grew(growth)
             return size
 
-        return self._do("write", path, work, lambda n: {"size": n}, content=data)
+        return self._do("write", path, work, lambda n: {"size": n, **_kept_detail(kept)}, content=data)
+
+    def _keep(self, root: WorkspaceRoot, rel: str, op: str) -> builtins.list[Version]:
+        """Keep what `rel` holds now as a version before `op` replaces or removes it."""
+        if self.versions is None:
+            return []
+        try:
+            old = root.stat(rel)
+        except WardenError:
+            return []
+        if old.type != "file" and not (op == "delete" and old.type == "dir"):
+            return []  # a link keeps nothing; a write onto a folder fails anyway
+        return self.versions.keep(rel, op)
+
+    def list_versions(self, path: str) -> builtins.list[Version]:
+        """Kept earlier contents of `path` (and of files that were under it), newest first."""
+        if self.versions is None:
+            return []
+        versions = self.versions
+        return self._do("read", path, lambda _root, rel: versions.list(rel),
+                        lambda found: {"versions": len(found)}, action="versions")
+
+    def restore_version(self, path: str, version: str | None = None) -> Version:
+        """Write a kept version of `path` back (the newest when `version` is None); what `path`
+        holds now is kept as a version in its turn."""
+        if self.versions is None:
+            raise NotFound("this workspace keeps no versions")
+        chosen, data = self.versions.content(canonical(path), version, self.max_bytes)
+        self.write_bytes(path, data)
+        self._audit_event("restore", canonical(path), None, "ok", {"version": chosen.id, "size": chosen.size})
+        return chosen
 
     def _check_quota(self, root: WorkspaceRoot, rel: str, size: int | None) -> tuple[int, int]:
         """(bytes, files) writing `size` bytes to `rel` (None: making folder `rel`) adds; TooLarge
@@ -275,5 +318,22 @@ class FileService:
 
     def delete(self, path: str, *, recursive: bool = False) -> str:
         """Remove a file, a link or a directory (non-empty ones only with `recursive`); returns its type."""
-        return self._do("delete", path, lambda root, rel: root.delete(rel, recursive=recursive),
-                        lambda kind: {"type": kind, "recursive": recursive}, recursive=recursive)
+        kept: builtins.list[Version] = []
+
+        def work(root: WorkspaceRoot, rel: str) -> str:
+            if recursive or root.stat(rel).type != "dir":  # an empty folder's delete keeps nothing
+                kept.extend(self._keep(root, rel, "delete"))
+            return root.delete(rel, recursive=recursive)
+
+        return self._do("delete", path, work,
+                        lambda kind: {"type": kind, "recursive": recursive, **_kept_detail(kept)},
+                        recursive=recursive)
+
+
+def _kept_detail(kept: list[Version]) -> dict[str, Any]:
+    """The audit detail naming the versions a change kept."""
+    if not kept:
+        return {}
+    if len(kept) == 1:
+        return {"version": kept[0].id}
+    return {"versions": len(kept)}

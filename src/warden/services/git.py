@@ -128,7 +128,7 @@ class GitService:
     def __init__(self, *, workspaces: WorkspaceService, git: GitRunner, audit: AuditLog,
                  secrets: Callable[[], SecretService], leases: LeaseService | None = None,
                  forbidden_roots: Sequence[str] = (), new_id: Callable[[], str] = _new_id,
-                 before_pull: Callable[[WorkspaceRecord, str], None] | None = None,
+                 before_pull: Callable[[WorkspaceRecord, str], object] | None = None,
                  room: Callable[[WorkspaceRecord], None] | None = None) -> None:
         self._workspaces = workspaces
         self._git = git

@@ -29,6 +29,7 @@ from warden.core.workspaces import WorkspaceRecord
 from warden.services.audit import AuditLog
 
 if TYPE_CHECKING:
+    from warden.services.checkpoints import CheckpointService
     from warden.services.leases import Lease
     from warden.services.quota import QuotaService
     from warden.services.runs import RunService
@@ -176,8 +177,11 @@ class InstallService:
 
     def __init__(self, workspaces: WorkspaceService, quota: QuotaService, audit: AuditLog,
                  runs: Callable[[], RunService], *, tools: SandboxTools, roots: SafeRoots,
-                 files: WorkspaceFolders, tarballs: NpmTarballs, settings: Settings) -> None:
+                 files: WorkspaceFolders, tarballs: NpmTarballs, settings: Settings,
+                 checkpoints: Callable[[], CheckpointService] | None = None) -> None:
         self._workspaces = workspaces
+        # An install rewrites pyproject.toml / package.json and the venv: a checkpoint first.
+        self._checkpoints = checkpoints
         self._quota = quota
         self._audit = audit
         self._runs = runs
@@ -198,6 +202,8 @@ class InstallService:
         if record.status not in ("ready", "broken"):
             raise Conflict(f"workspace {name!r} is {record.status}; `warden resume {name}` it first")
         self._quota.check_room(name, record.path)  # a full workspace: TooLarge before anything runs
+        if self._checkpoints is not None:
+            self._checkpoints().create(record, f"before install {' '.join(checked)}"[:1000], actor)
         try:
             result = self.install_record(record, checked, node=node, persist=persist)
         except TooLarge as exc:  # stopped by the disk quota (or a manifest over its size)

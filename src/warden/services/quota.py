@@ -9,6 +9,7 @@ nearly full disk under Warden's home is Unavailable.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,10 +25,14 @@ __all__ = ["QuotaService"]
 class QuotaService:
     """Applies the workspace quota to the folders `disk` measures."""
 
-    def __init__(self, settings: Settings, home: Path, disk: DiskUsage) -> None:
+    def __init__(self, settings: Settings, home: Path, disk: DiskUsage,
+                 kept: Callable[[str], int] | None = None) -> None:
         self._settings = settings
         self._home = home
         self._disk = disk
+        # The bytes Warden's store keeps for the workspace at a folder (checkpoints, versions):
+        # they count against workspace.max_disk like the workspace's own files.
+        self._kept = kept or (lambda _path: 0)
 
     def limits(self) -> Quota:
         s = self._settings
@@ -44,8 +49,8 @@ class QuotaService:
             raise Unavailable(problem, rule=FREE_KEY)
 
     def usage(self, path: str) -> Usage:
-        """What workspace folder `path` holds now (one walk)."""
-        return self._disk.measure(path)
+        """What workspace folder `path` holds now (one walk), with what Warden keeps of it."""
+        return self._disk.measure(path).plus(self._kept(path), 0)
 
     def check_write(self, workspace: str, usage: Usage, add_bytes: int, add_files: int, what: str) -> None:
         """TooLarge when writing `add_bytes` in `add_files` new files would pass a limit."""
@@ -65,7 +70,12 @@ class QuotaService:
 
     def watch(self, path: str) -> QuotaWatch:
         """A watcher for one run in workspace folder `path` (enter it to measure and watch)."""
-        return self._disk.watch(path, self.limits(), home=self._existing_home())
+        limits = self.limits()
+        kept = self._kept(path)
+        if kept:
+            # The watcher measures the folder itself; what the store keeps comes off the budget.
+            limits = replace(limits, max_bytes=max(0, limits.max_bytes - kept))
+        return self._disk.watch(path, limits, home=self._existing_home())
 
     def capped(self, limits: Limits, start: Usage) -> Limits:
         """`limits` with the file size capped at the bytes the workspace has left."""

@@ -54,8 +54,11 @@ class WorkspaceService:
     def __init__(self, registry: Registry, audit: AuditLog, clock: Clock, *, root_dir: Path,
                  folders: FolderService, shelf: ArchiveShelf, processes: Processes, node: str,
                  layers: Callable[[], LayerService] | None = None,
-                 leases: Callable[[], LeaseService] | None = None) -> None:
+                 leases: Callable[[], LeaseService] | None = None,
+                 on_destroyed: Callable[[WorkspaceRecord, str], object] | None = None) -> None:
         self._registry = registry
+        # Called with the record and actor once a workspace is gone (its checkpoints and versions go too).
+        self._on_destroyed = on_destroyed
         self._audit = audit
         self._clock = clock
         self.root_dir = root_dir
@@ -250,6 +253,8 @@ class WorkspaceService:
             self._audit.record(actor=actor, action="workspace.destroy", target=name,
                                detail={"archive": kept, "grants_revoked": revoked}, tx=tx)
         self.folders.trash(record.path)
+        if self._on_destroyed is not None:
+            self._on_destroyed(record, actor)
         return Destroyed(name, kept)
 
     def restore_destroyed(self, name: str, *, actor: str = "user") -> WorkspaceRecord:

@@ -10,6 +10,7 @@ whatever link it meets, at any depth:
 - `hostread`: Warden's own bounded reads of bot-controlled files (health checks, repair);
 - `fdtree`: Warden's own writes of venv files and `node_modules` links into bot-writable
   folders, where a link in place of a folder is removed and replaced, never followed;
+- `trees`: a whole workspace read and rewritten by descriptor for checkpoints and rollbacks;
 - `openat2`: the openat2(2) system call through ctypes, which `root` prefers.
 """
 

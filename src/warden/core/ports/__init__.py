@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         SandboxRunner,
         Unarchiver,
     )
+    from warden.core.ports.versions import Captured, VersionStore
     from warden.core.ports.watch import ChangeFeed, FileWatcher
     from warden.core.ports.workspace import (
         ArchiveFiles,
@@ -74,6 +75,7 @@ __all__ = [
     "ArchiveFiles",
     "AuditTable",
     "BotTable",
+    "Captured",
     "ChangeFeed",
     "Clock",
     "ConfigFile",
@@ -114,6 +116,7 @@ __all__ = [
     "TerminalStore",
     "Tx",
     "Unarchiver",
+    "VersionStore",
     "WorkspaceFolders",
     "WorkspaceReads",
     "WorkspaceRoot",
@@ -127,6 +130,7 @@ _HOME = {
     "ApprovalTable": "registry",
     "AuditTable": "registry",
     "BotTable": "registry",
+    "Captured": "versions",
     "ChangeFeed": "watch",
     "Clock": "registry",
     "ConfigFile": "files",
@@ -167,6 +171,7 @@ _HOME = {
     "SecretTable": "registry",
     "Tx": "registry",
     "Unarchiver": "sandbox",
+    "VersionStore": "versions",
     "WorkspaceFolders": "workspace",
     "WorkspaceReads": "workspace",
     "WorkspaceRoot": "files",

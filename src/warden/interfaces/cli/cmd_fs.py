@@ -1,4 +1,4 @@
-"""`warden fs NAME ls|cat|stat|write|rm|mkdir PATH`: safe file operations on a workspace.
+"""`warden fs NAME ls|cat|stat|write|rm|mkdir|versions|restore PATH`: safe file operations on a workspace.
 
 PATH is workspace-relative ("/" is the workspace root). The CLI user is the local person,
 so zones that `ask` for approval proceed as approved by them (and the audit log says so).
@@ -52,6 +52,16 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     o = ops.add_parser("mkdir", parents=[common], help="create a directory (and its parents)")
     o.add_argument("path")
     o.set_defaults(handler=_mkdir)
+
+    o = ops.add_parser("versions", parents=[common],
+                       help="list the earlier contents Warden kept of a path (overwritten or deleted)")
+    o.add_argument("path")
+    o.set_defaults(handler=_versions)
+
+    o = ops.add_parser("restore", parents=[common], help="write a kept version of a file back")
+    o.add_argument("path")
+    o.add_argument("version", nargs="?", metavar="VERSION", help="its id (default: the newest)")
+    o.set_defaults(handler=_restore)
 
 
 def _files(ctx: Context, args: argparse.Namespace) -> FileService:
@@ -112,3 +122,24 @@ def _mkdir(ctx: Context, args: argparse.Namespace) -> Output:
     created = _files(ctx, args).mkdir(args.path)
     return Output({"path": args.path, "created": created},
                   f"created {args.path}" if created else f"{args.path} already exists")
+
+
+def _versions(ctx: Context, args: argparse.Namespace) -> Output:
+    from warden.interfaces.cli.output import human_size
+
+    found = [v.to_json() for v in _files(ctx, args).list_versions(args.path)]
+
+    def render(data: list[dict[str, Any]]) -> str:
+        if not data:
+            return f"no kept versions of {args.path}"
+        return table(["ID", "When", "Who", "Op", "Size", "Path"],
+                     [[d["id"], d["created_at"][:19].replace("T", " "), d["actor"], d["op"], human_size(d["size"]),
+                       d["path"]] for d in data])
+
+    return Output(found, render=render)
+
+
+def _restore(ctx: Context, args: argparse.Namespace) -> Output:
+    chosen = _files(ctx, args).restore_version(args.path, args.version)
+    return Output({"path": args.path, "version": chosen.id, "size": chosen.size},
+                  render=lambda d: f"restored {d['path']} to version {d['version']} ({d['size']} bytes)")

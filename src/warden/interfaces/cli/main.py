@@ -50,6 +50,7 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("backup", "restore"), _CLI + "cmd_backup"),
     "template": _CLI + "cmd_template",
     "snapshot": _CLI + "cmd_snapshot",
+    **dict.fromkeys(("checkpoint", "checkpoints", "rollback"), _CLI + "cmd_checkpoint"),
     **dict.fromkeys(("health", "install", "suspend", "resume", "archive", "unarchive", "cleanup"),
                     _CLI + "cmd_lifecycle"),
     "bot": _CLI + "cmd_bot",

@@ -79,7 +79,7 @@ def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
 
 def create_app(app: App) -> FastAPI:
     """Build the API for one wired App (the registry, keys and services it holds)."""
-    from warden.interfaces.http import approvals, events, files, git, processes, routes
+    from warden.interfaces.http import approvals, checkpoints, events, files, git, processes, routes
 
     api = FastAPI(title="Warden", version=package_version(), openapi_url="/openapi.json",
                   docs_url="/docs", redoc_url=None,
@@ -126,6 +126,7 @@ def create_app(app: App) -> FastAPI:
     api.include_router(approvals.router(app))
     api.include_router(git.router(app))
     api.include_router(events.router(app))
+    api.include_router(checkpoints.router(app))
 
     max_json = app.settings.get_size("api.max_body")
     max_file = app.settings.get_int("sandbox.max_file_size_mb") * 1024 * 1024
