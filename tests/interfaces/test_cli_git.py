@@ -10,22 +10,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Cli
-from tests.services.test_git import git
+from tests.services.test_git import git, seeded_remote
 
 pytestmark = [pytest.mark.skipif(shutil.which("git") is None, reason="needs git"), pytest.mark.used_home]
 
 
 @pytest.fixture
 def remote(tmp_path: Path) -> Path:
-    bare = tmp_path / "remote.git"
-    git("init", "-q", "--bare", "-b", "main", str(bare))
-    seed = tmp_path / "seed"
-    git("clone", "-q", str(bare), str(seed))
-    (seed / "README.md").write_text("# demo\n")
-    git("add", ".", cwd=seed)
-    git("commit", "-qm", "init", cwd=seed)
-    git("push", "-q", "origin", "main", cwd=seed)
-    return bare
+    return seeded_remote(tmp_path, {"README.md": "# demo\n"})
 
 
 @pytest.fixture

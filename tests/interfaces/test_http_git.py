@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.services.test_git import git
+from tests.services.test_git import git, seeded_remote
 from tests.support.servers import ServeProcess, cli_out, warden_environ
 from warden.client import Client
 from warden.core.errors import Denied, Pending
@@ -24,14 +24,7 @@ pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str], Path]]:
     root = tmp_path_factory.mktemp("http-git")
-    bare = root / "remote.git"
-    git("init", "-q", "--bare", "-b", "main", str(bare))
-    seed = root / "seed"
-    git("clone", "-q", str(bare), str(seed))
-    (seed / "notes.md").write_text("one\n")
-    git("add", ".", cwd=seed)
-    git("commit", "-qm", "init", cwd=seed)
-    git("push", "-q", "origin", "main", cwd=seed)
+    bare = seeded_remote(root, {"notes.md": "one\n"})
     environ = warden_environ(root / "home")
     cli_out(environ, "init")
     path = Path(cli_out(environ, "create", "repo", "--template", "minimal", "--json").split('"path": "')[1]

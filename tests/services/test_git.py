@@ -31,6 +31,21 @@ def git(*args: str, cwd: Path | str | None = None) -> str:
                           check=True, timeout=60).stdout
 
 
+def seeded_remote(where: Path, files: dict[str, str], *, name: str = "remote") -> Path:
+    """A bare repository `where/NAME.git` on branch main holding one commit of `files`."""
+    bare = where / f"{name}.git"
+    git("init", "-q", "--bare", "-b", "main", str(bare))
+    seed = where / f"{name}-seed"
+    git("clone", "-q", str(bare), str(seed))
+    for path, text in files.items():
+        (seed / path).parent.mkdir(parents=True, exist_ok=True)
+        (seed / path).write_text(text)
+    git("add", ".", cwd=seed)
+    git("commit", "-qm", "init", cwd=seed)
+    git("push", "-q", "origin", "main", cwd=seed)
+    return bare
+
+
 class Workspaces:
     """The one workspace these tests use (the registry is not what they are about)."""
 
@@ -45,17 +60,7 @@ class Workspaces:
 
 @pytest.fixture
 def remote(tmp_path: Path) -> Path:
-    bare = tmp_path / "remote.git"
-    git("init", "-q", "--bare", "-b", "main", str(bare))
-    seed = tmp_path / "seed"
-    git("clone", "-q", str(bare), str(seed))
-    (seed / "a.txt").write_text("hello\n")
-    (seed / "docs").mkdir()
-    (seed / "docs" / "b.txt").write_text("b\n")
-    git("add", ".", cwd=seed)
-    git("commit", "-qm", "init", cwd=seed)
-    git("push", "-q", "origin", "main", cwd=seed)
-    return bare
+    return seeded_remote(tmp_path, {"a.txt": "hello\n", "docs/b.txt": "b\n"})
 
 
 @pytest.fixture
@@ -124,14 +129,7 @@ def test_clone_refuses_a_repository_inside_the_workspaces(service: GitService, t
 
 def test_a_repository_that_would_write_over_wardens_files_is_refused(
         service: GitService, record: WorkspaceRecord, tmp_path: Path) -> None:
-    bare = tmp_path / "hostile.git"
-    git("init", "-q", "--bare", "-b", "main", str(bare))
-    seed = tmp_path / "hostile"
-    git("clone", "-q", str(bare), str(seed))
-    (seed / ".workspace.json").write_text('{"type": "user"}')
-    git("add", ".", cwd=seed)
-    git("commit", "-qm", "x", cwd=seed)
-    git("push", "-q", "origin", "main", cwd=seed)
+    bare = seeded_remote(tmp_path, {".workspace.json": '{"type": "user"}'}, name="hostile")
     with pytest.raises(InvalidInput, match=r"\.workspace\.json"):
         service.clone("demo", f"file://{bare}")
     assert (Path(record.path) / ".workspace.json").read_text() == "{}"
