@@ -156,7 +156,13 @@ class App:
         return WorkspaceService(self.registry, self.audit, self.clock, root_dir=self.root_dir, folders=folders,
                                 shelf=shelf, processes=HostProcesses(), node=os.uname().nodename,
                                 layers=lambda: self.layers, leases=lambda: self.leases,
-                                on_destroyed=lambda record, actor: self.checkpoints.forget(record, actor))
+                                on_destroyed=self._destroyed)
+
+    def _destroyed(self, record: WorkspaceRecord, actor: str) -> None:
+        """What goes with a destroyed workspace: its checkpoints and versions, and the requests
+        for approval still waiting on it (never to be carried out into a namesake)."""
+        self.checkpoints.forget(record, actor)
+        self.approvals.forget(record, actor)
 
     @cached_property
     def health(self) -> HealthService:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from warden.bootstrap import App, bootstrap
-from warden.core.errors import Conflict, Denied, Pending, TooLarge
+from warden.core.errors import Conflict, Denied, NotFound, Pending, TooLarge
 
 ZONES = "zones:\n  final: {approval: {write: ask, delete: ask}}\n"
 
@@ -137,3 +137,13 @@ def test_default_zones_are_open_to_a_bot_and_a_child_gets_only_what_it_declares(
     scope = app.auth.zone_scope(child, app.sandbox_paths.zones(plain))
     assert scope is not None and list(scope) == ["workspace"] and scope["workspace"].mode == "ro"
     assert app.auth.zone_scope(app.auth.authenticate(nothing.token), app.sandbox_paths.zones(plain)) == {}
+
+
+def test_a_destroyed_workspace_takes_its_waiting_requests_with_it(world: tuple[App, Clock]) -> None:
+    app, _ = world
+    files, _ = _bot_files(app)
+    approval_id = _ask(files, "/final/e.txt", b"e")
+    app.workspaces.destroy("demo", archive=False)
+    assert app.approvals.listed(everything=True) == []
+    with pytest.raises(NotFound):
+        app.approvals.get(approval_id)

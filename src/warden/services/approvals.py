@@ -149,6 +149,15 @@ class ApprovalService:
     def view(self, record: ApprovalRecord) -> dict[str, Any]:
         return record.view(self._clock())
 
+    def forget(self, workspace: WorkspaceRecord, actor: str) -> int:
+        """Drop the requests of a destroyed workspace (their bytes with them)."""
+        with self._registry.transaction() as tx:
+            gone = tx.approvals.forget_workspace(workspace.id)
+        if gone:
+            self._audit.record(actor=actor, action="approval.forget", target=workspace.name, decision="allow",
+                               rule="workspace.destroyed", result="ok", detail={"requests": gone})
+        return gone
+
     # -- answering -------------------------------------------------------------------------
     def expire(self) -> list[str]:
         """Mark requests past their time expired (their bytes dropped) and audit each."""
