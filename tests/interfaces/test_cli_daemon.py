@@ -166,27 +166,38 @@ def test_ctrl_c_and_a_killed_client_stop_the_command(env: dict[str, str]) -> Non
         wait_until(lambda: len(daemon_pids(home)) == 1, timeout=10, message="the daemon's child lived on")
 
 
-def test_another_environment_or_changed_code_is_run_by_the_client_itself(env: dict[str, str]) -> None:
-    home = served(env)
-    log = home / "run" / "daemon.log"
-    other = warden(env, "run", "dw", "--", "sh", "-c", "echo fine", extra={"WARDEN_SOMETHING": "else"})
-    assert (other.returncode, other.stdout) == (0, b"fine\n")
-    assert "environment differs" in log.read_text() and "WARDEN_SOMETHING" in log.read_text()
-    before = daemon_pids(home)[0]
-    # The code on disk changes (an upgrade): the daemon takes no more commands and ends.
-    module = Path(daemon_module.__file__)
-    stat = module.stat()
-    os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+def test_another_environment_or_changed_code_is_run_by_the_client_itself(env: dict[str, str],
+                                                                         tmp_path: Path) -> None:
+    # Its own copy of Warden's code and its own home: touching that copy makes this test's daemon
+    # stale, never the daemons other tests (or a person) run from the real tree at the same time.
+    code = tmp_path / "code"
+    shutil.copytree(Path(daemon_module.__file__).parents[2], code / "warden",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    home = tmp_path / "warden-home"
+    home.mkdir()
+    own = {**env, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "PYTHONPATH": str(code)}
+    assert warden(own, "create", "dw", "--template", "minimal").returncode == 0
     try:
+        served(own)
+        log = home / "run" / "daemon.log"
+        other = warden(own, "run", "dw", "--", "sh", "-c", "echo fine", extra={"WARDEN_SOMETHING": "else"})
+        assert (other.returncode, other.stdout) == (0, b"fine\n")
+        assert "environment differs" in log.read_text() and "WARDEN_SOMETHING" in log.read_text()
+        before = daemon_pids(home)[0]
+        # The code on disk changes (an upgrade): the daemon takes no more commands and ends.
+        module = code / "warden" / "interfaces" / "cli" / "daemon.py"
+        stat = module.stat()
+        os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+
         def noticed() -> bool:  # it looks at the code once a second at most
-            changed = warden(env, "run", "dw", "--", "sh", "-c", "echo still fine")
+            changed = warden(own, "run", "dw", "--", "sh", "-c", "echo still fine")
             assert (changed.returncode, changed.stdout) == (0, b"still fine\n")
             return "code changed" in log.read_text()
 
         wait_until(noticed, timeout=20, interval=0.3, message="the daemon did not notice the change")
         wait_until(lambda: before not in daemon_pids(home), timeout=10, message="the stale daemon lived on")
     finally:
-        os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        stop_daemon(home)
 
 
 def test_only_its_owner_reaches_it(env: dict[str, str]) -> None:
