@@ -63,13 +63,14 @@ def test_without_a_current_workspace_a_command_says_what_to_do(cli: Cli, names: 
     assert "warden ws set NAME" in run.json["error"]["message"]
     info = cli("info", env=fresh)
     assert info.code == 2 and info.stderr.count("\n") == 1
-    assert cli("ws", "current", env=fresh).code == 1
+    none = cli("ws", "current", env=fresh)
+    assert none.code == 4 and none.stderr.startswith("warden: no current workspace")
     twice = cli("info", "ctx-beta", "-w", "ctx-alpha-web", env=fresh)
     assert twice.code == 2 and "name it once" in twice.stderr
     vague = cli("ws", "set", "ctx", env=fresh)
     assert vague.code == 2 and "ctx-alpha-web, ctx-beta" in vague.stderr
     missing = cli("@nope", env=fresh)
-    assert missing.code == 4 and cli("ws", "current", env=fresh).code == 1  # nothing changed
+    assert missing.code == 4 and cli("ws", "current", env=fresh).code == 4  # nothing changed
 
 
 def test_a_path_names_the_workspace_holding_it_and_a_destroyed_current_one_is_said(cli: Cli, home: Path) -> None:
@@ -80,10 +81,15 @@ def test_a_path_names_the_workspace_holding_it_and_a_destroyed_current_one_is_sa
     assert cli("ws", "set", str(folder / "src"), env=term).stdout.startswith("ctx-gone")
     assert cli("destroy", "ctx-gone", "--yes", "--no-archive").code == 0
     gone = cli("ws", "current", "--json", env=term)
-    assert gone.code == 1 and gone.json["data"] == {"terminal": "pathy", "name": "ctx-gone", "exists": False}
+    assert gone.code == 4 and "ctx-gone no longer exists" in gone.json["error"]["message"]
     assert cli("run", "--", "true", env=term).code == 126
     outside = cli("ws", "set", str(home), env=term)
     assert outside.code == 4 and "no workspace holds" in outside.stderr
+    # A link (a bot's, in its workspace) into another workspace does not carry the person there.
+    made = cli("create", "ctx-linked", "--template", "minimal", "--json")
+    linked = Path(made.json["data"]["path"])
+    (linked / "other").symlink_to(home / "workspaces")
+    assert cli("ws", "set", str(linked / "other" / "ctx-beta"), env=term).stdout.startswith("ctx-linked")
 
 
 def test_the_terminal_file_is_the_persons_own(cli: Cli, home: Path, names: tuple[str, str]) -> None:
@@ -94,3 +100,11 @@ def test_the_terminal_file_is_the_persons_own(cli: Cli, home: Path, names: tuple
     for path in (home / "terminals").glob("*.json"):
         assert path.stat().st_mode & 0o077 == 0
         json.loads(path.read_text())
+
+
+def test_a_chosen_terminal_name_never_passes_for_a_shell_session(cli: Cli, home: Path,
+                                                                 names: tuple[str, str]) -> None:
+    _made(cli, names)
+    assert cli("ws", "set", "ctx-beta", env={"WARDEN_TERMINAL": "sid123-456"}).code == 0
+    files = {p.stem for p in (home / "terminals").glob("*.json")}
+    assert "sid123-456" not in files and any(f.startswith("h") for f in files)

@@ -104,3 +104,10 @@ def test_a_kept_zone_s_folder_is_made_before_the_run_and_a_link_refused(cli: Cli
     said = _sh(cli, paper, "ls -ld vault | cut -c1; rmdir vault 2>&1 || echo kept; mv vault v2 || echo kept")
     assert said.splitlines()[0] == "d" and said.count("kept") == 2
     assert (paper / "vault").is_dir() and not (paper / "vault").is_symlink()
+
+
+def test_a_broken_zones_file_refuses_the_run_with_126_saying_what_is_wrong(cli: Cli, paper: Path) -> None:
+    (paper / ".warden" / "zones.yaml").write_text("zones:\n  final: {approval: {write: maybe}}\n")
+    out = cli("run", paper.name, "--json", "--", "true")
+    assert out.code == 126 and out.json["error"]["code"] == "invalid"
+    assert "approval 'maybe' is not one of preApproved, ask, blocked" in out.json["error"]["message"]

@@ -31,7 +31,9 @@ def terminal_id(environ: Mapping[str, str]) -> str:
         return session_terminal()
     import re
 
-    if re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}", given):
+    # The session form (`sid…-…`) is Warden's own: a chosen name never passes for a shell
+    # session's, whose lock lapses when that session ends (core/locks.py).
+    if re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}", given) and not re.match(r"sid\d", given):
         return given
     import hashlib
 

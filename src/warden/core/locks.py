@@ -74,6 +74,10 @@ def check(lock: TerminalLock | None, workspace: str, terminal: str | None, now: 
     if lock is None or not lock.live(now, alive) or lock.terminal == terminal:
         return
     why = f" ({lock.reason})" if lock.reason else ""
-    raise Locked(f"workspace {workspace!r} is locked by terminal {lock.terminal}{why} until "
-                 f"{lock.expires:%Y-%m-%d %H:%M:%S} UTC; wait, ask there for `warden unlock {workspace}`, "
-                 f"or take it over with `warden takeover {workspace}`", rule="lock.terminal")
+    until = f"{lock.expires:%Y-%m-%d %H:%M:%S} UTC"
+    if terminal is None:  # a bot: nothing of the person's to run, only someone to ask
+        raise Locked(f"workspace {workspace!r} is locked by its person's terminal{why} until {until}; "
+                     "try again later or ask them to unlock it", rule="lock.terminal")
+    raise Locked(f"workspace {workspace!r} is locked by terminal {lock.terminal}{why} until {until}; "
+                 f"wait, ask there for `warden unlock {workspace}`, or take it over with `warden takeover "
+                 f"{workspace}`", rule="lock.terminal")

@@ -42,11 +42,13 @@ class ContextService:
         """The workspace `typed` names (a name, part of one, or a path inside its folder)."""
         records = self._workspaces.list()
         if "/" in typed:
-            path = os.path.realpath(os.path.expanduser(typed))
+            # By the path as written (links not followed): a link a bot left in its workspace
+            # must not carry the person into another workspace.
+            path = os.path.abspath(os.path.expanduser(typed))
             for record in records:
-                root = os.path.realpath(record.path)
-                if path == root or path.startswith(root + os.sep):
-                    return record
+                for root in dict.fromkeys((os.path.abspath(record.path), os.path.realpath(record.path))):
+                    if path == root or path.startswith(root + os.sep):
+                        return record
             raise NotFound(f"no workspace holds {typed}; `warden create NAME` makes one (adopting an existing "
                            "folder in place is not supported yet)")
         name = match_workspace(typed, [r.name for r in records], exact_only=exact_only)
@@ -65,6 +67,17 @@ class ContextService:
             except NotFound:
                 exists = False
         return Current(self.terminal, name, exists)
+
+    def require_current(self) -> Current:
+        """This terminal's current workspace, existing; NotFound saying how to set one otherwise."""
+        now = self.current()
+        if now.name is None:
+            raise NotFound("no current workspace in this terminal: set one with `warden ws set NAME` "
+                           "(or `warden @NAME`)")
+        if not now.exists:
+            raise NotFound(f"this terminal's current workspace {now.name} no longer exists; "
+                           "set another with `warden ws set NAME`")
+        return now
 
     def current_name(self) -> str:
         """The current workspace's name, for a command that names none; InvalidInput when none."""

@@ -132,7 +132,8 @@ class FileService:
                 raise Conflict(f"workspace {self.record.name} {_UNAVAILABLE[self.record.status]}")
             decision = self.policy().decide(rel, op)
             if not decision.allowed:
-                raise Denied(f"{op} {rel} in workspace {self.record.name} refused ({decision.rule})",
+                hint = "; a zone's rules are set in the workspace's .warden/zones.yaml" if decision.zone else ""
+                raise Denied(f"{op} {rel} in workspace {self.record.name} refused ({decision.rule}){hint}",
                              rule=decision.rule)
             if decision.approval == "ask":
                 decision = self._ask(op, rel, decision, content, recursive)

@@ -323,7 +323,10 @@ class RunService:
             if not decision.allowed:
                 raise self._refuse(Denied(f"{decision.reason} (rule {decision.rule})", rule=decision.rule),
                                    request.actor, name, detail)
-        plan = self._path_plan(record, request.session, folder, limits, network, detail)
+        try:  # the path lists and zones as they are on disk: a broken file refuses the run, saying which
+            plan = self._path_plan(record, request.session, folder, limits, network, detail)
+        except InvalidInput as exc:
+            raise self._refuse(exc, request.actor, name, detail, rule=exc.rule or "paths.invalid") from None
         covering = [d for d in plan.denied if is_inside(folder, d)]
         if covering:
             # Every file of the workspace is denied (fs and `sandbox check` say so): running in it

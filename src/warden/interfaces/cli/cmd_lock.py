@@ -47,8 +47,17 @@ def _view(name: str, lock: TerminalLock, mine: str | None) -> dict[str, object]:
     return {"workspace": name, **lock.to_json(), "this_terminal": lock.terminal == mine}
 
 
+def _still_running(ctx: Context, name: str) -> None:
+    """A lock stops new changes, not processes already running there: say so when there are some."""
+    running = [p for p in ctx.app.live.list(name) if p.status in ("starting", "running")]
+    if running:
+        ctx.note(f"note: {len(running)} background process(es) already running in {name} go on changing it "
+                 f"(`warden ps {name}`, `warden kill {name} ID`)")
+
+
 def _lock(ctx: Context, args: argparse.Namespace) -> Output:
     lock = ctx.app.locks.lock(args.name, ttl=_ttl(args.ttl), reason=args.reason)
+    _still_running(ctx, args.name)
     return Output(_view(args.name, lock, ctx.app.terminal),
                   text=f"locked {args.name} to terminal {lock.terminal} until {lock.expires:%H:%M:%S} UTC "
                        "(each use renews it)")
@@ -61,6 +70,7 @@ def _unlock(ctx: Context, args: argparse.Namespace) -> Output:
 
 def _takeover(ctx: Context, args: argparse.Namespace) -> Output:
     lock, previous = ctx.app.locks.takeover(args.name, ttl=_ttl(args.ttl), reason=args.reason)
+    _still_running(ctx, args.name)
     said = f" from terminal {previous.terminal}" if previous is not None else " (it was not locked)"
     return Output({**_view(args.name, lock, ctx.app.terminal), "from": previous.terminal if previous else None},
                   text=f"took over {args.name}{said}; locked to terminal {lock.terminal}")
@@ -70,6 +80,6 @@ def _locks(ctx: Context, args: argparse.Namespace) -> Output:
     mine = ctx.app.terminal
     rows = [_view(name, lock, mine) for name, lock in ctx.app.locks.locks()]
     return Output(rows, render=lambda d: table(
-        ("WORKSPACE", "TERMINAL", "SINCE", "EXPIRES", "REASON"),
+        ("WORKSPACE", "TERMINAL", "SINCE (UTC)", "EXPIRES (UTC)", "REASON"),
         [(r["workspace"], str(r["terminal"]) + (" (this one)" if r["this_terminal"] else ""),
           str(r["since"])[:19], str(r["expires"])[:19], r["reason"]) for r in d]) if d else "no workspace is locked")

@@ -34,16 +34,16 @@ def _said(ctx: Context, name: str) -> Output:
 
 
 def _set(ctx: Context, args: argparse.Namespace) -> Output:
-    return _said(ctx, ctx.app.context.set(args.target).name)
+    record = ctx.app.context.set(args.target)
+    if record.type == "bot":
+        # A bot chooses its workspaces' names, so one may be what the person typed: say whose it is.
+        ctx.note(f"note: {record.name} is a workspace a bot made ({record.created_by or 'unknown'})")
+    return _said(ctx, record.name)
 
 
 def _current(ctx: Context, args: argparse.Namespace) -> Output:
-    now = ctx.app.context.current()
-    if now.name is None:
-        return Output(now.to_json(), text="no current workspace in this terminal (`warden ws set NAME`)",
-                      exit_code=1)
-    if not now.exists:
-        return Output(now.to_json(), text=f"{now.name} (no longer exists)", exit_code=1)
+    now = ctx.app.context.require_current()
+    assert now.name is not None
     return _said(ctx, now.name)
 
 
