@@ -243,7 +243,7 @@ def test_a_terminal_s_lock_refuses_bots_with_423(loop: dict[str, object]) -> Non
     cli_out(environ, "lock", "paper", "--reason", "reviewing")
     try:
         refused = _put(loop, str(loop["idle"]), "/drafts/while-locked.md", b"x")
-        assert refused.status_code == 423 and "locked by terminal person (reviewing)" in refused.text
+        assert refused.status_code == 423 and "locked by its person's terminal (reviewing)" in refused.text
         assert httpx.get(f"{loop['url']}/v1/workspaces/paper/files", params={"path": "/drafts"},
                          headers={"Authorization": f"Bearer {loop['idle']}"}, timeout=30).status_code == 200
     finally:

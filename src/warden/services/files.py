@@ -188,8 +188,9 @@ class FileService:
 
     def _ask(self, op: str, rel: str, decision: PathDecision, content: bytes | None,
              recursive: bool) -> PathDecision:
-        request = ApprovalRequest(self.actor, self.record.name, op, rel, decision.zone, decision.rule,
-                                  content, recursive)
+        # The rule as the person reads it in `warden approvals`: what asks, not what allows.
+        why = f"ask: zone {decision.zone} asks a person before a {op}" if decision.zone else decision.rule
+        request = ApprovalRequest(self.actor, self.record.name, op, rel, decision.zone, why, content, recursive)
         if self.approver is None:
             raise Denied(f"{op} {rel} in workspace {self.record.name} needs approval ({decision.rule}, "
                          "approval ask) and no one can answer; ask the workspace owner",
