@@ -164,6 +164,10 @@ def workspace_cwd(cwd: str, workspace: str) -> str:
         raise InvalidInput(f"cwd {cwd!r} climbs out of the workspace: give a folder inside it, e.g. src") from None
 
 
+_NO_MEMORY = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory",
+              "JavaScript heap out of memory")
+
+
 def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom_killed: bool,
                     network: bool, max_file_mb: int, memory: int, bot: bool = False,
                     pids: int | None = None) -> str | None:
@@ -184,7 +188,9 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
     if signal == _SIGXFSZ or "File too large" in stderr_tail:
         return (f"warden: a file reached the sandbox's size limit ({max_file_mb} MB, "
                 "sandbox.max_file_size_mb); `warden config set sandbox.max_file_size_mb N` raises it")
-    if oom_killed:
+    # Killed by the cgroup's OOM killer, or (without a memory cgroup: RLIMIT_AS) refused an
+    # allocation, which programs report in their own words.
+    if oom_killed or (exit_code != 0 and any(text in stderr_tail for text in _NO_MEMORY)):
         return (f"warden: the command ran out of memory (limit {memory >> 20} MiB); run it with "
                 "--memory SIZE or set sandbox.memory")
     if pids is not None and exit_code != 0 and any(text in stderr_tail for text in _NO_FORK):
