@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from warden.services.grants import GrantService
     from warden.services.health import HealthService
     from warden.services.installs import InstallService
+    from warden.services.janitor import JanitorService
     from warden.services.layers import LayerService
     from warden.services.leases import LeaseService
     from warden.services.lifecycle import LifecycleService
@@ -218,6 +219,24 @@ class App:
         from warden.adapters.terminal_id import terminal_id
 
         return terminal_id(self.environ)
+
+    @cached_property
+    def janitor(self) -> JanitorService:
+        """The cleanup rules applied on their own (`warden janitor`, and inside `warden serve`)."""
+        from warden.core.janitor import JanitorRules
+        from warden.services.janitor import JanitorService
+
+        def seconds(key: str) -> timedelta:
+            return timedelta(seconds=self.settings.get_seconds(key))
+
+        rules = JanitorRules(idle_after=seconds("cleanup.idle_after"),
+                             idle_archive_after=seconds("cleanup.idle_archive_after"),
+                             temporary_ttl=seconds("cleanup.temporary_ttl"), bot_ttl=seconds("cleanup.bot_ttl"))
+        return JanitorService(registry=self.registry, workspaces=self.workspaces, lifecycle=lambda: self.lifecycle,
+                              sweeper=lambda: self.sweeper, approvals=lambda: self.approvals, leases=self.leases,
+                              audit=self.audit, clock=self.clock, rules=rules,
+                              disk_alert_percent=self.settings.get_int("cleanup.disk_alert_percent"),
+                              home=self.home.root)
 
     @cached_property
     def locks(self) -> LockService:

@@ -114,6 +114,13 @@ class _Grants:
     def __init__(self, state: _State) -> None:
         self._s = state
 
+    def purge(self, before: datetime) -> list[str]:
+        gone = sorted(a for a, (g, _) in self._s.grants.items()
+                      if (g.revoked is not None and g.revoked < before) or g.expires < before)
+        for accessor in gone:
+            del self._s.grants[accessor]
+        return gone
+
     def insert(self, grant: Grant, token_hash: str) -> None:
         if grant.accessor in self._s.grants:
             raise Conflict(f"already exists or still in use (grant {grant.accessor})")

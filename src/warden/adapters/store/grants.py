@@ -144,6 +144,13 @@ class SqlGrants:
             found.extend(frontier)
         return found
 
+    def purge(self, before: datetime) -> list[str]:
+        """Delete grants revoked or expired before `before` (a child ends no later than its parent,
+        so no live grant loses an ancestor); their accessors."""
+        rows = self._sql.execute("DELETE FROM grants WHERE (revoked_at IS NOT NULL AND revoked_at < :b) "
+                                 "OR expires_at < :b RETURNING accessor", {"b": before.isoformat()})
+        return sorted(str(r["accessor"]) for r in rows)
+
     def revoke(self, accessors: Sequence[str], at: datetime) -> int:
         """Mark `accessors` revoked (those not already); returns how many changed."""
         changed = 0

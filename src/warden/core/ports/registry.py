@@ -100,6 +100,10 @@ class GrantTable(Protocol):
         """Mark `accessors` revoked (those not already); how many changed."""
         ...
 
+    def purge(self, before: datetime) -> list[str]:
+        """Delete grants revoked or expired before `before`; their accessors."""
+        ...
+
 
 class SecretTable(Protocol):
     def upsert(self, name: str, sealed: Sealed, at: str) -> bool:

@@ -87,6 +87,7 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
     app.audit.record(actor="user", action="serve.start", target=url,
                      detail={"swept": {k: v for k, v in swept.items() if v and k != "dry_run"}})
     _watch_live_sandboxes(app)
+    _keep_clean(app)
     if ctx.json:
         import json
 
@@ -119,6 +120,27 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
 
 
 LIVE_SWEEP_S = 15.0
+
+
+def _keep_clean(app: Any) -> None:
+    """The janitor (services/janitor.py) every janitor.interval while the server runs; 0: never.
+    Its leader lease keeps several servers (or a person's `warden janitor`) from acting twice."""
+    import threading
+    import time
+
+    interval = app.settings.get_seconds("janitor.interval")
+    if interval <= 0:
+        return
+
+    def loop() -> None:
+        while True:
+            time.sleep(interval)
+            try:
+                app.janitor.run()
+            except Exception as exc:  # a locked registry, a full disk: the next round tries again
+                sys.stderr.write(f"warden: janitor pass failed: {type(exc).__name__}: {exc}\n")
+
+    threading.Thread(target=loop, name="warden-janitor", daemon=True).start()
 
 
 def _watch_live_sandboxes(app: Any) -> None:

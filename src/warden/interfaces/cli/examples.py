@@ -105,6 +105,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "ws forward": ("warden ws forward",),
     "ws history": ("warden ws history",),
     "ws list": ("warden ws list",),
+    "janitor": ("warden janitor --dry-run   # what a pass would do", "warden janitor --once",
+                "warden config set cleanup.idle_archive_after 14d"),
     "lock": ("warden lock notes --ttl 4h --reason 'refactoring auth'", "warden lock   # this terminal's current one"),
     "unlock": ("warden unlock notes",),
     "takeover": ("warden takeover notes   # from a terminal that went away",),
