@@ -24,10 +24,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import measure  # noqa: E402
+from _common import measure
 
-from warden.bootstrap import bootstrap  # noqa: E402
-from warden.core.workspaces import WorkspaceRecord  # noqa: E402
+from warden.bootstrap import bootstrap
+from warden.core.workspaces import WorkspaceRecord
 
 
 def main() -> None:
