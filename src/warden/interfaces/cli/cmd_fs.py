@@ -1,4 +1,4 @@
-"""`warden fs NAME ls|cat|stat|write|rm|mkdir PATH`: safe file operations on a workspace.
+"""`warden fs NAME ls|cat|stat|write|rm|mkdir PATH`, `warden fs NAME mv SRC DST`: safe file operations on a workspace.
 
 PATH is workspace-relative ("/" is the workspace root). The CLI user is the local person,
 so zones that `ask` for approval proceed as approved by them (and the audit log says so).
@@ -52,6 +52,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     o = ops.add_parser("mkdir", parents=[common], help="create a directory (and its parents)")
     o.add_argument("path")
     o.set_defaults(handler=_mkdir)
+
+    o = ops.add_parser("mv", parents=[common], help="move or rename a file or directory (never over one)")
+    o.add_argument("source")
+    o.add_argument("destination")
+    o.set_defaults(handler=_mv)
 
 
 def _files(ctx: Context, args: argparse.Namespace) -> FileService:
@@ -112,3 +117,9 @@ def _mkdir(ctx: Context, args: argparse.Namespace) -> Output:
     created = _files(ctx, args).mkdir(args.path)
     return Output({"path": args.path, "created": created},
                   f"created {args.path}" if created else f"{args.path} already exists")
+
+
+def _mv(ctx: Context, args: argparse.Namespace) -> Output:
+    kind = _files(ctx, args).move(args.source, args.destination)
+    return Output({"source": args.source, "destination": args.destination, "type": kind},
+                  f"moved {args.source} to {args.destination}")

@@ -28,6 +28,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "fs NAME write": ("echo hi | warden fs notes write /hello.txt", "warden fs notes write /data.csv < data.csv"),
     "fs NAME rm": ("warden fs notes rm /hello.txt", "warden fs notes rm -r /build"),
     "fs NAME mkdir": ("warden fs notes mkdir /src/pkg",),
+    "fs NAME mv": ("warden fs notes mv /draft.md /docs/final.md",),
     "sandbox": ("warden sandbox list", "warden sandbox add ~/datasets --mode ro --workspace notes"),
     "sandbox list": ("warden sandbox list", "warden sandbox list --workspace notes"),
     "sandbox add": ("warden sandbox add ~/datasets --mode ro --workspace notes",),
