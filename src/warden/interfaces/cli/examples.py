@@ -82,6 +82,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "approve": ("warden approve apr_0123456789abcdef --note 'checked the figures'",),
     "deny": ("warden deny apr_0123456789abcdef --note 'not in final/, use drafts/'",),
     "serve": ("warden serve", "warden serve --host 127.0.0.1 --port 8765"),
+    "mcp": ("WARDEN_TOKEN=wdn_… warden mcp", "claude mcp add warden -e WARDEN_TOKEN=wdn_… -- warden mcp"),
     "demo": ("warden demo",),
 }
 

@@ -56,6 +56,7 @@ COMMANDS: dict[str, str] = {
     "secret": _CLI + "cmd_secret",
     **dict.fromkeys(("approvals", "approve", "deny"), _CLI + "cmd_approvals"),
     "serve": _CLI + "cmd_serve",
+    "mcp": _CLI + "cmd_mcp",
     "demo": _CLI + "cmd_demo",
 }
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))

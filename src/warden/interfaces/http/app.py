@@ -122,6 +122,12 @@ def create_app(app: App) -> FastAPI:
     api.include_router(files.router(app, services))
     api.include_router(processes.router(app))
     api.include_router(approvals.router(app))
+    # The MCP server over streamable HTTP (interfaces/mcp): its own Bearer check, the same services.
+    from starlette.routing import Route
+
+    from warden.interfaces.mcp.server import McpHttp
+
+    api.router.routes.append(Route("/mcp", endpoint=McpHttp(app, max_body=app.settings.get_size("api.max_body"))))
 
     max_json = app.settings.get_size("api.max_body")
     max_file = app.settings.get_int("sandbox.max_file_size_mb") * 1024 * 1024
@@ -137,7 +143,8 @@ def create_app(app: App) -> FastAPI:
     def timeout_for(scope: Scope) -> float:
         path = str(scope.get("path", ""))
         method = scope.get("method")
-        if path.endswith("/exec") or path.endswith("/logs"):
+        if path.endswith("/exec") or path.endswith("/logs") or path == "/mcp":
+            # (An MCP request may be a tool call running a command: the same bound as an exec.)
             # The run has its own, shorter, wall-clock limit; so has a followed background process.
             return run_timeout + 30.0
         if method == "POST" and path.rstrip("/") == "/v1/workspaces":
