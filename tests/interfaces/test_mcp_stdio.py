@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from tests.support.mcp import SECRET, World, make_world, stdio_session, text
-from warden.interfaces.mcp.tools import TOOLS
 
 BINDING = ["list_workspaces", "create_workspace", "exec", "process_logs", "process_kill", "read_file",
            "write_file", "edit_file", "list_directory", "directory_tree", "search_files", "file_info",
