@@ -279,8 +279,9 @@ class ToolCalls:
             size += len(line)
         last = first - 1 + len(chosen)
         body = "".join(chosen)
-        data_out: dict[str, Any] = {"path": path, "encoding": "utf-8", "content": body, "size": len(data),
-                                    "lines": len(lines), "offset": first, "returned_lines": len(chosen)}
+        # The text goes once, as the content a model reads; the structured part says what it is.
+        data_out: dict[str, Any] = {"path": path, "encoding": "utf-8", "size": len(data), "lines": len(lines),
+                                    "offset": first, "returned_lines": len(chosen)}
         if first == 1 and last >= len(lines):
             return _Answer(body, data_out)
         more = f"; call read_file with offset={last + 1} for the rest" if last < len(lines) else ""

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import mimetypes
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
 
     from warden.bootstrap import App
-    from warden.interfaces.http.limits import Receive, Scope, Send
+    from warden.interfaces.http.limits import Message, Receive, Scope, Send
     from warden.services.auth import Principal
 
 __all__ = ["INSTRUCTIONS", "RESOURCE_TEMPLATE", "McpHttp", "build_server", "resource_uri", "serve_stdio"]
@@ -43,6 +45,8 @@ INSTRUCTIONS = (
     "change is made only once a person approves it."
 )
 RESOURCE_TEMPLATE = "warden://{workspace}/{+path}"
+DOOR_SECONDS = 5.0
+DOOR_MEMORY = 4096
 _INVALID_PARAMS = -32602
 
 # The token of the request being served: stdio's fixed one, or the HTTP request's Bearer token.
@@ -156,12 +160,22 @@ class McpHttp:
 
         self.app = app
         self.server = build_server(app, _bearer_of_request)
-        self.manager = StreamableHTTPSessionManager(app=self.server, stateless=True, max_request_body_size=max_body)
+        # Two answers to a POST, as the transport allows: an event stream for a request whose
+        # client asked for progress (an exec's output comes as it runs), plain JSON otherwise,
+        # which costs the server about half as much as a stream for a short call.
+        self.streaming = StreamableHTTPSessionManager(app=self.server, stateless=True, max_request_body_size=max_body)
+        self.plain = StreamableHTTPSessionManager(app=self.server, stateless=True, max_request_body_size=max_body,
+                                                  json_response=True)
         self._ready: asyncio.Event | None = None
         self._holder: asyncio.Task[None] | None = None
+        # Tokens the door let through lately (by SHA-256, never the token), for DOOR_SECONDS: the
+        # door only keeps strangers from the SDK, while every tool call authenticates again, so a
+        # token revoked meanwhile still does nothing; it saves a registry lookup and a thread hop
+        # per request of a busy session.
+        self._recent: dict[bytes, tuple[float, Principal]] = {}
 
     async def _hold(self, ready: asyncio.Event) -> None:
-        async with self.manager.run():
+        async with self.streaming.run(), self.plain.run():
             ready.set()
             await asyncio.Event().wait()  # until the loop is closed
 
@@ -176,7 +190,9 @@ class McpHttp:
         from warden.interfaces.http.limits import error_bytes
 
         token = bearer_token(scope)
-        principal = await asyncio.to_thread(self._door, token)
+        principal = self._recently_let_in(token)
+        if principal is None:
+            principal = await asyncio.to_thread(self._door, token)
         if principal is None:
             refused = "permission denied" if token else "authentication required: send `Authorization: Bearer <token>`"
             body = error_bytes("denied", refused)
@@ -191,17 +207,75 @@ class McpHttp:
 
         # Who this request is, for the SDK (never the token itself in a field it may log).
         scope = dict(scope, user=AuthenticatedUser(AccessToken(token="", client_id=principal.actor, scopes=[])))
-        await self.manager.handle_request(scope, receive, send)
+        if scope.get("method") != "POST":
+            await self.streaming.handle_request(scope, receive, send)
+            return
+        body = await _read_body(receive)
+        replayed = False
 
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        manager = self.streaming if _asks_progress(body) else self.plain
+        await manager.handle_request(scope, replay, send)
+
+
+    def _recently_let_in(self, token: str | None) -> Principal | None:
+        if not token:
+            return None
+        seen = self._recent.get(hashlib.sha256(token.encode()).digest())
+        return seen[1] if seen is not None and seen[0] > time.monotonic() else None
 
     def _door(self, token: str | None) -> Principal | None:
         """The caller, or None (the refusal audited; a known caller's own calls audit themselves)."""
         try:
-            return self.app.auth.authenticate(token)
+            principal = self.app.auth.authenticate(token)
         except AuthDenied as exc:
             self.app.audit.record(actor=exc.actor or "anonymous", action="mcp.connect", target="/mcp",
                                   decision="deny", rule=exc.rule or "denied", result="denied")
             return None
+        assert token is not None
+        if len(self._recent) >= DOOR_MEMORY:
+            self._recent.clear()
+        self._recent[hashlib.sha256(token.encode()).digest()] = (time.monotonic() + DOOR_SECONDS, principal)
+        return principal
+
+
+async def _read_body(receive: Receive) -> bytes:
+    """The request's body (the limits middleware has bounded it already)."""
+    parts = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(parts)
+
+
+def _asks_progress(body: bytes) -> bool:
+    """Whether a JSON-RPC message (or batch) carries a progress token (`params._meta.progressToken`);
+    unreadable bodies go to the streaming answer, which says what is wrong with them."""
+    import json
+
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return True
+    messages = document if isinstance(document, list) else [document]
+    for message in messages:
+        if not isinstance(message, dict):
+            return True
+        params = message.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        if isinstance(meta, dict) and "progressToken" in meta:
+            return True
+    return False
 
 
 def _bearer_of_request(ctx: ServerRequestContext[Any, Any]) -> str | None:
