@@ -243,3 +243,37 @@ def test_move_over_the_http_route_and_the_cli(served: tuple[World, str]) -> None
                            check=False)
     assert clash.returncode == 5 and "already exists" in clash.stderr
     assert (world.path("paper") / "drafts" / "taken.txt").read_text() == "taken"
+
+
+def test_the_sdks_modern_client_speaks_the_2026_protocol_over_both_transports(served: tuple[World, str]) -> None:
+    """The SDK's `Client` negotiates the per-request protocol of 2026-07-28 (no handshake): the
+    same tools, the same progress notifications, over HTTP and over stdio."""
+    import httpx2
+    from mcp import Client, StdioServerParameters
+    from mcp.client.streamable_http import streamable_http_client
+
+    world, url = served
+    token = world.tokens["alice@paper"]
+
+    async def session(client: Any) -> tuple[str, Any, Recorder]:
+        recorder = Recorder()
+        async with client as connected:
+            listed = await connected.call_tool("list_workspaces", {})
+            result = await connected.call_tool("exec", {"workspace": "paper", "cmd": ["sh", "-c", "echo a; sleep 1"]},
+                                               progress_callback=recorder.progress)
+            recorder.ended(result)
+            return connected.session.protocol_version, listed, recorder
+
+    async def go() -> list[tuple[str, Any, Recorder]]:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+            over_http = await session(Client(streamable_http_client(url, http_client=http)))
+        params = StdioServerParameters(command=sys.executable, args=["-m", "warden", "mcp"],
+                                       env={**world.environ, "WARDEN_TOKEN": token})
+        return [over_http, await session(Client(params))]
+
+    for version, listed, recorder in run(go()):
+        assert version == "2026-07-28"
+        assert "paper" in text(listed)
+        kinds = [kind for kind, _, _ in recorder.events]
+        assert kinds[0] == "progress" and kinds[-1] == "result"
+        assert recorder.events[-1][1] - recorder.events[0][1] >= 0.7
