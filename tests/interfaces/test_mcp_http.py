@@ -277,3 +277,18 @@ def test_the_sdks_modern_client_speaks_the_2026_protocol_over_both_transports(se
         kinds = [kind for kind, _, _ in recorder.events]
         assert kinds[0] == "progress" and kinds[-1] == "result"
         assert recorder.events[-1][1] - recorder.events[0][1] >= 0.7
+
+
+def test_a_call_the_http_client_gives_up_on_stops_its_command(served: tuple[World, str]) -> None:
+    world, url = served
+    marker = world.path("paper") / "drafts" / "too-late-http.txt"
+
+    async def go() -> None:
+        async with http_session(url, world.tokens["alice@paper"]) as session:
+            with pytest.raises(Exception):  # the SDK's timeout error, whatever its class
+                await session.call_tool("exec", {"workspace": "paper", "cmd": [
+                    "sh", "-c", "sleep 3; echo late > drafts/too-late-http.txt"]}, read_timeout_seconds=1)
+        await asyncio.sleep(4)  # past the command's own end, had it gone on
+
+    run(go())
+    assert not marker.exists()

@@ -232,3 +232,30 @@ def test_a_missing_or_bad_token_stops_before_serving(world: World) -> None:
                               input=b"", capture_output=True, timeout=60, check=False)
         assert proc.returncode == 3, proc.stderr
         assert said in proc.stderr.decode() and proc.stdout == b""
+
+
+def test_exec_takes_its_folder_as_a_workspace_path(world: World) -> None:
+    (world.path("paper") / "drafts" / "here.txt").write_text("here")
+
+    async def go() -> Any:
+        async with stdio_session(world, world.tokens["alice@paper"]) as session:
+            return await session.call_tool("exec", {"workspace": "paper", "cmd": ["cat", "here.txt"], "cwd": "/drafts"})
+
+    result = run(go())
+    assert result.structured_content["exit_code"] == 0 and result.structured_content["stdout"] == "here"
+
+
+def test_a_call_the_client_gives_up_on_stops_its_command(world: World) -> None:
+    marker = world.path("paper") / "drafts" / "too-late.txt"
+
+    async def go() -> None:
+        async with stdio_session(world, world.tokens["alice@paper"]) as session:
+            with pytest.raises(Exception):  # the SDK's timeout error, whatever its class
+                await session.call_tool("exec", {"workspace": "paper", "cmd": [
+                    "sh", "-c", "sleep 3; echo late > drafts/too-late.txt"]}, read_timeout_seconds=1)
+            await asyncio.sleep(4)  # past the command's own end, had it gone on
+            listed = await session.call_tool("list_directory", {"workspace": "paper", "path": "/drafts"})
+            assert "too-late.txt" not in text(listed)
+
+    run(go())
+    assert not marker.exists()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import difflib
 import fnmatch
 import logging
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from warden.services.auth import Principal
     from warden.services.files import FileService
 
-__all__ = ["LINES", "Progress", "ToolCalls"]
+__all__ = ["CLIENT_GONE", "LINES", "Progress", "ToolCalls"]
 
 log = logging.getLogger("warden.mcp")
 
@@ -53,6 +54,11 @@ _NOT_EXPANDED = frozenset({".git", ".venv", "node_modules", "__pycache__", ".war
 
 # Sends one progress notification: (progress so far, message).
 Progress = Callable[[float, str], Awaitable[None]]
+
+# Set when the client of the request being served went away (the HTTP front end sets a fresh one
+# per request; the SDK runs the call in a task started from that request's, so it sees it).
+# A foreground exec then kills its command: nobody waits for its output any more.
+CLIENT_GONE: contextvars.ContextVar[asyncio.Event] = contextvars.ContextVar("warden_mcp_client_gone")
 
 
 class McpCall(Call):
@@ -181,7 +187,11 @@ class ToolCalls:
 
     # -- commands --------------------------------------------------------------------------
     def _command(self, args: dict[str, Any]) -> Command:
-        return Command(argv=tuple(args["cmd"]), timeout=args.get("timeout"), cwd=args.get("cwd"))
+        # A model names folders as every other tool does, from the workspace root ("/src"); the
+        # service takes them relative to the workspace ("src"), as an absolute path is the host's.
+        cwd = args.get("cwd")
+        return Command(argv=tuple(args["cmd"]), timeout=args.get("timeout"),
+                       cwd=canonical(cwd).lstrip("/") or None if cwd is not None else None)
 
     def _exec(self, call: Call, args: dict[str, Any], output: RunOutput | None = None) -> _Answer:
         assert call.principal is not None
@@ -208,11 +218,17 @@ class ToolCalls:
         job = asyncio.ensure_future(anyio.to_thread.run_sync(self._blocking, "exec", token, args, output))
         sent = 0
         getter: asyncio.Future[bytes] | None = None
+        gone_event = CLIENT_GONE.get(None)
+        gone = asyncio.ensure_future(gone_event.wait()) if gone_event is not None else None
         try:
             while True:
                 getter = getter or asyncio.ensure_future(chunks.get())
                 waiting: set[asyncio.Future[Any]] = {job, getter}
+                if gone is not None:
+                    waiting.add(gone)
                 await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if gone is not None and gone.done() and not job.done():
+                    raise asyncio.CancelledError("the client went away")
                 if getter.done():
                     batch = [getter.result()]
                     getter = None
@@ -231,6 +247,8 @@ class ToolCalls:
         finally:
             if getter is not None:
                 getter.cancel()
+            if gone is not None:
+                gone.cancel()
         return job.result()
 
     def _process_logs(self, call: Call, args: dict[str, Any]) -> _Answer:

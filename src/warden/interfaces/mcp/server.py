@@ -23,7 +23,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.shared.exceptions import MCPError
 
 from warden.core.errors import WardenError
-from warden.interfaces.mcp.calls import McpCall, ToolCalls
+from warden.interfaces.mcp.calls import CLIENT_GONE, McpCall, ToolCalls
 from warden.interfaces.mcp.texts import refusal_text
 from warden.interfaces.mcp.tools import TOOLS
 from warden.services.auth import AuthDenied
@@ -212,16 +212,36 @@ class McpHttp:
             return
         body = await _read_body(receive)
         replayed = False
+        gone = asyncio.Event()
 
         async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True
                 return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def watch() -> None:
+            # The one reader of the connection once the body is in: a client that goes away
+            # (it gave up on a long call) takes its call with it, a running command included.
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+            CLIENT_GONE.get().set()
+            handling.cancel()
 
         manager = self.streaming if _asks_progress(body) else self.plain
-        await manager.handle_request(scope, replay, send)
+        CLIENT_GONE.set(asyncio.Event())  # seen by the call's handler, which runs in a task started from here
+        handling = asyncio.ensure_future(manager.handle_request(scope, replay, send))
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await handling
+        except asyncio.CancelledError:
+            if not gone.is_set():
+                raise
+        finally:
+            watcher.cancel()
 
 
     def _recently_let_in(self, token: str | None) -> Principal | None:

@@ -74,7 +74,8 @@ TOOLS: tuple[ToolSpec, ...] = (
          "cmd": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 4096,
                  "description": "The program and its arguments, e.g. [\"python\", \"-m\", \"pytest\", \"-q\"]."},
          "cwd": {"type": "string", "minLength": 1, "maxLength": 4096,
-                 "description": "Working directory inside the workspace (default: the workspace root)."},
+                 "description": "Working directory, a path inside the workspace such as /src (default: the "
+                                "workspace root)."},
          "timeout": {"type": "number", "exclusiveMinimum": 0,
                      "description": "Seconds before the command is killed (default and maximum: the "
                                     "server's limit)."},
