@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -292,3 +293,21 @@ def test_a_call_the_http_client_gives_up_on_stops_its_command(served: tuple[Worl
 
     run(go())
     assert not marker.exists()
+
+
+def test_any_worker_of_a_multi_worker_server_answers(served: tuple[World, str], tmp_path: Path) -> None:
+    """No session state is kept between requests, so with `serve --workers 2` a client's
+    initialize and calls may each land on either worker (a new connection for each here)."""
+    world, _ = served
+    headers = {"Authorization": f"Bearer {world.tokens['alice@paper']}", "Connection": "close",
+               "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "file_info", "arguments": {"workspace": "paper", "path": "/input/data.csv"}}}
+    with ServeProcess(world.environ, tmp_path, "--workers", "2") as server:
+        url = server.url + "/mcp"
+        assert httpx.post(url, json=_initialize(), headers=headers, timeout=30).status_code == 200
+        answers = [httpx.post(url, json=call, headers=headers, timeout=30) for _ in range(12)]
+    for answer in answers:
+        assert answer.status_code == 200, answer.text
+        result = answer.json()["result"]
+        assert not result["isError"] and "type: file" in result["content"][0]["text"]
