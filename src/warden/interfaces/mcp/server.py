@@ -132,7 +132,7 @@ def _read(app: App, tools: ToolCalls, token: str | None, workspace: str, path: s
     with McpCall(app, "resource.read", f"{workspace}:{path}") as call:
         principal = call.authenticate(token)
         call.principal = tools.requests.acting_on(principal, workspace)
-        return tools._file_service(call, workspace, "read").read_bytes(path)
+        return tools.file_service(call, workspace, "read").read_bytes(path)
 
 
 # -- stdio -------------------------------------------------------------------------------------

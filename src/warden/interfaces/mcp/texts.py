@@ -10,11 +10,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from warden.core.errors import Denied, NotFound, Pending, WardenError
 
-__all__ = ["pending_text", "plain", "refusal_text"]
+__all__ = ["Answer", "pending_text", "plain", "refusal_text"]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a tool answers: the text a model reads, and the same as structured content."""
+
+    text: str
+    data: dict[str, Any] | None = None
 
 # The permission each tool needs from the grant (what a person would add to allow it).
 NEEDS = {"exec": "execute", "process_logs": "execute", "process_kill": "execute", "read_file": "read",
