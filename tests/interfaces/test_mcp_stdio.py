@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import subprocess
 import sys
@@ -95,6 +96,11 @@ def test_a_scripted_agent_session_creates_writes_tests_edits_and_reads(world: Wo
     assert "calc.py" in text(seen["tree"]) and ".venv/  (not expanded)" in text(seen["tree"])
     assert "/test_calc.py" in text(seen["search"]) and "/calc.py\n" not in text(seen["search"])
     assert (world.path("agent") / "calc.py").read_text() == "def add(a, b):\n    return a + b  # fixed\n"
+    # The same audit as over HTTP: the tool calls, the file service's events, the runs, one chain.
+    events = json.loads(world.cli("audit", "--workspace", "agent", "--limit", "200", "--json"))["data"]
+    actions = {(event["action"], event["actor"].split("@")[0]) for event in events}
+    assert {("mcp.exec", "bot:carol"), ("fs.write", "bot:carol"), ("run", "bot:carol")} <= actions
+    assert world.cli("audit", "verify")
 
 
 def test_edit_file_refuses_no_match_and_several_matches_saying_so(world: World) -> None:
