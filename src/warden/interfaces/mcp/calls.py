@@ -173,8 +173,8 @@ class ToolCalls:
         # A model names folders as every other tool does, from the workspace root ("/src"); the
         # service takes them relative to the workspace ("src"), as an absolute path is the host's.
         cwd = args.get("cwd")
-        return Command(argv=tuple(args["cmd"]), timeout=args.get("timeout"),
-                       cwd=canonical(cwd).lstrip("/") or None if cwd is not None else None)
+        folder = (canonical(cwd).lstrip("/") or None) if cwd is not None else None
+        return Command(argv=tuple(args["cmd"]), timeout=args.get("timeout"), cwd=folder)
 
     def _exec(self, call: Call, args: dict[str, Any], output: RunOutput | None = None) -> Answer:
         assert call.principal is not None
@@ -212,16 +212,22 @@ class ToolCalls:
                 await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 if gone is not None and gone.done() and not job.done():
                     raise asyncio.CancelledError("the client went away")
+                batch: list[bytes] = []
                 if getter.done():
-                    batch = [getter.result()]
+                    batch.append(getter.result())
                     getter = None
-                    while not chunks.empty():
-                        batch.append(chunks.get_nowait())
+                elif job.done():
+                    # Output put in the queue just before the end may not have reached the getter yet.
+                    getter.cancel()
+                    getter = None
+                while not chunks.empty():
+                    batch.append(chunks.get_nowait())
+                if batch:
                     data = b"".join(batch)
                     sent += len(data)
                     if progress is not None:
                         await progress(sent, data.decode("utf-8", "replace"))
-                elif job.done():
+                if job.done() and getter is None and chunks.empty():
                     break
         except BaseException:
             for kill in kills:  # the client cancelled or went away: the command goes too
