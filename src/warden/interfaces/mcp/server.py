@@ -243,7 +243,6 @@ class McpHttp:
         finally:
             watcher.cancel()
 
-
     def _recently_let_in(self, token: str | None) -> Principal | None:
         if not token:
             return None
