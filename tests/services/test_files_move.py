@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from warden.bootstrap import App, bootstrap
-from warden.core.errors import Conflict, Denied, Pending
+from warden.core.errors import Conflict, Denied, Pending, TooLarge
 from warden.services.files import FileService
 
 ZONES = ("zones:\n"
@@ -126,8 +126,22 @@ def test_the_local_person_moves_freely_in_ask_folders(app: App) -> None:
     assert files.move("/final/a", "/final/b") == "file"
 
 
-def test_a_move_does_not_pass_the_quota_check_twice(app: App) -> None:
-    """A move adds no bytes: a workspace at its file limit can still rename."""
+def test_a_workspace_at_its_file_limit_still_renames(app: App) -> None:
+    """A move adds no file and no byte: at `workspace.max_files` a new file is refused, a move is not."""
     files = _bot(app)
-    files.write_text("/drafts/a", "a" * 1000)
-    assert files.move("/drafts/a", "/drafts/b") == "file"
+    files.write_text("/drafts/a", "a")
+    held = app.quota.usage(app.workspaces.get("demo").path).files
+    limit = max(held, 100)
+    for n in range(limit - held):
+        files.write_text(f"/drafts/fill/{n}", "")
+    capped = bootstrap(app.home.root, environ={**app.environ, "WARDEN_WORKSPACE_MAX_FILES": str(limit)})
+    try:
+        issued = capped.grants.grant("demo", "writer", ["read", "write"])
+        principal = capped.auth.authenticate(issued.token)
+        bot = capped.files("demo", actor=principal.actor, approver=capped.approvals.queue(principal))
+        with pytest.raises(TooLarge, match="workspace.max_files"):
+            bot.write_text("/drafts/one-more", "x")
+        assert bot.move("/drafts/a", "/drafts/b") == "file"
+    finally:
+        capped.close()
+    assert (_root(app) / "drafts" / "b").read_text() == "a"
