@@ -139,7 +139,7 @@ def test_a_workspace_at_its_file_limit_still_renames(app: App) -> None:
         issued = capped.grants.grant("demo", "writer", ["read", "write"])
         principal = capped.auth.authenticate(issued.token)
         bot = capped.files("demo", actor=principal.actor, approver=capped.approvals.queue(principal))
-        with pytest.raises(TooLarge, match="workspace.max_files"):
+        with pytest.raises(TooLarge, match=r"workspace\.max_files"):
             bot.write_text("/drafts/one-more", "x")
         assert bot.move("/drafts/a", "/drafts/b") == "file"
     finally:
