@@ -9,7 +9,7 @@ names a folder or uses Warden's own words for them. Pure data and a pure check; 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from warden.core.errors import InvalidInput
@@ -39,7 +39,6 @@ class ToolSpec:
     destructive: bool = False
     idempotent: bool = False
     open_world: bool = False
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def input_schema(self) -> dict[str, Any]:
         return {"type": "object", "properties": {k: dict(v) for k, v in self.properties.items()},
@@ -81,7 +80,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                                     "server's limit)."},
          "background": {"type": "boolean",
                         "description": "Start it and return its process id at once (for servers and long jobs)."}},
-        ("workspace", "cmd"), open_world=False, destructive=True),
+        ("workspace", "cmd"), destructive=True),
     ToolSpec(
         "process_logs", "Read a background process's output",
         "The output so far of a process started with exec background=true, and whether it is still running "
