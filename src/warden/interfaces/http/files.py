@@ -38,12 +38,12 @@ FilePath = Annotated[str, Query(min_length=1, max_length=4096,
 _BINARY = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
 
 
-def _kind(entry: Entry) -> str:
-    return "directory" if entry.type == "dir" else entry.type
-
-
 def _kind_name(kind: str) -> str:
     return "directory" if kind == "dir" else kind
+
+
+def _kind(entry: Entry) -> str:
+    return _kind_name(entry.type)
 
 
 def _entry(parent: str, item: Entry) -> FileEntry:
