@@ -705,6 +705,27 @@ class _FakeRoot:
             self._io.links.pop(gone, None)
         return kind
 
+    def move(self, source: str, destination: str) -> str:
+        """As SafeRoot.move: never replaces, never into itself, a link moved as a link."""
+        src, dst = self._path(source, final_link=True), self._path(destination, final_link=True)
+        if self._root in (src, dst):
+            raise InvalidInput("the root cannot be moved, nor anything moved onto it")
+        if dst == src or dst.startswith(src + "/"):
+            raise InvalidInput(f"cannot move {source} into itself ({destination})")
+        kind = self._io.kind(src)
+        if kind is None:
+            raise NotFound(f"no such file or directory: {source}")
+        if self._io.kind(dst) is not None:
+            raise Conflict(f"{destination} already exists; Warden never replaces it with a move")
+        self._io._parents(dst)
+        for store in (self._io.files, self._io.links):
+            for old in [p for p in store if p == src or p.startswith(src + "/")]:
+                store[dst + old[len(src):]] = store.pop(old)  # type: ignore[index]
+        for old in [p for p in self._io.dirs if p == src or p.startswith(src + "/")]:
+            self._io.dirs.discard(old)
+            self._io.dirs.add(dst + old[len(src):])
+        return kind
+
     def __enter__(self) -> _FakeRoot:
         return self
 

@@ -40,7 +40,7 @@ __all__ = [
     "shown_status",
 ]
 
-OPERATIONS = ("write", "mkdir", "delete", "git.push")
+OPERATIONS = ("write", "mkdir", "delete", "move", "git.push")
 STATUSES = ("pending", "approving", "approved", "denied", "expired", "failed")
 # Answered for good: no further move.
 FINAL = frozenset({"approved", "denied", "expired", "failed"})

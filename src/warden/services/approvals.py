@@ -70,7 +70,7 @@ class ApprovalService:
         # the checkpoint that lets a person undo what they approved.
         self._before = before
         self._executors: dict[str, Executor] = {
-            "write": self._file_op, "mkdir": self._file_op, "delete": self._file_op}
+            "write": self._file_op, "mkdir": self._file_op, "delete": self._file_op, "move": self._file_op}
 
     def register(self, op: str, executor: Executor) -> None:
         """Another kind of request (a git push) and what carries it out once approved."""
@@ -81,9 +81,10 @@ class ApprovalService:
         """The approver of a bot's file service: stores each `ask` operation and answers Pending."""
         def approver(request: ApprovalRequest) -> NoReturn:
             record = self.ask(principal, request.workspace, request.op, request.path, zone=request.zone,
-                              rule=request.rule, content=request.content,
+                              rule=request.rule, content=request.content, destination=request.destination,
                               detail={"recursive": True} if request.recursive else None)
-            raise Pending(f"{request.op} {request.path} in workspace {request.workspace} waits for a person's "
+            what = f"{request.op} {request.path}" + (f" to {request.destination}" if request.destination else "")
+            raise Pending(f"{what} in workspace {request.workspace} waits for a person's "
                           f"approval ({request.rule}); ask them to run `warden approve {record.id}`, "
                           f"and poll GET /v1/approvals/{record.id}",
                           approval=record.view(self._clock()), rule="approval.pending")
@@ -268,7 +269,8 @@ class ApprovalService:
 
         def exactly_this(request: ApprovalRequest) -> bool | str:
             # The answer covers this one operation on this one path, nothing it was not asked.
-            return request.op == record.op and request.path == record.path and f"approval {record.id}"
+            return (request.op == record.op and request.path == record.path
+                    and request.destination == record.destination and f"approval {record.id}")
 
         files = self._files(workspace, actor=record.requester, approver=exactly_this, scope=scope)
         if record.op == "write":
@@ -276,5 +278,9 @@ class ApprovalService:
             return {"size": files.write_bytes(record.path, content)}
         if record.op == "mkdir":
             return {"created": files.mkdir(record.path)}
+        if record.op == "move":
+            if record.destination is None:
+                raise Conflict(f"{record.id} is a move without a destination; nothing was done")
+            return {"moved": files.move(record.path, record.destination), "destination": record.destination}
         kind = files.delete(record.path, recursive=bool(record.detail.get("recursive")))
         return {"deleted": kind}

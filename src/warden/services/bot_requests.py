@@ -1,7 +1,7 @@
 """A bot's requests (the bot protocol): ask for a workspace, use it, share it, give it back.
 
 One method per request a bot can make, shared by every front end that speaks for bots (the HTTP
-API; the MCP server to come). The front end turns the token a bot presents into a `Principal`
+API, the MCP server). The front end turns the token a bot presents into a `Principal`
 (AuthService.authenticate); each method then decides whether that principal may make the request
 — raising `Denied("permission denied")` with the rule that decided, as AuthService does — carries
 it out and answers a frozen result for the front end to render.
@@ -34,6 +34,7 @@ from warden.services.templates import TemplateCatalog
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from warden.core.grants import Grant
     from warden.core.live import Chunk, Logs, ProcessView
     from warden.core.runs import RunResult
     from warden.core.settings import Settings
@@ -292,6 +293,29 @@ class BotRequestService:
         return Identity(bot=principal.bot, kind="grant", accessor=principal.accessor,
                         workspace=principal.chain[0].workspace, permissions=_ordered(scope.permissions),
                         zones=scope.zones, secrets=scope.secrets, expires=scope.expires, domains=scope.domains)
+
+    def acting_on(self, principal: Principal, workspace: str) -> Principal:
+        """Who acts on `workspace` for this principal: a grant token is itself; a bot's identity
+        token acts through the bot's own live grant there (the widest, when it holds several:
+        most permissions, then the whole workspace over some zones, then the latest to expire).
+
+        Read again at every call, so a grant revoked or expired meanwhile stops working at once;
+        with none, the uniform Denied (rule `grant.none`)."""
+        if principal.chain:
+            return principal
+        from warden.services.auth import Principal as Acting
+
+        chains = [tuple(self._grants.chain(held.accessor))
+                  for held in self._grants.grants_of_bot(principal.bot, workspace=workspace)]
+        chains = [chain for chain in chains if chain]
+        if not chains:
+            raise Denied(DENIED, rule="grant.none")
+
+        def width(chain: tuple[Grant, ...]) -> tuple[int, bool, datetime]:
+            scope = effective(chain)
+            return len(scope.permissions), scope.zones is None, scope.expires
+
+        return Acting(bot=principal.bot, kind="grant", chain=max(chains, key=width))
 
     # -- workspaces ------------------------------------------------------------------------
     def create_workspace(self, principal: Principal, wish: NewWorkspace, *, bot: str | None = None,

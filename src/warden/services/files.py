@@ -56,6 +56,7 @@ class ApprovalRequest:
     rule: str
     content: bytes | None = None  # a write's bytes: what a person approves is exactly what lands
     recursive: bool = False
+    destination: str | None = None  # a move's new path (`path` is its source)
 
 
 # True (or the answer's name, for the audit event) to go ahead, False to refuse; an approver
@@ -123,21 +124,22 @@ class FileService:
 
     def _do(self, op: str, path: str, work: Callable[[WorkspaceRoot, str], T],
             detail: Callable[[T], Mapping[str, Any]] | None = None, *, action: str | None = None,
-            content: bytes | None = None, recursive: bool = False) -> T:
+            content: bytes | None = None, recursive: bool = False,
+            decide: Callable[[str], PathDecision] | None = None, destination: str | None = None) -> T:
         rel = path
         decision: PathDecision | None = None
         try:
             rel = canonical(path)
             if self.record.status in _UNAVAILABLE:
                 raise Conflict(f"workspace {self.record.name} {_UNAVAILABLE[self.record.status]}")
-            decision = self.policy().decide(rel, op)
+            decision = decide(rel) if decide is not None else self.policy().decide(rel, op)
             if not decision.allowed:
                 hint = "; a zone's rules are set in the workspace's .warden/zones.yaml" if decision.zone else ""
                 raise Denied(f"{op} {rel} in workspace {self.record.name} refused ({decision.rule}){hint}",
                              rule=decision.rule)
             if decision.approval == "ask":
-                decision = self._ask(op, rel, decision, content, recursive)
-            if op in WRITE_OPS:
+                decision = self._ask(op, rel, decision, content, recursive, destination)
+            if op in WRITE_OPS or op == "move":
                 # A shared lease: no archive, destroy or create changes the workspace under a write.
                 with self._write_lease(op):
                     result = self._work(work, rel)
@@ -187,10 +189,11 @@ class FileService:
                                detail={"moved": list(moved)})
 
     def _ask(self, op: str, rel: str, decision: PathDecision, content: bytes | None,
-             recursive: bool) -> PathDecision:
+             recursive: bool, destination: str | None = None) -> PathDecision:
         # The rule as the person reads it in `warden approvals`: what asks, not what allows.
         why = f"ask: zone {decision.zone} asks a person before a {op}" if decision.zone else decision.rule
-        request = ApprovalRequest(self.actor, self.record.name, op, rel, decision.zone, why, content, recursive)
+        request = ApprovalRequest(self.actor, self.record.name, op, rel, decision.zone, why, content, recursive,
+                                  destination)
         if self.approver is None:
             raise Denied(f"{op} {rel} in workspace {self.record.name} needs approval ({decision.rule}, "
                          "approval ask) and no one can answer; ask the workspace owner",
@@ -330,6 +333,33 @@ class FileService:
         return self._do("delete", path, work,
                         lambda kind: {"type": kind, "recursive": recursive, **_kept_detail(kept)},
                         recursive=recursive)
+
+    def move(self, source: str, destination: str) -> str:
+        """Rename `source` to `destination`, never over an existing entry; returns its type.
+
+        A move removes a name and makes one, so the policy decides `delete` on the source and
+        `write` on the destination, and both must allow it; an `ask` on either asks a person
+        once, for the whole move. Parents of the destination are made when missing."""
+        dst = canonical(destination)
+
+        def decide(src: str) -> PathDecision:
+            policy = self.policy()
+            gone, made = policy.decide(src, "delete"), policy.decide(dst, "write")
+            for decision, what in ((gone, f"removing {src}"), (made, f"writing {dst}")):
+                if not decision.allowed:
+                    raise Denied(f"move {src} to {dst} in workspace {self.record.name} refused: {what} is not "
+                                 f"allowed ({decision.rule})", rule=decision.rule)
+            asked = gone if gone.approval == "ask" else made
+            return PathDecision(True, f"{gone.rule}; {made.rule}", approval=asked.approval, zone=asked.zone)
+
+        def work(root: WorkspaceRoot, src: str) -> str:
+            kind = root.move(src, dst)
+            # A moved folder can complete one that git would take for a repository (HEAD, refs).
+            self._defuse_git(dst, "mkdir" if kind == "dir" else "write")
+            return kind
+
+        return self._do("move", source, work, lambda kind: {"destination": dst, "type": kind}, decide=decide,
+                        destination=dst)
 
 
 def _kept_detail(kept: list[Version]) -> dict[str, Any]:

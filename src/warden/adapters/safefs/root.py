@@ -13,6 +13,10 @@ zone into an `ro` zone, or into `.warden/`, stays beneath the root but would let
 land where the policy said no. Links are shown in listings as links, never followed, and
 never reveal where they point.
 
+A move opens both parent directories the same way and renames between the two descriptors
+with renameat2(RENAME_NOREPLACE): nothing at the destination is ever replaced, neither name is
+followed, and no path is resolved again between the checks and the rename.
+
 Writes go to a temporary file in the same directory, are fsync'ed and renamed over the
 target relative to the directory descriptor; a file with more than one hard link is not
 written (the other names would see the change, or it could be an outside file linked in).
@@ -32,6 +36,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 
 from warden.adapters.safefs import openat2 as _openat2
+from warden.adapters.safefs.rename import renameat_noreplace
 from warden.core.errors import Conflict, Denied, InvalidInput, NotFound, TooLarge, Unavailable, WardenError
 
 __all__ = ["OPENAT2_AVAILABLE", "Entry", "HostSafeRoots", "SafeRoot"]
@@ -443,6 +448,49 @@ class SafeRoot:
             raise _error(exc, path) from None
         finally:
             os.close(dfd)
+
+
+    def move(self, source: str, destination: str) -> str:
+        """Rename `source` to `destination` (missing parents of the destination are created);
+        refused when something is at the destination. Returns the type of what moved."""
+        src, dst = _parts(source), _parts(destination)
+        if not src or not dst:
+            raise InvalidInput("the root cannot be moved, nor anything moved onto it")
+        if dst[:len(src)] == src:
+            raise InvalidInput(f"cannot move {source} into itself ({destination})")
+        try:
+            src_dfd = self._dir(src[:-1])
+        except OSError as exc:
+            raise _error(exc, source) from None
+        try:
+            st = os.stat(src[-1], dir_fd=src_dfd, follow_symlinks=False)
+            kind = _kind(st.st_mode)
+            if kind == "file" and st.st_nlink > 1:
+                # Its other names may be in folders the bot may not write (an ro zone) or outside
+                # the workspace's tree of writable files: the moved name would look like a file of
+                # its own at the destination while it is not, as a write through it would show.
+                raise Denied(f"{source} has {st.st_nlink} hard links; Warden does not move a file with "
+                             "other names (copy it to a new file instead)", rule="deny: hard-linked file")
+            try:
+                dst_dfd = self._dir(dst[:-1], create=True)
+            except OSError as exc:
+                raise _error(exc, destination) from None
+            try:
+                renameat_noreplace(src_dfd, src[-1], dst_dfd, dst[-1])
+            except OSError as exc:
+                if exc.errno == errno.EEXIST:
+                    raise Conflict(f"{destination} already exists; Warden never replaces it with a move "
+                                   "(delete it first, or pick another name)") from None
+                if exc.errno == errno.EINVAL:
+                    raise InvalidInput(f"cannot move {source} to {destination} (a folder into itself?)") from None
+                raise _error(exc, destination) from None
+            finally:
+                os.close(dst_dfd)
+            return kind
+        except OSError as exc:
+            raise _error(exc, source) from None
+        finally:
+            os.close(src_dfd)
 
 
 class HostSafeRoots:

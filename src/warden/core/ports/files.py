@@ -75,6 +75,10 @@ class WorkspaceRoot(Protocol):
 
     def delete(self, path: str, *, recursive: bool = False) -> str: ...
 
+    def move(self, source: str, destination: str) -> str:
+        """Rename beneath the root, never replacing the destination; the type of what moved."""
+        ...
+
 
 class SafeRoots(Protocol):
     def open(self, root: str, *, max_bytes: int | None = None, use_openat2: bool | None = None,

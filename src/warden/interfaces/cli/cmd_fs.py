@@ -1,4 +1,5 @@
-"""`warden fs NAME ls|cat|stat|write|rm|mkdir|versions|restore PATH`: safe file operations on a workspace.
+"""`warden fs NAME ls|cat|stat|write|rm|mkdir|versions|restore PATH`, `warden fs NAME mv SRC DST`: safe file
+operations on a workspace.
 
 PATH is workspace-relative ("/" is the workspace root). The CLI user is the local person,
 so zones that `ask` for approval proceed as approved by them (and the audit log says so).
@@ -62,6 +63,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     o.add_argument("path")
     o.add_argument("version", nargs="?", metavar="VERSION", help="its id (default: the newest)")
     o.set_defaults(handler=_restore)
+
+    o = ops.add_parser("mv", parents=[common], help="move or rename a file or directory (never over one)")
+    o.add_argument("source")
+    o.add_argument("destination")
+    o.set_defaults(handler=_mv)
 
 
 def _files(ctx: Context, args: argparse.Namespace) -> FileService:
@@ -143,3 +149,9 @@ def _restore(ctx: Context, args: argparse.Namespace) -> Output:
     chosen = _files(ctx, args).restore_version(args.path, args.version)
     return Output({"path": args.path, "version": chosen.id, "size": chosen.size},
                   render=lambda d: f"restored {d['path']} to version {d['version']} ({d['size']} bytes)")
+
+
+def _mv(ctx: Context, args: argparse.Namespace) -> Output:
+    kind = _files(ctx, args).move(args.source, args.destination)
+    return Output({"source": args.source, "destination": args.destination, "type": kind},
+                  f"moved {args.source} to {args.destination}")

@@ -56,6 +56,7 @@ How a bot connects:
   3. or over plain HTTP (the token never goes on a command line):
        printf 'Authorization: Bearer %s' "$WARDEN_TOKEN" | curl -sS -H @- -H 'content-type: application/json' \\
          -d '{{"bot": "my-bot", "request": "workspace", "params": {{"name": "demo"}}}}' {url}/v1/workspaces
+  4. or as MCP tools (streamable HTTP, `Authorization: Bearer <token>`): {url}/mcp
 
 API reference: {url}/docs   OpenAPI: {url}/openapi.json   Press Ctrl+C to stop."""
 

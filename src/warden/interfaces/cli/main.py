@@ -61,6 +61,7 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("lock", "unlock", "takeover", "locks"), _CLI + "cmd_lock"),
     **dict.fromkeys(("approvals", "approve", "deny"), _CLI + "cmd_approvals"),
     "serve": _CLI + "cmd_serve",
+    "mcp": _CLI + "cmd_mcp",
     "demo": _CLI + "cmd_demo",
     "watch": _CLI + "cmd_watch",
 }

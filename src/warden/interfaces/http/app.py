@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from warden.core.errors import Pending, WardenError, classify
 from warden.interfaces.http.calls import Call, Unauthenticated
 from warden.interfaces.http.fastpath import CONTENT_PATH, FastReads
-from warden.interfaces.http.limits import LimitsMiddleware, Refusal, Scope
+from warden.interfaces.http.limits import LimitsMiddleware, Refusal, Scope, bearer_token
 from warden.interfaces.http.statuses import ERROR_RESPONSES, HTTP_STATUS, package_version, status_for
 
 if TYPE_CHECKING:
@@ -34,16 +34,6 @@ log = logging.getLogger("warden.http")
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
-
-
-def bearer_token(scope: Scope) -> str | None:
-    """The token of a request's `Authorization: Bearer` header, read as FastAPI's HTTPBearer does."""
-    for name, value in scope.get("headers", ()):
-        if name == b"authorization":  # the first one, as Starlette's Headers.get
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            token = token.strip()
-            return token if scheme.lower() == "bearer" and token else None
-    return None
 
 
 def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
@@ -127,6 +117,12 @@ def create_app(app: App) -> FastAPI:
     api.include_router(git.router(app))
     api.include_router(events.router(app))
     api.include_router(checkpoints.router(app))
+    # The MCP server over streamable HTTP (interfaces/mcp): its own Bearer check, the same services.
+    from starlette.routing import Route
+
+    from warden.interfaces.mcp.server import McpHttp
+
+    api.router.routes.append(Route("/mcp", endpoint=McpHttp(app, max_body=app.settings.get_size("api.max_body"))))
 
     max_json = app.settings.get_size("api.max_body")
     max_file = app.settings.get_int("sandbox.max_file_size_mb") * 1024 * 1024
@@ -142,7 +138,8 @@ def create_app(app: App) -> FastAPI:
     def timeout_for(scope: Scope) -> float:
         path = str(scope.get("path", ""))
         method = scope.get("method")
-        if path.endswith("/exec") or path.endswith("/logs"):
+        if path.endswith("/exec") or path.endswith("/logs") or path == "/mcp":
+            # (An MCP request may be a tool call running a command: the same bound as an exec.)
             # The run has its own, shorter, wall-clock limit; so has a followed background process.
             return run_timeout + 30.0
         if method == "GET" and path.endswith("/events"):

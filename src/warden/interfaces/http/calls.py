@@ -51,6 +51,9 @@ class Unauthenticated(Denied):
 
 
 class Call:
+    # The front end the event names (`api.exec`); the MCP server's calls are `mcp.…`.
+    channel = "api"
+
     def __init__(self, app: App, action: str, target: str) -> None:
         self.app = app
         self.action = action
@@ -115,5 +118,5 @@ class Call:
         detail: Mapping[str, Any] = self.detail
         if self.principal is not None and self.principal.minter != self.principal.bot:
             detail = {**detail, "minted_by": self.principal.minter}  # whose grant this one came from
-        self.app.audit.record(actor=self.actor, action=f"api.{self.action}", target=self.target,
+        self.app.audit.record(actor=self.actor, action=f"{self.channel}.{self.action}", target=self.target,
                               decision=decision, rule=rule, result=result, detail=detail)

@@ -1,4 +1,4 @@
-"""File routes: list or stat, read, write, delete — through the safe file service.
+"""File routes: list or stat, read, write, delete, move — through the safe file service.
 
 Paths are workspace-relative (`/` is the workspace root; zones are top-level folders). The
 grant decides first (read for list/stat/read, write for write/delete); a grant limited to
@@ -18,7 +18,7 @@ from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from warden.interfaces.http.calls import Call, threaded
-from warden.interfaces.http.models import FileDeleted, FileEntry, FilesResult, FileWritten
+from warden.interfaces.http.models import FileDeleted, FileEntry, FileMove, FileMoved, FilesResult, FileWritten
 from warden.interfaces.http.routes import Token, WorkspaceName, token_of
 from warden.interfaces.http.statuses import ERROR_RESPONSES
 
@@ -38,8 +38,12 @@ FilePath = Annotated[str, Query(min_length=1, max_length=4096,
 _BINARY = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
 
 
+def _kind_name(kind: str) -> str:
+    return "directory" if kind == "dir" else kind
+
+
 def _kind(entry: Entry) -> str:
-    return "directory" if entry.type == "dir" else entry.type
+    return _kind_name(entry.type)
 
 
 def _entry(parent: str, item: Entry) -> FileEntry:
@@ -139,5 +143,15 @@ def router(app: App, services: FileServices) -> APIRouter:
             call.authenticate(token_of(token))
             _files(app, services, call, name, "write").delete(path)
             return FileDeleted(path=path, deleted=True)
+
+    @api.post("/v1/workspaces/{name}/files/move", response_model=FileMoved)
+    @threaded
+    def move_file(name: WorkspaceName, body: FileMove, token: Token) -> FileMoved:
+        """Move (rename) a file or folder, never over an existing one (needs `write`; the policy
+        decides removing the source and writing the destination)."""
+        with Call(app, "files.move", f"{name}:{body.source}") as call:
+            call.authenticate(token_of(token))
+            kind = _files(app, services, call, name, "write").move(body.source, body.destination)
+            return FileMoved(source=body.source, destination=body.destination, type=_kind_name(kind))
 
     return api

@@ -22,7 +22,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-__all__ = ["LimitsMiddleware", "Refusal", "error_bytes"]
+__all__ = ["LimitsMiddleware", "Refusal", "bearer_token", "error_bytes"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -174,4 +174,14 @@ def _content_length(scope: Scope) -> int | None:
                 return int(value)
             except ValueError:
                 return None
+    return None
+
+
+def bearer_token(scope: Scope) -> str | None:
+    """The token of a request's `Authorization: Bearer` header, read as FastAPI's HTTPBearer does."""
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":  # the first one, as Starlette's Headers.get
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            token = token.strip()
+            return token if scheme.lower() == "bearer" and token else None
     return None

@@ -15,6 +15,8 @@ __all__ = [
     "ExecRequest",
     "FileDeleted",
     "FileEntry",
+    "FileMove",
+    "FileMoved",
     "FileWritten",
     "FilesResult",
     "GrantIssued",
@@ -266,6 +268,20 @@ class FileWritten(BaseModel):
 class FileDeleted(BaseModel):
     path: str
     deleted: bool
+
+
+class FileMove(BaseModel):
+    """Rename a file or folder within the workspace; an existing destination is never replaced."""
+
+    model_config = ConfigDict(extra="forbid")
+    source: str = Field(min_length=1, max_length=4096, description="workspace-relative path to move")
+    destination: str = Field(min_length=1, max_length=4096, description="its new workspace-relative path")
+
+
+class FileMoved(BaseModel):
+    source: str
+    destination: str
+    type: str
 
 
 # -- grants -----------------------------------------------------------------------------------

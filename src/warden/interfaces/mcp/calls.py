@@ -1,0 +1,261 @@
+"""The MCP tools carried out: each call authenticates the token again, then goes through the
+same services, grants, policy, approvals and audit as the HTTP API.
+
+A bot's identity token acts on a workspace through its own live grant there, looked up at every
+call (BotRequestService.acting_on), so a grant revoked mid-session stops working at the next
+call. Each call leaves one audit event: `mcp.<tool>` (interfaces/http/calls.py `Call`), or the
+file service's own `fs.*` event, which names the same caller. Nothing here decides: refusals
+come from the services and are only reworded for a model (texts.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+import mcp_types as types
+
+from warden.core.errors import InvalidInput, Pending, WardenError, classify
+from warden.core.paths import canonical
+from warden.interfaces.http.calls import Call
+from warden.interfaces.http.files import FileServices
+from warden.interfaces.http.running import ExecSlots
+from warden.interfaces.mcp.files import FILE_TOOLS
+from warden.interfaces.mcp.texts import Answer, pending_text, refusal_text
+from warden.interfaces.mcp.tools import check_arguments
+from warden.services.bot_requests import Command, NewWorkspace
+from warden.services.runs import RunOutput
+
+if TYPE_CHECKING:
+    from warden.bootstrap import App
+    from warden.core.runs import RunResult
+    from warden.services.auth import Principal
+    from warden.services.files import FileService
+
+__all__ = ["CLIENT_GONE", "McpCall", "Progress", "ToolCalls"]
+
+log = logging.getLogger("warden.mcp")
+
+# Sends one progress notification: (progress so far, message).
+Progress = Callable[[float, str], Awaitable[None]]
+
+# Set when the client of the request being served went away (the HTTP front end sets a fresh one
+# per request; the SDK runs the call in a task started from that request's, so it sees it).
+# A foreground exec then kills its command: nobody waits for its output any more.
+CLIENT_GONE: contextvars.ContextVar[asyncio.Event] = contextvars.ContextVar("warden_mcp_client_gone")
+
+
+class McpCall(Call):
+    """One tool call's audit event, named `mcp.<tool>`."""
+
+    channel = "mcp"
+
+
+def _result(answer: Answer, *, error: bool = False) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=answer.text)],
+                                structured_content=answer.data, is_error=error)
+
+
+def _run_text(result: RunResult, *, streamed: bool) -> Answer:
+    ended = (f"timed out after {result.duration_s:.1f} s" if result.timed_out else
+             f"killed by signal {result.signal}" if result.signal else f"exit code {result.exit_code}")
+    parts = [f"{ended} ({result.duration_s:.2f} s)"]
+    if result.stdout:
+        parts.append("stdout:\n" + result.stdout)
+    if result.stderr:
+        parts.append("stderr:\n" + result.stderr)
+    if result.truncated:
+        parts.append("(output beyond the server's limit was cut)")
+    data = {"exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
+            "duration_s": round(result.duration_s, 3), "timed_out": result.timed_out, "signal": result.signal,
+            "streamed": streamed}
+    return Answer("\n".join(parts), data)
+
+
+class ToolCalls:
+    """The tools of one server (stdio or HTTP), bound to one wired App."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.requests = app.bot_requests
+        self.files = FileServices(app)
+        self.slots = ExecSlots.from_settings(app)  # the same bound as the HTTP API's execs
+
+    # -- the entry -------------------------------------------------------------------------
+    async def call(self, name: str, arguments: dict[str, Any] | None, token: str | None,
+                   progress: Progress | None = None) -> types.CallToolResult:
+        """Carry out tool `name` for the holder of `token`; a refusal is an error result."""
+        try:
+            tool, args = check_arguments(name, arguments)
+        except InvalidInput as exc:
+            return _result(Answer(f"invalid: {exc.message}"), error=True)
+        if tool.name == "exec" and not args.get("background"):
+            return await self._exec_streamed(token, args, progress)
+        return await anyio.to_thread.run_sync(self._blocking, tool.name, token, args)
+
+    def _blocking(self, name: str, token: str | None, args: dict[str, Any],
+                  output: RunOutput | None = None) -> types.CallToolResult:
+        workspace = args.get("workspace")
+        target = f"{workspace}:{args['path']}" if workspace and "path" in args else (workspace or "workspaces")
+        principal: Principal | None = None
+        try:
+            with McpCall(self.app, name, target) as call:
+                principal = call.authenticate(token)
+                if workspace is not None:
+                    # Acting through the bot's grant there (itself, for a grant token).
+                    call.principal = self.requests.acting_on(principal, workspace)
+                if name in FILE_TOOLS:  # every file tool names its workspace (tools.py)
+                    answer = FILE_TOOLS[name](lambda permission: self.file_service(call, str(workspace), permission),
+                                              args)
+                else:
+                    handler: Callable[..., Answer] = getattr(self, f"_{name}")
+                    answer = handler(call, args, output) if output is not None else handler(call, args)
+            return _result(answer)
+        except Pending as exc:
+            text, shown = pending_text(exc)
+            return _result(Answer(text, {"status": "pending", "approval": shown}))
+        except WardenError as exc:
+            bot = principal.bot if principal else None
+            return _result(Answer(refusal_text(exc, tool=name, workspace=workspace, bot=bot)), error=True)
+        except Exception as exc:
+            mapped = classify(exc)  # a locked registry, a full disk: by cause
+            if mapped is not None:
+                return _result(Answer(refusal_text(mapped, tool=name, workspace=workspace, bot=None)), error=True)
+            log.error("internal error in tool %s: %s: %s", name, type(exc).__name__, exc)
+            return _result(Answer(f"internal error ({type(exc).__name__}); the server log has details"), error=True)
+
+    def file_service(self, call: Call, workspace: str, permission: str) -> FileService:
+        """The caller's file service on `workspace`, once its grant allows `permission` (as HTTP's)."""
+        assert call.principal is not None
+        record = call.authorize(workspace, permission)
+        scope = self.app.auth.zone_scope(call.principal, lambda: self.app.sandbox_paths.zones(record))
+        call.audited_by_service = True
+        return self.files.get(record, call.principal, scope)
+
+    # -- workspaces ------------------------------------------------------------------------
+    def _list_workspaces(self, call: Call, args: dict[str, Any]) -> Answer:
+        assert call.principal is not None
+        rows: list[dict[str, Any]] = []
+        for view in self.requests.list_workspaces(call.principal, trail=call):
+            permissions = view.permissions
+            if not permissions:  # an identity token: what its grant there allows
+                try:
+                    acting = self.requests.acting_on(call.principal, view.name)
+                    permissions = self.requests.whoami(acting).permissions
+                except WardenError:
+                    continue
+            rows.append({"name": view.name, "status": view.status, "template": view.template,
+                         "permissions": list(permissions)})
+        if not rows:
+            return Answer("no workspaces yet: create one with create_workspace", {"workspaces": []})
+        lines = [f"{row['name']}  ({row['status']}; may {', '.join(row['permissions'])})" for row in rows]
+        return Answer("\n".join(lines), {"workspaces": rows})
+
+    def _create_workspace(self, call: Call, args: dict[str, Any]) -> Answer:
+        assert call.principal is not None
+        made = self.requests.create_workspace(call.principal, NewWorkspace(name=args["name"],
+                                                                           template=args.get("template")),
+                                              trail=call)
+        # The grant's token stays here: this session already acts through the bot's grants.
+        permissions = list(made.grant.grant.permissions)
+        return Answer(f"created workspace {made.name}; you may {', '.join(sorted(permissions))} there. "
+                       "list_directory '/' shows its folders.",
+                       {"name": made.name, "permissions": sorted(permissions),
+                        "expires": made.grant.grant.expires.isoformat()})
+
+    # -- commands --------------------------------------------------------------------------
+    def _command(self, args: dict[str, Any]) -> Command:
+        # A model names folders as every other tool does, from the workspace root ("/src"); the
+        # service takes them relative to the workspace ("src"), as an absolute path is the host's.
+        cwd = args.get("cwd")
+        folder = (canonical(cwd).lstrip("/") or None) if cwd is not None else None
+        return Command(argv=tuple(args["cmd"]), timeout=args.get("timeout"), cwd=folder)
+
+    def _exec(self, call: Call, args: dict[str, Any], output: RunOutput | None = None) -> Answer:
+        assert call.principal is not None
+        if args.get("background"):
+            view = self.requests.start(call.principal, args["workspace"], self._command(args), trail=call,
+                                       busy=self.slots.counts)
+            return Answer(f"started process {view.id}; read its output with process_logs, stop it with "
+                           "process_kill", {"id": view.id, "status": view.status})
+        result = self.requests.exec(call.principal, args["workspace"], self._command(args), trail=call,
+                                    admit=self.slots.take, output=output)
+        return _run_text(result, streamed=output is not None)
+
+    async def _exec_streamed(self, token: str | None, args: dict[str, Any],
+                             progress: Progress | None) -> types.CallToolResult:
+        """A foreground exec whose output goes out as progress notifications while it runs."""
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[bytes] = asyncio.Queue()
+        kills: list[Callable[[], None]] = []
+
+        def sink(data: bytes) -> None:
+            loop.call_soon_threadsafe(chunks.put_nowait, data)
+
+        output = RunOutput(on_stdout=sink, on_stderr=sink, capture=True, on_started=kills.append)
+        job = asyncio.ensure_future(anyio.to_thread.run_sync(self._blocking, "exec", token, args, output))
+        sent = 0
+        getter: asyncio.Future[bytes] | None = None
+        gone_event = CLIENT_GONE.get(None)
+        gone = asyncio.ensure_future(gone_event.wait()) if gone_event is not None else None
+        try:
+            while True:
+                getter = getter or asyncio.ensure_future(chunks.get())
+                waiting: set[asyncio.Future[Any]] = {job, getter}
+                if gone is not None:
+                    waiting.add(gone)
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if gone is not None and gone.done() and not job.done():
+                    raise asyncio.CancelledError("the client went away")
+                batch: list[bytes] = []
+                if getter.done():
+                    batch.append(getter.result())
+                    getter = None
+                elif job.done():
+                    # Output put in the queue just before the end may not have reached the getter yet.
+                    getter.cancel()
+                    getter = None
+                while not chunks.empty():
+                    batch.append(chunks.get_nowait())
+                if batch:
+                    data = b"".join(batch)
+                    sent += len(data)
+                    if progress is not None:
+                        await progress(sent, data.decode("utf-8", "replace"))
+                if job.done() and getter is None and chunks.empty():
+                    break
+        except BaseException:
+            for kill in kills:  # the client cancelled or went away: the command goes too
+                kill()
+            raise
+        finally:
+            if getter is not None:
+                getter.cancel()
+            if gone is not None:
+                gone.cancel()
+        return job.result()
+
+    def _process_logs(self, call: Call, args: dict[str, Any]) -> Answer:
+        assert call.principal is not None
+        view = self.requests.process(call.principal, args["workspace"], args["id"], trail=call)
+        logs = self.requests.process_logs(call.principal, args["workspace"], args["id"], trail=call).to_json()
+        state = ("running" if view.status == "running" else
+                 f"{view.status}, exit code {view.exit_code}" + (f", signal {view.signal}" if view.signal else ""))
+        parts = [f"process {view.id} ({' '.join(view.cmd)}): {state}"]
+        if logs["stdout"]:
+            parts.append("stdout:\n" + str(logs["stdout"]))
+        if logs["stderr"]:
+            parts.append("stderr:\n" + str(logs["stderr"]))
+        return Answer("\n".join(parts), {"id": view.id, "status": view.status, "exit_code": view.exit_code,
+                                          "signal": view.signal, **logs})
+
+    def _process_kill(self, call: Call, args: dict[str, Any]) -> Answer:
+        assert call.principal is not None
+        view = self.requests.kill_process(call.principal, args["workspace"], args["id"], int(signal.SIGTERM),
+                                          trail=call)
+        return Answer(f"sent SIGTERM to process {view.id} ({view.status})", {"id": view.id, "status": view.status})

@@ -1,0 +1,211 @@
+"""The file tools: read, write, edit, list, tree, search, stat, delete, move — each through the
+caller's file service (services/files.py: the policy, approvals, the safe file layer beneath
+the workspace and the audit), here only shaped for a model: line ranges, diffs, bounded walks."""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import fnmatch
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from warden.core.errors import InvalidInput, WardenError
+from warden.core.paths import canonical
+from warden.interfaces.mcp.texts import Answer
+
+if TYPE_CHECKING:
+    from warden.services.files import FileService
+
+__all__ = ["FILE_TOOLS", "LINES", "OpenFiles"]
+
+LINES = 2000  # lines read_file returns when no limit is given
+MAX_TEXT = 256 * 1024  # characters of file text in one answer
+TREE_ENTRIES = 400
+SEARCH_SCANNED = 5000
+SEARCH_RESULTS = 100
+_NOT_EXPANDED = frozenset({".git", ".venv", "node_modules", "__pycache__", ".warden", ".mypy_cache",
+                           ".pytest_cache", ".ruff_cache"})
+
+# The caller's file service on the call's workspace, once its grant allows the permission named.
+OpenFiles = Callable[[str], "FileService"]
+
+
+def _entry_name(name: str, kind: str) -> str:
+    return name + ("/" if kind == "dir" else "@" if kind == "symlink" else "")
+
+def read_file(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
+    path = canonical(args["path"])
+    data = open_files("read").read_bytes(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        if "offset" in args or "limit" in args:
+            raise InvalidInput(f"{path} is a binary file; read it whole (it comes back as base64)") from None
+        encoded = base64.b64encode(data).decode("ascii")
+        return Answer(f"{path} is binary ({len(data)} bytes); base64:\n{encoded}",
+                       {"path": path, "encoding": "base64", "size": len(data), "content": encoded})
+    lines = text.splitlines(keepends=True)
+    first = int(args.get("offset", 1))
+    limit = int(args.get("limit", LINES))
+    if first > max(len(lines), 1):
+        raise InvalidInput(f"offset {first} is past the end of {path} ({len(lines)} lines)")
+    chosen: list[str] = []
+    size = 0
+    for line in lines[first - 1:first - 1 + limit]:
+        if size + len(line) > MAX_TEXT and chosen:
+            break
+        chosen.append(line)
+        size += len(line)
+    last = first - 1 + len(chosen)
+    body = "".join(chosen)
+    # The text goes once, as the content a model reads; the structured part says what it is.
+    data_out: dict[str, Any] = {"path": path, "encoding": "utf-8", "size": len(data), "lines": len(lines),
+                                "offset": first, "returned_lines": len(chosen)}
+    if first == 1 and last >= len(lines):
+        return Answer(body, data_out)
+    more = f"; call read_file with offset={last + 1} for the rest" if last < len(lines) else ""
+    return Answer(f"[{path}: lines {first}-{last} of {len(lines)}{more}]\n{body}", data_out)
+
+
+def write_file(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
+    path = canonical(args["path"])
+    if args.get("encoding") == "base64":
+        try:
+            data = base64.b64decode(args["content"], validate=True)
+        except ValueError:
+            raise InvalidInput("content is not valid base64") from None
+    else:
+        data = args["content"].encode("utf-8")
+    size = open_files("write").write_bytes(path, data)
+    return Answer(f"wrote {size} bytes to {path}", {"path": path, "size": size})
+
+
+def edit_file(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
+    path = canonical(args["path"])
+    files = open_files("write")
+    before = files.read_text(path)
+    old, new = args["old"], args["new"]
+    found = before.count(old)
+    if found == 0:
+        raise InvalidInput(f"the text to replace does not occur in {path}; read_file it and copy the exact "
+                           "text, whitespace and line breaks included")
+    if found > 1:
+        raise InvalidInput(f"the text to replace occurs {found} times in {path}; include more of the lines "
+                           "around it so that it occurs once")
+    after = before.replace(old, new, 1)
+    files.write_text(path, after)
+    diff = "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                        fromfile=f"a{path}", tofile=f"b{path}"))
+    return Answer(diff or "(no change)", {"path": path, "diff": diff})
+
+
+def list_directory(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
+    path = canonical(args["path"])
+    files = open_files("read")
+    entries = files.list(path)
+    rows = [{"name": e.name, "type": "directory" if e.type == "dir" else e.type, "size": e.size}
+            for e in entries]
+    text = "\n".join(_entry_name(e.name, e.type) for e in entries) or f"{path} is empty"
+    return Answer(text, {"path": path, "entries": rows})
+
+
+def directory_tree(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
+    start = canonical(args.get("path", "/"))
+    depth = int(args.get("depth", 3))
+    files = open_files("read")
+    lines: list[str] = []
+    cut = False
+
+    def walk(folder: str, level: int) -> None:
+        nonlocal cut
+        for entry in files.list(folder):
+            if len(lines) >= TREE_ENTRIES:
+                cut = True
+                return
+            child = f"{folder.rstrip('/')}/{entry.name}"
+            note = "  (not expanded)" if entry.type == "dir" and entry.name in _NOT_EXPANDED else ""
+            lines.append("  " * level + _entry_name(entry.name, entry.type) + note)
+            if entry.type == "dir" and not note and level + 1 < depth:
+                walk(child, level + 1)
+
+    walk(start, 0)
+    if cut:
+        lines.append(f"… more entries not shown (at most {TREE_ENTRIES}); ask for a deeper path")
+    return Answer(f"{start}\n" + "\n".join(lines), {"path": start, "tree": lines, "truncated": cut})
+
+
+def search_files(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
+    start = canonical(args.get("path", "/"))
+    pattern = args["pattern"]
+    flat = pattern.replace("**/", "")
+    needle = args.get("contains")
+    files = open_files("read")
+    found: list[dict[str, Any]] = []
+    scanned = 0
+    queue = [start]
+    bounded = False
+    while queue and not bounded:
+        folder = queue.pop(0)
+        for entry in files.list(folder):
+            scanned += 1
+            if scanned > SEARCH_SCANNED or len(found) >= SEARCH_RESULTS:
+                bounded = True
+                break
+            full = f"{folder.rstrip('/')}/{entry.name}"
+            rel = full[len(start.rstrip("/")) + 1:]
+            if entry.type == "dir":
+                if entry.name not in _NOT_EXPANDED:
+                    queue.append(full)
+                continue
+            if not any(fnmatch.fnmatchcase(candidate, glob) for candidate in (entry.name, rel)
+                       for glob in (pattern, flat)):
+                continue
+            if needle is None:
+                found.append({"path": full})
+                continue
+            if entry.type != "file" or entry.size > 1 << 20:
+                continue
+            try:
+                text = files.read_text(full)
+            except WardenError:
+                continue  # binary or unreadable: not a match for text
+            hits = [(n, line) for n, line in enumerate(text.splitlines(), 1) if needle in line][:5]
+            if hits:
+                found.append({"path": full, "lines": [{"line": n, "text": line[:300]} for n, line in hits]})
+    out: list[str] = []
+    for item in found:
+        out.append(item["path"])
+        out.extend(f"  {hit['line']}: {hit['text']}" for hit in item.get("lines", ()))
+    if bounded:
+        out.append(f"… search stopped (at most {SEARCH_RESULTS} results, {SEARCH_SCANNED} entries looked at); "
+                   "narrow it with path or pattern")
+    return Answer("\n".join(out) or "no matches", {"matches": found, "truncated": bounded})
+
+
+def file_info(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
+    path = canonical(args["path"])
+    info = open_files("read").stat(path).to_json()
+    info["path"] = path
+    info["type"] = "directory" if info["type"] == "dir" else info["type"]
+    return Answer("\n".join(f"{k}: {info[k]}" for k in ("path", "type", "size", "mode", "mtime", "nlink")),
+                   info)
+
+
+def delete_file(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
+    path = canonical(args["path"])
+    kind = open_files("write").delete(path, recursive=bool(args.get("recursive")))
+    return Answer(f"deleted {path}", {"path": path, "type": "directory" if kind == "dir" else kind})
+
+
+def move_file(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
+    source, destination = canonical(args["source"]), canonical(args["destination"])
+    kind = open_files("write").move(source, destination)
+    return Answer(f"moved {source} to {destination}", {"source": source, "destination": destination,
+                                                         "type": "directory" if kind == "dir" else kind})
+
+
+FILE_TOOLS: dict[str, Callable[[OpenFiles, dict[str, Any]], Answer]] = {
+    "read_file": read_file, "write_file": write_file, "edit_file": edit_file, "list_directory": list_directory,
+    "directory_tree": directory_tree, "search_files": search_files, "file_info": file_info,
+    "delete_file": delete_file, "move_file": move_file}

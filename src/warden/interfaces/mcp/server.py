@@ -1,0 +1,306 @@
+"""Warden as an MCP server: the tools (calls.py) and workspace files as resources, over stdio
+(`warden mcp`) or streamable HTTP at `/mcp` inside `warden serve`, on the official `mcp` SDK's
+low-level `Server` (our own JSON Schemas and error results, not ones inferred from signatures).
+
+The token: stdio serves the one in WARDEN_TOKEN, checked before the first message is read; HTTP
+takes `Authorization: Bearer` on every request, refused with 401 before the SDK sees it, and each
+tool call authenticates it again (a token revoked mid-session stops at its next call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import mimetypes
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote
+
+import mcp_types as types
+from mcp.server.lowlevel.server import Server
+from mcp.shared.exceptions import MCPError
+
+from warden.core.errors import WardenError
+from warden.interfaces.mcp.calls import CLIENT_GONE, McpCall, ToolCalls
+from warden.interfaces.mcp.texts import refusal_text
+from warden.interfaces.mcp.tools import TOOLS
+from warden.services.auth import AuthDenied
+
+if TYPE_CHECKING:
+    from mcp.server.context import ServerRequestContext
+
+    from warden.bootstrap import App
+    from warden.interfaces.http.limits import Message, Receive, Scope, Send
+    from warden.services.auth import Principal
+
+__all__ = ["INSTRUCTIONS", "RESOURCE_TEMPLATE", "McpHttp", "build_server", "resource_uri", "serve_stdio"]
+
+INSTRUCTIONS = (
+    "Warden gives you workspaces: isolated folders in which you read and write files and run commands in a "
+    "sandbox without network. Start with list_workspaces (or create_workspace), then list_directory '/' to see "
+    "the folders you may use. Paths are absolute inside the workspace ('/' is its root). Some folders are "
+    "read-only, and changes in some need a person's approval: the answer then gives an approval id and the "
+    "change is made only once a person approves it."
+)
+RESOURCE_TEMPLATE = "warden://{workspace}/{+path}"
+DOOR_SECONDS = 5.0
+DOOR_MEMORY = 4096
+_INVALID_PARAMS = -32602
+
+# The token of the request being served: stdio's fixed one, or the HTTP request's Bearer token.
+TokenOf = Callable[["ServerRequestContext[Any, Any]"], str | None]
+
+
+def resource_uri(workspace: str, path: str) -> str:
+    """The resource URI of a workspace file (`warden://demo/src/app.py`)."""
+    return f"warden://{workspace}/{quote(path.lstrip('/'), safe='/')}"
+
+
+def _parse_uri(uri: str) -> tuple[str, str]:
+    if not uri.startswith("warden://"):
+        raise MCPError(_INVALID_PARAMS, f"not a Warden resource: {uri}; use {RESOURCE_TEMPLATE}")
+    workspace, _, path = uri[len("warden://"):].partition("/")
+    if not workspace:
+        raise MCPError(_INVALID_PARAMS, f"no workspace in {uri}; use {RESOURCE_TEMPLATE}")
+    return workspace, "/" + unquote(path)
+
+
+def build_server(app: App, token_of: TokenOf, calls: ToolCalls | None = None) -> Server[Any]:
+    """The MCP server over `app`; `token_of(ctx)` gives the token of the request being served."""
+    from warden.interfaces.http.statuses import package_version
+
+    tools = calls or ToolCalls(app)
+    listed = types.ListToolsResult(tools=[
+        types.Tool(name=t.name, title=t.title, description=t.description, input_schema=t.input_schema(),
+                   annotations=types.ToolAnnotations(title=t.title, read_only_hint=t.read_only,
+                                                     destructive_hint=t.destructive, idempotent_hint=t.idempotent,
+                                                     open_world_hint=t.open_world))
+        for t in TOOLS])
+
+    async def list_tools(ctx: ServerRequestContext[Any, Any],
+                         params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return listed
+
+    async def call_tool(ctx: ServerRequestContext[Any, Any],
+                        params: types.CallToolRequestParams) -> types.CallToolResult:
+        async def progress(done: float, message: str) -> None:
+            await ctx.session.report_progress(done, None, message)
+
+        return await tools.call(params.name, params.arguments, token_of(ctx), progress)
+
+    async def list_templates(ctx: ServerRequestContext[Any, Any],
+                             params: types.PaginatedRequestParams | None) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate(
+            name="workspace-file", title="A file of a workspace", uri_template=RESOURCE_TEMPLATE,
+            description="The content of a file in a workspace, e.g. warden://demo/src/app.py "
+                        "(text as text, anything else as base64).")])
+
+    async def list_resources(ctx: ServerRequestContext[Any, Any],
+                             params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=[])  # files are reached through the template
+
+    async def read_resource(ctx: ServerRequestContext[Any, Any],
+                            params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        workspace, path = _parse_uri(uri)
+        token = token_of(ctx)
+        try:
+            data = await asyncio.to_thread(_read, app, tools, token, workspace, path)
+        except WardenError as exc:
+            raise MCPError(_INVALID_PARAMS, refusal_text(exc, tool="read_file", workspace=workspace,
+                                                         bot=None)) from None
+        mime = mimetypes.guess_type(path)[0]
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            blob = base64.b64encode(data).decode("ascii")
+            return types.ReadResourceResult(contents=[types.BlobResourceContents(
+                uri=uri, mime_type=mime or "application/octet-stream", blob=blob)])
+        return types.ReadResourceResult(contents=[types.TextResourceContents(
+            uri=uri, mime_type=mime or "text/plain", text=text)])
+
+    return Server("warden", version=package_version(), title="Warden", instructions=INSTRUCTIONS,
+                  description="Sandboxed workspaces for agents: files, commands, approvals.",
+                  on_list_tools=list_tools, on_call_tool=call_tool, on_list_resource_templates=list_templates,
+                  on_list_resources=list_resources, on_read_resource=read_resource)
+
+
+def _read(app: App, tools: ToolCalls, token: str | None, workspace: str, path: str) -> bytes:
+    """A resource read: the same checks and audit as read_file."""
+    with McpCall(app, "resource.read", f"{workspace}:{path}") as call:
+        principal = call.authenticate(token)
+        call.principal = tools.requests.acting_on(principal, workspace)
+        return tools.file_service(call, workspace, "read").read_bytes(path)
+
+
+# -- stdio -------------------------------------------------------------------------------------
+async def serve_stdio(app: App, token: str) -> None:
+    """Serve MCP on this process's stdin and stdout for `token` until the client closes it."""
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(app, lambda ctx: token)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+# -- streamable HTTP ---------------------------------------------------------------------------
+class McpHttp:
+    """The ASGI app at `/mcp`: Bearer token checked, then the SDK's streamable-HTTP manager.
+
+    Stateless (a fresh transport per request, no session kept between them), so every worker of
+    `warden serve --workers N` answers any request, and no session outlives the token's checks.
+    `warden serve` runs uvicorn without lifespan events, so the manager's task group is started
+    by the first request and held by one task for the life of the event loop.
+    """
+
+    def __init__(self, app: App, *, max_body: int) -> None:
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        self.app = app
+        self.server = build_server(app, _bearer_of_request)
+        # Two answers to a POST, as the transport allows: an event stream for a request whose
+        # client asked for progress (an exec's output comes as it runs), plain JSON otherwise,
+        # which costs the server about half as much as a stream for a short call.
+        self.streaming = StreamableHTTPSessionManager(app=self.server, stateless=True, max_request_body_size=max_body)
+        self.plain = StreamableHTTPSessionManager(app=self.server, stateless=True, max_request_body_size=max_body,
+                                                  json_response=True)
+        self._ready: asyncio.Event | None = None
+        self._holder: asyncio.Task[None] | None = None
+        # Tokens the door let through lately (by SHA-256, never the token), for DOOR_SECONDS: the
+        # door only keeps strangers from the SDK, while every tool call authenticates again, so a
+        # token revoked meanwhile still does nothing; it saves a registry lookup and a thread hop
+        # per request of a busy session.
+        self._recent: dict[bytes, tuple[float, Principal]] = {}
+
+    async def _hold(self, ready: asyncio.Event) -> None:
+        async with self.streaming.run(), self.plain.run():
+            ready.set()
+            await asyncio.Event().wait()  # until the loop is closed
+
+    async def _started(self) -> None:
+        if self._ready is None:
+            self._ready = asyncio.Event()
+            self._holder = asyncio.get_running_loop().create_task(self._hold(self._ready))
+        await self._ready.wait()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        from warden.interfaces.http.limits import bearer_token, error_bytes
+
+        token = bearer_token(scope)
+        principal = self._recently_let_in(token)
+        if principal is None:
+            principal = await asyncio.to_thread(self._door, token)
+        if principal is None:
+            refused = "permission denied" if token else "authentication required: send `Authorization: Bearer <token>`"
+            body = error_bytes("denied", refused)
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self._started()
+        from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+        from mcp.server.auth.provider import AccessToken
+
+        # Who this request is, for the SDK (never the token itself in a field it may log).
+        scope = dict(scope, user=AuthenticatedUser(AccessToken(token="", client_id=principal.actor, scopes=[])))
+        if scope.get("method") != "POST":
+            await self.streaming.handle_request(scope, receive, send)
+            return
+        body = await _read_body(receive)
+        replayed = False
+        gone = asyncio.Event()
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def watch() -> None:
+            # The one reader of the connection once the body is in: a client that goes away
+            # (it gave up on a long call) takes its call with it, a running command included.
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+            CLIENT_GONE.get().set()
+            handling.cancel()
+
+        manager = self.streaming if _asks_progress(body) else self.plain
+        CLIENT_GONE.set(asyncio.Event())  # seen by the call's handler, which runs in a task started from here
+        handling = asyncio.ensure_future(manager.handle_request(scope, replay, send))
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await handling
+        except asyncio.CancelledError:
+            if not gone.is_set():
+                raise
+        finally:
+            watcher.cancel()
+
+    def _recently_let_in(self, token: str | None) -> Principal | None:
+        if not token:
+            return None
+        seen = self._recent.get(hashlib.sha256(token.encode()).digest())
+        return seen[1] if seen is not None and seen[0] > time.monotonic() else None
+
+    def _door(self, token: str | None) -> Principal | None:
+        """The caller, or None (the refusal audited; a known caller's own calls audit themselves)."""
+        try:
+            principal = self.app.auth.authenticate(token)
+        except AuthDenied as exc:
+            self.app.audit.record(actor=exc.actor or "anonymous", action="mcp.connect", target="/mcp",
+                                  decision="deny", rule=exc.rule or "denied", result="denied")
+            return None
+        assert token is not None
+        if len(self._recent) >= DOOR_MEMORY:
+            self._recent.clear()
+        self._recent[hashlib.sha256(token.encode()).digest()] = (time.monotonic() + DOOR_SECONDS, principal)
+        return principal
+
+
+async def _read_body(receive: Receive) -> bytes:
+    """The request's body (the limits middleware has bounded it already)."""
+    parts = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(parts)
+
+
+def _asks_progress(body: bytes) -> bool:
+    """Whether a JSON-RPC message (or batch) carries a progress token (`params._meta.progressToken`);
+    unreadable bodies go to the streaming answer, which says what is wrong with them."""
+    import json
+
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return True
+    messages = document if isinstance(document, list) else [document]
+    for message in messages:
+        if not isinstance(message, dict):
+            return True
+        params = message.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        if isinstance(meta, dict) and "progressToken" in meta:
+            return True
+    return False
+
+
+def _bearer_of_request(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    request = ctx.request
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return None
+    scheme, _, token = str(headers.get("authorization", "")).partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+

@@ -1,0 +1,267 @@
+"""`warden mcp` over stdio, driven by the official `mcp` SDK's client: the tool list a model
+reads, a scripted agent session, the path attacks of the reference filesystem server's CVEs, and
+refusals that name the rule without Warden's internal words."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.mcp import SECRET, World, make_world, stdio_session, text
+
+BINDING = ["list_workspaces", "create_workspace", "exec", "process_logs", "process_kill", "read_file",
+           "write_file", "edit_file", "list_directory", "directory_tree", "search_files", "file_info",
+           "delete_file", "move_file"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    yield make_world(tmp_path_factory.mktemp("mcp-stdio"))
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+def test_the_tool_list_is_what_interfaces_md_binds_with_schemas_for_a_model(world: World) -> None:
+    async def go() -> Any:
+        async with stdio_session(world, world.tokens["alice@paper"]) as session:
+            return await session.list_tools(), await session.list_resource_templates()
+
+    tools, templates = run(go())
+    assert [tool.name for tool in tools.tools] == BINDING
+    schemas = {tool.name: tool.input_schema for tool in tools.tools}
+    assert schemas["exec"]["required"] == ["workspace", "cmd"]
+    assert schemas["exec"]["properties"]["cmd"]["items"] == {"type": "string"}
+    assert set(schemas["exec"]["properties"]) == {"workspace", "cmd", "cwd", "timeout", "background"}
+    assert schemas["edit_file"]["required"] == ["workspace", "path", "old", "new"]
+    assert schemas["move_file"]["required"] == ["workspace", "source", "destination"]
+    assert schemas["create_workspace"]["required"] == ["name"]
+    by_name = {tool.name: tool for tool in tools.tools}
+    assert by_name["read_file"].annotations.read_only_hint is True
+    assert by_name["delete_file"].annotations.destructive_hint is True
+    # Seed 003: a model sees folders, never Warden's word for them, nor hard-coded folder names.
+    for tool in tools.tools:
+        words = (tool.description or "") + str(tool.input_schema)
+        assert "zone" not in words.lower(), tool.name
+        assert "/workspace/" not in words and "/cache" not in words, tool.name
+    assert templates.resource_templates[0].uri_template == "warden://{workspace}/{+path}"
+
+
+def test_a_scripted_agent_session_creates_writes_tests_edits_and_reads(world: World) -> None:
+    """What a coding agent does: create → write → run the tests (fail) → edit → run (pass) → read.
+
+    (The edit keeps the file's size and lands within the second of the first run: Python's
+    bytecode cache, checked by size and whole-second mtime, then still holds the old code. Hence
+    an edit that changes the size; a model could hit this too, see the README.)"""
+    module = "def add(a, b):\n    return a - b\n"
+    tests = ("import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
+             "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n")
+
+    async def go() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with stdio_session(world, world.tokens["carol"]) as session:
+            seen["create"] = await session.call_tool("create_workspace", {"name": "agent", "template": "minimal"})
+            seen["listed"] = await session.call_tool("list_workspaces", {})
+            await session.call_tool("write_file", {"workspace": "agent", "path": "/calc.py", "content": module})
+            await session.call_tool("write_file", {"workspace": "agent", "path": "test_calc.py", "content": tests})
+            run_tests = {"workspace": "agent", "cmd": ["python", "-m", "unittest", "-q"]}
+            seen["red"] = await session.call_tool("exec", run_tests)
+            seen["edit"] = await session.call_tool("edit_file", {"workspace": "agent", "path": "/calc.py",
+                                                                 "old": "a - b", "new": "a + b  # fixed"})
+            seen["green"] = await session.call_tool("exec", run_tests)
+            seen["read"] = await session.call_tool("read_file", {"workspace": "agent", "path": "/calc.py"})
+            seen["tree"] = await session.call_tool("directory_tree", {"workspace": "agent"})
+            seen["search"] = await session.call_tool("search_files", {"workspace": "agent", "pattern": "*.py",
+                                                                      "contains": "assertEqual"})
+        return seen
+
+    seen = run(go())
+    assert not seen["create"].is_error, text(seen["create"])
+    assert "agent" in text(seen["listed"]) and "execute" in text(seen["listed"])
+    assert seen["red"].structured_content["exit_code"] == 1, text(seen["red"])
+    assert "FAILED" in seen["red"].structured_content["stderr"]
+    assert "-    return a - b" in text(seen["edit"]) and "+    return a + b  # fixed" in text(seen["edit"])
+    assert seen["green"].structured_content["exit_code"] == 0, text(seen["green"])
+    assert text(seen["read"]) == "def add(a, b):\n    return a + b  # fixed\n"
+    assert "calc.py" in text(seen["tree"]) and ".venv/  (not expanded)" in text(seen["tree"])
+    assert "/test_calc.py" in text(seen["search"]) and "/calc.py\n" not in text(seen["search"])
+    assert (world.path("agent") / "calc.py").read_text() == "def add(a, b):\n    return a + b  # fixed\n"
+    # The same audit as over HTTP: the tool calls, the file service's events, the runs, one chain.
+    events = json.loads(world.cli("audit", "--workspace", "agent", "--limit", "200", "--json"))["data"]
+    actions = {(event["action"], event["actor"].split("@")[0]) for event in events}
+    assert {("mcp.exec", "bot:carol"), ("fs.write", "bot:carol"), ("run", "bot:carol")} <= actions
+    assert world.cli("audit", "verify")
+
+
+def test_edit_file_refuses_no_match_and_several_matches_saying_so(world: World) -> None:
+    target = world.path("paper") / "drafts" / "twice.txt"
+    target.write_text("x = 1\nx = 1\n")
+
+    async def go() -> list[Any]:
+        async with stdio_session(world, world.tokens["alice@paper"]) as session:
+            call = {"workspace": "paper", "path": "/drafts/twice.txt", "new": "y"}
+            return [await session.call_tool("edit_file", {**call, "old": "x = 1"}),
+                    await session.call_tool("edit_file", {**call, "old": "z = 9"})]
+
+    several, none = run(go())
+    assert several.is_error and "occurs 2 times" in text(several)
+    assert none.is_error and "does not occur" in text(none)
+    assert target.read_text() == "x = 1\nx = 1\n"
+
+
+def test_read_file_gives_line_ranges_and_base64_for_binary(world: World) -> None:
+    root = world.path("paper") / "drafts"
+    (root / "long.txt").write_text("".join(f"line {n}\n" for n in range(1, 3001)))
+    (root / "blob.bin").write_bytes(bytes(range(256)))
+
+    async def go() -> list[Any]:
+        async with stdio_session(world, world.tokens["alice@paper"]) as session:
+            return [await session.call_tool("read_file", {"workspace": "paper", "path": "/drafts/long.txt"}),
+                    await session.call_tool("read_file", {"workspace": "paper", "path": "/drafts/long.txt",
+                                                          "offset": 2999, "limit": 5}),
+                    await session.call_tool("read_file", {"workspace": "paper", "path": "/drafts/blob.bin"})]
+
+    first, tail, blob = run(go())
+    assert "lines 1-2000 of 3000" in text(first) and "offset=2001" in text(first)
+    assert text(tail).endswith("line 2999\nline 3000\n")
+    assert blob.structured_content["encoding"] == "base64"
+    assert base64.b64decode(blob.structured_content["content"]) == bytes(range(256))
+
+
+@pytest.mark.parametrize("path", [
+    "/../paper-evil/secret.txt",          # `..` out of the workspace (CVE-2025-53110's prefix sibling)
+    "../paper-evil/secret.txt",
+    "/drafts/../../paper-evil/secret.txt",
+    "/link-to-sibling",                   # a link to the sibling's file (CVE-2025-53109)
+    "/linked-dir/secret.txt",             # a folder that is a link to the sibling
+    str(Path("/paper-evil/secret.txt")),  # an absolute path names the workspace's own /paper-evil
+])
+def test_path_attacks_through_read_file_never_reach_the_sibling(world: World, path: str) -> None:
+    paper = world.path("paper")
+    sibling = world.path("paper-evil")
+    assert str(sibling).startswith(str(paper))  # the string-prefix trap is really there
+    with_links = [(paper / "link-to-sibling", sibling / "secret.txt"), (paper / "linked-dir", sibling)]
+    for link, target in with_links:
+        if not link.is_symlink():
+            link.symlink_to(target)
+
+    async def go() -> Any:
+        async with stdio_session(world, world.tokens["alice@paper"]) as session:
+            return await session.call_tool("read_file", {"workspace": "paper", "path": path})
+
+    result = run(go())
+    assert result.is_error
+    assert SECRET not in text(result)
+
+
+@pytest.mark.parametrize(("path", "said"), [
+    ("/../paper-evil/planted.txt", "climbs above the workspace root"),
+    ("/linked-dir/planted.txt", "symbolic link"),
+    ("/link-to-sibling", "symbolic link"),
+])
+def test_path_attacks_through_write_file_never_land_outside(world: World, path: str, said: str) -> None:
+    paper, sibling = world.path("paper"), world.path("paper-evil")
+    for link, target in [(paper / "link-to-sibling", sibling / "secret.txt"), (paper / "linked-dir", sibling)]:
+        if not link.is_symlink():
+            link.symlink_to(target)
+
+    async def go() -> Any:
+        async with stdio_session(world, world.tokens["alice@paper"]) as session:
+            return await session.call_tool("write_file", {"workspace": "paper", "path": path, "content": "pwned"})
+
+    result = run(go())
+    assert result.is_error and said in text(result)
+    assert not (sibling / "planted.txt").exists()
+    assert (sibling / "secret.txt").read_text() == SECRET
+
+
+def test_a_hard_link_to_a_neighbours_file_is_not_written_through(world: World) -> None:
+    paper, sibling = world.path("paper"), world.path("paper-evil")
+    os.link(sibling / "secret.txt", paper / "drafts" / "hard.txt")
+
+    async def go() -> Any:
+        async with stdio_session(world, world.tokens["alice@paper"]) as session:
+            return await session.call_tool("write_file", {"workspace": "paper", "path": "/drafts/hard.txt",
+                                                          "content": "pwned"})
+
+    result = run(go())
+    assert result.is_error and "hard links" in text(result)
+    assert (sibling / "secret.txt").read_text() == SECRET
+
+
+def test_refusals_name_the_rule_and_what_to_do_in_folder_words(world: World) -> None:
+    async def go() -> list[Any]:
+        async with stdio_session(world, world.tokens["bob@drafts"]) as session:
+            return [await session.call_tool("list_directory", {"workspace": "paper", "path": "/"}),
+                    await session.call_tool("write_file", {"workspace": "paper", "path": "/input/x", "content": "x"}),
+                    await session.call_tool("exec", {"workspace": "paper", "cmd": ["true"]}),
+                    await session.call_tool("read_file", {"workspace": "vault", "path": "/secret.txt"}),
+                    await session.call_tool("create_workspace", {"name": "mine"}),
+                    await session.call_tool("read_file", {"workspace": "paper", "path": "/drafts/nope"})]
+
+    root, outside, command, vault, create, missing = run(go())
+    assert text(root) == "drafts/"  # the folders this grant may use are the top-level directories
+    assert outside.is_error and "/input/x is outside the folders this token may use (/drafts)" in text(outside)
+    assert command.is_error and "grant.permission" in text(command) and "does not include `execute`" in text(command)
+    assert "warden grant paper bob --permissions" in text(command)
+    # The bob@drafts token is for paper: the vault is another grant's, never reached by this one.
+    assert vault.is_error and "permission denied (grant.workspace)" in text(vault)
+    assert create.is_error and "token.not_identity" in text(create)
+    assert missing.is_error and "not_found" in text(missing) and "list_directory" in text(missing)
+    for result in (root, outside, command, vault, create, missing):
+        assert "zone" not in text(result).lower()
+
+
+def test_a_read_only_folder_says_read_only(world: World) -> None:
+    async def go() -> Any:
+        async with stdio_session(world, world.tokens["alice@paper"]) as session:
+            return await session.call_tool("write_file", {"workspace": "paper", "path": "/input/data.csv",
+                                                          "content": "x"})
+
+    result = run(go())
+    assert result.is_error and "/input is read-only" in text(result) and "zone" not in text(result)
+
+
+def test_a_missing_or_bad_token_stops_before_serving(world: World) -> None:
+    for token, said in (("", "no token"), ("wdn_" + "x" * 43, "was refused")):
+        proc = subprocess.run([sys.executable, "-m", "warden", "mcp"], env={**world.environ, "WARDEN_TOKEN": token},
+                              input=b"", capture_output=True, timeout=60, check=False)
+        assert proc.returncode == 3, proc.stderr
+        assert said in proc.stderr.decode() and proc.stdout == b""
+
+
+def test_exec_takes_its_folder_as_a_workspace_path(world: World) -> None:
+    (world.path("paper") / "drafts" / "here.txt").write_text("here")
+
+    async def go() -> Any:
+        async with stdio_session(world, world.tokens["alice@paper"]) as session:
+            return await session.call_tool("exec", {"workspace": "paper", "cmd": ["cat", "here.txt"], "cwd": "/drafts"})
+
+    result = run(go())
+    assert result.structured_content["exit_code"] == 0 and result.structured_content["stdout"] == "here"
+
+
+def test_a_call_the_client_gives_up_on_stops_its_command(world: World) -> None:
+    marker = world.path("paper") / "drafts" / "too-late.txt"
+
+    async def go() -> None:
+        async with stdio_session(world, world.tokens["alice@paper"]) as session:
+            with pytest.raises(Exception):  # the SDK's timeout error, whatever its class
+                await session.call_tool("exec", {"workspace": "paper", "cmd": [
+                    "sh", "-c", "sleep 3; echo late > drafts/too-late.txt"]}, read_timeout_seconds=1)
+            await asyncio.sleep(4)  # past the command's own end, had it gone on
+            listed = await session.call_tool("list_directory", {"workspace": "paper", "path": "/drafts"})
+            assert "too-late.txt" not in text(listed)
+
+    run(go())
+    assert not marker.exists()

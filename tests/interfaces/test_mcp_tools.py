@@ -1,0 +1,88 @@
+"""The MCP layer's pure parts: the argument check a model's call meets first, the rewording of
+refusals into filesystem words, and which HTTP requests get an event stream."""
+
+from __future__ import annotations
+
+import pytest
+
+from warden.core.errors import Denied, InvalidInput, NotFound, Pending
+from warden.interfaces.mcp.server import _asks_progress
+from warden.interfaces.mcp.texts import pending_text, plain, refusal_text
+from warden.interfaces.mcp.tools import TOOLS, check_arguments
+
+
+def test_every_tool_schema_is_a_closed_object_whose_required_fields_exist() -> None:
+    for tool in TOOLS:
+        schema = tool.input_schema()
+        assert schema["type"] == "object" and schema["additionalProperties"] is False
+        assert set(schema["required"]) <= set(schema["properties"]), tool.name
+        assert tool.description and "zone" not in tool.description.lower()
+
+
+@pytest.mark.parametrize(("name", "arguments", "said"), [
+    ("nope", {}, "no tool 'nope'"),
+    ("exec", {"workspace": "w"}, "exec needs cmd"),
+    ("exec", {"workspace": "w", "cmd": "ls -l"}, "cmd must be a array"),
+    ("exec", {"workspace": "w", "cmd": []}, "cmd must not be empty"),
+    ("exec", {"workspace": "w", "cmd": ["ls", 3]}, "cmd[1] must be a string"),
+    ("exec", {"workspace": "w", "cmd": ["ls"], "timeout": 0}, "timeout must be more than 0"),
+    ("exec", {"workspace": "w", "cmd": ["ls"], "background": "yes"}, "background must be a boolean"),
+    ("read_file", {"workspace": "w", "path": "/a", "limit": True}, "limit must be a integer"),
+    ("read_file", {"workspace": "w", "path": "/a", "offset": 0}, "offset must be at least 1"),
+    ("write_file", {"workspace": "w", "path": "/a", "content": "x", "mode": "0777"}, "takes no argument mode"),
+    ("write_file", {"workspace": "w", "path": "/a", "content": "x", "encoding": "hex"}, "must be one of"),
+    ("create_workspace", {"name": "../x"}, "does not match"),
+    ("edit_file", {"workspace": "w", "path": "/a", "old": "", "new": "x"}, "old must not be empty"),
+])
+def test_a_bad_call_is_refused_saying_what_to_mend(name: str, arguments: dict[str, object], said: str) -> None:
+    with pytest.raises(InvalidInput, match=said.replace("[", r"\[").replace("]", r"\]")):
+        check_arguments(name, arguments)
+
+
+def test_a_good_call_passes_unchanged() -> None:
+    tool, args = check_arguments("exec", {"workspace": "w", "cmd": ["pytest", "-q"], "timeout": 30})
+    assert tool.name == "exec" and args == {"workspace": "w", "cmd": ["pytest", "-q"], "timeout": 30}
+
+
+@pytest.mark.parametrize(("said", "shown"), [
+    ("write /input/a refused (deny: zone input is ro)", "write /input/a refused (deny: /input is read-only)"),
+    ("delete /keep/a refused (deny: zone keep blocks delete)",
+     "delete /keep/a refused (deny: /keep does not allow delete)"),
+    ("(deny: no granted zone holds /x/a (granted: drafts, final))",
+     "(deny: /x/a is outside the folders this token may use (/drafts, /final))"),
+    ("grant acc_1 is limited to zones drafts and cannot reach the whole workspace",
+     "grant acc_1 may use only the folders /drafts, not the whole workspace"),
+    ("something about zones and a zone", "something about folders and a folder"),
+])
+def test_refusals_are_reworded_into_folders(said: str, shown: str) -> None:
+    assert plain(said) == shown
+
+
+def test_permission_refusals_name_their_rule_and_the_fix() -> None:
+    text = refusal_text(Denied("permission denied", rule="grant.permission"), tool="write_file",
+                        workspace="paper", bot="bob")
+    assert "(grant.permission)" in text and "`write`" in text and "warden grant paper bob" in text
+    gone = refusal_text(Denied("permission denied", rule="workspace.gone"), tool="read_file", workspace="x", bot="b")
+    other = refusal_text(Denied("permission denied", rule="grant.workspace"), tool="read_file", workspace="x", bot="b")
+    assert gone.replace("workspace.gone", "R") == other.replace("grant.workspace", "R")  # existence not told
+    missing = refusal_text(NotFound("no such file or directory: /a"), tool="read_file", workspace="w", bot=None)
+    assert missing.startswith("not_found:") and "list_directory" in missing
+
+
+def test_a_pending_change_says_it_is_not_done_and_how_a_person_approves() -> None:
+    exc = Pending("…", approval={"id": "apr_abcdefghijklmnop", "status": "pending", "operation": "write",
+                                 "path": "/final/a", "zone": "final", "rule": "allow: zone final (rw)"})
+    text, shown = pending_text(exc)
+    assert "NOT been done" in text and "warden approve apr_abcdefghijklmnop" in text
+    assert "zone" not in text and "zone" not in shown and "rule" not in shown
+
+
+@pytest.mark.parametrize(("body", "streams"), [
+    (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"exec","_meta":{"progressToken":1}}}', True),
+    (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read_file"}}', False),
+    (b'[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"params":{"_meta":{"progressToken":"t"}}}]',
+     True),
+    (b"not json", True),
+])
+def test_only_a_request_that_asked_for_progress_gets_an_event_stream(body: bytes, streams: bool) -> None:
+    assert _asks_progress(body) is streams
