@@ -311,3 +311,25 @@ def test_any_worker_of_a_multi_worker_server_answers(served: tuple[World, str], 
         assert answer.status_code == 200, answer.text
         result = answer.json()["result"]
         assert not result["isError"] and "type: file" in result["content"][0]["text"]
+
+
+def test_a_flood_of_output_is_streamed_bounded_and_said(served: tuple[World, str]) -> None:
+    """A command printing far more than a client takes: the server streams at most STREAM_TOTAL
+    bytes (never holding more than STREAM_PENDING waiting) and says how much it did not send."""
+    from warden.interfaces.mcp.calls import STREAM_TOTAL
+
+    world, url = served
+    recorder = Recorder()
+
+    async def go() -> None:
+        async with http_session(url, world.tokens["alice@paper"]) as session:
+            result = await session.call_tool(
+                "exec", {"workspace": "paper", "cmd": ["sh", "-c", "head -c 48000000 /dev/zero | tr '\\0' a"],
+                         "timeout": 120}, progress_callback=recorder.progress)
+            recorder.ended(result)
+
+    run(go())
+    streamed = sum(len(message) for kind, _, message in recorder.events if kind == "progress")
+    assert streamed <= STREAM_TOTAL + 1000
+    notes = [m for kind, _, m in recorder.events if kind == "progress" and "were not streamed" in m]
+    assert len(notes) == 1 and recorder.events[-1][0] == "result"

@@ -46,6 +46,8 @@ def test_a_good_call_passes_unchanged() -> None:
 
 @pytest.mark.parametrize(("said", "shown"), [
     ("write /input/a refused (deny: zone input is ro)", "write /input/a refused (deny: /input is read-only)"),
+    ("write /input/a in workspace w refused (deny: zone input is ro); a zone's rules are set in the workspace's "
+     ".warden/zones.yaml", "write /input/a in workspace w refused (deny: /input is read-only)"),
     ("delete /keep/a refused (deny: zone keep blocks delete)",
      "delete /keep/a refused (deny: /keep does not allow delete)"),
     ("(deny: no granted zone holds /x/a (granted: drafts, final))",

@@ -147,3 +147,31 @@ def test_a_destroyed_workspace_takes_its_waiting_requests_with_it(world: tuple[A
     assert app.approvals.listed(everything=True) == []
     with pytest.raises(NotFound):
         app.approvals.get(approval_id)
+
+
+def test_an_approved_move_moves_only_the_file_that_was_asked(world: tuple[App, Clock]) -> None:
+    app, _ = world
+    root = Path(app.workspaces.get("demo").path)
+    (root / ".warden" / "zones.yaml").write_text(
+        "zones:\n  drafts: {approval: {write: preApproved, delete: preApproved}}\n"
+        "  final: {approval: {write: ask, delete: ask}}\n"
+        "  locked: {path: /docs/locked, mode: ro}\n")
+    files, _ = _bot_files(app)
+    files.write_bytes("/drafts/a.txt", b"as asked")  # type: ignore[attr-defined]
+    with pytest.raises(Pending) as waiting:
+        files.move("/drafts/a.txt", "/final/a.txt")  # type: ignore[attr-defined]
+    approval_id = str(waiting.value.approval["id"])
+    files.delete("/drafts/a.txt")  # type: ignore[attr-defined]
+    files.write_bytes("/drafts/a.txt", b"something else")  # type: ignore[attr-defined]
+    with pytest.raises(Conflict, match="no longer the file that was asked"):
+        app.approvals.answer(approval_id, approve=True, actor="user")
+    assert not (root / "final" / "a.txt").exists()
+    # A folder does not wait for approval to move (its contents could change meanwhile) …
+    files.write_bytes("/drafts/f/x.txt", b"x")  # type: ignore[attr-defined]
+    with pytest.raises(Denied, match="only a file's move can wait"):
+        files.move("/drafts/f", "/final/f")  # type: ignore[attr-defined]
+    # … nor fill a zone below its destination that it could not write to itself.
+    files.write_bytes("/drafts/m/locked/evil.txt", b"e")  # type: ignore[attr-defined]
+    with pytest.raises(Denied, match="it would fill /docs/locked"):
+        files.move("/drafts/m", "/docs")  # type: ignore[attr-defined]
+    assert not (root / "docs").exists()

@@ -50,3 +50,24 @@ def test_without_a_live_grant_there_the_uniform_refusal(app: App) -> None:
     with pytest.raises(Denied) as refused:
         app.bot_requests.acting_on(identity, "other")
     assert refused.value.message == DENIED and refused.value.rule == "grant.none"
+
+
+def test_a_child_grant_another_bot_minted_is_never_adopted(app: App) -> None:
+    """The minter holds a child grant's token: adopting it would let that bot read the victim's
+    processes, act in its name, or shut it out (zones: none)."""
+    identity = app.auth.authenticate(app.grants.register_bot("victim").token)
+    own = app.grants.grant("demo", "victim", ["read", "write", "execute"])
+    app.grants.register_bot("evil")
+    evil = app.grants.grant("demo", "evil", ["read", "write", "execute", "admin"])
+    for zones in ([], ["*"]):
+        app.grants.grant("demo", "victim", ["read", "write", "execute", "admin"], zones=zones,
+                         parent=app.grants.chain(evil.grant.accessor))
+        assert app.bot_requests.acting_on(identity, "demo").accessor == own.grant.accessor
+
+
+def test_several_grants_none_covering_the_others_are_refused(app: App) -> None:
+    identity = app.auth.authenticate(app.grants.register_bot("ann").token)
+    app.grants.grant("demo", "ann", ["read", "write"])
+    app.grants.grant("demo", "ann", ["read", "execute"])
+    with pytest.raises(Denied, match="none covering the others"):
+        app.bot_requests.acting_on(identity, "demo")

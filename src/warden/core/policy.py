@@ -239,6 +239,10 @@ class WorkspacePolicy:
             cached = self._cache[key] = _zone_decision(zone, op, writing)
         return cached
 
+    def zones_below(self, path: str) -> list[Zone]:
+        """The zones (of this actor) whose folder is `path` or lies beneath it."""
+        return [zone for zone_path, zone in self._zones.items() if is_inside(zone_path, path)]
+
     def _delete_above_zones(self, path: str) -> PathDecision:
         # The strictest of the zones below decides: a deny first, then an `ask`.
         asked: PathDecision | None = None

@@ -80,9 +80,12 @@ class ApprovalService:
     def queue(self, principal: Principal) -> Callable[[ApprovalRequest], bool | str]:
         """The approver of a bot's file service: stores each `ask` operation and answers Pending."""
         def approver(request: ApprovalRequest) -> NoReturn:
+            detail: dict[str, Any] = {"recursive": True} if request.recursive else {}
+            if request.source_sha256 is not None:
+                detail["source_sha256"] = request.source_sha256
             record = self.ask(principal, request.workspace, request.op, request.path, zone=request.zone,
                               rule=request.rule, content=request.content, destination=request.destination,
-                              detail={"recursive": True} if request.recursive else None)
+                              detail=detail or None)
             what = f"{request.op} {request.path}" + (f" to {request.destination}" if request.destination else "")
             raise Pending(f"{what} in workspace {request.workspace} waits for a person's "
                           f"approval ({request.rule}); ask them to run `warden approve {record.id}`, "
@@ -281,6 +284,10 @@ class ApprovalService:
         if record.op == "move":
             if record.destination is None:
                 raise Conflict(f"{record.id} is a move without a destination; nothing was done")
+            pinned = record.detail.get("source_sha256")
+            if not isinstance(pinned, str) or content_digest(files.read_bytes(record.path)) != pinned:
+                raise Conflict(f"{record.path} is no longer the file that was asked to be moved; nothing was moved",
+                               rule="approval.changed")
             return {"moved": files.move(record.path, record.destination), "destination": record.destination}
         kind = files.delete(record.path, recursive=bool(record.detail.get("recursive")))
         return {"deleted": kind}

@@ -296,8 +296,10 @@ class BotRequestService:
 
     def acting_on(self, principal: Principal, workspace: str) -> Principal:
         """Who acts on `workspace` for this principal: a grant token is itself; a bot's identity
-        token acts through the bot's own live grant there (the widest, when it holds several:
-        most permissions, then the whole workspace over some zones, then the latest to expire).
+        token acts through a root grant of the bot's there (one a person issued, or the bot's own
+        from making the workspace) — never a child grant, whose token another bot minted and
+        holds. With several, the one that covers all the others (permissions and zones), the
+        latest to expire among equals; none covering the rest is refused: use a grant token.
 
         Read again at every call, so a grant revoked or expired meanwhile stops working at once;
         with none, the uniform Denied (rule `grant.none`)."""
@@ -306,16 +308,25 @@ class BotRequestService:
         from warden.services.auth import Principal as Acting
 
         chains = [tuple(self._grants.chain(held.accessor))
-                  for held in self._grants.grants_of_bot(principal.bot, workspace=workspace)]
+                  for held in self._grants.grants_of_bot(principal.bot, workspace=workspace)
+                  if held.parent is None]
         chains = [chain for chain in chains if chain]
         if not chains:
             raise Denied(DENIED, rule="grant.none")
 
-        def width(chain: tuple[Grant, ...]) -> tuple[int, bool, datetime]:
-            scope = effective(chain)
-            return len(scope.permissions), scope.zones is None, scope.expires
+        def covers(wide: tuple[Grant, ...], narrow: tuple[Grant, ...]) -> bool:
+            a, b = effective(wide), effective(narrow)
+            if not b.permissions <= a.permissions:
+                return False
+            if a.zones is None:
+                return True
+            return b.zones is not None and set(b.zones) <= set(a.zones)
 
-        return Acting(bot=principal.bot, kind="grant", chain=max(chains, key=width))
+        widest = [c for c in chains if all(covers(c, other) for other in chains)]
+        if not widest:
+            raise Denied(f"bot {principal.bot} holds several grants on {workspace}, none covering the others; "
+                         "use the token of the one meant", rule="grant.ambiguous")
+        return Acting(bot=principal.bot, kind="grant", chain=max(widest, key=lambda c: effective(c).expires))
 
     # -- workspaces ------------------------------------------------------------------------
     def create_workspace(self, principal: Principal, wish: NewWorkspace, *, bot: str | None = None,

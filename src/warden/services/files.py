@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -57,6 +58,7 @@ class ApprovalRequest:
     content: bytes | None = None  # a write's bytes: what a person approves is exactly what lands
     recursive: bool = False
     destination: str | None = None  # a move's new path (`path` is its source)
+    source_sha256: str | None = None  # a move's file as asked: carried out only while it is the same
 
 
 # True (or the answer's name, for the audit event) to go ahead, False to refuse; an approver
@@ -102,6 +104,8 @@ class FileService:
         self._stamp: object = None
         self.quota = quota
         self._usage: Usage | None = None  # one walk per service (per request), kept up to date
+        # Per thread: one service serves a bot's concurrent requests (interfaces/http/files.py).
+        self._batch = threading.local()
 
     # -- plumbing --------------------------------------------------------------------------
     def policy(self) -> WorkspacePolicy:
@@ -116,8 +120,25 @@ class FileService:
         """The decision for `op` on workspace path `path`, without doing it."""
         return self.policy().decide(canonical(path), op)
 
+    @contextlib.contextmanager
+    def one_event(self, op: str, path: str) -> Iterator[None]:
+        """Many reads as one audit event (`fs.OP` on `path`, with how many were made and refused):
+        a search over thousands of files is one thing a bot did, and must not drown the log."""
+        counts = {"reads": 0, "refused": 0}
+        self._batch.counts = counts
+        try:
+            yield
+        finally:
+            self._batch.counts = None
+            self._audit.record(actor=self.actor, action=f"fs.{op}", target=f"{self.record.name}:{path}",
+                               decision="allow", rule="read (many)", result="ok", detail=counts)
+
     def _audit_event(self, op: str, rel: str, decision: PathDecision | None, result: str,
                      detail: Mapping[str, Any] | None = None) -> None:
+        counts = getattr(self._batch, "counts", None)
+        if counts is not None and op in ("read", "list", "stat", "exists"):
+            counts["reads" if result == "ok" else "refused"] += 1
+            return
         self._audit.record(actor=self.actor, action=f"fs.{op}", target=f"{self.record.name}:{rel}",
                            decision=decision.decision if decision else "none",
                            rule=decision.rule if decision else "", result=result, detail=detail)
@@ -192,8 +213,9 @@ class FileService:
              recursive: bool, destination: str | None = None) -> PathDecision:
         # The rule as the person reads it in `warden approvals`: what asks, not what allows.
         why = f"ask: zone {decision.zone} asks a person before a {op}" if decision.zone else decision.rule
+        pinned = self._pin_move(rel) if op == "move" and self.approver is not None else None
         request = ApprovalRequest(self.actor, self.record.name, op, rel, decision.zone, why, content, recursive,
-                                  destination)
+                                  destination, pinned)
         if self.approver is None:
             raise Denied(f"{op} {rel} in workspace {self.record.name} needs approval ({decision.rule}, "
                          "approval ask) and no one can answer; ask the workspace owner",
@@ -334,6 +356,20 @@ class FileService:
                         lambda kind: {"type": kind, "recursive": recursive, **_kept_detail(kept)},
                         recursive=recursive)
 
+    def _pin_move(self, rel: str) -> str:
+        """The SHA-256 of the file a move asks to move: an approval carries out that move only while
+        the file is what the person was shown (a folder, whose contents could change under the
+        request, is not moved by approval: its files are, one by one)."""
+        from warden.core.approvals import content_digest
+
+        def pin(root: WorkspaceRoot, path: str) -> str:
+            if root.stat(path).type != "file":
+                raise Denied(f"move {path}: only a file's move can wait for a person's approval; move the files "
+                             "in it one by one", rule="approval.move_folder")
+            return content_digest(root.read_bytes(path))
+
+        return self._work(pin, rel)
+
     def move(self, source: str, destination: str) -> str:
         """Rename `source` to `destination`, never over an existing entry; returns its type.
 
@@ -345,6 +381,14 @@ class FileService:
         def decide(src: str) -> PathDecision:
             policy = self.policy()
             gone, made = policy.decide(src, "delete"), policy.decide(dst, "write")
+            # A folder moved to `dst` fills every zone below `dst` too: each must take it as a
+            # write would, with no person to ask (its files could not be shown one by one).
+            below = [z for z in policy.zones_below(dst) if z.path != dst]
+            for zone in below:
+                inner = policy.decide(zone.path + "/_", "write")
+                if not inner.allowed or inner.approval != "preApproved":
+                    raise Denied(f"move {src} to {dst} in workspace {self.record.name} refused: it would fill "
+                                 f"{zone.path}, where writes are not free ({inner.rule})", rule=inner.rule)
             for decision, what in ((gone, f"removing {src}"), (made, f"writing {dst}")):
                 if not decision.allowed:
                     raise Denied(f"move {src} to {dst} in workspace {self.record.name} refused: {what} is not "

@@ -11,9 +11,11 @@ come from the services and are only reworded for a model (texts.py).
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextvars
 import logging
 import signal
+import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +51,13 @@ Progress = Callable[[float, str], Awaitable[None]]
 # A foreground exec then kills its command: nobody waits for its output any more.
 CLIENT_GONE: contextvars.ContextVar[asyncio.Event] = contextvars.ContextVar("warden_mcp_client_gone")
 
+# Output of a foreground exec sent as progress notifications: bytes waiting to be sent at most,
+# and bytes streamed in all (interfaces/mcp: a slow or silent client never grows the server).
+STREAM_PENDING = 1 << 20
+STREAM_TOTAL = 16 << 20
+STREAM_PIECE = 64 << 10
+RESULT_OUTPUT = 32 << 10  # characters of each stream a result carries
+
 
 class McpCall(Call):
     """One tool call's audit event, named `mcp.<tool>`."""
@@ -61,17 +70,26 @@ def _result(answer: Answer, *, error: bool = False) -> types.CallToolResult:
                                 structured_content=answer.data, is_error=error)
 
 
+def _tail(text: str) -> tuple[str, bool]:
+    """The last RESULT_OUTPUT characters: a result is one message a client takes whole (the SDK
+    refuses one over 1 MiB), and what matters of a long output is mostly its end."""
+    return (text, False) if len(text) <= RESULT_OUTPUT else (text[-RESULT_OUTPUT:], True)
+
+
 def _run_text(result: RunResult, *, streamed: bool) -> Answer:
     ended = (f"timed out after {result.duration_s:.1f} s" if result.timed_out else
              f"killed by signal {result.signal}" if result.signal else f"exit code {result.exit_code}")
     parts = [f"{ended} ({result.duration_s:.2f} s)"]
-    if result.stdout:
-        parts.append("stdout:\n" + result.stdout)
-    if result.stderr:
-        parts.append("stderr:\n" + result.stderr)
-    if result.truncated:
-        parts.append("(output beyond the server's limit was cut)")
-    data = {"exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
+    stdout, cut_out = _tail(result.stdout)
+    stderr, cut_err = _tail(result.stderr)
+    if stdout:
+        parts.append("stdout:\n" + stdout)
+    if stderr:
+        parts.append("stderr:\n" + stderr)
+    if result.truncated or cut_out or cut_err:
+        parts.append(f"(only the last {RESULT_OUTPUT} characters of each stream are here; write long output to a "
+                     "file and read it with read_file)")
+    data = {"exit_code": result.exit_code, "stdout": stdout, "stderr": stderr,
             "duration_s": round(result.duration_s, 3), "timed_out": result.timed_out, "signal": result.signal,
             "streamed": streamed}
     return Answer("\n".join(parts), data)
@@ -193,9 +211,23 @@ class ToolCalls:
         loop = asyncio.get_running_loop()
         chunks: asyncio.Queue[bytes] = asyncio.Queue()
         kills: list[Callable[[], None]] = []
+        # Bounded both ways: a command printing gigabytes to a client that reads slowly (or not at
+        # all) must not grow the server. At most STREAM_PENDING bytes wait to be sent and
+        # STREAM_TOTAL are streamed in all; the rest is counted and said at the end (the result
+        # still holds the run's own capture, bounded as every run's is).
+        counts = {"pending": 0, "streamed": 0, "dropped": 0}
+        guard = threading.Lock()
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
 
         def sink(data: bytes) -> None:
-            loop.call_soon_threadsafe(chunks.put_nowait, data)
+            with guard:
+                room = min(STREAM_TOTAL - counts["streamed"], STREAM_PENDING - counts["pending"])
+                kept = data[:max(room, 0)]
+                counts["dropped"] += len(data) - len(kept)
+                counts["pending"] += len(kept)
+                counts["streamed"] += len(kept)
+            if kept:
+                loop.call_soon_threadsafe(chunks.put_nowait, kept)
 
         output = RunOutput(on_stdout=sink, on_stderr=sink, capture=True, on_started=kills.append)
         job = asyncio.ensure_future(anyio.to_thread.run_sync(self._blocking, "exec", token, args, output))
@@ -224,10 +256,19 @@ class ToolCalls:
                     batch.append(chunks.get_nowait())
                 if batch:
                     data = b"".join(batch)
-                    sent += len(data)
-                    if progress is not None:
-                        await progress(sent, data.decode("utf-8", "replace"))
+                    with guard:
+                        counts["pending"] -= len(data)
+                    # In pieces a client takes as one event each (the SDK's limit is 1 MiB, JSON
+                    # escaping may grow a byte sixfold), decoded across the cuts.
+                    for at in range(0, len(data), STREAM_PIECE):
+                        piece = data[at:at + STREAM_PIECE]
+                        sent += len(piece)
+                        if progress is not None:
+                            await progress(sent, decoder.decode(piece))
                 if job.done() and getter is None and chunks.empty():
+                    if counts["dropped"] and progress is not None:
+                        await progress(sent, f"\n[warden: {counts['dropped']} bytes of output were not streamed; "
+                                             "the result holds what the run kept]\n")
                     break
         except BaseException:
             for kill in kills:  # the client cancelled or went away: the command goes too

@@ -129,7 +129,8 @@ def directory_tree(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
             if entry.type == "dir" and not note and level + 1 < depth:
                 walk(child, level + 1)
 
-    walk(start, 0)
+    with files.one_event("tree", start):
+        walk(start, 0)
     if cut:
         lines.append(f"… more entries not shown (at most {TREE_ENTRIES}); ask for a deeper path")
     return Answer(f"{start}\n" + "\n".join(lines), {"path": start, "tree": lines, "truncated": cut})
@@ -141,9 +142,22 @@ def search_files(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
     flat = pattern.replace("**/", "")
     needle = args.get("contains")
     files = open_files("read")
+    with files.one_event("search", start):
+        found, bounded = _search(files, start, pattern, flat, needle, [start])
+    out: list[str] = []
+    for item in found:
+        out.append(item["path"])
+        out.extend(f"  {hit['line']}: {hit['text']}" for hit in item.get("lines", ()))
+    if bounded:
+        out.append(f"… search stopped (at most {SEARCH_RESULTS} results, {SEARCH_SCANNED} entries looked at); "
+                   "narrow it with path or pattern")
+    return Answer("\n".join(out) or "no matches", {"matches": found, "truncated": bounded})
+
+
+def _search(files: FileService, start: str, pattern: str, flat: str, needle: str | None,
+            queue: list[str]) -> tuple[list[dict[str, Any]], bool]:
     found: list[dict[str, Any]] = []
     scanned = 0
-    queue = [start]
     bounded = False
     while queue and not bounded:
         folder = queue.pop(0)
@@ -173,14 +187,7 @@ def search_files(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
             hits = [(n, line) for n, line in enumerate(text.splitlines(), 1) if needle in line][:5]
             if hits:
                 found.append({"path": full, "lines": [{"line": n, "text": line[:300]} for n, line in hits]})
-    out: list[str] = []
-    for item in found:
-        out.append(item["path"])
-        out.extend(f"  {hit['line']}: {hit['text']}" for hit in item.get("lines", ()))
-    if bounded:
-        out.append(f"… search stopped (at most {SEARCH_RESULTS} results, {SEARCH_SCANNED} entries looked at); "
-                   "narrow it with path or pattern")
-    return Answer("\n".join(out) or "no matches", {"matches": found, "truncated": bounded})
+    return found, bounded
 
 
 def file_info(open_files: OpenFiles, args: dict[str, Any]) -> Answer:

@@ -37,6 +37,8 @@ def _folders(names: str) -> str:
 
 
 _REWORDINGS: tuple[tuple[re.Pattern[str], Any], ...] = (
+    # The person's hint (where zone rules live) means nothing to a model, which cannot edit it.
+    (re.compile(r"; a zone's rules are set in the workspace's \.warden/zones\.yaml"), ""),
     (re.compile(r"\bzone (\S+) is ro\b"), r"/\1 is read-only"),
     (re.compile(r"\bzone (\S+) blocks (\w+)"), r"/\1 does not allow \2"),
     (re.compile(r"\bzone (\S+) \((rw|ro)\)"), r"/\1 (\2)"),
