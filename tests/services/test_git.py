@@ -489,6 +489,19 @@ def test_a_planted_gitfile_is_refused_before_git_follows_it(
     assert secret_head not in service.diff("demo").diff
 
 
+def test_a_gitfile_planted_and_gone_between_the_sweeps_is_caught_by_its_gitlink(
+        ws: Path, service: GitService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As if the bot's process made sub2/.git just after the scan and took it away before the
+    # next one: `add -A` saw it, and the tree holds a gitlink to the host repository's HEAD.
+    monkeypatch.setattr(HostGit, "strangers", lambda self, workspace: [])
+    elsewhere = seeded_remote(tmp_path, {"secret.txt": "s\n"}, name="host-repo")
+    (ws / "sub2").mkdir()
+    (ws / "sub2" / ".git").write_text(f"gitdir: {elsewhere}\n")
+    with pytest.raises(Denied, match="sub2") as refused:
+        service.diff("demo", actor="bot:b1")
+    assert git("rev-parse", "main", cwd=elsewhere).strip() not in str(refused.value)
+
+
 def test_a_repository_look_alike_is_refused_too(ws: Path, service: GitService) -> None:
     bare = ws / "data" / "fake"
     git("init", "-q", "--bare", str(bare))

@@ -114,6 +114,9 @@ class HostGit:
     def strangers(self, workspace: str) -> list[str]:
         return GitGuard(workspace).strangers()
 
+    def persons(self, workspace: str, path: str) -> bool:
+        return GitGuard(workspace).owns(path)
+
     @contextlib.contextmanager
     def locked(self, workspace: str) -> Iterator[None]:
         lock = os.open(os.path.join(self._state(workspace), "git.op.lock"),

@@ -285,8 +285,15 @@ class GitService:
                 self._run(record, "read-tree", head, extra_env=env)
             self._run(record, "add", "-A", extra_env=env)
             tree = self._run(record, "write-tree", extra_env=env).strip()
-            # Again: one planted while `add` ran would show in the tree (a gitlink to its HEAD).
+            # Again: one planted while `add` ran would show in the tree (a gitlink to its HEAD),
+            # and one planted and gone again meanwhile left that gitlink behind.
             self._refuse_strangers(record)
+            planted = [p for p in self._gitlinks(record, self._base(record, head), tree, env)
+                       if not self._git.persons(record.path, f"{p}/.git")]
+            if planted:
+                raise Denied(f"the working tree of {record.name} names repositories that are not yours "
+                             f"({', '.join(map(repr, planted[:5]))}): a bot's process may be making them; "
+                             "try again once it ends", rule="git.control")
             yield tree, objects
 
     def _files(self, record: WorkspaceRecord, old: str, new: str,

@@ -72,6 +72,10 @@ class GitRunner(Protocol):
         are not known as the person's: git must not look at a tree holding them."""
         ...
 
+    def persons(self, workspace: str, path: str) -> bool:
+        """Whether the `.git` entry at workspace path `path` is known as the person's."""
+        ...
+
     def identity(self, workspace: str) -> tuple[str, str]:
         """(name, email) for commits Warden makes for the person: the repository's user.name and
         user.email, else the person's ~/.gitconfig's (read as files, no include), else the login."""
