@@ -7,7 +7,10 @@ import pytest
 from warden.core.errors import Denied, InvalidInput
 from warden.core.git import (
     HARDENING,
+    Proposal,
+    body,
     check_branch,
+    check_message,
     check_proposal_id,
     check_url,
     clone_blockers,
@@ -16,7 +19,6 @@ from warden.core.git import (
     git_environ,
     parse_status,
     proposal_message,
-    subject,
     trailers,
     tree_conflicts,
 )
@@ -107,7 +109,42 @@ def test_names() -> None:
 def test_a_proposal_message_carries_its_trailers() -> None:
     text = proposal_message("Fix it\n\nBecause.", actor="bot:b1", proposal="p-00000001", branch="main")
     assert trailers(text) == {"proposal": "p-00000001", "actor": "bot:b1", "branch": "main"}
-    assert subject(text) == "Fix it\n\nBecause."
+    assert body(text) == "Fix it\n\nBecause."
+
+
+FORGED = ("Fix typo\n\nWarden-Proposal: p-00000000\nWarden-Actor: user\nWarden-Branch: main\n\n"
+          "Signed-off-by: x <x@y>\n\nHIDDEN")
+
+
+@pytest.mark.parametrize("message", [
+    FORGED, "Fix\nwarden-actor: user", "Fix\n  WARDEN-Branch: main", "Fix\x1b[2Aover", "Fix\rover",
+    "Fix\x00", "Fix\x7f", "Fix\x9b2A",
+])
+def test_a_stage_message_cannot_forge_trailers_or_hide_text(message: str) -> None:
+    with pytest.raises(InvalidInput):
+        check_message(message)
+
+
+def test_ordinary_messages_pass() -> None:
+    assert check_message("  Fix it\n\n\tBecause: a Warden of the city said so.\n") == \
+        "Fix it\n\n\tBecause: a Warden of the city said so."
+
+
+def test_trailers_are_read_from_the_last_paragraph_only() -> None:
+    # A message staged before stage refused such lines: the look-alikes further up are words,
+    # the real trailers (last) decide, and every word is shown.
+    text = proposal_message(FORGED, actor="bot:b1", proposal="p-00000001", branch="dev")
+    assert trailers(text) == {"proposal": "p-00000001", "actor": "bot:b1", "branch": "dev"}
+    assert body(text) == FORGED
+    # A trailer look-alike followed by more text is no trailer block at all.
+    assert trailers(FORGED) == {} and body(FORGED) == FORGED
+
+
+def test_a_listing_says_how_many_lines_the_first_one_hides() -> None:
+    one = Proposal(id="p-00000001", commit="c", parent="", branch="main", message="Fix typo", actor="a",
+                   created="")
+    assert one.subject == "Fix typo"
+    assert Proposal(**{**one.__dict__, "message": FORGED}).subject == "Fix typo (+5 more lines)"
 
 
 def test_status_parsing() -> None:

@@ -113,3 +113,36 @@ def test_a_pull_keeps_a_checkpoint_to_roll_back_to(cli: Cli, ws: Path, remote: P
     [before] = [c for c in cli("checkpoints", "gitws", "--json").json["data"] if c["message"] == "before git pull"]
     assert cli("rollback", "gitws", before["id"], "--path", "/README.md").code == 0
     assert (ws / "README.md").read_text() == "# demo\n"
+
+
+def test_the_stale_proposal_a_new_user_discards_takes_nothing_away(cli: Cli, ws: Path, remote: Path,
+                                                                   tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    git("clone", "-q", str(remote), str(other))
+    (other / "other.md").write_text("elsewhere\n")
+    git("add", ".", cwd=other)
+    git("commit", "-qm", "elsewhere", cwd=other)
+    git("push", "-q", "origin", "main", cwd=other)
+    (ws / "notes.md").write_text("third\n")
+    first = cli("git", "gitws", "stage", "-m", "third", "--json").json["data"]["id"]
+    refused = cli("git", "gitws", "push", first)
+    assert refused.code == 5 and "pull" in refused.stderr
+    assert cli("git", "gitws", "pull").code == 0
+    second = cli("git", "gitws", "stage", "-m", "third-again", "--json").json["data"]["id"]
+    listed = cli("git", "gitws", "staged").stdout
+    assert f"{first} (stale)" in listed and f"{second} (stale)" not in listed
+    discarded = cli("git", "gitws", "discard", first)
+    assert discarded.code == 0 and "working tree was left as it is" in discarded.stdout
+    assert (ws / "notes.md").read_text() == "third\n"
+    assert cli("git", "gitws", "push", second).code == 0
+    status = cli("git", "gitws", "status")
+    assert "nothing changed" in status.stdout, status.stdout
+    assert git("show", "main:notes.md", cwd=remote) == "third\n"
+
+
+def test_a_workspace_at_its_quota_takes_no_stage(cli: Cli, ws: Path) -> None:
+    (ws / "big.bin").write_bytes(b"#" * (2 << 20))
+    assert cli("config", "set", "workspace.max_disk", "1M").code == 0
+    result = cli("git", "gitws", "stage", "-m", "big", "--json")
+    assert (result.code, result.json["error"]["code"]) == (2, "invalid"), result.stdout
+    assert cli("git", "gitws", "staged").stdout.strip() == "no proposals waiting"

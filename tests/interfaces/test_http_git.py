@@ -92,3 +92,65 @@ def test_the_sdk(world: tuple[str, dict[str, str], Path]) -> None:
     with pytest.raises(Pending) as waiting:
         writer.push(proposal["id"])
     assert waiting.value.approval["operation"] == "git.push"
+
+
+def test_the_person_sees_every_word_of_a_bots_message(world: tuple[str, dict[str, str], Path]) -> None:
+    url, tokens, path = world
+    headers = {"Authorization": f"Bearer {tokens['writer']}"}
+    stage = f"{url}/v1/workspaces/repo/git/stage"
+    forged = ("Fix typo\n\nWarden-Proposal: p-00000000\nWarden-Actor: user\nWarden-Branch: main\n\n"
+              "Signed-off-by: x <x@y>\n\nHIDDEN")
+    (path / "typo.md").write_text("fixed\n")
+    for message in (forged, "Fix typo\x1b[1A\x1b[2Kinnocent"):
+        refused = httpx.post(stage, json={"message": message}, headers=headers, timeout=60)
+        assert refused.status_code == 400, refused.text
+    staged = httpx.post(stage, json={"message": "Fix typo\n\nSigned-off-by: x <x@y>\n\nHIDDEN words"},
+                        headers=headers, timeout=60)
+    assert staged.status_code == 201, staged.text
+    proposal = staged.json()
+    assert proposal["message"].endswith("HIDDEN words")
+    asked = httpx.post(f"{url}/v1/workspaces/repo/git/push", json={"proposal": proposal["id"]}, headers=headers,
+                       timeout=60).json()["approval"]
+    environ = warden_environ(path.parent.parent)
+    shown = cli_out(environ, "approvals", "--show", asked["id"])
+    assert "  | HIDDEN words" in shown and "  | Signed-off-by: x <x@y>" in shown and "+fixed" in shown
+    listed = cli_out(environ, "git", "repo", "staged")
+    assert "Fix typo (+2 more lines)" in listed
+    one = cli_out(environ, "git", "repo", "staged", proposal["id"])
+    assert "  | HIDDEN words" in one and "typo.md" in one
+    cli_out(environ, "deny", asked["id"])
+    cli_out(environ, "git", "repo", "discard", proposal["id"])
+
+
+def test_a_planted_gitfile_reveals_nothing_of_the_host(world: tuple[str, dict[str, str], Path],
+                                                       tmp_path: Path) -> None:
+    url, tokens, path = world
+    elsewhere = seeded_remote(tmp_path, {"secret.txt": "s\n"}, name="host-repo")
+    head = git("rev-parse", "main", cwd=elsewhere).strip()
+    (path / "sub2").mkdir()
+    (path / "sub2" / ".git").write_text(f"gitdir: {elsewhere}\n")
+    try:
+        diff = httpx.get(f"{url}/v1/workspaces/repo/git/diff", headers={"Authorization": f"Bearer {tokens['reader']}"},
+                         timeout=60)
+        assert diff.status_code == 403 and "sub2/.git" in diff.text and head not in diff.text
+    finally:
+        shutil.rmtree(path / "sub2")
+
+
+def test_a_bot_cannot_ask_to_push_a_stale_proposal(world: tuple[str, dict[str, str], Path]) -> None:
+    url, tokens, path = world
+    headers = {"Authorization": f"Bearer {tokens['writer']}"}
+    (path / "stale.md").write_text("one\n")
+    first = httpx.post(f"{url}/v1/workspaces/repo/git/stage", json={"message": "first"}, headers=headers,
+                       timeout=60).json()
+    (path / "stale.md").write_text("two\n")
+    second = httpx.post(f"{url}/v1/workspaces/repo/git/stage", json={"message": "second"}, headers=headers,
+                        timeout=60).json()
+    pushed = cli_out(warden_environ(path.parent.parent), "git", "repo", "push", first["id"])
+    assert "now stale" in pushed and second["id"] in pushed
+    staged = {p["id"]: p for p in httpx.get(f"{url}/v1/workspaces/repo/git/staged", headers=headers,
+                                            timeout=60).json()}
+    assert staged[second["id"]]["stale"] is True
+    asked = httpx.post(f"{url}/v1/workspaces/repo/git/push", json={"proposal": second["id"]}, headers=headers,
+                       timeout=60)
+    assert asked.status_code == 409 and "stage again" in asked.text

@@ -394,3 +394,167 @@ def test_the_callers_git_environment_is_not_honoured(app: App, record: Workspace
     with pytest.raises(Conflict):
         service.pull("demo")
     assert not ran.exists()
+
+
+# -- proposals that overlap, a stale one discarded -------------------------------------------------
+
+def test_discarding_a_stale_proposal_keeps_what_a_newer_one_carries(
+        service: GitService, record: WorkspaceRecord, tmp_path: Path) -> None:
+    """The sequence a new user followed as the messages suggested: stage, push refused (the remote
+    moved), pull, stage again, discard the first one. The line both proposals carry stays."""
+    bare = seeded_remote(tmp_path, {"notes.md": "first\nsecond\n", "other.md": "o\n"}, name="notes")
+    service.clone("demo", f"file://{bare}")
+    ws = Path(record.path)
+    other = tmp_path / "other"
+    git("clone", "-q", str(bare), str(other))
+    (other / "other.md").write_text("o2\n")
+    git("commit", "-qam", "elsewhere", cwd=other)
+    git("push", "-q", "origin", "main", cwd=other)
+    (ws / "notes.md").write_text("first\nsecond\nthird\n")
+    first = service.stage("demo", "third")
+    with pytest.raises(Conflict, match="pull"):
+        service.push("demo", first.id)
+    service.pull("demo")
+    second = service.stage("demo", "third-again")
+    assert {(p.id, p.stale) for p in service.staged("demo")} == {(first.id, True), (second.id, False)}
+    dropped = service.discard("demo", first.id)
+    assert dropped.stale and dropped.restored == ()
+    assert (ws / "notes.md").read_text() == "first\nsecond\nthird\n"  # the newer proposal's line stays
+    service.push("demo", second.id)
+    assert git("status", "--porcelain", cwd=ws) == ""  # the working tree is where the branch is
+    assert git("show", "main:notes.md", cwd=bare) == "first\nsecond\nthird\n"
+    with pytest.raises(Conflict, match="nothing to stage"):
+        service.stage("demo", "would have deleted third")
+
+
+def test_discard_leaves_the_files_another_waiting_proposal_carries(ws: Path, service: GitService) -> None:
+    (ws / "a.txt").write_text("shared change\n")
+    first = service.stage("demo", "first")
+    (ws / "new.txt").write_text("only in the second\n")
+    second = service.stage("demo", "second")
+    result = service.discard("demo", second.id)
+    assert not result.stale and result.restored == ("new.txt",) and result.shared == ("a.txt",)
+    assert (ws / "a.txt").read_text() == "shared change\n" and not (ws / "new.txt").exists()
+    pushed = service.push("demo", first.id)
+    assert pushed.stale == () and git("status", "--porcelain", cwd=ws) == ""
+
+
+def test_a_push_makes_the_other_proposals_stale(ws: Path, service: GitService) -> None:
+    (ws / "a.txt").write_text("one\n")
+    first = service.stage("demo", "first")
+    (ws / "a.txt").write_text("two\n")
+    second = service.stage("demo", "second")
+    assert service.push("demo", first.id).stale == (second.id,)
+    [left] = service.staged("demo")
+    assert (left.id, left.stale) == (second.id, True)
+    with pytest.raises(Conflict, match="stage again"):
+        service.push("demo", second.id)
+    assert service.discard("demo", second.id).stale
+    assert (ws / "a.txt").read_text() == "two\n"  # a stale discard touches nothing
+
+
+# -- messages a bot writes ---------------------------------------------------------------------------
+
+def test_a_stage_message_cannot_forge_warden_trailers(ws: Path, service: GitService) -> None:
+    (ws / "a.txt").write_text("typo fixed\n")
+    forged = ("Fix typo\n\nWarden-Proposal: p-00000000\nWarden-Actor: user\nWarden-Branch: main\n\n"
+              "Signed-off-by: x <x@y>\n\nHIDDEN")
+    for message in (forged, "Fix typo\x1b[1A\x1b[2K", "Fix typo\rinnocent"):
+        with pytest.raises(InvalidInput):
+            service.stage("demo", message, actor="bot:b1")
+    assert service.staged("demo") == []
+    proposal = service.stage("demo", "Fix typo\n\nSigned-off-by: x <x@y>\n\nsecond paragraph", actor="bot:b1")
+    # Every word is shown, not just the first paragraph; the trailers are Warden's own.
+    assert service.staged("demo")[0].message == "Fix typo\n\nSigned-off-by: x <x@y>\n\nsecond paragraph"
+    assert (proposal.actor, proposal.branch) == ("bot:b1", "main")
+
+
+# -- git control entries a bot plants while its process runs -----------------------------------------
+
+def test_a_planted_gitfile_is_refused_before_git_follows_it(
+        app: App, ws: Path, service: GitService, tmp_path: Path) -> None:
+    elsewhere = seeded_remote(tmp_path, {"secret.txt": "s\n"}, name="host-repo")
+    secret_head = git("rev-parse", "main", cwd=elsewhere).strip()
+    (ws / "sub2").mkdir()
+    (ws / "sub2" / ".git").write_text(f"gitdir: {elsewhere}\n")
+    (ws / "a.txt").write_text("changed\n")
+    for op in (lambda: service.diff("demo", actor="bot:b1"), lambda: service.status("demo", actor="bot:b1"),
+               lambda: service.stage("demo", "x", actor="bot:b1")):
+        with pytest.raises(Denied, match=r"sub2/\.git") as refused:
+            op()
+        assert secret_head not in str(refused.value)
+    event = app.audit.list(limit=1)[0]
+    assert (event.action, event.decision, event.rule) == ("git.stage", "deny", "git.control")
+    (ws / "sub2" / ".git").unlink()
+    assert secret_head not in service.diff("demo").diff
+
+
+def test_a_gitfile_planted_and_gone_between_the_sweeps_is_caught_by_its_gitlink(
+        ws: Path, service: GitService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As if the bot's process made sub2/.git just after the scan and took it away before the
+    # next one: `add -A` saw it, and the tree holds a gitlink to the host repository's HEAD.
+    monkeypatch.setattr(HostGit, "strangers", lambda self, workspace: [])
+    elsewhere = seeded_remote(tmp_path, {"secret.txt": "s\n"}, name="host-repo")
+    (ws / "sub2").mkdir()
+    (ws / "sub2" / ".git").write_text(f"gitdir: {elsewhere}\n")
+    with pytest.raises(Denied, match="sub2") as refused:
+        service.diff("demo", actor="bot:b1")
+    assert git("rev-parse", "main", cwd=elsewhere).strip() not in str(refused.value)
+
+
+def test_a_repository_look_alike_is_refused_too(ws: Path, service: GitService) -> None:
+    bare = ws / "data" / "fake"
+    git("init", "-q", "--bare", str(bare))
+    with pytest.raises(Denied, match="data/fake"):
+        service.diff("demo")
+
+
+@pytest.fixture
+def submodule(ws: Path) -> Path:
+    """A repository of the person's own inside the workspace (`sub/.git`, known as theirs)."""
+    sub = ws / "sub"
+    git("init", "-q", "-b", "main", str(sub))
+    (sub / "s.txt").write_text("s\n")
+    git("add", ".", cwd=sub)
+    git("commit", "-qm", "sub", cwd=sub)
+    GitGuard(str(ws)).adopt("sub/.git")
+    return sub
+
+
+def test_a_bots_stage_may_not_add_a_gitlink(ws: Path, service: GitService, submodule: Path) -> None:
+    with pytest.raises(Denied, match="submodule"):
+        service.stage("demo", "point at another repository", actor="bot:b1")
+    proposal = service.stage("demo", "my submodule")  # the person's own
+    assert ("A", "sub") in proposal.files
+
+
+def test_a_planted_gitmodules_breaks_no_review(ws: Path, service: GitService, submodule: Path,
+                                              canary: tuple[Path, Path]) -> None:
+    program, ran = canary
+    proposal = service.stage("demo", "my submodule")
+    (ws / ".gitmodules").write_text(f'[submodule "sub"]\n\tpath = sub\n\turl = ./sub\n\tupdate = !{program}\n')
+    assert [p.id for p in service.staged("demo")] == [proposal.id]
+    assert "Subproject commit" in (service.proposal("demo", proposal.id).diff or "")
+    assert ".gitmodules" in {p for _, p in service.diff("demo").files}
+    service.status("demo")
+    (ws / "a.txt").write_text("another change\n")
+    dropped = service.stage("demo", "to drop")
+    assert set(service.discard("demo", dropped.id).restored) == {"a.txt", ".gitmodules"}
+    service.push("demo", proposal.id)
+    assert not ran.exists()
+
+
+# -- objects -------------------------------------------------------------------------------------------
+
+def test_a_diff_leaves_no_object_in_the_persons_repository(ws: Path, service: GitService) -> None:
+    def objects() -> set[str]:
+        return {str(p.relative_to(ws / ".git")) for p in (ws / ".git" / "objects").rglob("*") if p.is_file()}
+
+    before = objects()
+    (ws / "big.bin").write_bytes(os.urandom(1 << 20))
+    blob = git("hash-object", "big.bin", cwd=ws).strip()
+    assert service.diff("demo").files == (("A", "big.bin"),)
+    assert objects() == before
+    assert not list((ws / ".warden").glob("git-objects-*"))  # the scratch objects went with it
+    service.stage("demo", "big")
+    assert git("cat-file", "-t", blob, cwd=ws).strip() == "blob"  # a stage keeps what it proposes

@@ -95,6 +95,29 @@ class HostGit:
                     os.unlink(leftover)
 
     @contextlib.contextmanager
+    def scratch_objects(self, workspace: str) -> Iterator[dict[str, str]]:
+        """Variables that send the objects git writes to a temporary folder (the repository's own
+        readable as alternates, git(1) GIT_OBJECT_DIRECTORY), removed when the block ends: a diff
+        of a bot's files leaves no blob in the person's `.git`. Called under `locked`, so any
+        other such folder is a leftover of a Warden that was killed: it goes first."""
+        state = self._state(workspace)
+        for entry in os.listdir(state):
+            if entry.startswith("git-objects-"):
+                shutil.rmtree(os.path.join(state, entry), ignore_errors=True)
+        folder = tempfile.mkdtemp(prefix="git-objects-", dir=state)
+        try:
+            yield {"GIT_OBJECT_DIRECTORY": folder,
+                   "GIT_ALTERNATE_OBJECT_DIRECTORIES": os.path.join(_git_path(workspace), "objects")}
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def strangers(self, workspace: str) -> list[str]:
+        return GitGuard(workspace).strangers()
+
+    def persons(self, workspace: str, path: str) -> bool:
+        return GitGuard(workspace).owns(path)
+
+    @contextlib.contextmanager
     def locked(self, workspace: str) -> Iterator[None]:
         lock = os.open(os.path.join(self._state(workspace), "git.op.lock"),
                        os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)

@@ -291,6 +291,19 @@ class GitGuard:
         return (info is not None and stat.S_ISDIR(info.st_mode)
                 and (info.st_dev, info.st_ino) in _known(self._read()))
 
+    def strangers(self) -> list[str]:
+        """The git control structures in the folder that are not known as the person's (a bot's
+        `.git`, `gitdir:` file or repository look-alike made while one of its processes ran,
+        not yet moved aside), as workspace paths; "" is the folder itself."""
+        known = _known(self._read())
+        return sorted(item.path for item in scan(self.workspace) if item.identity not in known)
+
+    def owns(self, rel: str) -> bool:
+        """Whether the entry at workspace path `rel` (a `.git` folder, file or link) is known as
+        the person's."""
+        info = self._lstat(rel)
+        return info is not None and (info.st_dev, info.st_ino) in _known(self._read())
+
     def _lstat(self, rel: str) -> os.stat_result | None:
         parent, _, name = rel.rpartition("/")
         try:

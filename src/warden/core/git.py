@@ -34,12 +34,18 @@ answer to each:
   `GIT_CONFIG_GLOBAL=/dev/null`, the environment rebuilt
 - repository discovery (a bot's `.git` elsewhere): `GIT_DIR` and `GIT_WORK_TREE` given, the `.git`
   the person's (gitguard)
-- submodules (`.gitmodules` is the bot's; `update=!cmd`): never recursed into
+- submodules (`.gitmodules` is the bot's; `update=!cmd`): never recursed into; every diff names
+  `--ignore-submodules` itself (so git reads no `.gitmodules` for it) and `--submodule=short`;
+  a `.git` or repository look-alike in the working tree that is not the person's is refused
+  before git looks at the tree (git would read the repository it points to, anywhere on the host)
+- objects: a diff's or status's scratch tree is written to a temporary object directory (the
+  repository's objects as alternates), removed afterwards; only `stage` adds to `.git`
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +61,7 @@ __all__ = [
     "PROPOSAL_REF",
     "WARDEN_ENTRIES",
     "Proposal",
+    "body",
     "check_branch",
     "check_message",
     "check_proposal_id",
@@ -65,6 +72,7 @@ __all__ = [
     "git_environ",
     "parse_status",
     "proposal_message",
+    "trailers",
     "url_host",
 ]
 
@@ -97,6 +105,8 @@ HARDENING: tuple[str, ...] = (
     "tag.gpgSign=false",
     "push.gpgSign=false",
     "submodule.recurse=false",
+    "diff.submodule=short",
+    "status.submoduleSummary=false",
     "fetch.recurseSubmodules=false",
     "push.recurseSubmodules=no",
     "protocol.allow=never",
@@ -249,12 +259,25 @@ def check_proposal_id(proposal: str) -> str:
     return proposal
 
 
+_TRAILER_PREFIX = "warden-"
+
+
 def check_message(message: str) -> str:
+    """A stage message Warden puts into a commit: the person's (or a bot's) words and nothing that
+    could pass for Warden's own trailers (`Warden-Proposal:` … say who proposed it for which
+    branch) or hide text from whoever reviews it (a carriage return, an escape sequence)."""
     text = message.strip()
     if not text:
         raise InvalidInput("give a commit message with -m MESSAGE")
-    if len(text.encode()) > 64 * 1024 or "\0" in text:
-        raise InvalidInput("the commit message is longer than 64 KiB or holds a NUL byte")
+    if len(text.encode()) > 64 * 1024:
+        raise InvalidInput("the commit message is longer than 64 KiB")
+    bad = sorted({f"U+{ord(c):04X}" for c in text if c not in "\n\t" and unicodedata.category(c) == "Cc"})
+    if bad:
+        raise InvalidInput(f"the commit message holds control characters ({', '.join(bad[:5])}); "
+                           "only line breaks and tabs may be in it")
+    if any(line.lstrip().lower().startswith(_TRAILER_PREFIX) for line in text.split("\n")):
+        raise InvalidInput("a line of the commit message starts with 'Warden-': those lines are Warden's "
+                           "own trailers (who proposed it, for which branch); reword that line")
     return text
 
 
@@ -264,20 +287,29 @@ def proposal_message(message: str, *, actor: str, proposal: str, branch: str) ->
     return f"{message}\n\nWarden-Proposal: {proposal}\nWarden-Actor: {actor}\nWarden-Branch: {branch}\n"
 
 
-def trailers(message: str) -> dict[str, str]:
-    """The Warden-* trailers of a proposal's message."""
+def _split_trailers(message: str) -> tuple[str, dict[str, str]]:
+    """(the words, Warden's trailers) of a commit message. Trailers are read from the last
+    paragraph only, and only when every line of it is a `Warden-Key: value` line: a block of
+    look-alikes further up (or followed by more text) is words, shown as such."""
+    text = message.rstrip("\n")
+    words, sep, last = text.rpartition("\n\n")
     found: dict[str, str] = {}
-    for line in message.splitlines():
-        key, sep, value = line.partition(": ")
-        if sep and key.startswith("Warden-"):
-            found[key[len("Warden-"):].lower()] = value.strip()
-    return found
+    for line in last.split("\n"):
+        key, colon, value = line.partition(": ")
+        if not colon or not key.startswith("Warden-") or not key[len("Warden-"):].isalpha():
+            return text.strip(), {}
+        found[key[len("Warden-"):].lower()] = value.strip()
+    return (words.strip() if sep else ""), found
 
 
-def subject(message: str) -> str:
-    """The first paragraph of a proposal's message, less its trailers."""
-    body = message.split("\n\nWarden-Proposal:", 1)[0]
-    return body.strip()
+def trailers(message: str) -> dict[str, str]:
+    """The Warden-* trailers of a proposal's message: its last paragraph's, if it is theirs."""
+    return _split_trailers(message)[1]
+
+
+def body(message: str) -> str:
+    """A proposal's message less Warden's trailer paragraph: every word its author chose."""
+    return _split_trailers(message)[0]
 
 
 @dataclass(frozen=True)
@@ -293,11 +325,21 @@ class Proposal:
     created: str
     files: tuple[tuple[str, str], ...] = ()  # (status letter A/M/D/…, path)
     diff: str | None = None
+    # Made on a commit that is no longer HEAD (a pull or another proposal's push since): it can
+    # no longer be pushed, and discarding it leaves the working tree alone.
+    stale: bool = False
+
+    @property
+    def subject(self) -> str:
+        """The message's first line, for a one-line listing (with a count of the lines it hides)."""
+        lines = self.message.split("\n")
+        more = len([line for line in lines[1:] if line.strip()])
+        return lines[0] + (f" (+{more} more line{'s' if more > 1 else ''})" if more else "")
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "commit": self.commit, "parent": self.parent,
                                 "branch": self.branch, "message": self.message, "actor": self.actor,
-                                "created": self.created,
+                                "created": self.created, "stale": self.stale,
                                 "files": [{"status": s, "path": p} for s, p in self.files]}
         if self.diff is not None:
             data["diff"] = self.diff

@@ -5,11 +5,18 @@ aside (core/gitcontrol). So changes reach the repository through Warden: `stage`
 working tree into a *proposal*, a commit on HEAD kept under `refs/warden/proposals/<id>` (the
 checked-out branch does not move), and prints its diff; `push` sends a proposal to the remote
 branch (fast-forward only), then moves the local branch to it (the working tree already holds
-its content); `discard` drops it and restores its files to HEAD.
+its content); `discard` drops it and restores its files to HEAD, except those another waiting
+proposal carries.
 
 Each proposal is the whole working tree against HEAD, built in a temporary index (the
 person's index is left alone), so two proposals made one after the other overlap; once one is
-pushed, the others were made on an older HEAD and are refused (stage again).
+pushed (or a pull moves HEAD), the others were made on an older HEAD: they are *stale*, refused
+by push (stage again), and discarding one only drops it (the working tree has moved on since).
+
+Before git looks at the working tree (status, diff, stage, discard), any `.git` or repository
+look-alike in it that is not the person's is refused: a bot's process can plant one between the
+git guard's sweeps, and git would read the repository it points to, anywhere on the host.
+Scratch trees of a diff go to a temporary object directory; only `stage` adds to `.git`.
 
 Every operation: the workspace must be usable (not being created, archived or broken), a
 shared lease is held as for any change, one git operation at a time, an audit event
@@ -32,6 +39,7 @@ from warden.core.git import (
     SCAFFOLDING,
     Proposal,
     Status,
+    body,
     check_branch,
     check_message,
     check_proposal_id,
@@ -40,7 +48,6 @@ from warden.core.git import (
     exclude_lines,
     parse_status,
     proposal_message,
-    subject,
     trailers,
     tree_conflicts,
     url_host,
@@ -63,6 +70,10 @@ _UNAVAILABLE = {"creating": "is still being created", "archived": "is archived; 
                 "broken": "is broken; see `warden health NAME --repair`"}
 _REMOTE = re.compile(r"[A-Za-z0-9._-]{1,100}")
 _CHUNK = 500  # paths per git command line
+_GITLINK = "160000"  # a tree entry naming a commit of another repository (a submodule)
+# On every diff: `--ignore-submodules` given (so git reads no `.gitmodules` of the bot's for its
+# `ignore` setting, and fails on none of its other keys) and summaries never opening a submodule.
+_DIFF_SUBMODULES = ("--ignore-submodules=none", "--submodule=short")
 
 
 @dataclass(frozen=True)
@@ -91,9 +102,11 @@ class PushResult:
     commit: str
     remote: str
     branch: str
+    stale: tuple[str, ...] = ()  # the other proposals, made on the HEAD this push moved on from
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "commit": self.commit, "remote": self.remote, "branch": self.branch}
+        return {"id": self.id, "commit": self.commit, "remote": self.remote, "branch": self.branch,
+                "stale": list(self.stale)}
 
 
 @dataclass(frozen=True)
@@ -101,10 +114,12 @@ class DiscardResult:
     id: str
     restored: tuple[str, ...]
     kept: tuple[str, ...] = field(default=())  # changed again since staged: left as they are
+    shared: tuple[str, ...] = field(default=())  # another waiting proposal carries them: left as they are
+    stale: bool = False  # made on an older HEAD: dropped, the working tree not touched
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "restored": list(self.restored), "kept": list(self.kept),
-                "ref": DISCARDED_REF + self.id}
+                "shared": list(self.shared), "stale": self.stale, "ref": DISCARDED_REF + self.id}
 
 
 @dataclass(frozen=True)
@@ -241,25 +256,63 @@ class GitService:
         check_url(url, forbidden_roots=self._forbidden_roots)
         return self._credential(record, url, secret, username, self._git.load_state(record.path))
 
+    def _refuse_strangers(self, record: WorkspaceRecord) -> None:
+        """Refuse to let git look at a working tree holding a `.git` (folder, `gitdir:` file, link)
+        or repository look-alike that is not the person's: `add -A` and `status` would open the
+        repository it names, anywhere on this host (its HEAD then shows in the diff), and the
+        git guard moves such entries aside only around runs, not while a bot's process runs."""
+        found = [p for p in self._git.strangers(record.path) if p != ".git"]  # the top one: run() checks it
+        if found:
+            shown = ", ".join(repr(p or "(the workspace folder itself)") for p in found[:5])
+            raise Denied(f"workspace {record.name} holds git control entries that are not yours ({shown}"
+                         f"{' …' if len(found) > 5 else ''}): git would follow them out of the workspace. A bot's "
+                         "process may have left them; remove them (or stop the process and run anything in the "
+                         "workspace: the git guard moves them aside), then try again", rule="git.control")
+
     @contextlib.contextmanager
-    def _working_tree(self, record: WorkspaceRecord, head: str | None) -> Iterator[str]:
-        """The tree of the working tree as `git add -A` sees it (ignores respected), built in a
-        scratch index so the person's index and branch stay as they are."""
-        with self._git.scratch_index(record.path) as index:
-            env = {"GIT_INDEX_FILE": index}
+    def _working_tree(self, record: WorkspaceRecord, head: str | None, *,
+                      keep: bool = False) -> Iterator[tuple[str, dict[str, str]]]:
+        """(the tree of the working tree as `git add -A` sees it, ignores respected; the variables
+        to read it with). Built in a scratch index, so the person's index and branch stay as they
+        are, and, unless `keep` (a stage), with a scratch object directory, so its blobs never
+        land in the person's `.git`."""
+        self._refuse_strangers(record)
+        with contextlib.ExitStack() as stack:
+            objects = {} if keep else stack.enter_context(self._git.scratch_objects(record.path))
+            index = stack.enter_context(self._git.scratch_index(record.path))
+            env = {**objects, "GIT_INDEX_FILE": index}
             if head is not None:
                 self._run(record, "read-tree", head, extra_env=env)
             self._run(record, "add", "-A", extra_env=env)
-            yield self._run(record, "write-tree", extra_env=env).strip()
+            tree = self._run(record, "write-tree", extra_env=env).strip()
+            # Again: one planted while `add` ran would show in the tree (a gitlink to its HEAD),
+            # and one planted and gone again meanwhile left that gitlink behind.
+            self._refuse_strangers(record)
+            planted = [p for p in self._gitlinks(record, self._base(record, head), tree, env)
+                       if not self._git.persons(record.path, f"{p}/.git")]
+            if planted:
+                raise Denied(f"the working tree of {record.name} names repositories that are not yours "
+                             f"({', '.join(map(repr, planted[:5]))}): a bot's process may be making them; "
+                             "try again once it ends", rule="git.control")
+            yield tree, objects
 
-    def _files(self, record: WorkspaceRecord, old: str, new: str) -> tuple[tuple[str, str], ...]:
-        raw = self._run(record, "diff-tree", "-r", "-z", "--no-renames", "--name-status", old, new)
+    def _files(self, record: WorkspaceRecord, old: str, new: str,
+               env: dict[str, str] | None = None) -> tuple[tuple[str, str], ...]:
+        raw = self._run(record, "diff-tree", "-r", "-z", "--no-renames", "--name-status", *_DIFF_SUBMODULES,
+                        old, new, extra_env=env)
         parts = [p for p in raw.split("\0") if p]
         return tuple((parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2))
 
-    def _patch(self, record: WorkspaceRecord, old: str, new: str) -> str:
+    def _gitlinks(self, record: WorkspaceRecord, old: str, new: str, env: dict[str, str] | None = None) -> list[str]:
+        """Paths that `new` makes (or changes into) a gitlink, against `old`."""
+        raw = self._run(record, "diff-tree", "-r", "-z", "--no-renames", *_DIFF_SUBMODULES, old, new, extra_env=env)
+        parts = [p for p in raw.split("\0") if p]
+        return [parts[i + 1] for i in range(0, len(parts) - 1, 2)
+                if parts[i].startswith(":") and parts[i][1:].split(" ")[1] == _GITLINK]
+
+    def _patch(self, record: WorkspaceRecord, old: str, new: str, env: dict[str, str] | None = None) -> str:
         return self._run(record, "diff", "--no-ext-diff", "--no-textconv", "--no-color", "--no-renames",
-                         old, new)
+                         *_DIFF_SUBMODULES, old, new, extra_env=env)
 
     # -- clone ---------------------------------------------------------------------------------
     def clone(self, name: str, url: str, *, branch: str | None = None, credential: str | None = None,
@@ -316,51 +369,62 @@ class GitService:
     # -- reading ---------------------------------------------------------------------------------
     def status(self, name: str, *, actor: str = "user") -> Status:
         """The branch, how far it is from its upstream, and the changed paths."""
-        return self._do("status", name, actor, lambda record: parse_status(self._run(
-            record, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all", "--no-renames",
-            "--ignore-submodules=all")), changes=False, detail=lambda s: {"changes": len(s.changes)})
+        def work(record: WorkspaceRecord) -> Status:
+            self._refuse_strangers(record)
+            raw = self._run(record, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all",
+                            "--no-renames", "--ignore-submodules=all")
+            self._refuse_strangers(record)  # one planted meanwhile: what git said may show it
+            return parse_status(raw)
+
+        return self._do("status", name, actor, work, changes=False, detail=lambda s: {"changes": len(s.changes)})
 
     def diff(self, name: str, *, actor: str = "user") -> DiffResult:
         """What `stage` would propose now: the working tree (new files too) against HEAD."""
         def work(record: WorkspaceRecord) -> DiffResult:
             head = self._head(record)
             base = self._base(record, head)
-            with self._working_tree(record, head) as tree:
-                return DiffResult(self._files(record, base, tree), self._patch(record, base, tree))
+            with self._working_tree(record, head) as (tree, env):
+                return DiffResult(self._files(record, base, tree, env), self._patch(record, base, tree, env))
 
         return self._do("diff", name, actor, work, changes=False, detail=lambda d: {"files": len(d.files)})
 
     def staged(self, name: str, *, actor: str = "user") -> list[Proposal]:
         """The proposals waiting, oldest first (id, message, actor, files, created)."""
         def work(record: WorkspaceRecord) -> list[Proposal]:
-            found = [self._proposal(record, pid) for pid in self._proposal_ids(record)]
+            head = self._head(record)
+            found = [self._proposal(record, pid, head) for pid in self._proposal_ids(record)]
             return sorted(found, key=lambda p: (p.created, p.id))
 
         return self._do("staged", name, actor, work, changes=False, detail=lambda p: {"proposals": len(p)})
 
     def proposal(self, name: str, proposal_id: str, *, actor: str = "user") -> Proposal:
         """One proposal waiting, with its diff: what a person sees before approving its push."""
-        return self._do("staged", name, actor, lambda record: self._proposal(record, proposal_id, with_diff=True),
-                        changes=False, detail=lambda p: {"id": p.id})
+        def work(record: WorkspaceRecord) -> Proposal:
+            return self._proposal(record, proposal_id, self._head(record), with_diff=True)
+
+        return self._do("staged", name, actor, work, changes=False, detail=lambda p: {"id": p.id})
 
     def _proposal_ids(self, record: WorkspaceRecord) -> list[str]:
         raw = self._run(record, "for-each-ref", "--format=%(refname)", PROPOSAL_REF)
         return [line[len(PROPOSAL_REF):] for line in raw.splitlines() if line.startswith(PROPOSAL_REF)]
 
-    def _proposal(self, record: WorkspaceRecord, pid: str, *, with_diff: bool = False) -> Proposal:
+    def _proposal(self, record: WorkspaceRecord, pid: str, head: str | None, *, with_diff: bool = False) -> Proposal:
+        """Proposal `pid`, stale unless made on `head` (HEAD's commit, None before a first one)."""
         check_proposal_id(pid)
         commit = self._rev(record, f"{PROPOSAL_REF}{pid}^{{commit}}")
         if commit is None:
             raise NotFound(f"no proposal {pid} in workspace {record.name} (see `warden git {record.name} staged`)")
-        raw = self._run(record, "show", "-s", "--no-show-signature", "--format=%P%x00%cI%x00%B", commit)
+        raw = self._run(record, "show", "-s", "--no-show-signature", *_DIFF_SUBMODULES,
+                        "--format=%P%x00%cI%x00%B", commit)
         parents, created, message = raw.split("\0", 2)
         parent = parents.split()[0] if parents.split() else ""  # "": a first commit
         base = self._base(record, parent or None)
         marks = trailers(message)
         return Proposal(id=pid, commit=commit, parent=parent, branch=marks.get("branch", ""),
-                        message=subject(message), actor=marks.get("actor", ""), created=created,
+                        message=body(message), actor=marks.get("actor", ""), created=created,
                         files=self._files(record, base, commit),
-                        diff=self._patch(record, base, commit) if with_diff else None)
+                        diff=self._patch(record, base, commit) if with_diff else None,
+                        stale=parent != (head or ""))
 
     # -- staging ---------------------------------------------------------------------------------
     def stage(self, name: str, message: str, *, actor: str = "user") -> Proposal:
@@ -373,9 +437,15 @@ class GitService:
             branch = self._branch(record)
             if self._room is not None:
                 self._room(record)  # the proposal's objects land in the workspace's .git
-            with self._working_tree(record, head) as tree:
+            with self._working_tree(record, head, keep=True) as (tree, _):
                 if tree == self._rev(record, f"{self._base(record, head)}^{{tree}}"):
                     raise Conflict(f"nothing to stage: the working tree of {record.name} matches HEAD")
+                links = self._gitlinks(record, self._base(record, head), tree)
+                if links and actor != "user":
+                    # A gitlink names a commit of a repository elsewhere; a bot has no business
+                    # pointing the person's repository at one (its `.git` would be a bot's).
+                    raise Denied(f"the changes hold submodule entries ({', '.join(map(repr, links[:5]))}); "
+                                 "a bot's proposal may not add or change a submodule", rule="git.gitlink")
                 pid = check_proposal_id(self._new_id())
                 who, email = self._git.identity(record.path)
                 env = {"GIT_AUTHOR_NAME": who, "GIT_AUTHOR_EMAIL": email,
@@ -386,7 +456,7 @@ class GitService:
                                    extra_env=env).strip()
             # An empty old value: the ref must not exist yet (git-update-ref(1)).
             self._run(record, "update-ref", "-m", "warden: stage", f"{PROPOSAL_REF}{pid}", commit, "")
-            return self._proposal(record, pid, with_diff=True)
+            return self._proposal(record, pid, head, with_diff=True)
 
         return self._do("stage", name, actor, work, changes=True,
                         detail=lambda p: {"id": p.id, "commit": p.commit, "files": len(p.files)})
@@ -404,8 +474,8 @@ class GitService:
         remote branch moved (pull, then stage again); the remote is never forced."""
         def work(record: WorkspaceRecord) -> PushResult:
             pid = proposal_id or self._only_proposal(record)
-            proposal = self._proposal(record, pid)
             head = self._head(record)
+            proposal = self._proposal(record, pid, head)
             branch = self._branch(record)
             if proposal.parent != (head or "") or proposal.branch != branch:
                 raise Conflict(f"proposal {pid} was staged on {proposal.branch} at {proposal.parent[:12] or '(none)'}; "
@@ -431,7 +501,7 @@ class GitService:
             self._run(record, "read-tree", proposal.commit)
             self._git.run(record.path, ["update-index", "-q", "--refresh"], check=False)
             self._run(record, "update-ref", "-d", f"{PROPOSAL_REF}{pid}", proposal.commit)
-            return PushResult(pid, proposal.commit, remote, remote_branch)
+            return PushResult(pid, proposal.commit, remote, remote_branch, tuple(self._proposal_ids(record)))
 
         return self._do("push", workspace, actor, work, changes=True, detail=lambda r: r.to_json(),
                         asked={"id": proposal_id})
@@ -447,18 +517,26 @@ class GitService:
 
     def discard(self, name: str, proposal_id: str, *, actor: str = "user") -> DiscardResult:
         """Drop a proposal and restore its files to HEAD: changed ones get HEAD's content, new
-        ones are removed. A file changed again since staging is left as it is (reported as kept).
-        The commit stays reachable under refs/warden/discarded/<id>, so nothing is lost."""
+        ones are removed. Left as they are: a file changed again since staging (`kept`), one that
+        another waiting proposal carries too (`shared`: restoring it would take that proposal's
+        content away), and every file when the proposal is stale (made on an older HEAD: the
+        working tree has moved on since, a pull or a push, so it is only dropped). The commit
+        stays reachable under refs/warden/discarded/<id>, so nothing is lost."""
         check_proposal_id(proposal_id)
 
         def work(record: WorkspaceRecord) -> DiscardResult:
-            proposal = self._proposal(record, proposal_id)
             head = self._head(record)
+            proposal = self._proposal(record, proposal_id, head)
+            if proposal.stale:
+                self._drop(record, proposal)
+                return DiscardResult(proposal_id, (), stale=True)
             paths = [p for _, p in proposal.files]
-            with self._working_tree(record, head) as tree:
+            others = {p for pid in self._proposal_ids(record) if pid != proposal_id
+                      for _, p in self._proposal(record, pid, head).files}
+            with self._working_tree(record, head) as (tree, env):
                 moved = set(self._names(record, "diff-tree", "-r", "-z", "--no-renames", "--name-only",
-                                        proposal.commit, tree, paths=paths))
-            restore = [p for p in paths if p not in moved]
+                                        *_DIFF_SUBMODULES, proposal.commit, tree, paths=paths, env=env))
+            restore = [p for p in paths if p not in moved and p not in others]
             in_head = set(self._names(record, "ls-tree", "-r", "-z", "--name-only", head, paths=restore)
                           if head else ())
             tracked = [p for p in restore if p in in_head]
@@ -468,18 +546,24 @@ class GitService:
             for chunk in _chunks(added):
                 self._run(record, "rm", "-q", "--cached", "--ignore-unmatch", "--", *chunk)
                 self._run(record, "clean", "-q", "-f", "--", *chunk)
-            self._run(record, "update-ref", "-m", "warden: discard", f"{DISCARDED_REF}{proposal_id}",
-                      proposal.commit)
-            self._run(record, "update-ref", "-d", f"{PROPOSAL_REF}{proposal_id}", proposal.commit)
-            return DiscardResult(proposal_id, tuple(restore), tuple(p for p in paths if p in moved))
+            self._drop(record, proposal)
+            return DiscardResult(proposal_id, tuple(restore), tuple(p for p in paths if p in moved),
+                                 tuple(p for p in paths if p in others and p not in moved))
 
         return self._do("discard", name, actor, work, changes=True,
-                        detail=lambda r: {"id": r.id, "restored": len(r.restored), "kept": len(r.kept)})
+                        detail=lambda r: {"id": r.id, "restored": len(r.restored), "kept": len(r.kept),
+                                          "shared": len(r.shared), "stale": r.stale})
 
-    def _names(self, record: WorkspaceRecord, *args: str, paths: list[str]) -> list[str]:
+    def _drop(self, record: WorkspaceRecord, proposal: Proposal) -> None:
+        """Move a proposal's ref under refs/warden/discarded/ (its commit stays reachable)."""
+        self._run(record, "update-ref", "-m", "warden: discard", f"{DISCARDED_REF}{proposal.id}", proposal.commit)
+        self._run(record, "update-ref", "-d", f"{PROPOSAL_REF}{proposal.id}", proposal.commit)
+
+    def _names(self, record: WorkspaceRecord, *args: str, paths: list[str],
+               env: dict[str, str] | None = None) -> list[str]:
         found: list[str] = []
         for chunk in _chunks(paths):
-            found += [p for p in self._run(record, *args, "--", *chunk).split("\0") if p]
+            found += [p for p in self._run(record, *args, "--", *chunk, extra_env=env).split("\0") if p]
         return found
 
     # -- pulling ---------------------------------------------------------------------------------

@@ -62,6 +62,20 @@ class GitRunner(Protocol):
         """A path for a temporary index file (GIT_INDEX_FILE), removed when the block ends."""
         ...
 
+    def scratch_objects(self, workspace: str) -> contextlib.AbstractContextManager[dict[str, str]]:
+        """Environment variables for git that write new objects to a temporary object directory
+        (the repository's objects read as alternates), removed when the block ends."""
+        ...
+
+    def strangers(self, workspace: str) -> list[str]:
+        """Workspace paths of git control structures (`.git` entries, repository look-alikes) that
+        are not known as the person's: git must not look at a tree holding them."""
+        ...
+
+    def persons(self, workspace: str, path: str) -> bool:
+        """Whether the `.git` entry at workspace path `path` is known as the person's."""
+        ...
+
     def identity(self, workspace: str) -> tuple[str, str]:
         """(name, email) for commits Warden makes for the person: the repository's user.name and
         user.email, else the person's ~/.gitconfig's (read as files, no include), else the login."""

@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from warden.interfaces.cli.main import Context
-from warden.interfaces.cli.output import Output, printable, table
+from warden.interfaces.cli.output import Output, margined, printable, table
 
 if TYPE_CHECKING:
     from warden.core.approvals import ApprovalRecord
@@ -79,8 +79,13 @@ def _diff(ctx: Context, record: ApprovalRecord) -> str | None:
             proposal = None
         if proposal is None or proposal.commit != record.detail.get("commit"):
             return "  (the proposal is gone or was staged again: approving it pushes nothing)"
+        # The whole message that would be pushed, every line escaped behind a margin: no second
+        # paragraph, trailer look-alike or escape sequence of a bot's stays out of sight.
+        head = [f"  proposal {proposal.id} for {printable(proposal.branch)}, commit {proposal.commit}"
+                + (" (stale: made on an older HEAD, approving it will fail)" if proposal.stale else ""),
+                "  message:", *margined(proposal.message)]
         text = proposal.diff or "\n".join(f"{status} {path}" for status, path in proposal.files)
-        return "\n".join(printable(line) for line in [f"  {proposal.message}", *text.splitlines()])
+        return "\n".join([*head, *(printable(line) for line in text.split("\n"))])
     if record.op != "write":
         return None
     shown = printable(record.path)

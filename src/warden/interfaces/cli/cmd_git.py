@@ -11,7 +11,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from warden.interfaces.cli.main import Context
-from warden.interfaces.cli.output import Output, printable, table
+from warden.interfaces.cli.output import Output, margined, printable, table
 
 if TYPE_CHECKING:
     from warden.services.git import GitService
@@ -47,14 +47,16 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     o.add_argument("-m", "--message", required=True, help="the commit message")
     o.set_defaults(handler=_stage)
 
-    o = ops.add_parser("staged", parents=[common], help="the proposals waiting")
+    o = ops.add_parser("staged", parents=[common], help="the proposals waiting; with an id, one in full")
+    o.add_argument("id", nargs="?", help="a proposal: its whole message, files and diff")
     o.set_defaults(handler=_staged)
 
     o = ops.add_parser("push", parents=[common, cred], help="push a proposal (fast-forward only)")
     o.add_argument("id", nargs="?", help="the proposal (default: the only one waiting)")
     o.set_defaults(handler=_push)
 
-    o = ops.add_parser("discard", parents=[common], help="drop a proposal and restore its files to HEAD")
+    o = ops.add_parser("discard", parents=[common],
+                       help="drop a proposal and restore its files to HEAD (not those another proposal carries)")
     o.add_argument("id", help="the proposal")
     o.set_defaults(handler=_discard)
 
@@ -99,32 +101,58 @@ def _pull(ctx: Context, args: argparse.Namespace) -> Output:
 
 def _stage(ctx: Context, args: argparse.Namespace) -> Output:
     p = _git(ctx).stage(args.name, args.message)
-    head = f"proposal {p.id} on {printable(p.branch)} ({len(p.files)} files): {printable(p.message.splitlines()[0])}"
+    head = f"proposal {p.id} on {printable(p.branch)} ({len(p.files)} files): {printable(p.subject)}"
     return Output(p.to_json(), f"{head}\n\n{(p.diff or '').rstrip()}\n\n"
                                 f"push it with `warden git {args.name} push {p.id}`")
 
 
 def _staged(ctx: Context, args: argparse.Namespace) -> Output:
-    proposals = [p.to_json() for p in _git(ctx).staged(args.name)]
-    return Output(proposals, render=lambda d: table(
-        ["Id", "Branch", "Files", "By", "Created", "Message"],
-        [[p["id"], p["branch"], len(p["files"]), p["actor"], p["created"][:19],
-          (p["message"].splitlines() or [""])[0]] for p in d]) if d else "no proposals waiting")
+    if args.id:
+        return _proposal(ctx, args)
+    proposals = _git(ctx).staged(args.name)
+    # The first line of each message, escaped, and how many more it has: the whole message is
+    # one `staged ID` away (a bot's second paragraph is never out of sight).
+    rows = [[p.id + (" (stale)" if p.stale else ""), p.branch, len(p.files), p.actor, p.created[:19], p.subject]
+            for p in proposals]  # table() escapes every cell
+    text = table(["Id", "Branch", "Files", "By", "Created", "Message"], rows) if rows else "no proposals waiting"
+    if any(p.stale for p in proposals):
+        text += (f"\nstale: made on an older HEAD, they cannot be pushed; `warden git {args.name} discard ID` "
+                 "drops one without touching the working tree")
+    return Output([p.to_json() for p in proposals], text)
+
+
+def _proposal(ctx: Context, args: argparse.Namespace) -> Output:
+    """One proposal in full: every line of its message (escaped), its files and its diff."""
+    p = _git(ctx).proposal(args.name, args.id)
+    lines = [f"proposal {p.id} on {printable(p.branch)} by {printable(p.actor)}, {p.created[:19]}"
+             + (" (stale: made on an older HEAD)" if p.stale else ""),
+             f"commit {p.commit}", "message:", *margined(p.message), "files:",
+             *(f"  {status} {printable(path)}" for status, path in p.files), "",
+             *(printable(line) for line in (p.diff or "").rstrip("\n").split("\n"))]
+    return Output(p.to_json(), "\n".join(lines))
+
 
 
 def _push(ctx: Context, args: argparse.Namespace) -> Output:
     result = _git(ctx).push(args.name, args.id, credential=args.credential, username=args.username)
     return Output(result.to_json(), render=lambda d: (
-        f"pushed {d['id']} as {d['commit'][:12]} to {d['remote']}/{d['branch']}"))
+        f"pushed {d['id']} as {d['commit'][:12]} to {d['remote']}/{d['branch']}"
+        + (f"; now stale (made on the old HEAD): {', '.join(d['stale'])}" if d["stale"] else "")))
 
 
 def _discard(ctx: Context, args: argparse.Namespace) -> Output:
     result = _git(ctx).discard(args.name, args.id)
 
     def render(d: dict[str, Any]) -> str:
+        if d["stale"]:
+            return (f"discarded {d['id']}, made on an older HEAD: the working tree was left as it is "
+                    f"(the commit stays under {d['ref']})")
         text = f"discarded {d['id']}; restored {len(d['restored'])} file(s) to HEAD"
         if d["kept"]:
             text += f"; kept {len(d['kept'])} changed since staging: " + ", ".join(d["kept"][:10])
+        if d["shared"]:
+            text += (f"; left {len(d['shared'])} that another waiting proposal carries as it is: "
+                     + ", ".join(d["shared"][:10]))
         return text + f" (the commit stays under {d['ref']})"
 
     return Output(result.to_json(), render=render)

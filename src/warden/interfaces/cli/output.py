@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Output", "human_size", "printable", "table", "terminal_columns"]
+__all__ = ["Output", "human_size", "margined", "printable", "table", "terminal_columns"]
 
 _GAP = 2  # spaces between columns
 _NARROWEST = 8  # a squeezed column keeps at least this many characters a line
@@ -37,6 +37,12 @@ _ESCAPES_BUT_LINES = {c: v for c, v in _ESCAPES.items() if c != ord("\n")}
 def printable(value: str) -> str:
     """`value` with control characters shown escaped (`\\n`, `\\x1b`): one safe line for a terminal."""
     return value.translate(_ESCAPES)
+
+
+def margined(text: str) -> list[str]:
+    """Text someone else wrote (a bot's commit message), for a reviewer: every line escaped,
+    behind a margin that no line of it can fake."""
+    return [f"  | {printable(line)}" for line in text.split("\n")]
 
 
 def _printable_data(value: Any) -> Any:

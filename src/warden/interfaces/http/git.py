@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from warden.core.errors import NotFound
+from warden.core.errors import Conflict, NotFound
 from warden.interfaces.http.calls import Call, threaded
 from warden.interfaces.http.models import ApprovalBody, ApprovalView
 from warden.interfaces.http.routes import Token, WorkspaceName, token_of
@@ -70,6 +70,7 @@ class ProposalBody(BaseModel):
     created: str
     files: list[GitFile]
     diff: str | None = None
+    stale: bool = Field(False, description="made on an older HEAD: it cannot be pushed (stage again)")
 
 
 def router(app: App) -> APIRouter:
@@ -132,6 +133,9 @@ def router(app: App) -> APIRouter:
                 raise NotFound(f"no proposal {body.proposal} waiting in {name}; see GET …/git/staged" if body.proposal
                                else f"{len(proposals)} proposals wait in {name}: name the one to push")
             proposal = proposals[wanted]
+            if proposal.stale:
+                raise Conflict(f"proposal {wanted} was made on an older HEAD (a pull or another push since) and "
+                               "cannot be pushed: stage again")
             record = app.approvals.ask(principal, name, "git.push", wanted, zone=None, rule="git.push needs a person",
                                        detail={"proposal": wanted, "commit": proposal.commit,
                                                "branch": proposal.branch, "message": proposal.message})
