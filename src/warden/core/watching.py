@@ -25,7 +25,26 @@ from warden.core.changes import (
 )
 
 __all__ = ["BATCH_LIMIT", "DEBOUNCE_S", "IGNORED_NAMES", "MAX_BATCH_WAIT_S", "RUN_PATHS", "Batch", "Change",
-           "ChangeKind", "Coalescer", "batch_of", "ignored", "ignored_name", "run_summary", "shown_path"]
+           "ChangeKind", "Coalescer", "Notice", "batch_of", "ignored", "ignored_name", "run_summary", "shown_path"]
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something a watcher should know (a folder left unwatched: its changes are missed).
+
+    `path` (workspace-relative) is the folder it names, so a holder that may not see that folder
+    is never told of it (services.watching filters notices as it filters changes); None when the
+    message names no path.
+    """
+
+    message: str
+    path: str | None = None
+
+    def to_json(self) -> dict[str, str]:
+        return {"message": shown_path(self.message)}
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclass(frozen=True)

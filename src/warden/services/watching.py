@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from warden.core.policy import WorkspacePolicy
     from warden.core.ports import ChangeFeed, FileWatcher
     from warden.core.settings import Settings
-    from warden.core.watching import Batch
+    from warden.core.watching import Batch, Notice
     from warden.services.files import FileService
     from warden.services.workspaces import WorkspaceService
 
@@ -68,11 +68,22 @@ class Watch:
         self._clock = clock
         self._checked = clock()
         self.ended: str | None = None  # why no batch follows: "gone", "archived", …, "closed"
+        self._told = 0  # the feed's notes handed out by `fresh_notes` so far
 
     @property
-    def notes(self) -> list[str]:
-        """Folders left unwatched and why (fs.inotify.max_user_watches), to tell the watcher."""
-        return list(self._feed.notes)
+    def notes(self) -> list[Notice]:
+        """Folders left unwatched and why (limits), to tell the watcher: like changes, only
+        those naming a path the holder may see (or none)."""
+        return [note for note in self._feed.notes if self._may_see(note)]
+
+    def fresh_notes(self) -> list[Notice]:
+        """The notes that came since the last call (the holder's view, as `notes`)."""
+        notes = list(self._feed.notes)
+        fresh, self._told = notes[self._told:], len(notes)
+        return [note for note in fresh if self._may_see(note)]
+
+    def _may_see(self, note: Notice) -> bool:
+        return note.path is None or self._shown is None or self._shown(note.path)
 
     def next(self, timeout: float | None = None) -> Batch | None:
         """The next batch, or None after `timeout` seconds without one (or once `ended`)."""
