@@ -189,8 +189,8 @@ def test_tokens_a_bot_minted_for_others_share_its_exec_slots(tmp_path: Path, ini
 
         minted = {}
         for bot in ("b", "c"):  # the minter keeps the tokens it mints for b and c
-            response = httpx.post(f"{base}/grants", json={"bot": bot, "permissions": ["read", "execute"], "zones": ["*"]},
-                                  headers=as_(minter), timeout=30)
+            body = {"bot": bot, "permissions": ["read", "execute"], "zones": ["*"]}
+            response = httpx.post(f"{base}/grants", json=body, headers=as_(minter), timeout=30)
             assert response.status_code == 201, response.text
             minted[bot] = response.json()["token"]
 

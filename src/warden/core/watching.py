@@ -25,7 +25,8 @@ from warden.core.changes import (
 )
 
 __all__ = ["BATCH_LIMIT", "DEBOUNCE_S", "IGNORED_NAMES", "MAX_BATCH_WAIT_S", "RUN_PATHS", "Batch", "Change",
-           "ChangeKind", "Coalescer", "Notice", "batch_of", "ignored", "ignored_name", "run_summary", "shown_path"]
+           "ChangeKind", "Coalescer", "Notice", "batch_of", "ignored", "ignored_name", "merged", "run_summary",
+           "shown_path"]
 
 
 @dataclass(frozen=True)
@@ -107,3 +108,13 @@ def batch_of(folded: Coalescer, at: str) -> Batch | None:
         return None
     changes = tuple(Change(kind, path) for path, kind in folded.items())
     return Batch(changes, at, len(changes) + folded.extra, folded.overflow)
+
+
+def merged(first: Batch, then: Batch, limit: int) -> Batch:
+    """Two batches as one (for a reader that fell behind), listing at most `limit` changes.
+
+    Changes are not folded across the two (a path may be listed twice); `count` adds up.
+    """
+    room = max(0, limit - len(first.changes))
+    return Batch(first.changes + then.changes[:room], then.at, first.count + then.count,
+                 first.overflow or then.overflow or len(then.changes) > room)
