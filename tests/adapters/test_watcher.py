@@ -204,7 +204,7 @@ def test_a_rename_storm_costs_about_one_walk_not_one_per_rename(ws: Path) -> Non
         # The old watcher walked the 2,000 folders once per rename: ~500 walks.
         assert spent < 4 * walk + 0.3, (spent, walk)
         # And what is there is watched again: a change deep inside is seen.
-        assert _watches(feed) == 2 + folders
+        assert _watches(feed) == 2 + folders == feed.watched == feed._budget.used
         (ws / "d" / "7" / "42" / "deep.txt").write_text("x")
         later = feed.next(5)
         assert later is not None and [c.path for c in later.changes] == ["/d/7/42/deep.txt"]

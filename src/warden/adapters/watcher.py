@@ -95,9 +95,9 @@ class WatchBudget:
         self.used = 0
         self._lock = threading.Lock()
 
-    def take(self) -> bool:
+    def take(self, *, force: bool = False) -> bool:
         with self._lock:
-            if self.used >= self.total:
+            if self.used >= self.total and not force:
                 return False
             self.used += 1
             return True
@@ -226,20 +226,26 @@ class InotifyFeed:
 
     def _watch(self, fd: int, path: str) -> bool:
         """Watch folder `fd` as `path`; False when it is not watched (a limit)."""
-        if len(self._folders) >= self.max_folders:
-            self._unwatched(path, f"this watch holds {self.max_folders} folders already (watch.max_folders)")
-            return False
-        if not self._budget.take():
-            self._unwatched(path, f"this process watches {self._budget.total} folders already "
-                                  "(api.max_watched_folders)")
-            return False
+        known = path in self._folders.path_wd  # watched already (walked again): no new place
+        if not known:
+            if len(self._folders) >= self.max_folders:
+                self._unwatched(path, f"this watch holds {self.max_folders} folders already (watch.max_folders)")
+                return False
+            if not self._budget.take():
+                self._unwatched(path, f"this process watches {self._budget.total} folders already "
+                                      "(api.max_watched_folders)")
+                return False
         wd = disk_usage.add_watch(self._notify, fd, _MASK)
         if wd < 0:
-            self._budget.give()
+            if not known:
+                self._budget.give()
             self._unwatched(path, os.strerror(-wd))
             return False
-        if not self._folders.add(path, wd):
-            self._budget.give()  # a watch held already: it cost nothing new
+        new = self._folders.add(path, wd)
+        if known and new:
+            self._budget.take(force=True)  # another folder at a known path: the old one's watch goes soon
+        elif not known and not new:
+            self._budget.give()  # a watch held already (the same folder, moved): it cost nothing new
         return True
 
     def _queue(self, path: str, *, report: bool) -> None:

@@ -53,6 +53,8 @@ def _watch(ctx: Context, args: argparse.Namespace) -> Output:
             if left is not None and left <= 0:
                 break
             batch = watch.next(left)
+            for note in watch.fresh_notes():  # folders left unwatched meanwhile (limits)
+                sys.stderr.write(f"warden: {printable(note.message)}\n")
             if batch is None:
                 if watch.ended is not None:
                     break
