@@ -316,6 +316,42 @@ def test_a_rename_storm_costs_the_server_about_one_walk_and_the_stream_ends_on_t
     assert _server_cpu(world.server) - cpu < 0.2
 
 
+_RENAMER = """
+import os, sys, time
+os.chdir(sys.argv[1])
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    os.rename("d", "e"); os.rename("e", "d")
+"""
+
+
+def test_a_disconnect_stops_the_servers_work_while_the_storm_goes_on(world: World) -> None:
+    folder = world.folder("storm")
+    for i in range(20):
+        for j in range(100):
+            (folder / "d" / str(i) / str(j)).mkdir(parents=True, exist_ok=True)
+    wait_until(lambda: _server_watches(world.server) == 0, timeout=10)
+    renamer = None
+    try:
+        with world.stream("stormer", "storm") as response:
+            events = _sse(response.iter_lines())
+            assert next(events) == ("comment", "watching")
+            renamer = subprocess.Popen([sys.executable, "-c", _RENAMER, str(folder), "10"])
+            assert next(kind for kind, _ in events if kind != "comment") == "change"  # the server works on it
+        left = time.monotonic()  # the client went, the storm goes on
+        wait_until(lambda: _server_watches(world.server) == 0, timeout=3)
+        assert time.monotonic() - left < 2
+        time.sleep(0.3)
+        cpu = _server_cpu(world.server)
+        time.sleep(1)
+        assert renamer.poll() is None  # still renaming: yet the server does nothing about it
+        assert _server_cpu(world.server) - cpu < 0.2
+    finally:
+        if renamer is not None:
+            renamer.kill()
+            renamer.wait()
+
+
 def test_streams_of_one_workspace_share_its_watches(world: World) -> None:
     folder = world.folder("storm")
     for i in range(5):
