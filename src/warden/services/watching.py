@@ -212,7 +212,7 @@ class _Subscription:
 
     @property
     def gone(self) -> bool:
-        return self._shared.gone
+        return self._shared.gone and not self._batches  # what came before it went is handed out first
 
     @property
     def notes(self) -> list[Notice]:
