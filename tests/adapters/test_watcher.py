@@ -3,7 +3,10 @@
 One debounced burst is one batch (shown by order and count, not by a clock: the next call finds
 nothing more); ignored folders are never watched; a link in the workspace is never followed,
 neither one there at the start nor one made later; the feed ends when the folder goes, wakes
-when closed from another thread, and lists at most `limit` paths a batch.
+when closed from another thread, and lists at most `limit` paths a batch. And what a bot can make
+the host do is bounded: a rename storm costs about one walk (CPU time measured against a walk of
+the same tree), `next` keeps its timeout and `close` within a slice while the storm goes on, and a
+feed watches at most `max_folders` folders, all feeds of a watcher at most `max_total`.
 """
 
 from __future__ import annotations

@@ -4,6 +4,12 @@ serve`, the SDK's `ws.files.watch()`, and the change summary in a run's audit ev
 Batches are shown by order and count: a stream (or the CLI) is known to be watching from what it
 sent first (the SSE comment `: watching`, the CLI's "watching" line), and only then are files
 written; a burst of 50 quick writes is then the first event, whole.
+
+A bot's attacks are made for real, at a modest size (2,000 folders): a rename storm costs the
+server's CPU about what one stream over the same tree costs (measured from /proc/PID/stat in the
+same test), the stream ends on its timeout, a client leaving mid-storm leaves no watch and no
+work behind, streams of one workspace share its watches, and notices name no path the bot may
+not see.
 """
 
 from __future__ import annotations
