@@ -27,10 +27,11 @@ folder of 5,000 folders back and forth 500 times in 0.1 s once cost the server a
   wait; a batch ends at the latest at `max_wait_s` (or the caller's deadline) with what it has;
 - folders to walk are queued (each path once), not walked per event, and walking may take at most
   WALK_SHARE of the time on average (a bucket of WALK_BURST_S): renaming a folder back and forth
-  costs one walk per slice at most, not one per rename;
+  costs about one walk, not one per rename (bench/watch.py --storm);
 - when the kernel dropped events or too many folders wait, the queue is replaced by one walk from
   the root ("rescan"), at most one every RESCAN_GAP_S, and the batch says `overflow`;
-- a folder moved away forgets its watches through an index of the watched tree: O(that subtree).
+- a folder moved away forgets its watches through an index of the watched tree (adapters/
+  watched_folders.py): O(that subtree).
 
 The feed has no thread of its own: `next` waits in the caller's thread (poll(2) on the inotify
 descriptor and a wake pipe), and `close` from any other thread wakes it; whichever of them comes
@@ -49,9 +50,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from warden.adapters import disk_usage
+from warden.adapters.watched_folders import WatchBudget, WatchedFolders
 from warden.core.watching import Batch, ChangeKind, Coalescer, Notice, batch_of, ignored_name
 
-__all__ = ["MAX_FOLDERS", "MAX_TOTAL", "InotifyFeed", "InotifyWatcher", "WatchBudget"]
+__all__ = ["MAX_FOLDERS", "MAX_TOTAL", "InotifyFeed", "InotifyWatcher"]
 
 _IN_MODIFY = 0x2
 _IN_CLOSE_WRITE = 0x8
@@ -83,92 +85,6 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _parent(path: str) -> str:
-    return path.rpartition("/")[0]
-
-
-class WatchBudget:
-    """inotify watches that all feeds of one watcher may hold together (thread-safe)."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.used = 0
-        self._lock = threading.Lock()
-
-    def take(self, *, force: bool = False) -> bool:
-        with self._lock:
-            if self.used >= self.total and not force:
-                return False
-            self.used += 1
-            return True
-
-    def give(self, count: int = 1) -> None:
-        with self._lock:
-            self.used -= count
-
-
-class _Folders:
-    """The watched folders, by watch descriptor, by path and as a tree (parent → children), so a
-    subtree is forgotten in O(its size)."""
-
-    def __init__(self) -> None:
-        self.wd_path: dict[int, str] = {}
-        self.path_wd: dict[str, int] = {}
-        self._children: dict[str, set[str]] = {}
-
-    def __len__(self) -> int:
-        return len(self.wd_path)
-
-    def get(self, wd: int) -> str | None:
-        return self.wd_path.get(wd)
-
-    def add(self, path: str, wd: int) -> bool:
-        """Record watch `wd` as folder `path`; False when `wd` was held already (the same folder,
-        maybe moved: it answers to its new path now)."""
-        old = self.wd_path.get(wd)
-        if old is not None and old != path and self.path_wd.get(old) == wd:
-            del self.path_wd[old]
-            self._unlink(old)
-        self.wd_path[wd] = path
-        self.path_wd[path] = wd
-        if path:
-            self._children.setdefault(_parent(path), set()).add(path)
-        return old is None
-
-    def drop(self, wd: int) -> str | None:
-        """Forget watch `wd` (the kernel removed it); the path it had."""
-        path = self.wd_path.pop(wd, None)
-        if path is not None and self.path_wd.get(path) == wd:
-            del self.path_wd[path]
-            self._unlink(path)
-        return path
-
-    def pop_subtree(self, path: str) -> list[int]:
-        """Forget `path` and every watched folder below it; their watch descriptors."""
-        self._unlink(path)
-        stack, out = [path], []
-        while stack:
-            here = stack.pop()
-            wd = self.path_wd.pop(here, None)
-            if wd is not None and self.wd_path.get(wd) == here:
-                del self.wd_path[wd]
-                out.append(wd)
-            stack.extend(self._children.pop(here, ()))
-        return out
-
-    def clear(self) -> None:
-        self.wd_path.clear()
-        self.path_wd.clear()
-        self._children.clear()
-
-    def _unlink(self, path: str) -> None:
-        siblings = self._children.get(_parent(path))
-        if siblings is not None:
-            siblings.discard(path)
-            if not siblings:
-                del self._children[_parent(path)]
-
-
 class InotifyFeed:
     """One watched folder's batches (core/ports/watch.py ChangeFeed)."""
 
@@ -183,7 +99,7 @@ class InotifyFeed:
         self.partial = False  # some folders are not watched (limits): their changes are missed
         self.notes: list[Notice] = []  # what is not watched, and why
         self._more_noted = False
-        self._folders = _Folders()
+        self._folders = WatchedFolders()
         # Folders still to walk (a stack; each path once), and whether to report what they hold.
         self._todo: list[tuple[str, bool]] = []
         self._queued: set[str] = set()
