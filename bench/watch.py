@@ -18,6 +18,8 @@ summary in its audit event and with it patched out, taking turns (same machine l
 And why the baseline is not what Warden runs: how many folders each watches for a workspace
 holding a link to a folder outside it (watchfiles follows the link). `--flood N`: a bot making N
 files at once, and what the watcher's memory does meanwhile (bounded: batches keep 1000 paths).
+`--storm N` (`--storm-only`): a folder of N folders renamed back and forth 500 times at once, and
+the CPU the feed spends on it against one walk of the tree.
 """
 
 from __future__ import annotations
@@ -242,6 +244,39 @@ def _flood(n: int, tmp: str) -> str:
             f"upper bound past each batch's 1000 paths); the watcher's peak memory grew {grew:.1f} MiB")
 
 
+def _storm(folders: int, tmp: str, renames: int = 500) -> str:
+    """A bot's rename storm: `folders` folders under d/, then d↔e renamed `renames` times at once.
+    The feed's CPU time (this thread) until it is quiet again, against one walk of the tree;
+    and how late a `next(0.5)` returned at worst (the caller's timeout honoured)."""
+    from warden.adapters.watcher import InotifyWatcher
+
+    root = Path(tmp) / "storm"
+    outer = max(1, folders // 100)
+    for i in range(outer):
+        for j in range(100):
+            (root / "d" / str(i) / str(j)).mkdir(parents=True)
+    cpu = time.thread_time()
+    feed = InotifyWatcher().watch(str(root), debounce_s=0.1, max_wait_s=1.0, limit=1000)
+    walk = time.thread_time() - cpu
+    with feed:
+        start = time.monotonic()
+        for _ in range(renames // 2):
+            (root / "d").rename(root / "e")
+            (root / "e").rename(root / "d")
+        made = time.monotonic() - start
+        cpu, start, late, calls = time.thread_time(), time.monotonic(), 0.0, 0
+        while True:
+            began = time.monotonic()
+            batch = feed.next(0.5)
+            late, calls = max(late, time.monotonic() - began - 0.5), calls + 1
+            if batch is None and calls > 1:
+                break
+        spent, took = time.thread_time() - cpu, time.monotonic() - start - 0.5
+    return (f"a rename storm ({renames} renames of a folder of {outer * 100 + outer} folders in {made * 1000:.0f} ms): "
+            f"the feed spent {spent * 1000:.0f} ms of CPU over {took:.2f} s (one walk of the tree: "
+            f"{walk * 1000:.0f} ms); next(0.5) returned at most {late * 1000:.0f} ms late")
+
+
 def _row(name: str, times: list[float]) -> str:
     ordered = sorted(times)
     p95 = ordered[max(0, int(len(ordered) * 0.95) - 1)]
@@ -253,6 +288,9 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=50)
     parser.add_argument("--flood", type=int, default=0, metavar="FILES",
                         help="also make this many files at once and report the watcher's memory")
+    parser.add_argument("--storm", type=int, default=0, metavar="FOLDERS",
+                        help="also rename a folder of this many folders back and forth 500 times: the CPU it costs")
+    parser.add_argument("--storm-only", action="store_true", help="only the --storm measurement")
     args = parser.parse_args()
     n = args.n
     compileall.compile_dir(str(REPO / "src" / "warden"), quiet=1)
@@ -262,6 +300,10 @@ def main() -> None:
     script = Path(sys.executable).with_name("warden")
     entry = [str(script)] if script.exists() else [sys.executable, "-m", "warden"]
     rows: list[tuple[str, list[float]]] = []
+    if args.storm_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(_storm(args.storm or 5000, tmp))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         home, env = bench_home(tmp)
         env = {**env, "WARDEN_DAEMON": "0"}
@@ -298,6 +340,8 @@ def main() -> None:
         print(f"\nfolders watched for a workspace of 3 with a link to 21 outside: watchfiles {theirs}, Warden {ours}")
         if args.flood:
             print(_flood(args.flood, tmp))
+        if args.storm:
+            print(_storm(args.storm, tmp))
     print("(latencies include the 100 ms of quiet that ends a burst; watchfiles needs a second 100 ms step "
           "to see the quiet)")
 

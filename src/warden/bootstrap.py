@@ -486,7 +486,9 @@ class App:
         from warden.adapters.watcher import InotifyWatcher
         from warden.services.watching import WatchService, WatchSettings
 
-        return WatchService(workspaces=self.workspaces, watcher=InotifyWatcher(),
+        watcher = InotifyWatcher(max_folders=self.settings.get_int("watch.max_folders"),
+                                 max_total=self.settings.get_int("api.max_watched_folders"))
+        return WatchService(workspaces=self.workspaces, watcher=watcher,
                             settings=WatchSettings.from_settings(self.settings))
 
     @cached_property

@@ -3,19 +3,25 @@
 One debounced burst is one batch (shown by order and count, not by a clock: the next call finds
 nothing more); ignored folders are never watched; a link in the workspace is never followed,
 neither one there at the start nor one made later; the feed ends when the folder goes, wakes
-when closed from another thread, and lists at most `limit` paths a batch.
+when closed from another thread, and lists at most `limit` paths a batch. And what a bot can make
+the host do is bounded: a rename storm costs about one walk (CPU time measured against a walk of
+the same tree), `next` keeps its timeout and `close` within a slice while the storm goes on, and a
+feed watches at most `max_folders` folders, all feeds of a watcher at most `max_total`.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.waiting import wait_until
 from warden.adapters.watcher import InotifyFeed, InotifyWatcher
 
 
@@ -158,3 +164,99 @@ def test_when_the_kernel_drops_events_the_batch_says_so_and_new_folders_are_stil
             later = feed.next(1)
             seen += [c.path for c in later.changes] if later is not None else []
         assert "/made-in-the-flood/after" in seen
+
+
+# -- what a bot can make the host do -------------------------------------------------------------
+
+def _tree(root: Path, outer: int = 20, inner: int = 100) -> int:
+    """`root/d/I/J`: outer × inner folders (a bot's `mkdir -p d/{0..19}/{0..99}`); how many in all."""
+    for i in range(outer):
+        for j in range(inner):
+            (root / "d" / str(i) / str(j)).mkdir(parents=True)
+    return 1 + outer + outer * inner
+
+
+_RENAMER = """
+import os, sys, time
+os.chdir(sys.argv[1])
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    os.rename("d", "e"); os.rename("e", "d")
+"""
+
+
+def test_a_rename_storm_costs_about_one_walk_not_one_per_rename(ws: Path) -> None:
+    folders = _tree(ws)
+    start = time.thread_time()
+    feed = _feed(ws)
+    walk = time.thread_time() - start  # the baseline: one walk of the whole tree, in this thread
+    with feed:
+        assert _watches(feed) == 2 + folders
+        for _ in range(250):  # 500 renames, back where it started: the bot's storm, in ~10 ms
+            (ws / "d").rename(ws / "e")
+            (ws / "e").rename(ws / "d")
+        start, cpu, calls = time.monotonic(), time.thread_time(), 0
+        while time.monotonic() - start < 20:
+            began = time.monotonic()
+            batch = feed.next(0.5)
+            assert time.monotonic() - began < 0.5 + 1.2  # a slice past the caller's timeout at most
+            calls += 1
+            if batch is None and calls > 1:
+                break
+        spent = time.thread_time() - cpu
+        # The old watcher walked the 2,000 folders once per rename: ~500 walks.
+        assert spent < 4 * walk + 0.3, (spent, walk)
+        # And what is there is watched again: a change deep inside is seen.
+        assert _watches(feed) == 2 + folders == feed.watched == feed._budget.used
+        (ws / "d" / "7" / "42" / "deep.txt").write_text("x")
+        later = feed.next(5)
+        assert later is not None and [c.path for c in later.changes] == ["/d/7/42/deep.txt"]
+
+
+def test_a_sustained_storm_never_keeps_next_past_its_timeout_or_close(ws: Path) -> None:
+    _tree(ws, 10, 100)
+    feed = _feed(ws)
+    notify = feed._notify
+    renamer = subprocess.Popen([sys.executable, "-c", _RENAMER, str(ws), "8"])
+    try:
+        time.sleep(0.2)
+        began = time.monotonic()
+        feed.next(1.0)  # a batch (the storm never goes quiet) or None: either way, on time
+        assert time.monotonic() - began < 1.0 + 0.5
+        got: list[object] = []
+        waiter = threading.Thread(target=lambda: got.append(feed.next(None)))
+        waiter.start()
+        time.sleep(0.5)
+        closed = time.monotonic()
+        feed.close()
+        waiter.join(5)
+        assert not waiter.is_alive() and time.monotonic() - closed < 0.5
+        assert renamer.poll() is None  # the storm was still on: the feed stopped anyway
+    finally:
+        renamer.kill()
+        renamer.wait()
+    # Given back: no watch left on the (pooled) descriptor.
+    assert "inotify wd:" not in Path(f"/proc/self/fdinfo/{notify}").read_text()
+
+
+def test_a_feed_watches_at_most_max_folders_and_all_feeds_together_at_most_max_total(ws: Path) -> None:
+    for i in range(60):
+        (ws / "many" / f"f{i:02}").mkdir(parents=True)
+    watcher = InotifyWatcher(max_folders=40, max_total=70)
+    with watcher.watch(str(ws), debounce_s=0.1, max_wait_s=1.0, limit=1000) as first:
+        assert _watches(first) == 40 and first.partial
+        notes = [note.message for note in first.notes]
+        assert len(notes) == 21 and notes[-1].startswith("more folders are not watched")
+        assert all(note.path is not None and note.path.startswith("/many/f") for note in first.notes[:20])
+        assert "watch.max_folders" in notes[0]
+        with watcher.watch(str(ws), debounce_s=0.1, max_wait_s=1.0, limit=1000) as second:
+            assert _watches(second) == 30 and "api.max_watched_folders" in second.notes[0].message
+            assert watcher.budget.used == 70
+        assert watcher.budget.used == 40  # the second's watches are free again
+        # A folder moved out gives its watches back too (the tree index forgets the subtree).
+        # With room again, a walk from the root watches what was left out (src).
+        (ws / "many").rename(ws.parent / "away")
+        assert first.next(5) is not None
+        wait_until(lambda: first.next(0.2) is None and _watches(first) == 2, timeout=10)
+        assert watcher.budget.used == 2  # the workspace and src
+    assert watcher.budget.used == 0

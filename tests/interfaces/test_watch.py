@@ -4,6 +4,12 @@ serve`, the SDK's `ws.files.watch()`, and the change summary in a run's audit ev
 Batches are shown by order and count: a stream (or the CLI) is known to be watching from what it
 sent first (the SSE comment `: watching`, the CLI's "watching" line), and only then are files
 written; a burst of 50 quick writes is then the first event, whole.
+
+A bot's attacks are made for real, at a modest size (2,000 folders): a rename storm costs the
+server's CPU about what one stream over the same tree costs (measured from /proc/PID/stat in the
+same test), the stream ends on its timeout, a client leaving mid-storm leaves no watch and no
+work behind, streams of one workspace share its watches, and notices name no path the bot may
+not see.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,16 +55,17 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     home = root / "home"
     environ = {**warden_environ(home), "WARDEN_API_MAX_WATCHES_PER_BOT": str(MAX_WATCHES)}
     cli_out(environ, "init")
-    for name in ("shared", "other", "doomed"):
+    for name in ("shared", "other", "doomed", "storm"):
         cli_out(environ, "create", name, "--template", "minimal")
     tokens = {}
-    for bot in ("reader", "zoned", "runner", "stranger", "doomer"):
+    for bot in ("reader", "zoned", "runner", "stranger", "doomer", "stormer"):
         cli_out(environ, "bot", "register", bot)
     tokens["reader"] = cli_out(environ, "grant", "shared", "reader", "--permissions", "read")
     tokens["zoned"] = cli_out(environ, "grant", "shared", "zoned", "--permissions", "read", "--zones", "cache")
     tokens["runner"] = cli_out(environ, "grant", "shared", "runner", "--permissions", "execute")
     tokens["stranger"] = cli_out(environ, "grant", "other", "stranger", "--permissions", "read")
     tokens["doomer"] = cli_out(environ, "grant", "doomed", "doomer", "--permissions", "read")
+    tokens["stormer"] = cli_out(environ, "grant", "storm", "stormer", "--permissions", "read")
     with ServeProcess(environ, root) as server:
         yield World(home, environ, server, tokens)
 
@@ -76,18 +84,47 @@ def _sse(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
             kind = ""
 
 
-def _server_watches(server: ServeProcess) -> int:
-    """Folders watched by inotify in the server and its workers (fdinfo: one line per watch)."""
+def _server_pids(server: ServeProcess) -> list[int]:
+    """The server and its workers."""
     assert server.proc is not None
-    pids, count = [server.proc.pid], 0
+    pids, found = [server.proc.pid], []
     while pids:
         pid = pids.pop()
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            pids += [int(p) for p in (task / "children").read_text().split()]
+        found.append(pid)
+        with contextlib.suppress(OSError):  # a process gone meanwhile
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                pids += [int(p) for p in (task / "children").read_text().split()]
+    return found
+
+
+def _server_watches(server: ServeProcess) -> int:
+    """Folders watched by inotify in the server and its workers (fdinfo: one line per watch)."""
+    count = 0
+    for pid in _server_pids(server):
         for info in Path(f"/proc/{pid}/fdinfo").iterdir():
             with contextlib.suppress(OSError):  # a descriptor closed meanwhile
                 count += info.read_text().count("inotify wd:")
     return count
+
+
+def _server_inotify_fds(server: ServeProcess) -> int:
+    """inotify descriptors open in the server and its workers (watching or pooled, idle)."""
+    count = 0
+    for pid in _server_pids(server):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                count += os.readlink(fd) == "anon_inode:inotify"
+    return count
+
+
+def _server_cpu(server: ServeProcess) -> float:
+    """CPU seconds (user and system) the server and its workers used so far."""
+    total = 0
+    for pid in _server_pids(server):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime: proc(5) fields 14 and 15
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _write_burst(folder: Path, prefix: str, n: int = 50) -> list[str]:
@@ -246,6 +283,124 @@ def test_a_runs_audit_event_sums_up_what_it_changed(world: World) -> None:
     events = json.loads(cli_out(world.environ, "audit", "--json", "--limit", "10"))["data"]
     run = [e for e in events if e["action"] == "run"][-1]
     assert run["actor"].startswith("bot:runner") and run["detail"]["changes"]["paths"] == ["/via-http.txt"]
+
+
+def test_a_rename_storm_costs_the_server_about_one_walk_and_the_stream_ends_on_time(world: World) -> None:
+    # The bot's `mkdir -p d/{0..19}/{0..99}`: 2,000 folders (the attack had 5,000 and 20,000).
+    folder = world.folder("storm")
+    for i in range(20):
+        for j in range(100):
+            (folder / "d" / str(i) / str(j)).mkdir(parents=True)
+    wait_until(lambda: _server_watches(world.server) == 0, timeout=10)
+    fds = _server_inotify_fds(world.server)
+    # The baseline: a stream over the same tree while nothing changes (a walk, an idle second).
+    cpu = _server_cpu(world.server)
+    with world.stream("stormer", "storm", timeout=1) as response:
+        assert list(_sse(response.iter_lines()))[-1] == ("end", {"reason": "timeout"})
+    wait_until(lambda: _server_watches(world.server) == 0, timeout=10)
+    base = _server_cpu(world.server) - cpu
+    cpu = _server_cpu(world.server)
+    with world.stream("stormer", "storm", timeout=3) as response:
+        opened = time.monotonic()
+        events = _sse(response.iter_lines())
+        assert next(events) == ("comment", "watching")
+        for _ in range(250):  # 500 renames in ~10 ms; the old server walked 2,000 folders for each
+            (folder / "d").rename(folder / "e")
+            (folder / "e").rename(folder / "d")
+        seen = list(events)
+        took = time.monotonic() - opened
+    assert seen[-1] == ("end", {"reason": "timeout"}) and took < 3 + 2  # on time, storm or not
+    assert ("change", "/d") in [(k, c["path"]) for k, d in seen if k == "change" for c in d["changes"]]
+    # Given back on disconnect: no watch left, no inotify descriptor but the one kept pooled.
+    wait_until(lambda: _server_watches(world.server) == 0, timeout=5)
+    assert _server_inotify_fds(world.server) <= max(fds, 1)
+    spent = _server_cpu(world.server) - cpu
+    assert spent < 4 * base + 0.5, (spent, base)
+    # And nothing goes on working after the stream: the server idles.
+    cpu = _server_cpu(world.server)
+    time.sleep(1)
+    assert _server_cpu(world.server) - cpu < 0.2
+
+
+_RENAMER = """
+import os, sys, time
+os.chdir(sys.argv[1])
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    os.rename("d", "e"); os.rename("e", "d")
+"""
+
+
+def test_a_disconnect_stops_the_servers_work_while_the_storm_goes_on(world: World) -> None:
+    folder = world.folder("storm")
+    for i in range(20):
+        for j in range(100):
+            (folder / "d" / str(i) / str(j)).mkdir(parents=True, exist_ok=True)
+    wait_until(lambda: _server_watches(world.server) == 0, timeout=10)
+    renamer = None
+    try:
+        with world.stream("stormer", "storm") as response:
+            events = _sse(response.iter_lines())
+            assert next(events) == ("comment", "watching")
+            renamer = subprocess.Popen([sys.executable, "-c", _RENAMER, str(folder), "10"])
+            assert next(kind for kind, _ in events if kind != "comment") == "change"  # the server works on it
+        left = time.monotonic()  # the client went, the storm goes on
+        wait_until(lambda: _server_watches(world.server) == 0, timeout=3)
+        assert time.monotonic() - left < 2
+        time.sleep(0.3)
+        cpu = _server_cpu(world.server)
+        time.sleep(1)
+        assert renamer.poll() is None  # still renaming: yet the server does nothing about it
+        assert _server_cpu(world.server) - cpu < 0.2
+    finally:
+        if renamer is not None:
+            renamer.kill()
+            renamer.wait()
+
+
+def test_streams_of_one_workspace_share_its_watches(world: World) -> None:
+    folder = world.folder("storm")
+    for i in range(5):
+        (folder / "shared-tree" / str(i)).mkdir(parents=True, exist_ok=True)
+    wait_until(lambda: _server_watches(world.server) == 0, timeout=10)
+    with world.stream("stormer", "storm", timeout=20) as one:
+        first = _sse(one.iter_lines())
+        assert next(first) == ("comment", "watching")
+        alone = _server_watches(world.server)
+        assert alone > 5
+        with world.stream("stormer", "storm", timeout=20) as two:
+            second = _sse(two.iter_lines())
+            assert next(second) == ("comment", "watching")
+            assert _server_watches(world.server) == alone  # one feed, not one per stream
+            (folder / "shared-tree" / "both.txt").write_text("x")
+            for events in (first, second):
+                kind, data = next(events)
+                assert kind == "change" and [c["path"] for c in data["changes"]] == ["/shared-tree/both.txt"]
+        (folder / "shared-tree" / "one.txt").write_text("x")  # the first still watches
+        kind, data = next(first)
+        assert kind == "change" and [c["path"] for c in data["changes"]] == ["/shared-tree/one.txt"]
+    wait_until(lambda: _server_watches(world.server) == 0, timeout=10)
+
+
+def test_notices_name_only_what_the_bot_may_see(tmp_path: Path) -> None:
+    # A server whose watches hold 5 folders: the rest is noted, folder by folder.
+    home = tmp_path / "home"
+    environ = {**warden_environ(home), "WARDEN_WATCH_MAX_FOLDERS": "5"}
+    cli_out(environ, "init")
+    cli_out(environ, "create", "small", "--template", "minimal")
+    cli_out(environ, "bot", "register", "zoned")
+    token = cli_out(environ, "grant", "small", "zoned", "--permissions", "read", "--zones", "cache")
+    folder = home / "workspaces" / "small"
+    for i in range(10):
+        (folder / "cache" / f"c{i}").mkdir(parents=True)
+        (folder / "outside" / f"o{i}").mkdir(parents=True)
+    with ServeProcess(environ, tmp_path) as server, httpx.stream(
+            "GET", f"{server.url}/v1/workspaces/small/events", params={"timeout": 1}, timeout=30,
+            headers={"Authorization": f"Bearer {token}"}) as response:
+        seen = list(_sse(response.iter_lines()))
+    notices = [data["message"] for kind, data in seen if kind == "notice"]
+    assert notices and any(n.startswith("/cache") for n in notices), seen
+    assert not [n for n in notices if "/outside" in n], notices  # the zoned bot may not see /outside
 
 
 def test_no_watcher_outlives_the_tests(world: World) -> None:

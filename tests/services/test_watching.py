@@ -51,6 +51,41 @@ def test_batches_reach_the_watch_and_a_zoned_holder_sees_its_zone_only(world: tu
         assert zoned.next(0.2) is None  # nothing it may see: no batch at all
 
 
+def test_notices_are_filtered_like_changes_and_later_ones_come_once(world: tuple) -> None:  # type: ignore[type-arg]
+    from warden.core.watching import Notice
+
+    service, fake, _ = world
+    with service.open("w") as everything, service.open("w", shown=lambda p: p.startswith("/cache/")) as zoned:
+        (feed,) = fake.feeds  # one feed for both: shared
+        feed.notes += [Notice("/private/salary is not watched: no room", "/private/salary"),
+                       Notice("/cache/big is not watched: no room", "/cache/big"),
+                       Notice("more folders are not watched: no room")]
+        assert [n.message for n in zoned.notes] == ["/cache/big is not watched: no room",
+                                                    "more folders are not watched: no room"]
+        assert [n.path for n in zoned.fresh_notes()] == ["/cache/big", None]
+        assert zoned.fresh_notes() == []  # told once
+        feed.notes.append(Notice("/private/later is not watched: no room", "/private/later"))
+        assert zoned.fresh_notes() == []  # never a path the holder may not see
+        assert len(everything.notes) == 4  # a holder without a filter is told everything
+
+
+def test_watches_of_one_folder_share_one_feed_and_a_slow_one_gets_merged_batches(world: tuple) -> None:  # type: ignore[type-arg]
+    service, fake, _ = world
+    first, second = service.open("w"), service.open("w")
+    assert len(fake.feeds) == 1
+    for i in range(20):  # 20 batches nobody reads yet
+        fake.change("/ws/w", "added", f"/f{i}")
+        assert first.next(1) is not None
+    got = []
+    while (batch := second.next(0.1)) is not None:
+        got.append(batch)
+    assert len(got) <= watching._QUEUED and sum(b.count for b in got) == 20  # bounded, none lost
+    first.close()
+    assert len(fake.feeds) == 1  # the other still watches
+    second.close()
+    assert not fake.feeds
+
+
 def test_a_bot_holds_at_most_its_share_and_a_closed_watch_frees_it(world: tuple) -> None:  # type: ignore[type-arg]
     service, fake, _ = world
     first, second = service.open("w", holder="bot"), service.open("w", holder="bot")

@@ -24,7 +24,7 @@ from warden.core.limits import Limits
 from warden.core.live import RING_BYTES, Chunk, Exited, LiveProcess, LiveSandbox, Logs, StartedSandbox, Supervised
 from warden.core.quota import Quota, Usage
 from warden.core.runs import RunResult, SandboxRequest
-from warden.core.watching import Batch, Coalescer
+from warden.core.watching import Batch, Coalescer, Notice
 
 
 # -- workspace folders, layers, installs, health, quota, settings (services/folders.py and friends) --
@@ -1148,7 +1148,7 @@ class FakeFeed:
         self._cond = threading.Condition()
         self.gone = False
         self.closed = False
-        self.notes: list[str] = []
+        self.notes: list[Notice] = []
 
     def _push(self, kind: str, path: str) -> None:
         with self._cond:

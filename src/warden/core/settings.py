@@ -166,6 +166,13 @@ KEYS: dict[str, Setting] = {
                 "Change streams (GET …/events) open at once in one server process, all bots together "
                 "(each holds an inotify instance: fs.inotify.max_user_instances is often 128)",
                 minimum=1, maximum=4096),
+        Setting("api.max_watched_folders", "int", 40_000,
+                "Folders all change streams and `warden watch`es of one process watch together (each an "
+                "inotify watch: fs.inotify.max_user_watches is per user, and runs' quota watchers need some)",
+                minimum=1, maximum=10_000_000),
+        Setting("watch.max_folders", "int", 10_000,
+                "Folders one watch (GET …/events, `warden watch`) watches; past it the rest is not watched "
+                "and the watch says so (a notice)", minimum=1, maximum=10_000_000),
         Setting("api.max_watches_per_bot", "int", 4,
                 "Change streams (GET …/events) one bot may hold open at once in one server process",
                 minimum=1, maximum=1024),

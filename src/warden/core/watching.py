@@ -25,7 +25,27 @@ from warden.core.changes import (
 )
 
 __all__ = ["BATCH_LIMIT", "DEBOUNCE_S", "IGNORED_NAMES", "MAX_BATCH_WAIT_S", "RUN_PATHS", "Batch", "Change",
-           "ChangeKind", "Coalescer", "batch_of", "ignored", "ignored_name", "run_summary", "shown_path"]
+           "ChangeKind", "Coalescer", "Notice", "batch_of", "ignored", "ignored_name", "merged", "run_summary",
+           "shown_path"]
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something a watcher should know (a folder left unwatched: its changes are missed).
+
+    `path` (workspace-relative) is the folder it names, so a holder that may not see that folder
+    is never told of it (services.watching filters notices as it filters changes); None when the
+    message names no path.
+    """
+
+    message: str
+    path: str | None = None
+
+    def to_json(self) -> dict[str, str]:
+        return {"message": shown_path(self.message)}
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclass(frozen=True)
@@ -88,3 +108,13 @@ def batch_of(folded: Coalescer, at: str) -> Batch | None:
         return None
     changes = tuple(Change(kind, path) for path, kind in folded.items())
     return Batch(changes, at, len(changes) + folded.extra, folded.overflow)
+
+
+def merged(first: Batch, then: Batch, limit: int) -> Batch:
+    """Two batches as one (for a reader that fell behind), listing at most `limit` changes.
+
+    Changes are not folded across the two (a path may be listed twice); `count` adds up.
+    """
+    room = max(0, limit - len(first.changes))
+    return Batch(first.changes + then.changes[:room], then.at, first.count + then.count,
+                 first.overflow or then.overflow or len(then.changes) > room)

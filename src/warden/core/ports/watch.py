@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from warden.core.watching import Batch
+    from warden.core.watching import Batch, Notice
 
 __all__ = ["ChangeFeed", "FileWatcher"]
 
@@ -19,8 +19,9 @@ class ChangeFeed(Protocol):
         ...
 
     @property
-    def notes(self) -> list[str]:
-        """What could not be watched and why (inotify limits), for the person or bot watching."""
+    def notes(self) -> list[Notice]:
+        """What could not be watched and why (limits), for the person or bot watching; only ever
+        appended to, each naming the folder it is about (to filter by policy) or none."""
         ...
 
     def next(self, timeout: float | None) -> Batch | None:

@@ -45,14 +45,16 @@ def _watch(ctx: Context, args: argparse.Namespace) -> Output:
     with ctx.app.watching.open(args.name) as watch:
         # On stderr, --json or not: a script (or a test) knows from it that changes now count.
         sys.stderr.write(f"watching {printable(args.name)} (Ctrl-C stops)\n")
-        for note in watch.notes:
-            sys.stderr.write(f"warden: {printable(note)}\n")
+        for note in watch.fresh_notes():
+            sys.stderr.write(f"warden: {printable(note.message)}\n")
         sys.stderr.flush()
         while args.count is None or batches < args.count:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 break
             batch = watch.next(left)
+            for note in watch.fresh_notes():  # folders left unwatched meanwhile (limits)
+                sys.stderr.write(f"warden: {printable(note.message)}\n")
             if batch is None:
                 if watch.ended is not None:
                     break

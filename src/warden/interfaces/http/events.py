@@ -4,7 +4,8 @@ Needs `read` on the workspace; a bot is shown only the paths its file policy let
 grant limited to zones: those zones; never a denied path).
 Each debounced batch is one event, `event: change` with `data:` the batch's JSON (the objects
 `warden watch --json` prints: `{"changes": [{"change", "path"}], "at", "count"[, "overflow"]}`);
-`event: notice` (`{"message"}`) first for any folder inotify could not watch (its limits);
+`event: notice` (`{"message"}`) for a folder left unwatched (watch.max_folders, inotify's limits),
+filtered like changes (never naming a path the bot may not see);
 a comment line (`: keep-alive`) every HEARTBEAT_S so proxies keep the stream open; a last
 `event: end` (`data: {"reason": "gone"|"archived"|…|"timeout"}`) when the workspace folder goes
 or `?timeout=SECONDS` passed. The
@@ -48,8 +49,10 @@ def _event(kind: str, data: object) -> bytes:
 async def _events(watch: Watch, heartbeat_s: float, timeout: float | None,
                   limiter: anyio.CapacityLimiter | None) -> AsyncIterator[bytes]:
     yield b": watching\n\n"  # the headers go out now: the client knows the watch is on
-    for note in watch.notes:  # folders inotify could not watch (its limits): changes there are missed
-        yield _event("notice", {"message": note})
+    # Folders left unwatched (limits): changes there are missed. Only notes naming what the bot
+    # may see (or nothing) get here, and later ones follow the batch they came with.
+    for note in watch.fresh_notes():
+        yield _event("notice", note.to_json())
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         left = None if deadline is None else deadline - time.monotonic()
@@ -60,6 +63,8 @@ async def _events(watch: Watch, heartbeat_s: float, timeout: float | None,
         # wakes that thread, which then gives the descriptor back).
         wait = heartbeat_s if left is None else min(left, heartbeat_s)
         batch = await anyio.to_thread.run_sync(watch.next, wait, abandon_on_cancel=True, limiter=limiter)
+        for note in watch.fresh_notes():
+            yield _event("notice", note.to_json())
         if batch is not None:
             yield _event("change", batch.to_json())
         elif watch.ended is not None:
