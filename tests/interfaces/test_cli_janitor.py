@@ -24,3 +24,11 @@ def test_a_dry_run_then_a_pass(cli: Cli) -> None:
     assert done.code == 0 and "did destroy jan-tmp (expired since" in done.stdout
     assert cli("info", "jan-tmp").code == 4
     assert "nothing to do" in cli("janitor", "--once").stdout
+
+
+def test_doctor_shows_the_disk_alert(cli: Cli) -> None:
+    quiet = cli("doctor", "--json").json["data"]["checks"]
+    assert [c["ok"] for c in quiet if c["name"] == "disk"] == [True]
+    alert = cli("doctor", "--json", env={"WARDEN_CLEANUP_DISK_ALERT_PERCENT": "1"})
+    [disk] = [c for c in alert.json["data"]["checks"] if c["name"] == "disk"]
+    assert not disk["ok"] and not disk["required"] and "cleanup.disk_alert_percent" in disk["detail"]

@@ -18,6 +18,26 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=_doctor)
 
 
+def _disk_check(ctx: Context) -> Any:
+    """How full the disk of Warden's home is, against cleanup.disk_alert_percent (the janitor audits
+    the same alert); never required: a full disk refuses runs and writes on its own, saying so."""
+    import shutil
+
+    from warden.adapters.sandbox.doctor import Check
+
+    try:
+        limit = ctx.app.settings.get_int("cleanup.disk_alert_percent")
+        usage = shutil.disk_usage(ctx.app.home.root)
+    except (WardenError, OSError) as exc:
+        return Check("disk", False, f"cannot tell how full the home's disk is: {exc}", required=False)
+    used = round(100.0 * usage.used / usage.total, 1) if usage.total else 0.0
+    if used >= limit:
+        return Check("disk", False, f"the disk of Warden's home is {used}% full (alert at {limit}%, "
+                     "cleanup.disk_alert_percent)", "`warden janitor --dry-run` shows what a cleanup frees; "
+                     "`warden checkpoints NAME --drop ID` frees kept checkpoints", required=False)
+    return Check("disk", True, f"the disk of Warden's home is {used}% full (alert at {limit}%)", required=False)
+
+
 def _doctor(ctx: Context, args: argparse.Namespace) -> Output:
     from warden.adapters.sandbox.doctor import run_checks
 
@@ -26,6 +46,7 @@ def _doctor(ctx: Context, args: argparse.Namespace) -> Output:
     except WardenError:  # broken settings: the other checks still help
         root = None
     checks = run_checks(root)
+    checks.append(_disk_check(ctx))
     ok = all(c.ok for c in checks if c.required)
     data: dict[str, Any] = {"ok": ok, "checks": [c.to_json() for c in checks]}
     if args.fix:
