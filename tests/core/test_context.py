@@ -45,3 +45,26 @@ def test_a_typed_name_matches_exactly_then_by_prefix_then_by_part_and_never_gues
         match_workspace("notse", names)
     with pytest.raises(NotFound):
         match_workspace("scr", names, exact_only=True)
+
+
+def test_saved_states_never_keep_a_secret_and_read_back_only_what_was_written() -> None:
+    from warden.core.context import StateSnapshot, check_variables, export_blob, parse_blob, restore_lines
+
+    for name in ("API_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "SSH_KEY", "GITHUB_AUTH"):
+        with pytest.raises(InvalidInput, match="looks like a secret"):
+            check_variables([name])
+    with pytest.raises(InvalidInput, match="looks like a secret"):
+        check_variables(["OPENAI"], secrets=["OPENAI"])  # a Warden secret's own name
+    check_variables(["NODE_ENV", "PYTHON_VERSION", "KEYBOARD_LAYOUT"])
+    for bad in ({"label": "x", "created": "t", "cwd": "/a/../../etc"}, {"label": "../x", "created": "t"},
+                {"label": "x", "created": "t", "env": {"API_TOKEN": "v"}}, {"label": "x", "created": "t",
+                                                                           "env": {"A": "b\x00"}}):
+        with pytest.raises(InvalidInput):
+            StateSnapshot.from_json(bad)
+    snap = StateSnapshot("s", "t", "/src", {"A": "it's"})
+    assert restore_lines("/w", snap) == "cd /w/src\nexport A='it'\"'\"'s'"
+    assert restore_lines("/w", snap, "fish") == "cd /w/src\nset -gx A 'it'\"'\"'s'"
+    assert parse_blob(export_blob({"name": "n"}))["name"] == "n"
+    for junk in ("", "!!!", "e30=", "x" * 300_000):
+        with pytest.raises(InvalidInput):
+            parse_blob(junk)

@@ -108,3 +108,47 @@ def test_a_chosen_terminal_name_never_passes_for_a_shell_session(cli: Cli, home:
     assert cli("ws", "set", "ctx-beta", env={"WARDEN_TERMINAL": "sid123-456"}).code == 0
     files = {p.stem for p in (home / "terminals").glob("*.json")}
     assert "sid123-456" not in files and any(f.startswith("h") for f in files)
+
+
+def test_snapshot_restore_export_import_and_the_shell_functions(cli: Cli, home: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    made = cli("create", "ctx-state", "--template", "minimal", "--json")
+    root = Path(made.json["data"]["path"])
+    (root / "src").mkdir()
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/feature-auth\n")
+    term = {"WARDEN_TERMINAL": "stateful", "NODE_ENV": "development", "API_TOKEN": "hunter2"}
+    assert cli("@ctx-state", env=term).code == 0
+    env = {**cli.environ, **term}
+    saved = subprocess.run([sys.executable, "-m", "warden", "ws", "snapshot", "before", "--env", "NODE_ENV",
+                            "--json"], cwd=root / "src", env=env, capture_output=True, text=True, check=False)
+    assert saved.returncode == 0, saved.stderr
+    assert {k: v for k, v in __import__("json").loads(saved.stdout)["data"].items() if k != "created"} == {
+        "workspace": "ctx-state", "label": "before", "cwd": "/src", "env": {"NODE_ENV": "development"},
+        "git_branch": "feature-auth"}
+    secret = cli("ws", "snapshot", "--env", "API_TOKEN", env=term)
+    assert secret.code == 2 and "looks like a secret" in secret.stderr
+    lines = cli("ws", "restore", "before", env=term)
+    assert lines.code == 0 and lines.stdout.splitlines() == [f"cd {root}/src", "export NODE_ENV=development"]
+    # Through the shell functions: `warden cd` and `warden ws restore` act on this very shell.
+    script = ('eval "$(warden shell-init bash)"; cd /; warden cd; pwd; unset NODE_ENV; warden ws restore; pwd; '
+              'echo "env=$NODE_ENV"; echo "prompt=$(warden_ws)"')
+    bash = subprocess.run(["bash", "-c", script], env={**env, "PATH": f"{Path(sys.executable).parent}:"
+                                                       f"{env['PATH']}"}, capture_output=True, text=True,
+                          check=False)
+    assert bash.stdout.splitlines() == [str(root), f"{root}/src", "env=development", "prompt=ctx-state"], bash.stderr
+    # Another home takes the workspace's template and saved states from one line on stdin.
+    blob = cli("ws", "export", env=term).stdout
+    other_home = tmp_path / "other-home"
+    other = {**cli.environ, "WARDEN_HOME": str(other_home), "WARDEN_TERMINAL": "elsewhere"}
+    imported = subprocess.run([sys.executable, "-m", "warden", "ws", "import", "--name", "copied"], input=blob,
+                              env=other, capture_output=True, text=True, check=False, timeout=300)
+    assert imported.returncode == 0, imported.stderr
+    there = subprocess.run([sys.executable, "-m", "warden", "ws", "restore", "before"], env=other,
+                           capture_output=True, text=True, check=False)
+    assert there.returncode == 0 and there.stdout.splitlines()[0].endswith("/copied/src")
+    bad = subprocess.run([sys.executable, "-m", "warden", "ws", "import"], input="not a blob", env=other,
+                         capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and "not an exported workspace state" in bad.stderr

@@ -17,7 +17,7 @@ from pathlib import Path
 from warden.adapters.atomic import write_atomic
 from warden.core.context import TerminalContext
 
-__all__ = ["TerminalFiles"]
+__all__ = ["JsonDocs", "TerminalFiles"]
 
 _MAX_FILE = 64 * 1024
 
@@ -58,4 +58,32 @@ class TerminalFiles:
         with self._locked(terminal):
             new = how(self.read(terminal))
             write_atomic(self._path(terminal), json.dumps(new.to_json()).encode(), mode=0o600)
+            return new
+
+
+class JsonDocs:
+    """core.ports.StateDocs: small JSON documents of the home, one per key, changed the same way
+    (flock, read-modify-write, atomic replace, the person's own)."""
+
+    def __init__(self, folder: Path) -> None:
+        self._folder = folder
+        self._files = TerminalFiles(folder)
+
+    def read(self, key: str) -> dict[str, object]:
+        try:
+            fd = os.open(self._folder / f"{key}.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return {}
+        with os.fdopen(fd, "rb") as file:
+            data = file.read(_MAX_FILE * 4 + 1)
+        try:
+            doc = json.loads(data) if len(data) <= _MAX_FILE * 4 else {}
+        except ValueError:
+            doc = {}
+        return doc if isinstance(doc, dict) else {}
+
+    def change(self, key: str, how: Callable[[dict[str, object]], dict[str, object]]) -> dict[str, object]:
+        with self._files._locked(key):
+            new = how(self.read(key))
+            write_atomic(self._folder / f"{key}.json", json.dumps(new, sort_keys=True).encode(), mode=0o600)
             return new

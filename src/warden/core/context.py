@@ -11,12 +11,14 @@ with it, else the one that contains it; several → a clear choice, never a gues
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from warden.core.errors import InvalidInput, NotFound
 
-__all__ = ["MAX_HISTORY", "TerminalContext", "match_workspace"]
+__all__ = ["MAX_HISTORY", "MAX_SNAPSHOTS", "StateSnapshot", "TerminalContext", "check_label", "check_variables",
+           "export_blob", "match_workspace", "parse_blob", "restore_lines"]
 
 MAX_HISTORY = 50
 
@@ -84,3 +86,104 @@ def match_workspace(typed: str, names: Sequence[str], *, exact_only: bool = Fals
     near = difflib.get_close_matches(typed, names, n=3)
     hint = f"; did you mean {' or '.join(near)}?" if near else "; see `warden list`"
     raise NotFound(f"no workspace {typed!r}{hint}")
+
+
+# -- a workspace's saved working state (`warden ws snapshot|restore|export|import`) -----------------
+
+MAX_SNAPSHOTS = 50
+MAX_BLOB = 256 * 1024
+EXPORT_KIND = "warden-workspace-state/1"
+# Names that look like they hold a credential: never saved, whatever the person asks.
+_SECRETISH = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|(^|_)KEY($|_)|APIKEY|AUTH", re.IGNORECASE)
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+@dataclass(frozen=True)
+class StateSnapshot:
+    """Where the person was in a workspace: folder (workspace-relative), chosen variables, branch."""
+
+    label: str
+    created: str
+    cwd: str = "/"
+    env: Mapping[str, str] = field(default_factory=dict)
+    git_branch: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"label": self.label, "created": self.created, "cwd": self.cwd, "env": dict(self.env),
+                "git_branch": self.git_branch}
+
+    @classmethod
+    def from_json(cls, doc: object) -> StateSnapshot:
+        if not isinstance(doc, Mapping):
+            raise InvalidInput("a saved state is an object")
+        label, created, cwd, env, branch = (doc.get("label"), doc.get("created"), doc.get("cwd", "/"),
+                                            doc.get("env", {}), doc.get("git_branch"))
+        if not isinstance(label, str) or not _LABEL.match(label) or not isinstance(created, str):
+            raise InvalidInput(f"bad saved state label {label!r}")
+        if not isinstance(cwd, str) or not cwd.startswith("/") or "\0" in cwd or "/../" in f"{cwd}/":
+            raise InvalidInput(f"bad saved folder {cwd!r}")
+        if not isinstance(env, Mapping) or not all(
+                isinstance(k, str) and _ENV_NAME.match(k) and isinstance(v, str) and "\0" not in v
+                for k, v in env.items()):
+            raise InvalidInput("bad saved variables")
+        check_variables(list(env))
+        if branch is not None and (not isinstance(branch, str) or len(branch) > 255):
+            raise InvalidInput("bad saved branch")
+        return cls(label, created, cwd, dict(env), branch)
+
+
+def check_label(label: str) -> str:
+    if not _LABEL.match(label):
+        raise InvalidInput(f"bad label {label!r}: 1-64 letters, digits, '.', '_' or '-'")
+    return label
+
+
+def check_variables(names: Sequence[str], secrets: Collection[str] = ()) -> None:
+    """Variables a saved state may keep: never a Warden secret's name or one that looks like a credential."""
+    for name in names:
+        if not _ENV_NAME.match(name):
+            raise InvalidInput(f"bad variable name {name!r}")
+        if name in secrets or _SECRETISH.search(name):
+            raise InvalidInput(f"{name} looks like a secret; a saved state never keeps one (secrets go in "
+                               "`warden secret set`)")
+
+
+def restore_lines(root: str, snapshot: StateSnapshot, shell: str = "sh") -> str:
+    """Shell lines that put a shell back where `snapshot` was (for `eval`, or `warden shell-init`)."""
+    import shlex
+
+    folder = root.rstrip("/") + (snapshot.cwd if snapshot.cwd != "/" else "")
+    lines = [f"cd {shlex.quote(folder)}"]
+    for name, value in snapshot.env.items():
+        quoted = shlex.quote(value)
+        lines.append(f"set -gx {name} {quoted}" if shell == "fish" else f"export {name}={quoted}")
+    return "\n".join(lines)
+
+
+def export_blob(state: Mapping[str, object]) -> str:
+    import base64
+    import json
+
+    text = base64.b64encode(json.dumps({"kind": EXPORT_KIND, **state}, sort_keys=True).encode()).decode()
+    if len(text) > MAX_BLOB:
+        raise InvalidInput("this workspace's state is too large to export")
+    return text
+
+
+def parse_blob(text: str) -> dict[str, object]:
+    """What `export_blob` made, checked; InvalidInput for anything else."""
+    import base64
+    import binascii
+    import json
+
+    raw = text.strip()
+    if len(raw) > MAX_BLOB:
+        raise InvalidInput(f"an exported state is at most {MAX_BLOB} characters")
+    try:
+        doc = json.loads(base64.b64decode(raw, validate=True))
+    except (binascii.Error, ValueError):
+        raise InvalidInput("not an exported workspace state (expected `warden ws export` output on stdin)") from None
+    if not isinstance(doc, dict) or doc.get("kind") != EXPORT_KIND:
+        raise InvalidInput("not an exported workspace state (expected `warden ws export` output on stdin)")
+    return doc

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         PolicyFiles,
         QuotaWatch,
         SafeRoots,
+        StateDocs,
         TerminalStore,
         WorkspaceRoot,
     )
@@ -113,6 +114,7 @@ __all__ = [
     "SandboxTable",
     "SandboxTools",
     "SecretTable",
+    "StateDocs",
     "TerminalStore",
     "Tx",
     "Unarchiver",
@@ -164,6 +166,7 @@ _HOME = {
     "RunCgroups": "sandbox",
     "RunTable": "registry",
     "SafeRoots": "files",
+    "StateDocs": "files",
     "TerminalStore": "files",
     "SandboxRunner": "sandbox",
     "SandboxTable": "registry",

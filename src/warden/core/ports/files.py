@@ -23,6 +23,7 @@ __all__ = [
     "PolicyFiles",
     "QuotaWatch",
     "SafeRoots",
+    "StateDocs",
     "TerminalStore",
     "WorkspaceRoot",
 ]
@@ -216,4 +217,14 @@ class TerminalStore(Protocol):
 
     def change(self, terminal: str, how: Callable[[TerminalContext], TerminalContext]) -> TerminalContext:
         """Apply `how` to the stored context atomically (one change at a time per terminal)."""
+        ...
+
+
+class StateDocs(Protocol):
+    """Small JSON documents of the home, one per key (a workspace's saved states)."""
+
+    def read(self, key: str) -> dict[str, object]: ...
+
+    def change(self, key: str, how: Callable[[dict[str, object]], dict[str, object]]) -> dict[str, object]:
+        """Apply `how` to the stored document atomically (one change at a time per key)."""
         ...

@@ -56,7 +56,7 @@ COMMANDS: dict[str, str] = {
     "bot": _CLI + "cmd_bot",
     **dict.fromkeys(("grant", "grants", "revoke"), _CLI + "cmd_grant"),
     "secret": _CLI + "cmd_secret",
-    "ws": _CLI + "cmd_ws",
+    **dict.fromkeys(("ws", "shell-init"), _CLI + "cmd_ws"),
     "janitor": _CLI + "cmd_janitor",
     **dict.fromkeys(("lock", "unlock", "takeover", "locks"), _CLI + "cmd_lock"),
     **dict.fromkeys(("approvals", "approve", "deny"), _CLI + "cmd_approvals"),
