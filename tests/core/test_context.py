@@ -62,8 +62,10 @@ def test_saved_states_never_keep_a_secret_and_read_back_only_what_was_written() 
         with pytest.raises(InvalidInput):
             StateSnapshot.from_json(bad)
     snap = StateSnapshot("s", "t", "/src", {"A": "it's"})
-    assert restore_lines("/w", snap) == "cd /w/src\nexport A='it'\"'\"'s'"
-    assert restore_lines("/w", snap, "fish") == "cd /w/src\nset -gx A 'it'\"'\"'s'"
+    assert restore_lines("/w", snap) == "cd -- /w/src\nexport A='it'\"'\"'s'"
+    # fish reads backslashes inside single quotes: a value ending in one must not leave a quote open.
+    tail = StateSnapshot("s", "t", "/", {"A": "it's", "B": "x\\"})
+    assert restore_lines("/w", tail, "fish") == "cd -- '/w'\nset -gx A 'it\\'s'\nset -gx B 'x\\\\'"
     assert parse_blob(export_blob({"name": "n"}))["name"] == "n"
     for junk in ("", "!!!", "e30=", "x" * 300_000):
         with pytest.raises(InvalidInput):

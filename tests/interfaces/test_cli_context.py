@@ -131,7 +131,7 @@ def test_snapshot_restore_export_import_and_the_shell_functions(cli: Cli, home: 
     secret = cli("ws", "snapshot", "--env", "API_TOKEN", env=term)
     assert secret.code == 2 and "looks like a secret" in secret.stderr
     lines = cli("ws", "restore", "before", env=term)
-    assert lines.code == 0 and lines.stdout.splitlines() == [f"cd {root}/src", "export NODE_ENV=development"]
+    assert lines.code == 0 and lines.stdout.splitlines() == [f"cd -- {root}/src", "export NODE_ENV=development"]
     # Through the shell functions: `warden cd` and `warden ws restore` act on this very shell.
     script = ('eval "$(warden shell-init bash)"; cd /; warden cd; pwd; unset NODE_ENV; warden ws restore; pwd; '
               'echo "env=$NODE_ENV"; echo "prompt=$(warden_ws)"')

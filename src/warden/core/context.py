@@ -153,11 +153,16 @@ def restore_lines(root: str, snapshot: StateSnapshot, shell: str = "sh") -> str:
     """Shell lines that put a shell back where `snapshot` was (for `eval`, or `warden shell-init`)."""
     import shlex
 
+    def fish_quote(text: str) -> str:
+        # fish reads \\ and \' as escapes inside single quotes, where POSIX shells read none:
+        # shlex.quote("a\\") would leave fish an open quote (and what follows, code).
+        return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+    quote = fish_quote if shell == "fish" else shlex.quote
     folder = root.rstrip("/") + (snapshot.cwd if snapshot.cwd != "/" else "")
-    lines = [f"cd {shlex.quote(folder)}"]
+    lines = [f"cd -- {quote(folder)}"]
     for name, value in snapshot.env.items():
-        quoted = shlex.quote(value)
-        lines.append(f"set -gx {name} {quoted}" if shell == "fish" else f"export {name}={quoted}")
+        lines.append(f"set -gx {name} {quote(value)}" if shell == "fish" else f"export {name}={quote(value)}")
     return "\n".join(lines)
 
 
