@@ -335,7 +335,7 @@ class App:
                            actor=actor, approver=approver, session=session, scope=scope,
                            quota=self.quota, leases=self.leases,
                            status_of=self._status_of,
-                           versions=self.checkpoints.for_files(record, actor))
+                           versions=self.checkpoints.for_files(record, actor), touch=self.workspaces.touch)
 
     def _status_of(self, name: str) -> str | None:
         """A workspace's status now (None: not in the registry; the folder then decides)."""

@@ -70,3 +70,24 @@ def test_saved_states_never_keep_a_secret_and_read_back_only_what_was_written() 
     for junk in ("", "!!!", "e30=", "x" * 300_000):
         with pytest.raises(InvalidInput):
             parse_blob(junk)
+
+
+def test_a_saved_state_never_holds_what_steers_the_shell_and_an_import_names_no_file() -> None:
+    from warden.core.context import StateSnapshot, check_variables, parse_blob
+
+    for name in ("PATH", "PROMPT_COMMAND", "BASH_ENV", "LD_PRELOAD", "PYTHONSTARTUP", "NODE_OPTIONS", "GIT_DIR",
+                 "fish_greeting", "PS1"):
+        with pytest.raises(InvalidInput, match="steers the shell"):
+            check_variables([name])
+    with pytest.raises(InvalidInput, match="looks like a secret"):
+        check_variables(["GH_PAT"])
+    with pytest.raises(InvalidInput, match="looks like a secret"):
+        check_variables(["REPO"], values={"REPO": "https://me:hunter2@example.com/x.git"})
+    with pytest.raises(InvalidInput):
+        StateSnapshot.from_json({"label": "x", "created": "t", "env": {"PROMPT_COMMAND": "touch /tmp/p"}})
+    with pytest.raises(InvalidInput):
+        parse_blob("W" * 20 + "=")  # not base64 JSON
+    import base64
+
+    with pytest.raises(InvalidInput):  # a deeply nested document is refused, not a crash
+        parse_blob(base64.b64encode(b"[" * 150_000).decode())

@@ -152,3 +152,35 @@ def test_snapshot_restore_export_import_and_the_shell_functions(cli: Cli, home: 
     bad = subprocess.run([sys.executable, "-m", "warden", "ws", "import"], input="not a blob", env=other,
                          capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "not an exported workspace state" in bad.stderr
+
+
+def test_an_import_names_no_file_and_never_lands_on_a_workspace_of_this_home(cli: Cli, names: tuple[str, str]) -> None:
+    import base64
+    import json
+
+    _made(cli, names)
+
+    def blob(**state: object) -> str:
+        return base64.b64encode(json.dumps({"kind": "warden-workspace-state/1", **state}).encode()).decode()
+
+    hostile = cli("ws", "import", "--name", "ctx-hostile", input=blob(name="x", template="/etc/passwd"))
+    assert hostile.code == 2 and "not a template name" in hostile.stderr and "root:" not in hostile.stderr
+    taken = cli("ws", "import", input=blob(name="ctx-beta", template="minimal"))
+    assert taken.code == 5 and "exists here" in taken.stderr
+
+
+def test_the_fish_functions_go_to_the_workspace(cli: Cli, names: tuple[str, str]) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("fish") is None:
+        pytest.skip("fish is not installed")
+    _made(cli, names)
+    term = {"WARDEN_TERMINAL": "fishy"}
+    assert cli("ws", "set", "ctx-beta", env=term).code == 0
+    env = {**cli.environ, **term, "PATH": f"{Path(sys.executable).parent}:{cli.environ['PATH']}"}
+    out = subprocess.run(["fish", "-c", "warden shell-init fish | source; cd /; warden cd; pwd; echo (warden_ws)"],
+                         env=env, capture_output=True, text=True, check=False, timeout=60)
+    lines = out.stdout.splitlines()
+    assert lines[0].endswith("/ctx-beta") and lines[1] == "ctx-beta", out.stderr

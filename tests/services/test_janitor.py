@@ -114,3 +114,33 @@ def test_two_janitors_at_once_never_both_act(world: tuple[App, Clock]) -> None:
         release.set()
         thread.join()
     assert app.janitor.run().ran is True
+
+
+def test_a_purged_parent_takes_its_children_with_it(world: tuple[App, Clock]) -> None:
+    """A child left unrevoked under a revoked parent (a revoke racing a mint) must not come back to
+    life once the janitor purges the parent's row."""
+    app, clock = world
+    app.workspaces.create("p", template="minimal")
+    app.grants.register_bot("b")
+    parent = app.grants.grant("p", "b", ["read", "admin"], ttl=timedelta(days=5))
+    child = app.grants.grant("p", "b", ["read"], zones=["*"], parent=app.grants.chain(parent.grant.accessor))
+    with app.registry.transaction() as tx:  # only the parent revoked, as the race leaves it
+        tx.grants.revoke([parent.grant.accessor], clock.now)
+    clock.now += timedelta(days=2)
+    assert parent.grant.accessor in app.janitor.run().grants_purged
+    from warden.core.errors import Denied
+
+    with pytest.raises(Denied):
+        app.auth.authenticate(child.token)
+    # And a child is never minted under a parent revoked after its request was authenticated.
+    stale_chain = app.grants.chain(child.grant.accessor)
+    with pytest.raises(Denied):
+        app.grants.grant("p", "b", ["read"], zones=["*"], parent=stale_chain)
+
+
+def test_a_change_through_the_file_api_is_use(world: tuple[App, Clock]) -> None:
+    app, clock = world
+    app.workspaces.create("edited", template="minimal")
+    clock.now += timedelta(days=2)  # idle by now…
+    app.files("edited").write_bytes("/notes.md", b"still here")  # … but the person just wrote to it
+    assert [c for c in app.janitor.run().chores if c["workspace"] == "edited"] == []

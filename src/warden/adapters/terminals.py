@@ -16,6 +16,7 @@ from pathlib import Path
 
 from warden.adapters.atomic import write_atomic
 from warden.core.context import TerminalContext
+from warden.core.errors import InvalidInput
 
 __all__ = ["JsonDocs", "TerminalFiles"]
 
@@ -85,5 +86,8 @@ class JsonDocs:
     def change(self, key: str, how: Callable[[dict[str, object]], dict[str, object]]) -> dict[str, object]:
         with self._files._locked(key):
             new = how(self.read(key))
-            write_atomic(self._folder / f"{key}.json", json.dumps(new, sort_keys=True).encode(), mode=0o600)
+            data = json.dumps(new, sort_keys=True).encode()
+            if len(data) > _MAX_FILE * 4:  # what `read` would not read back: refused, never lost
+                raise InvalidInput(f"{key}'s saved state would be over {_MAX_FILE * 4} bytes; drop some first")
+            write_atomic(self._folder / f"{key}.json", data, mode=0o600)
             return new

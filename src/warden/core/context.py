@@ -94,7 +94,17 @@ MAX_SNAPSHOTS = 50
 MAX_BLOB = 256 * 1024
 EXPORT_KIND = "warden-workspace-state/1"
 # Names that look like they hold a credential: never saved, whatever the person asks.
-_SECRETISH = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|(^|_)KEY($|_)|APIKEY|AUTH", re.IGNORECASE)
+_SECRETISH = re.compile(r"TOKEN|SECRET|PASSW|PASS($|_)|PWD|CREDENTIAL|PRIVATE|(^|_)KEY($|_)|APIKEY|AUTH|"
+                        r"(^|_)PAT($|_)|DSN|WEBHOOK|COOKIE|SESSION|_URL$|^OPENAI$", re.IGNORECASE)
+# Values that are credentials whatever their name (GitHub, OpenAI/Anthropic, Slack, AWS keys, URLs
+# with a password).
+_SECRET_VALUE = re.compile(r"^(ghp_|gho_|ghs_|github_pat_|sk-|xox[abpr]-|AKIA)|://[^/@\s]*:[^/@\s]*@")
+# Variables that steer the shell or what it runs: restoring one is running code (an imported
+# state could carry it), so a saved state never holds them.
+_STEERING = re.compile(r"^(PATH|IFS|ENV|BASH_ENV|PROMPT_COMMAND|PS[0-9]|ZDOTDIR|CDPATH|SHELL|HOME|TERM|"
+                       r"PYTHON[A-Z]+|NODE_OPTIONS|PERL5?LIB|PERL5OPT|RUBYOPT|RUBYLIB|LD_[A-Z_]*|DYLD_[A-Z_]*|"
+                       r"GIT_[A-Z_]*|fish_[A-Za-z_]*|WARDEN_[A-Z_]*)$")
+MAX_SAVED_VALUES = 16 * 1024  # bytes of variable values one saved state may hold
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -127,7 +137,7 @@ class StateSnapshot:
                 isinstance(k, str) and _ENV_NAME.match(k) and isinstance(v, str) and "\0" not in v
                 for k, v in env.items()):
             raise InvalidInput("bad saved variables")
-        check_variables(list(env))
+        check_variables(list(env), values=env)
         if branch is not None and (not isinstance(branch, str) or len(branch) > 255):
             raise InvalidInput("bad saved branch")
         return cls(label, created, cwd, dict(env), branch)
@@ -139,14 +149,20 @@ def check_label(label: str) -> str:
     return label
 
 
-def check_variables(names: Sequence[str], secrets: Collection[str] = ()) -> None:
-    """Variables a saved state may keep: never a Warden secret's name or one that looks like a credential."""
+def check_variables(names: Sequence[str], secrets: Collection[str] = (),
+                    values: Mapping[str, str] | None = None) -> None:
+    """Variables a saved state may keep: never a Warden secret's name or one that looks like a
+    credential (by name or by value), never one that steers the shell, within a size."""
     for name in names:
         if not _ENV_NAME.match(name):
             raise InvalidInput(f"bad variable name {name!r}")
-        if name in secrets or _SECRETISH.search(name):
+        if name in secrets or _SECRETISH.search(name) or (values and _SECRET_VALUE.search(values.get(name, ""))):
             raise InvalidInput(f"{name} looks like a secret; a saved state never keeps one (secrets go in "
                                "`warden secret set`)")
+        if _STEERING.match(name):
+            raise InvalidInput(f"{name} steers the shell or what it runs; a saved state never keeps it")
+    if values is not None and sum(len(v) for v in values.values()) > MAX_SAVED_VALUES:
+        raise InvalidInput(f"the variables' values are over {MAX_SAVED_VALUES} bytes; keep fewer or shorter ones")
 
 
 def restore_lines(root: str, snapshot: StateSnapshot, shell: str = "sh") -> str:
@@ -187,7 +203,7 @@ def parse_blob(text: str) -> dict[str, object]:
         raise InvalidInput(f"an exported state is at most {MAX_BLOB} characters")
     try:
         doc = json.loads(base64.b64decode(raw, validate=True))
-    except (binascii.Error, ValueError):
+    except (binascii.Error, ValueError, RecursionError):
         raise InvalidInput("not an exported workspace state (expected `warden ws export` output on stdin)") from None
     if not isinstance(doc, dict) or doc.get("kind") != EXPORT_KIND:
         raise InvalidInput("not an exported workspace state (expected `warden ws export` output on stdin)")

@@ -315,6 +315,9 @@ def alive(chain: Sequence[Grant], now: datetime) -> Decision:
     """Is the grant at `chain[0]` usable at all: neither it nor an ancestor revoked or expired?"""
     if not chain:
         return Decision(False, "token.unknown", "no such token")
+    if chain[-1].parent is not None:
+        # An ancestor's row is gone (purged once it ended): what hung from it ended with it.
+        return Decision(False, "grant.parent_gone", f"grant {chain[-1].parent} no longer exists")
     for depth, grant in enumerate(chain):
         if grant.revoked is not None:
             rule = "grant.revoked" if depth == 0 else "grant.parent_revoked"

@@ -150,13 +150,14 @@ class ContextService:
         it), the variables named (never a secret), the git branch."""
         assert self._states is not None and self._clock is not None
         record = self._workspaces.get(self.current_name())
-        check_variables(variables, self._secret_names() if self._secret_names else ())
+        values = {v: environ[v] for v in variables if v in environ}
+        check_variables(variables, self._secret_names() if self._secret_names else (), values)
         root = os.path.realpath(record.path)
         here = os.path.realpath(folder)
         cwd = "/" + os.path.relpath(here, root) if here == root or here.startswith(root + os.sep) else "/"
         now = self._clock()
         snap = StateSnapshot(check_label(label) if label else now.strftime("s%Y%m%d-%H%M%S"), now.isoformat(),
-                             "/" if cwd == "/." else cwd, {v: environ[v] for v in variables if v in environ},
+                             "/" if cwd == "/." else cwd, values,
                              self._git_branch(record) if self._git_branch else None)
 
         def keep(doc: dict[str, object]) -> dict[str, object]:
@@ -174,7 +175,14 @@ class ContextService:
         if not chosen:
             raise NotFound(f"no saved state {label!r} of {record.name}" if label else
                            f"no saved state of {record.name}; `warden ws snapshot` saves one")
-        return record, chosen[-1]
+        snap = chosen[-1]
+        root = os.path.realpath(record.path)
+        there = os.path.realpath(record.path.rstrip("/") + snap.cwd)
+        if there != root and not there.startswith(root + os.sep):
+            # A folder of the workspace a bot replaced with a link: the shell would follow it out.
+            raise Conflict(f"the saved folder {snap.cwd} of {record.name} now leads outside it (a link); "
+                           "not restored", rule="context.link")
+        return record, snap
 
     def export(self) -> str:
         record = self._workspaces.get(self.current_name())
@@ -194,16 +202,23 @@ class ContextService:
         if not isinstance(wanted, str):
             raise InvalidInput("the export names no workspace; give --name NAME")
         template = doc.get("template")
+        # A catalog name only: a path would have this home read (and echo) any file as a template,
+        # or take one an attacker wrote.
+        if isinstance(template, str) and ("/" in template or "." in template or "\\" in template):
+            raise InvalidInput(f"the export's template {template!r} is not a template name; nothing imported")
         python = doc.get("python")
         listed = doc.get("snapshots") or []
         if not isinstance(listed, list):
             raise InvalidInput("the export's saved states are not a list")
         snaps = [StateSnapshot.from_json(s) for s in listed][-MAX_SNAPSHOTS:]
         try:
-            record = self._workspaces.get(wanted)
+            self._workspaces.get(wanted)
         except NotFound:
-            record = create(wanted, template if isinstance(template, str) else None,
-                            python if isinstance(python, str) else None)
+            pass
+        else:  # never merged silently into a workspace of this home
+            raise Conflict(f"workspace {wanted} exists here; import it under another name with --name NEW")
+        record = create(wanted, template if isinstance(template, str) else None,
+                        python if isinstance(python, str) else None)
         if record.status != "ready":
             raise Conflict(f"workspace {wanted} is {record.status}; its states were not imported")
 

@@ -84,7 +84,12 @@ class FileService:
                  scope: Mapping[str, Zone] | None = None, use_openat2: bool | None = None,
                  quota: QuotaService | None = None, leases: LeaseService | None = None,
                  status_of: Callable[[str], str | None] | None = None,
-                 versions: WorkspaceVersions | None = None) -> None:
+                 versions: WorkspaceVersions | None = None,
+                 touch: Callable[[str], None] | None = None) -> None:
+        # A change through the file API is use of the workspace (the janitor's idle rule),
+        # recorded at most once a minute per service: not one registry write per file.
+        self._touch = touch
+        self._touched_at = -1e9
         self.record = record
         # Overwrites and deletes keep the previous content here first (services/checkpoints.py).
         self.versions = versions
@@ -166,6 +171,7 @@ class FileService:
                     result = self._work(work, rel)
                     if op in ("write", "mkdir"):
                         self._defuse_git(rel, op)
+                self._used()
             else:
                 result = self._work(work, rel)
         except Pending as exc:
@@ -182,6 +188,14 @@ class FileService:
             raise
         self._audit_event(action or op, rel, decision, "ok", detail(result) if detail else None)
         return result
+
+    def _used(self) -> None:
+        import time
+
+        if self._touch is not None and time.monotonic() - self._touched_at >= 60:
+            self._touched_at = time.monotonic()
+            with contextlib.suppress(WardenError):  # a locked registry: the next change says it
+                self._touch(self.record.name)
 
     def _work(self, work: Callable[[WorkspaceRoot, str], T], rel: str) -> T:
         with self._roots.open(self.record.path, max_bytes=self.max_bytes, use_openat2=self._use_openat2) as root:

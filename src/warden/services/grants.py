@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from warden.core.errors import InvalidInput, NotFound
+from warden.core.errors import Denied, InvalidInput, NotFound
 from warden.core.grants import BotRow, Grant, alive, check_bot_name, parse_permissions, plan_grant, zone_names
 from warden.core.ports import Clock, Keys, Registry, Tx
 from warden.core.tokens import (
@@ -32,6 +32,8 @@ from warden.services.audit import AuditLog
 if TYPE_CHECKING:
     from warden.core.workspaces import WorkspaceRecord
     from warden.services.workspaces import WorkspaceService
+
+DENIED_GRANT = "permission denied"  # as every grant refusal reads (services/auth.py)
 
 __all__ = ["GrantService", "IssuedBot", "IssuedGrant", "chain_of"]
 
@@ -182,6 +184,12 @@ class GrantService:
             if missing:
                 raise NotFound(f"no secret named {', '.join(missing)}: set it first with "
                                f"`warden secret set {missing[0]}`")
+            if parent:
+                # The parent as it is now, in this transaction: revoked since the request was
+                # authenticated, its child would be born under a dead grant (and outlive its purge).
+                life = alive(chain_of(tx, parent[0].accessor), now)
+                if not life.allowed:
+                    raise Denied(DENIED_GRANT, rule=life.rule)
             tx.grants.insert(grant, digest)
             self._audit.record(actor=actor, action="grant.create", target=workspace, decision="allow",
                                rule="grant.child" if parent else "grant.issue",
@@ -278,8 +286,9 @@ class GrantService:
         with self._registry.transaction(write=False) as tx:
             held = tx.grants.of_bot(bot, workspace=workspace)
             # Its own fields first; the ancestors are read only for a child grant still alive.
-            return [grant for grant in held if alive([grant], now).allowed and (
-                grant.parent is None or alive(chain_of(tx, grant.accessor), now).allowed)]
+            return [grant for grant in held
+                    if grant.revoked is None and now < min(grant.expires, grant.max_expires) and (
+                        grant.parent is None or alive(chain_of(tx, grant.accessor), now).allowed)]
 
     def chain(self, accessor: str) -> list[Grant]:
         with self._registry.transaction(write=False) as tx:

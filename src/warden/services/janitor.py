@@ -118,6 +118,11 @@ class JanitorService:
             current = self._workspaces.get(chore.workspace)
             if current.id != chore.record_id:
                 return {**done, "done": False, "error": "made again meanwhile: left alone"}
+            if chore.action != "idle":
+                # Looked at again right before acting: used or busy since the plan, it stays.
+                still = plan([current], self._clock(), self.rules)
+                if [c.action for c in still] != [chore.action] or self._busy([current.name]):
+                    return {**done, "done": False, "error": "used meanwhile: left alone"}
             if chore.action == "archive":
                 self._lifecycle().archive(chore.workspace, actor="janitor")
             elif chore.action == "destroy":
@@ -125,10 +130,13 @@ class JanitorService:
             else:
                 if current.meta.get("idle_since") == chore.since:
                     return {**done, "done": True, "new": False}  # said at an earlier pass
-                # Compare-and-set on the row as read: a run that used it meanwhile wins.
+                # In one transaction with a look at its last use: a run that used it meanwhile wins,
+                # and the meta written is the row's own (plus the mark), not an older copy.
                 with self._registry.transaction() as tx:
-                    said = tx.workspaces.compare_and_set(current.name, current.id, current.status,
-                                                         {"meta": {**current.meta, "idle_since": chore.since}})
+                    row = tx.workspaces.get(current.name)
+                    said = (row is not None and row.id == current.id and row.last_accessed == current.last_accessed
+                            and tx.workspaces.compare_and_set(current.name, current.id, row.status,
+                                                              {"meta": {**row.meta, "idle_since": chore.since}}))
                 if said:
                     self._audit.record(actor="janitor", action="workspace.idle", target=chore.workspace,
                                        decision="none", rule=chore.reason, result="idle",

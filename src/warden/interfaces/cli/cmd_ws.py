@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from warden.interfaces.cli.main import Context
-from warden.interfaces.cli.output import Output, table
+from warden.interfaces.cli.output import Output, printable, table
 
 __all__ = ["register"]
 
@@ -38,7 +38,11 @@ _FISH = r"""# Warden's shell integration (`warden shell-init fish | source` in c
 function warden
     if test "$argv[1]" = cd
         set -l dir (command warden ws current --field path); or return
-        builtin cd -- "$dir"(test -n "$argv[2]"; and echo "/$argv[2]")
+        if test -n "$argv[2]"
+            builtin cd -- "$dir/$argv[2]"
+        else
+            builtin cd -- "$dir"
+        end
     else if test "$argv[1]" = ws; and test "$argv[2]" = restore
         command warden $argv --shell fish | source
     else
@@ -131,8 +135,8 @@ def _restore(ctx: Context, args: argparse.Namespace) -> Output:
     record, snap = ctx.app.context.restore(args.label)
     now = ctx.app.context.git_branch(record)
     if snap.git_branch and now != snap.git_branch:
-        ctx.note(f"note: {record.name} was on branch {snap.git_branch} then, {now or 'no branch'} now "
-                 "(restore does not switch branches)")
+        ctx.note(f"note: {record.name} was on branch {printable(snap.git_branch)} then, "
+                 f"{printable(now or 'no branch')} now (restore does not switch branches)")
     if not ctx.json and sys.stdout.isatty():
         ctx.note("to go there, run `eval \"$(warden ws restore ...)\"`, or set up `warden shell-init`")
     return Output({"workspace": record.name, **snap.to_json(), "path": record.path},
