@@ -98,15 +98,14 @@ class ContextService:
         return now
 
     def current_name(self) -> str:
-        """The current workspace's name, for a command that names none; InvalidInput when none."""
-        now = self.current()
-        if now.name is None:
+        """The current workspace's name, for a command that names none; InvalidInput when none
+        (the command line lacks it), NotFound when it no longer exists."""
+        if self.current().name is None:
             raise InvalidInput("no workspace named and none is current in this terminal: name one, give "
                                "-w NAME, or set one with `warden ws set NAME` (or `warden @NAME`)")
-        if not now.exists:
-            raise NotFound(f"this terminal's current workspace {now.name} no longer exists; "
-                           "set another with `warden ws set NAME`")
-        return now.name
+        name = self.require_current().name
+        assert name is not None
+        return name
 
     def set(self, typed: str) -> WorkspaceRecord:
         record = self.find(typed)

@@ -123,40 +123,33 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
 LIVE_SWEEP_S = 15.0
 
 
-def _keep_clean(app: Any) -> None:
-    """The janitor (services/janitor.py) every janitor.interval while the server runs; 0: never.
-    Its leader lease keeps several servers (or a person's `warden janitor`) from acting twice."""
+def _every(seconds: float, name: str, what: str, work: Any) -> None:
+    """Run `work` every `seconds` in a daemon thread while the server runs; a failed round (a
+    locked registry, a full disk) is said on stderr and the next one tries again."""
     import threading
     import time
 
-    interval = app.settings.get_seconds("janitor.interval")
-    if interval <= 0:
-        return
-
     def loop() -> None:
         while True:
-            time.sleep(interval)
+            time.sleep(seconds)
             try:
-                app.janitor.run()
-            except Exception as exc:  # a locked registry, a full disk: the next round tries again
-                sys.stderr.write(f"warden: janitor pass failed: {type(exc).__name__}: {exc}\n")
+                work()
+            except Exception as exc:
+                sys.stderr.write(f"warden: {what} failed: {type(exc).__name__}: {exc}\n")
 
-    threading.Thread(target=loop, name="warden-janitor", daemon=True).start()
+    threading.Thread(target=loop, name=name, daemon=True).start()
+
+
+def _keep_clean(app: Any) -> None:
+    """The janitor (services/janitor.py) every janitor.interval while the server runs; 0: never.
+    Its leader lease keeps several servers (or a person's `warden janitor`) from acting twice."""
+    interval = app.settings.get_seconds("janitor.interval")
+    if interval > 0:
+        _every(interval, "warden-janitor", "janitor pass", app.janitor.run)
 
 
 def _watch_live_sandboxes(app: Any) -> None:
     """While the server runs, look at this machine's live sandboxes every LIVE_SWEEP_S seconds:
     ended background processes get their outcome audited, and a sandbox whose grant expired or
     that sits idle is stopped without waiting for someone to ask (services/live.py `sweep`)."""
-    import threading
-    import time
-
-    def loop() -> None:
-        while True:
-            time.sleep(LIVE_SWEEP_S)
-            try:
-                app.live.sweep()
-            except Exception as exc:  # a locked registry, a full disk: the next round tries again
-                sys.stderr.write(f"warden: live sandbox sweep failed: {type(exc).__name__}: {exc}\n")
-
-    threading.Thread(target=loop, name="warden-live-sweep", daemon=True).start()
+    _every(LIVE_SWEEP_S, "warden-live-sweep", "live sandbox sweep", app.live.sweep)
