@@ -401,7 +401,9 @@ class App:
         return ContextService(TerminalFiles(self.home.root / "terminals"), self.workspaces,
                               self.terminal or terminal_id(self.environ),
                               states=JsonDocs(self.home.root / "workspace-state"), clock=self.clock,
-                              git_branch=_git_branch, secret_names=lambda: self.secrets.names())
+                              git_branch=_git_branch, secret_names=lambda: self.secrets.names(),
+                              adopt=lambda folder: self.workspaces.adopt(folder, user_home=self.environ.get("HOME"),
+                                                                         warden_home=str(self.home.root)))
 
     @cached_property
     def approvals(self) -> ApprovalService:

@@ -83,8 +83,8 @@ def test_a_path_names_the_workspace_holding_it_and_a_destroyed_current_one_is_sa
     gone = cli("ws", "current", "--json", env=term)
     assert gone.code == 4 and "ctx-gone no longer exists" in gone.json["error"]["message"]
     assert cli("run", "--", "true", env=term).code == 126
-    outside = cli("ws", "set", str(home), env=term)
-    assert outside.code == 4 and "no workspace holds" in outside.stderr
+    outside = cli("ws", "set", str(home), env=term)  # Warden's own home is never adopted
+    assert outside.code == 2 and "holds or lies inside Warden's home" in outside.stderr
     # A link (a bot's, in its workspace) into another workspace does not carry the person there.
     made = cli("create", "ctx-linked", "--template", "minimal", "--json")
     linked = Path(made.json["data"]["path"])
@@ -184,3 +184,27 @@ def test_the_fish_functions_go_to_the_workspace(cli: Cli, names: tuple[str, str]
                          env=env, capture_output=True, text=True, check=False, timeout=60)
     lines = out.stdout.splitlines()
     assert lines[0].endswith("/ctx-beta") and lines[1] == "ctx-beta", out.stderr
+
+
+def test_an_existing_folder_is_adopted_in_place_and_destroy_leaves_its_files(cli: Cli, home: Path,
+                                                                            tmp_path: Path) -> None:
+    project = tmp_path / "my project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "app.py").write_text("print('mine')\n")
+    term = {"WARDEN_TERMINAL": "adopter"}
+    adopted = cli("ws", "set", str(project), "--json", env=term)
+    assert adopted.code == 0, adopted.stderr
+    name = adopted.json["data"]["name"]
+    assert name == "my-project" and adopted.json["data"]["path"] == str(project)
+    ran = cli("run", "--", "python3", "src/app.py", env=term)
+    assert ran.code == 0 and ran.stdout == "mine\n"
+    assert cli("ws", "set", str(project / "src"), env=term).stdout.startswith(name)  # found, not adopted again
+    assert cli("archive", name).code == 5  # never packed or moved
+    forgot = cli("destroy", name, "--yes", env=term)
+    assert forgot.code == 0 and "its folder and files stay" in forgot.stdout
+    assert (project / "src" / "app.py").read_text() == "print('mine')\n"
+    refusals = (("/", "system folder"), ("/etc", "system folder"), (str(home.parent), "home folder"),
+                (str(home), "Warden's home"))
+    for refused, why in refusals:
+        out = cli("ws", "set", refused, env=term)
+        assert out.code == 2 and "cannot adopt" in out.stderr and why in out.stderr, out.stderr

@@ -62,6 +62,12 @@ def plan(records: Iterable[WorkspaceRecord], now: datetime, rules: JanitorRules,
         if used is None:
             continue
         expires = _when(record.expires_at)
+        if record.meta.get("adopted"):
+            # The person's own folder, adopted in place: never archived or destroyed, only said idle.
+            if now >= used + rules.idle_after:
+                chores.append(Chore(record.name, record.id, "idle", "cleanup.idle_after",
+                                    (used + rules.idle_after).isoformat()))
+            continue
         if record.type == "temporary":
             ends = expires or used + rules.temporary_ttl
             if now >= ends:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from warden.core.errors import Conflict, InvalidInput
 from warden.core.names import is_name
 
-__all__ = ["STATUSES", "TYPES", "WorkspaceRecord", "check_name", "check_transition"]
+__all__ = ["STATUSES", "TYPES", "WorkspaceRecord", "adoption_refusal", "check_name", "check_transition"]
 
 TYPES = ("user", "bot", "temporary")
 STATUSES = ("creating", "ready", "suspended", "archived", "broken")
@@ -70,3 +70,27 @@ class WorkspaceRecord:
             "python_venv": self.meta.get("python_venv"), **{
                 k: v for k, v in self.meta.items() if k not in {"python_venv"}},
         }
+
+
+# Folders whose adoption would hand a bot far more than a project: the system's, and the
+# top-level folders every machine shares (a workspace is a project folder, never a whole tree).
+_NEVER_ADOPTED = ("/", "/usr", "/var", "/opt", "/srv", "/home", "/root", "/tmp", "/mnt", "/media", "/run")  # noqa: S108 (refused, not used)
+
+
+def adoption_refusal(path: str, *, warden_home: str, workspaces_root: str, others: Sequence[str],
+                     user_home: str | None) -> str | None:
+    """Why folder `path` (real, absolute) cannot become a workspace in place, or None."""
+    from warden.core.paths import is_inside
+    from warden.core.policy import UNIX_PROTECTED
+
+    if path in _NEVER_ADOPTED or any(is_inside(path, root) for root in UNIX_PROTECTED):
+        return f"{path} is a system folder"
+    if user_home and path == user_home.rstrip("/"):
+        return f"{path} is your home folder (it holds your keys and settings); adopt a project folder in it"
+    for held, what in ((warden_home, "Warden's home"), (workspaces_root, "Warden's workspaces")):
+        if is_inside(path, held) or is_inside(held, path):
+            return f"{path} holds or lies inside {what} ({held})"
+    for other in others:
+        if is_inside(path, other) or is_inside(other, path):
+            return f"{path} holds or lies inside another workspace ({other})"
+    return None

@@ -47,7 +47,10 @@ class ContextService:
     def __init__(self, store: TerminalStore, workspaces: WorkspaceService, terminal: str, *,
                  states: StateDocs | None = None, clock: Callable[[], datetime] | None = None,
                  git_branch: Callable[[WorkspaceRecord], str | None] | None = None,
-                 secret_names: Callable[[], Collection[str]] | None = None) -> None:
+                 secret_names: Callable[[], Collection[str]] | None = None,
+                 adopt: Callable[[str], WorkspaceRecord] | None = None) -> None:
+        # A folder no workspace holds becomes one in place (`ws set PATH`; WorkspaceService.adopt).
+        self._adopt = adopt
         self._store = store
         self._workspaces = workspaces
         self.terminal = terminal
@@ -67,8 +70,10 @@ class ContextService:
                 for root in dict.fromkeys((os.path.abspath(record.path), os.path.realpath(record.path))):
                     if path == root or path.startswith(root + os.sep):
                         return record
-            raise NotFound(f"no workspace holds {typed}; `warden create NAME` makes one (adopting an existing "
-                           "folder in place is not supported yet)")
+            if self._adopt is not None and os.path.isdir(path):
+                return self._adopt(path)
+            raise NotFound(f"no workspace holds {typed}, and it is no folder to adopt; `warden create NAME` "
+                           "makes one")
         name = match_workspace(typed, [r.name for r in records], exact_only=exact_only)
         return next(r for r in records if r.name == name)
 

@@ -184,6 +184,12 @@ class LifecycleService:
         if record.status == "creating":
             raise Conflict(f"workspace {name!r} is still being created; wait for it")
         report = self._health().check(record)
+        if record.meta.get("adopted"):
+            # An adopted folder has no environment of Warden's to rebuild: nothing is written into
+            # it; it is ready again as it is.
+            self._ws.set_status(name, "ready", actor=actor, action="workspace.resume",
+                                detail={"adopted": True}, expected=record, lease=lease)
+            return Resumed(name, "ready", report, (), ())
         repaired = None
         if not report.healthy:
             repaired = self.repair_record(record, lease)
@@ -200,6 +206,9 @@ class LifecycleService:
         """`warden health NAME [--repair]`."""
         if not repair:
             return self._health().check(self._ws.get(name))
+        if self._ws.get(name).meta.get("adopted"):
+            raise Conflict(f"workspace {name!r} is an adopted folder: Warden writes no environment into it, so "
+                           "there is nothing of its own to repair")
         # Exclusive: a create, archive or run in progress is not repaired under its feet (a live
         # create holds the lease; a dead one's lease is taken over).
         with self._ws.lease(name, "exclusive", "repair") as lease:
@@ -254,6 +263,9 @@ class LifecycleService:
     def _archive_held(self, name: str, lease: Lease | None, actor: str) -> Archived:
         # Read again under the lease: a second archive that waited finds the first one's result.
         record = self._ws.get(name)
+        if record.meta.get("adopted"):
+            raise Conflict(f"workspace {name!r} is an adopted folder: Warden never packs or moves it "
+                           f"(`warden destroy {name} --yes` forgets it and leaves its files)")
         if record.status == "archived":
             return Archived(name, _archive_of(record))
         check_transition(name, record.status, "archived")
@@ -318,7 +330,7 @@ class LifecycleService:
         for record in self._ws.list():
             idle = _parse(record.last_accessed) < cutoff
             expired = record.expires_at is not None and _parse(record.expires_at) < now
-            if not (idle or expired) or record.status == "creating":
+            if not (idle or expired) or record.status == "creating" or record.meta.get("adopted"):
                 continue
             if record.type == "temporary":
                 action = "destroy"

@@ -172,6 +172,41 @@ class WorkspaceService:
         with self.lease(name, "exclusive", "create") as lease:
             return self._create_claimed(record, lease, blob, resolution, layers, meta, now, actor, kind)
 
+    def adopt(self, folder: str, *, actor: str = "user", user_home: str | None = None,
+              warden_home: str) -> WorkspaceRecord:
+        """Register an existing folder as a `user` workspace in place (no copy, no env layer): the
+        same policy, sandbox and protections apply, and Warden never moves or deletes its content
+        (`destroy` forgets it unless told to delete; `archive` and the janitor leave it alone)."""
+        import re
+
+        from warden.core.workspaces import adoption_refusal
+
+        path = os.path.realpath(folder)
+        if not os.path.isdir(path):
+            raise NotFound(f"no folder {folder}")
+        others = [os.path.realpath(r.path) for r in self.list()]
+        why = adoption_refusal(path, warden_home=os.path.realpath(warden_home),
+                               workspaces_root=os.path.realpath(self.root_dir), others=others,
+                               user_home=os.path.realpath(user_home) if user_home else None)
+        if why:
+            raise InvalidInput(f"cannot adopt {folder}: {why}")
+        base = re.sub(r"[^A-Za-z0-9._-]", "-", os.path.basename(path)).strip(".-_")[:50] or "folder"
+        if not base[0].isalnum():
+            base = "ws-" + base
+        taken = {r.name for r in self.list()}
+        name = next(n for n in (base if i == 1 else f"{base}-{i}" for i in range(1, 1000)) if n not in taken)
+        check_name(name)
+        now = self._clock()
+        record = WorkspaceRecord(id="ws_" + os.urandom(8).hex(), name=name, path=path, type="user", status="ready",
+                                 created_at=now.isoformat(), last_accessed=now.isoformat(), created_by=actor,
+                                 meta={"adopted": True, "host": self._node})
+        with self.lease(name, "exclusive", "adopt"), self._registry.transaction() as tx:
+            if tx.workspaces.get(name) is not None:
+                raise Conflict(f"workspace {name!r} was made meanwhile; try again")
+            tx.workspaces.insert(record)
+            self._audit.record(actor=actor, action="workspace.adopt", target=name, detail={"path": path}, tx=tx)
+        return record
+
     def _check_free(self, name: str) -> None:
         """Refuse a taken name before the slow part of create (a layer build takes seconds).
         Only a courtesy: the row insert under the name's lease stays the real claim."""
@@ -221,17 +256,24 @@ class WorkspaceService:
         return WorkspaceRecord(**{**record.__dict__, "status": "ready", "meta": final})
 
     # -- destroy ---------------------------------------------------------------------------
-    def destroy(self, name: str, *, actor: str = "user", archive: bool = True) -> Destroyed:
-        """Archive (unless told not to), drop the row, and move the folder to the trash at once."""
+    def destroy(self, name: str, *, actor: str = "user", archive: bool = True, delete: bool = False) -> Destroyed:
+        """Archive (unless told not to), drop the row, and move the folder to the trash at once;
+        an adopted folder is only forgotten (its files stay) unless `delete`."""
         first = self.get(name)
         with self.lease(name, "exclusive", "destroy",
                         drain=lambda: self._processes.stop_processes(first.path)) as lease:
-            return self._destroy_held(name, lease, actor=actor, archive=archive)
+            return self._destroy_held(name, lease, actor=actor, archive=archive, delete=delete)
 
-    def _destroy_held(self, name: str, lease: Lease | None, *, actor: str, archive: bool) -> Destroyed:
+    def _destroy_held(self, name: str, lease: Lease | None, *, actor: str, archive: bool,
+                      delete: bool = False) -> Destroyed:
         record = self.get(name)  # again, under the lease: what is destroyed is what is there now
         archived = record.meta.get("archive")
-        if self.folders.present(record.path):
+        adopted = bool(record.meta.get("adopted"))
+        if adopted:
+            # An adopted folder is the person's: forgotten, never packed or moved (unless `delete`).
+            self._processes.stop_processes(record.path)
+            archive = False
+        elif self.folders.present(record.path):
             self._processes.stop_processes(record.path)
             if archive:
                 archived = self.shelf.pack(record).path
@@ -252,7 +294,8 @@ class WorkspaceService:
             tx.workspaces.delete(name, record_id=record.id)
             self._audit.record(actor=actor, action="workspace.destroy", target=name,
                                detail={"archive": kept, "grants_revoked": revoked}, tx=tx)
-        self.folders.trash(record.path)
+        if not adopted or delete:
+            self.folders.trash(record.path)
         if self._on_destroyed is not None:
             self._on_destroyed(record, actor)
         return Destroyed(name, kept)

@@ -33,6 +33,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("destroy", parents=[common], help="remove a workspace")
     p.add_argument("name")
     p.add_argument("--no-archive", action="store_true", help="do not keep an archive")
+    p.add_argument("--delete", action="store_true",
+                   help="an adopted folder (`warden ws set PATH`): delete its files too (else they stay)")
     p.add_argument("--yes", action="store_true", help="confirm")
     p.set_defaults(handler=_destroy)
 
@@ -87,6 +89,9 @@ def _info(ctx: Context, args: argparse.Namespace) -> Output:
 def _destroy(ctx: Context, args: argparse.Namespace) -> Output:
     if not args.yes:
         raise InvalidInput(f"destroying {args.name!r} needs --yes to confirm")
-    data = ctx.app.workspaces.destroy(args.name, archive=not args.no_archive).to_json()
+    adopted = bool(ctx.app.workspaces.get(args.name).meta.get("adopted"))
+    data = ctx.app.workspaces.destroy(args.name, archive=not args.no_archive, delete=args.delete).to_json()
     kept = f" (archive: {data['archive']})" if data.get("archive") else ""
+    if adopted and not args.delete:
+        return Output(data, f"forgot workspace {args.name}; its folder and files stay where they are")
     return Output(data, f"destroyed workspace {args.name}{kept}")
