@@ -394,14 +394,17 @@ class App:
     @cached_property
     def context(self) -> ContextService:
         """This terminal's current workspace and history (`warden ws`, `warden @NAME`)."""
+        from warden.adapters.safefs import read_small
         from warden.adapters.terminal_id import terminal_id
         from warden.adapters.terminals import JsonDocs, TerminalFiles
+        from warden.core.context import branch_of_head
         from warden.services.context import ContextService
 
         return ContextService(TerminalFiles(self.home.root / "terminals"), self.workspaces,
                               self.terminal or terminal_id(self.environ),
                               states=JsonDocs(self.home.root / "workspace-state"), clock=self.clock,
-                              git_branch=_git_branch, secret_names=lambda: self.secrets.names(),
+                              git_branch=lambda record: branch_of_head(read_small(record.path, ".git/HEAD", 4096)),
+                              secret_names=lambda: self.secrets.names(),
                               adopt=lambda folder: self.workspaces.adopt(folder, user_home=self.environ.get("HOME"),
                                                                          warden_home=str(self.home.root)))
 
@@ -523,20 +526,6 @@ def _busy_timeout(environ: Mapping[str, str]) -> float:
     if not 0 < value <= 3600:
         raise InvalidInput(f"bad WARDEN_DB_BUSY_TIMEOUT {raw!r}: give seconds between 0 and 3600")
     return value
-
-
-def _git_branch(record: WorkspaceRecord) -> str | None:
-    """The branch the workspace's repository is on, read from `.git/HEAD` beneath the workspace
-    by descriptor (no link followed, no git run); None when there is none."""
-    from warden.adapters.safefs import SafeRoot
-    from warden.core.errors import WardenError
-
-    try:
-        with SafeRoot.open(record.path, max_bytes=4096) as root:
-            head = root.read_text(".git/HEAD").strip()
-    except (WardenError, OSError):
-        return None
-    return head.removeprefix("ref: refs/heads/") if head.startswith("ref: refs/heads/") else None
 
 
 def bootstrap(home: str | os.PathLike[str] | None = None, *,

@@ -240,6 +240,7 @@ def test_a_bot_chosen_path_cannot_forge_lines_of_the_preview(loop: dict[str, obj
 
 def test_a_terminal_s_lock_refuses_bots_with_423(loop: dict[str, object]) -> None:
     environ = {**loop["environ"], "WARDEN_TERMINAL": "person"}  # type: ignore[dict-item]
+    (loop["path"] / "drafts").mkdir(exist_ok=True)  # type: ignore[operator]  # also when run alone
     cli_out(environ, "lock", "paper", "--reason", "reviewing")
     try:
         refused = _put(loop, str(loop["idle"]), "/drafts/while-locked.md", b"x")

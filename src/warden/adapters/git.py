@@ -232,7 +232,7 @@ class HostGit:
                                   text=True, errors="surrogateescape", timeout=timeout, check=False,
                                   stdin=None if stdin is not None else subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
-            raise TimedOut(f"git {' '.join(argv[1:3])} took longer than {timeout:g}s") from None
+            raise TimedOut(f"git {_subcommand(program)} took longer than {timeout:g}s") from None
         except FileNotFoundError:
             raise NotFound(f"the folder of workspace {workspace} is missing; see `warden health`") from None
 
@@ -281,7 +281,7 @@ class HostGit:
                 args += ["--branch", branch]
             self._run(scratch, [*args, "--", url, inner], extra_env={}, input=None, credential=credential,
                       check=True, timeout=3600, git_dir=None)
-            os.rename(os.path.join(inner, ".git"), target)
+            _move_in(inner, workspace)
         except GitFailed as exc:
             raise GitFailed(f"git clone of {url} failed: {exc.message.partition(': ')[2]}", exc.result) from None
         finally:
@@ -303,3 +303,36 @@ def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("hint:")]
     said = [line for line in lines if line.startswith(("fatal:", "error:"))] or lines[-1:]
     return said[0][:400] if said else ""
+
+
+def _move_in(clone: str, workspace: str) -> None:
+    """The clone's `.git` to the workspace root, by descriptors and never over an entry: a clone
+    may take an hour, and a bot's process could have made a `.git` there meanwhile."""
+    import errno
+
+    from warden.adapters.safefs.rename import renameat_noreplace
+
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    src, dst = os.open(clone, flags), os.open(workspace, flags)
+    try:
+        renameat_noreplace(src, ".git", dst, ".git")
+    except OSError as exc:
+        if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            raise Conflict(f"workspace {os.path.basename(workspace)} came to hold a .git during the clone; "
+                           "nothing was moved in") from None
+        raise Conflict(f"the clone could not be moved into workspace {os.path.basename(workspace)}: "
+                       f"{exc.strerror}") from None
+    finally:
+        os.close(src)
+        os.close(dst)
+
+
+def _subcommand(argv: Sequence[str]) -> str:
+    """The git command an argv runs (`config`, `clone`, …), past the program and its -c options."""
+    words = iter(argv[1:])
+    for word in words:
+        if word == "-c":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return "(no command)"

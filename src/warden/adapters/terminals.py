@@ -1,8 +1,10 @@
-"""Each terminal's context as a small JSON file of the home: `terminals/<terminal>.json`.
+"""Small JSON documents of the home, one per key: each terminal's context (`terminals/<id>.json`)
+and each workspace's saved states (`workspace-state/<name>.json`).
 
-A change is read-modify-write under an exclusive flock of the file's lock beside it, and the
+A change is read-modify-write under an exclusive flock of the document's lock beside it, and the
 file is replaced atomically: two commands of one terminal at once never lose a `ws set`, and a
-kill between the two leaves the old file or the new one. Files are the person's own (0600).
+kill between the two leaves the old file or the new one. Files are the person's own (0600); a
+link or FIFO where a document should be is read as no document (never followed, never blocks).
 """
 
 from __future__ import annotations
@@ -20,74 +22,63 @@ from warden.core.errors import InvalidInput
 
 __all__ = ["JsonDocs", "TerminalFiles"]
 
-_MAX_FILE = 64 * 1024
+_MAX_DOC = 256 * 1024
 
 
-class TerminalFiles:
-    """core.ports.TerminalStore on the home's `terminals/` folder."""
+class JsonDocs:
+    """core.ports.StateDocs on one folder of the home."""
 
     def __init__(self, folder: Path) -> None:
         self._folder = folder
 
-    def _path(self, terminal: str) -> Path:
-        return self._folder / f"{terminal}.json"
-
-    def read(self, terminal: str) -> TerminalContext:
+    def read(self, key: str) -> dict[str, object]:
         try:
-            fd = os.open(self._path(terminal), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        except FileNotFoundError:
-            return TerminalContext()
+            fd = os.open(self._folder / f"{key}.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:  # missing, or a link (O_NOFOLLOW): no document
+            return {}
         with os.fdopen(fd, "rb") as file:
-            data = file.read(_MAX_FILE + 1)
+            data = file.read(_MAX_DOC + 1)
         try:
-            doc = json.loads(data) if len(data) <= _MAX_FILE else {}
+            doc = json.loads(data) if len(data) <= _MAX_DOC else {}
         except ValueError:
             doc = {}
-        return TerminalContext.from_json(doc) if isinstance(doc, dict) else TerminalContext()
+        return doc if isinstance(doc, dict) else {}
 
     @contextlib.contextmanager
-    def _locked(self, terminal: str) -> Iterator[None]:
+    def _locked(self, key: str) -> Iterator[None]:
         self._folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self._folder / f".{terminal}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(self._folder / f".{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)
 
-    def change(self, terminal: str, how: Callable[[TerminalContext], TerminalContext]) -> TerminalContext:
-        with self._locked(terminal):
-            new = how(self.read(terminal))
-            write_atomic(self._path(terminal), json.dumps(new.to_json()).encode(), mode=0o600)
-            return new
-
-
-class JsonDocs:
-    """core.ports.StateDocs: small JSON documents of the home, one per key, changed the same way
-    (flock, read-modify-write, atomic replace, the person's own)."""
-
-    def __init__(self, folder: Path) -> None:
-        self._folder = folder
-        self._files = TerminalFiles(folder)
-
-    def read(self, key: str) -> dict[str, object]:
-        try:
-            fd = os.open(self._folder / f"{key}.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        except FileNotFoundError:
-            return {}
-        with os.fdopen(fd, "rb") as file:
-            data = file.read(_MAX_FILE * 4 + 1)
-        try:
-            doc = json.loads(data) if len(data) <= _MAX_FILE * 4 else {}
-        except ValueError:
-            doc = {}
-        return doc if isinstance(doc, dict) else {}
-
     def change(self, key: str, how: Callable[[dict[str, object]], dict[str, object]]) -> dict[str, object]:
-        with self._files._locked(key):
+        with self._locked(key):
             new = how(self.read(key))
             data = json.dumps(new, sort_keys=True).encode()
-            if len(data) > _MAX_FILE * 4:  # what `read` would not read back: refused, never lost
-                raise InvalidInput(f"{key}'s saved state would be over {_MAX_FILE * 4} bytes; drop some first")
+            if len(data) > _MAX_DOC:  # what `read` would not read back: refused, never lost
+                raise InvalidInput(f"{key}'s saved state would be over {_MAX_DOC} bytes; drop some first")
             write_atomic(self._folder / f"{key}.json", data, mode=0o600)
             return new
+
+
+class TerminalFiles:
+    """core.ports.TerminalStore: terminals' contexts as JSON documents."""
+
+    def __init__(self, folder: Path) -> None:
+        self._docs = JsonDocs(folder)
+
+    def read(self, terminal: str) -> TerminalContext:
+        return TerminalContext.from_json(self._docs.read(terminal))
+
+    def change(self, terminal: str, how: Callable[[TerminalContext], TerminalContext]) -> TerminalContext:
+        changed: list[TerminalContext] = []
+
+        def apply(doc: dict[str, object]) -> dict[str, object]:
+            changed[:] = [how(TerminalContext.from_json(doc))]
+            return changed[0].to_json()
+
+        self._docs.change(terminal, apply)
+        return changed[0]

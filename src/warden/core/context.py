@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 
 from warden.core.errors import InvalidInput, NotFound
 
-__all__ = ["MAX_HISTORY", "MAX_SNAPSHOTS", "StateSnapshot", "TerminalContext", "check_label", "check_variables",
+__all__ = ["MAX_HISTORY", "MAX_SNAPSHOTS", "StateSnapshot", "TerminalContext", "branch_of_head", "check_label",
+           "check_variables",
            "export_blob", "match_workspace", "parse_blob", "restore_lines"]
 
 MAX_HISTORY = 50
@@ -141,6 +142,12 @@ class StateSnapshot:
         if branch is not None and (not isinstance(branch, str) or len(branch) > 255):
             raise InvalidInput("bad saved branch")
         return cls(label, created, cwd, dict(env), branch)
+
+
+def branch_of_head(head: bytes | None) -> str | None:
+    """The branch a repository's `.git/HEAD` names (None: detached, missing or unreadable)."""
+    text = (head or b"").decode("utf-8", "replace").strip()
+    return text.removeprefix("ref: refs/heads/") if text.startswith("ref: refs/heads/") else None
 
 
 def check_label(label: str) -> str:

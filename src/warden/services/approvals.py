@@ -179,9 +179,10 @@ class ApprovalService:
         error after the request is marked `failed`."""
         if note is not None and len(note) > 2000:
             raise TooLarge("a note is at most 2000 characters")
-        if self.status(self.get(approval_id)) == "expired":
-            self.expire()
         record = self.get(approval_id)
+        if self.status(record) == "expired" and record.status == "pending":
+            self.expire()  # written as expired (and audited) before it is refused as such
+            record = self.get(approval_id)
         verb = "approve" if approve else "deny"
         try:
             check_answer(record, self._clock(), approve=approve,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -190,8 +191,6 @@ class FileService:
         return result
 
     def _used(self) -> None:
-        import time
-
         if self._touch is not None and time.monotonic() - self._touched_at >= 60:
             self._touched_at = time.monotonic()
             with contextlib.suppress(WardenError):  # a locked registry: the next change says it

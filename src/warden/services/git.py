@@ -349,7 +349,7 @@ class GitService:
                         asked={"url": _shown_url(url), "branch": branch, "credential": credential})
 
     def _check_out(self, record: WorkspaceRecord, url: str, entries: list[str]) -> CloneResult:
-        head = self._rev(record, "HEAD^{commit}")
+        head = self._head(record)
         paths: list[str] = []
         if head is not None:
             paths = [p for p in self._run(record, "ls-tree", "-r", "-z", "--name-only", head).split("\0") if p]
@@ -582,7 +582,7 @@ class GitService:
             self._run(record, "fetch", "--quiet", "--no-recurse-submodules", "--no-write-fetch-head",
                       "--upload-pack=git-upload-pack", remote,
                       f"+refs/heads/{remote_branch}:refs/remotes/{remote}/{remote_branch}", credential=cred)
-            before = self._rev(record, "HEAD^{commit}") or ""
+            before = self._head(record) or ""
             target = self._rev(record, f"refs/remotes/{remote}/{remote_branch}^{{commit}}")
             if target is None:
                 raise NotFound(f"the remote has no branch {remote_branch}")
@@ -596,7 +596,7 @@ class GitService:
                 lines = [line.strip() for line in said.splitlines() if line.strip()]
                 reason = lines[0] if lines else f"exit status {merged.code}"
                 raise Conflict(f"pull refused: {reason} (stage or discard local changes first)", rule="git.pull")
-            after = self._rev(record, "HEAD^{commit}") or ""
+            after = self._head(record) or ""
             files = len(self._files(record, self._base(record, before or None), after)) if before != after else 0
             return PullResult(before, after, files)
 

@@ -184,7 +184,8 @@ class WorkspaceService:
         path = os.path.realpath(folder)
         if not os.path.isdir(path):
             raise NotFound(f"no folder {folder}")
-        others = [os.path.realpath(r.path) for r in self.list()]
+        records = self.list()
+        others = [os.path.realpath(r.path) for r in records]
         why = adoption_refusal(path, warden_home=os.path.realpath(warden_home),
                                workspaces_root=os.path.realpath(self.root_dir), others=others,
                                user_home=os.path.realpath(user_home) if user_home else None)
@@ -193,7 +194,7 @@ class WorkspaceService:
         base = re.sub(r"[^A-Za-z0-9._-]", "-", os.path.basename(path)).strip(".-_")[:50] or "folder"
         if not base[0].isalnum():
             base = "ws-" + base
-        taken = {r.name for r in self.list()}
+        taken = {r.name for r in records}
         name = next(n for n in (base if i == 1 else f"{base}-{i}" for i in range(1, 1000)) if n not in taken)
         check_name(name)
         now = self._clock()

@@ -40,12 +40,16 @@ def open_folder(folder: str) -> int:
         raise folder_error(exc, folder) from None
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def syncfs(fd: int) -> None:
     """Make everything written on the filesystem holding `fd` durable (one call for thousands of
     objects, instead of an fsync each), so a manifest renamed after it never names lost bytes."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.syncfs(fd) == 0:
+        if _libc().syncfs(fd) == 0:
             return
     except (OSError, AttributeError):
         pass
@@ -109,8 +113,12 @@ def walk_tree(root_fd: int) -> Iterator[tuple[str, list[str], list[str], int]]:
                     continue  # unreadable or gone: nothing beneath it is seen
                 folders.sort()
                 others.sort()
+                # Registered before the caller sees it: a caller that stops the walk at the yield
+                # (TooLarge, a full disk) has this descriptor closed with the others.
+                frame = _Frame(path, fd, ident, [])
+                frames.append(frame)
                 yield path, folders, others, fd
-                frames.append(_Frame(path, fd, ident, list(reversed(folders))))
+                frame.pending = list(reversed(folders))  # as the caller left them (it may prune)
                 open_fds = [f for f in frames[1:] if f.fd is not None]
                 if len(open_fds) > _OPEN_DIRS:
                     oldest = open_fds[0]
@@ -260,8 +268,6 @@ def apply_plan(folder: str, plan: RollbackPlan, object_path: Callable[[str], Pat
                 in_folder(entry.path, functools.partial(_put_file, object_path(entry.digest), entry.mode))
         for path, mode in plan.chmods:
             in_folder(path, functools.partial(_chmod_file, mode))
-        for fd, mode in opened:
-            os.fchmod(fd, mode)
         for path, mode in plan.dir_modes:
             os.fchmod(dirs.open(path), mode)
         syncfs(root_fd)
@@ -271,7 +277,10 @@ def apply_plan(folder: str, plan: RollbackPlan, object_path: Callable[[str], Pat
                            "was); run the rollback again") from None
         raise no_space(exc, f"workspace folder {folder}") from None
     finally:
-        for fd, _mode in opened:
+        # The folders opened up for the rollback get their modes back, whether it ended or not.
+        for fd, mode in opened:
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, mode)
             os.close(fd)
         dirs.close()
         os.close(root_fd)
@@ -428,7 +437,14 @@ def _put_file(source: Path, mode: int, parent: int, leaf: str) -> None:
                 size = os.fstat(src).st_size
                 copied = 0
                 while copied < size:
-                    sent = os.copy_file_range(src, out, size - copied)
+                    try:
+                        sent = os.copy_file_range(src, out, size - copied)
+                    except OSError as exc:
+                        # Warden's home on another filesystem than the workspace (EXDEV), or a
+                        # filesystem without it: copied through this process instead.
+                        if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                            raise
+                        sent = os.sendfile(out, src, copied, size - copied)
                     if sent == 0:
                         break
                     copied += sent

@@ -90,10 +90,13 @@ def _diff(ctx: Context, record: ApprovalRecord) -> str | None:
         return None
     shown = printable(record.path)
     new = ctx.app.approvals.content(record.id) or b""
-    files = ctx.app.files(record.workspace)
+    from warden.core.errors import NotFound, WardenError
+
     try:
-        old = files.read_bytes(record.path) if files.exists(record.path) else b""
-    except Exception:  # a folder, a link: say so rather than guess
+        old = ctx.app.files(record.workspace).read_bytes(record.path)
+    except NotFound:
+        old = b""  # a new file
+    except WardenError:  # a folder, a link: say so rather than guess
         return f"  (the current {shown} cannot be read as a file)"
     try:
         a, b = old.decode("utf-8").splitlines(keepends=True), new.decode("utf-8").splitlines(keepends=True)

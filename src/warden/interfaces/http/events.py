@@ -125,15 +125,21 @@ def router(app: App) -> APIRouter:
         """The workspace's file changes as they happen (needs `read`; a grant sees its zones only)."""
 
         def opening() -> Watch:
-            with Call(app, "events.watch", name) as call:
-                principal = call.authenticate(token_of(token))
-                record = call.authorize(name, "read")
-                scope = app.auth.zone_scope(principal, lambda: app.sandbox_paths.zones(record))
-                # Told only what its file policy lets it see: its zones, never a denied path.
-                shown = PolicyFilter(app.files(record, actor=call.actor, scope=scope))
-                watch = app.watching.open(name, holder=principal.minter, shown=shown)
-                call.note(zones=None if scope is None else sorted(scope))
-                return watch
+            watch: Watch | None = None
+            try:
+                with Call(app, "events.watch", name) as call:
+                    principal = call.authenticate(token_of(token))
+                    record = call.authorize(name, "read")
+                    scope = app.auth.zone_scope(principal, lambda: app.sandbox_paths.zones(record))
+                    # Told only what its file policy lets it see: its zones, never a denied path.
+                    shown = PolicyFilter(app.files(record, actor=call.actor, scope=scope))
+                    watch = app.watching.open(name, holder=principal.minter, shown=shown)
+                    call.note(zones=None if scope is None else sorted(scope))
+            except BaseException:
+                if watch is not None:  # its audit failed (a full disk): the watch and its slot go too
+                    watch.close()
+                raise
+            return watch
 
         return EventStream(await run_in_threadpool(opening), timeout=timeout, limiter=waiting)
 

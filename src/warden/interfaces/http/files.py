@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from warden.services.auth import Principal
     from warden.services.files import FileService
 
-__all__ = ["FileServices", "read_content", "router"]
+__all__ = ["FileServices", "files_for", "read_content", "router"]
 
 FilePath = Annotated[str, Query(min_length=1, max_length=4096,
                                 description="workspace-relative path; / is the workspace root")]
@@ -80,7 +80,7 @@ class FileServices:
         return service
 
 
-def _files(app: App, services: FileServices, call: Call, name: str, permission: str) -> FileService:
+def files_for(app: App, services: FileServices, call: Call, name: str, permission: str) -> FileService:
     """The file service for the authenticated caller, after its grant allowed `permission`."""
     assert call.principal is not None
     record = call.authorize(name, permission)
@@ -93,7 +93,7 @@ def read_content(app: App, services: FileServices, token: str | None, name: str,
     """GET …/files/content: a file's bytes for the holder of `token` (the route and the fast path)."""
     with Call(app, "files.read", f"{name}:{path}") as call:
         call.authenticate(token)
-        return _files(app, services, call, name, "read").read_bytes(path)
+        return files_for(app, services, call, name, "read").read_bytes(path)
 
 
 def router(app: App, services: FileServices) -> APIRouter:
@@ -108,7 +108,7 @@ def router(app: App, services: FileServices) -> APIRouter:
         with Call(app, "files.list", f"{name}:{path}") as call:
             call.authenticate(token_of(token))
             rel = canonical(path)
-            files = _files(app, services, call, name, "read")
+            files = files_for(app, services, call, name, "read")
             info = files.stat(rel)
             entries = [_entry(rel, item) for item in files.list(rel)] if info.type == "dir" else None
             return FilesResult(path=rel, type=_kind(info), size=info.size, mtime=info.mtime, entries=entries)
@@ -130,7 +130,7 @@ def router(app: App, services: FileServices) -> APIRouter:
         def write() -> FileWritten:
             with Call(app, "files.write", f"{name}:{path}") as call:
                 call.authenticate(token_of(token))
-                size = _files(app, services, call, name, "write").write_bytes(path, data)
+                size = files_for(app, services, call, name, "write").write_bytes(path, data)
                 return FileWritten(path=path, size=size)
 
         return await run_in_threadpool(write)
@@ -141,7 +141,7 @@ def router(app: App, services: FileServices) -> APIRouter:
         """Delete a file, a link or an empty folder (needs `write`)."""
         with Call(app, "files.delete", f"{name}:{path}") as call:
             call.authenticate(token_of(token))
-            _files(app, services, call, name, "write").delete(path)
+            files_for(app, services, call, name, "write").delete(path)
             return FileDeleted(path=path, deleted=True)
 
     @api.post("/v1/workspaces/{name}/files/move", response_model=FileMoved)
@@ -151,7 +151,7 @@ def router(app: App, services: FileServices) -> APIRouter:
         decides removing the source and writing the destination)."""
         with Call(app, "files.move", f"{name}:{body.source}") as call:
             call.authenticate(token_of(token))
-            kind = _files(app, services, call, name, "write").move(body.source, body.destination)
+            kind = files_for(app, services, call, name, "write").move(body.source, body.destination)
             return FileMoved(source=body.source, destination=body.destination, type=_kind_name(kind))
 
     return api

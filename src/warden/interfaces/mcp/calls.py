@@ -25,7 +25,7 @@ import mcp_types as types
 from warden.core.errors import InvalidInput, Pending, WardenError, classify
 from warden.core.paths import canonical
 from warden.interfaces.http.calls import Call
-from warden.interfaces.http.files import FileServices
+from warden.interfaces.http.files import FileServices, files_for
 from warden.interfaces.http.running import ExecSlots
 from warden.interfaces.mcp.files import FILE_TOOLS
 from warden.interfaces.mcp.texts import Answer, pending_text, refusal_text
@@ -149,11 +149,7 @@ class ToolCalls:
 
     def file_service(self, call: Call, workspace: str, permission: str) -> FileService:
         """The caller's file service on `workspace`, once its grant allows `permission` (as HTTP's)."""
-        assert call.principal is not None
-        record = call.authorize(workspace, permission)
-        scope = self.app.auth.zone_scope(call.principal, lambda: self.app.sandbox_paths.zones(record))
-        call.audited_by_service = True
-        return self.files.get(record, call.principal, scope)
+        return files_for(self.app, self.files, call, workspace, permission)
 
     # -- workspaces ------------------------------------------------------------------------
     def _list_workspaces(self, call: Call, args: dict[str, Any]) -> Answer:

@@ -297,10 +297,9 @@ def _asks_progress(body: bytes) -> bool:
 
 
 def _bearer_of_request(ctx: ServerRequestContext[Any, Any]) -> str | None:
-    request = ctx.request
-    headers = getattr(request, "headers", None)
-    if headers is None:
-        return None
-    scheme, _, token = str(headers.get("authorization", "")).partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    """The token of the HTTP request behind a tool call (none over stdio), read as the API reads it."""
+    from warden.interfaces.http.limits import bearer_token
+
+    scope = getattr(ctx.request, "scope", None)
+    return bearer_token(scope) if isinstance(scope, dict) else None
 
