@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from warden.core.errors import Pending, WardenError, classify
 from warden.interfaces.http.calls import Call, Unauthenticated
-from warden.interfaces.http.fastpath import CONTENT_PATH, FastReads
+from warden.interfaces.http.fastpath import CONTENT_PATH, FastReads, Mounted
 from warden.interfaces.http.limits import LimitsMiddleware, Refusal, Scope, bearer_token
 from warden.interfaces.http.statuses import ERROR_RESPONSES, HTTP_STATUS, package_version, status_for
 
@@ -118,11 +118,9 @@ def create_app(app: App) -> FastAPI:
     api.include_router(events.router(app))
     api.include_router(checkpoints.router(app))
     # The MCP server over streamable HTTP (interfaces/mcp): its own Bearer check, the same services.
-    from starlette.routing import Route
-
     from warden.interfaces.mcp.server import McpHttp
 
-    api.router.routes.append(Route("/mcp", endpoint=McpHttp(app, max_body=app.settings.get_size("api.max_body"))))
+    mcp = McpHttp(app, max_body=app.settings.get_size("api.max_body"))
 
     max_json = app.settings.get_size("api.max_body")
     max_file = app.settings.get_int("sandbox.max_file_size_mb") * 1024 * 1024
@@ -150,6 +148,9 @@ def create_app(app: App) -> FastAPI:
 
     # Added last, so outermost: limits and timeouts apply to the fast path too.
     api.add_middleware(FastReads, app=app, services=services)
+    # `/mcp` is answered ahead of FastAPI's routing (which would first try every route of the
+    # API on each call); it answers its own errors, as the SDK's transport does.
+    api.add_middleware(Mounted, path="/mcp", endpoint=mcp)
     api.add_middleware(LimitsMiddleware, limit_for=limit_for, timeout_for=timeout_for,
                        screen=upload_screen(app), screen_above=max_json, body_timeout=request_timeout)
     return api

@@ -19,13 +19,13 @@ from starlette.concurrency import run_in_threadpool
 
 from warden.core.errors import WardenError, classify
 from warden.core.names import name_pattern
-from warden.interfaces.http.limits import ASGIApp, Receive, Scope, Send, error_bytes
+from warden.interfaces.http.limits import ASGIApp, Message, Receive, Scope, Send, error_bytes
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
     from warden.interfaces.http.files import FileServices
 
-__all__ = ["CONTENT_PATH", "FastReads"]
+__all__ = ["CONTENT_PATH", "FastReads", "Mounted"]
 
 log = logging.getLogger("warden.http")
 
@@ -86,3 +86,36 @@ class FastReads:
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode("ascii"))]})
         await send({"type": "http.response.body", "body": body})
+
+
+class Mounted:
+    """One path answered by its own ASGI app ahead of FastAPI's routing (which tries every route of
+    the API before a path appended last); an exception escaping it gets the API's one-line 500."""
+
+    def __init__(self, inner: ASGIApp, *, path: str, endpoint: ASGIApp) -> None:
+        self.inner = inner
+        self.path = path
+        self.endpoint = endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != self.path:
+            await self.inner(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await self.endpoint(scope, receive, sending)
+        except Exception as exc:
+            log.error("internal error in %s %s: %s: %s", scope.get("method"), self.path, type(exc).__name__, exc)
+            if started:
+                raise
+            body = error_bytes("internal", f"internal error ({type(exc).__name__}); the server log has details")
+            await send({"type": "http.response.start", "status": 500,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(body)).encode("ascii"))]})
+            await send({"type": "http.response.body", "body": body})

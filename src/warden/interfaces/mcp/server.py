@@ -15,6 +15,7 @@ import hashlib
 import mimetypes
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
@@ -159,7 +160,8 @@ class McpHttp:
         from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
         self.app = app
-        self.server = build_server(app, _bearer_of_request)
+        self.tools = ToolCalls(app)
+        self.server = build_server(app, _bearer_of_request, self.tools)
         # Two answers to a POST, as the transport allows: an event stream for a request whose
         # client asked for progress (an exec's output comes as it runs), plain JSON otherwise,
         # which costs the server about half as much as a stream for a short call.
@@ -210,6 +212,10 @@ class McpHttp:
             await self.streaming.handle_request(scope, receive, send)
             return
         body = await _read_body(receive)
+        plain_call = _plain_tool_call(scope, body)
+        if plain_call is not None:
+            await self._answer_plain_call(plain_call, token, send)
+            return
         replayed = False
         gone = asyncio.Event()
 
@@ -241,6 +247,22 @@ class McpHttp:
                 raise
         finally:
             watcher.cancel()
+
+    async def _answer_plain_call(self, call: PlainCall, token: str | None, send: Send) -> None:
+        """A plain tool call answered without the SDK's per-request session (see `_plain_tool_call`):
+        the same handler, its result shaped for the protocol version by the SDK's own per-version
+        surface (a test holds the two answers equal)."""
+        from mcp_types.methods import serialize_server_result
+
+        result = await self.tools.call(call.name, call.arguments, token)
+        shaped = serialize_server_result("tools/call", call.version,
+                                         result.model_dump(by_alias=True, mode="json", exclude_none=True))
+        answer = types.JSONRPCResponse(jsonrpc="2.0", id=call.id, result=shaped)
+        body = answer.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode("ascii"))]})
+        await send({"type": "http.response.body", "body": body})
 
     def _recently_let_in(self, token: str | None) -> Principal | None:
         if not token:
@@ -274,6 +296,61 @@ async def _read_body(receive: Receive) -> bytes:
         if not message.get("more_body", False):
             break
     return b"".join(parts)
+
+
+# The protocol versions whose tools/call answer the plain lane gives exactly as the SDK does.
+PLAIN_VERSIONS = frozenset({"2025-06-18", "2025-11-25"})
+_PLAIN_CALL_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
+
+
+@dataclass(frozen=True)
+class PlainCall:
+    id: str | int
+    name: str
+    arguments: dict[str, Any]
+    version: str
+
+
+def _plain_tool_call(scope: Scope, body: bytes) -> PlainCall | None:
+    """The clean, common form of a tool call, else None (the SDK answers it).
+
+    The SDK's stateless transport builds a session, a dispatcher and three tasks for every POST,
+    which costs more than a file read itself. A call in the form every client sends — one JSON-RPC
+    request for a tool other than `exec` (whose run follows the connection and may stream), no
+    `_meta` (so no progress token), a protocol version header the lane answers exactly as the SDK,
+    a JSON body and an Accept of JSON, no session or Origin header — goes straight to the same
+    handler; anything else, odd or malformed, takes the SDK's path, so its checks and error answers
+    stay the only ones (as `FastReads` does for the HTTP API).
+    """
+    import json
+
+    headers: dict[bytes, list[bytes]] = {}
+    for key, value in scope.get("headers", ()):
+        headers.setdefault(key, []).append(value)
+    versions = headers.get(b"mcp-protocol-version", [])
+    version = versions[0].decode("latin-1") if len(versions) == 1 else ""
+    if version not in PLAIN_VERSIONS or b"mcp-session-id" in headers or b"origin" in headers:
+        return None
+    content_type = headers.get(b"content-type", [])
+    accept = headers.get(b"accept", [])
+    if (len(content_type) != 1 or content_type[0].split(b";")[0].strip().lower() != b"application/json"
+            or len(accept) != 1 or b"application/json" not in accept[0].lower()):
+        return None
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or message.keys() != _PLAIN_CALL_KEYS or message["jsonrpc"] != "2.0":
+        return None
+    request_id, params = message["id"], message["params"]
+    if (message["method"] != "tools/call" or isinstance(request_id, bool)
+            or not isinstance(request_id, str | int) or not isinstance(params, dict)
+            or not params.keys() <= {"name", "arguments"}):
+        return None
+    name, arguments = params.get("name"), params.get("arguments", {})
+    if not isinstance(name, str) or name == "exec" or not isinstance(arguments, dict):
+        return None
+    return PlainCall(request_id, name, arguments, version)
 
 
 def _asks_progress(body: bytes) -> bool:
