@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from tests.support.console_home import APPROVAL_ID, REPORT, console_environ, make_home, opener
-from warden.bootstrap import bootstrap
 from warden.interfaces.console.app import WardenConsole
 
 SIZE = (120, 36)

@@ -47,6 +47,8 @@ def make_home(home: Path, monkeypatch: object) -> None:
         from datetime import timedelta
 
         app.workspaces.create("scratch", template="minimal", kind="temporary", ttl=timedelta(hours=2))
+        app.sandbox_paths.add(str(home.parent / "datasets"), level="global", workspace=None, session=None, mode="ro")
+        app.sandbox_paths.remove(str(home.parent / ".aws"), level="global", workspace=None, session=None)
         app.grants._random = lambda n: bytes([next(counter)]) * n  # type: ignore[attr-defined]
         app.grants.register_bot("helper")
         issued = app.grants.grant("notes", "helper", "read,write")

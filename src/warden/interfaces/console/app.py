@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from warden.bootstrap import App as WardenApp
 
 __all__ = ["TABS", "WardenConsole"]
+
+Tab = WorkspacesTab | SandboxTab | GrantsTab | ApprovalsTab | AuditTab
 
 TABS = ("workspaces", "sandbox", "grants", "approvals", "audit")
 POLL_SECONDS = 1.0  # how often the open Audit or Approvals tab looks for news
@@ -88,10 +91,10 @@ class WardenConsole(App[None]):
     def on_unmount(self) -> None:
         self.commands.close()
 
-    def _pane(self, tab: str) -> WorkspacesTab | SandboxTab | GrantsTab | ApprovalsTab | AuditTab:
-        kinds = {"workspaces": WorkspacesTab, "sandbox": SandboxTab, "grants": GrantsTab,
-                 "approvals": ApprovalsTab, "audit": AuditTab}
-        return self.query_one(f"#{tab}-tab", kinds[tab])
+    def _pane(self, tab: str) -> Tab:
+        pane = self.query_one(f"#{tab}-tab")
+        assert isinstance(pane, WorkspacesTab | SandboxTab | GrantsTab | ApprovalsTab | AuditTab)
+        return pane
 
     def _reload(self, tab: str) -> None:
         try:
@@ -109,10 +112,9 @@ class WardenConsole(App[None]):
         active = self.query_one(TabbedContent).active
         pane = self._pane(active) if active in ("approvals", "audit") else None
         if isinstance(pane, ApprovalsTab | AuditTab):
-            try:
+            # A failure is said on the next reload the person asks for: a poll must not flood the line.
+            with suppress(WardenError):
                 pane.reload(quiet=True)
-            except WardenError:
-                pass  # said on the next reload the person asks for; a poll must not flood the line
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
@@ -17,8 +19,9 @@ __all__ = ["ApprovalsTab"]
 class ApprovalsTab(Vertical):
     """The queue; `y` approves the chosen request (Warden carries it out as asked), `n` denies it."""
 
-    BINDINGS = [Binding("y", "answer('approve')", "Approve"), Binding("n", "answer('deny')", "Deny"),
-                Binding("r", "reload", "Refresh")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer('approve')", "Approve"), Binding("n", "answer('deny')", "Deny"),
+        Binding("r", "reload", "Refresh")]
 
     def __init__(self, commands: Commands) -> None:
         super().__init__(id="approvals-tab")

@@ -3,10 +3,10 @@ narrowed by a filter, and the hash chain verified on request (`warden audit veri
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import Input, Static
 
@@ -22,8 +22,9 @@ _FIELDS = ("actor", "action", "target", "decision", "rule", "result")
 class AuditTab(Vertical):
     """The log, newest first."""
 
-    BINDINGS = [Binding("v", "verify", "Verify chain"), Binding("slash", "filter", "Filter"),
-                Binding("r", "reload", "Refresh")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("v", "verify", "Verify chain"), Binding("slash", "filter", "Filter"),
+        Binding("r", "reload", "Refresh")]
 
     def __init__(self, commands: Commands) -> None:
         super().__init__(id="audit-tab")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import Label
 
@@ -18,7 +18,8 @@ __all__ = ["GrantsTab"]
 class GrantsTab(Vertical):
     """Who may do what where, until when (never a token: those are shown once, at `warden grant`)."""
 
-    BINDINGS = [Binding("v", "revoke", "Revoke"), Binding("r", "reload", "Refresh")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("v", "revoke", "Revoke"), Binding("r", "reload", "Refresh")]
 
     def __init__(self, commands: Commands) -> None:
         super().__init__(id="grants-tab")

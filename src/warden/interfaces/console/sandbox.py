@@ -5,10 +5,10 @@ validation, and a refused value leaves config.toml as it was, with the one-line 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, DataTable, Input, Label, Static
 
@@ -24,7 +24,8 @@ _PREFIX = "sandbox."
 class SandboxTab(Vertical):
     """The sandbox's settings, editable, and its path lists."""
 
-    BINDINGS = [Binding("r", "reload", "Refresh")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("r", "reload", "Refresh")]
 
     def __init__(self, commands: Commands) -> None:
         super().__init__(id="sandbox-tab")
@@ -36,7 +37,7 @@ class SandboxTab(Vertical):
         yield RowTable(("Setting", "Value", "Source"), id="setting-table")
         yield Static(id="setting-help", markup=False)
         with Horizontal(classes="editor"):
-            yield Label("choose a setting, Enter to edit", id="setting-key")
+            yield Label("Enter on a setting edits it", id="setting-key")
             yield Input(placeholder="new value (lists: a,b,c)", id="setting-value")
         yield RowTable(("Path", "Action", "Mode", "Level"), id="path-table")
         with Horizontal(classes="editor"):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Grid
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Label
@@ -29,7 +30,7 @@ def plain(value: object, *, lines: bool = False) -> Text:
 class RowTable(DataTable[Text]):
     """A table chosen by rows, filled in one call, that keeps the chosen row across a refill."""
 
-    def __init__(self, columns: Sequence[str], *, id: str) -> None:  # noqa: A002 (Textual's name)
+    def __init__(self, columns: Sequence[str], *, id: str) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
         self._headers = tuple(columns)
 
@@ -57,7 +58,8 @@ class RowTable(DataTable[Text]):
 class Confirm(ModalScreen[bool]):
     """Asks before a destructive action; `y` or the button confirms, `n`/escape cancels."""
 
-    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
     DEFAULT_CSS = """
     Confirm { align: center middle; }
     Confirm > Grid { grid-size: 2; grid-gutter: 1 2; grid-rows: auto 3; padding: 1 2; width: 64; height: auto;

@@ -3,10 +3,10 @@ archive, destroy (after a confirm), lock and unlock, each as the `warden` comman
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
@@ -22,9 +22,10 @@ COLUMNS = ("Name", "Status", "Type", "Size", "Expires (UTC)", "Lock", "Processes
 class WorkspacesTab(Vertical):
     """Workspaces at a glance, and what a person does to one."""
 
-    BINDINGS = [Binding("a", "archive", "Archive"), Binding("d", "destroy", "Destroy"),
-                Binding("l", "lock", "Lock"), Binding("u", "unlock", "Unlock"),
-                Binding("r", "reload", "Refresh")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("a", "archive", "Archive"), Binding("d", "destroy", "Destroy"),
+        Binding("l", "lock", "Lock"), Binding("u", "unlock", "Unlock"),
+        Binding("r", "reload", "Refresh")]
 
     def __init__(self, commands: Commands) -> None:
         super().__init__(id="workspaces-tab")
