@@ -96,6 +96,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "secret rotate-key": ("warden secret rotate-key",),
     "approvals": ("warden approvals", "warden approvals --workspace notes --all",
                   "warden approvals --show apr_0123456789abcdef   # the change it would make, as a diff"),
+    "console": ("warden console   # tabs: 1 Workspaces, 2 Sandbox, 3 Grants, 4 Approvals, 5 Audit; q quits",
+                "warden console --home /srv/warden"),
     "approve": ("warden approve apr_0123456789abcdef --note 'checked the figures'",),
     "deny": ("warden deny apr_0123456789abcdef --note 'not in final/, use drafts/'",),
     "ws": ("warden @notes   # the same as `warden ws set notes`", "warden ws current", "warden ws back"),

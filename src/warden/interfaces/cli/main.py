@@ -22,7 +22,7 @@ from warden.interfaces.cli.output import Output, terminal_columns
 if TYPE_CHECKING:
     from warden.bootstrap import App
 
-__all__ = ["EXIT_CODES", "Context", "add_workspace", "main", "parse_command_line"]
+__all__ = ["EXIT_CODES", "Context", "add_workspace", "dispatch", "main", "parse_command_line"]
 
 # One table: error code → exit status. Scripts rely on these numbers: never renumber one.
 EXIT_CODES = {
@@ -64,6 +64,7 @@ COMMANDS: dict[str, str] = {
     "mcp": _CLI + "cmd_mcp",
     "demo": _CLI + "cmd_demo",
     "watch": _CLI + "cmd_watch",
+    "console": _CLI + "cmd_console",
 }
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 
@@ -397,6 +398,19 @@ def parse_command_line(args_list: Sequence[str]) -> argparse.Namespace:
     """The command line as `main` reads it (UsageError when it cannot be read): the home's daemon
     checks with it what it is asked to run."""
     return _parse(build_parser(args_list), list(args_list))
+
+
+def dispatch(ctx: Context, args_list: Sequence[str]) -> Output:
+    """Run one command line's handler on `ctx` as `main` would, without printing or exiting: the
+    console (interfaces/console) acts through it, so each of its actions is a command a person could
+    type, with the same checks. Raises WardenError (a foreign error Warden knows, mapped)."""
+    args = parse_command_line(args_list)
+    handler: Callable[[Context, argparse.Namespace], Output] | None = getattr(args, "handler", None)
+    if handler is None:
+        raise UsageError("no command given: `warden --help` lists the commands")
+    ctx.args = args
+    _resolve_workspace(ctx, args)
+    return _by_cause(handler, ctx, args)
 
 
 def _parse(parser: Parser, args_list: list[str]) -> argparse.Namespace:
