@@ -252,7 +252,7 @@ class App:
                               sweeper=lambda: self.sweeper, approvals=lambda: self.approvals, leases=self.leases,
                               audit=self.audit, clock=self.clock, rules=rules,
                               disk_alert_percent=self.settings.get_int("cleanup.disk_alert_percent"),
-                              home=self.home.root)
+                              home=self.home.root, instances=lambda: self.instances)
 
     @cached_property
     def locks(self) -> LockService:

@@ -27,7 +27,7 @@ from typing import NamedTuple
 from warden.core.errors import Denied, InvalidInput
 
 __all__ = ["KINDS", "MAC_INFO", "NODE_HEADERS", "Instance", "NodeView", "Signed", "check_node_name",
-           "dead_instances", "mac_of", "nodes_view", "sign", "verify"]
+           "dead_instances", "mac_of", "node_key", "nodes_view", "sign", "verify"]
 
 KINDS = ("serve", "daemon", "shell", "command")
 MAC_INFO = b"warden node-to-node"
@@ -110,6 +110,13 @@ def nodes_view(instances: Iterable[Instance], now: datetime, window: timedelta,
 
 
 # -- node-to-node authentication --------------------------------------------------------------
+
+def node_key(pepper: bytes) -> bytes:
+    """The cluster's node-to-node key: HKDF-SHA256 (RFC 5869) over the shared token pepper, so
+    the pepper itself never signs anything but tokens (a zero salt, as the RFC allows)."""
+    prk = hmac.new(b"\0" * 32, pepper, hashlib.sha256).digest()
+    return hmac.new(prk, MAC_INFO + b"\x01", hashlib.sha256).digest()
+
 
 class Signed(NamedTuple):
     """The node-to-node headers of one forwarded request."""

@@ -89,6 +89,13 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
                      detail={"swept": {k: v for k, v in swept.items() if v and k != "dry_run"}})
     _watch_live_sandboxes(app)
     _keep_clean(app)
+    # Registered with its API's URL (node.url when set: behind a proxy or TLS), so other nodes
+    # forward requests for this node's workspaces here; the heartbeat says it is up.
+    advertised = app.settings.get_str("node.url").rstrip("/") or url
+    if not advertised.startswith(("http://", "https://")) or any(c.isspace() for c in advertised):
+        raise InvalidInput(f"bad node.url {advertised!r}: give http://HOST:PORT or https://HOST:PORT")
+    instance = app.instances.registered("serve", url=advertised)
+    instance.__enter__()
     if ctx.json:
         import json
 
@@ -116,6 +123,7 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
             uvicorn.Server(uvicorn.Config(api, **options)).run(sockets=[sock])
     finally:
         sock.close()
+        instance.__exit__(None, None, None)
         app.audit.record(actor="user", action="serve.stop", target=url)
     return Output({"url": url, "stopped": True}, streamed=True)
 
