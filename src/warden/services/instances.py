@@ -86,7 +86,7 @@ class InstanceService:
         """Renew `instance`'s heartbeat; registered again if it was presumed dead meanwhile (it lives)."""
         now = self._clock().isoformat()
         with self._registry.transaction() as tx:
-            if not tx.instances.beat(instance.id, now):
+            if not tx.instances.beat(instance.id, now) and not self._stop.is_set():
                 tx.instances.insert(instance._replace(heartbeat_at=now))
 
     # -- the cluster -------------------------------------------------------------------------
@@ -176,17 +176,21 @@ class InstanceService:
         return {"leases_released": names, "locks_released": locks_freed, "runs_lost": lost}
 
     def _stop_sandboxes(self, instance: Instance) -> None:
-        """The live sandboxes `instance` started: stopped on this node; on another node (dead, so
-        nobody there can), their rows forgotten and their running processes marked lost."""
+        """The live sandboxes `instance` started: stopped on this node; on another node that is down
+        (nobody there can), their rows forgotten and their running processes marked lost (the node's
+        sweeper kills what is left of them, unregistered, when it comes back)."""
         with self._registry.transaction(write=False) as tx:
             started = [s for s in tx.sandboxes.of_node(instance.node) if s.meta.get("instance") == instance.id]
         if not started:
             return
-        if instance.node == self.node and self._live is not None:
-            for sandbox in started:
-                self._live().stop(sandbox, f"the Warden process that started it ({instance.kind}, pid "
-                                           f"{instance.pid}) died", actor="janitor")
+        if instance.node == self.node:
+            if self._live is not None:
+                for sandbox in started:
+                    self._live().stop(sandbox, f"the Warden process that started it ({instance.kind}, pid "
+                                               f"{instance.pid}) died", actor="janitor")
             return
+        if instance.node in self.live_nodes():
+            return  # its node lives: that node's own janitor stops them (no node touches another's)
         with self._registry.transaction() as tx:
             for sandbox in started:
                 if not tx.sandboxes.delete(sandbox.id):

@@ -110,6 +110,14 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
                                "proxy_headers": False,  # no proxy in front by default: trust no X-Forwarded-*
                                "http": BoundedHttpToolsProtocol,  # request line and headers bounded (414/431)
                                "ws": DeniedHandshakeProtocol}  # a refused PTY handshake is no server error
+    # uvicorn hands a SIGTERM it caught back to the handler before it once it has stopped; the
+    # default one would end the process before the `finally` below (instance, audit) runs.
+    import signal
+
+    def _terminated(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         if workers > 1:
             from uvicorn.supervisors import Multiprocess
