@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_home, measure  # noqa: E402
+from _common import bench_home, measure
 
 
 def _admin(url: str, sql: str) -> None:
