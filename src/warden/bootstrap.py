@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from warden.services.grants import GrantService
     from warden.services.health import HealthService
     from warden.services.installs import InstallService
+    from warden.services.instances import InstanceService
     from warden.services.janitor import JanitorService
     from warden.services.layers import LayerService
     from warden.services.leases import LeaseService
@@ -118,11 +119,13 @@ class App:
     """Wired services for one process; heavier services are built on first use."""
 
     def __init__(self, home: Home, settings: Settings, environ: Mapping[str, str],
-                 clock: Callable[[], datetime]) -> None:
+                 clock: Callable[[], datetime], *, node: str | None = None) -> None:
         self.home = home
         self.settings = settings
         self.environ = environ
         self.clock = clock
+        # The node this process belongs to (`WARDEN_NODE`, default the host name), read once.
+        self.node = node if node is not None else node_name(environ)
 
     @cached_property
     def root_dir(self) -> Path:
@@ -138,7 +141,8 @@ class App:
         url = self.environ.get("WARDEN_DATABASE_URL")
         if url is None:  # the SQLite default: a set-up home whose registry is gone is an error
             check_registry(self.home.root, self.home.root / "warden.db")
-        return SqlRegistry(open_database(url, self.home.root, busy_timeout=_busy_timeout(self.environ)))
+        return SqlRegistry(open_database(url, self.home.root, busy_timeout=_busy_timeout(self.environ),
+                                         node=self.node))
 
     @cached_property
     def audit(self) -> AuditLog:
@@ -155,9 +159,10 @@ class App:
         folders = FolderService(HostWorkspaceIO(), HostGitDefuser(), self.settings, quota=lambda: self.quota)
         shelf = ArchiveShelf(HostArchives(), self.home.archives, self.clock, self.settings)
         return WorkspaceService(self.registry, self.audit, self.clock, root_dir=self.root_dir, folders=folders,
-                                shelf=shelf, processes=HostProcesses(), node=os.uname().nodename,
+                                shelf=shelf, processes=HostProcesses(), node=self.node,
                                 layers=lambda: self.layers, leases=lambda: self.leases,
-                                on_destroyed=self._destroyed)
+                                on_destroyed=self._destroyed,
+                                live_nodes=lambda: self.instances.live_nodes())
 
     def _destroyed(self, record: WorkspaceRecord, actor: str) -> None:
         """What goes with a destroyed workspace: its checkpoints and versions, and the requests
@@ -205,7 +210,18 @@ class App:
         from warden.adapters.processes import HostProcesses
         from warden.services.leases import LeaseService
 
-        return LeaseService(self.registry, HostProcesses(), self.clock, os.uname().nodename, terminal=self.terminal)
+        return LeaseService(self.registry, HostProcesses(), self.clock, self.node, terminal=self.terminal)
+
+    @cached_property
+    def instances(self) -> InstanceService:
+        """This node's running Warden processes and their heartbeats; the cluster's nodes (`warden nodes`)."""
+        from warden.adapters.processes import HostProcesses
+        from warden.services.instances import InstanceService, NodeSettings
+
+        settings = NodeSettings(interval=timedelta(seconds=self.settings.get_seconds("node.heartbeat_interval")),
+                                window=timedelta(seconds=self.settings.get_seconds("node.heartbeat_window")))
+        return InstanceService(self.registry, self.audit, self.clock, HostProcesses(), self.node, settings,
+                               live=lambda: self.live)
 
     # Set by `warden serve` before it builds anything: what it does, it does for bots, on no terminal.
     serving = False
@@ -236,7 +252,7 @@ class App:
                               sweeper=lambda: self.sweeper, approvals=lambda: self.approvals, leases=self.leases,
                               audit=self.audit, clock=self.clock, rules=rules,
                               disk_alert_percent=self.settings.get_int("cleanup.disk_alert_percent"),
-                              home=self.home.root)
+                              home=self.home.root, instances=lambda: self.instances)
 
     @cached_property
     def locks(self) -> LockService:
@@ -478,7 +494,15 @@ class App:
                                   sandboxes=HostLiveSandboxes(self.home.run, self.environ), clock=self.clock,
                                   node=self.leases.node, settings=LiveSettings.from_settings(self.settings),
                                   git=HostGitGuards(), over_quota=lambda record: self.quota.over(record.name,
-                                                                                                 record.path))
+                                                                                                 record.path),
+                                  instance=self._instance_id)
+
+    def _instance_id(self) -> str | None:
+        """The id of this process's registered instance (None: it registered none)."""
+        if "instances" not in self.__dict__:
+            return None
+        current = self.instances.current
+        return current.id if current is not None else None
 
     @cached_property
     def exec_slots(self) -> HeldSlots:
@@ -511,6 +535,16 @@ class App:
             self.registry.close()
 
 
+def node_name(environ: Mapping[str, str]) -> str:
+    """`WARDEN_NODE`, else the host name; InvalidInput (one line) when it is no safe name."""
+    from warden.core.nodes import check_node_name
+
+    raw = environ.get("WARDEN_NODE")
+    if raw is not None:
+        return check_node_name(raw)
+    return check_node_name(os.uname().nodename, source="host name (set WARDEN_NODE)")
+
+
 def _busy_timeout(environ: Mapping[str, str]) -> float:
     """WARDEN_DB_BUSY_TIMEOUT: seconds to wait for another process's registry lock (default 30)."""
     from warden.adapters.store.db import BUSY_TIMEOUT
@@ -534,7 +568,7 @@ def bootstrap(home: str | os.PathLike[str] | None = None, *,
     """Read $WARDEN_HOME and its settings, and wire the real adapters."""
     env = dict(os.environ) if environ is None else dict(environ)
     located = Home.locate(home, env)
-    return App(located, load_settings(located, env), env, clock or utc_now)
+    return App(located, load_settings(located, env), env, clock or utc_now, node=node_name(env))
 
 
 def config_file(home: Home) -> ConfigFile:

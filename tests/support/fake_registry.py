@@ -22,6 +22,7 @@ from warden.core.errors import Conflict
 from warden.core.grants import BotRow, Grant
 from warden.core.leases import LeaseState
 from warden.core.live import LiveProcess, LiveSandbox
+from warden.core.nodes import Instance
 from warden.core.runs import RunInProgress
 from warden.core.secrets import Sealed, SecretRow
 from warden.core.workspaces import WorkspaceRecord
@@ -39,6 +40,8 @@ class _State:
     processes: dict[str, LiveProcess] = field(default_factory=dict)
     audit: list[StoredEvent] = field(default_factory=list)
     approvals: dict[str, tuple[ApprovalRecord, bytes | None]] = field(default_factory=dict)
+    instances: dict[str, Instance] = field(default_factory=dict)
+    nonces: dict[str, str] = field(default_factory=dict)
 
 
 def _stored_meta(meta: object) -> dict[str, object]:
@@ -205,6 +208,9 @@ class _Leases:
     def read(self, workspace: str) -> tuple[LeaseState, int | None]:
         found = self._s.leases.get(workspace)
         return found if found else (LeaseState(workspace), None)
+
+    def names(self) -> list[str]:
+        return sorted(n for n, (state, _) in self._s.leases.items() if state.held or state.lock is not None)
 
     def write(self, state: LeaseState, version: int | None) -> bool:
         found = self._s.leases.get(state.workspace)
@@ -402,6 +408,41 @@ class _Approvals:
         return len(gone)
 
 
+class _Instances:
+    def __init__(self, state: _State) -> None:
+        self._s = state
+
+    def insert(self, instance: Instance) -> None:
+        if instance.id in self._s.instances:
+            raise Conflict(f"already exists (instance {instance.id})")
+        self._s.instances[instance.id] = instance
+
+    def beat(self, instance_id: str, at: str) -> bool:
+        found = self._s.instances.get(instance_id)
+        if found is None:
+            return False
+        self._s.instances[instance_id] = found._replace(heartbeat_at=at)
+        return True
+
+    def delete(self, instance_id: str) -> bool:
+        return self._s.instances.pop(instance_id, None) is not None
+
+    def list_all(self) -> list[Instance]:
+        return sorted(self._s.instances.values(), key=lambda i: (i.node, i.started_at))
+
+    def remember_nonce(self, nonce: str, at: str) -> bool:
+        if nonce in self._s.nonces:
+            return False
+        self._s.nonces[nonce] = at
+        return True
+
+    def forget_nonces(self, before: str) -> int:
+        gone = [n for n, at in self._s.nonces.items() if at < before]
+        for nonce in gone:
+            del self._s.nonces[nonce]
+        return len(gone)
+
+
 class MemoryTx:
     def __init__(self, state: _State) -> None:
         self.workspaces = _Workspaces(state)
@@ -414,6 +455,7 @@ class MemoryTx:
         self.processes = _Processes(state)
         self.audit = _Audit(state)
         self.approvals = _Approvals(state)
+        self.instances = _Instances(state)
 
 
 class MemoryRegistry:

@@ -104,6 +104,18 @@ KEYS: dict[str, Setting] = {
         Setting("janitor.interval", "duration", "10m",
                 "How often `warden serve` (and `warden janitor`) cleans up; 0 switches it off in serve",
                 minimum=0, maximum=7 * 86400),
+        # Nodes (core/nodes.py): instances' heartbeats, and how a node reaches another's API.
+        Setting("node.heartbeat_interval", "duration", "10s",
+                "How often a running Warden (serve, daemon, shell, long command) renews its heartbeat",
+                minimum=1, maximum=3600),
+        Setting("node.heartbeat_window", "duration", "60s",
+                "An instance without a heartbeat this long is dead (its locks and sandboxes released); "
+                "a node without a live instance is down (its workspaces unreachable)", minimum=1, maximum=86400),
+        Setting("node.url", "str", "",
+                "The API URL other nodes forward to (empty: http://HOST:PORT that `warden serve` binds; "
+                "https://… through a TLS proxy)"),
+        Setting("node.ca_file", "path", "",
+                "CA certificates (PEM) to verify other nodes' https:// API (empty: the system's)"),
         Setting("cleanup.idle_after", "duration", "7d",
                 "A workspace with no run, file operation or background process this long is idle",
                 minimum=60, maximum=3650 * 86400),

@@ -60,15 +60,19 @@ class WorkspaceRecord:
     expires_at: str | None = None
     created_by: str | None = None
     meta: Mapping[str, object] = field(default_factory=dict)
+    node: str | None = None  # the Warden node whose folder it is (core/nodes.py)
 
     def to_json(self) -> dict[str, object]:
+        # meta's "node" is the Node.js version of its template: shown as node_version, since
+        # `node` names the Warden node (INTERFACES.md).
         return {
             "id": self.id, "name": self.name, "path": self.path, "type": self.type,
             "status": self.status, "template": self.template, "layer_id": self.layer_id,
             "created": self.created_at, "last_accessed": self.last_accessed,
             "expires": self.expires_at, "created_by": self.created_by,
             "python_venv": self.meta.get("python_venv"), **{
-                k: v for k, v in self.meta.items() if k not in {"python_venv"}},
+                ("node_version" if k == "node" else k): v for k, v in self.meta.items() if k not in {"python_venv"}},
+            "node": self.node,
         }
 
 

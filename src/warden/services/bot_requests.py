@@ -193,6 +193,7 @@ class WorkspaceView:
     expires: str | None
     python_venv: str | None
     permissions: tuple[str, ...] = ()
+    node: str | None = None  # the Warden node that holds it
 
 
 @dataclass(frozen=True)
@@ -385,10 +386,13 @@ class BotRequestService:
         listed = []
         for name in names:
             try:
-                if principal.chain:
+                # Another node's workspace is listed too (its node, `unreachable` while it is
+                # down); authorizing it is that node's, when a request for it is forwarded there.
+                record = self._workspaces.get(name, anywhere=True)
+                if principal.chain and self._workspaces.here(record):
                     listed.append(self._view(self._auth.authorize(principal, name, "read"), principal))
                 else:
-                    listed.append(self._view(self._workspaces.get(name), None))
+                    listed.append(self._view(record, principal if principal.chain else None))
             except (Denied, Unavailable):
                 continue
             except Exception:  # noqa: S112 (a workspace that vanished mid-listing is skipped)
@@ -408,7 +412,8 @@ class BotRequestService:
         return WorkspaceView(name=record.name, path=record.path, status=record.status, type=record.type,
                              template=record.template, created=record.created_at,
                              last_accessed=record.last_accessed, expires=record.expires_at,
-                             python_venv=venv if isinstance(venv, str) else None, permissions=permissions)
+                             python_venv=venv if isinstance(venv, str) else None, permissions=permissions,
+                             node=record.node)
 
     def delete_workspace(self, principal: Principal, name: str, *, trail: Trail = UNTRACED) -> DestroyedWorkspace:
         """Revoke every grant on the workspace, then destroy it (archived first; needs `admin`)."""

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from warden.core.ports import Registry
     from warden.services.approvals import ApprovalService
     from warden.services.audit import AuditLog
-    from warden.services.leases import LeaseService
+    from warden.services.instances import InstanceService
+    from warden.services.leases import Lease, LeaseService
     from warden.services.lifecycle import LifecycleService
     from warden.services.sweeper import Sweeper
     from warden.services.workspaces import WorkspaceService
@@ -47,6 +48,7 @@ class JanitorReport:
     disk_percent: float | None = None
     disk_alert: bool = False
     swept: dict[str, Any] | None = None
+    instances_dead: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -56,8 +58,9 @@ class JanitorService:
     def __init__(self, *, registry: Registry, workspaces: WorkspaceService, lifecycle: Callable[[], LifecycleService],
                  sweeper: Callable[[], Sweeper], approvals: Callable[[], ApprovalService], leases: LeaseService,
                  audit: AuditLog, clock: Callable[[], datetime], rules: JanitorRules, disk_alert_percent: int,
-                 home: Path) -> None:
+                 home: Path, instances: Callable[[], InstanceService] | None = None) -> None:
         self._registry = registry
+        self._instances = instances
         self._workspaces = workspaces
         self._lifecycle = lifecycle
         self._sweeper = sweeper
@@ -73,11 +76,23 @@ class JanitorService:
         """One pass; `ran` False when another janitor holds the leadership."""
         report = JanitorReport(dry_run)
         try:
-            with self._leases.hold(JANITOR_LEASE, "exclusive", "janitor"):
+            with self._leases.hold(JANITOR_LEASE, "exclusive", "janitor") as lease:
+                self._lease = lease
                 self._pass(report)
         except Locked:
             report.ran = False
+        finally:
+            self._lease = None
         return report
+
+    _lease: Lease | None = None
+
+    def _still_leader(self) -> None:
+        """Locked unless this janitor still holds the leadership with its fencing number: one
+        presumed dead (paused past its lease) and succeeded by another stops before it acts."""
+        if self._lease is not None:
+            with self._registry.transaction(write=False) as tx:
+                self._leases.check(tx, self._lease)
 
     def _busy(self, names: list[str]) -> set[str]:
         """Which of `names` have something running (a run in progress, a background process)."""
@@ -91,13 +106,21 @@ class JanitorService:
 
     def _pass(self, report: JanitorReport) -> None:
         now = self._clock()
+        if self._instances is not None:  # dead instances (any node's) released: the leader's job
+            self._still_leader()
+            report.instances_dead = [i.id for i in self._instances().reap(dry_run=report.dry_run)]
+        self._still_leader()
         report.swept = self._sweeper().sweep(dry_run=report.dry_run).to_json()
-        chores = plan(self._workspaces.list(), now, self.rules)
+        # A node sweeps only its own workspaces: another's folder is not on this machine.
+        chores = plan([r for r in self._workspaces.list() if self._workspaces.here(r)], now, self.rules)
         busy = self._busy([c.workspace for c in chores])
         for chore in chores:
             if chore.workspace not in busy:
+                if not report.dry_run:
+                    self._still_leader()
                 report.chores.append(chore.to_json() if report.dry_run else self._do(chore))
         if not report.dry_run:
+            self._still_leader()
             report.approvals_expired = self._approvals().expire()
             with self._registry.transaction() as tx:
                 report.grants_purged = tx.grants.purge(now - GRANT_GRACE)

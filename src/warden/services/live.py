@@ -157,7 +157,9 @@ class LiveSandboxService:
 
     def __init__(self, *, registry: Registry, audit: AuditLog, sandboxes: LiveSandboxes, clock: Clock, node: str,
                  settings: LiveSettings, git: GitGuards,
-                 over_quota: Callable[[WorkspaceRecord], str | None] | None = None) -> None:
+                 over_quota: Callable[[WorkspaceRecord], str | None] | None = None,
+                 instance: Callable[[], str | None] | None = None) -> None:
+        self._instance = instance  # the id of this process's registered instance, if any
         # Why a workspace is over its disk quota now (services/quota.py), or None: the sweep
         # stops a live sandbox whose background processes filled it past the limit.
         self._over_quota = over_quota
@@ -285,6 +287,9 @@ class LiveSandboxService:
         started = self._sandboxes.start(sandbox_id, request, idle_s=self.settings.idle_s)
         now = self._now()
         meta = {**started.meta, "policy": _policy(request), "ro_paths": sorted(request.ro_paths)}
+        instance = self._instance() if self._instance is not None else None
+        if instance is not None:  # the Warden process that started it: its death stops it (services/instances)
+            meta["instance"] = instance
         sandbox = LiveSandbox(sandbox_id, record.name, record.id, principal, network, fingerprint, fence, self.node,
                               started.pid, started.pid_start, started.supervisor_pid, started.supervisor_start,
                               started.socket, now, now, meta)
@@ -324,6 +329,10 @@ class LiveSandboxService:
         return None
 
     # -- stopping ------------------------------------------------------------------------------
+    def stop(self, sandbox: LiveSandbox, reason: str, *, actor: str = "warden") -> None:
+        """Stop `sandbox` of this node, its running processes killed (audited with `reason`)."""
+        self._stop(sandbox, reason, actor=actor)
+
     def _stop(self, sandbox: LiveSandbox, reason: str, *, killed: bool = True, actor: str = "warden") -> None:
         """Stop `sandbox` (if it still runs), end its processes' records and remove its row."""
         with contextlib.suppress(Unavailable):

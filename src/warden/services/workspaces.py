@@ -13,14 +13,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from warden.core.durations import format_duration
-from warden.core.errors import Conflict, InvalidInput, NotFound
+from warden.core.errors import Conflict, InvalidInput, NotFound, Unavailable
 from warden.core.ports import Clock, Processes, Registry, Tx
 from warden.core.workspaces import WorkspaceRecord, check_name, check_type
 from warden.services.archives import ArchiveShelf
@@ -55,8 +55,12 @@ class WorkspaceService:
                  folders: FolderService, shelf: ArchiveShelf, processes: Processes, node: str,
                  layers: Callable[[], LayerService] | None = None,
                  leases: Callable[[], LeaseService] | None = None,
-                 on_destroyed: Callable[[WorkspaceRecord, str], object] | None = None) -> None:
+                 on_destroyed: Callable[[WorkspaceRecord, str], object] | None = None,
+                 live_nodes: Callable[[], Collection[str]] | None = None) -> None:
         self._registry = registry
+        # The nodes with a live instance now (services/instances): another node's workspace is
+        # shown `unreachable` while its node is down.
+        self._live_nodes = live_nodes
         # Called with the record and actor once a workspace is gone (its checkpoints and versions go too).
         self._on_destroyed = on_destroyed
         self._audit = audit
@@ -87,19 +91,44 @@ class WorkspaceService:
             self._leases().check(tx, lease)
 
     # -- queries -------------------------------------------------------------------------
-    def get(self, name: str) -> WorkspaceRecord:
+    @property
+    def node(self) -> str:
+        return self._node
+
+    def get(self, name: str, *, anywhere: bool = False) -> WorkspaceRecord:
+        """The workspace `name`. Another node's is Unavailable (no node touches another's folder)
+        unless `anywhere` (to show it: then `unreachable` while its node is down)."""
         check_name(name)
         with self._registry.transaction(write=False) as tx:
             record = tx.workspaces.get(name)
         if record is None:
             raise NotFound(f"no workspace named {name!r}: `warden list` shows the workspaces")
+        if not self.here(record):
+            if not anywhere:
+                raise Unavailable(f"workspace {name!r} is on node {record.node!r}, not this one ({self._node!r}): "
+                                  "run the command there, or send it to any node's API (it forwards)",
+                                  rule="node.elsewhere")
+            return self._shown([record])[0]
         return self._reconcile([record])[0]
 
+    def here(self, record: WorkspaceRecord) -> bool:
+        """Whether `record`'s folder is on this node."""
+        return (record.node or record.meta.get("host")) in (None, self._node)
+
     def list(self, *, status: str | None = None, kind: str | None = None) -> Records:
+        """Every workspace of the cluster, by name (another node's `unreachable` while it is down)."""
         with self._registry.transaction(write=False) as tx:
             records = tx.workspaces.list_all()
-        records = self._reconcile(records)
+        records = self._shown(self._reconcile(records))
         return [r for r in records if (status is None or r.status == status) and (kind is None or r.type == kind)]
+
+    def _shown(self, records: Records) -> Records:
+        """`records` with another node's workspaces marked `unreachable` while that node is down."""
+        if self._live_nodes is None or all(self.here(r) for r in records):
+            return records
+        live = set(self._live_nodes())
+        return [r if self.here(r) or r.node in live else dataclasses.replace(r, status="unreachable")
+                for r in records]
 
     def _reconcile(self, records: Records) -> Records:
         """Mark as `broken` the rows whose state is a lie: `creating` with its creator dead (a
@@ -109,7 +138,7 @@ class WorkspaceService:
             why = None
             if record.status == "creating" and self._creator_dead(record):
                 why = "creator process gone"
-            elif record.status in ("ready", "suspended") and record.meta.get("host") in (None, self._node):
+            elif record.status in ("ready", "suspended") and self.here(record):
                 why = self.folders.missing_part(record)
             if why is None:
                 out.append(record)
@@ -125,7 +154,7 @@ class WorkspaceService:
 
     def _creator_dead(self, record: WorkspaceRecord) -> bool:
         meta = record.meta
-        if meta.get("host") not in (None, self._node):
+        if not self.here(record):
             return False  # another machine's create: only it can tell
         pid = meta.get("pid")
         if not isinstance(pid, int):
@@ -164,7 +193,7 @@ class WorkspaceService:
             id="ws_" + os.urandom(8).hex(), name=name, path=path, type=kind,
             status="creating", created_at=now.isoformat(), last_accessed=now.isoformat(),
             template=resolution.template.name, layer_id=next(iter(resolution.layer_ids), None),
-            expires_at=(now + ttl).isoformat() if ttl else None, created_by=actor,
+            expires_at=(now + ttl).isoformat() if ttl else None, created_by=actor, node=self._node,
             meta={**meta, "pid": pid, "pid_start": self._processes.start_time(pid), "host": self._node,
                   # What a finished workspace must contain that repair cannot rebuild: a blob's
                   # files. "pending" until the unpack completed, so repair can tell half-done.
@@ -200,7 +229,7 @@ class WorkspaceService:
         now = self._clock()
         record = WorkspaceRecord(id="ws_" + os.urandom(8).hex(), name=name, path=path, type="user", status="ready",
                                  created_at=now.isoformat(), last_accessed=now.isoformat(), created_by=actor,
-                                 meta={"adopted": True, "host": self._node})
+                                 meta={"adopted": True, "host": self._node}, node=self._node)
         with self.lease(name, "exclusive", "adopt"), self._registry.transaction() as tx:
             if tx.workspaces.get(name) is not None:
                 raise Conflict(f"workspace {name!r} was made meanwhile; try again")
@@ -309,7 +338,7 @@ class WorkspaceService:
             raise NotFound(f"no workspace named {name!r} and no archive of one: `warden list` shows the workspaces")
         sidecar = found[-1]
         archive, kept = self.shelf.read_record(sidecar)
-        record = dataclasses.replace(kept, status="archived",
+        record = dataclasses.replace(kept, status="archived", node=self._node,  # its archive is on this node
                                      meta={**kept.meta, "archive": archive, "status_before_archive": "ready"})
         with self._registry.transaction() as tx:
             tx.workspaces.insert(record)

@@ -25,7 +25,7 @@ from warden.core.errors import Conflict, Locked, Unavailable, classify
 __all__ = ["BUSY_TIMEOUT", "SCHEMA_REVISION", "Database", "Row", "Sql", "open_database"]
 
 # The Alembic head revision this code expects; tests pin it against migrations/versions.
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 
 Row = dict[str, Any]
 
@@ -200,8 +200,10 @@ def _stored_revision(db: Database) -> str | None:
     return str(rows[0]["version_num"]) if rows else None
 
 
-def open_database(url: str | None, home: Path, *, busy_timeout: float = BUSY_TIMEOUT) -> Database:
-    """Open the registry at `url` (default: SQLite in `home`), migrating it to SCHEMA_REVISION."""
+def open_database(url: str | None, home: Path, *, busy_timeout: float = BUSY_TIMEOUT,
+                  node: str | None = None) -> Database:
+    """Open the registry at `url` (default: SQLite in `home`), migrating it to SCHEMA_REVISION
+    (`node`: the node that migrates, owner of workspaces whose metadata names no host)."""
     db: Database
     if url is None or url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///"):]) if url else home / "warden.db"
@@ -220,11 +222,11 @@ def open_database(url: str | None, home: Path, *, busy_timeout: float = BUSY_TIM
             raise mapped from exc
         raise Unavailable(f"cannot reach the registry at {db.url.split('@')[-1]}: {exc}") from exc
     if current != SCHEMA_REVISION:
-        _migrate(sa_url, home)
+        _migrate(sa_url, home, node)
     return db
 
 
-def _migrate(url: str, home: Path) -> None:
+def _migrate(url: str, home: Path, node: str | None = None) -> None:
     """Run Alembic to head, one process at a time (first use, upgrades)."""
     home.mkdir(parents=True, exist_ok=True)
     lock_fd = os.open(home / ".migrate.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -232,6 +234,6 @@ def _migrate(url: str, home: Path) -> None:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
         from warden.adapters.store.migrate import upgrade
 
-        upgrade(url)
+        upgrade(url, node=node)
     finally:
         os.close(lock_fd)

@@ -40,6 +40,12 @@ class SqlLeases:
                 lock = None
         return from_json(workspace, int(row["fence"]), holders)._replace(lock=lock), int(row["version"])
 
+    def names(self) -> list[str]:
+        """The workspace names whose lease row has holders or a terminal's lock."""
+        rows = self._sql.execute("SELECT workspace FROM workspace_leases WHERE holders <> '[]' "
+                                 "OR terminal_lock IS NOT NULL ORDER BY workspace")
+        return [str(r["workspace"]) for r in rows]
+
     def write(self, state: LeaseState, version: int | None) -> bool:
         """Store `state` if the row is still at `version` (None: it must not exist yet); False when
         another writer got there first."""

@@ -17,9 +17,11 @@ def alembic_config(url: str) -> Config:
     return config
 
 
-def upgrade(url: str) -> None:
-    """Apply every pending migration (idempotent)."""
-    command.upgrade(alembic_config(url), "head")
+def upgrade(url: str, *, node: str | None = None) -> None:
+    """Apply every pending migration (idempotent); `node` names the migrating node (0007)."""
+    config = alembic_config(url)
+    config.attributes["warden_node"] = node
+    command.upgrade(config, "head")
 
 
 def head_revision() -> str:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from warden.adapters.store.approvals import SqlApprovals
     from warden.adapters.store.audit import SqlAudit
     from warden.adapters.store.grants import SqlBots, SqlGrants
+    from warden.adapters.store.instances import SqlInstances
     from warden.adapters.store.leases import SqlLeases
     from warden.adapters.store.live import SqlProcesses, SqlSandboxes
     from warden.adapters.store.runs_in_progress import SqlRuns
@@ -81,6 +82,12 @@ class SqlTx:
         from warden.adapters.store.approvals import SqlApprovals
 
         return SqlApprovals(self.sql)
+
+    @cached_property
+    def instances(self) -> SqlInstances:
+        from warden.adapters.store.instances import SqlInstances
+
+        return SqlInstances(self.sql)
 
     @cached_property
     def audit(self) -> SqlAudit:

@@ -24,8 +24,10 @@ workspaces = Table(
     Column("expires_at", String(40)),
     Column("created_by", String(128)),
     Column("meta", Text, nullable=False, server_default="{}"),
+    Column("node", String(255)),  # the node whose folder it is (core/nodes.py); NULL only before 0007
 )
 Index("ix_workspaces_status", workspaces.c.status)
+Index("ix_workspaces_node", workspaces.c.node)
 
 audit_events = Table(
     "audit_events", metadata,
@@ -187,3 +189,26 @@ approvals = Table(
 )
 Index("ix_approvals_status", approvals.c.status, approvals.c.workspace)
 Index("ix_approvals_minter", approvals.c.minter, approvals.c.status)
+
+# Running Warden processes (core/nodes.py) with their heartbeats; the `nodes` view is derived.
+instances = Table(
+    "instances", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("node", String(255), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("pid_start", BigInteger, nullable=False),
+    Column("started_at", String(40), nullable=False),
+    Column("heartbeat_at", String(40), nullable=False),
+    Column("url", Text),
+    Column("terminal", String(200)),
+)
+Index("ix_instances_node", instances.c.node)
+
+# Nonces of node-to-node requests accepted lately: a replayed one is refused (core/nodes.py).
+node_nonces = Table(
+    "node_nonces", metadata,
+    Column("nonce", String(32), primary_key=True),
+    Column("seen_at", String(40), nullable=False),
+)
+Index("ix_node_nonces_seen", node_nonces.c.seen_at)

@@ -12,7 +12,7 @@ from warden.core.workspaces import WorkspaceRecord
 __all__ = ["SqlWorkspaces"]
 
 _COLUMNS = ("id", "name", "path", "type", "status", "template", "layer_id", "created_at",
-            "last_accessed", "expires_at", "created_by", "meta")
+            "last_accessed", "expires_at", "created_by", "meta", "node")
 
 
 def _record(row: Row) -> WorkspaceRecord:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from warden.core.grants import BotRow, Grant
     from warden.core.leases import LeaseState
     from warden.core.live import LiveProcess, LiveSandbox
+    from warden.core.nodes import Instance
     from warden.core.runs import RunInProgress
     from warden.core.secrets import Sealed, SecretRow
     from warden.core.workspaces import WorkspaceRecord
@@ -23,6 +24,7 @@ __all__ = [
     "BotTable",
     "Clock",
     "GrantTable",
+    "InstanceTable",
     "Keys",
     "LeaseTable",
     "ProcessTable",
@@ -124,6 +126,10 @@ class LeaseTable(Protocol):
         """The lease state of `workspace` and its row version (None: no row yet)."""
         ...
 
+    def names(self) -> list[str]:
+        """The workspace names whose lease row has holders or a terminal's lock."""
+        ...
+
     def write(self, state: LeaseState, version: int | None) -> bool:
         """Store `state` if the row is still at `version` (None: must not exist); False if another won."""
         ...
@@ -197,6 +203,26 @@ class ProcessTable(Protocol):
         ...
 
     def delete(self, process_id: str) -> None: ...
+
+
+class InstanceTable(Protocol):
+    """Running Warden processes with their heartbeats, and nonces of node-to-node requests."""
+
+    def insert(self, instance: Instance) -> None: ...
+
+    def beat(self, instance_id: str, at: str) -> bool:
+        """Renew its heartbeat; False when the row is gone (found dead meanwhile)."""
+        ...
+
+    def delete(self, instance_id: str) -> bool: ...
+
+    def list_all(self) -> list[Instance]: ...
+
+    def remember_nonce(self, nonce: str, at: str) -> bool:
+        """False when `nonce` was seen before."""
+        ...
+
+    def forget_nonces(self, before: str) -> int: ...
 
 
 class AuditTable(Protocol):
@@ -280,6 +306,9 @@ class Tx(Protocol):
 
     @property
     def processes(self) -> ProcessTable: ...
+
+    @property
+    def instances(self) -> InstanceTable: ...
 
     @property
     def audit(self) -> AuditTable: ...

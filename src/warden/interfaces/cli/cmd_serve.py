@@ -89,6 +89,13 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
                      detail={"swept": {k: v for k, v in swept.items() if v and k != "dry_run"}})
     _watch_live_sandboxes(app)
     _keep_clean(app)
+    # Registered with its API's URL (node.url when set: behind a proxy or TLS), so other nodes
+    # forward requests for this node's workspaces here; the heartbeat says it is up.
+    advertised = app.settings.get_str("node.url").rstrip("/") or url
+    if not advertised.startswith(("http://", "https://")) or any(c.isspace() for c in advertised):
+        raise InvalidInput(f"bad node.url {advertised!r}: give http://HOST:PORT or https://HOST:PORT")
+    instance = app.instances.registered("serve", url=advertised)
+    instance.__enter__()
     if ctx.json:
         import json
 
@@ -103,6 +110,14 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
                                "proxy_headers": False,  # no proxy in front by default: trust no X-Forwarded-*
                                "http": BoundedHttpToolsProtocol,  # request line and headers bounded (414/431)
                                "ws": DeniedHandshakeProtocol}  # a refused PTY handshake is no server error
+    # uvicorn hands a SIGTERM it caught back to the handler before it once it has stopped; the
+    # default one would end the process before the `finally` below (instance, audit) runs.
+    import signal
+
+    def _terminated(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         if workers > 1:
             from uvicorn.supervisors import Multiprocess
@@ -116,6 +131,7 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
             uvicorn.Server(uvicorn.Config(api, **options)).run(sockets=[sock])
     finally:
         sock.close()
+        instance.__exit__(None, None, None)
         app.audit.record(actor="user", action="serve.stop", target=url)
     return Output({"url": url, "stopped": True}, streamed=True)
 

@@ -35,5 +35,7 @@ def _shell(ctx: Context, args: argparse.Namespace) -> Output:
 
     request = RunRequest(args.name, SHELL_ARGV, timeout=_timeout(args.timeout), memory=args.memory, net=args.net,
                          allow_domains=args.allow_domain, env=_env(args.env), cwd=args.cwd)
-    result = run_on_terminal(ctx, request)
+    # A shell session is an instance of its node: if it dies unseen, its terminal's locks are released.
+    with ctx.app.instances.registered("shell", terminal=ctx.app.terminal):
+        result = run_on_terminal(ctx, request)
     return Output(result.to_json(), exit_code=result.exit_code, streamed=True)

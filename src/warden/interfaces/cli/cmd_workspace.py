@@ -76,13 +76,14 @@ def _list(ctx: Context, args: argparse.Namespace) -> Output:
     records = ctx.app.workspaces.list(status=args.status, kind=args.kind)
     data = [r.to_json() for r in records]
     return Output(data, render=lambda d: table(
-        ["Name", "Status", "Type", "Template", "Last accessed", "Path"],
+        ["Name", "Status", "Type", "Template", "Last accessed", "Node", "Path"],
         [[r["name"], r["status"], r["type"], r["template"] or "-", str(r["last_accessed"])[:19],
-          r["path"]] for r in d]) if d else "no workspaces (create one with `warden create NAME`)")
+          r["node"] or "-", r["path"]] for r in d]) if d else "no workspaces (create one with `warden create NAME`)")
 
 
 def _info(ctx: Context, args: argparse.Namespace) -> Output:
-    data = ctx.app.workspaces.get(args.name).to_json()
+    # Another node's workspace is shown too (its folder is not touched): `node` says where it is.
+    data = ctx.app.workspaces.get(args.name, anywhere=True).to_json()
     return Output(data, render=lambda d: "\n".join(f"{k}: {v}" for k, v in d.items() if v is not None))
 
 

@@ -116,6 +116,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                    "warden shell-init fish | source"),
     "janitor": ("warden janitor --dry-run   # what a pass would do", "warden janitor --once",
                 "warden config set cleanup.idle_archive_after 14d"),
+    "nodes": ("warden nodes   # which nodes are up, their API", "warden nodes --instances --json"),
     "lock": ("warden lock notes --ttl 4h --reason 'refactoring auth'", "warden lock   # this terminal's current one"),
     "unlock": ("warden unlock notes",),
     "takeover": ("warden takeover notes   # from a terminal that went away",),

@@ -58,6 +58,7 @@ COMMANDS: dict[str, str] = {
     "secret": _CLI + "cmd_secret",
     **dict.fromkeys(("ws", "shell-init"), _CLI + "cmd_ws"),
     "janitor": _CLI + "cmd_janitor",
+    "nodes": _CLI + "cmd_nodes",
     **dict.fromkeys(("lock", "unlock", "takeover", "locks"), _CLI + "cmd_lock"),
     **dict.fromkeys(("approvals", "approve", "deny"), _CLI + "cmd_approvals"),
     "serve": _CLI + "cmd_serve",

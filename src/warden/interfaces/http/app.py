@@ -49,6 +49,10 @@ def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
         name = found.group(1) if found else ""
         query = parse_qsl(bytes(scope.get("query_string", b"")).decode("latin-1"), keep_blank_values=True)
         path = next((value for key, value in reversed(query) if key == "path"), "")
+        with app.registry.transaction(write=False) as tx:
+            record = tx.workspaces.get(name) if name else None
+        if record is not None and record.node not in (None, app.node):
+            return None  # another node's workspace: forwarded there, and screened there
         try:
             with Call(app, "files.write", f"{name}:{path}") as call:
                 token = bearer_token(scope)
@@ -146,8 +150,12 @@ def create_app(app: App) -> FastAPI:
             return max(request_timeout, 600.0)  # building an environment may take minutes
         return request_timeout
 
-    # Added last, so outermost: limits and timeouts apply to the fast path too.
+    # FastReads inside NodeForwarding (another node's files are read there), both inside the
+    # limits, so timeouts apply to the fast path and to forwarded requests too.
+    from warden.interfaces.http.nodes import NodeForwarding
+
     api.add_middleware(FastReads, app=app, services=services)
+    api.add_middleware(NodeForwarding, app=app, max_body=max(max_file, max_json), timeout=run_timeout + 60.0)
     # `/mcp` is answered ahead of FastAPI's routing (which would first try every route of the
     # API on each call); it answers its own errors, as the SDK's transport does.
     api.add_middleware(Mounted, path="/mcp", endpoint=mcp)

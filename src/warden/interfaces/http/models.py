@@ -137,6 +137,8 @@ class WorkspaceSummary(BaseModel):
     expires: str | None = None
     python_venv: str | None = None
     permissions: list[str] = Field(default_factory=list, description="what the caller's grant allows here")
+    node: str | None = Field(None, description="the Warden node that holds it (requests for it are forwarded "
+                                               "there); status `unreachable` while that node is down")
 
 
 class WorkspaceDeleted(BaseModel):

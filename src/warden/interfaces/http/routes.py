@@ -67,7 +67,7 @@ def _summary(view: WorkspaceView) -> WorkspaceSummary:
     return WorkspaceSummary(name=view.name, path=view.path, status=view.status, type=view.type,
                             template=view.template, created=view.created, last_accessed=view.last_accessed,
                             expires=view.expires, python_venv=view.python_venv,
-                            permissions=list(view.permissions))
+                            permissions=list(view.permissions), node=view.node)
 
 
 async def health() -> Health:

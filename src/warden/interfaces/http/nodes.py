@@ -1,0 +1,192 @@
+"""Requests for another node's workspace, forwarded to that node's API (core/nodes.py).
+
+A bot may send any request to any node. For `/v1/workspaces/{name}/…` this ASGI middleware
+looks up the workspace's node: its own passes through; another's is sent on to that node's
+live server (the URL its `serve` instance registered), signed with the cluster's node-to-node
+key (HMAC over method, path, query, body digest, both node names, a timestamp and a nonce),
+the bot's own bearer token passed through unchanged so the owning node applies its own grants,
+policy and audit. The answer — streams included — is relayed as it comes. A node that is down
+(no live heartbeat) or refuses the connection makes the request `unavailable` (503) naming it,
+and nothing runs. A signed request arriving here is checked (signature, age, nonce never seen)
+and is never forwarded again: a workspace that is not this node's then answers `unavailable`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import ssl
+from typing import TYPE_CHECKING
+
+from starlette.concurrency import run_in_threadpool
+
+from warden.core import nodes
+from warden.core.errors import Denied, TooLarge, Unavailable, WardenError
+from warden.core.names import name_pattern
+from warden.interfaces.http.limits import ASGIApp, Message, Receive, Scope, Send, error_bytes
+
+if TYPE_CHECKING:
+    import httpx
+
+    from warden.bootstrap import App
+
+__all__ = ["NodeForwarding"]
+
+log = logging.getLogger("warden.http")
+
+# A workspace's own requests; group 1 is its name.
+WORKSPACE_PATH = re.compile(rf"^/v1/workspaces/({name_pattern()})(?:/.*)?$")
+# Hop-by-hop headers (RFC 9110 §7.6.1) and those the forwarder sets itself.
+_HOP = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade",
+        b"host", b"content-length", *(h.encode() for h in nodes.NODE_HEADERS)}
+
+
+class NodeForwarding:
+    def __init__(self, inner: ASGIApp, *, app: App, max_body: int, timeout: float) -> None:
+        self.inner = inner
+        self.app = app
+        self.max_body = max_body
+        self.timeout = timeout
+        self._client: httpx.AsyncClient | None = None
+        self._key: bytes | None = None
+
+    def key(self) -> bytes:
+        if self._key is None:
+            self._key = nodes.node_key(self.app.keystore.pepper())
+        return self._key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        found = WORKSPACE_PATH.match(scope["path"]) if scope["type"] == "http" else None
+        if found is None:
+            await self.inner(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        try:
+            if "x-warden-node-mac" in headers or "x-warden-node" in headers:
+                body = await self._body(receive)
+                await run_in_threadpool(self._verify, scope, headers, body)
+                await self._local(found.group(1), scope, _replay(body, receive), send, forwarded=True)
+                return
+            node = await run_in_threadpool(self._node_of, found.group(1))
+            if node is None or node == self.app.node:
+                await self.inner(scope, receive, send)
+                return
+            url = await run_in_threadpool(self.app.instances.api_of, node)
+            body = await self._body(receive)
+            await self._forward(node, url, scope, body, send)
+        except WardenError as exc:
+            await _answer(send, exc)
+
+    def _node_of(self, name: str) -> str | None:
+        with self.app.registry.transaction(write=False) as tx:
+            record = tx.workspaces.get(name)
+        return record.node if record is not None else None
+
+    async def _local(self, name: str, scope: Scope, receive: Receive, send: Send, *, forwarded: bool) -> None:
+        node = await run_in_threadpool(self._node_of, name)
+        if forwarded and node not in (None, self.app.node):
+            raise Unavailable(f"workspace {name!r} is on node {node!r}, not on {self.app.node!r} that was asked "
+                              "(a forwarded request goes no further)", rule="node.elsewhere")
+        await self.inner(scope, receive, send)
+
+    async def _body(self, receive: Receive) -> bytes:
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise Unavailable("the client went away", rule="node.client_gone")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                raise TooLarge(f"request body over {self.max_body} bytes", rule="api.max_body")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    def _verify(self, scope: Scope, headers: dict[str, str], body: bytes) -> None:
+        query = bytes(scope.get("query_string", b"")).decode("latin-1")
+        try:
+            signed = nodes.verify(self.key(), headers, method=scope["method"], path=scope["path"], query=query,
+                                  body=body, node=self.app.node, now=self.app.clock())
+            with self.app.registry.transaction() as tx:
+                fresh = tx.instances.remember_nonce(signed.nonce, self.app.clock().isoformat())
+            if not fresh:
+                raise Denied("node-to-node request replayed (its nonce was seen before): refused", rule="node.replay")
+        except Denied as exc:
+            self.app.audit.record(actor=f"node:{headers.get('x-warden-node', '?')[:63]}", action="node.request",
+                                  target=scope["path"][:200], decision="deny", rule=exc.rule or "node.mac",
+                                  result="refused", detail={"method": scope["method"]})
+            raise
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            import httpx
+
+            ca = self.app.settings.get_str("node.ca_file")
+            verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=os.path.expanduser(ca)) if ca else True
+            self._client = httpx.AsyncClient(
+                verify=verify, follow_redirects=False,
+                timeout=httpx.Timeout(self.timeout, connect=5.0),
+                limits=httpx.Limits(max_connections=256, max_keepalive_connections=32))
+        return self._client
+
+    async def _forward(self, node: str, url: str, scope: Scope, body: bytes, send: Send) -> None:
+        import httpx
+
+        query = bytes(scope.get("query_string", b"")).decode("latin-1")
+        signed = nodes.sign(self.key(), method=scope["method"], path=scope["path"], query=query, body=body,
+                            origin=self.app.node, target=node, timestamp=int(self.app.clock().timestamp()),
+                            nonce=os.urandom(16).hex())
+        headers: list[tuple[bytes, bytes]] = [(k, v) for k, v in scope.get("headers", ()) if k.lower() not in _HOP]
+        headers += [(k.encode(), v.encode()) for k, v in signed.headers().items()]
+        target = url.rstrip("/") + scope["path"] + (f"?{query}" if query else "")
+        client = self._http()
+        request = client.build_request(scope["method"], target, headers=headers, content=body)
+        try:
+            response = await client.send(request, stream=True)
+        except httpx.TransportError as exc:
+            raise Unavailable(f"node {node!r} is unavailable ({type(exc).__name__} at {url}); "
+                              "try again when it is back", rule="node.down") from None
+        try:
+            out = [(k.lower(), v) for k, v in response.headers.raw if k.lower() not in _HOP]
+            streamed = "content-length" not in response.headers
+            if not streamed:
+                out.append((b"content-length", response.headers["content-length"].encode()))
+            await send({"type": "http.response.start", "status": response.status_code, "headers": out})
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except httpx.TransportError as exc:
+            log.warning("forwarding to node %s broke off: %s", node, type(exc).__name__)
+        finally:
+            await response.aclose()
+
+
+def _replay(body: bytes, original: Receive) -> Receive:
+    """A `receive` that gives `body` (already read) once, then the client's own messages (its
+    disconnect, which a streaming answer waits for)."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await original()
+
+    return receive
+
+
+async def _answer(send: Send, exc: WardenError) -> None:
+    from warden.interfaces.http.statuses import status_for
+
+    status = status_for(exc)
+    body = error_bytes(exc.code, exc.message)
+    headers: list[tuple[bytes, bytes]] = [(b"content-type", b"application/json"),
+                                          (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+

@@ -1,0 +1,208 @@
+"""Instances and heartbeats (core/nodes.py): every server, daemon, shell and long command of a
+node registers itself, renews a heartbeat every `node.heartbeat_interval`, and leaves on a clean
+exit. One that stops beating (killed, its machine gone) is found dead — by the janitor, or by
+the next instance that starts — and what it held is released and audited: its leases and its
+terminal's lock, its runs in progress (lost), and the live sandboxes it started (stopped on its
+own node; on a dead node, their rows forgotten and their processes marked lost).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from warden.core import nodes
+from warden.core.errors import Unavailable
+from warden.core.nodes import Instance, NodeView
+
+if TYPE_CHECKING:
+    from warden.core.ports import Clock, Processes, Registry, Tx
+    from warden.services.audit import AuditLog
+    from warden.services.live import LiveSandboxService
+
+__all__ = ["InstanceService", "NodeSettings"]
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    interval: timedelta  # node.heartbeat_interval
+    window: timedelta    # node.heartbeat_window: no heartbeat this long = dead
+
+
+class InstanceService:
+    """The instances of the cluster, seen from node `node`."""
+
+    def __init__(self, registry: Registry, audit: AuditLog, clock: Clock, processes: Processes, node: str,
+                 settings: NodeSettings, live: Callable[[], LiveSandboxService] | None = None) -> None:
+        self._registry = registry
+        self._audit = audit
+        self._clock = clock
+        self._processes = processes
+        self.node = node
+        self.settings = settings
+        self._live = live
+        self.current: Instance | None = None  # this process's, while registered
+        self._stop = threading.Event()
+
+    # -- this process ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def registered(self, kind: str, *, url: str | None = None, terminal: str | None = None) -> Iterator[Instance]:
+        """Register this process as an instance of `kind` and keep its heartbeat while the block
+        runs; dead instances are released first (a server or daemon starting is a good time)."""
+        if kind not in nodes.KINDS:
+            raise ValueError(kind)
+        with contextlib.suppress(Exception):  # a failed look must not keep a server from starting
+            self.reap()
+        now = self._clock().isoformat()
+        pid = os.getpid()
+        instance = Instance("ins_" + os.urandom(8).hex(), self.node, kind, pid,
+                            self._processes.start_time(pid) or 0, now, now, url, terminal)
+        with self._registry.transaction() as tx:
+            tx.instances.insert(instance)
+        self.current = instance
+        self._stop.clear()
+        beater = threading.Thread(target=self._beat_loop, args=(instance,), name="warden-heartbeat", daemon=True)
+        beater.start()
+        try:
+            yield instance
+        finally:
+            self._stop.set()
+            self.current = None
+            with contextlib.suppress(Exception), self._registry.transaction() as tx:
+                tx.instances.delete(instance.id)
+
+    def _beat_loop(self, instance: Instance) -> None:
+        period = max(self.settings.interval.total_seconds(), 0.05)
+        while not self._stop.wait(period):
+            with contextlib.suppress(Exception):  # a missed beat is retried; the window is generous
+                self.beat(instance)
+
+    def beat(self, instance: Instance) -> None:
+        """Renew `instance`'s heartbeat; registered again if it was presumed dead meanwhile (it lives)."""
+        now = self._clock().isoformat()
+        with self._registry.transaction() as tx:
+            if not tx.instances.beat(instance.id, now) and not self._stop.is_set():
+                tx.instances.insert(instance._replace(heartbeat_at=now))
+
+    # -- the cluster -------------------------------------------------------------------------
+    def instances(self) -> list[Instance]:
+        with self._registry.transaction(write=False) as tx:
+            return tx.instances.list_all()
+
+    def nodes(self, known: tuple[str, ...] = ()) -> list[NodeView]:
+        """The `nodes` view: every node with instances (or `known`), live or not."""
+        return nodes.nodes_view(self.instances(), self._clock(), self.settings.window, (self.node, *known))
+
+    def live_nodes(self) -> dict[str, str | None]:
+        """The live nodes and their newest server's API URL (None: no server there)."""
+        return {v.node: v.url for v in nodes.nodes_view(self.instances(), self._clock(), self.settings.window)
+                if v.live}
+
+    def api_of(self, node: str) -> str:
+        """The API URL of `node`'s live server, or Unavailable naming the node."""
+        live = self.live_nodes()
+        if node not in live:
+            raise Unavailable(f"node {node!r} is unavailable (no heartbeat within "
+                              f"{self.settings.window.total_seconds():g} s); try again when it is back",
+                              rule="node.down")
+        url = live[node]
+        if url is None:
+            raise Unavailable(f"node {node!r} runs no `warden serve` to take the request; start one there",
+                              rule="node.no_server")
+        return url
+
+    def _alive(self, instance: Instance) -> bool:
+        return self._processes.alive(instance.pid, instance.pid_start or None)
+
+    def reap(self, *, dry_run: bool = False) -> list[Instance]:
+        """Find dead instances and release what they held (audited); the instances found dead."""
+        now = self._clock()
+        found = nodes.dead_instances(self.instances(), now, self.settings.window, self.node, self._alive)
+        if dry_run:
+            return found
+        reaped = []
+        for instance in found:
+            with self._registry.transaction() as tx:
+                if not tx.instances.delete(instance.id):
+                    continue  # another reaper took it
+                released = self._release(tx, instance)
+                self._audit.record(actor="janitor", action="instance.dead", target=instance.node, decision="none",
+                                   rule="node.heartbeat_window", result="released",
+                                   detail={**instance.to_json(), **released}, tx=tx)
+            reaped.append(instance)
+        for instance in reaped:
+            self._stop_sandboxes(instance)
+        if reaped:
+            with self._registry.transaction() as tx:  # a nonce older than the skew cannot come again
+                tx.instances.forget_nonces((now - 2 * nodes.SKEW).isoformat())
+        return reaped
+
+    def _release(self, tx: Tx, instance: Instance) -> dict[str, object]:
+        """In `tx`: the dead instance's leases and terminal lock released, its runs marked lost."""
+        from warden.core import leases
+
+        names, locks_freed = [], []
+        for name in tx.leases.names():
+            state, version = tx.leases.read(name)
+            mine = [h for h in state.held if h.holder.node == instance.node and h.holder.pid == instance.pid
+                    and h.holder.start in (0, instance.pid_start)]
+            lock = state.lock
+            lock_gone = (lock is not None and instance.terminal is not None and lock.node == instance.node
+                         and lock.terminal == instance.terminal)
+            if not mine and not lock_gone:
+                continue
+            new = state
+            for held in mine:
+                new = leases.release(new, held.holder.id)
+            if lock_gone:
+                new = new._replace(lock=None)
+                locks_freed.append(name)
+            if tx.leases.write(new, version) and mine:
+                names.append(name)
+        lost = []
+        for run in tx.runs.of_node(instance.node):
+            if run.pid == instance.pid and run.pid_start in (0, instance.pid_start):
+                self._audit.record(actor=run.actor, action="run.lost", target=run.workspace, decision="allow",
+                                   rule="node.heartbeat_window", result="lost",
+                                   detail={"run_id": run.run_id, "started_at": run.started_at, "pid": run.pid,
+                                           "node": run.node, "instance": instance.id}, tx=tx)
+                tx.runs.delete(run.run_id)
+                lost.append(run.run_id)
+        return {"leases_released": names, "locks_released": locks_freed, "runs_lost": lost}
+
+    def _stop_sandboxes(self, instance: Instance) -> None:
+        """The live sandboxes `instance` started: stopped on this node; on another node that is down
+        (nobody there can), their rows forgotten and their running processes marked lost (the node's
+        sweeper kills what is left of them, unregistered, when it comes back)."""
+        with self._registry.transaction(write=False) as tx:
+            started = [s for s in tx.sandboxes.of_node(instance.node) if s.meta.get("instance") == instance.id]
+        if not started:
+            return
+        if instance.node == self.node:
+            if self._live is not None:
+                for sandbox in started:
+                    self._live().stop(sandbox, f"the Warden process that started it ({instance.kind}, pid "
+                                               f"{instance.pid}) died", actor="janitor")
+            return
+        if instance.node in self.live_nodes():
+            return  # its node lives: that node's own janitor stops them (no node touches another's)
+        with self._registry.transaction() as tx:
+            for sandbox in started:
+                if not tx.sandboxes.delete(sandbox.id):
+                    continue
+                ended = []
+                for process in tx.processes.of_sandbox(sandbox.id):
+                    if process.running:
+                        tx.processes.finish(process.id, status="lost", exit_code=None, signal=None,
+                                            timed_out=False, ended_at=self._clock().isoformat())
+                        ended.append(process.id)
+                self._audit.record(actor="janitor", action="sandbox.stop", target=sandbox.workspace,
+                                   decision="none", rule="node.heartbeat_window", result="lost",
+                                   detail={"sandbox": sandbox.id, "node": sandbox.node,
+                                           "reason": f"node {sandbox.node} stopped beating",
+                                           "processes_lost": ended}, tx=tx)

@@ -1,0 +1,235 @@
+"""Two nodes, one Warden: two homes with two WARDEN_NODE names and two real `warden serve`
+processes on 127.0.0.1 sharing one throwaway PostgreSQL database.
+
+Runs when WARDEN_TEST_DATABASE_URL names a PostgreSQL server the tests may create databases on.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.servers import ServeProcess, warden_environ
+from tests.support.waiting import poll
+
+ADMIN_URL = os.environ.get("WARDEN_TEST_DATABASE_URL", "")
+pytestmark = pytest.mark.skipif(not ADMIN_URL.startswith("postgresql"),
+                                reason="set WARDEN_TEST_DATABASE_URL=postgresql+psycopg://… to test PostgreSQL")
+
+WINDOW_S = 3  # node.heartbeat_window: short, so a down node is seen within the test
+
+
+def _admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
+        conn.execute(sql)  # type: ignore[arg-type]
+
+
+@dataclass
+class Node:
+    name: str
+    environ: dict[str, str]
+    logs: Path
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([sys.executable, "-m", "warden", *args], capture_output=True, text=True,
+                              env=self.environ, timeout=120, check=False)
+        if check:
+            assert proc.returncode == 0, proc.stderr
+        return proc
+
+    def serve(self) -> ServeProcess:
+        return ServeProcess(self.environ, self.logs)
+
+
+@pytest.fixture(scope="module")
+def database() -> Iterator[str]:
+    name = "warden_nodes_" + secrets.token_hex(6)
+    _admin(f"CREATE DATABASE {name}")
+    base, _, _ = ADMIN_URL.rpartition("/")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(scope="module")
+def pair(database: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Node, Node]:
+    """Nodes `node-a` and `node-b`, each with its home, sharing the database and the keys."""
+    pepper = base64.urlsafe_b64encode(os.urandom(32)).decode()
+    master = base64.urlsafe_b64encode(os.urandom(32)).decode()
+    nodes = []
+    for name in ("node-a", "node-b"):
+        root = tmp_path_factory.mktemp(name)
+        environ = {**warden_environ(root / "home"), "WARDEN_NODE": name, "WARDEN_DATABASE_URL": database,
+                   "WARDEN_TOKEN_PEPPER": pepper, "WARDEN_MASTER_KEY": master,
+                   "WARDEN_NODE_HEARTBEAT_INTERVAL": "1s", "WARDEN_NODE_HEARTBEAT_WINDOW": f"{WINDOW_S}s",
+                   "WARDEN_JANITOR_INTERVAL": "0s"}
+        node = Node(name, environ, root)
+        node.cli("init")
+        nodes.append(node)
+    a, _ = nodes
+    a.cli("create", "wsa", "--template", "minimal")
+    a.cli("bot", "register", "tester")
+    return nodes[0], nodes[1]
+
+
+def _token(a: Node) -> str:
+    granted = json.loads(a.cli("grant", "wsa", "tester", "--permissions", "read,write,execute", "--ttl", "1h",
+                               "--json").stdout)
+    return str(granted["data"]["token"])
+
+
+def _exec(url: str, token: str, cmd: list[str]) -> httpx.Response:
+    return httpx.post(f"{url}/v1/workspaces/wsa/exec", json={"cmd": cmd},
+                      headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+
+def _runs_of(node: Node, marker: str) -> list[dict[str, object]]:
+    events = json.loads(node.cli("audit", "--workspace", "wsa", "--limit", "200", "--json").stdout)["data"]
+    return [e for e in events if e.get("action") == "run" and marker in json.dumps(e.get("detail"))]
+
+
+def test_settings_and_names(pair: tuple[Node, Node]) -> None:
+    a, b = pair
+    bad = subprocess.run([sys.executable, "-m", "warden", "list"], capture_output=True, text=True,
+                         env={**a.environ, "WARDEN_NODE": "../evil\nnode"}, timeout=60, check=False)
+    assert bad.returncode != 0
+    assert "bad WARDEN_NODE" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    info = json.loads(b.cli("info", "wsa", "--json").stdout)["data"]
+    assert info["node"] == "node-a"
+    # No node touches another node's workspace folder: node B's CLI refuses A's workspace.
+    refused = b.cli("run", "wsa", "--json", "--", "true", check=False)
+    assert refused.returncode == 126
+    assert json.loads(refused.stdout)["error"]["code"] == "unavailable"
+    assert "node-a" in json.loads(refused.stdout)["error"]["message"]
+
+
+def test_exec_sent_to_b_runs_on_a_then_unavailable_then_back(pair: tuple[Node, Node]) -> None:
+    a, b = pair
+    token = _token(a)
+    with b.serve() as server_b:
+        with a.serve() as server_a:
+            marker = "fwd-" + secrets.token_hex(4)
+            direct = _exec(server_a.url, token, ["echo", marker])
+            assert direct.status_code == 200, direct.text
+            forwarded = _exec(server_b.url, token, ["sh", "-c", f"echo {marker}; cat /etc/hostname >/dev/null; pwd"])
+            assert forwarded.status_code == 200, forwarded.text
+            assert forwarded.json()["stdout"].startswith(marker)
+            # A's audit shows both runs: the forwarded one ran on A, under A's grants and audit.
+            assert len(_runs_of(a, marker)) == 2
+            listed = httpx.get(f"{server_b.url}/v1/workspaces", headers={"Authorization": f"Bearer {token}"},
+                               timeout=10).json()
+            assert [(w["name"], w["node"], w["status"]) for w in listed] == [("wsa", "node-a", "ready")]
+            nodes = json.loads(b.cli("nodes", "--json").stdout)["data"]["nodes"]
+            assert {n["node"]: n["live"] for n in nodes} == {"node-a": True, "node-b": True}
+        # A's server stopped cleanly: it left the instances.
+        instances = json.loads(b.cli("nodes", "--instances", "--json").stdout)["data"]
+        assert [i for i in instances if i["node"] == "node-a"] == []
+        # A's server is stopped: the same exec through B is unavailable, naming A, and nothing runs.
+        marker2 = "down-" + secrets.token_hex(4)
+        down = _exec(server_b.url, token, ["echo", marker2])
+        assert down.status_code == 503, down.text
+        assert down.json()["error"]["code"] == "unavailable" and "node-a" in down.json()["error"]["message"]
+        assert _runs_of(a, marker2) == []
+        # A's workspaces become unreachable within the heartbeat window (no instance of A beats).
+        started = time.monotonic()
+        assert poll(lambda: json.loads(b.cli("info", "wsa", "--json").stdout)["data"]["status"] == "unreachable",
+                    timeout=WINDOW_S + 5, interval=0.2)
+        assert time.monotonic() - started <= WINDOW_S + 2
+        listed = httpx.get(f"{server_b.url}/v1/workspaces", headers={"Authorization": f"Bearer {token}"},
+                           timeout=10).json()
+        assert listed[0]["status"] == "unreachable"
+        # A comes back: ready again, and the forwarded exec runs there.
+        with a.serve():
+            assert json.loads(b.cli("info", "wsa", "--json").stdout)["data"]["status"] == "ready"
+            again = _exec(server_b.url, token, ["echo", marker2])
+            assert again.status_code == 200, again.text
+            assert len(_runs_of(a, marker2)) == 1
+
+
+def test_forged_and_replayed_node_requests_refused(pair: tuple[Node, Node]) -> None:
+    from warden.core import nodes
+
+    a, _ = pair
+    token = _token(a)
+    pepper = base64.urlsafe_b64decode(a.environ["WARDEN_TOKEN_PEPPER"] + "==")
+    with a.serve() as server_a:
+        body = json.dumps({"cmd": ["echo", "signed"]}).encode()
+
+        def signed(key: bytes, nonce: str, **overrides: object) -> httpx.Response:
+            parts: dict[str, object] = {"method": "POST", "path": "/v1/workspaces/wsa/exec", "query": "",
+                                        "body": body, "origin": "node-b", "target": "node-a",
+                                        "timestamp": int(time.time()), "nonce": nonce, **overrides}
+            headers = nodes.sign(key, **parts).headers()  # type: ignore[arg-type]
+            return httpx.post(f"{server_a.url}/v1/workspaces/wsa/exec", content=body, timeout=60,
+                              headers={**headers, "Authorization": f"Bearer {token}",
+                                       "content-type": "application/json"})
+
+        key = nodes.node_key(pepper)
+        nonce = secrets.token_hex(16)
+        first = signed(key, nonce)
+        assert first.status_code == 200, first.text
+        replayed = signed(key, nonce)
+        assert replayed.status_code == 403 and "replayed" in replayed.json()["error"]["message"]
+        forged = signed(nodes.node_key(b"another cluster's pepper"), secrets.token_hex(16))
+        assert forged.status_code == 403 and forged.json()["error"]["code"] == "denied"
+        stale = signed(key, secrets.token_hex(16), timestamp=int(time.time()) - 3600)
+        assert stale.status_code == 403
+        # The body is bound into the signature: another command under the same headers is refused.
+        headers = nodes.sign(key, method="POST", path="/v1/workspaces/wsa/exec", query="", body=body,
+                             origin="node-b", target="node-a", timestamp=int(time.time()),
+                             nonce=secrets.token_hex(16)).headers()
+        swapped = httpx.post(f"{server_a.url}/v1/workspaces/wsa/exec", json={"cmd": ["echo", "swapped"]},
+                             headers={**headers, "Authorization": f"Bearer {token}"}, timeout=60)
+        assert swapped.status_code == 403
+        assert _runs_of(a, "swapped") == []
+
+
+def test_killed_serve_found_dead_and_released(pair: tuple[Node, Node]) -> None:
+    a, _ = pair
+    server = a.serve()
+    server.__enter__()
+    try:
+        assert server.proc is not None
+        pid = server.proc.pid
+        instances = json.loads(a.cli("nodes", "--instances", "--json").stdout)["data"]
+        mine = [i for i in instances if i["pid"] == pid]
+        assert mine and mine[0]["kind"] == "serve" and mine[0]["url"] == server.url
+        # A live sandbox started by that server, and a lease it holds on the workspace.
+        token = _token(a)
+        started = httpx.post(f"{server.url}/v1/workspaces/wsa/exec", json={"cmd": ["sleep", "300"],
+                             "background": True}, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        assert started.status_code == 202, started.text
+        os.kill(pid, signal.SIGKILL)
+        server.proc.wait(10)
+    finally:
+        server.__exit__(None, None, None)
+
+    # A's janitor finds its server dead (its pid is gone) and releases what it held; the
+    # live sandbox is stopped on A, by A (B would only forget it once all of A is down).
+    def reaped() -> bool:
+        report = json.loads(a.cli("janitor", "--once", "--json").stdout)["data"]
+        return mine[0]["id"] in report["instances_dead"]
+
+    assert poll(reaped, timeout=WINDOW_S * 5, interval=0.5)
+    events = json.loads(a.cli("audit", "--limit", "50", "--json").stdout)["data"]
+    dead = [e for e in events if e["action"] == "instance.dead" and e["detail"].get("id") == mine[0]["id"]]
+    assert dead
+    stops = [e for e in events if e["action"] == "sandbox.stop" and e["target"] == "wsa"]
+    assert stops, "the killed server's live sandbox was not released"
+    ps = json.loads(a.cli("ps", "wsa", "--json").stdout)["data"]
+    assert all(p["status"] != "running" for p in ps)
