@@ -54,6 +54,7 @@ if TYPE_CHECKING:
         MountSources,
         Processes,
         RunCgroups,
+        SandboxBackend,
         SandboxRunner,
         Unarchiver,
     )
@@ -110,6 +111,7 @@ __all__ = [
     "RunCgroups",
     "RunTable",
     "SafeRoots",
+    "SandboxBackend",
     "SandboxRunner",
     "SandboxTable",
     "SandboxTools",
@@ -168,6 +170,7 @@ _HOME = {
     "SafeRoots": "files",
     "StateDocs": "files",
     "TerminalStore": "files",
+    "SandboxBackend": "sandbox",
     "SandboxRunner": "sandbox",
     "SandboxTable": "registry",
     "SandboxTools": "workspace",
