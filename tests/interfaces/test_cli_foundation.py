@@ -136,6 +136,8 @@ def test_destroy_archives_and_unarchive_brings_it_back(cli: Cli, home: Path) -> 
     ("sandbox.pids", "3", "below the minimum 4"),
     ("grants.max_ttl", "0s", "below the minimum 1s"),
     ("sandbox.root_dir", "relative/dir", "relative path; give an absolute one"),
+    ("sandbox.backend", "kubernetes", "'kubernetes' is not yet runnable; see docs/kubernetes.md"),
+    ("sandbox.backend", "firecracker", "not one of bubblewrap, kubernetes"),
 ])
 def test_config_set_refuses_values_that_break_later_commands(cli: Cli, home: Path, key: str, value: str,
                                                             says: str) -> None:
@@ -162,6 +164,7 @@ def test_config_set_refuses_values_that_break_later_commands(cli: Cli, home: Pat
 @pytest.mark.parametrize(("key", "value"), [
     ("sandbox.memory", "16M"), ("sandbox.timeout", "1d"), ("api.port", "65535"),
     ("sandbox.root_dir", "~/ws"), ("sandbox.root_dir", "/srv/ws"), ("sandbox.root_dir", ""),
+    ("sandbox.backend", "bubblewrap"),
 ])
 def test_config_set_accepts_the_edges(cli: Cli, key: str, value: str) -> None:
     cli("init")

@@ -43,6 +43,9 @@ class Setting:
     minimum: int | None = None
     choices: tuple[str, ...] | None = None
     maximum: int | None = None
+    # Values among `choices` that this version knows but cannot use yet, each with why: refused
+    # with that reason rather than as a typo.
+    not_yet: Mapping[str, str] | None = None
 
 
 MAX_PORT = 65535
@@ -54,6 +57,10 @@ KEYS: dict[str, Setting] = {
     for s in (
         Setting("sandbox.enabled", "bool", False,
                 "Enforce the command allowlist before any bot command starts"),
+        Setting("sandbox.backend", "str", "bubblewrap",
+                "Where bot commands run: bubblewrap (on this host); kubernetes is designed, not yet runnable",
+                choices=("bubblewrap", "kubernetes"),
+                not_yet={"kubernetes": "not yet runnable; see docs/kubernetes.md"}),
         Setting("sandbox.root_dir", "path", "",
                 "Base directory for workspaces (empty: $WARDEN_HOME/workspaces)"),
         Setting("sandbox.block_system_paths", "bool", True,
@@ -273,6 +280,8 @@ def coerce(key: str, value: object) -> object:
         raise InvalidInput(f"{where}: {exc.message}") from None
     if spec.choices and value not in spec.choices:
         raise InvalidInput(f"{where}: {value!r} is not one of {', '.join(spec.choices)}")
+    if spec.not_yet and value in spec.not_yet:
+        raise InvalidInput(f"{where}: {value!r} is {spec.not_yet[value]}")
     return value
 
 

@@ -1,16 +1,41 @@
-"""The `SandboxRunner` port (core/ports) on this host: bubblewrap, built by `host.build_spec`
-and run by `runner.run_sandboxed`."""
+"""The `SandboxBackend` and `SandboxRunner` ports (core/ports) on this host: bubblewrap, built by
+`host.build_spec` and run by `runner.run_sandboxed`; its live sandboxes are `live.HostLiveSandboxes`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from warden.adapters.sandbox.host import build_spec
 from warden.adapters.sandbox.runner import run_sandboxed
 from warden.core.errors import Unavailable
 from warden.core.runs import RunResult, SandboxRequest
 
-__all__ = ["BubblewrapSandbox"]
+if TYPE_CHECKING:
+    from warden.adapters.sandbox.live import HostLiveSandboxes
+
+__all__ = ["BubblewrapBackend", "BubblewrapSandbox"]
+
+
+class BubblewrapBackend:
+    """The `bubblewrap` backend (`sandbox.backend`): sandboxes on this host. `run_dir` holds the
+    live sandboxes' supervisor sockets; `environ` is Warden's own environment."""
+
+    name = "bubblewrap"
+
+    def __init__(self, environ: Mapping[str, str], run_dir: Path) -> None:
+        self._environ = environ
+        self._run_dir = run_dir
+
+    def runner(self) -> BubblewrapSandbox:
+        return BubblewrapSandbox(self._environ)
+
+    def live(self) -> HostLiveSandboxes:
+        # Imported here: a plain `warden run` never loads the live sandboxes' machinery.
+        from warden.adapters.sandbox.live import HostLiveSandboxes
+
+        return HostLiveSandboxes(self._run_dir, self._environ)
 
 
 class BubblewrapSandbox:

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         MountSources,
         Processes,
         RunCgroups,
+        SandboxBackend,
         SandboxRunner,
         Unarchiver,
     )
@@ -112,6 +113,7 @@ __all__ = [
     "RunCgroups",
     "RunTable",
     "SafeRoots",
+    "SandboxBackend",
     "SandboxRunner",
     "SandboxTable",
     "SandboxTools",
@@ -171,6 +173,7 @@ _HOME = {
     "SafeRoots": "files",
     "StateDocs": "files",
     "TerminalStore": "files",
+    "SandboxBackend": "sandbox",
     "SandboxRunner": "sandbox",
     "SandboxTable": "registry",
     "SandboxTools": "workspace",

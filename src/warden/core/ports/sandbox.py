@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from warden.core.bwrap_argv import Bind
     from warden.core.gitcontrol import GitSweep
+    from warden.core.ports.live import LiveSandboxes
     from warden.core.runs import RunResult, SandboxRequest
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "MountSources",
     "Processes",
     "RunCgroups",
+    "SandboxBackend",
     "SandboxRunner",
     "Unarchiver",
 ]
@@ -61,6 +63,31 @@ class SandboxRunner(Protocol):
         link), Unavailable (the sandbox cannot be set up here; the message names the host's fix
         when one is known), InvalidInput (the folder is missing, a bad variable name).
         """
+        ...
+
+
+class SandboxBackend(Protocol):
+    """Where bot commands run: one kind of sandbox, named by the `sandbox.backend` setting.
+
+    What Warden needs of it is a command run to its end in a workspace, with the run's limits,
+    network policy and mounts (`runner`), and long-lived sandboxes it can start, run commands
+    in and stop (`live`). Bubblewrap on this host is the one runnable backend today;
+    docs/kubernetes.md designs a second on agent-sandbox pods, whose manifests
+    core/kubernetes.py writes. Policy, grants, approvals, audit and secrets stay in Warden's
+    services whatever the backend: a backend only runs what they have already allowed.
+    """
+
+    @property
+    def name(self) -> str:
+        """The backend's name, as `sandbox.backend` spells it."""
+        ...
+
+    def runner(self) -> SandboxRunner:
+        """Runs one command to its end in a sandbox of its own."""
+        ...
+
+    def live(self) -> LiveSandboxes:
+        """Long-lived sandboxes: started once, commands run in them, stopped when idle."""
         ...
 
 
