@@ -60,6 +60,9 @@ class _Workspaces:
         return [r for _, r in sorted(self._s.workspaces.items())
                 if (status is None or r.status == status) and (kind is None or r.type == kind)]
 
+    def elsewhere(self, node: str) -> dict[str, str]:
+        return {n: r.node for n, r in self._s.workspaces.items() if r.node is not None and r.node != node}
+
     def insert(self, record: WorkspaceRecord) -> None:
         if record.name in self._s.workspaces or any(r.id == record.id for r in self._s.workspaces.values()):
             raise Conflict(f"workspace {record.name!r} already exists; pick another name "

@@ -39,6 +39,10 @@ class SqlWorkspaces:
             {"status": status, "kind": kind})
         return [_record(r) for r in rows]
 
+    def elsewhere(self, node: str) -> dict[str, str]:
+        rows = self._sql.execute("SELECT name, node FROM workspaces WHERE node <> :node", {"node": node})
+        return {r["name"]: r["node"] for r in rows}
+
     def insert(self, record: WorkspaceRecord) -> None:
         values = {c: getattr(record, c) for c in _COLUMNS}
         values["meta"] = json.dumps(dict(record.meta), sort_keys=True)

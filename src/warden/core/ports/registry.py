@@ -48,6 +48,10 @@ class WorkspaceTable(Protocol):
         """Every workspace (of `status`, of `kind`), by name."""
         ...
 
+    def elsewhere(self, node: str) -> dict[str, str]:
+        """The workspaces on another node than `node`, by name: their node."""
+        ...
+
     def insert(self, record: WorkspaceRecord) -> None:
         """Raises Conflict when the name is taken."""
         ...

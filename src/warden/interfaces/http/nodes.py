@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import ssl
+import time
 from typing import TYPE_CHECKING
 
 from starlette.concurrency import run_in_threadpool
@@ -38,6 +39,11 @@ log = logging.getLogger("warden.http")
 # A workspace's own requests; group 1 is its name.
 WORKSPACE_PATH = re.compile(rf"^/v1/workspaces/({name_pattern()})(?:/.*)?$")
 # Hop-by-hop headers (RFC 9110 §7.6.1) and those the forwarder sets itself.
+# How long an answer of the registry about where workspaces are and which node's server answers
+# where is used again: a request for one of this node's own workspaces (on one machine, every
+# request) then costs no registry read. A stale answer is safe: this node's services refuse a
+# workspace that is not theirs (`unavailable`), and a forwarded request goes no further.
+PLACES_S = 1.0
 _HOP = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade",
         b"host", b"content-length", *(h.encode() for h in nodes.NODE_HEADERS)}
 
@@ -50,6 +56,8 @@ class NodeForwarding:
         self.timeout = timeout
         self._client: httpx.AsyncClient | None = None
         self._key: bytes | None = None
+        self._places: tuple[float, dict[str, str]] = (0.0, {})  # (good until, workspace -> its node)
+        self._urls: dict[str, tuple[float, str]] = {}  # node -> (good until, its server's URL)
 
     def key(self) -> bytes:
         if self._key is None:
@@ -68,24 +76,41 @@ class NodeForwarding:
                 await run_in_threadpool(self._verify, scope, headers, body)
                 await self._local(found.group(1), scope, _replay(body, receive), send, forwarded=True)
                 return
-            node = await run_in_threadpool(self._node_of, found.group(1))
-            if node is None or node == self.app.node:
+            node = await self._node_of(found.group(1))
+            if node is None:  # this node's, or no such workspace (answered here)
                 await self.inner(scope, receive, send)
                 return
-            url = await run_in_threadpool(self.app.instances.api_of, node)
+            url = await self._url_of(node)
             body = await self._body(receive)
             await self._forward(node, url, scope, body, send)
         except WardenError as exc:
             await _answer(send, exc)
 
-    def _node_of(self, name: str) -> str | None:
+    async def _node_of(self, name: str) -> str | None:
+        """The node of workspace `name` when it is another node's, else None (see PLACES_S)."""
+        until, places = self._places
+        if until <= time.monotonic():
+            places = await run_in_threadpool(self._elsewhere)
+            self._places = (time.monotonic() + PLACES_S, places)
+        return places.get(name)
+
+    def _elsewhere(self) -> dict[str, str]:
         with self.app.registry.transaction(write=False) as tx:
-            record = tx.workspaces.get(name)
-        return record.node if record is not None else None
+            return tx.workspaces.elsewhere(self.app.node)
+
+    async def _url_of(self, node: str) -> str:
+        known = self._urls.get(node)
+        if known is not None and known[0] > time.monotonic():
+            return known[1]
+        url = await run_in_threadpool(self.app.instances.api_of, node)  # Unavailable when it is down
+        if len(self._urls) > 1024:
+            self._urls.clear()
+        self._urls[node] = (time.monotonic() + PLACES_S, url)
+        return url
 
     async def _local(self, name: str, scope: Scope, receive: Receive, send: Send, *, forwarded: bool) -> None:
-        node = await run_in_threadpool(self._node_of, name)
-        if forwarded and node not in (None, self.app.node):
+        node = await self._node_of(name)
+        if forwarded and node is not None:
             raise Unavailable(f"workspace {name!r} is on node {node!r}, not on {self.app.node!r} that was asked "
                               "(a forwarded request goes no further)", rule="node.elsewhere")
         await self.inner(scope, receive, send)
