@@ -197,6 +197,9 @@ class _Secrets:
     def delete(self, name: str) -> bool:
         return self._s.secrets.pop(name, None) is not None
 
+    def hold_key(self) -> None:
+        """Nothing to hold: one process, no rotation elsewhere."""
+
 
 class _Leases:
     def __init__(self, state: _State) -> None:

@@ -60,8 +60,9 @@ class SecretService:
         """Seal and store `value` under `name`; True when the secret is new."""
         check_secret_name(name)
         text = _clean_value(value)
-        sealed = self._keys.seal(name, text.encode("utf-8"))
         with self._registry.transaction() as tx:
+            tx.secrets.hold_key()  # sealed under the key current when this commits, on any node
+            sealed = self._keys.seal(name, text.encode("utf-8"))
             created = tx.secrets.upsert(name, sealed, self._clock().isoformat())
             self._audit.record(actor=actor, action="secret.set", target=f"secret:{name}",
                                detail={"created": created, "key_id": sealed.key_id}, tx=tx)
