@@ -197,8 +197,9 @@ class _Secrets:
     def delete(self, name: str) -> bool:
         return self._s.secrets.pop(name, None) is not None
 
-    def hold_key(self) -> None:
-        """Nothing to hold: one process, no rotation elsewhere."""
+    def hold_key(self) -> str | None:
+        """Nothing to hold: one process, no cluster keyring."""
+        return None
 
 
 class _Leases:

@@ -32,6 +32,14 @@ class SqlKeyring:
         row = rows[0]
         return KeyringState(int(row["version"]), str(row["kek_id"]), str(row["created_at"]), str(row["updated_at"]))
 
+    def hold_current(self, purpose: str) -> str | None:
+        """Hold the keyring (see `state`) and answer the id of `purpose`'s current key (None: no keyring)."""
+        if self.state(hold=True) is None:
+            return None
+        rows = self._sql.execute("SELECT id FROM cluster_keys WHERE purpose = :p AND state = 'current'",
+                                 {"p": purpose})
+        return str(rows[0]["id"]) if rows else None
+
     def create(self, kek_id: str, at: str) -> None:
         """The state row at version 1; Conflict when another node made it first."""
         self._sql.execute("INSERT INTO cluster_keyring (id, version, kek_id, created_at, updated_at)"

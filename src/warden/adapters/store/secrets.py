@@ -46,7 +46,7 @@ class SqlSecrets:
     def delete(self, name: str) -> bool:
         return bool(self._sql.execute("DELETE FROM secrets WHERE name = :n RETURNING name", {"n": name}))
 
-    def hold_key(self) -> None:
+    def hold_key(self) -> str | None:
         from warden.adapters.store.keyring import SqlKeyring
 
-        SqlKeyring(self._sql).state(hold=True)
+        return SqlKeyring(self._sql).hold_current("secrets")

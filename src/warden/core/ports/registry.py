@@ -120,9 +120,9 @@ class SecretTable(Protocol):
 
     def delete(self, name: str) -> bool: ...
 
-    def hold_key(self) -> None:
-        """Keep the secrets key from being rotated (on another node too) until this transaction
-        ends, so a value sealed in it is sealed under the key current when it commits."""
+    def hold_key(self) -> str | None:
+        """Keep a cluster's secrets key from being rotated (on any node) until this transaction
+        ends; the id of the key current now (None: no cluster keyring, nothing held)."""
         ...
 
 
