@@ -20,6 +20,7 @@ from warden.services.audit import AuditLog
 from warden.services.workspaces import WorkspaceService
 
 if TYPE_CHECKING:
+    from warden.adapters.cluster_keys import ClusterKeys
     from warden.adapters.exec_slots import HeldSlots
     from warden.adapters.keystore import Keystore
     from warden.adapters.versions import HostVersionStore
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from warden.services.installs import InstallService
     from warden.services.instances import InstanceService
     from warden.services.janitor import JanitorService
+    from warden.services.keys import KeyService
     from warden.services.layers import LayerService
     from warden.services.leases import LeaseService
     from warden.services.lifecycle import LifecycleService
@@ -133,12 +135,25 @@ class App:
         return Path(os.path.expanduser(configured)).absolute() if configured else self.home.root / "workspaces"
 
     @cached_property
+    def database_url(self) -> str | None:
+        """The shared registry's URL (WARDEN_DATABASE_URL, else `database.url` in config.toml, which
+        `warden init --join` writes); None: the SQLite default in the home."""
+        return self.settings.get_str("database.url") or None
+
+    @property
+    def clustered(self) -> bool:
+        """Whether this home is a node of a cluster: its registry is shared, so its pepper and
+        secrets key are the cluster's (wrapped in the registry), never files of its own."""
+        url = self.database_url
+        return url is not None and not url.startswith("sqlite")
+
+    @cached_property
     def registry(self) -> SqlRegistry:
         """Workspaces, bots, grants, secrets, leases and the audit log (SQLite, or WARDEN_DATABASE_URL)."""
         from warden.adapters.home_state import check_registry
 
         self.home.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        url = self.environ.get("WARDEN_DATABASE_URL")
+        url = self.database_url
         if url is None:  # the SQLite default: a set-up home whose registry is gone is an error
             check_registry(self.home.root, self.home.root / "warden.db")
         return SqlRegistry(open_database(url, self.home.root, busy_timeout=_busy_timeout(self.environ),
@@ -201,8 +216,23 @@ class App:
         folders = [(home.root, 0o700), (home.keys, 0o700), (home.layers, 0o755), (home.archives, 0o700),
                    (home.templates, 0o755), (self.root_dir, 0o755)]
         return HomeSetup(root=home.root, folders=folders, config=home.config, files=HostHomeFiles(home.root),
-                         open_registry=lambda: self.registry, keys=lambda: self.keystore,
-                         audit=lambda: self.audit, clock=self.clock)
+                         open_registry=lambda: self.registry, keys=lambda: self.local_keystore,
+                         audit=lambda: self.audit, clock=self.clock,
+                         cluster=(lambda: self.cluster_keys) if self.clustered else None,
+                         adopt=lambda: self.local_keystore.existing())
+
+    def keyring_at(self, url: str) -> ClusterKeys:
+        """The cluster keyring in the registry at `url` (migrated to this version's schema), read
+        with this node's cluster key: what `warden init --join URL` checks before it records `url`."""
+        from warden.adapters.cluster_keys import ClusterKeys
+
+        self.home.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        db = open_database(url, self.home.root, busy_timeout=_busy_timeout(self.environ))
+        return ClusterKeys(db, self.home.keys, self.environ, clock=self.clock)
+
+    def reloaded(self) -> App:
+        """This home wired again from its config (after `init --join` recorded the registry's URL)."""
+        return App(self.home, load_settings(self.home, self.environ), self.environ, self.clock)
 
     @cached_property
     def leases(self) -> LeaseService:
@@ -363,12 +393,39 @@ class App:
             return None
 
     @cached_property
-    def keystore(self) -> Keystore:
+    def keystore(self) -> Keystore | ClusterKeys:
+        """The pepper and secrets key: files of this home (one machine), or the cluster's (a shared
+        registry), checked against the cluster's key here, so every command that touches a token
+        or a secret is refused up front on a node whose keys are not the cluster's."""
+        if self.clustered:
+            keys = self.cluster_keys
+            keys.check()
+            return keys
+        return self.local_keystore
+
+    @cached_property
+    def local_keystore(self) -> Keystore:
+        """The key files of this home (keys/pepper, keys/master.key, or their environment variables)."""
         from warden.adapters.home_state import key_required
         from warden.adapters.keystore import Keystore
 
         return Keystore(self.home.keys, self.environ,
                         required=lambda name: key_required(self.home.root, name, lambda: self.registry.db))
+
+    @cached_property
+    def cluster_keys(self) -> ClusterKeys:
+        """The cluster's keyring in the shared registry, unwrapped with this node's cluster key."""
+        from warden.adapters.cluster_keys import ClusterKeys
+
+        return ClusterKeys(self.registry.db, self.home.keys, self.environ, clock=self.clock)
+
+    @cached_property
+    def keys(self) -> KeyService:
+        """`warden keys`: show and rotate the keys (a cluster's, or this home's)."""
+        from warden.services.keys import KeyService
+
+        return KeyService(cluster=self.cluster_keys if self.clustered else None,
+                          secrets=lambda: self.secrets, audit=self.audit)
 
     @cached_property
     def grants(self) -> GrantService:

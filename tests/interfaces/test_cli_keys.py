@@ -214,3 +214,13 @@ def test_a_too_long_ttl_is_explained_without_flag_syntax(ws: Cli) -> None:
         assert result.code == 2, args
         message = result.json["error"]["message"]
         assert "--" not in message and "ttl" in message, message
+
+
+def test_one_machine_keeps_its_key_files_and_no_cluster_key(cli: Cli, home: Path) -> None:
+    assert cli("init").code == 0
+    assert sorted(p.name for p in (home / "keys").iterdir()) == ["master.key", "pepper"]
+    assert cli("keys", "show", "--json").json["data"]["mode"] == "local"
+    refused = cli("keys", "rotate", "pepper", "--json")
+    assert refused.code == 2 and "--reset-keys" in refused.json["error"]["message"]
+    rotated = cli("keys", "rotate", "secrets", "--json")
+    assert rotated.code == 0 and rotated.json["data"]["key_id"].startswith("mk_")

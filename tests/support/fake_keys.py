@@ -25,6 +25,9 @@ class FakeKeys:
     def pepper(self) -> bytes:
         return b"p" * 32
 
+    def peppers(self) -> list[bytes]:
+        return [self.pepper()]
+
     def seal(self, name: str, plaintext: bytes, *, key: tuple[str, bytes] | None = None) -> Sealed:
         key_id = key[0] if key else self.key_id
         ciphertext = name.encode() + b"\0" + plaintext

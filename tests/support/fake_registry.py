@@ -203,6 +203,10 @@ class _Secrets:
     def delete(self, name: str) -> bool:
         return self._s.secrets.pop(name, None) is not None
 
+    def hold_key(self) -> str | None:
+        """Nothing to hold: one process, no cluster keyring."""
+        return None
+
 
 class _Leases:
     def __init__(self, state: _State) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from warden.core.errors import InvalidInput, Unavailable
 from warden.core.secrets import Sealed
 
-__all__ = ["KEY_BYTES", "Keystore", "Sealed"]
+__all__ = ["KEY_BYTES", "Keystore", "Sealed", "decode_env_key", "read_key_file"]
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
@@ -39,7 +39,7 @@ def key_id(key: bytes) -> str:
     return "mk_" + hashlib.sha256(b"warden-key-id:" + key).hexdigest()[:16]
 
 
-def _decode_env_key(name: str, raw: str) -> bytes:
+def decode_env_key(name: str, raw: str) -> bytes:
     text = raw.strip()
     try:
         padded = text + "=" * (-len(text) % 4)
@@ -50,6 +50,30 @@ def _decode_env_key(name: str, raw: str) -> bytes:
         raise InvalidInput(f"{name} must be base64 of {KEY_BYTES} random bytes (make one with: "
                            "python3 -c \"import os,base64;print(base64.b64encode(os.urandom(32)).decode())\")")
     return value
+
+
+def read_key_file(path: Path) -> bytes | None:
+    """The 32-byte key in `path` (None: no such file); refused when it is a link, not a regular
+    file, readable by others, or of the wrong size."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise Unavailable(f"cannot read key file {path}: {exc.strerror}; check its owner and mode") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise Unavailable(f"key file {path} is not a regular file; remove it and run `warden init`")
+        if info.st_mode & 0o077:
+            raise Unavailable(f"key file {path} is readable by others (mode {info.st_mode & 0o777:o}); "
+                              f"run `chmod 600 {path}`")
+        data = os.read(fd, KEY_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) != KEY_BYTES:
+        raise Unavailable(f"key file {path} is damaged (not {KEY_BYTES} bytes); restore it from a backup")
+    return data
 
 
 class Keystore:
@@ -83,25 +107,7 @@ class Keystore:
         os.chmod(self.directory, 0o700)
 
     def _read_key(self, path: Path) -> bytes | None:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise Unavailable(f"cannot read key file {path}: {exc.strerror}; check its owner and mode") from exc
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise Unavailable(f"key file {path} is not a regular file; remove it and run `warden init`")
-            if info.st_mode & 0o077:
-                raise Unavailable(f"key file {path} is readable by others (mode {info.st_mode & 0o777:o}); "
-                                  f"run `chmod 600 {path}`")
-            data = os.read(fd, KEY_BYTES + 1)
-        finally:
-            os.close(fd)
-        if len(data) != KEY_BYTES:
-            raise Unavailable(f"key file {path} is damaged (not {KEY_BYTES} bytes); restore it from a backup")
-        return data
+        return read_key_file(path)
 
     def _create_key(self, path: Path, *, guarded: bool = True) -> tuple[bytes, bool]:
         """The key in `path`, made now if missing; True when this call made it."""
@@ -179,9 +185,22 @@ class Keystore:
         """The HMAC key tokens are hashed under (it never changes, so it is read once)."""
         if self._pepper is None:
             raw = self._environ.get(PEPPER_ENV)
-            self._pepper = (_decode_env_key(PEPPER_ENV, raw) if raw is not None
+            self._pepper = (decode_env_key(PEPPER_ENV, raw) if raw is not None
                             else self._create_key(self.pepper_file)[0])
         return self._pepper
+
+    def peppers(self) -> list[bytes]:
+        """Every pepper a token may be hashed under, current first (one on a single machine)."""
+        return [self.pepper()]
+
+    def existing(self) -> tuple[bytes | None, bytes | None]:
+        """The pepper and master key this home already has (environment or files), making none:
+        what the first node of a cluster adopts, so tokens and secrets made before keep working."""
+        def one(env: str, path: Path) -> bytes | None:
+            raw = self._environ.get(env)
+            return decode_env_key(env, raw) if raw is not None else self._read_key(path)
+
+        return one(PEPPER_ENV, self.pepper_file), one(MASTER_ENV, self.master_file)
 
     # -- the master key --------------------------------------------------------------------
     @property
@@ -191,14 +210,14 @@ class Keystore:
     def current_key(self) -> tuple[str, bytes]:
         """The key new values are sealed with (read each time: another process may rotate it)."""
         raw = self._environ.get(MASTER_ENV)
-        key = _decode_env_key(MASTER_ENV, raw) if raw is not None else self._create_key(self.master_file)[0]
+        key = decode_env_key(MASTER_ENV, raw) if raw is not None else self._create_key(self.master_file)[0]
         return key_id(key), key
 
     def _keys(self) -> dict[str, bytes]:
         keys: dict[str, bytes] = {}
         raw = self._environ.get(MASTER_ENV)
         if raw is not None:
-            key = _decode_env_key(MASTER_ENV, raw)
+            key = decode_env_key(MASTER_ENV, raw)
             keys[key_id(key)] = key
             return keys
         for path in (self.master_file, self.next_file):

@@ -8,6 +8,7 @@
     ├── Denied                 (code: denied)       refused by policy or permissions
     ├── TimedOut               (code: timeout)      a limit of time ran out
     ├── Unavailable            (code: unavailable)  a piece of the machine is missing
+    │   └── KeysMismatch       (code: keys_mismatch) this node's keys are not its cluster's
     └── TooLarge               (code: invalid)      a size limit was exceeded
 
     Refused                    (the reason's code)  Warden refused to start a command
@@ -26,6 +27,7 @@ __all__ = [
     "Conflict",
     "Denied",
     "InvalidInput",
+    "KeysMismatch",
     "Locked",
     "NotFound",
     "Pending",
@@ -80,6 +82,13 @@ class TimedOut(WardenError):
 
 class Unavailable(WardenError):
     code = "unavailable"
+
+
+class KeysMismatch(Unavailable):
+    """This node's cluster key (or the keys it unwraps) is not the one its registry was sealed
+    with: serving would refuse every token and fail every secret, so it is refused up front."""
+
+    code = "keys_mismatch"
 
 
 class Pending(WardenError):

@@ -148,10 +148,11 @@ def sign(key: bytes, *, method: str, path: str, query: str, body: bytes, origin:
                          target=target, timestamp=timestamp, nonce=nonce))
 
 
-def verify(key: bytes, headers: Mapping[str, str], *, method: str, path: str, query: str, body: bytes,
+def verify(keys: Iterable[bytes], headers: Mapping[str, str], *, method: str, path: str, query: str, body: bytes,
            node: str, now: datetime) -> Signed:
-    """The checked node-to-node headers of a request addressed to `node`, or Denied (one reason
-    a line, never the key or the expected MAC). The caller still refuses a nonce seen before."""
+    """The checked node-to-node headers of a request addressed to `node`, signed with one of `keys`
+    (the current key and those of peppers a rotation keeps), or Denied (one reason a line, never a
+    key or the expected MAC). The caller still refuses a nonce seen before."""
     values = [headers.get(h, "") for h in NODE_HEADERS]
     origin, target, stamp, nonce, mac = values
     if not (_NODE.match(origin) and _NODE.match(target) and stamp.isdigit() and len(stamp) <= 12
@@ -163,9 +164,10 @@ def verify(key: bytes, headers: Mapping[str, str], *, method: str, path: str, qu
     if abs(now.timestamp() - timestamp) > SKEW.total_seconds():
         raise Denied("node-to-node request too old or from the future (check the nodes' clocks): refused",
                      rule="node.mac")
-    expected = mac_of(key, method=method, path=path, query=query, body_sha256=hashlib.sha256(body).hexdigest(),
-                      origin=origin, target=target, timestamp=timestamp, nonce=nonce)
-    if not hmac.compare_digest(expected, mac):
-        raise Denied("node-to-node request with a wrong signature (do the nodes share WARDEN_TOKEN_PEPPER?): "
-                     "refused", rule="node.mac")
+    digest = hashlib.sha256(body).hexdigest()
+    if not any(hmac.compare_digest(mac_of(key, method=method, path=path, query=query, body_sha256=digest,
+                                          origin=origin, target=target, timestamp=timestamp, nonce=nonce), mac)
+               for key in keys):
+        raise Denied("node-to-node request with a wrong signature (do the nodes hold the cluster's key? "
+                     "`warden keys show` on each): refused", rule="node.mac")
     return Signed(origin, target, timestamp, nonce, mac)

@@ -169,6 +169,9 @@ KEYS: dict[str, Setting] = {
         Setting("envs.install_domains", "list",
                 ["pypi.org:443", "files.pythonhosted.org:443", "registry.npmjs.org:443"],
                 "Package indexes that layer builds and `warden install` may reach from the sandbox"),
+        Setting("database.url", "str", "",
+                "The registry several nodes share (postgresql+psycopg://…; `warden init --join URL` sets it; "
+                "empty: SQLite in $WARDEN_HOME)"),
         Setting("api.host", "str", "127.0.0.1", "Address `warden serve` listens on"),
         Setting("api.port", "int", 8787, "Port `warden serve` listens on", minimum=1, maximum=MAX_PORT),
         Setting("api.max_body", "size", "16M",

@@ -268,13 +268,18 @@ class GrantService:
         """The bot whose identity token this is, or the grant chain it opens ([] for neither)."""
         if not looks_like_token(token):
             return None, []
-        digest = self._hash(token)
+        # A cluster keeps its old peppers after a rotation: a token minted before verifies under
+        # the one it was hashed with, until that pepper is retired.
+        digests = [hash_token(token, pepper) for pepper in self._keys.peppers()]
         with self._registry.transaction(write=False) as tx:
-            found = tx.grants.chain_by_hash(digest, MAX_DEPTH)
-            if found is not None and same_hash(found[1], digest):
-                return None, found[0]
-            bot = tx.bots.by_hash(digest)
-        return (bot[0] if bot and same_hash(bot[1], digest) else None), []
+            for digest in digests:
+                found = tx.grants.chain_by_hash(digest, MAX_DEPTH)
+                if found is not None and same_hash(found[1], digest):
+                    return None, found[0]
+                bot = tx.bots.by_hash(digest)
+                if bot and same_hash(bot[1], digest):
+                    return bot[0], []
+        return None, []
 
     def grants_of_bot(self, bot: str, *, workspace: str | None = None) -> list[Grant]:
         """The grants `bot` can still use: neither revoked nor expired, nor any ancestor.

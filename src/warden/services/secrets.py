@@ -62,6 +62,11 @@ class SecretService:
         text = _clean_value(value)
         sealed = self._keys.seal(name, text.encode("utf-8"))
         with self._registry.transaction() as tx:
+            # A cluster's key is held until this commits: should a rotation on another node have
+            # landed since the seal, seal again under the key that is current now.
+            current = tx.secrets.hold_key()
+            if current is not None and current != sealed.key_id:
+                sealed = self._keys.seal(name, text.encode("utf-8"))
             created = tx.secrets.upsert(name, sealed, self._clock().isoformat())
             self._audit.record(actor=actor, action="secret.set", target=f"secret:{name}",
                                detail={"created": created, "key_id": sealed.key_id}, tx=tx)

@@ -25,7 +25,7 @@ from warden.core.errors import Conflict, Locked, Unavailable, classify
 __all__ = ["BUSY_TIMEOUT", "SCHEMA_REVISION", "Database", "Row", "Sql", "open_database"]
 
 # The Alembic head revision this code expects; tests pin it against migrations/versions.
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0008"
 
 Row = dict[str, Any]
 

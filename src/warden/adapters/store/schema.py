@@ -212,3 +212,26 @@ node_nonces = Table(
     Column("seen_at", String(40), nullable=False),
 )
 Index("ix_node_nonces_seen", node_nonces.c.seen_at)
+
+# The cluster keyring (core/keyring.py): the token pepper and secrets data keys of a shared
+# registry, each wrapped under the cluster key that nodes hold outside the database. One
+# `cluster_keyring` row (id 1) carries the version every change compares-and-sets and the
+# check value of the cluster key.
+cluster_keyring = Table(
+    "cluster_keyring", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("version", BigInteger, nullable=False),
+    Column("kek_id", String(40), nullable=False),
+    Column("created_at", String(40), nullable=False),
+    Column("updated_at", String(40), nullable=False),
+)
+
+cluster_keys = Table(
+    "cluster_keys", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("purpose", String(16), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("wrapped", Text, nullable=False),  # base64 of nonce + AES-GCM ciphertext and tag
+    Column("kek_id", String(40), nullable=False),
+    Column("created_at", String(40), nullable=False),
+)

@@ -45,3 +45,8 @@ class SqlSecrets:
 
     def delete(self, name: str) -> bool:
         return bool(self._sql.execute("DELETE FROM secrets WHERE name = :n RETURNING name", {"n": name}))
+
+    def hold_key(self) -> str | None:
+        from warden.adapters.store.keyring import SqlKeyring
+
+        return SqlKeyring(self._sql).hold_current("secrets")

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from warden.core.approvals import ApprovalRecord
     from warden.core.audit import AuditEvent, StoredEvent
     from warden.core.grants import BotRow, Grant
+    from warden.core.keyring import KeyringState, KeyRow, Purpose
     from warden.core.leases import LeaseState
     from warden.core.live import LiveProcess, LiveSandbox
     from warden.core.nodes import Instance
@@ -23,6 +24,7 @@ __all__ = [
     "AuditTable",
     "BotTable",
     "Clock",
+    "ClusterKeyring",
     "GrantTable",
     "InstanceTable",
     "Keys",
@@ -123,6 +125,11 @@ class SecretTable(Protocol):
     def names(self) -> list[str]: ...
 
     def delete(self, name: str) -> bool: ...
+
+    def hold_key(self) -> str | None:
+        """Keep a cluster's secrets key from being rotated (on any node) until this transaction
+        ends; the id of the key current now (None: no cluster keyring, nothing held)."""
+        ...
 
 
 class LeaseTable(Protocol):
@@ -325,7 +332,12 @@ class Keys(Protocol):
     """The token pepper and the secrets master key (files in $WARDEN_HOME/keys, or the environment)."""
 
     def pepper(self) -> bytes:
-        """The HMAC key tokens are stored under."""
+        """The HMAC key new tokens are stored under."""
+        ...
+
+    def peppers(self) -> list[bytes]:
+        """Every pepper a stored token may be hashed under, the current one first (a cluster keeps
+        the old ones after a rotation until they are retired)."""
         ...
 
     def seal(self, name: str, plaintext: bytes, *, key: tuple[str, bytes] | None = None) -> Sealed:
@@ -341,6 +353,37 @@ class Keys(Protocol):
         ...
 
     def finish_rotation(self) -> None: ...
+
+
+class ClusterKeyring(Protocol):
+    """The keys of a cluster, wrapped in its registry under the cluster key each node holds."""
+
+    def state(self) -> KeyringState | None:
+        """The keyring's version and cluster-key check value (None: the registry has none)."""
+        ...
+
+    def check(self) -> KeyringState:
+        """The state, once this node's cluster key unwraps every key (else KeysMismatch)."""
+        ...
+
+    def rows(self) -> list[KeyRow]: ...
+
+    def node_kek_id(self) -> str | None:
+        """The check value of the cluster key this node holds (None: none)."""
+        ...
+
+    def source(self) -> str:
+        """Where this node's cluster key comes from (a file or the environment variable)."""
+        ...
+
+    def create(self, *, pepper: bytes | None = None,
+               secrets_key: bytes | None = None) -> tuple[KeyringState, bool]: ...
+
+    def rotate(self, purpose: Purpose, *, expected: int | None = None) -> dict[str, object]: ...
+
+    def retire_peppers(self, *, expected: int | None = None) -> dict[str, object]: ...
+
+    def rotate_kek(self, *, new_key: bytes | None = None, expected: int | None = None) -> dict[str, object]: ...
 
 
 class Registry(Protocol):

@@ -33,7 +33,7 @@ def _backup(ctx: Context, args: argparse.Namespace) -> Output:
     from warden.adapters.backup import backup_home
 
     app = ctx.app
-    sqlite = app.environ.get("WARDEN_DATABASE_URL") is None
+    sqlite = not app.clustered and app.database_url is None
     db_path = app.home.root / "warden.db" if sqlite else None
     if sqlite:
         app.registry  # noqa: B018 - the registry must be there (a lost one is an error, not an empty backup)

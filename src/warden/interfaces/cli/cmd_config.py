@@ -16,6 +16,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="make a new token pepper and master key: voids every grant token and every "
                         "stored secret (needs --yes)")
     p.add_argument("--yes", action="store_true", help="confirm --reset-keys")
+    p.add_argument("--join", metavar="URL",
+                   help="set this home up as another node of a cluster: URL is the cluster's shared registry "
+                        "(postgresql+psycopg://USER@HOST:PORT/DB, what WARDEN_DATABASE_URL takes); this node's "
+                        "cluster key (keys/cluster.key or WARDEN_CLUSTER_KEY, copied from a node) must be the "
+                        "cluster's")
     p.set_defaults(handler=_init)
 
     config = sub.add_parser("config", parents=[common], help="show or change settings")
@@ -38,10 +43,41 @@ def _init(ctx: Context, args: argparse.Namespace) -> Output:
 
         raise InvalidInput("--reset-keys makes a new token pepper and master key: every grant token and "
                            "every stored secret stops working; add --yes to do it")
-    created = ctx.app.home_setup.init(reset_keys=args.reset_keys)
-    data = {"home": str(ctx.app.home.root), "created": created, "database": ctx.app.registry.url.split("@")[-1]}
+    app = ctx.app
+    if args.join is not None:
+        app = _join(app, args.join, reset_keys=args.reset_keys)
+    created = app.home_setup.init(reset_keys=args.reset_keys)
+    data: dict[str, object] = {"home": str(app.home.root), "created": created,
+                               "database": app.registry.url.split("@")[-1], "cluster": app.clustered}
     text = f"Warden home: {data['home']}" + (f" (created {', '.join(created)})" if created else " (already set up)")
+    if app.clustered:
+        state = app.cluster_keys.check()
+        data["keyring"] = {"version": state.version, "kek_id": state.kek_id}
+        text += (f"\nnode of the cluster at {data['database']} (cluster key {state.kek_id}, "
+                 f"from {app.cluster_keys.source()})")
     return Output(data, text)
+
+
+def _join(app: Any, raw_url: str, *, reset_keys: bool) -> Any:
+    """Check this node's cluster key against the registry at URL, record URL in config.toml, and
+    answer the home wired again on it. Nothing is written when the keys differ."""
+    from warden.adapters.home_state import is_marked
+    from warden.bootstrap import config_file
+    from warden.core.errors import InvalidInput
+    from warden.services.keys import check_cluster_url
+
+    if reset_keys:
+        raise InvalidInput("--reset-keys and --join do not go together: a joining node never makes keys")
+    url = check_cluster_url(raw_url)
+    from_env = app.environ.get("WARDEN_DATABASE_URL")
+    if from_env is not None and check_cluster_url(from_env) != url:
+        raise InvalidInput("WARDEN_DATABASE_URL names another registry than --join; unset it or make them agree")
+    recorded = app.settings.get_str("database.url") or None
+    app.home_setup.join(url, keyring_at=app.keyring_at,
+                        record=lambda value: set_setting(config_file(app.home), "database.url", value),
+                        current_url=check_cluster_url(recorded) if recorded else None,
+                        set_up=is_marked(app.home.root))
+    return app.reloaded()
 
 
 def _value_text(value: object) -> str:

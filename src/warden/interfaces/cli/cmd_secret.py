@@ -62,6 +62,7 @@ def _secret_rm(ctx: Context, args: argparse.Namespace) -> Output:
 
 
 def _secret_rotate(ctx: Context, args: argparse.Namespace) -> Output:
-    kid, count = ctx.app.secrets.rotate_key()
+    detail = ctx.app.keys.rotate("secrets")  # a cluster's keyring, or keys/master.key on one machine
+    kid, count = detail["key_id"], detail["resealed"]
     return Output({"key_id": kid, "resealed": count},
                   f"new master key {kid}; re-encrypted {count} secret(s)")

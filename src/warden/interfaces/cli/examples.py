@@ -9,7 +9,8 @@ __all__ = ["EXAMPLES", "examples"]
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "": ("warden init", "warden create notes", "warden run notes -- python -V", "warden doctor"),
-    "init": ("warden init", "warden init --reset-keys --yes   # new keys: every grant token stops working"),
+    "init": ("warden init", "warden init --reset-keys --yes   # new keys: every grant token stops working",
+             "warden init --join postgresql+psycopg://warden@db:5432/warden   # another node of a cluster"),
     "config": ("warden config show", "warden config set sandbox.enabled true"),
     "config show": ("warden config show", "warden config show --json"),
     "config get": ("warden config get sandbox.timeout",),
@@ -94,6 +95,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "secret list": ("warden secret list",),
     "secret rm": ("warden secret rm GITHUB_TOKEN",),
     "secret rotate-key": ("warden secret rotate-key",),
+    "keys": ("warden keys show", "warden keys rotate secrets"),
+    "keys show": ("warden keys show", "warden keys show --json"),
+    "keys rotate": ("warden keys rotate secrets", "warden keys rotate pepper --if-version 3",
+                    "warden keys rotate kek   # then copy keys/cluster.key to every node"),
+    "keys retire-pepper": ("warden keys retire-pepper --yes",),
     "approvals": ("warden approvals", "warden approvals --workspace notes --all",
                   "warden approvals --show apr_0123456789abcdef   # the change it would make, as a diff"),
     "console": ("warden console   # tabs: 1 Workspaces, 2 Sandbox, 3 Grants, 4 Approvals, 5 Audit; q quits",

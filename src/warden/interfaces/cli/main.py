@@ -28,6 +28,7 @@ __all__ = ["EXIT_CODES", "Context", "add_workspace", "dispatch", "main", "parse_
 EXIT_CODES = {
     "invalid": 2, "denied": 3, "not_found": 4, "conflict": 5, "locked": 5,
     "timeout": 1, "unavailable": 1, "internal": 1,
+    "keys_mismatch": 1,  # as unavailable (its parent): this node cannot serve until given the cluster's key
     "pending": 75,  # EX_TEMPFAIL: accepted, waiting for a person's answer; ask again later
 }
 
@@ -56,6 +57,7 @@ COMMANDS: dict[str, str] = {
     "bot": _CLI + "cmd_bot",
     **dict.fromkeys(("grant", "grants", "revoke"), _CLI + "cmd_grant"),
     "secret": _CLI + "cmd_secret",
+    "keys": _CLI + "cmd_keys",
     **dict.fromkeys(("ws", "shell-init"), _CLI + "cmd_ws"),
     "janitor": _CLI + "cmd_janitor",
     "nodes": _CLI + "cmd_nodes",

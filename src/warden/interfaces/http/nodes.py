@@ -55,14 +55,19 @@ class NodeForwarding:
         self.max_body = max_body
         self.timeout = timeout
         self._client: httpx.AsyncClient | None = None
-        self._key: bytes | None = None
+        self._keys: tuple[float, list[bytes]] = (0.0, [])  # (good until, node keys: the current first)
         self._places: tuple[float, dict[str, str]] = (0.0, {})  # (good until, workspace -> its node)
         self._urls: dict[str, tuple[float, str]] = {}  # node -> (good until, its server's URL)
 
-    def key(self) -> bytes:
-        if self._key is None:
-            self._key = nodes.node_key(self.app.keystore.pepper())
-        return self._key
+    def keys(self) -> list[bytes]:
+        """The node-to-node keys, from the cluster's peppers (the current one first), read again
+        after PLACES_S: a pepper rotated on another node reaches this one without a restart, and
+        requests signed with the pepper a rotation keeps are still taken meanwhile."""
+        until, keys = self._keys
+        if until <= time.monotonic():
+            keys = [nodes.node_key(pepper) for pepper in self.app.keystore.peppers()]
+            self._keys = (time.monotonic() + PLACES_S, keys)
+        return keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = WORKSPACE_PATH.match(scope["path"]) if scope["type"] == "http" else None
@@ -132,7 +137,7 @@ class NodeForwarding:
     def _verify(self, scope: Scope, headers: dict[str, str], body: bytes) -> None:
         query = bytes(scope.get("query_string", b"")).decode("latin-1")
         try:
-            signed = nodes.verify(self.key(), headers, method=scope["method"], path=scope["path"], query=query,
+            signed = nodes.verify(self.keys(), headers, method=scope["method"], path=scope["path"], query=query,
                                   body=body, node=self.app.node, now=self.app.clock())
             with self.app.registry.transaction() as tx:
                 fresh = tx.instances.remember_nonce(signed.nonce, self.app.clock().isoformat())
@@ -160,7 +165,8 @@ class NodeForwarding:
         import httpx
 
         query = bytes(scope.get("query_string", b"")).decode("latin-1")
-        signed = nodes.sign(self.key(), method=scope["method"], path=scope["path"], query=query, body=body,
+        key = (await run_in_threadpool(self.keys))[0]  # a registry read once a second (clustered)
+        signed = nodes.sign(key, method=scope["method"], path=scope["path"], query=query, body=body,
                             origin=self.app.node, target=node, timestamp=int(self.app.clock().timestamp()),
                             nonce=os.urandom(16).hex())
         headers: list[tuple[bytes, bytes]] = [(k, v) for k, v in scope.get("headers", ()) if k.lower() not in _HOP]

@@ -17,6 +17,7 @@ __all__ = ["ERROR_RESPONSES", "HTTP_STATUS", "package_version", "status_for"]
 HTTP_STATUS = {
     "invalid": 400, "not_found": 404, "conflict": 409, "locked": 423, "denied": 403,
     "timeout": 503, "unavailable": 503, "internal": 500, "pending": 202,
+    "keys_mismatch": 503,
 }
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
