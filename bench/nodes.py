@@ -70,6 +70,7 @@ def main() -> None:
     try:
         keys = {"WARDEN_TOKEN_PEPPER": base64.urlsafe_b64encode(os.urandom(32)).decode(),
                 "WARDEN_MASTER_KEY": base64.urlsafe_b64encode(os.urandom(32)).decode(),
+                "WARDEN_CLUSTER_KEY": base64.b64encode(os.urandom(32)).decode(),
                 "WARDEN_DATABASE_URL": admin.rpartition("/")[0] + "/" + database}
         with tempfile.TemporaryDirectory(prefix="warden-bench-nodes-") as tmp:
             urls = {}

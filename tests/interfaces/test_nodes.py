@@ -71,11 +71,12 @@ def pair(database: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Node,
     """Nodes `node-a` and `node-b`, each with its home, sharing the database and the keys."""
     pepper = base64.urlsafe_b64encode(os.urandom(32)).decode()
     master = base64.urlsafe_b64encode(os.urandom(32)).decode()
+    cluster = base64.b64encode(os.urandom(32)).decode()  # the cluster key every node holds
     nodes = []
     for name in ("node-a", "node-b"):
         root = tmp_path_factory.mktemp(name)
         environ = {**warden_environ(root / "home"), "WARDEN_NODE": name, "WARDEN_DATABASE_URL": database,
-                   "WARDEN_TOKEN_PEPPER": pepper, "WARDEN_MASTER_KEY": master,
+                   "WARDEN_TOKEN_PEPPER": pepper, "WARDEN_MASTER_KEY": master, "WARDEN_CLUSTER_KEY": cluster,
                    "WARDEN_NODE_HEARTBEAT_INTERVAL": "1s", "WARDEN_NODE_HEARTBEAT_WINDOW": f"{WINDOW_S}s",
                    "WARDEN_JANITOR_INTERVAL": "0s"}
         node = Node(name, environ, root)
@@ -233,3 +234,23 @@ def test_killed_serve_found_dead_and_released(pair: tuple[Node, Node]) -> None:
     assert stops, "the killed server's live sandbox was not released"
     ps = json.loads(a.cli("ps", "wsa", "--json").stdout)["data"]
     assert all(p["status"] != "running" for p in ps)
+
+
+def test_a_pepper_rotated_on_one_node_reaches_forwarding_without_a_restart(pair: tuple[Node, Node]) -> None:
+    """A's server keeps running across a pepper rotation made on B; B's next server signs with the
+    new pepper, and A takes it once it has read the cluster's keys again (no restart of A)."""
+    from warden.interfaces.http.nodes import PLACES_S
+
+    a, b = pair
+    token = _token(a)
+    with a.serve() as server_a:
+        with b.serve() as server_b:
+            assert _exec(server_b.url, token, ["true"]).status_code == 200  # A has its node keys now
+        b.cli("keys", "rotate", "pepper")
+        time.sleep(PLACES_S + 0.5)
+        with b.serve() as server_b:
+            marker = "rotated-" + secrets.token_hex(4)
+            forwarded = _exec(server_b.url, token, ["echo", marker])  # a token minted before still works
+            assert forwarded.status_code == 200, forwarded.text
+            assert len(_runs_of(a, marker)) == 1
+        assert _exec(server_a.url, token, ["true"]).status_code == 200
