@@ -24,6 +24,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("list", parents=[common], help="list workspaces")
     p.add_argument("--status", help="creating, ready, suspended, archived or broken")
     p.add_argument("--type", dest="kind", help="user, bot or temporary")
+    p.add_argument("--names", action="store_true", help="only the names, one a line (scripts, shell completion)")
     p.set_defaults(handler=_list)
 
     p = sub.add_parser("info", parents=[common], help="show one workspace")
@@ -75,6 +76,8 @@ def _list(ctx: Context, args: argparse.Namespace) -> Output:
         raise InvalidInput(f"bad --type {args.kind!r}: use one of {', '.join(TYPES)}")
     records = ctx.app.workspaces.list(status=args.status, kind=args.kind)
     data = [r.to_json() for r in records]
+    if args.names:
+        return Output([r["name"] for r in data], render=lambda d: "\n".join(d))
     return Output(data, render=lambda d: table(
         ["Name", "Status", "Type", "Template", "Last accessed", "Path"],
         [[r["name"], r["status"], r["type"], r["template"] or "-", str(r["last_accessed"])[:19],

@@ -64,6 +64,7 @@ COMMANDS: dict[str, str] = {
     "mcp": _CLI + "cmd_mcp",
     "demo": _CLI + "cmd_demo",
     "watch": _CLI + "cmd_watch",
+    "completion": _CLI + "cmd_completion",
 }
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 
