@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from warden.core.errors import InvalidInput, Unavailable
-from warden.core.settings import MAX_WORKERS, check_port
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output
+
+if TYPE_CHECKING:  # socket and the settings module load when a server starts, not for `warden --help`
+    import socket
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -26,6 +27,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _bind(host: str, port: int) -> socket.socket:
+    import socket
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
     # without it every keep-alive response waits ~40 ms for a delayed ACK (Nagle).
@@ -64,6 +67,7 @@ API reference: {url}/docs   OpenAPI: {url}/openapi.json   Press Ctrl+C to stop."
 def _serve(ctx: Context, args: argparse.Namespace) -> Output:
     import uvicorn
 
+    from warden.core.settings import MAX_WORKERS, check_port
     from warden.interfaces.http import create_app
     from warden.interfaces.http.protocol import BoundedHttpToolsProtocol, DeniedHandshakeProtocol
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Output", "human_size", "margined", "printable", "table", "terminal_columns"]
@@ -56,7 +55,6 @@ def _printable_data(value: Any) -> Any:
     return value
 
 
-@dataclass
 class Output:
     """`data` goes into the JSON envelope; `text` (or `render(data)`) is shown to a person.
 
@@ -65,13 +63,19 @@ class Output:
     them through `printable` (or use `render`).
     """
 
-    data: Any = None
-    text: str | None = None
-    render: Callable[[Any], str] | None = None
-    exit_code: int = 0
-    # Set when the command already wrote its human output (streamed runs).
-    streamed: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    # A plain class, not a dataclass: `dataclasses` imports inspect, ast and dis, ~10 ms of
+    # every `warden` start-up that needs none of them (`--help`).
+    __slots__ = ("data", "exit_code", "extra", "render", "streamed", "text")
+
+    def __init__(self, data: Any = None, text: str | None = None, render: Callable[[Any], str] | None = None,
+                 exit_code: int = 0, streamed: bool = False, extra: dict[str, Any] | None = None) -> None:
+        self.data, self.text, self.render = data, text, render
+        self.exit_code = exit_code
+        self.streamed = streamed  # the command already wrote its human output (streamed runs)
+        self.extra: dict[str, Any] = {} if extra is None else extra
+
+    def __repr__(self) -> str:
+        return f"Output(data={self.data!r}, exit_code={self.exit_code})"
 
     def human(self) -> str:
         if self.text is not None:
