@@ -330,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if wants_json:
             _emit_json({"ok": False, "error": {"code": exc.code, "message": exc.message}})
         else:
-            sys.stderr.write(f"warden: {exc.message}\n")
+            sys.stderr.write(f"{_prefix()} {exc.message}\n")
         return _finish(ctx, _exit_status(exc))
     except KeyboardInterrupt:
         sys.stderr.write("warden: interrupted\n")
@@ -358,6 +358,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `warden list | head -1`: the reader left, which is no error of ours
         _quiet_stdout()
         return _finish(ctx, out.exit_code)
+
+
+def _prefix() -> str:
+    """`warden:` before an error, in bold red for a person at a terminal (see output.uses_colour)."""
+    from warden.interfaces.cli.output import colour, styled, uses_colour
+
+    return styled(colour("warden:", "1;31")) if uses_colour(sys.stderr) else "warden:"
 
 
 def _exit_status(exc: WardenError) -> int:
