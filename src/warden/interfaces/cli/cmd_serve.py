@@ -106,7 +106,8 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
                                "timeout_graceful_shutdown": 5, "server_header": False,
                                "proxy_headers": False,  # no proxy in front by default: trust no X-Forwarded-*
                                "http": BoundedHttpToolsProtocol,  # request line and headers bounded (414/431)
-                               "ws": DeniedHandshakeProtocol}  # a refused PTY handshake is no server error
+                               "ws": DeniedHandshakeProtocol,  # a refused PTY handshake is no server error
+                               "log_config": _log_config(args.access_log)}
     try:
         if workers > 1:
             from uvicorn.supervisors import Multiprocess
@@ -122,6 +123,19 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
         sock.close()
         app.audit.record(actor="user", action="serve.stop", target=url)
     return Output({"url": url, "stopped": True}, streamed=True)
+
+
+def _log_config(calls: bool) -> dict[str, Any]:
+    """uvicorn's logging, plus Warden's line per API call (who, what, how it ended; http/calls.py)
+    on the same stream, as long as the access log is on."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["warden"] = {"handlers": ["default"], "level": "INFO" if calls else "WARNING",
+                                   "propagate": False}
+    return config
 
 
 LIVE_SWEEP_S = 15.0
