@@ -33,11 +33,12 @@ __all__ = [
 ]
 
 # Only the /etc entries ordinary programs read: the loader cache, name service, TLS roots,
-# Debian's alternatives links, time zone and OS identity. Never pip.conf, .netrc-like files,
+# Debian's alternatives links, time zone, OS identity and fontconfig. Never pip.conf, .netrc-like files,
 # machine-id or the host's passwd (a synthesized one is bound instead).
 DEFAULT_ETC = (
     "/etc/ld.so.cache", "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates",
     "/etc/alternatives", "/etc/localtime", "/etc/os-release",
+    "/etc/fonts",  # fontconfig's configuration: without it matplotlib and fc-* print a Fontconfig error
 )
 # Files and folders of a workspace a command must not change, as workspace-relative names:
 # the policy's one list (Warden's metadata, .git, shell start-up files).

@@ -19,9 +19,19 @@ from warden.core.ports import ArchiveFiles, Clock
 from warden.core.settings import Settings
 from warden.core.workspaces import WorkspaceRecord
 
-__all__ = ["RECORD_SUFFIX", "ArchiveShelf", "Packed"]
+__all__ = ["RECORD_SUFFIX", "ArchiveShelf", "Packed", "Shelved"]
 
 RECORD_SUFFIX = ".record.json"
+_SHELVED = re.compile(r"(?P<name>.+)-(?P<when>\d{8}T\d{6})-[0-9a-f]{4}\.tar\.zst" + re.escape(RECORD_SUFFIX))
+
+
+@dataclass(frozen=True)
+class Shelved:
+    """A destroyed workspace kept as an archive."""
+
+    name: str
+    archive: str
+    destroyed: str  # when, UTC, as the archive's name says
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,18 @@ class ArchiveShelf:
         pattern = re.compile(re.escape(name) + r"-\d{8}T\d{6}-[0-9a-f]{4}\.tar\.zst" + re.escape(RECORD_SUFFIX))
         return tuple(str(self.folder / entry) for entry in sorted(self._files.names(str(self.folder)))
                      if pattern.fullmatch(entry))
+
+    def shelved(self) -> list[Shelved]:
+        """Every destroyed workspace kept as an archive (`warden unarchive NAME` brings one back),
+        oldest first: the registry forgot them, so they are found by their file names."""
+        found = []
+        for entry in sorted(self._files.names(str(self.folder))):
+            match = _SHELVED.fullmatch(entry)
+            if match:
+                when = match.group("when")
+                found.append(Shelved(match.group("name"), str(self.folder / entry[: -len(RECORD_SUFFIX)]),
+                                     f"{when[:4]}-{when[4:6]}-{when[6:8]}T{when[9:11]}:{when[11:13]}:{when[13:]}"))
+        return sorted(found, key=lambda s: s.destroyed)
 
     def owners(self, name: str) -> set[str]:
         """Who created the destroyed workspaces of that name that are archived."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import builtins  # `list` below names the method
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from warden.core.audit import (
     AuditEvent,
@@ -14,6 +15,9 @@ from warden.core.audit import (
     verify_chain,
 )
 from warden.core.ports import Clock, Registry, Tx
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 __all__ = ["AuditLog"]
 
@@ -46,6 +50,21 @@ class AuditLog:
         with self._registry.transaction(write=False) as tx:
             stored = tx.audit.newest(target=target, limit=limit)
         return [row.to_event() for row in reversed(stored)]
+
+    def after(self, seq: int, *, target: str | None = None, limit: int = 500) -> builtins.list[AuditEvent]:
+        """Events newer than `seq` (oldest first, at most `limit` rows read), optionally only
+        those about `target` (the workspace and its sub-targets `W:path`): what a follower of
+        the log has not seen yet."""
+        with self._registry.transaction(write=False) as tx:
+            stored = tx.audit.page(after=seq, limit=limit)
+        events = [row.to_event() for row in stored]
+        if target is not None:
+            events = [e for e in events if e.target == target or e.target.startswith(target + ":")]
+        return events
+
+    def now(self) -> datetime:
+        """The service's clock (a `--since` cut-off is measured from it)."""
+        return self._clock()
 
     def verify(self, anchor: tuple[int, str] | None = None) -> tuple[int, ChainBreak | None]:
         """How many rows were checked and the first broken one, if any; with `anchor` (a head

@@ -27,7 +27,7 @@ from typing import Any
 
 from warden.adapters.envs.interpreters import NodeRuntime
 from warden.adapters.envs.layer_store import LayerStore, dir_size
-from warden.adapters.envs.progress import Progress
+from warden.adapters.envs.progress import Progress, counted
 from warden.adapters.safefs.fdtree import open_tree
 from warden.core.errors import Unavailable
 
@@ -57,7 +57,7 @@ def build_node_layer(store: LayerStore, layer_id: str, *, package_json: str, run
         with store.staging(layer_id) as build:
             (build / "package.json").write_text(package_json)
             deps = json.loads(package_json).get("dependencies", {})
-            progress.step(f"installing {len(deps)} Node packages with npm")
+            progress.step(counted(len(deps), "Node package", "Node packages", "installing") + " with npm")
             if deps:
                 proc = subprocess.run([runtime.npm, "install", "--ignore-scripts", "--no-audit", "--no-fund",
                                        "--install-links"],

@@ -6,7 +6,12 @@ import sys
 import time
 from typing import TextIO
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "counted"]
+
+
+def counted(n: int, one: str, many: str, verb: str) -> str:
+    """`installing 1 package`, `installing 25 packages`, `installing no packages`."""
+    return f"{verb} {'no' if n == 0 else n} {one if n == 1 else many}"
 
 
 class Progress:
@@ -34,10 +39,28 @@ class Progress:
         bar = "#" * filled + "-" * (width - filled)
         line = f"{self.title} [{bar}] {self.done}/{self.total} {label}"
         if self._tty:
+            # Within the terminal's width: a line that wraps cannot be redrawn by \r (each
+            # redraw would start one row lower, a staircase). The title gives way first.
+            room = self._columns() - 1
+            if len(line) > room:
+                short = 10  # a shorter bar, then a shortened title
+                bar = "#" * int(short * self.done / self.total) + "-" * (short - int(short * self.done / self.total))
+                tail = f" [{bar}] {self.done}/{self.total} {label}"
+                head = self.title[: max(room - len(tail) - 1, 0)]
+                line = (head + "…" if head else "") + tail
+                line = line[:room]
             self.stream.write("\r\x1b[K" + line)
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
+
+    def _columns(self) -> int:
+        import os
+
+        try:
+            return os.get_terminal_size(self.stream.fileno()).columns or 80
+        except (AttributeError, ValueError, OSError):
+            return 80
 
     def finish(self, label: str = "done") -> None:
         """Fill the bar and end the line."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from warden.adapters.envs.interpreters import Interpreter
 from warden.adapters.envs.layer_store import LayerStore, dir_size
-from warden.adapters.envs.progress import Progress
+from warden.adapters.envs.progress import Progress, counted
 from warden.core.errors import Unavailable
 from warden.core.layers import IndexOptions
 
@@ -59,7 +59,7 @@ def build_python_layer(store: LayerStore, layer_id: str, *, dependencies: Sequen
         started = time.time()
         with store.staging(layer_id) as build:
             (build / "requirements.in").write_text("".join(f"{d}\n" for d in dependencies))
-            progress.step(f"resolving {len(dependencies)} dependencies")
+            progress.step(counted(len(dependencies), "dependency", "dependencies", "resolving"))
             lock = build / "requirements.lock"
             if dependencies:
                 _run(execute, [uv, "pip", "compile", "requirements.in", "-o", str(lock), "--python",
@@ -73,7 +73,7 @@ def build_python_layer(store: LayerStore, layer_id: str, *, dependencies: Sequen
                  cwd=build, env=env, what="creating the venv (uv venv)")
             python = str(venv / "bin" / "python")
             pinned = [line for line in lock.read_text().splitlines() if line and not line.startswith(("#", " "))]
-            progress.step(f"installing {len(pinned)} packages")
+            progress.step(counted(len(pinned), "package", "packages", "installing"))
             if pinned:
                 _run(execute, [uv, "pip", "sync", str(lock), "--python", python, "--link-mode=copy",
                       "--compile-bytecode", "--quiet", *index.uv_args()],

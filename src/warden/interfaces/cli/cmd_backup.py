@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from warden.interfaces.cli.main import Context
@@ -37,6 +36,8 @@ def _backup(ctx: Context, args: argparse.Namespace) -> Output:
     db_path = app.home.root / "warden.db" if sqlite else None
     if sqlite:
         app.registry  # noqa: B018 - the registry must be there (a lost one is an error, not an empty backup)
+    from pathlib import Path
+
     result = backup_home(app.home.root, db_path, Path(args.file), workspaces_root=app.root_dir,
                          include_workspaces=args.workspaces)
     app.audit.record(actor="user", action="home.backup", target=str(result["file"]),
@@ -51,6 +52,8 @@ def _restore(ctx: Context, args: argparse.Namespace) -> Output:
     # Never through the App's registry before it is back: a home whose registry was lost is
     # exactly what needs a restore.
     home = ctx.app.home.root
+    from pathlib import Path
+
     result = restore_home(Path(args.file), home, replace=args.yes)
     text = f"restored {_names(result['restored'])} into {home}"
     if result["set_aside"]:

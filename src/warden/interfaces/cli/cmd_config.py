@@ -7,7 +7,6 @@ from typing import Any
 
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output, table
-from warden.services.settings import set_setting
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -107,6 +106,7 @@ def _get(ctx: Context, args: argparse.Namespace) -> Output:
 def _set(ctx: Context, args: argparse.Namespace) -> Output:
     from warden.bootstrap import Home, config_file
     from warden.core.errors import WardenError
+    from warden.services.settings import set_setting  # not at import: `warden --help` loads this module
 
     value = set_setting(config_file(Home.locate(getattr(args, "home", None), ctx.environ)), args.key, args.value)
     data: dict[str, object] = {"key": args.key, "value": value}

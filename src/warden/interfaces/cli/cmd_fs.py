@@ -8,7 +8,6 @@ so zones that `ask` for approval proceed as approved by them (and the audit log 
 from __future__ import annotations
 
 import argparse
-import base64
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +94,8 @@ def _cat(ctx: Context, args: argparse.Namespace) -> Output:
         try:
             return Output({"path": args.path, "size": len(data), "encoding": "utf-8", "content": data.decode()})
         except UnicodeDecodeError:
+            import base64
+
             return Output({"path": args.path, "size": len(data), "encoding": "base64",
                            "content": base64.b64encode(data).decode("ascii")})
     sys.stdout.flush()

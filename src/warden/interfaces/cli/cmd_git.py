@@ -24,7 +24,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="workspace name")
     ops = p.add_subparsers(dest="op", metavar="OP", required=True, parser_class=type(p), prog="warden git NAME")
 
-    cred = argparse.ArgumentParser(add_help=False)
+    cred = type(p)(add_help=False)  # the CLI's Parser: argparse's own imports shutil to size help
     cred.add_argument("--credential", metavar="SECRET",
                       help="the Warden secret holding the token for the remote's host (remembered at clone)")
     cred.add_argument("--username", help="the user name sent with the token (default x-access-token)")

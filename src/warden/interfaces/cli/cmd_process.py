@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +58,8 @@ def start_detached(ctx: Context, request: RunRequest, *, tty: bool = False) -> O
     if tty:
         # A usage error (2), not a refusal to start (126): the command line itself is wrong.
         raise InvalidInput("--detach and --tty do not go together: a background process has no terminal")
+    import dataclasses
+
     request = dataclasses.replace(request, stdin=None)  # a background process reads nothing
     try:
         runs = ctx.app.runs

@@ -13,7 +13,6 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from warden.core.errors import InvalidInput
-from warden.core.paths import normalize
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output, table
 
@@ -97,6 +96,8 @@ def _check(ctx: Context, args: argparse.Namespace) -> Output:
     record = _record(ctx, args)
     path = _host_path(args.path, record.path if record else None)
     decision = ctx.app.sandbox_paths.check(path, args.op, workspace=record, session=args.session)
+    from warden.core.paths import normalize  # lazily, as every import of a command module
+
     data = {"path": normalize(path), "op": args.op, **decision.to_json()}
     return Output(data, f"{decision.decision} {args.op} {data['path']}\nrule: {decision.rule}",
                   exit_code=0 if decision.allowed else DENIED_EXIT)

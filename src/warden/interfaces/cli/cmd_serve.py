@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from warden.core.errors import InvalidInput, Unavailable
-from warden.core.settings import MAX_WORKERS, check_port
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output
+
+if TYPE_CHECKING:  # socket and the settings module load when a server starts, not for `warden --help`
+    import socket
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -26,6 +27,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _bind(host: str, port: int) -> socket.socket:
+    import socket
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
     # without it every keep-alive response waits ~40 ms for a delayed ACK (Nagle).
@@ -64,6 +67,7 @@ API reference: {url}/docs   OpenAPI: {url}/openapi.json   Press Ctrl+C to stop."
 def _serve(ctx: Context, args: argparse.Namespace) -> Output:
     import uvicorn
 
+    from warden.core.settings import MAX_WORKERS, check_port
     from warden.interfaces.http import create_app
     from warden.interfaces.http.protocol import BoundedHttpToolsProtocol, DeniedHandshakeProtocol
 
@@ -109,7 +113,8 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
                                "timeout_graceful_shutdown": 5, "server_header": False,
                                "proxy_headers": False,  # no proxy in front by default: trust no X-Forwarded-*
                                "http": BoundedHttpToolsProtocol,  # request line and headers bounded (414/431)
-                               "ws": DeniedHandshakeProtocol}  # a refused PTY handshake is no server error
+                               "ws": DeniedHandshakeProtocol,  # a refused PTY handshake is no server error
+                               "log_config": _log_config(args.access_log)}
     # uvicorn hands a SIGTERM it caught back to the handler before it once it has stopped; the
     # default one would end the process before the `finally` below (instance, audit) runs.
     import signal
@@ -134,6 +139,19 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
         instance.__exit__(None, None, None)
         app.audit.record(actor="user", action="serve.stop", target=url)
     return Output({"url": url, "stopped": True}, streamed=True)
+
+
+def _log_config(calls: bool) -> dict[str, Any]:
+    """uvicorn's logging, plus Warden's line per API call (who, what, how it ended; http/calls.py)
+    on the same stream, as long as the access log is on."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["warden"] = {"handlers": ["default"], "level": "INFO" if calls else "WARNING",
+                                   "propagate": False}
+    return config
 
 
 LIVE_SWEEP_S = 15.0

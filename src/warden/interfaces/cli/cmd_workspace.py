@@ -7,7 +7,7 @@ from typing import Any
 
 from warden.core.errors import InvalidInput
 from warden.interfaces.cli.main import Context, add_workspace
-from warden.interfaces.cli.output import Output, table
+from warden.interfaces.cli.output import Output, human_size, table
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -24,6 +24,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("list", parents=[common], help="list workspaces")
     p.add_argument("--status", help="creating, ready, suspended, archived or broken")
     p.add_argument("--type", dest="kind", help="user, bot or temporary")
+    p.add_argument("--names", action="store_true", help="only the names, one a line (scripts, shell completion)")
+    p.add_argument("--size", action="store_true", help="also measure each workspace's size on disk (walks its files)")
+    p.add_argument("--destroyed", action="store_true",
+                   help="the destroyed workspaces kept as archives (`warden unarchive NAME` brings one back)")
     p.set_defaults(handler=_list)
 
     p = sub.add_parser("info", parents=[common], help="show one workspace")
@@ -73,12 +77,65 @@ def _list(ctx: Context, args: argparse.Namespace) -> Output:
         raise InvalidInput(f"bad --status {args.status!r}: use one of {', '.join(STATUSES)}")
     if args.kind and args.kind not in TYPES:
         raise InvalidInput(f"bad --type {args.kind!r}: use one of {', '.join(TYPES)}")
+    if args.destroyed:
+        return _destroyed(ctx)
     records = ctx.app.workspaces.list(status=args.status, kind=args.kind)
     data = [r.to_json() for r in records]
+    if args.names:
+        return Output([r["name"] for r in data], render=lambda d: "\n".join(d))
+    headers = ["Name", "Status", "Type", "Template", "Last accessed", "Expires", "Node", "Path"]
+    if args.size:
+        headers.insert(-1, "Size")
+        for record, row in zip(records, data, strict=True):
+            row["size"] = _size(ctx, record)
+    shelved = len(ctx.app.workspaces.shelf.shelved())
+    kept = (f"\n({shelved} destroyed workspace{'s' * (shelved != 1)} kept as archives: `warden list --destroyed`)"
+            if shelved else "")
+
+    def render(d: list[dict[str, Any]]) -> str:
+        if not d:
+            return "no workspaces (create one with `warden create NAME`)" + kept
+        rows = [[r["name"], r["status"], r["type"], r["template"] or "-", str(r["last_accessed"])[:19],
+                 str(r["expires"])[:19] if r.get("expires") else "never", r.get("node") or "-",
+                 *([human_size(r["size"]["bytes"]) if r["size"] else "-"] if args.size else []), r["path"]]
+                for r in d]
+        return table(headers, rows) + kept
+
+    return Output(data, render=render)
+
+
+def _size(ctx: Context, record: Any) -> dict[str, int] | None:
+    """What a workspace holds: its folder's bytes and files (an archived one: its archive's size)."""
+    import os
+
+    if record.status == "archived":
+        archive = record.meta.get("archive") if isinstance(record.meta, dict) else None
+        try:
+            return {"bytes": os.stat(archive).st_size, "files": 1} if archive else None
+        except OSError:
+            return None
+    try:
+        usage = ctx.app.quota.usage(record.path)
+    except OSError:
+        return None
+    return {"bytes": usage.bytes, "files": usage.files}
+
+
+def _destroyed(ctx: Context) -> Output:
+    import os
+
+    data = []
+    for item in ctx.app.workspaces.shelf.shelved():
+        try:
+            size: int | None = os.stat(item.archive).st_size
+        except OSError:
+            size = None
+        data.append({"name": item.name, "destroyed": item.destroyed, "archive": item.archive, "size": size})
     return Output(data, render=lambda d: table(
-        ["Name", "Status", "Type", "Template", "Last accessed", "Node", "Path"],
-        [[r["name"], r["status"], r["type"], r["template"] or "-", str(r["last_accessed"])[:19],
-          r["node"] or "-", r["path"]] for r in d]) if d else "no workspaces (create one with `warden create NAME`)")
+        ["Name", "Destroyed (UTC)", "Size", "Archive"],
+        [[r["name"], r["destroyed"], human_size(r["size"]) if r["size"] is not None else "-", r["archive"]]
+         for r in d]) + "\n(`warden unarchive NAME` brings the newest of a name back)"
+        if d else "no destroyed workspaces are kept as archives")
 
 
 def _info(ctx: Context, args: argparse.Namespace) -> Output:
@@ -92,7 +149,8 @@ def _destroy(ctx: Context, args: argparse.Namespace) -> Output:
         raise InvalidInput(f"destroying {args.name!r} needs --yes to confirm")
     adopted = bool(ctx.app.workspaces.get(args.name).meta.get("adopted"))
     data = ctx.app.workspaces.destroy(args.name, archive=not args.no_archive, delete=args.delete).to_json()
-    kept = f" (archive: {data['archive']})" if data.get("archive") else ""
+    kept = (f" (archive: {data['archive']}; `warden unarchive {args.name}` brings it back)"
+            if data.get("archive") else "")
     if adopted and not args.delete:
         return Output(data, f"forgot workspace {args.name}; its folder and files stay where they are")
     return Output(data, f"destroyed workspace {args.name}{kept}")

@@ -344,6 +344,12 @@ def _standard_streams() -> None:
 def main() -> NoReturn:
     _standard_streams()
     argv = sys.argv[1:]
+    if argv == ["--version"]:  # answered before the CLI's modules load (argparse, json, typing)
+        from warden._version import __version__
+
+        sys.stdout.write(f"warden {__version__}\n")
+        sys.stdout.flush()
+        os._exit(0)
     if _wanted(argv):
         status = _through_daemon(argv, home_of(argv, os.environ))
         if status is not None:

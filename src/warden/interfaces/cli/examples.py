@@ -131,6 +131,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "serve": ("warden serve", "warden serve --host 127.0.0.1 --port 8765"),
     "mcp": ("WARDEN_TOKEN=wdn_… warden mcp", "claude mcp add warden -e WARDEN_TOKEN=wdn_… -- warden mcp"),
     "demo": ("warden demo",),
+    "completion": ("source <(warden completion bash)   # in ~/.bashrc",
+                   "source <(warden completion zsh)   # in ~/.zshrc",
+                   "warden completion fish > ~/.config/fish/completions/warden.fish"),
     "watch": ("warden watch notes", "warden watch notes --json --count 1   # the next batch of changes, as JSON",
               "warden watch notes --timeout 10m"),
 }

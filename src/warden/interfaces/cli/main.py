@@ -67,6 +67,7 @@ COMMANDS: dict[str, str] = {
     "mcp": _CLI + "cmd_mcp",
     "demo": _CLI + "cmd_demo",
     "watch": _CLI + "cmd_watch",
+    "completion": _CLI + "cmd_completion",
     "console": _CLI + "cmd_console",
 }
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
@@ -272,15 +273,11 @@ def _command_word(args_list: Sequence[str]) -> str | None:
 
 
 def version() -> str:
-    """The installed distribution's version, else the package's own (a source checkout)."""
-    from importlib import metadata
+    """Warden's version: the distribution's too (pyproject.toml reads it from warden/_version.py),
+    so it is read without importlib.metadata, which costs every `warden --version` ~20 ms."""
+    from warden._version import __version__
 
-    try:
-        return metadata.version("warden")
-    except metadata.PackageNotFoundError:
-        from warden._version import __version__
-
-        return __version__
+    return __version__
 
 
 def build_parser(args_list: Sequence[str] | None = None) -> Parser:
@@ -337,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if wants_json:
             _emit_json({"ok": False, "error": {"code": exc.code, "message": exc.message}})
         else:
-            sys.stderr.write(f"warden: {exc.message}\n")
+            sys.stderr.write(f"{_prefix()} {exc.message}\n")
         return _finish(ctx, _exit_status(exc))
     except KeyboardInterrupt:
         sys.stderr.write("warden: interrupted\n")
@@ -365,6 +362,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `warden list | head -1`: the reader left, which is no error of ours
         _quiet_stdout()
         return _finish(ctx, out.exit_code)
+
+
+def _prefix() -> str:
+    """`warden:` before an error, in bold red for a person at a terminal (see output.uses_colour)."""
+    from warden.interfaces.cli.output import colour, styled, uses_colour
+
+    return styled(colour("warden:", "1;31")) if uses_colour(sys.stderr) else "warden:"
 
 
 def _exit_status(exc: WardenError) -> int:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Output", "human_size", "margined", "printable", "table", "terminal_columns"]
+__all__ = ["Output", "colour", "human_size", "margined", "printable", "styled", "table", "terminal_columns",
+           "uses_colour"]
 
 _GAP = 2  # spaces between columns
 _NARROWEST = 8  # a squeezed column keeps at least this many characters a line
@@ -26,12 +26,20 @@ _NARROWEST = 8  # a squeezed column keeps at least this many characters a line
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _CONTROLS = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]
 _BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+# Colour travels through a command's text as private-use characters that `human()` turns into
+# SGR sequences once the text has been made safe; data holding them is escaped like a control.
+# (A mark that slipped past `printable` could only ever set one of these six harmless styles.)
+_STYLE_MARKS = {"\ue000": "\x1b[0m", "\ue001": "\x1b[1m", "\ue002": "\x1b[31m", "\ue003": "\x1b[32m",
+                "\ue004": "\x1b[33m", "\ue005": "\x1b[1;31m"}
+_MARK_OF = {"0": "\ue000", "1": "\ue001", "31": "\ue002", "32": "\ue003", "33": "\ue004", "1;31": "\ue005"}
 _ESCAPES: dict[int, str] = {
     **{c: _NAMED.get(chr(c), f"\\x{c:02x}") for c in _CONTROLS},
     **{c: f"\\u{c:04x}" for c in _BIDI},
+    **{c: f"\\u{c:04x}" for c in range(0xE000, 0xE010)},
 }
 # For whole texts a command built: its own line breaks stay, anything else is escaped.
 _ESCAPES_BUT_LINES = {c: v for c, v in _ESCAPES.items() if c != ord("\n")}
+_ESCAPES_BUT_LINES_AND_MARKS = {c: v for c, v in _ESCAPES_BUT_LINES.items() if chr(c) not in _STYLE_MARKS}
 
 
 def printable(value: str) -> str:
@@ -56,7 +64,6 @@ def _printable_data(value: Any) -> Any:
     return value
 
 
-@dataclass
 class Output:
     """`data` goes into the JSON envelope; `text` (or `render(data)`) is shown to a person.
 
@@ -65,19 +72,26 @@ class Output:
     them through `printable` (or use `render`).
     """
 
-    data: Any = None
-    text: str | None = None
-    render: Callable[[Any], str] | None = None
-    exit_code: int = 0
-    # Set when the command already wrote its human output (streamed runs).
-    streamed: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    # A plain class, not a dataclass: `dataclasses` imports inspect, ast and dis, ~10 ms of
+    # every `warden` start-up that needs none of them (`--help`).
+    __slots__ = ("data", "exit_code", "extra", "render", "streamed", "text")
+
+    def __init__(self, data: Any = None, text: str | None = None, render: Callable[[Any], str] | None = None,
+                 exit_code: int = 0, streamed: bool = False, extra: dict[str, Any] | None = None) -> None:
+        self.data, self.text, self.render = data, text, render
+        self.exit_code = exit_code
+        self.streamed = streamed  # the command already wrote its human output (streamed runs)
+        self.extra: dict[str, Any] = {} if extra is None else extra
+
+    def __repr__(self) -> str:
+        return f"Output(data={self.data!r}, exit_code={self.exit_code})"
 
     def human(self) -> str:
         if self.text is not None:
             return self.text.translate(_ESCAPES_BUT_LINES)
         if self.render is not None:
-            return self.render(_printable_data(self.data)).translate(_ESCAPES_BUT_LINES)
+            # Rendered text keeps the colour marks `table` put in (data's own are escaped by now).
+            return styled(self.render(_printable_data(self.data)).translate(_ESCAPES_BUT_LINES_AND_MARKS))
         return ""
 
 
@@ -91,6 +105,49 @@ def terminal_columns(environ: Mapping[str, str] | None = None) -> int | None:
         return os.get_terminal_size(sys.__stdout__.fileno()).columns or None  # type: ignore[union-attr]
     except (AttributeError, ValueError, OSError):
         return None
+
+
+# Status words a table cell may hold alone, and their colour (SGR): seen at a glance in `doctor`.
+_STATUS_COLOURS = {"ok": "32", "allow": "32", "ready": "32", "warn": "33", "suspended": "33", "archived": "33",
+                   "fail": "31", "failed": "31", "broken": "31", "deny": "31", "denied": "31"}
+
+
+def uses_colour(stream: Any, environ: Mapping[str, str] | None = None) -> bool:
+    """Colour only for a person at a terminal: never through a pipe or into a file, never with
+    NO_COLOR set (no-color.org: to anything), never on a TERM=dumb terminal."""
+    env = os.environ if environ is None else environ
+    if env.get("NO_COLOR") or env.get("TERM") == "dumb":
+        return False
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def colour(text: str, sgr: str) -> str:
+    """`text` marked for an SGR style (`1` bold, `31` red, `32` green, `33` yellow, `1;31`);
+    `styled` (which Output.human applies) makes the marks escape sequences."""
+    return f"{_MARK_OF[sgr]}{text}{_MARK_OF['0']}"
+
+
+def styled(text: str) -> str:
+    """`text` with its colour marks as the terminal's escape sequences."""
+    for mark, sequence in _STYLE_MARKS.items():
+        text = text.replace(mark, sequence)
+    return text
+
+
+def _styled(cells: list[list[str]], widths: list[int]) -> list[str]:
+    """The table's lines with a bold header and coloured status words (lengths count the text only)."""
+    lines = []
+    for n, row in enumerate(cells):
+        parts = []
+        for cell, width in zip(row, widths, strict=True):
+            pad = " " * (width - len(cell))
+            style = "1" if n == 0 else _STATUS_COLOURS.get(cell)
+            parts.append((colour(cell, style) if style and cell else cell) + pad)
+        lines.append("  ".join(parts).rstrip())
+    return lines
 
 
 def _table_width() -> int:
@@ -115,6 +172,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, width: in
     limit = _table_width() if width is None else width
     if limit and sum(widths) + _GAP * (len(widths) - 1) > limit:
         return _wrapped(cells, _fit(widths, limit - _GAP * (len(widths) - 1)))
+    if width is None and uses_colour(sys.stdout):
+        return "\n".join(_styled(cells, widths))
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     return "\n".join(lines)
 

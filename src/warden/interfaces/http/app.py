@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from warden.core.errors import Pending, WardenError, classify
@@ -73,12 +74,16 @@ def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
 
 def create_app(app: App) -> FastAPI:
     """Build the API for one wired App (the registry, keys and services it holds)."""
-    from warden.interfaces.http import approvals, checkpoints, events, files, git, processes, routes
+    from warden.interfaces.http import approvals, checkpoints, events, files, git, openapi, processes, routes
 
-    api = FastAPI(title="Warden", version=package_version(), openapi_url="/openapi.json",
-                  docs_url="/docs", redoc_url=None,
-                  description="The bot protocol of Warden: bots ask for workspaces, run commands and "
-                              "move files in them with scoped, expiring tokens.")
+    # fastapi-offline: /docs loads Swagger UI's script and style from this server (bundled in
+    # the package), not from a CDN, so the page works on a machine without the internet.
+    api = FastAPIOffline(title="Warden", version=package_version(), openapi_url="/openapi.json",
+                         docs_url="/docs", redoc_url=None, static_url="/docs-assets",
+                         description="The bot protocol of Warden: bots ask for workspaces, run commands and "
+                                     "move files in them with scoped, expiring tokens. Any request may also "
+                                     "be refused with 414 (URL too long) or 431 (headers too large).")
+    openapi.install(api)
     api.state.warden = app
 
     @api.exception_handler(WardenError)

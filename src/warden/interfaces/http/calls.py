@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
     from warden.core.workspaces import WorkspaceRecord
 
 __all__ = ["Call", "Unauthenticated", "threaded"]
+
+# One line a call in the server's log, beside uvicorn's access line (which knows neither the
+# bot nor how a command ended): who asked, for what, and what came of it.
+log = logging.getLogger("warden.http")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -105,6 +110,7 @@ class Call:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        self._log(exc)
         if self.audited_by_service and (exc is None or isinstance(exc, WardenError)):
             return  # one event per call: the service's, which names this caller
         if exc is None:
@@ -120,3 +126,18 @@ class Call:
             detail = {**detail, "minted_by": self.principal.minter}  # whose grant this one came from
         self.app.audit.record(actor=self.actor, action=f"{self.channel}.{self.action}", target=self.target,
                               decision=decision, rule=rule, result=result, detail=detail)
+
+    def _log(self, exc: BaseException | None) -> None:
+        """The call's line in the server log: `bot helper: api.exec notes: ok, exit 0`."""
+        if exc is None:
+            outcome = "ok"
+        elif isinstance(exc, WardenError):
+            outcome = f"{exc.code} ({exc.rule})" if exc.rule else exc.code
+        else:
+            outcome = "internal"
+        exit_code = self.detail.get("exit_code")
+        if isinstance(exit_code, int):
+            outcome += f", exit {exit_code}" + (", timed out" if self.detail.get("timed_out") else "")
+        who = f"bot {self.principal.bot}" if self.principal is not None else self.actor
+        # %r: a target is a workspace name or a bot's path, which may hold anything.
+        log.info("%s: %s.%s %r: %s", who, self.channel, self.action, self.target, outcome)
