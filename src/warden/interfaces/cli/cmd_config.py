@@ -64,6 +64,7 @@ def _join(app: Any, raw_url: str, *, reset_keys: bool) -> Any:
     from warden.bootstrap import config_file
     from warden.core.errors import InvalidInput
     from warden.services.keys import check_cluster_url
+    from warden.services.settings import set_setting
 
     if reset_keys:
         raise InvalidInput("--reset-keys and --join do not go together: a joining node never makes keys")
