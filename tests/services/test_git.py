@@ -195,6 +195,33 @@ def test_pull_refuses_when_the_branches_diverged(ws: Path, service: GitService, 
         service.pull("demo")
 
 
+def test_a_pull_refuses_local_changes_it_would_overwrite_and_keeps_the_rest(
+        ws: Path, service: GitService, remote: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    git("clone", "-q", str(remote), str(other))
+    (other / "docs" / "b.txt").write_text("theirs\n")
+    (other / "new.txt").write_text("new upstream\n")
+    (other / "a.txt").unlink()
+    git("add", "-A", cwd=other)
+    git("commit", "-qm", "theirs", cwd=other)
+    git("push", "-q", "origin", "main", cwd=other)
+    before = git("rev-parse", "HEAD", cwd=ws).strip()
+    for path, text in (("docs/b.txt", "mine\n"), ("new.txt", "untracked, mine\n")):
+        (ws / path).write_text(text)
+        with pytest.raises(Conflict, match=f"local changes to '{path}' would be overwritten"):
+            service.pull("demo")
+        assert git("rev-parse", "HEAD", cwd=ws).strip() == before and (ws / path).read_text() == text
+        (ws / path).unlink()
+        if path == "docs/b.txt":
+            git("checkout", "-q", "--", path, cwd=ws)
+    (ws / "notes.txt").write_text("a file of my own\n")
+    pulled = service.pull("demo")
+    assert pulled.files == 3 and pulled.after != before
+    assert (ws / "docs" / "b.txt").read_text() == "theirs\n" and (ws / "new.txt").exists()
+    assert not (ws / "a.txt").exists() and (ws / "notes.txt").exists()
+    assert git("status", "--porcelain", cwd=ws) == "?? notes.txt\n"  # index and branch follow the files
+
+
 def test_discard_restores_the_files_and_keeps_the_commit(ws: Path, service: GitService) -> None:
     (ws / "a.txt").write_text("changed\n")
     (ws / "docs" / "b.txt").write_text("changed b\n")

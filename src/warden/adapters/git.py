@@ -27,9 +27,13 @@ from warden.core.errors import Conflict, Denied, InvalidInput, NotFound, TimedOu
 from warden.core.git import CREDENTIAL_ENV, HARDENING, forbidden_config, git_environ
 from warden.core.ports.git import Credential, GitResult
 
-__all__ = ["HostGit", "helper_command"]
+__all__ = ["SCRATCH_PREFIXES", "HostGit", "helper_command"]
 
 STATE_DIR = ".warden"
+# Scratch entries Warden's git leaves in a workspace's `.warden/` while it works, each named
+# PREFIX + the pid of the Warden process that made it + "-" + random: the janitor removes those
+# whose process is gone (a Warden killed mid-way), adapters/leftovers.py.
+SCRATCH_PREFIXES = ("git-checkout-", "git-clone-", "git-index-", "git-objects-")
 _MAX_OUTPUT = 64 * 1024 * 1024  # a diff past this is not one a person reads in a terminal
 
 
@@ -84,7 +88,7 @@ class HostGit:
     @contextlib.contextmanager
     def scratch_index(self, workspace: str) -> Iterator[str]:
         folder = self._state(workspace)
-        fd, path = tempfile.mkstemp(prefix="git-index-", dir=folder)
+        fd, path = tempfile.mkstemp(prefix=f"git-index-{os.getpid()}-", dir=folder)
         os.close(fd)
         os.unlink(path)  # git makes it; an empty file is not an index to git
         try:
@@ -104,12 +108,38 @@ class HostGit:
         for entry in os.listdir(state):
             if entry.startswith("git-objects-"):
                 shutil.rmtree(os.path.join(state, entry), ignore_errors=True)
-        folder = tempfile.mkdtemp(prefix="git-objects-", dir=state)
+        folder = tempfile.mkdtemp(prefix=f"git-objects-{os.getpid()}-", dir=state)
         try:
             yield {"GIT_OBJECT_DIRECTORY": folder,
                    "GIT_ALTERNATE_OBJECT_DIRECTORIES": os.path.join(_git_path(workspace), "objects")}
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+    def check_out(self, workspace: str, commit: str, paths: Sequence[str] | None) -> None:
+        """Make `paths` of the working tree (None: every path of `commit`) what `commit` holds; a
+        path it lacks is removed (never a folder). git never writes the working tree itself (a
+        bot's process can swap a folder for a link between git's check and its write, and git
+        would write through it, outside the workspace): it checks out into a scratch folder in
+        `.warden/` (read-only inside every sandbox, so no bot can race there), through a scratch
+        index (the person's is not touched: the caller updates it), and safefs/copyin.py copies
+        each entry in by descriptor. The person's index is the caller's to update."""
+        from warden.adapters.safefs.copyin import copy_in
+
+        scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIXES[0]}{os.getpid()}-", dir=self._state(workspace))
+        try:
+            with self.scratch_index(workspace) as index:
+                env = {"GIT_INDEX_FILE": index, "GIT_WORK_TREE": scratch}
+                self.run(workspace, ["read-tree", commit], extra_env=env)
+                listed = [p for p in self.run(workspace, ["ls-files", "-z"], extra_env=env).stdout.split("\0") if p]
+                present = set(listed)
+                wanted = listed if paths is None else [p for p in paths if p in present]
+                if wanted:
+                    # Names on stdin, not argv: no pathspec, no length limit (git-checkout-index(1)).
+                    self.run(workspace, ["checkout-index", "-f", "-z", "--stdin"], extra_env=env,
+                             input="\0".join(wanted))
+            copy_in(scratch, workspace, listed if paths is None else sorted(paths))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def strangers(self, workspace: str) -> list[str]:
         return GitGuard(workspace).strangers()
@@ -272,7 +302,7 @@ class HostGit:
         target = _git_path(workspace)
         if os.path.lexists(target):
             raise Conflict(f"workspace {os.path.basename(workspace)} already holds a .git")
-        scratch = tempfile.mkdtemp(prefix="git-clone-", dir=self._state(workspace))
+        scratch = tempfile.mkdtemp(prefix=f"git-clone-{os.getpid()}-", dir=self._state(workspace))
         try:
             inner = os.path.join(scratch, "repo")
             args = ["clone", "--no-checkout", "--template=", "--no-recurse-submodules",

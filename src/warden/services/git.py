@@ -362,7 +362,11 @@ class GitService:
                              exclude_lines(n for n in SCAFFOLDING if n in entries and n not in top))
         if head is not None:
             # The repository's version of a scaffolding file (pyproject.toml …) replaces Warden's.
-            self._run(record, "reset", "-q", "--hard", head)
+            # Written by descriptor (GitRunner.check_out), then the index made to match: what
+            # `reset --hard` does, without git writing by path where a bot's process may be.
+            self._git.check_out(record.path, head, None)
+            self._run(record, "read-tree", head)
+            self._git.run(record.path, ["update-index", "-q", "--refresh"], check=False)
         branch = self._git.run(record.path, ["symbolic-ref", "-q", "--short", "HEAD"], check=False).stdout.strip()
         return CloneResult(_shown_url(url), branch or None, head, len(paths))
 
@@ -541,11 +545,14 @@ class GitService:
                           if head else ())
             tracked = [p for p in restore if p in in_head]
             added = [p for p in restore if p not in in_head]
+            if restore:
+                # Written by descriptor from a scratch checkout (never by git, by path: a bot's
+                # process could swap a folder for a link meanwhile); added files are removed.
+                self._git.check_out(record.path, self._base(record, head), restore)
             for chunk in _chunks(tracked):
-                self._run(record, "checkout", "-q", head or "HEAD", "--", *chunk)
+                self._run(record, "reset", "-q", head or "HEAD", "--", *chunk)  # the index only
             for chunk in _chunks(added):
                 self._run(record, "rm", "-q", "--cached", "--ignore-unmatch", "--", *chunk)
-                self._run(record, "clean", "-q", "-f", "--", *chunk)
             self._drop(record, proposal)
             return DiscardResult(proposal_id, tuple(restore), tuple(p for p in paths if p in moved),
                                  tuple(p for p in paths if p in others and p not in moved))
@@ -567,6 +574,47 @@ class GitService:
         return found
 
     # -- pulling ---------------------------------------------------------------------------------
+    def _fast_forward(self, record: WorkspaceRecord, branch: str, before: str | None, target: str,
+                      upstream: str) -> None:
+        """What `git merge --ff-only TARGET` does, with the working tree written by descriptor
+        (GitRunner.check_out) instead of by git: refused when `before` is not an ancestor of
+        `target` or when a path the merge changes has local changes (in the index or the working
+        tree, new untracked files too); then the files, the index and the branch."""
+        if before == target:
+            return
+        if before is not None:
+            ancestor = self._git.run(record.path, ["merge-base", "--is-ancestor", before, target], check=False)
+            if ancestor.code == 1:
+                raise Conflict(f"{branch} and {upstream} have diverged; Warden pulls only fast-forward: "
+                               "reconcile them with git yourself", rule="git.pull")
+            if ancestor.code != 0:
+                raise Conflict(f"pull refused: git merge-base failed ({ancestor.stderr.strip()[:200]})",
+                               rule="git.pull")
+        base = self._base(record, before)
+        changed = [p for p in self._run(record, "diff-tree", "-r", "-z", "--no-renames", "--name-only",
+                                        *_DIFF_SUBMODULES, base, target).split("\0") if p]
+        staged = {p for p in self._run(record, "diff-index", "--cached", "-z", "--no-renames", "--name-only",
+                                       "--ignore-submodules=all", base).split("\0") if p}
+        with self._working_tree(record, before) as (tree, env):
+            local = {p for p in self._run(record, "diff-tree", "-r", "-z", "--no-renames", "--name-only",
+                                          *_DIFF_SUBMODULES, base, tree, extra_env=env).split("\0") if p}
+        in_way = sorted((staged | local) & set(changed))
+        if in_way:
+            shown = ", ".join(map(repr, in_way[:5])) + (" …" if len(in_way) > 5 else "")
+            raise Conflict(f"pull refused: local changes to {shown} would be overwritten (stage or discard "
+                           "local changes first)", rule="git.pull")
+        try:
+            self._git.check_out(record.path, target, changed)
+        except Conflict as exc:
+            raise Conflict(f"{exc.message} The pull stopped part-way: the branch was not moved; the "
+                           "checkpoint taken before it (`warden checkpoints NAME`) rolls the files back",
+                           rule=exc.rule) from None
+        # The index follows, checking only itself (-i: the files are already written), then the branch.
+        self._run(record, "read-tree", *(("-m", "-i", base) if before else ()), target)
+        self._run(record, "update-ref", "-m", f"warden: pull {upstream}", f"refs/heads/{branch}", target,
+                  before or "")
+        self._git.run(record.path, ["update-index", "-q", "--refresh"], check=False)
+
     def pull(self, name: str, *, actor: str = "user", credential: str | None = None,
              username: str | None = None) -> PullResult:
         """Fetch the branch's upstream and fast-forward to it; refused when the branches have
@@ -586,16 +634,7 @@ class GitService:
             target = self._rev(record, f"refs/remotes/{remote}/{remote_branch}^{{commit}}")
             if target is None:
                 raise NotFound(f"the remote has no branch {remote_branch}")
-            merged = self._git.run(record.path, ["merge", "--ff-only", "--no-edit", "--no-stat", "--no-verify",
-                                                 "--no-log", target], check=False)
-            if merged.code != 0:
-                said = merged.stderr
-                if "Not possible to fast-forward" in said or "not possible to fast-forward" in said:
-                    raise Conflict(f"{branch} and {remote}/{remote_branch} have diverged; Warden pulls only "
-                                   "fast-forward: reconcile them with git yourself", rule="git.pull")
-                lines = [line.strip() for line in said.splitlines() if line.strip()]
-                reason = lines[0] if lines else f"exit status {merged.code}"
-                raise Conflict(f"pull refused: {reason} (stage or discard local changes first)", rule="git.pull")
+            self._fast_forward(record, branch, before or None, target, f"{remote}/{remote_branch}")
             after = self._head(record) or ""
             files = len(self._files(record, self._base(record, before or None), after)) if before != after else 0
             return PullResult(before, after, files)
