@@ -14,7 +14,7 @@ import pytest
 from warden.adapters.git import HostGit
 from warden.adapters.gitguard import GitGuard
 from warden.bootstrap import App
-from warden.core.errors import Conflict, Denied, InvalidInput, NotFound
+from warden.core.errors import Conflict, Denied, InvalidInput, NotFound, TooLarge
 from warden.core.workspaces import WorkspaceRecord
 from warden.services.git import GitService
 
@@ -220,6 +220,22 @@ def test_a_pull_refuses_local_changes_it_would_overwrite_and_keeps_the_rest(
     assert (ws / "docs" / "b.txt").read_text() == "theirs\n" and (ws / "new.txt").exists()
     assert not (ws / "a.txt").exists() and (ws / "notes.txt").exists()
     assert git("status", "--porcelain", cwd=ws) == "?? notes.txt\n"  # index and branch follow the files
+
+
+def test_git_output_is_bounded_while_it_is_read(app: App, ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """256 MiB of output past a 1 MiB cap: git is stopped at the cap, never read whole first."""
+    import resource
+
+    import warden.adapters.git as git_module
+
+    monkeypatch.setattr(git_module, "_MAX_OUTPUT", 1 << 20)
+    (ws / "big.bin").write_bytes(os.urandom(1 << 20))
+    blob = git("hash-object", "-w", "big.bin", cwd=ws).strip()
+    (ws / "big.bin").unlink()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    with pytest.raises(TooLarge, match=r"^git cat-file printed more than 1 MiB"):
+        HostGit(app.environ).run(str(ws), ["cat-file", "--batch"], input=f"{blob}\n" * 256)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 64 * 1024
 
 
 def test_discard_restores_the_files_and_keeps_the_commit(ws: Path, service: GitService) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from warden.adapters.atomic import write_atomic
 from warden.adapters.gitguard import GitGuard
-from warden.core.errors import Conflict, Denied, InvalidInput, NotFound, TimedOut, Unavailable
+from warden.core.errors import Conflict, Denied, NotFound, TimedOut, TooLarge, Unavailable
 from warden.core.git import CREDENTIAL_ENV, HARDENING, forbidden_config, git_environ
 from warden.core.ports.git import Credential, GitResult
 
@@ -35,6 +35,7 @@ STATE_DIR = ".warden"
 # whose process is gone (a Warden killed mid-way), adapters/leftovers.py.
 SCRATCH_PREFIXES = ("git-checkout-", "git-clone-", "git-index-", "git-objects-")
 _MAX_OUTPUT = 64 * 1024 * 1024  # a diff past this is not one a person reads in a terminal
+_MAX_ERRORS = 1 << 20  # git's complaints: only their first lines are ever shown
 
 
 def helper_command(python: str = sys.executable) -> str:
@@ -256,15 +257,26 @@ class HostGit:
 
     def _spawn(self, argv: Sequence[str], workspace: str, *, env: Mapping[str, str], stdin: str | None,
                timeout: float) -> subprocess.CompletedProcess[str]:
-        program = argv if argv and argv[0] == self._git else [self._program(), *argv]
+        program = list(argv) if argv and argv[0] == self._git else [self._program(), *argv]
         try:
-            return subprocess.run(program, cwd=workspace, env=dict(env), input=stdin, capture_output=True,
-                                  text=True, errors="surrogateescape", timeout=timeout, check=False,
-                                  stdin=None if stdin is not None else subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise TimedOut(f"git {_subcommand(program)} took longer than {timeout:g}s") from None
+            # Its own session: a timeout or an output past the cap ends git and what it started
+            # (a remote helper, ssh, upload-pack of a file:// remote) together.
+            proc = subprocess.Popen(program, cwd=workspace, env=dict(env), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True,
+                                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
         except FileNotFoundError:
             raise NotFound(f"the folder of workspace {workspace} is missing; see `warden health`") from None
+        try:
+            out, err = _bounded_output(proc, stdin, timeout, _subcommand(program))
+        finally:
+            if proc.poll() is None:
+                _end(proc)
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+        return subprocess.CompletedProcess(program, proc.returncode, out.decode("utf-8", "surrogateescape"),
+                                           err.decode("utf-8", "surrogateescape"))
 
     def run(self, workspace: str, args: Sequence[str], *, extra_env: Mapping[str, str] | None = None,
             input: str | None = None, credential: Credential | None = None, check: bool = True,
@@ -288,8 +300,6 @@ class HostGit:
         if git_dir is None:  # `git clone` places its own (and refuses a GIT_WORK_TREE that exists)
             del env["GIT_DIR"], env["GIT_WORK_TREE"]
         proc = self._spawn(self._argv(args, credential, workspace), workspace, env=env, stdin=input, timeout=timeout)
-        if len(proc.stdout) > _MAX_OUTPUT:
-            raise InvalidInput(f"git {args[0]} printed more than {_MAX_OUTPUT >> 20} MiB")
         result = GitResult(proc.returncode, proc.stdout, proc.stderr)
         if check and proc.returncode != 0:
             raise GitFailed(f"git {args[0]} failed: {_last_line(proc.stderr) or f'exit status {proc.returncode}'}",
@@ -355,6 +365,69 @@ def _move_in(clone: str, workspace: str) -> None:
     finally:
         os.close(src)
         os.close(dst)
+
+
+def _bounded_output(proc: subprocess.Popen[bytes], stdin: str | None, timeout: float,
+                    command: str) -> tuple[bytes, bytes]:
+    """(stdout, stderr) of `proc`, read as it writes them and bounded while read: past
+    _MAX_OUTPUT of stdout git is ended and TooLarge raised (a diff or a log of a huge tree never
+    fills Warden's memory first); stderr keeps its first _MAX_ERRORS bytes. Past `timeout`,
+    TimedOut. `stdin` is written from a thread, so a git that answers while it reads never
+    blocks on a full pipe."""
+    import selectors
+    import threading
+    import time
+
+    if stdin is not None:
+        data = stdin.encode("utf-8", "surrogateescape")
+        assert proc.stdin is not None
+        pipe = proc.stdin
+
+        def feed() -> None:
+            with contextlib.suppress(OSError):  # git stopped reading (it ended, or was ended)
+                pipe.write(data)
+                pipe.close()
+
+        threading.Thread(target=feed, name="git-stdin", daemon=True).start()
+    assert proc.stdout is not None and proc.stderr is not None
+    buffers = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    out, err = buffers[proc.stdout.fileno()], buffers[proc.stderr.fileno()]
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        for fd in buffers:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimedOut(f"git {command} took longer than {timeout:g}s")
+            for key, _ in selector.select(left):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    selector.unregister(key.fd)
+                    continue
+                buffer = buffers[key.fd]
+                if buffer is err:
+                    err += chunk[: max(0, _MAX_ERRORS - len(err))]
+                    continue
+                out += chunk
+                if len(out) > _MAX_OUTPUT:
+                    raise TooLarge(f"git {command} printed more than {_MAX_OUTPUT >> 20} MiB; Warden stopped it "
+                                   "(look at the workspace with git yourself)")
+    try:
+        proc.wait(max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        raise TimedOut(f"git {command} took longer than {timeout:g}s") from None
+    return bytes(out), bytes(err)
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """End git and everything in its session."""
+    import signal
+
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)
 
 
 def _subcommand(argv: Sequence[str]) -> str:
