@@ -26,7 +26,7 @@ from warden.core.checkpoints import Current, RollbackPlan, excluded_name
 from warden.core.errors import Conflict, Denied, NotFound, Unavailable, WardenError
 
 __all__ = ["DIR_FLAGS", "READ_FLAGS", "Dirs", "apply_plan", "current_entry", "folder_error", "no_space",
-           "open_folder", "open_to_read", "scan_tree", "stamp_of", "syncfs", "walk_tree"]
+           "open_folder", "open_to_read", "scan_tree", "stamp_of", "syncfs", "unreadable_folder", "walk_tree"]
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -85,12 +85,23 @@ class _Frame:
     pending: list[str]
 
 
-def walk_tree(root_fd: int) -> Iterator[tuple[str, list[str], list[str], int]]:
+def unreadable_folder(path: str) -> Conflict:
+    """The refusal for a folder whose mode keeps Warden out (a bot's `chmod 644` or `000` on a
+    folder, when Warden runs as the bot's own user or without CAP_DAC_OVERRIDE)."""
+    shown = repr(path) if path else "the workspace's top folder"
+    return Conflict(f"folder {shown} of the workspace cannot be read or searched (its mode forbids it; a "
+                    "bot's process may have changed it): give it back its permissions (chmod u+rwx) and "
+                    "try again", rule="deny: unreadable folder")
+
+
+def walk_tree(root_fd: int, *, strict: bool = False) -> Iterator[tuple[str, list[str], list[str], int]]:
     """(path, folders, others, descriptor) for each folder beneath `root_fd`, top-down, like
     `os.fwalk(follow_symlinks=False)` but without recursion: a bot can nest folders deeper than
     Python's recursion limit (and than the open-file limit: only the deepest _OPEN_DIRS stay open).
     A symlink, even to a folder, is among the others and never entered; the caller may prune
-    `folders` in place. A folder swapped while walked is skipped, never followed."""
+    `folders` in place. A folder swapped while walked is skipped, never followed. A folder its
+    mode forbids to list or to search is skipped too, or, with `strict` (a checkpoint must not
+    leave part of a tree out unseen), refused with `unreadable_folder`."""
     frames: list[_Frame] = []
     entered: tuple[str, int, tuple[int, int]] | None = ("", os.dup(root_fd), (0, 0))
     try:
@@ -105,11 +116,17 @@ def walk_tree(root_fd: int) -> Iterator[tuple[str, list[str], list[str], int]]:
                         for item in listing:
                             try:
                                 is_dir = item.is_dir(follow_symlinks=False)
+                            except PermissionError:
+                                if strict:
+                                    raise
+                                is_dir = False
                             except OSError:
                                 is_dir = False
                             (folders if is_dir else others).append(item.name)
-                except OSError:
+                except OSError as exc:
                     os.close(fd)
+                    if strict and isinstance(exc, PermissionError):
+                        raise unreadable_folder(path) from None
                     continue  # unreadable or gone: nothing beneath it is seen
                 folders.sort()
                 others.sort()
@@ -137,12 +154,17 @@ def walk_tree(root_fd: int) -> Iterator[tuple[str, list[str], list[str], int]]:
             if parent is None:
                 frames.pop()
                 continue
+            child_path = f"{top.path}/{name}" if top.path else name
             try:
                 child = os.open(name, DIR_FLAGS, dir_fd=parent)
+            except PermissionError:
+                if strict:
+                    raise unreadable_folder(child_path) from None
+                continue
             except OSError:
                 continue  # removed, or swapped for a link, since it was listed
             st = os.fstat(child)
-            entered = (f"{top.path}/{name}" if top.path else name, child, (st.st_dev, st.st_ino))
+            entered = (child_path, child, (st.st_dev, st.st_ino))
     finally:
         for frame in frames:
             if frame.fd is not None:
@@ -192,15 +214,19 @@ def scan_tree(folder: str, scope: str | None) -> dict[str, Current]:
                 return found
             start_fd, prefix = opened, scope
         try:
-            for here, dirnames, filenames, dfd in walk_tree(start_fd):
+            for here, dirnames, filenames, dfd in walk_tree(start_fd, strict=True):
                 rel = f"{prefix}/{here}" if prefix and here else (prefix or here)
                 top = not rel
                 dirnames[:] = [d for d in dirnames if not excluded_name(d, top=top)]
                 for child in [*dirnames, *filenames]:
                     if excluded_name(child, top=top):
                         continue
-                    with contextlib.suppress(FileNotFoundError):
+                    try:
                         found[f"{rel}/{child}" if rel else child] = current_entry(dfd, child)
+                    except FileNotFoundError:
+                        continue
+                    except PermissionError:
+                        raise unreadable_folder(rel) from None
         finally:
             if start_fd != root_fd:
                 os.close(start_fd)
@@ -221,10 +247,15 @@ def _scan_scope(root_fd: int, scope: str, found: dict[str, Current]) -> int | No
                 now = current_entry(current, part)
             except FileNotFoundError:
                 return None
+            except PermissionError:
+                raise unreadable_folder("/".join(parts[:index])) from None
             found[path] = now
             if now.kind != "dir":
                 return None
-            nxt = os.open(part, DIR_FLAGS, dir_fd=current)
+            try:
+                nxt = os.open(part, DIR_FLAGS, dir_fd=current)
+            except PermissionError:
+                raise unreadable_folder(path) from None
             os.close(current)
             current = nxt
         fd, current = current, -1
