@@ -103,6 +103,7 @@ def walk_tree(root_fd: int, *, strict: bool = False) -> Iterator[tuple[str, list
     mode forbids to list or to search is skipped too, or, with `strict` (a checkpoint must not
     leave part of a tree out unseen), refused with `unreadable_folder`."""
     frames: list[_Frame] = []
+    first_open = 1  # frames[1:first_open] are closed, frames[first_open:] open (frames[0], the root, always)
     entered: tuple[str, int, tuple[int, int]] | None = ("", os.dup(root_fd), (0, 0))
     try:
         while True:
@@ -136,24 +137,32 @@ def walk_tree(root_fd: int, *, strict: bool = False) -> Iterator[tuple[str, list
                 frames.append(frame)
                 yield path, folders, others, fd
                 frame.pending = list(reversed(folders))  # as the caller left them (it may prune)
-                open_fds = [f for f in frames[1:] if f.fd is not None]
-                if len(open_fds) > _OPEN_DIRS:
-                    oldest = open_fds[0]
+                # The open frames past the root are always the innermost ones, frames[first_open:]:
+                # past _OPEN_DIRS, the outermost of them is closed (constant work per folder).
+                if len(frames) - first_open > _OPEN_DIRS:
+                    oldest = frames[first_open]
                     os.close(oldest.fd)  # type: ignore[arg-type]
                     oldest.fd = None
+                    first_open += 1
             if not frames:
                 return
             top = frames[-1]
             if not top.pending:
-                if top.fd is not None:
-                    os.close(top.fd)
-                frames.pop()
+                done = frames.pop()
+                if frames and frames[-1].fd is None and done.fd is not None:
+                    frames[-1].fd = _parent_of(done.fd, frames[-1].ident)
+                if done.fd is not None:
+                    os.close(done.fd)
+                top_open = bool(frames) and frames[-1].fd is not None
+                first_open = max(1, min(first_open, len(frames) - 1 if top_open else len(frames)))
                 continue
             name = top.pending.pop()
             parent = _reopen(frames, root_fd)
             if parent is None:
                 frames.pop()
+                first_open = max(1, min(first_open, len(frames)))
                 continue
+            first_open = max(1, min(first_open, len(frames) - 1))
             child_path = f"{top.path}/{name}" if top.path else name
             try:
                 child = os.open(name, DIR_FLAGS, dir_fd=parent)
@@ -171,6 +180,22 @@ def walk_tree(root_fd: int, *, strict: bool = False) -> Iterator[tuple[str, list
                 os.close(frame.fd)
         if entered is not None:
             os.close(entered[1])
+
+
+def _parent_of(fd: int, ident: tuple[int, int]) -> int | None:
+    """The folder holding folder `fd`, reached by its `..` (never a link) and kept only when it is
+    still the folder walked (`ident`): going back up a deep chain costs one open a level, where
+    reopening from the root by name costs the whole depth. A bot that moved the folder elsewhere
+    meanwhile gets a `..` that is not `ident`: None, and the caller reopens it by name."""
+    try:
+        parent = os.open("..", DIR_FLAGS, dir_fd=fd)
+    except OSError:
+        return None
+    st = os.fstat(parent)
+    if (st.st_dev, st.st_ino) != ident:
+        os.close(parent)
+        return None
+    return parent
 
 
 def _reopen(frames: list[_Frame], root_fd: int) -> int | None:
