@@ -238,6 +238,17 @@ def test_git_output_is_bounded_while_it_is_read(app: App, ws: Path, monkeypatch:
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 64 * 1024
 
 
+def test_an_approved_push_lands_only_the_commit_that_was_approved(app: App, ws: Path, service: GitService) -> None:
+    (ws / "a.txt").write_text("approved\n")
+    proposal = service.stage("demo", "approved")
+    with pytest.raises(Conflict, match="no longer the commit that was asked to be pushed"):
+        service.push("demo", proposal.id, "bot:x", commit="0" * 40)
+    service.discard("demo", proposal.id)
+    with pytest.raises(Conflict, match="no longer the commit"):
+        service.push("demo", proposal.id, "bot:x", commit=proposal.commit)
+    assert [e.action for e in app.audit.list(limit=3)] == ["git.push", "git.discard", "git.push"]  # no listing
+
+
 def test_discard_restores_the_files_and_keeps_the_commit(ws: Path, service: GitService) -> None:
     (ws / "a.txt").write_text("changed\n")
     (ws / "docs" / "b.txt").write_text("changed b\n")

@@ -168,8 +168,9 @@ class GitService:
 
     def _do(self, op: str, name: str, actor: str, work: Callable[[WorkspaceRecord], T], *,
             changes: bool, detail: Callable[[T], dict[str, Any]] | None = None,
-            asked: dict[str, Any] | None = None) -> T:
-        """Run `work` on workspace `name` under the workspace's rules, audited as `git.<op>`."""
+            asked: dict[str, Any] | None = None, audited: bool = True) -> T:
+        """Run `work` on workspace `name` under the workspace's rules, audited as `git.<op>`
+        (unless not `audited`: a caller that audits the request itself)."""
         target = name
         try:
             record = self._record(name)
@@ -177,13 +178,16 @@ class GitService:
             with self._held(record, op, changes):
                 result = work(record)
         except WardenError as exc:
+            if not audited:
+                raise
             self._audit.record(actor=actor, action=f"git.{op}", target=target,
                                decision="deny" if isinstance(exc, Denied) else "allow",
                                rule=exc.rule or "", result=exc.code,
                                detail={**(asked or {}), "error": exc.message})
             raise
-        self._audit.record(actor=actor, action=f"git.{op}", target=target, decision="allow",
-                           detail={**(asked or {}), **(detail(result) if detail else {})})
+        if audited:
+            self._audit.record(actor=actor, action=f"git.{op}", target=target, decision="allow",
+                               detail={**(asked or {}), **(detail(result) if detail else {})})
         return result
 
     @contextlib.contextmanager
@@ -408,6 +412,16 @@ class GitService:
 
         return self._do("staged", name, actor, work, changes=False, detail=lambda p: {"id": p.id})
 
+    def waiting(self, name: str, proposal_id: str | None, *, actor: str = "user") -> Proposal:
+        """Proposal `proposal_id` (None: the only one waiting), without its diff and not audited:
+        for an interface that audits the request it serves itself (a bot's push asked for
+        approval). Only that proposal is read, never every one waiting."""
+        def work(record: WorkspaceRecord) -> Proposal:
+            pid = proposal_id or self._only_proposal(record)
+            return self._proposal(record, pid, self._head(record))
+
+        return self._do("staged", name, actor, work, changes=False, audited=False)
+
     def _proposal_ids(self, record: WorkspaceRecord) -> list[str]:
         raw = self._run(record, "for-each-ref", "--format=%(refname)", PROPOSAL_REF)
         return [line[len(PROPOSAL_REF):] for line in raw.splitlines() if line.startswith(PROPOSAL_REF)]
@@ -466,7 +480,7 @@ class GitService:
                         detail=lambda p: {"id": p.id, "commit": p.commit, "files": len(p.files)})
 
     def push(self, workspace: str, proposal_id: str | None = None, actor: str = "user", *,
-             credential: str | None = None, username: str | None = None) -> PushResult:
+             credential: str | None = None, username: str | None = None, commit: str | None = None) -> PushResult:
         """Push proposal `proposal_id` of `workspace` to its branch's upstream, fast-forward only,
         then move the local branch to it; the proposal is then gone.
 
@@ -475,11 +489,21 @@ class GitService:
         in the repository (the proposal's commit, its branch, the remote) and in what Warden
         remembered at clone (the credential's secret name). Without an id, the one proposal
         waiting. Refused (Conflict) when HEAD moved since staging (stage again) or when the
-        remote branch moved (pull, then stage again); the remote is never forced."""
+        remote branch moved (pull, then stage again); the remote is never forced. With `commit`
+        (what a person approved), refused unless the proposal is still exactly that commit."""
         def work(record: WorkspaceRecord) -> PushResult:
             pid = proposal_id or self._only_proposal(record)
             head = self._head(record)
-            proposal = self._proposal(record, pid, head)
+            try:
+                proposal = self._proposal(record, pid, head)
+            except NotFound:
+                if commit is None:
+                    raise
+                proposal = None
+            if commit is not None and (proposal is None or proposal.commit != commit):
+                raise Conflict(f"proposal {pid} is no longer the commit that was asked to be pushed "
+                               "(pushed, discarded or staged again); nothing was pushed", rule="git.push")
+            assert proposal is not None
             branch = self._branch(record)
             if proposal.parent != (head or "") or proposal.branch != branch:
                 raise Conflict(f"proposal {pid} was staged on {proposal.branch} at {proposal.parent[:12] or '(none)'}; "
