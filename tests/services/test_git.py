@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -247,6 +249,29 @@ def test_an_approved_push_lands_only_the_commit_that_was_approved(app: App, ws: 
     with pytest.raises(Conflict, match="no longer the commit"):
         service.push("demo", proposal.id, "bot:x", commit=proposal.commit)
     assert [e.action for e in app.audit.list(limit=3)] == ["git.push", "git.discard", "git.push"]  # no listing
+
+
+def test_a_stage_runs_no_git_command_twice(app: App, record: WorkspaceRecord, service: GitService,
+                                           ws: Path) -> None:
+    """Its gitlinks' diff-tree once (not again after the working tree's own check), the repository's
+    config read once for all its commands (again only once the file changed)."""
+    ran: list[tuple[str, ...]] = []
+
+    class Recording(HostGit):
+        def _spawn(self, argv: Sequence[str], workspace: str, **kwargs: Any) -> Any:
+            ran.append(tuple(argv))
+            return super()._spawn(argv, workspace, **kwargs)
+
+    recording = GitService(workspaces=Workspaces(record), git=Recording(app.environ), audit=app.audit,  # type: ignore[arg-type]
+                           secrets=lambda: app.secrets)
+    (ws / "a.txt").write_text("once\n")
+    recording.stage("demo", "once")
+    repeated = sorted({argv for argv in ran if ran.count(argv) > 1})
+    assert repeated == [], repeated
+    assert sum("--list" in argv for argv in ran) == 1  # the repository's config, read once
+    git("config", "user.name", "Changed", cwd=ws)
+    recording.status("demo")
+    assert sum("--list" in argv for argv in ran) == 2  # a changed config is read again
 
 
 def test_discard_restores_the_files_and_keeps_the_commit(ws: Path, service: GitService) -> None:

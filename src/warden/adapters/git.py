@@ -58,6 +58,8 @@ class HostGit:
         self._environ = dict(environ)
         found = git or shutil.which("git", path=self._environ.get("PATH") or os.defpath)
         self._git = found
+        # workspace -> (the config files' stamps, their entries): repo_config's cache.
+        self._configs: dict[str, tuple[tuple[tuple[int, ...] | None, ...], tuple[tuple[str, str], ...]]] = {}
 
     def _program(self) -> str:
         if self._git is None:
@@ -173,9 +175,17 @@ class HostGit:
         if os.path.lexists(os.path.join(git_dir, "commondir")):
             raise Denied("the workspace's .git is a linked worktree (it has a commondir); Warden runs git "
                          "only on a repository whose config it can vet", rule="git.config")
+        # Read again only when a config file changed: every git command is vetted, and reading
+        # costs a `git config` process per file. The key holds what any write changes (inode,
+        # size, mtime, ctime: a rename over it, an edit in place).
+        key = tuple(_stamp(os.path.join(git_dir, name)) for name in ("config", "config.worktree"))
+        cached = self._configs.get(workspace)
+        if cached is not None and cached[0] == key:
+            return list(cached[1])
         entries: list[tuple[str, str]] = []
         for name in ("config", "config.worktree"):
             entries += self._config_entries(workspace, os.path.join(git_dir, name))
+        self._configs[workspace] = (key, tuple(entries))
         return entries
 
     def _config_entries(self, workspace: str, config: str) -> list[tuple[str, str]]:
@@ -336,6 +346,15 @@ class GitFailed(Conflict):
     def __init__(self, message: str, result: GitResult) -> None:
         super().__init__(message, rule="git")
         self.result = result
+
+
+def _stamp(path: str) -> tuple[int, ...] | None:
+    """What a write to file `path` changes (None: no such file)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _last_line(text: str) -> str:

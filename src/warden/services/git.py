@@ -275,11 +275,11 @@ class GitService:
 
     @contextlib.contextmanager
     def _working_tree(self, record: WorkspaceRecord, head: str | None, *,
-                      keep: bool = False) -> Iterator[tuple[str, dict[str, str]]]:
+                      keep: bool = False) -> Iterator[tuple[str, dict[str, str], list[str]]]:
         """(the tree of the working tree as `git add -A` sees it, ignores respected; the variables
-        to read it with). Built in a scratch index, so the person's index and branch stay as they
-        are, and, unless `keep` (a stage), with a scratch object directory, so its blobs never
-        land in the person's `.git`."""
+        to read it with; the paths it makes gitlinks, against `head`). Built in a scratch index,
+        so the person's index and branch stay as they are, and, unless `keep` (a stage), with a
+        scratch object directory, so its blobs never land in the person's `.git`."""
         self._refuse_strangers(record)
         with contextlib.ExitStack() as stack:
             objects = {} if keep else stack.enter_context(self._git.scratch_objects(record.path))
@@ -292,13 +292,13 @@ class GitService:
             # Again: one planted while `add` ran would show in the tree (a gitlink to its HEAD),
             # and one planted and gone again meanwhile left that gitlink behind.
             self._refuse_strangers(record)
-            planted = [p for p in self._gitlinks(record, self._base(record, head), tree, env)
-                       if not self._git.persons(record.path, f"{p}/.git")]
+            links = self._gitlinks(record, self._base(record, head), tree, env)
+            planted = [p for p in links if not self._git.persons(record.path, f"{p}/.git")]
             if planted:
                 raise Denied(f"the working tree of {record.name} names repositories that are not yours "
                              f"({', '.join(map(repr, planted[:5]))}): a bot's process may be making them; "
                              "try again once it ends", rule="git.control")
-            yield tree, objects
+            yield tree, objects, links
 
     def _files(self, record: WorkspaceRecord, old: str, new: str,
                env: dict[str, str] | None = None) -> tuple[tuple[str, str], ...]:
@@ -391,7 +391,7 @@ class GitService:
         def work(record: WorkspaceRecord) -> DiffResult:
             head = self._head(record)
             base = self._base(record, head)
-            with self._working_tree(record, head) as (tree, env):
+            with self._working_tree(record, head) as (tree, env, _):
                 return DiffResult(self._files(record, base, tree, env), self._patch(record, base, tree, env))
 
         return self._do("diff", name, actor, work, changes=False, detail=lambda d: {"files": len(d.files)})
@@ -455,10 +455,9 @@ class GitService:
             branch = self._branch(record)
             if self._room is not None:
                 self._room(record)  # the proposal's objects land in the workspace's .git
-            with self._working_tree(record, head, keep=True) as (tree, _):
+            with self._working_tree(record, head, keep=True) as (tree, _, links):
                 if tree == self._rev(record, f"{self._base(record, head)}^{{tree}}"):
                     raise Conflict(f"nothing to stage: the working tree of {record.name} matches HEAD")
-                links = self._gitlinks(record, self._base(record, head), tree)
                 if links and actor != "user":
                     # A gitlink names a commit of a repository elsewhere; a bot has no business
                     # pointing the person's repository at one (its `.git` would be a bot's).
@@ -561,7 +560,7 @@ class GitService:
             paths = [p for _, p in proposal.files]
             others = {p for pid in self._proposal_ids(record) if pid != proposal_id
                       for _, p in self._proposal(record, pid, head).files}
-            with self._working_tree(record, head) as (tree, env):
+            with self._working_tree(record, head) as (tree, env, _):
                 moved = set(self._names(record, "diff-tree", "-r", "-z", "--no-renames", "--name-only",
                                         *_DIFF_SUBMODULES, proposal.commit, tree, paths=paths, env=env))
             restore = [p for p in paths if p not in moved and p not in others]
@@ -619,7 +618,7 @@ class GitService:
                                         *_DIFF_SUBMODULES, base, target).split("\0") if p]
         staged = {p for p in self._run(record, "diff-index", "--cached", "-z", "--no-renames", "--name-only",
                                        "--ignore-submodules=all", base).split("\0") if p}
-        with self._working_tree(record, before) as (tree, env):
+        with self._working_tree(record, before) as (tree, env, _):
             local = {p for p in self._run(record, "diff-tree", "-r", "-z", "--no-renames", "--name-only",
                                           *_DIFF_SUBMODULES, base, tree, extra_env=env).split("\0") if p}
         in_way = sorted((staged | local) & set(changed))
