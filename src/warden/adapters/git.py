@@ -403,7 +403,8 @@ def _bounded_output(proc: subprocess.Popen[bytes], stdin: str | None, timeout: f
         pipe = proc.stdin
 
         def feed() -> None:
-            with contextlib.suppress(OSError):  # git stopped reading (it ended, or was ended)
+            # git stopped reading (it ended, or was ended and its pipe closed under this thread).
+            with contextlib.suppress(OSError, ValueError):
                 pipe.write(data)
                 pipe.close()
 
