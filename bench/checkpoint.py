@@ -14,6 +14,13 @@ works on its own copy of it, on the same filesystem:
   first saves the changed tree as a checkpoint of its own); `rm -rf tree && cp -a backup tree`;
   `git reset --hard && git clean -fdq && git stash apply`.
 Target (issue 13): checkpoint ≤ git stash.
+
+    .venv/bin/python bench/checkpoint.py --deep 4000
+
+A deep tree instead: a chain of `--deep` nested folders, each level holding the next one and a
+sibling folder with one small file, beside a flat tree of as many files (folders of 100), both
+checkpointed in the same run. The walk keeps only so many folders open, so going back up the
+chain must reopen them; it should cost about the same per file as the flat tree.
 """
 
 from __future__ import annotations
@@ -57,6 +64,62 @@ def change(root: Path, files: int) -> None:
         (root / f"d{i // 100:03d}" / f"new{i:05d}.bin").write_bytes(os.urandom(4096))
 
 
+def make_deep(root: Path, depth: int) -> None:
+    """`depth` nested folders `a`, each beside a folder `b` holding one file; made by descriptor
+    (the chain's paths are far past PATH_MAX)."""
+    root.mkdir(parents=True)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i in range(depth):
+            os.mkdir("b", dir_fd=fd)
+            side = os.open("b", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            out = os.open("f.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=side)
+            os.write(out, b"%d\n" % i)
+            os.close(out)
+            os.close(side)
+            os.mkdir("a", dir_fd=fd)
+            nxt = os.open("a", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    finally:
+        os.close(fd)
+
+
+def deep_vs_flat(depth: int) -> None:
+    sys.path.insert(0, str(REPO / "src"))
+    from warden.bootstrap import bootstrap
+    from warden.core.workspaces import WorkspaceRecord
+
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
+        base = Path(tmp)
+        home, env = bench_home(tmp)
+        env["WARDEN_WORKSPACE_MAX_DISK"] = "100G"
+        env["WARDEN_WORKSPACE_MAX_FILES"] = "10000000"
+        app = bootstrap(home, environ=env)
+        rows: list[tuple[str, float]] = []
+        try:
+            for label, make in ((f"flat, {depth:,} files", lambda f: make_tree(f, depth, depth * 4)),
+                                (f"{depth:,}-deep chain, {depth:,} files", lambda f: make_deep(f, depth))):
+                name = "deep" if "deep" in label else "flat"
+                folder = base / "workspaces" / name
+                make(folder)
+                record = WorkspaceRecord(id=f"ws_{name}", name=name, path=str(folder), type="user", status="ready",
+                                         created_at="2026-01-01T00:00:00+00:00",
+                                         last_accessed="2026-01-01T00:00:00+00:00")
+                with app.registry.transaction() as tx:
+                    tx.workspaces.insert(record)
+                sync()
+                rows.append((f"checkpoint, {label}", timed(lambda r=record: app.checkpoints.create(r, "bench"))))
+                rows.append((f"scan for a rollback, {label}",
+                             timed(lambda f=folder: app.checkpoints.store.scan(str(f), None))))
+        finally:
+            app.close()
+            subprocess.run(["rm", "-rf", str(base / "workspaces")], check=False)  # deeper than rmtree recurses
+    print(f"{'operation':<52}{'warden':>10}")
+    for label, seconds in rows:
+        print(f"{label:<52}{seconds:>8.2f} s")
+
+
 def timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
@@ -76,7 +139,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--files", type=int, default=10000)
     parser.add_argument("--mb", type=int, default=200)
+    parser.add_argument("--deep", type=int, default=0, help="compare a chain this deep with a flat tree instead")
     args = parser.parse_args()
+    if args.deep:
+        deep_vs_flat(args.deep)
+        return
     sys.path.insert(0, str(REPO / "src"))
     from warden.bootstrap import bootstrap
     from warden.core.workspaces import WorkspaceRecord

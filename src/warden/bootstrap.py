@@ -499,14 +499,9 @@ class App:
 
     def _push_approved(self, record: ApprovalRecord) -> dict[str, object]:
         """A bot's approved push: exactly the commit it asked to push, as that bot."""
-        from warden.core.errors import Conflict
-
-        proposal = str(record.detail.get("proposal", ""))
-        waiting = {p.id: p for p in self.git.staged(record.workspace, actor=record.requester)}
-        if proposal not in waiting or waiting[proposal].commit != record.detail.get("commit"):
-            raise Conflict(f"proposal {proposal} is no longer the commit that was asked to be pushed "
-                           "(pushed, discarded or staged again); nothing was pushed")
-        return self.git.push(record.workspace, proposal, actor=record.requester).to_json()
+        # One look at that one proposal, inside the push (one audit event: git.push).
+        return self.git.push(record.workspace, str(record.detail.get("proposal", "")), actor=record.requester,
+                             commit=str(record.detail.get("commit", ""))).to_json()
 
     @cached_property
     def runs(self) -> RunService:

@@ -47,6 +47,22 @@ class Host(HostLeftovers):
     def folder(self, root: str, name: str) -> None:
         Path(root, name).mkdir(parents=True)
 
+    def git_scratch_of(self, workspace: str, name: str, pid: int, *, folder: bool) -> str:
+        """What git left in the workspace's `.warden/` (a folder: a clone with a repository in it)."""
+        path = Path(workspace, ".warden", name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if folder:
+            (path / "repo" / ".git").mkdir(parents=True)
+            (path / "repo" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+        else:
+            path.write_bytes(b"DIRC")
+        return str(path)
+
+    def not_scratch(self, workspace: str) -> None:
+        """Warden's own files in `.warden/`, never git's scratch."""
+        for name in ("sandbox.json", "git-remote.json", "git.op.lock", "git-clone-nopid"):
+            Path(workspace, ".warden", name).write_text("{}")
+
     def not_a_folder(self, root: str, name: str) -> None:
         """A file, or a dot-folder, in the workspaces root: no workspace's."""
         path = Path(root, name)
@@ -74,6 +90,14 @@ class Fake(FakeLeftovers):
         self.folder_names.setdefault(root, []).append(name)
 
     def not_a_folder(self, root: str, name: str) -> None:
+        return None
+
+    def git_scratch_of(self, workspace: str, name: str, pid: int, *, folder: bool) -> str:
+        path = f"{workspace}/.warden/{name}"
+        self.scratch.setdefault(workspace, []).append((path, pid))
+        return path
+
+    def not_scratch(self, workspace: str) -> None:
         return None
 
 
@@ -112,6 +136,19 @@ def test_the_workspace_folders_of_a_root(leftovers: Host | Fake, tmp_path: Path)
     for name in (TRASH, ".unarchive-w3", "notes.txt"):
         leftovers.not_a_folder(root, name)
     assert sorted(leftovers.folders(root)) == ["w1", "w2"]
+
+
+def test_git_scratch_in_a_workspace_is_found_with_its_makers(leftovers: Host | Fake, tmp_path: Path) -> None:
+    ws = str(tmp_path / "workspaces" / "w1")
+    assert leftovers.git_scratch(ws) == []  # no .warden yet
+    clone = leftovers.git_scratch_of(ws, "git-clone-4242-k3j_x9", 4242, folder=True)
+    index = leftovers.git_scratch_of(ws, "git-index-77-abc.lock", 77, folder=False)
+    leftovers.not_scratch(ws)
+    assert leftovers.git_scratch(ws) == sorted([(clone, 4242), (index, 77)])
+    leftovers.remove_scratch(clone)
+    leftovers.remove_scratch(clone)  # gone already: fine
+    leftovers.remove_scratch(index)
+    assert leftovers.git_scratch(ws) == []
 
 
 # -- RunCgroups ------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ the proposal's actor; a bot's push waits for a person's approval, then lands in 
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -58,21 +59,36 @@ def test_bots_look_and_stage_but_never_push(world: tuple[str, dict[str, str], Pa
     [listed] = call("GET", "staged", "reader").json()
     assert (listed["id"], listed["message"]) == (body["id"], "Add two")
     assert call("POST", "push", "reader", json={"proposal": body["id"]}).status_code == 403
-    assert call("POST", "push", "writer", json={"proposal": "p-nope"}).status_code == 404
+    assert call("POST", "push", "writer", json={"proposal": "p-00000000"}).status_code == 404
+    assert call("POST", "push", "writer", json={"proposal": "p-nope"}).status_code == 400  # not an id at all
     bare = Path(git("remote", "get-url", "origin", cwd=path).removeprefix("file://").strip())
     before = git("rev-parse", "main", cwd=bare)
+    environ = warden_environ(path.parent.parent)
+
+    def audited() -> list[tuple[int, str]]:
+        listed = subprocess.run([sys.executable, "-m", "warden", "audit", "--workspace", "repo", "--json",
+                                 "--limit", "100"], capture_output=True, text=True, env=environ, check=True)
+        return sorted((e["seq"], e["action"]) for e in json.loads(listed.stdout)["data"])
+
+    def actions_since(seq: int) -> list[str]:
+        return [action for number, action in audited() if number > seq]
+
+    seen = audited()[-1][0]
     asked = call("POST", "push", "writer", json={"proposal": body["id"]})
+    # One event for the request (no listing of every proposal, audited as git.staged, besides it).
+    assert actions_since(seen) == ["approval.request", "api.git.push"]
     assert asked.status_code == 202, asked.text
     approval = asked.json()["approval"]
     assert (approval["operation"], approval["status"], approval["detail"]["commit"]) == (
         "git.push", "pending", body["commit"])
     assert git("rev-parse", "main", cwd=bare) == before  # nothing pushed before a person says so
-    environ = warden_environ(path.parent.parent)
     shown = subprocess.run([sys.executable, "-m", "warden", "approvals", "--show", approval["id"]],
                            capture_output=True, text=True, env=environ, check=True).stdout
     assert "+two" in shown  # the person sees the proposal's diff
+    seen_before_approval = audited()[-1][0]
     subprocess.run([sys.executable, "-m", "warden", "approve", approval["id"]], capture_output=True,
                    env=environ, check=True)
+    assert actions_since(seen_before_approval) == ["checkpoint.create", "git.push"]  # one push, no listing
     assert git("rev-parse", "main", cwd=bare).strip() == body["commit"]
     done = Client(url, tokens["writer"]).wait_for_approval(approval["id"], timeout=5)
     assert done["status"] == "approved" and done["outcome"]["commit"] == body["commit"]

@@ -7,14 +7,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from warden.adapters.git import HostGit
 from warden.adapters.gitguard import GitGuard
 from warden.bootstrap import App
-from warden.core.errors import Conflict, Denied, InvalidInput, NotFound
+from warden.core.errors import Conflict, Denied, InvalidInput, NotFound, TooLarge
 from warden.core.workspaces import WorkspaceRecord
 from warden.services.git import GitService
 
@@ -193,6 +195,83 @@ def test_pull_refuses_when_the_branches_diverged(ws: Path, service: GitService, 
     git("commit", "-qam", "ours", cwd=ws)  # the person's own commit, outside Warden
     with pytest.raises(Conflict, match="diverged"):
         service.pull("demo")
+
+
+def test_a_pull_refuses_local_changes_it_would_overwrite_and_keeps_the_rest(
+        ws: Path, service: GitService, remote: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    git("clone", "-q", str(remote), str(other))
+    (other / "docs" / "b.txt").write_text("theirs\n")
+    (other / "new.txt").write_text("new upstream\n")
+    (other / "a.txt").unlink()
+    git("add", "-A", cwd=other)
+    git("commit", "-qm", "theirs", cwd=other)
+    git("push", "-q", "origin", "main", cwd=other)
+    before = git("rev-parse", "HEAD", cwd=ws).strip()
+    for path, text in (("docs/b.txt", "mine\n"), ("new.txt", "untracked, mine\n")):
+        (ws / path).write_text(text)
+        with pytest.raises(Conflict, match=f"local changes to '{path}' would be overwritten"):
+            service.pull("demo")
+        assert git("rev-parse", "HEAD", cwd=ws).strip() == before and (ws / path).read_text() == text
+        (ws / path).unlink()
+        if path == "docs/b.txt":
+            git("checkout", "-q", "--", path, cwd=ws)
+    (ws / "notes.txt").write_text("a file of my own\n")
+    pulled = service.pull("demo")
+    assert pulled.files == 3 and pulled.after != before
+    assert (ws / "docs" / "b.txt").read_text() == "theirs\n" and (ws / "new.txt").exists()
+    assert not (ws / "a.txt").exists() and (ws / "notes.txt").exists()
+    assert git("status", "--porcelain", cwd=ws) == "?? notes.txt\n"  # index and branch follow the files
+
+
+def test_git_output_is_bounded_while_it_is_read(app: App, ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """256 MiB of output past a 1 MiB cap: git is stopped at the cap, never read whole first."""
+    import resource
+
+    import warden.adapters.git as git_module
+
+    monkeypatch.setattr(git_module, "_MAX_OUTPUT", 1 << 20)
+    (ws / "big.bin").write_bytes(os.urandom(1 << 20))
+    blob = git("hash-object", "-w", "big.bin", cwd=ws).strip()
+    (ws / "big.bin").unlink()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+    with pytest.raises(TooLarge, match=r"^git cat-file printed more than 1 MiB"):
+        HostGit(app.environ).run(str(ws), ["cat-file", "--batch"], input=f"{blob}\n" * 256)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 64 * 1024
+
+
+def test_an_approved_push_lands_only_the_commit_that_was_approved(app: App, ws: Path, service: GitService) -> None:
+    (ws / "a.txt").write_text("approved\n")
+    proposal = service.stage("demo", "approved")
+    with pytest.raises(Conflict, match="no longer the commit that was asked to be pushed"):
+        service.push("demo", proposal.id, "bot:x", commit="0" * 40)
+    service.discard("demo", proposal.id)
+    with pytest.raises(Conflict, match="no longer the commit"):
+        service.push("demo", proposal.id, "bot:x", commit=proposal.commit)
+    assert [e.action for e in app.audit.list(limit=3)] == ["git.push", "git.discard", "git.push"]  # no listing
+
+
+def test_a_stage_runs_no_git_command_twice(app: App, record: WorkspaceRecord, service: GitService,
+                                           ws: Path) -> None:
+    """Its gitlinks' diff-tree once (not again after the working tree's own check), the repository's
+    config read once for all its commands (again only once the file changed)."""
+    ran: list[tuple[str, ...]] = []
+
+    class Recording(HostGit):
+        def _spawn(self, argv: Sequence[str], workspace: str, **kwargs: Any) -> Any:
+            ran.append(tuple(argv))
+            return super()._spawn(argv, workspace, **kwargs)
+
+    recording = GitService(workspaces=Workspaces(record), git=Recording(app.environ), audit=app.audit,  # type: ignore[arg-type]
+                           secrets=lambda: app.secrets)
+    (ws / "a.txt").write_text("once\n")
+    recording.stage("demo", "once")
+    repeated = sorted({argv for argv in ran if ran.count(argv) > 1})
+    assert repeated == [], repeated
+    assert sum("--list" in argv for argv in ran) == 1  # the repository's config, read once
+    git("config", "user.name", "Changed", cwd=ws)
+    recording.status("demo")
+    assert sum("--list" in argv for argv in ran) == 2  # a changed config is read again
 
 
 def test_discard_restores_the_files_and_keeps_the_commit(ws: Path, service: GitService) -> None:

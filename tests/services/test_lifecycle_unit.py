@@ -297,6 +297,9 @@ def test_the_sweeper_removes_what_dead_processes_left(world: World) -> None:
                                       (f"{archives}/.w2.tar.zst.{os.getpid()}.tmp", os.getpid())]
     world.leftovers.trash[ROOT] = [trash]
     world.leftovers.folder_names[ROOT] = ["w1", "someones-notes"]
+    dead_clone = f"{ROOT}/w1/.warden/git-clone-4242-x1"
+    world.leftovers.scratch[f"{ROOT}/w1"] = [(dead_clone, 4242),
+                                             (f"{ROOT}/w1/.warden/git-index-{os.getpid()}-x2", os.getpid())]
     world.cgroups.orphans = ["/sys/fs/cgroup/warden-4242-7-0"]
     world.layers.half_built = 1
     with world.registry.transaction() as tx:
@@ -305,7 +308,8 @@ def test_the_sweeper_removes_what_dead_processes_left(world: World) -> None:
     planned = world.sweeper.sweep(dry_run=True)
     assert planned.to_json() == {"dry_run": True, "orphan_sandboxes": [], "cgroups": [],
                                  "temp_files": [f"{archives}/.w1.tar.zst.4242.tmp"], "layers": 0, "trash": [trash],
-                                 "lost_runs": [], "orphan_folders": [f"{ROOT}/someones-notes"]}
+                                 "lost_runs": [], "orphan_folders": [f"{ROOT}/someones-notes"],
+                                 "git_scratch": [dead_clone]}
     assert world.leftovers.removed == [] and world.leftovers.background == []
 
     swept = world.sweeper.sweep()
@@ -313,8 +317,9 @@ def test_the_sweeper_removes_what_dead_processes_left(world: World) -> None:
                                "cgroups": ["/sys/fs/cgroup/warden-4242-7-0"],
                                "temp_files": [f"{archives}/.w1.tar.zst.4242.tmp"], "layers": 1, "trash": [trash],
                                "lost_runs": [{"run_id": "r1", "workspace": "w1"}],
-                               "orphan_folders": [f"{ROOT}/someones-notes"]}
-    assert world.leftovers.removed == [f"{archives}/.w1.tar.zst.4242.tmp"]  # its writer is gone; the other's runs
+                               "orphan_folders": [f"{ROOT}/someones-notes"], "git_scratch": [dead_clone]}
+    # Their writers are gone; the others' run.
+    assert world.leftovers.removed == [f"{archives}/.w1.tar.zst.4242.tmp", dead_clone]
     assert world.leftovers.background == [trash]
     assert ("run.lost", "w1") in world.actions()
     # The dead run never had its git sweep: it is made now.

@@ -978,13 +978,14 @@ class FakeUnarchiver:
 
 class FakeLeftovers:
     """core.ports.Leftovers: `temp[folder]` half-written archives with their writers' pids,
-    `trash[root]` and `folder_names[root]` as found; `removed` and `background` what was deleted
+    `trash[root]`, `folder_names[root]` and `scratch[workspace]` as found; `removed` and `background` what was deleted
     (gone from what is found next, as on the host)."""
 
     def __init__(self) -> None:
         self.temp: dict[str, list[tuple[str, int]]] = {}
         self.trash: dict[str, list[str]] = {}
         self.folder_names: dict[str, list[str]] = {}
+        self.scratch: dict[str, list[tuple[str, int]]] = {}  # workspace folder: git scratch with its maker's pid
         self.removed: list[str] = []
         self.background: list[str] = []
 
@@ -997,9 +998,16 @@ class FakeLeftovers:
     def folders(self, root: str) -> list[str]:
         return list(self.folder_names.get(root, []))
 
+    def git_scratch(self, workspace: str) -> list[tuple[str, int]]:
+        return sorted(self.scratch.get(workspace, []))
+
     def remove(self, path: str) -> None:
         self.removed.append(path)
         self.temp = {folder: [t for t in found if t[0] != path] for folder, found in self.temp.items()}
+
+    def remove_scratch(self, path: str) -> None:
+        self.removed.append(path)
+        self.scratch = {ws: [t for t in found if t[0] != path] for ws, found in self.scratch.items()}
 
     def remove_in_background(self, path: str) -> None:
         self.background.append(path)

@@ -23,14 +23,19 @@ from pathlib import Path
 
 from warden.adapters.atomic import write_atomic
 from warden.adapters.gitguard import GitGuard
-from warden.core.errors import Conflict, Denied, InvalidInput, NotFound, TimedOut, Unavailable
+from warden.core.errors import Conflict, Denied, NotFound, TimedOut, TooLarge, Unavailable
 from warden.core.git import CREDENTIAL_ENV, HARDENING, forbidden_config, git_environ
 from warden.core.ports.git import Credential, GitResult
 
-__all__ = ["HostGit", "helper_command"]
+__all__ = ["SCRATCH_PREFIXES", "HostGit", "helper_command"]
 
 STATE_DIR = ".warden"
+# Scratch entries Warden's git leaves in a workspace's `.warden/` while it works, each named
+# PREFIX + the pid of the Warden process that made it + "-" + random: the janitor removes those
+# whose process is gone (a Warden killed mid-way), adapters/leftovers.py.
+SCRATCH_PREFIXES = ("git-checkout-", "git-clone-", "git-index-", "git-objects-")
 _MAX_OUTPUT = 64 * 1024 * 1024  # a diff past this is not one a person reads in a terminal
+_MAX_ERRORS = 1 << 20  # git's complaints: only their first lines are ever shown
 
 
 def helper_command(python: str = sys.executable) -> str:
@@ -53,6 +58,8 @@ class HostGit:
         self._environ = dict(environ)
         found = git or shutil.which("git", path=self._environ.get("PATH") or os.defpath)
         self._git = found
+        # workspace -> (the config files' stamps, their entries): repo_config's cache.
+        self._configs: dict[str, tuple[tuple[tuple[int, ...] | None, ...], tuple[tuple[str, str], ...]]] = {}
 
     def _program(self) -> str:
         if self._git is None:
@@ -84,7 +91,7 @@ class HostGit:
     @contextlib.contextmanager
     def scratch_index(self, workspace: str) -> Iterator[str]:
         folder = self._state(workspace)
-        fd, path = tempfile.mkstemp(prefix="git-index-", dir=folder)
+        fd, path = tempfile.mkstemp(prefix=f"git-index-{os.getpid()}-", dir=folder)
         os.close(fd)
         os.unlink(path)  # git makes it; an empty file is not an index to git
         try:
@@ -104,12 +111,38 @@ class HostGit:
         for entry in os.listdir(state):
             if entry.startswith("git-objects-"):
                 shutil.rmtree(os.path.join(state, entry), ignore_errors=True)
-        folder = tempfile.mkdtemp(prefix="git-objects-", dir=state)
+        folder = tempfile.mkdtemp(prefix=f"git-objects-{os.getpid()}-", dir=state)
         try:
             yield {"GIT_OBJECT_DIRECTORY": folder,
                    "GIT_ALTERNATE_OBJECT_DIRECTORIES": os.path.join(_git_path(workspace), "objects")}
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+    def check_out(self, workspace: str, commit: str, paths: Sequence[str] | None) -> None:
+        """Make `paths` of the working tree (None: every path of `commit`) what `commit` holds; a
+        path it lacks is removed (never a folder). git never writes the working tree itself (a
+        bot's process can swap a folder for a link between git's check and its write, and git
+        would write through it, outside the workspace): it checks out into a scratch folder in
+        `.warden/` (read-only inside every sandbox, so no bot can race there), through a scratch
+        index (the person's is not touched: the caller updates it), and safefs/copyin.py copies
+        each entry in by descriptor. The person's index is the caller's to update."""
+        from warden.adapters.safefs.copyin import copy_in
+
+        scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIXES[0]}{os.getpid()}-", dir=self._state(workspace))
+        try:
+            with self.scratch_index(workspace) as index:
+                env = {"GIT_INDEX_FILE": index, "GIT_WORK_TREE": scratch}
+                self.run(workspace, ["read-tree", commit], extra_env=env)
+                listed = [p for p in self.run(workspace, ["ls-files", "-z"], extra_env=env).stdout.split("\0") if p]
+                present = set(listed)
+                wanted = listed if paths is None else [p for p in paths if p in present]
+                if wanted:
+                    # Names on stdin, not argv: no pathspec, no length limit (git-checkout-index(1)).
+                    self.run(workspace, ["checkout-index", "-f", "-z", "--stdin"], extra_env=env,
+                             input="\0".join(wanted))
+            copy_in(scratch, workspace, listed if paths is None else sorted(paths))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def strangers(self, workspace: str) -> list[str]:
         return GitGuard(workspace).strangers()
@@ -142,9 +175,17 @@ class HostGit:
         if os.path.lexists(os.path.join(git_dir, "commondir")):
             raise Denied("the workspace's .git is a linked worktree (it has a commondir); Warden runs git "
                          "only on a repository whose config it can vet", rule="git.config")
+        # Read again only when a config file changed: every git command is vetted, and reading
+        # costs a `git config` process per file. The key holds what any write changes (inode,
+        # size, mtime, ctime: a rename over it, an edit in place).
+        key = tuple(_stamp(os.path.join(git_dir, name)) for name in ("config", "config.worktree"))
+        cached = self._configs.get(workspace)
+        if cached is not None and cached[0] == key:
+            return list(cached[1])
         entries: list[tuple[str, str]] = []
         for name in ("config", "config.worktree"):
             entries += self._config_entries(workspace, os.path.join(git_dir, name))
+        self._configs[workspace] = (key, tuple(entries))
         return entries
 
     def _config_entries(self, workspace: str, config: str) -> list[tuple[str, str]]:
@@ -226,15 +267,26 @@ class HostGit:
 
     def _spawn(self, argv: Sequence[str], workspace: str, *, env: Mapping[str, str], stdin: str | None,
                timeout: float) -> subprocess.CompletedProcess[str]:
-        program = argv if argv and argv[0] == self._git else [self._program(), *argv]
+        program = list(argv) if argv and argv[0] == self._git else [self._program(), *argv]
         try:
-            return subprocess.run(program, cwd=workspace, env=dict(env), input=stdin, capture_output=True,
-                                  text=True, errors="surrogateescape", timeout=timeout, check=False,
-                                  stdin=None if stdin is not None else subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise TimedOut(f"git {_subcommand(program)} took longer than {timeout:g}s") from None
+            # Its own session: a timeout or an output past the cap ends git and what it started
+            # (a remote helper, ssh, upload-pack of a file:// remote) together.
+            proc = subprocess.Popen(program, cwd=workspace, env=dict(env), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True,
+                                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
         except FileNotFoundError:
             raise NotFound(f"the folder of workspace {workspace} is missing; see `warden health`") from None
+        try:
+            out, err = _bounded_output(proc, stdin, timeout, _subcommand(program))
+        finally:
+            if proc.poll() is None:
+                _end(proc)
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+        return subprocess.CompletedProcess(program, proc.returncode, out.decode("utf-8", "surrogateescape"),
+                                           err.decode("utf-8", "surrogateescape"))
 
     def run(self, workspace: str, args: Sequence[str], *, extra_env: Mapping[str, str] | None = None,
             input: str | None = None, credential: Credential | None = None, check: bool = True,
@@ -258,8 +310,6 @@ class HostGit:
         if git_dir is None:  # `git clone` places its own (and refuses a GIT_WORK_TREE that exists)
             del env["GIT_DIR"], env["GIT_WORK_TREE"]
         proc = self._spawn(self._argv(args, credential, workspace), workspace, env=env, stdin=input, timeout=timeout)
-        if len(proc.stdout) > _MAX_OUTPUT:
-            raise InvalidInput(f"git {args[0]} printed more than {_MAX_OUTPUT >> 20} MiB")
         result = GitResult(proc.returncode, proc.stdout, proc.stderr)
         if check and proc.returncode != 0:
             raise GitFailed(f"git {args[0]} failed: {_last_line(proc.stderr) or f'exit status {proc.returncode}'}",
@@ -272,7 +322,7 @@ class HostGit:
         target = _git_path(workspace)
         if os.path.lexists(target):
             raise Conflict(f"workspace {os.path.basename(workspace)} already holds a .git")
-        scratch = tempfile.mkdtemp(prefix="git-clone-", dir=self._state(workspace))
+        scratch = tempfile.mkdtemp(prefix=f"git-clone-{os.getpid()}-", dir=self._state(workspace))
         try:
             inner = os.path.join(scratch, "repo")
             args = ["clone", "--no-checkout", "--template=", "--no-recurse-submodules",
@@ -296,6 +346,15 @@ class GitFailed(Conflict):
     def __init__(self, message: str, result: GitResult) -> None:
         super().__init__(message, rule="git")
         self.result = result
+
+
+def _stamp(path: str) -> tuple[int, ...] | None:
+    """What a write to file `path` changes (None: no such file)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _last_line(text: str) -> str:
@@ -325,6 +384,70 @@ def _move_in(clone: str, workspace: str) -> None:
     finally:
         os.close(src)
         os.close(dst)
+
+
+def _bounded_output(proc: subprocess.Popen[bytes], stdin: str | None, timeout: float,
+                    command: str) -> tuple[bytes, bytes]:
+    """(stdout, stderr) of `proc`, read as it writes them and bounded while read: past
+    _MAX_OUTPUT of stdout git is ended and TooLarge raised (a diff or a log of a huge tree never
+    fills Warden's memory first); stderr keeps its first _MAX_ERRORS bytes. Past `timeout`,
+    TimedOut. `stdin` is written from a thread, so a git that answers while it reads never
+    blocks on a full pipe."""
+    import selectors
+    import threading
+    import time
+
+    if stdin is not None:
+        data = stdin.encode("utf-8", "surrogateescape")
+        assert proc.stdin is not None
+        pipe = proc.stdin
+
+        def feed() -> None:
+            # git stopped reading (it ended, or was ended and its pipe closed under this thread).
+            with contextlib.suppress(OSError, ValueError):
+                pipe.write(data)
+                pipe.close()
+
+        threading.Thread(target=feed, name="git-stdin", daemon=True).start()
+    assert proc.stdout is not None and proc.stderr is not None
+    buffers = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    out, err = buffers[proc.stdout.fileno()], buffers[proc.stderr.fileno()]
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        for fd in buffers:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimedOut(f"git {command} took longer than {timeout:g}s")
+            for key, _ in selector.select(left):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    selector.unregister(key.fd)
+                    continue
+                buffer = buffers[key.fd]
+                if buffer is err:
+                    err += chunk[: max(0, _MAX_ERRORS - len(err))]
+                    continue
+                out += chunk
+                if len(out) > _MAX_OUTPUT:
+                    raise TooLarge(f"git {command} printed more than {_MAX_OUTPUT >> 20} MiB; Warden stopped it "
+                                   "(look at the workspace with git yourself)")
+    try:
+        proc.wait(max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        raise TimedOut(f"git {command} took longer than {timeout:g}s") from None
+    return bytes(out), bytes(err)
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """End git and everything in its session."""
+    import signal
+
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)
 
 
 def _subcommand(argv: Sequence[str]) -> str:

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import stat
 from pathlib import Path
 
+from warden.adapters.git import SCRATCH_PREFIXES, STATE_DIR
 from warden.adapters.workspace_io import TRASH, remove_in_background
 
 __all__ = ["HostLeftovers"]
 
 # `pack_tree` writes `.NAME.PID.tmp` beside the archive and renames it when whole.
 _ARCHIVE_TMP = re.compile(r"\..+\.(\d+)\.tmp")
+# adapters/git.py names its scratch PREFIX + PID + "-" + random (an index also has its `.lock`).
+_GIT_SCRATCH = re.compile("(?:" + "|".join(map(re.escape, SCRATCH_PREFIXES)) + r")(\d+)-[A-Za-z0-9_]+(?:\.lock)?")
 
 
 class HostLeftovers:
@@ -32,8 +37,29 @@ class HostLeftovers:
             return []
         return [name for name in os.listdir(folder) if not name.startswith(".") and (folder / name).is_dir()]
 
+    def git_scratch(self, workspace: str) -> list[tuple[str, int]]:
+        state = os.path.join(workspace, STATE_DIR)
+        try:
+            if not stat.S_ISDIR(os.lstat(state).st_mode):
+                return []  # a link or a file: nothing Warden made, nothing to remove through it
+            names = os.listdir(state)
+        except OSError:
+            return []
+        return sorted((os.path.join(state, name), int(match[1])) for name in names
+                      if (match := _GIT_SCRATCH.fullmatch(name)))
+
     def remove(self, path: str) -> None:
         Path(path).unlink(missing_ok=True)
+
+    def remove_scratch(self, path: str) -> None:
+        try:
+            is_dir = stat.S_ISDIR(os.lstat(path).st_mode)
+        except FileNotFoundError:
+            return
+        if is_dir:
+            shutil.rmtree(path, ignore_errors=True)  # never follows a link inside (rmtree's own rule)
+        else:
+            Path(path).unlink(missing_ok=True)
 
     def remove_in_background(self, path: str) -> None:
         remove_in_background(Path(path))

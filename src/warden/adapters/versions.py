@@ -49,6 +49,7 @@ from warden.adapters.safefs.trees import (
     scan_tree,
     stamp_of,
     syncfs,
+    unreadable_folder,
     walk_tree,
 )
 from warden.adapters.version_usage import folder_index, kept_bytes, read_text
@@ -230,7 +231,7 @@ class HostVersionStore:
         out = _Captured()
         root_fd = open_folder(folder)
         try:
-            for rel, dirnames, filenames, dfd in walk_tree(root_fd):
+            for rel, dirnames, filenames, dfd in walk_tree(root_fd, strict=True):
                 top = not rel
                 skip = git_heads(rel, [*dirnames, *filenames])
                 # A folder swapped for a link since it was listed is saved as the link it is now.
@@ -240,6 +241,8 @@ class HostVersionStore:
                         st = os.stat(d, dir_fd=dfd, follow_symlinks=False)
                     except FileNotFoundError:
                         continue
+                    except PermissionError:
+                        raise unreadable_folder(rel) from None
                     if stat.S_ISDIR(st.st_mode):
                         real.append(d)
                         out.entries.append(Entry(f"{rel}/{d}" if rel else d, "dir", stat.S_IMODE(st.st_mode)))
@@ -268,6 +271,8 @@ class HostVersionStore:
             st = os.stat(fname, dir_fd=dfd, follow_symlinks=False)
         except FileNotFoundError:
             return None  # removed while we walked: what we read is what was there
+        except PermissionError:  # its folder cannot be searched (a file's own mode: open_to_read)
+            raise unreadable_folder(path.rpartition("/")[0]) from None
         mode = stat.S_IMODE(st.st_mode)
         if stat.S_ISLNK(st.st_mode):
             try:

@@ -168,8 +168,9 @@ class GitService:
 
     def _do(self, op: str, name: str, actor: str, work: Callable[[WorkspaceRecord], T], *,
             changes: bool, detail: Callable[[T], dict[str, Any]] | None = None,
-            asked: dict[str, Any] | None = None) -> T:
-        """Run `work` on workspace `name` under the workspace's rules, audited as `git.<op>`."""
+            asked: dict[str, Any] | None = None, audited: bool = True) -> T:
+        """Run `work` on workspace `name` under the workspace's rules, audited as `git.<op>`
+        (unless not `audited`: a caller that audits the request itself)."""
         target = name
         try:
             record = self._record(name)
@@ -177,13 +178,16 @@ class GitService:
             with self._held(record, op, changes):
                 result = work(record)
         except WardenError as exc:
+            if not audited:
+                raise
             self._audit.record(actor=actor, action=f"git.{op}", target=target,
                                decision="deny" if isinstance(exc, Denied) else "allow",
                                rule=exc.rule or "", result=exc.code,
                                detail={**(asked or {}), "error": exc.message})
             raise
-        self._audit.record(actor=actor, action=f"git.{op}", target=target, decision="allow",
-                           detail={**(asked or {}), **(detail(result) if detail else {})})
+        if audited:
+            self._audit.record(actor=actor, action=f"git.{op}", target=target, decision="allow",
+                               detail={**(asked or {}), **(detail(result) if detail else {})})
         return result
 
     @contextlib.contextmanager
@@ -271,11 +275,11 @@ class GitService:
 
     @contextlib.contextmanager
     def _working_tree(self, record: WorkspaceRecord, head: str | None, *,
-                      keep: bool = False) -> Iterator[tuple[str, dict[str, str]]]:
+                      keep: bool = False) -> Iterator[tuple[str, dict[str, str], list[str]]]:
         """(the tree of the working tree as `git add -A` sees it, ignores respected; the variables
-        to read it with). Built in a scratch index, so the person's index and branch stay as they
-        are, and, unless `keep` (a stage), with a scratch object directory, so its blobs never
-        land in the person's `.git`."""
+        to read it with; the paths it makes gitlinks, against `head`). Built in a scratch index,
+        so the person's index and branch stay as they are, and, unless `keep` (a stage), with a
+        scratch object directory, so its blobs never land in the person's `.git`."""
         self._refuse_strangers(record)
         with contextlib.ExitStack() as stack:
             objects = {} if keep else stack.enter_context(self._git.scratch_objects(record.path))
@@ -288,13 +292,13 @@ class GitService:
             # Again: one planted while `add` ran would show in the tree (a gitlink to its HEAD),
             # and one planted and gone again meanwhile left that gitlink behind.
             self._refuse_strangers(record)
-            planted = [p for p in self._gitlinks(record, self._base(record, head), tree, env)
-                       if not self._git.persons(record.path, f"{p}/.git")]
+            links = self._gitlinks(record, self._base(record, head), tree, env)
+            planted = [p for p in links if not self._git.persons(record.path, f"{p}/.git")]
             if planted:
                 raise Denied(f"the working tree of {record.name} names repositories that are not yours "
                              f"({', '.join(map(repr, planted[:5]))}): a bot's process may be making them; "
                              "try again once it ends", rule="git.control")
-            yield tree, objects
+            yield tree, objects, links
 
     def _files(self, record: WorkspaceRecord, old: str, new: str,
                env: dict[str, str] | None = None) -> tuple[tuple[str, str], ...]:
@@ -362,7 +366,11 @@ class GitService:
                              exclude_lines(n for n in SCAFFOLDING if n in entries and n not in top))
         if head is not None:
             # The repository's version of a scaffolding file (pyproject.toml …) replaces Warden's.
-            self._run(record, "reset", "-q", "--hard", head)
+            # Written by descriptor (GitRunner.check_out), then the index made to match: what
+            # `reset --hard` does, without git writing by path where a bot's process may be.
+            self._git.check_out(record.path, head, None)
+            self._run(record, "read-tree", head)
+            self._git.run(record.path, ["update-index", "-q", "--refresh"], check=False)
         branch = self._git.run(record.path, ["symbolic-ref", "-q", "--short", "HEAD"], check=False).stdout.strip()
         return CloneResult(_shown_url(url), branch or None, head, len(paths))
 
@@ -383,7 +391,7 @@ class GitService:
         def work(record: WorkspaceRecord) -> DiffResult:
             head = self._head(record)
             base = self._base(record, head)
-            with self._working_tree(record, head) as (tree, env):
+            with self._working_tree(record, head) as (tree, env, _):
                 return DiffResult(self._files(record, base, tree, env), self._patch(record, base, tree, env))
 
         return self._do("diff", name, actor, work, changes=False, detail=lambda d: {"files": len(d.files)})
@@ -403,6 +411,16 @@ class GitService:
             return self._proposal(record, proposal_id, self._head(record), with_diff=True)
 
         return self._do("staged", name, actor, work, changes=False, detail=lambda p: {"id": p.id})
+
+    def waiting(self, name: str, proposal_id: str | None, *, actor: str = "user") -> Proposal:
+        """Proposal `proposal_id` (None: the only one waiting), without its diff and not audited:
+        for an interface that audits the request it serves itself (a bot's push asked for
+        approval). Only that proposal is read, never every one waiting."""
+        def work(record: WorkspaceRecord) -> Proposal:
+            pid = proposal_id or self._only_proposal(record)
+            return self._proposal(record, pid, self._head(record))
+
+        return self._do("staged", name, actor, work, changes=False, audited=False)
 
     def _proposal_ids(self, record: WorkspaceRecord) -> list[str]:
         raw = self._run(record, "for-each-ref", "--format=%(refname)", PROPOSAL_REF)
@@ -437,10 +455,9 @@ class GitService:
             branch = self._branch(record)
             if self._room is not None:
                 self._room(record)  # the proposal's objects land in the workspace's .git
-            with self._working_tree(record, head, keep=True) as (tree, _):
+            with self._working_tree(record, head, keep=True) as (tree, _, links):
                 if tree == self._rev(record, f"{self._base(record, head)}^{{tree}}"):
                     raise Conflict(f"nothing to stage: the working tree of {record.name} matches HEAD")
-                links = self._gitlinks(record, self._base(record, head), tree)
                 if links and actor != "user":
                     # A gitlink names a commit of a repository elsewhere; a bot has no business
                     # pointing the person's repository at one (its `.git` would be a bot's).
@@ -462,7 +479,7 @@ class GitService:
                         detail=lambda p: {"id": p.id, "commit": p.commit, "files": len(p.files)})
 
     def push(self, workspace: str, proposal_id: str | None = None, actor: str = "user", *,
-             credential: str | None = None, username: str | None = None) -> PushResult:
+             credential: str | None = None, username: str | None = None, commit: str | None = None) -> PushResult:
         """Push proposal `proposal_id` of `workspace` to its branch's upstream, fast-forward only,
         then move the local branch to it; the proposal is then gone.
 
@@ -471,11 +488,21 @@ class GitService:
         in the repository (the proposal's commit, its branch, the remote) and in what Warden
         remembered at clone (the credential's secret name). Without an id, the one proposal
         waiting. Refused (Conflict) when HEAD moved since staging (stage again) or when the
-        remote branch moved (pull, then stage again); the remote is never forced."""
+        remote branch moved (pull, then stage again); the remote is never forced. With `commit`
+        (what a person approved), refused unless the proposal is still exactly that commit."""
         def work(record: WorkspaceRecord) -> PushResult:
             pid = proposal_id or self._only_proposal(record)
             head = self._head(record)
-            proposal = self._proposal(record, pid, head)
+            try:
+                proposal = self._proposal(record, pid, head)
+            except NotFound:
+                if commit is None:
+                    raise
+                proposal = None
+            if commit is not None and (proposal is None or proposal.commit != commit):
+                raise Conflict(f"proposal {pid} is no longer the commit that was asked to be pushed "
+                               "(pushed, discarded or staged again); nothing was pushed", rule="git.push")
+            assert proposal is not None
             branch = self._branch(record)
             if proposal.parent != (head or "") or proposal.branch != branch:
                 raise Conflict(f"proposal {pid} was staged on {proposal.branch} at {proposal.parent[:12] or '(none)'}; "
@@ -533,7 +560,7 @@ class GitService:
             paths = [p for _, p in proposal.files]
             others = {p for pid in self._proposal_ids(record) if pid != proposal_id
                       for _, p in self._proposal(record, pid, head).files}
-            with self._working_tree(record, head) as (tree, env):
+            with self._working_tree(record, head) as (tree, env, _):
                 moved = set(self._names(record, "diff-tree", "-r", "-z", "--no-renames", "--name-only",
                                         *_DIFF_SUBMODULES, proposal.commit, tree, paths=paths, env=env))
             restore = [p for p in paths if p not in moved and p not in others]
@@ -541,11 +568,14 @@ class GitService:
                           if head else ())
             tracked = [p for p in restore if p in in_head]
             added = [p for p in restore if p not in in_head]
+            if restore:
+                # Written by descriptor from a scratch checkout (never by git, by path: a bot's
+                # process could swap a folder for a link meanwhile); added files are removed.
+                self._git.check_out(record.path, self._base(record, head), restore)
             for chunk in _chunks(tracked):
-                self._run(record, "checkout", "-q", head or "HEAD", "--", *chunk)
+                self._run(record, "reset", "-q", head or "HEAD", "--", *chunk)  # the index only
             for chunk in _chunks(added):
                 self._run(record, "rm", "-q", "--cached", "--ignore-unmatch", "--", *chunk)
-                self._run(record, "clean", "-q", "-f", "--", *chunk)
             self._drop(record, proposal)
             return DiscardResult(proposal_id, tuple(restore), tuple(p for p in paths if p in moved),
                                  tuple(p for p in paths if p in others and p not in moved))
@@ -567,6 +597,47 @@ class GitService:
         return found
 
     # -- pulling ---------------------------------------------------------------------------------
+    def _fast_forward(self, record: WorkspaceRecord, branch: str, before: str | None, target: str,
+                      upstream: str) -> None:
+        """What `git merge --ff-only TARGET` does, with the working tree written by descriptor
+        (GitRunner.check_out) instead of by git: refused when `before` is not an ancestor of
+        `target` or when a path the merge changes has local changes (in the index or the working
+        tree, new untracked files too); then the files, the index and the branch."""
+        if before == target:
+            return
+        if before is not None:
+            ancestor = self._git.run(record.path, ["merge-base", "--is-ancestor", before, target], check=False)
+            if ancestor.code == 1:
+                raise Conflict(f"{branch} and {upstream} have diverged; Warden pulls only fast-forward: "
+                               "reconcile them with git yourself", rule="git.pull")
+            if ancestor.code != 0:
+                raise Conflict(f"pull refused: git merge-base failed ({ancestor.stderr.strip()[:200]})",
+                               rule="git.pull")
+        base = self._base(record, before)
+        changed = [p for p in self._run(record, "diff-tree", "-r", "-z", "--no-renames", "--name-only",
+                                        *_DIFF_SUBMODULES, base, target).split("\0") if p]
+        staged = {p for p in self._run(record, "diff-index", "--cached", "-z", "--no-renames", "--name-only",
+                                       "--ignore-submodules=all", base).split("\0") if p}
+        with self._working_tree(record, before) as (tree, env, _):
+            local = {p for p in self._run(record, "diff-tree", "-r", "-z", "--no-renames", "--name-only",
+                                          *_DIFF_SUBMODULES, base, tree, extra_env=env).split("\0") if p}
+        in_way = sorted((staged | local) & set(changed))
+        if in_way:
+            shown = ", ".join(map(repr, in_way[:5])) + (" …" if len(in_way) > 5 else "")
+            raise Conflict(f"pull refused: local changes to {shown} would be overwritten (stage or discard "
+                           "local changes first)", rule="git.pull")
+        try:
+            self._git.check_out(record.path, target, changed)
+        except Conflict as exc:
+            raise Conflict(f"{exc.message} The pull stopped part-way: the branch was not moved; the "
+                           "checkpoint taken before it (`warden checkpoints NAME`) rolls the files back",
+                           rule=exc.rule) from None
+        # The index follows, checking only itself (-i: the files are already written), then the branch.
+        self._run(record, "read-tree", *(("-m", "-i", base) if before else ()), target)
+        self._run(record, "update-ref", "-m", f"warden: pull {upstream}", f"refs/heads/{branch}", target,
+                  before or "")
+        self._git.run(record.path, ["update-index", "-q", "--refresh"], check=False)
+
     def pull(self, name: str, *, actor: str = "user", credential: str | None = None,
              username: str | None = None) -> PullResult:
         """Fetch the branch's upstream and fast-forward to it; refused when the branches have
@@ -586,16 +657,7 @@ class GitService:
             target = self._rev(record, f"refs/remotes/{remote}/{remote_branch}^{{commit}}")
             if target is None:
                 raise NotFound(f"the remote has no branch {remote_branch}")
-            merged = self._git.run(record.path, ["merge", "--ff-only", "--no-edit", "--no-stat", "--no-verify",
-                                                 "--no-log", target], check=False)
-            if merged.code != 0:
-                said = merged.stderr
-                if "Not possible to fast-forward" in said or "not possible to fast-forward" in said:
-                    raise Conflict(f"{branch} and {remote}/{remote_branch} have diverged; Warden pulls only "
-                                   "fast-forward: reconcile them with git yourself", rule="git.pull")
-                lines = [line.strip() for line in said.splitlines() if line.strip()]
-                reason = lines[0] if lines else f"exit status {merged.code}"
-                raise Conflict(f"pull refused: {reason} (stage or discard local changes first)", rule="git.pull")
+            self._fast_forward(record, branch, before or None, target, f"{remote}/{remote_branch}")
             after = self._head(record) or ""
             files = len(self._files(record, self._base(record, before or None), after)) if before != after else 0
             return PullResult(before, after, files)

@@ -3,7 +3,8 @@
 A process killed mid-way (kill -9, a power cut) leaves what its own clean-up would have
 removed: a sandbox it had just started (still running, without its limits), run cgroups,
 half-written archives, half-built layers, folders in the trash that the background `rm` never
-finished, and runs whose outcome was never written. Each is recognised
+finished, git's scratch (a clone, a checkout, an index) in a workspace's `.warden/`, and runs
+whose outcome was never written. Each is recognised
 by the liveness of the process that made it (pid and start time), so nothing in use is touched.
 Folders under the workspaces root that the registry does not know are reported, never removed:
 they may be the person's.
@@ -42,13 +43,14 @@ class SweepReport:
     trash: tuple[str, ...]  # trashed folders whose removal was never finished (restarted)
     lost_runs: tuple[RunInProgress, ...]  # runs whose outcome was never written (audited run.lost)
     orphan_folders: tuple[str, ...]  # folders of the workspaces root no workspace owns (left alone)
+    git_scratch: tuple[str, ...] = ()  # scratch of git operations a dead Warden left in workspaces' .warden/
 
     def to_json(self) -> dict[str, Any]:
         return {"dry_run": self.dry_run, "orphan_sandboxes": list(self.orphan_sandboxes),
                 "cgroups": list(self.cgroups), "temp_files": list(self.temp_files), "layers": self.layers,
                 "trash": list(self.trash),
                 "lost_runs": [{"run_id": run.run_id, "workspace": run.workspace} for run in self.lost_runs],
-                "orphan_folders": list(self.orphan_folders)}
+                "orphan_folders": list(self.orphan_folders), "git_scratch": list(self.git_scratch)}
 
 
 class Sweeper:
@@ -87,14 +89,27 @@ class Sweeper:
         temp = [path for path, pid in self._leftovers.temp_archives(str(self._archives))
                 if not self._processes.alive(pid)]
         trash = self._leftovers.trashed(str(self._root_dir))
+        scratch = self._git_scratch()
         if not dry_run:
             for path in temp:
                 self._leftovers.remove(path)
+            for path in scratch:
+                self._leftovers.remove_scratch(path)
             for path in trash:
                 self._leftovers.remove_in_background(path)
         return SweepReport(dry_run, tuple(sandboxes), tuple(cgroups), tuple(temp),
                            0 if dry_run else self._layers().store.sweep(), tuple(trash),
-                           () if dry_run else self._lost_runs(), self._orphan_folders())
+                           () if dry_run else self._lost_runs(), self._orphan_folders(), tuple(scratch))
+
+    def _git_scratch(self) -> list[str]:
+        """Scratch of git operations (adapters/git.py) in each workspace's `.warden/` whose Warden
+        process is gone: a clone killed mid-way can leave a whole repository there."""
+        found: list[str] = []
+        for record in self._workspaces.list():
+            if record.status in ("archived", "destroyed"):
+                continue  # no folder to look in
+            found += [path for path, pid in self._leftovers.git_scratch(record.path) if not self._processes.alive(pid)]
+        return found
 
     def _lost_runs(self) -> tuple[RunInProgress, ...]:
         with self._registry.transaction() as tx:

@@ -26,7 +26,7 @@ from warden.core.checkpoints import Current, RollbackPlan, excluded_name
 from warden.core.errors import Conflict, Denied, NotFound, Unavailable, WardenError
 
 __all__ = ["DIR_FLAGS", "READ_FLAGS", "Dirs", "apply_plan", "current_entry", "folder_error", "no_space",
-           "open_folder", "open_to_read", "scan_tree", "stamp_of", "syncfs", "walk_tree"]
+           "open_folder", "open_to_read", "scan_tree", "stamp_of", "syncfs", "unreadable_folder", "walk_tree"]
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -85,13 +85,25 @@ class _Frame:
     pending: list[str]
 
 
-def walk_tree(root_fd: int) -> Iterator[tuple[str, list[str], list[str], int]]:
+def unreadable_folder(path: str) -> Conflict:
+    """The refusal for a folder whose mode keeps Warden out (a bot's `chmod 644` or `000` on a
+    folder, when Warden runs as the bot's own user or without CAP_DAC_OVERRIDE)."""
+    shown = repr(path) if path else "the workspace's top folder"
+    return Conflict(f"folder {shown} of the workspace cannot be read or searched (its mode forbids it; a "
+                    "bot's process may have changed it): give it back its permissions (chmod u+rwx) and "
+                    "try again", rule="deny: unreadable folder")
+
+
+def walk_tree(root_fd: int, *, strict: bool = False) -> Iterator[tuple[str, list[str], list[str], int]]:
     """(path, folders, others, descriptor) for each folder beneath `root_fd`, top-down, like
     `os.fwalk(follow_symlinks=False)` but without recursion: a bot can nest folders deeper than
     Python's recursion limit (and than the open-file limit: only the deepest _OPEN_DIRS stay open).
     A symlink, even to a folder, is among the others and never entered; the caller may prune
-    `folders` in place. A folder swapped while walked is skipped, never followed."""
+    `folders` in place. A folder swapped while walked is skipped, never followed. A folder its
+    mode forbids to list or to search is skipped too, or, with `strict` (a checkpoint must not
+    leave part of a tree out unseen), refused with `unreadable_folder`."""
     frames: list[_Frame] = []
+    first_open = 1  # frames[1:first_open] are closed, frames[first_open:] open (frames[0], the root, always)
     entered: tuple[str, int, tuple[int, int]] | None = ("", os.dup(root_fd), (0, 0))
     try:
         while True:
@@ -105,11 +117,17 @@ def walk_tree(root_fd: int) -> Iterator[tuple[str, list[str], list[str], int]]:
                         for item in listing:
                             try:
                                 is_dir = item.is_dir(follow_symlinks=False)
+                            except PermissionError:
+                                if strict:
+                                    raise
+                                is_dir = False
                             except OSError:
                                 is_dir = False
                             (folders if is_dir else others).append(item.name)
-                except OSError:
+                except OSError as exc:
                     os.close(fd)
+                    if strict and isinstance(exc, PermissionError):
+                        raise unreadable_folder(path) from None
                     continue  # unreadable or gone: nothing beneath it is seen
                 folders.sort()
                 others.sort()
@@ -119,36 +137,65 @@ def walk_tree(root_fd: int) -> Iterator[tuple[str, list[str], list[str], int]]:
                 frames.append(frame)
                 yield path, folders, others, fd
                 frame.pending = list(reversed(folders))  # as the caller left them (it may prune)
-                open_fds = [f for f in frames[1:] if f.fd is not None]
-                if len(open_fds) > _OPEN_DIRS:
-                    oldest = open_fds[0]
+                # The open frames past the root are always the innermost ones, frames[first_open:]:
+                # past _OPEN_DIRS, the outermost of them is closed (constant work per folder).
+                if len(frames) - first_open > _OPEN_DIRS:
+                    oldest = frames[first_open]
                     os.close(oldest.fd)  # type: ignore[arg-type]
                     oldest.fd = None
+                    first_open += 1
             if not frames:
                 return
             top = frames[-1]
             if not top.pending:
-                if top.fd is not None:
-                    os.close(top.fd)
-                frames.pop()
+                done = frames.pop()
+                if frames and frames[-1].fd is None and done.fd is not None:
+                    frames[-1].fd = _parent_of(done.fd, frames[-1].ident)
+                if done.fd is not None:
+                    os.close(done.fd)
+                top_open = bool(frames) and frames[-1].fd is not None
+                first_open = max(1, min(first_open, len(frames) - 1 if top_open else len(frames)))
                 continue
             name = top.pending.pop()
             parent = _reopen(frames, root_fd)
             if parent is None:
                 frames.pop()
+                first_open = max(1, min(first_open, len(frames)))
                 continue
+            first_open = max(1, min(first_open, len(frames) - 1))
+            child_path = f"{top.path}/{name}" if top.path else name
             try:
                 child = os.open(name, DIR_FLAGS, dir_fd=parent)
+            except PermissionError:
+                if strict:
+                    raise unreadable_folder(child_path) from None
+                continue
             except OSError:
                 continue  # removed, or swapped for a link, since it was listed
             st = os.fstat(child)
-            entered = (f"{top.path}/{name}" if top.path else name, child, (st.st_dev, st.st_ino))
+            entered = (child_path, child, (st.st_dev, st.st_ino))
     finally:
         for frame in frames:
             if frame.fd is not None:
                 os.close(frame.fd)
         if entered is not None:
             os.close(entered[1])
+
+
+def _parent_of(fd: int, ident: tuple[int, int]) -> int | None:
+    """The folder holding folder `fd`, reached by its `..` (never a link) and kept only when it is
+    still the folder walked (`ident`): going back up a deep chain costs one open a level, where
+    reopening from the root by name costs the whole depth. A bot that moved the folder elsewhere
+    meanwhile gets a `..` that is not `ident`: None, and the caller reopens it by name."""
+    try:
+        parent = os.open("..", DIR_FLAGS, dir_fd=fd)
+    except OSError:
+        return None
+    st = os.fstat(parent)
+    if (st.st_dev, st.st_ino) != ident:
+        os.close(parent)
+        return None
+    return parent
 
 
 def _reopen(frames: list[_Frame], root_fd: int) -> int | None:
@@ -192,15 +239,19 @@ def scan_tree(folder: str, scope: str | None) -> dict[str, Current]:
                 return found
             start_fd, prefix = opened, scope
         try:
-            for here, dirnames, filenames, dfd in walk_tree(start_fd):
+            for here, dirnames, filenames, dfd in walk_tree(start_fd, strict=True):
                 rel = f"{prefix}/{here}" if prefix and here else (prefix or here)
                 top = not rel
                 dirnames[:] = [d for d in dirnames if not excluded_name(d, top=top)]
                 for child in [*dirnames, *filenames]:
                     if excluded_name(child, top=top):
                         continue
-                    with contextlib.suppress(FileNotFoundError):
+                    try:
                         found[f"{rel}/{child}" if rel else child] = current_entry(dfd, child)
+                    except FileNotFoundError:
+                        continue
+                    except PermissionError:
+                        raise unreadable_folder(rel) from None
         finally:
             if start_fd != root_fd:
                 os.close(start_fd)
@@ -221,10 +272,15 @@ def _scan_scope(root_fd: int, scope: str, found: dict[str, Current]) -> int | No
                 now = current_entry(current, part)
             except FileNotFoundError:
                 return None
+            except PermissionError:
+                raise unreadable_folder("/".join(parts[:index])) from None
             found[path] = now
             if now.kind != "dir":
                 return None
-            nxt = os.open(part, DIR_FLAGS, dir_fd=current)
+            try:
+                nxt = os.open(part, DIR_FLAGS, dir_fd=current)
+            except PermissionError:
+                raise unreadable_folder(path) from None
             os.close(current)
             current = nxt
         fd, current = current, -1

@@ -42,6 +42,12 @@ class GitRunner(Protocol):
         lands at the root, made the person's (the git guard learns it)."""
         ...
 
+    def check_out(self, workspace: str, commit: str, paths: Sequence[str] | None) -> None:
+        """Make `paths` of the working tree (None: all of `commit`) what `commit` holds, a path it
+        lacks removed (never a folder), without ever writing through a link a bot's process
+        planted meanwhile (Conflict then). The person's index is left as it is."""
+        ...
+
     def has_repository(self, workspace: str) -> bool:
         """Whether the workspace's root holds a `.git` folder that is the person's (not a link,
         not a gitfile, one the git guard knows)."""

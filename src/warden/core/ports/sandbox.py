@@ -153,7 +153,8 @@ class Unarchiver(Protocol):
 
 
 class Leftovers(Protocol):
-    """Files a killed Warden leaves behind: half-written archives, trash never emptied."""
+    """Files a killed Warden leaves behind: half-written archives, trash never emptied, git's
+    scratch folders in workspaces."""
 
     def temp_archives(self, folder: str) -> list[tuple[str, int]]:
         """Half-written archives in the archives folder `folder`, each with its writer's pid."""
@@ -167,8 +168,17 @@ class Leftovers(Protocol):
         """The names of the folders in `root` (none starting with "."; [] when it is missing)."""
         ...
 
+    def git_scratch(self, workspace: str) -> list[tuple[str, int]]:
+        """Scratch entries Warden's git made in workspace folder `workspace`'s `.warden/` (a
+        checkout, a clone, an index, an object folder), each with the pid of the Warden that made it."""
+        ...
+
     def remove(self, path: str) -> None:
         """Delete file `path` (gone already: fine)."""
+        ...
+
+    def remove_scratch(self, path: str) -> None:
+        """Delete scratch entry `path` of `git_scratch`, file or folder, now (gone already: fine)."""
         ...
 
     def remove_in_background(self, path: str) -> None:

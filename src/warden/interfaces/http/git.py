@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from warden.core.errors import Conflict, NotFound
+from warden.core.errors import Conflict
 from warden.interfaces.http.calls import Call, threaded
 from warden.interfaces.http.models import ApprovalBody, ApprovalView
 from warden.interfaces.http.routes import Token, WorkspaceName, token_of
@@ -127,12 +127,9 @@ def router(app: App) -> APIRouter:
         with Call(app, "git.push", name) as call:
             principal = call.authenticate(token_of(token))
             call.authorize(name, "write", whole_workspace=True)
-            proposals = {p.id: p for p in app.git.staged(name, actor=call.actor)}
-            wanted = body.proposal or (next(iter(proposals)) if len(proposals) == 1 else None)
-            if wanted is None or wanted not in proposals:
-                raise NotFound(f"no proposal {body.proposal} waiting in {name}; see GET …/git/staged" if body.proposal
-                               else f"{len(proposals)} proposals wait in {name}: name the one to push")
-            proposal = proposals[wanted]
+            # The one proposal asked for, read alone (not every one waiting) and audited once: by this call.
+            proposal = app.git.waiting(name, body.proposal, actor=call.actor)
+            wanted = proposal.id
             if proposal.stale:
                 raise Conflict(f"proposal {wanted} was made on an older HEAD (a pull or another push since) and "
                                "cannot be pushed: stage again")
