@@ -302,6 +302,16 @@ def _remove_cgroup(group: cgroups.Cgroup, tries: int = 40) -> None:
                 time.sleep(0.025)
 
 
+# What the proxy's own process needs of Warden's environment: to start this Python and import
+# Warden, and its locale. Nothing else: it parses what a sandboxed command sends, on the host, and
+# Warden's environment may hold WARDEN_CLUSTER_KEY, the pepper, a database password, cloud keys.
+_PROXY_ENVIRON = ("PATH", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+
+
+def _proxy_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    return {name: environ[name] for name in _PROXY_ENVIRON if name in environ}
+
+
 class _Proxy:
     """The filtering proxy of a live sandbox with network: live_proxy.py in a process of its own,
     its socket in a short folder of the system's temporary directory (a Unix socket's path is
@@ -326,7 +336,7 @@ class _Proxy:
             [sys.executable, "-m", "warden.adapters.sandbox.live_proxy", os.path.join(folder, "proxy.sock"),
              str(sandbox_folder / "net-events.jsonl")],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
-            start_new_session=True, env=dict(environ))
+            start_new_session=True, env=_proxy_environ(environ))
         proxy = cls(proc, folder)
         try:
             assert proc.stdin is not None and proc.stdout is not None

@@ -10,7 +10,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
-from warden.interfaces.console.commands import Commands
+from warden.interfaces.cli.output import printable
+from warden.interfaces.console.commands import Commands, Done
 from warden.interfaces.console.widgets import RowTable, plain
 
 __all__ = ["ApprovalsTab"]
@@ -28,6 +29,10 @@ class ApprovalsTab(Vertical):
         self._commands = commands
         self._ids: tuple[str, ...] = ()
         self._shown: str | None = None
+        # The request a refill put under the cursor in place of one that went (answered elsewhere,
+        # expired): a `y` pressed a moment later was meant for the one that went, so it is not
+        # taken for this one until the person has been told (or moved the cursor themselves).
+        self._slipped: str | None = None
 
     def compose(self) -> ComposeResult:
         yield RowTable(("Id", "Workspace", "Bot", "Operation", "Path", "Size", "Asked (UTC)"), id="approval-table")
@@ -41,12 +46,19 @@ class ApprovalsTab(Vertical):
         if quiet and ids == self._ids:
             return
         self._ids = ids
-        self.query_one(RowTable).fill(
+        table = self.query_one(RowTable)
+        before = table.chosen()
+        table.fill(
             [(r["id"], [r["id"], r["workspace"], r["bot"], r["operation"], r["path"],
                         "" if r["size"] is None else r["size"], r["created"][:19].replace("T", " ")]) for r in rows])
+        after = table.chosen()
+        if before is not None and before not in ids and after is not None:
+            self._slipped = after
         self._preview(force=True)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if self.query_one(RowTable).chosen() != self._slipped:
+            self._slipped = None
         self._preview()
 
     def _preview(self, *, force: bool = False) -> None:
@@ -65,6 +77,12 @@ class ApprovalsTab(Vertical):
     def action_answer(self, verb: str) -> None:
         chosen = self.query_one(RowTable).chosen()
         if chosen is None:
+            return
+        if chosen == self._slipped:
+            self._slipped = None
+            self.app.say(Done(("approvals", "--show", chosen), False, None,  # type: ignore[attr-defined]
+                              f"the request you were reading is gone; {printable(chosen)} is chosen now: "
+                              f"read it, then press {'y' if verb == 'approve' else 'n'} again", "conflict"))
             return
         self.app.say(self._commands.run(verb, chosen))  # type: ignore[attr-defined]
         self.reload()

@@ -52,8 +52,10 @@ def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
         path = next((value for key, value in reversed(query) if key == "path"), "")
         with app.registry.transaction(write=False) as tx:
             record = tx.workspaces.get(name) if name else None
-        if record is not None and record.node not in (None, app.node):
-            return None  # another node's workspace: forwarded there, and screened there
+        # Another node's workspace is forwarded there, and its grant is decided there; but the
+        # body is read here first, so the token is checked here too: else anyone could make this
+        # node hold a file-sized body per connection by naming a workspace of another node.
+        elsewhere = record is not None and record.node not in (None, app.node)
         try:
             with Call(app, "files.write", f"{name}:{path}") as call:
                 token = bearer_token(scope)
@@ -61,6 +63,9 @@ def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
                     raise Unauthenticated("authentication required: send `Authorization: Bearer <token>`",
                                           rule="token.missing")
                 call.authenticate(token)
+                if elsewhere:
+                    call.audited_by_service = True  # the owning node records the call's one event
+                    return None
                 call.authorize(name, "write")
                 call.audited_by_service = True  # allowed: the route records this call's one event
         except WardenError as exc:

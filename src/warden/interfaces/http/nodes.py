@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from starlette.concurrency import run_in_threadpool
 
 from warden.core import nodes
-from warden.core.errors import Denied, TooLarge, Unavailable, WardenError
+from warden.core.errors import Denied, InvalidInput, TooLarge, Unavailable, WardenError
 from warden.core.names import name_pattern
 from warden.interfaces.http.limits import ASGIApp, Message, Receive, Scope, Send, error_bytes
 
@@ -165,15 +165,23 @@ class NodeForwarding:
         import httpx
 
         query = bytes(scope.get("query_string", b"")).decode("latin-1")
+        sent = httpx.URL(url.rstrip("/") + scope["path"] + (f"?{query}" if query else ""))
+        if sent.path != scope["path"]:
+            # The path arrives percent-decoded: a `%2e%2e` segment or a `%3F` in it would make the
+            # URL sent name another path than the one this node matched (`…/wsa/%2e%2e/%2e%2e/mcp`
+            # would reach the other node's /mcp). No route of the API has such a path: refused here.
+            raise InvalidInput(f"request path {scope['path'][:200]!r} has '.' or '..' segments or a '?' or '#' "
+                               "once decoded: no endpoint of the API has (see /openapi.json)", rule="node.path")
+        # Signed as sent: the query as the client library encodes it is the one the other node reads.
+        query = sent.query.decode("latin-1")
         key = (await run_in_threadpool(self.keys))[0]  # a registry read once a second (clustered)
         signed = nodes.sign(key, method=scope["method"], path=scope["path"], query=query, body=body,
                             origin=self.app.node, target=node, timestamp=int(self.app.clock().timestamp()),
                             nonce=os.urandom(16).hex())
         headers: list[tuple[bytes, bytes]] = [(k, v) for k, v in scope.get("headers", ()) if k.lower() not in _HOP]
         headers += [(k.encode(), v.encode()) for k, v in signed.headers().items()]
-        target = url.rstrip("/") + scope["path"] + (f"?{query}" if query else "")
         client = self._http()
-        request = client.build_request(scope["method"], target, headers=headers, content=body)
+        request = client.build_request(scope["method"], sent, headers=headers, content=body)
         try:
             response = await client.send(request, stream=True)
         except httpx.TransportError as exc:

@@ -322,7 +322,7 @@ def _plain_tool_call(scope: Scope, body: bytes) -> PlainCall | None:
     handler; anything else, odd or malformed, takes the SDK's path, so its checks and error answers
     stay the only ones (as `FastReads` does for the HTTP API).
     """
-    import json
+    import pydantic_core
 
     headers: dict[bytes, list[bytes]] = {}
     for key, value in scope.get("headers", ()):
@@ -337,7 +337,10 @@ def _plain_tool_call(scope: Scope, body: bytes) -> PlainCall | None:
             or len(accept) != 1 or b"application/json" not in accept[0].lower()):
         return None
     try:
-        message = json.loads(body)
+        # Parsed as the SDK parses a message (pydantic's JSON parser): `json.loads` would also take
+        # a UTF-16 or BOM-led body and a lone surrogate (`"\ud800"`), which the SDK refuses as a
+        # parse error, so the lane would answer (or fail inside a tool, unaudited) what it never would.
+        message = pydantic_core.from_json(body)
     except (ValueError, RecursionError):
         return None
     if not isinstance(message, dict) or message.keys() != _PLAIN_CALL_KEYS or message["jsonrpc"] != "2.0":
