@@ -33,7 +33,7 @@ def test_the_process_limit_is_named_when_a_fork_fails() -> None:
 
 
 def test_an_allocation_refused_under_an_address_space_limit_names_the_memory_limit() -> None:
-    """Without a memory cgroup the limit is RLIMIT_AS: nothing is killed, the program fails saying so."""
+    """Without a memory cgroup the limit is an rlimit: nothing is killed, the program fails saying so."""
     said = explain_failure(1, None, "Traceback …\nMemoryError\n", **FACTS)
     assert said is not None and "ran out of memory (limit 512 MiB)" in said and "--memory" in said
     assert explain_failure(0, None, "MemoryError", **FACTS) is None  # it coped: nothing to explain

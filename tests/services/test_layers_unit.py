@@ -18,6 +18,7 @@ from warden.core.errors import InvalidInput, TooLarge, Unavailable
 from warden.core.layers import Interpreter
 from warden.core.quota import Usage
 from warden.core.settings import resolve
+from warden.core.workspaces import WorkspaceRecord
 from warden.services.audit import AuditLog
 from warden.services.health import HealthService
 from warden.services.installs import InstallService
@@ -194,14 +195,42 @@ def test_a_repair_reinstall_runs_npm_with_its_settings(world: World) -> None:
                                 "exit_code": 0, "recorded_in": None, "error": None}
 
 
+def _with_layer(world: World, record: WorkspaceRecord, *, pip: bool) -> WorkspaceRecord:
+    """`record`, broken, on a Python layer at /layers/L (with pip in it or not)."""
+    if pip:
+        world.io.files["/layers/L/venv/lib/python3.11/site-packages/pip/__init__.py"] = b""
+    meta = {**record.meta, "python": "3.11.2", "ro_paths": ["/usr", "/layers/L"]}
+    return record.__class__(**{**record.__dict__, "status": "broken", "meta": meta})
+
+
 def test_a_failed_install_reports_the_end_of_its_output(world: World) -> None:
-    record = world.service.create("w1")
-    broken = record.__class__(**{**record.__dict__, "status": "broken"})
+    broken = _with_layer(world, world.service.create("w1"), pip=True)
     tools = Tools()
     tools.exit_code, tools.stderr = 1, "Collecting nothing\nERROR: No matching distribution found for nothing\n"
     result = _installs(world, tools)[0].install_record(broken, ["nothing"], node=False, persist=True)
     assert not result.ok and result.error == "Collecting nothing | ERROR: No matching distribution found for nothing"
     assert tools.runs[0]["argv"][:4] == [f"{ROOT}/w1/.venv/bin/python", "-m", "pip", "install"]
+
+
+def test_without_pip_in_the_layer_or_the_venv_uv_installs_mounted_read_only(world: World) -> None:
+    # Debian's python3 has no ensurepip wheel to give a layer pip: `python -m pip` would fail.
+    broken = _with_layer(world, world.service.create("w1"), pip=False)
+    world.io.files["/opt/fake/bin/uv"] = b"\x7fELF"
+    tools = Tools()
+    result = _installs(world, tools)[0].install_record(broken, ["six"], node=False, persist=False)
+    assert result.ok
+    (run,) = tools.runs
+    assert run["argv"] == ["/opt/fake/bin/uv", "pip", "install", "--python", f"{ROOT}/w1/.venv/bin/python",
+                           "--link-mode=copy", "--compile-bytecode", "six"]
+    assert "/opt/fake/bin/uv" in run["ro_paths"]  # type: ignore[operator]
+    env = run["env"]
+    assert isinstance(env, dict)
+    # A bot-written uv.toml in the workspace must not steer it; its cache is the sandbox's own /tmp.
+    assert (env["UV_NO_CONFIG"], env["UV_PYTHON_DOWNLOADS"], env["UV_CACHE_DIR"]) == ("1", "never", "/tmp/.uv-cache")
+    # pip that a bot (or Warden) put into the workspace's own venv is used as before.
+    world.io.files[f"{ROOT}/w1/.venv/lib/python3.11/site-packages/pip/__init__.py"] = b""
+    _installs(world, tools)[0].install_record(broken, ["six"], node=False, persist=False)
+    assert tools.runs[1]["argv"][:4] == [f"{ROOT}/w1/.venv/bin/python", "-m", "pip", "install"]
 
 
 def test_a_python_install_is_recorded_in_pyproject(world: World) -> None:

@@ -76,8 +76,8 @@ def test_a_run_writing_past_max_disk_is_stopped_within_a_mebibyte(cli: Cli, ws: 
     one_write = MiB + 128 * 1024
     if realtime_allowed():
         assert sum(over <= one_write for over in overshoots) >= 4, [o // 1024 for o in overshoots]
-    else:
-        assert sorted(overshoots)[2] <= 8 * MiB, [o // 1024 for o in overshoots]
+    else:  # doctor says "tens of MiB"; each run above was still stopped (137) well before its 30 MiB
+        assert sorted(overshoots)[2] <= 16 * MiB, [o // 1024 for o in overshoots]
     # Live output too: the note is the last line on stderr.
     live = cli("run", name, "--", "python3", "-c", WRITE_30_MIB, env={"WARDEN_WORKSPACE_MAX_DISK": "5M"})
     assert live.code == 137 and live.stderr.rstrip().endswith("`warden config set workspace.max_disk VALUE`")
@@ -97,14 +97,17 @@ def test_no_single_file_may_pass_the_bytes_left(cli: Cli, ws: tuple[str, Path]) 
 @pytest.mark.alone  # as above: the overshoot measures the watcher's reaction time
 def test_a_run_making_too_many_files_is_stopped_within_a_hundred(cli: Cli, ws: tuple[str, Path]) -> None:
     """3000 new files against max_files=500, three times: most runs stop within 100 files past
-    the limit (see the test above for why not all)."""
+    the limit (see the test above for why not all; without real-time priority, within 1000)."""
+    from warden.adapters.quota import realtime_allowed
+
     name, folder = ws
+    bound = 100 if realtime_allowed() else 1000
     within = []
     for _ in range(3):
         r = cli("run", name, "--json", "--", "sh", "-c", MAKE_3000, env={"WARDEN_WORKSPACE_MAX_FILES": "500"})
         assert "over workspace.max_files (500)" in r.json["data"]["stderr"], r.stdout + r.stderr
         over = blocks(folder)[1] - 500
-        within.append((r.code, over, r.code == 137 and over <= 100))
+        within.append((r.code, over, r.code == 137 and over <= bound))
         shutil.rmtree(folder / "many")
     assert [ok for *_, ok in within].count(True) >= 2, within
     # Within the limits again (the files deleted), runs go on.

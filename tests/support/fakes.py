@@ -502,6 +502,9 @@ class FakeSandboxTools:
     def trust(self) -> tuple[dict[str, str], list[str]]:
         return {"UV_NATIVE_TLS": "1"}, []
 
+    def uv(self) -> str:
+        return "/opt/fake/bin/uv"
+
     def run(self, folder: str, argv: Sequence[str], *, env: Mapping[str, str], ro_paths: Sequence[str] = (),
             rw_paths: Sequence[str] = (), domains: Sequence[str] = (), limits: Limits | None = None) -> RunResult:
         self.runs.append({"folder": folder, "argv": list(argv), "env": dict(env), "ro_paths": list(ro_paths),

@@ -188,7 +188,7 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
     if signal == _SIGXFSZ or "File too large" in stderr_tail:
         return (f"warden: a file reached the sandbox's size limit ({max_file_mb} MB, "
                 "sandbox.max_file_size_mb); `warden config set sandbox.max_file_size_mb N` raises it")
-    # Killed by the cgroup's OOM killer, or (without a memory cgroup: RLIMIT_AS) refused an
+    # Killed by the cgroup's OOM killer, or (without a memory cgroup: RLIMIT_DATA) refused an
     # allocation, which programs report in their own words.
     if oom_killed or (exit_code != 0 and any(text in stderr_tail for text in _NO_MEMORY)):
         return (f"warden: the command ran out of memory (limit {memory >> 20} MiB); run it with "

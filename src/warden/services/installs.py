@@ -5,7 +5,10 @@ step is code from the internet), with the network limited to the package indexes
 (`envs.install_domains`) or, with `envs.no_index`, no network and the `envs.find_links`
 folders mounted read-only. Python packages go into the workspace's thin venv with the
 venv's own `python -m pip`, which sees the layer's packages through the `.pth` and so
-installs only what is missing; Node packages go into its `node_modules` with npm. The shared
+installs only what is missing; where neither the layer nor the venv has pip (an interpreter
+without ensurepip's wheel, as Debian's python3), with Warden's own uv, mounted read-only,
+which does not read the `.pth` and so installs the layer's packages that the new ones need
+again (correct, larger). Node packages go into its `node_modules` with npm. The shared
 layers stay untouched (they are mounted read-only). Then the requirement is recorded in
 `pyproject.toml` (tomlkit keeps comments and layout) or `package.json`.
 """
@@ -245,10 +248,21 @@ class InstallService:
             if not self._files.exists(python):
                 raise Conflict(f"workspace {record.name!r} has no Python venv; `warden health {record.name} "
                                "--repair` re-creates it")
-            argv = [python, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
-                    "--no-input", "--no-warn-script-location", *packages]
-            env["PIP_CONFIG_FILE"] = "/dev/null"
-            env.update(IndexOptions(settings.get_str("envs.index_url"), tuple(find_links), no_index).pip_env())
+            index = IndexOptions(settings.get_str("envs.index_url"), tuple(find_links), no_index)
+            if self._has_pip(record):
+                argv = [python, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
+                        "--no-input", "--no-warn-script-location", *packages]
+                env["PIP_CONFIG_FILE"] = "/dev/null"
+                env.update(index.pip_env())
+            else:
+                uv = self._tools.uv()
+                ro_paths.append(uv)
+                argv = [uv, "pip", "install", "--python", python, "--link-mode=copy", "--compile-bytecode",
+                        *index.uv_args(), *packages]
+                # No user or project config (a bot-written uv.toml must not steer it), no
+                # interpreter downloads, a cache in the sandbox's own /tmp.
+                env.update({"UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1",
+                            "UV_CACHE_DIR": "/tmp/.uv-cache"})  # noqa: S108 - the sandbox's private /tmp
         domains = [] if no_index and not node else settings.get_list("envs.install_domains")
         if domains:
             trust_env, trust_paths = self._tools.trust()
@@ -267,6 +281,16 @@ class InstallService:
                     recorded_in = "pyproject.toml"
         return InstallResult(record.name, list(packages), node, ok, ran.exit_code, recorded_in,
                              _tail(ran.stderr or ran.stdout) if not ok else None)
+
+    def _has_pip(self, record: WorkspaceRecord) -> bool:
+        """Whether `python -m pip` works in the workspace's venv: pip in the venv or its layer."""
+        xy = ".".join(str(record.meta.get("python") or "").split(".")[:2])
+        if not xy:
+            return False
+        layers = [os.path.join(p, "venv") for p in _strings(record.meta.get("ro_paths"))]
+        venvs = [os.path.join(record.path, ".venv"), *layers]
+        return any(self._files.exists(os.path.join(venv, "lib", f"python{xy}", "site-packages", "pip", "__init__.py"))
+                   for venv in venvs)
 
     def _run(self, record: WorkspaceRecord, argv: list[str], env: dict[str, str], ro_paths: list[str],
              domains: list[str], lease: Lease | None) -> _Ran:

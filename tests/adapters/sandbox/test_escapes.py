@@ -44,7 +44,8 @@ def unprivileged() -> dict[str, Any]:
     """The whole attack list, run once by an unprivileged user with the system interpreter."""
     python = _system_python()
     if os.geteuid() != 0 or shutil.which("setpriv") is None or python is None:
-        pytest.skip("needs root (to drop to nobody), setpriv and a system python3")
+        pytest.skip("needs root (to drop to nobody), setpriv and a system python3; as a normal user "
+                    "test_contained already runs every attack unprivileged")
     paths = [str(REPO / "src"), str(REPO)]
     try:
         import bashlex

@@ -141,7 +141,7 @@ def _quota_check(workspaces_root: str) -> Check:
         return Check("disk quota", True, f"Warden's watcher (inotify, real-time priority): overshoot bounded "
                      f"by {OVERSHOOT}; {kernel}", required=False)
     return Check("disk quota", False, "Warden's watcher (inotify, normal priority): a busy machine can delay it, "
-                 f"and a fast writer passes the limit by tens of MiB meanwhile; {kernel}",
+                 f"and a fast writer's overshoot past the limit is then tens of MiB; {kernel}",
                  "give Warden's user real-time priority 1 (`USER - rtprio 1` in /etc/security/limits.conf) "
                  "or CAP_SYS_NICE", required=False)
 
@@ -167,7 +167,14 @@ def run_checks(workspaces_root: str | None = None) -> list[Check]:
         fallback = "; as root without a pids cgroup every command is refused (sandbox.pids_unenforced)"
         fix = "give Warden a writable pids cgroup (mount the pids controller, or run it in a delegated cgroup)"
     else:
-        fallback = "; falling back to rlimits (the process limit counts all of this user's processes)"
+        # Say what each missing controller changes, not only that one is missing.
+        changes = []
+        if support.memory is None:
+            changes.append("the memory limit holds each process's private memory (RLIMIT_DATA), not the "
+                           "run's total, and shared memory only up to an address-space cap")
+        if support.pids is None:
+            changes.append("the process limit counts all of this user's processes (RLIMIT_NPROC)")
+        fallback = "; falling back to rlimits: " + "; ".join(changes)
         fix = "run Warden as root, or in a delegated cgroup (systemd-run --user --scope -p Delegate=yes warden ...)"
     checks.append(Check("cgroups", ok, detail + fallback, fix, required=root_without_pids))
     checks.append(_seccomp_check())

@@ -95,6 +95,7 @@ _ANSWER_TIMEOUT = 10.0  # seconds a supervisor has to answer one request
 _START_TIMEOUT = 20.0  # seconds a new live sandbox has to answer its first ping
 _DRAIN = 2.0  # seconds to read what a command left in its pipes after it ended
 _ERR_TAIL = 4096
+_STOP_WAIT_S = 5.0  # seconds stop() waits for a killed sandbox to be gone
 
 
 SUPERVISOR_PATH = "/etc/warden/supervisor.py"  # inside a live sandbox
@@ -879,11 +880,18 @@ class HostLiveSandboxes:
                 channel.close()
         init, init_start = sandbox.meta.get("init_pid"), sandbox.meta.get("init_start")
         # SIGKILL to a pid namespace's init ends every process in it.
+        killed = []
         for pid, start in ((init, init_start), (sandbox.supervisor_pid, sandbox.supervisor_start),
                            (sandbox.pid, sandbox.pid_start)):
             if isinstance(pid, int) and isinstance(start, int) and pid > 1 and alive(pid, start):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
+                killed.append((pid, start))
+        # kill() returns before the process is gone: on a busy machine it was still seen alive
+        # after stop() returned. Wait (bounded) until it has exited.
+        deadline = time.monotonic() + _STOP_WAIT_S
+        while any(alive(pid, start) for pid, start in killed) and time.monotonic() < deadline:
+            time.sleep(0.01)
         group = _cgroup_of(sandbox.meta)
         if group is not None:
             # Its commands' cgroups too: a background process not yet collected keeps its own.

@@ -81,11 +81,14 @@ def _rlimits(limits: Limits, cg: cgroups.Cgroup | None,
              support: cgroups.CgroupSupport) -> list[tuple[int, int, int]]:
     has_memory = cg is not None and support.memory is not None
     has_pids = cg is not None and support.pids is not None
-    # With a memory cgroup the address-space limit is only a backstop: V8 reserves ~10 GiB of
-    # address space per WebAssembly memory (guard regions) and touches little of it, so Node
-    # fails with "Cannot allocate Wasm memory" under a tight RLIMIT_AS. Without a cgroup the
-    # address space is the memory limit.
-    address_space = max(limits.memory * 4, limits.memory + 32 * _GIB) if has_memory else limits.memory
+    # The address-space limit is only a backstop: V8 reserves ~10 GiB of address space per
+    # WebAssembly memory (guard regions) and touches little of it, so Node fails with "could
+    # not allocate memory" under a tight RLIMIT_AS (Node's own fetch() compiles its HTTP parser
+    # to wasm, so npm and any script that fetches die too). Without a memory cgroup the memory
+    # limit is RLIMIT_DATA instead (setrlimit(2): private writable mappings, heap and anonymous
+    # maps, counted when made writable), which a PROT_NONE reservation does not touch. What it
+    # misses (shared mappings) stays under the backstop; `warden doctor` says so.
+    address_space = max(limits.memory * 4, limits.memory + 32 * _GIB)
     wanted = [
         (resource.RLIMIT_AS, address_space, address_space),
         (resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1),  # SIGXCPU, then SIGKILL
@@ -93,6 +96,8 @@ def _rlimits(limits: Limits, cg: cgroups.Cgroup | None,
         (resource.RLIMIT_FSIZE, limits.file_size, limits.file_size),
         (resource.RLIMIT_CORE, 0, 0),
     ]
+    if not has_memory:
+        wanted.append((resource.RLIMIT_DATA, limits.memory, limits.memory))
     if not has_pids:
         wanted.append((resource.RLIMIT_NPROC, limits.pids, limits.pids))
     result = []

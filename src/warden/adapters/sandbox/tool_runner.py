@@ -1,8 +1,9 @@
-"""The `SandboxTools` port (core/ports): Warden's own tools (pip, npm) run in the sandbox."""
+"""The `SandboxTools` port (core/ports): Warden's own tools (pip, uv, npm) run in the sandbox."""
 
 from __future__ import annotations
 
 import json
+import os
 import tarfile
 from collections.abc import Mapping, Sequence
 
@@ -33,6 +34,11 @@ class SandboxedTools:
 
     def trust(self) -> tuple[dict[str, str], list[str]]:
         return trust_settings(self._caller_env)
+
+    def uv(self) -> str:
+        from warden.adapters.envs.interpreters import uv_binary
+
+        return os.path.realpath(uv_binary())  # mounted at its own path: never a link to follow inside
 
     def run(self, folder: str, argv: Sequence[str], *, env: Mapping[str, str], ro_paths: Sequence[str] = (),
             rw_paths: Sequence[str] = (), domains: Sequence[str] = (), limits: Limits | None = None,

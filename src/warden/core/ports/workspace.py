@@ -228,6 +228,10 @@ class SandboxTools(Protocol):
         """The caller's TLS trust variables that name existing files, and those paths (to mount)."""
         ...
 
+    def uv(self) -> str:
+        """The uv binary (a host path, mounted read-only where it runs); Unavailable when missing."""
+        ...
+
     def run(self, folder: str, argv: Sequence[str], *, env: Mapping[str, str], ro_paths: Sequence[str] = (),
             rw_paths: Sequence[str] = (), domains: Sequence[str] = (), limits: Limits | None = None,
             ) -> RunResult:
