@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from warden.services.sweeper import Sweeper
     from warden.services.watching import WatchService
 
-__all__ = ["App", "Home", "bootstrap", "config_file", "load_settings"]
+__all__ = ["App", "Home", "act_for", "bootstrap", "config_file", "load_settings"]
 
 
 @dataclass(frozen=True)
@@ -561,11 +561,10 @@ class App:
                                   instance=self._instance_id)
 
     def _instance_id(self) -> str | None:
-        """The id of this process's registered instance (None: it registered none)."""
-        if "instances" not in self.__dict__:
-            return None
-        current = self.instances.current
-        return current.id if current is not None else None
+        """The id of this process's registered instance; else that of the instance it acts for (a
+        child of the home's daemon: the daemon's); None: neither."""
+        current = self.instances.current if "instances" in self.__dict__ else None
+        return current.id if current is not None else _acting_for
 
     @cached_property
     def exec_slots(self) -> HeldSlots:
@@ -596,6 +595,19 @@ class App:
     def close(self) -> None:
         if "registry" in self.__dict__:
             self.registry.close()
+
+
+# The registered instance this process acts for when it registered none of its own: set in a
+# child of the home's daemon (interfaces/cli/daemon.py), never from the environment (which a
+# client chooses), so the live sandboxes a `warden run` starts there are the daemon's and are
+# stopped if the daemon dies unseen.
+_acting_for: str | None = None
+
+
+def act_for(instance_id: str | None) -> None:
+    """From now on this process acts for instance `instance_id` (see `_acting_for`)."""
+    global _acting_for
+    _acting_for = instance_id
 
 
 def node_name(environ: Mapping[str, str]) -> str:

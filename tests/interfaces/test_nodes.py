@@ -254,3 +254,29 @@ def test_a_pepper_rotated_on_one_node_reaches_forwarding_without_a_restart(pair:
             assert forwarded.status_code == 200, forwarded.text
             assert len(_runs_of(a, marker)) == 1
         assert _exec(server_a.url, token, ["true"]).status_code == 200
+
+
+def _doctor_node(node: Node) -> tuple[dict[str, object], dict[str, object]]:
+    data = json.loads(node.cli("doctor", "--json", check=False).stdout)["data"]
+    return data["node"], next(c for c in data["checks"] if c["name"] == "node")
+
+
+def test_doctor_counts_the_nodes_up_and_down(pair: tuple[Node, Node]) -> None:
+    a, b = pair
+    with a.serve():
+        node, check = _doctor_node(b)
+        assert node["name"] == "node-b" and node["clustered"] is True
+        assert node["up"] == ["node-a"] and node["down"] == ["node-b"]  # B runs no server: down, and says so
+        assert check["ok"] is True and "1 node(s) up (node-a), 1 down" in str(check["detail"])
+        assert "single-node" not in str(check["detail"]) and "this one" in str(check["detail"])
+        with b.serve():
+            node, check = _doctor_node(b)
+            assert node["up"] == ["node-a", "node-b"] and node["down"] == []
+            assert "2 node(s) up" in b.cli("doctor", check=False).stdout
+    # A stopped: once past the window B's doctor warns that A's workspaces are unreachable.
+    def a_down() -> bool:
+        return _doctor_node(b)[0]["down"] == ["node-a", "node-b"]
+
+    assert poll(a_down, timeout=WINDOW_S + 10, interval=0.5)
+    _, check = _doctor_node(b)
+    assert check["ok"] is False and "node-a are unreachable" in str(check["detail"])

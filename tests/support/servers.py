@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -48,9 +49,9 @@ class ThreadServer:
         self.sock.close()
 
 
-def _healthy(url: str) -> bool:
+def _healthy(url: str, verify: ssl.SSLContext | bool = True) -> bool:
     try:
-        return httpx.get(url + "/v1/health", timeout=2).status_code == 200
+        return httpx.get(url + "/v1/health", timeout=2, verify=verify).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -58,9 +59,11 @@ def _healthy(url: str) -> bool:
 class ServeProcess:
     """`python -m warden serve --port 0` with stdout and stderr captured to files."""
 
-    def __init__(self, environ: dict[str, str], log_dir: Path, *extra: str) -> None:
+    def __init__(self, environ: dict[str, str], log_dir: Path, *extra: str,
+                 verify: ssl.SSLContext | bool = True) -> None:
         self.environ = environ
         self.extra = extra
+        self.verify = verify  # how its health is checked when it serves https:// (--tls-cert)
         self.out_path = log_dir / "serve.out"
         self.err_path = log_dir / "serve.err"
         self.url = ""
@@ -76,8 +79,8 @@ class ServeProcess:
 
         def serving() -> str | bool:
             """The URL once it answers; False while it starts, True once the process ended."""
-            match = re.search(rb"listening on (http://127\.0\.0\.1:\d+)", self.out_path.read_bytes())
-            if match and _healthy(match.group(1).decode()):
+            match = re.search(rb"listening on (https?://127\.0\.0\.1:\d+)", self.out_path.read_bytes())
+            if match and _healthy(match.group(1).decode(), self.verify):
                 return match.group(1).decode()
             return proc.poll() is not None
 

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 __all__ = ["InstanceService", "NodeSettings"]
 
+_JOIN_S = 5.0  # seconds a leaving process waits for its heartbeat thread to finish a registry write
+
 
 @dataclass(frozen=True)
 class NodeSettings:
@@ -47,9 +49,29 @@ class InstanceService:
         self.settings = settings
         self._live = live
         self.current: Instance | None = None  # this process's, while registered
-        self._stop = threading.Event()
 
     # -- this process ------------------------------------------------------------------------
+    def join(self, kind: str, *, url: str | None = None, terminal: str | None = None) -> Instance:
+        """Register this process as an instance of `kind` (one registry write); the caller beats
+        (`beat`) and leaves (`leave`). The home's daemon does so from its own loop: no thread."""
+        if kind not in nodes.KINDS:
+            raise ValueError(kind)
+        now = self._clock().isoformat()
+        pid = os.getpid()
+        instance = Instance("ins_" + os.urandom(8).hex(), self.node, kind, pid,
+                            self._processes.start_time(pid) or 0, now, now, url, terminal)
+        with self._registry.transaction() as tx:
+            tx.instances.insert(instance)
+        self.current = instance
+        return instance
+
+    def leave(self, instance: Instance) -> None:
+        """Unregister `instance` (a clean exit); a failure leaves a row found dead later, by its pid."""
+        if self.current is not None and self.current.id == instance.id:
+            self.current = None
+        with contextlib.suppress(Exception), self._registry.transaction() as tx:
+            tx.instances.delete(instance.id)
+
     @contextlib.contextmanager
     def registered(self, kind: str, *, url: str | None = None, terminal: str | None = None) -> Iterator[Instance]:
         """Register this process as an instance of `kind` and keep its heartbeat while the block
@@ -58,35 +80,58 @@ class InstanceService:
             raise ValueError(kind)
         with contextlib.suppress(Exception):  # a failed look must not keep a server from starting
             self.reap()
-        now = self._clock().isoformat()
-        pid = os.getpid()
-        instance = Instance("ins_" + os.urandom(8).hex(), self.node, kind, pid,
-                            self._processes.start_time(pid) or 0, now, now, url, terminal)
-        with self._registry.transaction() as tx:
-            tx.instances.insert(instance)
-        self.current = instance
-        self._stop.clear()
-        beater = threading.Thread(target=self._beat_loop, args=(instance,), name="warden-heartbeat", daemon=True)
+        instance = self.join(kind, url=url, terminal=terminal)
+        stop = threading.Event()
+        beater = threading.Thread(target=self._beat_loop, args=(instance, stop), name="warden-heartbeat",
+                                  daemon=True)
         beater.start()
         try:
             yield instance
         finally:
-            self._stop.set()
-            self.current = None
-            with contextlib.suppress(Exception), self._registry.transaction() as tx:
-                tx.instances.delete(instance.id)
+            stop.set()
+            beater.join(_JOIN_S)  # no beat may register it again after it left
+            self.leave(instance)
 
-    def _beat_loop(self, instance: Instance) -> None:
+    @contextlib.contextmanager
+    def registered_after(self, delay: timedelta, kind: str, *, terminal: str | None = None) -> Iterator[None]:
+        """Register this process as an instance of `kind` only once the block has run `delay` (a
+        long command): a short one costs a thread started and stopped, and no registry write."""
+        stop = threading.Event()
+        joined: list[Instance] = []
+
+        def later() -> None:
+            if stop.wait(max(delay.total_seconds(), 0.0)):
+                return
+            try:
+                joined.append(self.join(kind, terminal=terminal))
+            except Exception:
+                return  # a locked or lost registry: the command goes on unregistered
+            self._beat_loop(joined[0], stop)
+
+        timer = threading.Thread(target=later, name="warden-heartbeat", daemon=True)
+        timer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            # A registration under way finishes first, so it is not left behind; one stuck on a
+            # locked registry past _JOIN_S is left, and found dead by its pid later.
+            timer.join(_JOIN_S)
+            if joined:
+                self.leave(joined[0])
+
+    def _beat_loop(self, instance: Instance, stop: threading.Event) -> None:
         period = max(self.settings.interval.total_seconds(), 0.05)
-        while not self._stop.wait(period):
+        while not stop.wait(period):
             with contextlib.suppress(Exception):  # a missed beat is retried; the window is generous
-                self.beat(instance)
+                self.beat(instance, stop=stop)
 
-    def beat(self, instance: Instance) -> None:
-        """Renew `instance`'s heartbeat; registered again if it was presumed dead meanwhile (it lives)."""
+    def beat(self, instance: Instance, *, stop: threading.Event | None = None) -> None:
+        """Renew `instance`'s heartbeat; registered again if it was presumed dead meanwhile (it
+        lives), unless it is leaving (`stop` set)."""
         now = self._clock().isoformat()
         with self._registry.transaction() as tx:
-            if not tx.instances.beat(instance.id, now) and not self._stop.is_set():
+            if not tx.instances.beat(instance.id, now) and not (stop is not None and stop.is_set()):
                 tx.instances.insert(instance._replace(heartbeat_at=now))
 
     # -- the cluster -------------------------------------------------------------------------
@@ -137,10 +182,14 @@ class InstanceService:
             reaped.append(instance)
         for instance in reaped:
             self._stop_sandboxes(instance)
-        if reaped:
-            with self._registry.transaction() as tx:  # a nonce older than the skew cannot come again
-                tx.instances.forget_nonces((now - 2 * nodes.SKEW).isoformat())
+        self.forget_nonces()
         return reaped
+
+    def forget_nonces(self) -> int:
+        """Forget the nonces of node-to-node requests too old to be taken again (their timestamp
+        is past the skew a receiver allows): each janitor pass, never per request."""
+        with self._registry.transaction() as tx:
+            return tx.instances.forget_nonces((self._clock() - 2 * nodes.SKEW).isoformat())
 
     def _release(self, tx: Tx, instance: Instance) -> dict[str, object]:
         """In `tx`: the dead instance's leases and terminal lock released, its runs marked lost."""

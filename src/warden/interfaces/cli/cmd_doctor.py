@@ -38,6 +38,40 @@ def _disk_check(ctx: Context) -> Any:
     return Check("disk", True, f"the disk of Warden's home is {used}% full (alert at {limit}%)", required=False)
 
 
+def _node_check(ctx: Context) -> tuple[Any, dict[str, Any]]:
+    """This node's name and, for a node of a cluster (a shared PostgreSQL registry), which nodes
+    are up and down (docs/nodes.md); a home on SQLite is a single-node home, and its registry is
+    not opened for this (doctor on a home not set up creates nothing). Never required."""
+    from warden.adapters.sandbox.doctor import Check
+
+    try:
+        app = ctx.app
+        name, clustered = app.node, app.clustered
+    except WardenError as exc:
+        return Check("node", False, f"cannot tell this node: {exc.message}", required=False), {}
+    info: dict[str, Any] = {"name": name, "clustered": clustered, "up": None, "down": None}
+    if not clustered:
+        return Check("node", True, f"node {name}: a single-node home (its registry is SQLite; several machines "
+                     "share one PostgreSQL registry, see docs/nodes.md)", required=False), info
+    try:
+        # The nodes with instances, and those that hold workspaces (a node stopped cleanly has none).
+        views = app.instances.nodes(tuple(sorted({r.node for r in app.workspaces.list() if r.node})))
+    except WardenError as exc:
+        return Check("node", False, f"node {name}: cannot read the cluster's registry: {exc.message}",
+                     required=False), info
+    up, down = [v.node for v in views if v.live], [v.node for v in views if not v.live]
+    info.update(up=up, down=down)
+    # This node is down while no Warden process of it beats (doctor itself registers none).
+    shown = [f"{n} (this one: no `warden serve`, daemon or shell runs here)" if n == name else n for n in down]
+    said = f"node {name}: {len(up)} node(s) up ({', '.join(up) or 'none'}), {len(down)} down"
+    said += f" ({', '.join(shown)})" if down else ""
+    others = [n for n in down if n != name]
+    if others:
+        return Check("node", False, f"{said}: the workspaces of {', '.join(others)} are unreachable",
+                     "start `warden serve` on them again", required=False), info
+    return Check("node", True, said, required=False), info
+
+
 def _doctor(ctx: Context, args: argparse.Namespace) -> Output:
     from warden.adapters.sandbox.doctor import run_checks
 
@@ -47,8 +81,10 @@ def _doctor(ctx: Context, args: argparse.Namespace) -> Output:
         root = None
     checks = run_checks(root)
     checks.append(_disk_check(ctx))
+    node_check, node = _node_check(ctx)
+    checks.append(node_check)
     ok = all(c.ok for c in checks if c.required)
-    data: dict[str, Any] = {"ok": ok, "checks": [c.to_json() for c in checks]}
+    data: dict[str, Any] = {"ok": ok, "checks": [c.to_json() for c in checks], "node": node}
     if args.fix:
         data["swept"] = ctx.app.sweeper.sweep().to_json()
 

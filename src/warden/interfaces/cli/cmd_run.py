@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import AbstractContextManager
 from typing import Any
 
 from warden.core.errors import InvalidInput, Locked, NotFound, Refused, Unavailable, WardenError
@@ -82,6 +83,14 @@ def _writer(stream: Any) -> Any:
     return write
 
 
+def _long_command(ctx: Context) -> AbstractContextManager[None]:
+    """A run is an instance of its node once it has run one heartbeat interval, so its death
+    unseen (killed, its machine gone) releases its leases and marks it lost; a shorter one pays no
+    registry write. Not its terminal's lock: the terminal outlives a command killed in it."""
+    instances = ctx.app.instances
+    return instances.registered_after(instances.settings.interval, "command")
+
+
 def _run(ctx: Context, args: argparse.Namespace) -> Output:
     command = list(args.command)
     if not command:
@@ -113,7 +122,8 @@ def _run(ctx: Context, args: argparse.Namespace) -> Output:
     if args.tty:
         from warden.interfaces.cli.terminal import run_on_terminal
 
-        result = run_on_terminal(ctx, request)
+        with _long_command(ctx):
+            result = run_on_terminal(ctx, request)
         return Output(result.to_json(), exit_code=result.exit_code, streamed=True)
     output = RunOutput(on_stdout=_writer(sys.stdout.buffer) if live else None,
                        on_stderr=_writer(sys.stderr.buffer) if live else None, capture=not live,
@@ -123,7 +133,8 @@ def _run(ctx: Context, args: argparse.Namespace) -> Output:
         runs = ctx.app.runs  # opens the registry: a locked or lost one refuses the run as well
     except (Locked, NotFound, Unavailable) as exc:
         raise Refused.of(exc) from None
-    result = runs.execute(request, output)
+    with _long_command(ctx):
+        result = runs.execute(request, output)
     if live and result.timed_out:
         sys.stderr.write("warden: timed out; the command and its processes were killed\n")
     return Output(result.to_json(), exit_code=result.exit_code, streamed=live)

@@ -21,6 +21,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, help="port to listen on (default: api.port, 8787; 0 picks a free one)")
     p.add_argument("--workers", type=int, help="worker processes (default: api.workers, 1); one per core "
                    "serves the most requests")
+    p.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate chain (PEM; default: "
+                   "api.tls_cert); other nodes verify it with node.ca_file")
+    p.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (PEM; default: api.tls_key)")
     p.add_argument("--no-access-log", dest="access_log", action="store_false",
                    help="do not log one line per request")
     p.set_defaults(handler=_serve)
@@ -43,6 +46,26 @@ def _bind(host: str, port: int) -> socket.socket:
     sock.listen(1024)
     sock.set_inheritable(True)
     return sock
+
+
+def tls_files(cert: str, key: str) -> tuple[str, str] | None:
+    """The certificate and key `serve` answers HTTPS with (None: plain HTTP), checked before it
+    listens: both or neither, readable, and a key that matches the certificate; else one line."""
+    if not cert and not key:
+        return None
+    if not (cert and key):
+        raise InvalidInput("give both --tls-cert and --tls-key (or api.tls_cert and api.tls_key), or neither")
+    import ssl
+
+    cert, key = os.path.expanduser(cert), os.path.expanduser(key)
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except OSError as exc:
+        raise InvalidInput(f"bad --tls-cert/--tls-key: {exc.strerror or exc} ({exc.filename or cert})") from None
+    except ssl.SSLError as exc:
+        raise InvalidInput(f"bad --tls-cert/--tls-key: not a PEM certificate chain and its matching key "
+                           f"({exc.reason or exc})") from None
+    return cert, key
 
 
 def connect_help(url: str, database: str) -> str:
@@ -79,6 +102,8 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
     workers = app.settings.get_int("api.workers") if args.workers is None else args.workers
     if not 1 <= workers <= MAX_WORKERS:
         raise InvalidInput(f"bad --workers {workers}: use 1-{MAX_WORKERS}")
+    tls = tls_files(args.tls_cert or app.settings.get_str("api.tls_cert"),
+                    args.tls_key or app.settings.get_str("api.tls_key"))
     app.root_dir.mkdir(parents=True, exist_ok=True)
     app.keystore.ensure()
     database = app.registry.url.split("@")[-1]
@@ -86,7 +111,7 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
     sock = _bind(host, port)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{bound}"
+    url = f"{'https' if tls else 'http'}://{shown}:{bound}"
     # What a killed server or run left behind: cgroups, temp files, runs never finished (lost).
     swept = app.sweeper.sweep().to_json()
     app.audit.record(actor="user", action="serve.start", target=url,
@@ -115,6 +140,8 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
                                "http": BoundedHttpToolsProtocol,  # request line and headers bounded (414/431)
                                "ws": DeniedHandshakeProtocol,  # a refused PTY handshake is no server error
                                "log_config": _log_config(args.access_log)}
+    if tls:
+        options.update(ssl_certfile=tls[0], ssl_keyfile=tls[1])
     # uvicorn hands a SIGTERM it caught back to the handler before it once it has stopped; the
     # default one would end the process before the `finally` below (instance, audit) runs.
     import signal

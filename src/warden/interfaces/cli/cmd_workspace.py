@@ -141,7 +141,20 @@ def _destroyed(ctx: Context) -> Output:
 def _info(ctx: Context, args: argparse.Namespace) -> Output:
     # Another node's workspace is shown too (its folder is not touched): `node` says where it is.
     data = ctx.app.workspaces.get(args.name, anywhere=True).to_json()
-    return Output(data, render=lambda d: "\n".join(f"{k}: {v}" for k, v in d.items() if v is not None))
+    return Output(data, render=lambda d: _info_text(d, ctx.app.node))
+
+
+def _info_text(data: dict[str, Any], here: str) -> str:
+    """`key: value` lines; the node right after the status, saying whether it is this one."""
+    lines = []
+    for key, value in data.items():
+        if value is None or key == "node":
+            continue
+        lines.append(f"{key}: {value}")
+        if key == "status" and data.get("node"):
+            where = "this node" if data["node"] == here else f"another node; this is {here}"
+            lines.append(f"node: {data['node']} ({where})")
+    return "\n".join(lines)
 
 
 def _destroy(ctx: Context, args: argparse.Namespace) -> Output:

@@ -12,8 +12,9 @@ While the home has live sandboxes it stays, and every `WARDEN_DAEMON_SWEEP` seco
 child looks at them as `warden serve` does: ended background processes get their outcome
 audited, idle or no longer allowed sandboxes are stopped.
 
-It holds no state a child could inherit wrongly: no registry connection, no thread, no open
-file but its socket, its lock and a wake-up pipe (closed in each child). What children import
+It registers as an instance of its node and renews its heartbeat from its own loop (`_Presence`),
+and still holds no state a child could inherit wrongly: no registry connection between beats, no
+thread, no open file but its socket, its lock and a wake-up pipe (closed in each child). What children import
 that it has not, it imports after them, so the second command starts warm. It ends when idle
 (`WARDEN_DAEMON_IDLE` seconds, 900 by default), and at once when Warden's code changed on
 disk: a client then runs its command itself, and the next one starts a fresh daemon. A client
@@ -39,7 +40,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from warden.interfaces.cli.entry import (
     daemon_paths,
@@ -155,6 +156,61 @@ class _Child:
     report: int
 
 
+class _Presence:
+    """The daemon as an instance of its node (services/instances.py): registered once it serves,
+    its heartbeat renewed every `node.heartbeat_interval`, gone on a clean end; killed, it is found
+    dead (its pid gone, its heartbeat stale) and the live sandboxes its children started are
+    stopped. All from the daemon's own loop, between forks: no thread (a fork copies only the
+    thread that forks, and a lock another thread held stays held in the child), and no registry
+    connection open past a beat (a child must not share one: PostgreSQL's, closed or used by a
+    child, would break the daemon's; SQLite's must never cross a fork)."""
+
+    def __init__(self, home: str, environ: dict[str, str]) -> None:
+        self.home = home
+        self.environ = environ
+        self.app: Any = None  # warden.bootstrap.App, built at the first beat
+        self.instance: Any = None  # warden.core.nodes.Instance, once registered
+        self.interval = 10.0
+        self.next_at = 0.0  # time.monotonic() of the next beat (0: at once)
+        self.failed = False  # a failure is logged once, not every beat
+
+    def due(self, now: float) -> float:
+        """Seconds until the next beat (0: now)."""
+        return max(self.next_at - now, 0.0)
+
+    def beat(self) -> None:
+        try:
+            if self.app is None:
+                from warden.bootstrap import bootstrap
+
+                self.app = bootstrap(self.home, environ=self.environ)
+                self.interval = max(self.app.instances.settings.interval.total_seconds(), 0.05)
+            if self.instance is None:
+                self.instance = self.app.instances.join("daemon")
+            else:
+                self.app.instances.beat(self.instance)
+            self.failed = False
+        except Exception as exc:  # an uninitialised home, a locked registry: tried again next time
+            if not self.failed:
+                _log(self.home, f"the daemon could not register as an instance: {type(exc).__name__}: {exc}")
+            self.failed = True
+        finally:
+            self._disconnect()
+            self.next_at = time.monotonic() + self.interval
+
+    def leave(self) -> None:
+        if self.instance is not None:
+            with contextlib.suppress(Exception):
+                self.app.instances.leave(self.instance)
+            self.instance = None
+            self._disconnect()
+
+    def _disconnect(self) -> None:
+        if self.app is not None:
+            with contextlib.suppress(Exception):
+                self.app.close()
+
+
 @dataclass
 class Daemon:
     home: str
@@ -170,6 +226,7 @@ class Daemon:
     # Whether the last sweep left live sandboxes in the registry (None: not known since the last
     # command, which may have started one).
     registry_live: bool | None = None
+    presence: _Presence | None = None  # the daemon as an instance of its node, once it serves
 
     def serve(self) -> int:
         path, lock_path = daemon_paths(self.home)
@@ -208,6 +265,7 @@ class Daemon:
         self._held = (lock, wake_r, wake_w, listener.fileno())
         last = time.monotonic()
         next_sweep = last + self.sweep_s
+        self.presence = _Presence(self.home, self.environ)
         try:
             while not (self.draining and not self.children and self.sweeper is None):
                 now = time.monotonic()
@@ -222,6 +280,10 @@ class Daemon:
                     break  # idle
                 if live or self.sweeper is not None:
                     timeout = max(min(timeout if timeout is not None else self.sweep_s, next_sweep - now), 0.05)
+                if not self.draining and self.presence.due(now) == 0.0:
+                    self.presence.beat()
+                beat_in = max(self.presence.due(time.monotonic()), 0.05)
+                timeout = beat_in if timeout is None else min(timeout, beat_in)
                 for key, _ in sel.select(timeout):
                     if key.data == "listener":
                         last = time.monotonic()
@@ -243,6 +305,7 @@ class Daemon:
                 if self.children:
                     last = time.monotonic()
         finally:
+            self.presence.leave()
             with contextlib.suppress(OSError):
                 if listener.fileno() != -1 and os.stat(path).st_ino == bound:
                     os.unlink(path)
@@ -457,6 +520,10 @@ class Daemon:
                 os.close(fd)
             _fresh_stdio()
             sys.argv = ["warden", *argv]
+            if self.presence is not None and self.presence.instance is not None:
+                from warden.bootstrap import act_for
+
+                act_for(self.presence.instance.id)  # the live sandboxes it starts are the daemon's
             from warden.interfaces.cli.main import main
 
             status = main(argv)

@@ -154,7 +154,12 @@ class NodeForwarding:
             import httpx
 
             ca = self.app.settings.get_str("node.ca_file")
-            verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=os.path.expanduser(ca)) if ca else True
+            try:
+                verify: ssl.SSLContext | bool = (ssl.create_default_context(cafile=os.path.expanduser(ca)) if ca
+                                                 else True)
+            except (OSError, ssl.SSLError) as exc:  # tried again next request: the file may be fixed
+                raise Unavailable(f"node.ca_file {ca!r} cannot be used ({exc}); give the PEM file of the "
+                                  "CA that signed the other nodes' certificates", rule="node.tls") from None
             self._client = httpx.AsyncClient(
                 verify=verify, follow_redirects=False,
                 timeout=httpx.Timeout(self.timeout, connect=5.0),
@@ -185,6 +190,10 @@ class NodeForwarding:
         try:
             response = await client.send(request, stream=True)
         except httpx.TransportError as exc:
+            if _untrusted(exc):
+                raise Unavailable(f"node {node!r} is unavailable: its certificate at {url} was not trusted "
+                                  "(set node.ca_file to the CA that signed it, on this node)",
+                                  rule="node.tls") from None
             raise Unavailable(f"node {node!r} is unavailable ({type(exc).__name__} at {url}); "
                               "try again when it is back", rule="node.down") from None
         try:
@@ -200,6 +209,19 @@ class NodeForwarding:
             log.warning("forwarding to node %s broke off: %s", node, type(exc).__name__)
         finally:
             await response.aclose()
+
+
+def _untrusted(exc: BaseException) -> bool:
+    """Whether a failed connection failed on the other node's certificate (an unknown CA, a name
+    it was not issued for, expired): httpx wraps the ssl module's error, or says its reason."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            break
+        if isinstance(seen, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _replay(body: bytes, original: Receive) -> Receive:
