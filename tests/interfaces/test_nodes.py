@@ -15,77 +15,28 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.servers import ServeProcess, warden_environ
+from tests.support.nodes import Node, fresh_database, needs_postgres, node_pair
 from tests.support.waiting import poll
 
-ADMIN_URL = os.environ.get("WARDEN_TEST_DATABASE_URL", "")
-pytestmark = pytest.mark.skipif(not ADMIN_URL.startswith("postgresql"),
-                                reason="set WARDEN_TEST_DATABASE_URL=postgresql+psycopg://… to test PostgreSQL")
+pytestmark = needs_postgres
 
 WINDOW_S = 3  # node.heartbeat_window: short, so a down node is seen within the test
 
 
-def _admin(sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
-        conn.execute(sql)  # type: ignore[arg-type]
-
-
-@dataclass
-class Node:
-    name: str
-    environ: dict[str, str]
-    logs: Path
-
-    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([sys.executable, "-m", "warden", *args], capture_output=True, text=True,
-                              env=self.environ, timeout=120, check=False)
-        if check:
-            assert proc.returncode == 0, proc.stderr
-        return proc
-
-    def serve(self) -> ServeProcess:
-        return ServeProcess(self.environ, self.logs)
-
-
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
-    name = "warden_nodes_" + secrets.token_hex(6)
-    _admin(f"CREATE DATABASE {name}")
-    base, _, _ = ADMIN_URL.rpartition("/")
-    try:
-        yield f"{base}/{name}"
-    finally:
-        _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with fresh_database("warden_nodes_") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def pair(database: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Node, Node]:
     """Nodes `node-a` and `node-b`, each with its home, sharing the database and the keys."""
-    pepper = base64.urlsafe_b64encode(os.urandom(32)).decode()
-    master = base64.urlsafe_b64encode(os.urandom(32)).decode()
-    cluster = base64.b64encode(os.urandom(32)).decode()  # the cluster key every node holds
-    nodes = []
-    for name in ("node-a", "node-b"):
-        root = tmp_path_factory.mktemp(name)
-        environ = {**warden_environ(root / "home"), "WARDEN_NODE": name, "WARDEN_DATABASE_URL": database,
-                   "WARDEN_TOKEN_PEPPER": pepper, "WARDEN_MASTER_KEY": master, "WARDEN_CLUSTER_KEY": cluster,
-                   "WARDEN_NODE_HEARTBEAT_INTERVAL": "1s", "WARDEN_NODE_HEARTBEAT_WINDOW": f"{WINDOW_S}s",
-                   "WARDEN_JANITOR_INTERVAL": "0s"}
-        node = Node(name, environ, root)
-        node.cli("init")
-        nodes.append(node)
-    a, _ = nodes
-    a.cli("create", "wsa", "--template", "minimal")
-    a.cli("bot", "register", "tester")
-    return nodes[0], nodes[1]
+    return node_pair(database, tmp_path_factory, window_s=WINDOW_S)
 
 
 def _token(a: Node) -> str:

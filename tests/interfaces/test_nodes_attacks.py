@@ -6,9 +6,7 @@ Runs when WARDEN_TEST_DATABASE_URL names a PostgreSQL server the tests may creat
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import secrets
 import socket
 import time
@@ -18,44 +16,21 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.interfaces.test_nodes import ADMIN_URL, Node, _admin
-from tests.support.servers import warden_environ
+from tests.support.nodes import Node, fresh_database, needs_postgres, node_pair
 
-pytestmark = pytest.mark.skipif(not ADMIN_URL.startswith("postgresql"),
-                                reason="set WARDEN_TEST_DATABASE_URL=postgresql+psycopg://… to test PostgreSQL")
+pytestmark = needs_postgres
 
 
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
-    name = "warden_node_attacks_" + secrets.token_hex(6)
-    _admin(f"CREATE DATABASE {name}")
-    base, _, _ = ADMIN_URL.rpartition("/")
-    try:
-        yield f"{base}/{name}"
-    finally:
-        _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with fresh_database("warden_node_attacks_") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def pair(database: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Node, Node]:
     """Nodes `node-a` (which holds workspace `wsa`) and `node-b`, sharing the database and keys."""
-    pepper = base64.urlsafe_b64encode(os.urandom(32)).decode()
-    master = base64.urlsafe_b64encode(os.urandom(32)).decode()
-    cluster = base64.b64encode(os.urandom(32)).decode()
-    nodes = []
-    for name in ("node-a", "node-b"):
-        root = tmp_path_factory.mktemp(name)
-        environ = {**warden_environ(root / "home"), "WARDEN_NODE": name, "WARDEN_DATABASE_URL": database,
-                   "WARDEN_TOKEN_PEPPER": pepper, "WARDEN_MASTER_KEY": master, "WARDEN_CLUSTER_KEY": cluster,
-                   "WARDEN_NODE_HEARTBEAT_INTERVAL": "1s", "WARDEN_NODE_HEARTBEAT_WINDOW": "3s",
-                   "WARDEN_JANITOR_INTERVAL": "0s"}
-        node = Node(name, environ, root)
-        node.cli("init")
-        nodes.append(node)
-    a = nodes[0]
-    a.cli("create", "wsa", "--template", "minimal")
-    a.cli("bot", "register", "tester")
-    return nodes[0], nodes[1]
+    return node_pair(database, tmp_path_factory, window_s=3)
 
 
 def _token(a: Node) -> str:

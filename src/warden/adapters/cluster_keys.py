@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
-from warden.adapters.keystore import KEY_BYTES, NONCE_BYTES, decode_env_key, read_key_file
+from warden.adapters.keystore import KEY_BYTES, NONCE_BYTES, decode_env_key, read_key_file, write_private_tmp
 from warden.adapters.store.db import Database, Sql
 from warden.adapters.store.keyring import SqlKeyring
 from warden.adapters.store.secrets import SqlSecrets
@@ -121,13 +121,7 @@ class ClusterKeys:
 
     def _write_key_file(self, path: Path, key: bytes) -> None:
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{self._random(4).hex()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, key)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        tmp = write_private_tmp(path, key, self._random(4).hex())
         os.replace(tmp, path)
         self._fsync_dir()
 

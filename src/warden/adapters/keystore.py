@@ -26,7 +26,7 @@ from pathlib import Path
 from warden.core.errors import InvalidInput, Unavailable
 from warden.core.secrets import Sealed
 
-__all__ = ["KEY_BYTES", "Keystore", "Sealed", "decode_env_key", "read_key_file"]
+__all__ = ["KEY_BYTES", "Keystore", "Sealed", "decode_env_key", "read_key_file", "write_private_tmp"]
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
@@ -123,13 +123,7 @@ class Keystore:
                               "--reset-keys --yes` to make new keys (voids every grant token and every "
                               "stored secret)")
         key = self._random(KEY_BYTES)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{self._random(4).hex()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, key)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        tmp = write_private_tmp(path, key, self._random(4).hex())
         try:
             os.link(tmp, path)  # fails if another process made the key first: use theirs
             made = True
@@ -264,3 +258,16 @@ class Keystore:
         """Make the next key the current one (after every row was re-sealed with it)."""
         os.replace(self.next_file, self.master_file)
         self._fsync_dir()
+
+
+def write_private_tmp(path: Path, key: bytes, tag: str) -> Path:
+    """`key` in a new file beside `path` (mode 0600, made exclusively, never through a link, on
+    disk before it is named): the caller links or renames it into place."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{tag}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, key)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return tmp

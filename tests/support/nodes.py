@@ -1,0 +1,83 @@
+"""Two nodes for tests: homes with their own `WARDEN_NODE` sharing one throwaway PostgreSQL
+database and the cluster's keys, each able to run the CLI and a real `warden serve`.
+
+They run when WARDEN_TEST_DATABASE_URL names a PostgreSQL server the tests may create databases on.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.servers import ServeProcess, warden_environ
+
+ADMIN_URL = os.environ.get("WARDEN_TEST_DATABASE_URL", "")
+needs_postgres = pytest.mark.skipif(not ADMIN_URL.startswith("postgresql"),
+                                    reason="set WARDEN_TEST_DATABASE_URL=postgresql+psycopg://… to test PostgreSQL")
+
+
+def admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
+        conn.execute(sql)  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def fresh_database(prefix: str) -> Iterator[str]:
+    """The URL of a new database on the test server, dropped afterwards."""
+    name = prefix + secrets.token_hex(6)
+    admin(f"CREATE DATABASE {name}")
+    base, _, _ = ADMIN_URL.rpartition("/")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@dataclass
+class Node:
+    name: str
+    environ: dict[str, str]
+    logs: Path
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([sys.executable, "-m", "warden", *args], capture_output=True, text=True,
+                              env=self.environ, timeout=120, check=False)
+        if check:
+            assert proc.returncode == 0, proc.stderr
+        return proc
+
+    def serve(self) -> ServeProcess:
+        return ServeProcess(self.environ, self.logs)
+
+
+def node_pair(database: str, tmp_path_factory: pytest.TempPathFactory, *, window_s: int,
+              **settings: str) -> tuple[Node, Node]:
+    """Nodes `node-a` (holding workspace `wsa` and bot `tester`) and `node-b`, set up on `database`
+    with the same pepper, master key and cluster key; `settings` are more environment variables."""
+    pepper = base64.urlsafe_b64encode(os.urandom(32)).decode()
+    master = base64.urlsafe_b64encode(os.urandom(32)).decode()
+    cluster = base64.b64encode(os.urandom(32)).decode()  # the cluster key every node holds
+    nodes = []
+    for name in ("node-a", "node-b"):
+        root = tmp_path_factory.mktemp(name)
+        environ = {**warden_environ(root / "home"), "WARDEN_NODE": name, "WARDEN_DATABASE_URL": database,
+                   "WARDEN_TOKEN_PEPPER": pepper, "WARDEN_MASTER_KEY": master, "WARDEN_CLUSTER_KEY": cluster,
+                   "WARDEN_NODE_HEARTBEAT_INTERVAL": "1s", "WARDEN_NODE_HEARTBEAT_WINDOW": f"{window_s}s",
+                   "WARDEN_JANITOR_INTERVAL": "0s", **settings}
+        node = Node(name, environ, root)
+        node.cli("init")
+        nodes.append(node)
+    nodes[0].cli("create", "wsa", "--template", "minimal")
+    nodes[0].cli("bot", "register", "tester")
+    return nodes[0], nodes[1]
