@@ -65,7 +65,7 @@ def test_a_deep_chain_is_walked_whole_with_one_open_a_folder(chain: Path, monkey
         os.close(root)
     assert len(seen) == 2 * DEPTH + 1  # each `a`, each `b`, the top
     assert ("/".join(["a"] * (DEPTH - 1) + ["b"]), ("f.txt",)) in seen
-    assert open_fds() == before
+    assert open_fds() <= before  # none left open (another test's thread in this process may close its own)
     # One open to enter each folder, one `..` to come back to each closed one: linear. Reopening
     # every closed ancestor from the root by name costs about DEPTH² / 2 (some 100,000 here).
     assert opens < 4 * (2 * DEPTH + 1), opens

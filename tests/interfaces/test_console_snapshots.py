@@ -45,7 +45,11 @@ def test_a_refusal_on_the_sandbox_tab_looks_as_kept(console: WardenConsole,
         await pilot.press("2", "down", "down", "down", "enter")
         pilot.app.query_one("#setting-value").value = "lots"
         await pilot.press("enter")
-        await pilot.pause()
+        # The refusal re-reads the tab: let its tables lay out again before the screenshot (under
+        # load one pause caught the path table with the widths of its first, empty layout).
+        for _ in range(3):
+            await pilot.wait_for_scheduled_animations()
+            await pilot.pause(0.05)
 
     assert snap_compare(console, run_before=bad_value, terminal_size=SIZE)
 
