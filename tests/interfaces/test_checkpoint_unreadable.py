@@ -25,7 +25,9 @@ NO_CAPS = ("setpriv", "--bounding-set=-all", "--inh-caps=-all")
 def as_user(cli: Cli) -> Cli:
     """The CLI as a user without privileges: root with its capabilities dropped, else as it is."""
     if os.geteuid() != 0:
-        return cli
+        # Warden then owns the workspace's folders, and the run's quota scan gives their owner back
+        # read and search (adapters/disk_usage.py), so a bot cannot leave one unsearchable to it.
+        pytest.skip("as a normal user Warden owns the folders and gives itself back search after a run")
     if shutil.which("setpriv") is None:
         pytest.skip("running as root and setpriv (util-linux) is missing: no way to drop CAP_DAC_OVERRIDE")
 
