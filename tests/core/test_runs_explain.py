@@ -37,3 +37,13 @@ def test_an_allocation_refused_under_an_address_space_limit_names_the_memory_lim
     said = explain_failure(1, None, "Traceback …\nMemoryError\n", **FACTS)
     assert said is not None and "ran out of memory (limit 512 MiB)" in said and "--memory" in said
     assert explain_failure(0, None, "MemoryError", **FACTS) is None  # it coped: nothing to explain
+
+
+def test_a_write_to_the_read_only_system_says_where_writes_go() -> None:
+    """The README's first refusal: the program's "Read-only file system" alone does not say it is by design."""
+    python = "OSError: [Errno 30] Read-only file system: '/etc/hostname'\n"
+    said = explain_failure(1, None, python, **FACTS)
+    assert said is not None and "read-only in the sandbox" in said and "--mode rw" in said
+    bot = explain_failure(1, None, python, **FACTS, bot=True)
+    assert bot is not None and "/tmp" in bot and "warden sandbox" not in bot  # a bot cannot run the CLI
+    assert explain_failure(0, None, python, **FACTS) is None  # it coped: nothing to explain

@@ -164,6 +164,8 @@ def workspace_cwd(cwd: str, workspace: str) -> str:
         raise InvalidInput(f"cwd {cwd!r} climbs out of the workspace: give a folder inside it, e.g. src") from None
 
 
+_READ_ONLY = ("Read-only file system", "EROFS")
+
 _NO_MEMORY = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory",
               "JavaScript heap out of memory")
 
@@ -199,6 +201,15 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
                     "the server's sandbox.pids; run fewer at once")
         return (f"warden: the command reached its process limit ({pids} processes and threads); "
                 "run it with --pids N or set sandbox.pids")
+    # EROFS: the sandbox mounts the system and any `--mode ro` host path read-only, and the
+    # program's own message ("Read-only file system") does not say that this is by design.
+    if exit_code != 0 and any(text in stderr_tail for text in _READ_ONLY):
+        if bot:
+            return ("warden: that path is read-only in the sandbox (the system and read-only mounts); "
+                    "write in the workspace, which is the command's folder, or in /tmp")
+        return ("warden: that path is read-only in the sandbox (the system and read-only mounts); write in "
+                "the workspace, which is the command's folder, or in /tmp; `warden sandbox add PATH --mode rw` "
+                "mounts a host folder writable")
     if not network and exit_code != 0 and any(text in stderr_tail for text in _NO_NETWORK):
         if bot:
             return ('warden: the sandbox has no network; ask for it for one command with "network": '

@@ -77,7 +77,7 @@ How a bot connects:
        warden bot register my-bot
   2. from Python, with the token in WARDEN_TOKEN:
        from warden.client import Client
-       ws = Client("{url}").create_workspace("demo")      # seed 000's workspace request
+       ws = Client("{url}").create_workspace("demo")      # asks for a workspace of its own
        print(ws.run(["python", "-c", "print(42)"]).stdout)
   3. or over plain HTTP (the token never goes on a command line):
        printf 'Authorization: Bearer %s' "$WARDEN_TOKEN" | curl -sS -H @- -H 'content-type: application/json' \\

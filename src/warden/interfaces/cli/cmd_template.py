@@ -10,7 +10,7 @@ from warden.interfaces.cli.output import Output, table
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("template", parents=[common], help="workspace templates (seed 001 YAML)")
+    p = sub.add_parser("template", parents=[common], help="workspace templates (YAML files)")
     tsub = p.add_subparsers(dest="template_command", metavar="COMMAND")
     q = tsub.add_parser("list", parents=[common], help="list bundled and user templates")
     q.set_defaults(handler=_list)
