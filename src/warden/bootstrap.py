@@ -643,7 +643,7 @@ def bootstrap(home: str | os.PathLike[str] | None = None, *,
     """Read $WARDEN_HOME and its settings, and wire the real adapters."""
     env = dict(os.environ) if environ is None else dict(environ)
     located = Home.locate(home, env)
-    return App(located, load_settings(located, env), env, clock or utc_now, node=node_name(env))
+    return App(located, load_settings(located, env), env, clock or utc_now)
 
 
 def config_file(home: Home) -> ConfigFile:
