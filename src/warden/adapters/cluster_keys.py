@@ -21,7 +21,15 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
-from warden.adapters.keystore import KEY_BYTES, NONCE_BYTES, decode_env_key, read_key_file, write_private_tmp
+from warden.adapters.keystore import (
+    KEY_BYTES,
+    NONCE_BYTES,
+    decode_env_key,
+    open_sealed,
+    read_key_file,
+    seal_with,
+    write_private_tmp,
+)
 from warden.adapters.store.db import Database, Sql
 from warden.adapters.store.keyring import SqlKeyring
 from warden.adapters.store.secrets import SqlSecrets
@@ -227,26 +235,15 @@ class ClusterKeys:
         return self._current(SECRETS)
 
     def seal(self, name: str, plaintext: bytes, *, key: tuple[str, bytes] | None = None) -> Sealed:
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-        kid, material = key or self._current(SECRETS)
-        nonce = self._random(NONCE_BYTES)
-        return Sealed(AESGCM(material).encrypt(nonce, plaintext, name.encode("utf-8")), nonce, kid)
+        return seal_with(key or self._current(SECRETS), name, plaintext, self._random(NONCE_BYTES))
 
     def open(self, name: str, sealed: Sealed) -> bytes:
-        from cryptography.exceptions import InvalidTag
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
         found = {row.id: key for row, key in self._keys() if row.purpose == SECRETS}
         material = found.get(sealed.key_id)
         if material is None:
             raise Unavailable(f"secret {name!r} was sealed with key {sealed.key_id}, which the cluster's keyring "
                               "no longer holds; set the secret again")
-        try:
-            return AESGCM(material).decrypt(sealed.nonce, sealed.ciphertext, name.encode("utf-8"))
-        except InvalidTag:
-            raise Unavailable(f"secret {name!r} does not decrypt (the stored row was altered); "
-                              "set it again with `warden secret set`") from None
+        return open_sealed(material, name, sealed)
 
     def begin_rotation(self) -> tuple[str, bytes]:
         raise InvalidInput("this node's keys are the cluster's: rotate them with `warden keys rotate secrets`")
@@ -319,7 +316,8 @@ class ClusterKeys:
                     material = opened.get(secret.sealed.key_id)
                     if material is None:
                         continue  # sealed under a key long gone: unreadable before as after
-                    plain = self._open_with(material, secret.name, secret.sealed)
+                    plain = open_sealed(material, secret.name, secret.sealed, "set it again with `warden "
+                                        "secret set` or remove it, then rotate")
                     table.upsert(secret.name, self.seal(secret.name, plain, key=(new_row.id, new_key)),
                                  secret.updated_at)
                     resealed += 1
@@ -332,17 +330,6 @@ class ClusterKeys:
         if purpose == SECRETS:
             detail["resealed"] = resealed
         return detail
-
-    @staticmethod
-    def _open_with(material: bytes, name: str, sealed: Sealed) -> bytes:
-        from cryptography.exceptions import InvalidTag
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-        try:
-            return AESGCM(material).decrypt(sealed.nonce, sealed.ciphertext, name.encode("utf-8"))
-        except InvalidTag:
-            raise Unavailable(f"secret {name!r} does not decrypt (the stored row was altered); set it again "
-                              "with `warden secret set` or remove it, then rotate") from None
 
     def retire_peppers(self, *, expected: int | None = None) -> dict[str, object]:
         """Forget the peppers kept after rotations: tokens hashed under them stop working."""
