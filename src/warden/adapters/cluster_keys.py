@@ -10,14 +10,18 @@ Keys are read from the registry at each use (a rotation on another node is seen 
 unwrapped keys are kept in memory by id (an id is a hash of its key, so it never changes
 meaning). Rotating the KEK writes the new one to `keys/cluster.key.next` before the registry
 commits and renames it over `cluster.key` after; a crash in between is finished by the next
-reader, which finds the registry's KEK in the `.next` file.
+reader, which finds the registry's KEK in the `.next` file. On one node, those writes and
+renames take turns under a lock file (keys/.cluster.key.lock), so two rotations at once, or a
+rotation and a reader finishing a crashed one, never put an uncommitted key in place of the
+registry's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -109,13 +113,12 @@ class ClusterKeys:
         key = read_key_file(self.cluster_file)
         return kek_id(key) if key is not None else None
 
-    def _kek_for(self, state: KeyringState) -> bytes:
+    def _kek_for(self, state: KeyringState, *, renaming_held: bool = False) -> bytes:
         keks = self._node_keks()
         if state.kek_id in keks:
             key, path = keks[state.kek_id]
             if path == self.next_file:  # a KEK rotation committed, its rename did not happen
-                os.replace(self.next_file, self.cluster_file)
-                self._fsync_dir()
+                self._finish_rename(key, held=renaming_held)
             return key
         where = _where(self._db.url)
         if not keks:
@@ -127,11 +130,49 @@ class ClusterKeys:
                            f"({state.kek_id}) in the registry at {where}: copy keys/cluster.key from a node "
                            f"of the cluster (the one that rotated it last) or set {CLUSTER_ENV}")
 
-    def _write_key_file(self, path: Path, key: bytes) -> None:
+    def _write_key_file(self, path: Path, key: bytes, *, exclusive: bool = False) -> bytes:
+        """`key` in `path`; with `exclusive`, only if `path` is not there yet (two processes at once
+        agree on the first one's key). Answers the key `path` holds now."""
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = write_private_tmp(path, key, self._random(4).hex())
-        os.replace(tmp, path)
+        try:
+            if not exclusive:
+                os.replace(tmp, path)
+            else:
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    theirs = read_key_file(path)
+                    assert theirs is not None
+                    key = theirs
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
         self._fsync_dir()
+        return key
+
+    @contextlib.contextmanager
+    def _renaming(self) -> Iterator[None]:
+        """One writer of cluster.key.next and its rename on this node at a time (a lock file in keys/):
+        a second `keys rotate kek`, or a reader finishing a crashed one, never renames a key file
+        another process is in the middle of writing. The lock goes with the process (kill -9 too)."""
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.directory / ".cluster.key.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _finish_rename(self, key: bytes, *, held: bool = False) -> None:
+        """cluster.key.next holds `key`, which the registry names: make it cluster.key (unless
+        another process did already). `held`: this caller holds `_renaming` already (flock is per
+        open file, so taking it again would wait on itself)."""
+        with contextlib.nullcontext() if held else self._renaming():
+            if read_key_file(self.next_file) == key:
+                os.replace(self.next_file, self.cluster_file)
+                self._fsync_dir()
 
     def _fsync_dir(self) -> None:
         fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -262,9 +303,8 @@ class ClusterKeys:
         keks = self._node_keks()
         if keks:
             kek = next(iter(keks.values()))[0]
-        else:
-            kek = self._random(KEY_BYTES)
-            self._write_key_file(self.cluster_file, kek)
+        else:  # another `init` on this node may be making one at the same moment: the first one stands
+            kek = self._write_key_file(self.cluster_file, self._random(KEY_BYTES), exclusive=True)
         at = self._clock().isoformat()
         try:
             with self._db.transaction() as sql:
@@ -278,7 +318,8 @@ class ClusterKeys:
             return state, False
         return self.check(), True
 
-    def _changing(self, sql: Sql, expected: int | None) -> tuple[SqlKeyring, KeyringState, bytes]:
+    def _changing(self, sql: Sql, expected: int | None, *,
+                  renaming_held: bool = False) -> tuple[SqlKeyring, KeyringState, bytes]:
         ring = SqlKeyring(sql)
         state = ring.state()
         if state is None:
@@ -286,7 +327,7 @@ class ClusterKeys:
         if expected is not None and expected != state.version:
             raise Conflict(f"the cluster's keyring is at version {state.version}, not {expected}: another node "
                            "changed it; look with `warden keys show`, then try again")
-        return ring, state, self._kek_for(state)
+        return ring, state, self._kek_for(state, renaming_held=renaming_held)
 
     def _advance(self, ring: SqlKeyring, state: KeyringState, new_kek_id: str | None = None) -> int:
         if not ring.advance(state.version, new_kek_id or state.kek_id, self._clock().isoformat()):
@@ -351,26 +392,32 @@ class ClusterKeys:
                                "--key-file FILE (base64 of 32 random bytes), then set it on every node")
         kek_new = new_key if new_key is not None else self._random(KEY_BYTES)
         new_id = kek_id(kek_new)
-        written = False
-        if not self.from_environment:
-            self._write_key_file(self.next_file, kek_new)  # before the registry names it: never a KEK lost
-            written = True
-        try:
-            with self._db.transaction() as sql:
-                ring, state, kek = self._changing(sql, expected)
-                if new_id == state.kek_id:
-                    raise InvalidInput("the new cluster key is the current one; make a new one")
-                version = self._advance(ring, state, new_id)
-                for row in ring.list_keys():
-                    ring.rewrap(row.id, self._wrap(kek_new, row.purpose, row.id, self._unwrap(kek, row)), new_id)
-        except BaseException:
+        with self._renaming():
+            state_now = self.state()
+            if state_now is not None:
+                # A crashed rotation's committed key is renamed into place before .next is written again.
+                self._kek_for(state_now, renaming_held=True)
+            written = False
+            if not self.from_environment:
+                self._write_key_file(self.next_file, kek_new)  # before the registry names it: never a KEK lost
+                written = True
+            try:
+                with self._db.transaction() as sql:
+                    ring, state, kek = self._changing(sql, expected, renaming_held=True)
+                    if new_id == state.kek_id:
+                        raise InvalidInput("the new cluster key is the current one; make a new one")
+                    version = self._advance(ring, state, new_id)
+                    for row in ring.list_keys():
+                        ring.rewrap(row.id, self._wrap(kek_new, row.purpose, row.id, self._unwrap(kek, row)),
+                                    new_id)
+            except BaseException:
+                if written:
+                    with contextlib.suppress(FileNotFoundError):
+                        self.next_file.unlink()
+                raise
             if written:
-                with contextlib.suppress(FileNotFoundError):
-                    self.next_file.unlink()
-            raise
-        if written:
-            os.replace(self.next_file, self.cluster_file)
-            self._fsync_dir()
+                os.replace(self.next_file, self.cluster_file)
+                self._fsync_dir()
         return {"version": version, "kek_id": new_id, "previous_kek_id": state.kek_id,
                 "key_file": None if self.from_environment else str(self.cluster_file)}
 
