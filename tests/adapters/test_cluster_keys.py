@@ -139,3 +139,19 @@ def test_a_kek_rotation_after_one_whose_rename_was_lost_keeps_the_registrys_key(
     fresh = _keys(tmp_path)
     assert fresh.open("K", sealed) == b"v"
     assert fresh.node_kek_id() == fresh.check().kek_id
+
+
+def test_a_token_check_reads_the_cluster_key_file_once_not_at_every_use(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    a = _keys(tmp_path)
+    a.create()
+    pepper = a.pepper()
+    reads: list[Path] = []
+    monkeypatch.setattr("warden.adapters.cluster_keys.read_key_file", lambda path: reads.append(path))
+    assert a.pepper() == pepper and a.peppers() == [pepper]
+    assert reads == []
+    a.rotate_kek()  # the rotating node holds the new KEK already
+    assert a.pepper() == pepper and reads == []
+    monkeypatch.undo()
+    b = _keys(tmp_path)  # another process of the node: it reads the new key from the file
+    assert b.pepper() == pepper

@@ -8,7 +8,10 @@ compares-and-sets its version, so two nodes rotating at once cannot both win.
 
 Keys are read from the registry at each use (a rotation on another node is seen at once);
 unwrapped keys are kept in memory by id (an id is a hash of its key, so it never changes
-meaning). Rotating the KEK writes the new one to `keys/cluster.key.next` before the registry
+meaning), and so is the node's cluster key once it is found to be the registry's (its files are
+read again only when the registry names another).
+
+Rotating the KEK writes the new one to `keys/cluster.key.next` before the registry
 commits and renames it over `cluster.key` after; a crash in between is finished by the next
 reader, which finds the registry's KEK in the `.next` file. On one node, those writes and
 renames take turns under a lock file (keys/.cluster.key.lock), so two rotations at once, or a
@@ -74,6 +77,9 @@ class ClusterKeys:
         self._clock = clock
         self._random = random
         self._plain: dict[str, bytes] = {}
+        # The cluster key last found to be the registry's, by check value: a token check or a
+        # secret read then reads no key file, only the registry (whose KEK may have changed).
+        self._kek: tuple[str, bytes] | None = None
 
     # -- the cluster key (held by this node) -------------------------------------------------
     @property
@@ -114,11 +120,14 @@ class ClusterKeys:
         return kek_id(key) if key is not None else None
 
     def _kek_for(self, state: KeyringState, *, renaming_held: bool = False) -> bytes:
+        if self._kek is not None and self._kek[0] == state.kek_id:
+            return self._kek[1]
         keks = self._node_keks()
         if state.kek_id in keks:
             key, path = keks[state.kek_id]
             if path == self.next_file:  # a KEK rotation committed, its rename did not happen
                 self._finish_rename(key, held=renaming_held)
+            self._kek = (state.kek_id, key)
             return key
         where = _where(self._db.url)
         if not keks:
@@ -418,6 +427,7 @@ class ClusterKeys:
             if written:
                 os.replace(self.next_file, self.cluster_file)
                 self._fsync_dir()
+        self._kek = (new_id, kek_new)
         return {"version": version, "kek_id": new_id, "previous_kek_id": state.kek_id,
                 "key_file": None if self.from_environment else str(self.cluster_file)}
 
