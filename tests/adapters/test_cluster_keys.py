@@ -100,3 +100,58 @@ def test_a_cluster_url_is_postgresql(url: str, ok: str | None) -> None:
             check_cluster_url(url)
     else:
         assert check_cluster_url(url) == ok
+
+
+def test_two_inits_at_once_on_the_first_node_agree_on_one_cluster_key(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # B looked (no keyring, no cluster key) before A made both: the window of two `warden init` at once.
+    a, b = _keys(tmp_path), _keys(tmp_path)
+    looks: list[str] = []
+    real_state = b.state
+    monkeypatch.setattr(b, "state", lambda: real_state() if looks else looks.append("once"))
+    monkeypatch.setattr(b, "_node_keks", dict)
+    a.create()
+    kek = (tmp_path / "a" / "keys" / "cluster.key").read_bytes()
+    assert not b.create()[1]  # the keyring is A's, and B left A's cluster key in place
+    assert (tmp_path / "a" / "keys" / "cluster.key").read_bytes() == kek
+    _keys(tmp_path).check()
+
+
+def test_a_kek_rotation_after_one_whose_rename_was_lost_keeps_the_registrys_key(tmp_path: Path) -> None:
+    a = _keys(tmp_path)
+    a.create()
+    sealed = a.seal("K", b"v")
+    real_replace = os.replace
+
+    def crash(src: object, dst: object) -> None:
+        if str(src).endswith("cluster.key.next"):
+            raise OSError("power cut")
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    os.replace = crash  # type: ignore[assignment]
+    try:
+        with pytest.raises(OSError, match="power cut"):
+            a.rotate_kek()
+    finally:
+        os.replace = real_replace
+    again = _keys(tmp_path)
+    again.rotate_kek()  # the next rotation on this node: it must not write over the committed key
+    fresh = _keys(tmp_path)
+    assert fresh.open("K", sealed) == b"v"
+    assert fresh.node_kek_id() == fresh.check().kek_id
+
+
+def test_a_token_check_reads_the_cluster_key_file_once_not_at_every_use(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    a = _keys(tmp_path)
+    a.create()
+    pepper = a.pepper()
+    reads: list[Path] = []
+    monkeypatch.setattr("warden.adapters.cluster_keys.read_key_file", lambda path: reads.append(path))
+    assert a.pepper() == pepper and a.peppers() == [pepper]
+    assert reads == []
+    a.rotate_kek()  # the rotating node holds the new KEK already
+    assert a.pepper() == pepper and reads == []
+    monkeypatch.undo()
+    b = _keys(tmp_path)  # another process of the node: it reads the new key from the file
+    assert b.pepper() == pepper

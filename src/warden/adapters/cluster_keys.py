@@ -8,20 +8,35 @@ compares-and-sets its version, so two nodes rotating at once cannot both win.
 
 Keys are read from the registry at each use (a rotation on another node is seen at once);
 unwrapped keys are kept in memory by id (an id is a hash of its key, so it never changes
-meaning). Rotating the KEK writes the new one to `keys/cluster.key.next` before the registry
+meaning), and so is the node's cluster key once it is found to be the registry's (its files are
+read again only when the registry names another).
+
+Rotating the KEK writes the new one to `keys/cluster.key.next` before the registry
 commits and renames it over `cluster.key` after; a crash in between is finished by the next
-reader, which finds the registry's KEK in the `.next` file.
+reader, which finds the registry's KEK in the `.next` file. On one node, those writes and
+renames take turns under a lock file (keys/.cluster.key.lock), so two rotations at once, or a
+rotation and a reader finishing a crashed one, never put an uncommitted key in place of the
+registry's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 
-from warden.adapters.keystore import KEY_BYTES, NONCE_BYTES, decode_env_key, read_key_file, write_private_tmp
+from warden.adapters.keystore import (
+    KEY_BYTES,
+    NONCE_BYTES,
+    decode_env_key,
+    open_sealed,
+    read_key_file,
+    seal_with,
+    write_private_tmp,
+)
 from warden.adapters.store.db import Database, Sql
 from warden.adapters.store.keyring import SqlKeyring
 from warden.adapters.store.secrets import SqlSecrets
@@ -62,6 +77,9 @@ class ClusterKeys:
         self._clock = clock
         self._random = random
         self._plain: dict[str, bytes] = {}
+        # The cluster key last found to be the registry's, by check value: a token check or a
+        # secret read then reads no key file, only the registry (whose KEK may have changed).
+        self._kek: tuple[str, bytes] | None = None
 
     # -- the cluster key (held by this node) -------------------------------------------------
     @property
@@ -101,13 +119,15 @@ class ClusterKeys:
         key = read_key_file(self.cluster_file)
         return kek_id(key) if key is not None else None
 
-    def _kek_for(self, state: KeyringState) -> bytes:
+    def _kek_for(self, state: KeyringState, *, renaming_held: bool = False) -> bytes:
+        if self._kek is not None and self._kek[0] == state.kek_id:
+            return self._kek[1]
         keks = self._node_keks()
         if state.kek_id in keks:
             key, path = keks[state.kek_id]
             if path == self.next_file:  # a KEK rotation committed, its rename did not happen
-                os.replace(self.next_file, self.cluster_file)
-                self._fsync_dir()
+                self._finish_rename(key, held=renaming_held)
+            self._kek = (state.kek_id, key)
             return key
         where = _where(self._db.url)
         if not keks:
@@ -119,11 +139,49 @@ class ClusterKeys:
                            f"({state.kek_id}) in the registry at {where}: copy keys/cluster.key from a node "
                            f"of the cluster (the one that rotated it last) or set {CLUSTER_ENV}")
 
-    def _write_key_file(self, path: Path, key: bytes) -> None:
+    def _write_key_file(self, path: Path, key: bytes, *, exclusive: bool = False) -> bytes:
+        """`key` in `path`; with `exclusive`, only if `path` is not there yet (two processes at once
+        agree on the first one's key). Answers the key `path` holds now."""
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = write_private_tmp(path, key, self._random(4).hex())
-        os.replace(tmp, path)
+        try:
+            if not exclusive:
+                os.replace(tmp, path)
+            else:
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    theirs = read_key_file(path)
+                    assert theirs is not None
+                    key = theirs
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
         self._fsync_dir()
+        return key
+
+    @contextlib.contextmanager
+    def _renaming(self) -> Iterator[None]:
+        """One writer of cluster.key.next and its rename on this node at a time (a lock file in keys/):
+        a second `keys rotate kek`, or a reader finishing a crashed one, never renames a key file
+        another process is in the middle of writing. The lock goes with the process (kill -9 too)."""
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.directory / ".cluster.key.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _finish_rename(self, key: bytes, *, held: bool = False) -> None:
+        """cluster.key.next holds `key`, which the registry names: make it cluster.key (unless
+        another process did already). `held`: this caller holds `_renaming` already (flock is per
+        open file, so taking it again would wait on itself)."""
+        with contextlib.nullcontext() if held else self._renaming():
+            if read_key_file(self.next_file) == key:
+                os.replace(self.next_file, self.cluster_file)
+                self._fsync_dir()
 
     def _fsync_dir(self) -> None:
         fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -227,26 +285,15 @@ class ClusterKeys:
         return self._current(SECRETS)
 
     def seal(self, name: str, plaintext: bytes, *, key: tuple[str, bytes] | None = None) -> Sealed:
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-        kid, material = key or self._current(SECRETS)
-        nonce = self._random(NONCE_BYTES)
-        return Sealed(AESGCM(material).encrypt(nonce, plaintext, name.encode("utf-8")), nonce, kid)
+        return seal_with(key or self._current(SECRETS), name, plaintext, self._random(NONCE_BYTES))
 
     def open(self, name: str, sealed: Sealed) -> bytes:
-        from cryptography.exceptions import InvalidTag
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
         found = {row.id: key for row, key in self._keys() if row.purpose == SECRETS}
         material = found.get(sealed.key_id)
         if material is None:
             raise Unavailable(f"secret {name!r} was sealed with key {sealed.key_id}, which the cluster's keyring "
                               "no longer holds; set the secret again")
-        try:
-            return AESGCM(material).decrypt(sealed.nonce, sealed.ciphertext, name.encode("utf-8"))
-        except InvalidTag:
-            raise Unavailable(f"secret {name!r} does not decrypt (the stored row was altered); "
-                              "set it again with `warden secret set`") from None
+        return open_sealed(material, name, sealed)
 
     def begin_rotation(self) -> tuple[str, bytes]:
         raise InvalidInput("this node's keys are the cluster's: rotate them with `warden keys rotate secrets`")
@@ -265,9 +312,8 @@ class ClusterKeys:
         keks = self._node_keks()
         if keks:
             kek = next(iter(keks.values()))[0]
-        else:
-            kek = self._random(KEY_BYTES)
-            self._write_key_file(self.cluster_file, kek)
+        else:  # another `init` on this node may be making one at the same moment: the first one stands
+            kek = self._write_key_file(self.cluster_file, self._random(KEY_BYTES), exclusive=True)
         at = self._clock().isoformat()
         try:
             with self._db.transaction() as sql:
@@ -281,7 +327,8 @@ class ClusterKeys:
             return state, False
         return self.check(), True
 
-    def _changing(self, sql: Sql, expected: int | None) -> tuple[SqlKeyring, KeyringState, bytes]:
+    def _changing(self, sql: Sql, expected: int | None, *,
+                  renaming_held: bool = False) -> tuple[SqlKeyring, KeyringState, bytes]:
         ring = SqlKeyring(sql)
         state = ring.state()
         if state is None:
@@ -289,7 +336,7 @@ class ClusterKeys:
         if expected is not None and expected != state.version:
             raise Conflict(f"the cluster's keyring is at version {state.version}, not {expected}: another node "
                            "changed it; look with `warden keys show`, then try again")
-        return ring, state, self._kek_for(state)
+        return ring, state, self._kek_for(state, renaming_held=renaming_held)
 
     def _advance(self, ring: SqlKeyring, state: KeyringState, new_kek_id: str | None = None) -> int:
         if not ring.advance(state.version, new_kek_id or state.kek_id, self._clock().isoformat()):
@@ -319,7 +366,8 @@ class ClusterKeys:
                     material = opened.get(secret.sealed.key_id)
                     if material is None:
                         continue  # sealed under a key long gone: unreadable before as after
-                    plain = self._open_with(material, secret.name, secret.sealed)
+                    plain = open_sealed(material, secret.name, secret.sealed, "set it again with `warden "
+                                        "secret set` or remove it, then rotate")
                     table.upsert(secret.name, self.seal(secret.name, plain, key=(new_row.id, new_key)),
                                  secret.updated_at)
                     resealed += 1
@@ -332,17 +380,6 @@ class ClusterKeys:
         if purpose == SECRETS:
             detail["resealed"] = resealed
         return detail
-
-    @staticmethod
-    def _open_with(material: bytes, name: str, sealed: Sealed) -> bytes:
-        from cryptography.exceptions import InvalidTag
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-        try:
-            return AESGCM(material).decrypt(sealed.nonce, sealed.ciphertext, name.encode("utf-8"))
-        except InvalidTag:
-            raise Unavailable(f"secret {name!r} does not decrypt (the stored row was altered); set it again "
-                              "with `warden secret set` or remove it, then rotate") from None
 
     def retire_peppers(self, *, expected: int | None = None) -> dict[str, object]:
         """Forget the peppers kept after rotations: tokens hashed under them stop working."""
@@ -364,26 +401,33 @@ class ClusterKeys:
                                "--key-file FILE (base64 of 32 random bytes), then set it on every node")
         kek_new = new_key if new_key is not None else self._random(KEY_BYTES)
         new_id = kek_id(kek_new)
-        written = False
-        if not self.from_environment:
-            self._write_key_file(self.next_file, kek_new)  # before the registry names it: never a KEK lost
-            written = True
-        try:
-            with self._db.transaction() as sql:
-                ring, state, kek = self._changing(sql, expected)
-                if new_id == state.kek_id:
-                    raise InvalidInput("the new cluster key is the current one; make a new one")
-                version = self._advance(ring, state, new_id)
-                for row in ring.list_keys():
-                    ring.rewrap(row.id, self._wrap(kek_new, row.purpose, row.id, self._unwrap(kek, row)), new_id)
-        except BaseException:
+        with self._renaming():
+            state_now = self.state()
+            if state_now is not None:
+                # A crashed rotation's committed key is renamed into place before .next is written again.
+                self._kek_for(state_now, renaming_held=True)
+            written = False
+            if not self.from_environment:
+                self._write_key_file(self.next_file, kek_new)  # before the registry names it: never a KEK lost
+                written = True
+            try:
+                with self._db.transaction() as sql:
+                    ring, state, kek = self._changing(sql, expected, renaming_held=True)
+                    if new_id == state.kek_id:
+                        raise InvalidInput("the new cluster key is the current one; make a new one")
+                    version = self._advance(ring, state, new_id)
+                    for row in ring.list_keys():
+                        ring.rewrap(row.id, self._wrap(kek_new, row.purpose, row.id, self._unwrap(kek, row)),
+                                    new_id)
+            except BaseException:
+                if written:
+                    with contextlib.suppress(FileNotFoundError):
+                        self.next_file.unlink()
+                raise
             if written:
-                with contextlib.suppress(FileNotFoundError):
-                    self.next_file.unlink()
-            raise
-        if written:
-            os.replace(self.next_file, self.cluster_file)
-            self._fsync_dir()
+                os.replace(self.next_file, self.cluster_file)
+                self._fsync_dir()
+        self._kek = (new_id, kek_new)
         return {"version": version, "kek_id": new_id, "previous_kek_id": state.kek_id,
                 "key_file": None if self.from_environment else str(self.cluster_file)}
 

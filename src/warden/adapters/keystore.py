@@ -26,7 +26,8 @@ from pathlib import Path
 from warden.core.errors import InvalidInput, Unavailable
 from warden.core.secrets import Sealed
 
-__all__ = ["KEY_BYTES", "Keystore", "Sealed", "decode_env_key", "read_key_file", "write_private_tmp"]
+__all__ = ["KEY_BYTES", "Keystore", "Sealed", "decode_env_key", "open_sealed", "read_key_file", "seal_with",
+           "write_private_tmp"]
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
@@ -222,27 +223,15 @@ class Keystore:
 
     def seal(self, name: str, plaintext: bytes, *, key: tuple[str, bytes] | None = None) -> Sealed:
         """Encrypt `plaintext` for the secret `name` with AES-256-GCM."""
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-        kid, material = key or self.current_key()
-        nonce = self._random(NONCE_BYTES)
-        ciphertext = AESGCM(material).encrypt(nonce, plaintext, name.encode("utf-8"))
-        return Sealed(ciphertext, nonce, kid)
+        return seal_with(key or self.current_key(), name, plaintext, self._random(NONCE_BYTES))
 
     def open(self, name: str, sealed: Sealed) -> bytes:
         """Decrypt a stored value; Unavailable when its key is gone or the row was altered."""
-        from cryptography.exceptions import InvalidTag
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
         material = self._keys().get(sealed.key_id)
         if material is None:
             raise Unavailable(f"secret {name!r} was sealed with key {sealed.key_id}, which is not in "
                               f"{self.directory} or {MASTER_ENV}; restore that key or set the secret again")
-        try:
-            return AESGCM(material).decrypt(sealed.nonce, sealed.ciphertext, name.encode("utf-8"))
-        except InvalidTag:
-            raise Unavailable(f"secret {name!r} does not decrypt (the stored row was altered); "
-                              "set it again with `warden secret set`") from None
+        return open_sealed(material, name, sealed)
 
     # -- rotation --------------------------------------------------------------------------
     def begin_rotation(self) -> tuple[str, bytes]:
@@ -271,3 +260,24 @@ def write_private_tmp(path: Path, key: bytes, tag: str) -> Path:
     finally:
         os.close(fd)
     return tmp
+
+
+def seal_with(key: tuple[str, bytes], name: str, plaintext: bytes, nonce: bytes) -> Sealed:
+    """`plaintext` of the secret `name` sealed (AES-256-GCM) under `key` (id, bytes): the name is
+    the associated data, so a row copied onto another name does not open."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    kid, material = key
+    return Sealed(AESGCM(material).encrypt(nonce, plaintext, name.encode("utf-8")), nonce, kid)
+
+
+def open_sealed(material: bytes, name: str, sealed: Sealed,
+                advice: str = "set it again with `warden secret set`") -> bytes:
+    """The plaintext of a value `seal_with` sealed; Unavailable (with `advice`) when the row was altered."""
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    try:
+        return AESGCM(material).decrypt(sealed.nonce, sealed.ciphertext, name.encode("utf-8"))
+    except InvalidTag:
+        raise Unavailable(f"secret {name!r} does not decrypt (the stored row was altered); {advice}") from None

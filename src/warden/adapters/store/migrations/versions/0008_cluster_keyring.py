@@ -1,9 +1,7 @@
 """the cluster keyring: pepper and secrets data keys wrapped under the cluster key
 
 Revision ID: 0008
-Revises: 0006
-
-(0007 is the nodes table of another branch; when both are merged this one revises 0007.)
+Revises: 0007
 """
 
 import sqlalchemy as sa
