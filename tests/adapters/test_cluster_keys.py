@@ -155,3 +155,30 @@ def test_a_token_check_reads_the_cluster_key_file_once_not_at_every_use(tmp_path
     monkeypatch.undo()
     b = _keys(tmp_path)  # another process of the node: it reads the new key from the file
     assert b.pepper() == pepper
+
+
+def test_a_kek_rotation_whose_commit_answer_was_lost_keeps_the_new_key(tmp_path: Path) -> None:
+    """The registry committed the rotation but the answer never came back (a connection lost at
+    COMMIT): `.next` is then the only copy of the key the registry names, and is kept."""
+    import contextlib
+    from collections.abc import Iterator
+
+    a = _keys(tmp_path)
+    a.create()
+    sealed = a.seal("K", b"v")
+    real = a._db.transaction
+
+    @contextlib.contextmanager
+    def committed_then_lost(*args: object, **kwargs: object) -> Iterator[object]:
+        rotating = a.next_file.exists()  # the rotation's own transaction (.next is written before it)
+        with real(*args, **kwargs) as sql:  # type: ignore[arg-type]
+            yield sql
+        if rotating:
+            raise ConnectionError("server closed the connection after COMMIT")
+
+    a._db.transaction = committed_then_lost  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError):
+        a.rotate_kek()
+    fresh = _keys(tmp_path)  # the next reader puts the committed key in place
+    assert fresh.open("K", sealed) == b"v"
+    assert fresh.node_kek_id() == fresh.check().kek_id

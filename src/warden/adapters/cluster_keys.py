@@ -420,9 +420,14 @@ class ClusterKeys:
                         ring.rewrap(row.id, self._wrap(kek_new, row.purpose, row.id, self._unwrap(kek, row)),
                                     new_id)
             except BaseException:
+                # Removed only once the registry is seen not to name it: a connection lost at COMMIT
+                # may leave the rotation committed, and .next is then the only copy of its key (a
+                # reader renames it into place once it checks the registry names it).
                 if written:
-                    with contextlib.suppress(FileNotFoundError):
-                        self.next_file.unlink()
+                    with contextlib.suppress(Exception):
+                        now = self.state()
+                        if now is None or now.kek_id != new_id:
+                            self.next_file.unlink(missing_ok=True)
                 raise
             if written:
                 os.replace(self.next_file, self.cluster_file)
