@@ -38,6 +38,7 @@ log = logging.getLogger("warden.http")
 
 # A workspace's own requests; group 1 is its name.
 WORKSPACE_PATH = re.compile(rf"^/v1/workspaces/({name_pattern()})(?:/.*)?$")
+_SIGNED = (b"x-warden-node-mac", b"x-warden-node")  # a request another node signed (or claims to)
 # Hop-by-hop headers (RFC 9110 §7.6.1) and those the forwarder sets itself.
 # How long an answer of the registry about where workspaces are and which node's server answers
 # where is used again: a request for one of this node's own workspaces (on one machine, every
@@ -74,9 +75,10 @@ class NodeForwarding:
         if found is None:
             await self.inner(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
         try:
-            if "x-warden-node-mac" in headers or "x-warden-node" in headers:
+            # The headers are read into a dict only for a request a node signed (or claims to).
+            if any(k.lower() in _SIGNED for k, _ in scope.get("headers", ())):
+                headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
                 body = await self._body(receive)
                 await run_in_threadpool(self._verify, scope, headers, body)
                 await self._local(found.group(1), scope, _replay(body, receive), send, forwarded=True)
