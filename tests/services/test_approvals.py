@@ -10,24 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.clock import Clock
 from warden.bootstrap import App, bootstrap
 from warden.core.errors import Conflict, Denied, NotFound, Pending, TooLarge
 
 ZONES = "zones:\n  final: {approval: {write: ask, delete: ask}}\n"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[tuple[App, Clock]]:
     home = tmp_path / "home"
-    clock = Clock()
+    clock = Clock(datetime(2026, 11, 26, 12, 0, tzinfo=UTC))
     app = bootstrap(home, environ={"PATH": os.environ.get("PATH", ""), "WARDEN_HOME": str(home),
                                    "WARDEN_APPROVALS_TTL": "1h", "WARDEN_APPROVALS_MAX_PENDING": "2"},
                     clock=clock)

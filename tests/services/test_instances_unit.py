@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.support.clock import Clock
 from tests.support.fake_registry import MemoryRegistry
 from tests.support.fakes import FakeHostProcesses
 from tests.support.waiting import poll, wait_until
@@ -28,14 +29,6 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 WINDOW = timedelta(seconds=60)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 @pytest.fixture
 def registry() -> MemoryRegistry:
     return MemoryRegistry()
@@ -43,7 +36,7 @@ def registry() -> MemoryRegistry:
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(T0)
 
 
 @pytest.fixture

@@ -7,22 +7,15 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from tests.support.clock import Clock
 from warden.bootstrap import App, bootstrap
 from warden.core.errors import NotFound
 from warden.services.janitor import JANITOR_LEASE
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture

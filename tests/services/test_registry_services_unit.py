@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.support.clock import Clock
 from tests.support.fake_keys import FakeKeys
 from tests.support.fake_registry import MemoryRegistry
 from warden.core.errors import Denied, Locked, NotFound
@@ -19,14 +20,6 @@ from warden.services.leases import LeaseService
 from warden.services.secrets import SecretService
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 class Processes:
@@ -59,7 +52,7 @@ def registry() -> MemoryRegistry:
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(T0)
 
 
 @pytest.fixture

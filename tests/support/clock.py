@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 
 class Clock:
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC)
+    def __init__(self, now: datetime | None = None) -> None:
+        self.now = now if now is not None else datetime.now(UTC)
 
     def __call__(self) -> datetime:
         return self.now
