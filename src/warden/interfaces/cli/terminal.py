@@ -74,6 +74,18 @@ class _Relay(threading.Thread):
         super().__init__(name="warden-terminal", daemon=True)
         self.pty, self.stdin, self.stdout = pty, stdin, stdout
         self._halt = threading.Event()
+        self._size = terminal_size(stdin)
+
+    def _follow_size(self) -> None:
+        # SIGWINCH is handled in the main thread, which may be blocked in a call until the run
+        # ends (a live sandbox's), and so can apply a resize after keys typed later: `stty size`
+        # would answer the old size. Checked here before each input is passed on, a resize
+        # always reaches the command's terminal ahead of what was typed after it.
+        size = terminal_size(self.stdin)
+        if size is not None and size != self._size:
+            self._size = size
+            with contextlib.suppress(OSError):
+                self.pty.resize(*size)
 
     def finish(self) -> None:
         """Wait for the last output (the sandbox has ended), then stop."""
@@ -95,6 +107,7 @@ class _Relay(threading.Thread):
                     return
                 _write_all(self.stdout, data)
             if self.stdin in ready:
+                self._follow_size()
                 try:
                     data = os.read(self.stdin, 65536)
                 except OSError:
