@@ -6,7 +6,8 @@
 Two homes (`WARDEN_NODE` node-a and node-b) on one fresh PostgreSQL database with shared keys,
 two real `warden serve` processes on 127.0.0.1; a grant on A's workspace; `POST …/exec
 {"cmd": ["true"]}` sent to A directly and to B (which signs it and forwards it to A). Target:
-forwarding costs at most +3 ms (median).
+forwarding costs at most +3 ms (median). A small file read (`GET …/files/content`) is measured the
+same way: with no sandbox start in it, its difference shows the hop itself with less noise.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+import random
 import re
 import secrets
 import statistics
@@ -26,7 +28,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_home, measure
+from _common import bench_home
 
 
 def _admin(url: str, sql: str) -> None:
@@ -84,7 +86,7 @@ def main() -> None:
             _cli(envs["node-a"], "bot", "register", "bencher")
             import json
 
-            token = json.loads(_cli(envs["node-a"], "grant", "benchws", "bencher", "--permissions", "execute",
+            token = json.loads(_cli(envs["node-a"], "grant", "benchws", "bencher", "--permissions", "read,execute",
                                     "--ttl", "1h", "--json"))["data"]["token"]
             for node in ("node-a", "node-b"):
                 proc, urls[node] = _serve(envs[node], Path(tmp) / f"{node}.log")
@@ -98,20 +100,38 @@ def main() -> None:
                         raise SystemExit(f"exec via {url}: {answer.status_code} {answer.text}")
                     return answer
 
-                direct: list[float] = []
-                forwarded: list[float] = []
-                for _ in range(3):  # interleaved rounds, so drift hits both alike
-                    direct += measure(lambda: exec_on(urls["node-a"]), args.n // 3 or 1)
-                    forwarded += measure(lambda: exec_on(urls["node-b"]), args.n // 3 or 1)
-                for label, times in (("exec sent to A (its node)", direct), ("exec sent to B, forwarded to A",
-                                                                             forwarded)):
-                    rows.append((label, statistics.median(times), statistics.quantiles(times, n=10)[-1]))
+                def read_on(url: str) -> object:
+                    answer = client.get(f"{url}/v1/workspaces/benchws/files/content", params={"path": "note"})
+                    if answer.status_code != 200:
+                        raise SystemExit(f"read via {url}: {answer.status_code} {answer.text}")
+                    return answer
+
+                client.post(f"{urls['node-a']}/v1/workspaces/benchws/exec",
+                            json={"cmd": ["sh", "-c", "echo hello > note"]}).raise_for_status()
+                cases = (("exec sent to A (its node)", exec_on, "node-a"),
+                         ("exec sent to B, forwarded to A", exec_on, "node-b"),
+                         ("read sent to A (its node)", read_on, "node-a"),
+                         ("read sent to B, forwarded to A", read_on, "node-b"))
+                times: dict[str, list[float]] = {label: [] for label, _, _ in cases}
+                for _label, call, node in cases:
+                    call(urls[node])  # warm-up: connections, caches
+                order = list(cases)
+                for _ in range(args.n):  # one of each per round, in a new order each round: neither
+                    random.shuffle(order)  # drift nor what ran just before favours a case
+                    for label, call, node in order:
+                        started = time.perf_counter()
+                        call(urls[node])
+                        times[label].append((time.perf_counter() - started) * 1000)
+                for label, _, _ in cases:
+                    got = times[label]
+                    rows.append((label, statistics.median(got), statistics.quantiles(got, n=10)[-1]))
             width = max(len(r[0]) for r in rows)
             print(f"{'case':<{width}}  median ms  p90 ms")
             for label, median, p90 in rows:
                 print(f"{label:<{width}}  {median:9.2f}  {p90:6.2f}")
             extra = rows[1][1] - rows[0][1]
-            print(f"forwarding adds {extra:+.2f} ms (median; target <= +3 ms): {'ok' if extra <= 3 else 'OVER'}")
+            print(f"forwarding adds {extra:+.2f} ms to an exec (median; target <= +3 ms): "
+                  f"{'ok' if extra <= 3 else 'OVER'}; {rows[3][1] - rows[2][1]:+.2f} ms to a read")
     finally:
         for proc in servers:
             proc.terminate()

@@ -19,6 +19,7 @@ import re
 import ssl
 import time
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
 
@@ -28,8 +29,7 @@ from warden.core.names import name_pattern
 from warden.interfaces.http.limits import ASGIApp, Message, Receive, Scope, Send, error_bytes
 
 if TYPE_CHECKING:
-    import httpx
-
+    from warden.adapters.node_link import NodeLink
     from warden.bootstrap import App
 
 __all__ = ["NodeForwarding"]
@@ -39,14 +39,18 @@ log = logging.getLogger("warden.http")
 # A workspace's own requests; group 1 is its name.
 WORKSPACE_PATH = re.compile(rf"^/v1/workspaces/({name_pattern()})(?:/.*)?$")
 _SIGNED = (b"x-warden-node-mac", b"x-warden-node")  # a request another node signed (or claims to)
-# Hop-by-hop headers (RFC 9110 §7.6.1) and those the forwarder sets itself.
+_DOT_SEGMENT = re.compile(r"(?:^|/)\.{1,2}(?:/|$)")
+_PATH_SAFE = "/:@!$&'()*+,;=-._~"  # RFC 3986 pchar and '/': kept as they are, the rest percent-encoded
+_PRINTABLE = re.compile(r"[\x21-\x7e]+")  # a request target: no space, control character or non-ASCII
 # How long an answer of the registry about where workspaces are and which node's server answers
 # where is used again: a request for one of this node's own workspaces (on one machine, every
 # request) then costs no registry read. A stale answer is safe: this node's services refuse a
 # workspace that is not theirs (`unavailable`), and a forwarded request goes no further.
 PLACES_S = 1.0
-_HOP = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade",
-        b"host", b"content-length", *(h.encode() for h in nodes.NODE_HEADERS)}
+# Hop-by-hop headers (RFC 9110 §7.6.1), those the forwarder sets itself, and `expect` (the body is
+# sent at once; an interim 100 answer has nothing to tell the client).
+_HOP = {b"expect", b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding",
+        b"upgrade", b"host", b"content-length", *(h.encode() for h in nodes.NODE_HEADERS)}
 
 
 class NodeForwarding:
@@ -55,7 +59,7 @@ class NodeForwarding:
         self.app = app
         self.max_body = max_body
         self.timeout = timeout
-        self._client: httpx.AsyncClient | None = None
+        self._client: NodeLink | None = None
         self._keys: tuple[float, list[bytes]] = (0.0, [])  # (good until, node keys: the current first)
         self._places: tuple[float, dict[str, str]] = (0.0, {})  # (good until, workspace -> its node)
         self._urls: dict[str, tuple[float, str]] = {}  # node -> (good until, its server's URL)
@@ -151,71 +155,73 @@ class NodeForwarding:
                                   result="refused", detail={"method": scope["method"]})
             raise
 
-    def _http(self) -> httpx.AsyncClient:
+    def _link(self) -> NodeLink:
         if self._client is None:
-            import httpx
+            from warden.adapters.node_link import NodeLink
 
-            ca = self.app.settings.get_str("node.ca_file")
-            try:
-                verify: ssl.SSLContext | bool = (ssl.create_default_context(cafile=os.path.expanduser(ca)) if ca
-                                                 else True)
-            except (OSError, ssl.SSLError) as exc:  # tried again next request: the file may be fixed
-                raise Unavailable(f"node.ca_file {ca!r} cannot be used ({exc}); give the PEM file of the "
-                                  "CA that signed the other nodes' certificates", rule="node.tls") from None
-            self._client = httpx.AsyncClient(
-                verify=verify, follow_redirects=False,
-                timeout=httpx.Timeout(self.timeout, connect=5.0),
-                limits=httpx.Limits(max_connections=256, max_keepalive_connections=32))
+            self._client = NodeLink(ssl_context=self._tls, connect_timeout=5.0, timeout=self.timeout)
         return self._client
 
-    async def _forward(self, node: str, url: str, scope: Scope, body: bytes, send: Send) -> None:
-        import httpx
+    def _tls(self) -> ssl.SSLContext:
+        ca = self.app.settings.get_str("node.ca_file")
+        try:
+            return ssl.create_default_context(cafile=os.path.expanduser(ca) if ca else None)
+        except (OSError, ssl.SSLError) as exc:  # tried again next request: the file may be fixed
+            raise Unavailable(f"node.ca_file {ca!r} cannot be used ({exc}); give the PEM file of the "
+                              "CA that signed the other nodes' certificates", rule="node.tls") from None
 
-        query = bytes(scope.get("query_string", b"")).decode("latin-1")
-        sent = httpx.URL(url.rstrip("/") + scope["path"] + (f"?{query}" if query else ""))
-        if sent.path != scope["path"]:
+    async def _forward(self, node: str, url: str, scope: Scope, body: bytes, send: Send) -> None:
+        from warden.adapters.node_link import LinkBroken
+
+        path = scope["path"]
+        if _DOT_SEGMENT.search(path) or "?" in path or "#" in path:
             # The path arrives percent-decoded: a `%2e%2e` segment or a `%3F` in it would make the
-            # URL sent name another path than the one this node matched (`…/wsa/%2e%2e/%2e%2e/mcp`
-            # would reach the other node's /mcp). No route of the API has such a path: refused here.
-            raise InvalidInput(f"request path {scope['path'][:200]!r} has '.' or '..' segments or a '?' or '#' "
+            # target sent name another path than the one this node matched (`…/wsa/%2e%2e/%2e%2e/mcp`
+            # would reach the other node's /mcp wherever dot segments are resolved). No route of
+            # the API has such a path: refused here.
+            raise InvalidInput(f"request path {path[:200]!r} has '.' or '..' segments or a '?' or '#' "
                                "once decoded: no endpoint of the API has (see /openapi.json)", rule="node.path")
-        # Signed as sent: the query as the client library encodes it is the one the other node reads.
-        query = sent.query.decode("latin-1")
-        key = (await run_in_threadpool(self.keys))[0]  # a registry read once a second (clustered)
-        signed = nodes.sign(key, method=scope["method"], path=scope["path"], query=query, body=body,
+        # The query as the client sent it, which the other node reads as this one did; signed so.
+        raw_query = bytes(scope.get("query_string", b""))
+        query = raw_query.decode("latin-1")
+        target = quote(path, safe=_PATH_SAFE) + (f"?{query}" if query else "")
+        if not _PRINTABLE.fullmatch(target):
+            raise InvalidInput("request target has characters a request line cannot carry", rule="node.path")
+        until, keys = self._keys  # the registry is read again (in a thread) once a second
+        if until <= time.monotonic():
+            keys = await run_in_threadpool(self.keys)
+        signed = nodes.sign(keys[0], method=scope["method"], path=path, query=query, body=body,
                             origin=self.app.node, target=node, timestamp=int(self.app.clock().timestamp()),
                             nonce=os.urandom(16).hex())
         headers: list[tuple[bytes, bytes]] = [(k, v) for k, v in scope.get("headers", ()) if k.lower() not in _HOP]
         headers += [(k.encode(), v.encode()) for k, v in signed.headers().items()]
-        client = self._http()
-        request = client.build_request(scope["method"], sent, headers=headers, content=body)
         try:
-            response = await client.send(request, stream=True)
-        except httpx.TransportError as exc:
+            answer = await self._link().request(url, scope["method"], target, headers, body)
+        except (LinkBroken, ssl.SSLError) as exc:
             if _untrusted(exc):
                 raise Unavailable(f"node {node!r} is unavailable: its certificate at {url} was not trusted "
                                   "(set node.ca_file to the CA that signed it, on this node)",
                                   rule="node.tls") from None
-            raise Unavailable(f"node {node!r} is unavailable ({type(exc).__name__} at {url}); "
+            raise Unavailable(f"node {node!r} is unavailable ({exc} at {url}); "
                               "try again when it is back", rule="node.down") from None
         try:
-            out = [(k.lower(), v) for k, v in response.headers.raw if k.lower() not in _HOP]
-            streamed = "content-length" not in response.headers
-            if not streamed:
-                out.append((b"content-length", response.headers["content-length"].encode()))
-            await send({"type": "http.response.start", "status": response.status_code, "headers": out})
-            async for chunk in response.aiter_raw():
+            out = [(k.lower(), v) for k, v in answer.headers if k.lower() not in _HOP]
+            length = answer.content_length()
+            if length is not None:
+                out.append((b"content-length", length))
+            await send({"type": "http.response.start", "status": answer.status, "headers": out})
+            async for chunk in answer.body():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except httpx.TransportError as exc:
-            log.warning("forwarding to node %s broke off: %s", node, type(exc).__name__)
+        except LinkBroken as exc:
+            log.warning("forwarding to node %s broke off: %s", node, exc)
         finally:
-            await response.aclose()
+            answer.close()
 
 
 def _untrusted(exc: BaseException) -> bool:
     """Whether a failed connection failed on the other node's certificate (an unknown CA, a name
-    it was not issued for, expired): httpx wraps the ssl module's error, or says its reason."""
+    it was not issued for, expired): the ssl module's error, itself or as the cause of another."""
     seen: BaseException | None = exc
     for _ in range(8):
         if seen is None:
