@@ -16,12 +16,11 @@ from warden.adapters.config_file import read_config
 from warden.adapters.store.db import open_database
 from warden.adapters.store.registry import SqlRegistry
 from warden.core.settings import Settings, resolve
-from warden.services.audit import AuditLog
-from warden.services.workspaces import WorkspaceService
 
 if TYPE_CHECKING:
     from warden.adapters.cluster_keys import ClusterKeys
     from warden.adapters.exec_slots import HeldSlots
+    from warden.adapters.gitguard import HostGitDefuser
     from warden.adapters.keystore import Keystore
     from warden.adapters.versions import HostVersionStore
     from warden.core.approvals import ApprovalRecord
@@ -29,11 +28,13 @@ if TYPE_CHECKING:
     from warden.core.workspaces import WorkspaceRecord
     from warden.core.zones import Zone
     from warden.services.approvals import ApprovalService
+    from warden.services.audit import AuditLog
     from warden.services.auth import AuthService
     from warden.services.bot_requests import BotRequestService
     from warden.services.checkpoints import CheckpointService
     from warden.services.context import ContextService
     from warden.services.files import Approver, FileService
+    from warden.services.folders import FolderService
     from warden.services.git import GitService
     from warden.services.grants import GrantService
     from warden.services.health import HealthService
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from warden.services.settings import HomeSetup
     from warden.services.sweeper import Sweeper
     from warden.services.watching import WatchService
+    from warden.services.workspaces import WorkspaceService
 
 __all__ = ["App", "Home", "act_for", "bootstrap", "config_file", "load_settings"]
 
@@ -161,23 +163,38 @@ class App:
 
     @cached_property
     def audit(self) -> AuditLog:
+        from warden.services.audit import AuditLog  # with the hash chain's hashlib: not for a plain read
+
         return AuditLog(self.registry, self.clock)
 
     @cached_property
     def workspaces(self) -> WorkspaceService:
-        from warden.adapters.gitguard import HostGitDefuser
         from warden.adapters.processes import HostProcesses
-        from warden.adapters.workspace_io import HostArchives, HostWorkspaceIO
+        from warden.adapters.workspace_io import HostArchives
         from warden.services.archives import ArchiveShelf
-        from warden.services.folders import FolderService
+        from warden.services.workspaces import WorkspaceService
 
-        folders = FolderService(HostWorkspaceIO(), HostGitDefuser(), self.settings, quota=lambda: self.quota)
         shelf = ArchiveShelf(HostArchives(), self.home.archives, self.clock, self.settings)
-        return WorkspaceService(self.registry, self.audit, self.clock, root_dir=self.root_dir, folders=folders,
+        return WorkspaceService(self.registry, self.audit, self.clock, root_dir=self.root_dir,
+                                folders=lambda: self.folders,
                                 shelf=shelf, processes=HostProcesses(), node=self.node,
                                 layers=lambda: self.layers, leases=lambda: self.leases,
                                 on_destroyed=self._destroyed,
                                 live_nodes=lambda: self.instances.live_nodes())
+
+    @cached_property
+    def folders(self) -> FolderService:
+        """Workspace folders on this machine; built at first use (the git guard and the safe file
+        access it imports are not needed to list workspaces)."""
+        from warden.adapters.workspace_io import HostWorkspaceIO
+        from warden.services.folders import FolderService
+
+        def git_defuser() -> HostGitDefuser:
+            from warden.adapters.gitguard import HostGitDefuser
+
+            return HostGitDefuser()
+
+        return FolderService(HostWorkspaceIO(), git_defuser, self.settings, quota=lambda: self.quota)
 
     def _destroyed(self, record: WorkspaceRecord, actor: str) -> None:
         """What goes with a destroyed workspace: its checkpoints and versions, and the requests
@@ -612,7 +629,7 @@ def act_for(instance_id: str | None) -> None:
 
 def node_name(environ: Mapping[str, str]) -> str:
     """`WARDEN_NODE`, else the host name; InvalidInput (one line) when it is no safe name."""
-    from warden.core.nodes import check_node_name
+    from warden.core.names import check_node_name
 
     raw = environ.get("WARDEN_NODE")
     if raw is not None:

@@ -101,11 +101,11 @@ class World:
         self.processes = FakeHostProcesses()
         self.leases = LeaseService(self.registry, self.processes, lambda: self.now, "node-a")
         quota = QuotaService(settings, Path(HOME), FakeDisk())
-        folders = FolderService(self.io, FakeGitDefuser(), settings, quota=lambda: quota)
+        folders = FolderService(self.io, FakeGitDefuser, settings, quota=lambda: quota)
         shelf = ArchiveShelf(self.archives, Path(f"{HOME}/archives"), lambda: self.now, settings)
         self.workspaces = WorkspaceService(self.registry, self.audit, lambda: self.now, root_dir=Path(ROOT),
-                                           folders=folders, shelf=shelf, processes=self.processes, node="node-a",
-                                           leases=lambda: self.leases)
+                                           folders=lambda: folders, shelf=shelf, processes=self.processes,
+                                           node="node-a", leases=lambda: self.leases)
         self.health = Health()
         self.layers = Layers()
         self.unarchiver = FakeUnarchiver(self.io, self.archives)

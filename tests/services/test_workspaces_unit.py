@@ -61,10 +61,10 @@ class World:
         self.quota = QuotaService(self.settings, Path("/home/u/.warden"), self.disk)
         self.layers = LayerService(self.store, self.builder, FakeResolutionCache(),
                                    TemplateCatalog(tmp_path / "templates"), self.settings)
-        self.folders = FolderService(self.io, self.git, self.settings, quota=lambda: self.quota)
+        self.folders = FolderService(self.io, lambda: self.git, self.settings, quota=lambda: self.quota)
         self.shelf = ArchiveShelf(self.archives, Path("/home/u/.warden/archives"), lambda: self.now, self.settings)
         self.service = WorkspaceService(self.registry, self.audit, lambda: self.now, root_dir=Path(ROOT),
-                                        folders=self.folders, shelf=self.shelf, processes=self.processes,
+                                        folders=lambda: self.folders, shelf=self.shelf, processes=self.processes,
                                         node="node-a", layers=lambda: self.layers)
 
     def events(self, action: str) -> list[tuple[str, str]]:

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from warden.adapters.atomic import write_atomic
-from warden.adapters.safefs import read_small, regular_dirs
 
 if TYPE_CHECKING:
     from warden.core.layers import Layer
@@ -35,6 +33,8 @@ TRASH = ".trash"
 def remove_in_background(path: Path) -> None:
     """Delete `path` (already renamed out of the way) without waiting for it."""
     try:
+        import subprocess  # here: `warden list` and the like never start a process
+
         proc = subprocess.Popen(["rm", "-rf", "--", str(path)], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
@@ -127,9 +127,13 @@ class HostWorkspaceIO:
 
     # -- WorkspaceReads --------------------------------------------------------------------
     def read_small(self, root: str, rel: str, limit: int = 1 << 20) -> bytes | None:
+        from warden.adapters.safefs import read_small  # here: its ctypes only when a file is read
+
         return read_small(root, rel, limit)
 
     def regular_dirs(self, root: str, rel: str, suffix: str) -> list[str]:
+        from warden.adapters.safefs import regular_dirs
+
         return regular_dirs(root, rel, suffix)
 
     def layer_site(self, workspace: str) -> str | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -142,6 +141,8 @@ def _canonical(event: AuditEvent, seq: int, prev_hash: str) -> bytes:
 
 def event_hash(event: AuditEvent, seq: int, prev_hash: str) -> str:
     """The SHA-256 that row `seq` stores, given the hash of the row before."""
+    import hashlib  # here: its OpenSSL loads in 2 ms, which a command that writes no event never needs
+
     return hashlib.sha256(prev_hash.encode("ascii") + _canonical(event, seq, prev_hash)).hexdigest()
 
 

@@ -13,7 +13,9 @@ import re
 from functools import cache
 from typing import TypeGuard
 
-__all__ = ["LONGEST", "is_name", "name_pattern", "name_regex"]
+from warden.core.errors import InvalidInput
+
+__all__ = ["LONGEST", "check_node_name", "is_name", "name_pattern", "name_regex"]
 
 LONGEST = 63
 
@@ -33,3 +35,13 @@ def name_regex(longest: int = LONGEST) -> re.Pattern[str]:
 def is_name(value: object, longest: int = LONGEST) -> TypeGuard[str]:
     """Whether `value` is a string that is a whole name of at most `longest` characters."""
     return isinstance(value, str) and name_regex(longest).match(value) is not None
+
+
+def check_node_name(name: str, *, source: str = "WARDEN_NODE") -> str:
+    """A valid node name (it lands in URLs, log lines and file names), or InvalidInput. Here and
+    not in core/nodes.py, whose HMAC code every command would otherwise import to start."""
+    if not is_name(name):
+        shown = name if len(name) <= 80 else name[:80] + "…"
+        raise InvalidInput(f"bad {source} {shown!r}: use 1-63 letters, digits, '.', '_' or '-', "
+                           "starting with a letter or digit")
+    return name

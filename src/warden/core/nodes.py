@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from warden.core.errors import Denied, InvalidInput
+from warden.core.errors import Denied
+from warden.core.names import check_node_name, is_name
 
 __all__ = ["KINDS", "MAC_INFO", "NODE_HEADERS", "Instance", "NodeView", "Signed", "check_node_name",
            "dead_instances", "mac_of", "node_key", "nodes_view", "sign", "verify"]
@@ -37,19 +38,9 @@ NODE_HEADERS = ("x-warden-node", "x-warden-node-to", "x-warden-node-time", "x-wa
 # How far a forwarded request's timestamp may be from the receiver's clock (both ways).
 SKEW = timedelta(seconds=30)
 
-_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 _NONCE = re.compile(r"[0-9a-f]{32}\Z")
 _STAMP = re.compile(r"[0-9]{1,12}\Z")  # ASCII digits only (str.isdigit takes other scripts' too)
 _MAC = re.compile(r"[0-9a-f]{64}\Z")
-
-
-def check_node_name(name: str, *, source: str = "WARDEN_NODE") -> str:
-    """A valid node name (it lands in URLs, log lines and file names), or InvalidInput."""
-    if not _NODE.match(name):
-        shown = name if len(name) <= 80 else name[:80] + "…"
-        raise InvalidInput(f"bad {source} {shown!r}: use 1-63 letters, digits, '.', '_' or '-', "
-                           "starting with a letter or digit")
-    return name
 
 
 class Instance(NamedTuple):
@@ -158,7 +149,7 @@ def verify(keys: Iterable[bytes], headers: Mapping[str, str], *, method: str, pa
     key or the expected MAC). The caller still refuses a nonce seen before."""
     values = [headers.get(h, "") for h in NODE_HEADERS]
     origin, target, stamp, nonce, mac = values
-    if not (_NODE.match(origin) and _NODE.match(target) and _STAMP.match(stamp)
+    if not (is_name(origin) and is_name(target) and _STAMP.match(stamp)
             and _NONCE.match(nonce) and _MAC.match(mac)):
         raise Denied("malformed node-to-node request: refused", rule="node.mac")
     if target != node:

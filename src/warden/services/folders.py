@@ -75,10 +75,10 @@ def metadata_json(record: WorkspaceRecord) -> bytes:
 class FolderService:
     """Makes, fills, checks and trashes workspace folders."""
 
-    def __init__(self, io: WorkspaceFolders, git: GitDefuser, settings: Settings, *,
+    def __init__(self, io: WorkspaceFolders, git: Callable[[], GitDefuser], settings: Settings, *,
                  quota: Callable[[], QuotaService] | None = None) -> None:
         self.io = io
-        self._git = git
+        self._git = git  # made at first use: the guard's safe file access is not needed to list
         self._settings = settings
         self._quota = quota
 
@@ -155,7 +155,7 @@ class FolderService:
                                      disk_bytes=disk_bytes, disk_files=disk_files)
         # `.git` entries were refused; a folder the blob shaped like a repository (HEAD and refs)
         # loses its HEAD before anyone's git can take it for one.
-        moved = self._git.defuse(path)
+        moved = self._git().defuse(path)
         if moved:
             counts = {**counts, "git_quarantined": len(moved)}
         return counts

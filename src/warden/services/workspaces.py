@@ -23,12 +23,12 @@ from warden.core.durations import format_duration
 from warden.core.errors import Conflict, InvalidInput, NotFound, Unavailable
 from warden.core.ports import Clock, Processes, Registry, Tx
 from warden.core.workspaces import WorkspaceRecord, check_name, check_type
-from warden.services.archives import ArchiveShelf
-from warden.services.audit import AuditLog
 from warden.services.folders import CONFIGURED_MARKER, METADATA_FILE, FolderService, env_meta, layer_ids
 
 if TYPE_CHECKING:
     from warden.core.layers import EnvLayers
+    from warden.services.archives import ArchiveShelf
+    from warden.services.audit import AuditLog
     from warden.services.layers import LayerService, Resolution
     from warden.services.leases import Lease, LeaseService
 
@@ -52,7 +52,7 @@ class WorkspaceService:
     """The registry's workspaces, kept true to their folders on this machine."""
 
     def __init__(self, registry: Registry, audit: AuditLog, clock: Clock, *, root_dir: Path,
-                 folders: FolderService, shelf: ArchiveShelf, processes: Processes, node: str,
+                 folders: Callable[[], FolderService], shelf: ArchiveShelf, processes: Processes, node: str,
                  layers: Callable[[], LayerService] | None = None,
                  leases: Callable[[], LeaseService] | None = None,
                  on_destroyed: Callable[[WorkspaceRecord, str], object] | None = None,
@@ -66,12 +66,16 @@ class WorkspaceService:
         self._audit = audit
         self._clock = clock
         self.root_dir = root_dir
-        self.folders = folders
+        self._folders = folders  # built at first use: listing workspaces needs none of it
         self.shelf = shelf
         self._processes = processes
         self._node = node
         self._layers = layers
         self._leases = leases
+
+    @property
+    def folders(self) -> FolderService:
+        return self._folders()
 
     @property
     def layers(self) -> LayerService:
