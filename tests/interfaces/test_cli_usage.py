@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from tests.conftest import Cli
@@ -77,3 +80,25 @@ def test_version_loads_no_command_module() -> None:
             "print(sorted(m for m in sys.modules if m.startswith(('warden.interfaces.cli.cmd_', 'warden.bootstrap'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[-1] == "[]"
+
+
+def test_list_loads_nothing_it_does_not_use(tmp_path: Path) -> None:
+    # `warden list` is asked often and should answer at once (issue #15: start-up within 50 ms):
+    # the audit chain's hashlib, the git guard, safe file access (ctypes) and subprocess are
+    # imported by the commands that use them, not by a read of the registry.
+    import subprocess
+    import sys
+
+    heavy = ("hashlib", "ctypes", "subprocess", "warden.adapters.gitguard", "warden.adapters.safefs",
+             "warden.services.runs", "sqlalchemy", "httpx")
+    code = ("import sys; from warden.interfaces.cli.main import main\n"
+            "try:\n    main(['list'])\nexcept SystemExit:\n    pass\n"
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    env = {**os.environ, "WARDEN_HOME": str(tmp_path / "home"), "WARDEN_DAEMON": "0"}
+    subprocess.run([sys.executable, "-m", "warden", "init"], env=env, capture_output=True, check=True)
+    (tmp_path / "notes").mkdir()
+    subprocess.run([sys.executable, "-m", "warden", "ws", "set", str(tmp_path / "notes")], env=env,
+                   capture_output=True, check=True)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout
+    assert str(tmp_path / "notes") in done.stdout  # it did list the workspace
