@@ -241,8 +241,10 @@ class Daemon:
             return 0  # another daemon serves this home
         self._warm(["warden.interfaces.cli.main", "warden.interfaces.cli.cmd_run", "warden.bootstrap"])
         from warden.bootstrap import warm_host
+        from warden.interfaces.cli.main import build_parser
 
         warm_host()
+        build_parser(["run"])  # kept (main.py's _BUILT): each child parses with it, building none
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # a dead daemon's socket (the lock says none lives)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)

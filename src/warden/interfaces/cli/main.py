@@ -280,14 +280,27 @@ def version() -> str:
     return __version__
 
 
+# Parsers built, by command word: a parser is used again for each command line it parses (the
+# home's daemon builds `run`'s before it forks, so its children parse without building one).
+_BUILT: dict[str | None, Parser] = {}
+
+
 def build_parser(args_list: Sequence[str] | None = None) -> Parser:
     """The parser for `args_list`'s command alone, or for every command."""
+    word = _command_word(args_list) if args_list is not None else None
+    key = word if word is None or word in COMMANDS else "?"
+    built = _BUILT.get(key)
+    if built is None:
+        built = _BUILT[key] = _build_parser(word)
+    return built
+
+
+def _build_parser(word: str | None) -> Parser:
     common = common_options()
     parser = Parser(prog="warden", parents=[common],
                     description="Warden: sandboxes and workspaces for AI agents.")
     parser.add_argument("--version", action="store_true", help="print Warden's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    word = _command_word(args_list) if args_list is not None else None
     # An unknown word needs no module: Parser._check_value names the nearest command.
     wanted = (MODULES if word is None else (COMMANDS[word],) if word in COMMANDS else ())
     for name in wanted:
