@@ -68,27 +68,26 @@ def test_a_shell_through_b_runs_on_a_resizes_interrupts_and_ends_with_its_status
     a, b = pair
     marker = "pty-" + secrets.token_hex(4)
     before = len(_ptys(a))
-    with b.serve() as server_b, a.serve():
-        with connect(_url(server_b), additional_headers=_bearer(token)) as ws:
-            screen = SocketScreen(ws)
-            screen.wait_for(PROMPT)
-            ws.send(f"echo hel''lo; stty size; touch {marker}\n".encode())
-            screen.wait_for(b"hello\r\n30 100\r\n")
-            ws.send(json.dumps({"type": "resize", "cols": 132, "rows": 50}))  # a text frame, relayed as one
-            ws.send(b"stty size\n")
-            screen.wait_for(b"50 132\r\n")
-            ws.send(SLEEP)
-            screen.wait_for(b"sleeping\r\n")
-            ws.send(b"\x03")
-            ws.send(b"echo alive-$?\n")
-            screen.wait_for(b"alive-130\r\n", timeout=20)
-            ws.send(b"exit 3\n")
-            wait_until(lambda: screen.more() == b"" and screen.texts, timeout=30, message="the exit frame")
-            assert {k: v for k, v in screen.texts[-1].items() if k != "duration_s"} == {
-                "type": "exit", "exit_code": 3, "timed_out": False, "signal": None}
-            wait_until(lambda: _closed(ws), timeout=10, message="B closing the socket")
-            assert ws.close_code == 1000
-    # It ran on A: A's folder has the file (B's has no folder), and A's audit has the session.
+    with b.serve() as server_b, a.serve(), connect(_url(server_b), additional_headers=_bearer(token)) as ws:
+        screen = SocketScreen(ws)
+        screen.wait_for(PROMPT)
+        ws.send(f"echo hel''lo; stty size; touch {marker}\n".encode())
+        screen.wait_for(b"hello\r\n30 100\r\n")
+        ws.send(json.dumps({"type": "resize", "cols": 132, "rows": 50}))  # a text frame, relayed as one
+        ws.send(b"stty size\n")
+        screen.wait_for(b"50 132\r\n")
+        ws.send(SLEEP)
+        screen.wait_for(b"sleeping\r\n")
+        ws.send(b"\x03")
+        ws.send(b"echo alive-$?\n")
+        screen.wait_for(b"alive-130\r\n", timeout=20)
+        ws.send(b"exit 3\n")
+        wait_until(lambda: screen.more() == b"" and screen.texts, timeout=30, message="the exit frame")
+        assert {k: v for k, v in screen.texts[-1].items() if k != "duration_s"} == {
+            "type": "exit", "exit_code": 3, "timed_out": False, "signal": None}
+        wait_until(lambda: _closed(ws), timeout=10, message="B closing the socket")
+        assert ws.close_code == 1000
+    # It ran on A: A's folder has the file (B's has none), and A's server recorded the session.
     assert (_folder(a) / marker).exists() and not (_folder(b) / marker).exists()
     ended = wait_until(lambda: len(_ptys(a)) > before and _ptys(a), timeout=20, message="A's api.pty event")
     assert ended[0]["detail"]["exit_code"] == 3 and ended[0]["actor"].startswith("bot:tester@")
