@@ -9,6 +9,8 @@ policy and audit. The answer — streams included — is relayed as it comes. A 
 (no live heartbeat) or refuses the connection makes the request `unavailable` (503) naming it,
 and nothing runs. A signed request arriving here is checked (signature, age, nonce never seen)
 and is never forwarded again: a workspace that is not this node's then answers `unavailable`.
+The PTY WebSocket is relayed by node_ws.py, MCP tool calls by interfaces/mcp/forward.py; what
+the three share (keys, places, URLs, TLS, signing) is peers.py's.
 """
 
 from __future__ import annotations
