@@ -132,9 +132,11 @@ def create_app(app: App) -> FastAPI:
     api.include_router(events.router(app))
     api.include_router(checkpoints.router(app))
     # The MCP server over streamable HTTP (interfaces/mcp): its own Bearer check, the same services.
+    from warden.interfaces.http.peers import Peers
     from warden.interfaces.mcp.server import McpHttp
 
-    mcp = McpHttp(app, max_body=app.settings.get_size("api.max_body"))
+    peers = Peers(app)  # one view of the other nodes for the forwarding of HTTP, PTYs and MCP
+    mcp = McpHttp(app, max_body=app.settings.get_size("api.max_body"), peers=peers)
 
     max_json = app.settings.get_size("api.max_body")
     max_file = app.settings.get_int("sandbox.max_file_size_mb") * 1024 * 1024
@@ -165,7 +167,8 @@ def create_app(app: App) -> FastAPI:
     from warden.interfaces.http.nodes import NodeForwarding
 
     api.add_middleware(FastReads, app=app, services=services)
-    api.add_middleware(NodeForwarding, app=app, max_body=max(max_file, max_json), timeout=run_timeout + 60.0)
+    api.add_middleware(NodeForwarding, app=app, max_body=max(max_file, max_json), timeout=run_timeout + 60.0,
+                       peers=peers, open_timeout=max(request_timeout, 60.0))
     # `/mcp` is answered ahead of FastAPI's routing (which would first try every route of the
     # API on each call); it answers its own errors, as the SDK's transport does.
     api.add_middleware(Mounted, path="/mcp", endpoint=mcp)

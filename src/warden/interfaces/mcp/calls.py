@@ -36,6 +36,7 @@ from warden.services.runs import RunOutput
 if TYPE_CHECKING:
     from warden.bootstrap import App
     from warden.core.runs import RunResult
+    from warden.interfaces.http.peers import Peers
     from warden.services.auth import Principal
     from warden.services.files import FileService
 
@@ -98,11 +99,16 @@ def _run_text(result: RunResult, *, streamed: bool) -> Answer:
 class ToolCalls:
     """The tools of one server (stdio or HTTP), bound to one wired App."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, peers: Peers | None = None) -> None:
+        from warden.interfaces.http.peers import Peers
+        from warden.interfaces.mcp.forward import McpForwarding
+
         self.app = app
         self.requests = app.bot_requests
         self.files = FileServices(app)
         self.slots = ExecSlots.from_settings(app)  # the same bound as the HTTP API's execs
+        # Calls on another node's workspace are carried out there (forward.py).
+        self.forwarding = McpForwarding(peers or Peers(app), timeout=app.settings.get_seconds("sandbox.timeout") + 60)
 
     # -- the entry -------------------------------------------------------------------------
     async def call(self, name: str, arguments: dict[str, Any] | None, token: str | None,
@@ -112,9 +118,27 @@ class ToolCalls:
             tool, args = check_arguments(name, arguments)
         except InvalidInput as exc:
             return _result(Answer(f"invalid: {exc.message}"), error=True)
+        node = await self.forwarding.node_for(args.get("workspace"), token)
+        if node is not None and token:
+            return await self._forwarded(node, tool.name, args, token, progress)
         if tool.name == "exec" and not args.get("background"):
             return await self._exec_streamed(token, args, progress)
         return await anyio.to_thread.run_sync(self._blocking, tool.name, token, args)
+
+    async def _forwarded(self, node: str, name: str, args: dict[str, Any], token: str,
+                         progress: Progress | None) -> types.CallToolResult:
+        """Tool `name` carried out on `node`, which holds the workspace (forward.py): its answer."""
+        from warden.interfaces.mcp.forward import RemoteError
+
+        try:
+            result = await self.forwarding.request(node, "tools/call", {"name": name, "arguments": args}, token,
+                                                   progress if name == "exec" else None)
+            return types.CallToolResult.model_validate(result)
+        except WardenError as exc:
+            return _result(Answer(refusal_text(exc, tool=name, workspace=args.get("workspace"), bot=None)),
+                           error=True)
+        except (RemoteError, ValueError) as exc:  # a JSON-RPC error, or a result that is not one
+            return _result(Answer(f"node {node!r} could not carry out {name}: {exc}"), error=True)
 
     def _blocking(self, name: str, token: str | None, args: dict[str, Any],
                   output: RunOutput | None = None) -> types.CallToolResult:

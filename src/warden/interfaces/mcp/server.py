@@ -24,7 +24,9 @@ from mcp.server.lowlevel.server import Server
 from mcp.shared.exceptions import MCPError
 
 from warden.core.errors import WardenError
+from warden.core.nodes import NODE_HEADERS
 from warden.interfaces.mcp.calls import CLIENT_GONE, McpCall, ToolCalls
+from warden.interfaces.mcp.forward import FORWARDED
 from warden.interfaces.mcp.texts import refusal_text
 from warden.interfaces.mcp.tools import TOOLS
 from warden.services.auth import AuthDenied
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 
     from warden.bootstrap import App
     from warden.interfaces.http.limits import Message, Receive, Scope, Send
+    from warden.interfaces.http.peers import Peers
     from warden.services.auth import Principal
 
 __all__ = ["INSTRUCTIONS", "RESOURCE_TEMPLATE", "McpHttp", "build_server", "resource_uri", "serve_stdio"]
@@ -49,6 +52,7 @@ RESOURCE_TEMPLATE = "warden://{workspace}/{+path}"
 DOOR_SECONDS = 5.0
 DOOR_MEMORY = 4096
 _INVALID_PARAMS = -32602
+_SIGNED = frozenset(h.encode() for h in NODE_HEADERS)  # a request another node signed (or claims to)
 
 # The token of the request being served: stdio's fixed one, or the HTTP request's Bearer token.
 TokenOf = Callable[["ServerRequestContext[Any, Any]"], str | None]
@@ -107,6 +111,9 @@ def build_server(app: App, token_of: TokenOf, calls: ToolCalls | None = None) ->
         uri = str(params.uri)
         workspace, path = _parse_uri(uri)
         token = token_of(ctx)
+        node = await tools.forwarding.node_for(workspace, token)
+        if node is not None and token:  # another node's workspace: read there (forward.py)
+            return await _read_there(tools, node, uri, workspace, token)
         try:
             data = await asyncio.to_thread(_read, app, tools, token, workspace, path)
         except WardenError as exc:
@@ -126,6 +133,20 @@ def build_server(app: App, token_of: TokenOf, calls: ToolCalls | None = None) ->
                   description="Sandboxed workspaces for agents: files, commands, approvals.",
                   on_list_tools=list_tools, on_call_tool=call_tool, on_list_resource_templates=list_templates,
                   on_list_resources=list_resources, on_read_resource=read_resource)
+
+
+async def _read_there(tools: ToolCalls, node: str, uri: str, workspace: str, token: str) -> types.ReadResourceResult:
+    from warden.interfaces.mcp.forward import RemoteError
+
+    try:
+        result = await tools.forwarding.request(node, "resources/read", {"uri": uri}, token)
+        return types.ReadResourceResult.model_validate(result)
+    except WardenError as exc:
+        raise MCPError(_INVALID_PARAMS, refusal_text(exc, tool="read_file", workspace=workspace, bot=None)) from None
+    except RemoteError as exc:
+        raise MCPError(exc.code, exc.message) from None
+    except ValueError as exc:  # a result that is not one
+        raise MCPError(_INVALID_PARAMS, f"node {node!r} gave no resource: {exc}") from None
 
 
 def _read(app: App, tools: ToolCalls, token: str | None, workspace: str, path: str) -> bytes:
@@ -156,11 +177,14 @@ class McpHttp:
     by the first request and held by one task for the life of the event loop.
     """
 
-    def __init__(self, app: App, *, max_body: int) -> None:
+    def __init__(self, app: App, *, max_body: int, peers: Peers | None = None) -> None:
         from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
+        from warden.interfaces.http.peers import Peers
+
         self.app = app
-        self.tools = ToolCalls(app)
+        self.peers = peers or Peers(app)
+        self.tools = ToolCalls(app, self.peers)
         self.server = build_server(app, _bearer_of_request, self.tools)
         # Two answers to a POST, as the transport allows: an event stream for a request whose
         # client asked for progress (an exec's output comes as it runs), plain JSON otherwise,
@@ -188,7 +212,7 @@ class McpHttp:
         await self._ready.wait()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        from warden.interfaces.http.limits import bearer_token, error_bytes
+        from warden.interfaces.http.limits import bearer_token
 
         token = bearer_token(scope)
         principal = self._recently_let_in(token)
@@ -196,11 +220,7 @@ class McpHttp:
             principal = await asyncio.to_thread(self._door, token)
         if principal is None:
             refused = "permission denied" if token else "authentication required: send `Authorization: Bearer <token>`"
-            body = error_bytes("denied", refused)
-            await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer"),
-                                    (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
+            await _refuse(send, 401, "denied", refused)
             return
         await self._started()
         from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -212,6 +232,20 @@ class McpHttp:
             await self.streaming.handle_request(scope, receive, send)
             return
         body = await _read_body(receive)
+        # A request another node signed (or claims to): checked, and its calls go no further.
+        signed = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())
+                  if k.lower() in _SIGNED}
+        if signed:
+            from warden.core.errors import Denied
+
+            try:
+                await asyncio.to_thread(self.peers.verify, method="POST", path=str(scope.get("path", "")),
+                                        query=bytes(scope.get("query_string", b"")).decode("latin-1"),
+                                        headers=signed, body=body)
+            except Denied as exc:
+                await _refuse(send, 403, exc.code, exc.message)
+                return
+        FORWARDED.set(bool(signed))
         plain_call = _plain_tool_call(scope, body)
         if plain_call is not None:
             await self._answer_plain_call(plain_call, token, send)
@@ -283,6 +317,17 @@ class McpHttp:
             self._recent.clear()
         self._recent[hashlib.sha256(token.encode()).digest()] = (time.monotonic() + DOOR_SECONDS, principal)
         return principal
+
+
+async def _refuse(send: Send, status: int, code: str, message: str) -> None:
+    from warden.interfaces.http.limits import error_bytes
+
+    body = error_bytes(code, message)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _read_body(receive: Receive) -> bytes:
