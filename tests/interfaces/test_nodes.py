@@ -40,9 +40,7 @@ def pair(database: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Node,
 
 
 def _token(a: Node) -> str:
-    granted = json.loads(a.cli("grant", "wsa", "tester", "--permissions", "read,write,execute", "--ttl", "1h",
-                               "--json").stdout)
-    return str(granted["data"]["token"])
+    return a.token()
 
 
 def _exec(url: str, token: str, cmd: list[str]) -> httpx.Response:

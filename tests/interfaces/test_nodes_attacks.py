@@ -34,9 +34,7 @@ def pair(database: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Node,
 
 
 def _token(a: Node) -> str:
-    granted = json.loads(a.cli("grant", "wsa", "tester", "--permissions", "read,write,execute", "--ttl", "1h",
-                               "--json").stdout)
-    return str(granted["data"]["token"])
+    return a.token()
 
 
 def _audit(node: Node) -> list[dict[str, object]]:

@@ -40,9 +40,7 @@ def pair(database: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Node,
 
 @pytest.fixture(scope="module")
 def token(pair: tuple[Node, Node]) -> str:
-    granted = json.loads(pair[0].cli("grant", "wsa", "tester", "--permissions", "read,write,execute", "--ttl", "1h",
-                                     "--json").stdout)
-    return str(granted["data"]["token"])
+    return pair[0].token()
 
 
 def _call(url: str, token: str, name: str, arguments: dict[str, Any],

@@ -18,7 +18,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from tests.interfaces.test_pty import PROMPT, SLEEP, SocketScreen, _closed
+from tests.interfaces.test_pty import PROMPT, SocketScreen, shell_session
 from tests.support.nodes import Node, fresh_database, needs_postgres, node_pair
 from tests.support.servers import ServeProcess
 from tests.support.waiting import wait_until
@@ -39,9 +39,7 @@ def pair(database: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Node,
 
 @pytest.fixture(scope="module")
 def token(pair: tuple[Node, Node]) -> str:
-    granted = json.loads(pair[0].cli("grant", "wsa", "tester", "--permissions", "read,write,execute", "--ttl", "1h",
-                                     "--json").stdout)
-    return str(granted["data"]["token"])
+    return pair[0].token()
 
 
 def _url(server: ServeProcess, query: str = "cols=100&rows=30") -> str:
@@ -69,24 +67,7 @@ def test_a_shell_through_b_runs_on_a_resizes_interrupts_and_ends_with_its_status
     marker = "pty-" + secrets.token_hex(4)
     before = len(_ptys(a))
     with b.serve() as server_b, a.serve(), connect(_url(server_b), additional_headers=_bearer(token)) as ws:
-        screen = SocketScreen(ws)
-        screen.wait_for(PROMPT)
-        ws.send(f"echo hel''lo; stty size; touch {marker}\n".encode())
-        screen.wait_for(b"hello\r\n30 100\r\n")
-        ws.send(json.dumps({"type": "resize", "cols": 132, "rows": 50}))  # a text frame, relayed as one
-        ws.send(b"stty size\n")
-        screen.wait_for(b"50 132\r\n")
-        ws.send(SLEEP)
-        screen.wait_for(b"sleeping\r\n")
-        ws.send(b"\x03")
-        ws.send(b"echo alive-$?\n")
-        screen.wait_for(b"alive-130\r\n", timeout=20)
-        ws.send(b"exit 3\n")
-        wait_until(lambda: screen.more() == b"" and screen.texts, timeout=30, message="the exit frame")
-        assert {k: v for k, v in screen.texts[-1].items() if k != "duration_s"} == {
-            "type": "exit", "exit_code": 3, "timed_out": False, "signal": None}
-        wait_until(lambda: _closed(ws), timeout=10, message="B closing the socket")
-        assert ws.close_code == 1000
+        shell_session(ws, also=f"touch {marker}".encode())  # a resize is a text frame, relayed as one
     # It ran on A: A's folder has the file (B's has none), and A's server recorded the session.
     assert (_folder(a) / marker).exists() and not (_folder(b) / marker).exists()
     ended = wait_until(lambda: len(_ptys(a)) > before and _ptys(a), timeout=20, message="A's api.pty event")

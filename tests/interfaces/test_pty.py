@@ -205,25 +205,31 @@ def _pty_url(server: ServeProcess, query: str = "cols=100&rows=30") -> str:
 def test_the_pty_websocket_echoes_resizes_interrupts_and_ends_with_the_exit_status(
         server: ServeProcess, home: dict[str, Any]) -> None:
     with connect(_pty_url(server), additional_headers={"Authorization": f"Bearer {home['token']}"}) as ws:
-        screen = SocketScreen(ws)
-        screen.wait_for(PROMPT)
-        ws.send(b"echo hel''lo; stty size\n")
-        screen.wait_for(b"hello\r\n30 100\r\n")
-        ws.send(json.dumps({"type": "resize", "cols": 132, "rows": 50}))
-        ws.send(b"stty size\n")
-        screen.wait_for(b"50 132\r\n")
-        ws.send(SLEEP)
-        screen.wait_for(b"sleeping\r\n")
-        ws.send(b"\x03")
-        ws.send(b"echo alive-$?\n")
-        screen.wait_for(b"alive-130\r\n", timeout=20)
-        ws.send(b"exit 3\n")
-        wait_until(lambda: screen.more() == b"" and screen.texts, timeout=30, message="the exit frame")
-        last = screen.texts[-1]
-        assert {k: v for k, v in last.items() if k != "duration_s"} == {
-            "type": "exit", "exit_code": 3, "timed_out": False, "signal": None}
-        wait_until(lambda: _closed(ws), timeout=10, message="the server closing the socket")
-        assert ws.close_code == 1000
+        shell_session(ws)
+
+
+def shell_session(ws: ClientConnection, *, also: bytes = b"") -> None:
+    """A person's session over a PTY WebSocket (`also`: more to run with the first line): what is
+    typed echoes and runs, a resize (a text frame) reaches `stty size`, Ctrl-C interrupts the
+    foreground job and the shell goes on, `exit 3` ends it with the exit frame and close 1000."""
+    screen = SocketScreen(ws)
+    screen.wait_for(PROMPT)
+    ws.send(b"echo hel''lo; stty size" + (b"; " + also if also else b"") + b"\n")
+    screen.wait_for(b"hello\r\n30 100\r\n")
+    ws.send(json.dumps({"type": "resize", "cols": 132, "rows": 50}))
+    ws.send(b"stty size\n")
+    screen.wait_for(b"50 132\r\n")
+    ws.send(SLEEP)
+    screen.wait_for(b"sleeping\r\n")
+    ws.send(b"\x03")
+    ws.send(b"echo alive-$?\n")
+    screen.wait_for(b"alive-130\r\n", timeout=20)
+    ws.send(b"exit 3\n")
+    wait_until(lambda: screen.more() == b"" and screen.texts, timeout=30, message="the exit frame")
+    assert {k: v for k, v in screen.texts[-1].items() if k != "duration_s"} == {
+        "type": "exit", "exit_code": 3, "timed_out": False, "signal": None}
+    wait_until(lambda: _closed(ws), timeout=10, message="the server closing the socket")
+    assert ws.close_code == 1000
 
 
 def _closed(ws: ClientConnection) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import secrets
 import subprocess
@@ -59,6 +60,12 @@ class Node:
 
     def serve(self) -> ServeProcess:
         return ServeProcess(self.environ, self.logs)
+
+    def token(self) -> str:
+        """A token of bot `tester` for workspace `wsa` (read, write, execute; one hour)."""
+        granted = json.loads(self.cli("grant", "wsa", "tester", "--permissions", "read,write,execute", "--ttl", "1h",
+                                      "--json").stdout)
+        return str(granted["data"]["token"])
 
 
 def node_pair(database: str, tmp_path_factory: pytest.TempPathFactory, *, window_s: int,

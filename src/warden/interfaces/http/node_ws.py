@@ -29,7 +29,7 @@ from warden.core.errors import InvalidInput, Unavailable, WardenError
 from warden.core.names import name_pattern
 from warden.interfaces.http.calls import Unauthenticated
 from warden.interfaces.http.limits import error_bytes
-from warden.interfaces.http.peers import untrusted
+from warden.interfaces.http.peers import unreachable
 
 if TYPE_CHECKING:
     from websockets.asyncio.client import ClientConnection
@@ -139,11 +139,7 @@ async def _open(peers: Peers, node: str, url: str, scope: Scope, query: str, ope
         raise _Refusal(response.status_code, bytes(response.body or b""),
                        response.headers.get("content-type", "application/json")) from None
     except (OSError, TimeoutError, InvalidHandshake) as exc:
-        if untrusted(exc):
-            raise Unavailable(f"node {node!r} is unavailable: its certificate at {url} was not trusted "
-                              "(set node.ca_file to the CA that signed it, on this node)", rule="node.tls") from None
-        raise Unavailable(f"node {node!r} is unavailable ({type(exc).__name__} at {url}); "
-                          "try again when it is back", rule="node.down") from None
+        raise unreachable(node, url, exc) from None
 
 
 async def _deny(send: Send, scope: Scope, status: int, body: bytes, content_type: str) -> None:

@@ -27,7 +27,7 @@ from warden.core import nodes
 from warden.core.errors import InvalidInput, TooLarge, Unavailable, WardenError
 from warden.core.names import name_pattern
 from warden.interfaces.http.limits import ASGIApp, Message, Receive, Scope, Send, error_bytes
-from warden.interfaces.http.peers import PLACES_S, Peers, untrusted
+from warden.interfaces.http.peers import PLACES_S, Peers, unreachable
 
 if TYPE_CHECKING:
     from warden.adapters.node_link import NodeLink
@@ -152,12 +152,7 @@ class NodeForwarding:
         try:
             answer = await self._link().request(url, scope["method"], target, headers, body)
         except (LinkBroken, ssl.SSLError) as exc:
-            if untrusted(exc):
-                raise Unavailable(f"node {node!r} is unavailable: its certificate at {url} was not trusted "
-                                  "(set node.ca_file to the CA that signed it, on this node)",
-                                  rule="node.tls") from None
-            raise Unavailable(f"node {node!r} is unavailable ({exc} at {url}); "
-                              "try again when it is back", rule="node.down") from None
+            raise unreachable(node, url, exc) from None
         try:
             out = [(k.lower(), v) for k, v in answer.headers if k.lower() not in _HOP]
             length = answer.content_length()

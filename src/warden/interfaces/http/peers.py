@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from starlette.concurrency import run_in_threadpool
 
+from warden.adapters.node_link import LinkBroken
 from warden.core import nodes
 from warden.core.errors import Denied, Unavailable
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
     from warden.bootstrap import App
 
-__all__ = ["PLACES_S", "Peers", "untrusted"]
+__all__ = ["PLACES_S", "Peers", "unreachable", "untrusted"]
 
 # How long an answer of the registry about where workspaces are and which node's server answers
 # where is used again: a request for one of this node's own workspaces (on one machine, every
@@ -126,3 +127,14 @@ def untrusted(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def unreachable(node: str, url: str, exc: BaseException) -> Unavailable:
+    """What a request for `node`'s workspace answers when its server at `url` could not be
+    reached (`exc`, from whichever client sent it): its certificate not trusted, or it is down."""
+    if untrusted(exc):
+        return Unavailable(f"node {node!r} is unavailable: its certificate at {url} was not trusted "
+                           "(set node.ca_file to the CA that signed it, on this node)", rule="node.tls")
+    reason = str(exc) if isinstance(exc, LinkBroken) else type(exc).__name__
+    return Unavailable(f"node {node!r} is unavailable ({reason} at {url}); try again when it is back",
+                       rule="node.down")

@@ -66,7 +66,7 @@ class McpForwarding:
         it cannot be asked (down, unreachable, its answer not a JSON-RPC one)."""
         import httpx
 
-        from warden.interfaces.http.peers import untrusted
+        from warden.interfaces.http.peers import unreachable
 
         if progress is not None:
             params = {**params, "_meta": {"progressToken": 1}}
@@ -82,12 +82,7 @@ class McpForwarding:
                 data = await _bounded(answer)
                 return _result_of(node, answer.status_code, data)
         except httpx.TransportError as exc:
-            if untrusted(exc):
-                raise Unavailable(f"node {node!r} is unavailable: its certificate at {url} was not trusted "
-                                  "(set node.ca_file to the CA that signed it, on this node)",
-                                  rule="node.tls") from None
-            raise Unavailable(f"node {node!r} is unavailable ({type(exc).__name__} at {url}); "
-                              "try again when it is back", rule="node.down") from None
+            raise unreachable(node, url, exc) from None
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
