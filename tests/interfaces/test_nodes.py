@@ -14,12 +14,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 
 import httpx
-import pytest
 
-from tests.support.nodes import Node, fresh_database, needs_postgres, node_pair
+from tests.support.nodes import Node, needs_postgres, node_fixtures
 from tests.support.waiting import poll
 
 pytestmark = needs_postgres
@@ -27,20 +25,7 @@ pytestmark = needs_postgres
 WINDOW_S = 3  # node.heartbeat_window: short, so a down node is seen within the test
 
 
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    with fresh_database("warden_nodes_") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def pair(database: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Node, Node]:
-    """Nodes `node-a` and `node-b`, each with its home, sharing the database and the keys."""
-    return node_pair(database, tmp_path_factory, window_s=WINDOW_S)
-
-
-def _token(a: Node) -> str:
-    return a.token()
+database, pair, _ = node_fixtures("warden_nodes_", window_s=WINDOW_S)
 
 
 def _exec(url: str, token: str, cmd: list[str]) -> httpx.Response:
@@ -70,7 +55,7 @@ def test_settings_and_names(pair: tuple[Node, Node]) -> None:
 
 def test_exec_sent_to_b_runs_on_a_then_unavailable_then_back(pair: tuple[Node, Node]) -> None:
     a, b = pair
-    token = _token(a)
+    token = a.token()
     with b.serve() as server_b:
         with a.serve() as server_a:
             marker = "fwd-" + secrets.token_hex(4)
@@ -115,7 +100,7 @@ def test_forged_and_replayed_node_requests_refused(pair: tuple[Node, Node]) -> N
     from warden.core import nodes
 
     a, _ = pair
-    token = _token(a)
+    token = a.token()
     pepper = base64.urlsafe_b64decode(a.environ["WARDEN_TOKEN_PEPPER"] + "==")
     with a.serve() as server_a:
         body = json.dumps({"cmd": ["echo", "signed"]}).encode()
@@ -160,7 +145,7 @@ def test_killed_serve_found_dead_and_released(pair: tuple[Node, Node]) -> None:
         mine = [i for i in instances if i["pid"] == pid]
         assert mine and mine[0]["kind"] == "serve" and mine[0]["url"] == server.url
         # A live sandbox started by that server, and a lease it holds on the workspace.
-        token = _token(a)
+        token = a.token()
         started = httpx.post(f"{server.url}/v1/workspaces/wsa/exec", json={"cmd": ["sleep", "300"],
                              "background": True}, headers={"Authorization": f"Bearer {token}"}, timeout=60)
         assert started.status_code == 202, started.text
@@ -191,7 +176,7 @@ def test_a_pepper_rotated_on_one_node_reaches_forwarding_without_a_restart(pair:
     from warden.interfaces.http.nodes import PLACES_S
 
     a, b = pair
-    token = _token(a)
+    token = a.token()
     with a.serve() as server_a:
         with b.serve() as server_b:
             assert _exec(server_b.url, token, ["true"]).status_code == 200  # A has its node keys now

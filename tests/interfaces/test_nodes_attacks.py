@@ -10,31 +10,16 @@ import json
 import secrets
 import socket
 import time
-from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import httpx
-import pytest
 
-from tests.support.nodes import Node, fresh_database, needs_postgres, node_pair
+from tests.support.nodes import Node, needs_postgres, node_fixtures
 
 pytestmark = needs_postgres
 
 
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    with fresh_database("warden_node_attacks_") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def pair(database: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Node, Node]:
-    """Nodes `node-a` (which holds workspace `wsa`) and `node-b`, sharing the database and keys."""
-    return node_pair(database, tmp_path_factory, window_s=3)
-
-
-def _token(a: Node) -> str:
-    return a.token()
+database, pair, _ = node_fixtures("warden_node_attacks_", window_s=3)
 
 
 def _audit(node: Node) -> list[dict[str, object]]:
@@ -56,7 +41,7 @@ def test_upload_to_another_nodes_workspace_needs_a_token_before_its_body(pair: t
     """Finding: B's upload screen let a PUT for A's workspace through unchecked, so anyone without
     a token could make B hold a file-sized body (100 MiB by default) per connection."""
     a, b = pair
-    token = _token(a)
+    token = a.token()
     with b.serve() as server_b, a.serve() as server_a:
         head = (b"PUT /v1/workspaces/wsa/files/content?path=/big.bin HTTP/1.1\r\nHost: x\r\n"
                 b"Content-Type: application/octet-stream\r\nContent-Length: 90000000\r\n\r\n")
@@ -82,7 +67,7 @@ def test_dot_segments_are_not_forwarded_to_another_path(pair: tuple[Node, Node])
     workspace and sent it on; the client library resolved the dot segments, so A received a POST
     to /mcp (any path of A's API, through B)."""
     a, b = pair
-    token = _token(a)
+    token = a.token()
     marker = "dots-" + secrets.token_hex(4)
     call = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                        "params": {"name": "exec", "arguments": {"workspace": "wsa", "cmd": ["echo", marker]}}})
@@ -108,7 +93,7 @@ def test_bot_sent_node_headers_are_replaced_not_relayed(pair: tuple[Node, Node])
     """Held: a bot's own X-Warden-Node-* headers (no MAC) sent to B for A's workspace are dropped and
     B's signature sent instead; with a forged MAC, B refuses them itself and nothing reaches A."""
     a, b = pair
-    token = _token(a)
+    token = a.token()
     marker = "hdr-" + secrets.token_hex(4)
     with b.serve() as server_b, a.serve():
         smuggled = {"Authorization": f"Bearer {token}", "X-Warden-Node-To": "node-b",

@@ -11,15 +11,13 @@ import base64
 import json
 import secrets
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.support.mcp import Recorder, http_session
-from tests.support.nodes import Node, fresh_database, needs_postgres, node_pair
+from tests.support.nodes import Node, needs_postgres, node_fixtures
 
 pytestmark = needs_postgres
 
@@ -27,20 +25,7 @@ HEADERS = {"accept": "application/json, text/event-stream", "content-type": "app
            "mcp-protocol-version": "2025-06-18"}
 
 
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    with fresh_database("warden_nodes_mcp_") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def pair(database: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Node, Node]:
-    return node_pair(database, tmp_path_factory, window_s=3)
-
-
-@pytest.fixture(scope="module")
-def token(pair: tuple[Node, Node]) -> str:
-    return pair[0].token()
+database, pair, token = node_fixtures("warden_nodes_mcp_", window_s=3)
 
 
 def _call(url: str, token: str, name: str, arguments: dict[str, Any],

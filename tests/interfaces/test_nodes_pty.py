@@ -10,7 +10,6 @@ import base64
 import json
 import secrets
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,27 +18,14 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from tests.interfaces.test_pty import PROMPT, SocketScreen, shell_session
-from tests.support.nodes import Node, fresh_database, needs_postgres, node_pair
+from tests.support.nodes import Node, needs_postgres, node_fixtures
 from tests.support.servers import ServeProcess
 from tests.support.waiting import wait_until
 
 pytestmark = needs_postgres
 
 
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    with fresh_database("warden_nodes_pty_") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def pair(database: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Node, Node]:
-    return node_pair(database, tmp_path_factory, window_s=3)
-
-
-@pytest.fixture(scope="module")
-def token(pair: tuple[Node, Node]) -> str:
-    return pair[0].token()
+database, pair, token = node_fixtures("warden_nodes_pty_", window_s=3)
 
 
 def _url(server: ServeProcess, query: str = "cols=100&rows=30") -> str:

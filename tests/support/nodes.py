@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,3 +89,24 @@ def node_pair(database: str, tmp_path_factory: pytest.TempPathFactory, *, window
     nodes[0].cli("create", "wsa", "--template", "minimal")
     nodes[0].cli("bot", "register", "tester")
     return nodes[0], nodes[1]
+
+
+def node_fixtures(prefix: str, *, window_s: int, **settings: str) -> tuple[Any, Any, Any]:
+    """A test module's `database` (fresh, named `prefix…`), `pair` (node_pair on it) and `token`
+    (Node.token of node A) fixtures, each made once for the module:
+    `database, pair, token = node_fixtures("warden_x_", window_s=3)`."""
+
+    @pytest.fixture(scope="module")
+    def database() -> Iterator[str]:
+        with fresh_database(prefix) as url:
+            yield url
+
+    @pytest.fixture(scope="module")
+    def pair(database: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Node, Node]:
+        return node_pair(database, tmp_path_factory, window_s=window_s, **settings)
+
+    @pytest.fixture(scope="module")
+    def token(pair: tuple[Node, Node]) -> str:
+        return pair[0].token()
+
+    return database, pair, token
