@@ -216,6 +216,9 @@ def test_the_person_and_a_bot_never_share_a_sandbox(cli: Cli, ws: str, home: Pat
     assert _ps(cli, ws)[server]["status"] == "running"
     cli("kill", ws, server)
     assert json.loads(cli("wait", ws, server, "--json").stdout)["data"]["status"] == "killed"
+    # The bot's commands ran in its own live sandbox, which its grant's end stops (while it stood,
+    # a new .git in the workspace could have been the bot's: see the test below).
+    assert cli("revoke", ws, "intruder").code == 0
     assert os.path.isdir(home / "run")
     assert (home / "run").stat().st_mode & 0o077 == 0  # the sockets' folder is Warden's alone
 

@@ -25,7 +25,7 @@ from tests.support.waiting import wait_until
 from warden.adapters.processes import alive
 from warden.bootstrap import bootstrap
 from warden.client import Client, RemoteWorkspace
-from warden.core.errors import NotFound, Unavailable
+from warden.core.errors import NotFound, Unavailable, WardenError
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -100,6 +100,23 @@ def test_a_bots_server_is_its_own(world: World) -> None:
     assert server.kill().status == "killed"
     ended = server.wait(30)
     assert (ended.status, ended.exit_code, ended.signal) == ("killed", 143, 15)
+
+
+def test_a_bots_execs_run_in_its_live_sandbox_from_the_first(world: World) -> None:
+    # The first exec starts carol's live sandbox; the next ones are spawns in it: one pid
+    # namespace whose pids go on counting, and a /tmp kept between her commands (not bob's).
+    carol, bob = world.ws("carol"), world.ws("bob")
+    first = carol.run(["sh", "-c", "echo $$; echo kept > /tmp/carol-note"])
+    second = carol.run(["sh", "-c", "echo $$; cat /tmp/carol-note"])
+    assert first.exit_code == 0 and second.exit_code == 0, first.stderr + second.stderr
+    assert int(second.stdout.split()[0]) > int(first.stdout.split()[0])
+    assert second.stdout.split()[1] == "kept"
+    assert bob.run(["sh", "-c", "cat /tmp/carol-note 2>/dev/null || echo absent"]).stdout == "absent\n"
+    # Still Warden's own limits and refusals per command: an argument list the kernel refuses is
+    # bad input, as in a fresh sandbox (the supervisor's exec would have said E2BIG).
+    with pytest.raises(WardenError) as too_long:
+        carol.run(["echo", "x" * (200 * 1024)])
+    assert too_long.value.code == "invalid" and "too long" in str(too_long.value)
 
 
 ATTACK = """

@@ -140,15 +140,16 @@ class _LiveRunner:
     runs for the request's network, else in a fresh sandbox (`fresh`)."""
 
     def __init__(self, service: LiveSandboxService, record: WorkspaceRecord, principal: str,
-                 fresh: SandboxRunner) -> None:
+                 fresh: SandboxRunner, *, start: bool = False) -> None:
         self._service = service
         self._record = record
         self._principal = principal
         self._fresh = fresh
+        self._start = start
 
     def run(self, request: SandboxRequest) -> RunResult:
         # A terminal session too (`warden shell` reaches the servers a detached command runs).
-        result = self._service.run_in_live(self._record, self._principal, request)
+        result = self._service.run_in_live(self._record, self._principal, request, start=self._start)
         return result if result is not None else self._fresh.run(request)
 
 
@@ -175,18 +176,22 @@ class LiveSandboxService:
         return self._clock().isoformat()
 
     # -- for the run path ----------------------------------------------------------------------
-    def runner(self, record: WorkspaceRecord, principal: str, fresh: SandboxRunner) -> SandboxRunner:
-        """Where RunService runs a foreground command of `principal`."""
-        return _LiveRunner(self, record, principal, fresh)
+    def runner(self, record: WorkspaceRecord, principal: str, fresh: SandboxRunner, *,
+               start: bool = False) -> SandboxRunner:
+        """Where RunService runs a foreground command of `principal` (`start`: in its live sandbox,
+        started for it when none runs; else in it only while one runs)."""
+        return _LiveRunner(self, record, principal, fresh, start=start)
 
     def starter(self, record: WorkspaceRecord, principal: str, process_id: str, *, bot: str = "",
                 busy: Busy | None = None) -> ProcessStarter:
         """Where RunService starts a background command (`bot`: whose API exec slots it takes)."""
         return ProcessStarter(self, record, principal, process_id, bot, busy)
 
-    def run_in_live(self, record: WorkspaceRecord, principal: str, request: SandboxRequest) -> RunResult | None:
-        """Run a foreground command in the live sandbox of its key, if one is up; None if not."""
-        sandbox = self._sandbox_for(record, principal, request, start=False)
+    def run_in_live(self, record: WorkspaceRecord, principal: str, request: SandboxRequest, *,
+                    start: bool = False) -> RunResult | None:
+        """Run a foreground command in the live sandbox of its key, if one is up (`start`: started
+        if not); None if not."""
+        sandbox = self._sandbox_for(record, principal, request, start=start)
         if sandbox is None:
             return None
         try:

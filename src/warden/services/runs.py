@@ -434,8 +434,13 @@ class RunService:
         one runs, or a fresh sandbox."""
         name = plan.record.name
         if runner is None:
-            live = self._live(False) if self._live is not None else None
-            runner = live.runner(plan.record, request.actor, self._sandbox) if live is not None else self._sandbox
+            # A bot's commands go to its live sandbox, started by the first: each later one then
+            # costs a spawn in it rather than a whole new sandbox (as in E2B or Daytona). A person's
+            # `warden run` uses theirs only while one runs (a detached server), else a fresh one.
+            keep = request.actor.startswith("bot:")
+            live = self._live(keep) if self._live is not None else None
+            runner = (live.runner(plan.record, request.actor, self._sandbox, start=keep) if live is not None
+                      else self._sandbox)
 
         def on_net_event(event: NetEvent) -> None:
             if not event.allowed:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from warden.adapters.processes import alive, start_time
 from warden.adapters.sandbox import cgroups
+from warden.adapters.sandbox.execlimits import too_long_for_exec
 from warden.adapters.sandbox.host import build_spec, bwrap_path, check_env, python3_path
 from warden.adapters.sandbox.runner import (
     _MAX_CAPTURE,
@@ -564,8 +565,12 @@ class HostLiveSandboxes:
         """The command forked and held; its host pid and cgroup, limits applied, then let go."""
         cwd = request.cwd or request.workspace
         timeout = request.limits.timeout_s + (0.0 if background else 5.0)  # a foreground one: Warden's own first
-        channel.send({"op": "spawn", "id": process_id, "argv": list(request.argv),
-                      "env": _command_env(request.workspace, self._environ, request.env), "cwd": cwd,
+        env = _command_env(request.workspace, self._environ, request.env)
+        # The supervisor's exec would fail with E2BIG (126): the same one-line refusal as a fresh sandbox's.
+        too_long = too_long_for_exec(list(request.argv), env)
+        if too_long is not None:
+            raise too_long
+        channel.send({"op": "spawn", "id": process_id, "argv": list(request.argv), "env": env, "cwd": cwd,
                       "background": background, "timeout": timeout, "fds": names, "ring": ring,
                       "tty": request.terminal is not None}, fds)
         ns_pid = _parsed(parse_spawned, channel.frame())
