@@ -47,7 +47,7 @@ from warden.core.errors import (
     Unavailable,
     WardenError,
 )
-from warden.core.runs import RunResult
+from warden.core.runs import RunResult, Usage
 from warden.core.watching import Batch, Change
 
 # Longest silence on a change stream before the SDK gives the server up (it heartbeats every 15 s).
@@ -617,9 +617,12 @@ class RemoteWorkspace:
         read_timeout = (timeout or self.client._timeout) + 30.0
         data = self.client.request("POST", f"/v1/workspaces/{self.name}/exec", json=body,
                                    timeout=httpx.Timeout(self.client._timeout, read=read_timeout)).json()
+        used = data.get("usage")
+        usage = (Usage(used.get("cpu_s"), used.get("memory_peak_bytes"), used.get("memory_measured"))
+                 if isinstance(used, dict) else None)
         return RunResult(exit_code=int(data["exit_code"]), stdout=data["stdout"], stderr=data["stderr"],
                          duration_s=float(data["duration_s"]), timed_out=bool(data["timed_out"]),
-                         signal=data.get("signal"))
+                         signal=data.get("signal"), usage=usage)
 
     def stream(self, argv: Sequence[str], *, timeout: float | None = None, env: Mapping[str, str] | None = None,
                stdin: str | None = None, cwd: str | None = None,

@@ -64,6 +64,8 @@ def test_well_formed_answers_parse() -> None:
     assert (logs.stdout, logs.dropped_stdout, ended) == (b"out", 5, Exited(0, None))
     assert parse_chunk_event(_j({"event": "output", "stream": "stderr", "data": "aGk="})).data == b"hi"
     assert parse_exit_event(_j({"event": "exit", "exit_code": 1, "signal": 9})) == Exited(137, 9)
+    assert parse_exit_event(_j({"event": "exit", "exit_code": 0, "signal": None, "cpu_ms": 230,
+                                "maxrss_kib": 2048})) == Exited(0, None, False, 230, 2048)
 
 
 @pytest.mark.parametrize("answer", [
@@ -89,6 +91,10 @@ def test_bad_spawn_answers_are_refused(answer: bytes) -> None:
     {"id": PID, "pid": 9, "status": "exited", "exit_code": 0, "timed_out": "yes"},
     {"id": PID, "pid": 9, "status": "exited", "exit_code": 0, "ended_ago": -1},
     {"id": PID, "pid": 9, "status": "running", "background": "no"},
+    {"id": PID, "pid": 9, "status": "exited", "exit_code": 0, "cpu_ms": -1},  # what it used: bounded numbers
+    {"id": PID, "pid": 9, "status": "exited", "exit_code": 0, "cpu_ms": 1 << 62},
+    {"id": PID, "pid": 9, "status": "exited", "exit_code": 0, "maxrss_kib": "lots"},
+    {"id": PID, "pid": 9, "status": "exited", "exit_code": 0, "maxrss_kib": 1.5},
     "a string",
 ])
 def test_bad_listed_processes_are_refused(process: object) -> None:

@@ -300,6 +300,8 @@ class Exited:
     exit_code: int
     signal: int | None
     timed_out: bool = False
+    cpu_ms: int | None = None  # what the process and all it reaped used (wait4), when said
+    maxrss_kib: int | None = None  # its largest process's peak resident memory, when said
 
 
 def exit_status(exit_code: int, signal: int | None) -> tuple[int, int | None]:
@@ -317,7 +319,10 @@ def parse_exit(value: object) -> Exited:
     if not isinstance(timed_out, bool):
         raise BadAnswer("timed_out is not a boolean")
     status, sig = exit_status(code, signal)
-    return Exited(status, sig, timed_out)
+    # A day of CPU on every core and a terabyte of memory bound what a supervisor may claim.
+    cpu = _opt_int(value.get("cpu_ms"), 0, 86_400_000 * 1024, "cpu_ms")
+    rss = _opt_int(value.get("maxrss_kib"), 0, 1 << 30, "maxrss_kib")
+    return Exited(status, sig, timed_out, cpu, rss)
 
 
 def parse_exit_event(data: bytes) -> Exited:

@@ -13,8 +13,8 @@ from warden.core.limits import Limits
 from warden.core.network import NetworkPolicy
 from warden.core.paths import canonical, normalize, within
 
-__all__ = ["NO_NETWORK_ENV", "NetEvent", "RunInProgress", "RunResult", "SandboxRequest", "Sink", "explain_failure",
-           "workspace_cwd"]
+__all__ = ["NO_NETWORK_ENV", "NetEvent", "RunInProgress", "RunResult", "SandboxRequest", "Sink", "Usage",
+           "explain_failure", "usage_of", "workspace_cwd"]
 
 # Where a command's output goes as it comes (a terminal, a socket), chunk by chunk.
 Sink = Callable[[bytes], None]
@@ -93,12 +93,44 @@ class SandboxRequest:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """What a run used, as far as it could be measured (None: not here).
+
+    `cpu_s`: user and system CPU time of the command and of every process of it that ended
+    before it (the kernel adds a reaped child's time to its parent's), or of its cgroup.
+    `memory_peak_bytes` with `memory_measured`: "cgroup" — the whole run at its highest (its
+    memory cgroup's peak); "process" — its largest single process at its highest (no cgroup)."""
+
+    cpu_s: float | None
+    memory_peak_bytes: int | None
+    memory_measured: str | None  # "cgroup", "process" or None
+
+    def to_json(self) -> dict[str, object]:
+        return {"cpu_s": None if self.cpu_s is None else round(self.cpu_s, 3),
+                "memory_peak_bytes": self.memory_peak_bytes, "memory_measured": self.memory_measured}
+
+
+def usage_of(*, cpu_s: float | None, maxrss_kib: int | None = None, cgroup_peak: int | None = None) -> Usage | None:
+    """A run's Usage from what its runner could read: CPU seconds, the largest process's peak
+    (Linux's ru_maxrss, in KiB) and its memory cgroup's peak; None when it read nothing."""
+    if cgroup_peak is not None and cgroup_peak > 0:
+        peak, how = cgroup_peak, "cgroup"
+    elif maxrss_kib is not None and maxrss_kib > 0:
+        peak, how = maxrss_kib * 1024, "process"
+    else:
+        peak, how = None, None
+    if cpu_s is None and peak is None:
+        return None
+    return Usage(None if cpu_s is None else max(cpu_s, 0.0), peak, how)
+
+
+@dataclass(frozen=True)
 class RunResult:
     """What a sandboxed command did: its status, output and how it ended.
 
-    The runner fills in how the limits applied and what the network proxy decided; the run
-    service adds Warden's own lines to `stderr` and `stopped_by`. Only the first six fields
-    are in the JSON.
+    The runner fills in how the limits applied, what the network proxy decided and what the run
+    used; the run service adds Warden's own lines to `stderr` and `stopped_by`. The first six
+    fields are in the JSON, and `usage` when it was measured.
     """
 
     exit_code: int  # as a shell reports it: 124 timed out, 128+N killed by signal N
@@ -118,11 +150,15 @@ class RunResult:
     notes: tuple[str, ...] = ()  # what the runner could not set up, and did without
     # The end of stderr, kept whether or not output was captured: what failed, in its own words.
     stderr_tail: str = ""
+    usage: Usage | None = None  # CPU and peak memory (None: the runner could not tell)
 
     def to_json(self) -> dict[str, object]:
-        return {"exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
-                "duration_s": round(self.duration_s, 6), "timed_out": self.timed_out,
-                "signal": self.signal}
+        document: dict[str, object] = {
+            "exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
+            "duration_s": round(self.duration_s, 6), "timed_out": self.timed_out, "signal": self.signal}
+        if self.usage is not None:
+            document["usage"] = self.usage.to_json()
+        return document
 
 
 # What a program prints when it needs the network and has none (pip, uv, npm, curl, git, Python).

@@ -98,6 +98,8 @@ class RunsInProgress:
                   "timed_out": outcome.timed_out, "signal": outcome.signal,
                   "oom_killed": outcome.oom_killed, "limits_via": outcome.limits_via,
                   "seccomp": outcome.seccomp, "truncated": outcome.truncated}
+        if outcome.usage is not None:
+            detail["usage"] = outcome.usage.to_json()
         if events:
             detail["network_events"] = events[:100]
         for event in events:

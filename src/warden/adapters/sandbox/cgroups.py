@@ -149,6 +149,28 @@ class Cgroup:
                         return True
         return False
 
+    def memory_peak(self) -> int | None:
+        """The most memory the run's processes held together, in bytes (v1's max_usage_in_bytes,
+        v2's memory.peak where the kernel has it); None where no memory cgroup says."""
+        for version, path in self.dirs:
+            name = "memory.max_usage_in_bytes" if version == "v1" else "memory.peak"
+            with contextlib.suppress(OSError, ValueError), open(f"{path}/{name}") as fh:
+                return int(fh.read(64).strip())
+        return None
+
+    def cpu_seconds(self) -> float | None:
+        """The CPU time the run's processes used, from cgroup v2's cpu.stat (present in every v2
+        cgroup); None under v1, whose memory and pids hierarchies do not count it."""
+        for version, path in self.dirs:
+            if version != "v2":
+                continue
+            with contextlib.suppress(OSError, ValueError), open(f"{path}/cpu.stat") as fh:
+                for line in fh.read(4096).splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "usage_usec":
+                        return int(value) / 1e6
+        return None
+
     def close(self) -> None:
         """Kill what is left, close the files and remove the directories.
 

@@ -82,7 +82,7 @@ from warden.core.live import (
     parse_spawned,
     parse_waited,
 )
-from warden.core.runs import NetEvent, RunResult, SandboxRequest
+from warden.core.runs import NetEvent, RunResult, SandboxRequest, usage_of
 
 if TYPE_CHECKING:
     import socket
@@ -660,12 +660,15 @@ class HostLiveSandboxes:
             if timed_out:
                 code, sig = 124, None
             oom = group.oom_killed() if group is not None else False
+            usage = usage_of(cpu_s=exited.cpu_ms / 1000 if exited is not None and exited.cpu_ms is not None else None,
+                             maxrss_kib=exited.maxrss_kib if exited is not None else None,
+                             cgroup_peak=group.memory_peak() if group is not None else None)
             meta = sandbox.meta
             return RunResult(code, output.stdout.decode("utf-8", "replace"), output.stderr.decode("utf-8", "replace"),
                              time.monotonic() - started, timed_out, sig, oom_killed=oom,
                              limits_via=str(meta.get("limits_via", "rlimit")), seccomp=bool(meta.get("seccomp")),
                              truncated=output.truncated,
-                             stderr_tail=bytes(output.stderr_tail).decode("utf-8", "replace"))
+                             stderr_tail=bytes(output.stderr_tail).decode("utf-8", "replace"), usage=usage)
         finally:
             for fd in (*ours, *theirs):
                 with contextlib.suppress(OSError):

@@ -36,7 +36,7 @@ from warden.core.bwrap_argv import PROXY_SOCKET, SandboxSpec, bwrap_environ, bwr
 from warden.core.errors import Unavailable
 from warden.core.limits import Limits
 from warden.core.network import NetworkPolicy
-from warden.core.runs import NetEvent, RunResult, Sink
+from warden.core.runs import NetEvent, RunResult, Sink, Usage, usage_of
 
 if TYPE_CHECKING:
     from warden.adapters.sandbox.proxy import FilteringProxy
@@ -396,7 +396,16 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
         timed_out, sig, oom_killed=sandbox.cg.oom_killed() if sandbox.cg is not None else False,
         limits_via=("cgroup " + support.mode) if sandbox.cg is not None else "rlimit", seccomp=held.seccomp,
         net_events=tuple(held.proxy.events) if held.proxy is not None else (), truncated=output.truncated,
-        notes=tuple(held.notes), stderr_tail=bytes(output.stderr_tail).decode("utf-8", "replace"))
+        notes=tuple(held.notes), stderr_tail=bytes(output.stderr_tail).decode("utf-8", "replace"),
+        usage=_usage(sandbox.cg))
+
+
+def _usage(cg: cgroups.Cgroup | None) -> Usage | None:
+    # bwrap reports its command's status and exits without waiting for its pid 1, so wait4 on it
+    # says nothing of what the command used: what the run's cgroups measured, where it had them.
+    if cg is None:
+        return None
+    return usage_of(cpu_s=cg.cpu_seconds(), cgroup_peak=cg.memory_peak())
 
 
 def _spawn(argv: list[str], spec: SandboxSpec, stdin: bytes | int | None, held: _Held, control: _Control,

@@ -221,7 +221,7 @@ class Supervisor:
     def reap(self) -> None:
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, used = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
@@ -234,6 +234,9 @@ class Supervisor:
             else:
                 proc.status = "exited"
             proc.result = _wait_status(status)
+            # What it used, with what it reaped (Warden reads these as bounded numbers).
+            proc.result["cpu_ms"] = int((used.ru_utime + used.ru_stime) * 1000)
+            proc.result["maxrss_kib"] = int(used.ru_maxrss)
             proc.ended = self.last_activity = time.monotonic()
             # What the command left in its process group goes with it.
             self.signal_group(proc, signal.SIGKILL, group_only=True)

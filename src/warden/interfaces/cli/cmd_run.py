@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from warden.core.errors import InvalidInput, Locked, NotFound, Refused, Unavailable, WardenError
 from warden.interfaces.cli.main import Context, add_workspace
 from warden.interfaces.cli.output import Output
+
+if TYPE_CHECKING:
+    from warden.core.runs import RunResult
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -53,6 +56,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--detach", action="store_true",
                    help="start it in the background, in the workspace's live sandbox; print its process id "
                         "and return at once (`warden ps|logs|kill|wait` follow it)")
+    p.add_argument("--usage", action="store_true",
+                   help="after the command, say on stderr the CPU time and peak memory it used (--json: always in "
+                        "data.usage, where measured)")
     p.add_argument("--as-token-env", action="store_true",
                    help="run as the bot whose grant token is in $WARDEN_TOKEN (needs execute; "
                         "the secrets its grant names are injected)")
@@ -137,4 +143,20 @@ def _run(ctx: Context, args: argparse.Namespace) -> Output:
         result = runs.execute(request, output)
     if live and result.timed_out:
         sys.stderr.write("warden: timed out; the command and its processes were killed\n")
+    if live and args.usage:
+        sys.stderr.write(_usage_line(result) + "\n")
     return Output(result.to_json(), exit_code=result.exit_code, streamed=live)
+
+
+def _usage_line(result: RunResult) -> str:
+    """`warden: used 0.23 s of CPU and 203.6 MiB of memory at its peak (the whole run)`."""
+    used = result.usage
+    if used is None:
+        return "warden: what the command used was not measured here (no cgroup, a fresh sandbox)"
+    cpu = f"{used.cpu_s:.2f} s of CPU" if used.cpu_s is not None else "CPU time not measured (cgroup v1)"
+    if used.memory_peak_bytes is None:
+        memory = "memory not measured"
+    else:
+        whose = "the whole run" if used.memory_measured == "cgroup" else "its largest process"
+        memory = f"{used.memory_peak_bytes / 1048576:.1f} MiB of memory at its peak ({whose})"
+    return f"warden: used {cpu} and {memory}"

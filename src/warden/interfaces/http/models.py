@@ -186,6 +186,15 @@ class ExecRequest(BaseModel):
                                             '{"type": "exit", "exit_code", "timed_out", "signal", "duration_s"}')
 
 
+class UsageBody(BaseModel):
+    cpu_s: float | None = Field(None, description="CPU seconds (user + system) of the command and what it "
+                                                  "reaped; null where not measured")
+    memory_peak_bytes: int | None = Field(None, description="the highest memory use: of the whole run "
+                                                            "(memory_measured 'cgroup') or its largest process "
+                                                            "('process')")
+    memory_measured: str | None = None
+
+
 class RunResultBody(BaseModel):
     exit_code: int
     stdout: str
@@ -193,6 +202,7 @@ class RunResultBody(BaseModel):
     duration_s: float
     timed_out: bool
     signal: int | None = None
+    usage: UsageBody | None = Field(None, description="what the run used, where Warden could measure it")
 
 
 # -- background processes ---------------------------------------------------------------------
