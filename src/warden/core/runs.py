@@ -129,8 +129,8 @@ class RunResult:
     """What a sandboxed command did: its status, output and how it ended.
 
     The runner fills in how the limits applied, what the network proxy decided and what the run
-    used; the run service adds Warden's own lines to `stderr` and `stopped_by`. The first six
-    fields are in the JSON, and `usage` when it was measured.
+    used; the run service adds Warden's own lines to `stderr` and `stopped_by`. Only the first
+    six fields are in the JSON.
     """
 
     exit_code: int  # as a shell reports it: 124 timed out, 128+N killed by signal N
@@ -153,12 +153,10 @@ class RunResult:
     usage: Usage | None = None  # CPU and peak memory (None: the runner could not tell)
 
     def to_json(self) -> dict[str, object]:
-        document: dict[str, object] = {
-            "exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
-            "duration_s": round(self.duration_s, 6), "timed_out": self.timed_out, "signal": self.signal}
-        if self.usage is not None:
-            document["usage"] = self.usage.to_json()
-        return document
+        # Exactly these six: `warden run --json`'s data (INTERFACES.md). `usage` goes where a
+        # shape is open to more (the HTTP answer, the audit event).
+        return {"exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
+                "duration_s": round(self.duration_s, 6), "timed_out": self.timed_out, "signal": self.signal}
 
 
 # What a program prints when it needs the network and has none (pip, uv, npm, curl, git, Python).

@@ -57,8 +57,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="start it in the background, in the workspace's live sandbox; print its process id "
                         "and return at once (`warden ps|logs|kill|wait` follow it)")
     p.add_argument("--usage", action="store_true",
-                   help="after the command, say on stderr the CPU time and peak memory it used (--json: always in "
-                        "data.usage, where measured)")
+                   help="after the command, say on stderr the CPU time and peak memory it used (the audit's "
+                        "`run` event keeps it too)")
     p.add_argument("--as-token-env", action="store_true",
                    help="run as the bot whose grant token is in $WARDEN_TOKEN (needs execute; "
                         "the secrets its grant names are injected)")
@@ -143,7 +143,7 @@ def _run(ctx: Context, args: argparse.Namespace) -> Output:
         result = runs.execute(request, output)
     if live and result.timed_out:
         sys.stderr.write("warden: timed out; the command and its processes were killed\n")
-    if live and args.usage:
+    if args.usage:  # on stderr: with --json too, stdout stays the one document
         sys.stderr.write(_usage_line(result) + "\n")
     return Output(result.to_json(), exit_code=result.exit_code, streamed=live)
 
