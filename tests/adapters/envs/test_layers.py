@@ -144,3 +144,18 @@ def test_a_layer_changed_after_its_build_is_found_by_its_digest(tmp_path: Path) 
     os.chmod(site / "mod.py", 0o644)
     (site / "mod.py").write_text("X = 2\n")  # same size, other bytes
     assert store.tampered("py-x")
+
+
+def test_a_layer_build_counts_its_packages_as_they_are_installed(envhome: EnvHome, tmp_path: Path) -> None:  # noqa: F811
+    # Built for real by uv from local wheels, its progress (stderr, not a terminal: lines) ends
+    # with every package counted in place.
+    names = [f"count{i}" for i in range(8)]
+    for name in names:
+        make_wheel(envhome.wheels, name, "1.0")
+    t = tmp_path / "counted.yaml"
+    more = "".join(f"    - {n}\n" for n in names)
+    t.write_text(envhome.template.read_text().replace("- beta<3", "- beta<3\n" + more))
+    proc = envhome.cli("snapshot", "build", str(t))
+    assert proc.returncode == 0, proc.stderr
+    installed = [line for line in proc.stderr.splitlines() if " installed" in line]
+    assert installed and installed[-1].endswith(": 10/10 installed"), proc.stderr  # alpha, beta and the eight

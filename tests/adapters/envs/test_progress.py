@@ -65,3 +65,52 @@ def test_through_a_pipe_each_step_is_a_whole_line() -> None:
     bar.finish()
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and lines[0].endswith("0/2 one") and "\r" not in out.getvalue()
+
+
+def test_a_long_step_shows_each_package_as_it_lands() -> None:
+    # The count grows while the block runs (as uv installs): the step's line follows it, the bar
+    # moving within the step, and the last count is shown when the block ends.
+    landed = [0]
+    stream = io.StringIO()
+    bar = Progress("building Python layer L", 4, stream)
+    bar.step("resolving 6 dependencies")
+    bar.step(counted(6, "package", "packages", "installing"))
+    with bar.watching(lambda: landed[0], 6, "installed", every=0.01):
+        for n in range(1, 7):
+            landed[0] = n
+            import time
+
+            time.sleep(1.05 if n in (2, 6) else 0.03)  # off a terminal: a line at most once a second
+    lines = stream.getvalue().splitlines()
+    counts = [line.rsplit(": ", 1)[1] for line in lines if "installed" in line]
+    assert counts[-1] == "6/6 installed"
+    assert any(c not in ("0/6 installed", "6/6 installed") for c in counts), counts  # it moved in between
+    assert len(counts) <= 4  # throttled: not one line per poll
+    assert all(line.startswith("building Python layer L [") for line in lines)
+
+
+def test_on_a_terminal_the_count_redraws_one_row() -> None:
+    leader, follower = pty.openpty()
+    try:
+        os.set_blocking(leader, False)
+        stream = open(follower, "w", closefd=False)  # noqa: SIM115 - the pty's own end, closed below
+        landed = [0]
+        bar = Progress("building Node layer N", 2, stream)
+        bar.step("installing 3 Node packages with npm")
+        import time
+
+        with bar.watching(lambda: landed[0], 3, "in place", every=0.01):
+            for n in (1, 2, 3):
+                landed[0] = n
+                time.sleep(0.1)
+        bar.finish()
+        stream.flush()
+        written = _drain(leader).decode()
+    finally:
+        os.close(leader)
+        os.close(follower)
+    redraws = [part.replace("\x1b[K", "") for part in written.replace("\r\n", "\n").split("\r") if part]
+    shown = [r for r in redraws if "in place" in r]
+    counts = [r.rsplit(": ", 1)[1].strip() for r in shown]
+    assert counts[-1] == "3/3 in place" and len(counts) >= 2 and counts == sorted(set(counts)), counts
+    assert "\n" not in "".join(redraws[:-1])  # one row, redrawn

@@ -59,10 +59,13 @@ def build_node_layer(store: LayerStore, layer_id: str, *, package_json: str, run
             deps = json.loads(package_json).get("dependencies", {})
             progress.step(counted(len(deps), "Node package", "Node packages", "installing") + " with npm")
             if deps:
-                proc = subprocess.run([runtime.npm, "install", "--ignore-scripts", "--no-audit", "--no-fund",
-                                       "--install-links"],
-                                      cwd=build, env=npm_env(environ, registry), capture_output=True,
-                                      text=True, timeout=3600, check=False)
+                # Each direct dependency's folder appears as npm puts it in place.
+                in_place = lambda: sum((build / "node_modules" / str(name)).is_dir() for name in deps)  # noqa: E731
+                with progress.watching(in_place, len(deps), "in place"):
+                    proc = subprocess.run([runtime.npm, "install", "--ignore-scripts", "--no-audit", "--no-fund",
+                                           "--install-links"],
+                                          cwd=build, env=npm_env(environ, registry), capture_output=True,
+                                          text=True, timeout=3600, check=False)
                 if proc.returncode != 0:
                     lines = (proc.stderr or proc.stdout).strip().splitlines()
                     tail = " | ".join(line.strip() for line in lines[-6:] if line.strip())

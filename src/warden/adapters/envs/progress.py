@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
 __all__ = ["Progress", "counted"]
@@ -25,17 +28,56 @@ class Progress:
         self.enabled = enabled
         self.started = time.monotonic()
         self._tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self._label = ""
 
     def step(self, label: str) -> None:
         """Start the next step, named `label`."""
+        self._label = label
         self._draw(label)
         self.done = min(self.done + 1, self.total)
 
-    def _draw(self, label: str) -> None:
+    @contextlib.contextmanager
+    def watching(self, count: Callable[[], int], of: int, what: str, *, every: float = 0.2) -> Iterator[None]:
+        """While the block runs (a step's one long command), show `count()` of `of` (`what`:
+        "installed") in the current step's line, the bar moving within the step: a bar that sat
+        still through "installing 25 packages" said nothing. Off a terminal, a line at most once
+        a second, and the last count when the block ends."""
+        if not self.enabled or of <= 0:
+            yield
+            return
+        stop = threading.Event()
+        shown = [-1, 0.0]  # the count last shown, and when (off a terminal)
+
+        def show(final: bool) -> None:
+            try:
+                n = max(0, min(count(), of))
+            except OSError:
+                return
+            now = time.monotonic()
+            if n == shown[0] or (not self._tty and not final and now - shown[1] < 1.0):
+                return
+            shown[0], shown[1] = n, now
+            self._draw(f"{self._label}: {n}/{of} {what}", position=max(self.done - 1, 0) + n / of)
+
+        def watch() -> None:
+            while not stop.wait(every):
+                show(False)
+
+        watcher = threading.Thread(target=watch, name="warden-progress", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            watcher.join()
+        show(True)
+
+    def _draw(self, label: str, *, position: float | None = None) -> None:
         if not self.enabled:
             return
         width = 24
-        filled = int(width * self.done / self.total)
+        at = self.done if position is None else position
+        filled = int(width * at / self.total)
         bar = "#" * filled + "-" * (width - filled)
         line = f"{self.title} [{bar}] {self.done}/{self.total} {label}"
         if self._tty:
@@ -44,7 +86,7 @@ class Progress:
             room = self._columns() - 1
             if len(line) > room:
                 short = 10  # a shorter bar, then a shortened title
-                bar = "#" * int(short * self.done / self.total) + "-" * (short - int(short * self.done / self.total))
+                bar = "#" * int(short * at / self.total) + "-" * (short - int(short * at / self.total))
                 tail = f" [{bar}] {self.done}/{self.total} {label}"
                 head = self.title[: max(room - len(tail) - 1, 0)]
                 line = (head + "…" if head else "") + tail

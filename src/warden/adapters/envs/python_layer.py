@@ -11,6 +11,7 @@ in a sandboxed runner, so nothing of a template's dependencies runs on the host.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -75,9 +76,11 @@ def build_python_layer(store: LayerStore, layer_id: str, *, dependencies: Sequen
             pinned = [line for line in lock.read_text().splitlines() if line and not line.startswith(("#", " "))]
             progress.step(counted(len(pinned), "package", "packages", "installing"))
             if pinned:
-                _run(execute, [uv, "pip", "sync", str(lock), "--python", python, "--link-mode=copy",
-                      "--compile-bytecode", "--quiet", *index.uv_args()],
-                     cwd=build, env=env, what="installing the packages (uv pip sync)")
+                site = venv / "lib" / f"python{interpreter.xy}" / "site-packages"
+                with progress.watching(lambda: _count(site, ".dist-info"), len(pinned), "installed"):
+                    _run(execute, [uv, "pip", "sync", str(lock), "--python", python, "--link-mode=copy",
+                          "--compile-bytecode", "--quiet", *index.uv_args()],
+                         cwd=build, env=env, what="installing the packages (uv pip sync)")
             pip_wheel = interpreter.pip_wheel
             if pip_wheel and not any(p.lower().startswith("pip==") for p in pinned):
                 # pip from the interpreter's own ensurepip wheel (offline): `python -m pip`
@@ -98,6 +101,15 @@ def build_python_layer(store: LayerStore, layer_id: str, *, dependencies: Sequen
                 "size": dir_size(build), **dict(meta),
             }
             return store.commit(build, layer_id, info)
+
+
+def _count(folder: Path, suffix: str) -> int:
+    """How many entries of `folder` end with `suffix` (0 while it does not exist): one
+    `.dist-info` per installed package, made as uv installs it."""
+    try:
+        return sum(1 for name in os.listdir(folder) if name.endswith(suffix))
+    except OSError:
+        return 0
 
 
 def _site_packages(venv: Path, xy: str) -> Path:
