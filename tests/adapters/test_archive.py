@@ -165,3 +165,40 @@ def test_blob_cannot_carry_files_warden_protects(tmp_path: Path, name: str) -> N
     root.mkdir()
     with pytest.raises(InvalidInput, match=r"protects|git control"):
         unpack_blob(buf.getvalue(), root, BlobLimits(max_bytes=10**6, max_files=100))
+
+
+def test_packing_with_progress_moves_through_the_bytes_on_a_terminal(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # `warden archive` on a terminal: the bar follows the bytes packed (a big file too, piece
+    # by piece), redrawn on one row; the archive is the same as without it.
+    import pty
+    import select
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "big.bin").write_bytes(os.urandom(3 << 20))
+    for i in range(5):
+        (root / f"f{i}.txt").write_bytes(os.urandom(100_000))
+    leader, follower = pty.openpty()
+    try:
+        os.set_blocking(leader, False)
+        stream = open(follower, "w", closefd=False)  # noqa: SIM115 - the pty's own end, closed below
+        monkeypatch.setattr("sys.stderr", stream)
+        size = pack_tree(root, tmp_path / "a.tar.zst", progress=True)
+        stream.flush()
+        chunks = []
+        while select.select([leader], [], [], 0.5)[0]:
+            try:
+                chunks.append(os.read(leader, 65536))
+            except (BlockingIOError, OSError):
+                break
+    finally:
+        os.close(leader)
+        os.close(follower)
+    shown = [part for part in b"".join(chunks).decode().split("\r") if "% of the bytes packed" in part]
+    percents = [int(part.rsplit(": ", 1)[1].split("%")[0]) for part in shown]
+    assert percents[-1] == 100 and len(set(percents)) > 10 and percents == sorted(percents), percents
+    out = tmp_path / "out"
+    out.mkdir()
+    unpack_tree(tmp_path / "a.tar.zst", out, BlobLimits())
+    assert (out / "big.bin").read_bytes() == (root / "big.bin").read_bytes() and size > 3 << 20

@@ -185,7 +185,7 @@ class FakeArchives:
         self.trees: dict[str, _Tree] = {}
         self._io = io
 
-    def pack(self, source: str, target: str, *, max_bytes: int | None) -> int:
+    def pack(self, source: str, target: str, *, max_bytes: int | None, progress: bool = False) -> int:
         size = self._io.disk_usage(source) if self._io is not None else 0
         if max_bytes is not None and size > max_bytes:
             raise TooLarge(f"{source} holds {size:,} bytes", rule="workspace.archive_max_size")

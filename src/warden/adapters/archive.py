@@ -22,7 +22,7 @@ import posixpath
 import stat
 import tarfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -299,12 +299,14 @@ def tree_size(root: Path) -> int:
     return total
 
 
-def pack_tree(root: Path, target: Path, *, max_bytes: int | None = None) -> int:
+def pack_tree(root: Path, target: Path, *, max_bytes: int | None = None, progress: bool = False) -> int:
     """Write `root` as tar.zst at `target` (atomically); symlinks are stored, never followed.
-    TooLarge, before reading anything, when its files hold more than `max_bytes`."""
+    TooLarge, before reading anything, when its files hold more than `max_bytes`. `progress`:
+    a bar on stderr of the bytes packed against the folder's size."""
     import zstandard
 
-    if max_bytes is not None and (size := tree_size(root)) > max_bytes:
+    size = tree_size(root) if max_bytes is not None or progress else 0
+    if max_bytes is not None and size > max_bytes:
         raise TooLarge(f"{root} holds {size:,} bytes of files, over the archive limit of {max_bytes:,} "
                        "(workspace.archive_max_size): delete what it need not keep, raise the setting, "
                        "or destroy it with --no-archive")
@@ -316,7 +318,7 @@ def pack_tree(root: Path, target: Path, *, max_bytes: int | None = None) -> int:
             compressor = zstandard.ZstdCompressor(level=3)
             with compressor.stream_writer(raw, closefd=False) as zst, \
                     tarfile.open(fileobj=zst, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                _add_tree(tar, root)
+                _add_tree(tar, root, _packing(root, size) if progress else None)
             raw.flush()
             os.fsync(raw.fileno())
         os.chmod(tmp, 0o600)
@@ -328,9 +330,25 @@ def pack_tree(root: Path, target: Path, *, max_bytes: int | None = None) -> int:
     return target.stat().st_size
 
 
-def _add_tree(tar: tarfile.TarFile, root: Path) -> None:
+def _packing(root: Path, size: int) -> Callable[[int], None]:
+    """What `_add_tree` calls with each piece it packs: a bar of the bytes packed (adapters/envs/progress.py)."""
+    from warden.adapters.envs.progress import Progress
+
+    bar = Progress(f"archiving {root.name}", 1)
+    bar.step(f"packing {size / 1048576:.1f} MiB")
+    packed = [0]
+
+    def add(n: int) -> None:
+        packed[0] += n
+        bar.update(min(packed[0], size), max(size, 1), "of the bytes packed", final=packed[0] >= size)
+
+    return add
+
+
+def _add_tree(tar: tarfile.TarFile, root: Path, on_read: Callable[[int], None] | None = None) -> None:
     """Folders, regular files and symlinks below `root`; hard links stored as plain files,
-    sockets, fifos and devices a bot might leave skipped, files opened with O_NOFOLLOW."""
+    sockets, fifos and devices a bot might leave skipped, files opened with O_NOFOLLOW
+    (`on_read`: told the length of each piece of a file as it is packed)."""
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         rel_dir = os.path.relpath(dirpath, root)
         for name in sorted(dirnames) + sorted(filenames):
@@ -360,16 +378,17 @@ def _add_tree(tar: tarfile.TarFile, root: Path) -> None:
                     if not stat.S_ISREG(fst.st_mode):
                         continue
                     info.size = fst.st_size
-                    tar.addfile(info, _Exactly(handle, fst.st_size))
+                    tar.addfile(info, _Exactly(handle, fst.st_size, on_read))
         dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
 
 
 class _Exactly(io.RawIOBase):
     """A file cut or padded to the size recorded in its header (it may change while packed)."""
 
-    def __init__(self, handle: IO[bytes], size: int) -> None:
+    def __init__(self, handle: IO[bytes], size: int, on_read: Callable[[int], None] | None = None) -> None:
         self._handle = handle
         self._left = size
+        self._on_read = on_read  # told each piece's length as tarfile copies it (the progress bar)
 
     def readable(self) -> bool:
         return True
@@ -382,4 +401,6 @@ class _Exactly(io.RawIOBase):
         if len(data) < n:
             data += b"\0" * (n - len(data))
         self._left -= len(data)
+        if self._on_read is not None:
+            self._on_read(len(data))
         return data

@@ -155,10 +155,10 @@ class HostWorkspaceIO:
 class HostArchives:
     """The archives folder (Warden's own, mode 0700): packed workspaces and their records."""
 
-    def pack(self, source: str, target: str, *, max_bytes: int | None) -> int:
+    def pack(self, source: str, target: str, *, max_bytes: int | None, progress: bool = False) -> int:
         from warden.adapters.archive import pack_tree
 
-        return pack_tree(Path(source), Path(target), max_bytes=max_bytes)
+        return pack_tree(Path(source), Path(target), max_bytes=max_bytes, progress=progress)
 
     def make_folder(self, path: str) -> None:
         Path(path).mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ import json
 import re
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from warden.core.errors import InvalidInput
@@ -300,8 +300,9 @@ class Exited:
     exit_code: int
     signal: int | None
     timed_out: bool = False
-    cpu_ms: int | None = None  # what the process and all it reaped used (wait4), when said
-    maxrss_kib: int | None = None  # its largest process's peak resident memory, when said
+    # What it used (wait4), when said: a measurement, not part of how it ended (not compared).
+    cpu_ms: int | None = field(default=None, compare=False)  # the process and all it reaped
+    maxrss_kib: int | None = field(default=None, compare=False)  # its largest process's peak
 
 
 def exit_status(exit_code: int, signal: int | None) -> tuple[int, int | None]:

@@ -49,13 +49,14 @@ class ArchiveShelf:
         self._clock = clock
         self._settings = settings
 
-    def pack(self, record: WorkspaceRecord) -> Packed:
+    def pack(self, record: WorkspaceRecord, *, progress: bool = False) -> Packed:
         """Pack the workspace folder (not its layers) to `archives/NAME-TIME-XXXX.tar.zst`."""
         stamp = self._clock().strftime("%Y%m%dT%H%M%S")
         # A home that never archived before (or another node's, on a shared registry) has none yet.
         self._files.make_folder(str(self.folder))
         target = str(self.folder / f"{record.name}-{stamp}-{os.urandom(2).hex()}.tar.zst")
-        size = self._files.pack(record.path, target, max_bytes=self._settings.get_size("workspace.archive_max_size"))
+        size = self._files.pack(record.path, target, max_bytes=self._settings.get_size("workspace.archive_max_size"),
+                                progress=progress)
         return Packed(target, size)
 
     def exists(self, archive: str) -> bool:

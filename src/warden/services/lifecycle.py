@@ -250,17 +250,17 @@ class LifecycleService:
         return install
 
     # -- archive / unarchive -----------------------------------------------------------------
-    def archive(self, name: str, *, actor: str = "user") -> Archived:
-        """Pack the workspace into archives/ and free its folder."""
+    def archive(self, name: str, *, actor: str = "user", progress: bool = False) -> Archived:
+        """Pack the workspace into archives/ and free its folder (`progress`: a bar on stderr)."""
         first = self._ws.get(name)
         if first.status == "archived":
             return Archived(name, _archive_of(first))
         check_transition(name, first.status, "archived")
         with self._ws.lease(name, "exclusive", "archive",
                             drain=lambda: self._processes.stop_processes(first.path)) as lease:
-            return self._archive_held(name, lease, actor)
+            return self._archive_held(name, lease, actor, progress=progress)
 
-    def _archive_held(self, name: str, lease: Lease | None, actor: str) -> Archived:
+    def _archive_held(self, name: str, lease: Lease | None, actor: str, *, progress: bool = False) -> Archived:
         # Read again under the lease: a second archive that waited finds the first one's result.
         record = self._ws.get(name)
         if record.meta.get("adopted"):
@@ -273,7 +273,7 @@ class LifecycleService:
         size = 0
         if self._ws.folders.present(record.path):
             self._processes.stop_processes(record.path)
-            packed = self._ws.shelf.pack(record)
+            packed = self._ws.shelf.pack(record, progress=progress)
             archive, size = packed.path, packed.size
         meta = {**record.meta, "archive": archive, "status_before_archive": record.status}
         self._ws.set_status(name, "archived", meta=meta, actor=actor, detail={"archive": archive, "size": size},

@@ -290,16 +290,17 @@ class WorkspaceService:
         return WorkspaceRecord(**{**record.__dict__, "status": "ready", "meta": final})
 
     # -- destroy ---------------------------------------------------------------------------
-    def destroy(self, name: str, *, actor: str = "user", archive: bool = True, delete: bool = False) -> Destroyed:
+    def destroy(self, name: str, *, actor: str = "user", archive: bool = True, delete: bool = False,
+                progress: bool = False) -> Destroyed:
         """Archive (unless told not to), drop the row, and move the folder to the trash at once;
         an adopted folder is only forgotten (its files stay) unless `delete`."""
         first = self.get(name)
         with self.lease(name, "exclusive", "destroy",
                         drain=lambda: self._processes.stop_processes(first.path)) as lease:
-            return self._destroy_held(name, lease, actor=actor, archive=archive, delete=delete)
+            return self._destroy_held(name, lease, actor=actor, archive=archive, delete=delete, progress=progress)
 
     def _destroy_held(self, name: str, lease: Lease | None, *, actor: str, archive: bool,
-                      delete: bool = False) -> Destroyed:
+                      delete: bool = False, progress: bool = False) -> Destroyed:
         record = self.get(name)  # again, under the lease: what is destroyed is what is there now
         archived = record.meta.get("archive")
         adopted = bool(record.meta.get("adopted"))
@@ -310,7 +311,7 @@ class WorkspaceService:
         elif self.folders.present(record.path):
             self._processes.stop_processes(record.path)
             if archive:
-                archived = self.shelf.pack(record).path
+                archived = self.shelf.pack(record, progress=progress).path
                 # The registry row goes; a copy beside the archive lets `warden unarchive NAME`
                 # bring the workspace back.
                 self.shelf.keep_record(archived, record)

@@ -29,10 +29,11 @@ class Progress:
         self.started = time.monotonic()
         self._tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
         self._label = ""
+        self._shown: tuple[str, float] = ("", 0.0)  # the figure last shown by update, and when
 
     def step(self, label: str) -> None:
         """Start the next step, named `label`."""
-        self._label = label
+        self._label, self._shown = label, ("", 0.0)
         self._draw(label)
         self.done = min(self.done + 1, self.total)
 
@@ -46,18 +47,13 @@ class Progress:
             yield
             return
         stop = threading.Event()
-        shown = [-1, 0.0]  # the count last shown, and when (off a terminal)
 
         def show(final: bool) -> None:
             try:
-                n = max(0, min(count(), of))
+                n = count()
             except OSError:
                 return
-            now = time.monotonic()
-            if n == shown[0] or (not self._tty and not final and now - shown[1] < 1.0):
-                return
-            shown[0], shown[1] = n, now
-            self._draw(f"{self._label}: {n}/{of} {what}", position=max(self.done - 1, 0) + n / of)
+            self.update(n, of, what, final=final)
 
         def watch() -> None:
             while not stop.wait(every):
@@ -71,6 +67,18 @@ class Progress:
             stop.set()
             watcher.join()
         show(True)
+
+    def update(self, n: int, of: int, what: str, *, final: bool = False) -> None:
+        """Show `n` of `of` done within the current step (`what`: "installed"), the bar moving
+        with it; redrawn only when the shown figure changes, and off a terminal at most once a
+        second (unless `final`), so a log gets a few lines, not one per file."""
+        n, of = max(0, min(n, of)), max(of, 1)
+        figure = f"{n}/{of}" if of < 10_000 else f"{n * 100 // of}%"
+        now = time.monotonic()
+        if figure == self._shown[0] or (not self._tty and not final and now - self._shown[1] < 1.0):
+            return
+        self._shown = (figure, now)
+        self._draw(f"{self._label}: {figure} {what}", position=max(self.done - 1, 0) + n / of)
 
     def _draw(self, label: str, *, position: float | None = None) -> None:
         if not self.enabled:

@@ -103,9 +103,10 @@ class WorkspaceReads(Protocol):
 class ArchiveFiles(Protocol):
     """Warden's archives folder: workspace folders packed as tar.zst, and the records beside them."""
 
-    def pack(self, source: str, target: str, *, max_bytes: int | None) -> int:
+    def pack(self, source: str, target: str, *, max_bytes: int | None, progress: bool = False) -> int:
         """Write folder `source` as tar.zst at `target` (atomically; links stored, never followed);
-        its size. TooLarge, before reading anything, when its files hold over `max_bytes`."""
+        its size. TooLarge, before reading anything, when its files hold over `max_bytes`.
+        `progress`: a bar on stderr of the bytes packed (a person waiting on `warden archive`)."""
         ...
 
     def make_folder(self, path: str) -> None:

@@ -75,7 +75,10 @@ def _install(ctx: Context, args: argparse.Namespace) -> Output:
 def _simple(ctx: Context, args: argparse.Namespace) -> Output:
     lifecycle = ctx.app.lifecycle
     operation = args.operation
-    data: dict[str, Any] = getattr(lifecycle, operation)(args.name).to_json()
+    if operation == "archive":  # packing a big folder takes a while: a bar on stderr (none with --json)
+        data: dict[str, Any] = lifecycle.archive(args.name, progress=not ctx.json).to_json()
+    else:
+        data = getattr(lifecycle, operation)(args.name).to_json()
     if operation == "suspend":
         text = f"suspended {args.name} (stopped {len(data['stopped'])} processes)"
     elif operation == "archive":

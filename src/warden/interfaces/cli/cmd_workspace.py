@@ -161,7 +161,8 @@ def _destroy(ctx: Context, args: argparse.Namespace) -> Output:
     if not args.yes:
         raise InvalidInput(f"destroying {args.name!r} needs --yes to confirm")
     adopted = bool(ctx.app.workspaces.get(args.name).meta.get("adopted"))
-    data = ctx.app.workspaces.destroy(args.name, archive=not args.no_archive, delete=args.delete).to_json()
+    data = ctx.app.workspaces.destroy(args.name, archive=not args.no_archive, delete=args.delete,
+                                      progress=not ctx.json).to_json()
     kept = (f" (archive: {data['archive']}; `warden unarchive {args.name}` brings it back)"
             if data.get("archive") else "")
     if adopted and not args.delete:
