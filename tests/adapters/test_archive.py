@@ -9,9 +9,11 @@ import os
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import TextIO
 
 import pytest
 
+from tests.support.ptys import redraws_on_a_terminal
 from warden.adapters.archive import BlobLimits, pack_tree, unpack_blob, unpack_tree
 from warden.core.errors import InvalidInput, TooLarge
 
@@ -171,34 +173,22 @@ def test_packing_with_progress_moves_through_the_bytes_on_a_terminal(tmp_path: P
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     # `warden archive` on a terminal: the bar follows the bytes packed (a big file too, piece
     # by piece), redrawn on one row; the archive is the same as without it.
-    import pty
-    import select
-
     root = tmp_path / "ws"
     root.mkdir()
     (root / "big.bin").write_bytes(os.urandom(3 << 20))
     for i in range(5):
         (root / f"f{i}.txt").write_bytes(os.urandom(100_000))
-    leader, follower = pty.openpty()
-    try:
-        os.set_blocking(leader, False)
-        stream = open(follower, "w", closefd=False)  # noqa: SIM115 - the pty's own end, closed below
-        monkeypatch.setattr("sys.stderr", stream)
-        size = pack_tree(root, tmp_path / "a.tar.zst", progress=True)
-        stream.flush()
-        chunks = []
-        while select.select([leader], [], [], 0.5)[0]:
-            try:
-                chunks.append(os.read(leader, 65536))
-            except (BlockingIOError, OSError):
-                break
-    finally:
-        os.close(leader)
-        os.close(follower)
-    shown = [part for part in b"".join(chunks).decode().split("\r") if "% of the bytes packed" in part]
+    sizes = []
+
+    def draw(stream: TextIO) -> None:
+        with monkeypatch.context() as patched:  # stderr is the terminal while it packs, and only then
+            patched.setattr("sys.stderr", stream)
+            sizes.append(pack_tree(root, tmp_path / "a.tar.zst", progress=True))
+
+    shown = [part for part in redraws_on_a_terminal(draw) if "% of the bytes packed" in part]
     percents = [int(part.rsplit(": ", 1)[1].split("%")[0]) for part in shown]
     assert percents[-1] == 100 and len(set(percents)) > 10 and percents == sorted(percents), percents
     out = tmp_path / "out"
     out.mkdir()
     unpack_tree(tmp_path / "a.tar.zst", out, BlobLimits())
-    assert (out / "big.bin").read_bytes() == (root / "big.bin").read_bytes() and size > 3 << 20
+    assert (out / "big.bin").read_bytes() == (root / "big.bin").read_bytes() and sizes[0] > 3 << 20

@@ -4,9 +4,10 @@ cannot be redrawn in place: each redraw would land a row lower), counts said in 
 from __future__ import annotations
 
 import io
-import os
-import pty
+import time
+from typing import TextIO
 
+from tests.support.ptys import redraws_on_a_terminal
 from warden.adapters.envs.progress import Progress, counted
 
 
@@ -17,54 +18,17 @@ def test_counts_read_as_english() -> None:
 
 
 def test_on_a_narrow_terminal_every_redraw_fits_one_row() -> None:
-    leader, follower = pty.openpty()
-    try:
-        os.set_blocking(leader, False)
-        import fcntl
-        import struct
-        import termios
-
-        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 60, 0, 0))  # 60 columns
-        stream = open(follower, "w", closefd=False)  # noqa: SIM115 - the pty's own end, closed below
+    def draw(stream: TextIO) -> None:
         bar = Progress("building Python layer py3.11-1aac0b0269529af3 for template data-science", 4, stream)
         bar.step(counted(25, "package", "packages", "installing"))
         bar.finish()
-        stream.flush()
-        written = _drain(leader).decode()
-    finally:
-        os.close(leader)
-        os.close(follower)
-    redraws = [part.replace("\x1b[K", "") for part in written.replace("\r\n", "\n").split("\r") if part]
+
+    redraws = redraws_on_a_terminal(draw, columns=60)
     assert len(redraws) == 2
     for line in redraws:
         assert len(line.rstrip("\n")) < 60, line
     assert "installing 25 packages" in redraws[0] and "4/4 done in" in redraws[1]
     assert redraws[0].startswith("building Python")
-
-
-def _drain(fd: int) -> bytes:
-    """All the pty holds: one read may give only the first of its chunks (seen under load)."""
-    import select
-
-    chunks = []
-    while select.select([fd], [], [], 0.5)[0]:
-        try:
-            chunk = os.read(fd, 65536)
-        except (BlockingIOError, OSError):
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def test_through_a_pipe_each_step_is_a_whole_line() -> None:
-    out = io.StringIO()
-    bar = Progress("building a layer with a title far longer than any terminal " * 3, 2, out)
-    bar.step("one")
-    bar.finish()
-    lines = out.getvalue().splitlines()
-    assert len(lines) == 2 and lines[0].endswith("0/2 one") and "\r" not in out.getvalue()
 
 
 def test_a_long_step_shows_each_package_as_it_lands() -> None:
@@ -78,8 +42,6 @@ def test_a_long_step_shows_each_package_as_it_lands() -> None:
     with bar.watching(lambda: landed[0], 6, "installed", every=0.01):
         for n in range(1, 7):
             landed[0] = n
-            import time
-
             time.sleep(1.05 if n in (2, 6) else 0.03)  # off a terminal: a line at most once a second
     lines = stream.getvalue().splitlines()
     counts = [line.rsplit(": ", 1)[1] for line in lines if "installed" in line]
@@ -90,27 +52,17 @@ def test_a_long_step_shows_each_package_as_it_lands() -> None:
 
 
 def test_on_a_terminal_the_count_redraws_one_row() -> None:
-    leader, follower = pty.openpty()
-    try:
-        os.set_blocking(leader, False)
-        stream = open(follower, "w", closefd=False)  # noqa: SIM115 - the pty's own end, closed below
+    def draw(stream: TextIO) -> None:
         landed = [0]
         bar = Progress("building Node layer N", 2, stream)
         bar.step("installing 3 Node packages with npm")
-        import time
-
         with bar.watching(lambda: landed[0], 3, "in place", every=0.01):
             for n in (1, 2, 3):
                 landed[0] = n
                 time.sleep(0.1)
         bar.finish()
-        stream.flush()
-        written = _drain(leader).decode()
-    finally:
-        os.close(leader)
-        os.close(follower)
-    redraws = [part.replace("\x1b[K", "") for part in written.replace("\r\n", "\n").split("\r") if part]
-    shown = [r for r in redraws if "in place" in r]
-    counts = [r.rsplit(": ", 1)[1].strip() for r in shown]
+
+    redraws = redraws_on_a_terminal(draw)
+    counts = [r.rsplit(": ", 1)[1].strip() for r in redraws if "in place" in r]
     assert counts[-1] == "3/3 in place" and len(counts) >= 2 and counts == sorted(set(counts)), counts
     assert "\n" not in "".join(redraws[:-1])  # one row, redrawn
