@@ -616,6 +616,12 @@ class GitService:
         base = self._base(record, before)
         changed = [p for p in self._run(record, "diff-tree", "-r", "-z", "--no-renames", "--name-only",
                                         *_DIFF_SUBMODULES, base, target).split("\0") if p]
+        clash = tree_conflicts(changed)
+        if clash:
+            # As a clone refuses such a repository: a pulled `.warden/zones.yaml` would be the
+            # policy the next sandbox reads (a grant the remote wrote itself).
+            raise InvalidInput(f"the pull brings {', '.join(clash)}, which are Warden's own in a workspace; "
+                               "nothing was pulled", rule="git.tree")
         staged = {p for p in self._run(record, "diff-index", "--cached", "-z", "--no-renames", "--name-only",
                                        "--ignore-submodules=all", base).split("\0") if p}
         with self._working_tree(record, before) as (tree, env, _):
@@ -629,7 +635,7 @@ class GitService:
         try:
             self._git.check_out(record.path, target, changed)
         except Conflict as exc:
-            raise Conflict(f"{exc.message} The pull stopped part-way: the branch was not moved; the "
+            raise Conflict(f"{exc.message.rstrip('.')}. The pull stopped part-way: the branch was not moved; the "
                            "checkpoint taken before it (`warden checkpoints NAME`) rolls the files back",
                            rule=exc.rule) from None
         # The index follows, checking only itself (-i: the files are already written), then the branch.

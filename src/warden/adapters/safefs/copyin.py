@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from warden.adapters.safefs.trees import DIR_FLAGS, _put_file, _put_link, no_space, open_folder
@@ -29,9 +30,13 @@ _MAKE_DIR_MODE = 0o777  # as git makes folders: the umask decides
 
 
 def _parts(path: str) -> list[str]:
-    """A workspace-relative path as git prints it, split; anything that could climb refused."""
+    """A workspace-relative path as git prints it, split; anything that could climb refused, and
+    anything of the repository (`.git`, at any depth) or of Warden (`.warden/`, where this very
+    scratch lives, and the policy a sandbox reads) too: git writes neither in a working tree."""
     parts = path.split("/")
     if not path or any(p in ("", ".", "..") for p in parts) or "\0" in path:
+        raise InvalidInput(f"git named a path Warden does not write: {path!r}")
+    if any(p.casefold() == ".git" for p in parts) or parts[0].casefold() == ".warden":
         raise InvalidInput(f"git named a path Warden does not write: {path!r}")
     return parts
 
@@ -83,45 +88,103 @@ def copy_in(scratch: str, folder: str, paths: Iterable[str]) -> None:
     """Make each of `paths` beneath workspace folder `folder` what it is beneath `scratch`: a file
     or link copied in (its mode kept, never setuid), a folder made; a path `scratch` lacks is
     removed from `folder`, unless it is a folder there (git never removes one that way: it may
-    hold a repository of its own). Missing folders on the way are made; a link or a file where a
-    folder should be refuses the copy (Conflict): a bot's process changed the tree meanwhile."""
+    hold a repository of its own), and the folders that leaves empty go too, as git's own
+    checkout does. Removals come first, so a path may change shape: a file where a folder was
+    (once emptied), a folder where a file or a link was (the entry at the path itself is
+    replaced, never followed). Missing folders on the way are made; a link or a file where a
+    folder on the way should be refuses the copy (Conflict): a bot's process changed the tree
+    meanwhile."""
+    wanted = [(path, _parts(path)) for path in paths]
     root_fd = open_folder(folder)
     folders = _Folders(root_fd)
+    source_fd = open_folder(scratch)
+    # The scratch is walked by descriptor too: git checks out the commit's links there, and a
+    # path beneath one (`x/id` where the commit made `x` a link to ~/.ssh) names the person's
+    # own file, never git's entry; such a path is one the commit lacks.
+    sources_at = _Folders(source_fd)
     path = ""
     try:
-        for path in paths:
-            *parents, leaf = _parts(path)
-            source = os.path.join(scratch, path)
-            try:
-                st = os.lstat(source)
-            except FileNotFoundError:
-                parent = folders.open(parents, create=False)
-                if parent is not None:
-                    _remove_entry(parent, leaf)
+        written: list[tuple[str, list[str]]] = []
+        emptied: set[tuple[str, ...]] = set()
+        for path, parts in wanted:
+            if _source(sources_at, parts) is not None:
+                written.append((path, parts))
                 continue
+            parent = folders.open(parts[:-1], create=False)
+            if parent is not None and _remove_entry(parent, parts[-1]):
+                emptied.update(tuple(parts[:end]) for end in range(1, len(parts)))
+        folders.forget()  # a folder held open may be one removed below
+        for chain in sorted(emptied, key=len, reverse=True):
+            _remove_if_empty(folders, list(chain))
+        for path, parts in written:  # noqa: B007 (`path` names the entry in the error below)
+            *parents, leaf = parts
+            found = _source(sources_at, parts)
+            if found is None:
+                continue  # git's scratch does not change meanwhile: only Warden writes there
+            held, st = found
             parent = folders.open(parents, create=True)
             assert parent is not None
             if stat.S_ISLNK(st.st_mode):
-                _put_link(os.readlink(source), parent, leaf)
+                _replacing_empty_folder(parent, leaf, functools.partial(_put_link, os.readlink(leaf, dir_fd=held)))
             elif stat.S_ISREG(st.st_mode):
-                _put_file(Path(source), stat.S_IMODE(st.st_mode), parent, leaf)
-            elif stat.S_ISDIR(st.st_mode):  # a submodule's place: an empty folder, as git makes it
-                folders.open([*parents, leaf], create=True)
+                # /proc/self/fd/N/leaf: the held scratch folder, then `leaf` opened O_NOFOLLOW.
+                _replacing_empty_folder(parent, leaf, functools.partial(
+                    _put_file, Path(f"/proc/self/fd/{held}", leaf), stat.S_IMODE(st.st_mode)))
+            elif stat.S_ISDIR(st.st_mode):  # a folder git wrote beneath, or a submodule's place
+                _remove_entry(parent, leaf)  # a file or link there (git's own, in `paths`) gives way
+                folders.open(parts, create=True)
     except OSError as exc:
         raise _copy_error(exc, folder, path) from None
     finally:
         folders.forget()
+        sources_at.forget()
         os.close(root_fd)
+        os.close(source_fd)
 
 
-def _remove_entry(parent: int, leaf: str) -> None:
+def _source(sources_at: _Folders, parts: list[str]) -> tuple[int, os.stat_result] | None:
+    """The scratch folder holding `parts` (held by `sources_at`) and its entry's status; None
+    when the scratch lacks it, or a link or a file stands on the way there."""
+    held = sources_at.open(parts[:-1], create=False)
+    if held is None:
+        return None
+    try:
+        return held, os.stat(parts[-1], dir_fd=held, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _replacing_empty_folder(parent: int, leaf: str, put: Callable[[int, str], None]) -> None:
+    """`put(parent, leaf)`, an empty folder at `leaf` removed first (git's checkout removes one in
+    the way of a file); a folder holding anything stays, and the copy stops (EISDIR)."""
+    try:
+        put(parent, leaf)
+    except IsADirectoryError:
+        os.rmdir(leaf, dir_fd=parent)  # ENOTEMPTY: something of someone's own is in there
+        put(parent, leaf)
+
+
+def _remove_if_empty(folders: _Folders, parts: list[str]) -> None:
+    """Remove folder `parts` when it is (still) empty; a link, a file or a folder with anything in
+    it stays (rmdir never follows a link and never removes a folder's contents)."""
+    parent = folders.open(parts[:-1], create=False)
+    if parent is not None:
+        with contextlib.suppress(OSError):
+            os.rmdir(parts[-1], dir_fd=parent)
+    folders.forget()
+
+
+def _remove_entry(parent: int, leaf: str) -> bool:
+    """Unlink `leaf` unless it is a folder; whether it was there to remove."""
     try:
         st = os.stat(leaf, dir_fd=parent, follow_symlinks=False)
     except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(st.st_mode):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(leaf, dir_fd=parent)
+        return False
+    if stat.S_ISDIR(st.st_mode):
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(leaf, dir_fd=parent)
+    return True
 
 
 def _copy_error(exc: OSError, folder: str, path: str) -> WardenError:
