@@ -45,8 +45,15 @@ def test_a_refusal_on_the_sandbox_tab_looks_as_kept(console: WardenConsole,
         await pilot.press("2", "down", "down", "down", "enter")
         pilot.app.query_one("#setting-value").value = "lots"
         await pilot.press("enter")
-        # The refusal re-reads the tab: let its tables lay out again before the screenshot (under
-        # load one pause caught the path table with the widths of its first, empty layout).
+        # The refusal re-reads the tab: wait until the status line says it and both tables hold
+        # their rows, then let them lay out again (under load a fixed pause caught the path table
+        # with the widths of its first, empty layout).
+        app = pilot.app
+        for _ in range(200):
+            said = "is not true or false" in str(app.query_one("#status").render())
+            if said and app.query_one("#path-table").row_count == 2 and app.query_one("#setting-table").row_count:
+                break
+            await pilot.pause(0.05)
         for _ in range(3):
             await pilot.wait_for_scheduled_animations()
             await pilot.pause(0.05)

@@ -200,6 +200,11 @@ class LiveSandboxService:
             if exc.rule == "live.unreachable" and not self._sandboxes.alive(sandbox):
                 self._stop(sandbox, "stopped", killed=False)  # it ended just now: a fresh sandbox runs it
                 return None
+            if exc.rule == "live.bad_row":
+                # The row is not this home's to use (another home that calls itself this node, on a
+                # shared registry, or a row that was tampered with): nothing ran; a fresh sandbox
+                # runs the command, and the row is left to whoever owns it.
+                return None
             if exc.rule in ("live.bad_answer", "live.unreachable"):
                 self._stop(sandbox, "its supervisor answered badly")
             raise
