@@ -1,0 +1,136 @@
+"""Following an installer's stderr line by line, to count packages as they are done.
+
+uv says per package nothing on a pipe but its totals ("Prepared 10 packages in 40ms"), so the
+layer build asks it for a few of its own log events (`RUST_LOG`, see `UV_LOG`): the unpacked
+wheel's cache lock released (one per package prepared: downloaded, or built from an sdist) and
+an installed package's RECORD written. pip prints "Collecting x", "Downloading x-1.0.whl" and
+"Installing collected packages: a, b" on its own. Lines that match none of these are ignored, so
+another uv's wording makes the bar coarser, never wrong: the totals still end each phase.
+
+Every line is a tool's output about packages from an index: names are only ever shown, cut
+short and stripped of control characters, and never decide anything but a count.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from warden.adapters.envs.progress import Tally
+
+__all__ = ["UV_LOG", "InstallerOutput", "is_log_line"]
+
+# uv's tracing filter (targets=level): which packages it prepared, and installed. Cheap: a
+# handful of lines per package, against hundreds at -vv.
+UV_LOG = "warn,uv_fs=trace,uv_install_wheel=trace"
+
+_LOG_LEVELS = ("TRACE ", "DEBUG ", "INFO ", " WARN ", "WARN ")
+_PREPARED = re.compile(r"^TRACE Released lock at `[^`]*/wheels-v\d+/[^`]*?/([^/`]+)/[^/`]+`")
+_INSTALLED = re.compile(r'^TRACE Writing record name=PackageName\("([^"]+)"\)')
+_UV_TOTAL = re.compile(r"^(Resolved|Prepared|Installed) (\d+) packages? in ")
+_UV_BUILD = re.compile(r"^\s*(?:Building|Built) ([A-Za-z0-9._-]+)")
+_PIP_COLLECT = re.compile(r"^Collecting ([A-Za-z0-9._-]+)")
+_PIP_INSTALLING = re.compile(r"^Installing collected packages: (.+)$")
+_PIP_DONE = re.compile(r"^Successfully installed (.+)$")
+_SHOWN = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def is_log_line(line: str) -> bool:
+    """A line of uv's own log (asked for by `UV_LOG`), not of what it tells a person: left out
+    of an error's tail."""
+    return line.startswith(_LOG_LEVELS)
+
+
+def _shown(name: str) -> str:
+    return _SHOWN.sub("", name)[:60]
+
+
+def _key(name: str) -> str:
+    """PEP 503's normalized name: uv's cache folders and pip's lines spell names differently."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+class InstallerOutput:
+    """A sink for an installer's stderr (bytes in any chunks) moving `tally`.
+
+    `expected`: the packages it will install when known (a layer's lock), so only those count;
+    otherwise the total is learnt from the output (uv's "Resolved N", pip's "Installing collected
+    packages"). The step's bar is shared: the first half for packages prepared, the second for
+    those installed."""
+
+    def __init__(self, tally: Tally, expected: Iterable[str] = ()) -> None:
+        self.tally = tally
+        self.expected = {_key(name) for name in expected}
+        self.prepared: set[str] = set()
+        self.installed: set[str] = set()
+        self._rest = b""
+        tally.at(0, phase="prepared", share=(0.0, 0.5))
+
+    def __call__(self, chunk: bytes) -> None:
+        lines = (self._rest + chunk).split(b"\n")
+        self._rest = lines.pop()
+        if len(self._rest) > 64 * 1024:  # one endless "line": not an installer's
+            self._rest = b""
+        for line in lines:
+            self.line(line.decode("utf-8", "replace").rstrip("\r"))
+
+    def close(self) -> None:
+        """The last partial line, and the tally's last count."""
+        if self._rest:
+            self.line(self._rest.decode("utf-8", "replace"))
+            self._rest = b""
+        self.tally.close()
+
+    def line(self, line: str) -> None:
+        """One line of output."""
+        if match := _PREPARED.match(line):
+            self._prepared(match.group(1))
+        elif match := _INSTALLED.match(line):
+            self._installed(match.group(1))
+        elif match := _UV_TOTAL.match(line):
+            self._total(match.group(1), int(match.group(2)))
+        elif (match := _UV_BUILD.match(line)) or (match := _PIP_COLLECT.match(line)):
+            self._prepared(match.group(1))
+        elif match := _PIP_INSTALLING.match(line):
+            names = [n.strip() for n in match.group(1).split(",") if n.strip()]
+            self._learn(len(names))
+            self._phase_done("prepared")
+            self.tally.at(0, names[-1] if names else "", phase="installing", share=(0.5, 0.5))
+        elif match := _PIP_DONE.match(line):
+            self._phase_done("installed")
+
+    def _counts(self, key: str) -> bool:
+        return not self.expected or key in self.expected
+
+    def _learn(self, total: int) -> None:
+        if not self.expected and total > 0:
+            self.tally.of = total
+
+    def _prepared(self, name: str) -> None:
+        key = _key(name)
+        if self.tally.phase != "prepared" or key in self.prepared or not self._counts(key):
+            return
+        self.prepared.add(key)
+        self.tally.at(len(self.prepared), _shown(name))
+
+    def _installed(self, name: str) -> None:
+        key = _key(name)
+        if key in self.installed or not self._counts(key):
+            return
+        if self.tally.phase == "prepared":  # uv installs once all are prepared (some were cached)
+            self._phase_done("prepared")
+        self.installed.add(key)
+        self.tally.at(len(self.installed), _shown(name), phase="installed", share=(0.5, 0.5))
+
+    def _total(self, what: str, n: int) -> None:
+        if what == "Resolved":
+            self._learn(n)
+        elif what == "Prepared":
+            self._phase_done("prepared")
+        else:  # "Installed": uv compiles bytecode next, with nothing to count
+            self._phase_done("installed")
+
+    def _phase_done(self, phase: str) -> None:
+        share = (0.0, 0.5) if phase == "prepared" else (0.5, 0.5)
+        self.tally.at(self.tally.of, phase=phase, share=share, final=True)
+
