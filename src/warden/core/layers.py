@@ -11,7 +11,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EnvLayers", "IndexOptions", "Interpreter", "Layer", "NodeBinding", "NodeRuntime", "PythonBinding"]
+__all__ = ["UV_PROGRESS_LOG", "EnvLayers", "IndexOptions", "Interpreter", "Layer", "NodeBinding", "NodeRuntime",
+           "PythonBinding"]
+
+# uv's tracing filter (`RUST_LOG`: target=level) that makes it say on stderr which package it has
+# prepared and which installed (adapters/envs/installer_output reads them for a progress bar);
+# on a pipe uv otherwise prints only totals. A handful of lines per package, against hundreds at -vv.
+UV_PROGRESS_LOG = "warn,uv_fs=trace,uv_install_wheel=trace"
 
 
 @dataclass(frozen=True)

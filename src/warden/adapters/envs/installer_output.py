@@ -14,15 +14,14 @@ short and stripped of control characters, and never decide anything but a count.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from warden.adapters.envs.progress import Tally
+from warden.core.layers import UV_PROGRESS_LOG
 
 __all__ = ["UV_LOG", "InstallerOutput", "is_log_line"]
 
-# uv's tracing filter (targets=level): which packages it prepared, and installed. Cheap: a
-# handful of lines per package, against hundreds at -vv.
-UV_LOG = "warn,uv_fs=trace,uv_install_wheel=trace"
+UV_LOG = UV_PROGRESS_LOG  # what uv is asked to log: which packages it prepared, and installed
 
 _LOG_LEVELS = ("TRACE ", "DEBUG ", "INFO ", " WARN ", "WARN ")
 _PREPARED = re.compile(r"^TRACE Released lock at `[^`]*/wheels-v\d+/[^`]*?/([^/`]+)/[^/`]+`")
@@ -63,22 +62,24 @@ class InstallerOutput:
         self.expected = {_key(name) for name in expected}
         self.prepared: set[str] = set()
         self.installed: set[str] = set()
-        self._rest = b""
         tally.at(0, phase="prepared", share=(0.0, 0.5))
 
+        self._streams = [_Lines(self.line)]
+
     def __call__(self, chunk: bytes) -> None:
-        lines = (self._rest + chunk).split(b"\n")
-        self._rest = lines.pop()
-        if len(self._rest) > 64 * 1024:  # one endless "line": not an installer's
-            self._rest = b""
-        for line in lines:
-            self.line(line.decode("utf-8", "replace").rstrip("\r"))
+        self._streams[0](chunk)
+
+    def other(self) -> Callable[[bytes], None]:
+        """A sink for the installer's other stream (pip says what it collects on stdout), its
+        lines cut apart on their own."""
+        lines = _Lines(self.line)
+        self._streams.append(lines)
+        return lines
 
     def close(self) -> None:
-        """The last partial line, and the tally's last count."""
-        if self._rest:
-            self.line(self._rest.decode("utf-8", "replace"))
-            self._rest = b""
+        """The last partial lines, and the tally's last count."""
+        for lines in self._streams:
+            lines.close()
         self.tally.close()
 
     def line(self, line: str) -> None:
@@ -134,3 +135,24 @@ class InstallerOutput:
         share = (0.0, 0.5) if phase == "prepared" else (0.5, 0.5)
         self.tally.at(self.tally.of, phase=phase, share=share, final=True)
 
+
+
+class _Lines:
+    """Bytes in any chunks to whole lines (decoded; a character cut between chunks survives)."""
+
+    def __init__(self, line: Callable[[str], None]) -> None:
+        self._line = line
+        self._rest = b""
+
+    def __call__(self, chunk: bytes) -> None:
+        lines = (self._rest + chunk).split(b"\n")
+        self._rest = lines.pop()
+        if len(self._rest) > 64 * 1024:  # one endless "line": not an installer's
+            self._rest = b""
+        for line in lines:
+            self._line(line.decode("utf-8", "replace").rstrip("\r"))
+
+    def close(self) -> None:
+        if self._rest:
+            self._line(self._rest.decode("utf-8", "replace"))
+            self._rest = b""

@@ -42,6 +42,12 @@ class Progress:
         caller as each one is done (a line of uv's output, a file archived); see `Tally`."""
         return Tally(self, of, what)
 
+    def abandon(self) -> None:
+        """End the bar's row where it stands (the task failed: its error goes on the next line)."""
+        if self.enabled and self._tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
     @contextlib.contextmanager
     def watching(self, count: Callable[[], int], of: int, what: str, *, every: float = 0.2) -> Iterator[None]:
         """While the block runs (a step's one long command), show `count()` of `of` (`what`:
