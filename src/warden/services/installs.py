@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from warden.core.errors import Conflict, InvalidInput, NotFound, TooLarge, Unavailable, WardenError
-from warden.core.layers import UV_PROGRESS_LOG, IndexOptions
+from warden.core.layers import UV_PROGRESS_LOG, IndexOptions, is_uv_log_line
 from warden.core.limits import Limits
 from warden.core.ports import NpmTarballs, SafeRoots, SandboxTools, WorkspaceFolders, WorkspaceRoot
 from warden.core.runs import Sink
@@ -258,6 +258,7 @@ class InstallService:
                 argv = [python, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
                         "--no-input", "--no-warn-script-location", *packages]
                 env["PIP_CONFIG_FILE"] = "/dev/null"
+                env["PYTHONUNBUFFERED"] = "1"  # pip's lines as it goes (a progress bar reads them), not at exit
                 env.update(index.pip_env())
             else:
                 uv = self._tools.uv()
@@ -324,7 +325,8 @@ def _strings(value: object) -> list[str]:
 
 
 def _tail(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    """The last lines a person would read (uv's own log lines, asked for the progress bar, left out)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip() and not is_uv_log_line(line)]
     return " | ".join(lines[-4:]) or "no output"
 
 

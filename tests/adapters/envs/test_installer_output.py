@@ -32,8 +32,9 @@ Collecting six
   Downloading six-1.17.0-py2.py3-none-any.whl (11 kB)
 Collecting tiny_dep>=1
   Using cached tiny_dep-1.0-py3-none-any.whl
-Installing collected packages: tiny-dep, six
-Successfully installed six-1.17.0 tiny-dep-1.0
+Processing ./wh/pdep0-1.0-py3-none-any.whl (from six)
+Installing collected packages: tiny-dep, pdep0, six
+Successfully installed pdep0-1.0 six-1.17.0 tiny-dep-1.0
 """
 
 
@@ -79,8 +80,8 @@ def test_pip_output_learns_the_total_and_counts_collected_then_installed() -> No
     follow = InstallerOutput(bar.count(1, "installed"))
     _feed(follow, PIP_INSTALL, 13)
     counts = _counts(out)
-    assert "1/1 prepared (six)" in counts  # before pip said how many: one named
-    assert counts[-2:] == ["0/2 installing (six)", "2/2 installed (six)"], counts
+    assert counts[:3] == ["0/1 prepared", "1/1 prepared (six)", "2/2 prepared (tiny_dep)"], counts  # total unsaid
+    assert counts[-3:] == ["3/3 prepared (pdep0)", "0/3 installing (six)", "3/3 installed (six)"], counts
 
 
 def test_hostile_names_are_shown_without_control_characters() -> None:

@@ -3,9 +3,10 @@
 uv says per package nothing on a pipe but its totals ("Prepared 10 packages in 40ms"), so the
 layer build asks it for a few of its own log events (`RUST_LOG`, see `UV_LOG`): the unpacked
 wheel's cache lock released (one per package prepared: downloaded, or built from an sdist) and
-an installed package's RECORD written. pip prints "Collecting x", "Downloading x-1.0.whl" and
-"Installing collected packages: a, b" on its own. Lines that match none of these are ignored, so
-another uv's wording makes the bar coarser, never wrong: the totals still end each phase.
+an installed package's RECORD written. pip prints "Collecting x" (or "Processing ./x-1.0.whl"
+for a local file) and "Installing collected packages: a, b" on its own. Lines that match none of
+these are ignored, so another uv's wording makes the bar coarser, never wrong: the totals still
+end each phase.
 
 Every line is a tool's output about packages from an index: names are only ever shown, cut
 short and stripped of control characters, and never decide anything but a count.
@@ -14,30 +15,28 @@ short and stripped of control characters, and never decide anything but a count.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterable
 
 from warden.adapters.envs.progress import Tally
-from warden.core.layers import UV_PROGRESS_LOG
+from warden.core.layers import UV_PROGRESS_LOG, is_uv_log_line
 
 __all__ = ["UV_LOG", "InstallerOutput", "is_log_line"]
 
 UV_LOG = UV_PROGRESS_LOG  # what uv is asked to log: which packages it prepared, and installed
 
-_LOG_LEVELS = ("TRACE ", "DEBUG ", "INFO ", " WARN ", "WARN ")
 _PREPARED = re.compile(r"^TRACE Released lock at `[^`]*/wheels-v\d+/[^`]*?/([^/`]+)/[^/`]+`")
 _INSTALLED = re.compile(r'^TRACE Writing record name=PackageName\("([^"]+)"\)')
 _UV_TOTAL = re.compile(r"^(Resolved|Prepared|Installed) (\d+) packages? in ")
 _UV_BUILD = re.compile(r"^\s*(?:Building|Built) ([A-Za-z0-9._-]+)")
 _PIP_COLLECT = re.compile(r"^Collecting ([A-Za-z0-9._-]+)")
+_PIP_PROCESS = re.compile(r"^Processing \S*?([A-Za-z0-9._]+)-[^/\s]*\.(?:whl|tar\.gz|zip)\b")  # a local file
 _PIP_INSTALLING = re.compile(r"^Installing collected packages: (.+)$")
 _PIP_DONE = re.compile(r"^Successfully installed (.+)$")
 _SHOWN = re.compile(r"[^A-Za-z0-9._-]")
 
 
-def is_log_line(line: str) -> bool:
-    """A line of uv's own log (asked for by `UV_LOG`), not of what it tells a person: left out
-    of an error's tail."""
-    return line.startswith(_LOG_LEVELS)
+is_log_line = is_uv_log_line  # a line of uv's own log, left out of an error's tail
 
 
 def _shown(name: str) -> str:
@@ -62,9 +61,9 @@ class InstallerOutput:
         self.expected = {_key(name) for name in expected}
         self.prepared: set[str] = set()
         self.installed: set[str] = set()
-        tally.at(0, phase="prepared", share=(0.0, 0.5))
-
         self._streams = [_Lines(self.line)]
+        self._lock = threading.Lock()  # stdout's and stderr's readers may be two threads
+        tally.at(0, phase="prepared", share=(0.0, 0.5))
 
     def __call__(self, chunk: bytes) -> None:
         self._streams[0](chunk)
@@ -84,13 +83,17 @@ class InstallerOutput:
 
     def line(self, line: str) -> None:
         """One line of output."""
+        with self._lock:
+            self._line(line)
+
+    def _line(self, line: str) -> None:
         if match := _PREPARED.match(line):
             self._prepared(match.group(1))
         elif match := _INSTALLED.match(line):
             self._installed(match.group(1))
         elif match := _UV_TOTAL.match(line):
             self._total(match.group(1), int(match.group(2)))
-        elif (match := _UV_BUILD.match(line)) or (match := _PIP_COLLECT.match(line)):
+        elif (match := _UV_BUILD.match(line) or _PIP_COLLECT.match(line) or _PIP_PROCESS.match(line)):
             self._prepared(match.group(1))
         elif match := _PIP_INSTALLING.match(line):
             names = [n.strip() for n in match.group(1).split(",") if n.strip()]
@@ -112,6 +115,8 @@ class InstallerOutput:
         if self.tally.phase != "prepared" or key in self.prepared or not self._counts(key):
             return
         self.prepared.add(key)
+        if not self.expected:  # the total not said yet (pip): it is at least what was seen
+            self.tally.of = max(self.tally.of, len(self.prepared))
         self.tally.at(len(self.prepared), _shown(name))
 
     def _installed(self, name: str) -> None:
@@ -134,7 +139,6 @@ class InstallerOutput:
     def _phase_done(self, phase: str) -> None:
         share = (0.0, 0.5) if phase == "prepared" else (0.5, 0.5)
         self.tally.at(self.tally.of, phase=phase, share=share, final=True)
-
 
 
 class _Lines:

@@ -90,7 +90,9 @@ def build_python_layer(store: LayerStore, layer_id: str, *, dependencies: Sequen
                 try:
                     _run(execute, [uv, "pip", "sync", str(lock), "--python", python, "--link-mode=copy",
                           "--compile-bytecode", "--quiet", *index.uv_args()],
-                         cwd=build, env={**env, "RUST_LOG": UV_LOG}, what="installing the packages (uv pip sync)",
+                         cwd=build, what="installing the packages (uv pip sync)",
+                         # uv's log only for a bar that reads it: without one, uv runs as it always did
+                         env={**env, "RUST_LOG": UV_LOG} if progress.enabled else env,
                          on_stderr=follow if progress.enabled else None)
                 finally:
                     follow.close()
