@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "src"))
 
 from tests.support.packages import make_wheel  # noqa: E402
+
 from warden.adapters.envs.interpreters import uv_binary  # noqa: E402
 from warden.core.layers import UV_PROGRESS_LOG  # noqa: E402
 
@@ -100,7 +101,8 @@ def main() -> None:
                              ("uv pip sync with RUST_LOG, no sandbox", logged),
                              ("uv pip sync plain, no sandbox", plain)):
             print(f"  {label:44s} {med(times):6.2f}s ({min(times):.2f}s)")
-        print(f"  bar's cost on the build: {med(bar) - med(quiet):+.2f}s; uv's log alone: {med(logged) - med(plain):+.3f}s")
+        print(f"  bar's cost on the build: {med(bar) - med(quiet):+.2f}s; "
+              f"uv's log alone: {med(logged) - med(plain):+.3f}s")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
