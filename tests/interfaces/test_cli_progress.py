@@ -1,6 +1,6 @@
-"""`warden install` shows its progress for real: uv in the sandbox, against the local index,
-moves the bar through each package it prepares and installs, naming it; `--json` draws none of
-it. Through a pipe: whole lines, a few of them."""
+"""`warden install` shows its progress for real: the installer in the sandbox (pip, which the
+workspace's layer carries), against the local index, moves the bar through each package it
+collects, naming it; npm's too; `--json` draws none of it. Through a pipe: whole lines."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from tests.support.envs import EnvHome, envhome  # noqa: F401 - fixture
 from tests.support.packages import make_wheel
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
 
 def test_install_shows_each_package_as_it_is_installed(envhome: EnvHome) -> None:  # noqa: F811
     deps = [f"pdep{i}" for i in range(6)]
@@ -39,3 +40,14 @@ def test_install_with_json_draws_no_bar(envhome: EnvHome) -> None:  # noqa: F811
     proc = envhome.cli("install", name, "pquiet", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "installing into" not in proc.stderr, proc.stderr
+
+
+def test_node_install_ends_with_what_npm_added_and_shows_none_of_its_log(envhome: EnvHome) -> None:  # noqa: F811
+    name = envhome.name("progn")
+    envhome.create(name)
+    proc = envhome.cli("install", name, "--node", f"file:{envhome.npm}/tiny-extra-1.2.0.tgz")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    counts = [line.rsplit(": ", 1)[1] for line in proc.stderr.splitlines()
+              if line.startswith(f"installing into {name} [") and line.count(": ") == 1]
+    assert counts[0] == "0/1 prepared" and counts[-1] == "1/1 installed", proc.stderr  # npm's "added 1 package"
+    assert "npm http" not in proc.stderr and "npm http" not in proc.stdout

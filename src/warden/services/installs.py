@@ -242,7 +242,8 @@ class InstallService:
                     "--no-package-lock", "--install-links", *packages]
             env.update({"npm_config_cache": "/tmp/.npm",  # noqa: S108 - the sandbox's private /tmp
                         "npm_config_update_notifier": "false",
-                        "npm_config_loglevel": "error"})
+                        # A line per package tarball for a progress bar that reads them, else errors only.
+                        "npm_config_loglevel": "http" if on_stderr is not None else "error"})
             if settings.get_str("envs.npm_registry"):
                 env["npm_config_registry"] = settings.get_str("envs.npm_registry")
             for spec in packages:
@@ -325,8 +326,9 @@ def _strings(value: object) -> list[str]:
 
 
 def _tail(text: str) -> str:
-    """The last lines a person would read (uv's own log lines, asked for the progress bar, left out)."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip() and not is_uv_log_line(line)]
+    """The last lines a person would read (uv's and npm's log lines, asked for the progress bar, left out)."""
+    lines = [line.strip() for line in text.strip().splitlines()
+             if line.strip() and not is_uv_log_line(line) and not line.startswith("npm http ")]
     return " | ".join(lines[-4:]) or "no output"
 
 

@@ -84,6 +84,32 @@ def test_pip_output_learns_the_total_and_counts_collected_then_installed() -> No
     assert counts[-3:] == ["3/3 prepared (pdep0)", "0/3 installing (six)", "3/3 installed (six)"], counts
 
 
+# `npm install --loglevel=http is-odd @types/node` (npm 10), captured: packuments first (not
+# counted), then each tarball found in the cache and fetched.
+NPM_INSTALL = """\
+npm http fetch GET 200 https://registry.npmjs.org/is-odd 206ms (cache miss)
+npm http fetch GET 200 https://registry.npmjs.org/is-number 8ms (cache miss)
+npm http cache is-number@https://registry.npmjs.org/is-number/-/is-number-6.0.0.tgz 0ms (cache hit)
+npm http cache is-odd@https://registry.npmjs.org/is-odd/-/is-odd-3.0.1.tgz 0ms (cache hit)
+npm http fetch GET 200 https://registry.npmjs.org/is-number/-/is-number-6.0.0.tgz 43ms (cache miss)
+npm http fetch GET 200 https://registry.npmjs.org/is-odd/-/is-odd-3.0.1.tgz 44ms (cache miss)
+npm http fetch GET 200 https://registry.npmjs.org/@types/node/-/node-20.1.0.tgz 51ms (cache miss)
+
+added 3 packages in 766ms
+"""
+
+
+def test_npm_http_log_counts_each_tarball_then_what_npm_added() -> None:
+    out = io.StringIO()
+    bar = Progress("installing into w", 1, out)
+    bar.step("installing is-odd")
+    follow = InstallerOutput(bar.count(2, "installed"))
+    _feed(follow, NPM_INSTALL, 7)
+    counts = _counts(out)
+    assert counts == ["0/2 prepared", "1/2 prepared (is-number)", "2/2 prepared (is-odd)",
+                      "3/3 prepared (@types/node)", "3/3 installed (@types/node)"], counts
+
+
 def test_hostile_names_are_shown_without_control_characters() -> None:
     out = io.StringIO()
     bar = Progress("L", 1, out)

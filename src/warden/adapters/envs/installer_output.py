@@ -33,7 +33,11 @@ _PIP_COLLECT = re.compile(r"^Collecting ([A-Za-z0-9._-]+)")
 _PIP_PROCESS = re.compile(r"^Processing \S*?([A-Za-z0-9._]+)-[^/\s]*\.(?:whl|tar\.gz|zip)\b")  # a local file
 _PIP_INSTALLING = re.compile(r"^Installing collected packages: (.+)$")
 _PIP_DONE = re.compile(r"^Successfully installed (.+)$")
-_SHOWN = re.compile(r"[^A-Za-z0-9._-]")
+# npm at --loglevel=http: each package's tarball, fetched or found in its cache (a registry's
+# URL ends `[@scope/]name/-/name-1.0.0.tgz`), then "added 12 packages in 2s".
+_NPM_TARBALL = re.compile(r"^npm http (?:fetch GET 200|cache \S+@)\s*\S*?((?:@[^/\s]+/)?[^/@\s]+)/-/[^/\s]+\.tgz\b")
+_NPM_DONE = re.compile(r"^(?:added|changed) (\d+) packages?\b")
+_SHOWN = re.compile(r"[^A-Za-z0-9._@/-]")
 
 
 is_log_line = is_uv_log_line  # a line of uv's own log, left out of an error's tail
@@ -101,6 +105,12 @@ class InstallerOutput:
             self._phase_done("prepared")
             self.tally.at(0, names[-1] if names else "", phase="installing", share=(0.5, 0.5))
         elif match := _PIP_DONE.match(line):
+            self._phase_done("installed")
+        elif match := _NPM_TARBALL.match(line):
+            self._prepared(match.group(1))
+        elif match := _NPM_DONE.match(line):  # npm says no package installed, only how many
+            self._learn(int(match.group(1)))
+            self._phase_done("prepared")
             self._phase_done("installed")
 
     def _counts(self, key: str) -> bool:
