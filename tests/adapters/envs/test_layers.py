@@ -158,7 +158,6 @@ def test_a_layer_build_counts_its_packages_as_they_are_installed(envhome: EnvHom
     t.write_text(envhome.template.read_text().replace("- beta<3", "- beta<3\n" + more))
     proc = envhome.cli("snapshot", "build", str(t))
     assert proc.returncode == 0, proc.stderr
-    print(proc.stderr)
     for phase in ("prepared", "installed"):
         counts = [line.rsplit(": ", 1)[1] for line in proc.stderr.splitlines() if f"/10 {phase}" in line]
         assert counts and counts[-1].startswith(f"10/10 {phase}"), proc.stderr  # alpha, beta and the eight
