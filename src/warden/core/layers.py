@@ -11,7 +11,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EnvLayers", "IndexOptions", "Interpreter", "Layer", "NodeBinding", "NodeRuntime", "PythonBinding"]
+__all__ = ["UV_PROGRESS_LOG", "EnvLayers", "IndexOptions", "Interpreter", "Layer", "NodeBinding", "NodeRuntime",
+           "PythonBinding", "is_uv_log_line"]
+
+# uv's tracing filter (`RUST_LOG`: target=level) that makes it say on stderr which package it has
+# prepared and which installed (adapters/envs/installer_output reads them for a progress bar);
+# on a pipe uv otherwise prints only totals. A handful of lines per package, against hundreds at -vv.
+UV_PROGRESS_LOG = "warn,uv_fs=trace,uv_install_wheel=trace"
+_UV_LOG_LEVELS = ("TRACE ", "DEBUG ", "INFO ", " WARN ", "WARN ")
+
+
+def is_uv_log_line(line: str) -> bool:
+    """A line of uv's own log (asked for by `UV_PROGRESS_LOG`), not of what it tells a person:
+    left out of an error's tail."""
+    return line.startswith(_UV_LOG_LEVELS)
 
 
 @dataclass(frozen=True)

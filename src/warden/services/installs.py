@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from warden.core.errors import Conflict, InvalidInput, NotFound, TooLarge, Unavailable, WardenError
-from warden.core.layers import IndexOptions
+from warden.core.layers import UV_PROGRESS_LOG, IndexOptions, is_uv_log_line
 from warden.core.limits import Limits
 from warden.core.ports import NpmTarballs, SafeRoots, SandboxTools, WorkspaceFolders, WorkspaceRoot
+from warden.core.runs import Sink
 from warden.core.settings import Settings
 from warden.core.templates import normalized_name, requirement_name, requirement_problem
 from warden.core.workspaces import WorkspaceRecord
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from warden.services.checkpoints import CheckpointService
     from warden.services.leases import Lease
     from warden.services.quota import QuotaService
-    from warden.services.runs import RunService
+    from warden.services.runs import RunOutput, RunService
     from warden.services.workspaces import WorkspaceService
 
 __all__ = ["MANIFEST_MAX", "InstallResult", "InstallService", "check_packages", "record_node", "record_python"]
@@ -198,8 +199,10 @@ class InstallService:
         return self._tools.available()
 
     def install(self, name: str, packages: Sequence[str], *, node: bool = False, persist: bool = True,
-                actor: str = "user") -> InstallResult:
-        """Install `packages` into workspace `name` and (unless not `persist`) record them."""
+                actor: str = "user", on_stdout: Sink | None = None, on_stderr: Sink | None = None) -> InstallResult:
+        """Install `packages` into workspace `name` and (unless not `persist`) record them.
+        `on_stdout`/`on_stderr`: the installer's output as it comes (a front end's progress bar
+        reads it: pip speaks on stdout, uv on stderr)."""
         checked = check_packages(packages, node=node)
         record = self._workspaces.get(name)
         if record.status not in ("ready", "broken"):
@@ -208,7 +211,8 @@ class InstallService:
         if self._checkpoints is not None:
             self._checkpoints().create(record, f"before install {' '.join(checked)}"[:1000], actor)
         try:
-            result = self.install_record(record, checked, node=node, persist=persist)
+            result = self.install_record(record, checked, node=node, persist=persist,
+                                         on_stdout=on_stdout, on_stderr=on_stderr)
         except TooLarge as exc:  # stopped by the disk quota (or a manifest over its size)
             self._audit.record(actor=actor, action="workspace.install", target=name, result=exc.code,
                                rule=exc.rule or "", detail={"packages": checked, "node": node})
@@ -224,7 +228,8 @@ class InstallService:
         return result
 
     def install_record(self, record: WorkspaceRecord, packages: Sequence[str], *, node: bool,
-                       persist: bool, lease: Lease | None = None) -> InstallResult:
+                       persist: bool, lease: Lease | None = None, on_stdout: Sink | None = None,
+                       on_stderr: Sink | None = None) -> InstallResult:
         """Install into `record` (`lease`: the exclusive lease a caller such as repair holds)."""
         settings = self._settings
         env: dict[str, str] = {}
@@ -237,7 +242,8 @@ class InstallService:
                     "--no-package-lock", "--install-links", *packages]
             env.update({"npm_config_cache": "/tmp/.npm",  # noqa: S108 - the sandbox's private /tmp
                         "npm_config_update_notifier": "false",
-                        "npm_config_loglevel": "error"})
+                        # A line per package tarball for a progress bar that reads them, else errors only.
+                        "npm_config_loglevel": "http" if on_stderr is not None else "error"})
             if settings.get_str("envs.npm_registry"):
                 env["npm_config_registry"] = settings.get_str("envs.npm_registry")
             for spec in packages:
@@ -253,6 +259,7 @@ class InstallService:
                 argv = [python, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
                         "--no-input", "--no-warn-script-location", *packages]
                 env["PIP_CONFIG_FILE"] = "/dev/null"
+                env["PYTHONUNBUFFERED"] = "1"  # pip's lines as it goes (a progress bar reads them), not at exit
                 env.update(index.pip_env())
             else:
                 uv = self._tools.uv()
@@ -263,12 +270,16 @@ class InstallService:
                 # interpreter downloads, a cache in the sandbox's own /tmp.
                 env.update({"UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1",
                             "UV_CACHE_DIR": "/tmp/.uv-cache"})  # noqa: S108 - the sandbox's private /tmp
+                env["RUST_LOG"] = UV_PROGRESS_LOG  # a line per package prepared and installed, for a progress bar
         domains = [] if no_index and not node else settings.get_list("envs.install_domains")
         if domains:
             trust_env, trust_paths = self._tools.trust()
             env = {**trust_env, **env}
             ro_paths += trust_paths
-        ran = self._run(record, argv, env, ro_paths, domains, lease)
+        from warden.services.runs import RunOutput
+
+        output = RunOutput(on_stdout=on_stdout, on_stderr=on_stderr)
+        ran = self._run(record, argv, env, ro_paths, domains, lease, output)
         ok = ran.exit_code == 0
         recorded_in = None
         if ok and persist:
@@ -293,13 +304,14 @@ class InstallService:
                    for venv in venvs)
 
     def _run(self, record: WorkspaceRecord, argv: list[str], env: dict[str, str], ro_paths: list[str],
-             domains: list[str], lease: Lease | None) -> _Ran:
+             domains: list[str], lease: Lease | None, output: RunOutput | None = None) -> _Ran:
         ro = [p for p in dict.fromkeys(ro_paths) if self._files.exists(p)]
         if record.status == "ready":
             # The normal way: the runs service applies zones, path policy and auditing.
             result = self._runs().run(record.name, argv, env=env, ro_paths=ro, timeout=1800,
                                       net="allow" if domains else "none", allow_domains=domains,
-                                      actor="warden-install", within=lease)
+                                      actor="warden-install", within=lease,
+                                      output=output)
             if result.stopped_by is not None:  # the run's stderr ends with the quota's note
                 note = result.stderr.rstrip().rsplit("\n", 1)[-1].removeprefix("warden: ")
                 raise TooLarge(f"the install broke the workspace's disk quota: {note}", rule=result.stopped_by)
@@ -314,7 +326,9 @@ def _strings(value: object) -> list[str]:
 
 
 def _tail(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    """The last lines a person would read (uv's and npm's log lines, asked for the progress bar, left out)."""
+    lines = [line.strip() for line in text.strip().splitlines()
+             if line.strip() and not is_uv_log_line(line) and not line.startswith("npm http ")]
     return " | ".join(lines[-4:]) or "no output"
 
 

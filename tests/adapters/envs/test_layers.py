@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -147,8 +148,8 @@ def test_a_layer_changed_after_its_build_is_found_by_its_digest(tmp_path: Path) 
 
 
 def test_a_layer_build_counts_its_packages_as_they_are_installed(envhome: EnvHome, tmp_path: Path) -> None:  # noqa: F811
-    # Built for real by uv from local wheels, its progress (stderr, not a terminal: lines) ends
-    # with every package counted in place.
+    # Built for real by uv from local wheels: its progress (stderr, not a terminal: lines) follows
+    # uv's output through each package, prepared then installed, naming it, not only 0 and all.
     names = [f"count{i}" for i in range(8)]
     for name in names:
         make_wheel(envhome.wheels, name, "1.0")
@@ -157,5 +158,10 @@ def test_a_layer_build_counts_its_packages_as_they_are_installed(envhome: EnvHom
     t.write_text(envhome.template.read_text().replace("- beta<3", "- beta<3\n" + more))
     proc = envhome.cli("snapshot", "build", str(t))
     assert proc.returncode == 0, proc.stderr
-    installed = [line for line in proc.stderr.splitlines() if " installed" in line]
-    assert installed and installed[-1].endswith(": 10/10 installed"), proc.stderr  # alpha, beta and the eight
+    for phase in ("prepared", "installed"):
+        counts = [line.rsplit(": ", 1)[1] for line in proc.stderr.splitlines() if f"/10 {phase}" in line]
+        assert counts and counts[-1].startswith(f"10/10 {phase}"), proc.stderr  # alpha, beta and the eight
+        between = [c for c in counts if not c.startswith(("0/", "10/"))]
+        assert len(between) >= 3, proc.stderr  # it moved through the packages
+        assert all(re.fullmatch(rf"\d+/10 {phase} \((alpha|beta|count\d)\)", c) for c in between), counts
+    assert "TRACE" not in proc.stderr  # uv's log is read, never shown

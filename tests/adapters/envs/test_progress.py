@@ -32,23 +32,53 @@ def test_on_a_narrow_terminal_every_redraw_fits_one_row() -> None:
 
 
 def test_a_long_step_shows_each_package_as_it_lands() -> None:
-    # The count grows while the block runs (as uv installs): the step's line follows it, the bar
-    # moving within the step, and the last count is shown when the block ends.
+    # The count grows while the block runs (as npm puts folders in place): the step's line
+    # follows it, the bar moving within the step, and the last count is shown when it ends.
     landed = [0]
     stream = io.StringIO()
-    bar = Progress("building Python layer L", 4, stream)
-    bar.step("resolving 6 dependencies")
-    bar.step(counted(6, "package", "packages", "installing"))
-    with bar.watching(lambda: landed[0], 6, "installed", every=0.01):
+    bar = Progress("building Node layer N", 2, stream)
+    bar.step(counted(6, "Node package", "Node packages", "installing"))
+    with bar.watching(lambda: landed[0], 6, "in place", every=0.01):
         for n in range(1, 7):
             landed[0] = n
-            time.sleep(1.05 if n in (2, 6) else 0.03)  # off a terminal: a line at most once a second
+            time.sleep(0.05)
     lines = stream.getvalue().splitlines()
-    counts = [line.rsplit(": ", 1)[1] for line in lines if "installed" in line]
-    assert counts[-1] == "6/6 installed"
-    assert any(c not in ("0/6 installed", "6/6 installed") for c in counts), counts  # it moved in between
-    assert len(counts) <= 4  # throttled: not one line per poll
-    assert all(line.startswith("building Python layer L [") for line in lines)
+    counts = [line.rsplit(": ", 1)[1] for line in lines if "in place" in line]
+    assert counts[-1] == "6/6 in place"
+    assert any(c not in ("0/6 in place", "6/6 in place") for c in counts), counts  # it moved in between
+    assert all(line.startswith("building Node layer N [") for line in lines)
+
+
+def test_off_a_terminal_500_packages_make_about_ten_lines() -> None:
+    # A log gets a line per tenth of the count (or after 5 s with a change), not one per package.
+    stream = io.StringIO()
+    bar = Progress("building Python layer L", 4, stream)
+    bar.step(counted(500, "package", "packages", "installing"))
+    tally = bar.count(500, "installed")
+    for n in range(1, 501):
+        tally.at(n, f"pkg{n}")
+    tally.close()
+    counts = [line.rsplit(": ", 1)[1] for line in stream.getvalue().splitlines() if "installed" in line]
+    assert len(counts) == 11, counts  # the first at once, then 51, 101, … 451, and the last
+    assert counts[0] == "1/500 installed (pkg1)" and counts[-1] == "500/500 installed (pkg500)"
+
+
+def test_on_a_terminal_a_fast_count_is_redrawn_at_most_every_50_ms() -> None:
+    stream = _Terminal()
+    bar = Progress("building Python layer L", 4, stream)
+    bar.step("installing 500 packages")
+    tally = bar.count(500, "installed")
+    for n in range(1, 501):
+        tally.at(n, f"pkg{n}")
+    tally.close()
+    redraws = stream.getvalue().split("\r")
+    assert 2 <= len(redraws) <= 6, len(redraws)  # all within a few ms: the first, the last
+    assert redraws[-1].endswith("500/500 installed (pkg500)")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
 
 
 def test_on_a_terminal_the_count_redraws_one_row() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from warden.adapters.atomic import write_atomic
@@ -99,9 +99,10 @@ class HostLayerBuilder:
         ro = [interp.prefix, os.path.dirname(interp.executable), os.path.realpath(uv),
               *(link for link in index.find_links if link.startswith("/"))]
 
-        def execute(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> tuple[int, str, str]:
+        def execute(argv: Sequence[str], cwd: Path, env: Mapping[str, str], /, *,
+                    on_stderr: Callable[[bytes], None] | None = None) -> tuple[int, str, str]:
             outcome = run_tool(cwd, argv, env=env, caller_env=self._environ, ro_paths=ro,
-                               rw_paths=[env["UV_CACHE_DIR"]], domains=domains)
+                               rw_paths=[env["UV_CACHE_DIR"]], domains=domains, on_stderr=on_stderr)
             return outcome.exit_code, outcome.stdout, outcome.stderr
 
         return execute

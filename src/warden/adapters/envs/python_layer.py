@@ -11,12 +11,12 @@ in a sandboxed runner, so nothing of a template's dependencies runs on the host.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from warden.adapters.envs.installer_output import UV_LOG, InstallerOutput, is_log_line
 from warden.adapters.envs.interpreters import Interpreter
 from warden.adapters.envs.layer_store import LayerStore, dir_size
 from warden.adapters.envs.progress import Progress, counted
@@ -27,8 +27,14 @@ __all__ = ["Execute", "IndexOptions", "build_python_layer", "uv_env"]
 
 BUILDER_VERSION = "1"
 
-# Runs argv in a folder with an environment; returns (exit status, stdout, stderr).
-Execute = Callable[[Sequence[str], Path, Mapping[str, str]], tuple[int, str, str]]
+
+
+class Execute(Protocol):
+    """Runs argv in a folder with an environment; returns (exit status, stdout, stderr).
+    `on_stderr` is given stderr as it comes (all of it is in the result too)."""
+
+    def __call__(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], /, *,
+                 on_stderr: Callable[[bytes], None] | None = None) -> tuple[int, str, str]: ...
 
 
 def uv_env(cache_dir: Path) -> dict[str, str]:
@@ -38,10 +44,11 @@ def uv_env(cache_dir: Path) -> dict[str, str]:
             "UV_CACHE_DIR": str(cache_dir)}
 
 
-def _run(execute: Execute, argv: list[str], *, cwd: Path, env: Mapping[str, str], what: str) -> None:
-    code, out, err = execute(argv, cwd, env)
+def _run(execute: Execute, argv: list[str], *, cwd: Path, env: Mapping[str, str], what: str,
+         on_stderr: Callable[[bytes], None] | None = None) -> None:
+    code, out, err = execute(argv, cwd, env, on_stderr=on_stderr)
     if code != 0:
-        detail = (err or out).strip().splitlines()
+        detail = [line for line in (err or out).strip().splitlines() if not is_log_line(line)]
         tail = " | ".join(line.strip() for line in detail[-6:] if line.strip())
         raise Unavailable(f"{what} failed: {tail or f'exit status {code}'}; "
                           "check the template's dependencies and the package index (envs.* settings)")
@@ -76,11 +83,19 @@ def build_python_layer(store: LayerStore, layer_id: str, *, dependencies: Sequen
             pinned = [line for line in lock.read_text().splitlines() if line and not line.startswith(("#", " "))]
             progress.step(counted(len(pinned), "package", "packages", "installing"))
             if pinned:
-                site = venv / "lib" / f"python{interpreter.xy}" / "site-packages"
-                with progress.watching(lambda: _count(site, ".dist-info"), len(pinned), "installed"):
+                # Per package, from uv's stderr: its log of each wheel prepared and installed
+                # (UV_LOG), with the lock's names, so the bar moves through "installing 25".
+                follow = InstallerOutput(progress.count(len(pinned), "installed"),
+                                         (line.partition("==")[0] for line in pinned))
+                try:
                     _run(execute, [uv, "pip", "sync", str(lock), "--python", python, "--link-mode=copy",
                           "--compile-bytecode", "--quiet", *index.uv_args()],
-                         cwd=build, env=env, what="installing the packages (uv pip sync)")
+                         cwd=build, what="installing the packages (uv pip sync)",
+                         # uv's log only for a bar that reads it: without one, uv runs as it always did
+                         env={**env, "RUST_LOG": UV_LOG} if progress.enabled else env,
+                         on_stderr=follow if progress.enabled else None)
+                finally:
+                    follow.close()
             pip_wheel = interpreter.pip_wheel
             if pip_wheel and not any(p.lower().startswith("pip==") for p in pinned):
                 # pip from the interpreter's own ensurepip wheel (offline): `python -m pip`
@@ -101,15 +116,6 @@ def build_python_layer(store: LayerStore, layer_id: str, *, dependencies: Sequen
                 "size": dir_size(build), **dict(meta),
             }
             return store.commit(build, layer_id, info)
-
-
-def _count(folder: Path, suffix: str) -> int:
-    """How many entries of `folder` end with `suffix` (0 while it does not exist): one
-    `.dist-info` per installed package, made as uv installs it."""
-    try:
-        return sum(1 for name in os.listdir(folder) if name.endswith(suffix))
-    except OSError:
-        return 0
 
 
 def _site_packages(venv: Path, xy: str) -> Path:

@@ -17,7 +17,7 @@ from warden.adapters.sandbox.runner import run_sandboxed
 from warden.core.bwrap_argv import Bind
 from warden.core.limits import Limits
 from warden.core.network import NetworkPolicy
-from warden.core.runs import RunResult
+from warden.core.runs import RunResult, Sink
 
 __all__ = ["TOOL_LIMITS", "TRUST_VARIABLES", "run_tool", "trust_settings"]
 
@@ -49,13 +49,15 @@ def trust_settings(caller_env: Mapping[str, str]) -> tuple[dict[str, str], list[
 def run_tool(folder: str | os.PathLike[str], argv: Sequence[str], *, env: Mapping[str, str],
              caller_env: Mapping[str, str], ro_paths: Iterable[str] = (),
              rw_paths: Iterable[str] = (), domains: Sequence[str] = (),
-             limits: Limits = TOOL_LIMITS) -> RunResult:
+             limits: Limits = TOOL_LIMITS, on_stderr: Sink | None = None) -> RunResult:
     """Run `argv` sandboxed in `folder` (read-write), seeing `ro_paths` read-only and `rw_paths`
     read-write; the network reaches `domains` through the filtering proxy (trusting the user's
-    certificate authorities), or nothing."""
+    certificate authorities), or nothing. `on_stderr`: the tool's stderr as it comes (a
+    progress bar following it), captured in the result all the same."""
     trust_env, trust_paths = trust_settings(caller_env) if domains else ({}, [])
     ro = [p for p in dict.fromkeys([*ro_paths, *trust_paths]) if os.path.exists(p)]
     binds = [Bind(p, "rw") for p in dict.fromkeys(rw_paths) if os.path.isdir(p)]
     spec = build_spec(os.fspath(folder), argv, caller_env=caller_env, env={**trust_env, **env}, ro_paths=ro,
                       extra_binds=binds, network=bool(domains))
-    return run_sandboxed(spec, limits, network=NetworkPolicy.parse(list(domains)) if domains else None)
+    return run_sandboxed(spec, limits, network=NetworkPolicy.parse(list(domains)) if domains else None,
+                         on_stderr=on_stderr)

@@ -65,7 +65,11 @@ def _health(ctx: Context, args: argparse.Namespace) -> Output:
 
 
 def _install(ctx: Context, args: argparse.Namespace) -> Output:
-    result = ctx.app.installs.install(args.name, args.packages, node=args.node, persist=not args.no_persist)
+    from warden.interfaces.cli.progress import installing
+
+    with installing(f"installing into {args.name}", len(args.packages), enabled=not ctx.json) as (out, err):
+        result = ctx.app.installs.install(args.name, args.packages, node=args.node, persist=not args.no_persist,
+                                          on_stdout=out, on_stderr=err)
     return Output(result.to_json(), render=lambda d: (
         f"installed {', '.join(d['packages'])} into {d['name']}"
         + (f" and recorded in {d['recorded_in']}" if d.get("recorded_in") else "")),

@@ -27,7 +27,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _build(ctx: Context, args: argparse.Namespace) -> Output:
-    data = ctx.app.layers.build(args.template, python=args.python, node=args.node, rebuild=args.rebuild).to_json()
+    data = ctx.app.layers.build(args.template, python=args.python, node=args.node, rebuild=args.rebuild,
+                                progress=not ctx.json).to_json()  # --json: no bar on stderr
     return Output(data, render=lambda d: "\n".join(
         f"layer {layer['id']} ({layer['kind']}, {len(layer['packages'])} packages, {human_size(layer['size'])}) "
         f"ready at {layer['path']}" for layer in d["layers"]) or f"template {d['template']} needs no layer")

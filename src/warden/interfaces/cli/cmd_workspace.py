@@ -65,7 +65,7 @@ def _create(ctx: Context, args: argparse.Namespace) -> Output:
     ttl = parse_duration(args.ttl) if args.ttl else None
     blob = _read_blob(args.blob) if args.blob else None
     record = ctx.app.workspaces.create(args.name, kind=args.kind, ttl=ttl, template=args.template,
-                                       python=args.python, node=args.node, blob=blob, progress=True)
+                                       python=args.python, node=args.node, blob=blob, progress=not ctx.json)
     data = record.to_json()
     return Output(data, f"created workspace {record.name} at {record.path} (template {record.template})")
 
