@@ -101,17 +101,26 @@ def _server_watches(server: ServeProcess) -> int:
     """Folders watched by inotify in the server and its workers (fdinfo: one line per watch)."""
     count = 0
     for pid in _server_pids(server):
-        for info in Path(f"/proc/{pid}/fdinfo").iterdir():
+        for info in _listed(Path(f"/proc/{pid}/fdinfo")):
             with contextlib.suppress(OSError):  # a descriptor closed meanwhile
                 count += info.read_text().count("inotify wd:")
     return count
+
+
+def _listed(folder: Path) -> list[Path]:
+    """A process's /proc folder's entries; none for one that is not the server's to read (a
+    bot's live sandbox under it, non-dumpable in its own namespaces) or that is gone."""
+    try:
+        return list(folder.iterdir())
+    except OSError:
+        return []
 
 
 def _server_inotify_fds(server: ServeProcess) -> int:
     """inotify descriptors open in the server and its workers (watching or pooled, idle)."""
     count = 0
     for pid in _server_pids(server):
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
+        for fd in _listed(Path(f"/proc/{pid}/fd")):
             with contextlib.suppress(OSError):
                 count += os.readlink(fd) == "anon_inode:inotify"
     return count
