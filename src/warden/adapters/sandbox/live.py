@@ -435,12 +435,13 @@ class HostLiveSandboxes:
         proc: subprocess.Popen[bytes] | None = None
         proxy: _Proxy | None = None
         try:
-            old = os.umask(0o177)
-            try:
-                with _reachable(path) as address:
-                    listener.bind(address)
-            finally:
-                os.umask(old)
+            # Not by the umask: it is the whole process's, and a server starts sandboxes in several
+            # threads at once (another's folder made meanwhile came out 0600, unsearchable, and its
+            # bind failed). The folder is this user's alone (0700), so the socket's mode until the
+            # chmod below opens it to nobody else.
+            with _reachable(path) as address:
+                listener.bind(address)
+            os.chmod(path, 0o600)
             listener.listen(64)
             # The supervisor's source as a read-only file of the sandbox, not its command line
             # (all of it in every `ps` of the host otherwise); -I keeps its folder off sys.path.
