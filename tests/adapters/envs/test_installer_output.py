@@ -73,13 +73,18 @@ def test_packages_not_in_the_lock_and_repeats_are_not_counted() -> None:
     assert not any("markdown" in c for c in _counts(out))
 
 
-def test_pip_output_learns_the_total_and_counts_collected_then_installed() -> None:
+def _installed(output: str, chunk: int, of: int) -> list[str]:
+    """The counts a one-step bar showed while `output` came `chunk` bytes at a time."""
     out = io.StringIO()
     bar = Progress("installing into w", 1, out)
-    bar.step("installing six")
-    follow = InstallerOutput(bar.count(1, "installed"))
-    _feed(follow, PIP_INSTALL, 13)
-    counts = _counts(out)
+    bar.step("installing")
+    follow = InstallerOutput(bar.count(of, "installed"))
+    _feed(follow, output, chunk)
+    return _counts(out)
+
+
+def test_pip_output_learns_the_total_and_counts_collected_then_installed() -> None:
+    counts = _installed(PIP_INSTALL, 13, 1)
     assert counts[:3] == ["0/1 prepared", "1/1 prepared (six)", "2/2 prepared (tiny_dep)"], counts  # total unsaid
     assert counts[-3:] == ["3/3 prepared (pdep0)", "0/3 installing (six)", "3/3 installed (six)"], counts
 
@@ -100,12 +105,7 @@ added 3 packages in 766ms
 
 
 def test_npm_http_log_counts_each_tarball_then_what_npm_added() -> None:
-    out = io.StringIO()
-    bar = Progress("installing into w", 1, out)
-    bar.step("installing is-odd")
-    follow = InstallerOutput(bar.count(2, "installed"))
-    _feed(follow, NPM_INSTALL, 7)
-    counts = _counts(out)
+    counts = _installed(NPM_INSTALL, 7, 2)
     assert counts == ["0/2 prepared", "1/2 prepared (is-number)", "2/2 prepared (is-odd)",
                       "3/3 prepared (@types/node)", "3/3 installed (@types/node)"], counts
 

@@ -41,6 +41,7 @@ class Peers:
         self._keys: tuple[float, list[bytes]] = (0.0, [])  # (good until, node keys: the current first)
         self._places: tuple[float, dict[str, str]] = (0.0, {})  # (good until, workspace -> its node)
         self._urls: dict[str, tuple[float, str]] = {}  # node -> (good until, its server's URL)
+        self._tls: ssl.SSLContext | None = None  # made once: each shell's upgrade read the CA file again
 
     @property
     def node(self) -> str:
@@ -80,10 +81,14 @@ class Peers:
         return url
 
     def tls(self) -> ssl.SSLContext:
-        """How the other nodes' `https://` servers are verified: node.ca_file's CAs, or the system's."""
+        """How the other nodes' `https://` servers are verified: node.ca_file's CAs, or the system's
+        (one context for every client of this server: HTTP, PTY and MCP forwarding)."""
+        if self._tls is not None:
+            return self._tls
         ca = self.app.settings.get_str("node.ca_file")
         try:
-            return ssl.create_default_context(cafile=os.path.expanduser(ca) if ca else None)
+            self._tls = ssl.create_default_context(cafile=os.path.expanduser(ca) if ca else None)
+            return self._tls
         except (OSError, ssl.SSLError) as exc:  # tried again next request: the file may be fixed
             raise Unavailable(f"node.ca_file {ca!r} cannot be used ({exc}); give the PEM file of the "
                               "CA that signed the other nodes' certificates", rule="node.tls") from None
