@@ -662,7 +662,8 @@ class HostLiveSandboxes:
             oom = group.oom_killed() if group is not None else False
             usage = usage_of(cpu_s=exited.cpu_ms / 1000 if exited is not None and exited.cpu_ms is not None else None,
                              maxrss_kib=exited.maxrss_kib if exited is not None else None,
-                             cgroup_peak=group.memory_peak() if group is not None else None)
+                             cgroup_peak=group.memory_peak() if group is not None else None,
+                             cgroup_cpu_s=group.cpu_seconds() if group is not None else None)
             meta = sandbox.meta
             return RunResult(code, output.stdout.decode("utf-8", "replace"), output.stderr.decode("utf-8", "replace"),
                              time.monotonic() - started, timed_out, sig, oom_killed=oom,

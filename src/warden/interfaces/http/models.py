@@ -193,6 +193,8 @@ class UsageBody(BaseModel):
                                                             "(memory_measured 'cgroup') or its largest process "
                                                             "('process')")
     memory_measured: str | None = None
+    measured_by: str | None = Field(None, description="'cgroup' (the run's cgroup: the whole tree) or 'rusage' "
+                                                      "(wait4: CPU of all it reaped, memory of its largest process)")
 
 
 class RunResultBody(BaseModel):

@@ -80,7 +80,7 @@ def _tail(text: str) -> tuple[str, bool]:
 def _run_text(result: RunResult, *, streamed: bool) -> Answer:
     ended = (f"timed out after {result.duration_s:.1f} s" if result.timed_out else
              f"killed by signal {result.signal}" if result.signal else f"exit code {result.exit_code}")
-    parts = [f"{ended} ({result.duration_s:.2f} s)"]
+    parts = [f"{ended} ({result.duration_s:.2f} s{_used(result)})"]
     stdout, cut_out = _tail(result.stdout)
     stderr, cut_err = _tail(result.stderr)
     if stdout:
@@ -93,7 +93,19 @@ def _run_text(result: RunResult, *, streamed: bool) -> Answer:
     data = {"exit_code": result.exit_code, "stdout": stdout, "stderr": stderr,
             "duration_s": round(result.duration_s, 3), "timed_out": result.timed_out, "signal": result.signal,
             "streamed": streamed}
+    if result.usage is not None:
+        data["usage"] = result.usage.to_json()
     return Answer("\n".join(parts), data)
+
+
+def _used(result: RunResult) -> str:
+    """`, 0.31 s CPU, 203.6 MiB peak`: what the run used, where measured."""
+    used, said = result.usage, ""
+    if used is not None and used.cpu_s is not None:
+        said += f", {used.cpu_s:.2f} s CPU"
+    if used is not None and used.memory_peak_bytes is not None:
+        said += f", {used.memory_peak_bytes / 1048576:.1f} MiB peak"
+    return said
 
 
 class ToolCalls:
