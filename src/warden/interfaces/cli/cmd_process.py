@@ -43,9 +43,15 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _render(data: Any) -> str:
-    rows = [(p["id"], p["status"], "" if p["exit_code"] is None else p["exit_code"], p["started_at"][:19],
-             " ".join(p["cmd"])) for p in data]
-    return table(("ID", "STATUS", "EXIT", "STARTED", "COMMAND"), rows) if rows else "no background processes"
+    rows = [(p["id"], p["status"], "" if p["exit_code"] is None else p["exit_code"], _cpu(p.get("usage")),
+             p["started_at"][:19], " ".join(p["cmd"])) for p in data]
+    return table(("ID", "STATUS", "EXIT", "CPU", "STARTED", "COMMAND"), rows) if rows else "no background processes"
+
+
+def _cpu(used: Any) -> str:
+    """A running process's CPU so far (`1.25s`); blank when ended or not measured."""
+    cpu = used.get("cpu_s") if isinstance(used, dict) else None
+    return f"{cpu:.2f}s" if isinstance(cpu, int | float) else ""
 
 
 def _known(ctx: Context, name: str) -> None:

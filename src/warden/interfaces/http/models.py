@@ -223,6 +223,9 @@ class ProcessBody(BaseModel):
     timed_out: bool = False
     started_at: str
     ended_at: str | None = None
+    usage: UsageBody | None = Field(None, description="what it has used so far while it runs (its cgroup, else "
+                                                      "its CPU from the host); null once ended (the audit's `run` "
+                                                      "event has its outcome's) or where not measured")
 
 
 class LogsDropped(BaseModel):
