@@ -46,7 +46,7 @@ def _ended_with(environ: dict[str, str], *command: str) -> dict[str, Any]:
 
 def test_ps_shows_the_cpu_a_running_process_has_used(environ: dict[str, str]) -> None:
     busy = cli_out(environ, "run", "use", "--detach", "--", "python3", "-c",
-                   "import time\ns = 0\nfor i in range(4_000_000): s += i\ntime.sleep(300)").strip()
+                   "import time\ns = 0\nfor i in range(8_000_000): s += i\ntime.sleep(300)").strip()
     idle = cli_out(environ, "run", "use", "--detach", "--", "sleep", "300").strip()
     try:
         deadline = time.monotonic() + 60

@@ -22,7 +22,11 @@ _FOREVER = 86400.0
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("ps", parents=[common], help="background processes in a workspace's live sandboxes")
+    p = sub.add_parser("ps", parents=[common], help="background processes in a workspace's live sandboxes",
+                       description="Background processes in a workspace's live sandboxes. CPU: what a running one "
+                                   "has used so far (its cgroup's count, else its leader's and the children it "
+                                   "reaped); --json gives it as usage (docs/usage.md). An ended one's is in the "
+                                   "audit's run event.")
     add_workspace(p)
     p.set_defaults(handler=_ps)
     p = sub.add_parser("logs", parents=[common], help="what a background process printed")
