@@ -10,13 +10,15 @@ import shutil
 import time
 from typing import Any
 
+import httpx
 import pytest
 
-from tests.support.servers import cli_out, warden_environ
+from tests.support.servers import ServeProcess, cli_out, warden_environ
 from warden.adapters.sandbox import cgroups
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
+BUSY = "import time\ns = 0\nfor i in range(8_000_000): s += i\ntime.sleep(300)"
 HEAVY = ("x = bytearray(200 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\n"
          "s = 0\nfor i in range(4_000_000): s += i\n")
 MIB = 1 << 20
@@ -46,7 +48,7 @@ def _ended_with(environ: dict[str, str], *command: str) -> dict[str, Any]:
 
 def test_ps_shows_the_cpu_a_running_process_has_used(environ: dict[str, str]) -> None:
     busy = cli_out(environ, "run", "use", "--detach", "--", "python3", "-c",
-                   "import time\ns = 0\nfor i in range(8_000_000): s += i\ntime.sleep(300)").strip()
+                   BUSY).strip()
     idle = cli_out(environ, "run", "use", "--detach", "--", "sleep", "300").strip()
     try:
         deadline = time.monotonic() + 60
@@ -80,3 +82,29 @@ def test_an_ended_background_process_s_run_event_says_what_it_used(environ: dict
     assert light["memory_peak_bytes"] < 60 * MIB, light
     expected = "cgroup" if cgroups.detect().memory is not None else "process"
     assert heavy["memory_measured"] == expected, heavy
+
+
+def test_the_process_api_shows_a_bots_running_process_s_cpu(environ: dict[str, str],
+                                                            tmp_path_factory: pytest.TempPathFactory) -> None:
+    cli_out(environ, "bot", "register", "meter")
+    token = cli_out(environ, "grant", "use", "meter", "--permissions", "execute")
+    with ServeProcess(environ, tmp_path_factory.mktemp("serve")) as served, \
+            httpx.Client(base_url=f"{served.url}/v1/workspaces/use", timeout=60,
+                         headers={"Authorization": f"Bearer {token}"}) as client:
+        started = client.post("/exec", json={"cmd": ["python3", "-c", BUSY], "background": True})
+        assert started.status_code == 202, started.text
+        process = started.json()["id"]
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                [listed] = [p for p in client.get("/processes").json() if p["id"] == process]
+                used = listed["usage"]
+                if used is not None and used["cpu_s"] is not None and used["cpu_s"] >= 0.2:
+                    break
+                assert time.monotonic() < deadline, listed
+                time.sleep(0.5)
+            assert set(used) == {"cpu_s", "memory_peak_bytes", "memory_measured", "measured_by"}
+            shown = client.get(f"/processes/{process}").json()
+            assert shown["usage"]["cpu_s"] >= used["cpu_s"], shown
+        finally:
+            client.delete(f"/processes/{process}", params={"signal": "KILL"})
