@@ -5,6 +5,7 @@ before the cgroup goes, else its supervisor's wait4), as a foreground run's does
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import time
@@ -13,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.mcp import http_session
 from tests.support.servers import ServeProcess, cli_out, warden_environ
 from warden.adapters.sandbox import cgroups
 
@@ -84,7 +86,7 @@ def test_an_ended_background_process_s_run_event_says_what_it_used(environ: dict
     assert heavy["memory_measured"] == expected, heavy
 
 
-def test_the_process_api_shows_a_bots_running_process_s_cpu(environ: dict[str, str],
+def test_the_process_api_and_mcp_show_a_bots_running_process_s_cpu(environ: dict[str, str],
                                                             tmp_path_factory: pytest.TempPathFactory) -> None:
     cli_out(environ, "bot", "register", "meter")
     token = cli_out(environ, "grant", "use", "meter", "--permissions", "execute")
@@ -106,5 +108,13 @@ def test_the_process_api_shows_a_bots_running_process_s_cpu(environ: dict[str, s
             assert set(used) == {"cpu_s", "memory_peak_bytes", "memory_measured", "measured_by"}
             shown = client.get(f"/processes/{process}").json()
             assert shown["usage"]["cpu_s"] >= used["cpu_s"], shown
+
+            async def logs() -> Any:
+                async with http_session(served.url + "/mcp", token) as session:
+                    return await session.call_tool("process_logs", {"workspace": "use", "id": process})
+
+            answer = asyncio.run(logs())
+            assert not answer.is_error and answer.structured_content["usage"]["cpu_s"] >= used["cpu_s"]
+            assert "): running, " in answer.content[0].text and " s CPU so far" in answer.content[0].text
         finally:
             client.delete(f"/processes/{process}", params={"signal": "KILL"})

@@ -319,13 +319,17 @@ class ToolCalls:
         logs = self.requests.process_logs(call.principal, args["workspace"], args["id"], trail=call).to_json()
         state = ("running" if view.status == "running" else
                  f"{view.status}, exit code {view.exit_code}" + (f", signal {view.signal}" if view.signal else ""))
+        if view.usage is not None and view.usage.cpu_s is not None:
+            state += f", {view.usage.cpu_s:.2f} s CPU so far"
         parts = [f"process {view.id} ({' '.join(view.cmd)}): {state}"]
         if logs["stdout"]:
             parts.append("stdout:\n" + str(logs["stdout"]))
         if logs["stderr"]:
             parts.append("stderr:\n" + str(logs["stderr"]))
-        return Answer("\n".join(parts), {"id": view.id, "status": view.status, "exit_code": view.exit_code,
-                                          "signal": view.signal, **logs})
+        data = {"id": view.id, "status": view.status, "exit_code": view.exit_code, "signal": view.signal, **logs}
+        if view.usage is not None:  # while it runs: what it has used so far
+            data["usage"] = view.usage.to_json()
+        return Answer("\n".join(parts), data)
 
     def _process_kill(self, call: Call, args: dict[str, Any]) -> Answer:
         assert call.principal is not None
