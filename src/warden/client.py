@@ -104,7 +104,7 @@ class RunEvent:
     """One line of a streamed run (`RemoteWorkspace.stream`): output as it came, then the exit.
 
     `type` is "stdout" or "stderr" (with `data`, the text) or, last, "exit" (with `exit_code`,
-    `timed_out`, `signal` and `duration_s`), as the API's NDJSON lines say.
+    `timed_out`, `signal`, `duration_s` and, where measured, `usage`), as the API's NDJSON lines say.
     """
 
     type: str
@@ -113,6 +113,15 @@ class RunEvent:
     timed_out: bool = False
     signal: int | None = None
     duration_s: float | None = None
+    usage: Usage | None = None
+
+
+def _usage(used: object) -> Usage | None:
+    """The `usage` object of an answer (None when absent or not an object)."""
+    if not isinstance(used, dict):
+        return None
+    return Usage(used.get("cpu_s"), used.get("memory_peak_bytes"), used.get("memory_measured"),
+                 used.get("measured_by"))
 
 
 def _event(line: str) -> RunEvent | None:
@@ -130,7 +139,7 @@ def _event(line: str) -> RunEvent | None:
         signal = item.get("signal")
         return RunEvent("exit", exit_code=int(item["exit_code"]), timed_out=bool(item.get("timed_out")),
                         signal=int(signal) if signal is not None else None,
-                        duration_s=float(item.get("duration_s") or 0.0))
+                        duration_s=float(item.get("duration_s") or 0.0), usage=_usage(item.get("usage")))
     if kind == "error":
         error = item.get("error") or {}
         raise ERRORS.get(str(error.get("code")), WardenError)(str(error.get("message", "the run failed")))
@@ -617,12 +626,9 @@ class RemoteWorkspace:
         read_timeout = (timeout or self.client._timeout) + 30.0
         data = self.client.request("POST", f"/v1/workspaces/{self.name}/exec", json=body,
                                    timeout=httpx.Timeout(self.client._timeout, read=read_timeout)).json()
-        used = data.get("usage")
-        usage = (Usage(used.get("cpu_s"), used.get("memory_peak_bytes"), used.get("memory_measured"))
-                 if isinstance(used, dict) else None)
         return RunResult(exit_code=int(data["exit_code"]), stdout=data["stdout"], stderr=data["stderr"],
                          duration_s=float(data["duration_s"]), timed_out=bool(data["timed_out"]),
-                         signal=data.get("signal"), usage=usage)
+                         signal=data.get("signal"), usage=_usage(data.get("usage")))
 
     def stream(self, argv: Sequence[str], *, timeout: float | None = None, env: Mapping[str, str] | None = None,
                stdin: str | None = None, cwd: str | None = None,

@@ -231,3 +231,37 @@ def test_a_foreground_run_in_a_sandbox_that_just_ended_goes_to_a_fresh_one(world
     world.sandboxes.run = ended_meanwhile  # type: ignore[method-assign]
     assert world.service.run_in_live(world.record, ALICE, world.request("true")) is None
     assert sandbox.id in world.sandboxes.stopped
+
+
+def test_ps_shows_a_running_processs_cpu_so_far_and_none_once_it_ended(world: World) -> None:
+    server = world.start(ALICE)
+    world.sandboxes.cpu_so_far[server] = 1.25
+    [view] = world.service.list("w1")
+    assert view.usage is not None and view.to_json()["usage"] == {
+        "cpu_s": 1.25, "memory_peak_bytes": None, "memory_measured": None, "measured_by": "rusage"}
+    assert world.service.get("w1", server).usage == view.usage
+    job = world.start(ALICE, "sh", "-c", "exit 0")
+    ended = {v.id: v for v in world.service.list("w1")}[job]
+    assert ended.status == "exited" and ended.usage is None and ended.to_json()["usage"] is None
+
+
+def test_a_background_processs_run_event_says_what_it_used(world: World) -> None:
+    from warden.core.live import Exited
+
+    job = world.start(ALICE)
+    sandbox = world.rows()[0].id
+    # What its supervisor's wait4 reported with its status.
+    world.sandboxes.procs[sandbox][job].exited = Exited(0, None, False, 420, 2048)
+    world.service.list("w1")
+    [ran] = [e for e in world.audit.list(limit=100) if e.action == "run"]
+    assert ran.detail["usage"] == {"cpu_s": 0.42, "memory_peak_bytes": 2 << 20, "memory_measured": "process",
+                                   "measured_by": "rusage"}
+    # One its sandbox's stop killed: what was read before its cgroup went.
+    killed = world.start(ALICE)
+    world.sandboxes.cpu_so_far[killed] = 0.5
+    with world.registry.transaction() as tx:
+        tx.workspaces.delete("w1")
+    world.service.sweep()
+    assert world.status(killed) == ("killed", 137)
+    [stopped] = [e for e in world.audit.list(limit=100) if e.action == "run" and e.detail["run_id"] == killed]
+    assert stopped.detail["usage"]["cpu_s"] == 0.5

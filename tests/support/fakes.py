@@ -23,7 +23,8 @@ from warden.core.layers import IndexOptions, Interpreter, Layer, NodeRuntime
 from warden.core.limits import Limits
 from warden.core.live import RING_BYTES, Chunk, Exited, LiveProcess, LiveSandbox, Logs, StartedSandbox, Supervised
 from warden.core.quota import Quota, Usage
-from warden.core.runs import RunResult, SandboxRequest
+from warden.core.runs import RunResult, SandboxRequest, usage_of
+from warden.core.runs import Usage as RunUsage
 from warden.core.watching import Batch, Coalescer, Notice
 
 
@@ -1052,6 +1053,7 @@ class FakeLiveSandboxes:
         self.procs: dict[str, dict[str, _FakeProcess]] = {}
         self.kept: dict[str, Logs] = {}
         self.released: list[str] = []
+        self.cpu_so_far: dict[str, float] = {}  # process id: CPU seconds a running one has used
         self.bad = False
         self.events: list[FakeNetEvent] = []  # what the proxy of a sandbox with network decided
         self._pids = iter(range(2, 1 << 20))
@@ -1128,6 +1130,13 @@ class FakeLiveSandboxes:
     def release(self, process: LiveProcess) -> bool:
         self.released.append(process.id)
         return False
+
+    def usage(self, process: LiveProcess, exited: Exited | None = None) -> RunUsage | None:
+        # What its supervisor reported once it ended; a running one's CPU from `cpu_so_far`.
+        if exited is not None:
+            return usage_of(cpu_s=exited.cpu_ms / 1000 if exited.cpu_ms is not None else None,
+                            maxrss_kib=exited.maxrss_kib)
+        return usage_of(cpu_s=self.cpu_so_far.get(process.id))
 
     def stop(self, sandbox: LiveSandbox) -> None:
         self.stopped.append(sandbox.id)

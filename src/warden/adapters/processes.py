@@ -15,8 +15,8 @@ import signal
 import time
 from collections.abc import Collection, Iterable
 
-__all__ = ["HostProcesses", "alive", "kill_orphan_sandboxes", "orphan_sandboxes", "start_time", "stop_processes",
-           "workspace_processes"]
+__all__ = ["HostProcesses", "alive", "cpu_time", "kill_orphan_sandboxes", "orphan_sandboxes", "start_time",
+           "stop_processes", "workspace_processes"]
 
 
 def start_time(pid: int) -> int | None:
@@ -32,6 +32,27 @@ def start_time(pid: int) -> int | None:
         return int(fields[19])
     except (IndexError, ValueError):
         return None
+
+
+def cpu_time(pid: int, started: int) -> float | None:
+    """The CPU seconds (user and system) `pid` and the children it reaped used so far, if it is
+    still the process that started at `started`; None otherwise. One read of /proc/PID/stat."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()
+    try:
+        if int(fields[19]) != started or fields[0] == b"Z":
+            return None
+        ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))  # utime, stime, cutime, cstime
+    except (IndexError, ValueError):
+        return None
+    return ticks / _CLOCK_TICKS
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def alive(pid: int, started: int | None = None) -> bool:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from warden.core.errors import InvalidInput
+from warden.core.runs import Usage
 
 __all__ = [
     "FRAME_HEADER",
@@ -191,16 +192,20 @@ class ProcessView:
     started_at: str
     ended_at: str | None
     principal: str
+    # What it has used so far, while it runs (its outcome's is in the audit's `run` event);
+    # None when not measured (ended, another node's, or nothing here says).
+    usage: Usage | None = None
 
     @classmethod
-    def of(cls, process: LiveProcess) -> ProcessView:
+    def of(cls, process: LiveProcess, usage: Usage | None = None) -> ProcessView:
         return cls(process.id, process.workspace, process.argv, process.status, process.exit_code,
-                   process.signal, process.timed_out, process.started_at, process.ended_at, process.principal)
+                   process.signal, process.timed_out, process.started_at, process.ended_at, process.principal,
+                   usage)
 
     def to_json(self) -> dict[str, object]:
         return {"id": self.id, "cmd": list(self.cmd), "status": self.status, "exit_code": self.exit_code,
                 "signal": self.signal, "timed_out": self.timed_out, "started_at": self.started_at,
-                "ended_at": self.ended_at}
+                "ended_at": self.ended_at, "usage": self.usage.to_json() if self.usage is not None else None}
 
 
 @dataclass(frozen=True)

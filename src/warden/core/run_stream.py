@@ -81,9 +81,13 @@ def merge(events: Iterable[Event]) -> list[Event]:
 
 
 def exit_event(result: RunResult) -> Event:
-    """The last line: how the command ended (its output has been sent already)."""
-    return {"type": "exit", "exit_code": result.exit_code, "timed_out": result.timed_out, "signal": result.signal,
-            "duration_s": round(result.duration_s, 6)}
+    """The last line: how the command ended (its output has been sent already), and what it
+    used where that was measured."""
+    event: Event = {"type": "exit", "exit_code": result.exit_code, "timed_out": result.timed_out,
+                    "signal": result.signal, "duration_s": round(result.duration_s, 6)}
+    if result.usage is not None:
+        event["usage"] = result.usage.to_json()
+    return event
 
 
 def error_event(code: str, message: str) -> Event:

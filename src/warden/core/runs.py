@@ -99,29 +99,39 @@ class Usage:
     `cpu_s`: user and system CPU time of the command and of every process of it that ended
     before it (the kernel adds a reaped child's time to its parent's), or of its cgroup.
     `memory_peak_bytes` with `memory_measured`: "cgroup" — the whole run at its highest (its
-    memory cgroup's peak); "process" — its largest single process at its highest (no cgroup)."""
+    memory cgroup's peak); "process" — its largest single process at its highest (no cgroup).
+    `measured_by`: "cgroup" when the run's cgroup gave the figures (the whole tree, orphans
+    included; CPU from wait4 under cgroup v1, which does not count it), "rusage" when wait4 did."""
 
     cpu_s: float | None
     memory_peak_bytes: int | None
     memory_measured: str | None  # "cgroup", "process" or None
+    measured_by: str | None = None  # "cgroup" or "rusage"
 
     def to_json(self) -> dict[str, object]:
         return {"cpu_s": None if self.cpu_s is None else round(self.cpu_s, 3),
-                "memory_peak_bytes": self.memory_peak_bytes, "memory_measured": self.memory_measured}
+                "memory_peak_bytes": self.memory_peak_bytes, "memory_measured": self.memory_measured,
+                "measured_by": self.measured_by}
 
 
-def usage_of(*, cpu_s: float | None, maxrss_kib: int | None = None, cgroup_peak: int | None = None) -> Usage | None:
-    """A run's Usage from what its runner could read: CPU seconds, the largest process's peak
-    (Linux's ru_maxrss, in KiB) and its memory cgroup's peak; None when it read nothing."""
+def usage_of(*, cpu_s: float | None = None, maxrss_kib: int | None = None, cgroup_peak: int | None = None,
+             cgroup_cpu_s: float | None = None) -> Usage | None:
+    """A run's Usage from what its runner could read: CPU seconds from wait4 (`cpu_s`) or the
+    cgroup (`cgroup_cpu_s`, preferred: it also counts what was never reaped), the largest
+    process's peak (Linux's ru_maxrss, in KiB) and the memory cgroup's peak; None when it read
+    nothing."""
+    from_cgroup = False
     if cgroup_peak is not None and cgroup_peak > 0:
-        peak, how = cgroup_peak, "cgroup"
+        peak, how, from_cgroup = cgroup_peak, "cgroup", True
     elif maxrss_kib is not None and maxrss_kib > 0:
         peak, how = maxrss_kib * 1024, "process"
     else:
         peak, how = None, None
+    if cgroup_cpu_s is not None:
+        cpu_s, from_cgroup = cgroup_cpu_s, True
     if cpu_s is None and peak is None:
         return None
-    return Usage(None if cpu_s is None else max(cpu_s, 0.0), peak, how)
+    return Usage(None if cpu_s is None else max(cpu_s, 0.0), peak, how, "cgroup" if from_cgroup else "rusage")
 
 
 @dataclass(frozen=True)

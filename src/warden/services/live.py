@@ -49,7 +49,7 @@ from warden.core.live import (
     network_key,
     plan_fingerprint,
 )
-from warden.core.runs import RunResult, SandboxRequest
+from warden.core.runs import RunResult, SandboxRequest, Usage
 
 if TYPE_CHECKING:
     from warden.core.ports import Clock, GitGuards, LiveSandboxes, Registry, SandboxRunner, Tx
@@ -348,6 +348,10 @@ class LiveSandboxService:
         with contextlib.suppress(Unavailable):
             self._collect(sandbox)  # what had ended before is recorded as it ended
         self._sandboxes.stop(sandbox)
+        # What the processes it killed had used: their cgroups' figures, still there until released.
+        with self._registry.transaction(write=False) as tx:
+            killed_now = [p for p in tx.processes.of_sandbox(sandbox.id) if p.running]
+        used = {p.id: self._sandboxes.usage(p) for p in killed_now}
         ended = []
         with self._registry.transaction() as tx:
             if not tx.sandboxes.delete(sandbox.id):
@@ -355,7 +359,8 @@ class LiveSandboxService:
             for process in tx.processes.of_sandbox(sandbox.id):
                 if process.running:
                     status = "killed" if killed else "lost"
-                    self._end(tx, process, status, Exited(137, 9) if killed else None, reason)
+                    self._end(tx, process, status, Exited(137, 9) if killed else None, reason,
+                              used=used.get(process.id))
                     ended.append(process)
             self._audit.record(actor=actor, action="sandbox.stop", target=sandbox.workspace, decision="none",
                                rule="sandbox", result="stopped",
@@ -492,22 +497,23 @@ class LiveSandboxService:
         if seen is not None:
             with contextlib.suppress(Unavailable):
                 logs, _ = self._sandboxes.logs(sandbox, process.id)
+        exited = seen.exited if seen is not None else None
+        used = self._sandboxes.usage(process, exited)  # before release drops its cgroup
         oom = self._sandboxes.release(process)
         if logs is not None:
             self._sandboxes.keep_logs(process.id, logs)
-        exited = seen.exited if seen is not None else None
         status = "lost" if exited is None else "exited"
         if exited is not None and (exited.timed_out or exited.signal is not None):
             status = "killed"
         with self._registry.transaction() as tx:
-            self._end(tx, process, status, exited, None, oom=oom)
+            self._end(tx, process, status, exited, None, oom=oom, used=used)
         if seen is not None:
             with contextlib.suppress(Unavailable):
                 self._sandboxes.forget(sandbox, process.id)
         self._prune(process.workspace)
 
     def _end(self, tx: Tx, process: LiveProcess, status: str, exited: Exited | None, reason: str | None, *,
-             oom: bool = False) -> None:
+             oom: bool = False, used: Usage | None = None) -> None:
         """The outcome of `process`, written once (by whichever Warden process ends its record)."""
         code = exited.exit_code if exited is not None else None
         sig = exited.signal if exited is not None else None
@@ -522,6 +528,8 @@ class LiveSandboxService:
                                      "sandbox": process.sandbox_id}
         if reason is not None:
             detail["stopped_by"] = reason
+        if used is not None:  # as a foreground run's event has it
+            detail["usage"] = used.to_json()
         if status == "lost":
             self._audit.record(actor=process.principal, action="run.lost", target=process.workspace,
                                decision="allow", rule="sandbox", result="lost", detail=detail, tx=tx)
@@ -552,7 +560,15 @@ class LiveSandboxService:
         """The workspace's background processes (only `principal`'s when given), oldest first."""
         self._refresh(workspace)
         with self._registry.transaction(write=False) as tx:
-            return tuple(ProcessView.of(p) for p in tx.processes.of_workspace(workspace, principal=principal))
+            processes = tx.processes.of_workspace(workspace, principal=principal)
+        return tuple(ProcessView.of(p, self._used_so_far(p)) for p in processes)
+
+    def _used_so_far(self, process: LiveProcess) -> Usage | None:
+        """What a running process of this node has used so far (a cgroup or /proc read, no
+        supervisor call); None for an ended one (its audit event has it) or another node's."""
+        if not process.running or process.node != self.node:
+            return None
+        return self._sandboxes.usage(process)
 
     def _process(self, workspace: str, process_id: str, principal: str | None) -> LiveProcess:
         """The process, if it is of `workspace` and (when given) of `principal`: NotFound alike
@@ -578,7 +594,8 @@ class LiveSandboxService:
         sandbox = self._sandbox_of(process)
         if sandbox is not None and process.running:
             self._check(sandbox)
-        return ProcessView.of(self._process(workspace, process_id, principal))
+        process = self._process(workspace, process_id, principal)
+        return ProcessView.of(process, self._used_so_far(process))
 
     def logs(self, workspace: str, process_id: str, *, principal: str | None = None) -> Logs:
         """What the process printed, as much as was kept."""

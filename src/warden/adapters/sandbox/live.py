@@ -37,7 +37,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from warden.adapters.processes import alive, start_time
+from warden.adapters.processes import alive, cpu_time, start_time
 from warden.adapters.sandbox import cgroups
 from warden.adapters.sandbox.execlimits import too_long_for_exec
 from warden.adapters.sandbox.host import build_spec, bwrap_path, check_env, python3_path
@@ -82,7 +82,7 @@ from warden.core.live import (
     parse_spawned,
     parse_waited,
 )
-from warden.core.runs import NetEvent, RunResult, SandboxRequest, usage_of
+from warden.core.runs import NetEvent, RunResult, SandboxRequest, Usage, usage_of
 
 if TYPE_CHECKING:
     import socket
@@ -663,7 +663,8 @@ class HostLiveSandboxes:
             oom = group.oom_killed() if group is not None else False
             usage = usage_of(cpu_s=exited.cpu_ms / 1000 if exited is not None and exited.cpu_ms is not None else None,
                              maxrss_kib=exited.maxrss_kib if exited is not None else None,
-                             cgroup_peak=group.memory_peak() if group is not None else None)
+                             cgroup_peak=group.memory_peak() if group is not None else None,
+                             cgroup_cpu_s=group.cpu_seconds() if group is not None else None)
             meta = sandbox.meta
             return RunResult(code, output.stdout.decode("utf-8", "replace"), output.stderr.decode("utf-8", "replace"),
                              time.monotonic() - started, timed_out, sig, oom_killed=oom,
@@ -876,6 +877,25 @@ class HostLiveSandboxes:
         oom = group.oom_killed()
         _remove_cgroup(group)
         return oom
+
+    def usage(self, process: LiveProcess, exited: Exited | None = None) -> Usage | None:
+        """Its cgroup's figures (the whole tree) where it has one; the supervisor's wait4 once it
+        ended; while it runs, its leader's CPU from /proc (what it and the children it reaped used).
+        The supervisor's numbers are the sandbox's word, bounded when parsed (core.live)."""
+        group = _cgroup_of(process.meta)
+        cpu_s: float | None = None
+        maxrss: int | None = None
+        if exited is not None:
+            cpu_s = exited.cpu_ms / 1000 if exited.cpu_ms is not None else None
+            maxrss = exited.maxrss_kib
+        elif process.running:
+            pid, start = process.meta.get("host_pid"), process.meta.get("host_start")
+            if isinstance(pid, int) and isinstance(start, int) and pid > 1:
+                cpu_s = cpu_time(pid, start)
+        if group is None:
+            return usage_of(cpu_s=cpu_s, maxrss_kib=maxrss)
+        return usage_of(cpu_s=cpu_s, maxrss_kib=maxrss, cgroup_cpu_s=group.cpu_seconds(),
+                        cgroup_peak=group.memory_peak())
 
     def stop(self, sandbox: LiveSandbox) -> None:
         """End the live sandbox with everything in it, and remove its cgroup and folder."""

@@ -41,7 +41,7 @@ from warden.core.runs import NetEvent, RunResult, Sink, Usage, usage_of
 if TYPE_CHECKING:
     from warden.adapters.sandbox.proxy import FilteringProxy
 
-__all__ = ["MISSING_BWRAP", "run_sandboxed"]
+__all__ = ["MISSING_BWRAP", "adopt_orphans", "run_sandboxed"]
 MISSING_BWRAP = ("bubblewrap (bwrap) is not installed, so Warden cannot isolate commands and "
                  "will not run them: install it (apt-get install bubblewrap) and check `warden doctor`")
 _MAX_CAPTURE = 64 * 1024 * 1024
@@ -346,6 +346,7 @@ class _Sandbox:
     proc: subprocess.Popen[bytes]
     cg: cgroups.Cgroup | None
     started: float
+    child: int = 0  # the sandbox's pid 1 (bwrap's init), once bwrap reported it
 
     def kill(self) -> None:
         _kill_tree(self.proc, self.cg)
@@ -373,7 +374,7 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
     """Start bwrap, let the command go once its limits are applied, and follow it to its end."""
     sandbox = _spawn(argv, spec, stdin, held, control, borrowed, terminal=terminal)
     try:
-        _release(sandbox, control, limits, support)
+        sandbox.child = _release(sandbox, control, limits, support)
     except BaseException:
         sandbox.kill()
         sandbox.proc.wait()
@@ -386,10 +387,12 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
     except BaseException:
         sandbox.kill()
         sandbox.proc.wait()
+        _reap_init(sandbox.child)
         raise
     finally:
         sandbox.close_streams()
     duration = time.monotonic() - sandbox.started
+    reaped = _reap_init(sandbox.child)
     code, sig = _status(rc, timed_out, bytes(output.stderr_tail))
     return RunResult(
         code, output.stdout.decode("utf-8", "replace"), output.stderr.decode("utf-8", "replace"), duration,
@@ -397,15 +400,59 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
         limits_via=("cgroup " + support.mode) if sandbox.cg is not None else "rlimit", seccomp=held.seccomp,
         net_events=tuple(held.proxy.events) if held.proxy is not None else (), truncated=output.truncated,
         notes=tuple(held.notes), stderr_tail=bytes(output.stderr_tail).decode("utf-8", "replace"),
-        usage=_usage(sandbox.cg))
+        usage=_usage(sandbox.cg, reaped))
 
 
-def _usage(cg: cgroups.Cgroup | None) -> Usage | None:
-    # bwrap reports its command's status and exits without waiting for its pid 1, so wait4 on it
-    # says nothing of what the command used: what the run's cgroups measured, where it had them.
+def _usage(cg: cgroups.Cgroup | None, reaped: resource.struct_rusage | None) -> Usage | None:
+    """What the run's cgroups measured (the whole tree) where it had them, else what its pid 1
+    and all it reaped used (wait4): CPU of the whole reaped tree, memory of its largest process."""
+    cpu = reaped.ru_utime + reaped.ru_stime if reaped is not None else None
+    maxrss = reaped.ru_maxrss if reaped is not None else None
     if cg is None:
+        return usage_of(cpu_s=cpu, maxrss_kib=maxrss)
+    return usage_of(cpu_s=cpu, maxrss_kib=maxrss, cgroup_cpu_s=cg.cpu_seconds(), cgroup_peak=cg.memory_peak())
+
+
+_PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
+_adopting = False
+
+
+def adopt_orphans() -> bool:
+    """Make this process the one that inherits the orphans of its descendants (prctl(2)
+    PR_SET_CHILD_SUBREAPER), so a run can wait4 its sandbox's pid 1 and say what it used.
+
+    bwrap reports its command's status and exits without waiting for that pid 1 (its init, which
+    reaped the command), so wait4 on bwrap says nothing of the command; once adopted, the init is
+    ours to reap, with the rusage of all it reaped. Only for a process that lives for one command
+    (`warden run`): orphans nobody waits for stay zombies until it exits, which a long-lived
+    server must not collect (there, runs are measured in live sandboxes and cgroups)."""
+    global _adopting
+    if not _adopting:
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            _adopting = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    return _adopting
+
+
+def _reap_init(child: int) -> resource.struct_rusage | None:
+    """Reap the sandbox's pid 1 after bwrap ended, when this process adopted it (adopt_orphans):
+    its rusage covers the command and everything the init reaped. bwrap's --die-with-parent
+    kills it as bwrap goes, so it is a zombie (or about to be) by now; None when not ours."""
+    if child <= 0 or not _adopting:
         return None
-    return usage_of(cpu_s=cg.cpu_seconds(), cgroup_peak=cg.memory_peak())
+    deadline, pause = time.monotonic() + 2.0, 0.0002
+    while True:
+        try:
+            pid, _, used = os.wait4(child, os.WNOHANG)
+        except ChildProcessError:  # not reparented here (another subreaper is nearer)
+            return None
+        if pid == child:
+            return used
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
 
 
 def _spawn(argv: list[str], spec: SandboxSpec, stdin: bytes | int | None, held: _Held, control: _Control,
@@ -437,8 +484,9 @@ def _spawn(argv: list[str], spec: SandboxSpec, stdin: bytes | int | None, held: 
     return _Sandbox(proc, held.cg, started)
 
 
-def _release(sandbox: _Sandbox, control: _Control, limits: Limits, support: cgroups.CgroupSupport) -> None:
-    """Once bwrap reports the sandbox's pid: its rlimits, its cgroup, then "go" on --block-fd."""
+def _release(sandbox: _Sandbox, control: _Control, limits: Limits, support: cgroups.CgroupSupport) -> int:
+    """Once bwrap reports the sandbox's pid: its rlimits, its cgroup, then "go" on --block-fd;
+    that pid (the sandbox's init)."""
     child = _read_info(control.info_read).get("child-pid")
     if not isinstance(child, int):
         err = sandbox.read_stderr()
@@ -456,6 +504,7 @@ def _release(sandbox: _Sandbox, control: _Control, limits: Limits, support: cgro
         err = sandbox.read_stderr()
         sandbox.proc.wait()
         raise _setup_failed(err, sandbox.proc.returncode) from None
+    return child
 
 
 def _follow(sandbox: _Sandbox, stdin: bytes | int | None, output: _Output, deadline: float) -> tuple[int, bool]:

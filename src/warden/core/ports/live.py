@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from warden.core.live import Chunk, Exited, LiveProcess, LiveSandbox, Logs, StartedSandbox, Supervised
-    from warden.core.runs import NetEvent, RunResult, SandboxRequest
+    from warden.core.runs import NetEvent, RunResult, SandboxRequest, Usage
 
 __all__ = ["LiveSandboxes"]
 
@@ -67,6 +67,13 @@ class LiveSandboxes(Protocol):
     def release(self, process: LiveProcess) -> bool:
         """Kill what a finished background process left and drop its cgroup; whether its memory
         limit killed something of it."""
+        ...
+
+    def usage(self, process: LiveProcess, exited: Exited | None = None) -> Usage | None:
+        """What a background process has used so far, read cheaply (no supervisor call): its
+        cgroup's figures while it has one, else the host's count of its CPU while it runs, or
+        what its supervisor reported (`exited`) once it ended; None when nothing says. Before
+        `release` (which drops the cgroup)."""
         ...
 
     def stop(self, sandbox: LiveSandbox) -> None:

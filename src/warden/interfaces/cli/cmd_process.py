@@ -22,7 +22,11 @@ _FOREVER = 86400.0
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("ps", parents=[common], help="background processes in a workspace's live sandboxes")
+    p = sub.add_parser("ps", parents=[common], help="background processes in a workspace's live sandboxes",
+                       description="Background processes in a workspace's live sandboxes. CPU: what a running one "
+                                   "has used so far (its cgroup's count, else its leader's and the children it "
+                                   "reaped); --json gives it as usage (docs/usage.md). An ended one's is in the "
+                                   "audit's run event.")
     add_workspace(p)
     p.set_defaults(handler=_ps)
     p = sub.add_parser("logs", parents=[common], help="what a background process printed")
@@ -43,9 +47,15 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _render(data: Any) -> str:
-    rows = [(p["id"], p["status"], "" if p["exit_code"] is None else p["exit_code"], p["started_at"][:19],
-             " ".join(p["cmd"])) for p in data]
-    return table(("ID", "STATUS", "EXIT", "STARTED", "COMMAND"), rows) if rows else "no background processes"
+    rows = [(p["id"], p["status"], "" if p["exit_code"] is None else p["exit_code"], _cpu(p.get("usage")),
+             p["started_at"][:19], " ".join(p["cmd"])) for p in data]
+    return table(("ID", "STATUS", "EXIT", "CPU", "STARTED", "COMMAND"), rows) if rows else "no background processes"
+
+
+def _cpu(used: Any) -> str:
+    """A running process's CPU so far (`1.25s`); blank when ended or not measured."""
+    cpu = used.get("cpu_s") if isinstance(used, dict) else None
+    return f"{cpu:.2f}s" if isinstance(cpu, int | float) else ""
 
 
 def _known(ctx: Context, name: str) -> None:

@@ -57,8 +57,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="start it in the background, in the workspace's live sandbox; print its process id "
                         "and return at once (`warden ps|logs|kill|wait` follow it)")
     p.add_argument("--usage", action="store_true",
-                   help="after the command, say on stderr the CPU time and peak memory it used (the audit's "
-                        "`run` event keeps it too)")
+                   help="after the command, say on stderr the CPU time and peak memory it used, and how they were "
+                        "measured (with --json, also as data.usage: cpu_s, memory_peak_bytes, memory_measured, "
+                        "measured_by); the audit's `run` event keeps it in any case")
     p.add_argument("--as-token-env", action="store_true",
                    help="run as the bot whose grant token is in $WARDEN_TOKEN (needs execute; "
                         "the secrets its grant names are injected)")
@@ -125,12 +126,17 @@ def _run(ctx: Context, args: argparse.Namespace) -> Output:
         from warden.interfaces.cli.cmd_process import start_detached
 
         return start_detached(ctx, request, tty=args.tty)
+    # This process lives for this one command: it may inherit the sandbox's pid 1 when bwrap
+    # exits, and wait4 it for what the command used where no cgroup measures it.
+    from warden.adapters.sandbox.runner import adopt_orphans
+
+    adopt_orphans()
     if args.tty:
         from warden.interfaces.cli.terminal import run_on_terminal
 
         with _long_command(ctx):
             result = run_on_terminal(ctx, request)
-        return Output(result.to_json(), exit_code=result.exit_code, streamed=True)
+        return _ended(result, args, streamed=True)
     output = RunOutput(on_stdout=_writer(sys.stdout.buffer) if live else None,
                        on_stderr=_writer(sys.stderr.buffer) if live else None, capture=not live,
                        # Warden's own reports (network refusals) go to stderr in both modes.
@@ -143,20 +149,28 @@ def _run(ctx: Context, args: argparse.Namespace) -> Output:
         result = runs.execute(request, output)
     if live and result.timed_out:
         sys.stderr.write("warden: timed out; the command and its processes were killed\n")
+    return _ended(result, args, streamed=live)
+
+
+def _ended(result: RunResult, args: argparse.Namespace, *, streamed: bool) -> Output:
+    """The run's answer: its six fields, and with --usage what it used (data.usage, a line on
+    stderr). Only on request: `warden run --json`'s data is exactly six fields otherwise."""
+    data = result.to_json()
     if args.usage:  # on stderr: with --json too, stdout stays the one document
         sys.stderr.write(_usage_line(result) + "\n")
-    return Output(result.to_json(), exit_code=result.exit_code, streamed=live)
+        data["usage"] = result.usage.to_json() if result.usage is not None else None
+    return Output(data, exit_code=result.exit_code, streamed=streamed)
 
 
 def _usage_line(result: RunResult) -> str:
-    """`warden: used 0.23 s of CPU and 203.6 MiB of memory at its peak (the whole run)`."""
+    """`warden: used 0.23 s of CPU and 203.6 MiB of memory at its peak (the whole run, by its cgroup)`."""
     used = result.usage
     if used is None:
-        return "warden: what the command used was not measured here (no cgroup, a fresh sandbox)"
-    cpu = f"{used.cpu_s:.2f} s of CPU" if used.cpu_s is not None else "CPU time not measured (cgroup v1)"
+        return "warden: what the command used was not measured here (no cgroup, and its sandbox's init was not ours)"
+    cpu = f"{used.cpu_s:.2f} s of CPU" if used.cpu_s is not None else "CPU time not measured"
     if used.memory_peak_bytes is None:
         memory = "memory not measured"
     else:
         whose = "the whole run" if used.memory_measured == "cgroup" else "its largest process"
-        memory = f"{used.memory_peak_bytes / 1048576:.1f} MiB of memory at its peak ({whose})"
+        memory = f"{used.memory_peak_bytes / 1048576:.1f} MiB of memory at its peak ({whose}, by {used.measured_by})"
     return f"warden: used {cpu} and {memory}"

@@ -193,6 +193,8 @@ class UsageBody(BaseModel):
                                                             "(memory_measured 'cgroup') or its largest process "
                                                             "('process')")
     memory_measured: str | None = None
+    measured_by: str | None = Field(None, description="'cgroup' (the run's cgroup: the whole tree) or 'rusage' "
+                                                      "(wait4: CPU of all it reaped, memory of its largest process)")
 
 
 class RunResultBody(BaseModel):
@@ -221,6 +223,9 @@ class ProcessBody(BaseModel):
     timed_out: bool = False
     started_at: str
     ended_at: str | None = None
+    usage: UsageBody | None = Field(None, description="what it has used so far while it runs (its cgroup, else "
+                                                      "its CPU from the host); null once ended (the audit's `run` "
+                                                      "event has its outcome's) or where not measured")
 
 
 class LogsDropped(BaseModel):

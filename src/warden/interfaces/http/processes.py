@@ -20,7 +20,7 @@ from fastapi.responses import StreamingResponse
 from warden.core.errors import WardenError
 from warden.core.run_stream import OutputEvents, error_event, ndjson
 from warden.interfaces.http.calls import Call, threaded
-from warden.interfaces.http.models import LogsDropped, ProcessBody, ProcessLogs
+from warden.interfaces.http.models import LogsDropped, ProcessBody, ProcessLogs, UsageBody
 from warden.interfaces.http.routes import Token, WorkspaceName, token_of
 from warden.interfaces.http.statuses import ERROR_RESPONSES
 
@@ -41,7 +41,8 @@ ProcessId = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$", description="a proces
 def _body(view: ProcessView) -> ProcessBody:
     return ProcessBody(id=view.id, cmd=list(view.cmd), status=view.status,  # type: ignore[arg-type]
                        exit_code=view.exit_code, signal=view.signal, timed_out=view.timed_out,
-                       started_at=view.started_at, ended_at=view.ended_at)
+                       started_at=view.started_at, ended_at=view.ended_at,
+                       usage=UsageBody.model_validate(view.usage.to_json()) if view.usage is not None else None)
 
 
 def _events(chunks: Iterator[Chunk | None], max_output: int) -> Iterator[bytes]:

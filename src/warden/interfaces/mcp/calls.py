@@ -80,7 +80,7 @@ def _tail(text: str) -> tuple[str, bool]:
 def _run_text(result: RunResult, *, streamed: bool) -> Answer:
     ended = (f"timed out after {result.duration_s:.1f} s" if result.timed_out else
              f"killed by signal {result.signal}" if result.signal else f"exit code {result.exit_code}")
-    parts = [f"{ended} ({result.duration_s:.2f} s)"]
+    parts = [f"{ended} ({result.duration_s:.2f} s{_used(result)})"]
     stdout, cut_out = _tail(result.stdout)
     stderr, cut_err = _tail(result.stderr)
     if stdout:
@@ -93,7 +93,19 @@ def _run_text(result: RunResult, *, streamed: bool) -> Answer:
     data = {"exit_code": result.exit_code, "stdout": stdout, "stderr": stderr,
             "duration_s": round(result.duration_s, 3), "timed_out": result.timed_out, "signal": result.signal,
             "streamed": streamed}
+    if result.usage is not None:
+        data["usage"] = result.usage.to_json()
     return Answer("\n".join(parts), data)
+
+
+def _used(result: RunResult) -> str:
+    """`, 0.31 s CPU, 203.6 MiB peak`: what the run used, where measured."""
+    used, said = result.usage, ""
+    if used is not None and used.cpu_s is not None:
+        said += f", {used.cpu_s:.2f} s CPU"
+    if used is not None and used.memory_peak_bytes is not None:
+        said += f", {used.memory_peak_bytes / 1048576:.1f} MiB peak"
+    return said
 
 
 class ToolCalls:
@@ -307,13 +319,17 @@ class ToolCalls:
         logs = self.requests.process_logs(call.principal, args["workspace"], args["id"], trail=call).to_json()
         state = ("running" if view.status == "running" else
                  f"{view.status}, exit code {view.exit_code}" + (f", signal {view.signal}" if view.signal else ""))
+        if view.usage is not None and view.usage.cpu_s is not None:
+            state += f", {view.usage.cpu_s:.2f} s CPU so far"
         parts = [f"process {view.id} ({' '.join(view.cmd)}): {state}"]
         if logs["stdout"]:
             parts.append("stdout:\n" + str(logs["stdout"]))
         if logs["stderr"]:
             parts.append("stderr:\n" + str(logs["stderr"]))
-        return Answer("\n".join(parts), {"id": view.id, "status": view.status, "exit_code": view.exit_code,
-                                          "signal": view.signal, **logs})
+        data = {"id": view.id, "status": view.status, "exit_code": view.exit_code, "signal": view.signal, **logs}
+        if view.usage is not None:  # while it runs: what it has used so far
+            data["usage"] = view.usage.to_json()
+        return Answer("\n".join(parts), data)
 
     def _process_kill(self, call: Call, args: dict[str, Any]) -> Answer:
         assert call.principal is not None
