@@ -104,7 +104,8 @@ class RunEvent:
     """One line of a streamed run (`RemoteWorkspace.stream`): output as it came, then the exit.
 
     `type` is "stdout" or "stderr" (with `data`, the text) or, last, "exit" (with `exit_code`,
-    `timed_out`, `signal`, `duration_s` and, where measured, `usage`), as the API's NDJSON lines say.
+    `timed_out`, `signal`, `duration_s`), as the API's NDJSON lines say. What the run used is
+    in a non-streamed `exec`'s `RunResult.usage`.
     """
 
     type: str
@@ -113,7 +114,6 @@ class RunEvent:
     timed_out: bool = False
     signal: int | None = None
     duration_s: float | None = None
-    usage: Usage | None = None
 
 
 def _usage(used: object) -> Usage | None:
@@ -139,7 +139,7 @@ def _event(line: str) -> RunEvent | None:
         signal = item.get("signal")
         return RunEvent("exit", exit_code=int(item["exit_code"]), timed_out=bool(item.get("timed_out")),
                         signal=int(signal) if signal is not None else None,
-                        duration_s=float(item.get("duration_s") or 0.0), usage=_usage(item.get("usage")))
+                        duration_s=float(item.get("duration_s") or 0.0))
     if kind == "error":
         error = item.get("error") or {}
         raise ERRORS.get(str(error.get("code")), WardenError)(str(error.get("message", "the run failed")))

@@ -59,10 +59,8 @@ def test_output_arrives_while_the_command_runs_then_its_exit_line(served: dict[s
     assert lines[0] == {"type": "stdout", "data": "first\n"}
     assert lines[1] == {"type": "stderr", "data": "second\n"}
     assert lines[-1]["type"] == "exit" and len(lines) == 3
-    assert {k: v for k, v in lines[-1].items() if k not in ("duration_s", "usage")} == {
+    assert {k: v for k, v in lines[-1].items() if k != "duration_s"} == {
         "type": "exit", "exit_code": 3, "timed_out": False, "signal": None}
-    # What it used is added to the contract's fields (issue #15), never in place of one.
-    assert set(lines[-1]["usage"]) == {"cpu_s", "memory_peak_bytes", "memory_measured", "measured_by"}
 
 
 def test_the_sdk_streams_as_an_iterator_and_through_callbacks(served: dict[str, Any]) -> None:

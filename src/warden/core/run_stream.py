@@ -81,13 +81,11 @@ def merge(events: Iterable[Event]) -> list[Event]:
 
 
 def exit_event(result: RunResult) -> Event:
-    """The last line: how the command ended (its output has been sent already), and what it
-    used where that was measured."""
-    event: Event = {"type": "exit", "exit_code": result.exit_code, "timed_out": result.timed_out,
-                    "signal": result.signal, "duration_s": round(result.duration_s, 6)}
-    if result.usage is not None:
-        event["usage"] = result.usage.to_json()
-    return event
+    """The last line: how the command ended (its output has been sent already). Exactly the
+    fields INTERFACES.md lists; what the run used is in the audit's run event and, asked for,
+    in a non-streamed answer."""
+    return {"type": "exit", "exit_code": result.exit_code, "timed_out": result.timed_out, "signal": result.signal,
+            "duration_s": round(result.duration_s, 6)}
 
 
 def error_event(code: str, message: str) -> Event:
