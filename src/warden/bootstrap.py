@@ -175,7 +175,7 @@ class App:
         from warden.services.workspaces import WorkspaceService
 
         shelf = ArchiveShelf(HostArchives(), self.home.archives, self.clock, self.settings)
-        return WorkspaceService(self.registry, self.audit, self.clock, root_dir=self.root_dir,
+        return WorkspaceService(self.registry, lambda: self.audit, self.clock, root_dir=self.root_dir,
                                 folders=lambda: self.folders,
                                 shelf=shelf, processes=HostProcesses(), node=self.node,
                                 layers=lambda: self.layers, leases=lambda: self.leases,

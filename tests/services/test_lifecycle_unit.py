@@ -103,7 +103,7 @@ class World:
         quota = QuotaService(settings, Path(HOME), FakeDisk())
         folders = FolderService(self.io, FakeGitDefuser, settings, quota=lambda: quota)
         shelf = ArchiveShelf(self.archives, Path(f"{HOME}/archives"), lambda: self.now, settings)
-        self.workspaces = WorkspaceService(self.registry, self.audit, lambda: self.now, root_dir=Path(ROOT),
+        self.workspaces = WorkspaceService(self.registry, lambda: self.audit, lambda: self.now, root_dir=Path(ROOT),
                                            folders=lambda: folders, shelf=shelf, processes=self.processes,
                                            node="node-a", leases=lambda: self.leases)
         self.health = Health()

@@ -63,7 +63,7 @@ class World:
                                    TemplateCatalog(tmp_path / "templates"), self.settings)
         self.folders = FolderService(self.io, lambda: self.git, self.settings, quota=lambda: self.quota)
         self.shelf = ArchiveShelf(self.archives, Path("/home/u/.warden/archives"), lambda: self.now, self.settings)
-        self.service = WorkspaceService(self.registry, self.audit, lambda: self.now, root_dir=Path(ROOT),
+        self.service = WorkspaceService(self.registry, lambda: self.audit, lambda: self.now, root_dir=Path(ROOT),
                                         folders=lambda: self.folders, shelf=self.shelf, processes=self.processes,
                                         node="node-a", layers=lambda: self.layers)
 

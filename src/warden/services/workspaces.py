@@ -51,7 +51,7 @@ class Destroyed:
 class WorkspaceService:
     """The registry's workspaces, kept true to their folders on this machine."""
 
-    def __init__(self, registry: Registry, audit: AuditLog, clock: Clock, *, root_dir: Path,
+    def __init__(self, registry: Registry, audit: Callable[[], AuditLog], clock: Clock, *, root_dir: Path,
                  folders: Callable[[], FolderService], shelf: ArchiveShelf, processes: Processes, node: str,
                  layers: Callable[[], LayerService] | None = None,
                  leases: Callable[[], LeaseService] | None = None,
@@ -63,7 +63,7 @@ class WorkspaceService:
         self._live_nodes = live_nodes
         # Called with the record and actor once a workspace is gone (its checkpoints and versions go too).
         self._on_destroyed = on_destroyed
-        self._audit = audit
+        self._audit = audit  # built at first use too: a listing that finds nothing to mend writes no event
         self._clock = clock
         self.root_dir = root_dir
         self._folders = folders  # built at first use: listing workspaces needs none of it
@@ -149,7 +149,7 @@ class WorkspaceService:
                 continue
             with self._registry.transaction() as tx:
                 tx.workspaces.compare_and_set(record.name, record.id, record.status, {"status": "broken"})
-                self._audit.record(actor="warden", action="workspace.broken", target=record.name, result=why,
+                self._audit().record(actor="warden", action="workspace.broken", target=record.name, result=why,
                                    detail={"pid": record.meta.get("pid"), "path": record.path}, tx=tx)
                 fresh = tx.workspaces.get(record.name)
             if fresh is not None:
@@ -238,7 +238,7 @@ class WorkspaceService:
             if tx.workspaces.get(name) is not None:
                 raise Conflict(f"workspace {name!r} was made meanwhile; try again")
             tx.workspaces.insert(record)
-            self._audit.record(actor=actor, action="workspace.adopt", target=name, detail={"path": path}, tx=tx)
+            self._audit().record(actor=actor, action="workspace.adopt", target=name, detail={"path": path}, tx=tx)
         return record
 
     def _check_free(self, name: str) -> None:
@@ -271,7 +271,7 @@ class WorkspaceService:
         except BaseException as exc:
             with self._registry.transaction() as tx:
                 tx.workspaces.delete(name, record_id=record.id)  # ours only, never a later creator's row
-                self._audit.record(actor=actor, action="workspace.create", target=name,
+                self._audit().record(actor=actor, action="workspace.create", target=name,
                                    result=getattr(exc, "code", "internal"), tx=tx)
             if made:
                 self.folders.trash(path)
@@ -284,7 +284,7 @@ class WorkspaceService:
             if not tx.workspaces.compare_and_set(name, record.id, "creating", {"status": "ready", "meta": final}):
                 raise Conflict(f"workspace {name!r} changed while it was being created; `warden info "
                                f"{name}` shows what it is now")
-            self._audit.record(actor=actor, action="workspace.create", target=name,
+            self._audit().record(actor=actor, action="workspace.create", target=name,
                                detail={"type": kind, "template": record.template, "layers": meta["layers"],
                                        "blob": unpacked}, tx=tx)
         return WorkspaceRecord(**{**record.__dict__, "status": "ready", "meta": final})
@@ -327,7 +327,7 @@ class WorkspaceService:
             live = [g.accessor for g in tx.grants.of_workspace(name, live_only=True)]
             revoked = tx.grants.revoke(live, self._clock())
             tx.workspaces.delete(name, record_id=record.id)
-            self._audit.record(actor=actor, action="workspace.destroy", target=name,
+            self._audit().record(actor=actor, action="workspace.destroy", target=name,
                                detail={"archive": kept, "grants_revoked": revoked}, tx=tx)
         if not adopted or delete:
             self.folders.trash(record.path)
@@ -347,7 +347,7 @@ class WorkspaceService:
                                      meta={**kept.meta, "archive": archive, "status_before_archive": "ready"})
         with self._registry.transaction() as tx:
             tx.workspaces.insert(record)
-            self._audit.record(actor=actor, action="workspace.restore", target=name,
+            self._audit().record(actor=actor, action="workspace.restore", target=name,
                                detail={"archive": archive}, tx=tx)
         self.shelf.forget(sidecar)
         return record
@@ -376,5 +376,5 @@ class WorkspaceService:
             elif not tx.workspaces.compare_and_set(name, expected.id, expected.status, changes):
                 raise Conflict(f"workspace {name!r} changed meanwhile (it was {expected.status}); "
                                f"`warden info {name}` shows what it is now")
-            self._audit.record(actor=actor, action=action or f"workspace.{status}", target=name,
+            self._audit().record(actor=actor, action=action or f"workspace.{status}", target=name,
                                detail=detail or {}, tx=tx)
