@@ -19,17 +19,22 @@ __all__ = ["HostProcesses", "alive", "cpu_time", "kill_orphan_sandboxes", "orpha
            "stop_processes", "workspace_processes"]
 
 
-def start_time(pid: int) -> int | None:
-    """The kernel's start time of `pid` (clock ticks since boot): a pid plus this names one process."""
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after comm (field 3, the state, first); None when gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             data = handle.read()
     except OSError:
         return None
     # comm (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = data[data.rfind(b")") + 2:].split()
+    return data[data.rfind(b")") + 2:].split()
+
+
+def start_time(pid: int) -> int | None:
+    """The kernel's start time of `pid` (clock ticks since boot): a pid plus this names one process."""
+    fields = _stat_fields(pid)
     try:
-        return int(fields[19])
+        return int(fields[19]) if fields is not None else None
     except (IndexError, ValueError):
         return None
 
@@ -37,14 +42,9 @@ def start_time(pid: int) -> int | None:
 def cpu_time(pid: int, started: int) -> float | None:
     """The CPU seconds (user and system) `pid` and the children it reaped used so far, if it is
     still the process that started at `started`; None otherwise. One read of /proc/PID/stat."""
+    fields = _stat_fields(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
-    except OSError:
-        return None
-    fields = data[data.rfind(b")") + 2:].split()
-    try:
-        if int(fields[19]) != started or fields[0] == b"Z":
+        if fields is None or int(fields[19]) != started or fields[0] == b"Z":
             return None
         ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))  # utime, stime, cutime, cstime
     except (IndexError, ValueError):
@@ -67,20 +67,16 @@ def alive(pid: int, started: int | None = None) -> bool:
         pass
     if started is None:
         return True
-    now = start_time(pid)
-    if now is None:
+    fields = _stat_fields(pid)
+    try:
+        return fields is not None and int(fields[19]) == started and fields[0] != b"Z"
+    except (IndexError, ValueError):
         return False
-    state = _state(pid)
-    return now == started and state != "Z"
 
 
 def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
-    except OSError:
-        return "?"
-    return data[data.rfind(b")") + 2:].split()[0].decode()
+    fields = _stat_fields(pid)
+    return fields[0].decode() if fields else "?"
 
 
 def _pids() -> list[int]:
