@@ -38,11 +38,20 @@ class RowTable(DataTable[Text]):
         self.add_columns(*self._headers)
 
     def fill(self, rows: Sequence[tuple[str, Sequence[object]]]) -> None:
-        """Replace every row by `rows` (key, cells), keeping the cursor on the same key if it is there."""
+        """Replace every row by `rows` (key, cells), keeping the cursor on the same key if it is there.
+
+        The columns are made again as wide as their widest cell: DataTable measures new rows
+        only once its message queue runs empty, and a frame drawn before that is kept in its
+        caches with the old widths (on a busy machine the path column stayed 4 wide: `~/da`)."""
         chosen = self.chosen()
-        self.clear()
-        for key, values in rows:
-            self.add_row(*(plain(v) for v in values), key=key)
+        cells = [(key, [plain(v) for v in values]) for key, values in rows]
+        widths = [max([len(header), *(texts[i].cell_len for _, texts in cells if i < len(texts))])
+                  for i, header in enumerate(self._headers)]
+        self.clear(columns=True)
+        for header, width in zip(self._headers, widths, strict=True):
+            self.add_column(header, width=width)
+        for key, texts in cells:
+            self.add_row(*texts, key=key)
         keys = [key for key, _ in rows]
         if chosen in keys:
             self.move_cursor(row=keys.index(chosen))
