@@ -33,15 +33,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """End the home daemons this session's tests started and left (tests/interfaces/
-    test_cli_daemon.py stops its own; a test elsewhere that switched it on may not)."""
+    test_cli_daemon.py stops its own; a test elsewhere that switched it on may not), then the
+    live sandboxes their homes left: with the server or daemon that started one gone and its
+    home deleted, nobody collects what ran in it, and its supervisor waits six idle periods
+    (an hour) before it gives up: a whole suite left ~30 of them (3 processes each)."""
     factory = getattr(session.config, "_tmp_path_factory", None)
     if factory is None:
         return
     from tests.interfaces.test_cli_daemon import daemon_pids, stop_daemon
+    from warden.adapters.processes import kill_orphan_sandboxes
 
     base = factory.getbasetemp()
     if daemon_pids(base):
         stop_daemon(base)
+    kill_orphan_sandboxes([str(base)])
 
 
 @pytest.hookimpl(wrapper=True)
