@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from warden.core.runs import explain_failure
+from warden.core.runs import explain_failure, nearest_program
 
 FACTS = {"oom_killed": False, "network": False, "max_file_mb": 100, "memory": 512 << 20}
 
@@ -11,6 +11,17 @@ def test_a_missing_program_names_what_the_sandbox_sees() -> None:
     line = explain_failure(127, None, "bwrap: execvp pyhton: No such file or directory\n", **FACTS)
     assert line is not None and "pyhton is not in the sandbox" in line and "warden install" in line
     assert "not executable" in (explain_failure(126, None, "bwrap: execvp ./x: Permission denied", **FACTS) or "")
+
+
+def test_a_mistyped_program_gets_the_nearest_name_on_the_path() -> None:
+    seen = {"python", "python3", "pip", "node", "ls"}
+    line = explain_failure(127, None, "bwrap: execvp pyhton: No such file or directory\n", **FACTS, programs=seen)
+    assert line is not None and line.startswith("warden: pyhton is not in the sandbox: did you mean python? (")
+    assert nearest_program("nodee", seen) == ": did you mean node?"
+    assert nearest_program("zzzzzz", seen) == ""  # nothing close
+    assert nearest_program("./pyhton", seen) == ""  # a path is a file, not a mistyped command
+    # A bot names the files of its .venv/bin: one with an escape sequence is never suggested.
+    assert nearest_program("pyhton", {"pyhton\x1b]0;x\x07", "pyhto\n"}) == ""
 
 
 def test_limits_and_the_network_are_named_with_their_setting() -> None:

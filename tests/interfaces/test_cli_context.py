@@ -37,6 +37,11 @@ def test_two_terminals_keep_their_own_current_workspace(cli: Cli, names: tuple[s
     assert ran.code == 0 and ran.stdout.strip().endswith("/ctx-alpha-web")
     assert cli("info", "--json", env=right).json["data"]["name"] == "ctx-beta"
     assert cli("info", "-w", "ctx-alpha-web", "--json", env=right).json["data"]["name"] == "ctx-alpha-web"
+    # After a global flag too, as other commands are: `warden --home H @NAME`.
+    flagged = cli("--home", cli.environ["WARDEN_HOME"], "@ctx-beta", env={"WARDEN_TERMINAL": "flagged"})
+    assert flagged.code == 0 and flagged.stdout.startswith("ctx-beta  "), flagged.stderr
+    assert cli("--json", "@ctx-alpha", env={"WARDEN_TERMINAL": "flagged"}).json["data"]["name"] == "ctx-alpha-web"
+    assert cli("run", "ctx-beta", "--", "echo", "@ctx-alpha").stdout.strip() == "@ctx-alpha"  # an argument stays one
 
 
 def test_back_forward_history_and_with(cli: Cli, names: tuple[str, str]) -> None:

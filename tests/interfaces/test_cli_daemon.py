@@ -570,3 +570,28 @@ def test_a_live_sandbox_folder_a_killed_warden_left_does_not_keep_it_going(env: 
         wait_until(lambda: not daemon_pids(home), timeout=30, message="the daemon stayed for a dead sandbox's folder")
     finally:
         left.rmdir()
+
+
+def test_a_run_without_a_name_finds_the_terminals_current_workspace_through_the_daemon(env: dict[str, str]) -> None:
+    # A newcomer's `warden @dw` then `warden run -- pwd` from a script (no terminal on stdin, so
+    # through the daemon): the client names its shell's session, which the daemon's child must
+    # take as this terminal's, as the client alone would.
+    home = served(env)
+    assert warden(env, "ws", "set", "dw").returncode == 0
+    alone = warden(env, "run", "--", "pwd", extra={"WARDEN_DAEMON": "0"})
+    assert alone.returncode == 0 and alone.stdout.strip().endswith(b"/dw"), alone.stderr
+    proc = subprocess.Popen([*WARDEN, "run", "--", "sh", "-c", "pwd; sleep 2"], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_until(lambda: len(daemon_pids(home)) >= 2, timeout=10, message="no child of the daemon ran it")
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out) == (0, alone.stdout), err
+    # A client in another session that names this one's is not taken for it: its name is a
+    # chosen one (hashed), which has no current workspace.
+    mine = warden(env, "ws", "current", "--json").stdout
+    assert b'"dw"' in mine
+    from warden.adapters.terminal_id import session_terminal
+
+    other = subprocess.run([*WARDEN, "run", "--", "pwd"], env={**env, "WARDEN_TERMINAL": session_terminal()},
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=120, check=False,
+                           start_new_session=True)
+    assert other.returncode == 126 and b"none is current" in other.stderr, other.stderr

@@ -94,10 +94,30 @@ def test_a_workspace_that_is_not_ready_names_the_command_that_fixes_it(cli: Cli,
 
 def test_in_sandbox_failures_say_what_warden_had_to_do_with_them(cli: Cli, ws: Path) -> None:
     typo = cli("run", "st", "--", "pyhton", "-V")
-    assert typo.code == 127 and "warden: pyhton is not in the sandbox" in typo.stderr
+    assert typo.code == 127 and "warden: pyhton is not in the sandbox: did you mean python" in typo.stderr, typo.stderr
     big = cli("run", "st", "--", "sh", "-c", "head -c 3000000 /dev/zero > big.bin",
               env={"WARDEN_SANDBOX_MAX_FILE_SIZE_MB": "1"})
     assert big.code != 0 and "sandbox.max_file_size_mb" in big.stderr, big.stderr
     offline = cli("run", "st", "--", "python3", "-c",
                   "import socket; socket.getaddrinfo('pypi.org', 443)")
     assert offline.code == 1 and "the sandbox has no network" in offline.stderr, offline.stderr
+
+
+def test_a_suggestion_never_names_what_a_linked_folder_of_the_workspace_holds(cli: Cli, tmp_path: Path) -> None:
+    # The workspace's node_modules/.bin is the bot's: linked to a host folder, its names must
+    # not come back as "did you mean" (the bot would learn what that folder holds).
+    created = cli("create", "linked", "--json")
+    assert created.code == 0, created.stderr
+    host = tmp_path / "host-only"
+    (host / ".bin").mkdir(parents=True)
+    (host / ".bin" / "hostsecretname").write_text("")
+    (Path(created.json["data"]["path"]) / "node_modules").symlink_to(host)
+    probe = cli("run", "linked", "--", "hostsecretnam")
+    assert probe.code == 127 and "warden: hostsecretnam is not in the sandbox (" in probe.stderr, probe.stderr
+    assert "did you mean" not in probe.stderr and "hostsecretname" not in probe.stderr, probe.stderr
+    # The same name in a real folder of the workspace is suggested: the test above can fail.
+    (Path(created.json["data"]["path"]) / "node_modules").unlink()
+    (Path(created.json["data"]["path"]) / "node_modules" / ".bin").mkdir(parents=True)
+    (Path(created.json["data"]["path"]) / "node_modules" / ".bin" / "hostsecretname").write_text("")
+    named = cli("run", "linked", "--", "hostsecretnam")
+    assert "did you mean hostsecretname?" in named.stderr, named.stderr

@@ -9,13 +9,24 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-__all__ = ["session_terminal", "terminal_id"]
+__all__ = ["session_terminal", "terminal_id", "vouch_for_session"]
+
+# The session name the home's daemon found its client in (from the client's pid, not from what
+# it said), set in the daemon's child that runs that client's command: the one `sid…` name a
+# WARDEN_TERMINAL may carry and be taken as it is.
+_vouched: str | None = None
 
 
-def session_terminal() -> str:
-    """This process's session as a terminal name. The session id alone is reused once its shell
-    ends, so the session leader's start time goes with it."""
-    sid = os.getsid(0)
+def vouch_for_session(name: str) -> None:
+    """In the daemon's child: `name` is the client's own session (the daemon read it from /proc)."""
+    global _vouched  # one forked child per client, set once before its command runs
+    _vouched = name
+
+
+def session_terminal(pid: int = 0) -> str:
+    """The session of process `pid` (0: this one) as a terminal name. The session id alone is
+    reused once its shell ends, so the session leader's start time goes with it."""
+    sid = os.getsid(pid)
     try:
         with open(f"/proc/{sid}/stat", "rb") as stat:
             started = stat.read().rsplit(b")", 1)[1].split()[19].decode()
@@ -29,6 +40,8 @@ def terminal_id(environ: Mapping[str, str]) -> str:
     given = environ.get("WARDEN_TERMINAL")
     if not given:
         return session_terminal()
+    if given == _vouched:  # the thin client's own session, as the daemon saw it: not a chosen name
+        return given
     import re
 
     # The session form (`sid…-…`) is Warden's own: a chosen name never passes for a shell

@@ -3,7 +3,9 @@ one still running."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import difflib
+import re
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -14,7 +16,7 @@ from warden.core.network import NetworkPolicy
 from warden.core.paths import canonical, normalize, within
 
 __all__ = ["NO_NETWORK_ENV", "NetEvent", "RunInProgress", "RunResult", "SandboxRequest", "Sink", "Usage",
-           "explain_failure", "usage_of", "workspace_cwd"]
+           "explain_failure", "nearest_program", "usage_of", "workspace_cwd"]
 
 # Where a command's output goes as it comes (a terminal, a socket), chunk by chunk.
 Sink = Callable[[bytes], None]
@@ -214,22 +216,39 @@ _NO_MEMORY = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of
               "JavaScript heap out of memory")
 
 
+# A name worth suggesting: the workspace's .venv/bin and node_modules/.bin are the bot's to fill,
+# so a name with a control character or an escape sequence is never echoed to a terminal.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+
+
+def nearest_program(program: str, programs: Collection[str]) -> str:
+    """`: did you mean NAME?` for a mistyped program name (`pyhton` → python), or "" when none is
+    close, the name is a path (`./x`: a file, not a typo of a command) or it does exist."""
+    if "/" in program or program in programs:
+        return ""
+    names = [name for name in programs if _PLAIN_NAME.fullmatch(name)]
+    found = difflib.get_close_matches(program, names, n=1, cutoff=0.8)
+    return f": did you mean {found[0]}?" if found else ""
+
+
 def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom_killed: bool,
                     network: bool, max_file_mb: int, memory: int, bot: bool = False,
-                    pids: int | None = None) -> str | None:
+                    pids: int | None = None, programs: Collection[str] = ()) -> str | None:
     """One line saying what Warden's sandbox had to do with a failed command, or None.
 
     A command that fails inside the sandbox says so in its own words (`bwrap: execvp pyhton`,
     "File too large", a DNS error); this names the limit or the missing piece behind it and
     the setting or flag that changes it (`bot`: in the words of the HTTP API, which a bot
-    uses, rather than the CLI's). Pure: the caller passes the facts.
+    uses, rather than the CLI's). `programs`: the names the sandbox's PATH holds, for a
+    "did you mean" when a program is not found. Pure: the caller passes the facts.
     """
     last = stderr_tail.strip().rsplit("\n", 1)[-1] if stderr_tail.strip() else ""
     if exit_code in (126, 127) and last.startswith("bwrap: execvp "):
         program = last.removeprefix("bwrap: execvp ").rsplit(":", 1)[0]
         if exit_code == 127:
-            return (f"warden: {program} is not in the sandbox (it sees /usr, /bin and the workspace's "
-                    ".venv/bin and node_modules/.bin); `warden install` adds Python or Node packages")
+            return (f"warden: {program} is not in the sandbox{nearest_program(program, programs)} (it sees /usr, "
+                    "/bin and the workspace's .venv/bin and node_modules/.bin); `warden install` adds Python or "
+                    "Node packages")
         return f"warden: {program} is not executable inside the sandbox"
     if signal == _SIGXFSZ or "File too large" in stderr_tail:
         return (f"warden: a file reached the sandbox's size limit ({max_file_mb} MB, "

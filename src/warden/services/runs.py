@@ -45,6 +45,40 @@ __all__ = ["RunOutput", "RunRequest", "RunService", "RunSettings"]
 _SYSTEM_BINS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
+
+def _programs_seen(folder: str) -> set[str]:
+    """The names on the sandbox's PATH (the system's folders, the workspace's .venv/bin and
+    node_modules/.bin), read only after a command was not found, to suggest the one meant."""
+    names: set[str] = set()
+    for where in _SYSTEM_BINS:
+        names.update(_names_in(where))
+    names.update(_names_in(folder, ".venv", "bin"))
+    names.update(_names_in(folder, "node_modules", ".bin"))
+    return names
+
+
+def _names_in(top: str, *parts: str) -> list[str]:
+    """The entries of `top`/`parts`, each part opened by descriptor without following a link:
+    the workspace's folders are the bot's, and a `.venv` linked to a host folder must not tell
+    the bot (through a suggestion) what that folder holds. [] where a folder is missing."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    try:
+        fd = os.open(top, flags)
+    except OSError:
+        return []
+    try:
+        for part in parts:
+            inner = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        with os.scandir(fd) as entries:
+            return [entry.name for entry in entries]
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """The settings a run is judged by."""
@@ -500,7 +534,8 @@ class RunService:
             why = explain_failure(result.exit_code, result.signal, result.stderr_tail,
                                   oom_killed=result.oom_killed, network=plan.network is not None,
                                   max_file_mb=self.settings.max_file_mb, memory=plan.limits.memory,
-                                  bot=request.actor.startswith("bot:"), pids=plan.limits.pids)
+                                  bot=request.actor.startswith("bot:"), pids=plan.limits.pids,
+                                  programs=_programs_seen(plan.record.path) if result.exit_code == 127 else ())
             if why is not None:
                 notes.say(why)
         stopper = self._stopped_by(name, result.signal) if watched.note is None else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +52,16 @@ def test_as_root_without_a_pids_cgroup_doctor_says_commands_are_refused(monkeypa
         assert check.required and "every command is refused" in check.detail
     else:
         assert not check.required and "falling back to rlimits" in check.detail
+
+
+def test_the_cgroup_fix_names_systemd_run_only_where_a_user_manager_answers(tmp_path: Path) -> None:
+    # Without a systemd user session `systemd-run --user` fails ("Failed to connect to bus"):
+    # the fix says what it needs instead of sending a normal user into that error.
+    runtime = tmp_path / "run-user"
+    runtime.mkdir()
+    none = doctor.delegation_fix({"XDG_RUNTIME_DIR": str(runtime)})
+    assert "needs a systemd user session" in none and "run Warden as root" in none
+    (runtime / "systemd").mkdir()
+    (runtime / "systemd" / "private").touch()
+    present = doctor.delegation_fix({"XDG_RUNTIME_DIR": str(runtime)})
+    assert "systemd-run --user --scope -p Delegate=yes" in present and "needs" not in present

@@ -11,7 +11,7 @@ from pathlib import Path
 from warden.adapters.sandbox import cgroups
 from warden.adapters.sandbox.host import bwrap_has, bwrap_path, python3_path, system_layout
 
-__all__ = ["Check", "run_checks", "userns_fix"]
+__all__ = ["Check", "delegation_fix", "run_checks", "userns_fix"]
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,23 @@ def _quota_check(workspaces_root: str) -> Check:
                  "or CAP_SYS_NICE", required=False)
 
 
+def _systemd_user_manager(environ: dict[str, str] | None = None) -> bool:
+    """Whether this user has a systemd user manager to ask (`systemd-run --user` needs one)."""
+    env = os.environ if environ is None else environ
+    runtime = env.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
+    return os.path.exists(os.path.join(runtime, "systemd", "private"))
+
+
+def delegation_fix(environ: dict[str, str] | None = None) -> str:
+    """How to get cgroups without root. `systemd-run --user` only works in a systemd user session
+    (else "Failed to connect to bus"), so where there is none the fix says so."""
+    delegated = "systemd-run --user --scope -p Delegate=yes warden ..."
+    if _systemd_user_manager(environ):
+        return f"run Warden as root, or in a delegated cgroup ({delegated})"
+    return (f"run Warden as root, or in a cgroup delegated to this user (`{delegated}` needs a systemd user "
+            "session, which this one has not: log in through systemd-logind, or `loginctl enable-linger USER`)")
+
+
 def run_checks(workspaces_root: str | None = None) -> list[Check]:
     """Every probe, required ones first; the disk quota's when `workspaces_root` is given."""
     bwrap_check, bwrap = _bwrap_check()
@@ -175,7 +192,7 @@ def run_checks(workspaces_root: str | None = None) -> list[Check]:
         if support.pids is None:
             changes.append("the process limit counts all of this user's processes (RLIMIT_NPROC)")
         fallback = "; falling back to rlimits: " + "; ".join(changes)
-        fix = "run Warden as root, or in a delegated cgroup (systemd-run --user --scope -p Delegate=yes warden ...)"
+        fix = delegation_fix()
     checks.append(Check("cgroups", ok, detail + fallback, fix, required=root_without_pids))
     checks.append(_seccomp_check())
     checks.append(_landlock_check())

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
+from warden.adapters.terminal_id import session_terminal, vouch_for_session
 from warden.interfaces.cli.entry import (
     daemon_paths,
     decode_request,
@@ -147,6 +148,7 @@ class _Request(NamedTuple):
     env: dict[str, str]
     cwd: str
     context: dict[str, str]  # process_of(the client): its umask, limits, priority, taken on
+    session: str  # the client's session as a terminal name, read from its pid (not its word)
 
 
 @dataclass
@@ -449,7 +451,11 @@ class Daemon:
         if self._code_changed():
             self._drain()
             return None, "Warden's code changed since the daemon started"
-        return _Request(argv, env, cwd, context), ""
+        try:  # while its pidfd is held, the peer's pid is the client's own
+            session = session_terminal(peer)
+        except OSError:
+            return None, "its session could not be read"
+        return _Request(argv, env, cwd, context, session), ""
 
     def _not_ours(self, argv: list[str]) -> str | None:
         """In a child, in the client's environment and folder: what the CLI's own parser makes
@@ -499,6 +505,12 @@ class Daemon:
             argv, env, cwd = request.argv, request.env, request.cwd
             os.environ.clear()
             os.environ.update(env)
+            # The client names its shell's session as its terminal (entry.py), in the `sid…` form
+            # a chosen WARDEN_TERMINAL may not take (adapters/terminal_id.py): taken as it is when
+            # it is the session the client really is in, so `warden run` without NAME finds the
+            # terminal's current workspace here as it would in the client.
+            if env.get("WARDEN_TERMINAL") == request.session:
+                vouch_for_session(request.session)
             try:
                 os.chdir(cwd)
             except OSError as exc:

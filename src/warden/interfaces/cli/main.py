@@ -244,9 +244,20 @@ def _resolve_workspace(ctx: Context, args: argparse.Namespace) -> None:
 
 
 def _rewritten(args_list: list[str]) -> list[str]:
-    """`warden @NAME` is `warden ws set NAME` (seed 000's shortcut)."""
-    if args_list and args_list[0].startswith("@") and len(args_list[0]) > 1:
-        return ["ws", "set", args_list[0][1:], *args_list[1:]]
+    """`warden @NAME` is `warden ws set NAME` (seed 000's shortcut), after global flags too
+    (`warden --home H @NAME`, as `warden --home H list` works)."""
+    skip = False
+    for at, word in enumerate(args_list):
+        if skip:
+            skip = False
+        elif word == "--home":
+            skip = True
+        elif word == "--":
+            break
+        elif not word.startswith("-"):
+            if word.startswith("@") and len(word) > 1:
+                return [*args_list[:at], "ws", "set", word[1:], *args_list[at + 1:]]
+            break
     return args_list
 
 
