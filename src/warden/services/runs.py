@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 __all__ = ["RunOutput", "RunRequest", "RunService", "RunSettings"]
 
 _SYSTEM_BINS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
-
+# A folder's first entries only: a bot may fill its .venv/bin with a million names.
+_NAMES_READ = 4096
 
 
 def _programs_seen(folder: str) -> set[str]:
@@ -72,7 +73,7 @@ def _names_in(top: str, *parts: str) -> list[str]:
             os.close(fd)
             fd = inner
         with os.scandir(fd) as entries:
-            return [entry.name for entry in entries]
+            return [entry.name for entry, _ in zip(entries, range(_NAMES_READ), strict=False)]
     except OSError:
         return []
     finally:
