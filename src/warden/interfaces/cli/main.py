@@ -246,6 +246,16 @@ def _resolve_workspace(ctx: Context, args: argparse.Namespace) -> None:
 def _rewritten(args_list: list[str]) -> list[str]:
     """`warden @NAME` is `warden ws set NAME` (seed 000's shortcut), after global flags too
     (`warden --home H @NAME`, as `warden --home H list` works)."""
+    first = next(iter(_positionals_at(args_list)), None)
+    if first is not None and first[1].startswith("@") and len(first[1]) > 1:
+        at = first[0]
+        return [*args_list[:at], "ws", "set", first[1][1:], *args_list[at + 1:]]
+    return args_list
+
+
+def _positionals_at(args_list: Sequence[str]) -> list[tuple[int, str]]:
+    """The words before `--` that are not flags (nor the value of --home), with their places."""
+    words: list[tuple[int, str]] = []
     skip = False
     for at, word in enumerate(args_list):
         if skip:
@@ -255,26 +265,13 @@ def _rewritten(args_list: list[str]) -> list[str]:
         elif word == "--":
             break
         elif not word.startswith("-"):
-            if word.startswith("@") and len(word) > 1:
-                return [*args_list[:at], "ws", "set", word[1:], *args_list[at + 1:]]
-            break
-    return args_list
+            words.append((at, word))
+    return words
 
 
 def _positionals(args_list: Sequence[str]) -> list[str]:
     """The words before `--` that are not flags (nor the value of --home): `fs notes write PATH`."""
-    words: list[str] = []
-    skip = False
-    for word in args_list:
-        if skip:
-            skip = False
-        elif word == "--home":
-            skip = True
-        elif word == "--":
-            break
-        elif not word.startswith("-"):
-            words.append(word)
-    return words
+    return [word for _, word in _positionals_at(args_list)]
 
 
 def _command_word(args_list: Sequence[str]) -> str | None:
