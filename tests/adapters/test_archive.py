@@ -192,3 +192,15 @@ def test_packing_with_progress_moves_through_the_bytes_on_a_terminal(tmp_path: P
     out.mkdir()
     unpack_tree(tmp_path / "a.tar.zst", out, BlobLimits())
     assert (out / "big.bin").read_bytes() == (root / "big.bin").read_bytes() and sizes[0] > 3 << 20
+
+
+def test_a_small_folder_packs_without_a_bar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Under a mebibyte a bar said "packing 0.0 MiB: 34/1422 of the bytes packed" and was gone at once.
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "notes.txt").write_bytes(b"n" * 1400)
+    pack_tree(root, tmp_path / "a.tar.zst", progress=True)
+    assert capsys.readouterr().err == ""
+    (root / "big.bin").write_bytes(os.urandom(1 << 20))
+    pack_tree(root, tmp_path / "b.tar.zst", progress=True)
+    assert "of the bytes packed" in capsys.readouterr().err

@@ -302,7 +302,8 @@ def tree_size(root: Path) -> int:
 def pack_tree(root: Path, target: Path, *, max_bytes: int | None = None, progress: bool = False) -> int:
     """Write `root` as tar.zst at `target` (atomically); symlinks are stored, never followed.
     TooLarge, before reading anything, when its files hold more than `max_bytes`. `progress`:
-    a bar on stderr of the bytes packed against the folder's size."""
+    a bar on stderr of the bytes packed against the folder's size (none under a mebibyte: it
+    would show "0.0 MiB" and be gone before anyone reads it)."""
     import zstandard
 
     size = tree_size(root) if max_bytes is not None or progress else 0
@@ -318,7 +319,7 @@ def pack_tree(root: Path, target: Path, *, max_bytes: int | None = None, progres
             compressor = zstandard.ZstdCompressor(level=3)
             with compressor.stream_writer(raw, closefd=False) as zst, \
                     tarfile.open(fileobj=zst, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                _add_tree(tar, root, _packing(root, size) if progress else None)
+                _add_tree(tar, root, _packing(root, size) if progress and size >= 1 << 20 else None)
             raw.flush()
             os.fsync(raw.fileno())
         os.chmod(tmp, 0o600)
