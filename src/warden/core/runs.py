@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from warden.core.bwrap_argv import Bind
+from warden.core.echo import echoed
 from warden.core.errors import InvalidInput
 from warden.core.limits import Limits
 from warden.core.network import NetworkPolicy
@@ -221,21 +222,6 @@ _NO_MEMORY = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 
 
-# What a terminal takes for a command rather than text: C0 controls, DEL, C1 controls (\x9b is
-# CSI) and the bidirectional overrides and isolates (the same set as the CLI's `printable`).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-_SHOWN_NAME = 100  # characters of a program name echoed; the rest is the command's to say
-
-
-def _shown(program: str) -> str:
-    """A program name taken from the command's own stderr, safe to echo on a terminal: escaped
-    (`\\x1b`) and at most a line's worth. `warden run --json` writes Warden's lines raw to
-    stderr while it JSON-escapes the command's, so this line must carry nothing the bot chose
-    to send a terminal."""
-    cut = program[:_SHOWN_NAME] + ("…" if len(program) > _SHOWN_NAME else "")
-    return _UNSAFE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", cut)
-
-
 def nearest_program(program: str, programs: Collection[str]) -> str:
     """`: did you mean NAME?` for a mistyped program name (`pyhton` → python), or "" when none is
     close, the name is a path (`./x`: a file, not a typo of a command) or it does exist."""
@@ -262,10 +248,10 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
         program = last.removeprefix("bwrap: execvp ").rsplit(":", 1)[0]
         if exit_code == 127:
             hint = nearest_program(program, programs)
-            return (f"warden: {_shown(program)} is not in the sandbox{hint} (it sees /usr, /bin"
+            return (f"warden: {echoed(program)} is not in the sandbox{hint} (it sees /usr, /bin"
                     " and the workspace's .venv/bin and node_modules/.bin); `warden install` adds Python or "
                     "Node packages")
-        return f"warden: {_shown(program)} is not executable inside the sandbox"
+        return f"warden: {echoed(program)} is not executable inside the sandbox"
     if signal == _SIGXFSZ or "File too large" in stderr_tail:
         return (f"warden: a file reached the sandbox's size limit ({max_file_mb} MB, "
                 "sandbox.max_file_size_mb); `warden config set sandbox.max_file_size_mb N` raises it")
