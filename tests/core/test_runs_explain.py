@@ -58,3 +58,18 @@ def test_a_write_to_the_read_only_system_says_where_writes_go() -> None:
     bot = explain_failure(1, None, python, **FACTS, bot=True)
     assert bot is not None and "/tmp" in bot and "warden sandbox" not in bot  # a bot cannot run the CLI
     assert explain_failure(0, None, python, **FACTS) is None  # it coped: nothing to explain
+
+
+def test_a_program_name_from_the_commands_stderr_carries_no_escape_sequence() -> None:
+    # The name comes from the last line of stderr, which the command writes itself: a bot's
+    # `bwrap: execvp <OSC><CSI 2J>` must not reach the terminal through Warden's own line, which
+    # `warden run --json` writes raw to stderr while the command's stderr is JSON-escaped.
+    forged = "bwrap: execvp py\x1b]0;PWNED\x07\x1b[2J\x9b31m\u202ethon\r: No such file or directory\n"
+    for code in (126, 127):
+        line = explain_failure(code, None, forged, **FACTS, programs={"python"})
+        shown = "warden: py\\x1b]0;PWNED\\x07\\x1b[2J\\x9b31m\\u202ethon\\x0d is "
+        assert line is not None and line.startswith(shown), line
+        assert not any(ord(c) < 32 or 0x7F <= ord(c) < 0xA0 or 0x202A <= ord(c) <= 0x202E for c in line), line
+    # A long name is cut: one line of a terminal, not a screenful the command chose.
+    line = explain_failure(127, None, f"bwrap: execvp {'x' * 5000}: No such file or directory", **FACTS) or ""
+    assert len(line) < 600 and "x" * 100 + "…" in line, len(line)

@@ -213,6 +213,18 @@ def test_what_a_bot_leaves_in_git_is_moved_aside_and_audited(world: World) -> No
     assert b"moved aside git control files a command made (sub/.git)" in notice[0]
 
 
+def test_the_quarantine_note_escapes_the_paths_a_bot_named_and_names_a_few(world: World) -> None:
+    # The folders are the bot's to name; the note reaches the person's terminal raw.
+    evil = "z\x1b]0;PWNED\x07\x1b[2J\u202e/.git"
+    world.git.guard(WS).left = (evil, *(f"d{i}/.git" for i in range(30)))
+    notice: list[bytes] = []
+    world.service.execute(RunRequest("w1", ["sh"]), RunOutput(on_notice=notice.append))
+    line = notice[0].decode()
+    assert "(z\\x1b]0;PWNED\\x07\\x1b[2J\\u202e/.git, d0/.git," in line, line
+    assert "\x1b" not in line and "\u202e" not in line and "d8/.git and 21 more (the audit lists them)" in line, line
+    assert line.count("\n") == 1 and len(line) < 1000, line
+
+
 # -- refusals -------------------------------------------------------------------------------------
 def test_a_refused_command_is_audited_and_never_reaches_the_sandbox() -> None:
     world = World(check_commands=True, allowed_commands=("python",))

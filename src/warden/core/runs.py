@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from warden.core.bwrap_argv import Bind
+from warden.core.echo import echoed
 from warden.core.errors import InvalidInput
 from warden.core.limits import Limits
 from warden.core.network import NetworkPolicy
@@ -246,10 +247,11 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
     if exit_code in (126, 127) and last.startswith("bwrap: execvp "):
         program = last.removeprefix("bwrap: execvp ").rsplit(":", 1)[0]
         if exit_code == 127:
-            return (f"warden: {program} is not in the sandbox{nearest_program(program, programs)} (it sees /usr, "
-                    "/bin and the workspace's .venv/bin and node_modules/.bin); `warden install` adds Python or "
+            hint = nearest_program(program, programs)
+            return (f"warden: {echoed(program)} is not in the sandbox{hint} (it sees /usr, /bin"
+                    " and the workspace's .venv/bin and node_modules/.bin); `warden install` adds Python or "
                     "Node packages")
-        return f"warden: {program} is not executable inside the sandbox"
+        return f"warden: {echoed(program)} is not executable inside the sandbox"
     if signal == _SIGXFSZ or "File too large" in stderr_tail:
         return (f"warden: a file reached the sandbox's size limit ({max_file_mb} MB, "
                 "sandbox.max_file_size_mb); `warden config set sandbox.max_file_size_mb N` raises it")

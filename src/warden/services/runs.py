@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from warden.core.bwrap_argv import Bind
 from warden.core.changes import run_summary
+from warden.core.echo import echoed
 from warden.core.errors import Conflict, Denied, InvalidInput, Locked, NotFound, Refused, Unavailable, WardenError
 from warden.core.limits import Limits, apply_overrides
 from warden.core.paths import is_inside
@@ -45,6 +46,7 @@ __all__ = ["RunOutput", "RunRequest", "RunService", "RunSettings"]
 _SYSTEM_BINS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 # A folder's first entries only: a bot may fill its .venv/bin with a million names.
 _NAMES_READ = 4096
+_MOVED_SHOWN = 10  # quarantined paths named in a run's note; the audit has them all
 
 
 def _programs_seen(folder: str) -> set[str]:
@@ -605,7 +607,10 @@ class RunService:
             return
         self._audit.record(actor=actor, action="git.quarantine", target=name, decision="deny",
                            rule="git.control_files", result="moved", detail={"moved": list(moved)})
-        notes.show(f"warden: moved aside git control files a command made ({', '.join(moved)}): a "
+        # The paths are the bot's to name (a folder called ESC ] 0 ; ...): escaped, and a few.
+        shown = ", ".join(echoed(path, 200) for path in moved[:_MOVED_SHOWN])
+        more = f" and {len(moved) - _MOVED_SHOWN} more (the audit lists them)" if len(moved) > _MOVED_SHOWN else ""
+        notes.show(f"warden: moved aside git control files a command made ({shown}{more}): a "
                    "person's git would have run the programs they name; git files are the person's\n")
 
 
