@@ -67,7 +67,7 @@ def test_a_program_name_from_the_commands_stderr_carries_no_escape_sequence() ->
     forged = "bwrap: execvp py\x1b]0;PWNED\x07\x1b[2J\x9b31m\u202ethon\r: No such file or directory\n"
     for code in (126, 127):
         line = explain_failure(code, None, forged, **FACTS, programs={"python"})
-        shown = "warden: py\\x1b]0;PWNED\\x07\\x1b[2J\\x9b31m\\u202ethon\\x0d is "
+        shown = "warden: py\\x1b]0;PWNED\\x07\\x1b[2J\\x9b31m\\u202ethon\\r is "
         assert line is not None and line.startswith(shown), line
         assert not any(ord(c) < 32 or 0x7F <= ord(c) < 0xA0 or 0x202A <= ord(c) <= 0x202E for c in line), line
     # A long name is cut: one line of a terminal, not a screenful the command chose.

@@ -1,28 +1,36 @@
-"""Text a command or a bot chose, made safe to echo in Warden's own lines (pure).
+"""Text a command or a bot chose, made safe to show on a terminal (pure).
 
-Warden's notes on a run go to the person's terminal raw (`warden run --json` JSON-escapes the
-command's output, not Warden's lines), so any part of them the sandbox chose (a program name
-from its stderr, a folder it named) is escaped here: no escape sequence, no line of its own,
-no screenful.
+A bot chooses file paths, names, messages and the stderr its commands print; Warden repeats
+some of it in its own lines (a note after a run, a table, an audit listing). Shown as written,
+such text could send escape sequences to the person's terminal or forge lines of its own
+(CVE-2003-0063 and its many cousins), so control characters are shown escaped (`\\n`, `\\x1b`).
+The CLI's output (interfaces/cli/output.py) and Warden's notes on a run both escape with this.
 """
 
 from __future__ import annotations
 
-import re
+__all__ = ["ESCAPES", "echoed", "printable"]
 
-__all__ = ["echoed"]
+# C0 controls, DEL and C1 controls (a terminal reads \x9b as CSI), and the bidirectional
+# overrides and isolates that make text display in another order than it reads
+# (CVE-2021-42574, "Trojan Source"); and the private-use characters the CLI uses as colour
+# marks (interfaces/cli/output.py), which text from outside must not carry in.
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_CONTROLS = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]
+_BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+ESCAPES: dict[int, str] = {
+    **{c: _NAMED.get(chr(c), f"\\x{c:02x}") for c in _CONTROLS},
+    **{c: f"\\u{c:04x}" for c in _BIDI},
+    **{c: f"\\u{c:04x}" for c in range(0xE000, 0xE010)},
+}
 
-# What a terminal takes for a command rather than text: C0 controls, DEL, C1 controls (\x9b is
-# CSI) and the bidirectional overrides and isolates (the set the CLI's `printable` escapes).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
-
-def _escape(found: re.Match[str]) -> str:
-    code = ord(found[0])
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+def printable(value: str) -> str:
+    """`value` with control characters shown escaped (`\\n`, `\\x1b`): one safe line for a terminal."""
+    return value.translate(ESCAPES)
 
 
 def echoed(text: str, longest: int = 100) -> str:
-    """`text` escaped (`\\x1b`) and cut after `longest` characters (marked `…`)."""
-    cut = text[:longest] + ("…" if len(text) > longest else "")
-    return _UNSAFE.sub(_escape, cut)
+    """`text` cut after `longest` characters (marked `…`) and escaped: a part of Warden's own line
+    that the sandbox chose (a program name from its stderr, a folder it named)."""
+    return printable(text[:longest] + ("…" if len(text) > longest else ""))

@@ -14,37 +14,25 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from warden.core.echo import ESCAPES as _ESCAPES
+from warden.core.echo import printable
+
 __all__ = ["Output", "colour", "human_size", "margined", "printable", "styled", "table", "terminal_columns",
            "uses_colour"]
 
 _GAP = 2  # spaces between columns
 _NARROWEST = 8  # a squeezed column keeps at least this many characters a line
 
-# C0 controls, DEL and C1 controls (a terminal reads \x9b as CSI), and the bidirectional
-# overrides and isolates that make text display in another order than it reads
-# (CVE-2021-42574, "Trojan Source").
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_CONTROLS = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]
-_BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
 # Colour travels through a command's text as private-use characters that `human()` turns into
-# SGR sequences once the text has been made safe; data holding them is escaped like a control.
-# (A mark that slipped past `printable` could only ever set one of these six harmless styles.)
+# SGR sequences once the text has been made safe; data holding them is escaped like a control
+# (core/echo.py's ESCAPES). (A mark that slipped past `printable` could only ever set one of
+# these six harmless styles.)
 _STYLE_MARKS = {"\ue000": "\x1b[0m", "\ue001": "\x1b[1m", "\ue002": "\x1b[31m", "\ue003": "\x1b[32m",
                 "\ue004": "\x1b[33m", "\ue005": "\x1b[1;31m"}
 _MARK_OF = {"0": "\ue000", "1": "\ue001", "31": "\ue002", "32": "\ue003", "33": "\ue004", "1;31": "\ue005"}
-_ESCAPES: dict[int, str] = {
-    **{c: _NAMED.get(chr(c), f"\\x{c:02x}") for c in _CONTROLS},
-    **{c: f"\\u{c:04x}" for c in _BIDI},
-    **{c: f"\\u{c:04x}" for c in range(0xE000, 0xE010)},
-}
 # For whole texts a command built: its own line breaks stay, anything else is escaped.
 _ESCAPES_BUT_LINES = {c: v for c, v in _ESCAPES.items() if c != ord("\n")}
 _ESCAPES_BUT_LINES_AND_MARKS = {c: v for c, v in _ESCAPES_BUT_LINES.items() if chr(c) not in _STYLE_MARKS}
-
-
-def printable(value: str) -> str:
-    """`value` with control characters shown escaped (`\\n`, `\\x1b`): one safe line for a terminal."""
-    return value.translate(_ESCAPES)
 
 
 def margined(text: str) -> list[str]:
