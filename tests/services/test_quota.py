@@ -77,7 +77,7 @@ def test_a_run_writing_past_max_disk_is_stopped_within_a_mebibyte(cli: Cli, ws: 
     if realtime_allowed():
         assert sum(over <= one_write for over in overshoots) >= 4, [o // 1024 for o in overshoots]
     # Without it, how far a run gets is the scheduler's (CI as a normal user saw 2 to 25 MiB over,
-    # median 18.5: the watcher held off a CPU for the whole command); doctor says "tens of MiB".
+    # median 18: the watcher held off a CPU for the whole command); doctor says "tens of MiB".
     # Each run above was still stopped by the watcher (137, stopped_by), which is what it promises.
     # Live output too: the note is the last line on stderr.
     live = cli("run", name, "--", "python3", "-c", WRITE_30_MIB, env={"WARDEN_WORKSPACE_MAX_DISK": "5M"})
