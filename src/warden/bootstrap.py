@@ -525,6 +525,7 @@ class App:
         from warden.adapters.gitguard import HostGitGuards
         from warden.adapters.processes import HostProcesses
         from warden.adapters.safefs import HostSafeRoots
+        from warden.adapters.sandbox.host import programs_on_path
         from warden.adapters.sandbox.mountsrc import HostMountSources
         from warden.adapters.sandbox.tools import trust_settings
         from warden.services.runs import RunService, RunSettings
@@ -538,7 +539,7 @@ class App:
                           leases=self.leases, quota=self.quota, paths=self.sandbox_paths, settings=settings,
                           sandbox=self.sandbox_backend.runner(), records=records,
                           git=HostGitGuards(), mounts=HostMountSources(str(self.home.root), str(self.root_dir)),
-                          roots=HostSafeRoots(), live=self._live_sandboxes)
+                          roots=HostSafeRoots(), programs=programs_on_path, live=self._live_sandboxes)
 
     @cached_property
     def sandbox_backend(self) -> SandboxBackend:

@@ -87,6 +87,7 @@ class World:
         self.sandbox = FakeSandboxRunner(RunResult(0, "hello\n", "", 0.25))
         self.git = FakeGitGuards()
         self.mounts = FakeMountSources()
+        self.on_path: set[str] = set()  # the names on a sandbox's PATH, for a "did you mean"
         self.io = FakeWorkspaceIO()  # the workspace folders, as the run's cwd is judged in them
         self.io.make_folder("/home/u/.warden/workspaces/w1")
         self.records = RunsInProgress(self.audit, self.processes, lambda: self.now, "node-a")
@@ -94,7 +95,8 @@ class World:
         self.service = RunService(registry=self.registry, audit=self.audit, workspaces=Workspaces(self.registry),
                                   leases=self.leases, quota=self.quota, paths=self.paths,  # type: ignore[arg-type]
                                   settings=self.settings, sandbox=self.sandbox, records=self.records,
-                                  git=self.git, mounts=self.mounts, roots=FakeSafeRoots(self.io))
+                                  git=self.git, mounts=self.mounts, roots=FakeSafeRoots(self.io),
+                                  programs=lambda _folder: self.on_path)
         self.add_workspace("w1")
 
     def add_workspace(self, name: str, status: str = "ready", **meta: object) -> None:

@@ -347,11 +347,12 @@ class LiveSandboxService:
         """Stop `sandbox` (if it still runs), end its processes' records and remove its row."""
         with contextlib.suppress(Unavailable):
             self._collect(sandbox)  # what had ended before is recorded as it ended
-        self._sandboxes.stop(sandbox)
-        # What the processes it killed had used: their cgroups' figures, still there until released.
+        # What the processes it is about to kill have used: read before the stop, which removes
+        # their cgroups with the sandbox's (after it, nothing is left to read).
         with self._registry.transaction(write=False) as tx:
-            killed_now = [p for p in tx.processes.of_sandbox(sandbox.id) if p.running]
-        used = {p.id: self._sandboxes.usage(p) for p in killed_now}
+            running = [p for p in tx.processes.of_sandbox(sandbox.id) if p.running]
+        used = {p.id: self._sandboxes.usage(p) for p in running}
+        self._sandboxes.stop(sandbox)
         ended = []
         with self._registry.transaction() as tx:
             if not tx.sandboxes.delete(sandbox.id):

@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,42 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["RunOutput", "RunRequest", "RunService", "RunSettings"]
 
 _SYSTEM_BINS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
-# A folder's first entries only: a bot may fill its .venv/bin with a million names.
-_NAMES_READ = 4096
 _MOVED_SHOWN = 10  # quarantined paths named in a run's note; the audit has them all
-
-
-def _programs_seen(folder: str) -> set[str]:
-    """The names on the sandbox's PATH (the system's folders, the workspace's .venv/bin and
-    node_modules/.bin), read only after a command was not found, to suggest the one meant."""
-    names: set[str] = set()
-    for where in _SYSTEM_BINS:
-        names.update(_names_in(where))
-    names.update(_names_in(folder, ".venv", "bin"))
-    names.update(_names_in(folder, "node_modules", ".bin"))
-    return names
-
-
-def _names_in(top: str, *parts: str) -> list[str]:
-    """The entries of `top`/`parts`, each part opened by descriptor without following a link:
-    the workspace's folders are the bot's, and a `.venv` linked to a host folder must not tell
-    the bot (through a suggestion) what that folder holds. [] where a folder is missing."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-    try:
-        fd = os.open(top, flags)
-    except OSError:
-        return []
-    try:
-        for part in parts:
-            inner = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-        with os.scandir(fd) as entries:
-            return [entry.name for entry, _ in zip(entries, range(_NAMES_READ), strict=False)]
-    except OSError:
-        return []
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -217,7 +182,8 @@ class RunService:
     def __init__(self, *, registry: Registry, audit: AuditLog, workspaces: WorkspaceService,
                  leases: LeaseService, quota: QuotaService, paths: SandboxPaths, settings: RunSettings,
                  sandbox: SandboxRunner, records: RunsInProgress, git: GitGuards, mounts: MountSources,
-                 roots: SafeRoots, live: Callable[[bool], LiveSandboxService | None] | None = None) -> None:
+                 roots: SafeRoots, programs: Callable[[str], Collection[str]],
+                 live: Callable[[bool], LiveSandboxService | None] | None = None) -> None:
         self._registry = registry
         self._audit = audit
         self._workspaces = workspaces
@@ -230,6 +196,9 @@ class RunService:
         self._git = git
         self._mounts = mounts
         self._roots = roots
+        # The names on a workspace's sandbox PATH (adapters/sandbox/host.programs_on_path), read
+        # only after a command was not found, for a "did you mean".
+        self._programs = programs
         # Live sandboxes (services/live.py): background processes, and the foreground commands of a
         # principal whose live sandbox runs. `live(False)` is None when none can be running here
         # (nothing of them is even imported then); `live(True)` always gives the service.
@@ -538,7 +507,7 @@ class RunService:
                                   oom_killed=result.oom_killed, network=plan.network is not None,
                                   max_file_mb=self.settings.max_file_mb, memory=plan.limits.memory,
                                   bot=request.actor.startswith("bot:"), pids=plan.limits.pids,
-                                  programs=_programs_seen(plan.record.path) if result.exit_code == 127 else ())
+                                  programs=self._programs(plan.record.path) if result.exit_code == 127 else ())
             if why is not None:
                 notes.say(why)
         stopper = self._stopped_by(name, result.signal) if watched.note is None else None

@@ -25,7 +25,7 @@ from warden.core.bwrap_argv import (
     is_loader_variable,
     sandbox_path,
 )
-from warden.core.errors import Denied, InvalidInput, Unavailable
+from warden.core.errors import Denied, InvalidInput, Unavailable, WardenError
 from warden.core.shell_env import refuse_shell_startup_env
 
 __all__ = [
@@ -315,3 +315,41 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
         proc_readonly=proc_ro, proc_masked_files=proc_files, proc_masked_dirs=proc_dirs,
         disable_userns=bwrap_has("--disable-userns"), tmp_size=tmp_size,
         bind_fds=tuple((path, fd) for path, fd in opened.items() if any(b.path == path for b in binds)))
+
+
+# A folder's first entries only: a bot may fill its .venv/bin with a million names.
+_NAMES_READ = 4096
+
+
+def programs_on_path(workspace: str) -> set[str]:
+    """The names a command in `workspace`'s sandbox could run by name: the entries of the folders
+    on its PATH (core.bwrap_argv.sandbox_path), at most _NAMES_READ of each. The workspace's own
+    (.venv/bin, node_modules/.bin) are the bot's, opened beneath the workspace with no link
+    followed (a `.venv` linked to a host folder must not tell the bot what that folder holds)."""
+    from warden.adapters.safefs import SafeRoot
+
+    names: set[str] = set()
+    root: SafeRoot | None = None
+    try:
+        for folder in sandbox_path(workspace).split(":"):
+            try:
+                if folder.startswith(workspace + "/"):
+                    if root is None:
+                        root = SafeRoot.open(workspace)
+                    fd = root.open_dir(folder[len(workspace) + 1:])
+                else:  # the host's own /usr/bin, /bin (a link on merged-/usr systems)
+                    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except (OSError, WardenError):
+                continue
+            try:
+                with os.scandir(fd) as entries:
+                    names.update(entry.name for entry, _ in zip(entries, range(_NAMES_READ), strict=False))
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+    finally:
+        if root is not None:
+            root.close()
+    return names
+
