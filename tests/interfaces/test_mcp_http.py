@@ -197,7 +197,8 @@ def test_an_identity_token_acts_through_its_grants_and_runs_in_the_background(se
             pid = started.structured_content["id"]
             for _ in range(300):  # up to ~30 s on a loaded machine: its first line, once the sandbox is up
                 logs = await session.call_tool("process_logs", {"workspace": "paper", "id": pid})
-                if "ready" in text(logs):
+                # Its stdout, not the answer's text: that names the command (`echo ready`) at once.
+                if "ready" in (logs.structured_content or {}).get("stdout", ""):
                     break
                 await asyncio.sleep(0.1)
             killed = await session.call_tool("process_kill", {"workspace": "paper", "id": pid})
