@@ -89,7 +89,7 @@ def test_a_folder_moved_during_the_walk_is_not_followed_by_its_dots(chain: Path)
                 moved = True
     finally:
         os.close(root)
-    assert moved and open_fds() == before
+    assert moved and open_fds() <= before  # as above: none left open
     assert all(not p.startswith("..") for p in seen)
     # Above the moved part the walk went on from the folders reopened by name: their `b`s are seen.
     assert "/".join(["a"] * 399 + ["b"]) in seen and "b" in seen
