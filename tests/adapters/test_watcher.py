@@ -222,7 +222,9 @@ def test_a_sustained_storm_never_keeps_next_past_its_timeout_or_close(ws: Path) 
         time.sleep(0.2)
         began = time.monotonic()
         feed.next(1.0)  # a batch (the storm never goes quiet) or None: either way, on time
-        assert time.monotonic() - began < 1.0 + 0.5
+        # Held by the storm, next would return only when it ends (8 s); the margin is for a loaded
+        # machine (a normal user's CI run took 1.55 s).
+        assert time.monotonic() - began < 1.0 + 2.0
         got: list[object] = []
         waiter = threading.Thread(target=lambda: got.append(feed.next(None)))
         waiter.start()
@@ -230,7 +232,7 @@ def test_a_sustained_storm_never_keeps_next_past_its_timeout_or_close(ws: Path) 
         closed = time.monotonic()
         feed.close()
         waiter.join(5)
-        assert not waiter.is_alive() and time.monotonic() - closed < 0.5
+        assert not waiter.is_alive() and time.monotonic() - closed < 2.0
         assert renamer.poll() is None  # the storm was still on: the feed stopped anyway
     finally:
         renamer.kill()
