@@ -71,6 +71,15 @@ def isolated_environ(home: Path) -> dict[str, str]:
     return keep
 
 
+def at_a_terminal() -> None:
+    """A Popen `preexec_fn` for a test that presses Ctrl-C on a `warden` command: SIGINT at its
+    default, as in a terminal's foreground job, even when the suite itself runs as a background
+    job (a shell starts those with SIGINT ignored, and Python then never raises KeyboardInterrupt)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def _module_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1]) / "warden-home"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.conftest import Cli
+from tests.conftest import Cli, at_a_terminal
 
 pytestmark = pytest.mark.used_home
 
@@ -30,7 +30,8 @@ def test_since_keeps_only_events_from_then_on(cli: Cli) -> None:
 
 def test_follow_prints_new_events_until_interrupted(cli: Cli) -> None:
     follower = subprocess.Popen([sys.executable, "-m", "warden", "audit", "--follow", "--json", "--limit", "1"],
-                                env=cli.environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                env=cli.environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=at_a_terminal)
     try:
         time.sleep(1.5)  # listing done, now polling
         assert cli("bot", "register", "late").code == 0

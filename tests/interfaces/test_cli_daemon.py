@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import at_a_terminal
 from tests.support.waiting import poll, wait_until
 from warden.interfaces.cli import daemon as daemon_module
 from warden.interfaces.cli.entry import daemon_paths, encode_request, recv_frame, send_frame
@@ -156,7 +157,8 @@ def test_ctrl_c_and_a_killed_client_stop_the_command(env: dict[str, str]) -> Non
         mark = ws / f"after-{how.name}"
         mark.unlink(missing_ok=True)
         proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sh", "-c", f"echo started; sleep 3; touch {mark.name}"],
-                                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=at_a_terminal)
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"started\n"
         proc.send_signal(how)

@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import at_a_terminal
 from tests.support.servers import ServeProcess, cli_out, warden_environ
 from tests.support.waiting import wait_until
 from warden.client import Client
@@ -247,7 +248,7 @@ def test_the_stream_ends_when_the_workspace_is_destroyed(world: World) -> None:
 
 def _cli(world: World, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "warden", *args], env=world.environ, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=at_a_terminal)
 
 
 def test_cli_watch_json_count_one_gets_the_batch(world: World) -> None:

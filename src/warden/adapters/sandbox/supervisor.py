@@ -505,11 +505,15 @@ class Supervisor:
               tty: bool = False) -> NoReturn:
         try:
             os.setsid()
-            # Python ignores these; a command expects them at their defaults, as after a shell.
+            # Every signal at its default and none blocked, as after a login shell: Python ignores
+            # SIGPIPE and SIGXFSZ, this process handles some, and what the process that started
+            # the sandbox ignored (SIGINT and SIGQUIT of a shell's background job, nohup's SIGHUP)
+            # would stay ignored across exec.
             signal.set_wakeup_fd(-1)
-            for sig in _CHILD_SIGNALS:
-                signal.signal(sig, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
+            for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
+                with contextlib.suppress(OSError, ValueError):
+                    signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())
             for target, fd in enumerate(stdio):
                 os.dup2(fd, target, inheritable=True)
             if tty:  # a terminal session: the pseudo-terminal becomes this new session's own
