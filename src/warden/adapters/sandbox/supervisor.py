@@ -509,9 +509,11 @@ class Supervisor:
             # SIGPIPE and SIGXFSZ, this process handles some, and what the process that started
             # the sandbox ignored (SIGINT and SIGQUIT of a shell's background job, nohup's SIGHUP)
             # would stay ignored across exec.
+            # (Python knows each signal's disposition from its start: only those not at their
+            # default cost a system call here, on the way to the command's exec.)
             signal.set_wakeup_fd(-1)
-            for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
-                with contextlib.suppress(OSError, ValueError):
+            for sig in signal.valid_signals():
+                if signal.getsignal(sig) not in (signal.SIG_DFL, None):
                     signal.signal(sig, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, ())
             for target, fd in enumerate(stdio):
