@@ -1,6 +1,6 @@
 """How much a sandboxed `true` costs, against its baselines measured in the same run.
 
-    .venv/bin/python bench/exec.py [-n 30]
+    .venv/bin/python bench/exec.py [-n 30] [--spaced MS]
 
 Rows: a bare `true`; a raw `bwrap … true` with the same namespaces (the floor any bwrap
 sandbox pays); `Workspace.run(["true"])` in a warm process (seccomp, cgroups, limits, audit
@@ -61,21 +61,29 @@ def _stop_daemon(home: Path) -> None:
                     os.kill(int(entry), signal.SIGTERM)
 
 
-def _alternate(n: int, *fns: Callable[[], object]) -> list[list[float]]:
-    """Each callable `n` times, taking turns, so all see the same machine load."""
+def _alternate(n: int, *fns: Callable[[], object], gap: float = 0.0) -> list[list[float]]:
+    """Each callable `n` times, taking turns, so all see the same machine load; `gap` seconds
+    of nothing before each call (not timed), as between an agent's commands."""
     times: list[list[float]] = [[] for _ in fns]
     for fn in fns:
         fn()  # warm-up
     for _ in range(n):
         for index, fn in enumerate(fns):
-            times[index] += measure(fn, 1)
+            time.sleep(gap)
+            start = time.perf_counter()
+            fn()
+            times[index].append((time.perf_counter() - start) * 1000)
     return times
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-n", type=int, default=30)
-    n = parser.parse_args().n
+    parser.add_argument("--spaced", type=float, default=0.0, metavar="MS",
+                        help="a pause before each timed call, as between an agent's commands (cgroup v1 moves "
+                             "then wait for the kernel: back-to-back calls hide that)")
+    opts = parser.parse_args()
+    n, gap = opts.n, opts.spaced / 1000
     compileall.compile_dir(str(REPO / "src" / "warden"), quiet=1)
     sys.path.insert(0, str(REPO / "src"))
     from warden import Warden
@@ -108,12 +116,12 @@ def main() -> None:
 
             cli_daemon()  # starts the home's daemon
             _wait_for_daemon(home)
-            fresh = _alternate(n, raw_bwrap, in_process, cli_alone, cli_daemon)
+            fresh = _alternate(n, raw_bwrap, in_process, cli_alone, cli_daemon, gap=gap)
             # A detached process keeps the person's live sandbox up: their commands run in it.
             subprocess.run([*entry, "run", "bench", "--detach", "--", "sleep", "600"], check=True,
                            env=alone_env, stdout=subprocess.DEVNULL)
             try:
-                live = _alternate(n, raw_bwrap, in_process, cli_daemon)
+                live = _alternate(n, raw_bwrap, in_process, cli_daemon, gap=gap)
             finally:
                 listing = subprocess.run([*entry, "ps", "bench", "--json"], env=alone_env, capture_output=True,
                                          text=True, check=False)

@@ -15,6 +15,7 @@ from warden.core.live import (
     RING_BYTES,
     BadAnswer,
     Exited,
+    Spawned,
     check_process_id,
     decode_frame_length,
     encode_frame,
@@ -49,7 +50,8 @@ def test_frames_are_length_prefixed_and_bounded() -> None:
 
 
 def test_well_formed_answers_parse() -> None:
-    assert parse_spawned(_j({"ok": True, "pid": 7})) == 7
+    assert parse_spawned(_j({"ok": True, "pid": 7})) == Spawned(7, False)  # a supervisor of older code
+    assert parse_spawned(_j({"ok": True, "pid": 7, "joined": True})) == Spawned(7, True)
     listed = parse_listing(_j({"ok": True, "processes": [
         {"id": PID, "pid": 9, "status": "running", "background": True},
         {"id": "f" * 16, "pid": 10, "status": "exited", "exit_code": 143, "signal": 15, "timed_out": False,
@@ -73,7 +75,7 @@ def test_well_formed_answers_parse() -> None:
     _j({"ok": False, "error": "x" * 10_000}),  # a refusal, its reason cut
     _j({"pid": 7}),  # no ok
     _j({"ok": True, "pid": -1}), _j({"ok": True, "pid": 1 << 40}), _j({"ok": True, "pid": "7"}),
-    _j({"ok": True, "pid": True}), _j({"ok": True, "pid": 7.5}),
+    _j({"ok": True, "pid": True}), _j({"ok": True, "pid": 7.5}), _j({"ok": True, "pid": 7, "joined": "yes"}),
 ])
 def test_bad_spawn_answers_are_refused(answer: bytes) -> None:
     with pytest.raises(BadAnswer) as caught:

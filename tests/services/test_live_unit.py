@@ -181,6 +181,36 @@ def test_an_idle_sandbox_is_stopped_by_the_sweep(world: World) -> None:
     assert len(world.sandboxes.started) == 2
 
 
+def test_the_idle_period_runs_from_the_last_commands_end_and_a_quick_loop_writes_no_row(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    world.start(ALICE, "sh", "-c", "exit 0")  # starts the sandbox and ends: nothing keeps it running
+    [row] = world.rows()
+    assert row.last_used == T0.isoformat()
+    world.now = T0 + timedelta(seconds=0.5)  # an agent's next command at once: the row is not written
+    assert world.service.run_in_live(world.record, ALICE, world.request("true")) is not None
+    assert world.rows()[0].last_used == T0.isoformat()
+    world.now = T0 + timedelta(seconds=30)  # later: marked used
+    assert world.service.run_in_live(world.record, ALICE, world.request("true")) is not None
+    assert world.rows()[0].last_used == (T0 + timedelta(seconds=30)).isoformat()
+    # A command that runs 50 s: its end starts the idle period, so the sweep 20 s after it ends
+    # (70 s after it started, past the 60 s period) keeps the sandbox.
+    quick = world.sandboxes.run
+
+    def slow(sandbox: LiveSandbox, process_id: str, request: SandboxRequest) -> RunResult:
+        world.now += timedelta(seconds=50)
+        return quick(sandbox, process_id, request)
+
+    monkeypatch.setattr(world.sandboxes, "run", slow)
+    assert world.service.run_in_live(world.record, ALICE, world.request("true")) is not None
+    assert world.rows()[0].last_used == (T0 + timedelta(seconds=80)).isoformat()
+    world.now += timedelta(seconds=20)
+    world.service.sweep()
+    assert len(world.rows()) == 1
+    world.now += timedelta(seconds=41)
+    world.service.sweep()
+    assert world.rows() == [] and world.stop_reasons()[0].startswith("idle for 60 s")
+
+
 def test_background_processes_hold_their_bots_exec_slots(world: World) -> None:
     world.start(ALICE, bot="alice")
     world.start(ALICE, bot="alice")

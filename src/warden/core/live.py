@@ -43,6 +43,7 @@ __all__ = [
     "LiveSandbox",
     "Logs",
     "ProcessView",
+    "Spawned",
     "StartedSandbox",
     "Supervised",
     "check_process_id",
@@ -293,9 +294,20 @@ def parse_ok(data: bytes) -> None:
     _checked(data)
 
 
-def parse_spawned(data: bytes) -> int:
-    """The answer to `spawn`: the new process's pid inside the sandbox."""
-    return _int(_checked(data).get("pid"), 2, _MAX_PID, "pid")
+class Spawned(NamedTuple):
+    """The answer to `spawn`: the new process's pid inside the sandbox, and whether it joined
+    the cgroups whose `tasks` files came with the request itself."""
+
+    pid: int
+    joined: bool
+
+
+def parse_spawned(data: bytes) -> Spawned:
+    answer = _checked(data)
+    joined = answer.get("joined", False)
+    if not isinstance(joined, bool):
+        raise BadAnswer("joined is not true or false")
+    return Spawned(_int(answer.get("pid"), 2, _MAX_PID, "pid"), joined)
 
 
 @dataclass(frozen=True)

@@ -208,6 +208,8 @@ class LiveSandboxService:
             if exc.rule in ("live.bad_answer", "live.unreachable"):
                 self._stop(sandbox, "its supervisor answered badly")
             raise
+        # Used until now: a long command's end starts its idle period, not its start.
+        self._touch(sandbox)
         if request.network is None:
             return result
         # What the proxy decided meanwhile is this command's to report (a background process of
@@ -279,9 +281,7 @@ class LiveSandboxService:
                     # layers replaced): what runs in it must not keep what is no longer allowed.
                     problem = "its mounts are not what the workspace's policy says now"
                 if problem is None:
-                    with self._registry.transaction() as tx:
-                        tx.sandboxes.touch(found.id, self._now())
-                    return found
+                    return self._touch(found)
                 self._stop(found, problem)
             if not start:
                 return None
@@ -290,6 +290,20 @@ class LiveSandboxService:
                 return made
         raise Unavailable(f"the live sandbox of {record.name!r} keeps changing under this command; run it again",
                           rule="live.contended")
+
+    def _touch(self, sandbox: LiveSandbox) -> LiveSandbox:
+        """`sandbox` marked used now, for its idle stop (workspace.sandbox_idle). The write is
+        skipped when its row was marked under a tenth of the idle period ago (at most a second),
+        which the idle stop cannot tell apart from now: an agent's next command, or the end of a
+        quick one, costs no registry write."""
+        now = self._clock()
+        last = _parse_time(sandbox.last_used)
+        if last is not None and 0 <= (now - last).total_seconds() < min(1.0, self.settings.idle_s / 10):
+            return sandbox
+        stamp = now.isoformat()
+        with self._registry.transaction() as tx:
+            tx.sandboxes.touch(sandbox.id, stamp)
+        return sandbox._replace(last_used=stamp)
 
     def _start(self, record: WorkspaceRecord, principal: str, request: SandboxRequest, network: str,
                fingerprint: str, fence: int) -> LiveSandbox | None:

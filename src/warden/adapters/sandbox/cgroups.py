@@ -112,6 +112,24 @@ class Cgroup:
         for fd in self.procs_fds:
             os.write(fd, str(pid).encode())
 
+    def join_files(self) -> list[int]:
+        """Open `tasks` files of these cgroups for a process to join them by itself (writing "0"),
+        or [] when that would not pay: only a v1 hierarchy moves a single thread that joins by
+        itself without the kernel's global threadgroup lock, whose RCU grace period makes
+        `add` of another process take ~10 ms when no move happened lately (v2 has no such
+        file). The caller closes them."""
+        if not self.dirs or any(version != "v1" for version, _ in self.dirs):
+            return []
+        fds: list[int] = []
+        try:
+            for _, path in self.dirs:
+                fds.append(os.open(f"{path}/tasks", os.O_WRONLY | os.O_CLOEXEC))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            return []
+        return fds
+
     def wait_empty(self, timeout: float = 2.0) -> bool:
         """Wait until no process is left in the cgroups (cgroup.kill only starts the killing);
         False if some still are after `timeout` seconds."""

@@ -100,6 +100,10 @@ _STOP_WAIT_S = 5.0  # seconds stop() waits for a killed sandbox to be gone
 
 
 SUPERVISOR_PATH = "/etc/warden/supervisor.py"  # inside a live sandbox
+# What a supervisor this code starts understands beyond the first protocol (in its sandbox's
+# row): 2, a command joins the cgroups whose `tasks` files come with its spawn. A sandbox an
+# older Warden started keeps being spoken to as it understands.
+SUPERVISOR_PROTOCOL = 2
 
 
 @cache
@@ -487,7 +491,7 @@ class HostLiveSandboxes:
             listener.close()
             started = self._release(proc, control, group, support, folder)
             return started._replace(socket=path, meta={**started.meta, "seccomp": held.seccomp,
-                                                       "notes": held.notes[:5],
+                                                       "notes": held.notes[:5], "protocol": SUPERVISOR_PROTOCOL,
                                                        **(proxy.meta() if proxy is not None else {})})
         except BaseException:
             if proc is not None:
@@ -571,31 +575,41 @@ class HostLiveSandboxes:
         too_long = too_long_for_exec(list(request.argv), env)
         if too_long is not None:
             raise too_long
-        channel.send({"op": "spawn", "id": process_id, "argv": list(request.argv), "env": env, "cwd": cwd,
-                      "background": background, "timeout": timeout, "fds": names, "ring": ring,
-                      "tty": request.terminal is not None}, fds)
-        ns_pid = _parsed(parse_spawned, channel.frame())
-        pidns = sandbox.meta.get("pidns")
-        host_pid = _host_pid(sandbox.supervisor_pid, ns_pid, pidns if isinstance(pidns, int) else 0)
         support = cgroups.detect()
         group = None
         notes: list[str] = []
+        if _cgroup_of(sandbox.meta) is not None:
+            try:
+                group = cgroups.create(support, memory=request.limits.memory, pids=request.limits.pids,
+                                       name=f"warden-live-{sandbox.id[4:]}-{process_id}")
+            except OSError as exc:
+                notes.append(f"cgroup not usable ({exc})")
+        host_pid: int | None = None
         try:
-            if _cgroup_of(sandbox.meta) is not None:
-                try:
-                    group = cgroups.create(support, memory=request.limits.memory, pids=request.limits.pids,
-                                           name=f"warden-live-{sandbox.id[4:]}-{process_id}")
-                except OSError as exc:
-                    notes.append(f"cgroup not usable ({exc})")
             check_process_limit(group, support, notes)
+            # The command joins its cgroups itself, before it runs anything of its own: a v1
+            # move by the host would wait ~10 ms for the kernel when commands come spaced out.
+            join = group.join_files() if group is not None and sandbox.meta.get("protocol") == SUPERVISOR_PROTOCOL else []
+            try:
+                channel.send({"op": "spawn", "id": process_id, "argv": list(request.argv), "env": env, "cwd": cwd,
+                              "background": background, "timeout": timeout,
+                              "fds": [*names, *(f"cgroup{i}" for i in range(len(join)))], "ring": ring,
+                              "tty": request.terminal is not None}, [*fds, *join])
+            finally:
+                for fd in join:
+                    os.close(fd)
+            spawned = _parsed(parse_spawned, channel.frame())
+            pidns = sandbox.meta.get("pidns")
+            host_pid = _host_pid(sandbox.supervisor_pid, spawned.pid, pidns if isinstance(pidns, int) else 0)
             for which, soft, hard in _rlimits(request.limits, group, support):
                 resource.prlimit(host_pid, which, (soft, hard))
-            if group is not None:
+            if group is not None and not spawned.joined:
                 group.add(host_pid)
             _parsed(parse_ok, channel.ask({"op": "go", "id": process_id}))
         except BaseException:
-            with contextlib.suppress(OSError):
-                os.kill(host_pid, signal.SIGKILL)
+            if host_pid is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(host_pid, signal.SIGKILL)
             if group is not None:
                 _remove_cgroup(group)
             raise

@@ -27,18 +27,19 @@ import contextlib
 import errno
 import json
 import os
+import select
 import selectors
 import signal
 import socket
 import struct
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 MAX_REQUEST = 1 << 20
 MAX_PROCS = 64  # background processes kept, running or finished
-MAX_FDS = 3
+MAX_FDS = 5  # stdin, stdout, stderr and the tasks files of two v1 cgroups
 MAX_PENDING_OUT = 16 << 20  # bytes queued to a client that does not read
 SPAWN_GRACE = 30.0  # seconds a spawned command waits for Warden's go before it is killed
 READ_CHUNK = 65536
@@ -458,11 +459,15 @@ class Supervisor:
         given = list(conn.fds)
         conn.fds = []
         names = list(request.get("fds") or [])
-        if len(names) != len(given):
+        if len(names) != len(given) or len(set(names)) != len(names):
             for fd in given:
                 os.close(fd)
             raise ValueError("descriptors and their names disagree")
         child_fds = dict(zip(names, given))  # noqa: B905 (runs on any python3; lengths checked above)
+        # `tasks` files of the command's cgroups (v1): the child joins them itself, which spares
+        # the host's move of it the kernel's global lock (adapters/sandbox/cgroups.join_files).
+        joins = [child_fds.pop(name) for name in names if name.startswith("cgroup")]
+        joined = False
         parent_reads = {}
         devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         try:
@@ -472,6 +477,7 @@ class Supervisor:
                     parent_reads[read_end] = name
                     child_fds[name] = write_end
             go_r, go_w = os.pipe2(os.O_CLOEXEC)
+            said_r, said_w = os.pipe2(os.O_CLOEXEC)
             # Blocked across the fork: a signal Warden sends before the child has put its
             # handlers back to their defaults would reach this process's Python handler in the
             # child, which drops it (a SIGTERM right after the start was lost). The child
@@ -482,13 +488,17 @@ class Supervisor:
                 if pid == 0:  # the child: never returns
                     self.child(argv, env, cwd, [child_fds.get("stdin", devnull), child_fds.get("stdout", devnull),
                                                 child_fds.get("stderr", devnull)], go_r,
-                               tty=bool(request.get("tty")) and "stdin" in child_fds)
+                               tty=bool(request.get("tty")) and "stdin" in child_fds, joins=joins, said=said_w)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
             os.close(go_r)
+            os.close(said_w)
+            if joins and select.select([said_r], [], [], 2.0)[0]:
+                joined = os.read(said_r, 1) == b"1"  # else Warden moves it (and nothing hangs here)
+            os.close(said_r)
         finally:
             os.close(devnull)
-            for fd in child_fds.values():
+            for fd in [*child_fds.values(), *joins]:
                 os.close(fd)
         proc = Proc(proc_id, pid, background, timeout, ring, go_w, None if background else conn)
         self.procs[proc_id] = proc
@@ -498,12 +508,19 @@ class Supervisor:
             proc.pipes[fd] = name
             self.pipes[fd] = proc
             self.sel.register(fd, selectors.EVENT_READ, proc)
-        self.send(conn, {"ok": True, "pid": pid})
+        self.send(conn, {"ok": True, "pid": pid, "joined": joined})
 
     @staticmethod
     def child(argv: list[str], env: dict[str, str], cwd: str, stdio: list[int], go_r: int, *,
-              tty: bool = False) -> NoReturn:
+              tty: bool = False, joins: Sequence[int] = (), said: int = -1) -> NoReturn:
         try:
+            if joins:  # "0": this thread, the child's only one
+                try:
+                    for fd in joins:
+                        os.write(fd, b"0")
+                    os.write(said, b"1")
+                except OSError:
+                    os.write(said, b"0")
             os.setsid()
             # Every signal at its default and none blocked, as after a login shell: Python ignores
             # SIGPIPE and SIGXFSZ, this process handles some, and what the process that started
