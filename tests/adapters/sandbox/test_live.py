@@ -133,6 +133,20 @@ def test_a_command_joins_its_own_cgroups_itself_where_that_spares_the_kernels_lo
     assert len(lines) == len(specs) and all(line.endswith("-" + "d" * 16) for line in lines), shown.stdout
 
 
+def test_a_supervisor_saying_it_joined_when_it_did_not_gets_its_command_moved_by_warden(
+        host: HostLiveSandboxes, sandbox: LiveSandbox, folder: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not sandbox.meta.get("cgroups"):
+        pytest.skip("no cgroups this process may use")
+    # No files to join by, yet the answer says it joined: Warden checks, and moves it itself.
+    monkeypatch.setattr(cgroups.Cgroup, "join_files", lambda self: [])
+    real = live_module.parse_spawned
+    monkeypatch.setattr(live_module, "parse_spawned", lambda data: real(data)._replace(joined=True))
+    shown = host.run(sandbox, "e" * 16, _req(folder, "cat", "/proc/self/cgroup"))
+    assert shown.exit_code == 0, shown.stderr
+    lines = [line for line in shown.stdout.splitlines() if line.split(":")[1] in ("memory", "pids")]
+    assert lines and all(line.endswith("-" + "e" * 16) for line in lines), shown.stdout
+
+
 def test_stdin_timeouts_and_missing_programs(host: HostLiveSandboxes, sandbox: LiveSandbox, folder: str) -> None:
     fed = host.run(sandbox, "a" * 16, SandboxRequest(folder, ("wc", "-c"), Limits(timeout_s=30),
                                                      stdin=b"x" * 300_000))

@@ -130,6 +130,17 @@ class Cgroup:
             return []
         return fds
 
+    def holds(self, pid: int) -> bool:
+        """Whether `pid` is in every one of these cgroups (by /proc/PID/cgroup, as this process's
+        cgroup namespace names them)."""
+        try:
+            with open(f"/proc/{pid}/cgroup") as listing:
+                lines = listing.read(1 << 16).splitlines()
+        except OSError:
+            return False
+        places = {line.split(":", 2)[-1] for line in lines}
+        return all(any(place.endswith("/" + os.path.basename(path)) for place in places) for _, path in self.dirs)
+
     def wait_empty(self, timeout: float = 2.0) -> bool:
         """Wait until no process is left in the cgroups (cgroup.kill only starts the killing);
         False if some still are after `timeout` seconds."""

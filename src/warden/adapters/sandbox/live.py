@@ -589,7 +589,8 @@ class HostLiveSandboxes:
             check_process_limit(group, support, notes)
             # The command joins its cgroups itself, before it runs anything of its own: a v1
             # move by the host would wait ~10 ms for the kernel when commands come spaced out.
-            join = group.join_files() if group is not None and sandbox.meta.get("protocol") == SUPERVISOR_PROTOCOL else []
+            joinable = group is not None and sandbox.meta.get("protocol") == SUPERVISOR_PROTOCOL
+            join = group.join_files() if group is not None and joinable else []
             try:
                 channel.send({"op": "spawn", "id": process_id, "argv": list(request.argv), "env": env, "cwd": cwd,
                               "background": background, "timeout": timeout,
@@ -603,7 +604,8 @@ class HostLiveSandboxes:
             host_pid = _host_pid(sandbox.supervisor_pid, spawned.pid, pidns if isinstance(pidns, int) else 0)
             for which, soft, hard in _rlimits(request.limits, group, support):
                 resource.prlimit(host_pid, which, (soft, hard))
-            if group is not None and not spawned.joined:
+            # Its word that it joined is checked: a supervisor is the bot's as much as Warden's.
+            if group is not None and not (spawned.joined and group.holds(host_pid)):
                 group.add(host_pid)
             _parsed(parse_ok, channel.ask({"op": "go", "id": process_id}))
         except BaseException:
