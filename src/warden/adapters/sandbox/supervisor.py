@@ -469,15 +469,25 @@ class Supervisor:
         joins = [child_fds.pop(name) for name in names if name.startswith("cgroup")]
         joined = False
         parent_reads = {}
+        # What this process keeps only if the spawn succeeds: a fork that fails (the sandbox's
+        # processes at their limit, which a command can hold them at) leaked these per request
+        # until the supervisor could open nothing more.
+        kept: list[int] = []
+        childs: list[int] = []  # the child's ends of those pipes, closed here after the fork either way
         devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         try:
             if background:
                 for name in ("stdout", "stderr"):
                     read_end, write_end = os.pipe2(os.O_CLOEXEC)
+                    kept.append(read_end)
                     parent_reads[read_end] = name
                     child_fds[name] = write_end
             go_r, go_w = os.pipe2(os.O_CLOEXEC)
+            kept.append(go_w)
+            childs.append(go_r)
             said_r, said_w = os.pipe2(os.O_CLOEXEC)
+            kept.append(said_r)
+            childs.append(said_w)
             # Blocked across the fork: a signal Warden sends before the child has put its
             # handlers back to their defaults would reach this process's Python handler in the
             # child, which drops it (a SIGTERM right after the start was lost). The child
@@ -491,14 +501,16 @@ class Supervisor:
                                tty=bool(request.get("tty")) and "stdin" in child_fds, joins=joins, said=said_w)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
-            os.close(go_r)
             os.close(said_w)
+            childs.remove(said_w)
             if joins and select.select([said_r], [], [], 2.0)[0]:
                 joined = os.read(said_r, 1) == b"1"  # else Warden moves it (and nothing hangs here)
+            kept.remove(said_r)
             os.close(said_r)
+            kept = []  # the spawn stands: the go pipe and output pipes are the process's now
         finally:
             os.close(devnull)
-            for fd in [*child_fds.values(), *joins]:
+            for fd in [*child_fds.values(), *joins, *childs, *kept]:
                 os.close(fd)
         proc = Proc(proc_id, pid, background, timeout, ring, go_w, None if background else conn)
         self.procs[proc_id] = proc
