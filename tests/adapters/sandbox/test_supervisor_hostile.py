@@ -7,16 +7,21 @@ from __future__ import annotations
 import json
 import os
 import resource
+import secrets
 import shutil
 import socket
 import struct
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from warden.adapters.sandbox.live import supervisor_source
+from warden.adapters.sandbox.live import HostLiveSandboxes, supervisor_source
+from warden.core.limits import Limits
+from warden.core.live import LiveSandbox
+from warden.core.runs import SandboxRequest
 
 NOBODY = 65534
 
@@ -70,6 +75,10 @@ def starved(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
         proc.wait(5)
 
 
+def _req(folder: str, *argv: str) -> SandboxRequest:
+    return SandboxRequest(folder, argv, Limits(timeout_s=30))
+
+
 def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -102,3 +111,99 @@ def test_a_spawn_that_cannot_fork_leaves_no_descriptor_behind(starved: tuple[sub
         assert _fds(proc.pid) == before
         conn.sendall(_frame({"op": "list"}))
         assert _answer(conn) == {"ok": True, "processes": []}
+
+
+# A bot's process beside the supervisor: it stops every command the supervisor forks before that
+# command runs (same user: a signal it may send), and while it is stopped tries each way to a
+# descriptor of another process: /proc/PID/fd (readlink, open), pidfd_getfd, and any cgroup
+# `tasks` or `cgroup.procs` it can open for writing. What it reaches, it names.
+THIEF = r"""
+import ctypes, os, signal, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+me, found, stopped = os.getpid(), set(), 0
+deadline = time.monotonic() + float(sys.argv[1])
+supervisor = os.getppid()
+def cmd(pid):
+    try:
+        with open(f'/proc/{pid}/cmdline', 'rb') as f:
+            return f.read()
+    except OSError:
+        return b''
+top = cmd(supervisor)
+def grab(pid):
+    try:
+        for name in os.listdir(f'/proc/{pid}/fd'):
+            target = os.readlink(f'/proc/{pid}/fd/{name}')
+            found.add(f'readlink {target}')
+            try:
+                os.close(os.open(f'/proc/{pid}/fd/{name}', os.O_WRONLY))
+                found.add(f'opened {target}')
+            except OSError:
+                pass
+    except OSError:
+        pass
+    pidfd = libc.syscall(434, pid, 0)
+    if pidfd >= 0:
+        for fd in range(3, 16):
+            got = libc.syscall(438, pidfd, fd, 0)
+            if got >= 0:
+                found.add(f'pidfd_getfd {os.readlink(f"/proc/self/fd/{got}")}')
+                os.close(got)
+        os.close(pidfd)
+for root, dirs, files in os.walk('/sys/fs/cgroup'):
+    for name in files:
+        if name in ('tasks', 'cgroup.procs'):
+            try:
+                os.close(os.open(os.path.join(root, name), os.O_WRONLY))
+                found.add(f'writable {root}/{name}')
+            except OSError:
+                pass
+while time.monotonic() < deadline:
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit() or int(entry) in (me, 1):
+            continue
+        pid = int(entry)
+        if pid != supervisor and cmd(pid) == top:  # a command forked, not yet run
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                stopped += 1
+            except OSError:
+                continue
+            grab(pid)
+            os.kill(pid, signal.SIGCONT)
+        else:
+            grab(pid)
+print(f'stopped {stopped}')
+hits = sorted(f for f in found if f.startswith('writable') or f.endswith(('/tasks', '/cgroup.procs')))
+print('\n'.join(hits) or 'nothing')
+"""
+
+
+def test_a_bots_process_reaches_no_cgroup_file_of_a_command_starting_beside_it(tmp_path: Path) -> None:
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    host = HostLiveSandboxes(tmp_path / "run", {"LANG": "C.UTF-8"})
+    sandbox_id = f"sbx_{secrets.token_hex(8)}"
+    started = host.start(sandbox_id, _req(str(folder), "true"), idle_s=60)
+    row = LiveSandbox(sandbox_id, "w", "ws_w", "user", "none", "fp", 0, "node", started.pid, started.pid_start,
+                      started.supervisor_pid, started.supervisor_start, started.socket, "t", "t", started.meta)
+    try:
+        host.spawn(row, "f" * 16, _req(str(folder), "python3", "-c", THIEF, "8"))
+        time.sleep(0.5)  # it is looking
+        for index in range(30):
+            ran = host.run(row, f"{index:016x}", _req(str(folder), "cat", "/proc/self/cgroup"))
+            assert ran.exit_code == 0, ran.stderr
+            # Where it ran is its own cgroup, however late the thief let it go.
+            if row.meta.get("cgroups"):
+                assert all(line.endswith(f"-{index:016x}") for line in ran.stdout.splitlines()
+                           if line.split(":")[1] in ("memory", "pids")), ran.stdout
+        ended = host.wait(row, "f" * 16, 30)
+        logs, _ = host.logs(row, "f" * 16)
+        assert ended.exited is not None and ended.exited.exit_code == 0, logs.stderr
+        report = logs.stdout.decode()
+        assert report.startswith("stopped ") and int(report.split()[1]) > 0, report  # the attack did run
+        assert report.splitlines()[1:] == ["nothing"], report
+    finally:
+        host.stop(row)
