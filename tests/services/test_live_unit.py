@@ -13,7 +13,7 @@ from warden.core.errors import NotFound, TimedOut, Unavailable
 from warden.core.grants import Grant
 from warden.core.leases import LeaseState
 from warden.core.limits import Limits
-from warden.core.live import LiveSandbox
+from warden.core.live import LiveSandbox, Supervised
 from warden.core.network import NetworkPolicy
 from warden.core.runs import RunResult, SandboxRequest
 from warden.core.workspaces import WorkspaceRecord
@@ -295,3 +295,31 @@ def test_a_background_processs_run_event_says_what_it_used(world: World) -> None
     assert world.status(killed) == ("killed", 137)
     [stopped] = [e for e in world.audit.list(limit=100) if e.action == "run" and e.detail["run_id"] == killed]
     assert stopped.detail["usage"]["cpu_s"] == 0.5
+
+
+def test_a_foreground_command_running_past_the_idle_period_is_not_stopped_by_the_sweep(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A foreground command has no process row; the sweep counted only background ones, so a
+    command running longer than workspace.sandbox_idle (a long build, a bot's exec with a long
+    timeout) had its sandbox, and itself, stopped under it as idle. Its supervisor lists it."""
+    world.start(ALICE, "sh", "-c", "exit 0")
+    quick = world.sandboxes.run
+    listing = world.sandboxes.listing
+    swept: list[list[str]] = []
+
+    def long(sandbox: LiveSandbox, process_id: str, request: SandboxRequest) -> RunResult:
+        def with_it(seen: LiveSandbox) -> list[Supervised]:
+            return [*listing(seen), Supervised(process_id, 99, "running", None, None, False)]
+
+        monkeypatch.setattr(world.sandboxes, "listing", with_it)
+        world.now += timedelta(seconds=90)  # the serve loop's sweep, while it runs
+        swept.append(world.service.sweep())
+        monkeypatch.setattr(world.sandboxes, "listing", listing)
+        return quick(sandbox, process_id, request)
+
+    monkeypatch.setattr(world.sandboxes, "run", long)
+    assert world.service.run_in_live(world.record, ALICE, world.request("make")) is not None
+    assert swept == [[]] and len(world.rows()) == 1 and world.sandboxes.stopped == []
+    world.now += timedelta(seconds=61)  # idle from its end on
+    world.service.sweep()
+    assert world.rows() == [] and world.stop_reasons()[0].startswith("idle for 60 s")

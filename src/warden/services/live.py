@@ -464,10 +464,21 @@ class LiveSandboxService:
             return True
         if idle and not running:
             last = _parse_time(sandbox.last_used)
-            if last is not None and (self._clock() - last).total_seconds() >= self.settings.idle_s:
+            if (last is not None and (self._clock() - last).total_seconds() >= self.settings.idle_s
+                    and not self._runs_foreground(sandbox)):
                 self._stop(sandbox, f"idle for {self.settings.idle_s:g} s (workspace.sandbox_idle)", killed=False)
                 return True
         return False
+
+    def _runs_foreground(self, sandbox: LiveSandbox) -> bool:
+        """Whether a foreground command runs in `sandbox` (it has no process row; its supervisor
+        lists it): one running longer than the idle period was stopped under it as idle. Its
+        row is marked used at its end. Asked only of a sandbox about to be stopped as idle."""
+        try:
+            return any(seen.status in ("starting", "running") and not seen.background
+                       for seen in self._sandboxes.listing(sandbox))
+        except Unavailable:
+            return False  # the stop that follows finds why
 
     @staticmethod
     def _why_gone(record: WorkspaceRecord | None, sandbox: LiveSandbox) -> str:
