@@ -503,8 +503,10 @@ class Supervisor:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
             os.close(said_w)
             childs.remove(said_w)
-            if joins and select.select([said_r], [], [], 2.0)[0]:
-                joined = os.read(said_r, 1) == b"1"  # else Warden moves it (and nothing hangs here)
+            # The child says so within microseconds; a bot that stops it first (it may signal its
+            # own processes) holds this loop a quarter of a second, and Warden moves it instead.
+            if joins and select.select([said_r], [], [], 0.25)[0]:
+                joined = os.read(said_r, 1) == b"1"
             kept.remove(said_r)
             os.close(said_r)
             kept = []  # the spawn stands: the go pipe and output pipes are the process's now
