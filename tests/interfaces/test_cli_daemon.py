@@ -50,6 +50,23 @@ def daemon_pids(home: Path) -> list[int]:
     return sorted(found)
 
 
+def the_daemon(home: Path) -> int:
+    """The daemon of `home` itself, not one of its children: the one whose parent is none of
+    them (not the lowest pid: pids wrap around, at 32,768 on many machines, so a child may have
+    a lower one, and a test killing "the daemon" killed the command instead)."""
+    pids = daemon_pids(home)
+    [daemon] = [pid for pid in pids if _parent(pid) not in (*pids, 0)]
+    return daemon
+
+
+def _parent(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # it ended meanwhile (a child that ran its command)
+        return 0
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
 def stop_daemon(home: Path) -> None:
     for pid in daemon_pids(home):
         with contextlib.suppress(OSError):
@@ -185,7 +202,7 @@ def test_another_environment_or_changed_code_is_run_by_the_client_itself(env: di
         other = warden(own, "run", "dw", "--", "sh", "-c", "echo fine", extra={"WARDEN_SOMETHING": "else"})
         assert (other.returncode, other.stdout) == (0, b"fine\n")
         assert "environment differs" in log.read_text() and "WARDEN_SOMETHING" in log.read_text()
-        before = daemon_pids(home)[0]
+        before = the_daemon(home)
         # The code on disk changes (an upgrade): the daemon takes no more commands and ends.
         module = code / "warden" / "interfaces" / "cli" / "daemon.py"
         stat = module.stat()
@@ -246,7 +263,7 @@ def test_a_daemon_killed_mid_run_costs_the_client_nothing(env: dict[str, str]) -
                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None
     assert proc.stdout.readline() == b"started\n"
-    daemon = min(daemon_pids(home))
+    daemon = the_daemon(home)
     os.kill(daemon, signal.SIGKILL)
     assert proc.wait(timeout=30) == 5
     assert proc.stdout.read() == b"done\n"
