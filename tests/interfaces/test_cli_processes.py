@@ -285,3 +285,17 @@ def test_the_persons_repository_is_theirs_while_their_server_runs(cli: Cli, ws: 
     finally:
         cli("kill", ws, server, "--signal", "KILL")
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_suspend_counts_the_commands_it_stopped_not_the_sandbox_around_them(cli: Cli) -> None:
+    assert cli("create", "susp", "--template", "minimal").code == 0
+    try:
+        _detach(cli, "susp", "sleep", "300")  # in the live sandbox: bwrap, its pid 1, the supervisor, sleep
+        suspended = cli("suspend", "susp", "--json")
+        assert suspended.code == 0, suspended.stderr
+        assert len(suspended.json["data"]["stopped"]) == 1, suspended.json
+        assert cli("resume", "susp").code == 0
+        _detach(cli, "susp", "sleep", "300")
+        assert cli("suspend", "susp").stdout.strip() == "suspended susp (stopped 1 process)"
+    finally:
+        cli("destroy", "susp", "--yes", "--no-archive")

@@ -197,6 +197,7 @@ def stop_processes(root: str, *, grace: float = 2.0) -> list[int]:
     pids = workspace_processes(root)
     if not pids:
         return []
+    commands = _commands(pids)
     _signal_all(pids, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
@@ -211,7 +212,25 @@ def stop_processes(root: str, *, grace: float = 2.0) -> list[int]:
             break
         _signal_all(left, signal.SIGKILL)
         time.sleep(0.05)
-    return sorted(pids)
+    return sorted(commands)
+
+
+def _commands(pids: Iterable[int]) -> set[int]:
+    """`pids` without Warden's own machinery around the commands (bwrap and its pid 1, a live
+    sandbox's supervisor): what a person counts as "the processes" of a workspace."""
+    from warden.core.live import SUPERVISOR_PATH
+
+    supervisor = os.fsencode(SUPERVISOR_PATH)
+    found = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read(1 << 16).split(b"\0")
+        except OSError:
+            continue
+        if os.path.basename(argv[0]) != b"bwrap" and supervisor not in argv[:4]:
+            found.add(pid)
+    return found
 
 
 class HostProcesses:

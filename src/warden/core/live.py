@@ -27,6 +27,8 @@ from typing import Any, NamedTuple
 from warden.core.errors import InvalidInput
 from warden.core.runs import Usage
 
+SUPERVISOR_PATH = "/etc/warden/supervisor.py"  # where a live sandbox runs its supervisor, inside it
+
 __all__ = [
     "FRAME_HEADER",
     "MAX_ANSWER",
@@ -36,6 +38,7 @@ __all__ = [
     "RING_BYTES",
     "SANDBOX_ID",
     "STATUSES",
+    "SUPERVISOR_PATH",
     "BadAnswer",
     "Chunk",
     "Exited",

@@ -63,6 +63,7 @@ from warden.core.live import (
     FRAME_HEADER,
     RING_BYTES,
     SANDBOX_ID,
+    SUPERVISOR_PATH,
     BadAnswer,
     Chunk,
     Exited,
@@ -99,7 +100,6 @@ _ERR_TAIL = 4096
 _STOP_WAIT_S = 5.0  # seconds stop() waits for a killed sandbox to be gone
 
 
-SUPERVISOR_PATH = "/etc/warden/supervisor.py"  # inside a live sandbox
 # What a supervisor this code starts understands beyond the first protocol (in its sandbox's
 # row): 2, a command joins the cgroups whose `tasks` files come with its spawn. A sandbox an
 # older Warden started keeps being spoken to as it understands.

@@ -38,7 +38,8 @@ class Processes(Protocol):
 
     def stop_processes(self, root: str) -> list[int]:
         """Stop the sandboxed processes of the workspace folder `root` (SIGTERM, then SIGKILL
-        what is left after a grace period); the pids it found."""
+        what is left after a grace period); the pids of the commands it stopped (not bwrap or a
+        live sandbox's supervisor around them: what a person counts as a workspace's processes)."""
         ...
 
     def orphan_sandboxes(self, roots: Sequence[str], keep: Collection[int] = ()) -> set[int]:

@@ -84,7 +84,8 @@ def _simple(ctx: Context, args: argparse.Namespace) -> Output:
     else:
         data = getattr(lifecycle, operation)(args.name).to_json()
     if operation == "suspend":
-        text = f"suspended {args.name} (stopped {len(data['stopped'])} processes)"
+        count = len(data["stopped"])
+        text = f"suspended {args.name} (stopped {count} process{'' if count == 1 else 'es'})"
     elif operation == "archive":
         text = f"archived {args.name} to {data['archive']} ({human_size(data.get('size', 0))})"
     elif operation == "resume":
