@@ -59,9 +59,10 @@ def test_suspend_stops_sandboxed_processes_and_resume_reopens(envhome: EnvHome) 
                                 "--die-with-parent", "--", "sleep", "60"])
     try:
         wait_until(lambda: "sleep" in _descendants(sleeper.pid).values(), message="the sandbox never started")
+        command = [pid for pid, comm in _descendants(sleeper.pid).items() if comm == "sleep"]
         proc = envhome.cli("suspend", name, "--json")
         assert proc.returncode == 0, proc.stderr
-        assert sleeper.pid in json.loads(proc.stdout)["data"]["stopped"]
+        assert json.loads(proc.stdout)["data"]["stopped"] == command  # the command, not bwrap around it
         assert sleeper.wait(timeout=10) != 0
     finally:
         if sleeper.poll() is None:
