@@ -170,7 +170,10 @@ while time.monotonic() < deadline:
             except OSError:
                 continue
             grab(pid)
-            os.kill(pid, signal.SIGCONT)
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:  # killed meanwhile (a command held past its start is killed)
+                pass
         else:
             grab(pid)
 print(f'stopped {stopped}')
