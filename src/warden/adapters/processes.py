@@ -106,12 +106,8 @@ def workspace_processes(root: str) -> set[int]:
     for pid in _pids():
         if pid in own:
             continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                argv = handle.read().split(b"\0")
-        except OSError:
-            continue
-        if not argv or os.path.basename(argv[0].decode(errors="replace")) != "bwrap":
+        argv = _cmdline(pid)
+        if not argv or not _is_bwrap(argv):
             continue
         # Warden starts bwrap in the workspace folder (its options, which name the folder, are
         # off the command line); a bwrap that names it in its argv is matched too.
@@ -135,6 +131,18 @@ def workspace_processes(root: str) -> set[int]:
         found.add(pid)
         todo.extend(children.get(pid, ()))
     return found
+
+
+def _cmdline(pid: int) -> list[bytes] | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().split(b"\0")
+    except OSError:
+        return None
+
+
+def _is_bwrap(argv: list[bytes]) -> bool:
+    return os.path.basename(argv[0]) == b"bwrap"
 
 
 def _comm(pid: int) -> str:
@@ -223,12 +231,8 @@ def _commands(pids: Iterable[int]) -> set[int]:
     supervisor = os.fsencode(SUPERVISOR_PATH)
     found = set()
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                argv = handle.read(1 << 16).split(b"\0")
-        except OSError:
-            continue
-        if os.path.basename(argv[0]) != b"bwrap" and supervisor not in argv[:4]:
+        argv = _cmdline(pid)
+        if argv and not _is_bwrap(argv) and supervisor not in argv[:4]:
             found.add(pid)
     return found
 

@@ -589,7 +589,7 @@ class HostLiveSandboxes:
             check_process_limit(group, support, notes)
             # The command joins its cgroups itself, before it runs anything of its own: a v1
             # move by the host would wait ~10 ms for the kernel when commands come spaced out.
-            joinable = group is not None and sandbox.meta.get("protocol") == SUPERVISOR_PROTOCOL
+            joinable = sandbox.meta.get("protocol") == SUPERVISOR_PROTOCOL
             join = group.join_files() if group is not None and joinable else []
             try:
                 channel.send({"op": "spawn", "id": process_id, "argv": list(request.argv), "env": env, "cwd": cwd,
