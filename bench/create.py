@@ -61,9 +61,11 @@ def main() -> None:
 
     w = Warden.open(home / "warden", environ=env)
     print("building the default template's layers (once; later runs reuse them)...", file=sys.stderr)
-    resolution, infos = w.app.layers.build("default")
-    interp = find_python(resolution.python["interpreter"]["version"].rsplit(".", 1)[0], env)
-    lock = Path(infos["python"]["site_packages"]).parents[3] / "requirements.lock"
+    built = w.app.layers.build("default")
+    resolution, layers = built.resolution, built.layers
+    assert resolution.python is not None and layers.python is not None
+    interp = find_python(resolution.python.interpreter.version.rsplit(".", 1)[0], env)
+    lock = Path(layers.python.path) / "requirements.lock"
     deps = list(resolution.template.python.dependencies)
 
     # Baselines --------------------------------------------------------------------------
@@ -118,8 +120,8 @@ def main() -> None:
         ("Warden.create() in a warm process", api_t),
         ("`warden create` command", cli_t),
     ]
-    print(f"\ndefault template: {len(deps)} Python deps ({len(infos['python']['packages'])} packages), "
-          f"Node {', '.join(infos['node']['dependencies']) if 'node' in infos else '-'}; Python {interp.version}")
+    print(f"\ndefault template: {len(deps)} Python deps ({len(layers.python.packages)} packages), "
+          f"Node {', '.join(layers.node.packages) if layers.node else '-'}; Python {interp.version}")
     print(f"{'way to a ready workspace':42} {'runs':>4} {'median':>10} {'vs cp -a':>9}")
     for label, values in rows:
         print(f"{label:42} {len(values):>4} {med(values) * 1000:>8.1f}ms {snapshot / med(values):>8.1f}x")

@@ -137,6 +137,16 @@ class App:
         return Path(os.path.expanduser(configured)).absolute() if configured else self.home.root / "workspaces"
 
     @cached_property
+    def layer_cache(self) -> Path | None:
+        """The layer cache shared with other homes (`envs.layer_cache`); None when unset or when
+        it lies in the workspaces, where bots write."""
+        configured = self.settings.get_str("envs.layer_cache")
+        if not configured:
+            return None
+        folder = Path(os.path.normpath(Path(os.path.expanduser(configured)).absolute()))
+        return None if folder.is_relative_to(self.root_dir) else folder
+
+    @cached_property
     def database_url(self) -> str | None:
         """The shared registry's URL (WARDEN_DATABASE_URL, else `database.url` in config.toml, which
         `warden init --join` writes); None: the SQLite default in the home."""
@@ -337,11 +347,13 @@ class App:
     @cached_property
     def layers(self) -> LayerService:
         from warden.adapters.envs.host_layers import FileResolutionCache, HostLayerBuilder, HostLayerStore
+        from warden.adapters.envs.layer_cache import LayerCache
         from warden.services.layers import LayerService
         from warden.services.templates import TemplateCatalog
 
         store = HostLayerStore(self.home.layers)
-        return LayerService(store, HostLayerBuilder(store, self.environ, cache_dir=self.home.cache),
+        shared = LayerCache(self.layer_cache) if self.layer_cache is not None else None
+        return LayerService(store, HostLayerBuilder(store, self.environ, cache_dir=self.home.cache, shared=shared),
                             FileResolutionCache(self.home.layers / "_resolved"), TemplateCatalog(self.home.templates),
                             self.settings)
 
@@ -381,7 +393,8 @@ class App:
         return SandboxPaths(self.home.sandbox_paths, self.audit, self.clock, files=HostPolicyFiles(),
                             mounts=HostMountJudge(), block_system=self.settings.get_bool("sandbox.block_system_paths"),
                             user_home=self.environ.get("HOME"), warden_home=str(self.home.root),
-                            workspaces_root=str(self.root_dir))
+                            workspaces_root=str(self.root_dir),
+                            shared_state=[str(self.layer_cache)] if self.layer_cache is not None else [])
 
     def files(self, workspace: str | WorkspaceRecord, *, actor: str = "user",
               approver: Approver | None = None, session: str | None = None,

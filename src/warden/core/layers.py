@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 __all__ = ["UV_PROGRESS_LOG", "EnvLayers", "IndexOptions", "Interpreter", "Layer", "NodeBinding", "NodeRuntime",
@@ -162,10 +163,12 @@ class Layer:
                    built_at=str(built_at) if built_at is not None else None,
                    template=str(template) if template is not None else None,
                    packages=tuple(str(p) for p in packages) if isinstance(packages, list | tuple) else (),
-                   site_packages=_str_or_none(info.get("site_packages")),
+                   site_packages=_inside(path, str(info["id"]), info.get("site_packages")),
                    scripts=dict(scripts) if isinstance(scripts, Mapping) else {},
-                   node_modules=_str_or_none(info.get("node_modules")),
-                   bins=dict(bins) if isinstance(bins, Mapping) else {})
+                   node_modules=_inside(path, str(info["id"]), info.get("node_modules")),
+                   bins={str(name): target for name, value in bins.items()
+                         if (target := _inside(path, str(info["id"]), value)) is not None}
+                   if isinstance(bins, Mapping) else {})
 
 
 @dataclass(frozen=True)
@@ -181,3 +184,21 @@ class EnvLayers:
 
 def _str_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _inside(layer: str, layer_id: str, value: object) -> str | None:
+    """A path layer.json names, as a path inside the layer where it lies now. layer.json names its
+    paths relative to the layer, so a home that is moved (or copied) keeps its layers; one written
+    by older code names them absolute, under the folder the layer had then (`…/<id>/…`). None for
+    anything else (a path out of the layer is no path of it)."""
+    if not isinstance(value, str) or not value:
+        return None
+    rel = value
+    if value.startswith("/"):
+        _, sep, rel = value.rpartition(f"/{layer_id}/")
+        if not sep:
+            return None
+    parts = PurePosixPath(rel).parts
+    if not parts or ".." in parts or parts[0] == "/":
+        return None
+    return str(PurePosixPath(layer, *parts))

@@ -15,7 +15,7 @@ Order of a decision, first match wins:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from warden.core.decisions import Decision
@@ -335,14 +335,19 @@ def effective_paths(root: str, zones: Mapping[str, Zone], rules: PathRules, *,
 
 
 
-def state_exposure(path: str, *, home: str, workspaces_root: str) -> str | None:
+def state_exposure(path: str, *, home: str, workspaces_root: str, shared: Sequence[str] = ()) -> str | None:
     """Why mounting `path` into a sandbox would show it Warden's own state, or None.
 
     Warden's home holds the keys, the registry and every workspace; an allowed path that
     contains it (say `/`), or lies in it outside the workspaces (keys/, layers/, the
     database), would hand all of that to every bot. Another workspace's folder is fine:
-    sharing one is the user's call. All three paths normalised and absolute (pure).
+    sharing one is the user's call. `shared`: Warden's folders outside the home (the layer cache,
+    whose layers other homes copy: a bot writing there would reach their bots). All paths
+    normalised and absolute (pure).
     """
+    for folder in shared:
+        if is_inside(folder, path) or is_inside(path, folder):
+            return f"it overlaps Warden's layer cache {folder}, which other homes' layers are copied from"
     if is_inside(home, path):
         return f"it contains Warden's home {home} (keys, registry and every workspace)"
     if is_inside(workspaces_root, path):

@@ -162,6 +162,9 @@ KEYS: dict[str, Setting] = {
                 "Extra folders or URLs of wheels for layers and installs (pip's --find-links)"),
         Setting("envs.no_index", "bool", False,
                 "Install only from envs.find_links, never from an index"),
+        Setting("envs.layer_cache", "path", "",
+                "A folder of built layers shared by the Warden homes of this machine: a layer found "
+                "there is copied, not built (empty: none)"),
         Setting("envs.npm_registry", "str", "",
                 "npm registry URL for Node layers and installs (empty: npm's default)"),
         # With their port: a listed name may then resolve to a private address (a registry

@@ -11,7 +11,7 @@ Where things live (path lists as JSON, zones as YAML):
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -67,7 +67,8 @@ class SandboxPaths:
 
     def __init__(self, global_file: Path, audit: AuditLog, clock: Callable[[], datetime], *,
                  files: PolicyFiles, mounts: MountJudge, block_system: bool, user_home: str | None,
-                 warden_home: str | None = None, workspaces_root: str | None = None) -> None:
+                 warden_home: str | None = None, workspaces_root: str | None = None,
+                 shared_state: Sequence[str] = ()) -> None:
         self.global_file = global_file
         self._files = files
         self._mounts = mounts
@@ -77,12 +78,14 @@ class SandboxPaths:
         self._user_home = user_home
         self._warden_home = normalize(warden_home) if warden_home else None
         self._workspaces_root = normalize(workspaces_root) if workspaces_root else self._warden_home
+        self._shared_state = tuple(normalize(p) for p in shared_state)  # the layer cache
 
     def exposure(self, path: str) -> str | None:
         """Why allowing `path` would show sandboxes Warden's own state (keys, registry), or None."""
         if self._warden_home is None or self._workspaces_root is None:
             return None
-        return state_exposure(normalize(path), home=self._warden_home, workspaces_root=self._workspaces_root)
+        return state_exposure(normalize(path), home=self._warden_home, workspaces_root=self._workspaces_root,
+                              shared=self._shared_state)
 
     # -- files -----------------------------------------------------------------------------
     def policy_dir(self, record: WorkspaceRecord) -> Path:

@@ -11,9 +11,11 @@ import os
 import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from warden.adapters.atomic import write_atomic
 from warden.adapters.envs import interpreters
+from warden.adapters.envs.layer_cache import LayerCache
 from warden.adapters.envs.layer_store import LayerStore
 from warden.adapters.envs.node_layer import build_node_layer
 from warden.adapters.envs.progress import Progress
@@ -57,10 +59,29 @@ class HostLayerStore:
 class HostLayerBuilder:
     """Interpreters found on this machine; layers built into `store` (uv sandboxed, npm with no scripts)."""
 
-    def __init__(self, store: HostLayerStore, environ: Mapping[str, str], *, cache_dir: Path) -> None:
+    def __init__(self, store: HostLayerStore, environ: Mapping[str, str], *, cache_dir: Path,
+                 shared: LayerCache | None = None) -> None:
         self._store = store.store
         self._environ = environ
         self._cache_dir = cache_dir
+        self._shared = shared
+
+    def _built(self, layer_id: str, bar: Progress, build: Callable[[], dict[str, Any]]) -> Layer:
+        """The layer from the shared layer cache when it holds it (copied, checked), else built
+        (and put there)."""
+        info = None
+        if self._shared is not None:
+            with self._store.build_lock(layer_id):
+                info = self._store.read(layer_id)
+                if info is None and (info := self._shared.copy_into(self._store, layer_id)) is not None:
+                    bar.finish(f"copied from the layer cache {self._shared.folder}")
+                    return Layer.from_info(info, str(self._store.path(layer_id)))
+        if info is None:
+            info = build()
+            if self._shared is not None and info.get("copied_from") is None:
+                self._shared.publish(self._store, layer_id)
+        bar.finish()
+        return Layer.from_info(info, str(self._store.path(layer_id)))
 
     @property
     def builder_version(self) -> str:
@@ -83,12 +104,14 @@ class HostLayerBuilder:
                      index: IndexOptions, domains: Sequence[str], template: str, progress: bool) -> Layer:
         interp = interpreters.Interpreter(**interpreter.to_json())
         bar = Progress(f"building Python layer {layer_id} for template {template}", 4, enabled=progress)
-        uv = interpreters.uv_binary()
-        info = build_python_layer(self._store, layer_id, dependencies=dependencies, interpreter=interp, uv=uv,
-                                  index=index, execute=self._sandboxed(interp, uv, index, domains),
-                                  cache_dir=self._cache_dir / "uv", progress=bar, meta={"template": template})
-        bar.finish()
-        return Layer.from_info(info, str(self._store.path(layer_id)))
+
+        def build() -> dict[str, Any]:
+            uv = interpreters.uv_binary()
+            return build_python_layer(self._store, layer_id, dependencies=dependencies, interpreter=interp, uv=uv,
+                                      index=index, execute=self._sandboxed(interp, uv, index, domains),
+                                      cache_dir=self._cache_dir / "uv", progress=bar, meta={"template": template})
+
+        return self._built(layer_id, bar, build)
 
     def _sandboxed(self, interp: interpreters.Interpreter, uv: str, index: IndexOptions,
                    domains: Sequence[str]) -> Execute:
@@ -110,10 +133,9 @@ class HostLayerBuilder:
     def build_node(self, layer_id: str, *, package_json: str, runtime: NodeRuntime, registry: str,
                    template: str, progress: bool) -> Layer:
         bar = Progress(f"building Node layer {layer_id} for template {template}", 2, enabled=progress)
-        info = build_node_layer(self._store, layer_id, package_json=package_json, runtime=runtime,
-                                environ=self._environ, progress=bar, registry=registry, meta={"template": template})
-        bar.finish()
-        return Layer.from_info(info, str(self._store.path(layer_id)))
+        return self._built(layer_id, bar, lambda: build_node_layer(
+            self._store, layer_id, package_json=package_json, runtime=runtime, environ=self._environ, progress=bar,
+            registry=registry, meta={"template": template}))
 
 
 class FileResolutionCache:

@@ -77,8 +77,8 @@ def build_node_layer(store: LayerStore, layer_id: str, *, package_json: str, run
             info = {
                 "id": layer_id, "kind": "node", "dependencies": deps,
                 "node": {"executable": runtime.node, "version": runtime.version},
-                "node_modules": str(store.path(layer_id) / "node_modules"),
-                "links": _top_level(modules), "bins": _bins(modules, store.path(layer_id) / "node_modules"),
+                # Paths relative to the layer, resolved where it lies (core/layers.py).
+                "node_modules": "node_modules", "links": _top_level(modules), "bins": _bins(modules),
                 "lock": "package-lock.json" if (build / "package-lock.json").exists() else None,
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "build_seconds": round(time.time() - started, 2), "size": dir_size(build), **dict(meta),
@@ -99,15 +99,17 @@ def _top_level(modules: Path) -> list[str]:
     return names
 
 
-def _bins(modules: Path, final: Path) -> dict[str, str]:
-    """`.bin` entries as absolute targets inside the final layer path."""
+def _bins(modules: Path) -> dict[str, str]:
+    """`.bin` entries as targets relative to the layer (`node_modules/…`); one that leads out of
+    node_modules is left out."""
     bins: dict[str, str] = {}
     bin_dir = modules / ".bin"
     if bin_dir.is_dir():
         for entry in sorted(bin_dir.iterdir()):
             if entry.is_symlink():
-                target = os.path.normpath(os.path.join(str(final / ".bin"), os.readlink(entry)))
-                bins[entry.name] = target
+                target = os.path.normpath(os.path.join("node_modules/.bin", os.readlink(entry)))
+                if target.startswith("node_modules/"):
+                    bins[entry.name] = target
     return bins
 
 

@@ -109,7 +109,7 @@ def build_python_layer(store: LayerStore, layer_id: str, *, dependencies: Sequen
                 "id": layer_id, "kind": "python", "builder": BUILDER_VERSION,
                 "dependencies": list(dependencies), "packages": pinned,
                 "python": interpreter.to_json(),
-                "site_packages": str(store.path(layer_id) / site.relative_to(build)),
+                "site_packages": str(site.relative_to(build)),  # where the layer lies (core/layers.py)
                 "scripts": _scripts(venv / "bin"),
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "build_seconds": round(time.time() - started, 2),

@@ -1,0 +1,109 @@
+"""The layer cache several homes share (`envs.layer_cache`), through the real CLI: one home builds a
+layer and puts it there, the next copies it (its own inodes, checked against the digest), a changed
+entry or a cache others may write is never used, and no bot can be given the cache as a path."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cli, isolated_environ
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def _home(tmp_path: Path, name: str, cache: Path) -> tuple[Cli, Path]:
+    home = tmp_path / name / "warden-home"
+    home.mkdir(parents=True)
+    return Cli({**isolated_environ(home), "WARDEN_ENVS_LAYER_CACHE": str(cache)}), home
+
+
+def _layer(home: Path) -> Path:
+    (layer,) = [p for p in (home / "layers").iterdir() if p.name.startswith("py")]
+    return layer
+
+
+def _files(root: Path) -> dict[str, os.stat_result]:
+    return {str(p.relative_to(root)): p.lstat() for p in root.rglob("*") if p.is_file() and not p.is_symlink()}
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Path:
+    folder = tmp_path / "layer-cache"
+    folder.mkdir(mode=0o700)
+    return folder
+
+
+def test_a_layer_built_in_one_home_is_copied_into_the_next(tmp_path: Path, cache: Path) -> None:
+    first, first_home = _home(tmp_path, "a", cache)
+    made = first("create", "one")
+    assert made.code == 0, made.stderr
+    assert "copied from the layer cache" not in made.stderr
+    (cached,) = list(cache.iterdir())
+    assert cached.name == _layer(first_home).name and not stat.S_IMODE(cached.stat().st_mode) & 0o222
+
+    second, second_home = _home(tmp_path, "b", cache)
+    made = second("create", "two")
+    assert made.code == 0, made.stderr
+    assert f"copied from the layer cache {cache}" in made.stderr
+    layer = _layer(second_home)
+    info = json.loads((layer / "layer.json").read_text())
+    assert info["copied_from"] == str(cache) and not info["site_packages"].startswith("/")
+    copied, source = _files(layer), _files(cached)
+    assert copied.keys() - {"layer.json"} == source.keys() - {"layer.json"}
+    for rel, st in copied.items():  # a copy of its own, sealed as a built layer is
+        assert st.st_nlink == 1 and st.st_ino != source[rel].st_ino and not st.st_mode & 0o222, rel
+
+    # Nothing of the first home or the cache is needed any more: the layer is the second home's.
+    shutil.rmtree(tmp_path / "a", ignore_errors=True)
+    for p in [cache, *cache.rglob("*")]:
+        if not p.is_symlink():
+            p.chmod(0o700)
+    shutil.rmtree(cache)
+    # The workspace's venv reads the layer's site-packages where the second home has it.
+    ran = second("run", "two", "--", "python", "-c", "import os, sys; print([p for p in sys.path if os.path.isdir(p)])")
+    assert ran.code == 0, ran.stderr
+    assert f"'{layer}/venv/lib/" in ran.stdout
+    assert second("health", "two", "--json").json["data"]["status"] == "ready"
+
+
+def test_a_changed_entry_is_never_copied_and_the_layer_is_built(tmp_path: Path, cache: Path) -> None:
+    first, _ = _home(tmp_path, "a", cache)
+    assert first("create", "one").code == 0
+    (cached,) = list(cache.iterdir())
+    planted = next(cached.glob("venv/lib/python3*/site-packages")) / "evil.pth"
+    planted.parent.chmod(0o755)
+    planted.write_text("import os; os.system('echo pwned')\n")
+
+    second, second_home = _home(tmp_path, "b", cache)
+    made = second("create", "two")
+    assert made.code == 0, made.stderr
+    assert "copied from the layer cache" not in made.stderr
+    layer = _layer(second_home)
+    assert "copied_from" not in json.loads((layer / "layer.json").read_text())
+    assert not list(layer.rglob("evil.pth"))
+
+
+def test_a_cache_others_may_write_is_not_used(tmp_path: Path, cache: Path) -> None:
+    cache.chmod(0o777)
+    first, _ = _home(tmp_path, "a", cache)
+    assert first("create", "one").code == 0
+    assert list(cache.iterdir()) == []  # nothing put there either
+
+
+def test_no_bot_can_be_given_the_cache_as_an_allowed_path(tmp_path: Path, cache: Path) -> None:
+    cli, home = _home(tmp_path, "a", cache)
+    assert cli("create", "one").code == 0
+    before = (home / "sandbox_paths.json").read_bytes() if (home / "sandbox_paths.json").exists() else None
+    for path in (str(cache), str(cache / "py3.11-x"), str(tmp_path)):
+        refused = cli("sandbox", "add", path, "--workspace", "one", "--json")
+        assert refused.code == 2, (path, refused.stdout)
+        assert refused.json["error"]["code"] == "invalid"
+    assert "layer cache" in cli("sandbox", "add", str(cache), "--json").json["error"]["message"]
+    after = (home / "sandbox_paths.json").read_bytes() if (home / "sandbox_paths.json").exists() else None
+    assert before == after
