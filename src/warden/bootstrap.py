@@ -144,7 +144,8 @@ class App:
         if not configured:
             return None
         folder = Path(os.path.normpath(Path(os.path.expanduser(configured)).absolute()))
-        return None if folder.is_relative_to(self.root_dir) else folder
+        inside = Path(os.path.realpath(folder)).is_relative_to(os.path.realpath(self.root_dir))
+        return None if inside or folder.is_relative_to(self.root_dir) else folder
 
     @cached_property
     def database_url(self) -> str | None:

@@ -89,11 +89,27 @@ def test_a_changed_entry_is_never_copied_and_the_layer_is_built(tmp_path: Path, 
     assert not list(layer.rglob("evil.pth"))
 
 
-def test_a_cache_others_may_write_is_not_used(tmp_path: Path, cache: Path) -> None:
+def _doctor_says(cli: Cli) -> dict[str, object]:
+    (check,) = [c for c in cli("doctor", "--json").json["data"]["checks"] if c["name"] == "layer cache"]
+    return dict(check)
+
+
+def test_a_cache_others_may_write_is_not_used_and_doctor_says_so(tmp_path: Path, cache: Path) -> None:
     cache.chmod(0o777)
     first, _ = _home(tmp_path, "a", cache)
     assert first("create", "one").code == 0
     assert list(cache.iterdir()) == []  # nothing put there either
+    said = _doctor_says(first)
+    assert not said["ok"] and not said["required"] and said["fix"] == f"chmod go-w {cache}"
+
+
+def test_the_first_build_makes_the_folder_for_the_user_alone(tmp_path: Path) -> None:
+    cache = tmp_path / "not-yet"
+    first, _ = _home(tmp_path, "a", cache)
+    assert _doctor_says(first)["ok"]
+    assert first("create", "one").code == 0
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700 and len(list(cache.iterdir())) == 1
+    assert "1 layer(s)" in str(_doctor_says(first)["detail"])
 
 
 def test_no_bot_can_be_given_the_cache_as_an_allowed_path(tmp_path: Path, cache: Path) -> None:

@@ -16,6 +16,7 @@ sees half of one; two homes publishing the same layer at once keep whichever lan
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -35,16 +36,26 @@ class LayerCache:
         self.folder = folder
 
     def usable(self) -> bool:
-        """A real folder (not a link) of this user or root, closed to writes by others."""
+        return self.unusable() is None
+
+    def unusable(self) -> tuple[str, str] | None:
+        """Why the folder is not used, and the fix; None when it is: a real folder (not a link) of
+        this user or root, closed to writes by others."""
         try:
             fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return False
+        except FileNotFoundError:
+            return "it does not exist", f"mkdir -m 700 {self.folder}"
+        except OSError as exc:
+            return f"it is not a folder Warden can open ({exc.strerror})", "give a real folder, not a link"
         try:
             st = os.fstat(fd)
         finally:
             os.close(fd)
-        return st.st_uid in (os.geteuid(), 0) and not st.st_mode & 0o022
+        if st.st_uid not in (os.geteuid(), 0):
+            return f"it belongs to uid {st.st_uid}, not to you or root", "give a folder of your own"
+        if st.st_mode & 0o022:
+            return "a group or other users may write it", f"chmod go-w {self.folder}"
+        return None
 
     def copy_into(self, store: LayerStore, layer_id: str) -> dict[str, Any] | None:
         """Layer `layer_id` copied from the cache into `store` and sealed there; None when the cache
@@ -59,9 +70,9 @@ class LayerCache:
         with store.staging(layer_id) as build:
             try:
                 _copy_tree(source.path(layer_id), build)
-            except OSError:
-                return None
-            if tree_digest(build) != recorded:  # layer.json itself is not hashed; commit writes it again
+                if tree_digest(build) != recorded:  # layer.json itself is not hashed; commit writes it again
+                    return None
+            except OSError:  # a full disk, an entry removed meanwhile: built instead
                 return None
             kept = {k: v for k, v in info.items() if k not in ("tree_sha256", "copied_from")}
             return store.commit(build, layer_id, {**kept, "copied_from": str(self.folder)})
@@ -69,6 +80,8 @@ class LayerCache:
     def publish(self, store: LayerStore, layer_id: str) -> None:
         """Put a copy of `store`'s layer in the cache (best effort: a full disk or a cache in use
         by another home only costs the next home a build)."""
+        with contextlib.suppress(OSError):
+            self.folder.mkdir(mode=0o700)  # the first home to build makes it (its parent must exist)
         if not self.usable() or LayerStore(self.folder).exists(layer_id):
             return
         staged = self.folder / f".publish-{layer_id}-{os.getpid()}-{secrets.token_hex(3)}"

@@ -72,6 +72,32 @@ def _node_check(ctx: Context) -> tuple[Any, dict[str, Any]]:
     return Check("node", True, said, required=False), info
 
 
+def _layer_cache_check(ctx: Context) -> Any:
+    """Whether the layer cache shared with other homes is used (a check only when one is set)."""
+    from warden.adapters.envs.layer_cache import LayerCache
+    from warden.adapters.sandbox.doctor import Check
+
+    try:
+        configured = ctx.app.settings.get_str("envs.layer_cache")
+        folder = ctx.app.layer_cache
+    except WardenError:
+        return None
+    if not configured:
+        return None
+    if folder is None:
+        return Check("layer cache", False, f"{configured} lies in the workspaces, where bots write: not used",
+                     "set envs.layer_cache to a folder outside the workspaces", required=False)
+    why = LayerCache(folder).unusable()
+    if why is not None and not folder.exists() and folder.parent.is_dir():
+        return Check("layer cache", True, f"{folder}: not made yet; the first layer built here makes it",
+                     required=False)
+    if why is not None:
+        return Check("layer cache", False, f"{folder}: not used, {why[0]}; every layer is built here", why[1],
+                     required=False)
+    count = sum(1 for entry in folder.iterdir() if not entry.name.startswith("."))
+    return Check("layer cache", True, f"{folder}: {count} layer(s) to copy instead of building", required=False)
+
+
 def _doctor(ctx: Context, args: argparse.Namespace) -> Output:
     from warden.adapters.sandbox.doctor import run_checks
 
@@ -83,6 +109,8 @@ def _doctor(ctx: Context, args: argparse.Namespace) -> Output:
     checks.append(_disk_check(ctx))
     node_check, node = _node_check(ctx)
     checks.append(node_check)
+    if (cache_check := _layer_cache_check(ctx)) is not None:
+        checks.append(cache_check)
     ok = all(c.ok for c in checks if c.required)
     data: dict[str, Any] = {"ok": ok, "checks": [c.to_json() for c in checks], "node": node}
     if args.fix:
