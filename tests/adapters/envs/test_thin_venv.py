@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from warden.adapters.envs.interpreters import find_python
 from warden.adapters.envs.thin_venv import read_layer_site, write_thin_venv
@@ -75,9 +78,22 @@ def test_missing_python_version_says_how_to_get_one() -> None:
         message = getattr(exc, "message", "")
         assert "Python 3.99 is not installed" in message
         assert "pyenv install 3.99" in message
+        assert "apt-get install python3.99" not in message  # no such package anywhere
         assert getattr(exc, "code", "") == "not_found"
     else:
         raise AssertionError("3.99 was found")
+
+
+@pytest.mark.skipif(shutil.which("apt-cache") is None, reason="no apt here")
+def test_the_apt_package_is_named_only_where_apt_has_it() -> None:
+    """Debian 12 has no python3.12: the hint must not send the person to `apt-get install python3.12`."""
+    from warden.adapters.envs.interpreters import _apt_has
+
+    known = subprocess.run(["apt-cache", "show", "--no-all-versions", "python3.12"], capture_output=True,
+                           check=False).returncode == 0
+    assert _apt_has("python3.12") is known
+    assert _apt_has("python3.99") is False
+    assert _apt_has("python3.12; rm -rf /") is False
 
 
 def test_own_interpreter_is_found() -> None:

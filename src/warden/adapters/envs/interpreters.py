@@ -16,6 +16,7 @@ import json
 import os
 import pwd
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -156,9 +157,24 @@ def find_python(xy: str | None, environ: Mapping[str, str], *, at_least: bool = 
         if newer:
             return newer[0]
     listed = ", ".join(i.xy for i in others) or "none"
+    apt = f", `apt-get install python{xy}`" if xy and _apt_has(f"python{xy}") else ""
     raise NotFound(f"Python {xy} is not installed on this machine (installed: {listed}); install it "
-                   f"(`pyenv install {xy}`, `apt-get install python{xy}`, or `uv python install {xy}` "
+                   f"(`pyenv install {xy}`{apt}, or `uv python install {xy}` "
                    "where downloads are reachable) or pick an installed version with --python")
+
+
+def _apt_has(package: str) -> bool:
+    """Whether this machine's apt knows `package` (Debian 12 has no python3.12: naming it would send
+    the person to a command that fails). Only on the way to an error, so a subprocess is fine."""
+    apt_cache = shutil.which("apt-cache")
+    if apt_cache is None or not re.fullmatch(r"python3\.\d+", package):
+        return False
+    try:
+        proc = subprocess.run([apt_cache, "show", "--no-all-versions", package], capture_output=True,
+                              timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
 
 
 def _uv_find(xy: str, environ: Mapping[str, str]) -> Interpreter | None:
