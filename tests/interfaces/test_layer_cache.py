@@ -123,3 +123,43 @@ def test_no_bot_can_be_given_the_cache_as_an_allowed_path(tmp_path: Path, cache:
     assert "layer cache" in cli("sandbox", "add", str(cache), "--json").json["error"]["message"]
     after = (home / "sandbox_paths.json").read_bytes() if (home / "sandbox_paths.json").exists() else None
     assert before == after
+
+
+def test_a_link_on_the_way_to_the_cache_hides_it_from_no_check(tmp_path: Path) -> None:
+    """The cache configured through a link (`…/link/cache`, link -> real): a bot given the link's
+    target read-write would write entries (with a digest of its own) that other homes copy. The
+    name check refuses the target, and a run whose policy allowed it before the cache was set
+    does not mount it (the check by inode at each run)."""
+    real = tmp_path / "real"
+    (real / "cache").mkdir(parents=True, mode=0o700)
+    (tmp_path / "link").symlink_to(real)
+    cache = tmp_path / "link" / "cache"
+    home = tmp_path / "a" / "warden-home"
+    home.mkdir(parents=True)
+    plain = Cli({**isolated_environ(home), "WARDEN_ENVS_LAYER_CACHE": ""})
+    assert plain("create", "one").code == 0
+    assert plain("sandbox", "add", str(real), "--workspace", "one").code == 0  # before the cache was set
+
+    cli = Cli({**isolated_environ(home), "WARDEN_ENVS_LAYER_CACHE": str(cache)})
+    refused = cli("sandbox", "add", str(real), "--workspace", "one", "--json")
+    assert refused.code == 2 and "layer cache" in refused.json["error"]["message"], refused.stdout
+    ran = cli("run", "one", "--", "sh", "-c", f"mkdir {real}/cache/planted; ls {real}")
+    assert not (real / "cache" / "planted").exists()
+    assert f"not mounting the allowed path {real}" in ran.stderr
+
+
+def test_each_run_judges_mount_sources_against_the_cache_by_inode(tmp_path: Path) -> None:
+    """Below the name check: a source that is the cache, lies in it or holds it under another name
+    (here through a link; a bind mount of it is the same inode) is skipped, another is mounted."""
+    from warden.adapters.sandbox.mountsrc import HostMountSources
+    from warden.core.bwrap_argv import Bind
+
+    home, real, other = tmp_path / "home", tmp_path / "real", tmp_path / "other"
+    for folder in (home / "workspaces" / "w1", real / "cache" / "py3.11-x", other):
+        folder.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(real)
+    sources = HostMountSources(str(home), str(home / "workspaces"), [str(tmp_path / "link" / "cache")])
+    binds = [Bind(str(p), "rw") for p in (real, real / "cache", real / "cache" / "py3.11-x", other)]
+    with sources.open_binds(binds, str(home / "workspaces" / "w1")) as (kept, _fds, skipped):
+        assert [b.path for b in kept] == [str(other)]
+        assert len(skipped) == 3 and all("layer cache" in line for line in skipped), skipped
