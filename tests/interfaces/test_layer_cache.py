@@ -163,3 +163,24 @@ def test_each_run_judges_mount_sources_against_the_cache_by_inode(tmp_path: Path
     with sources.open_binds(binds, str(home / "workspaces" / "w1")) as (kept, _fds, skipped):
         assert [b.path for b in kept] == [str(other)]
         assert len(skipped) == 3 and all("layer cache" in line for line in skipped), skipped
+
+
+def test_a_cache_below_a_folder_others_may_write_is_not_used(tmp_path: Path) -> None:
+    """The cache is checked, then read by name: whoever may write a folder above it could swap it
+    for a folder of their own in between (and an entry there passes its own digest). Such a
+    cache is neither read nor written; a sticky folder (/tmp) above is fine."""
+    from warden.adapters.envs.layer_cache import LayerCache
+
+    above = tmp_path / "shared"
+    (above / "cache").mkdir(parents=True, mode=0o700)
+    above.chmod(0o777)
+    cache = above / "cache"
+    said = LayerCache(cache).unusable()
+    assert said is not None and str(above) in said[0] and said[1] == f"chmod go-w {above}"
+    above.chmod(0o1777)
+    assert LayerCache(cache).usable()
+    above.chmod(0o777)
+    first, _ = _home(tmp_path, "a", cache)
+    assert first("create", "one").code == 0
+    assert list(cache.iterdir()) == []
+    assert not _doctor_says(first)["ok"]
