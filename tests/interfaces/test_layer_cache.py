@@ -184,3 +184,22 @@ def test_a_cache_below_a_folder_others_may_write_is_not_used(tmp_path: Path) -> 
     assert first("create", "one").code == 0
     assert list(cache.iterdir()) == []
     assert not _doctor_says(first)["ok"]
+
+
+def test_a_layer_built_from_other_sources_is_not_copied(tmp_path: Path, cache: Path) -> None:
+    """A layer id names what was asked for, not where it came from: a home that installs from its
+    own find-links folder (or index) builds its layer rather than take a sibling's of the same id."""
+    first, _ = _home(tmp_path, "a", cache)
+    assert first("create", "one").code == 0
+    (cached,) = list(cache.iterdir())
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    second, second_home = _home(tmp_path, "b", cache)
+    second.environ["WARDEN_ENVS_FIND_LINKS"] = str(wheels)
+    made = second("create", "two")
+    assert made.code == 0, made.stderr
+    assert "copied from the layer cache" not in made.stderr
+    info = json.loads((_layer(second_home) / "layer.json").read_text())
+    assert "copied_from" not in info and info["sources"]["find_links"] == [str(wheels)]
+    assert json.loads((cached / "layer.json").read_text())["sources"]["find_links"] == []

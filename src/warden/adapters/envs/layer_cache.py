@@ -21,6 +21,7 @@ import os
 import secrets
 import shutil
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +58,16 @@ class LayerCache:
             return "a group or other users may write it", f"chmod go-w {self.folder}"
         return _open_ancestor(self.folder)
 
-    def copy_into(self, store: LayerStore, layer_id: str) -> dict[str, Any] | None:
+    def copy_into(self, store: LayerStore, layer_id: str, sources: Mapping[str, Any]) -> dict[str, Any] | None:
         """Layer `layer_id` copied from the cache into `store` and sealed there; None when the cache
-        has no whole, unchanged copy of it (the caller builds it)."""
+        has no whole, unchanged copy of it built from the same `sources` (index, find-links, npm
+        registry: a layer id does not name them), and the caller builds it."""
         if not self.usable():
             return None
         source = LayerStore(self.folder)
         info = source.read(layer_id)
         recorded = info.get("tree_sha256") if info else None
-        if info is None or not isinstance(recorded, str):
+        if info is None or not isinstance(recorded, str) or info.get("sources") != dict(sources):
             return None
         with store.staging(layer_id) as build:
             try:
