@@ -203,3 +203,19 @@ def test_a_layer_built_from_other_sources_is_not_copied(tmp_path: Path, cache: P
     info = json.loads((_layer(second_home) / "layer.json").read_text())
     assert "copied_from" not in info and info["sources"]["find_links"] == [str(wheels)]
     assert json.loads((cached / "layer.json").read_text())["sources"]["find_links"] == []
+
+
+def test_a_run_mounts_the_layer_folder_whatever_paths_its_layer_json_names() -> None:
+    """A layer.json copied from the cache names its site-packages; what runs mount read-only is the
+    layer's own folder, never one reckoned from that path (`venv` made it `/`: the whole host)."""
+    from warden.core.layers import EnvLayers, Layer
+    from warden.core.templates import Template
+    from warden.services.folders import env_meta
+    from warden.services.layers import Resolution
+
+    layer = "/h/.warden/layers/py3.11-x"
+    python = Layer.from_info({"id": "py3.11-x", "kind": "python", "site_packages": "venv"}, layer)
+    node = Layer.from_info({"id": "node20-x", "kind": "node", "node_modules": "a"}, "/h/.warden/layers/node20-x")
+    template = Template("t", "", "1.0", None, None)
+    meta = env_meta(Resolution(template, None, None), EnvLayers(python, node), "/h/.warden/workspaces/w")
+    assert meta["ro_paths"] == [layer, "/h/.warden/layers/node20-x"]
