@@ -148,6 +148,16 @@ class App:
         return None if inside or folder.is_relative_to(self.root_dir) else folder
 
     @cached_property
+    def shared_state(self) -> list[str]:
+        """Warden's folders outside the home that no sandbox may see (the layer cache), under the
+        name configured and its real path: a link on the way must not hide it from the name check
+        of allowed paths (the check by inode at each run sees through links and bind mounts)."""
+        if self.layer_cache is None:
+            return []
+        real = os.path.realpath(self.layer_cache)
+        return [str(self.layer_cache)] + ([real] if real != str(self.layer_cache) else [])
+
+    @cached_property
     def database_url(self) -> str | None:
         """The shared registry's URL (WARDEN_DATABASE_URL, else `database.url` in config.toml, which
         `warden init --join` writes); None: the SQLite default in the home."""
@@ -392,10 +402,11 @@ class App:
         from warden.services.sandbox_paths import SandboxPaths
 
         return SandboxPaths(self.home.sandbox_paths, self.audit, self.clock, files=HostPolicyFiles(),
-                            mounts=HostMountJudge(), block_system=self.settings.get_bool("sandbox.block_system_paths"),
+                            mounts=HostMountJudge(self.shared_state),
+                            block_system=self.settings.get_bool("sandbox.block_system_paths"),
                             user_home=self.environ.get("HOME"), warden_home=str(self.home.root),
                             workspaces_root=str(self.root_dir),
-                            shared_state=[str(self.layer_cache)] if self.layer_cache is not None else [])
+                            shared_state=self.shared_state)
 
     def files(self, workspace: str | WorkspaceRecord, *, actor: str = "user",
               approver: Approver | None = None, session: str | None = None,
@@ -552,7 +563,8 @@ class App:
         return RunService(registry=self.registry, audit=self.audit, workspaces=self.workspaces,
                           leases=self.leases, quota=self.quota, paths=self.sandbox_paths, settings=settings,
                           sandbox=self.sandbox_backend.runner(), records=records,
-                          git=HostGitGuards(), mounts=HostMountSources(str(self.home.root), str(self.root_dir)),
+                          git=HostGitGuards(),
+                          mounts=HostMountSources(str(self.home.root), str(self.root_dir), self.shared_state),
                           roots=HostSafeRoots(), programs=programs_on_path, live=self._live_sandboxes)
 
     @cached_property

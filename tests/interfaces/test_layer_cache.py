@@ -123,3 +123,99 @@ def test_no_bot_can_be_given_the_cache_as_an_allowed_path(tmp_path: Path, cache:
     assert "layer cache" in cli("sandbox", "add", str(cache), "--json").json["error"]["message"]
     after = (home / "sandbox_paths.json").read_bytes() if (home / "sandbox_paths.json").exists() else None
     assert before == after
+
+
+def test_a_link_on_the_way_to_the_cache_hides_it_from_no_check(tmp_path: Path) -> None:
+    """The cache configured through a link (`…/link/cache`, link -> real): a bot given the link's
+    target read-write would write entries (with a digest of its own) that other homes copy. The
+    name check refuses the target, and a run whose policy allowed it before the cache was set
+    does not mount it (the check by inode at each run)."""
+    real = tmp_path / "real"
+    (real / "cache").mkdir(parents=True, mode=0o700)
+    (tmp_path / "link").symlink_to(real)
+    cache = tmp_path / "link" / "cache"
+    home = tmp_path / "a" / "warden-home"
+    home.mkdir(parents=True)
+    plain = Cli({**isolated_environ(home), "WARDEN_ENVS_LAYER_CACHE": ""})
+    assert plain("create", "one").code == 0
+    assert plain("sandbox", "add", str(real), "--workspace", "one").code == 0  # before the cache was set
+
+    cli = Cli({**isolated_environ(home), "WARDEN_ENVS_LAYER_CACHE": str(cache)})
+    refused = cli("sandbox", "add", str(real), "--workspace", "one", "--json")
+    assert refused.code == 2 and "layer cache" in refused.json["error"]["message"], refused.stdout
+    ran = cli("run", "one", "--", "sh", "-c", f"mkdir {real}/cache/planted; ls {real}")
+    assert not (real / "cache" / "planted").exists()
+    assert f"not mounting the allowed path {real}" in ran.stderr
+
+
+def test_each_run_judges_mount_sources_against_the_cache_by_inode(tmp_path: Path) -> None:
+    """Below the name check: a source that is the cache, lies in it or holds it under another name
+    (here through a link; a bind mount of it is the same inode) is skipped, another is mounted."""
+    from warden.adapters.sandbox.mountsrc import HostMountSources
+    from warden.core.bwrap_argv import Bind
+
+    home, real, other = tmp_path / "home", tmp_path / "real", tmp_path / "other"
+    for folder in (home / "workspaces" / "w1", real / "cache" / "py3.11-x", other):
+        folder.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(real)
+    sources = HostMountSources(str(home), str(home / "workspaces"), [str(tmp_path / "link" / "cache")])
+    binds = [Bind(str(p), "rw") for p in (real, real / "cache", real / "cache" / "py3.11-x", other)]
+    with sources.open_binds(binds, str(home / "workspaces" / "w1")) as (kept, _fds, skipped):
+        assert [b.path for b in kept] == [str(other)]
+        assert len(skipped) == 3 and all("layer cache" in line for line in skipped), skipped
+
+
+def test_a_cache_below_a_folder_others_may_write_is_not_used(tmp_path: Path) -> None:
+    """The cache is checked, then read by name: whoever may write a folder above it could swap it
+    for a folder of their own in between (and an entry there passes its own digest). Such a
+    cache is neither read nor written; a sticky folder (/tmp) above is fine."""
+    from warden.adapters.envs.layer_cache import LayerCache
+
+    above = tmp_path / "shared"
+    (above / "cache").mkdir(parents=True, mode=0o700)
+    above.chmod(0o777)
+    cache = above / "cache"
+    said = LayerCache(cache).unusable()
+    assert said is not None and str(above) in said[0] and said[1] == f"chmod go-w {above}"
+    above.chmod(0o1777)
+    assert LayerCache(cache).usable()
+    above.chmod(0o777)
+    first, _ = _home(tmp_path, "a", cache)
+    assert first("create", "one").code == 0
+    assert list(cache.iterdir()) == []
+    assert not _doctor_says(first)["ok"]
+
+
+def test_a_layer_built_from_other_sources_is_not_copied(tmp_path: Path, cache: Path) -> None:
+    """A layer id names what was asked for, not where it came from: a home that installs from its
+    own find-links folder (or index) builds its layer rather than take a sibling's of the same id."""
+    first, _ = _home(tmp_path, "a", cache)
+    assert first("create", "one").code == 0
+    (cached,) = list(cache.iterdir())
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    second, second_home = _home(tmp_path, "b", cache)
+    second.environ["WARDEN_ENVS_FIND_LINKS"] = str(wheels)
+    made = second("create", "two")
+    assert made.code == 0, made.stderr
+    assert "copied from the layer cache" not in made.stderr
+    info = json.loads((_layer(second_home) / "layer.json").read_text())
+    assert "copied_from" not in info and info["sources"]["find_links"] == [str(wheels)]
+    assert json.loads((cached / "layer.json").read_text())["sources"]["find_links"] == []
+
+
+def test_a_run_mounts_the_layer_folder_whatever_paths_its_layer_json_names() -> None:
+    """A layer.json copied from the cache names its site-packages; what runs mount read-only is the
+    layer's own folder, never one reckoned from that path (`venv` made it `/`: the whole host)."""
+    from warden.core.layers import EnvLayers, Layer
+    from warden.core.templates import Template
+    from warden.services.folders import env_meta
+    from warden.services.layers import Resolution
+
+    layer = "/h/.warden/layers/py3.11-x"
+    python = Layer.from_info({"id": "py3.11-x", "kind": "python", "site_packages": "venv"}, layer)
+    node = Layer.from_info({"id": "node20-x", "kind": "node", "node_modules": "a"}, "/h/.warden/layers/node20-x")
+    template = Template("t", "", "1.0", None, None)
+    meta = env_meta(Resolution(template, None, None), EnvLayers(python, node), "/h/.warden/workspaces/w")
+    assert meta["ro_paths"] == [layer, "/h/.warden/layers/node20-x"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
-from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from warden.core.errors import Conflict
@@ -49,12 +48,13 @@ def env_meta(resolution: Resolution, layers: EnvLayers, path: str) -> dict[str, 
         meta["python"] = interp.version
         ro_paths.append(interp.prefix)
     if layers.python is not None and layers.python.site_packages:
-        # <layer>/venv/lib/pythonX.Y/site-packages: the layer's own folder is mounted.
-        ro_paths.append(str(PurePath(layers.python.site_packages).parents[3]))
+        # The layer's own folder is mounted, never a folder reckoned from a path its layer.json
+        # names (one copied from the layer cache): `venv` there would have made it the home's parent.
+        ro_paths.append(layers.python.path)
     if resolution.node:
         meta["node"] = resolution.node.runtime.version
     if layers.node is not None and layers.node.node_modules:
-        ro_paths.append(str(PurePath(layers.node.node_modules).parent))
+        ro_paths.append(layers.node.path)
     meta["ro_paths"] = ro_paths
     return meta
 

@@ -22,7 +22,7 @@ from warden.adapters.envs.progress import Progress
 from warden.adapters.envs.python_layer import BUILDER_VERSION, Execute, build_python_layer
 from warden.core.layers import IndexOptions, Interpreter, Layer, NodeRuntime
 
-__all__ = ["FileResolutionCache", "HostLayerBuilder", "HostLayerStore"]
+__all__ = ["FileResolutionCache", "HostLayerBuilder", "HostLayerStore", "python_sources"]
 
 
 class HostLayerStore:
@@ -66,14 +66,15 @@ class HostLayerBuilder:
         self._cache_dir = cache_dir
         self._shared = shared
 
-    def _built(self, layer_id: str, bar: Progress, build: Callable[[], dict[str, Any]]) -> Layer:
-        """The layer from the shared layer cache when it holds it (copied, checked), else built
-        (and put there)."""
+    def _built(self, layer_id: str, bar: Progress, build: Callable[[], dict[str, Any]],
+               sources: Mapping[str, Any]) -> Layer:
+        """The layer from the shared layer cache when it holds it (copied, checked) one built from
+        the same `sources`, else built (and put there)."""
         info = None
         if self._shared is not None:
             with self._store.build_lock(layer_id):
                 info = self._store.read(layer_id)
-                if info is None and (info := self._shared.copy_into(self._store, layer_id)) is not None:
+                if info is None and (info := self._shared.copy_into(self._store, layer_id, sources)) is not None:
                     bar.finish(f"copied from the layer cache {self._shared.folder}")
                     return Layer.from_info(info, str(self._store.path(layer_id)))
         if info is None:
@@ -104,14 +105,16 @@ class HostLayerBuilder:
                      index: IndexOptions, domains: Sequence[str], template: str, progress: bool) -> Layer:
         interp = interpreters.Interpreter(**interpreter.to_json())
         bar = Progress(f"building Python layer {layer_id} for template {template}", 4, enabled=progress)
+        sources = python_sources(index)
 
         def build() -> dict[str, Any]:
             uv = interpreters.uv_binary()
             return build_python_layer(self._store, layer_id, dependencies=dependencies, interpreter=interp, uv=uv,
                                       index=index, execute=self._sandboxed(interp, uv, index, domains),
-                                      cache_dir=self._cache_dir / "uv", progress=bar, meta={"template": template})
+                                      cache_dir=self._cache_dir / "uv", progress=bar,
+                                      meta={"template": template, "sources": sources})
 
-        return self._built(layer_id, bar, build)
+        return self._built(layer_id, bar, build, sources)
 
     def _sandboxed(self, interp: interpreters.Interpreter, uv: str, index: IndexOptions,
                    domains: Sequence[str]) -> Execute:
@@ -133,9 +136,18 @@ class HostLayerBuilder:
     def build_node(self, layer_id: str, *, package_json: str, runtime: NodeRuntime, registry: str,
                    template: str, progress: bool) -> Layer:
         bar = Progress(f"building Node layer {layer_id} for template {template}", 2, enabled=progress)
+        sources = {"npm_registry": registry}
         return self._built(layer_id, bar, lambda: build_node_layer(
             self._store, layer_id, package_json=package_json, runtime=runtime, environ=self._environ, progress=bar,
-            registry=registry, meta={"template": template}))
+            registry=registry, meta={"template": template, "sources": sources}), sources)
+
+
+def python_sources(index: IndexOptions) -> dict[str, Any]:
+    """Where a Python layer's packages came from, as its layer.json records it. A layer id names
+    what was asked for, not where it was fetched: a home that installs only from its own vetted
+    wheels (envs.no_index, envs.find_links) must not copy a sibling home's layer of the same id
+    built from PyPI or another index, so the cache hands out a layer only to the same sources."""
+    return {"index_url": index.index_url, "find_links": list(index.find_links), "no_index": index.no_index}
 
 
 class FileResolutionCache:

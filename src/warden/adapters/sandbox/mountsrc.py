@@ -7,7 +7,9 @@ mount the keys. So at each run every source outside the workspace is opened here
 component at a time with O_NOFOLLOW (a link anywhere refuses the path), then compared by
 (device, inode) with Warden's state: the opened folder must not be, or hold, Warden's home or
 its workspaces root, and must not lie inside Warden's state or another workspace (its ancestors
-are walked up by descriptor through `..`). bwrap then mounts that very descriptor
+are walked up by descriptor through `..`). Warden's folders outside the home (the layer cache
+other homes copy layers from) are judged the same way: by name alone, a link on the way to the
+cache, or a bind mount of it, would give a bot the cache read-write. bwrap then mounts that very descriptor
 (`--bind-fd`), so no later rename can change what is mounted. Bind mounts that alias a folder
 under a second name are caught too: the inode is the same whatever the name.
 """
@@ -80,25 +82,28 @@ class StateGuard:
     """The identities a mount source is judged against (built per run by `state_guard`)."""
 
     home: str
-    # The folders a source must not be or hold: Warden's home, its workspaces root and all
-    # their ancestors up to `/`.
+    # The folders a source must not be or hold: Warden's home, its workspaces root, the shared
+    # folders (the layer cache) and all their ancestors up to `/`.
     holders: frozenset[Identity]
     # The folders a source must not lie in: every entry of Warden's home but the workspaces
-    # root, and every folder of the workspaces root but this run's own workspace.
+    # root, every folder of the workspaces root but this run's own workspace, the shared folders.
     private: frozenset[Identity]
     own: Identity | None
     root: Identity
+    shared: frozenset[Identity] = frozenset()
 
     def why(self, fd: int) -> str | None:
         """Why mounting the folder open as `fd` would show Warden's state, or None."""
         current = _identity(fd)
         if current in self.holders:
-            return f"it is or holds Warden's home {self.home} (keys, registry, every workspace)"
+            return f"it is or holds Warden's home {self.home} (keys, registry, every workspace) or its layer cache"
         walker = os.dup(fd)
         try:
             for _ in range(4096):  # deeper than any real path; a loop guard only
                 if current == self.own:
                     return None
+                if current in self.shared:
+                    return "it lies in Warden's layer cache, which other homes' layers are copied from"
                 if current in self.private:
                     return f"it lies in Warden's own state or another workspace under {self.home}"
                 if current == self.root:
@@ -115,10 +120,12 @@ class StateGuard:
             os.close(walker)
 
 
-def state_guard(home: str, workspaces_root: str, own_workspace: str | None) -> StateGuard:
-    """The identities of Warden's state as they are now, for judging mount sources."""
+def state_guard(home: str, workspaces_root: str, own_workspace: str | None,
+                shared: Sequence[str] = ()) -> StateGuard:
+    """The identities of Warden's state as they are now, for judging mount sources. `shared`:
+    Warden's folders outside the home (the layer cache), not there yet or there."""
     holders: set[Identity] = set()
-    for start in (home, workspaces_root):
+    for start in (home, workspaces_root, *shared):
         path = os.path.realpath(start)
         while True:
             ident = _stat_identity(path)
@@ -138,7 +145,8 @@ def state_guard(home: str, workspaces_root: str, own_workspace: str | None) -> S
                     ident = (info.st_dev, info.st_ino)
                     if ident not in (roots, own):
                         private.add(ident)
-    return StateGuard(home, frozenset(holders), frozenset(private), own, _stat_identity("/") or (0, 0))
+    kept = frozenset(ident for folder in shared if (ident := _stat_identity(folder)) is not None)
+    return StateGuard(home, frozenset(holders), frozenset(private), own, _stat_identity("/") or (0, 0), kept)
 
 
 @contextlib.contextmanager
@@ -199,15 +207,17 @@ class HostMountSources:
     """Mount sources of this host, judged against Warden's state at `home` and `workspaces_root`
     (core.ports.MountSources)."""
 
-    def __init__(self, home: str, workspaces_root: str) -> None:
+    def __init__(self, home: str, workspaces_root: str, shared: Sequence[str] = ()) -> None:
         self._home = normalize(home)
         self._workspaces_root = normalize(workspaces_root)
+        self._shared = tuple(shared)  # the layer cache
 
     def open_binds(self, binds: Sequence[Bind], workspace: str
                    ) -> contextlib.AbstractContextManager[tuple[list[Bind], list[tuple[str, int]], list[str]]]:
         if not binds:  # the common case: nothing to open or judge
             return contextlib.nullcontext(([], [], []))
-        return open_binds(binds, lambda: state_guard(self._home, self._workspaces_root, workspace), workspace)
+        return open_binds(binds, lambda: state_guard(self._home, self._workspaces_root, workspace, self._shared),
+                          workspace)
 
     @contextlib.contextmanager
     def open_beneath(self, dir_fd: int, rel: str) -> Iterator[int | None]:
@@ -223,7 +233,11 @@ class HostMountSources:
 
 
 class HostMountJudge:
-    """The MountJudge port: is a folder, by inode, one of Warden's own (home, workspaces)?"""
+    """The MountJudge port: is a folder, by inode, one of Warden's own (home, workspaces, the
+    `shared` folders such as the layer cache)?"""
+
+    def __init__(self, shared: Sequence[str] = ()) -> None:
+        self._shared = tuple(shared)
 
     def judge(self, path: str, *, home: str, workspaces_root: str, own_workspace: str | None) -> str | None:
-        return judge_path(path, state_guard(home, workspaces_root, own_workspace))
+        return judge_path(path, state_guard(home, workspaces_root, own_workspace, self._shared))
