@@ -8,11 +8,13 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import Cli, isolated_environ
+from warden.adapters.envs.layer_store import make_read_only, make_writable
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -110,6 +112,22 @@ def test_the_first_build_makes_the_folder_for_the_user_alone(tmp_path: Path) -> 
     assert first("create", "one").code == 0
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700 and len(list(cache.iterdir())) == 1
     assert "1 layer(s)" in str(_doctor_says(first)["detail"])
+
+
+def test_what_a_home_killed_while_publishing_left_is_swept_by_the_next_publisher(tmp_path: Path, cache: Path) -> None:
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    left = cache / f".publish-py3.11-0123456789abcdef-{ended.pid}-a1b2c3"  # its publisher is gone
+    busy = cache / f".publish-py3.11-0123456789abcdef-{os.getpid()}-d4e5f6"  # this one still runs
+    for folder in (left, busy):
+        (folder / "venv").mkdir(parents=True)
+        (folder / "venv" / "half").write_text("x")
+        make_read_only(folder)
+    first, _ = _home(tmp_path, "a", cache)
+    assert first("create", "one").code == 0
+    assert not left.exists() and busy.exists()
+    assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 1
+    make_writable(busy)
 
 
 def test_no_bot_can_be_given_the_cache_as_an_allowed_path(tmp_path: Path, cache: Path) -> None:

@@ -177,13 +177,14 @@ class LayerStore:
         shutil.rmtree(trash, ignore_errors=True)
 
     def sweep(self) -> int:
-        """Remove build and trash folders that a crashed process left behind."""
+        """Remove build and trash folders that a crashed process left behind (and, in a layer
+        cache, copies a killed home was publishing)."""
         removed = 0
         if not self.root.is_dir():
             return 0
         for entry in self.root.iterdir():
-            if entry.name.startswith((".build-", ".trash-")) and entry.is_dir():
-                pid = entry.name.split("-")[-2] if entry.name.startswith(".build-") else ""
+            if entry.name.startswith((".build-", ".trash-", ".publish-")) and entry.is_dir():
+                pid = entry.name.split("-")[-2] if entry.name.startswith((".build-", ".publish-")) else ""
                 if pid.isdigit() and _alive(int(pid)):
                     continue
                 make_writable(entry)
