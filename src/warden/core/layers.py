@@ -182,10 +182,6 @@ class EnvLayers:
         return tuple(layer for layer in (self.python, self.node) if layer is not None)
 
 
-def _str_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def _inside(layer: str, layer_id: str, value: object) -> str | None:
     """A path layer.json names, as a path inside the layer where it lies now. layer.json names its
     paths relative to the layer, so a home that is moved (or copied) keeps its layers; one written

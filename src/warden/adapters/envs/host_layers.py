@@ -22,7 +22,7 @@ from warden.adapters.envs.progress import Progress
 from warden.adapters.envs.python_layer import BUILDER_VERSION, Execute, build_python_layer
 from warden.core.layers import IndexOptions, Interpreter, Layer, NodeRuntime
 
-__all__ = ["FileResolutionCache", "HostLayerBuilder", "HostLayerStore", "python_sources"]
+__all__ = ["FileResolutionCache", "HostLayerBuilder", "HostLayerStore"]
 
 
 class HostLayerStore:
@@ -105,7 +105,7 @@ class HostLayerBuilder:
                      index: IndexOptions, domains: Sequence[str], template: str, progress: bool) -> Layer:
         interp = interpreters.Interpreter(**interpreter.to_json())
         bar = Progress(f"building Python layer {layer_id} for template {template}", 4, enabled=progress)
-        sources = python_sources(index)
+        sources = _python_sources(index)
 
         def build() -> dict[str, Any]:
             uv = interpreters.uv_binary()
@@ -142,7 +142,7 @@ class HostLayerBuilder:
             registry=registry, meta={"template": template, "sources": sources}), sources)
 
 
-def python_sources(index: IndexOptions) -> dict[str, Any]:
+def _python_sources(index: IndexOptions) -> dict[str, Any]:
     """Where a Python layer's packages came from, as its layer.json records it. A layer id names
     what was asked for, not where it was fetched: a home that installs only from its own vetted
     wheels (envs.no_index, envs.find_links) must not copy a sibling home's layer of the same id

@@ -84,9 +84,10 @@ class LayerCache:
         by another home only costs the next home a build)."""
         with contextlib.suppress(OSError):
             self.folder.mkdir(mode=0o700)  # the first home to build makes it (its parent must exist)
-        if not self.usable() or LayerStore(self.folder).exists(layer_id):
+        cache = LayerStore(self.folder)
+        if not self.usable() or cache.exists(layer_id):
             return
-        LayerStore(self.folder).sweep()  # what a home killed while publishing left
+        cache.sweep()  # what a home killed while publishing left
         staged = self.folder / f".publish-{layer_id}-{os.getpid()}-{secrets.token_hex(3)}"
         try:
             staged.mkdir(mode=0o755)
