@@ -103,6 +103,10 @@ def test_fds_for_seccomp_and_synthesized_files() -> None:
     argv = bwrap_argv(spec(seccomp_fd=7, data_files=((8, "/etc/passwd"),)))
     assert argv[argv.index("--seccomp") + 1] == "7"
     assert ("8", "/etc/passwd") in pairs(argv, "--file")
+    # A sealed program: executable, readable by no one (its process is not dumpable).
+    sealed = bwrap_argv(spec(sealed_programs=((9, "/etc/warden/prlimit"),)))
+    at = sealed.index("/etc/warden/prlimit")
+    assert sealed[at - 4:at + 1] == ["--perms", "0111", "--file", "9", "/etc/warden/prlimit"]
     links = bwrap_argv(spec(etc_links=(("/usr/share/zoneinfo/UTC", "/etc/localtime"),)))
     assert ("/usr/share/zoneinfo/UTC", "/etc/localtime") in pairs(links, "--symlink")
 

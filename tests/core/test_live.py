@@ -52,6 +52,11 @@ def test_frames_are_length_prefixed_and_bounded() -> None:
 def test_well_formed_answers_parse() -> None:
     assert parse_spawned(_j({"ok": True, "pid": 7})) == Spawned(7, False)  # a supervisor of older code
     assert parse_spawned(_j({"ok": True, "pid": 7, "joined": True})) == Spawned(7, True)
+    # Protocol 3 says whether it waits for `go`; older ones held every command.
+    assert parse_spawned(_j({"ok": True, "pid": 7, "joined": True, "held": False})) == Spawned(7, True, False)
+    assert parse_spawned(_j({"ok": True, "pid": 7})).held is True
+    with pytest.raises(BadAnswer):
+        parse_spawned(_j({"ok": True, "pid": 7, "held": "no"}))
     listed = parse_listing(_j({"ok": True, "processes": [
         {"id": PID, "pid": 9, "status": "running", "background": True},
         {"id": "f" * 16, "pid": 10, "status": "exited", "exit_code": 143, "signal": 15, "timed_out": False,

@@ -94,6 +94,9 @@ class SandboxSpec:
     etc_links: tuple[tuple[str, str], ...] = ()
     # (fd, destination) pairs of synthesized files (passwd, group, hosts) read by bwrap.
     data_files: tuple[tuple[int, str], ...] = ()
+    # (fd, destination) pairs of programs written the same way, executable and readable by no one:
+    # a process running one is not dumpable (no /proc/PID/mem or ptrace by its neighbours).
+    sealed_programs: tuple[tuple[int, str], ...] = ()
     # Interpreter prefixes (a venv's base Python) and env layers, read-only at their own path.
     ro_paths: tuple[str, ...] = ()
     # Extra paths allowed by the path policy (global, workspace, session), with their mode.
@@ -201,6 +204,8 @@ def bwrap_options(spec: SandboxSpec) -> list[str]:
         # A file written into the sandbox's root (read-only once the root is remounted):
         # cheaper than a bind mount per file.
         argv += ["--perms", "0444", "--file", str(fd), dest]
+    for fd, dest in spec.sealed_programs:
+        argv += ["--perms", "0111", "--file", str(fd), dest]
     for path in spec.ro_paths:
         argv += ["--ro-bind", path, path]
     argv += ["--bind", spec.workspace, spec.workspace]

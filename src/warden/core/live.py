@@ -298,19 +298,22 @@ def parse_ok(data: bytes) -> None:
 
 
 class Spawned(NamedTuple):
-    """The answer to `spawn`: the new process's pid inside the sandbox, and whether it joined
-    the cgroups whose `tasks` files came with the request itself."""
+    """The answer to `spawn`: the new process's pid inside the sandbox, whether it joined the
+    cgroups whose `tasks` files came with the request itself, and whether it waits for `go`
+    (a supervisor of the first protocols holds every command; one of protocol 3 only when it
+    was asked to, or could not start the command with its limits in place)."""
 
     pid: int
     joined: bool
+    held: bool = True
 
 
 def parse_spawned(data: bytes) -> Spawned:
     answer = _checked(data)
-    joined = answer.get("joined", False)
-    if not isinstance(joined, bool):
-        raise BadAnswer("joined is not true or false")
-    return Spawned(_int(answer.get("pid"), 2, _MAX_PID, "pid"), joined)
+    joined, held = answer.get("joined", False), answer.get("held", True)
+    if not isinstance(joined, bool) or not isinstance(held, bool):
+        raise BadAnswer("joined or held is not true or false")
+    return Spawned(_int(answer.get("pid"), 2, _MAX_PID, "pid"), joined, held)
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,86 @@ def test_stdin_timeouts_and_missing_programs(host: HostLiveSandboxes, sandbox: L
     assert missing.exit_code == 127 and "execvp no-such-program" in missing.stderr
 
 
+def _ops(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The ops Warden sends the supervisor from now on."""
+    sent: list[object] = []
+    real = live_module._Channel.send
+
+    def spy(self: object, message: dict[str, object], fds: list[int] | None = None) -> None:
+        sent.append(message.get("op"))
+        real(self, message, fds)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(live_module._Channel, "send", spy)
+    return sent
+
+
+def test_a_command_starts_with_its_limits_without_warden_holding_it(host: HostLiveSandboxes, sandbox: LiveSandbox,
+                                                                    folder: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """No fork of the supervisor and no `go` round trip: the supervisor starts the command through
+    its sealed copy of `prlimit` (bench/exec.py's live rows). The limits are hard ones all the
+    same, every signal is at its default and no descriptor of the supervisor's is left open."""
+    sent = _ops(monkeypatch)
+    shown = host.run(sandbox, "a" * 16, _req(folder, "sh", "-c", "ulimit -Ht; ulimit -Hn; ulimit -Hc; "
+                                             "grep -E '^Sig(Blk|Ign)' /proc/self/status; ls /proc/$$/fd",
+                                             cpu_seconds=7, open_files=99))
+    assert shown.exit_code == 0, shown.stderr
+    assert shown.stdout == ("8\n99\n0\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n0\n1\n2\n"), shown.stdout
+    assert sent == ["spawn"]
+    # Its copy of prlimit may be run, not read.
+    sealed = host.run(sandbox, "b" * 16, _req(folder, "sh", "-c", "stat -c %A /etc/warden/prlimit; "
+                                              "cat /etc/warden/prlimit >/dev/null"))
+    assert sealed.stdout == "---x--x--x\n" and "Permission denied" in sealed.stderr, sealed.stdout + sealed.stderr
+
+
+# In the sandbox: prlimit started with a full pipe as its stdout (it prints its table and blocks
+# writing it), then every way in to it a process of the same user has (prlimit runs before the
+# command's limits are set: a bot's process writing into it would start its command without them).
+REACH = r"""
+import os, subprocess, sys
+r, w = os.pipe()
+os.set_blocking(w, False)
+try:
+    while True:
+        os.write(w, b"x" * 65536)
+except BlockingIOError:
+    pass
+os.set_blocking(w, True)
+for program in sys.argv[1:]:
+    p = subprocess.Popen([program], stdout=w)
+    while open(f"/proc/{p.pid}/comm").read().strip() != "prlimit":
+        pass
+    try:
+        os.close(os.open(f"/proc/{p.pid}/mem", os.O_RDWR))
+        print(program, "open")
+    except PermissionError:
+        print(program, "closed")
+    p.kill()
+    p.wait()
+"""
+
+
+def test_no_process_of_the_sandbox_reaches_into_its_prlimit(host: HostLiveSandboxes, sandbox: LiveSandbox,
+                                                            folder: str) -> None:
+    tried = host.run(sandbox, "a" * 16, _req(folder, "python3", "-c", REACH, "/usr/bin/prlimit",
+                                             "/etc/warden/prlimit"))
+    # The host's own copy shows the way in is there (no Yama on this kernel); the sealed one is shut.
+    if tried.stdout.startswith("/usr/bin/prlimit closed"):
+        pytest.skip("this kernel keeps /proc/PID/mem of a process's siblings closed anyway (Yama)")
+    assert tried.stdout == "/usr/bin/prlimit open\n/etc/warden/prlimit closed\n", tried.stdout + tried.stderr
+
+
+def test_the_loaders_variables_never_reach_prlimit(host: HostLiveSandboxes, sandbox: LiveSandbox,
+                                                   folder: str) -> None:
+    """LD_PRELOAD would run the bot's code in `prlimit` before it set the limits: such a command
+    is forked, and sets them itself. (ld.so complains once per process it could not preload for:
+    once for the command alone, twice had prlimit run with it.)"""
+    ran = host.run(sandbox, "a" * 16, SandboxRequest(folder, ("sh", "-c", "ulimit -Ht"), Limits(timeout_s=30,
+                                                     cpu_seconds=7), env={"LD_PRELOAD": "/no/such.so"}))
+    assert ran.stdout == "8\n"
+    assert ran.stderr.count("cannot be preloaded") == 1, ran.stderr
+
+
 def test_a_background_server_is_reached_and_its_output_kept_in_a_ring(host: HostLiveSandboxes,
                                                                       sandbox: LiveSandbox, folder: str) -> None:
     meta = host.spawn(sandbox, "a" * 16, _req(folder, "python3", "-u", "-m", "http.server", "8000",

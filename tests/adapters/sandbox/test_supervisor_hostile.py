@@ -113,7 +113,7 @@ def test_a_spawn_that_cannot_fork_leaves_no_descriptor_behind(starved: tuple[sub
         assert _answer(conn) == {"ok": True, "processes": []}
 
 
-# A bot's process beside the supervisor: it stops every command the supervisor forks before that
+# A bot's process beside the supervisor: it stops every command the supervisor starts before that
 # command runs (same user: a signal it may send), and while it is stopped tries each way to a
 # descriptor of another process: /proc/PID/fd (readlink, open), pidfd_getfd, and any cgroup
 # `tasks` or `cgroup.procs` it can open for writing. What it reaches, it names.
@@ -163,7 +163,8 @@ while time.monotonic() < deadline:
         if not entry.isdigit() or int(entry) in (me, 1):
             continue
         pid = int(entry)
-        if pid != supervisor and cmd(pid) == top:  # a command forked, not yet run
+        # A command forked, not yet run; or starting through prlimit, its limits not yet set.
+        if pid != supervisor and (cmd(pid) == top or cmd(pid).startswith(b'/usr/bin/prlimit\0')):
             try:
                 os.kill(pid, signal.SIGSTOP)
                 stopped += 1

@@ -151,12 +151,15 @@ class Cgroup:
             time.sleep(0.002)
         return True
 
-    def kill(self) -> None:
-        """SIGKILL everything still in the cgroups (a timeout, or leftovers after exit)."""
+    def kill(self) -> bool:
+        """SIGKILL everything still in the cgroups (a timeout, or leftovers after exit); True when
+        they were seen empty after it (else `wait_empty` tells: v2's cgroup.kill only starts it)."""
+        empty = True
         for version, path in self.dirs:
             if version == "v2" and os.path.exists(f"{path}/cgroup.kill"):
                 with contextlib.suppress(OSError):
                     _write(f"{path}/cgroup.kill", "1")
+                empty = False
                 continue
             for _ in range(50):
                 pids = _read_pids(path)
@@ -166,6 +169,9 @@ class Cgroup:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(pid, signal.SIGKILL)
                 time.sleep(0.002)
+            else:
+                empty = False
+        return empty
 
     def oom_killed(self) -> bool:
         """True when the memory limit made the kernel kill a process of this run."""

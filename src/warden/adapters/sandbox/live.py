@@ -10,10 +10,14 @@ workspace), under the sandbox's cgroup `warden-live-<id>` (a name the orphan swe
 cgroups leaves alone). The sandbox's mounts, seccomp filter and synthesized /etc files are the
 fresh sandbox's (runner.py's helpers build them).
 
-Running a command in it: Warden asks the supervisor to fork the command held before exec, finds
-that process among the supervisor's children by its pid in the sandbox's pid namespace
-(NSpid), applies the command's rlimits and gives it a cgroup of its own, and only then says
-`go` — the handshake bwrap's --block-fd gives a fresh sandbox. A foreground command's output
+Running a command in it: Warden gives the supervisor the command, its rlimits and the `tasks`
+files of a cgroup of its own (v1); the command starts with them in place, by a copy of util-
+linux's `prlimit` readable by no one (/etc/warden/prlimit, so not dumpable while it sets them)
+or by a forked child of the supervisor (supervisor.py). Where Warden must move it (v2), or the
+child could not join, the child is held
+before exec: Warden finds it among the supervisor's children by its pid in the sandbox's pid
+namespace (NSpid), applies the rlimits, moves it, and only then says `go` — the handshake
+bwrap's --block-fd gives a fresh sandbox. A foreground command's output
 comes through pipes Warden passed (SCM_RIGHTS), read here as the fresh runner reads bwrap's.
 
 Everything the supervisor says is bounded and parsed by core/live.py before use; a socket that
@@ -35,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from warden.adapters.processes import alive, cpu_time, start_time
 from warden.adapters.sandbox import cgroups
@@ -57,7 +61,7 @@ from warden.adapters.sandbox.runner import (
     _with_seccomp,
     check_process_limit,
 )
-from warden.core.bwrap_argv import PROXY_SOCKET, bwrap_environ, bwrap_options, sandbox_path
+from warden.core.bwrap_argv import PROXY_SOCKET, SandboxSpec, bwrap_environ, bwrap_options, sandbox_path
 from warden.core.errors import Unavailable
 from warden.core.live import (
     FRAME_HEADER,
@@ -98,12 +102,16 @@ _START_TIMEOUT = 20.0  # seconds a new live sandbox has to answer its first ping
 _DRAIN = 2.0  # seconds to read what a command left in its pipes after it ended
 _ERR_TAIL = 4096
 _STOP_WAIT_S = 5.0  # seconds stop() waits for a killed sandbox to be gone
+_HOST_PRLIMIT = "/usr/bin/prlimit"  # util-linux, in Debian's and Ubuntu's essential set
+PRLIMIT_PATH = "/etc/warden/prlimit"  # its copy inside a live sandbox (supervisor.py's PRLIMIT)
+_MAX_PROGRAM = 8 << 20
 
 
 # What a supervisor this code starts understands beyond the first protocol (in its sandbox's
-# row): 2, a command joins the cgroups whose `tasks` files come with its spawn. A sandbox an
-# older Warden started keeps being spoken to as it understands.
-SUPERVISOR_PROTOCOL = 2
+# row): 2, a command joins the cgroups whose `tasks` files come with its spawn; 3, a spawn sets
+# the rlimits it is given and is held for `go` only when asked to (or when it could not start
+# the command so). A sandbox an older Warden started keeps being spoken to as it understands.
+SUPERVISOR_PROTOCOL = 3
 
 
 @cache
@@ -261,16 +269,57 @@ def _ns_pid(pid: int) -> tuple[int | None, int | None]:
     return None, None
 
 
+def _find_host_pid(parent: int, ns_pid: int, pidns: int) -> int | None:
+    """The host's pid of the child of `parent` that is `ns_pid` in pid namespace `pidns`, if one is."""
+    for child in _children(parent):
+        if _ns_pid(child) == (pidns, ns_pid):
+            return child
+    return None
+
+
 def _host_pid(parent: int, ns_pid: int, pidns: int, timeout: float = 5.0) -> int:
-    """The host's pid of the child of `parent` that is `ns_pid` in pid namespace `pidns`."""
+    """`_find_host_pid`, waiting `timeout` seconds for it (/proc may lag the fork)."""
     deadline = time.monotonic() + timeout
     while True:
-        for child in _children(parent):
-            if _ns_pid(child) == (pidns, ns_pid):
-                return child
+        found = _find_host_pid(parent, ns_pid, pidns)
+        if found is not None:
+            return found
         if time.monotonic() > deadline:
             raise Unavailable("the live sandbox named a process that is not its own", rule="live.bad_answer")
         time.sleep(0.001)
+
+
+def _with_prlimit(spec: SandboxSpec, held: _Held) -> SandboxSpec:
+    """The host's `prlimit` as a sealed program of the sandbox (PRLIMIT_PATH): the supervisor starts
+    commands through it (without it, it forks them)."""
+    try:
+        with open(_HOST_PRLIMIT, "rb") as handle:
+            program = handle.read(_MAX_PROGRAM + 1)
+    except OSError:
+        return spec
+    if len(program) > _MAX_PROGRAM:
+        return spec
+    return replace(spec, sealed_programs=((held.keep(_memfd_with(program)), PRLIMIT_PATH),))
+
+
+def _pidns(sandbox: LiveSandbox) -> int:
+    pidns = sandbox.meta.get("pidns")
+    return pidns if isinstance(pidns, int) else 0
+
+
+class _Started(NamedTuple):
+    """A command the supervisor started: its pid in the sandbox, its host pid when Warden had to
+    find it (held, or moved into its cgroup), and its own cgroup."""
+
+    pid: int
+    host_pid: int | None
+    group: cgroups.Cgroup | None
+
+
+# The rlimits a command gets, by the names the supervisor knows them by (its RLIMIT_* numbers are its own).
+_RLIMIT_NAMES = {resource.RLIMIT_AS: "as", resource.RLIMIT_CPU: "cpu", resource.RLIMIT_NOFILE: "nofile",
+                 resource.RLIMIT_FSIZE: "fsize", resource.RLIMIT_CORE: "core", resource.RLIMIT_DATA: "data",
+                 resource.RLIMIT_NPROC: "nproc"}
 
 
 def _command_env(workspace: str, caller_env: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
@@ -294,18 +343,19 @@ def _cgroup_of(meta: Mapping[str, object]) -> cgroups.Cgroup | None:
 
 
 def _remove_cgroup(group: cgroups.Cgroup, tries: int = 40) -> None:
-    """Kill what is left in `group` and remove its folders (a busy one is retried briefly)."""
-    group.kill()
+    """Kill what is left in `group` and remove its folders (a busy one is retried briefly). An
+    empty one, as after a command that left nothing, is removed at once."""
     for version, path in group.dirs:
-        for _ in range(tries):
+        for attempt in range(tries):
             try:
                 os.rmdir(path)
                 break
             except FileNotFoundError:
                 break
-            except OSError:
+            except OSError:  # busy: something is left in it
                 cgroups.Cgroup([(version, path)]).kill()
-                time.sleep(0.025)
+                if attempt:
+                    time.sleep(0.025)
 
 
 # What the proxy's own process needs of Warden's environment: to start this Python and import
@@ -464,6 +514,7 @@ class HostLiveSandboxes:
             spec = replace(spec, die_with_parent=False, proxy_socket=proxy.socket if proxy is not None else None)
             spec = _with_seccomp(spec, held)
             spec = _with_data_files(spec, held, [(SUPERVISOR_PATH, supervisor_source().encode())])
+            spec = _with_prlimit(spec, held)
             spec = _with_pinned_sources(spec, held)
             borrowed = [fd for _, fd in spec.bind_fds if fd not in held.fds]
             control = _Control.open(held)
@@ -566,8 +617,11 @@ class HostLiveSandboxes:
 
     # -- one command ------------------------------------------------------------------------
     def _spawn(self, sandbox: LiveSandbox, channel: _Channel, process_id: str, request: SandboxRequest, *,
-               background: bool, names: list[str], fds: list[int], ring: int) -> tuple[int, cgroups.Cgroup | None]:
-        """The command forked and held; its host pid and cgroup, limits applied, then let go."""
+               background: bool, names: list[str], fds: list[int], ring: int) -> _Started:
+        """The command started with its limits and cgroups in place: by the supervisor alone when
+        it can (protocol 3: Warden's sealed `prlimit` sets the rlimits it is given before exec,
+        born in its v1 cgroups; or forked, setting them itself), else held before exec while
+        Warden finds its host pid, applies them (again), moves it and says `go`."""
         cwd = request.cwd or request.workspace
         timeout = request.limits.timeout_s + (0.0 if background else 5.0)  # a foreground one: Warden's own first
         env = _command_env(request.workspace, self._environ, request.env)
@@ -585,37 +639,57 @@ class HostLiveSandboxes:
             except OSError as exc:
                 notes.append(f"cgroup not usable ({exc})")
         host_pid: int | None = None
+        spawned = None
         try:
             check_process_limit(group, support, notes)
+            limits = _rlimits(request.limits, group, support)
+            protocol = sandbox.meta.get("protocol")
             # The command joins its cgroups itself, before it runs anything of its own: a v1
             # move by the host would wait ~10 ms for the kernel when commands come spaced out.
-            joinable = sandbox.meta.get("protocol") == SUPERVISOR_PROTOCOL
-            join = group.join_files() if group is not None and joinable else []
+            join = group.join_files() if group is not None and protocol in (2, SUPERVISOR_PROTOCOL) else []
+            # The sandbox's own, for the supervisor to come back to once it spawned the command
+            # from inside the command's cgroups (protocol 3).
+            home = _cgroup_of(sandbox.meta) if join and protocol == SUPERVISOR_PROTOCOL else None
+            back = home.join_files() if home is not None else []
+            message: dict[str, object] = {
+                "op": "spawn", "id": process_id, "argv": list(request.argv), "env": env, "cwd": cwd,
+                "background": background, "timeout": timeout,
+                "fds": [*names, *(f"cgroup{i}" for i in range(len(join))), *(f"back{i}" for i in range(len(back)))],
+                "ring": ring, "tty": request.terminal is not None}
+            if protocol == SUPERVISOR_PROTOCOL:
+                # Held where Warden must move it into its cgroups itself (v2: no `tasks`), and in
+                # the background: the registry keeps its host pid, which a quick one (`true`)
+                # would no longer have once found.
+                message.update(hold=background or (group is not None and not join),
+                               rlimits={_RLIMIT_NAMES[which]: [soft, hard] for which, soft, hard in limits})
             try:
-                channel.send({"op": "spawn", "id": process_id, "argv": list(request.argv), "env": env, "cwd": cwd,
-                              "background": background, "timeout": timeout,
-                              "fds": [*names, *(f"cgroup{i}" for i in range(len(join)))], "ring": ring,
-                              "tty": request.terminal is not None}, [*fds, *join])
+                channel.send(message, [*fds, *join, *back])
             finally:
-                for fd in join:
+                for fd in (*join, *back):
                     os.close(fd)
             spawned = _parsed(parse_spawned, channel.frame())
-            pidns = sandbox.meta.get("pidns")
-            host_pid = _host_pid(sandbox.supervisor_pid, spawned.pid, pidns if isinstance(pidns, int) else 0)
-            for which, soft, hard in _rlimits(request.limits, group, support):
-                resource.prlimit(host_pid, which, (soft, hard))
-            # Its word that it joined is checked: a supervisor is the bot's as much as Warden's.
-            if group is not None and not (spawned.joined and group.holds(host_pid)):
+            if spawned.held or (group is not None and not spawned.joined):
+                host_pid = _host_pid(sandbox.supervisor_pid, spawned.pid, _pidns(sandbox))
+            if spawned.held and host_pid is not None:
+                for which, soft, hard in limits:
+                    resource.prlimit(host_pid, which, (soft, hard))
+            # Its word that it joined is checked where it was held; one not held that did not
+            # join is moved at once (a supervisor of ours holds such a one).
+            if group is not None and host_pid is not None and not (spawned.joined and group.holds(host_pid)):
                 group.add(host_pid)
-            _parsed(parse_ok, channel.ask({"op": "go", "id": process_id}))
+            if spawned.held:
+                _parsed(parse_ok, channel.ask({"op": "go", "id": process_id}))
         except BaseException:
+            if host_pid is None and spawned is not None:
+                host_pid = _find_host_pid(sandbox.supervisor_pid, spawned.pid, _pidns(sandbox))
             if host_pid is not None:
-                with contextlib.suppress(OSError):
-                    os.kill(host_pid, signal.SIGKILL)
+                for kill in (os.killpg, os.kill):  # its session; itself, held before it made one
+                    with contextlib.suppress(OSError):
+                        kill(host_pid, signal.SIGKILL)
             if group is not None:
                 _remove_cgroup(group)
             raise
-        return host_pid, group
+        return _Started(spawned.pid, host_pid, group)
 
     def run(self, sandbox: LiveSandbox, process_id: str, request: SandboxRequest) -> RunResult:
         """Run `request`'s command in the live sandbox to its end (a foreground command)."""
@@ -646,25 +720,26 @@ class HostLiveSandboxes:
             fds = theirs + ([stdin] if isinstance(stdin, int) else [])
             if request.terminal is not None:
                 fds = [request.terminal] * 3
-            host_pid, group = self._spawn(sandbox, channel, process_id, request, background=False,
-                                          names=names, fds=fds, ring=RING_BYTES)
+            command = self._spawn(sandbox, channel, process_id, request, background=False,
+                                  names=names, fds=fds, ring=RING_BYTES)
+            group = command.group
             for fd in theirs:
                 os.close(fd)
             theirs = []
             started = time.monotonic()
-            host_start = start_time(host_pid)
             ended: list[bool] = []
 
             def kill() -> None:
-                # Its group while its leader lives; once the supervisor reaped it, the number may
-                # name another process: then its cgroup alone (the supervisor killed the group).
-                if not ended and host_start is not None and alive(host_pid, host_start):
+                # Its group while its leader lives, found when needed (a run that ends by itself
+                # never looks its host pid up); once the supervisor reaped it, its cgroup alone
+                # (the supervisor killed the group).
+                leader = None if ended else _find_host_pid(sandbox.supervisor_pid, command.pid, _pidns(sandbox))
+                if leader is not None:
                     with contextlib.suppress(OSError):
-                        os.killpg(host_pid, signal.SIGKILL)
-                if group is not None:
-                    group.kill()
-                    # "Killed" is true when the result is returned: the next command of this
-                    # sandbox never meets a leftover still running.
+                        os.killpg(leader, signal.SIGKILL)
+                # "Killed" is true when the result is returned: the next command of this
+                # sandbox never meets a leftover still running.
+                if group is not None and not group.kill():
                     group.wait_empty()
 
             if request.on_started is not None:
@@ -793,8 +868,13 @@ class HostLiveSandboxes:
         """Start `request`'s command in the background; its host details for the registry."""
         channel = self._channel(sandbox)
         try:
-            host_pid, group = self._spawn(sandbox, channel, process_id, request, background=True, names=[],
-                                          fds=[], ring=ring)
+            command = self._spawn(sandbox, channel, process_id, request, background=True, names=[], fds=[],
+                                  ring=ring)
+            group = command.group
+            # The registry keeps its host pid (`warden kill` and the usage reach it without the
+            # supervisor): found while it was held.
+            host_pid = command.host_pid if command.host_pid is not None else _host_pid(
+                sandbox.supervisor_pid, command.pid, _pidns(sandbox))
         finally:
             channel.close()
         dirs: list[list[str]] = []

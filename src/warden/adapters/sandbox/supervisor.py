@@ -11,10 +11,20 @@ then ends, with only that principal's own processes.
 
 Protocol: frames of a 4-byte big-endian length and UTF-8 JSON, one request and its answer at a
 time per connection (core/live.py parses the answers; Warden trusts none of them). A `spawn`
-forks the command held before exec until Warden, having applied its limits and cgroup to the
-new pid, sends `go`. A foreground command gets the descriptors Warden passed (SCM_RIGHTS) and
-dies if its caller's connection closes; a background one writes into pipes read here into ring
-buffers. Every command runs in a session of its own, so a kill reaches its process group.
+starts the command with its limits in place before it runs anything of its own, and without a
+fork of this Python process (~1.5 ms on small VMs, its pages then copied on write by both sides):
+a vfork (subprocess's) runs Warden's copy of util-linux's `prlimit`, which sets the command's
+rlimits and execs it; this process enters the command's cgroups (v1 `tasks` files that come with
+the request) for the instant of the spawn, so the command is born in them. That copy is
+readable by no one, so the process running it is not dumpable (a bot's process cannot write
+into it through /proc/PID/mem before it sets the limits), and it is not used with the loader's
+variables (LD_PRELOAD...) in the command's environment. Otherwise (a terminal to make the
+command's own, one of those variables, no `prlimit`, a command not found) the command is
+forked and sets its limits itself; where Warden must move it into its cgroups (v2, or a join
+that failed) it is held before exec until Warden, having placed it, sends `go`. A foreground
+command gets the descriptors Warden passed (SCM_RIGHTS) and dies if its caller's connection
+closes; a background one writes into pipes read here into ring buffers. Every command runs in a
+session of its own, so a kill reaches its process group.
 
 The supervisor exits (and the sandbox with it) after IDLE_SECONDS without a running process or a
 connection, once Warden has collected every finished process (or after six idle periods anyway).
@@ -27,11 +37,13 @@ import contextlib
 import errno
 import json
 import os
+import resource
 import select
 import selectors
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -39,12 +51,23 @@ from typing import Any, NoReturn
 
 MAX_REQUEST = 1 << 20
 MAX_PROCS = 64  # background processes kept, running or finished
-MAX_FDS = 5  # stdin, stdout, stderr and the tasks files of two v1 cgroups
+MAX_FDS = 7  # stdin, stdout, stderr, the tasks files of two v1 cgroups and of this sandbox's own two
+# util-linux's prlimit, as Warden copies it into the sandbox: executable, readable by no one, so the
+# process running it is not dumpable (no /proc/PID/mem for the bot's processes until it execs).
+PRLIMIT = "/etc/warden/prlimit"
+# The rlimits a command may be given, by the names `prlimit` knows them by.
+RLIMITS = {"as": "RLIMIT_AS", "cpu": "RLIMIT_CPU", "nofile": "RLIMIT_NOFILE", "fsize": "RLIMIT_FSIZE",
+           "core": "RLIMIT_CORE", "data": "RLIMIT_DATA", "nproc": "RLIMIT_NPROC"}
 MAX_PENDING_OUT = 16 << 20  # bytes queued to a client that does not read
 SPAWN_GRACE = 30.0  # seconds a spawned command waits for Warden's go before it is killed
 READ_CHUNK = 65536
 # Signals this Python handles or ignores; a command expects them at their defaults, as after a shell.
 _CHILD_SIGNALS = {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
+# What the dynamic loader and libc read from the environment before a program's main: a
+# `prlimit` started with any of these would run the bot's code before it set the limits (the
+# command gets them all the same, forked).
+_LOADER_ENV = ("LD_", "GLIBC_TUNABLES", "MALLOC_", "GCONV_PATH", "LOCPATH", "NLSPATH", "HOSTALIASES",
+               "RES_OPTIONS", "LOCALDOMAIN", "RESOLV_HOST_CONF", "NIS_PATH", "GETCONF_DIR")
 
 
 def _no_dump() -> None:
@@ -123,6 +146,7 @@ class Supervisor:
     def __init__(self, listener: socket.socket, idle: float) -> None:
         self.listener = listener
         self.idle = idle
+        self.prlimit = os.access(PRLIMIT, os.X_OK)
         self.sel = selectors.DefaultSelector()
         self.conns: dict[int, Conn] = {}
         self.procs: dict[str, Proc] = {}
@@ -454,6 +478,9 @@ class Supervisor:
         background = bool(request.get("background"))
         timeout = float(request.get("timeout") or 0)
         ring = min(max(int(request.get("ring", 1 << 20)), 4096), 8 << 20)
+        # A Warden of the first protocols says neither: it holds every command and sends `go`.
+        hold = bool(request.get("hold", True))
+        limits = _limits(request.get("rlimits") or {})
         if background and sum(1 for p in self.procs.values() if p.background) >= MAX_PROCS:
             raise ValueError("too many background processes in this sandbox")
         given = list(conn.fds)
@@ -464,16 +491,17 @@ class Supervisor:
                 os.close(fd)
             raise ValueError("descriptors and their names disagree")
         child_fds = dict(zip(names, given))  # noqa: B905 (runs on any python3; lengths checked above)
-        # `tasks` files of the command's cgroups (v1): the child joins them itself, which spares
-        # the host's move of it the kernel's global lock (adapters/sandbox/cgroups.join_files).
+        # `tasks` files of the command's cgroups (v1), joined by a thread itself, which spares the
+        # host's move the kernel's global lock (adapters/sandbox/cgroups.join_files); and of this
+        # sandbox's own, to come back to.
         joins = [child_fds.pop(name) for name in names if name.startswith("cgroup")]
-        joined = False
+        backs = [child_fds.pop(name) for name in names if name.startswith("back")]
+        tty = bool(request.get("tty")) and "stdin" in child_fds
         parent_reads = {}
-        # What this process keeps only if the spawn succeeds: a fork that fails (the sandbox's
+        # What this process keeps only if the spawn succeeds: a spawn that fails (the sandbox's
         # processes at their limit, which a command can hold them at) leaked these per request
         # until the supervisor could open nothing more.
         kept: list[int] = []
-        childs: list[int] = []  # the child's ends of those pipes, closed here after the fork either way
         devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         try:
             if background:
@@ -482,9 +510,82 @@ class Supervisor:
                     kept.append(read_end)
                     parent_reads[read_end] = name
                     child_fds[name] = write_end
-            go_r, go_w = os.pipe2(os.O_CLOEXEC)
-            kept.append(go_w)
-            childs.append(go_r)
+            stdio = [child_fds.get("stdin", devnull), child_fds.get("stdout", devnull),
+                     child_fds.get("stderr", devnull)]
+            pid = None if hold or tty else self.spawn_born_limited(argv, env, cwd, stdio, limits, joins, backs)
+            go_w: int | None = None
+            if pid is not None:
+                joined = bool(joins)
+            else:
+                # Forked with cgroups to enter, it is held: Warden checks it joined (or moves it) first.
+                pid, joined, go_w = self.fork(argv, env, cwd, stdio, limits, joins, hold=hold or bool(joins),
+                                              tty=tty, kept=kept)
+            kept = []  # the spawn stands: the go pipe and output pipes are the process's now
+        finally:
+            os.close(devnull)
+            for fd in [*child_fds.values(), *joins, *backs, *kept]:
+                os.close(fd)
+        proc = Proc(proc_id, pid, background, timeout, ring, go_w, None if background else conn)
+        proc.status = "starting" if go_w is not None else "running"
+        self.procs[proc_id] = proc
+        self.by_pid[pid] = proc
+        for fd, name in parent_reads.items():
+            os.set_blocking(fd, False)
+            proc.pipes[fd] = name
+            self.pipes[fd] = proc
+            self.sel.register(fd, selectors.EVENT_READ, proc)
+        self.send(conn, {"ok": True, "pid": pid, "joined": joined, "held": go_w is not None})
+
+    def spawn_born_limited(self, argv: list[str], env: dict[str, str], cwd: str, stdio: list[int],
+                           limits: list[tuple[str, int, int, int]], joins: Sequence[int],
+                           backs: Sequence[int]) -> int | None:
+        """The command started by a vfork (subprocess's: no page of this process is copied)
+        through Warden's `prlimit`, which sets its rlimits before it execs the command, and born
+        in its cgroups: this process enters them for the spawn and goes back to its own. None
+        when that cannot be done here (the caller forks the command)."""
+        if not self.prlimit or len(backs) != len(joins) or not _loader_safe(env) or not _found(argv[0], env, cwd):
+            return None  # not found: the fork's exec words it as bwrap does ("bwrap: execvp NAME: ...")
+        entered = False
+        try:
+            try:
+                for fd in joins:  # "0": this thread, without the kernel's global threadgroup lock
+                    entered = True
+                    os.write(fd, b"0")
+            except OSError:
+                return None  # the fork's child tries, and is held for Warden to move it
+            args = [PRLIMIT, *("--{}={}:{}".format(name, soft, hard) for name, _, soft, hard in limits),  # noqa: UP032
+                    "--", *argv]
+            try:
+                started = subprocess.Popen(args, executable=PRLIMIT, env=env, cwd=cwd, stdin=stdio[0],
+                                           stdout=stdio[1], stderr=stdio[2], close_fds=True,
+                                           start_new_session=True)
+            except (OSError, subprocess.SubprocessError):
+                return None  # its folder gone, say: the fork's child fails the same way (126)
+            # Reaped by wait4 in this loop, never by Popen (its finalizer would take the status).
+            started._child_created = False  # type: ignore[attr-defined]
+            return started.pid
+        finally:
+            if entered:
+                try:
+                    for fd in backs:
+                        os.write(fd, b"0")
+                except OSError:
+                    # Left in a command's cgroup, this process would die with the command's
+                    # leftovers: end the sandbox cleanly instead (Warden starts another).
+                    self.stop()
+
+    def fork(self, argv: list[str], env: dict[str, str], cwd: str, stdio: list[int],
+             limits: list[tuple[str, int, int, int]], joins: Sequence[int], *, hold: bool, tty: bool,
+             kept: list[int]) -> tuple[int, bool, int | None]:
+        """The command forked now: it joins its cgroups and sets its rlimits itself and, `hold`,
+        waits before exec for Warden's `go`. Its pid, whether it joined, and the go pipe's end
+        when held."""
+        childs: list[int] = []  # the child's ends of the pipes, closed here after the fork either way
+        try:
+            go_r, go_w = os.pipe2(os.O_CLOEXEC) if hold else (-1, -1)
+            if hold:
+                kept.append(go_w)
+                childs.append(go_r)
             said_r, said_w = os.pipe2(os.O_CLOEXEC)
             kept.append(said_r)
             childs.append(said_w)
@@ -496,37 +597,31 @@ class Supervisor:
             try:
                 pid = os.fork()
                 if pid == 0:  # the child: never returns
-                    self.child(argv, env, cwd, [child_fds.get("stdin", devnull), child_fds.get("stdout", devnull),
-                                                child_fds.get("stderr", devnull)], go_r,
-                               tty=bool(request.get("tty")) and "stdin" in child_fds, joins=joins, said=said_w)
+                    self.child(argv, env, cwd, stdio, go_r, tty=tty, joins=joins, said=said_w, limits=limits)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
             os.close(said_w)
             childs.remove(said_w)
             # The child says so within microseconds; a bot that stops it first (it may signal its
             # own processes) holds this loop a quarter of a second, and Warden moves it instead.
+            joined = False
             if joins and select.select([said_r], [], [], 0.25)[0]:
                 joined = os.read(said_r, 1) == b"1"
             kept.remove(said_r)
             os.close(said_r)
-            kept = []  # the spawn stands: the go pipe and output pipes are the process's now
+            if hold:
+                kept.remove(go_w)
+            return pid, joined, go_w if hold else None
         finally:
-            os.close(devnull)
-            for fd in [*child_fds.values(), *joins, *childs, *kept]:
+            for fd in childs:
                 os.close(fd)
-        proc = Proc(proc_id, pid, background, timeout, ring, go_w, None if background else conn)
-        self.procs[proc_id] = proc
-        self.by_pid[pid] = proc
-        for fd, name in parent_reads.items():
-            os.set_blocking(fd, False)
-            proc.pipes[fd] = name
-            self.pipes[fd] = proc
-            self.sel.register(fd, selectors.EVENT_READ, proc)
-        self.send(conn, {"ok": True, "pid": pid, "joined": joined})
 
     @staticmethod
     def child(argv: list[str], env: dict[str, str], cwd: str, stdio: list[int], go_r: int, *,
-              tty: bool = False, joins: Sequence[int] = (), said: int = -1) -> NoReturn:
+              tty: bool = False, joins: Sequence[int] = (), said: int = -1,
+              limits: Sequence[tuple[str, int, int, int]] = ()) -> NoReturn:
+        """Become the command: its cgroups, session, signals, descriptors and rlimits, then exec;
+        held (`go_r`), it waits for Warden's `go` first."""
         try:
             if joins:  # "0": this thread, the child's only one
                 try:
@@ -554,7 +649,10 @@ class Supervisor:
                 import termios
 
                 fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-            if os.read(go_r, 2) != b"go":  # Warden applies the limits before saying go
+            # Its own limits before it runs anything (Warden sets them again on a held one).
+            for _, which, soft, hard in limits:
+                resource.setrlimit(which, (soft, hard))
+            if go_r >= 0 and os.read(go_r, 2) != b"go":
                 os._exit(125)
             os.closerange(3, 1 << 16)
             os.chdir(cwd)
@@ -571,6 +669,36 @@ class Supervisor:
             os._exit(126)
 
 
+def _limits(given: Mapping[str, Any]) -> list[tuple[str, int, int, int]]:
+    """(its name, RLIMIT_*, soft, hard) of each limit asked for, never above this process's own
+    hard limit (which no process of the sandbox may raise)."""
+    limits = []
+    for name, pair in given.items():
+        which = getattr(resource, RLIMITS[name])
+        soft, hard = int(pair[0]), int(pair[1])
+        if not 0 <= soft <= hard:
+            raise ValueError("bad limit")
+        own = resource.getrlimit(which)[1]
+        if own != resource.RLIM_INFINITY:
+            hard = min(hard, own)
+            soft = min(soft, hard)
+        limits.append((name, which, soft, hard))
+    return limits
+
+
+def _found(name: str, env: Mapping[str, str], cwd: str) -> bool:
+    """Whether execvp, in `cwd`, would find `name` (a file this process may execute) on env's PATH."""
+    if not name:
+        return False
+    path = env.get("PATH") or os.defpath
+    candidates = [name] if "/" in name else [os.path.join(d or ".", name) for d in path.split(":")]
+    return any(os.path.isfile(c) and os.access(c, os.X_OK) for c in (os.path.join(cwd, c) for c in candidates))
+
+
+def _loader_safe(env: Mapping[str, str]) -> bool:
+    return not any(name.startswith(_LOADER_ENV) for name in env)
+
+
 def main() -> None:
     listen_fd, idle = int(sys.argv[1]), float(sys.argv[2])
     _no_dump()
@@ -581,6 +709,13 @@ def main() -> None:
     for fd in (0, 1, 2):  # hold none of bwrap's descriptors
         os.dup2(null, fd)
     os.close(null)
+    # A command started through subprocess keeps what this process ignores (but SIGPIPE and
+    # SIGXFSZ, Python's own) and blocks: what the process that started the sandbox ignored (a
+    # shell's background job: SIGINT, SIGQUIT; nohup: SIGHUP) or blocked must not reach it.
+    for sig in signal.valid_signals() - {signal.SIGPIPE, signal.SIGXFSZ}:
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
     Supervisor(listener, idle).run()
 
 

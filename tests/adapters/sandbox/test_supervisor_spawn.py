@@ -1,0 +1,102 @@
+"""The live sandbox's supervisor (adapters/sandbox/supervisor.py) as a plain process of this user,
+outside any sandbox: how it starts a command it is not asked to hold. Without Warden's sealed
+`prlimit` (there is none outside a sandbox) it forks the command, which sets the rlimits it was
+given itself; and it never goes above its own hard limits, which no process inside may raise."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import socket
+import struct
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from warden.adapters.sandbox import supervisor
+from warden.adapters.sandbox.live import supervisor_source
+
+
+def _frame(message: dict[str, object]) -> bytes:
+    body = json.dumps(message).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+def _answer(sock: socket.socket) -> dict[str, object]:
+    data = b""
+    while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
+        chunk = sock.recv(65536)
+        assert chunk, "the supervisor closed the connection"
+        data += chunk
+    answer = json.loads(data[4:])
+    assert isinstance(answer, dict)
+    return answer
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Iterator[str]:
+    python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3 (what a sandbox runs the supervisor with)")
+    where = str(tmp_path / "s")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(where)
+    listener.listen(8)
+    # Its own hard limit on open files, below what the test asks a command for.
+    proc = subprocess.Popen([python, "-I", "-S", "-c", supervisor_source(), str(listener.fileno()), "60"],
+                            pass_fds=[listener.fileno()], cwd="/",
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200)))
+    listener.close()
+    try:
+        yield where
+    finally:
+        proc.kill()
+        proc.wait(5)
+
+
+def test_a_command_not_held_is_forked_and_sets_its_own_limits(path: str) -> None:
+    out_r, out_w = os.pipe()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(path)
+        try:
+            conn.sendmsg([_frame({"op": "spawn", "id": "a" * 16, "argv": ["sh", "-c", "ulimit -Ht; ulimit -Hn"],
+                                  "env": {"PATH": "/usr/bin:/bin"}, "cwd": "/", "background": False,
+                                  "timeout": 30, "fds": ["stdout"], "hold": False,
+                                  "rlimits": {"cpu": [7, 8], "nofile": [500, 500]}})],
+                         [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", out_w))])
+        finally:
+            os.close(out_w)
+        started = _answer(conn)
+        assert started["ok"] is True and started["held"] is False, started
+        ended = _answer(conn)
+        assert ended["event"] == "exit" and ended["exit_code"] == 0, ended
+    with os.fdopen(out_r) as output:
+        # The cpu limit as asked; open files no higher than the supervisor's own hard limit.
+        assert output.read() == "8\n200\n"
+
+
+def test_a_limit_it_does_not_know_or_out_of_order_is_refused(path: str) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(path)
+        for limits in ({"stack": [1, 1]}, {"cpu": [9, 8]}, {"cpu": [-1, 8]}):
+            conn.sendall(_frame({"op": "spawn", "id": "b" * 16, "argv": ["true"], "env": {}, "cwd": "/",
+                                 "hold": False, "rlimits": limits}))
+            answer = _answer(conn)
+            assert answer["ok"] is False, (limits, answer)
+
+
+def test_what_decides_the_way_a_command_starts() -> None:
+    # The loader's variables keep prlimit out of it (they would run code in it first).
+    assert supervisor._loader_safe({"PATH": "/usr/bin", "TMPDIR": "/tmp", "LANG": "C.UTF-8"})
+    for name in ("LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH", "GLIBC_TUNABLES", "MALLOC_CHECK_", "GCONV_PATH"):
+        assert not supervisor._loader_safe({name: "x"}), name
+    # Found as execvp finds it: on PATH, or a path with a slash from the working folder.
+    assert supervisor._found("sh", {"PATH": "/nowhere:/usr/bin:/bin"}, "/")
+    assert not supervisor._found("sh", {"PATH": "/nowhere"}, "/")
+    assert supervisor._found("./bin/sh", {}, "/usr")
+    assert not supervisor._found("", {"PATH": "/usr/bin"}, "/")
+    assert not supervisor._found("/etc/passwd", {}, "/")  # not executable
