@@ -100,3 +100,74 @@ def test_what_decides_the_way_a_command_starts() -> None:
     assert supervisor._found("./bin/sh", {}, "/usr")
     assert not supervisor._found("", {"PATH": "/usr/bin"}, "/")
     assert not supervisor._found("/etc/passwd", {}, "/")  # not executable
+
+
+@pytest.fixture
+def with_prlimit(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The supervisor with its prlimit pointed at the host's (a sandbox has Warden's sealed copy)."""
+    python, prlimit = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin"), shutil.which("prlimit")
+    if python is None or prlimit is None:
+        pytest.skip("no system python3 or no prlimit")
+    source = supervisor_source()
+    assert f'PRLIMIT = "{supervisor.PRLIMIT}"' in source
+    source = source.replace(f'PRLIMIT = "{supervisor.PRLIMIT}"', f'PRLIMIT = "{prlimit}"')
+    where = str(tmp_path / "s")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(where)
+    listener.listen(8)
+    proc = subprocess.Popen([python, "-I", "-S", "-c", source, str(listener.fileno()), "60"],
+                            pass_fds=[listener.fileno()], cwd="/")
+    listener.close()
+    try:
+        yield where, proc
+    finally:
+        proc.kill()
+        proc.wait(5)
+
+
+def _spawn(conn: socket.socket, fds: dict[str, int], argv: list[str]) -> None:
+    conn.sendmsg([_frame({"op": "spawn", "id": os.urandom(8).hex(), "argv": argv, "env": {"PATH": "/usr/bin:/bin"},
+                          "cwd": "/tmp", "background": False, "timeout": 30, "fds": list(fds), "hold": False,
+                          "rlimits": {"cpu": [7, 8]}})],
+                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds.values()))])
+
+
+def test_through_prlimit_it_enters_the_commands_cgroups_for_the_spawn_and_comes_back(
+        with_prlimit: tuple[str, subprocess.Popen[bytes]], tmp_path: Path) -> None:
+    """Stand-ins for the `tasks` files: what the supervisor writes to them is what it joins."""
+    path, _ = with_prlimit
+    files = {name: tmp_path / name for name in ("cgroup0", "back0")}
+    out_r, out_w = os.pipe()
+    fds = {"stdout": out_w, **{name: os.open(file, os.O_WRONLY | os.O_CREAT, 0o600) for name, file in files.items()}}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(path)
+        try:
+            _spawn(conn, fds, ["sh", "-c", "ulimit -Ht; pwd"])
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        started = _answer(conn)
+        assert started["ok"] is True and started["held"] is False and started["joined"] is True, started
+        assert _answer(conn)["exit_code"] == 0
+    with os.fdopen(out_r) as output:
+        assert output.read() == "8\n/tmp\n"
+    assert files["cgroup0"].read_text() == "0" and files["back0"].read_text() == "0"
+
+
+def test_a_supervisor_that_cannot_come_back_from_a_commands_cgroup_ends(
+        with_prlimit: tuple[str, subprocess.Popen[bytes]], tmp_path: Path) -> None:
+    """Left in the command's cgroup it would be killed with the command's leftovers, mid-way:
+    it ends cleanly instead (Warden starts another sandbox)."""
+    path, proc = with_prlimit
+    join = tmp_path / "cgroup0"
+    fds = {"cgroup0": os.open(join, os.O_WRONLY | os.O_CREAT, 0o600),
+           "back0": os.open(join, os.O_RDONLY)}  # a write to it fails
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(path)
+        try:
+            _spawn(conn, fds, ["true"])
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        assert _answer(conn)["ok"] is True
+    assert proc.wait(10) == 0
