@@ -65,3 +65,15 @@ def test_the_cgroup_fix_names_systemd_run_only_where_a_user_manager_answers(tmp_
     (runtime / "systemd" / "private").touch()
     present = doctor.delegation_fix({"XDG_RUNTIME_DIR": str(runtime)})
     assert "systemd-run --user --scope -p Delegate=yes" in present and "needs" not in present
+
+
+def test_doctor_says_how_live_sandbox_commands_start(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from warden.adapters.sandbox import live
+
+    python = "/usr/bin/python3"
+    if os.access(live.HOST_PRLIMIT, os.X_OK):
+        assert "sealed copy of prlimit" in doctor._live_check(python, True).detail
+    monkeypatch.setattr(live, "HOST_PRLIMIT", str(tmp_path / "prlimit"))
+    missing = doctor._live_check(python, True)
+    assert f"no {tmp_path / 'prlimit'} (util-linux): each command is forked" in missing.detail
+    assert missing.ok  # still works, only slower

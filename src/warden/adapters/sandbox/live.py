@@ -102,7 +102,7 @@ _START_TIMEOUT = 20.0  # seconds a new live sandbox has to answer its first ping
 _DRAIN = 2.0  # seconds to read what a command left in its pipes after it ended
 _ERR_TAIL = 4096
 _STOP_WAIT_S = 5.0  # seconds stop() waits for a killed sandbox to be gone
-_HOST_PRLIMIT = "/usr/bin/prlimit"  # util-linux, in Debian's and Ubuntu's essential set
+HOST_PRLIMIT = "/usr/bin/prlimit"  # util-linux, in Debian's and Ubuntu's essential set
 PRLIMIT_PATH = "/etc/warden/prlimit"  # its copy inside a live sandbox (supervisor.py's PRLIMIT)
 _MAX_PROGRAM = 8 << 20
 
@@ -293,7 +293,7 @@ def _with_prlimit(spec: SandboxSpec, held: _Held) -> SandboxSpec:
     """The host's `prlimit` as a sealed program of the sandbox (PRLIMIT_PATH): the supervisor starts
     commands through it (without it, it forks them)."""
     try:
-        with open(_HOST_PRLIMIT, "rb") as handle:
+        with open(HOST_PRLIMIT, "rb") as handle:
             program = handle.read(_MAX_PROGRAM + 1)
     except OSError:
         return spec
