@@ -13,6 +13,15 @@ def test_a_missing_program_names_what_the_sandbox_sees() -> None:
     assert "not executable" in (explain_failure(126, None, "bwrap: execvp ./x: Permission denied", **FACTS) or "")
 
 
+def test_a_program_prlimit_could_not_start_is_explained_too() -> None:
+    # A live sandbox starts a command through its sealed copy of util-linux's prlimit: a binary
+    # whose loader is missing (built for musl, say) fails there, in prlimit's words.
+    line = explain_failure(127, None, "prlimit: failed to execute ./tool: No such file or directory\n", **FACTS)
+    assert line is not None and line.startswith("warden: ./tool is not in the sandbox"), line
+    line = explain_failure(126, None, "prlimit: failed to execute ./tool: Exec format error\n", **FACTS)
+    assert line == "warden: ./tool is not executable inside the sandbox"
+
+
 def test_a_mistyped_program_gets_the_nearest_name_on_the_path() -> None:
     seen = {"python", "python3", "pip", "node", "ls"}
     line = explain_failure(127, None, "bwrap: execvp pyhton: No such file or directory\n", **FACTS, programs=seen)

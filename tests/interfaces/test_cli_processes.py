@@ -143,6 +143,25 @@ def test_refusals_exit_126_and_name_what_to_do(cli: Cli, ws: str) -> None:
     assert cli("kill", ws, "0123456789abcdef", "--signal", "SEGV").code == 2
 
 
+def test_a_program_that_cannot_start_in_the_live_sandbox_is_explained(cli: Cli, ws: str, home: Path) -> None:
+    """A binary whose loader is not in the sandbox (one built for musl, say) fails in the words of
+    the prlimit that starts it there; Warden's line follows, as in a fresh sandbox."""
+    _detach(cli, ws, "sleep", "30")  # the next command runs in the live sandbox
+    true = Path("/bin/true").read_bytes()
+    loader = b"/lib64/ld-linux-x86-64.so.2"
+    if loader not in true:
+        pytest.skip("not an x86-64 glibc system")
+    tool = home / "workspaces" / ws / "tool"
+    tool.write_bytes(true.replace(loader, b"/lib64/ld-linux-x86-64.so.9"))  # same length: still an ELF
+    tool.chmod(0o755)
+    try:
+        ran = cli("run", ws, "--", "./tool")
+        assert ran.code == 127, ran.stderr
+        assert ran.stderr.splitlines()[-1].startswith("warden: ./tool is not in the sandbox"), ran.stderr
+    finally:
+        tool.unlink()
+
+
 def test_death_on_destroy(cli: Cli, home: Path) -> None:
     assert cli("create", "doomed", "--template", "minimal").code == 0
     sleeper = _detach(cli, "doomed", "sleep", "300")

@@ -182,6 +182,9 @@ _NO_NETWORK = ("Network is unreachable", "Temporary failure in name resolution",
 # to wait for, so a run without it tells them not to (the run's own variables win).
 NO_NETWORK_ENV = {"PIP_RETRIES": "0", "npm_config_fetch_retries": "0", "UV_HTTP_RETRIES": "0"}
 _SIGXFSZ = 25
+# How a program that could not start says so: bwrap's exec (and a live sandbox's forked command,
+# worded alike), or the sealed copy of util-linux's prlimit that starts a live sandbox's command.
+_EXEC_FAILED = ("bwrap: execvp ", "prlimit: failed to execute ")
 # What a shell, Python or Node prints when fork or clone fails on the process limit (EAGAIN).
 _NO_FORK = ("Cannot fork", "fork: Resource temporarily unavailable", "fork: retry",
             "BlockingIOError: [Errno 11] Resource temporarily unavailable", "spawn EAGAIN",
@@ -244,8 +247,9 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
     "did you mean" when a program is not found. Pure: the caller passes the facts.
     """
     last = stderr_tail.strip().rsplit("\n", 1)[-1] if stderr_tail.strip() else ""
-    if exit_code in (126, 127) and last.startswith("bwrap: execvp "):
-        program = last.removeprefix("bwrap: execvp ").rsplit(":", 1)[0]
+    could_not = next((prefix for prefix in _EXEC_FAILED if last.startswith(prefix)), None)
+    if exit_code in (126, 127) and could_not is not None:
+        program = last.removeprefix(could_not).rsplit(":", 1)[0]
         if exit_code == 127:
             hint = nearest_program(program, programs)
             return (f"warden: {echoed(program)} is not in the sandbox{hint} (it sees /usr, /bin"

@@ -238,6 +238,21 @@ def test_the_loaders_variables_never_reach_prlimit(host: HostLiveSandboxes, sand
     assert ran.stderr.count("cannot be preloaded") == 1, ran.stderr
 
 
+def test_a_script_whose_interpreter_is_missing_reads_as_in_a_fresh_sandbox(host: HostLiveSandboxes,
+                                                                           sandbox: LiveSandbox, folder: str) -> None:
+    """A script whose `#!` names no program here (a venv made on the host, say) fails with bwrap's
+    words, which Warden explains, not with those of the sealed `prlimit` that would have run it."""
+    script = Path(folder) / "tool"
+    script.write_text("#!/no/such/interpreter\necho ran\n")
+    script.chmod(0o755)
+    ran = host.run(sandbox, "a" * 16, _req(folder, "./tool"))
+    assert (ran.exit_code, ran.stderr) == (127, "bwrap: execvp ./tool: No such file or directory\n"), ran.stderr
+    # Its interpreter there, it runs (through prlimit, its limits hard all the same).
+    script.write_text("#!/bin/sh\nulimit -Ht\n")
+    ran = host.run(sandbox, "b" * 16, _req(folder, "./tool", cpu_seconds=7))
+    assert (ran.exit_code, ran.stdout) == (0, "8\n"), ran.stderr
+
+
 def test_a_background_server_is_reached_and_its_output_kept_in_a_ring(host: HostLiveSandboxes,
                                                                       sandbox: LiveSandbox, folder: str) -> None:
     meta = host.spawn(sandbox, "a" * 16, _req(folder, "python3", "-u", "-m", "http.server", "8000",

@@ -171,3 +171,27 @@ def test_a_supervisor_that_cannot_come_back_from_a_commands_cgroup_ends(
                 os.close(fd)
         assert _answer(conn)["ok"] is True
     assert proc.wait(10) == 0
+
+
+def test_a_script_is_started_through_prlimit_only_where_its_interpreter_is(tmp_path: Path) -> None:
+    def script(name: str, text: bytes, mode: int = 0o755) -> str:
+        (tmp_path / name).write_bytes(text)
+        (tmp_path / name).chmod(mode)
+        return f"./{name}"
+
+    cwd = str(tmp_path)
+    assert supervisor._found(script("ok", b"#!/bin/sh\necho\n"), {}, cwd)
+    assert supervisor._found(script("spaced", b"#!  /bin/sh -e\n"), {}, cwd)
+    assert supervisor._found(script("binary", b"\x7fELF..."), {}, cwd)  # the kernel's to judge
+    assert not supervisor._found(script("missing", b"#!/no/such/interpreter\n"), {}, cwd)
+    assert not supervisor._found(script("empty", b"#!\n"), {}, cwd)
+    assert not supervisor._found(script("endless", b"#!/bin/sh" + b" " * 300), {}, cwd)
+    # Relative to the working folder, as the kernel resolves it.
+    assert supervisor._found(script("relative", b"#!ok\n"), {}, cwd)
+    # Found on PATH, its interpreter checked the same.
+    assert not supervisor._found("missing", {"PATH": cwd}, "/")
+    # A FIFO put there is never waited on (an executable one: the kernel refuses it anyway).
+    os.mkfifo(tmp_path / "fifo", 0o755)
+    assert not supervisor._found("./fifo", {}, cwd)
+    if os.geteuid() != 0:  # root reads anything
+        assert supervisor._found(script("sealed", b"#!/no/such/interpreter\n", 0o111), {}, cwd)

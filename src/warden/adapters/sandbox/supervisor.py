@@ -19,9 +19,10 @@ the request) for the instant of the spawn, so the command is born in them. That 
 readable by no one, so the process running it is not dumpable (a bot's process cannot write
 into it through /proc/PID/mem before it sets the limits), and it is not used with the loader's
 variables (LD_PRELOAD...) in the command's environment. Otherwise (a terminal to make the
-command's own, one of those variables, no `prlimit`, a command not found) the command is
-forked and sets its limits itself; where Warden must move it into its cgroups (v2, or a join
-that failed) it is held before exec until Warden, having placed it, sends `go`. A foreground
+command's own, one of those variables, no `prlimit`, a command or its script's interpreter not
+found) the command is forked and sets its limits itself; where Warden must move it into its
+cgroups (v2, or a join that failed) it is held before exec until Warden, having placed it, sends
+`go`. A foreground
 command gets the descriptors Warden passed (SCM_RIGHTS) and dies if its caller's connection
 closes; a background one writes into pipes read here into ring buffers. Every command runs in a
 session of its own, so a kill reaches its process group.
@@ -42,6 +43,7 @@ import select
 import selectors
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -544,7 +546,7 @@ class Supervisor:
         in its cgroups: this process enters them for the spawn and goes back to its own. None
         when that cannot be done here (the caller forks the command)."""
         if not self.prlimit or len(backs) != len(joins) or not _loader_safe(env) or not _found(argv[0], env, cwd):
-            return None  # not found: the fork's exec words it as bwrap does ("bwrap: execvp NAME: ...")
+            return None  # not found, or its interpreter: the fork's exec words it as bwrap does ("bwrap: execvp ...")
         entered = False
         try:
             try:
@@ -692,7 +694,32 @@ def _found(name: str, env: Mapping[str, str], cwd: str) -> bool:
         return False
     path = env.get("PATH") or os.defpath
     candidates = [name] if "/" in name else [os.path.join(d or ".", name) for d in path.split(":")]
-    return any(os.path.isfile(c) and os.access(c, os.X_OK) for c in (os.path.join(cwd, c) for c in candidates))
+    return any(_startable(os.path.join(cwd, c), cwd) for c in candidates)
+
+
+def _startable(path: str, cwd: str) -> bool:
+    """An executable file whose `#!` interpreter, if it is a script, is one too: the kernel's
+    ENOENT for a missing interpreter (a venv made on the host) would come from prlimit, in its
+    words, where the fork's exec says it as bwrap does."""
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        return False
+    try:
+        # Not blocking: the bot may have put a FIFO there since.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return True  # executable, not readable: no interpreter could read it, so not a script
+    try:
+        head = os.read(fd, 256) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    finally:
+        os.close(fd)
+    if not head.startswith(b"#!"):
+        return True
+    line, newline, _ = head[2:].partition(b"\n")
+    words = line.split()
+    if not newline or not words:
+        return False  # a line the kernel may refuse: the fork's exec says how
+    interpreter = os.path.join(cwd, os.fsdecode(words[0]))
+    return os.path.isfile(interpreter) and os.access(interpreter, os.X_OK)
 
 
 def _loader_safe(env: Mapping[str, str]) -> bool:
