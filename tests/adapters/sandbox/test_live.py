@@ -238,6 +238,16 @@ def test_the_loaders_variables_never_reach_prlimit(host: HostLiveSandboxes, sand
     assert ran.stderr.count("cannot be preloaded") == 1, ran.stderr
 
 
+def test_prlimits_own_library_never_writes_into_a_commands_output(host: HostLiveSandboxes, sandbox: LiveSandbox,
+                                                                  folder: str) -> None:
+    """libsmartcols, which `prlimit` links, prints debug lines into the command's stderr for
+    LIBSMARTCOLS_DEBUG (before the limits are set): such a command is forked, and gets the variable."""
+    ran = host.run(sandbox, "a" * 16, SandboxRequest(folder, ("sh", "-c", "ulimit -Ht; echo $LIBSMARTCOLS_DEBUG"),
+                                                     Limits(timeout_s=30, cpu_seconds=7),
+                                                     env={"LIBSMARTCOLS_DEBUG": "all"}))
+    assert (ran.exit_code, ran.stdout, ran.stderr) == (0, "8\nall\n", ""), ran.stderr
+
+
 def test_a_background_server_is_reached_and_its_output_kept_in_a_ring(host: HostLiveSandboxes,
                                                                       sandbox: LiveSandbox, folder: str) -> None:
     meta = host.spawn(sandbox, "a" * 16, _req(folder, "python3", "-u", "-m", "http.server", "8000",

@@ -157,7 +157,8 @@ def test_prlimit_starts_a_command_only_while_the_kernel_keeps_it_sealed(tmp_path
 def test_what_decides_the_way_a_command_starts() -> None:
     # The loader's variables keep prlimit out of it (they would run code in it first).
     assert supervisor._loader_safe({"PATH": "/usr/bin", "TMPDIR": "/tmp", "LANG": "C.UTF-8"})
-    for name in ("LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH", "GLIBC_TUNABLES", "MALLOC_CHECK_", "GCONV_PATH"):
+    for name in ("LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH", "GLIBC_TUNABLES", "MALLOC_CHECK_", "GCONV_PATH",
+                 "LIBSMARTCOLS_DEBUG"):
         assert not supervisor._loader_safe({name: "x"}), name
     # Found as execvp finds it: on PATH, or a path with a slash from the working folder.
     assert supervisor._found("sh", {"PATH": "/nowhere:/usr/bin:/bin"}, "/")

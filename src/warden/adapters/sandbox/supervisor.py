@@ -67,8 +67,10 @@ _CHILD_SIGNALS = {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM
 # What the dynamic loader and libc read from the environment before a program's main: a
 # `prlimit` started with any of these would run the bot's code before it set the limits (the
 # command gets them all the same, forked).
+# libsmartcols, which `prlimit` links, reads LIBSMARTCOLS_DEBUG* before the limits and prints its
+# debug output into the command's stderr: such a command is forked too.
 _LOADER_ENV = ("LD_", "GLIBC_TUNABLES", "MALLOC_", "GCONV_PATH", "LOCPATH", "NLSPATH", "HOSTALIASES",
-               "RES_OPTIONS", "LOCALDOMAIN", "RESOLV_HOST_CONF", "NIS_PATH", "GETCONF_DIR")
+               "RES_OPTIONS", "LOCALDOMAIN", "RESOLV_HOST_CONF", "NIS_PATH", "GETCONF_DIR", "LIBSMARTCOLS_")
 # What the kernel makes a process running a program its user may not read: not dumpable by that
 # user at 0 (the default) and 2 ("suidsafe", root only); dumpable at 1 ("debug"), which would undo
 # the seal of PRLIMIT. Read at each spawn: an administrator may change it while the sandbox lives.
