@@ -156,6 +156,9 @@ def test_stdin_timeouts_and_missing_programs(host: HostLiveSandboxes, sandbox: L
     assert (slow.exit_code, slow.timed_out) == (124, True) and time.monotonic() - started < 10
     missing = host.run(sandbox, "c" * 16, _req(folder, "no-such-program"))
     assert missing.exit_code == 127 and "execvp no-such-program" in missing.stderr
+    # An argument no exec can pass fails the command as a fork's child would, not the sandbox.
+    unpassable = host.run(sandbox, "d" * 16, _req(folder, "echo", "a\0b"))
+    assert unpassable.exit_code == 126
 
 
 def _ops(monkeypatch: pytest.MonkeyPatch) -> list[object]:

@@ -567,8 +567,9 @@ class Supervisor:
                 started = subprocess.Popen(args, executable=PRLIMIT, env=env, cwd=cwd, stdin=stdio[0],
                                            stdout=stdio[1], stderr=stdio[2], close_fds=True,
                                            start_new_session=True)
-            except (OSError, subprocess.SubprocessError):
-                return None  # its folder gone, say: the fork's child fails the same way (126)
+            except (OSError, ValueError, subprocess.SubprocessError):
+                # Its folder gone, say, or a NUL in an argument: the fork's child fails the same way (126).
+                return None
             # Reaped by wait4 in this loop, never by Popen (its finalizer would take the status).
             started._child_created = False  # type: ignore[attr-defined]
             return started.pid
