@@ -156,6 +156,9 @@ def test_stdin_timeouts_and_missing_programs(host: HostLiveSandboxes, sandbox: L
     assert (slow.exit_code, slow.timed_out) == (124, True) and time.monotonic() - started < 10
     missing = host.run(sandbox, "c" * 16, _req(folder, "no-such-program"))
     assert missing.exit_code == 127 and "execvp no-such-program" in missing.stderr
+    # An argument no exec can pass fails the command as a fork's child would, not the sandbox.
+    unpassable = host.run(sandbox, "d" * 16, _req(folder, "echo", "a\0b"))
+    assert unpassable.exit_code == 126
 
 
 def _ops(monkeypatch: pytest.MonkeyPatch) -> list[object]:
@@ -251,6 +254,16 @@ def test_a_script_whose_interpreter_is_missing_reads_as_in_a_fresh_sandbox(host:
     script.write_text("#!/bin/sh\nulimit -Ht\n")
     ran = host.run(sandbox, "b" * 16, _req(folder, "./tool", cpu_seconds=7))
     assert (ran.exit_code, ran.stdout) == (0, "8\n"), ran.stderr
+
+
+def test_prlimits_own_library_never_writes_into_a_commands_output(host: HostLiveSandboxes, sandbox: LiveSandbox,
+                                                                  folder: str) -> None:
+    """libsmartcols, which `prlimit` links, prints debug lines into the command's stderr for
+    LIBSMARTCOLS_DEBUG (before the limits are set): such a command is forked, and gets the variable."""
+    ran = host.run(sandbox, "a" * 16, SandboxRequest(folder, ("sh", "-c", "ulimit -Ht; echo $LIBSMARTCOLS_DEBUG"),
+                                                     Limits(timeout_s=30, cpu_seconds=7),
+                                                     env={"LIBSMARTCOLS_DEBUG": "all"}))
+    assert (ran.exit_code, ran.stdout, ran.stderr) == (0, "8\nall\n", ""), ran.stderr
 
 
 def test_a_background_server_is_reached_and_its_output_kept_in_a_ring(host: HostLiveSandboxes,

@@ -26,13 +26,19 @@ def _frame(message: dict[str, object]) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
-def _answer(sock: socket.socket) -> dict[str, object]:
+def _exactly(sock: socket.socket, size: int) -> bytes:
     data = b""
-    while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
-        chunk = sock.recv(65536)
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
         assert chunk, "the supervisor closed the connection"
         data += chunk
-    answer = json.loads(data[4:])
+    return data
+
+
+def _answer(sock: socket.socket) -> dict[str, object]:
+    # One frame, never a byte of the next (a quick command's exit comes right behind its start).
+    (length,) = struct.unpack(">I", _exactly(sock, 4))
+    answer = json.loads(_exactly(sock, length))
     assert isinstance(answer, dict)
     return answer
 
@@ -89,10 +95,70 @@ def test_a_limit_it_does_not_know_or_out_of_order_is_refused(path: str) -> None:
             assert answer["ok"] is False, (limits, answer)
 
 
+def _start(where: str, source: str, python: str) -> subprocess.Popen[bytes]:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(where)
+    listener.listen(8)
+    try:
+        return subprocess.Popen([python, "-I", "-S", "-c", source, str(listener.fileno()), "60"],
+                                pass_fds=[listener.fileno()], cwd="/")
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize(("suid_dumpable", "through_prlimit"), [("0\n", True), ("2\n", True), ("1\n", False),
+                                                                (None, False)])
+def test_prlimit_starts_a_command_only_while_the_kernel_keeps_it_sealed(tmp_path: Path, suid_dumpable: str | None,
+                                                                        through_prlimit: bool) -> None:
+    """fs.suid_dumpable at 1 ("debug") makes a process running a program it may not read dumpable
+    by its own user: the bot's processes could write into Warden's `prlimit` through /proc/PID/mem
+    before it set the limits. Then (or when the setting cannot be read) the command is forked, and
+    sets them itself. Here `prlimit` is a copy that notes each start, and the setting a file."""
+    python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    real = shutil.which("prlimit", path="/usr/bin:/bin")
+    if python is None or real is None:
+        pytest.skip("no system python3 or prlimit")
+    noted = tmp_path / "prlimit-ran"
+    wrapper = tmp_path / "prlimit"
+    wrapper.write_text(f"#!/bin/sh\necho ran >> {noted}\nexec {real} \"$@\"\n")
+    wrapper.chmod(0o755)
+    setting = tmp_path / "suid_dumpable"
+    if suid_dumpable is not None:
+        setting.write_text(suid_dumpable)
+    source = supervisor_source()
+    for constant, value, ours in (("PRLIMIT", supervisor.PRLIMIT, wrapper),
+                                  ("SUID_DUMPABLE", supervisor.SUID_DUMPABLE, setting)):
+        assert f'{constant} = "{value}"' in source, constant
+        source = source.replace(f'{constant} = "{value}"', f'{constant} = "{ours}"')
+    where = str(tmp_path / "s")
+    proc = _start(where, source, python)
+    try:
+        out_r, out_w = os.pipe()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(where)
+            try:
+                conn.sendmsg([_frame({"op": "spawn", "id": "c" * 16, "argv": ["sh", "-c", "ulimit -Ht"],
+                                      "env": {"PATH": "/usr/bin:/bin"}, "cwd": "/", "background": False,
+                                      "timeout": 30, "fds": ["stdout"], "hold": False, "rlimits": {"cpu": [7, 8]}})],
+                             [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", out_w))])
+            finally:
+                os.close(out_w)
+            assert _answer(conn)["ok"] is True
+            ended = _answer(conn)
+            assert ended["event"] == "exit" and ended["exit_code"] == 0, ended
+        with os.fdopen(out_r) as output:
+            assert output.read() == "8\n"  # its limits either way
+    finally:
+        proc.kill()
+        proc.wait(5)
+    assert noted.exists() is through_prlimit
+
+
 def test_what_decides_the_way_a_command_starts() -> None:
     # The loader's variables keep prlimit out of it (they would run code in it first).
     assert supervisor._loader_safe({"PATH": "/usr/bin", "TMPDIR": "/tmp", "LANG": "C.UTF-8"})
-    for name in ("LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH", "GLIBC_TUNABLES", "MALLOC_CHECK_", "GCONV_PATH"):
+    for name in ("LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH", "GLIBC_TUNABLES", "MALLOC_CHECK_", "GCONV_PATH",
+                 "LIBSMARTCOLS_DEBUG"):
         assert not supervisor._loader_safe({name: "x"}), name
     # Found as execvp finds it: on PATH, or a path with a slash from the working folder.
     assert supervisor._found("sh", {"PATH": "/nowhere:/usr/bin:/bin"}, "/")

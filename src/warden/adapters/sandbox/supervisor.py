@@ -17,12 +17,12 @@ a vfork (subprocess's) runs Warden's copy of util-linux's `prlimit`, which sets 
 rlimits and execs it; this process enters the command's cgroups (v1 `tasks` files that come with
 the request) for the instant of the spawn, so the command is born in them. That copy is
 readable by no one, so the process running it is not dumpable (a bot's process cannot write
-into it through /proc/PID/mem before it sets the limits), and it is not used with the loader's
-variables (LD_PRELOAD...) in the command's environment. Otherwise (a terminal to make the
-command's own, one of those variables, no `prlimit`, a command or its script's interpreter not
-found) the command is forked and sets its limits itself; where Warden must move it into its
-cgroups (v2, or a join that failed) it is held before exec until Warden, having placed it, sends
-`go`. A foreground
+into it through /proc/PID/mem before it sets the limits; unless fs.suid_dumpable is 1, when it
+is not used), and it is not used with the loader's variables (LD_PRELOAD...) in the command's
+environment. Otherwise (a terminal to make the command's own, one of those variables, no
+`prlimit` or no seal, a command or its script's interpreter not found) the command is forked
+and sets its limits itself; where Warden must move it into its cgroups (v2, or a join that
+failed) it is held before exec until Warden, having placed it, sends `go`. A foreground
 command gets the descriptors Warden passed (SCM_RIGHTS) and dies if its caller's connection
 closes; a background one writes into pipes read here into ring buffers. Every command runs in a
 session of its own, so a kill reaches its process group.
@@ -68,8 +68,14 @@ _CHILD_SIGNALS = {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM
 # What the dynamic loader and libc read from the environment before a program's main: a
 # `prlimit` started with any of these would run the bot's code before it set the limits (the
 # command gets them all the same, forked).
+# libsmartcols, which `prlimit` links, reads LIBSMARTCOLS_DEBUG* before the limits and prints its
+# debug output into the command's stderr: such a command is forked too.
 _LOADER_ENV = ("LD_", "GLIBC_TUNABLES", "MALLOC_", "GCONV_PATH", "LOCPATH", "NLSPATH", "HOSTALIASES",
-               "RES_OPTIONS", "LOCALDOMAIN", "RESOLV_HOST_CONF", "NIS_PATH", "GETCONF_DIR")
+               "RES_OPTIONS", "LOCALDOMAIN", "RESOLV_HOST_CONF", "NIS_PATH", "GETCONF_DIR", "LIBSMARTCOLS_")
+# What the kernel makes a process running a program its user may not read: not dumpable by that
+# user at 0 (the default) and 2 ("suidsafe", root only); dumpable at 1 ("debug"), which would undo
+# the seal of PRLIMIT. Read at each spawn: an administrator may change it while the sandbox lives.
+SUID_DUMPABLE = "/proc/sys/fs/suid_dumpable"
 
 
 def _no_dump() -> None:
@@ -545,7 +551,8 @@ class Supervisor:
         through Warden's `prlimit`, which sets its rlimits before it execs the command, and born
         in its cgroups: this process enters them for the spawn and goes back to its own. None
         when that cannot be done here (the caller forks the command)."""
-        if not self.prlimit or len(backs) != len(joins) or not _loader_safe(env) or not _found(argv[0], env, cwd):
+        if (not self.prlimit or len(backs) != len(joins) or not _loader_safe(env) or not _found(argv[0], env, cwd)
+                or not _sealed()):
             return None  # not found, or its interpreter: the fork's exec words it as bwrap does ("bwrap: execvp ...")
         entered = False
         try:
@@ -561,8 +568,9 @@ class Supervisor:
                 started = subprocess.Popen(args, executable=PRLIMIT, env=env, cwd=cwd, stdin=stdio[0],
                                            stdout=stdio[1], stderr=stdio[2], close_fds=True,
                                            start_new_session=True)
-            except (OSError, subprocess.SubprocessError):
-                return None  # its folder gone, say: the fork's child fails the same way (126)
+            except (OSError, ValueError, subprocess.SubprocessError):
+                # Its folder gone, say, or a NUL in an argument: the fork's child fails the same way (126).
+                return None
             # Reaped by wait4 in this loop, never by Popen (its finalizer would take the status).
             started._child_created = False  # type: ignore[attr-defined]
             return started.pid
@@ -724,6 +732,22 @@ def _startable(path: str, cwd: str) -> bool:
 
 def _loader_safe(env: Mapping[str, str]) -> bool:
     return not any(name.startswith(_LOADER_ENV) for name in env)
+
+
+def _sealed() -> bool:
+    """Whether a process running PRLIMIT is out of reach of the sandbox's other processes: with
+    fs.suid_dumpable at 1 they could write into it through /proc/PID/mem before it set the limits
+    (or unknown: no /proc)."""
+    try:
+        fd = os.open(SUID_DUMPABLE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return os.read(fd, 8).strip() in (b"0", b"2")
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def main() -> None:
