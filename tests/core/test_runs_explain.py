@@ -82,3 +82,16 @@ def test_a_program_name_from_the_commands_stderr_carries_no_escape_sequence() ->
     # A long name is cut: one line of a terminal, not a screenful the command chose.
     line = explain_failure(127, None, f"bwrap: execvp {'x' * 5000}: No such file or directory", **FACTS) or ""
     assert len(line) < 600 and "x" * 100 + "…" in line, len(line)
+
+
+def test_the_cpu_limit_is_named_when_the_kernel_stops_a_command() -> None:
+    # SIGXCPU itself, or a shell's words for it (the shell reports 152).
+    for signal, tail in ((24, ""), (None, "sh: line 1: 7 CPU time limit exceeded  python3 spin.py")):
+        why = explain_failure(152, signal, tail, oom_killed=False, network=False, max_file_mb=100, memory=1 << 30,
+                              cpu_seconds=5)
+        assert why is not None and "used up its CPU time (5 s)" in why and "--cpu SECONDS" in why
+    bot = explain_failure(152, 24, "", oom_killed=False, network=False, max_file_mb=100, memory=1 << 30,
+                          cpu_seconds=5, bot=True)
+    assert bot is not None and "sandbox.cpu_seconds" in bot and "--cpu" not in bot
+    assert explain_failure(152, None, "", oom_killed=False, network=False, max_file_mb=100, memory=1 << 30,
+                           cpu_seconds=5) is None  # a program's own 152 says nothing of the limit

@@ -71,6 +71,11 @@ def test_signal_is_128_plus_n(cli: Cli, ws: str) -> None:
     assert r.code == 137 and r.json["data"]["signal"] == 9
 
 
+def test_the_cpu_limit_stops_a_command_and_says_so(cli: Cli, ws: str) -> None:
+    r = cli("run", ws, "--cpu", "1", "--", "python3", "-c", "while True: pass")
+    assert r.code == 152 and "used up its CPU time (1 s)" in r.stderr, r.stderr
+
+
 def test_stdin_passes_through(cli: Cli, ws: str) -> None:
     r = cli("run", ws, "--", "sh", "-c", "tr a-z A-Z", input="hello\n")
     assert r.stdout == "HELLO\n"

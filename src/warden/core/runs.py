@@ -182,6 +182,7 @@ _NO_NETWORK = ("Network is unreachable", "Temporary failure in name resolution",
 # to wait for, so a run without it tells them not to (the run's own variables win).
 NO_NETWORK_ENV = {"PIP_RETRIES": "0", "npm_config_fetch_retries": "0", "UV_HTTP_RETRIES": "0"}
 _SIGXFSZ = 25
+_SIGXCPU = 24
 # How a program that could not start says so: bwrap's exec (and a live sandbox's forked command,
 # worded alike), or the sealed copy of util-linux's prlimit that starts a live sandbox's command.
 _EXEC_FAILED = ("bwrap: execvp ", "prlimit: failed to execute ")
@@ -237,7 +238,8 @@ def nearest_program(program: str, programs: Collection[str]) -> str:
 
 def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom_killed: bool,
                     network: bool, max_file_mb: int, memory: int, bot: bool = False,
-                    pids: int | None = None, programs: Collection[str] = ()) -> str | None:
+                    pids: int | None = None, programs: Collection[str] = (),
+                    cpu_seconds: int | None = None) -> str | None:
     """One line saying what Warden's sandbox had to do with a failed command, or None.
 
     A command that fails inside the sandbox says so in its own words (`bwrap: execvp pyhton`,
@@ -256,6 +258,13 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
                     " and the workspace's .venv/bin and node_modules/.bin); `warden install` adds Python or "
                     "Node packages")
         return f"warden: {echoed(program)} is not executable inside the sandbox"
+    # RLIMIT_CPU: SIGXCPU at the soft limit (a shell in between says it in its own words).
+    if cpu_seconds is not None and (signal == _SIGXCPU or "CPU time limit exceeded" in stderr_tail):
+        if bot:
+            return (f"warden: the command used up its CPU time ({cpu_seconds} s, the server's "
+                    "sandbox.cpu_seconds); split the work into shorter commands")
+        return (f"warden: the command used up its CPU time ({cpu_seconds} s); run it with --cpu SECONDS "
+                "or set sandbox.cpu_seconds")
     if signal == _SIGXFSZ or "File too large" in stderr_tail:
         return (f"warden: a file reached the sandbox's size limit ({max_file_mb} MB, "
                 "sandbox.max_file_size_mb); `warden config set sandbox.max_file_size_mb N` raises it")

@@ -507,6 +507,7 @@ class RunService:
                                   oom_killed=result.oom_killed, network=plan.network is not None,
                                   max_file_mb=self.settings.max_file_mb, memory=plan.limits.memory,
                                   bot=request.actor.startswith("bot:"), pids=plan.limits.pids,
+                                  cpu_seconds=plan.limits.cpu_seconds,
                                   programs=self._programs(plan.record.path) if result.exit_code == 127 else ())
             if why is not None:
                 notes.say(why)
