@@ -12,7 +12,7 @@ import shutil
 import socket
 import struct
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -43,20 +43,37 @@ def _answer(sock: socket.socket) -> dict[str, object]:
     return answer
 
 
+def _start(where: str, source: str, python: str,
+           preexec_fn: Callable[[], object] | None = None) -> subprocess.Popen[bytes]:
+    """The supervisor from `source`, listening at `where`, as a plain process of this user."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(where)
+    listener.listen(8)
+    try:
+        return subprocess.Popen([python, "-I", "-S", "-c", source, str(listener.fileno()), "60"],
+                                pass_fds=[listener.fileno()], cwd="/", preexec_fn=preexec_fn)
+    finally:
+        listener.close()
+
+
+def _spawn(conn: socket.socket, fds: dict[str, int], argv: list[str], *, cwd: str = "/tmp",
+           rlimits: dict[str, list[int]] | None = None) -> None:
+    """Ask for a foreground command not held, with `fds` (name: descriptor) passed along."""
+    conn.sendmsg([_frame({"op": "spawn", "id": os.urandom(8).hex(), "argv": argv, "env": {"PATH": "/usr/bin:/bin"},
+                          "cwd": cwd, "background": False, "timeout": 30, "fds": list(fds), "hold": False,
+                          "rlimits": rlimits or {"cpu": [7, 8]}})],
+                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds.values()))])
+
+
 @pytest.fixture
 def path(tmp_path: Path) -> Iterator[str]:
     python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
     if python is None:
         pytest.skip("no system python3 (what a sandbox runs the supervisor with)")
     where = str(tmp_path / "s")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(where)
-    listener.listen(8)
     # Its own hard limit on open files, below what the test asks a command for.
-    proc = subprocess.Popen([python, "-I", "-S", "-c", supervisor_source(), str(listener.fileno()), "60"],
-                            pass_fds=[listener.fileno()], cwd="/",
-                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200)))
-    listener.close()
+    proc = _start(where, supervisor_source(), python,
+                  preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200)))
     try:
         yield where
     finally:
@@ -69,11 +86,8 @@ def test_a_command_not_held_is_forked_and_sets_its_own_limits(path: str) -> None
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.connect(path)
         try:
-            conn.sendmsg([_frame({"op": "spawn", "id": "a" * 16, "argv": ["sh", "-c", "ulimit -Ht; ulimit -Hn"],
-                                  "env": {"PATH": "/usr/bin:/bin"}, "cwd": "/", "background": False,
-                                  "timeout": 30, "fds": ["stdout"], "hold": False,
-                                  "rlimits": {"cpu": [7, 8], "nofile": [500, 500]}})],
-                         [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", out_w))])
+            _spawn(conn, {"stdout": out_w}, ["sh", "-c", "ulimit -Ht; ulimit -Hn"], cwd="/",
+                   rlimits={"cpu": [7, 8], "nofile": [500, 500]})
         finally:
             os.close(out_w)
         started = _answer(conn)
@@ -93,17 +107,6 @@ def test_a_limit_it_does_not_know_or_out_of_order_is_refused(path: str) -> None:
                                  "hold": False, "rlimits": limits}))
             answer = _answer(conn)
             assert answer["ok"] is False, (limits, answer)
-
-
-def _start(where: str, source: str, python: str) -> subprocess.Popen[bytes]:
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(where)
-    listener.listen(8)
-    try:
-        return subprocess.Popen([python, "-I", "-S", "-c", source, str(listener.fileno()), "60"],
-                                pass_fds=[listener.fileno()], cwd="/")
-    finally:
-        listener.close()
 
 
 @pytest.mark.parametrize(("suid_dumpable", "through_prlimit"), [("0\n", True), ("2\n", True), ("1\n", False),
@@ -137,10 +140,7 @@ def test_prlimit_starts_a_command_only_while_the_kernel_keeps_it_sealed(tmp_path
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.connect(where)
             try:
-                conn.sendmsg([_frame({"op": "spawn", "id": "c" * 16, "argv": ["sh", "-c", "ulimit -Ht"],
-                                      "env": {"PATH": "/usr/bin:/bin"}, "cwd": "/", "background": False,
-                                      "timeout": 30, "fds": ["stdout"], "hold": False, "rlimits": {"cpu": [7, 8]}})],
-                             [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", out_w))])
+                _spawn(conn, {"stdout": out_w}, ["sh", "-c", "ulimit -Ht"], cwd="/")
             finally:
                 os.close(out_w)
             assert _answer(conn)["ok"] is True
@@ -178,24 +178,12 @@ def with_prlimit(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]
     assert f'PRLIMIT = "{supervisor.PRLIMIT}"' in source
     source = source.replace(f'PRLIMIT = "{supervisor.PRLIMIT}"', f'PRLIMIT = "{prlimit}"')
     where = str(tmp_path / "s")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(where)
-    listener.listen(8)
-    proc = subprocess.Popen([python, "-I", "-S", "-c", source, str(listener.fileno()), "60"],
-                            pass_fds=[listener.fileno()], cwd="/")
-    listener.close()
+    proc = _start(where, source, python)
     try:
         yield where, proc
     finally:
         proc.kill()
         proc.wait(5)
-
-
-def _spawn(conn: socket.socket, fds: dict[str, int], argv: list[str]) -> None:
-    conn.sendmsg([_frame({"op": "spawn", "id": os.urandom(8).hex(), "argv": argv, "env": {"PATH": "/usr/bin:/bin"},
-                          "cwd": "/tmp", "background": False, "timeout": 30, "fds": list(fds), "hold": False,
-                          "rlimits": {"cpu": [7, 8]}})],
-                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds.values()))])
 
 
 def test_through_prlimit_it_enters_the_commands_cgroups_for_the_spawn_and_comes_back(
