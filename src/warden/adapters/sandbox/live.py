@@ -632,7 +632,8 @@ class HostLiveSandboxes:
         support = cgroups.detect()
         group = None
         notes: list[str] = []
-        if _cgroup_of(sandbox.meta) is not None:
+        home = _cgroup_of(sandbox.meta)  # the sandbox's own cgroups: the command gets its own beside them
+        if home is not None:
             try:
                 group = cgroups.create(support, memory=request.limits.memory, pids=request.limits.pids,
                                        name=f"warden-live-{sandbox.id[4:]}-{process_id}")
@@ -649,8 +650,7 @@ class HostLiveSandboxes:
             join = group.join_files() if group is not None and protocol in (2, SUPERVISOR_PROTOCOL) else []
             # The sandbox's own, for the supervisor to come back to once it spawned the command
             # from inside the command's cgroups (protocol 3).
-            home = _cgroup_of(sandbox.meta) if join and protocol == SUPERVISOR_PROTOCOL else None
-            back = home.join_files() if home is not None else []
+            back = home.join_files() if home is not None and join and protocol == SUPERVISOR_PROTOCOL else []
             message: dict[str, object] = {
                 "op": "spawn", "id": process_id, "argv": list(request.argv), "env": env, "cwd": cwd,
                 "background": background, "timeout": timeout,

@@ -551,8 +551,9 @@ class Supervisor:
         through Warden's `prlimit`, which sets its rlimits before it execs the command, and born
         in its cgroups: this process enters them for the spawn and goes back to its own. None
         when that cannot be done here (the caller forks the command)."""
-        if (not self.prlimit or len(backs) != len(joins) or not _loader_safe(env) or not _found(argv[0], env, cwd)
-                or not _sealed()):
+        # The cheap checks first: _found stats PATH and reads the head of a script.
+        if (not self.prlimit or len(backs) != len(joins) or not _loader_safe(env) or not _sealed()
+                or not _found(argv[0], env, cwd)):
             return None  # not found, or its interpreter: the fork's exec words it as bwrap does ("bwrap: execvp ...")
         entered = False
         try:
