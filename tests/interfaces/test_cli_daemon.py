@@ -33,8 +33,25 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewra
 WARDEN = [sys.executable, "-m", "warden"]
 
 
+def _session(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def daemon_pids(home: Path) -> list[int]:
-    """The daemon of `home` and its children (each runs one client's command)."""
+    """The daemon of `home` and its children that run a client's command (each in a session of
+    its own, as the daemon is), not the spare that waits for the next request (`spare_pids`)."""
+    return [pid for pid in _daemon_processes(home) if _session(pid) == pid]
+
+
+def spare_pids(home: Path) -> list[int]:
+    """The daemon's child forked ahead of the next request (still in the daemon's session)."""
+    return [pid for pid in _daemon_processes(home) if _session(pid) not in (pid, None)]
+
+
+def _daemon_processes(home: Path) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -614,3 +631,67 @@ def test_a_run_without_a_name_finds_the_terminals_current_workspace_through_the_
                            stdin=subprocess.DEVNULL, capture_output=True, timeout=120, check=False,
                            start_new_session=True)
     assert other.returncode == 126 and b"none is current" in other.stderr, other.stderr
+
+
+def test_a_spare_child_waits_for_the_next_command_and_runs_it(env: dict[str, str]) -> None:
+    """While idle the daemon keeps one child forked ahead (its memory already its own): the next
+    `warden run` is served by that very process, and another spare follows."""
+    home = served(env)
+    [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
+    assert _parent(spare) == the_daemon(home)
+    proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sleep", "3"], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        # The spare took the request: it is now the child running it, in a session of its own.
+        wait_until(lambda: spare in daemon_pids(home), timeout=10, message="the spare did not take the command")
+        assert spare not in spare_pids(home)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    new = wait_until(lambda: [p for p in spare_pids(home) if p != spare], timeout=10,
+                     message="no new spare after the command")
+    assert new and spare not in _daemon_processes(home)
+
+
+def test_a_dead_spare_costs_the_next_command_nothing(env: dict[str, str]) -> None:
+    home = served(env)
+    for _ in range(2):  # killed while it waits; then killed and the command right behind it
+        [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
+        os.kill(spare, signal.SIGKILL)
+        result = warden(env, "run", "dw", "--", "echo", "still served")
+        assert (result.returncode, result.stdout) == (0, b"still served\n"), result.stderr
+    assert_through_a_child(home, env)
+    wait_until(lambda: spare_pids(home), timeout=10, message="no spare forked again")
+
+
+def test_the_spare_copies_the_pages_it_shares_with_the_daemon() -> None:
+    """`_prefault` in a forked child makes the pages it shares with its parent its own (without
+    changing them), so its command does not stop on a page fault for each."""
+    if not os.access("/proc/self/pagemap", os.R_OK):
+        pytest.skip("/proc/self/pagemap is not readable here")
+    ballast = bytearray(os.urandom(16 << 20))  # 16 MiB present in both after the fork
+
+    def private_kib() -> int:
+        text = Path("/proc/self/smaps_rollup").read_text()
+        return sum(int(line.split()[1]) for line in text.splitlines()
+                   if line.startswith(("Private_Clean:", "Private_Dirty:")))
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            before = private_kib()
+            digest = hash(bytes(ballast))
+            daemon_module._prefault()
+            after = private_kib()
+            same = hash(bytes(ballast)) == digest
+            os.write(write_end, json.dumps([before, after, same]).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as handle:
+        before, after, same = json.loads(handle.read())
+    os.waitpid(pid, 0)
+    assert same, "the pages changed"
+    assert after - before >= 16 << 10, (before, after)  # at least the ballast became the child's own

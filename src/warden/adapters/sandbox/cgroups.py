@@ -356,16 +356,22 @@ def _read_pids(path: str) -> list[int]:
         return []
 
 
+def sweep_orphans_once(support: CgroupSupport) -> None:
+    """`sweep_orphans`, the first time this process asks (its first run, or the home daemon's
+    spare child before its request arrives): what killed runs of earlier processes left."""
+    global _orphans_swept
+    if not _orphans_swept:
+        _orphans_swept = True
+        sweep_orphans(support)
+
+
 def create(support: CgroupSupport, *, memory: int, pids: int, name: str | None = None) -> Cgroup:
     """Make this run's cgroups with their limits; OSError when the kernel refuses. `name`: a
     name of the caller's (a live sandbox's `warden-live-…`, which outlives this process and is
     not swept as an orphan of it) instead of one carrying this process's pid."""
-    global _orphans_swept
     if _stale:
         sweep()
-    if not _orphans_swept:  # once per process: what killed runs of earlier processes left
-        _orphans_swept = True
-        sweep_orphans(support)
+    sweep_orphans_once(support)
     group = Cgroup()
     name = name or f"warden-{os.getpid()}-{_start_time()}-{next(_counter)}"
     made: dict[str, str] = {}

@@ -270,7 +270,11 @@ def _served(sock: _socket.socket, argv: Sequence[str], peer: int) -> int | None:
         return None  # a stale daemon (other code, another environment): it says why in its log
     child = int(value)
     verified = _child_of(child, peer)
-    import signal
+    # The C module under `signal`: the same calls and numbers without its enums (`enum` is 5 ms).
+    if TYPE_CHECKING:
+        import signal
+    else:
+        import _signal as signal
 
     # Signals a person or a supervisor sends to stop a command: passed on to the daemon's child.
     forwarded = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
