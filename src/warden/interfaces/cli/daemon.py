@@ -550,6 +550,9 @@ class Daemon:
             finally:
                 os._exit(1)
         theirs.close()
+        # A spare stopped or stuck (its owner may signal it) holds no request up for long: past
+        # this the daemon ends it and forks a child for the request instead.
+        ours_.settimeout(_REQUEST_S)
         self.spare = _Spare(pid, ours_, instance, len(known))
 
     def _end_spare(self) -> None:
