@@ -205,3 +205,27 @@ def test_a_sandbox_kept_on_purpose_is_no_orphan(sandboxes: Host | Fake, tmp_path
     assert sandboxes.orphan_sandboxes([str(root)], keep={live}) == set()
     assert sandboxes.kill_orphan_sandboxes([str(root)], keep={live}) == []
     assert sandboxes.alive(live, live_start)
+
+
+def test_a_forked_child_reads_its_own_start_time_not_its_parents() -> None:
+    """The host keeps this process's own start time once read: a child forked after (another
+    pid, started later) must get its own, read from /proc, and the parent's stays right."""
+    from warden.adapters import processes as host
+
+    mine = host.start_time(os.getpid())  # read once: kept from now on
+    assert mine is not None
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - reports through the pipe
+        try:
+            child = host.start_time(os.getpid())
+            truth = int(Path("/proc/self/stat").read_bytes().rsplit(b")", 1)[1].split()[19])
+            os.write(write_end, f"{child} {truth}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as handle:
+        child, truth = handle.read().split()
+    os.waitpid(pid, 0)
+    assert child == truth
+    assert host.start_time(os.getpid()) == mine
