@@ -695,3 +695,31 @@ def test_the_spare_copies_the_pages_it_shares_with_the_daemon() -> None:
     os.waitpid(pid, 0)
     assert same, "the pages changed"
     assert after - before >= 16 << 10, (before, after)  # at least the ballast became the child's own
+
+
+def test_a_spare_that_does_not_read_holds_up_no_one(env: dict[str, str]) -> None:
+    """A spare not reading its socket (stopped here; still looking at cgroups, or paged out) was
+    handed a request larger than the socket holds: the daemon waited in that send for as long
+    as the spare did not read (no other client served, no child reaped, no heartbeat), the
+    client ran its command itself after 10 s, and a caller reading its output waited on: the
+    client's stdout and stderr were in the spare's socket."""
+    home = served(env)
+    [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
+    os.kill(spare, signal.SIGSTOP)
+    try:
+        words = ["x" * 100_000] * 4  # a long command line (a list of files): past the socket's buffer
+        for args in (["sh", "-c", "echo big", *words], ["echo", "small"]):
+            started, ran = time.monotonic(), None
+            with contextlib.suppress(subprocess.TimeoutExpired):  # its message holds the whole command line
+                ran = subprocess.run([*WARDEN, "run", "dw", "--", *args], env=env, stdin=subprocess.DEVNULL,
+                                     capture_output=True, timeout=30, check=False)
+            took = time.monotonic() - started
+            assert ran is not None, f"`warden run -- {args[0]} …` had not ended after 30 s"
+            assert ran.returncode == 0 and ran.stdout in (b"big\n", b"small\n"), ran.stderr
+            assert took < 8, f"`warden run -- {args[0]} …` took {took:.1f} s (a client gives the daemon 10 s)"
+        # The spare that would not take the request is gone, not left holding it.
+        wait_until(lambda: spare not in _daemon_processes(home), timeout=10, message="the stopped spare was kept")
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(spare, signal.SIGCONT)
+

@@ -550,6 +550,10 @@ class Daemon:
             finally:
                 os._exit(1)
         theirs.close()
+        # Never a wait on it: a spare that is not reading (still looking at cgroups, stopped)
+        # would hold the daemon, its other clients and its heartbeat, in a send of a request
+        # larger than the socket's buffer. Such a request is forked for, as without a spare.
+        ours_.setblocking(False)
         self.spare = _Spare(pid, ours_, instance, len(known))
 
     def _end_spare(self) -> None:
@@ -563,7 +567,7 @@ class Daemon:
     def _hand_to_spare(self, conn: socket.socket, request: _Request, fds: list[int], report: int) -> int | None:
         """Give the judged request to the spare: its pid, or None when there is no spare fit for
         it (forked before the daemon registered, or imported what a child needed; dead; a request
-        too large to pass on), and the caller forks as before."""
+        too large to pass on, or more than its socket holds at once), and the caller forks as before."""
         spare = self.spare
         if spare is None:
             return None
