@@ -723,3 +723,46 @@ def test_a_spare_that_does_not_read_holds_up_no_one(env: dict[str, str]) -> None
         with contextlib.suppress(OSError):
             os.kill(spare, signal.SIGCONT)
 
+
+def _inheritable(pid: int) -> list[str]:
+    """The descriptors of process `pid` past its stdio that a program it starts would inherit
+    (not close-on-exec), as `FD -> what`."""
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            flags = re.search(r"^flags:\s*([0-7]+)", Path(f"/proc/{pid}/fdinfo/{fd}").read_text(), re.MULTILINE)
+            if int(fd) > 2 and flags is not None and not int(flags[1], 8) & os.O_CLOEXEC:
+                found.append(f"{fd} -> {os.readlink(f'/proc/{pid}/fd/{fd}')}")
+    return found
+
+
+def test_the_spare_and_each_child_hold_nothing_of_the_daemons_and_pass_on_only_stdio(env: dict[str, str]) -> None:
+    """The spare took the client's connection and the report pipe from its socket inheritable
+    across exec (a child forked for the request has them close-on-exec): a program it started
+    without closing descriptors would hold the client's socket (and could say the command's
+    status) and the report pipe (the daemon reading it waits for its end). The spare held the
+    daemon's epoll while it waited, each child while it ran."""
+    home = served(env)
+    [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
+
+    def held() -> list[str]:
+        return [os.readlink(f"/proc/{spare}/fd/{fd}") for fd in os.listdir(f"/proc/{spare}/fd") if int(fd) > 2]
+
+    # Once it waits (its look at cgroups and its copy of the pages done): its end of the channel alone.
+    wait_until(lambda: len(held()) == 1 and held()[0].startswith("socket:"), timeout=10,
+               message=lambda: f"the spare holds more than its channel: {held()}")
+    daemon, running = the_daemon(home), []
+    try:
+        for _ in range(2):  # the first is the spare's, the second a child forked for it while the first runs
+            proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sh", "-c", "echo started; sleep 3"], env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            running.append(proc)
+            assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+        children = [pid for pid in daemon_pids(home) if pid != daemon]
+        assert spare in children and len(children) == 2, children
+        for child in children:
+            assert _inheritable(child) == [], (child == spare, _inheritable(child))
+    finally:
+        for proc in running:
+            proc.kill()
+            proc.wait()

@@ -289,7 +289,7 @@ class Daemon:
         sel = selectors.DefaultSelector()
         sel.register(listener, selectors.EVENT_READ, "listener")
         sel.register(wake_r, selectors.EVENT_READ, "wake")
-        self._held = (lock, wake_r, wake_w, listener.fileno())
+        self._held = (lock, wake_r, wake_w, listener.fileno(), sel.fileno())
         last = time.monotonic()
         next_sweep = last + self.sweep_s
         self.presence = _Presence(self.home, self.environ)
@@ -349,8 +349,8 @@ class Daemon:
         self.draining = True
 
     def _let_go(self) -> None:
-        """In a child: none of the daemon's descriptors (its socket, lock, wake-up pipe) nor the
-        other clients' connections and reports, nor the spare's channel, stay open in it."""
+        """In a child: none of the daemon's descriptors (its socket, lock, wake-up pipe, epoll)
+        nor the other clients' connections and reports, nor the spare's channel, stay open in it."""
         signal.set_wakeup_fd(-1)
         spare = [self.spare.sock.fileno()] if self.spare is not None else []
         for fd in (*self._held, *(c.conn.fileno() for c in self.children.values()),
