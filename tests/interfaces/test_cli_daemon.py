@@ -665,6 +665,20 @@ def test_a_dead_spare_costs_the_next_command_nothing(env: dict[str, str]) -> Non
     wait_until(lambda: spare_pids(home), timeout=10, message="no spare forked again")
 
 
+def test_a_spare_that_dies_waiting_is_not_forked_again_and_again(env: dict[str, str]) -> None:
+    """A spare that died waiting was replaced at once: one that cannot live (out of memory in
+    its cgroup, a reaper of idle processes) was forked again and again, hundreds a second. The
+    next is forked once a request has been served."""
+    home = served(env)
+    [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
+    os.kill(spare, signal.SIGKILL)
+    wait_until(lambda: spare not in _daemon_processes(home), timeout=10, message="the killed spare was not reaped")
+    assert poll(lambda: spare_pids(home), timeout=2) == [], "a spare was forked again at once"
+    result = warden(env, "run", "dw", "--", "echo", "served")
+    assert (result.returncode, result.stdout) == (0, b"served\n"), result.stderr
+    wait_until(lambda: spare_pids(home), timeout=10, message="no spare after the next request")
+
+
 def test_the_spare_copies_the_pages_it_shares_with_the_daemon() -> None:
     """`_prefault` in a forked child makes the pages it shares with its parent its own (without
     changing them), so its command does not stop on a page fault for each."""

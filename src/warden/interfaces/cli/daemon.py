@@ -246,6 +246,9 @@ class Daemon:
     registry_live: bool | None = None
     presence: _Presence | None = None  # the daemon as an instance of its node, once it serves
     spare: _Spare | None = None  # the child that takes the next request, forked while idle
+    # A spare died waiting (killed, out of memory): the next is forked once a request has been
+    # served, not at once — one that cannot live would be forked again and again, a core's worth.
+    spare_lost: bool = False
 
     def serve(self) -> int:
         path, lock_path = daemon_paths(self.home)
@@ -450,6 +453,7 @@ class Daemon:
             conn.settimeout(None)
             self.registry_live = None  # `run --detach` may start a live sandbox
             self.children[pid] = _Child(pid, conn, report_r)
+            self.spare_lost = False
             sel.register(conn, selectors.EVENT_READ, self.children[pid])
         except (OSError, ValueError) as exc:
             _log(self.home, f"a request failed: {exc}")
@@ -530,8 +534,9 @@ class Daemon:
 
     # -- the spare --------------------------------------------------------------------------------
     def _fork_spare(self) -> None:
-        """Fork the child that takes the next request (none while draining, or while one waits)."""
-        if self.spare is not None or self.draining:
+        """Fork the child that takes the next request (none while draining, or while one waits, or
+        after one died waiting until a request is served)."""
+        if self.spare is not None or self.draining or self.spare_lost:
             return
         ours_, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         known = set(sys.modules)
@@ -693,9 +698,10 @@ class Daemon:
                 return
             if pid == 0:
                 return
-            if self.spare is not None and pid == self.spare.pid:  # it died waiting: another is forked
+            if self.spare is not None and pid == self.spare.pid:  # it died waiting
                 self.spare.sock.close()
                 self.spare = None
+                self.spare_lost = True
                 continue
             if pid == self.sweeper:
                 self.sweeper = None
