@@ -665,6 +665,20 @@ def test_a_dead_spare_costs_the_next_command_nothing(env: dict[str, str]) -> Non
     wait_until(lambda: spare_pids(home), timeout=10, message="no spare forked again")
 
 
+def test_a_spare_that_dies_waiting_is_not_forked_again_and_again(env: dict[str, str]) -> None:
+    """A spare that died waiting was replaced at once: one that cannot live (out of memory in
+    its cgroup, a reaper of idle processes) was forked again and again, hundreds a second. The
+    next is forked once a request has been served."""
+    home = served(env)
+    [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
+    os.kill(spare, signal.SIGKILL)
+    wait_until(lambda: spare not in _daemon_processes(home), timeout=10, message="the killed spare was not reaped")
+    assert poll(lambda: spare_pids(home), timeout=2) == [], "a spare was forked again at once"
+    result = warden(env, "run", "dw", "--", "echo", "served")
+    assert (result.returncode, result.stdout) == (0, b"served\n"), result.stderr
+    wait_until(lambda: spare_pids(home), timeout=10, message="no spare after the next request")
+
+
 def test_the_spare_copies_the_pages_it_shares_with_the_daemon() -> None:
     """`_prefault` in a forked child makes the pages it shares with its parent its own (without
     changing them), so its command does not stop on a page fault for each."""
@@ -695,3 +709,74 @@ def test_the_spare_copies_the_pages_it_shares_with_the_daemon() -> None:
     os.waitpid(pid, 0)
     assert same, "the pages changed"
     assert after - before >= 16 << 10, (before, after)  # at least the ballast became the child's own
+
+
+def test_a_spare_that_does_not_read_holds_up_no_one(env: dict[str, str]) -> None:
+    """A spare not reading its socket (stopped here; still looking at cgroups, or paged out) was
+    handed a request larger than the socket holds: the daemon waited in that send for as long
+    as the spare did not read (no other client served, no child reaped, no heartbeat), the
+    client ran its command itself after 10 s, and a caller reading its output waited on: the
+    client's stdout and stderr were in the spare's socket."""
+    home = served(env)
+    [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
+    os.kill(spare, signal.SIGSTOP)
+    try:
+        words = ["x" * 100_000] * 4  # a long command line (a list of files): past the socket's buffer
+        for args in (["sh", "-c", "echo big", *words], ["echo", "small"]):
+            started, ran = time.monotonic(), None
+            with contextlib.suppress(subprocess.TimeoutExpired):  # its message holds the whole command line
+                ran = subprocess.run([*WARDEN, "run", "dw", "--", *args], env=env, stdin=subprocess.DEVNULL,
+                                     capture_output=True, timeout=30, check=False)
+            took = time.monotonic() - started
+            assert ran is not None, f"`warden run -- {args[0]} …` had not ended after 30 s"
+            assert ran.returncode == 0 and ran.stdout in (b"big\n", b"small\n"), ran.stderr
+            assert took < 8, f"`warden run -- {args[0]} …` took {took:.1f} s (a client gives the daemon 10 s)"
+        # The spare that would not take the request is gone, not left holding it.
+        wait_until(lambda: spare not in _daemon_processes(home), timeout=10, message="the stopped spare was kept")
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(spare, signal.SIGCONT)
+
+
+def _inheritable(pid: int) -> list[str]:
+    """The descriptors of process `pid` past its stdio that a program it starts would inherit
+    (not close-on-exec), as `FD -> what`."""
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            flags = re.search(r"^flags:\s*([0-7]+)", Path(f"/proc/{pid}/fdinfo/{fd}").read_text(), re.MULTILINE)
+            if int(fd) > 2 and flags is not None and not int(flags[1], 8) & os.O_CLOEXEC:
+                found.append(f"{fd} -> {os.readlink(f'/proc/{pid}/fd/{fd}')}")
+    return found
+
+
+def test_the_spare_and_each_child_hold_nothing_of_the_daemons_and_pass_on_only_stdio(env: dict[str, str]) -> None:
+    """The spare took the client's connection and the report pipe from its socket inheritable
+    across exec (a child forked for the request has them close-on-exec): a program it started
+    without closing descriptors would hold the client's socket (and could say the command's
+    status) and the report pipe (the daemon reading it waits for its end). The spare held the
+    daemon's epoll while it waited, each child while it ran."""
+    home = served(env)
+    [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
+
+    def held() -> list[str]:
+        return [os.readlink(f"/proc/{spare}/fd/{fd}") for fd in os.listdir(f"/proc/{spare}/fd") if int(fd) > 2]
+
+    # Once it waits (its look at cgroups and its copy of the pages done): its end of the channel alone.
+    wait_until(lambda: len(held()) == 1 and held()[0].startswith("socket:"), timeout=10,
+               message=lambda: f"the spare holds more than its channel: {held()}")
+    daemon, running = the_daemon(home), []
+    try:
+        for _ in range(2):  # the first is the spare's, the second a child forked for it while the first runs
+            proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sh", "-c", "echo started; sleep 3"], env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            running.append(proc)
+            assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+        children = [pid for pid in daemon_pids(home) if pid != daemon]
+        assert spare in children and len(children) == 2, children
+        for child in children:
+            assert _inheritable(child) == [], (child == spare, _inheritable(child))
+    finally:
+        for proc in running:
+            proc.kill()
+            proc.wait()

@@ -246,6 +246,9 @@ class Daemon:
     registry_live: bool | None = None
     presence: _Presence | None = None  # the daemon as an instance of its node, once it serves
     spare: _Spare | None = None  # the child that takes the next request, forked while idle
+    # A spare died waiting (killed, out of memory): the next is forked once a request has been
+    # served, not at once — one that cannot live would be forked again and again, a core's worth.
+    spare_lost: bool = False
 
     def serve(self) -> int:
         path, lock_path = daemon_paths(self.home)
@@ -289,7 +292,7 @@ class Daemon:
         sel = selectors.DefaultSelector()
         sel.register(listener, selectors.EVENT_READ, "listener")
         sel.register(wake_r, selectors.EVENT_READ, "wake")
-        self._held = (lock, wake_r, wake_w, listener.fileno())
+        self._held = (lock, wake_r, wake_w, listener.fileno(), sel.fileno())
         last = time.monotonic()
         next_sweep = last + self.sweep_s
         self.presence = _Presence(self.home, self.environ)
@@ -349,8 +352,8 @@ class Daemon:
         self.draining = True
 
     def _let_go(self) -> None:
-        """In a child: none of the daemon's descriptors (its socket, lock, wake-up pipe) nor the
-        other clients' connections and reports, nor the spare's channel, stay open in it."""
+        """In a child: none of the daemon's descriptors (its socket, lock, wake-up pipe, epoll)
+        nor the other clients' connections and reports, nor the spare's channel, stay open in it."""
         signal.set_wakeup_fd(-1)
         spare = [self.spare.sock.fileno()] if self.spare is not None else []
         for fd in (*self._held, *(c.conn.fileno() for c in self.children.values()),
@@ -450,6 +453,7 @@ class Daemon:
             conn.settimeout(None)
             self.registry_live = None  # `run --detach` may start a live sandbox
             self.children[pid] = _Child(pid, conn, report_r)
+            self.spare_lost = False
             sel.register(conn, selectors.EVENT_READ, self.children[pid])
         except (OSError, ValueError) as exc:
             _log(self.home, f"a request failed: {exc}")
@@ -530,8 +534,9 @@ class Daemon:
 
     # -- the spare --------------------------------------------------------------------------------
     def _fork_spare(self) -> None:
-        """Fork the child that takes the next request (none while draining, or while one waits)."""
-        if self.spare is not None or self.draining:
+        """Fork the child that takes the next request (none while draining, or while one waits, or
+        after one died waiting until a request is served)."""
+        if self.spare is not None or self.draining or self.spare_lost:
             return
         ours_, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         known = set(sys.modules)
@@ -550,9 +555,10 @@ class Daemon:
             finally:
                 os._exit(1)
         theirs.close()
-        # A spare stopped or stuck (its owner may signal it) holds no request up for long: past
-        # this the daemon ends it and forks a child for the request instead.
-        ours_.settimeout(_REQUEST_S)
+        # Never a wait on it: a spare that is not reading (still looking at cgroups, stopped)
+        # would hold the daemon, its other clients and its heartbeat, in a send of a request
+        # larger than the socket's buffer. Such a request is forked for, as without a spare.
+        ours_.setblocking(False)
         self.spare = _Spare(pid, ours_, instance, len(known))
 
     def _end_spare(self) -> None:
@@ -566,7 +572,7 @@ class Daemon:
     def _hand_to_spare(self, conn: socket.socket, request: _Request, fds: list[int], report: int) -> int | None:
         """Give the judged request to the spare: its pid, or None when there is no spare fit for
         it (forked before the daemon registered, or imported what a child needed; dead; a request
-        too large to pass on), and the caller forks as before."""
+        too large to pass on, or more than its socket holds at once), and the caller forks as before."""
         spare = self.spare
         if spare is None:
             return None
@@ -692,9 +698,10 @@ class Daemon:
                 return
             if pid == 0:
                 return
-            if self.spare is not None and pid == self.spare.pid:  # it died waiting: another is forked
+            if self.spare is not None and pid == self.spare.pid:  # it died waiting
                 self.spare.sock.close()
                 self.spare = None
+                self.spare_lost = True
                 continue
             if pid == self.sweeper:
                 self.sweeper = None

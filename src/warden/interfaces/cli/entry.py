@@ -75,7 +75,9 @@ def recv_frame(sock: Socket | _socket.socket, *, max_fds: int = 0, deadline: flo
             space = _socket.CMSG_SPACE(max_fds * 4) if max_fds and not fds else 0
             if senders is not None:
                 space += _socket.CMSG_SPACE(12)
-            chunk, ancillary, flags, _ = sock.recvmsg(size, space)
+            # Close-on-exec, as every descriptor Warden opens: what came in a frame (a client's
+            # connection, its streams, a report pipe) reaches no program a receiver starts.
+            chunk, ancillary, flags, _ = sock.recvmsg(size, space, _socket.MSG_CMSG_CLOEXEC)
             for level, kind, data in ancillary:
                 if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
                     whole = len(data) - len(data) % 4
