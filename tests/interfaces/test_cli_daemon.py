@@ -780,3 +780,12 @@ def test_the_spare_and_each_child_hold_nothing_of_the_daemons_and_pass_on_only_s
         for proc in running:
             proc.kill()
             proc.wait()
+
+
+def test_a_daemon_just_started_has_its_spare_for_the_first_request(env: dict[str, str]) -> None:
+    """The spare is forked before the daemon's first wait, not when that wait ends (a heartbeat,
+    10 s, later): the first command after the one that started the daemon is served by it."""
+    home = Path(env["WARDEN_HOME"])
+    stop_daemon(home)
+    served(env)  # its client ran the command itself and started the daemon
+    wait_until(lambda: spare_pids(home), timeout=5, message="the new daemon forked no spare before its first wait")

@@ -314,6 +314,12 @@ class Daemon:
                     self.presence.beat()
                 beat_in = max(self.presence.due(time.monotonic()), 0.05)
                 timeout = beat_in if timeout is None else min(timeout, beat_in)
+                # Before the wait (a daemon just started has one for its first request): while
+                # idle, and after the beat that registers it (a spare acts for that instance).
+                if self.draining:
+                    self._end_spare()
+                elif not self.children and self.sweeper is None:
+                    self._fork_spare()  # while idle: its work takes no core from a command
                 for key, _ in sel.select(timeout):
                     if key.data == "listener":
                         last = time.monotonic()
@@ -334,10 +340,6 @@ class Daemon:
                 self._reap(sel)
                 if self.children:
                     last = time.monotonic()
-                if self.draining:
-                    self._end_spare()
-                elif not self.children and self.sweeper is None:
-                    self._fork_spare()  # while idle: its work takes no core from a command
         finally:
             self._end_spare()
             self.presence.leave()
