@@ -1,20 +1,25 @@
 """The run path of this tree against an earlier commit's, alternating, in one run.
 
-    .venv/bin/python bench/exec_ab.py [--base REV] [-n 30]
+    .venv/bin/python bench/exec_ab.py [--base REV] [-n 30] [--live]
 
 The base commit's `src/` is taken from git into a temporary folder. Each tree gets a worker
 process (its own home and `minimal` workspace) that times `Workspace.run(["true"])` on demand,
 and `python -m warden run bench -- true` is timed from each tree's code; the two trees take
 turns, call by call, so both see the same machine load. Rows: medians and p90 per tree, and
-this tree's median as a ratio of the base's (target: within +10%).
+this tree's median as a ratio of the base's (target: within +10%). `--live`: a detached `sleep`
+keeps each home's live sandbox up first, so both rows run in it, and the CLI goes through each
+home's daemon once it listens (as `warden run` does for a person after their first command).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -53,6 +58,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", default="ba1cb12", help="the commit to compare with")
     parser.add_argument("-n", type=int, default=30)
+    parser.add_argument("--live", action="store_true", help="run both rows in each home's live sandbox")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"base " + args.base: tree_of(args.base, Path(tmp) / "base"), "this tree": REPO / "src"}
@@ -65,6 +71,11 @@ def main() -> None:
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
             assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
             workers[label] = proc
+        if args.live:
+            for env in envs.values():
+                subprocess.run([sys.executable, "-m", "warden", "run", "bench", "--detach", "--", "sleep", "600"],
+                               check=True, env=env, stdout=subprocess.DEVNULL)
+                _until_daemon(Path(env["WARDEN_HOME"]), env)
         warm: dict[str, list[float]] = {label: [] for label in trees}
         cli: dict[str, list[float]] = {label: [] for label in trees}
         for _ in range(args.n + 1):
@@ -81,14 +92,48 @@ def main() -> None:
             assert proc.stdin is not None
             proc.stdin.close()
             proc.wait()
-    print(f"{'what':40} {'median ms':>10} {'p90 ms':>8} {'x base':>8}")
+        if args.live:
+            for env in envs.values():
+                _end_home(Path(env["WARDEN_HOME"]), env)
+    print(f"{'what':56} {'median ms':>10} {'p90 ms':>8} {'x base':>8}")
     for title, table in (('Workspace.run(["true"]) warm', warm), ("python -m warden run bench -- true", cli)):
         base_median = statistics.median(table["base " + args.base][1:])
         for label, times in table.items():
             times = times[1:]  # the first call of each is a warm-up
             med = statistics.median(times)
             p90 = sorted(times)[int(len(times) * 0.9) - 1]
-            print(f"{title + ' (' + label + ')':40} {med:10.1f} {p90:8.1f} {med / base_median:8.2f}")
+            print(f"{title + ' (' + label + ')':56} {med:10.1f} {p90:8.1f} {med / base_median:8.2f}")
+
+
+def _until_daemon(home: Path, env: dict[str, str]) -> None:
+    """Commands until the home's daemon listens (the first starts it), so the timed ones go through it."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        subprocess.run([sys.executable, "-m", "warden", "run", "bench", "--", "true"], check=True, env=env)
+        with socket.socket(socket.AF_UNIX) as probe:
+            if probe.connect_ex(str(home / "run" / "daemon.sock")) == 0:
+                time.sleep(0.5)  # its spare forked
+                return
+        time.sleep(0.2)
+    raise SystemExit("the home's daemon did not start")
+
+
+def _end_home(home: Path, env: dict[str, str]) -> None:
+    """Kill the detached processes and end the home's daemon (its folder goes with the run)."""
+    listing = subprocess.run([sys.executable, "-m", "warden", "ps", "bench", "--json"], env=env,
+                             capture_output=True, text=True, check=False)
+    for process in json.loads(listing.stdout or "{}").get("data") or []:
+        subprocess.run([sys.executable, "-m", "warden", "kill", "bench", process["id"], "--signal", "KILL"],
+                       env=env, capture_output=True, check=False)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"warden.interfaces.cli.daemon" in argv and os.fsencode(str(home)) in argv:
+                with contextlib.suppress(OSError):
+                    os.kill(int(entry), signal.SIGTERM)
 
 
 if __name__ == "__main__":
