@@ -1,8 +1,10 @@
-"""Helpers the benchmarks share: timing a callable, and the floor any bwrap run pays."""
+"""Helpers the benchmarks share: timing a callable, the floor any bwrap run pays, a home's daemon."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,3 +37,16 @@ def bench_home(tmp: str) -> tuple[Path, dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TERM")}
     env["WARDEN_HOME"] = str(home)
     return home, env
+
+
+def stop_daemon(home: Path) -> None:
+    """End the benchmark home's daemon (its home goes with the temporary folder)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"warden.interfaces.cli.daemon" in argv and os.fsencode(str(home)) in argv:
+                with contextlib.suppress(OSError):
+                    os.kill(int(entry), signal.SIGTERM)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import contextlib
 import json
 import shutil
 import socket
@@ -31,7 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_home, measure, raw_bwrap_argv  # noqa: E402
+from _common import bench_home, measure, raw_bwrap_argv, stop_daemon  # noqa: E402
 
 
 def _wait_for_daemon(home: Path) -> None:
@@ -43,22 +42,6 @@ def _wait_for_daemon(home: Path) -> None:
                 return
         time.sleep(0.05)
     raise SystemExit("the home's daemon did not start")
-
-
-def _stop_daemon(home: Path) -> None:
-    """End the benchmark home's daemon (its home goes with the temporary folder)."""
-    import os
-    import signal
-
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"warden.interfaces.cli.daemon" in argv and os.fsencode(str(home)) in argv:
-                with contextlib.suppress(OSError):
-                    os.kill(int(entry), signal.SIGTERM)
 
 
 def _alternate(n: int, *fns: Callable[[], object], gap: float = 0.0) -> list[list[float]]:
@@ -128,7 +111,7 @@ def main() -> None:
                 for process in json.loads(listing.stdout or "{}").get("data") or []:
                     subprocess.run([*entry, "kill", "bench", process["id"], "--signal", "KILL"], env=alone_env,
                                    capture_output=True, check=False)
-            _stop_daemon(home)
+            stop_daemon(home)
         rows += [("raw bwrap ... true", fresh[0] + live[0]),
                  ('Workspace.run(["true"]) warm', fresh[1]),
                  ('Workspace.run(["true"]) warm, live', live[1]),

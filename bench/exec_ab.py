@@ -14,11 +14,9 @@ home's daemon once it listens (as `warden run` does for a person after their fir
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
 import json
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -29,6 +27,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import stop_daemon  # noqa: E402
 
 WORKER = r"""
 import json, sys, time
@@ -125,16 +125,7 @@ def _end_home(home: Path, env: dict[str, str]) -> None:
     for process in json.loads(listing.stdout or "{}").get("data") or []:
         subprocess.run([sys.executable, "-m", "warden", "kill", "bench", process["id"], "--signal", "KILL"],
                        env=env, capture_output=True, check=False)
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"warden.interfaces.cli.daemon" in argv and os.fsencode(str(home)) in argv:
-                with contextlib.suppress(OSError):
-                    os.kill(int(entry), signal.SIGTERM)
-
+    stop_daemon(home)
 
 if __name__ == "__main__":
     main()
