@@ -333,13 +333,6 @@ def _sweep_at_exit() -> None:
 atexit.register(_sweep_at_exit)
 
 
-@cache
-def _start_time() -> int:
-    from warden.adapters.processes import start_time
-
-    return start_time(os.getpid()) or 0
-
-
 def _write(path: str, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
@@ -373,7 +366,12 @@ def create(support: CgroupSupport, *, memory: int, pids: int, name: str | None =
         sweep()
     sweep_orphans_once(support)
     group = Cgroup()
-    name = name or f"warden-{os.getpid()}-{_start_time()}-{next(_counter)}"
+    if name is None:
+        # processes.start_time keeps this process's own by pid: a child forked after (the
+        # home daemon's) names its groups with its own, never its parent's.
+        from warden.adapters.processes import start_time
+
+        name = f"warden-{os.getpid()}-{start_time(os.getpid()) or 0}-{next(_counter)}"
     made: dict[str, str] = {}
     try:
         for controller, spec in (("memory", support.memory), ("pids", support.pids)):

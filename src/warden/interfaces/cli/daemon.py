@@ -582,7 +582,6 @@ class Daemon:
         if spare.instance is not instance or spare.modules != len(sys.modules):
             self._end_spare()
             return None
-        self.spare = None
         try:
             head = json.dumps({"context": request.context, "session": request.session}).encode()
             payload = head + b"\0" + encode_request(request.argv, request.env, request.cwd)
@@ -590,9 +589,9 @@ class Daemon:
                 raise ValueError("too large for the spare")
             send_frame(spare.sock, payload, [conn.fileno(), *fds, report])
         except (OSError, ValueError):
-            self.spare = spare
             self._end_spare()
             return None
+        self.spare = None  # the request's child now, followed as any other
         spare.sock.close()  # what it needs is in its socket's buffer
         return spare.pid
 
