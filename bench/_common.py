@@ -40,13 +40,21 @@ def bench_home(tmp: str) -> tuple[Path, dict[str, str]]:
 
 
 def stop_daemon(home: Path) -> None:
-    """End the benchmark home's daemon (its home goes with the temporary folder)."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"warden.interfaces.cli.daemon" in argv and os.fsencode(str(home)) in argv:
-                with contextlib.suppress(OSError):
-                    os.kill(int(entry), signal.SIGTERM)
+    """End the benchmark home's daemon and wait for it and its children (its spare, which may
+    be opening the registry) to be gone, so the home's folder can go with the temporary folder."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = False
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if b"warden.interfaces.cli.daemon" in argv and os.fsencode(str(home)) in argv:
+                    found = True
+                    with contextlib.suppress(OSError):
+                        os.kill(int(entry), signal.SIGTERM)
+        if not found:
+            return
+        time.sleep(0.05)

@@ -4,8 +4,10 @@
 
 The base commit's `src/` is taken from git into a temporary folder. Each tree gets a worker
 process (its own home and `minimal` workspace) that times `Workspace.run(["true"])` on demand,
-and `python -m warden run bench -- true` is timed from each tree's code; the two trees take
-turns, call by call, so both see the same machine load. Rows: medians and p90 per tree, and
+and `python -m warden run bench -- true` is timed from each tree's code in a second home, whose
+registry no other process holds open (as for a person typing commands: the last connection's
+close then makes SQLite checkpoint); the two trees take turns, call by call, so both see the
+same machine load. Rows: medians and p90 per tree, and
 this tree's median as a ratio of the base's (target: within +10%). `--live`: a detached `sleep`
 keeps each home's live sandbox up first, so both rows run in it, and the CLI goes through each
 home's daemon once it listens (as `warden run` does for a person after their first command).
@@ -63,16 +65,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"base " + args.base: tree_of(args.base, Path(tmp) / "base"), "this tree": REPO / "src"}
         keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TERM")}
-        workers, envs = {}, {}
+        workers, envs, worker_envs = {}, {}, {}
         for i, (label, src) in enumerate(trees.items()):
             env = {**keep, "WARDEN_HOME": str(Path(tmp) / f"home{i}"), "PYTHONPATH": str(src)}
-            envs[label] = env
+            worker_envs[label] = env
+            envs[label] = {**env, "WARDEN_HOME": str(Path(tmp) / f"cli{i}")}
+            subprocess.run([sys.executable, "-m", "warden", "create", "bench", "--template", "minimal"],
+                           check=True, env=envs[label], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             proc = subprocess.Popen([sys.executable, "-c", WORKER, env["WARDEN_HOME"], json.dumps(env)],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
             assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
             workers[label] = proc
         if args.live:
-            for env in envs.values():
+            for env in [*worker_envs.values(), *envs.values()]:
                 subprocess.run([sys.executable, "-m", "warden", "run", "bench", "--detach", "--", "sleep", "600"],
                                check=True, env=env, stdout=subprocess.DEVNULL)
                 _until_daemon(Path(env["WARDEN_HOME"]), env)
@@ -92,9 +97,8 @@ def main() -> None:
             assert proc.stdin is not None
             proc.stdin.close()
             proc.wait()
-        if args.live:
-            for env in envs.values():
-                _end_home(Path(env["WARDEN_HOME"]), env)
+        for env in [*worker_envs.values(), *envs.values()]:
+            _end_home(Path(env["WARDEN_HOME"]), env)
     print(f"{'what':56} {'median ms':>10} {'p90 ms':>8} {'x base':>8}")
     for title, table in (('Workspace.run(["true"]) warm', warm), ("python -m warden run bench -- true", cli)):
         base_median = statistics.median(table["base " + args.base][1:])

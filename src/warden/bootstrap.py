@@ -636,6 +636,15 @@ class App:
                                  secrets=self.secrets, runs=self.runs, installs=lambda: self.installs,
                                  settings=RequestSettings.from_settings(self.settings), live=lambda: self.live)
 
+    def connect_ahead(self) -> None:
+        """Open this process's connection to the home's SQLite registry before its first use (the
+        daemon's spare, while it waits); a later `bootstrap` of the same home takes it."""
+        from warden.adapters.store.db import connect_ahead, sqlite_path
+
+        path = sqlite_path(self.database_url, self.home.root)
+        if path is not None:
+            connect_ahead(path)
+
     def close(self) -> None:
         if "registry" in self.__dict__:
             self.registry.close()

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from warden.adapters.store.db import SCHEMA_REVISION, open_database
+from warden.adapters.store import db as db_module
+from warden.adapters.store.db import SCHEMA_REVISION, SqliteDatabase, connect_ahead, open_database
 from warden.adapters.store.migrate import head_revision
 from warden.bootstrap import App
 from warden.core.errors import Conflict
@@ -81,3 +82,70 @@ def test_a_migration_that_dies_half_way_leaves_nothing_half_made(tmp_path: Path)
             assert tx.execute("SELECT count(*) AS n FROM workspaces") == [{"n": 0}]
     finally:
         db.close()
+
+
+def _first_connection(path: Path) -> sqlite3.Connection:
+    return SqliteDatabase(path)._connection()
+
+
+def test_a_connection_opened_ahead_is_the_one_the_next_open_uses_once(home: Path) -> None:
+    """The daemon's spare connects to the registry while it waits; the run it then serves opens
+    the registry and gets that connection, and only that one open does."""
+    open_database(None, home).close()
+    path = home / "warden.db"
+    connect_ahead(path)
+    ahead = db_module._ahead[path][0]
+    assert _first_connection(path) is ahead
+    assert _first_connection(path) is not ahead
+
+
+def test_a_registry_renamed_into_place_is_not_written_through_a_connection_opened_before(home: Path) -> None:
+    """A restore renames another registry file into place: a connection opened ahead on the
+    file it replaced must not be used (its writes would go to the file set aside)."""
+    open_database(None, home).close()
+    path = home / "warden.db"
+    connect_ahead(path)
+    ahead = db_module._ahead[path][0]
+    aside = home / "warden.db.replaced"
+    path.rename(aside)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    fresh = sqlite3.connect(path)
+    fresh.execute("CREATE TABLE restored (x)")
+    fresh.commit()
+    fresh.close()
+    conn = _first_connection(path)
+    assert conn is not ahead
+    assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'restored'").fetchall() == [("restored",)]
+    with pytest.raises(sqlite3.ProgrammingError):  # the one opened ahead was closed, not kept
+        ahead.execute("SELECT 1")
+
+
+def test_connecting_ahead_never_makes_a_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A home being removed (its registry gone between the look and the connection) gets no new,
+    empty registry from a spare that connects ahead."""
+    path = tmp_path / "warden.db"
+    connect_ahead(path)  # nothing there: nothing done
+    monkeypatch.setattr(Path, "is_file", lambda self: True)  # gone right after the look
+    with pytest.raises(sqlite3.OperationalError):
+        connect_ahead(path)
+    assert list(tmp_path.iterdir()) == [] and path not in db_module._ahead
+
+
+def test_a_checkpoint_puts_commits_in_the_file_while_another_connection_stays_open(home: Path) -> None:
+    """With another connection open (the waiting spare's), closing is no checkpoint: `checkpoint`
+    copies the write-ahead log into the database file itself."""
+    open_database(None, home).close()
+    path = home / "warden.db"
+    other = sqlite3.connect(path)
+    other.execute("SELECT 1 FROM alembic_version").fetchall()
+    db = SqliteDatabase(path)
+    marker = f"checkpoint-marker-{id(db)}"
+    with db.transaction() as tx:
+        tx.execute("CREATE TABLE IF NOT EXISTS probe (text TEXT)")
+        tx.execute("INSERT INTO probe VALUES (:t)", {"t": marker})
+    assert marker.encode() not in path.read_bytes()  # in the write-ahead log only
+    db.checkpoint()
+    assert marker.encode() in path.read_bytes()
+    db.close()
+    other.close()

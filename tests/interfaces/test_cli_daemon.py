@@ -760,11 +760,15 @@ def test_the_spare_and_each_child_hold_nothing_of_the_daemons_and_pass_on_only_s
     [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
 
     def held() -> list[str]:
-        return [os.readlink(f"/proc/{spare}/fd/{fd}") for fd in os.listdir(f"/proc/{spare}/fd") if int(fd) > 2]
+        return sorted(os.readlink(f"/proc/{spare}/fd/{fd}") for fd in os.listdir(f"/proc/{spare}/fd")
+                      if int(fd) > 2)
 
-    # Once it waits (its look at cgroups and its copy of the pages done): its end of the channel alone.
-    wait_until(lambda: len(held()) == 1 and held()[0].startswith("socket:"), timeout=10,
-               message=lambda: f"the spare holds more than its channel: {held()}")
+    # Once it waits (its look at cgroups and its copy of the pages done): its end of the channel
+    # and the registry it opened itself for the run it will serve, nothing else.
+    registry = sorted(str(home / name) for name in ("warden.db", "warden.db-shm", "warden.db-wal"))
+    wait_until(lambda: len(held()) == 4 and held()[:3] == registry and held()[3].startswith("socket:"), timeout=10,
+               message=lambda: f"the spare holds other than its channel and the registry: {held()}")
+    assert _inheritable(spare) == []
     daemon, running = the_daemon(home), []
     try:
         for _ in range(2):  # the first is the spare's, the second a child forked for it while the first runs
@@ -789,3 +793,80 @@ def test_a_daemon_just_started_has_its_spare_for_the_first_request(env: dict[str
     stop_daemon(home)
     served(env)  # its client ran the command itself and started the daemon
     wait_until(lambda: spare_pids(home), timeout=5, message="the new daemon forked no spare before its first wait")
+
+
+def test_the_spare_serves_its_run_on_the_registry_connection_it_opened_while_waiting(env: dict[str, str]) -> None:
+    """Connecting to the registry (its WAL, its pragmas, its schema) is done by the spare before
+    the request comes: the run it serves writes through that very connection (the descriptors
+    the spare held while it waited are the ones its run's commit went through)."""
+    home = served(env)
+    [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
+
+    def registry_fds() -> dict[str, str]:
+        found = {}
+        for fd in os.listdir(f"/proc/{spare}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{spare}/fd/{fd}")
+                if target.startswith(str(home / "warden.db")):
+                    found[fd] = target
+        return found
+
+    waiting = wait_until(lambda: len(registry_fds()) == 3 and registry_fds(), timeout=10,
+                         message="the waiting spare did not open the registry")
+    proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sh", "-c", "echo started; sleep 3"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+        assert spare in daemon_pids(home)  # the spare runs it
+        assert registry_fds() == waiting  # on the connection it opened waiting, and no other
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_commit_made_while_the_spare_waits_reaches_the_registry_file(tmp_path: Path) -> None:
+    """SQLite copies its write-ahead log into the database file (and syncs it) when the last
+    connection closes. The waiting spare keeps one open, so no other command's close is the
+    last: the daemon's heartbeat checkpoints instead, and a commit another command made while
+    the spare waited is in the registry's file within a heartbeat, not 1,000 pages later."""
+    home = tmp_path / "home"
+    home.mkdir()
+    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
+    environ = {**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "60",
+               "WARDEN_NODE_HEARTBEAT_INTERVAL": "1s"}
+    try:
+        created = warden(environ, "create", "dw", "--template", "minimal")
+        assert created.returncode == 0, created.stderr
+        served(environ)
+        [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
+        wait_until(lambda: any(os.readlink(f"/proc/{spare}/fd/{fd}") == str(home / "warden.db")
+                               for fd in os.listdir(f"/proc/{spare}/fd")), timeout=10,
+                   message="the waiting spare did not open the registry")
+        marker = f"mark-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+        done = warden(environ, "create", marker, "--template", "minimal")
+        assert done.returncode == 0, done.stderr
+        assert spare in spare_pids(home)  # still waiting, its connection open
+        wait_until(lambda: marker.encode() in (home / "warden.db").read_bytes(), timeout=15,
+                   message="the commit stayed in the write-ahead log")
+    finally:
+        stop_daemon(home)
+
+
+def test_a_child_tells_its_client_the_status_before_it_closes_the_registry(tmp_path: Path) -> None:
+    """`main`'s `settled` (the daemon's child answers its client there) is called with the status
+    while the registry is still open: the close of its last connection, where SQLite checkpoints
+    (and removes the write-ahead log), comes after, and no client waits for it."""
+    environ = {**os.environ, "WARDEN_HOME": str(tmp_path / "home"), "WARDEN_DAEMON": "0"}
+    first = subprocess.run([*WARDEN, "list"], env=environ, capture_output=True, timeout=60, check=False)
+    assert first.returncode == 0, first.stderr
+    code = ("import os, sys\n"
+            "from warden.interfaces.cli.main import main\n"
+            "wal = os.path.join(os.environ['WARDEN_HOME'], 'warden.db-wal')\n"
+            "told = []\n"
+            "status = main(['list', '--json'], settled=lambda code: told.append((code, os.path.exists(wal))))\n"
+            "print(told, status, os.path.exists(wal), file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "[(0, True)] 0 False"

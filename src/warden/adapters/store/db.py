@@ -60,6 +60,8 @@ class Database(Protocol):
 
     def transaction(self, *, write: bool = True) -> contextlib.AbstractContextManager[Sql]: ...
 
+    def checkpoint(self) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -86,6 +88,68 @@ class _SqliteTx:
             self._conn.executemany(sql, [dict(r) for r in rows])
 
 
+def _connect(path: Path, busy_timeout: float, *, create: bool = True) -> sqlite3.Connection:
+    """A connection to `path`; `create` False: fails where there is no registry, makes none."""
+    if create:
+        conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+    else:
+        from urllib.parse import quote
+
+        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=rw", timeout=busy_timeout, isolation_level=None,
+                               check_same_thread=False, uri=True)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+    return conn
+
+
+# A connection this process opened before it knew it would need one, with the file it opened
+# (device, inode): the home's daemon's spare opens the registry's while it waits (connecting,
+# WAL and pragmas, the schema read: ~2 ms a client would otherwise wait for), and the run it
+# serves takes it. Opened in this process, after its fork: an SQLite connection never crosses one.
+_ahead: dict[Path, tuple[sqlite3.Connection, int, int]] = {}
+
+
+def connect_ahead(path: Path) -> None:
+    """Open this process's connection to the SQLite registry at `path` for its first use (see
+    `_ahead`). Nothing if there is no registry there yet."""
+    if path in _ahead or not path.is_file():
+        return
+    conn = _connect(path, BUSY_TIMEOUT, create=False)  # a home being removed gets no new registry
+    try:
+        conn.execute("SELECT version_num FROM alembic_version").fetchall()  # reads the schema in
+        info = os.stat(path)
+    except BaseException:
+        conn.close()
+        raise
+    _ahead[path] = (conn, info.st_dev, info.st_ino)
+
+
+def _taken_ahead(path: Path) -> sqlite3.Connection | None:
+    """The connection opened ahead for `path`, if it is still the registry's file there (a
+    restore from backup renames another into place: that one is closed, never used)."""
+    entry = _ahead.pop(path, None)
+    if entry is None:
+        return None
+    conn, dev, ino = entry
+    try:
+        info = os.stat(path)
+    except OSError:
+        info = None
+    if info is None or (info.st_dev, info.st_ino) != (dev, ino):
+        conn.close()
+        return None
+    return conn
+
+
+def sqlite_path(url: str | None, home: Path) -> Path | None:
+    """The SQLite registry's file for `url` (None: the default in `home`), None for another database."""
+    if url is None:
+        return home / "warden.db"
+    return Path(url[len("sqlite:///"):]) if url.startswith("sqlite:///") else None
+
+
 class SqliteDatabase:
     """SQLite in WAL mode; one connection per thread, writes take the lock up front."""
 
@@ -99,12 +163,11 @@ class SqliteDatabase:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             with _mapped(str(self.path)):
-                conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None,
-                                       check_same_thread=False)
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-                conn.execute("PRAGMA foreign_keys=ON")
-                conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+                conn = _taken_ahead(self.path)
+                if conn is None:
+                    conn = _connect(self.path, self.busy_timeout)
+                else:
+                    conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
             self._local.conn = conn
         return conn
 
@@ -129,6 +192,14 @@ class SqliteDatabase:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+
+    def checkpoint(self) -> None:
+        """Copy the WAL's committed pages into the database file and sync it, as the last
+        connection's close does: the daemon's spare keeps a connection open while it waits, so
+        no other close is the last, and without this commits would wait in the WAL (not synced
+        at commit: synchronous=NORMAL) for the next automatic checkpoint, 1,000 pages on."""
+        with _mapped(str(self.path)):
+            self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -185,6 +256,9 @@ class SqlalchemyDatabase:
         with self._engine.begin() as conn:
             yield _SqlalchemyTx(conn, self.dialect)
 
+    def checkpoint(self) -> None:
+        """Nothing: the database server keeps its own log."""
+
     def close(self) -> None:
         self._engine.dispose()
 
@@ -205,13 +279,13 @@ def open_database(url: str | None, home: Path, *, busy_timeout: float = BUSY_TIM
     """Open the registry at `url` (default: SQLite in `home`), migrating it to SCHEMA_REVISION
     (`node`: the node that migrates, owner of workspaces whose metadata names no host)."""
     db: Database
-    if url is None or url.startswith("sqlite:///"):
-        path = Path(url[len("sqlite:///"):]) if url else home / "warden.db"
+    path = sqlite_path(url, home)
+    if path is not None:
         db = SqliteDatabase(path, busy_timeout)
         sa_url = f"sqlite:///{path}"
     else:
-        db = SqlalchemyDatabase(url)
-        sa_url = url
+        sa_url = str(url)
+        db = SqlalchemyDatabase(sa_url)
     try:
         current = _stored_revision(db)
     except (Locked, Unavailable):

@@ -108,5 +108,8 @@ class SqlRegistry:
         with self.db.transaction(write=write) as sql:
             yield SqlTx(sql)
 
+    def checkpoint(self) -> None:
+        self.db.checkpoint()
+
     def close(self) -> None:
         self.db.close()

@@ -207,6 +207,8 @@ class _Presence:
                 self.instance = self.app.instances.join("daemon")
             else:
                 self.app.instances.beat(self.instance)
+            # The spare holds a connection open while it waits (Database.checkpoint says why).
+            self.app.registry.checkpoint()
             self.failed = False
         except Exception as exc:  # an uninitialised home, a locked registry: tried again next time
             if not self.failed:
@@ -602,10 +604,14 @@ class Daemon:
         from warden.adapters.sandbox import cgroups
 
         # What its run would do first, done before the client waits: a process's one look for
-        # the cgroups of killed runs, then its own copy of each page.
+        # the cgroups of killed runs, its own copy of each page, its connection to the registry
+        # (the daemon's was closed after its last beat; this one is opened here, after the fork).
         with contextlib.suppress(OSError):
             cgroups.sweep_orphans_once(cgroups.detect())
         _prefault()
+        if self.presence is not None and self.presence.app is not None:
+            with contextlib.suppress(Exception):  # a registry it cannot open now: the run says why
+                self.presence.app.connect_ahead()
         payload, fds = recv_frame(sock, max_fds=7)
         sock.close()
         if payload is None or len(fds) != 7:
@@ -621,6 +627,24 @@ class Daemon:
                known: set[str]) -> NoReturn:
         """In a child (of the daemon's descriptors none left): serve one judged request."""
         status = 1
+        told: int | None = None
+
+        def tell(code: int) -> None:
+            """The client's status, sent once: as soon as `main` has it (its state still to be
+            closed), or at the end. This child then exits with it, whatever closing does."""
+            nonlocal told
+            if told is not None:
+                return
+            told = code
+            # Done: no signal may now raise here (the daemon interrupts a child whose client has
+            # gone, which a client does as soon as it has the status).
+            signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            with contextlib.suppress(Exception):
+                send_frame(conn, reply("status", code))
+
         try:
             conn.settimeout(None)
             argv, env, cwd = request.argv, request.env, request.cwd
@@ -661,7 +685,7 @@ class Daemon:
                 act_for(self.presence.instance.id)  # the live sandboxes it starts are the daemon's
             from warden.interfaces.cli.main import main
 
-            status = main(argv)
+            status = main(argv, settled=tell)
         except SystemExit as exc:
             status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         except KeyboardInterrupt:
@@ -669,18 +693,11 @@ class Daemon:
         except BaseException:
             status = 1
         finally:
-            # Done: no signal may now raise here (the daemon interrupts a child whose client has
-            # gone, which a client does as soon as it has the status).
-            signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
-                    stream.flush()
-            with contextlib.suppress(Exception):
-                send_frame(conn, reply("status", status))
+            tell(status)
             with contextlib.suppress(Exception):
                 new = "\n".join(sorted(set(sys.modules) - known)).encode()[:_MAX_REPORT]
                 os.write(report, new)
-            os._exit(status & 0xFF)
+            os._exit((status if told is None else told) & 0xFF)
 
     # -- children ending ---------------------------------------------------------------------
     def _client_gone(self, child: _Child, sel: selectors.BaseSelector) -> None:

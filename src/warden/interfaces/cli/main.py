@@ -320,8 +320,11 @@ def _emit_json(document: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(document, default=str, ensure_ascii=False) + "\n")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one `warden` command; returns (and exits with) its status."""
+def main(argv: Sequence[str] | None = None, *, settled: Callable[[int], object] | None = None) -> int:
+    """Run one `warden` command; returns (and exits with) its status. `settled`, if given, is
+    told the status once the command's output is written and before its state is closed (the
+    home's daemon answers its client there: closing the last connection to the registry makes
+    SQLite checkpoint, which no one needs to wait for)."""
     args_list = _rewritten(list(sys.argv[1:] if argv is None else argv))
     own = args_list[: args_list.index("--")] if "--" in args_list else args_list
     wants_json = "--json" in own
@@ -332,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _emit_json({"ok": True, "data": {"version": version()}})
         else:
             sys.stdout.write(f"warden {version()}\n")
-        return _finish(None, 0)
+        return _finish(None, 0, settled)
     try:
         parser = build_parser(args_list)
         args = _parse(parser, args_list)
@@ -356,13 +359,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             _emit_json({"ok": False, "error": {"code": exc.code, "message": exc.message}})
         else:
             sys.stderr.write(f"{_prefix()} {exc.message}\n")
-        return _finish(ctx, _exit_status(exc))
+        return _finish(ctx, _exit_status(exc), settled)
     except KeyboardInterrupt:
         sys.stderr.write("warden: interrupted\n")
-        return _finish(ctx, 130)
+        return _finish(ctx, 130, settled)
     except BrokenPipeError:
         _quiet_stdout()
-        return _finish(ctx, 1)
+        return _finish(ctx, 1, settled)
     except Exception as exc:
         if debug:
             raise
@@ -371,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _emit_json({"ok": False, "error": {"code": "internal", "message": message}})
         else:
             sys.stderr.write(f"warden: {message}\n")
-        return _finish(ctx, 1)
+        return _finish(ctx, 1, settled)
     try:
         if wants_json:
             _emit_json({"ok": True, "data": out.data})
@@ -379,10 +382,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             text = out.human()
             if text:
                 sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        return _finish(ctx, out.exit_code)
+        return _finish(ctx, out.exit_code, settled)
     except BrokenPipeError:  # `warden list | head -1`: the reader left, which is no error of ours
         _quiet_stdout()
-        return _finish(ctx, out.exit_code)
+        return _finish(ctx, out.exit_code, settled)
 
 
 def _prefix() -> str:
@@ -462,10 +465,12 @@ def _parse(parser: Parser, args_list: list[str]) -> argparse.Namespace:
     return args
 
 
-def _finish(ctx: Context | None, status: int) -> int:
+def _finish(ctx: Context | None, status: int, settled: Callable[[int], object] | None) -> int:
+    sys.stdout.flush()
+    if settled is not None:
+        settled(status)
     if ctx is not None:
         ctx.close()
-    sys.stdout.flush()
     return status
 
 
