@@ -263,3 +263,53 @@ def test_a_workspace_run_again_in_one_process_catches_up_instead_of_walking(tmp_
     (ws / "new").write_bytes(b"n")
     with Watcher(str(ws), ROOMY) as watcher:
         assert watcher._tree is not kept and watcher.start == measure(str(ws))
+
+
+def test_a_watchers_thread_is_kept_for_the_next_run(tmp_path: Path) -> None:
+    """Starting a thread cost every run about a millisecond: the next watcher runs in the thread
+    the last one used, and a forked child, which has none of its parent's threads, starts its own."""
+    idents: list[int] = []
+    real = Watcher._loop
+
+    def noted(self: Watcher) -> None:
+        idents.append(threading.get_native_id())  # a kernel id: a new thread gets a new one
+        real(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Watcher, "_loop", noted)
+        for _ in range(5):
+            with Watcher(str(tmp_path), ROOMY):
+                pass
+        assert len(set(idents)) == 1
+        names = [t.name for t in threading.enumerate()]
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through the pipe
+            try:
+                with Watcher(str(tmp_path), ROOMY):
+                    pass
+                os.write(write_end, b"watched")
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as child:
+            assert child.read() == b"watched"
+        os.waitpid(pid, 0)
+    assert names.count("warden-quota") >= 1
+
+
+def test_a_watcher_that_stopped_a_run_leaves_its_thread_for_the_next(tmp_path: Path) -> None:
+    quota = Quota(max_bytes=1 << 40, max_files=10, min_free=0)
+    with Watcher(str(tmp_path), quota) as watcher:
+        for i in range(20):
+            (tmp_path / f"n{i}").touch()
+        poll(lambda: watcher.breach is not None, timeout=5, interval=0.01)
+    for i in range(20):
+        (tmp_path / f"n{i}").unlink()
+    stopped = threading.Event()
+    with Watcher(str(tmp_path), quota) as again:
+        again.arm(stopped.set)
+        for i in range(20):
+            (tmp_path / f"m{i}").touch()
+        assert stopped.wait(5)
+    assert again.breach == FILES_KEY

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import select
 import threading
 import time
@@ -41,7 +42,7 @@ from warden.adapters.disk_usage import UsageTree
 from warden.core.changes import ChangeKind, Coalescer, ignored
 from warden.core.quota import FREE_KEY, Quota, Usage
 
-__all__ = ["OVERSHOOT", "RESCAN_S", "HostDisk", "Watcher", "realtime_allowed"]
+__all__ = ["OVERSHOOT", "RESCAN_S", "HostDisk", "Watcher", "ready_thread", "realtime_allowed"]
 
 RESCAN_S = 0.2
 FREE_CHECK_S = 0.25
@@ -65,6 +66,7 @@ RUN_TRACKED = 10_000
 def _forget_kept() -> None:
     _KEPT.clear()
     _SEEN.clear()
+    _THREADS.forget()
 
 
 os.register_at_fork(after_in_child=_forget_kept)
@@ -106,6 +108,60 @@ def _hurry(tid: int) -> bool:
     return True
 
 
+class _Threads:
+    """The threads that run watchers, each kept for the next watcher once its own has closed:
+    starting a thread cost each run ~1 ms (its start waits for the new thread to be scheduled,
+    on a busy 2-core machine), and one process runs many (the API server, a Python program).
+    Daemon threads, as the one-per-run they replace: a process may exit with a run unfinished."""
+
+    KEEP = 4  # idle threads kept; more concurrent runs than that start (and end) their own
+
+    def __init__(self) -> None:
+        self._idle: list[queue.SimpleQueue[tuple[Callable[[], None], threading.Event]]] = []
+        self._lock = threading.Lock()
+
+    def run(self, loop: Callable[[], None]) -> threading.Event:
+        """`loop` run in a thread of its own; the event is set once it has returned."""
+        done = threading.Event()
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(inbox,), name="warden-quota", daemon=True).start()
+        inbox.put((loop, done))
+        return done
+
+    def _serve(self, inbox: queue.SimpleQueue[tuple[Callable[[], None], threading.Event]]) -> None:
+        while True:
+            loop, done = inbox.get()
+            returned = False
+            try:
+                loop()
+                returned = True
+            finally:
+                with self._lock:  # a thread an exception ends is never handed another loop
+                    kept = returned and len(self._idle) < self.KEEP
+                    if kept:
+                        self._idle.append(inbox)
+                done.set()
+            if not kept:
+                return
+
+    def forget(self) -> None:
+        """In a forked child: the parent's threads are not there."""
+        self._idle = []
+        self._lock = threading.Lock()
+
+
+_THREADS = _Threads()
+
+
+def ready_thread() -> None:
+    """Start the thread this process's first watcher will use (the daemon's spare, while it
+    waits for the run it will serve)."""
+    _THREADS.run(lambda: None).wait()
+
+
 def realtime_allowed() -> bool:
     """Whether the watcher thread will get real-time priority in this process."""
     result: list[bool] = []
@@ -134,7 +190,7 @@ class Watcher:
         self._tree: UsageTree | None = None
         self._stop: Callable[[], None] | None = None
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._done: threading.Event | None = None  # set once the watching thread's loop returned
         self._wake_r = self._wake_w = -1
         self._wrote = False
         self._closed = False
@@ -150,8 +206,7 @@ class Watcher:
             self.changes = Coalescer(RUN_TRACKED)
             self._tree.on_change = self._changed
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
-        self._thread = threading.Thread(target=self._loop, name="warden-quota", daemon=True)
-        self._thread.start()
+        self._done = _THREADS.run(self._loop)
         return self
 
     def _fresh_tree(self) -> UsageTree:
@@ -225,17 +280,17 @@ class Watcher:
     def close(self) -> None:
         """Stop watching (the run has ended): neither `stop` nor `breach` changes after this.
 
-        The thread is joined and its watches removed here, in the caller's thread: a thread
-        left to tidy up would contend for the GIL with the caller's next steps.
+        The thread's loop is waited for and its watches removed here, in the caller's thread: a
+        thread left to tidy up would contend for the GIL with the caller's next steps.
         """
         with self._lock:
             self._stop = None
             self._closed = True
-        if self._thread is not None:
-            with contextlib.suppress(BrokenPipeError):  # the thread ended already (after a breach)
+        if self._done is not None:
+            with contextlib.suppress(BrokenPipeError):  # the loop may have returned already (a breach)
                 os.write(self._wake_w, b"x")
-            self._thread.join()
-            self._thread = None
+            self._done.wait()
+            self._done = None
         for fd in (self._wake_r, self._wake_w):
             if fd >= 0:
                 os.close(fd)

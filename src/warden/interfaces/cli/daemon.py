@@ -601,14 +601,17 @@ class Daemon:
         """In the spare: make its memory its own, then wait for the daemon's request (its end
         closed, the daemon is gone or ended it: nothing to do) and serve it as `_child`."""
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        from warden.adapters import quota
         from warden.adapters.sandbox import cgroups
 
         # What its run would do first, done before the client waits: a process's one look for
-        # the cgroups of killed runs, its own copy of each page, its connection to the registry
-        # (the daemon's was closed after its last beat; this one is opened here, after the fork).
+        # the cgroups of killed runs, its own copy of each page, the thread its disk quota is
+        # watched from, its connection to the registry (the daemon's was closed after its last
+        # beat; this one is opened here, after the fork).
         with contextlib.suppress(OSError):
             cgroups.sweep_orphans_once(cgroups.detect())
         _prefault()
+        quota.ready_thread()
         if self.presence is not None and self.presence.app is not None:
             with contextlib.suppress(Exception):  # a registry it cannot open now: the run says why
                 self.presence.app.connect_ahead()
