@@ -9,8 +9,10 @@ up); `warden run NAME -- true` from a shell (a fresh Python process each time) r
 command itself (`WARDEN_DAEMON=0`, as before the daemon) and through the home's daemon, in a
 fresh and in the live sandbox; and Anthropic's `srt true` when it is installed. Targets:
 in-process run <= 2x raw bwrap, in-process in a live sandbox <= 0.5x raw bwrap, CLI through
-the daemon <= 40 ms. The package is byte-compiled first, as an installed wheel would be (this
-environment sets PYTHONDONTWRITEBYTECODE).
+the daemon <= 40 ms. The CLI rows use a home of their own whose registry no other process
+holds open, as for a person typing commands (the last connection's close then makes SQLite
+checkpoint); the in-process rows, the benchmark's own. The package is byte-compiled first, as
+an installed wheel would be (this environment sets PYTHONDONTWRITEBYTECODE).
 """
 
 from __future__ import annotations
@@ -79,8 +81,11 @@ def main() -> None:
     entry = [str(script)] if script.exists() else [sys.executable, "-m", "warden"]
     with tempfile.TemporaryDirectory() as tmp:
         home, env = bench_home(tmp)
-        alone_env = {**env, "WARDEN_DAEMON": "0"}
+        cli_home, cli_env = bench_home(str(Path(tmp) / "cli"))
+        alone_env = {**cli_env, "WARDEN_DAEMON": "0"}
         cli = [*entry, "run", "bench", "--", "true"]
+        subprocess.run([*entry, "create", "bench", "--template", "minimal"], check=True, env=alone_env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         def raw_bwrap() -> None:
             subprocess.run(raw, check=True)
@@ -89,7 +94,7 @@ def main() -> None:
             subprocess.run(cli, check=True, env=alone_env, stdin=subprocess.DEVNULL)
 
         def cli_daemon() -> None:
-            subprocess.run(cli, check=True, env=env, stdin=subprocess.DEVNULL)
+            subprocess.run(cli, check=True, env=cli_env, stdin=subprocess.DEVNULL)
 
         with Warden.open(home, environ=env) as w:
             ws = w.create("bench", template="minimal")
@@ -97,21 +102,24 @@ def main() -> None:
             def in_process() -> None:
                 assert ws.run(["true"]).exit_code == 0
 
-            cli_daemon()  # starts the home's daemon
-            _wait_for_daemon(home)
+            cli_daemon()  # starts the CLI home's daemon
+            _wait_for_daemon(cli_home)
             fresh = _alternate(n, raw_bwrap, in_process, cli_alone, cli_daemon, gap=gap)
-            # A detached process keeps the person's live sandbox up: their commands run in it.
-            subprocess.run([*entry, "run", "bench", "--detach", "--", "sleep", "600"], check=True,
-                           env=alone_env, stdout=subprocess.DEVNULL)
+            # A detached process keeps the person's live sandbox up, in each home: their commands run in it.
+            homes = [{**env, "WARDEN_DAEMON": "0"}, alone_env]
+            for each in homes:
+                subprocess.run([*entry, "run", "bench", "--detach", "--", "sleep", "600"], check=True,
+                               env=each, stdout=subprocess.DEVNULL)
             try:
                 live = _alternate(n, raw_bwrap, in_process, cli_daemon, gap=gap)
             finally:
-                listing = subprocess.run([*entry, "ps", "bench", "--json"], env=alone_env, capture_output=True,
-                                         text=True, check=False)
-                for process in json.loads(listing.stdout or "{}").get("data") or []:
-                    subprocess.run([*entry, "kill", "bench", process["id"], "--signal", "KILL"], env=alone_env,
-                                   capture_output=True, check=False)
-            stop_daemon(home)
+                for each in homes:
+                    listing = subprocess.run([*entry, "ps", "bench", "--json"], env=each, capture_output=True,
+                                             text=True, check=False)
+                    for process in json.loads(listing.stdout or "{}").get("data") or []:
+                        subprocess.run([*entry, "kill", "bench", process["id"], "--signal", "KILL"], env=each,
+                                       capture_output=True, check=False)
+            stop_daemon(cli_home)
         rows += [("raw bwrap ... true", fresh[0] + live[0]),
                  ('Workspace.run(["true"]) warm', fresh[1]),
                  ('Workspace.run(["true"]) warm, live', live[1]),
