@@ -153,6 +153,16 @@ def _open_dir(name: str, parent: int | None) -> int | None:
     return fd
 
 
+def _holds(path: str, ino: int) -> bool:
+    """Whether `path` names inode `ino` now. An exchange (renameat2 RENAME_EXCHANGE) of a and b
+    comes as: a moved from, b moved to, b moved from, a moved to; by the time the third is read
+    b was already put as it is now, and must not be dropped again."""
+    try:
+        return os.lstat(path).st_ino == ino
+    except OSError:
+        return False
+
+
 class UsageTree:
     """What every folder of a workspace holds, and the bytes charged per inode.
 
@@ -322,7 +332,7 @@ class UsageTree:
         told = self.on_change
         full = f"{path}/{name}"
         if mask & (_IN_DELETE | _IN_MOVED_FROM):
-            if name in listing:
+            if name in listing and not (mask & _IN_MOVED_FROM and _holds(full, listing[name][0])):
                 self._drop(path, name)
             if told is not None:
                 told("deleted", full)
