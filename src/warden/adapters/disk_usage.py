@@ -37,7 +37,7 @@ _IN_ONLYDIR = 0x01000000
 _MASK = _IN_CREATE | _IN_MODIFY | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_ONLYDIR
 _NAMING = _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO  # an entry made, removed or moved
 # Past this many entries touched between two looks, a consumer is told to look at everything again.
-TOUCHED_MAX = 50_000
+TOUCHED_MAX = 20_000
 _EVENT = struct.Struct("iIII")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ROOT = os.geteuid() == 0  # root reads every folder whatever its mode

@@ -14,6 +14,12 @@ changes, read-modified-written under an exclusive flock; `.warden/` is read-only
 Whether a bot was active since the last sweep (another run in progress, or one that died
 before its sweep) is the caller's to say, from the registry's runs in progress: then every
 unknown structure is the bot's. The walk is by descriptors, never following a link.
+
+A workspace whose inotify-watched tree a past run in this process kept (adapters/quota.py) is
+not walked whole again: its events name every entry made, removed or moved since the last
+sweep, and only those folders are listed again (`scan_again`), with exactly the findings of a
+full walk. Whatever the tree cannot vouch for (none kept, dropped events, a folder it does not
+watch, a replaced workspace folder, a folder given by descriptor) is walked whole.
 """
 
 from __future__ import annotations
