@@ -18,7 +18,7 @@ import pytest
 import warden.adapters.quota as quota_adapter
 from warden.adapters import disk_usage, gitguard
 from warden.adapters.disk_usage import UsageTree
-from warden.adapters.gitguard import scan, scan_again
+from warden.adapters.gitguard import GitGuard, scan, scan_again
 from warden.adapters.quota import Watcher
 from warden.core.gitcontrol import GitControl
 from warden.core.quota import Quota
@@ -211,6 +211,9 @@ def test_after_random_changes_the_sweep_finds_what_a_full_scan_finds(
             changes.batch()
         got, want = sorted(scan_again(str(ws))), sorted(scan(str(ws)))
         assert got == want, f"seed {seed}, batch {number}:\n" + "\n".join(changes.log[-8:])
+        if changes.rng.random() < 0.15:
+            GitGuard(str(ws)).after()  # a sweep moving things aside: its renames are changes too
+            changes.log.append("swept")
         if changes.rng.random() < 0.2:
             _same(ws)  # a sweep with nothing changed since
     # The sweeps above listed only what changed (else this test would prove nothing about that).
@@ -231,6 +234,29 @@ def test_a_small_change_in_a_big_tree_is_found_without_listing_it_all(
                         lambda root, fd, rel: opened.append(rel) or open_folder(root, fd, rel))
     assert [item.path for item in scan_again(str(ws))] == ["node_modules/p7/lib3/.git"]
     assert opened == ["node_modules/p7/lib3"] and listings == [1]
+
+
+def test_folders_too_deep_for_git_stay_out_until_a_rename_brings_them_within_reach(
+        tmp_path: Path, listings: list[int]) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    _big(ws, 30)
+    _kept(ws)
+    _same(ws)
+    levels = [os.open(ws, os.O_RDONLY | os.O_DIRECTORY)]
+    try:
+        for _ in range(24):  # 24 x 201 characters: past PATH_MAX, where git cannot run
+            os.mkdir("d" * 200, dir_fd=levels[-1])
+            levels.append(os.open("d" * 200, os.O_RDONLY | os.O_DIRECTORY, dir_fd=levels[-1]))
+        os.mkdir(".git", dir_fd=levels[-1])
+        assert _same(ws) == []
+        for level in levels[1:10]:  # shorter names higher up: the .git comes within reach
+            os.rename("d" * 200, "s", src_dir_fd=level, dst_dir_fd=level)
+        assert [item.path.endswith("/.git") for item in _same(ws)] == [True]
+    finally:
+        for fd in levels:
+            os.close(fd)
+    assert len(listings) == 2
 
 
 # -- where the tree cannot tell: a full scan ----------------------------------------------------
