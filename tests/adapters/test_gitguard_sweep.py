@@ -90,15 +90,23 @@ class Changes:
             self.exchange, self.lock_up, self.look_alike, self.deep_git,
         ]
 
+    def walk(self) -> Iterator[tuple[str, list[str], list[str]]]:
+        """The tree, without the guard's own `.warden/` (read-only to bots)."""
+        for top, dirs, files in os.walk(self.ws):
+            if top == str(self.ws):
+                dirs[:] = [d for d in dirs if d != ".warden"]
+                files = [f for f in files if f != ".warden"]
+            yield top, dirs, files
+
     def folders(self) -> list[Path]:
         found = [self.ws]
-        for top, dirs, _ in os.walk(self.ws):
+        for top, dirs, _ in self.walk():
             found += [Path(top, d) for d in dirs]
         return found
 
     def entries(self) -> list[Path]:
         found: list[Path] = []
-        for top, dirs, files in os.walk(self.ws):
+        for top, dirs, files in self.walk():
             found += [Path(top, n) for n in dirs + files]
         return found
 
@@ -256,6 +264,22 @@ def test_folders_too_deep_for_git_stay_out_until_a_rename_brings_them_within_rea
     finally:
         for fd in levels:
             os.close(fd)
+    assert len(listings) == 2
+
+
+def test_a_folder_moved_into_a_folder_that_moved_stays_watched(tmp_path: Path, listings: list[int]) -> None:
+    """The tree walks the moved folder before it reads that the other one left its old place: the
+    kernel hands back the other's live watch, which must not go when the old name is dropped."""
+    ws = tmp_path / "ws"
+    (ws / "a").mkdir(parents=True)
+    (ws / "src" / "c").mkdir(parents=True)
+    _kept(ws)
+    _same(ws)
+    (ws / "a").rename(ws / "b")
+    (ws / "src" / "c").rename(ws / "b" / "c")
+    _same(ws)
+    (ws / "b" / "c" / ".git").mkdir()  # only the watch of b/c can tell
+    assert [item.path for item in _same(ws)] == ["b/c/.git"]
     assert len(listings) == 2
 
 

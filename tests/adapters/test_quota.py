@@ -275,3 +275,17 @@ def test_a_workspace_run_again_in_one_process_catches_up_instead_of_walking(tmp_
     (ws / "new").write_bytes(b"n")
     with Watcher(str(ws), ROOMY) as watcher:
         assert watcher._tree is not kept and watcher.start == measure(str(ws))
+
+
+def test_a_folder_moved_into_a_folder_that_moved_between_runs_is_still_counted(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "a").mkdir(parents=True)
+    (ws / "src" / "c").mkdir(parents=True)
+    for _ in range(2):  # the second run keeps its tree
+        with Watcher(str(ws), ROOMY):
+            pass
+    (ws / "a").rename(ws / "b")
+    (ws / "src" / "c").rename(ws / "b" / "c")  # the tree reads both only at the next run
+    with Watcher(str(ws), ROOMY) as watcher:
+        (ws / "b" / "c" / "f").write_bytes(b"f" * 100_000)
+        assert settle(watcher, ws) == measure(str(ws))

@@ -213,6 +213,12 @@ class UsageTree:
             err = ctypes.get_errno()
             self.unwatched = f"inotify cannot watch {path}: {os.strerror(err)}"
             return
+        old = self.wd_dir.get(wd)
+        if old is not None and old != path and self.dir_wd.get(old) == wd:
+            # The kernel gave the watch this folder already had under the name it had before it
+            # moved (the event saying so is still queued): the watch is the new name's now, or
+            # dropping the old name would remove it and this folder would go unwatched, unnoticed.
+            del self.dir_wd[old]
         self.wd_dir[wd] = path
         self.dir_wd[path] = wd
 
