@@ -72,6 +72,15 @@ def test_measure_sees_into_a_folder_made_unreadable(tmp_path: Path) -> None:
         hidden.chmod(0o700)
 
 
+def _exchange(a: Path, b: Path) -> None:
+    """renameat2(RENAME_EXCHANGE): two names swap inodes in one step."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.renameat2(-100, str(a).encode(), -100, str(b).encode(), 2) != 0:
+        raise OSError(ctypes.get_errno(), "renameat2")
+
+
 def test_the_watcher_keeps_an_exact_count_through_every_kind_of_change(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     (ws / "keep").mkdir(parents=True)
@@ -94,8 +103,11 @@ def test_the_watcher_keeps_an_exact_count_through_every_kind_of_change(tmp_path:
         for i in range(50):
             (ws / f"small{i}").write_bytes(b"s")
         shutil.rmtree(ws / "keep" / "moved")                          # a tree deleted
+        (ws / "x" / "inner").mkdir(parents=True)
+        (ws / "x" / "inner" / "f").write_bytes(b"x" * 30_000)
+        _exchange(ws / "x", ws / "keep" / "old")                      # a folder and a file swapped
         assert settle(watcher, ws) == measure(str(ws))
-        assert watcher.usage.files == blocks(ws)[1] == 53 and watcher.usage.bytes >= blocks(ws)[0]
+        assert watcher.usage.files == blocks(ws)[1] == 56 and watcher.usage.bytes >= blocks(ws)[0]
     assert watcher.breach is None
 
 
@@ -313,3 +325,17 @@ def test_a_watcher_that_stopped_a_run_leaves_its_thread_for_the_next(tmp_path: P
             (tmp_path / f"m{i}").touch()
         assert stopped.wait(5)
     assert again.breach == FILES_KEY
+
+
+def test_a_folder_moved_into_a_folder_that_moved_between_runs_is_still_counted(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "a").mkdir(parents=True)
+    (ws / "src" / "c").mkdir(parents=True)
+    for _ in range(2):  # the second run keeps its tree
+        with Watcher(str(ws), ROOMY):
+            pass
+    (ws / "a").rename(ws / "b")
+    (ws / "src" / "c").rename(ws / "b" / "c")  # the tree reads both only at the next run
+    with Watcher(str(ws), ROOMY) as watcher:
+        (ws / "b" / "c" / "f").write_bytes(b"f" * 100_000)
+        assert settle(watcher, ws) == measure(str(ws))

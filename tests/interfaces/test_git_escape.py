@@ -235,3 +235,19 @@ def test_a_repository_that_borrows_its_refs_through_commondir_is_defused(
                  "printf '[core]\\n\\tbare = false\\n\\tworktree = .\\n' > config.worktree")
     person_git(ws / "e", tmp_path)
     assert not ran.exists()
+
+
+def test_a_repository_a_bot_makes_deep_in_a_big_workspace_is_moved_aside(cli: Cli, ws: Path,
+                                                                          canary: tuple[Path, Path],
+                                                                          tmp_path: Path) -> None:
+    program, ran = canary
+    for i in range(2000):  # a node_modules: the sweeps around each run must still reach every folder
+        folder = ws / "node_modules" / f"p{i // 50}" / f"lib{i % 50}"
+        folder.mkdir(parents=True)
+        (folder / "index.js").touch()
+    bot_run(cli, "true")
+    bot_run(cli, f"cd node_modules/p30/lib7 && git init -q && git config core.fsmonitor {program}")
+    person_git(ws / "node_modules" / "p30" / "lib7", tmp_path)
+    assert not ran.exists()
+    assert not list(ws.rglob(".git")), "a bot-made .git is still in place"
+    assert list(ws.glob("node_modules/p30/lib7/.git.warden-quarantined-*"))

@@ -35,6 +35,9 @@ _IN_Q_OVERFLOW = 0x4000
 _IN_IGNORED = 0x8000
 _IN_ONLYDIR = 0x01000000
 _MASK = _IN_CREATE | _IN_MODIFY | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_ONLYDIR
+_NAMING = _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO  # an entry made, removed or moved
+# Past this many entries touched between two looks, a consumer is told to look at everything again.
+TOUCHED_MAX = 20_000
 _EVENT = struct.Struct("iIII")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ROOT = os.geteuid() == 0  # root reads every folder whatever its mode
@@ -150,6 +153,16 @@ def _open_dir(name: str, parent: int | None) -> int | None:
     return fd
 
 
+def _holds(path: str, ino: int) -> bool:
+    """Whether `path` names inode `ino` now. An exchange (renameat2 RENAME_EXCHANGE) of a and b
+    comes as: a moved from, b moved to, b moved from, a moved to; by the time the third is read
+    b was already put as it is now, and must not be dropped again."""
+    try:
+        return os.lstat(path).st_ino == ino
+    except OSError:
+        return False
+
+
 class UsageTree:
     """What every folder of a workspace holds, and the bytes charged per inode.
 
@@ -172,6 +185,10 @@ class UsageTree:
         # (adapters/quota.py). None between runs, so catching up on others' changes is not told.
         self.on_change: Callable[[ChangeKind, str], None] | None = None
         self._telling: Callable[[ChangeKind, str], None] | None = None  # set while a new folder is walked
+        # (folder path, name) of every entry made, removed or moved, as the events tell, since a
+        # consumer (the git guard's sweep) last set it to an empty set; None: not collected, or
+        # more than TOUCHED_MAX (then the consumer cannot know what changed and looks at all).
+        self.touched: set[tuple[str, str]] | None = None
 
     @property
     def usage(self) -> Usage:
@@ -196,6 +213,12 @@ class UsageTree:
             err = ctypes.get_errno()
             self.unwatched = f"inotify cannot watch {path}: {os.strerror(err)}"
             return
+        old = self.wd_dir.get(wd)
+        if old is not None and old != path and self.dir_wd.get(old) == wd:
+            # The kernel gave the watch this folder already had under the name it had before it
+            # moved (the event saying so is still queued): the watch is the new name's now, or
+            # dropping the old name would remove it and this folder would go unwatched, unnoticed.
+            del self.dir_wd[old]
         self.wd_dir[wd] = path
         self.dir_wd[path] = wd
 
@@ -293,7 +316,16 @@ class UsageTree:
         path = self.wd_dir.get(wd)
         if path is None:
             return
+        if mask & _NAMING and name and self.touched is not None:
+            self.touched.add((path, name))
+            if len(self.touched) > TOUCHED_MAX:
+                self.touched = None
         if mask & _IN_IGNORED:
+            if self.touched is not None and path != self.root:
+                # The folder is no longer watched (gone, or the kernel dropped its watch): what
+                # it holds now is for its parent's next look to find, so its name counts as touched.
+                parent, _, name = path.rpartition("/")
+                self.touched.add((parent, name))
             del self.wd_dir[wd]
             if self.dir_wd.get(path) == wd:
                 del self.dir_wd[path]
@@ -306,7 +338,7 @@ class UsageTree:
         told = self.on_change
         full = f"{path}/{name}"
         if mask & (_IN_DELETE | _IN_MOVED_FROM):
-            if name in listing:
+            if name in listing and not (mask & _IN_MOVED_FROM and _holds(full, listing[name][0])):
                 self._drop(path, name)
             if told is not None:
                 told("deleted", full)

@@ -14,6 +14,12 @@ changes, read-modified-written under an exclusive flock; `.warden/` is read-only
 Whether a bot was active since the last sweep (another run in progress, or one that died
 before its sweep) is the caller's to say, from the registry's runs in progress: then every
 unknown structure is the bot's. The walk is by descriptors, never following a link.
+
+A workspace whose inotify-watched tree a past run in this process kept (adapters/quota.py) is
+not walked whole again: its events name every entry made, removed or moved since the last
+sweep, and only those folders are listed again (`scan_again`), with exactly the findings of a
+full walk. Whatever the tree cannot vouch for (none kept, dropped events, a folder it does not
+watch, a replaced workspace folder, a folder given by descriptor) is walked whole.
 """
 
 from __future__ import annotations
@@ -23,15 +29,18 @@ import fcntl
 import json
 import os
 import stat
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from warden.adapters.atomic import write_atomic
+from warden.adapters.disk_usage import UsageTree
+from warden.adapters.quota import kept_tree
 from warden.adapters.safefs import SafeRoot
 from warden.core.errors import WardenError
 from warden.core.gitcontrol import QUARANTINE_SUFFIX, GitControl, GitSweep, is_git_name, judge, looks_like_git_dir
 
-__all__ = ["GitGuard", "GitSweep", "HostGitDefuser", "HostGitGuards", "scan"]
+__all__ = ["GitGuard", "GitSweep", "HostGitDefuser", "HostGitGuards", "scan", "scan_again"]
 
 STATE_DIR = ".warden"
 STATE_FILE = "git.json"
@@ -77,26 +86,185 @@ def scan(workspace: Root) -> list[GitControl]:
     a time, so a deep tree needs no descriptor per level. Folders whose absolute path passes
     PATH_MAX are not entered: git cannot run there (getcwd fails), so nothing there can steer it.
     """
-    found: list[GitControl] = []
     try:
         fd = _root_fd(workspace)
     except OSError:
-        return found
-    root = SafeRoot(fd)
-    with root:
-        room = PATH_MAX - len(os.readlink(f"/proc/self/fd/{fd}").rstrip("/")) - 1
-        stack = [""]
+        return []
+    listed = _Listed()
+    with SafeRoot(fd) as root:
+        _walk(root, fd, _room(fd), [""], listed)
+    return listed.items()
+
+
+def _room(root_fd: int) -> int:
+    """How long a workspace-relative path may be for git to run there (see scan)."""
+    return PATH_MAX - len(os.readlink(f"/proc/self/fd/{root_fd}").rstrip("/")) - 1
+
+
+class _Listed:
+    """What a sweep entered: each folder listed (workspace-relative, "" the root) with the
+    subfolders it entered from there (name: inode), and the structures each listing found."""
+
+    def __init__(self) -> None:
+        self.folders: dict[str, dict[str, int]] = {}
+        self.found: dict[str, list[GitControl]] = {}
+        # False when a folder could not be opened or listed: what is in it may change with no
+        # event to tell (its mode, say), so this listing is not kept for the next sweep.
+        self.certain = True
+
+    def items(self) -> list[GitControl]:
+        return [item for found in self.found.values() for item in found]
+
+    def drop(self, rel: str) -> None:
+        """Forget folder `rel` and everything listed beneath it."""
+        stack = [rel]
         while stack:
-            rel = stack.pop()
-            try:
-                folder = _open_folder(root, fd, rel)
-            except (OSError, WardenError):
-                continue  # became a link or vanished: a link is never entered
-            try:
-                stack += _list(folder, rel, found, room)
-            finally:
-                os.close(folder)
-    return found
+            top = stack.pop()
+            self.found.pop(top, None)
+            stack += [_join(top, name) for name in self.folders.pop(top, {})]
+
+
+def _join(rel: str, name: str) -> str:
+    return f"{rel}/{name}" if rel else name
+
+
+def _walk(root: SafeRoot, root_fd: int, room: int, starts: list[str], listed: _Listed,
+          walked: set[str] | None = None) -> None:
+    """List each of `starts` and every folder beneath, into `listed` (and their paths into `walked`)."""
+    stack = list(starts)
+    while stack:
+        rel = stack.pop()
+        if walked is not None:
+            walked.add(rel)
+        try:
+            folder = _open_folder(root, root_fd, rel)
+        except (OSError, WardenError):
+            listed.certain = False
+            continue  # became a link or vanished: a link is never entered
+        try:
+            found, subdirs, whole = _list(folder, rel, room)
+        finally:
+            os.close(folder)
+        listed.certain &= whole
+        listed.folders[rel] = subdirs
+        if found:
+            listed.found[rel] = found
+        stack += [_join(rel, name) for name in subdirs]
+
+
+# The last sweep's listing of each workspace whose watched tree a run kept (adapters/quota): it
+# holds as long as that tree's inotify stream, which says what changed since, so it goes with it.
+_LAST: weakref.WeakKeyDictionary[UsageTree, _Listed] = weakref.WeakKeyDictionary()
+
+
+def scan_again(workspace: Root) -> list[GitControl]:
+    """What scan(workspace) finds, listing again only the folders whose entries were made, removed
+    or moved since this process's last sweep of it, as the quota watcher's kept tree of the
+    workspace tells; a full scan wherever that tree cannot tell for sure.
+
+    The kept tree's events are read continuously from its first walk (the kernel queues them
+    between runs; dropped ones end the tree), so a listing kept with it misses no change. A
+    folder given by descriptor (an allowed path) is scanned whole.
+    """
+    if not isinstance(workspace, str):
+        return scan(workspace)
+    with kept_tree(workspace) as tree:
+        if tree is None:
+            return scan(workspace)
+        return _scan_watched(workspace, tree)
+
+
+def _scan_watched(workspace: str, tree: UsageTree) -> list[GitControl]:
+    last = _LAST.pop(tree, None)
+    # What the events tell from here on is the next sweep's to look at.
+    touched, tree.touched = tree.touched, set()
+    try:
+        fd = _root_fd(workspace)
+    except OSError:
+        return []
+    with SafeRoot(fd) as root:
+        info, room = os.fstat(fd), _room(fd)
+        same_root = (info.st_dev, info.st_ino) == (tree.dev, tree.root_ino)
+        fresh: set[str] = set()  # the folders listed by this sweep
+        if last is not None and touched is not None and same_root and tree.unwatched is None:
+            _update(root, fd, room, last, _touched_folders(workspace, touched), fresh)
+        else:
+            last = None
+        if last is None or not last.certain:
+            last, fresh = _Listed(), set()
+            _walk(root, fd, room, [""], last, fresh)
+    # The folders listed before were watched then, and no watch goes without an event that
+    # touches the folder's name (disk_usage.UsageTree.handle): only the ones listed now need a look.
+    if same_root and last.certain and tree.unwatched is None and _watched(last, fresh, tree):
+        _LAST[tree] = last
+    return last.items()
+
+
+def _touched_folders(workspace: str, touched: set[tuple[str, str]]) -> dict[str, set[str]]:
+    """The names touched in each folder, by workspace-relative folder path."""
+    folders: dict[str, set[str]] = {}
+    prefix = workspace + "/"
+    for folder, name in touched:
+        if folder == workspace:
+            rel = ""
+        elif folder.startswith(prefix):
+            rel = folder[len(prefix):]
+        else:
+            continue
+        folders.setdefault(rel, set()).add(name)
+    return folders
+
+
+def _update(root: SafeRoot, root_fd: int, room: int, listed: _Listed, touched: dict[str, set[str]],
+            fresh: set[str]) -> None:
+    """List again each folder of `listed` whose entries were touched, shallowest first; a touched
+    subfolder (made, moved in, or its name reused) is listed whole, a gone one forgotten whole.
+    Folders `listed` does not hold (inside a `.git`, too deep, beneath a folder listed whole
+    here) need nothing. The folders listed go into `fresh`; `listed.certain` goes False where a
+    listing failed: then scan whole."""
+    for rel in sorted(touched, key=lambda r: r.count("/") + (r != "")):
+        if rel not in listed.folders or rel in fresh:
+            continue
+        fresh.add(rel)
+        try:
+            folder = _open_folder(root, root_fd, rel)
+        except (OSError, WardenError):
+            listed.certain = False
+            return
+        try:
+            found, subdirs, whole = _list(folder, rel, room)
+        finally:
+            os.close(folder)
+        if not whole:
+            listed.certain = False
+            return
+        names, before = touched[rel], listed.folders[rel]
+        for name, ino in before.items():
+            if name in names or subdirs.get(name) != ino:
+                listed.drop(_join(rel, name))
+        listed.folders[rel] = subdirs
+        listed.found.pop(rel, None)
+        if found:
+            listed.found[rel] = found
+        starts = [_join(rel, name) for name, ino in subdirs.items() if name in names or before.get(name) != ino]
+        _walk(root, root_fd, room, starts, listed, fresh)
+
+
+def _watched(listed: _Listed, fresh: set[str], tree: UsageTree) -> bool:
+    """Whether the tree watches each folder of `fresh` that `listed` holds, as the very inode
+    listed: else a change there could come with no event, and the listing is not kept."""
+    for rel in fresh:
+        subdirs = listed.folders.get(rel)
+        if subdirs is None:
+            continue  # could not be opened: then nothing is kept anyway (listed.certain)
+        path = f"{tree.root}/{rel}" if rel else tree.root
+        entries = tree.entries.get(path)
+        if entries is None or path not in tree.dir_wd:
+            return False
+        for name, ino in subdirs.items():
+            if entries.get(name) != (ino, True):
+                return False
+    return True
 
 
 def _open_folder(root: SafeRoot, root_fd: int, rel: str) -> int:
@@ -124,10 +292,13 @@ def _open_folder(root: SafeRoot, root_fd: int, rel: str) -> int:
     return root.open_dir(rel)
 
 
-def _list(fd: int, rel: str, found: list[GitControl], room: int) -> list[str]:
-    """Note the structures in folder `rel` (open as `fd`); its subfolders to visit."""
-    subdirs: list[str] = []
+def _list(fd: int, rel: str, room: int) -> tuple[list[GitControl], dict[str, int], bool]:
+    """The structures in folder `rel` (open as `fd`), its subfolders to visit (name: inode), and
+    whether the listing was read whole."""
+    found: list[GitControl] = []
+    subdirs: dict[str, int] = {}
     names: set[str] = set()
+    prefix = len(rel) + 1 if rel else 0
     try:
         with os.scandir(fd) as entries:
             for entry in entries:
@@ -139,20 +310,17 @@ def _list(fd: int, rel: str, found: list[GitControl], room: int) -> list[str]:
                     # 20,000 files costs no syscall per file.
                     if is_git_name(name):
                         info = entry.stat(follow_symlinks=False)
-                        found.append(GitControl(f"{rel}/{name}" if rel else name, "dotgit", info.st_dev,
-                                                info.st_ino))
-                    elif entry.is_dir(follow_symlinks=False):
-                        path = f"{rel}/{name}" if rel else name
-                        if len(path) < room:
-                            subdirs.append(path)
+                        found.append(GitControl(_join(rel, name), "dotgit", info.st_dev, info.st_ino))
+                    elif entry.is_dir(follow_symlinks=False) and prefix + len(name) < room:
+                        subdirs[name] = entry.inode()
                 except OSError:
                     continue
     except OSError:
-        return []
+        return found, {}, False
     if looks_like_git_dir(names):  # the root too: git takes the workspace itself for a repository
         info = os.fstat(fd)
         found.append(GitControl(rel, "gitdir", info.st_dev, info.st_ino))
-    return subdirs
+    return found, subdirs, True
 
 
 def _quarantine(workspace: Root, item: GitControl) -> str | None:
@@ -242,12 +410,12 @@ class GitGuard:
 
     def _sweep(self, *, bot_active: bool) -> GitSweep:
         known = _known(self._read())
-        keep, suspect = judge(scan(self.workspace), known, bot_active=bot_active)
+        keep, suspect = judge(scan_again(self.workspace), known, bot_active=bot_active)
         if suspect or {k.identity for k in keep} != known:
             # Something to move aside or to learn: again under the lock, against the state as it
             # is now (another run may have changed it since).
             with self._locked() as state:
-                keep, suspect = judge(scan(self.workspace), _known(state), bot_active=bot_active)
+                keep, suspect = judge(scan_again(self.workspace), _known(state), bot_active=bot_active)
                 moved = tuple(new for item in suspect if (new := _quarantine(self.workspace, item)) is not None)
                 # Only what is there now stays known: an inode freed by the person's `rm -rf`
                 # must not vouch for a bot's new folder that happens to get it.
@@ -349,7 +517,7 @@ def _scan_folders(workspace: Root, folders: list[str]) -> list[GitControl]:
             except (OSError, WardenError):
                 continue
             try:
-                _list(fd, rel, found, 0)
+                found += _list(fd, rel, 0)[0]
             finally:
                 os.close(fd)
     return found

@@ -34,7 +34,7 @@ import select
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from warden.adapters import disk_usage
@@ -42,7 +42,7 @@ from warden.adapters.disk_usage import UsageTree
 from warden.core.changes import ChangeKind, Coalescer, ignored
 from warden.core.quota import FREE_KEY, Quota, Usage
 
-__all__ = ["OVERSHOOT", "RESCAN_S", "HostDisk", "Watcher", "ready_thread", "realtime_allowed"]
+__all__ = ["OVERSHOOT", "RESCAN_S", "HostDisk", "Watcher", "kept_tree", "ready_thread", "realtime_allowed"]
 
 RESCAN_S = 0.2
 FREE_CHECK_S = 0.25
@@ -88,6 +88,30 @@ def _keep(tree: UsageTree) -> None:
         _SEEN.add(tree.root)
     for old in evicted:
         old.close()
+
+
+@contextlib.contextmanager
+def kept_tree(root: str) -> Iterator[UsageTree | None]:
+    """The watched tree a past run in this process kept for workspace folder `root`, caught up on
+    every event queued since, lent for the block (no run can take it meanwhile) and kept again
+    after; None when there is none, or when only a new walk could tell what it holds."""
+    tree = _take(root)
+    if tree is not None and not tree.catch_up():
+        tree.close()
+        tree = None
+    try:
+        yield tree
+    finally:
+        if tree is not None:
+            _give_back(tree)
+
+
+def _give_back(tree: UsageTree) -> None:
+    with _KEPT_LOCK:
+        if tree.root not in _KEPT:  # else a run kept a newer one meanwhile
+            _KEPT[tree.root] = tree
+            return
+    tree.close()
 
 
 def _hurry(tid: int) -> bool:
@@ -389,10 +413,10 @@ class Watcher:
             for wd, mask, name in disk_usage.events(data):
                 tree.handle(wd, mask, name, dirty)
                 self._wrote = True
-                key = self.quota.breach(self.start, tree.usage)
-                if key is not None:
+                if self.breach is None and (key := self.quota.breach(self.start, tree.usage)) is not None:
+                    # The run is stopped at once; the rest of what was read is still applied, or the
+                    # kept tree would miss those changes for good (the git guard's sweep trusts it).
                     self._fire(key, tree.usage)
-                    return
         for path in dirty:
             tree.restat(path)
         self._check(tree.usage)
