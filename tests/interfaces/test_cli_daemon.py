@@ -870,3 +870,31 @@ def test_a_child_tells_its_client_the_status_before_it_closes_the_registry(tmp_p
                           check=False)
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "[(0, True)] 0 False"
+
+
+def test_a_registry_removed_while_the_daemon_idles_stays_missing(tmp_path: Path) -> None:
+    """The daemon's heartbeat reconnects to the registry at each beat: once the registry is
+    removed it must not make a new, empty one, which the next command would take for the home's
+    registry (its workspaces, grants and audit log silently gone) instead of saying it is lost."""
+    home = tmp_path / "home"
+    home.mkdir()
+    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
+    environ = {**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "60",
+               "WARDEN_NODE_HEARTBEAT_INTERVAL": "1s"}
+    try:
+        for args in (("init",), ("create", "dw", "--template", "minimal")):
+            done = warden(environ, *args)
+            assert done.returncode == 0, done.stderr
+        served(environ)
+        daemon = the_daemon(home)
+        for name in ("warden.db", "warden.db-wal", "warden.db-shm"):
+            (home / name).unlink(missing_ok=True)
+        beats = home / "run" / "daemon.log"
+        wait_until(lambda: beats.exists() and b"could not register" in beats.read_bytes(), timeout=15,
+                   message="the daemon's heartbeat did not try the registry")
+        assert daemon in daemon_pids(home)
+        assert not (home / "warden.db").exists()
+        listed = warden(environ, "list")
+        assert listed.returncode != 0 and b"is missing" in listed.stderr, listed.stderr
+    finally:
+        stop_daemon(home)
