@@ -898,3 +898,37 @@ def test_a_registry_removed_while_the_daemon_idles_stays_missing(tmp_path: Path)
         assert listed.returncode != 0 and b"is missing" in listed.stderr, listed.stderr
     finally:
         stop_daemon(home)
+
+
+def _traced(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("TracerPid:", 1)[1].split()[0]) != 0
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_what_reads_the_clients_output_has_its_end_with_the_status(env: dict[str, str]) -> None:
+    """`out=$(warden run …)` and `warden run … | cmd` wait for the end of the client's output,
+    which the serving child holds too: it lets go of it as it tells the status, not once it has
+    closed the registry and exited. Its exit is held back here (strace delays its exit_group) so
+    that the two cannot be told apart by chance."""
+    home = served(env)
+    [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
+    tracer = subprocess.Popen(["strace", "-q", "-o", "/dev/null", "-e", "trace=exit_group",
+                               "-e", "inject=exit_group:delay_enter=3000000", "-p", str(spare)],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        assert tracer.stderr is not None
+        wait_until(lambda: tracer.poll() is not None or _traced(spare), timeout=10,
+                   message="strace did not attach to the spare")
+        assert tracer.poll() is None, tracer.stderr.read()
+        proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "echo", "out"], env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert proc.stdout is not None
+        assert proc.wait(timeout=30) == 0
+        exited = time.monotonic()
+        assert proc.stdout.read() == b"out\n"  # until the end of the output
+        assert time.monotonic() - exited < 1.5
+        assert spare in daemon_pids(home)  # it served the run and is still held at its exit
+    finally:
+        tracer.terminate()
+        tracer.wait(timeout=10)

@@ -642,6 +642,7 @@ class Daemon:
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
                     stream.flush()
+            _let_go_of_stdio()
             with contextlib.suppress(Exception):
                 send_frame(conn, reply("status", code))
 
@@ -857,6 +858,18 @@ def _fresh_stdio() -> None:
         stream = io.TextIOWrapper(io.BufferedWriter(raw), encoding=encoding, errors=errs,
                                   line_buffering=tty or fd == 2, write_through=fd == 2)
         setattr(sys, name, stream)
+
+
+def _let_go_of_stdio() -> None:
+    """The client's stdin, stdout and stderr closed in this child (/dev/null in their place), its
+    output written: what reads the client's output (`$(warden run …)`, a pipe) has its end as the
+    client has its status, not once this child has closed the registry and exited (~5 ms more),
+    and nothing this child might still write reaches a stream its client has left."""
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        for target in (0, 1, 2):
+            os.dup2(null, target)
+        os.close(null)
 
 
 def _log(home: str, line: str) -> None:
