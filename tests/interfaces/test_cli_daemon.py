@@ -932,3 +932,35 @@ def test_what_reads_the_clients_output_has_its_end_with_the_status(env: dict[str
     finally:
         tracer.terminate()
         tracer.wait(timeout=10)
+
+
+def test_a_home_removed_while_the_daemon_idles_gets_no_new_registry_files(tmp_path: Path) -> None:
+    """`rm -rf HOME` removes the registry's write-ahead log (held open by the waiting spare)
+    before it reaches `warden.db`: a heartbeat in between made a new log and wrote its commit
+    there, and with the spare's connection open its close was not the last, so the log stayed
+    (`rm` then failed: the folder was not empty). The daemon now ends that spare before it beats."""
+    home = tmp_path / "home"
+    home.mkdir()
+    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
+    environ = {**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "60",
+               "WARDEN_NODE_HEARTBEAT_INTERVAL": "1s"}
+    log = [home / f"warden.db{suffix}" for suffix in ("-wal", "-shm")]
+    try:
+        created = warden(environ, "create", "dw", "--template", "minimal")
+        assert created.returncode == 0, created.stderr
+        served(environ)
+        [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
+        wait_until(lambda: all(f.exists() for f in log), timeout=10, message="the spare did not connect")
+        for f in log:  # what `rm -rf` may remove first; the rest of the home goes later
+            f.unlink()
+        wait_until(lambda: spare not in spare_pids(home), timeout=10,
+                   message="the daemon kept a spare whose registry files were removed")
+        daemon = the_daemon(home)
+        time.sleep(2.5)  # two more heartbeats
+        assert daemon in daemon_pids(home)
+        assert [f.name for f in log if f.exists()] == []
+        assert (home / "warden.db").exists()  # the registry itself, and its commits, are intact
+        again = warden(environ, "run", "dw", "--", "true")
+        assert again.returncode == 0, again.stderr
+    finally:
+        stop_daemon(home)
