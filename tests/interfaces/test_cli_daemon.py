@@ -171,6 +171,9 @@ def assert_through_a_child(home: Path, env: dict[str, str]) -> None:
 
 def assert_not_through_a_child(home: Path, env: dict[str, str], stdin: int = subprocess.DEVNULL) -> None:
     """A `warden run` with `env` and `stdin` runs in the client: the daemon gets no child."""
+    # An earlier run's child may still be closing the registry: its client had its output and
+    # status before that (the child lets go of them as it tells the status).
+    wait_until(lambda: len(daemon_pids(home)) <= 1, timeout=10, message="an earlier run's child lived on")
     proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sleep", "3"], env=env, stdin=stdin,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -932,6 +935,8 @@ def test_what_reads_the_clients_output_has_its_end_with_the_status(env: dict[str
     finally:
         tracer.terminate()
         tracer.wait(timeout=10)
+        # Its child ended, as the next test expects of the shared daemon (no child running).
+        wait_until(lambda: spare not in daemon_pids(home), timeout=10, message="the traced child did not end")
 
 
 def test_a_home_removed_while_the_daemon_idles_gets_no_new_registry_files(tmp_path: Path) -> None:
