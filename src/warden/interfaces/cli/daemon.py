@@ -315,7 +315,7 @@ class Daemon:
                 if not self.draining and self.presence.due(now) == 0.0:
                     if self.spare is not None and self._registry_left_under_spare():
                         self._end_spare(wait=True)
-                        self.spare_lost = True  # none connects to a home being removed: after a request
+                        self.spare_lost = True  # the next is forked once a request is served: the home may be going
                     self.presence.beat()
                 beat_in = max(self.presence.due(time.monotonic()), 0.05)
                 timeout = beat_in if timeout is None else min(timeout, beat_in)
