@@ -32,3 +32,9 @@ def test_python_api_shape() -> None:
     assert callable(warden.Workspace.run)
     assert callable(Client)
     assert paths.within("/ws/a/../b", ["/ws"]) and not paths.within("/ws-evil", ["/ws"])
+
+
+def test_the_names_imported_lazily_are_listed_by_dir() -> None:
+    """`import warden` imports the API and the errors only when first asked for; `dir(warden)`
+    (a REPL's completion, pydoc) still lists them, as it did when they were imported at once."""
+    assert set(warden.__all__) <= set(dir(warden))

@@ -61,3 +61,8 @@ def __getattr__(name: str) -> Any:
 
         return getattr(errors, name)
     raise AttributeError(f"module 'warden' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The names imported lazily are the package's all the same (a REPL's completion, pydoc).
+    return sorted({*globals(), *__all__})

@@ -126,7 +126,7 @@ def test_connecting_ahead_never_makes_a_registry(tmp_path: Path, monkeypatch: py
     empty registry from a spare that connects ahead."""
     path = tmp_path / "warden.db"
     connect_ahead(path)  # nothing there: nothing done
-    monkeypatch.setattr(Path, "is_file", lambda self: True)  # gone right after the look
+    monkeypatch.setattr(db_module, "_file_at", lambda where: (0, 0))  # gone right after the look
     with pytest.raises(sqlite3.OperationalError):
         connect_ahead(path)
     assert list(tmp_path.iterdir()) == [] and path not in db_module._ahead
@@ -149,3 +149,43 @@ def test_a_checkpoint_puts_commits_in_the_file_while_another_connection_stays_op
     assert marker.encode() in path.read_bytes()
     db.close()
     other.close()
+
+
+def test_a_registry_renamed_into_place_while_a_connection_is_opened_ahead_is_not_written_through_it(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restore may rename another registry into place while the spare connects: the file its
+    connection opened is then the one set aside, and the run it serves must not write there."""
+    open_database(None, home).close()
+    path = home / "warden.db"
+    restored = home / "restored.db"
+    sqlite3.connect(restored).execute("CREATE TABLE restored (x)").connection.close()
+    connect = db_module._connect
+
+    def restored_meanwhile(where: Path, busy_timeout: float, *, create: bool = True) -> sqlite3.Connection:
+        conn = connect(where, busy_timeout, create=create)
+        path.rename(home / "warden.db.replaced")  # what adapters/backup.py's restore does
+        restored.rename(path)
+        return conn
+
+    monkeypatch.setattr(db_module, "_connect", restored_meanwhile)
+    connect_ahead(path)
+    monkeypatch.setattr(db_module, "_connect", connect)
+    ahead = db_module._ahead[path][0]
+    conn = _first_connection(path)
+    assert conn is not ahead
+    assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'restored'").fetchall() == [("restored",)]
+    conn.close()
+
+
+def test_a_registry_lost_after_it_was_opened_is_not_made_again_empty(home: Path) -> None:
+    """The daemon's heartbeat reconnects through the same registry at each beat: a registry
+    removed meanwhile must stay missing (`check_registry` then calls it lost), not come back as a
+    new, empty file the next command would take for the registry."""
+    db = open_database(None, home)
+    db.close()
+    path = home / "warden.db"
+    for name in ("warden.db", "warden.db-wal", "warden.db-shm"):
+        (home / name).unlink(missing_ok=True)
+    with pytest.raises(sqlite3.OperationalError), db.transaction() as tx:
+        tx.execute("SELECT 1")
+    assert not path.exists() and not Path(f"{path}-wal").exists()

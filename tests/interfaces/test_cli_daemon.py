@@ -171,6 +171,9 @@ def assert_through_a_child(home: Path, env: dict[str, str]) -> None:
 
 def assert_not_through_a_child(home: Path, env: dict[str, str], stdin: int = subprocess.DEVNULL) -> None:
     """A `warden run` with `env` and `stdin` runs in the client: the daemon gets no child."""
+    # An earlier run's child may still be closing the registry: its client had its output and
+    # status before that (the child lets go of them as it tells the status).
+    wait_until(lambda: len(daemon_pids(home)) <= 1, timeout=10, message="an earlier run's child lived on")
     proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sleep", "3"], env=env, stdin=stdin,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -870,3 +873,99 @@ def test_a_child_tells_its_client_the_status_before_it_closes_the_registry(tmp_p
                           check=False)
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "[(0, True)] 0 False"
+
+
+def test_a_registry_removed_while_the_daemon_idles_stays_missing(tmp_path: Path) -> None:
+    """The daemon's heartbeat reconnects to the registry at each beat: once the registry is
+    removed it must not make a new, empty one, which the next command would take for the home's
+    registry (its workspaces, grants and audit log silently gone) instead of saying it is lost."""
+    home = tmp_path / "home"
+    home.mkdir()
+    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
+    environ = {**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "60",
+               "WARDEN_NODE_HEARTBEAT_INTERVAL": "1s"}
+    try:
+        for args in (("init",), ("create", "dw", "--template", "minimal")):
+            done = warden(environ, *args)
+            assert done.returncode == 0, done.stderr
+        served(environ)
+        daemon = the_daemon(home)
+        for name in ("warden.db", "warden.db-wal", "warden.db-shm"):
+            (home / name).unlink(missing_ok=True)
+        beats = home / "run" / "daemon.log"
+        wait_until(lambda: beats.exists() and b"could not register" in beats.read_bytes(), timeout=15,
+                   message="the daemon's heartbeat did not try the registry")
+        assert daemon in daemon_pids(home)
+        assert not (home / "warden.db").exists()
+        listed = warden(environ, "list")
+        assert listed.returncode != 0 and b"is missing" in listed.stderr, listed.stderr
+    finally:
+        stop_daemon(home)
+
+
+def _traced(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("TracerPid:", 1)[1].split()[0]) != 0
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_what_reads_the_clients_output_has_its_end_with_the_status(env: dict[str, str]) -> None:
+    """`out=$(warden run …)` and `warden run … | cmd` wait for the end of the client's output,
+    which the serving child holds too: it lets go of it as it tells the status, not once it has
+    closed the registry and exited. Its exit is held back here (strace delays its exit_group) so
+    that the two cannot be told apart by chance."""
+    home = served(env)
+    [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
+    tracer = subprocess.Popen(["strace", "-q", "-o", "/dev/null", "-e", "trace=exit_group",
+                               "-e", "inject=exit_group:delay_enter=3000000", "-p", str(spare)],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        assert tracer.stderr is not None
+        wait_until(lambda: tracer.poll() is not None or _traced(spare), timeout=10,
+                   message="strace did not attach to the spare")
+        assert tracer.poll() is None, tracer.stderr.read()
+        proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "echo", "out"], env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert proc.stdout is not None
+        assert proc.wait(timeout=30) == 0
+        exited = time.monotonic()
+        assert proc.stdout.read() == b"out\n"  # until the end of the output
+        assert time.monotonic() - exited < 1.5
+        assert spare in daemon_pids(home)  # it served the run and is still held at its exit
+    finally:
+        tracer.terminate()
+        tracer.wait(timeout=10)
+        # Its child ended, as the next test expects of the shared daemon (no child running).
+        wait_until(lambda: spare not in daemon_pids(home), timeout=10, message="the traced child did not end")
+
+
+def test_a_home_removed_while_the_daemon_idles_gets_no_new_registry_files(tmp_path: Path) -> None:
+    """`rm -rf HOME` removes the registry's write-ahead log (held open by the waiting spare)
+    before it reaches `warden.db`: a heartbeat in between made a new log and wrote its commit
+    there, and with the spare's connection open its close was not the last, so the log stayed
+    (`rm` then failed: the folder was not empty). The daemon now ends that spare before it beats."""
+    home = tmp_path / "home"
+    home.mkdir()
+    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
+    environ = {**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "60",
+               "WARDEN_NODE_HEARTBEAT_INTERVAL": "1s"}
+    log = [home / f"warden.db{suffix}" for suffix in ("-wal", "-shm")]
+    try:
+        created = warden(environ, "create", "dw", "--template", "minimal")
+        assert created.returncode == 0, created.stderr
+        served(environ)
+        [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
+        wait_until(lambda: all(f.exists() for f in log), timeout=10, message="the spare did not connect")
+        for f in log:  # what `rm -rf` may remove first; the rest of the home goes later
+            f.unlink()
+        wait_until(lambda: spare not in spare_pids(home), timeout=10,
+                   message="the daemon kept a spare whose registry files were removed")
+        daemon = the_daemon(home)
+        time.sleep(2.5)  # two more heartbeats
+        assert daemon in daemon_pids(home)
+        assert [f.name for f in log if f.exists()] == []
+        assert (home / "warden.db").exists()  # the registry itself, and its commits, are intact
+        again = warden(environ, "run", "dw", "--", "true")
+        assert again.returncode == 0, again.stderr
+    finally:
+        stop_daemon(home)

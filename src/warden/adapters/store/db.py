@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -108,22 +109,33 @@ def _connect(path: Path, busy_timeout: float, *, create: bool = True) -> sqlite3
 # (device, inode): the home's daemon's spare opens the registry's while it waits (connecting,
 # WAL and pragmas, the schema read: ~2 ms a client would otherwise wait for), and the run it
 # serves takes it. Opened in this process, after its fork: an SQLite connection never crosses one.
-_ahead: dict[Path, tuple[sqlite3.Connection, int, int]] = {}
+_ahead: dict[Path, tuple[sqlite3.Connection, tuple[int, int]]] = {}
+
+
+def _file_at(path: Path) -> tuple[int, int] | None:
+    """The (device, inode) of the regular file at `path`, None if there is none."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino) if stat.S_ISREG(info.st_mode) else None
 
 
 def connect_ahead(path: Path) -> None:
     """Open this process's connection to the SQLite registry at `path` for its first use (see
     `_ahead`). Nothing if there is no registry there yet."""
-    if path in _ahead or not path.is_file():
+    # Which file it is, taken before connecting: one renamed into place meanwhile (a restore)
+    # then differs from it, and the connection, to the file set aside, is never used.
+    opened = None if path in _ahead else _file_at(path)
+    if opened is None:
         return
     conn = _connect(path, BUSY_TIMEOUT, create=False)  # a home being removed gets no new registry
     try:
         conn.execute("SELECT version_num FROM alembic_version").fetchall()  # reads the schema in
-        info = os.stat(path)
     except BaseException:
         conn.close()
         raise
-    _ahead[path] = (conn, info.st_dev, info.st_ino)
+    _ahead[path] = (conn, opened)
 
 
 def _taken_ahead(path: Path) -> sqlite3.Connection | None:
@@ -132,12 +144,8 @@ def _taken_ahead(path: Path) -> sqlite3.Connection | None:
     entry = _ahead.pop(path, None)
     if entry is None:
         return None
-    conn, dev, ino = entry
-    try:
-        info = os.stat(path)
-    except OSError:
-        info = None
-    if info is None or (info.st_dev, info.st_ino) != (dev, ino):
+    conn, opened = entry
+    if _file_at(path) != opened:
         conn.close()
         return None
     return conn
@@ -158,6 +166,10 @@ class SqliteDatabase:
         self.url = f"sqlite:///{path}"
         self.busy_timeout = busy_timeout
         self._local = threading.local()
+        # Once this registry was opened no connection makes it again: a file gone since was lost,
+        # which a later connection (the daemon's heartbeat reconnects at each beat) must not hide
+        # behind a new, empty one that `check_registry` then takes for the registry.
+        self._opened = False
 
     def _connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -165,10 +177,11 @@ class SqliteDatabase:
             with _mapped(str(self.path)):
                 conn = _taken_ahead(self.path)
                 if conn is None:
-                    conn = _connect(self.path, self.busy_timeout)
+                    conn = _connect(self.path, self.busy_timeout, create=not self._opened)
                 else:
                     conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
             self._local.conn = conn
+            self._opened = True
         return conn
 
     @contextlib.contextmanager

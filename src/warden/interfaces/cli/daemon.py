@@ -313,6 +313,9 @@ class Daemon:
                 if live or self.sweeper is not None:
                     timeout = max(min(timeout if timeout is not None else self.sweep_s, next_sweep - now), 0.05)
                 if not self.draining and self.presence.due(now) == 0.0:
+                    if self.spare is not None and self._registry_left_under_spare():
+                        self._end_spare(wait=True)
+                        self.spare_lost = True  # the next is forked once a request is served: the home may be going
                     self.presence.beat()
                 beat_in = max(self.presence.due(time.monotonic()), 0.05)
                 timeout = beat_in if timeout is None else min(timeout, beat_in)
@@ -565,13 +568,34 @@ class Daemon:
         ours_.setblocking(False)
         self.spare = _Spare(pid, ours_, instance, len(known))
 
-    def _end_spare(self) -> None:
-        """Kill the waiting spare (reaped by `_reap` as any child the daemon no longer follows)."""
+    def _end_spare(self, *, wait: bool = False) -> None:
+        """Kill the waiting spare (reaped by `_reap` as any child the daemon no longer follows;
+        `wait`: here, so that its hold on the registry is gone on return)."""
         spare, self.spare = self.spare, None
         if spare is not None:
             with contextlib.suppress(OSError):
                 os.kill(spare.pid, signal.SIGKILL)
             spare.sock.close()
+            if wait:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(spare.pid, 0)
+
+    def _registry_left_under_spare(self) -> bool:
+        """Whether the SQLite registry's write-ahead log is gone from the home while the spare
+        waits connected to it (which keeps it there): the home is being removed, or a restore set
+        it aside. The spare is then ended before the heartbeat connects, so that the beat's close
+        is the last and removes the log it made, and no stray `warden.db-wal` (holding the beat's
+        commit) is left to keep `rm -rf HOME` from removing the folder."""
+        app = self.presence.app if self.presence is not None else None
+        if app is None:  # the spare connects only with the daemon's App: it holds nothing
+            return False
+        from warden.adapters.store.db import sqlite_path
+
+        try:
+            path = sqlite_path(app.database_url, app.home.root)
+        except Exception:  # settings it cannot read now: the beat says why
+            return False
+        return path is not None and not os.path.lexists(f"{path}-wal")
 
     def _hand_to_spare(self, conn: socket.socket, request: _Request, fds: list[int], report: int) -> int | None:
         """Give the judged request to the spare: its pid, or None when there is no spare fit for
@@ -645,6 +669,7 @@ class Daemon:
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
                     stream.flush()
+            _let_go_of_stdio()
             with contextlib.suppress(Exception):
                 send_frame(conn, reply("status", code))
 
@@ -860,6 +885,18 @@ def _fresh_stdio() -> None:
         stream = io.TextIOWrapper(io.BufferedWriter(raw), encoding=encoding, errors=errs,
                                   line_buffering=tty or fd == 2, write_through=fd == 2)
         setattr(sys, name, stream)
+
+
+def _let_go_of_stdio() -> None:
+    """The client's stdin, stdout and stderr closed in this child (/dev/null in their place), its
+    output written: what reads the client's output (`$(warden run …)`, a pipe) has its end as the
+    client has its status, not once this child has closed the registry and exited (~5 ms more),
+    and nothing this child might still write reaches a stream its client has left."""
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        for target in (0, 1, 2):
+            os.dup2(null, target)
+        os.close(null)
 
 
 def _log(home: str, line: str) -> None:
