@@ -67,6 +67,16 @@ def _big(ws: Path, folders: int = 300) -> None:
         (folder / "index.js").touch()
 
 
+def _swept(tmp_path: Path) -> tuple[Path, UsageTree]:
+    """A workspace of 30 folders whose tree a process keeps, swept once (its listing kept)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    _big(ws, 30)
+    tree = _kept(ws)
+    _same(ws)
+    return ws, tree
+
+
 # -- random changes against a full scan ---------------------------------------------------------
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -246,11 +256,7 @@ def test_a_small_change_in_a_big_tree_is_found_without_listing_it_all(
 
 def test_folders_too_deep_for_git_stay_out_until_a_rename_brings_them_within_reach(
         tmp_path: Path, listings: list[int]) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    _big(ws, 30)
-    _kept(ws)
-    _same(ws)
+    ws, _ = _swept(tmp_path)
     levels = [os.open(ws, os.O_RDONLY | os.O_DIRECTORY)]
     try:
         for _ in range(24):  # 24 x 201 characters: past PATH_MAX, where git cannot run
@@ -300,11 +306,7 @@ def test_dropped_events_mean_a_full_scan(tmp_path: Path, listings: list[int]) ->
 
 def test_too_many_touched_names_mean_a_full_scan(tmp_path: Path, listings: list[int],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    _big(ws, 30)
-    _kept(ws)
-    _same(ws)
+    ws, _ = _swept(tmp_path)
     monkeypatch.setattr(disk_usage, "TOUCHED_MAX", 3)
     for i in range(5):
         (ws / f"f{i}").touch()
@@ -314,11 +316,7 @@ def test_too_many_touched_names_mean_a_full_scan(tmp_path: Path, listings: list[
 
 
 def test_a_folder_no_longer_watched_is_listed_whole_and_then_always(tmp_path: Path, listings: list[int]) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    _big(ws, 30)
-    tree = _kept(ws)
-    _same(ws)
+    ws, tree = _swept(tmp_path)
     blind = ws / "node_modules" / "p0" / "lib2"
     wd = tree.dir_wd[str(blind)]
     disk_usage.remove_watch(tree.notify or -1, wd)  # as the kernel drops a watch: IN_IGNORED, nothing else
@@ -331,11 +329,7 @@ def test_a_folder_no_longer_watched_is_listed_whole_and_then_always(tmp_path: Pa
 
 def test_a_tree_that_could_not_watch_a_folder_means_a_full_scan(tmp_path: Path, listings: list[int],
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    _big(ws, 30)
-    _kept(ws)
-    _same(ws)
+    ws, _ = _swept(tmp_path)
     watch = UsageTree._watch
 
     def refusing(self: UsageTree, fd: int, path: str) -> None:
@@ -352,11 +346,7 @@ def test_a_tree_that_could_not_watch_a_folder_means_a_full_scan(tmp_path: Path, 
 
 
 def test_a_replaced_workspace_folder_means_a_full_scan(tmp_path: Path, listings: list[int]) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    _big(ws, 30)
-    _kept(ws)
-    _same(ws)
+    ws, _ = _swept(tmp_path)
     ws.rename(tmp_path / "old")
     shutil.copytree(tmp_path / "old", ws)
     (ws / "node_modules" / "p0" / "lib1" / ".git").mkdir()
@@ -365,11 +355,7 @@ def test_a_replaced_workspace_folder_means_a_full_scan(tmp_path: Path, listings:
 
 
 def test_a_folder_given_by_descriptor_is_scanned_whole(tmp_path: Path, listings: list[int]) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    _big(ws, 30)
-    _kept(ws)
-    _same(ws)
+    ws, _ = _swept(tmp_path)
     (ws / "node_modules" / "p0" / "lib1" / ".git").mkdir()
     fd = os.open(ws, os.O_PATH | os.O_DIRECTORY)
     try:
@@ -380,11 +366,7 @@ def test_a_folder_given_by_descriptor_is_scanned_whole(tmp_path: Path, listings:
 
 
 def test_another_processs_sweep_in_between_is_seen(tmp_path: Path, listings: list[int]) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    _big(ws, 30)
-    _kept(ws)
-    _same(ws)
+    ws, _ = _swept(tmp_path)
     (ws / "node_modules" / "p0" / "lib1" / ".git").mkdir()
     # Another Warden process (a CLI run, a daemon's child) sweeps the workspace and moves it aside.
     swept = subprocess.run([sys.executable, "-c", "import sys; from warden.adapters.gitguard import GitGuard; "
@@ -398,11 +380,7 @@ def test_a_run_stopped_by_its_quota_leaves_a_tree_that_missed_nothing(
         tmp_path: Path, listings: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     """The watcher stops a run at the event that crosses the quota; the rest of the events it had
     read must still reach the kept tree, or the next sweep would trust a tree that missed them."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    _big(ws, 30)
-    _kept(ws)
-    _same(ws)
+    ws, _ = _swept(tmp_path)
     monkeypatch.setattr(Watcher, "_loop", lambda self: None)  # this test reads the events itself
     files = sum(1 for _ in ws.rglob("*"))
     with Watcher(str(ws), Quota(max_bytes=1 << 40, max_files=files + 2, min_free=0)) as watcher:

@@ -833,11 +833,7 @@ def test_a_commit_made_while_the_spare_waits_reaches_the_registry_file(tmp_path:
     connection closes. The waiting spare keeps one open, so no other command's close is the
     last: the daemon's heartbeat checkpoints instead, and a commit another command made while
     the spare waited is in the registry's file within a heartbeat, not 1,000 pages later."""
-    home = tmp_path / "home"
-    home.mkdir()
-    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
-    environ = {**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "60",
-               "WARDEN_NODE_HEARTBEAT_INTERVAL": "1s"}
+    home, environ = _beating_home(tmp_path)
     try:
         created = warden(environ, "create", "dw", "--template", "minimal")
         assert created.returncode == 0, created.stderr
@@ -879,11 +875,7 @@ def test_a_registry_removed_while_the_daemon_idles_stays_missing(tmp_path: Path)
     """The daemon's heartbeat reconnects to the registry at each beat: once the registry is
     removed it must not make a new, empty one, which the next command would take for the home's
     registry (its workspaces, grants and audit log silently gone) instead of saying it is lost."""
-    home = tmp_path / "home"
-    home.mkdir()
-    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
-    environ = {**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "60",
-               "WARDEN_NODE_HEARTBEAT_INTERVAL": "1s"}
+    home, environ = _beating_home(tmp_path)
     try:
         for args in (("init",), ("create", "dw", "--template", "minimal")):
             done = warden(environ, *args)
@@ -944,11 +936,7 @@ def test_a_home_removed_while_the_daemon_idles_gets_no_new_registry_files(tmp_pa
     before it reaches `warden.db`: a heartbeat in between made a new log and wrote its commit
     there, and with the spare's connection open its close was not the last, so the log stayed
     (`rm` then failed: the folder was not empty). The daemon now ends that spare before it beats."""
-    home = tmp_path / "home"
-    home.mkdir()
-    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
-    environ = {**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "60",
-               "WARDEN_NODE_HEARTBEAT_INTERVAL": "1s"}
+    home, environ = _beating_home(tmp_path)
     log = [home / f"warden.db{suffix}" for suffix in ("-wal", "-shm")]
     try:
         created = warden(environ, "create", "dw", "--template", "minimal")
@@ -969,3 +957,12 @@ def test_a_home_removed_while_the_daemon_idles_gets_no_new_registry_files(tmp_pa
         assert again.returncode == 0, again.stderr
     finally:
         stop_daemon(home)
+
+
+def _beating_home(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A home of its own under `tmp_path` whose daemon beats every second."""
+    home = tmp_path / "home"
+    home.mkdir()
+    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
+    return home, {**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "60",
+                  "WARDEN_NODE_HEARTBEAT_INTERVAL": "1s"}
