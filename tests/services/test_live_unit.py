@@ -323,3 +323,36 @@ def test_a_foreground_command_running_past_the_idle_period_is_not_stopped_by_the
     world.now += timedelta(seconds=61)  # idle from its end on
     world.service.sweep()
     assert world.rows() == [] and world.stop_reasons()[0].startswith("idle for 60 s")
+
+
+def test_a_revoke_records_its_processes_killed_though_another_process_looks_during_the_stop(world: World) -> None:
+    """A server's sweep (or a `ps`) that looks at the sandbox while a revoke stops it finds its
+    supervisor gone. It must neither record the processes "lost" under its own reason nor stop
+    the sandbox a second time in the audit: the revoke claimed it before stopping it."""
+    mine = world.start(ALICE)
+    other = LiveSandboxService(registry=world.registry, audit=world.audit, sandboxes=world.sandboxes,
+                               clock=lambda: world.now, node="node-a", settings=world.service.settings,
+                               git=world.git)
+    looked: list[list[str]] = []
+
+    def look(sandbox: LiveSandbox) -> None:
+        looked.append(other.sweep())
+        other.list("w1")
+
+    world.sandboxes.during_stop = look
+    assert world.service.stop_principals(["acc_a"])
+    assert looked == [[]]  # the other process found no sandbox left to stop
+    assert world.status(mine) == ("killed", 137)
+    assert world.stop_reasons() == ["its grant was revoked"]
+    assert "run.lost" not in world.actions()
+
+
+def test_a_stop_that_loses_the_claim_still_ends_the_sandbox_before_it_returns(world: World) -> None:
+    """A destroy goes on as if nothing of the workspace runs once its stop returns, even when
+    another process claimed the sandbox first and has not stopped it yet."""
+    world.start(ALICE)
+    sandbox = world.rows()[0]
+    with world.registry.transaction() as tx:
+        assert tx.sandboxes.delete(sandbox.id)  # the other process's claim
+    world.service.stop(sandbox, "the workspace was destroyed")
+    assert sandbox.id not in world.sandboxes.alive_ids and world.stop_reasons() == []

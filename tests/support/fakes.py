@@ -1056,6 +1056,9 @@ class FakeLiveSandboxes:
         self.cpu_so_far: dict[str, float] = {}  # process id: CPU seconds a running one has used
         self.bad = False
         self.events: list[FakeNetEvent] = []  # what the proxy of a sandbox with network decided
+        # Called in the middle of a stop, once the supervisor has ended and before the rest is
+        # cleaned up: where another Warden process may look at the sandbox.
+        self.during_stop: Callable[[LiveSandbox], None] | None = None
         self._pids = iter(range(2, 1 << 20))
 
     def _check(self, sandbox: LiveSandbox) -> dict[str, _FakeProcess]:
@@ -1141,6 +1144,9 @@ class FakeLiveSandboxes:
     def stop(self, sandbox: LiveSandbox) -> None:
         self.stopped.append(sandbox.id)
         self.alive_ids.discard(sandbox.id)
+        during, self.during_stop = self.during_stop, None
+        if during is not None:
+            during(sandbox)
 
     def keep_logs(self, process_id: str, logs: Logs) -> None:
         self.kept[process_id] = logs

@@ -366,21 +366,31 @@ class LiveSandboxService:
         with self._registry.transaction(write=False) as tx:
             running = [p for p in tx.processes.of_sandbox(sandbox.id) if p.running]
         used = {p.id: self._sandboxes.usage(p) for p in running}
-        self._sandboxes.stop(sandbox)
+        # Claimed and recorded before the stop, not after it: the stop first asks the supervisor
+        # to end, and another Warden process (a server's sweep, a `ps`) that looked at the
+        # sandbox meanwhile found it dead and recorded its processes "lost" under its own
+        # reason. With the row gone first, that process's claim fails and it leaves the records
+        # to this one, and no new command is sent into a sandbox being stopped. A crash before the
+        # stop below leaves a sandbox without a row: the orphan sweep kills it (services/sweeper).
         ended = []
         with self._registry.transaction() as tx:
-            if not tx.sandboxes.delete(sandbox.id):
-                return  # another process stopped it and recorded it
-            for process in tx.processes.of_sandbox(sandbox.id):
+            claimed = tx.sandboxes.delete(sandbox.id)
+            for process in tx.processes.of_sandbox(sandbox.id) if claimed else ():
                 if process.running:
                     status = "killed" if killed else "lost"
                     self._end(tx, process, status, Exited(137, 9) if killed else None, reason,
                               used=used.get(process.id))
                     ended.append(process)
-            self._audit.record(actor=actor, action="sandbox.stop", target=sandbox.workspace, decision="none",
-                               rule="sandbox", result="stopped",
-                               detail={"sandbox": sandbox.id, "principal": sandbox.principal, "reason": reason,
-                                       "processes_ended": [p.id for p in ended]}, tx=tx)
+            if claimed:
+                self._audit.record(actor=actor, action="sandbox.stop", target=sandbox.workspace, decision="none",
+                                   rule="sandbox", result="stopped",
+                                   detail={"sandbox": sandbox.id, "principal": sandbox.principal, "reason": reason,
+                                           "processes_ended": [p.id for p in ended]}, tx=tx)
+        # Stopped here even when another process claimed it: the caller (an archive, a destroy)
+        # goes on as if nothing of it runs, which the claimer may not have made true yet.
+        self._sandboxes.stop(sandbox)
+        if not claimed:
+            return  # the claimer records it and releases its processes
         for process in ended:
             self._sandboxes.release(process)
         self._sweep_git(sandbox.workspace)
