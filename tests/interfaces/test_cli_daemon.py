@@ -966,3 +966,40 @@ def _beating_home(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
     return home, {**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "60",
                   "WARDEN_NODE_HEARTBEAT_INTERVAL": "1s"}
+
+
+def test_a_child_leaves_the_write_ahead_log_to_the_next_run_and_a_kill_loses_nothing(tmp_path: Path) -> None:
+    """The daemon forks its spare once a child has exited, so a child's close would be the
+    registry's last: SQLite would checkpoint, remove the write-ahead log, and the next run's first
+    commit would sync a new log's header while its person waits (1.5–7 ms here). The child leaves
+    its connection to its exit instead: the log keeps its frames for the next run. Nothing is lost
+    by that: with the daemon and its spare killed at once, the run is in the audit log, whole."""
+    home = tmp_path / "home"
+    home.mkdir()
+    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
+    environ = {**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "60"}
+    try:
+        created = warden(environ, "create", "dw", "--template", "minimal")
+        assert created.returncode == 0, created.stderr
+        served(environ)
+        marker = f"mark-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+        ran = warden(environ, "run", "dw", "--", "echo", marker)
+        assert ran.returncode == 0 and ran.stdout == f"{marker}\n".encode(), ran.stderr
+
+        def spare_connected() -> list[int]:
+            return [pid for pid in spare_pids(home) if any(
+                os.readlink(f"/proc/{pid}/fd/{fd}") == str(home / "warden.db") for fd in os.listdir(f"/proc/{pid}/fd"))]
+
+        wait_until(spare_connected, timeout=15, message="no spare connected to the registry after the run")
+        assert (home / "warden.db-wal").stat().st_size > 0  # the log the run wrote, not a new one
+        for pid in _daemon_processes(home):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not _daemon_processes(home), timeout=15, message="the daemon outlived SIGKILL")
+        alone = {**environ, "WARDEN_DAEMON": "0"}
+        listed = warden(alone, "audit", "--json", "--limit", "50")
+        assert listed.returncode == 0 and marker.encode() in listed.stdout, listed.stderr
+        verified = warden(alone, "audit", "verify")
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+    finally:
+        stop_daemon(home)

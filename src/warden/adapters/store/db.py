@@ -112,6 +112,27 @@ def _connect(path: Path, busy_timeout: float, *, create: bool = True) -> sqlite3
 _ahead: dict[Path, tuple[sqlite3.Connection, tuple[int, int]]] = {}
 
 
+# Whether this process leaves its SQLite connections to its exit rather than closing them
+# (`leave_open_at_exit`), and those it left.
+_leave_open = False
+_left_open: list[sqlite3.Connection] = []
+
+
+def leave_open_at_exit() -> None:
+    """This process ends by os._exit once its work is done (a child of the home's daemon): its
+    connections to an SQLite registry are left to that exit, never closed.
+
+    A close that is the registry's last checkpoints it (the WAL copied into the database file,
+    which is synced) and removes the WAL; the next process's first commit then starts a new WAL,
+    whose header SQLite syncs: 1.5–7 ms here, inside the next `warden run` its person waits for.
+    An exit without the close loses nothing (every commit is in the WAL, as after a crash, which
+    SQLite is made for); the WAL stays, and the daemon's heartbeat checkpoints it instead
+    (`Database.checkpoint`).
+    """
+    global _leave_open
+    _leave_open = True
+
+
 def _file_at(path: Path) -> tuple[int, int] | None:
     """The (device, inode) of the regular file at `path`, None if there is none."""
     try:
@@ -217,7 +238,10 @@ class SqliteDatabase:
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
-            conn.close()
+            if _leave_open:
+                _left_open.append(conn)  # referenced until the exit, so no finalizer closes it
+            else:
+                conn.close()
             self._local.conn = None
 
 

@@ -711,8 +711,10 @@ class Daemon:
                 from warden.bootstrap import act_for
 
                 act_for(self.presence.instance.id)  # the live sandboxes it starts are the daemon's
+            from warden.adapters.store.db import leave_open_at_exit
             from warden.interfaces.cli.main import main
 
+            leave_open_at_exit()  # this child ends by os._exit below
             status = main(argv, settled=tell)
         except SystemExit as exc:
             status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -323,8 +323,7 @@ def _emit_json(document: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None, *, settled: Callable[[int], object] | None = None) -> int:
     """Run one `warden` command; returns (and exits with) its status. `settled`, if given, is
     told the status once the command's output is written and before its state is closed (the
-    home's daemon answers its client there: closing the last connection to the registry makes
-    SQLite checkpoint, which no one needs to wait for)."""
+    home's daemon answers its client there: nothing after it is the client's to wait for)."""
     args_list = _rewritten(list(sys.argv[1:] if argv is None else argv))
     own = args_list[: args_list.index("--")] if "--" in args_list else args_list
     wants_json = "--json" in own
