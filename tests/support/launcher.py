@@ -30,6 +30,7 @@ _NOTE = """    {{
 def build_launcher(output: Path, source: str | None = None) -> Path:
     """The launcher built into `output` (from `source`, a variant's text, else the package's)."""
     args = [str(BUILD), str(output)]
+    output.parent.mkdir(parents=True, exist_ok=True)
     if source is not None:
         variant = output.with_suffix(".c")
         variant.write_text(source)
@@ -43,7 +44,7 @@ def build_launcher(output: Path, source: str | None = None) -> Path:
 
 def noting_source(note: Path) -> str:
     """The launcher's source, changed to append a line to `note` (a path inside the sandbox) each
-    time it is about to exec a command."""
+    time it is about to exec a command. (Its build runs it once, to check it works.)"""
     source = SOURCE.read_text()
     assert source.count(_EXEC) == 1, "the launcher's exec moved: update tests/support/launcher.py"
     return source.replace(_EXEC, _NOTE.format(note=note) + _EXEC)
