@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from warden.core.runs import explain_failure, nearest_program
 
 FACTS = {"oom_killed": False, "network": False, "max_file_mb": 100, "memory": 512 << 20}
@@ -13,12 +15,13 @@ def test_a_missing_program_names_what_the_sandbox_sees() -> None:
     assert "not executable" in (explain_failure(126, None, "bwrap: execvp ./x: Permission denied", **FACTS) or "")
 
 
-def test_a_program_prlimit_could_not_start_is_explained_too() -> None:
-    # A live sandbox starts a command through its sealed copy of util-linux's prlimit: a binary
-    # whose loader is missing (built for musl, say) fails there, in prlimit's words.
-    line = explain_failure(127, None, "prlimit: failed to execute ./tool: No such file or directory\n", **FACTS)
+@pytest.mark.parametrize("starter", ["warden-rlimit-exec", "prlimit"])
+def test_a_program_the_live_sandboxs_launcher_could_not_start_is_explained_too(starter: str) -> None:
+    # A live sandbox starts a command through its sealed launcher (else util-linux's prlimit): a
+    # binary whose loader is missing (built for musl, say) fails there, in the launcher's words.
+    line = explain_failure(127, None, f"{starter}: failed to execute ./tool: No such file or directory\n", **FACTS)
     assert line is not None and line.startswith("warden: ./tool is not in the sandbox"), line
-    line = explain_failure(126, None, "prlimit: failed to execute ./tool: Exec format error\n", **FACTS)
+    line = explain_failure(126, None, f"{starter}: failed to execute ./tool: Exec format error\n", **FACTS)
     assert line == "warden: ./tool is not executable inside the sandbox"
 
 

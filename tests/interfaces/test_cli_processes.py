@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
+import sysconfig
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Cli, isolated_environ
+from tests.support.launcher import build_launcher, noting_source
 from tests.support.waiting import wait_until
 from warden.adapters.processes import alive
 from warden.bootstrap import bootstrap
@@ -318,3 +322,61 @@ def test_suspend_counts_the_commands_it_stopped_not_the_sandbox_around_them(cli:
         assert cli("suspend", "susp").stdout.strip() == "suspended susp (stopped 1 process)"
     finally:
         cli("destroy", "susp", "--yes", "--no-archive")
+
+
+def test_commands_in_a_live_sandbox_start_through_wardens_launcher_with_their_own_limits(tmp_path: Path) -> None:
+    """Warden from a venv whose libexec holds the launcher scripts/setup builds (here a copy that
+    notes each start it makes): each `warden run` in the live sandbox starts through it, sealed
+    in, with that command's own limits in place; `warden doctor` names it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    workspace = home / "workspaces" / "fast"
+    note = workspace / ".launcher-starts"
+    prefix = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=120)
+    site = Path(subprocess.run([prefix / "bin" / "python", "-c",
+                                "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    # This venv's Python imports Warden and its dependencies from the test's own venv.
+    (site / "warden-tests.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    launcher = build_launcher(prefix / "libexec" / "warden-rlimit-exec", noting_source(note))
+
+    def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(prefix / "bin" / "python"), "-m", "warden", *args], capture_output=True, text=True,
+                              env={**isolated_environ(home), "WARDEN_WORKSPACE_SANDBOX_IDLE": "60s", **(env or {})},
+                              timeout=120, check=False)
+
+    doctor = cli("doctor")
+    assert f"commands start through Warden's sealed launcher ({launcher})" in doctor.stdout, doctor.stdout
+    assert cli("create", "fast", "--template", "minimal").returncode == 0
+    try:
+        detached = cli("run", "fast", "--detach", "--", "sleep", "60")  # the next commands run in its live sandbox
+        assert detached.returncode == 0, detached.stderr
+        note.unlink(missing_ok=True)  # the build's own check that it runs
+        show = "ulimit -t; ulimit -Ht; ulimit -n; ulimit -Hn; grep 'Max file size' /proc/self/limits"
+        first = cli("run", "fast", "--cpu", "7", "--", "sh", "-c", show)
+        second = cli("run", "fast", "--cpu", "3", "--", "sh", "-c", show, env={"WARDEN_SANDBOX_MAX_FILE_SIZE_MB": "2"})
+        assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+        assert first.stdout.splitlines()[:4] == ["7", "8", "1024", "1024"], first.stdout
+        assert second.stdout.splitlines()[:4] == ["3", "4", "1024", "1024"], second.stdout
+        assert second.stdout.split()[-3:] == ["2097152", "2097152", "bytes"], second.stdout
+        assert first.stdout.split()[-3] != "2097152", first.stdout
+        # The loader's variables are nothing to it (it has none): such a command starts through it too.
+        preloaded = cli("run", "fast", "--env", "LD_BIND_NOW=1", "--", "sh", "-c", "echo $LD_BIND_NOW")
+        assert (preloaded.returncode, preloaded.stdout) == (0, "1\n"), preloaded.stderr
+        assert note.read_text() == "started\n" * 3
+        # A binary whose loader is not in the sandbox: the launcher's words, then Warden's line.
+        true, loader = Path("/bin/true").read_bytes(), b"/lib64/ld-linux-x86-64.so.2"
+        if loader in true:
+            tool = workspace / "tool"
+            tool.write_bytes(true.replace(loader, b"/lib64/ld-linux-x86-64.so.9"))  # same length: still an ELF
+            tool.chmod(0o755)
+            missing = cli("run", "fast", "--", "./tool")
+            assert missing.returncode == 127, missing.stderr
+            assert missing.stderr.splitlines() == [
+                "warden-rlimit-exec: failed to execute ./tool: No such file or directory",
+                "warden: ./tool is not in the sandbox (it sees /usr, /bin and the workspace's .venv/bin and "
+                "node_modules/.bin); `warden install` adds Python or Node packages"], missing.stderr
+            assert note.read_text() == "started\n" * 4
+    finally:
+        cli("destroy", "fast", "--yes", "--no-archive")

@@ -184,8 +184,9 @@ NO_NETWORK_ENV = {"PIP_RETRIES": "0", "npm_config_fetch_retries": "0", "UV_HTTP_
 _SIGXFSZ = 25
 _SIGXCPU = 24
 # How a program that could not start says so: bwrap's exec (and a live sandbox's forked command,
-# worded alike), or the sealed copy of util-linux's prlimit that starts a live sandbox's command.
-_EXEC_FAILED = ("bwrap: execvp ", "prlimit: failed to execute ")
+# worded alike), or what starts a live sandbox's command: Warden's sealed launcher
+# (adapters/sandbox/rlimit_exec.c) or, where there is none, the sealed copy of util-linux's prlimit.
+_EXEC_FAILED = ("bwrap: execvp ", "warden-rlimit-exec: failed to execute ", "prlimit: failed to execute ")
 # What a shell, Python or Node prints when fork or clone fails on the process limit (EAGAIN).
 _NO_FORK = ("Cannot fork", "fork: Resource temporarily unavailable", "fork: retry",
             "BlockingIOError: [Errno 11] Resource temporarily unavailable", "spawn EAGAIN",

@@ -71,8 +71,15 @@ def test_doctor_says_how_live_sandbox_commands_start(monkeypatch: pytest.MonkeyP
     from warden.adapters.sandbox import live
 
     python = "/usr/bin/python3"
+    launcher = tmp_path / "warden-rlimit-exec"
+    launcher.write_bytes(b"")
+    launcher.chmod(0o755)
+    monkeypatch.setattr(live, "HOST_RLIMIT_EXEC", str(launcher))
+    assert f"commands start through Warden's sealed launcher ({launcher})" in doctor._live_check(python, True).detail
+    launcher.unlink()  # scripts/setup found no C compiler
     if os.access(live.HOST_PRLIMIT, os.X_OK):
-        assert "sealed copy of prlimit" in doctor._live_check(python, True).detail
+        slower = doctor._live_check(python, True).detail
+        assert "sealed copy of prlimit, ~1 ms slower each" in slower and "install gcc" in slower, slower
     monkeypatch.setattr(live, "HOST_PRLIMIT", str(tmp_path / "prlimit"))
     missing = doctor._live_check(python, True)
     assert f"no {tmp_path / 'prlimit'} (util-linux): each command is forked" in missing.detail

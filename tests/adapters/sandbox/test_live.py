@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.launcher import build_launcher
 from tests.support.waiting import wait_until
 from warden.adapters.processes import alive
 from warden.adapters.sandbox import cgroups
@@ -54,6 +55,34 @@ def _row(sandbox_id: str, started: object) -> LiveSandbox:
 
 @pytest.fixture
 def sandbox(host: HostLiveSandboxes, folder: str) -> Iterator[LiveSandbox]:
+    started = host.start(SBX, SandboxRequest(folder, ("true",), Limits(timeout_s=60)), idle_s=60)
+    row = _row(SBX, started)
+    yield row
+    host.stop(row)
+
+
+@pytest.fixture(scope="module")
+def built_launcher(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(build_launcher(tmp_path_factory.mktemp("launcher") / "warden-rlimit-exec"))
+
+
+@pytest.fixture(params=["rlimit-exec", "prlimit"])
+def through(request: pytest.FixtureRequest, host: HostLiveSandboxes, folder: str,
+            monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, LiveSandbox]]:
+    """A live sandbox whose commands start through Warden's launcher, or (none built: no C
+    compiler) through prlimit; with the name of the program sealed in at /etc/warden/."""
+    launcher = request.getfixturevalue("built_launcher") if request.param == "rlimit-exec" else "/no/launcher"
+    monkeypatch.setattr(live_module, "HOST_RLIMIT_EXEC", launcher)
+    started = host.start(SBX, SandboxRequest(folder, ("true",), Limits(timeout_s=60)), idle_s=60)
+    row = _row(SBX, started)
+    yield request.param, row
+    host.stop(row)
+
+
+@pytest.fixture
+def through_prlimit(host: HostLiveSandboxes, folder: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveSandbox]:
+    """A live sandbox whose commands start through prlimit: Warden's launcher was not built."""
+    monkeypatch.setattr(live_module, "HOST_RLIMIT_EXEC", "/no/launcher")
     started = host.start(SBX, SandboxRequest(folder, ("true",), Limits(timeout_s=60)), idle_s=60)
     row = _row(SBX, started)
     yield row
@@ -174,12 +203,15 @@ def _ops(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     return sent
 
 
-def test_a_command_starts_with_its_limits_without_warden_holding_it(host: HostLiveSandboxes, sandbox: LiveSandbox,
-                                                                    folder: str,
+def test_a_command_starts_with_its_limits_without_warden_holding_it(host: HostLiveSandboxes,
+                                                                    through: tuple[str, LiveSandbox], folder: str,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """No fork of the supervisor and no `go` round trip: the supervisor starts the command through
-    its sealed copy of `prlimit` (bench/exec.py's live rows). The limits are hard ones all the
-    same, every signal is at its default and no descriptor of the supervisor's is left open."""
+    its sealed launcher, else its sealed copy of `prlimit` (bench/exec.py's live rows). The limits
+    are hard ones all the same, every signal is at its default and no descriptor of the
+    supervisor's is left open."""
+    sealed_name, sandbox = through
+    other = "prlimit" if sealed_name == "rlimit-exec" else "rlimit-exec"
     sent = _ops(monkeypatch)
     shown = host.run(sandbox, "a" * 16, _req(folder, "sh", "-c", "ulimit -Ht; ulimit -Hn; ulimit -Hc; "
                                              "grep -E '^Sig(Blk|Ign)' /proc/self/status; ls /proc/$$/fd",
@@ -187,15 +219,17 @@ def test_a_command_starts_with_its_limits_without_warden_holding_it(host: HostLi
     assert shown.exit_code == 0, shown.stderr
     assert shown.stdout == ("8\n99\n0\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n0\n1\n2\n"), shown.stdout
     assert sent == ["spawn"]
-    # Its copy of prlimit may be run, not read.
-    sealed = host.run(sandbox, "b" * 16, _req(folder, "sh", "-c", "stat -c %A /etc/warden/prlimit; "
-                                              "cat /etc/warden/prlimit >/dev/null"))
-    assert sealed.stdout == "---x--x--x\n" and "Permission denied" in sealed.stderr, sealed.stdout + sealed.stderr
+    # Its copy of the program may be run, not read; the other is not there.
+    sealed = host.run(sandbox, "b" * 16, _req(folder, "sh", "-c", f"stat -c %A /etc/warden/{sealed_name}; "
+                                              f"cat /etc/warden/{sealed_name} >/dev/null; ls /etc/warden"))
+    assert sealed.stdout == f"---x--x--x\n{sealed_name}\nsupervisor.py\n", sealed.stdout + sealed.stderr
+    assert "Permission denied" in sealed.stderr and other not in sealed.stdout, sealed.stderr
 
 
-# In the sandbox: prlimit started with a full pipe as its stdout (it prints its table and blocks
-# writing it), then every way in to it a process of the same user has (prlimit runs before the
-# command's limits are set: a bot's process writing into it would start its command without them).
+# In the sandbox: prlimit or Warden's launcher started with a full pipe as its stdout and stderr
+# (prlimit prints its table, the launcher its usage line, and blocks writing it), then every way
+# in to it a process of the same user has (it runs before the command's limits are set: a bot's
+# process writing into it would start its command without them).
 REACH = r"""
 import os, subprocess, sys
 r, w = os.pipe()
@@ -207,8 +241,8 @@ except BlockingIOError:
     pass
 os.set_blocking(w, True)
 for program in sys.argv[1:]:
-    p = subprocess.Popen([program], stdout=w)
-    while open(f"/proc/{p.pid}/comm").read().strip() != "prlimit":
+    p = subprocess.Popen([program], stdout=w, stderr=w)
+    while open(f"/proc/{p.pid}/comm").read().strip() != os.path.basename(program):
         pass
     try:
         os.close(os.open(f"/proc/{p.pid}/mem", os.O_RDWR))
@@ -220,49 +254,58 @@ for program in sys.argv[1:]:
 """
 
 
-def test_no_process_of_the_sandbox_reaches_into_its_prlimit(host: HostLiveSandboxes, sandbox: LiveSandbox,
-                                                            folder: str) -> None:
-    tried = host.run(sandbox, "a" * 16, _req(folder, "python3", "-c", REACH, "/usr/bin/prlimit",
-                                             "/etc/warden/prlimit"))
-    # The host's own copy shows the way in is there (no Yama on this kernel); the sealed one is shut.
-    if tried.stdout.startswith("/usr/bin/prlimit closed"):
+def test_no_process_of_the_sandbox_reaches_into_its_launcher(host: HostLiveSandboxes,
+                                                             through: tuple[str, LiveSandbox], folder: str) -> None:
+    sealed_name, sandbox = through
+    # A readable copy, as a bot could make of a program it may read (the host's prlimit is one).
+    readable = "/usr/bin/prlimit"
+    if sealed_name == "rlimit-exec":
+        readable = f"{folder}/rlimit-exec"
+        shutil.copy(live_module.HOST_RLIMIT_EXEC, readable)
+    tried = host.run(sandbox, "a" * 16, _req(folder, "python3", "-c", REACH, readable, f"/etc/warden/{sealed_name}"))
+    # The readable copy shows the way in is there (no Yama on this kernel); the sealed one is shut.
+    if tried.stdout.startswith(f"{readable} closed"):
         pytest.skip("this kernel keeps /proc/PID/mem of a process's siblings closed anyway (Yama)")
-    assert tried.stdout == "/usr/bin/prlimit open\n/etc/warden/prlimit closed\n", tried.stdout + tried.stderr
+    assert tried.stdout == f"{readable} open\n/etc/warden/{sealed_name} closed\n", tried.stdout + tried.stderr
 
 
-def test_the_loaders_variables_never_reach_prlimit(host: HostLiveSandboxes, sandbox: LiveSandbox,
+def test_the_loaders_variables_never_reach_prlimit(host: HostLiveSandboxes, through_prlimit: LiveSandbox,
                                                    folder: str) -> None:
     """LD_PRELOAD would run the bot's code in `prlimit` before it set the limits: such a command
     is forked, and sets them itself. (ld.so complains once per process it could not preload for:
     once for the command alone, twice had prlimit run with it.)"""
-    ran = host.run(sandbox, "a" * 16, SandboxRequest(folder, ("sh", "-c", "ulimit -Ht"), Limits(timeout_s=30,
-                                                     cpu_seconds=7), env={"LD_PRELOAD": "/no/such.so"}))
+    ran = host.run(through_prlimit, "a" * 16, SandboxRequest(folder, ("sh", "-c", "ulimit -Ht"),
+                                                             Limits(timeout_s=30, cpu_seconds=7),
+                                                             env={"LD_PRELOAD": "/no/such.so"}))
     assert ran.stdout == "8\n"
     assert ran.stderr.count("cannot be preloaded") == 1, ran.stderr
 
 
-def test_a_script_whose_interpreter_is_missing_reads_as_in_a_fresh_sandbox(host: HostLiveSandboxes,
-                                                                           sandbox: LiveSandbox, folder: str) -> None:
+def test_a_script_whose_interpreter_is_missing_reads_as_in_a_fresh_sandbox(
+        host: HostLiveSandboxes, through: tuple[str, LiveSandbox], folder: str) -> None:
     """A script whose `#!` names no program here (a venv made on the host, say) fails with bwrap's
-    words, which Warden explains, not with those of the sealed `prlimit` that would have run it."""
+    words, which Warden explains, not with those of the sealed launcher or `prlimit` that would
+    have run it."""
+    _, sandbox = through
     script = Path(folder) / "tool"
     script.write_text("#!/no/such/interpreter\necho ran\n")
     script.chmod(0o755)
     ran = host.run(sandbox, "a" * 16, _req(folder, "./tool"))
     assert (ran.exit_code, ran.stderr) == (127, "bwrap: execvp ./tool: No such file or directory\n"), ran.stderr
-    # Its interpreter there, it runs (through prlimit, its limits hard all the same).
+    # Its interpreter there, it runs (through the sealed program, its limits hard all the same).
     script.write_text("#!/bin/sh\nulimit -Ht\n")
     ran = host.run(sandbox, "b" * 16, _req(folder, "./tool", cpu_seconds=7))
     assert (ran.exit_code, ran.stdout) == (0, "8\n"), ran.stderr
 
 
-def test_prlimits_own_library_never_writes_into_a_commands_output(host: HostLiveSandboxes, sandbox: LiveSandbox,
-                                                                  folder: str) -> None:
+def test_prlimits_own_library_never_writes_into_a_commands_output(host: HostLiveSandboxes,
+                                                                  through_prlimit: LiveSandbox, folder: str) -> None:
     """libsmartcols, which `prlimit` links, prints debug lines into the command's stderr for
     LIBSMARTCOLS_DEBUG (before the limits are set): such a command is forked, and gets the variable."""
-    ran = host.run(sandbox, "a" * 16, SandboxRequest(folder, ("sh", "-c", "ulimit -Ht; echo $LIBSMARTCOLS_DEBUG"),
-                                                     Limits(timeout_s=30, cpu_seconds=7),
-                                                     env={"LIBSMARTCOLS_DEBUG": "all"}))
+    ran = host.run(through_prlimit, "a" * 16, SandboxRequest(folder, ("sh", "-c",
+                                                                      "ulimit -Ht; echo $LIBSMARTCOLS_DEBUG"),
+                                                             Limits(timeout_s=30, cpu_seconds=7),
+                                                             env={"LIBSMARTCOLS_DEBUG": "all"}))
     assert (ran.exit_code, ran.stdout, ran.stderr) == (0, "8\nall\n", ""), ran.stderr
 
 

@@ -123,6 +123,7 @@ libc = ctypes.CDLL(None, use_errno=True)
 me, found, stopped = os.getpid(), set(), 0
 deadline = time.monotonic() + float(sys.argv[1])
 supervisor = os.getppid()
+starters = (b'/etc/warden/rlimit-exec\0', b'/etc/warden/prlimit\0', b'/usr/bin/prlimit\0')
 def cmd(pid):
     try:
         with open(f'/proc/{pid}/cmdline', 'rb') as f:
@@ -163,8 +164,9 @@ while time.monotonic() < deadline:
         if not entry.isdigit() or int(entry) in (me, 1):
             continue
         pid = int(entry)
-        # A command forked, not yet run; or starting through prlimit, its limits not yet set.
-        if pid != supervisor and (cmd(pid) == top or cmd(pid).startswith(b'/usr/bin/prlimit\0')):
+        # A command forked, not yet run; or starting through Warden's launcher or prlimit, its
+        # limits not yet set.
+        if pid != supervisor and (cmd(pid) == top or cmd(pid).startswith(starters)):
             try:
                 os.kill(pid, signal.SIGSTOP)
                 stopped += 1

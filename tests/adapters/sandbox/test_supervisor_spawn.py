@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.launcher import build_launcher, noting_source
 from warden.adapters.sandbox import supervisor
 from warden.adapters.sandbox.live import supervisor_source
 
@@ -154,6 +155,84 @@ def test_prlimit_starts_a_command_only_while_the_kernel_keeps_it_sealed(tmp_path
     assert noted.exists() is through_prlimit
 
 
+def _supervisor_with(tmp_path: Path, **constants: Path | str) -> tuple[str, subprocess.Popen[bytes]]:
+    """The supervisor listening at tmp_path/s, with its constants (RLIMIT_EXEC, PRLIMIT,
+    SUID_DUMPABLE) pointed elsewhere."""
+    python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3")
+    source = supervisor_source()
+    for constant, ours in constants.items():
+        line = f'{constant} = "{getattr(supervisor, constant)}"'
+        assert line in source, constant
+        source = source.replace(line, f'{constant} = "{ours}"')
+    where = str(tmp_path / "s")
+    return where, _start(where, source, python)
+
+
+def _shown(where: str, argv: list[str], env: dict[str, str] | None = None) -> str:
+    """What a foreground command (cpu limit 7:8) printed, once it ended with 0."""
+    out_r, out_w = os.pipe()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(where)
+        try:
+            conn.sendmsg([_frame({"op": "spawn", "id": os.urandom(8).hex(), "argv": argv,
+                                  "env": {"PATH": "/usr/bin:/bin", **(env or {})}, "cwd": "/", "background": False,
+                                  "timeout": 30, "fds": ["stdout"], "hold": False, "rlimits": {"cpu": [7, 8]}})],
+                         [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", out_w))])
+        finally:
+            os.close(out_w)
+        assert _answer(conn)["ok"] is True
+        ended = _answer(conn)
+        assert ended["event"] == "exit" and ended["exit_code"] == 0, ended
+    with os.fdopen(out_r) as output:
+        return output.read()
+
+
+@pytest.mark.parametrize(("suid_dumpable", "through_launcher"), [("0\n", True), ("2\n", True), ("1\n", False),
+                                                                 (None, False)])
+def test_the_launcher_starts_a_command_only_while_the_kernel_keeps_it_sealed(
+        tmp_path: Path, suid_dumpable: str | None, through_launcher: bool) -> None:
+    """Warden's launcher (rlimit_exec.c) in place of prlimit, under the same rule: sealed, or not
+    used. Here it is a copy that notes each start, and prlimit one that would note its own."""
+    noted, prlimit_noted = tmp_path / "launcher-ran", tmp_path / "prlimit-ran"
+    launcher = build_launcher(tmp_path / "rlimit-exec", noting_source(noted))
+    noted.unlink()  # the build's own check that it runs
+    prlimit = tmp_path / "prlimit"
+    prlimit.write_text(f"#!/bin/sh\necho ran >> {prlimit_noted}\nexec /usr/bin/prlimit \"$@\"\n")
+    prlimit.chmod(0o755)
+    setting = tmp_path / "suid_dumpable"
+    if suid_dumpable is not None:
+        setting.write_text(suid_dumpable)
+    where, proc = _supervisor_with(tmp_path, RLIMIT_EXEC=launcher, PRLIMIT=prlimit, SUID_DUMPABLE=setting)
+    try:
+        # Its limits either way, and the name as given; the program as found on PATH.
+        assert _shown(where, ["sh", "-c", 'ulimit -Ht; echo "$0"']) == "8\nsh\n"
+        # The loader's variables keep prlimit out, never the launcher: it has no loader.
+        assert _shown(where, ["sh", "-c", "ulimit -Ht; echo $LD_BIND_NOW"], {"LD_BIND_NOW": "1"}) == "8\n1\n"
+    finally:
+        proc.kill()
+        proc.wait(5)
+    assert (noted.read_text() if noted.exists() else "") == ("started\n" * 2 if through_launcher else "")
+    assert not prlimit_noted.exists()
+
+
+def test_without_the_launcher_prlimit_starts_the_command(tmp_path: Path) -> None:
+    noted = tmp_path / "prlimit-ran"
+    prlimit = tmp_path / "prlimit"
+    prlimit.write_text(f"#!/bin/sh\necho ran >> {noted}\nexec /usr/bin/prlimit \"$@\"\n")
+    prlimit.chmod(0o755)
+    if not os.access("/usr/bin/prlimit", os.X_OK):
+        pytest.skip("no /usr/bin/prlimit")
+    where, proc = _supervisor_with(tmp_path, RLIMIT_EXEC=tmp_path / "no-launcher", PRLIMIT=prlimit)
+    try:
+        assert _shown(where, ["sh", "-c", "ulimit -Ht"]) == "8\n"
+    finally:
+        proc.kill()
+        proc.wait(5)
+    assert noted.read_text() == "ran\n"
+
+
 def test_what_decides_the_way_a_command_starts() -> None:
     # The loader's variables keep prlimit out of it (they would run code in it first).
     assert supervisor._loader_safe({"PATH": "/usr/bin", "TMPDIR": "/tmp", "LANG": "C.UTF-8"})
@@ -161,9 +240,11 @@ def test_what_decides_the_way_a_command_starts() -> None:
                  "LIBSMARTCOLS_DEBUG"):
         assert not supervisor._loader_safe({name: "x"}), name
     # Found as execvp finds it: on PATH, or a path with a slash from the working folder.
-    assert supervisor._found("sh", {"PATH": "/nowhere:/usr/bin:/bin"}, "/")
+    # The path it returns is what the launcher execs, in that folder.
+    assert supervisor._found("sh", {"PATH": "/nowhere:/bin"}, "/") == "/bin/sh"
+    assert supervisor._found("sh", {"PATH": "/nowhere:bin"}, "/") == "bin/sh"
     assert not supervisor._found("sh", {"PATH": "/nowhere"}, "/")
-    assert supervisor._found("./bin/sh", {}, "/usr")
+    assert supervisor._found("./bin/sh", {}, "/usr") == "./bin/sh"
     assert not supervisor._found("", {"PATH": "/usr/bin"}, "/")
     assert not supervisor._found("/etc/passwd", {}, "/")  # not executable
 

@@ -11,9 +11,11 @@ cgroups leaves alone). The sandbox's mounts, seccomp filter and synthesized /etc
 fresh sandbox's (runner.py's helpers build them).
 
 Running a command in it: Warden gives the supervisor the command, its rlimits and the `tasks`
-files of a cgroup of its own (v1); the command starts with them in place, by a copy of util-
-linux's `prlimit` readable by no one (/etc/warden/prlimit, so not dumpable while it sets them)
-or by a forked child of the supervisor (supervisor.py). Where Warden must move it (v2), or the
+files of a cgroup of its own (v1); the command starts with them in place, by Warden's static
+launcher (rlimit_exec.c, which scripts/setup builds into the venv where it finds a C compiler)
+or else a copy of util-linux's `prlimit`, either readable by no one (/etc/warden/rlimit-exec,
+/etc/warden/prlimit: so not dumpable while it sets them), or by a forked child of the
+supervisor (supervisor.py). Where Warden must move it (v2), or the
 child could not join, the child is held
 before exec: Warden finds it among the supervisor's children by its pid in the sandbox's pid
 namespace (NSpid), applies the rlimits, moves it, and only then says `go` — the handshake
@@ -33,6 +35,7 @@ import resource
 import selectors
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -102,6 +105,10 @@ _START_TIMEOUT = 20.0  # seconds a new live sandbox has to answer its first ping
 _DRAIN = 2.0  # seconds to read what a command left in its pipes after it ended
 _ERR_TAIL = 4096
 _STOP_WAIT_S = 5.0  # seconds stop() waits for a killed sandbox to be gone
+# Warden's launcher, built from rlimit_exec.c by scripts/setup into the venv Warden runs from
+# (none without a C compiler, or where Warden was installed otherwise: prlimit instead).
+HOST_RLIMIT_EXEC = os.path.join(sys.prefix, "libexec", "warden-rlimit-exec")
+RLIMIT_EXEC_PATH = "/etc/warden/rlimit-exec"  # its copy inside a live sandbox (supervisor.py's RLIMIT_EXEC)
 HOST_PRLIMIT = "/usr/bin/prlimit"  # util-linux, in Debian's and Ubuntu's essential set
 PRLIMIT_PATH = "/etc/warden/prlimit"  # its copy inside a live sandbox (supervisor.py's PRLIMIT)
 _MAX_PROGRAM = 8 << 20
@@ -289,17 +296,27 @@ def _host_pid(parent: int, ns_pid: int, pidns: int, timeout: float = 5.0) -> int
         time.sleep(0.001)
 
 
-def _with_prlimit(spec: SandboxSpec, held: _Held) -> SandboxSpec:
-    """The host's `prlimit` as a sealed program of the sandbox (PRLIMIT_PATH): the supervisor starts
-    commands through it (without it, it forks them)."""
+def _with_launcher(spec: SandboxSpec, held: _Held) -> SandboxSpec:
+    """Warden's launcher as a sealed program of the sandbox (RLIMIT_EXEC_PATH), else the host's
+    `prlimit` (PRLIMIT_PATH): the supervisor starts commands through it (without either, it
+    forks them). One of them only: the supervisor never uses prlimit where the launcher is."""
+    for host_path, inside in ((HOST_RLIMIT_EXEC, RLIMIT_EXEC_PATH), (HOST_PRLIMIT, PRLIMIT_PATH)):
+        program = _program(host_path)
+        if program is not None:
+            return replace(spec, sealed_programs=((held.keep(_memfd_with(program)), inside),))
+    return spec
+
+
+def _program(path: str) -> bytes | None:
+    """The bytes of the executable at `path`, or None (none there, or too big)."""
+    if not os.access(path, os.X_OK):
+        return None
     try:
-        with open(HOST_PRLIMIT, "rb") as handle:
+        with open(path, "rb") as handle:
             program = handle.read(_MAX_PROGRAM + 1)
     except OSError:
-        return spec
-    if len(program) > _MAX_PROGRAM:
-        return spec
-    return replace(spec, sealed_programs=((held.keep(_memfd_with(program)), PRLIMIT_PATH),))
+        return None
+    return program if len(program) <= _MAX_PROGRAM else None
 
 
 def _pidns(sandbox: LiveSandbox) -> int:
@@ -514,7 +531,7 @@ class HostLiveSandboxes:
             spec = replace(spec, die_with_parent=False, proxy_socket=proxy.socket if proxy is not None else None)
             spec = _with_seccomp(spec, held)
             spec = _with_data_files(spec, held, [(SUPERVISOR_PATH, supervisor_source().encode())])
-            spec = _with_prlimit(spec, held)
+            spec = _with_launcher(spec, held)
             spec = _with_pinned_sources(spec, held)
             borrowed = [fd for _, fd in spec.bind_fds if fd not in held.fds]
             control = _Control.open(held)
@@ -619,7 +636,7 @@ class HostLiveSandboxes:
     def _spawn(self, sandbox: LiveSandbox, channel: _Channel, process_id: str, request: SandboxRequest, *,
                background: bool, names: list[str], fds: list[int], ring: int) -> _Started:
         """The command started with its limits and cgroups in place: by the supervisor alone when
-        it can (protocol 3: Warden's sealed `prlimit` sets the rlimits it is given before exec,
+        it can (protocol 3: Warden's sealed launcher or `prlimit` sets the rlimits it is given before exec,
         born in its v1 cgroups; or forked, setting them itself), else held before exec while
         Warden finds its host pid, applies them (again), moves it and says `go`."""
         cwd = request.cwd or request.workspace
