@@ -339,3 +339,52 @@ def test_a_folder_moved_into_a_folder_that_moved_between_runs_is_still_counted(t
     with Watcher(str(ws), ROOMY) as watcher:
         (ws / "b" / "c" / "f").write_bytes(b"f" * 100_000)
         assert settle(watcher, ws) == measure(str(ws))
+
+
+def test_a_prepared_workspace_is_caught_up_by_its_first_run_and_its_git_sweep_is_a_full_scans_equal(
+        tmp_path: Path) -> None:
+    """quota.prepare (the daemon's spare, while it waits) walks and watches the workspace its
+    home's last command ran in: the run it then serves applies what changed meanwhile instead of
+    walking, attributes none of it to itself, and its git sweeps find what a full scan finds."""
+    import warden.adapters.quota as quota_adapter
+    from warden.adapters import gitguard
+
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    (ws / "src" / "a.py").write_bytes(b"a" * 4000)
+    quota_adapter.prepare(str(ws))
+    prepared = quota_adapter._KEPT.get(str(ws))
+    assert prepared is not None
+    assert gitguard.scan_again(str(ws)) == gitguard.scan(str(ws)) == []
+    # The person works while the spare waits: all of it is queued, none of it is the run's.
+    (ws / "lib" / "deep").mkdir(parents=True)
+    (ws / "lib" / "deep" / "b.js").write_bytes(b"b" * 70_000)
+    (ws / "src" / "a.py").unlink()
+    (ws / "src").rename(ws / "moved")
+    (ws / "moved" / ".git").mkdir()
+    (ws / "moved" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (ws / "lib" / ".GIT").symlink_to("/etc")
+    assert gitguard.scan_again(str(ws)) == gitguard.scan(str(ws)) != []
+    with Watcher(str(ws), ROOMY) as watcher:
+        assert watcher._tree is prepared and watcher.start == measure(str(ws))
+        (ws / "made-by-the-run").write_bytes(b"r")
+        settle(watcher, ws)
+        assert watcher.changes is not None and list(watcher.changes.paths()) == ["/made-by-the-run"]
+    assert quota_adapter.last_watched() == (str(ws), True)
+    assert quota_adapter._KEPT.get(str(ws)) is prepared  # kept for the next run of this process
+
+
+def test_a_workspace_that_cannot_be_watched_whole_is_not_prepared(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import warden.adapters.quota as quota_adapter
+    from warden.adapters import disk_usage
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+
+    def no_inotify() -> int:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(disk_usage, "inotify", no_inotify)
+    quota_adapter.prepare(str(ws))
+    assert str(ws) not in quota_adapter._KEPT

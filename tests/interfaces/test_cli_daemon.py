@@ -764,10 +764,11 @@ def test_the_spare_and_each_child_hold_nothing_of_the_daemons_and_pass_on_only_s
 
     def held() -> list[str]:
         return sorted(os.readlink(f"/proc/{spare}/fd/{fd}") for fd in os.listdir(f"/proc/{spare}/fd")
-                      if int(fd) > 2)
+                      if int(fd) > 2 and os.readlink(f"/proc/{spare}/fd/{fd}") != "anon_inode:inotify")
 
     # Once it waits (its look at cgroups and its copy of the pages done): its end of the channel
-    # and the registry it opened itself for the run it will serve, nothing else.
+    # and the registry it opened itself for the run it will serve, nothing else (but the inotify
+    # descriptor that watches the last run's workspace, close-on-exec as every other).
     registry = sorted(str(home / name) for name in ("warden.db", "warden.db-shm", "warden.db-wal"))
     wait_until(lambda: len(held()) == 4 and held()[:3] == registry and held()[3].startswith("socket:"), timeout=10,
                message=lambda: f"the spare holds other than its channel and the registry: {held()}")
@@ -1001,5 +1002,38 @@ def test_a_child_leaves_the_write_ahead_log_to_the_next_run_and_a_kill_loses_not
         assert listed.returncode == 0 and marker.encode() in listed.stdout, listed.stderr
         verified = warden(alone, "audit", "verify")
         assert verified.returncode == 0, verified.stdout + verified.stderr
+    finally:
+        stop_daemon(home)
+
+
+def test_the_spare_watches_the_last_runs_workspace_and_the_run_it_serves_owns_only_its_changes(
+        tmp_path: Path) -> None:
+    """The spare walks and watches the workspace its home's last command ran in while it waits
+    (a 5,000-folder workspace cost each `warden run` ~700 ms of walks): the run it serves applies
+    what changed meanwhile. What the person changed while it waited is not the run's."""
+    home = tmp_path / "home"
+    home.mkdir()
+    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
+    environ = {**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "60"}
+    try:
+        created = warden(environ, "create", "dw", "--template", "minimal")
+        assert created.returncode == 0, created.stderr
+        served(environ)
+        assert warden(environ, "run", "dw", "--", "true").returncode == 0
+
+        def watching_spare() -> list[int]:
+            return [pid for pid in spare_pids(home) if any(
+                os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:inotify" for fd in os.listdir(f"/proc/{pid}/fd"))]
+
+        wait_until(watching_spare, timeout=15, message="the spare does not watch the last run's workspace")
+        ws = home / "workspaces" / "dw"
+        (ws / "by-the-person.txt").write_text("p")
+        (ws / "notes" / "deep").mkdir(parents=True)
+        ran = warden(environ, "run", "dw", "--", "sh", "-c", "echo r > by-the-run.txt")
+        assert ran.returncode == 0, ran.stderr
+        shown = warden(environ, "audit", "--limit", "20", "--json", extra={"WARDEN_DAEMON": "0"})
+        [event] = [e for e in json.loads(shown.stdout)["data"]
+                   if e["action"] == "run" and e["detail"]["argv"][0] == "sh"]
+        assert event["detail"]["changes"]["paths"] == ["/by-the-run.txt"], event["detail"]
     finally:
         stop_daemon(home)

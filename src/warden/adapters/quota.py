@@ -42,7 +42,8 @@ from warden.adapters.disk_usage import UsageTree
 from warden.core.changes import ChangeKind, Coalescer, ignored
 from warden.core.quota import FREE_KEY, Quota, Usage
 
-__all__ = ["OVERSHOOT", "RESCAN_S", "HostDisk", "Watcher", "kept_tree", "ready_thread", "realtime_allowed"]
+__all__ = ["OVERSHOOT", "RESCAN_S", "HostDisk", "Watcher", "kept_tree", "last_watched", "prepare", "ready_thread",
+           "realtime_allowed"]
 
 RESCAN_S = 0.2
 FREE_CHECK_S = 0.25
@@ -56,6 +57,7 @@ OVERSHOOT = "about one write (~1 MiB) and a few files past workspace.max_disk / 
 # once, so the process exits without waiting for the kernel to drop live watches.
 _KEPT: OrderedDict[str, UsageTree] = OrderedDict()
 _SEEN: set[str] = set()
+_LAST_WATCHED: tuple[str, bool] | None = None  # the last run's workspace folder, and whether its tree could be kept
 _KEPT_LOCK = threading.Lock()
 _KEPT_MAX = 8
 _KEPT_MAX_FILES = 200_000  # about 50 MB of bookkeeping held between runs
@@ -64,8 +66,10 @@ RUN_TRACKED = 10_000
 
 
 def _forget_kept() -> None:
+    global _LAST_WATCHED
     _KEPT.clear()
     _SEEN.clear()
+    _LAST_WATCHED = None
     _THREADS.forget()
 
 
@@ -178,6 +182,41 @@ class _Threads:
 
 
 _THREADS = _Threads()
+
+
+def prepare(root: str) -> None:
+    """Measure and watch workspace folder `root` now and keep its tree, as a past run in this
+    process would have: the daemon's spare does, while it waits, for the workspace its home's
+    last command ran in, so the run it serves there catches up on events instead of walking the
+    workspace (and the git guard's sweeps list what changed: gitguard.scan_again). Nothing is
+    kept where inotify cannot watch it all, or for a tree past what a process keeps."""
+    try:
+        tree = UsageTree(root, disk_usage.inotify())
+    except OSError:
+        return
+    try:
+        tree.scan()
+    except BaseException:
+        tree.close()
+        raise
+    if tree.unwatched is not None:
+        tree.close()
+        return
+    with _KEPT_LOCK:
+        _SEEN.add(root)
+    _keep(tree)
+
+
+def _watched(root: str, keepable: bool) -> None:
+    global _LAST_WATCHED
+    _LAST_WATCHED = (root, keepable)
+
+
+def last_watched() -> tuple[str, bool] | None:
+    """The workspace folder this process last watched a run in, and whether its tree could be
+    kept (all of it watched, not too large); None before any. The daemon's child reports it, and
+    the next spare prepares it."""
+    return _LAST_WATCHED
 
 
 def ready_thread() -> None:
@@ -322,7 +361,9 @@ class Watcher:
         if self._tree is not None:
             self._last_events(self._tree)
             self._tree.on_change = None
-            if self._failed or self._tree.notify is None:
+            kept = not self._failed and self._tree.notify is not None
+            _watched(self._tree.root, kept and self._tree.usage.files <= _KEPT_MAX_FILES)
+            if not kept:
                 self._tree.close()  # watches removed, the descriptor pooled: no waiting on the kernel
             else:
                 _keep(self._tree)

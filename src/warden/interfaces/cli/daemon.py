@@ -251,6 +251,9 @@ class Daemon:
     # A spare died waiting (killed, out of memory): the next is forked once a request has been
     # served, not at once — one that cannot live would be forked again and again, a core's worth.
     spare_lost: bool = False
+    # The workspace folder the last command ran in, as its child reported it: the next spare
+    # watches and measures it while it waits (quota.prepare).
+    last_workspace: str | None = None
 
     def serve(self) -> int:
         path, lock_path = daemon_paths(self.home)
@@ -639,6 +642,14 @@ class Daemon:
         if self.presence is not None and self.presence.app is not None:
             with contextlib.suppress(Exception):  # a registry it cannot open now: the run says why
                 self.presence.app.connect_ahead()
+        if self.last_workspace is not None:
+            # The walks its run would start with, in the workspace the home's last command ran in
+            # (most often the next one's too): the run then applies the events queued since.
+            from warden.adapters import gitguard
+
+            with contextlib.suppress(Exception):  # archived or removed since: the run says why
+                quota.prepare(self.last_workspace)
+                gitguard.scan_again(self.last_workspace)
         payload, fds = recv_frame(sock, max_fds=7)
         sock.close()
         if payload is None or len(fds) != 7:
@@ -725,8 +736,15 @@ class Daemon:
         finally:
             tell(status)
             with contextlib.suppress(Exception):
-                new = "\n".join(sorted(set(sys.modules) - known)).encode()[:_MAX_REPORT]
-                os.write(report, new)
+                # First the workspace its run was watched in: "+FOLDER" for the next spare to
+                # prepare, "-" for none (one too large to keep), nothing when it ran none.
+                quota = sys.modules.get("warden.adapters.quota")
+                watched = quota.last_watched() if quota is not None else None
+                said = b""
+                if watched is not None:
+                    said = b"+" + os.fsencode(watched[0]) if watched[1] else b"-"
+                new = "\n".join(sorted(set(sys.modules) - known))
+                os.write(report, (said + b"\0" + new.encode())[:_MAX_REPORT])
             os._exit((status if told is None else told) & 0xFF)
 
     # -- children ending ---------------------------------------------------------------------
@@ -767,11 +785,14 @@ class Daemon:
                 sel.unregister(child.conn)
             child.conn.close()
             try:
-                names = os.read(child.report, _MAX_REPORT).decode(errors="replace").split()
+                said = os.read(child.report, _MAX_REPORT)
             except OSError:
-                names = []
+                said = b""
             os.close(child.report)
-            self._warm(names)
+            watched, _, names = said.partition(b"\0")
+            if watched == b"-" or (watched.startswith(b"+/") and len(watched) <= 4096):
+                self.last_workspace = os.fsdecode(watched[1:]) or None
+            self._warm(names.decode(errors="replace").split())
 
     def _warm(self, names: list[str]) -> None:
         """Import what a child needed, so the next child has it; never a module that would
