@@ -645,6 +645,25 @@ class App:
         if path is not None:
             connect_ahead(path)
 
+    def rehearse_run(self, folder: str) -> None:
+        """Make once, writing nothing, the registry reads that a person's run in workspace folder
+        `folder` starts with (the daemon's spare, while it waits, after `connect_ahead`): SQLite
+        has then compiled them on the connection that run adopts (given back here), and Python
+        has warmed their code."""
+        try:
+            with self.registry.transaction(write=False) as tx:
+                record = next((r for r in tx.workspaces.list_all() if r.path == folder), None)
+                if record is not None:
+                    tx.workspaces.get(record.name)
+                    tx.leases.read(record.name)
+                    tx.runs.of_workspace(record.name)
+                    tx.runs.of_node(self.node)
+                    tx.sandboxes.of_workspace(record.name)
+                    tx.sandboxes.find(self.node, record.name, "user", "none")
+                    tx.audit.head()
+        finally:
+            self.registry.give_back_ahead()
+
     def close(self) -> None:
         if "registry" in self.__dict__:
             self.registry.close()

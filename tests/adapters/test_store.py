@@ -189,3 +189,25 @@ def test_a_registry_lost_after_it_was_opened_is_not_made_again_empty(home: Path)
     with pytest.raises(sqlite3.OperationalError), db.transaction() as tx:
         tx.execute("SELECT 1")
     assert not path.exists() and not Path(f"{path}-wal").exists()
+
+
+def test_a_rehearsal_reads_on_the_connection_opened_ahead_writes_nothing_and_gives_it_back(
+        home: Path, environ: dict[str, str]) -> None:
+    """The daemon's spare rehearses the registry reads of a run in the last run's workspace on
+    the connection it opened ahead: that connection, its statements compiled, is still the one
+    the run's open adopts, and nothing was written."""
+    from warden.bootstrap import bootstrap
+
+    setup = bootstrap(home, environ=environ)
+    record = setup.workspaces.create("rh", template="minimal")
+    setup.close()
+    path = home / "warden.db"
+    connect_ahead(path)
+    ahead = db_module._ahead[path][0]
+    changes = ahead.total_changes
+    spare = bootstrap(home, environ=environ)
+    spare.rehearse_run(record.path)
+    assert db_module._ahead[path][0] is ahead and ahead.total_changes == changes and not ahead.in_transaction
+    assert _first_connection(path) is ahead
+    spare.rehearse_run("/no/such/workspace")  # nothing to read: still given back
+    spare.close()

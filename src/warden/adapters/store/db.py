@@ -63,6 +63,8 @@ class Database(Protocol):
 
     def checkpoint(self) -> None: ...
 
+    def give_back_ahead(self) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -159,9 +161,10 @@ def connect_ahead(path: Path) -> None:
     _ahead[path] = (conn, opened)
 
 
-def _taken_ahead(path: Path) -> sqlite3.Connection | None:
-    """The connection opened ahead for `path`, if it is still the registry's file there (a
-    restore from backup renames another into place: that one is closed, never used)."""
+def _taken_ahead(path: Path) -> tuple[sqlite3.Connection, tuple[int, int]] | None:
+    """The connection opened ahead for `path` and the file it opened, if that is still the
+    registry's file there (a restore from backup renames another into place: that one is closed,
+    never used)."""
     entry = _ahead.pop(path, None)
     if entry is None:
         return None
@@ -169,7 +172,7 @@ def _taken_ahead(path: Path) -> sqlite3.Connection | None:
     if _file_at(path) != opened:
         conn.close()
         return None
-    return conn
+    return entry
 
 
 def sqlite_path(url: str | None, home: Path) -> Path | None:
@@ -191,12 +194,14 @@ class SqliteDatabase:
         # which a later connection (the daemon's heartbeat reconnects at each beat) must not hide
         # behind a new, empty one that `check_registry` then takes for the registry.
         self._opened = False
+        self._ahead_file: tuple[int, int] | None = None  # the file of a connection adopted from `_ahead`
 
     def _connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             with _mapped(str(self.path)):
-                conn = _taken_ahead(self.path)
+                taken = _taken_ahead(self.path)
+                conn, self._ahead_file = taken if taken is not None else (None, None)
                 if conn is None:
                     conn = _connect(self.path, self.busy_timeout, create=not self._opened)
                 else:
@@ -234,6 +239,16 @@ class SqliteDatabase:
         at commit: synchronous=NORMAL) for the next automatic checkpoint, 1,000 pages on."""
         with _mapped(str(self.path)):
             self._connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    def give_back_ahead(self) -> None:
+        """Put this thread's connection back as the one opened ahead, if it was adopted from
+        there (the daemon's spare, after its rehearsal: the next open of this registry, the run's,
+        adopts it with the statements SQLite compiled meanwhile in its cache)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and self._ahead_file is not None and not conn.in_transaction:
+            _ahead[self.path] = (conn, self._ahead_file)
+            self._local.conn = None
+            self._ahead_file = None
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -295,6 +310,9 @@ class SqlalchemyDatabase:
 
     def checkpoint(self) -> None:
         """Nothing: the database server keeps its own log."""
+
+    def give_back_ahead(self) -> None:
+        """Nothing: no connection is opened ahead to a database server."""
 
     def close(self) -> None:
         self._engine.dispose()

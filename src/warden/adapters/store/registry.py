@@ -111,5 +111,8 @@ class SqlRegistry:
     def checkpoint(self) -> None:
         self.db.checkpoint()
 
+    def give_back_ahead(self) -> None:
+        self.db.give_back_ahead()
+
     def close(self) -> None:
         self.db.close()

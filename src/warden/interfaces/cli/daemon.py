@@ -650,6 +650,9 @@ class Daemon:
             with contextlib.suppress(Exception):  # archived or removed since: the run says why
                 quota.prepare(self.last_workspace)
                 gitguard.scan_again(self.last_workspace)
+            if self.presence is not None and self.presence.app is not None:
+                with contextlib.suppress(Exception):
+                    self.presence.app.rehearse_run(self.last_workspace)
         payload, fds = recv_frame(sock, max_fds=7)
         sock.close()
         if payload is None or len(fds) != 7:
