@@ -220,8 +220,9 @@ def test_live_sandboxes_are_one_per_key(registry: Registry) -> None:
         assert tx.sandboxes.find("node-a", "w", "user", "net-2") is None
         assert [s.id for s in tx.sandboxes.of_workspace("w")] == ["sbx_c", "sbx_a", "sbx_e"]
         assert [s.id for s in tx.sandboxes.of_node("node-a")] == ["sbx_c", "sbx_a", "sbx_d"]
-        tx.sandboxes.touch("sbx_a", "2026-01-01T01:00:00")
+        assert tx.sandboxes.touch("sbx_a", "2026-01-01T01:00:00")
         assert tx.sandboxes.delete("sbx_c") and not tx.sandboxes.delete("sbx_c")
+        assert not tx.sandboxes.touch("sbx_c", "2026-01-01T01:00:00")  # a stop claimed it: nothing starts there
     with registry.transaction(write=False) as tx:
         got = tx.sandboxes.get("sbx_a")
         assert got is not None and got.last_used == "2026-01-01T01:00:00" and got.pid_start == 1 << 40
@@ -242,9 +243,11 @@ def test_live_processes_end_once_and_count_against_their_bot(registry: Registry)
         assert [p.id for p in tx.processes.of_workspace("w")] == ["p2", "p1", "p3", "p4"]
         assert [p.id for p in tx.processes.of_workspace("w", principal="bot:b1@acc_1")] == ["p2", "p1"]
         assert [p.id for p in tx.processes.of_sandbox("sbx_b")] == ["p4"]
-        tx.processes.update("p1", {"meta": {"host_pid": 7, "cgroups": []}, "status": "running"})
+        assert tx.processes.update("p1", {"meta": {"host_pid": 7, "cgroups": []}, "status": "running"})
         assert tx.processes.finish("p1", status="exited", exit_code=3, signal=None, timed_out=False,
                                    ended_at="2026-01-01T00:01:00")
+        # A start that finds its process ended (a stop claimed it) cannot make it run again.
+        assert not tx.processes.update("p1", {"status": "running"})
         assert not tx.processes.finish("p1", status="killed", exit_code=137, signal=9, timed_out=False,
                                        ended_at="2026-01-01T00:02:00")  # it had ended: the first outcome stays
         assert tx.processes.finish("p2", status="killed", exit_code=124, signal=None, timed_out=True,

@@ -380,3 +380,21 @@ def test_commands_in_a_live_sandbox_start_through_wardens_launcher_with_their_ow
             assert note.read_text() == "started\n" * 4
     finally:
         cli("destroy", "fast", "--yes", "--no-archive")
+
+
+def test_a_command_that_cannot_start_exits_alike_in_a_fresh_and_a_live_sandbox(cli: Cli, ws: str, home: Path) -> None:
+    """A link loop cannot run (126, as the live sandbox's launcher and forked commands say); an
+    empty command name is not found (127), with bwrap's words, in both."""
+    folder = home / "workspaces" / ws
+    (folder / "loop1").symlink_to("loop2")
+    (folder / "loop2").symlink_to("loop1")
+    try:
+        fresh = {name: cli("run", ws, "--", name) for name in ("./loop1", "")}
+        _detach(cli, ws, "sleep", "30")  # the next commands run in the live sandbox
+        live = {name: cli("run", ws, "--", name) for name in ("./loop1", "")}
+        for name, code in (("./loop1", 126), ("", 127)):
+            assert (fresh[name].code, live[name].code) == (code, code), (fresh[name].stderr, live[name].stderr)
+            assert fresh[name].stderr == live[name].stderr and fresh[name].stderr.startswith(f"bwrap: execvp {name}:")
+    finally:
+        (folder / "loop1").unlink()
+        (folder / "loop2").unlink()

@@ -279,9 +279,11 @@ class _Sandboxes:
     def of_node(self, node: str) -> list[LiveSandbox]:
         return self._sorted([s for s in self._s.sandboxes.values() if s.node == node])
 
-    def touch(self, sandbox_id: str, at: str) -> None:
-        if sandbox_id in self._s.sandboxes:
-            self._s.sandboxes[sandbox_id] = self._s.sandboxes[sandbox_id]._replace(last_used=at)
+    def touch(self, sandbox_id: str, at: str) -> bool:
+        if sandbox_id not in self._s.sandboxes:
+            return False
+        self._s.sandboxes[sandbox_id] = self._s.sandboxes[sandbox_id]._replace(last_used=at)
+        return True
 
     def delete(self, sandbox_id: str) -> bool:
         return self._s.sandboxes.pop(sandbox_id, None) is not None
@@ -313,14 +315,15 @@ class _Processes:
         return sum(1 for p in self._s.processes.values()
                    if p.running and (p.bot != "" if bot is None else p.bot == bot))
 
-    def update(self, process_id: str, changes: Mapping[str, object]) -> None:
+    def update(self, process_id: str, changes: Mapping[str, object]) -> bool:
         found = self._s.processes.get(process_id)
-        if found is None:
-            return
+        if found is None or not found.running:
+            return False
         values = {k: v for k, v in changes.items() if k in ("status", "meta", "sandbox_id")}
         if "meta" in values:
             values["meta"] = _stored_live(values["meta"])  # type: ignore[arg-type]
         self._s.processes[process_id] = found._replace(**values)  # type: ignore[arg-type]
+        return True
 
     def finish(self, process_id: str, *, status: str, exit_code: int | None, signal: int | None, timed_out: bool,
                ended_at: str) -> bool:

@@ -61,6 +61,9 @@ __all__ = ["LiveSandboxService", "LiveSettings", "ProcessStarter"]
 
 # How many ended processes a workspace keeps (with their output) before the oldest are dropped.
 _KEEP_ENDED = 50
+# Seconds a background process may stay recorded "starting" without its supervisor listing it:
+# its starter records it, then asks the supervisor (which has 10 s to answer) to spawn it.
+_STARTING_S = 60.0
 # Counts of foreground commands a front end runs itself (all of them, the bot's), beside the
 # registry's background ones.
 Busy = Callable[[str], tuple[int, int]]
@@ -224,16 +227,7 @@ class LiveSandboxService:
                          *, bot: str = "", busy: Busy | None = None) -> LiveProcess:
         """Start a background process in the live sandbox of its key (started when none runs)."""
         check_process_id(process_id)
-        sandbox = self._sandbox_for(record, principal, request, start=True)
-        assert sandbox is not None
-        now = self._now()
-        process = LiveProcess(process_id, sandbox.id, record.name, principal, bot, tuple(request.argv), "starting",
-                              None, None, False, now, None, self.node,
-                              {"starter_pid": os.getpid(), "timeout_s": request.limits.timeout_s})
-        with self._registry.transaction() as tx:
-            if bot:
-                self._admit(tx, bot, busy)
-            tx.processes.insert(process)
+        sandbox, process = self._enter(record, principal, process_id, request, bot, busy)
         try:
             meta = self._sandboxes.spawn(sandbox, process_id, request, ring=self.settings.ring)
         except BaseException:
@@ -242,9 +236,37 @@ class LiveSandboxService:
             raise
         meta = {**process.meta, **meta}
         with self._registry.transaction() as tx:
-            tx.processes.update(process_id, {"status": "running", "meta": meta})
+            started = tx.processes.update(process_id, {"status": "running", "meta": meta})
             tx.sandboxes.touch(sandbox.id, self._now())
+        if not started:
+            # A stop claimed the sandbox after the process was recorded: it recorded the process
+            # killed, with its reason, and ends the sandbox (the process with it) if not done yet.
+            raise Unavailable("the workspace's live sandbox was stopped as the command started (`warden ps` "
+                              "says why); run it again", rule="live.stopped")
         return process._replace(status="running", meta=meta)
+
+    def _enter(self, record: WorkspaceRecord, principal: str, process_id: str, request: SandboxRequest, bot: str,
+               busy: Busy | None) -> tuple[LiveSandbox, LiveProcess]:
+        """The live sandbox a background process starts in, its row recorded there "starting"."""
+        for _ in range(3):
+            sandbox = self._sandbox_for(record, principal, request, start=True)
+            assert sandbox is not None
+            process = LiveProcess(process_id, sandbox.id, record.name, principal, bot, tuple(request.argv),
+                                  "starting", None, None, False, self._now(), None, self.node,
+                                  {"starter_pid": os.getpid(), "timeout_s": request.limits.timeout_s})
+            with self._registry.transaction() as tx:
+                # Only into a sandbox whose row is still there, in the same transaction: a stop
+                # claims the row before it ends the sandbox (_stop), and a process recorded
+                # after that claim would be killed by the stop with nothing to record it, its
+                # row "running" for good (and holding its bot's exec slot).
+                if not tx.sandboxes.touch(sandbox.id, process.started_at):
+                    continue
+                if bot:
+                    self._admit(tx, bot, busy)
+                tx.processes.insert(process)
+            return sandbox, process
+        raise Unavailable(f"the live sandbox of {record.name!r} keeps changing under this command; run it again",
+                          rule="live.contended")
 
     def _admit(self, tx: Tx, bot: str, busy: Busy | None) -> None:
         """Refuse a bot's background process over api.max_execs or api.max_execs_per_bot, counting
@@ -521,11 +543,18 @@ class LiveSandboxService:
         running = 0
         for process in rows:
             seen = listed.get(process.id)
-            if seen is not None and seen.status in ("starting", "running"):
+            if seen.status in ("starting", "running") if seen is not None else self._starting(process):
                 running += 1
                 continue
             self._finish(sandbox, process, seen)
         return running
+
+    def _starting(self, process: LiveProcess) -> bool:
+        """Whether `process`, which its supervisor does not list, is being started: recorded
+        "starting" and not yet asked for (a `ps` meanwhile must not record it lost)."""
+        started = _parse_time(process.started_at)
+        return (process.status == "starting" and started is not None
+                and (self._clock() - started).total_seconds() < _STARTING_S)
 
     def _finish(self, sandbox: LiveSandbox, process: LiveProcess, seen: Supervised | None) -> None:
         """Record how `process` ended (`seen` by its supervisor; None: it lost track of it)."""

@@ -610,8 +610,10 @@ def _status(rc: int, timed_out: bool, err_tail: bytes) -> tuple[int, int | None]
     """The status as a shell would report it, and the signal that ended the command, if one did."""
     last = err_tail.rstrip().rsplit(b"\n", 1)[-1]
     if rc == 1 and not timed_out and last.startswith(b"bwrap: execvp "):
-        # The program could not start: a shell's 126 (found, not executable) or 127 (not found).
-        rc = 126 if last.endswith(b": Permission denied") else 127
+        # The program could not start: a shell's 127 (not found) or 126 (found, but it cannot
+        # run: not executable, a loop of links, busy...), as a live sandbox's launcher and
+        # forked commands say it (supervisor.py, rlimit_exec.c): the same status in either.
+        rc = 127 if last.endswith((b": No such file or directory", b": Not a directory")) else 126
     elif rc == 1 and not timed_out and last.startswith(b"bwrap: "):
         # bwrap's own failure while mounting (after the pid was reported): not the command's
         # status. A command could print this line itself; it would only refuse itself.

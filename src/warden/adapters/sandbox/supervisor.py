@@ -686,6 +686,8 @@ class Supervisor:
         except BaseException:
             os._exit(126)
         try:
+            if not argv[0]:  # Python refuses it before any exec; execvp (bwrap's) finds no such file
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
             os.execvpe(argv[0], argv, env)  # noqa: S606 (argv, never a shell string)
         except OSError as exc:
             # Worded as bwrap words it, so a command reads the same in a live or a fresh sandbox.

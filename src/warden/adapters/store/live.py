@@ -93,8 +93,9 @@ class SqlSandboxes:
         return [_sandbox(r) for r in self._sql.execute(
             "SELECT * FROM live_sandboxes WHERE node = :node ORDER BY started_at, id", {"node": node})]
 
-    def touch(self, sandbox_id: str, at: str) -> None:
-        self._sql.execute("UPDATE live_sandboxes SET last_used = :at WHERE id = :id", {"id": sandbox_id, "at": at})
+    def touch(self, sandbox_id: str, at: str) -> bool:
+        return bool(self._sql.execute("UPDATE live_sandboxes SET last_used = :at WHERE id = :id RETURNING id",
+                                      {"id": sandbox_id, "at": at}))
 
     def delete(self, sandbox_id: str) -> bool:
         return bool(self._sql.execute("DELETE FROM live_sandboxes WHERE id = :id RETURNING id", {"id": sandbox_id}))
@@ -141,14 +142,16 @@ class SqlProcesses:
                                      "AND bot = :bot", {"bot": bot})
         return int(rows[0]["n"])
 
-    def update(self, process_id: str, changes: Mapping[str, object]) -> None:
+    def update(self, process_id: str, changes: Mapping[str, object]) -> bool:
         allowed = {"status", "meta", "sandbox_id"}
         values = {k: v for k, v in changes.items() if k in allowed}
         if "meta" in values:
             values["meta"] = json.dumps(dict(values["meta"]), sort_keys=True, default=str)  # type: ignore[call-overload]
-        if values:
-            sets = ", ".join(f"{k} = :{k}" for k in sorted(values))
-            self._sql.execute(f"UPDATE live_processes SET {sets} WHERE id = :id", {**values, "id": process_id})
+        if not values:
+            return False
+        sets = ", ".join(f"{k} = :{k}" for k in sorted(values))
+        return bool(self._sql.execute(f"UPDATE live_processes SET {sets} WHERE id = :id AND status IN {_RUNNING} "
+                                      "RETURNING id", {**values, "id": process_id}))
 
     def finish(self, process_id: str, *, status: str, exit_code: int | None, signal: int | None, timed_out: bool,
                ended_at: str) -> bool:

@@ -174,8 +174,9 @@ class SandboxTable(Protocol):
 
     def of_node(self, node: str) -> list[LiveSandbox]: ...
 
-    def touch(self, sandbox_id: str, at: str) -> None:
-        """Record a use (its idle time counts from the last one)."""
+    def touch(self, sandbox_id: str, at: str) -> bool:
+        """Record a use (its idle time counts from the last one); False when there is no such
+        row (a stop claimed it). The row stays locked to the end of the transaction."""
         ...
 
     def delete(self, sandbox_id: str) -> bool:
@@ -203,8 +204,9 @@ class ProcessTable(Protocol):
         before an insert in one transaction, the two are atomic against other writers."""
         ...
 
-    def update(self, process_id: str, changes: Mapping[str, object]) -> None:
-        """Change `status`, `meta` or `sandbox_id`."""
+    def update(self, process_id: str, changes: Mapping[str, object]) -> bool:
+        """Change `status`, `meta` or `sandbox_id` of a process still starting or running; False
+        when it has ended (an outcome `finish` recorded stands)."""
         ...
 
     def finish(self, process_id: str, *, status: str, exit_code: int | None, signal: int | None, timed_out: bool,

@@ -1,0 +1,156 @@
+"""A background process started while another Warden process stops the workspace's live sandbox
+(a revoke, an archive, a destroy, a sweep), with real bubblewrap sandboxes.
+
+A stop claims the sandbox (deletes its row, records its processes killed) before it ends it
+(services/live.py `_stop`). A start that found the sandbox before that claim must not leave a
+process the stop kills with nothing to record it: its row "running" for good, with no sandbox,
+holding its bot's exec slot, and `warden run --detach` saying it started.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Cli, isolated_environ
+from tests.support.waiting import wait_until
+from warden.adapters.processes import alive
+from warden.bootstrap import App, bootstrap
+from warden.core.errors import WardenError
+from warden.services.runs import RunRequest
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+WS = "claimed"
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "warden-home"
+    path.mkdir()
+    cli = Cli({**isolated_environ(path), "WARDEN_WORKSPACE_SANDBOX_IDLE": "60s"})
+    assert cli("create", WS, "--template", "minimal").code == 0
+    first = cli("run", WS, "--detach", "--", "sleep", "300")
+    assert first.code == 0, first.stderr
+    yield path
+    cli("destroy", WS, "--yes", "--no-archive")
+
+
+def _app(home: Path) -> App:
+    return bootstrap(home, environ=isolated_environ(home))
+
+
+def _stale(app: App) -> None:
+    """The starter's first look finds the sandbox as it was before the stop's claim."""
+    live = app.live
+    with app.registry.transaction(write=False) as tx:
+        (before,) = tx.sandboxes.of_workspace(WS)
+    found = live._sandbox_for
+    looks = iter([before])
+
+    def sandbox_for(*args: Any, **kwargs: Any) -> Any:
+        return next(looks, None) or found(*args, **kwargs)
+
+    live._sandbox_for = sandbox_for  # type: ignore[method-assign]
+
+
+def _on_stop(app: App, action: Callable[[], None]) -> None:
+    """`action` runs in the stop, after its claim and before the sandbox ends."""
+    sandboxes = app.live._sandboxes
+    stop = sandboxes.stop
+
+    def stopping(sandbox: Any) -> None:
+        action()
+        stop(sandbox)
+
+    sandboxes.stop = stopping  # type: ignore[method-assign]
+
+
+def _unaccounted(home: Path) -> list[str]:
+    """Processes recorded running whose sandbox has no row, or whose command is not alive."""
+    app = _app(home)
+    try:
+        with app.registry.transaction(write=False) as tx:
+            rows = {s.id for s in tx.sandboxes.of_workspace(WS)}
+            processes = tx.processes.of_workspace(WS)
+        return [f"{p.id} {p.status} in {p.sandbox_id}" for p in processes
+                if p.running and (p.sandbox_id not in rows
+                                  or not alive(int(p.meta["host_pid"]), int(p.meta["host_start"])))]  # type: ignore[call-overload]
+    finally:
+        app.close()
+
+
+def test_a_start_that_found_the_sandbox_before_a_stop_claimed_it_does_not_record_into_it(home: Path) -> None:
+    stopper, starter = _app(home), _app(home)
+    try:
+        _stale(starter)
+        started: list[str] = []
+        _on_stop(stopper, lambda: started.append(starter.runs.start(RunRequest(WS, ["sleep", "300"])).id))
+        stopper.live.stop_workspace(WS, reason="its grant was revoked")
+        assert len(started) == 1
+        assert _unaccounted(home) == []
+        with stopper.registry.transaction(write=False) as tx:
+            process = tx.processes.get(started[0])
+        assert process is not None and process.status == "running"  # in a sandbox of its own, started after
+    finally:
+        stopper.close()
+        starter.close()
+
+
+def test_a_start_whose_process_a_stop_claimed_while_it_spawned_it_says_so(home: Path) -> None:
+    stopper, starter = _app(home), _app(home)
+    claimed, go = threading.Event(), threading.Event()
+    _on_stop(stopper, lambda: (claimed.set(), go.wait(30)))
+    stopping = threading.Thread(target=lambda: stopper.live.stop_workspace(WS, reason="its grant was revoked"))
+    spawn = starter.live._sandboxes.spawn
+
+    def spawn_while_claimed(*args: Any, **kwargs: Any) -> Any:
+        # The process is recorded "starting" in the sandbox; the stop claims both now.
+        stopping.start()
+        assert claimed.wait(30)
+        return spawn(*args, **kwargs)
+
+    starter.live._sandboxes.spawn = spawn_while_claimed  # type: ignore[method-assign]
+    try:
+        with pytest.raises(WardenError) as refused:
+            starter.runs.start(RunRequest(WS, ["sleep", "300"]))
+        assert "stopped as the command started" in str(refused.value)
+        go.set()
+        stopping.join(30)
+        wait_until(lambda: _unaccounted(home) == [], message="a process recorded running was not")
+        with stopper.registry.transaction(write=False) as tx:
+            statuses = sorted(p.status for p in tx.processes.of_workspace(WS))
+        assert statuses == ["killed", "killed"]
+    finally:
+        go.set()
+        stopper.close()
+        starter.close()
+
+
+def test_a_look_while_a_process_starts_neither_records_it_lost_nor_fails_its_start(home: Path) -> None:
+    """A `ps` (or a server's sweep) between the start's record and its spawn finds a process its
+    supervisor does not list yet: it is starting, not lost."""
+    looker, starter = _app(home), _app(home)
+    spawn = starter.live._sandboxes.spawn
+
+    def spawn_after_a_look(*args: Any, **kwargs: Any) -> Any:
+        looker.live.list(WS)
+        return spawn(*args, **kwargs)
+
+    starter.live._sandboxes.spawn = spawn_after_a_look  # type: ignore[method-assign]
+    try:
+        started = starter.runs.start(RunRequest(WS, ["sleep", "300"]))
+        assert started.status == "running"
+        assert _unaccounted(home) == []
+        with looker.registry.transaction(write=False) as tx:
+            process = tx.processes.get(started.id)
+        assert process is not None and process.status == "running" and process.ended_at is None
+        assert "run.lost" not in [e.action for e in looker.audit.list(target=WS, limit=100)]
+    finally:
+        looker.close()
+        starter.close()
