@@ -356,3 +356,21 @@ def test_a_stop_that_loses_the_claim_still_ends_the_sandbox_before_it_returns(wo
         assert tx.sandboxes.delete(sandbox.id)  # the other process's claim
     world.service.stop(sandbox, "the workspace was destroyed")
     assert sandbox.id not in world.sandboxes.alive_ids and world.stop_reasons() == []
+
+
+def test_a_sandbox_a_suspend_ended_before_the_workspace_changed_leaves_killed_processes(world: World) -> None:
+    """A suspend, archive or destroy ends the workspace's processes while its lease drains, then
+    changes the workspace's status: a `ps` in between finds the sandbox dead under a "ready"
+    workspace. Its processes were killed by that operation, not lost."""
+    from warden.core.leases import Held, Holder
+
+    job = world.start(ALICE)
+    with world.registry.transaction() as tx:
+        state, version = tx.leases.read("w1")
+        suspend = Held(Holder("h1", "node-a", 4242, 7, "suspend"), "draining", (T0 + timedelta(minutes=1)).isoformat())
+        tx.leases.write(state._replace(held=(suspend,)), version)
+    world.sandboxes.end(world.rows()[0].id)  # the drain killed everything under the folder
+    world.service.list("w1")
+    assert world.status(job) == ("killed", 137)
+    assert world.stop_reasons()[0] == "the workspace's suspend ended it"
+    assert "run.lost" not in world.actions()

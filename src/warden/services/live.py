@@ -61,6 +61,8 @@ __all__ = ["LiveSandboxService", "LiveSettings", "ProcessStarter"]
 
 # How many ended processes a workspace keeps (with their output) before the oldest are dropped.
 _KEEP_ENDED = 50
+# The lifecycle operations that end a workspace's processes while their lease drains.
+_ENDING_OPS = ("suspend", "archive", "destroy")
 # Seconds a background process may stay recorded "starting" without its supervisor listing it:
 # its starter records it, then asks the supervisor (which has 10 s to answer) to spawn it.
 _STARTING_S = 60.0
@@ -480,10 +482,17 @@ class LiveSandboxService:
         """Collect `sandbox`'s ended processes, or stop it if it may no longer run; True if stopped."""
         with self._registry.transaction(write=False) as tx:
             record = tx.workspaces.get(sandbox.workspace)
-            fence = tx.leases.read(sandbox.workspace)[0].fence
-        problem = self._problem(sandbox, record, fence)
+            lease = tx.leases.read(sandbox.workspace)[0]
+        problem = self._problem(sandbox, record, lease.fence)
         if problem == "stopped":
-            self._stop(sandbox, self._why_gone(record, sandbox), killed=record is None or record.status != "ready")
+            # A suspend, archive or destroy ends the workspace's processes (its lease's drain)
+            # before it changes the workspace's status: a look in between finds the sandbox dead
+            # under a workspace still "ready", and must not record its processes "lost".
+            taker = next((h.holder.op for h in lease.held if h.mode != "shared" and h.holder.op in _ENDING_OPS), None)
+            if taker is not None and record is not None and record.status == "ready":
+                self._stop(sandbox, f"the workspace's {taker} ended it", killed=True)
+            else:
+                self._stop(sandbox, self._why_gone(record, sandbox), killed=record is None or record.status != "ready")
             return True
         if problem is not None:
             self._stop(sandbox, problem)
