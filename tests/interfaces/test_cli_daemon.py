@@ -960,13 +960,17 @@ def test_a_home_removed_while_the_daemon_idles_gets_no_new_registry_files(tmp_pa
         stop_daemon(home)
 
 
-def _beating_home(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """A home of its own under `tmp_path` whose daemon beats every second."""
+def _home_of_its_own(tmp_path: Path, **extra: str) -> tuple[Path, dict[str, str]]:
+    """A home of its own under `tmp_path` (not the module's), its daemon idling a minute."""
     home = tmp_path / "home"
     home.mkdir()
     keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
-    return home, {**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "60",
-                  "WARDEN_NODE_HEARTBEAT_INTERVAL": "1s"}
+    return home, {**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "60", **extra}
+
+
+def _beating_home(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A home of its own under `tmp_path` whose daemon beats every second."""
+    return _home_of_its_own(tmp_path, WARDEN_NODE_HEARTBEAT_INTERVAL="1s")
 
 
 def test_a_child_leaves_the_write_ahead_log_to_the_next_run_and_a_kill_loses_nothing(tmp_path: Path) -> None:
@@ -975,10 +979,7 @@ def test_a_child_leaves_the_write_ahead_log_to_the_next_run_and_a_kill_loses_not
     commit would sync a new log's header while its person waits (1.5–7 ms here). The child leaves
     its connection to its exit instead: the log keeps its frames for the next run. Nothing is lost
     by that: with the daemon and its spare killed at once, the run is in the audit log, whole."""
-    home = tmp_path / "home"
-    home.mkdir()
-    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
-    environ = {**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "60"}
+    home, environ = _home_of_its_own(tmp_path)
     try:
         created = warden(environ, "create", "dw", "--template", "minimal")
         assert created.returncode == 0, created.stderr
@@ -1011,10 +1012,7 @@ def test_the_spare_watches_the_last_runs_workspace_and_the_run_it_serves_owns_on
     """The spare walks and watches the workspace its home's last command ran in while it waits
     (a 5,000-folder workspace cost each `warden run` ~700 ms of walks): the run it serves applies
     what changed meanwhile. What the person changed while it waited is not the run's."""
-    home = tmp_path / "home"
-    home.mkdir()
-    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "LANG", "TERM", "TZ", "TMPDIR"}}
-    environ = {**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "60"}
+    home, environ = _home_of_its_own(tmp_path)
     try:
         created = warden(environ, "create", "dw", "--template", "minimal")
         assert created.returncode == 0, created.stderr

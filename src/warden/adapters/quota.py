@@ -191,20 +191,26 @@ def prepare(root: str) -> None:
     workspace (and the git guard's sweeps list what changed: gitguard.scan_again). Nothing is
     kept where inotify cannot watch it all, or for a tree past what a process keeps."""
     try:
-        tree = UsageTree(root, disk_usage.inotify())
+        tree = _scanned(root, disk_usage.inotify())
     except OSError:
         return
-    try:
-        tree.scan()
-    except BaseException:
-        tree.close()
-        raise
     if tree.unwatched is not None:
         tree.close()
         return
     with _KEPT_LOCK:
         _SEEN.add(root)
     _keep(tree)
+
+
+def _scanned(root: str, notify: int | None) -> UsageTree:
+    """Workspace folder `root` walked and measured, watched through `notify` where it can be."""
+    tree = UsageTree(root, notify)
+    try:
+        tree.scan()
+    except BaseException:
+        tree.close()
+        raise
+    return tree
 
 
 def _watched(root: str, keepable: bool) -> None:
@@ -284,12 +290,7 @@ class Watcher:
         except OSError as exc:
             notify = None
             self.notes.append(f"inotify unavailable ({exc.strerror}); the quota is checked every {RESCAN_S} s")
-        tree = UsageTree(self.root, notify)
-        try:
-            tree.scan()
-        except BaseException:
-            tree.close()
-            raise
+        tree = _scanned(self.root, notify)
         if tree.unwatched is not None:
             self.notes.append(f"{tree.unwatched}; the quota is checked every {RESCAN_S} s")
             tree.close()
