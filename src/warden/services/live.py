@@ -36,6 +36,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from warden.core.errors import Conflict, NotFound, TimedOut, Unavailable
+from warden.core.leases import LeaseState
 from warden.core.live import (
     RING_BYTES,
     Chunk,
@@ -485,14 +486,8 @@ class LiveSandboxService:
             lease = tx.leases.read(sandbox.workspace)[0]
         problem = self._problem(sandbox, record, lease.fence)
         if problem == "stopped":
-            # A suspend, archive or destroy ends the workspace's processes (its lease's drain)
-            # before it changes the workspace's status: a look in between finds the sandbox dead
-            # under a workspace still "ready", and must not record its processes "lost".
-            taker = next((h.holder.op for h in lease.held if h.mode != "shared" and h.holder.op in _ENDING_OPS), None)
-            if taker is not None and record is not None and record.status == "ready":
-                self._stop(sandbox, f"the workspace's {taker} ended it", killed=True)
-            else:
-                self._stop(sandbox, self._why_gone(record, sandbox), killed=record is None or record.status != "ready")
+            reason, killed = self._why_gone(record, sandbox, lease)
+            self._stop(sandbox, reason, killed=killed)
             return True
         if problem is not None:
             self._stop(sandbox, problem)
@@ -522,12 +517,22 @@ class LiveSandboxService:
             return False  # the stop that follows finds why
 
     @staticmethod
-    def _why_gone(record: WorkspaceRecord | None, sandbox: LiveSandbox) -> str:
-        if record is None or record.id != sandbox.workspace_id:
-            return "the workspace was destroyed"
+    def _why_gone(record: WorkspaceRecord | None, sandbox: LiveSandbox, lease: LeaseState) -> tuple[str, bool]:
+        """Why `sandbox` is found dead, and whether its running processes were killed (else lost)."""
+        if record is None:
+            return "the workspace was destroyed", True
         if record.status != "ready":
-            return f"the workspace was {record.status}"
-        return "it ended (idle, or its supervisor was killed)"
+            reason = "destroyed" if record.id != sandbox.workspace_id else record.status
+            return f"the workspace was {reason}", True
+        # A suspend, archive or destroy ends the workspace's processes (its lease's drain) before
+        # it changes the workspace's status: a look in between finds the sandbox dead under a
+        # workspace still "ready", and must not record its processes "lost".
+        taker = next((h.holder.op for h in lease.held if h.mode != "shared" and h.holder.op in _ENDING_OPS), None)
+        if taker is not None:
+            return f"the workspace's {taker} ended it", True
+        if record.id != sandbox.workspace_id:
+            return "the workspace was destroyed", False
+        return "it ended (idle, or its supervisor was killed)", False
 
     def _audit_network(self, sandbox: LiveSandbox) -> None:
         """Audit what the proxy of `sandbox` refused since it was last asked (`network.refused`)."""
@@ -552,7 +557,8 @@ class LiveSandboxService:
         running = 0
         for process in rows:
             seen = listed.get(process.id)
-            if seen.status in ("starting", "running") if seen is not None else self._starting(process):
+            alive = seen.status in ("starting", "running") if seen is not None else self._starting(process)
+            if alive:
                 running += 1
                 continue
             self._finish(sandbox, process, seen)

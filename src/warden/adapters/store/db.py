@@ -126,7 +126,7 @@ def leave_open_at_exit() -> None:
 
     A close that is the registry's last checkpoints it (the WAL copied into the database file,
     which is synced) and removes the WAL; the next process's first commit then starts a new WAL,
-    whose header SQLite syncs: 1.5–7 ms here, inside the next `warden run` its person waits for.
+    whose header SQLite syncs: 0.8–7 ms here, inside the next `warden run` its person waits for.
     An exit without the close loses nothing (every commit is in the WAL, as after a crash, which
     SQLite is made for); the WAL stays, and the daemon's heartbeat checkpoints it instead
     (`Database.checkpoint`).
@@ -194,14 +194,14 @@ class SqliteDatabase:
         # which a later connection (the daemon's heartbeat reconnects at each beat) must not hide
         # behind a new, empty one that `check_registry` then takes for the registry.
         self._opened = False
-        self._ahead_file: tuple[int, int] | None = None  # the file of a connection adopted from `_ahead`
 
     def _connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             with _mapped(str(self.path)):
                 taken = _taken_ahead(self.path)
-                conn, self._ahead_file = taken if taken is not None else (None, None)
+                # This thread's connection and, adopted from `_ahead`, the file it opened.
+                conn, self._local.ahead_file = taken if taken is not None else (None, None)
                 if conn is None:
                     conn = _connect(self.path, self.busy_timeout, create=not self._opened)
                 else:
@@ -244,11 +244,11 @@ class SqliteDatabase:
         """Put this thread's connection back as the one opened ahead, if it was adopted from
         there (the daemon's spare, after its rehearsal: the next open of this registry, the run's,
         adopts it with the statements SQLite compiled meanwhile in its cache)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None and self._ahead_file is not None and not conn.in_transaction:
-            _ahead[self.path] = (conn, self._ahead_file)
+        conn, opened = getattr(self._local, "conn", None), getattr(self._local, "ahead_file", None)
+        if conn is not None and opened is not None and not conn.in_transaction:
+            _ahead[self.path] = (conn, opened)
             self._local.conn = None
-            self._ahead_file = None
+            self._local.ahead_file = None
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
