@@ -56,3 +56,12 @@ def test_a_refusal_is_its_reason_with_exit_status_126() -> None:
     assert Refused.of(refused) is refused
     assert type(Refused.of(Denied("again"))) is type(refused)  # one refused class per reason class
     assert not isinstance(Refused.of(Locked("held")), Denied)
+
+
+@pytest.mark.parametrize("text", [
+    "deadlock detected\nDETAIL:  Process 32013 waits for ShareLock on transaction 820",
+    "could not serialize access due to concurrent update"])
+def test_a_transaction_postgresql_undid_is_locked_with_nothing_written(text: str) -> None:
+    mapped = classify(Exception(text))
+    assert isinstance(mapped, Locked) and mapped.rule == "registry.deadlock"
+    assert "nothing was changed; try again" in mapped.message and "\n" not in mapped.message

@@ -5,10 +5,15 @@ A stop claims the sandbox (deletes its row, records its processes killed) before
 (services/live.py `_stop`). A start that found the sandbox before that claim must not leave a
 process the stop kills with nothing to record it: its row "running" for good, with no sandbox,
 holding its bot's exec slot, and `warden run --detach` saying it started.
+
+On SQLite and on PostgreSQL (when WARDEN_TEST_DATABASE_URL names one): on PostgreSQL the claim
+and the start's record are at READ COMMITTED, where the row lock of the start's `touch` or of the
+stop's delete, not one lock on the whole database, decides which goes first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 from collections.abc import Callable, Iterator
@@ -18,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Cli, isolated_environ
+from tests.support.nodes import ADMIN_URL, fresh_database
 from tests.support.waiting import wait_until
 from warden.adapters.processes import alive
 from warden.bootstrap import App, bootstrap
@@ -29,20 +35,33 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewra
 WS = "claimed"
 
 
-@pytest.fixture
-def home(tmp_path: Path) -> Iterator[Path]:
+_ENVIRON: dict[Path, dict[str, str]] = {}  # each test home's environment (its registry's URL)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def home(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "warden-home"
     path.mkdir()
-    cli = Cli({**isolated_environ(path), "WARDEN_WORKSPACE_SANDBOX_IDLE": "60s"})
-    assert cli("create", WS, "--template", "minimal").code == 0
-    first = cli("run", WS, "--detach", "--", "sleep", "300")
-    assert first.code == 0, first.stderr
-    yield path
-    cli("destroy", WS, "--yes", "--no-archive")
+    with contextlib.ExitStack() as stack:
+        environ = {**isolated_environ(path), "WARDEN_WORKSPACE_SANDBOX_IDLE": "60s"}
+        if request.param == "postgresql":
+            if not ADMIN_URL.startswith("postgresql"):
+                pytest.skip("set WARDEN_TEST_DATABASE_URL=postgresql+psycopg://… to test PostgreSQL")
+            environ["WARDEN_DATABASE_URL"] = stack.enter_context(fresh_database("warden_claim_"))
+        _ENVIRON[path] = environ
+        cli = Cli(environ)
+        assert cli("create", WS, "--template", "minimal").code == 0
+        first = cli("run", WS, "--detach", "--", "sleep", "300")
+        assert first.code == 0, first.stderr
+        try:
+            yield path
+        finally:
+            cli("destroy", WS, "--yes", "--no-archive")
+            _ENVIRON.pop(path, None)
 
 
 def _app(home: Path) -> App:
-    return bootstrap(home, environ=isolated_environ(home))
+    return bootstrap(home, environ=_ENVIRON[home])
 
 
 def _stale(app: App) -> None:
@@ -154,3 +173,40 @@ def test_a_look_while_a_process_starts_neither_records_it_lost_nor_fails_its_sta
     finally:
         looker.close()
         starter.close()
+
+
+def test_starts_and_stops_at_once_leave_every_process_accounted_for(home: Path) -> None:
+    """No hook orders them: a starter and a stopper in two processes' worth of apps, at once, for
+    a while. Every process recorded running is alive in a sandbox that has a row; each start
+    either started or said the sandbox was stopped under it."""
+    stopper, starter = _app(home), _app(home)
+    ended = threading.Event()
+    problems: list[str] = []
+
+    def stop_again_and_again() -> None:
+        while not ended.is_set():
+            try:
+                stopper.live.stop_workspace(WS, reason="its grant was revoked")
+            except WardenError as exc:  # a lease contended by the starter: tried again
+                if exc.rule not in ("lease.contended", "live.contended"):
+                    problems.append(f"stop: {exc}")
+
+    stopping = threading.Thread(target=stop_again_and_again)
+    stopping.start()
+    outcomes: list[str] = []
+    try:
+        for _ in range(12):
+            try:
+                outcomes.append(starter.runs.start(RunRequest(WS, ["sleep", "300"])).status)
+            except WardenError as exc:
+                assert exc.rule in ("live.stopped", "live.contended"), exc
+                outcomes.append(exc.rule or "")
+    finally:
+        ended.set()
+        stopping.join(60)
+        stopper.live.stop_workspace(WS, reason="the test ended")
+        stopper.close()
+        starter.close()
+    assert problems == []
+    assert "running" in outcomes or "live.stopped" in outcomes
+    wait_until(lambda: _unaccounted(home) == [], message="a process recorded running was not")

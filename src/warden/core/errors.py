@@ -158,6 +158,10 @@ def classify(exc: BaseException, where: str | None = None) -> WardenError | None
         place = f" ({where})" if where else ""
         return Locked(f"the registry{place} is locked by another process; wait for it to finish "
                       "(or stop it) and try again")
+    if "deadlock detected" in text or "could not serialize access" in text:
+        # PostgreSQL undid this transaction to let another one through: nothing of it was written.
+        return Locked("the registry undid this command's changes to let another Warden process's through "
+                      "(a deadlock); nothing was changed; try again", rule="registry.deadlock")
     if "database or disk is full" in text:
         return Unavailable(f"no space left on {where or 'the registry disk'}; free some space")
     if isinstance(exc, PermissionError):

@@ -235,17 +235,26 @@ class LiveSandboxService:
             meta = self._sandboxes.spawn(sandbox, process_id, request, ring=self.settings.ring)
         except BaseException:
             with self._registry.transaction() as tx:
-                tx.processes.delete(process_id)
+                # Its row goes unless a stop claimed it (recorded it killed, with its reason):
+                # then that stop is why the spawn failed (it ended the sandbox under it), and
+                # the start says so, as when the claim comes after the spawn.
+                claimed = tx.processes.get(process_id)
+                if claimed is None or claimed.running:
+                    tx.processes.delete(process_id)
+                    claimed = None
+            if claimed is not None:
+                raise _stopped_as_it_started() from None
             raise
         meta = {**process.meta, **meta}
         with self._registry.transaction() as tx:
-            started = tx.processes.update(process_id, {"status": "running", "meta": meta})
+            # The sandbox's row before the process's, in the order a stop's claim takes them:
+            # on PostgreSQL, where each row is locked on its own, the other order deadlocked.
             tx.sandboxes.touch(sandbox.id, self._now())
+            started = tx.processes.update(process_id, {"status": "running", "meta": meta})
         if not started:
             # A stop claimed the sandbox after the process was recorded: it recorded the process
             # killed, with its reason, and ends the sandbox (the process with it) if not done yet.
-            raise Unavailable("the workspace's live sandbox was stopped as the command started (`warden ps` "
-                              "says why); run it again", rule="live.stopped")
+            raise _stopped_as_it_started()
         return process._replace(status="running", meta=meta)
 
     def _enter(self, record: WorkspaceRecord, principal: str, process_id: str, request: SandboxRequest, bot: str,
@@ -758,6 +767,11 @@ class LiveSandboxService:
             raise TimedOut(f"process {process_id} still runs after {timeout:g} s; `warden kill {workspace} "
                            f"{process_id}` stops it")
         return ProcessView.of(process)
+
+
+def _stopped_as_it_started() -> Unavailable:
+    return Unavailable("the workspace's live sandbox was stopped as the command started (`warden ps` says why); "
+                       "run it again", rule="live.stopped")
 
 
 def _parse_time(stamp: str) -> datetime | None:

@@ -696,7 +696,7 @@ class HostLiveSandboxes:
                 group.add(host_pid)
             if spawned.held:
                 _parsed(parse_ok, channel.ask({"op": "go", "id": process_id}))
-        except BaseException:
+        except BaseException as exc:
             if host_pid is None and spawned is not None:
                 host_pid = _find_host_pid(sandbox.supervisor_pid, spawned.pid, _pidns(sandbox))
             if host_pid is not None:
@@ -705,6 +705,11 @@ class HostLiveSandboxes:
                         kill(host_pid, signal.SIGKILL)
             if group is not None:
                 _remove_cgroup(group)
+            if isinstance(exc, ProcessLookupError):
+                # Gone between the supervisor's answer and its limits or cgroups: the sandbox was
+                # stopped meanwhile (a revoke, an archive), which killed it before it ran anything.
+                raise Unavailable("the command's process ended before it could start: its live sandbox stopped "
+                                  "meanwhile; run it again", rule="live.unreachable") from None
             raise
         return _Started(spawned.pid, host_pid, group)
 
