@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import re
+import selectors
 import shutil
 import signal
 import socket
@@ -1035,3 +1036,42 @@ def test_the_spare_watches_the_last_runs_workspace_and_the_run_it_serves_owns_on
         assert event["detail"]["changes"]["paths"] == ["/by-the-run.txt"], event["detail"]
     finally:
         stop_daemon(home)
+
+
+def test_a_request_the_daemon_cannot_fork_for_leaves_no_descriptor_open(env: dict[str, str],
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    """Out of processes (the user's limit), the daemon answers by closing, and the client runs its
+    command itself; the pipe its child would have reported on is closed too, not left per request."""
+    home = env["WARDEN_HOME"]
+    daemon = daemon_module.Daemon(home=home, idle_s=5, environ=dict(env))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # as the daemon's own (its senders)
+    listener.bind(str(tmp_path / "d.sock"))
+    listener.listen(1)
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    client.connect(str(tmp_path / "d.sock"))
+    os.makedirs(os.path.dirname(daemon_paths(home)[1]), mode=0o700, exist_ok=True)
+    proof = os.open(daemon_paths(home)[1], os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    me = os.pidfd_open(os.getpid())
+    try:
+        request = encode_request(["run", "dw", "--", "true"], dict(env), "/")
+        send_frame(client, request, (0, 1, 2, proof, me))
+
+        def no_process() -> int:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+
+        monkeypatch.setattr(daemon_module.os, "fork", no_process)
+        before = sorted(os.listdir("/proc/self/fd"))
+        with selectors.DefaultSelector() as sel:
+            daemon._accept(listener, sel)
+        after = sorted(os.listdir("/proc/self/fd"))
+        assert recv_frame(client, deadline=time.monotonic() + 5) == (None, [])  # closed: run it yourself
+        assert daemon.children == {}
+        # The accepted connection and the request's descriptors were closed before; now the pipe too.
+        assert [fd for fd in after if fd not in before] == []
+    finally:
+        for fd in (proof, me):
+            os.close(fd)
+        client.close()
+        listener.close()

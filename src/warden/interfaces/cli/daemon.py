@@ -451,7 +451,14 @@ class Daemon:
             pid = self._hand_to_spare(conn, request, fds, report_w)
             if pid is None:
                 known = set(sys.modules)
-                pid = os.fork()
+                try:
+                    pid = os.fork()
+                except OSError:
+                    # No process to be had (the user's limit): the client, answered by the close
+                    # below, runs its command itself; the report pipe is not left open per request.
+                    os.close(report_r)
+                    os.close(report_w)
+                    raise
                 if pid == 0:
                     try:
                         os.close(report_r)
