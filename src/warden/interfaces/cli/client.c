@@ -3,7 +3,7 @@
  * everything else Warden's Python CLI, exec'd in its place.
  *
  * Why: a `warden run` through the daemon (interfaces/cli/daemon.py) spends ~30 ms in the daemon
- * and, with the Python client (interfaces/cli/entry.py), another 15-25 ms starting Python before
+ * and, with the Python client (interfaces/cli/entry.py), another 20-35 ms starting Python before
  * it even connects. This program is entry.py's main() for the one case it speeds up, in C, as
  * Nailgun's `ng` and `emacsclient` are for theirs: it sends the daemon byte for byte the request
  * entry.py sends (read entry.py for why each check is made) and takes the same answers.

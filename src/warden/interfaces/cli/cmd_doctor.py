@@ -77,7 +77,7 @@ def _node_check(ctx: Context) -> tuple[Any, dict[str, Any]]:
 def _client_check(program: Path | None = None) -> Any:
     """Which program `warden` is: the native client (interfaces/cli/client.c, built by scripts/setup
     where it finds a C compiler) or the Python console script, whose own start costs each `warden
-    run` ~15 ms more. Never required: both run every command alike."""
+    run` ~25 ms more. Never required: both run every command alike."""
     from warden.adapters.sandbox.doctor import Check
 
     program = program or Path(sys.executable).with_name("warden")
@@ -89,7 +89,7 @@ def _client_check(program: Path | None = None) -> Any:
     if native:
         return Check("client", True, f"{program} is the native client: a `warden run` the home's daemon serves "
                      "starts no Python", required=False)
-    return Check("client", True, f"{program} is the Python client: each `warden run` starts ~15 ms slower than "
+    return Check("client", True, f"{program} is the Python client: each `warden run` starts ~25 ms slower than "
                  "through the native one", "install gcc (sudo apt-get install -y gcc), then run scripts/setup again",
                  required=False)
 
