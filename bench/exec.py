@@ -7,7 +7,10 @@ sandbox pays); `Workspace.run(["true"])` in a warm process (seccomp, cgroups, li
 included), in a fresh sandbox and in the person's live sandbox (one a detached process keeps
 up); `warden run NAME -- true` from a shell (a fresh Python process each time) running the
 command itself (`WARDEN_DAEMON=0`, as before the daemon) and through the home's daemon, in a
-fresh and in the live sandbox; and Anthropic's `srt true` when it is installed. Targets:
+fresh and in the live sandbox, by `warden` as installed (the native client where scripts/setup
+could build it) and, in the live sandbox, by the Python client (entry.py's `main`, as its console
+script starts it: `python -m` would add runpy's import, ~9 ms); and Anthropic's `srt true` when it
+is installed. Targets:
 in-process run <= 2x raw bwrap, in-process in a live sandbox <= 0.5x raw bwrap, CLI through
 the daemon <= 40 ms. The CLI rows use a home of their own whose registry no other process
 holds open, as for a person typing commands (the last connection's close then makes SQLite
@@ -76,9 +79,12 @@ def main() -> None:
     rows: list[tuple[str, list[float]]] = []
     rows.append(("bare true", measure(lambda: subprocess.run(["true"], check=True), n)))
     raw = raw_bwrap_argv()
-    # The console script, as a user types it in a shell (`python -m` adds runpy on top).
+    # `warden` as a user types it in a shell: the native client, or the console script where
+    # scripts/setup had no compiler (`python -m` adds runpy on top).
     script = Path(sys.executable).with_name("warden")
     entry = [str(script)] if script.exists() else [sys.executable, "-m", "warden"]
+    # The Python client as its console script starts it, whichever `warden` is installed.
+    python_client = [sys.executable, "-P", "-c", "from warden.interfaces.cli.entry import main; main()"]
     with tempfile.TemporaryDirectory() as tmp:
         home, env = bench_home(tmp)
         cli_home, cli_env = bench_home(str(Path(tmp) / "cli"))
@@ -96,6 +102,9 @@ def main() -> None:
         def cli_daemon() -> None:
             subprocess.run(cli, check=True, env=cli_env, stdin=subprocess.DEVNULL)
 
+        def cli_daemon_python() -> None:
+            subprocess.run([*python_client, *cli[1:]], check=True, env=cli_env, stdin=subprocess.DEVNULL)
+
         with Warden.open(home, environ=env) as w:
             ws = w.create("bench", template="minimal")
 
@@ -111,7 +120,7 @@ def main() -> None:
                 subprocess.run([*entry, "run", "bench", "--detach", "--", "sleep", "600"], check=True,
                                env=each, stdout=subprocess.DEVNULL)
             try:
-                live = _alternate(n, raw_bwrap, in_process, cli_daemon, gap=gap)
+                live = _alternate(n, raw_bwrap, in_process, cli_daemon, cli_daemon_python, gap=gap)
             finally:
                 for each in homes:
                     listing = subprocess.run([*entry, "ps", "bench", "--json"], env=each, capture_output=True,
@@ -125,7 +134,8 @@ def main() -> None:
                  ('Workspace.run(["true"]) warm, live', live[1]),
                  ("warden run (WARDEN_DAEMON=0)", fresh[2]),
                  ("warden run, daemon", fresh[3]),
-                 ("warden run, daemon, live", live[2])]
+                 ("warden run, daemon, live", live[2]),
+                 ("warden run, daemon, live (Python client)", live[3])]
         if shutil.which("srt"):
             rows.append(("srt true", measure(lambda: subprocess.run(["srt", "true"], cwd=tmp, check=False,
                                                                      capture_output=True), max(5, n // 3))))
@@ -133,10 +143,10 @@ def main() -> None:
             print("srt not installed (npm install -g @anthropic-ai/sandbox-runtime; needs socat, ripgrep)")
     medians = {name: statistics.median(times) for name, times in rows}
     raw_median = medians["raw bwrap ... true"]
-    print(f"{'what':36} {'median ms':>10} {'p90 ms':>8} {'x raw bwrap':>12}")
+    print(f"{'what':42} {'median ms':>10} {'p90 ms':>8} {'x raw bwrap':>12}")
     for name, times in rows:
         p90 = sorted(times)[int(len(times) * 0.9) - 1]
-        print(f"{name:36} {medians[name]:10.1f} {p90:8.1f} {medians[name] / raw_median:12.2f}")
+        print(f"{name:42} {medians[name]:10.1f} {p90:8.1f} {medians[name] / raw_median:12.2f}")
     in_proc = medians['Workspace.run(["true"]) warm']
     in_live = medians['Workspace.run(["true"]) warm, live']
     cli_med = min(medians["warden run, daemon"], medians["warden run, daemon, live"])
@@ -145,7 +155,8 @@ def main() -> None:
     print(f"target in-process in a live sandbox <= 0.5x raw bwrap: {in_live / raw_median:.2f}x "
           f"({'met' if in_live <= 0.5 * raw_median else 'MISSED'})")
     print(f"target CLI through the daemon <= 40 ms: {cli_med:.0f} ms ({'met' if cli_med <= 40 else 'MISSED'}); "
-          f"running the command itself: {medians['warden run (WARDEN_DAEMON=0)']:.0f} ms")
+          f"running the command itself: {medians['warden run (WARDEN_DAEMON=0)']:.0f} ms; through the Python "
+          f"client (live): {medians['warden run, daemon, live (Python client)']:.0f} ms")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,428 @@
+"""The native `warden` program (interfaces/cli/client.c), for real: a `warden run` it hands to the
+home's daemon gives what the Python client (`python -m warden`) gives, status, stdout and stderr,
+and the request it sends is the Python client's byte for byte; everything else, and every run
+the daemon may not serve, goes to Python; signals reach the command as they do through the
+Python client; and a peer that is no daemon of ours (garbage, a huge frame, a pid not its
+child's, another user's socket) gets nothing from it: no crash, no signal sent, a sane exit.
+
+Two copies of the client: one in a venv of the test's own (its `python` is this one's), and a
+strict one whose `python` only says it ran (tests/support/native_client.py): what the strict
+one runs as the Python client does went through the daemon, natively."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pty
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import at_a_terminal
+from tests.interfaces.test_cli_daemon import daemon_pids, stop_daemon
+from tests.support.native_client import FELL_BACK, FELL_BACK_SAID, build_client, handed_over, strict_copy
+from tests.support.waiting import wait_until
+from warden.interfaces.cli.cmd_doctor import _client_check
+from warden.interfaces.cli.entry import MAX_FRAME, daemon_paths, recv_frame, send_frame
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+PYTHON_CLIENT = [sys.executable, "-m", "warden"]
+ODD = os.fsdecode(b"caf\xe9")  # not UTF-8: travels as the bytes it is
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_client(tmp_path_factory.mktemp("native-client") / "venv")
+
+
+@pytest.fixture(scope="module")
+def strict(client: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return strict_copy(client, tmp_path_factory.mktemp("strict-client"))
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    home = tmp_path_factory.mktemp("native-home") / "warden-home"
+    home.mkdir()
+    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "TZ", "TMPDIR"}}
+    # No LANG nor LC_*: the C locale, which Python's start coerces (LC_CTYPE=C.UTF-8 in its own
+    # environment, PEP 538), so the native client must send that too. And a value not UTF-8.
+    environ = {**keep, "HOME": str(home.parent), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "120",
+               "WARDEN_TEST_ODD": ODD}
+    made = subprocess.run([*PYTHON_CLIENT, "create", "dw", "--template", "minimal"], env=environ,
+                          capture_output=True, timeout=120, check=False)
+    assert made.returncode == 0, made.stderr
+    yield environ
+    stop_daemon(home)
+
+
+def run(program: list[str] | Path, env: dict[str, str], *args: str, stdin: bytes | int = b"",
+        **extra: str) -> subprocess.CompletedProcess[bytes]:
+    argv = [str(program)] if isinstance(program, Path) else program
+    given = {"input": stdin} if isinstance(stdin, bytes) else {"stdin": stdin}
+    return subprocess.run([*argv, *args], env={**env, **extra}, capture_output=True, timeout=120, check=False,
+                          **given)  # type: ignore[call-overload]
+
+
+def serving(client: Path, env: dict[str, str]) -> Path:
+    """The home's daemon is up (a first run through the client started it)."""
+    home = Path(env["WARDEN_HOME"])
+    path, _ = daemon_paths(str(home))
+    run(client, env, "run", "dw", "--", "true")
+
+    def listening() -> bool:
+        with socket.socket(socket.AF_UNIX) as probe:
+            return probe.connect_ex(path) == 0
+
+    wait_until(listening, timeout=30, message="the daemon did not start")
+    return home
+
+
+def _timeless(out: bytes) -> bytes:
+    return re.sub(rb'"duration_s": [0-9.e-]+', b'"duration_s": 0', out)
+
+
+def said(done: subprocess.CompletedProcess[bytes]) -> tuple[int, bytes, bytes]:
+    return done.returncode, _timeless(done.stdout), done.stderr
+
+
+def served_cases(home: Path) -> list[tuple[str, ...]]:
+    return [
+        ("run", "dw", "--", "sh", "-c", "echo out; echo err >&2; exit 3"),
+        ("run", "dw", "--", "sh", "-c", "echo fine"),
+        ("run", "dw", "--", "sh", "-c", "kill -KILL $$"),
+        ("run", "dw", "--json", "--", "sh", "-c", "printf 'a\\nb'; exit 7"),
+        ("run", "dw", "--", "cat"),
+        ("run", "dw", "--", "printf", "%s|", ODD, "--home", "/elsewhere"),  # after `--`: the command's
+        ("run", "--home", "/nowhere", f"--home={home}", "dw", "--", "pwd"),  # the last one counts
+        ("run", "--home=/nowhere", "--home", str(home), "dw", "--", "pwd"),
+        ("run", "--home", f"~/{home.name}", "dw", "--", "pwd"),
+        ("run", "dw", "--bogus", "--", "true"),  # a usage error, said by the daemon's child
+    ]
+
+
+def test_a_run_it_hands_to_the_daemon_gives_what_the_python_client_gives(client: Path, strict: Path,
+                                                                         env: dict[str, str]) -> None:
+    home = serving(client, env)
+    statuses = []
+    for args in served_cases(home):
+        native = run(strict, env, *args, stdin=b"fed\n")
+        python = run(PYTHON_CLIENT, env, *args, stdin=b"fed\n")
+        # The strict copy has no Python: what it ran as the Python client did, it ran natively.
+        assert said(native) == said(python), args
+        statuses.append(native.returncode)
+    assert statuses == [3, 0, 137, 7, 0, 0, 0, 0, 0, 2]
+    assert run(strict, env, "run", "dw", "--", "printf", "%s", ODD).stdout == b"caf\xe9"
+    assert run(strict, env, "run", "dw", "--", "cat", stdin=b"fed\n").stdout == b"fed\n"
+
+
+def test_the_command_runs_in_a_child_of_the_daemon_while_the_client_stays_native(client: Path,
+                                                                                  env: dict[str, str]) -> None:
+    home = serving(client, env)
+    proc = subprocess.Popen([str(client), "run", "dw", "--", "sh", "-c", "echo started; sleep 5"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+        assert len(daemon_pids(home)) >= 2, "no child of the daemon runs it"
+        assert os.readlink(f"/proc/{proc.pid}/exe") == str(client)  # no Python took over
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+TO_PYTHON = [("--version",), ("--help",), ("ps", "dw"), ("run", "--tty", "dw", "--", "true"),
+             ("run", "dw", "--help"), ("run", "dw", "-h", "--", "true"), ("nosuchcommand",), ()]
+
+
+def test_every_other_command_line_goes_to_python_and_gives_what_it_gives(client: Path, strict: Path,
+                                                                          env: dict[str, str]) -> None:
+    serving(client, env)
+    for args in TO_PYTHON:
+        assert said(run(client, env, *args)) == said(run(PYTHON_CLIENT, env, *args)), args
+        handed = run(strict, env, *args)
+        assert (handed.returncode, handed.stderr) == (FELL_BACK, FELL_BACK_SAID), args
+
+
+def test_what_the_daemon_may_not_serve_goes_to_python(client: Path, strict: Path, env: dict[str, str]) -> None:
+    home = serving(client, env)
+
+    def handed(**extra: str) -> bool:
+        done = run(strict, env, "run", "dw", "--", "true", **extra)
+        return (done.returncode, done.stderr) == (FELL_BACK, FELL_BACK_SAID)
+
+    assert not handed()
+    assert handed(WARDEN_DAEMON="0") and handed(WARDEN_DAEMON="off")
+    assert run(client, env, "run", "dw", "--", "echo", "here", WARDEN_DAEMON="0").stdout == b"here\n"
+    # A home given as `~user` (Python looks the user up) or another home: Python finds it.
+    assert handed(WARDEN_HOME=f"~{os.getpid()}nosuchuser/x")
+    # A terminal on stdin: Ctrl-C there must reach the program.
+    master, slave = pty.openpty()
+    try:
+        assert run(strict, env, "run", "dw", "--", "true", stdin=slave).returncode == FELL_BACK
+        assert run(client, env, "run", "dw", "--", "echo", "here", stdin=slave).stdout == b"here\n"
+    finally:
+        os.close(master)
+        os.close(slave)
+    # A home others may write to, a run folder others may enter: no daemon of ours serves it.
+    for folder, loose in ((home, 0o775), (home / "run", 0o755)):
+        mode = folder.stat().st_mode & 0o7777
+        folder.chmod(loose)
+        try:
+            assert handed(), folder
+            assert run(client, env, "run", "dw", "--", "echo", "here").stdout == b"here\n"
+        finally:
+            folder.chmod(mode)
+    assert not handed()
+
+
+def test_with_no_daemon_yet_python_runs_it_and_starts_one(client: Path, strict: Path, tmp_path: Path) -> None:
+    home = tmp_path / "warden-home"
+    home.mkdir()
+    keep = {k: v for k, v in os.environ.items() if k in {"PATH", "TZ", "TMPDIR"}}
+    own = {**keep, "HOME": str(tmp_path), "WARDEN_HOME": str(home), "WARDEN_DAEMON_IDLE": "60"}
+    try:
+        assert run(PYTHON_CLIENT, own, "create", "dw", "--template", "minimal").returncode == 0
+        assert run(strict, own, "run", "dw", "--", "true").returncode == FELL_BACK
+        first = run(client, own, "run", "dw", "--", "echo", "first")
+        assert (first.returncode, first.stdout) == (0, b"first\n"), first.stderr
+        wait_until(lambda: daemon_pids(home), timeout=30, message="no daemon started")
+        wait_until(lambda: run(strict, own, "run", "dw", "--", "true").returncode == 0, timeout=30,
+                   message="the new daemon does not serve the native client")
+    finally:
+        stop_daemon(home)
+
+
+def test_closed_streams_are_dev_null_and_the_run_still_served(client: Path, strict: Path,
+                                                             env: dict[str, str]) -> None:
+    home = serving(client, env)
+    for closed in (">&-", "2>&-", "<&-"):
+        mark = f"closed-{len(closed)}"
+        done = subprocess.run(["sh", "-c", f"exec {strict} run dw -- sh -c 'touch {mark}; echo ran' {closed}"],
+                              env=env, capture_output=True, timeout=60, check=False)
+        assert done.returncode == 0, (closed, done)
+        assert (home / "workspaces" / "dw" / mark).exists(), closed
+
+
+def _handles(pid: int, *signals: int) -> bool:
+    """Whether process `pid` has a handler for each of `signals` (SigCgt, proc(5))."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(status.split("SigCgt:", 1)[1].split()[0], 16)
+    return all(caught >> (sig - 1) & 1 for sig in signals)
+
+
+@pytest.mark.parametrize(("how", "status"), [(signal.SIGTERM, -signal.SIGTERM), (signal.SIGINT, 130)],
+                         ids=["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_client_ends_the_command_as_through_the_python_client(
+        client: Path, strict: Path, env: dict[str, str], how: signal.Signals, status: int) -> None:
+    home = serving(client, env)
+    mark = home / "workspaces" / "dw" / f"after-{how.name}"
+    proc = subprocess.Popen([str(strict), "run", "dw", "--", "sh", "-c", f"echo started; sleep 3; touch {mark.name}"],
+                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=at_a_terminal)
+    assert proc.stdout is not None and proc.stdout.readline() == b"started\n"
+    wait_until(lambda: _handles(proc.pid, how), timeout=10, message="the client does not forward signals")
+    proc.send_signal(how)
+    # SIGTERM: it dies by it, as its command did; SIGINT: Warden's "interrupted".
+    assert proc.wait(timeout=30) == status, proc.stderr.read() if proc.stderr else b""
+    time.sleep(4)  # past the command's own end, had it gone on
+    assert not mark.exists(), f"the command went on after {how.name}"
+
+
+def test_the_request_is_the_python_clients_byte_for_byte(strict: Path, tmp_path: Path) -> None:
+    home, path = _fake_home(tmp_path)
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "WARDEN_HOME": str(home)}
+    environments = [
+        {**base, "WARDEN_TEST_ODD": ODD},  # the C locale: LC_CTYPE added as Python's start adds it
+        {"LC_CTYPE": "POSIX", **base, "LANG": "C.UTF-8"},  # LC_CTYPE replaced where it is
+        {**base, "WARDEN_TERMINAL": "", "LC_ALL": "C"},  # an empty WARDEN_TERMINAL filled where it is
+        {**base, "WARDEN_TERMINAL": "mine", "PYTHONCOERCECLOCALE": "0"},  # a terminal given: kept
+    ]
+    argv = ["run", "--home", str(home), "dw", "--", "printf", "%s", ODD, ""]
+    for environ in environments:
+        requests = []
+        for program in ([str(strict)], PYTHON_CLIENT):
+            with _fake_daemon(path, lambda conn: send_frame(conn, b"fallback not today")) as got:
+                subprocess.run([*program, *argv], env=environ, stdin=subprocess.DEVNULL, capture_output=True,
+                               timeout=60, check=False, cwd=tmp_path)
+            requests.append(got)
+        assert requests[0] == requests[1], environ
+        assert requests[0][0][:13] == b"warden-run/3\0" and requests[0][1] == 5
+
+
+@contextlib.contextmanager
+def _fake_daemon(path: str, answer: Callable[[socket.socket], None]) -> Iterator[list[object]]:
+    """A socket at `path` that takes one request (its payload and count of descriptors, in the
+    list yielded once the block ends) and answers it with `answer(conn)`."""
+    got: list[object] = []
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen(1)
+    listener.settimeout(30)
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            with conn:
+                payload, fds = recv_frame(conn, max_fds=5, deadline=time.monotonic() + 10)
+                for fd in fds:
+                    os.close(fd)
+                got.extend([payload, len(fds)])
+                answer(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield got
+    finally:
+        thread.join(timeout=30)
+        listener.close()
+        os.unlink(path)
+
+
+def _fake_home(tmp_path: Path) -> tuple[Path, str]:
+    """A home whose run folder has a lock file and room for a fake daemon's socket."""
+    home = tmp_path / "fake-home"
+    (home / "run").mkdir(parents=True, mode=0o700)
+    home.chmod(0o700)
+    path, lock = daemon_paths(str(home))
+    Path(lock).touch(mode=0o600)
+    return home, path
+
+
+def test_a_peer_that_is_no_daemon_gets_nothing_and_breaks_nothing(strict: Path, tmp_path: Path) -> None:
+    home, path = _fake_home(tmp_path)
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "WARDEN_HOME": str(home)}
+    argv = [str(strict), "run", "dw", "--", "true"]
+
+    def answered(answer: Callable[[socket.socket], None]) -> subprocess.CompletedProcess[bytes]:
+        with _fake_daemon(path, answer):
+            return subprocess.run(argv, env=environ, stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
+                                  check=False)
+
+    # Anything but `pid N` before the command starts: nothing ran, Python runs it, and none of
+    # the descriptors the client opened (its socket, its proof, its pidfd) reaches it.
+    done = answered(lambda conn: send_frame(conn, b"garbage"))
+    assert (done.returncode, done.stderr) == (FELL_BACK, FELL_BACK_SAID), done
+    leaked = [fd for fd in handed_over(strict) if "socket:" in fd or "pidfd" in fd or "daemon.lock" in fd]
+    assert not leaked and handed_over(strict), handed_over(strict)
+    for answer in (lambda conn: conn.sendall(struct.pack("!I", 0xFFFFFFFF) + b"x" * 100),
+                   # One byte more than a frame may be: not read, though it is a pid.
+                   lambda conn: send_frame(conn, b"pid " + b"0" * (MAX_FRAME - 4) + b"1"),
+                   lambda conn: send_frame(conn, b"pid 12x"),
+                   lambda conn: send_frame(conn, b"pid 1", [0]),  # descriptors it never takes
+                   lambda conn: None):  # closed
+        done = answered(answer)
+        assert (done.returncode, done.stderr) == (FELL_BACK, FELL_BACK_SAID), done
+    # Once a pid came, a broken answer ends it with entry.py's line.
+    broken = b"warden: the daemon's runner ended without the command's status\n"
+    for answer in (lambda conn: send_frame(conn, b"pid 1"),
+                   lambda conn: (send_frame(conn, b"pid 1"), send_frame(conn, b"hello")),
+                   lambda conn: (send_frame(conn, b"pid 1"), conn.sendall(struct.pack("!I", 0xFFFFFFFF)))):
+        done = answered(answer)
+        assert (done.returncode, done.stderr) == (1, broken), done
+    # Another `pid` is read past; a status is kept as an exit status keeps it (its lowest byte).
+    done = answered(lambda conn: [send_frame(conn, frame) for frame in (b"pid 1", b"pid 1", b"status -2")])
+    assert (done.returncode, done.stderr) == (254, b""), done
+
+
+def test_a_pid_that_is_not_the_peers_child_gets_no_signal(strict: Path, tmp_path: Path) -> None:
+    home, path = _fake_home(tmp_path)
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "WARDEN_HOME": str(home)}
+    # The victim: a process of this user's that is no child of the fake daemon's (this process).
+    keeper = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE)
+    assert keeper.stdout is not None
+    victim = int(keeper.stdout.readline())
+    go_on = threading.Event()
+
+    def answer(conn: socket.socket) -> None:
+        send_frame(conn, f"pid {victim}".encode())
+        go_on.wait(30)
+        send_frame(conn, b"status 5")
+
+    try:
+        with _fake_daemon(path, answer):
+            proc = subprocess.Popen([str(strict), "run", "dw", "--", "true"], env=environ, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=at_a_terminal)
+            wait_until(lambda: _handles(proc.pid, signal.SIGTERM, signal.SIGINT), timeout=10,
+                       message="the client did not take the pid")
+            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
+                proc.send_signal(sig)
+            time.sleep(0.5)
+            go_on.set()
+            assert proc.wait(timeout=30) == 5  # not 128 + a signal: it dies by none
+        assert Path(f"/proc/{victim}").exists() and keeper.poll() is None, "a signal reached the victim"
+    finally:
+        go_on.set()
+        keeper.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+        keeper.wait()
+
+
+def test_a_socket_of_another_users_is_never_sent_a_request(strict: Path, tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to listen as another user")
+    import pwd
+
+    other = pwd.getpwnam("nobody")
+    home, path = _fake_home(tmp_path)
+    door = Path(f"/tmp/warden-native-door-{os.getpid()}")
+    door.mkdir(mode=0o777)
+    door.chmod(0o777)
+    report_r, report_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the listener, as that user: how many bytes a client sent it
+        try:
+            os.setgroups([])
+            os.setgid(other.pw_gid)
+            os.setuid(other.pw_uid)
+            with socket.socket(socket.AF_UNIX) as listener:
+                listener.bind(str(door / "sock"))
+                listener.listen(1)
+                os.write(report_w, b"ready\n")
+                listener.settimeout(30)
+                conn, _ = listener.accept()
+                conn.settimeout(3)
+                try:
+                    sent = len(conn.recv(65536))
+                except OSError:
+                    sent = 0
+                os.write(report_w, f"{sent}\n".encode())
+        finally:
+            os._exit(0)
+    os.close(report_w)
+    try:
+        with os.fdopen(report_r, "rb") as report:
+            assert report.readline() == b"ready\n"
+            os.link(door / "sock", path)
+            environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
+                       "WARDEN_HOME": str(home)}
+            done = subprocess.run([str(strict), "run", "dw", "--", "true"], env=environ, stdin=subprocess.DEVNULL,
+                                  capture_output=True, timeout=60, check=False)
+            assert (done.returncode, done.stderr) == (FELL_BACK, FELL_BACK_SAID), done
+            assert report.readline() == b"0\n", "the client sent its request to another user's socket"
+    finally:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        shutil.rmtree(door, ignore_errors=True)
+
+
+def test_doctor_says_which_client_warden_is(client: Path, env: dict[str, str], tmp_path: Path) -> None:
+    doctor = run(client, env, "doctor", "--json", WARDEN_DAEMON="0")
+    assert f"{client} is the native client" in doctor.stdout.decode(), doctor.stderr
+    script = tmp_path / "warden"
+    script.write_text("#!/usr/bin/python3\n")
+    check = _client_check(script)
+    assert "is the Python client" in check.detail and "apt-get install -y gcc" in check.fix and check.ok
+    assert "no " in _client_check(tmp_path / "none").detail
