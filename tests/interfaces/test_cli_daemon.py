@@ -347,6 +347,44 @@ def test_closed_streams_and_a_parents_signals_end_it_as_a_run_alone_would(env: d
             assert run.wait(timeout=30) == -how, (mode, how.name)
 
 
+def _sleeping(seconds: str) -> list[int]:
+    """The processes running `sleep SECONDS` on this machine (a duration no other test uses)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            if entry.isdigit() and Path(f"/proc/{entry}/cmdline").read_bytes() == f"sleep\0{seconds}\0".encode():
+                found.append(int(entry))
+    return found
+
+
+def test_a_run_its_person_stops_ends_its_command_and_is_audited_interrupted(env: dict[str, str]) -> None:
+    """Ctrl-C, SIGTERM (a supervisor's stop) and SIGHUP (a closed terminal), with and without the
+    daemon: the command ends, and its outcome is a `run` event "interrupted" saying by what. A
+    SIGTERM or SIGHUP used to end the process at once, with the run's intent and no outcome (a
+    `run.lost` at the next sweep)."""
+    served(env)
+    stopped: list[str] = []
+    for mode in ("0", "1"):
+        for how, status in ((signal.SIGINT, 130), (signal.SIGTERM, -signal.SIGTERM), (signal.SIGHUP, -signal.SIGHUP)):
+            run = subprocess.Popen([*WARDEN, "run", "dw", "--", "sh", "-c", "echo started; exec sleep 47.25"],
+                                   env={**env, "WARDEN_DAEMON": mode}, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=at_a_terminal)
+            assert run.stdout is not None and run.stdout.readline() == b"started\n"
+            run.send_signal(how)
+            assert run.wait(timeout=30) == status, (mode, how.name, run.stderr.read() if run.stderr else b"")
+            wait_until(lambda: _sleeping("47.25") == [], timeout=10, message=f"the command outlived {how.name}")
+            listed = warden(env, "audit", "--workspace", "dw", "--limit", "3", "--json")
+            events = json.loads(listed.stdout)["data"]
+            outcome = max((e for e in events if e["action"] == "run"), key=lambda e: e["seq"])
+            assert outcome["result"] == "interrupted", (mode, how.name, events)
+            assert outcome["detail"]["interrupted_by"] == how.name
+            assert outcome["detail"]["argv"][-1] == "echo started; exec sleep 47.25"
+            stopped.append(outcome["detail"]["run_id"])
+    assert warden(env, "run", "dw", "--", "true").returncode == 0  # the next run sweeps lost ones
+    swept = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "200", "--json").stdout)["data"]
+    assert [e for e in swept if e["action"] == "run.lost" and e["detail"]["run_id"] in stopped] == []
+
+
 def test_a_variable_warden_does_not_read_keeps_the_fast_way(env: dict[str, str]) -> None:
     extra = {**env, "SSH_CONNECTION": "10.0.0.1 5 10.0.0.2 22", "VIRTUAL_ENV": "/somewhere", "WARDEN_DAEMON": "1"}
     assert_through_a_child(served(env), extra)

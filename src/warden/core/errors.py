@@ -32,12 +32,24 @@ __all__ = [
     "NotFound",
     "Pending",
     "Refused",
+    "Terminated",
     "TimedOut",
     "TooLarge",
     "Unavailable",
     "WardenError",
     "classify",
 ]
+
+
+class Terminated(BaseException):
+    """A termination signal (SIGTERM, SIGHUP) the CLI turns into an exception, as Python does
+    SIGINT: what runs is unwound as for Ctrl-C (the command ended, its outcome audited) rather
+    than the process vanishing with a run's intent and no outcome."""
+
+    def __init__(self, signum: int, name: str) -> None:
+        super().__init__(name)
+        self.signum = signum
+        self.name = name
 
 
 class WardenError(Exception):

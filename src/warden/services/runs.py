@@ -22,7 +22,17 @@ from typing import TYPE_CHECKING, Any
 from warden.core.bwrap_argv import Bind
 from warden.core.changes import run_summary
 from warden.core.echo import echoed
-from warden.core.errors import Conflict, Denied, InvalidInput, Locked, NotFound, Refused, Unavailable, WardenError
+from warden.core.errors import (
+    Conflict,
+    Denied,
+    InvalidInput,
+    Locked,
+    NotFound,
+    Refused,
+    Terminated,
+    Unavailable,
+    WardenError,
+)
 from warden.core.limits import Limits, apply_overrides
 from warden.core.paths import is_inside
 from warden.core.runs import NO_NETWORK_ENV, NetEvent, RunResult, SandboxRequest, Sink, explain_failure, workspace_cwd
@@ -259,7 +269,13 @@ class RunService:
         with contextlib.ExitStack() as held:
             self._hold_lease(held, intent, within)
             mounts = self._mount(held, plan, intent, notes)
-            result, watched = self._sandboxed(plan, request, output, mounts, notes)
+            try:
+                result, watched = self._sandboxed(plan, request, output, mounts, notes)
+            except (KeyboardInterrupt, Terminated) as exc:
+                # Its person stopped it (Ctrl-C, a termination signal): the sandbox ended the
+                # command as this unwinds, and the outcome says so, given back with the lease.
+                intent.interrupted = exc.name if isinstance(exc, Terminated) else "SIGINT"
+                raise
             return self._conclude(plan, request, intent, result, watched, notes)
 
     def start(self, request: RunRequest, *, bot: str = "", busy: Busy | None = None) -> ProcessView:

@@ -37,6 +37,7 @@ class RunIntent:
     detail: dict[str, Any]  # the audit detail of its events
     others: bool = False  # another run in progress (or one that died unswept) when it started
     outcome: RunResult | None = None  # set once the command ran
+    interrupted: str | None = None  # the signal its person stopped it with (SIGINT, SIGTERM, SIGHUP)
 
 
 class RunsInProgress:
@@ -71,9 +72,15 @@ class RunsInProgress:
                            rule="sandbox", result="started", detail=dict(intent.detail), tx=tx)
 
     def end(self, tx: Tx, intent: RunIntent) -> None:
-        """The outcome (when the command ran) and the end of the in-progress row, together."""
+        """The outcome (when the command ran, or was stopped by its person) and the end of the
+        in-progress row, together."""
         if intent.outcome is not None:
             self._audit_outcome(tx, intent, intent.outcome)
+        elif intent.interrupted is not None:
+            self._audit.record(actor=intent.actor, action="run", target=intent.record.name, decision="allow",
+                               rule="sandbox", result="interrupted",
+                               detail={**intent.detail, "interrupted_by": intent.interrupted}, tx=tx)
+            tx.workspaces.update(intent.record.name, {"last_accessed": self._clock().isoformat()})
         tx.runs.delete(intent.run_id)
 
     def mark_lost(self, tx: Tx) -> list[RunInProgress]:

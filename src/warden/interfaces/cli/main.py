@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from warden.core.errors import Refused, WardenError, classify
+from warden.core.errors import Refused, Terminated, WardenError, classify
 from warden.interfaces.cli.output import Output, terminal_columns
 
 if TYPE_CHECKING:
@@ -324,6 +324,7 @@ def main(argv: Sequence[str] | None = None, *, settled: Callable[[int], object] 
     """Run one `warden` command; returns (and exits with) its status. `settled`, if given, is
     told the status once the command's output is written and before its state is closed (the
     home's daemon answers its client there: nothing after it is the client's to wait for)."""
+    _terminate_as_interrupt()
     args_list = _rewritten(list(sys.argv[1:] if argv is None else argv))
     own = args_list[: args_list.index("--")] if "--" in args_list else args_list
     wants_json = "--json" in own
@@ -362,6 +363,9 @@ def main(argv: Sequence[str] | None = None, *, settled: Callable[[int], object] 
     except KeyboardInterrupt:
         sys.stderr.write("warden: interrupted\n")
         return _finish(ctx, 130, settled)
+    except Terminated as exc:
+        sys.stderr.write(f"warden: terminated ({exc.name})\n")
+        return _finish(ctx, 128 + exc.signum, settled)
     except BrokenPipeError:
         _quiet_stdout()
         return _finish(ctx, 1, settled)
@@ -464,6 +468,32 @@ def _parse(parser: Parser, args_list: list[str]) -> argparse.Namespace:
     return args
 
 
+_TERMINATING = ("SIGTERM", "SIGHUP")
+_terminated_by: list[int] = []  # the termination signal this process was stopped with, if one
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM and SIGHUP (a supervisor's stop, a closed terminal) raise Terminated, as Python
+    raises KeyboardInterrupt for SIGINT: a run then ends its command and audits its outcome
+    ("interrupted"), where the process used to vanish leaving only its intent (a `run.lost` at
+    the next sweep). A signal some embedding program handles itself is left to it."""
+    import signal
+
+    def terminate(signum: int, _frame: object) -> None:
+        _terminated_by.append(signum)
+        for name in _TERMINATING:  # once: a second one must not interrupt the unwinding
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+        raise Terminated(signum, signal.Signals(signum).name)
+
+    for name in _TERMINATING:
+        number = getattr(signal, name)
+        try:
+            if signal.getsignal(number) == signal.SIG_DFL:
+                signal.signal(number, terminate)
+        except ValueError:  # not the main thread (an embedding program's): its signals are its own
+            return
+
+
 def _finish(ctx: Context | None, status: int, settled: Callable[[int], object] | None) -> int:
     sys.stdout.flush()
     if settled is not None:
@@ -474,4 +504,14 @@ def _finish(ctx: Context | None, status: int, settled: Callable[[int], object] |
 
 
 def run() -> NoReturn:
-    sys.exit(main())
+    status = main()
+    for signum in _terminated_by:
+        if status == 128 + signum:
+            # Its state closed: it ends by the signal it was stopped with, as it would have
+            # without the handler, so its parent (a shell, a supervisor) sees the same death.
+            import signal
+
+            sys.stdout.flush()
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+    sys.exit(status)
