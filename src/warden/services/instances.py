@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from warden.core import nodes
 from warden.core.errors import Unavailable
 from warden.core.nodes import Instance, NodeView
+from warden.services import later
 
 if TYPE_CHECKING:
     from warden.core.ports import Clock, Processes, Registry, Tx
@@ -95,28 +96,36 @@ class InstanceService:
     @contextlib.contextmanager
     def registered_after(self, delay: timedelta, kind: str, *, terminal: str | None = None) -> Iterator[None]:
         """Register this process as an instance of `kind` only once the block has run `delay` (a
-        long command): a short one costs a thread started and stopped, and no registry write."""
+        long command): a short one costs a due time set and cancelled (services/later), no
+        thread of its own and no registry write."""
         stop = threading.Event()
         joined: list[Instance] = []
+        began = threading.Event()  # the registration started (it cannot be cancelled then)
+        ended = threading.Event()
 
-        def later() -> None:
-            if stop.wait(max(delay.total_seconds(), 0.0)):
-                return
+        def register() -> None:
+            began.set()
             try:
-                joined.append(self.join(kind, terminal=terminal))
-            except Exception:
-                return  # a locked or lost registry: the command goes on unregistered
-            self._beat_loop(joined[0], stop)
+                if stop.is_set():
+                    return
+                try:
+                    joined.append(self.join(kind, terminal=terminal))
+                except Exception:
+                    return  # a locked or lost registry: the command goes on unregistered
+                self._beat_loop(joined[0], stop)
+            finally:
+                ended.set()
 
-        timer = threading.Thread(target=later, name="warden-heartbeat", daemon=True)
-        timer.start()
+        cancel = later.call(delay.total_seconds(), register)
         try:
             yield
         finally:
             stop.set()
+            cancel()
             # A registration under way finishes first, so it is not left behind; one stuck on a
             # locked registry past _JOIN_S is left, and found dead by its pid later.
-            timer.join(_JOIN_S)
+            if began.is_set():
+                ended.wait(_JOIN_S)
             if joined:
                 self.leave(joined[0])
 

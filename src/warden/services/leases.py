@@ -25,6 +25,7 @@ from warden.core.errors import Locked
 from warden.core.leases import Holder, LeaseState
 from warden.core.locks import TerminalLock
 from warden.core.ports import Clock, Processes, Registry, Tx
+from warden.services import later
 
 __all__ = ["Lease", "LeaseService"]
 
@@ -57,7 +58,7 @@ class LeaseService:
         self.ttl = ttl
         self._lock = threading.Lock()
         self._held: dict[str, str] = {}  # holder id → workspace, of the leases this process holds
-        self._renewer: threading.Thread | None = None
+        self._renewing = False  # a renewal of them is due (services/later)
 
     # -- the model's view of liveness -------------------------------------------------------
     def _alive(self, holder: Holder) -> bool | None:
@@ -174,24 +175,27 @@ class LeaseService:
         self._change(name, lambda s: leases.release(s, holder_id), extra)
 
     def _keep_renewed(self, name: str, holder_id: str) -> None:
-        """Renew this lease every ttl/3 until it is released: one daemon thread per service
-        renews every lease this process holds (a run costs no thread of its own)."""
+        """Renew this lease every ttl/3 until it is released: one renewal, due every ttl/3 while
+        this process holds any, renews them all (a run costs no thread of its own: services/later)."""
         with self._lock:
             self._held[holder_id] = name
-            if self._renewer is None or not self._renewer.is_alive():
-                self._renewer = threading.Thread(target=self._renew_loop, name="warden-lease-renewer",
-                                                 daemon=True)
-                self._renewer.start()
+            if not self._renewing:
+                self._renewing = True
+                later.call(self._period(), self._renew_held)
 
-    def _renew_loop(self) -> None:
-        period = max(self.ttl.total_seconds() / 3, 0.05)
-        while True:
-            time.sleep(period)
-            with self._lock:
-                held = list(self._held.items())
-            for holder_id, name in held:
-                with contextlib.suppress(Exception):  # a missed renewal is retried; expiry is generous
-                    self._change(name, functools.partial(self._renewed, holder_id=holder_id))
+    def _period(self) -> float:
+        return max(self.ttl.total_seconds() / 3, 0.05)
+
+    def _renew_held(self) -> None:
+        with self._lock:
+            held = list(self._held.items())
+        for holder_id, name in held:
+            with contextlib.suppress(Exception):  # a missed renewal is retried; expiry is generous
+                self._change(name, functools.partial(self._renewed, holder_id=holder_id))
+        with self._lock:  # again while any is held; a lease taken after this sets it going again
+            self._renewing = bool(self._held)
+            if self._renewing:
+                later.call(self._period(), self._renew_held)
 
     def _renewed(self, state: LeaseState, *, holder_id: str) -> LeaseState | None:
         return leases.renew(state, holder_id, self._clock(), self.ttl)

@@ -637,6 +637,7 @@ class Daemon:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         from warden.adapters import quota
         from warden.adapters.sandbox import cgroups
+        from warden.services import later
 
         # What its run would do first, done before the client waits: a process's one look for
         # the cgroups of killed runs, its own copy of each page, the thread its disk quota is
@@ -646,6 +647,7 @@ class Daemon:
             cgroups.sweep_orphans_once(cgroups.detect())
         _prefault()
         quota.ready_thread()
+        later.ready()  # the thread its lease's renewal and its registration come due on
         if self.presence is not None and self.presence.app is not None:
             with contextlib.suppress(Exception):  # a registry it cannot open now: the run says why
                 self.presence.app.connect_ahead()
