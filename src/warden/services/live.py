@@ -407,14 +407,17 @@ class LiveSandboxService:
         # to this one, and no new command is sent into a sandbox being stopped. A crash before the
         # stop below leaves a sandbox without a row: the orphan sweep kills it (services/sweeper).
         ended = []
+        status, exited = ("killed", Exited(137, 9)) if killed else ("lost", None)
         with self._registry.transaction() as tx:
             claimed = tx.sandboxes.delete(sandbox.id)
+            # Every row ended before any is audited: on PostgreSQL the audit's append takes a lock
+            # on the whole chain, and a collector that ended one of these rows first waits for it
+            # while holding that row, which this transaction would then wait for (a deadlock).
             for process in tx.processes.of_sandbox(sandbox.id) if claimed else ():
-                if process.running:
-                    status = "killed" if killed else "lost"
-                    self._end(tx, process, status, Exited(137, 9) if killed else None, reason,
-                              used=used.get(process.id))
+                if process.running and self._ended(tx, process, status, exited):
                     ended.append(process)
+            for process in ended:
+                self._audit_end(tx, process, status, exited, reason, used=used.get(process.id))
             if claimed:
                 self._audit.record(actor=actor, action="sandbox.stop", target=sandbox.workspace, decision="none",
                                    rule="sandbox", result="stopped",
@@ -595,23 +598,24 @@ class LiveSandboxService:
         if exited is not None and (exited.timed_out or exited.signal is not None):
             status = "killed"
         with self._registry.transaction() as tx:
-            self._end(tx, process, status, exited, None, oom=oom, used=used)
+            if self._ended(tx, process, status, exited):
+                self._audit_end(tx, process, status, exited, None, oom=oom, used=used)
         if seen is not None:
             with contextlib.suppress(Unavailable):
                 self._sandboxes.forget(sandbox, process.id)
         self._prune(process.workspace)
 
-    def _end(self, tx: Tx, process: LiveProcess, status: str, exited: Exited | None, reason: str | None, *,
-             oom: bool = False, used: Usage | None = None) -> None:
-        """The outcome of `process`, written once (by whichever Warden process ends its record)."""
-        code = exited.exit_code if exited is not None else None
-        sig = exited.signal if exited is not None else None
-        timed_out = exited.timed_out if exited is not None else False
-        if timed_out:
-            code, sig = 124, None
-        if not tx.processes.finish(process.id, status=status, exit_code=code, signal=sig, timed_out=timed_out,
-                                   ended_at=self._now()):
-            return
+    def _ended(self, tx: Tx, process: LiveProcess, status: str, exited: Exited | None) -> bool:
+        """The outcome of `process` written, once: False when another Warden process ended its
+        record first (that one audits it)."""
+        code, sig, timed_out = _outcome(exited)
+        return tx.processes.finish(process.id, status=status, exit_code=code, signal=sig, timed_out=timed_out,
+                                   ended_at=self._now())
+
+    def _audit_end(self, tx: Tx, process: LiveProcess, status: str, exited: Exited | None, reason: str | None, *,
+                   oom: bool = False, used: Usage | None = None) -> None:
+        """The audit event of the outcome `_ended` wrote (last in its transaction: see `_stop`)."""
+        code, sig, timed_out = _outcome(exited)
         detail: dict[str, object] = {"run_id": process.id, "background": True, "argv": list(process.argv),
                                      "exit_code": code, "signal": sig, "timed_out": timed_out, "oom_killed": oom,
                                      "sandbox": process.sandbox_id}
@@ -767,6 +771,15 @@ class LiveSandboxService:
             raise TimedOut(f"process {process_id} still runs after {timeout:g} s; `warden kill {workspace} "
                            f"{process_id}` stops it")
         return ProcessView.of(process)
+
+
+def _outcome(exited: Exited | None) -> tuple[int | None, int | None, bool]:
+    """The exit code, signal and timed-out flag a process's record keeps of how it ended."""
+    if exited is None:
+        return None, None, False
+    if exited.timed_out:
+        return 124, None, True
+    return exited.exit_code, exited.signal, False
 
 
 def _stopped_as_it_started() -> Unavailable:

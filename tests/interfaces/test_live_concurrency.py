@@ -1,0 +1,209 @@
+"""Two Warden processes' worth of apps on the same rows at once, with real bubblewrap sandboxes, on
+SQLite and on PostgreSQL (when WARDEN_TEST_DATABASE_URL names one).
+
+SQLite's write transaction locks the whole database, which made these orders safe there. On
+PostgreSQL at READ COMMITTED each row is locked on its own (a transaction can wait for a row
+another holds), each statement sees what was committed before it (two transactions can both read
+a row neither has changed yet), and the audit's append takes one lock for the whole chain. Each
+test orders the two apps (with hooks, no sleeps) the way that broke: a stop and a collector
+deadlocked, two starting runs both recorded one dead run lost.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import shutil
+import signal
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Cli, isolated_environ
+from tests.support.nodes import ADMIN_URL, fresh_database
+from tests.support.waiting import wait_until
+from warden.bootstrap import App, bootstrap
+from warden.core.errors import WardenError
+from warden.core.runs import RunInProgress
+from warden.services.runs import RunRequest
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+WS, OTHER = "rows", "rows-too"
+# Seconds a hook waits for the other app to get where the race needs it. On SQLite the other app
+# waits for the database's lock meanwhile, which is the order that was always safe: the hook
+# gives up and lets its app go on.
+HOOK_WAIT = 2.0
+
+
+@dataclass
+class Home:
+    path: Path
+    environ: dict[str, str]
+    actor: str  # the principal of bot `tester`'s grant on WS
+
+    def app(self, *, clock: Any = None) -> App:
+        return bootstrap(self.path, environ=self.environ, clock=clock)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def home(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Home]:
+    path = tmp_path / "warden-home"
+    path.mkdir()
+    with contextlib.ExitStack() as stack:
+        environ = {**isolated_environ(path), "WARDEN_WORKSPACE_SANDBOX_IDLE": "60s",
+                   "WARDEN_API_MAX_EXECS_PER_BOT": "1"}
+        cli = Cli(environ)
+        if request.param == "postgresql":
+            if not ADMIN_URL.startswith("postgresql"):
+                pytest.skip("set WARDEN_TEST_DATABASE_URL=postgresql+psycopg://… to test PostgreSQL")
+            environ["WARDEN_DATABASE_URL"] = stack.enter_context(fresh_database("warden_rows_"))
+            environ["WARDEN_CLUSTER_KEY"] = base64.b64encode(os.urandom(32)).decode()
+            assert cli("init").code == 0  # the cluster's keys, which a grant's token needs
+        for name in (WS, OTHER):
+            made = cli("create", name, "--template", "minimal")
+            assert made.code == 0, made.stderr
+            stack.callback(cli, "destroy", name, "--yes", "--no-archive")
+        assert cli("bot", "register", "tester").code == 0
+        app = bootstrap(path, environ=environ)
+        try:
+            actor = app.auth.authenticate(app.grants.grant(WS, "tester", ["read", "execute"]).token).actor
+        finally:
+            app.close()
+        yield Home(path, environ, actor)
+
+
+def _only_sandbox(app: App) -> Any:
+    with app.registry.transaction(write=False) as tx:
+        (sandbox,) = tx.sandboxes.of_workspace(WS)
+    return sandbox
+
+
+def _recorded(app: App, action: str, run_id: str) -> int:
+    return sum(1 for e in app.audit.list(limit=500) if e.action == action and e.detail.get("run_id") == run_id)
+
+
+def test_a_stop_and_a_collector_of_one_of_its_processes_at_once_both_finish(home: Home) -> None:
+    """A stop ends the records of the sandbox's running processes in one transaction; a `ps`
+    collects one that ended meanwhile in another. The collector ends the row, then appends its
+    audit event; the stop had ended an earlier row and appended its event, then waited for the
+    collector's row, while the collector waited for the stop's lock on the audit chain: on
+    PostgreSQL a deadlock, and the stop (a revoke's, an archive's) failed."""
+    stopper, collector = home.app(), home.app()
+    first = stopper.runs.start(RunRequest(WS, ["sleep", "300"])).id
+    second = stopper.runs.start(RunRequest(WS, ["sleep", "300"])).id
+    holds_the_row, stop_audited = threading.Event(), threading.Event()
+    collected: list[object] = []
+
+    def when(action: str, run_id: str, record: Any, before: Any = None, after: Any = None) -> Any:
+        def hooked(**kwargs: Any) -> Any:
+            ours = kwargs.get("action") == action and (kwargs.get("detail") or {}).get("run_id") == run_id
+            if ours and before is not None:
+                before()
+            event = record(**kwargs)
+            if ours and after is not None:
+                after()
+            return event
+        return hooked
+
+    # The collector appends the second's event only once the stop has appended the first's.
+    collector.live._audit.record = when(  # type: ignore[method-assign]
+        "run", second, collector.live._audit.record,
+        before=lambda: (holds_the_row.set(), stop_audited.wait(HOOK_WAIT)))
+    stopper.live._audit.record = when("run", first, stopper.live._audit.record,  # type: ignore[method-assign]
+                                      after=stop_audited.set)
+
+    def collect() -> None:
+        try:
+            collector.live.list(WS)
+            collected.append("ok")
+        except WardenError as exc:
+            collected.append(exc)
+
+    usage = stopper.live._sandboxes.usage
+
+    def usage_as_the_second_ends(process: Any, exited: Any = None) -> Any:
+        # Between the stop's look at what runs and its claim: the second ends, and a `ps` of
+        # another Warden process is collecting it (its row ended, its event not yet appended).
+        if process.id == second and exited is None:
+            os.kill(int(process.meta["host_pid"]), signal.SIGKILL)
+            sandbox = _only_sandbox(stopper)
+            wait_until(lambda: any(s.id == second and s.status not in ("starting", "running")
+                                   for s in stopper.live._sandboxes.listing(sandbox)),
+                       message="the supervisor never saw the process end")
+            threading.Thread(target=collect).start()
+            assert holds_the_row.wait(30)
+        return usage(process, exited)
+
+    stopper.live._sandboxes.usage = usage_as_the_second_ends  # type: ignore[method-assign]
+    try:
+        stopper.live.stop_workspace(WS, reason="its grant was revoked")
+        wait_until(lambda: collected, message="the collector never finished")
+        assert collected == ["ok"]
+        with stopper.registry.transaction(write=False) as tx:
+            assert tx.sandboxes.of_workspace(WS) == []
+            statuses = {p.id: p.status for p in tx.processes.of_workspace(WS)}
+        assert statuses == {first: "killed", second: "killed"}  # SIGKILLed either way
+        assert _recorded(stopper, "run", first) == 1 and _recorded(stopper, "run", second) == 1
+        assert stopper.audit.verify()[1] is None
+    finally:
+        stopper.live.stop_workspace(WS, reason="the test ended")
+        stopper.close()
+        collector.close()
+
+
+def test_two_runs_starting_at_once_record_a_dead_run_lost_once(home: Home) -> None:
+    """Each run's start marks this node's runs whose process died as lost. Two runs starting at
+    once (in two workspaces: two lease rows) both read the dead run before either had removed it,
+    and both audited it `run.lost`."""
+    first, second = home.app(), home.app()
+    dead = RunInProgress("0123456789abcdef", WS, "user", first.leases.node, 2**22 + 1, 0,
+                         datetime.now(UTC).isoformat(), ("sleep", "1"))
+    with first.registry.transaction() as tx:
+        tx.runs.insert(dead)
+    looked = {first: threading.Event(), second: threading.Event()}
+
+    class Looking:
+        """A start's check of the dead run's process, held until the other start has looked too."""
+
+        def __init__(self, app: App) -> None:
+            self._real, self._mine = app.runs._records._processes, looked[app]
+            self._other = looked[second if app is first else first]
+
+        def alive(self, pid: int, started: int | None = None) -> bool:
+            if pid == dead.pid:
+                self._mine.set()
+                self._other.wait(HOOK_WAIT)
+            return bool(self._real.alive(pid, started))
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._real, name)
+
+    for app in (first, second):
+        app.runs._records._processes = Looking(app)  # type: ignore[assignment]
+    results: list[object] = []
+
+    def run(app: App, name: str) -> None:
+        try:
+            results.append(app.runs.execute(RunRequest(name, ["true"])).exit_code)
+        except WardenError as exc:
+            results.append(exc)
+
+    runs = [threading.Thread(target=run, args=(first, WS)), threading.Thread(target=run, args=(second, OTHER))]
+    try:
+        for thread in runs:
+            thread.start()
+        for thread in runs:
+            thread.join(60)
+        assert results == [0, 0]
+        assert _recorded(first, "run.lost", dead.run_id) == 1
+        assert first.audit.verify()[1] is None
+    finally:
+        first.close()
+        second.close()
