@@ -6,7 +6,8 @@ PostgreSQL at READ COMMITTED each row is locked on its own (a transaction can wa
 another holds), each statement sees what was committed before it (two transactions can both read
 a row neither has changed yet), and the audit's append takes one lock for the whole chain. Each
 test orders the two apps (with hooks, no sleeps) the way that broke: a stop and a collector
-deadlocked, two starting runs both recorded one dead run lost.
+deadlocked, an idle stop stopped a sandbox a start had just used, two starting runs both recorded
+one dead run lost.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ import pytest
 from tests.conftest import Cli, isolated_environ
 from tests.support.nodes import ADMIN_URL, fresh_database
 from tests.support.waiting import wait_until
+from warden.adapters.processes import alive
 from warden.bootstrap import App, bootstrap
 from warden.core.errors import WardenError
 from warden.core.runs import RunInProgress
@@ -83,6 +85,11 @@ def _only_sandbox(app: App) -> Any:
     with app.registry.transaction(write=False) as tx:
         (sandbox,) = tx.sandboxes.of_workspace(WS)
     return sandbox
+
+
+def _running(app: App) -> list[Any]:
+    with app.registry.transaction(write=False) as tx:
+        return [p for p in tx.processes.of_workspace(WS) if p.running]
 
 
 def _recorded(app: App, action: str, run_id: str) -> int:
@@ -156,6 +163,40 @@ def test_a_stop_and_a_collector_of_one_of_its_processes_at_once_both_finish(home
         stopper.live.stop_workspace(WS, reason="the test ended")
         stopper.close()
         collector.close()
+
+
+def test_an_idle_stop_spares_a_sandbox_a_start_used_since_it_looked(home: Home) -> None:
+    """The sweep reads the sandboxes, finds one idle (nothing running, last used an idle period
+    ago) and stops it; a start that recorded its process in it meanwhile had its process recorded
+    lost ("idle") and killed, the start saying it was stopped, or worse, that it ran."""
+    starter = home.app()
+    # The sweeper's clock is an hour on: every sandbox it reads was last used an hour ago.
+    sweeper = home.app(clock=lambda: datetime.now(UTC) + timedelta(hours=1))
+    assert starter.runs.start(RunRequest(WS, ["true"])).status == "running"  # the sandbox up, idle once it ends
+    started: list[str] = []
+    runs_foreground = sweeper.live._runs_foreground
+
+    def a_start_meanwhile(sandbox: Any) -> bool:
+        # The sweep's last look before its stop: a command starts in the sandbox now.
+        if not started:
+            started.append(starter.runs.start(RunRequest(WS, ["sleep", "300"])).id)
+        return runs_foreground(sandbox)
+
+    sweeper.live._runs_foreground = a_start_meanwhile  # type: ignore[method-assign]
+    try:
+        sandbox = _only_sandbox(starter)
+        wait_until(lambda: [s.status for s in starter.live._sandboxes.listing(sandbox)] == ["exited"],
+                   message="`true` never ended")
+        assert sweeper.live.sweep() == []
+        (process,) = _running(starter)
+        assert process.id == started[0] and process.status == "running"
+        assert alive(int(process.meta["host_pid"]), int(process.meta["host_start"]))
+        assert _only_sandbox(starter).id == process.sandbox_id
+        assert not [e for e in starter.audit.list(target=WS, limit=100) if e.action in ("sandbox.stop", "run.lost")]
+    finally:
+        starter.live.stop_workspace(WS, reason="the test ended")
+        starter.close()
+        sweeper.close()
 
 
 def test_two_runs_starting_at_once_record_a_dead_run_lost_once(home: Home) -> None:

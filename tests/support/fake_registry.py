@@ -285,7 +285,10 @@ class _Sandboxes:
         self._s.sandboxes[sandbox_id] = self._s.sandboxes[sandbox_id]._replace(last_used=at)
         return True
 
-    def delete(self, sandbox_id: str) -> bool:
+    def delete(self, sandbox_id: str, *, used_last: str | None = None) -> bool:
+        found = self._s.sandboxes.get(sandbox_id)
+        if found is None or (used_last is not None and found.last_used != used_last):
+            return False
         return self._s.sandboxes.pop(sandbox_id, None) is not None
 
 

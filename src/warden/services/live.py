@@ -391,8 +391,10 @@ class LiveSandboxService:
         """Stop `sandbox` of this node, its running processes killed (audited with `reason`)."""
         self._stop(sandbox, reason, actor=actor)
 
-    def _stop(self, sandbox: LiveSandbox, reason: str, *, killed: bool = True, actor: str = "warden") -> None:
-        """Stop `sandbox` (if it still runs), end its processes' records and remove its row."""
+    def _stop(self, sandbox: LiveSandbox, reason: str, *, killed: bool = True, actor: str = "warden",
+              idle: bool = False) -> bool:
+        """Stop `sandbox` (if it still runs), end its processes' records and remove its row; False
+        when `idle` (an idle stop) and it was used since `sandbox` was read: then it runs on."""
         with contextlib.suppress(Unavailable):
             self._collect(sandbox)  # what had ended before is recorded as it ended
         # What the processes it is about to kill have used: read before the stop, which removes
@@ -409,7 +411,11 @@ class LiveSandboxService:
         ended = []
         status, exited = ("killed", Exited(137, 9)) if killed else ("lost", None)
         with self._registry.transaction() as tx:
-            claimed = tx.sandboxes.delete(sandbox.id)
+            # An idle stop claims the row only as it read it: a command that started in the
+            # sandbox since recorded its use there, and the sandbox is no longer idle.
+            claimed = tx.sandboxes.delete(sandbox.id, used_last=sandbox.last_used if idle else None)
+            if not claimed and idle and tx.sandboxes.get(sandbox.id) is not None:
+                return False
             # Every row ended before any is audited: on PostgreSQL the audit's append takes a lock
             # on the whole chain, and a collector that ended one of these rows first waits for it
             # while holding that row, which this transaction would then wait for (a deadlock).
@@ -427,10 +433,11 @@ class LiveSandboxService:
         # goes on as if nothing of it runs, which the claimer may not have made true yet.
         self._sandboxes.stop(sandbox)
         if not claimed:
-            return  # the claimer records it and releases its processes
+            return True  # the claimer records it and releases its processes
         for process in ended:
             self._sandboxes.release(process)
         self._sweep_git(sandbox.workspace)
+        return True
 
     def _sweep_git(self, workspace: str) -> None:
         """Move aside what the sandbox's bot left of git's control files (core/gitcontrol)."""
@@ -514,8 +521,8 @@ class LiveSandboxService:
             last = _parse_time(sandbox.last_used)
             if (last is not None and (self._clock() - last).total_seconds() >= self.settings.idle_s
                     and not self._runs_foreground(sandbox)):
-                self._stop(sandbox, f"idle for {self.settings.idle_s:g} s (workspace.sandbox_idle)", killed=False)
-                return True
+                return self._stop(sandbox, f"idle for {self.settings.idle_s:g} s (workspace.sandbox_idle)",
+                                  killed=False, idle=True)
         return False
 
     def _runs_foreground(self, sandbox: LiveSandbox) -> bool:

@@ -181,8 +181,9 @@ class SandboxTable(Protocol):
         row (a stop claimed it). The row stays locked to the end of the transaction."""
         ...
 
-    def delete(self, sandbox_id: str) -> bool:
-        """Remove the row; True when this call removed it (its stop is then this caller's to record)."""
+    def delete(self, sandbox_id: str, *, used_last: str | None = None) -> bool:
+        """Remove the row; True when this call removed it (its stop is then this caller's to record).
+        `used_last`: only if it was last used then (no use recorded since, as an idle stop wants)."""
         ...
 
 
