@@ -6,8 +6,9 @@ PostgreSQL at READ COMMITTED each row is locked on its own (a transaction can wa
 another holds), each statement sees what was committed before it (two transactions can both read
 a row neither has changed yet), and the audit's append takes one lock for the whole chain. Each
 test orders the two apps (with hooks, no sleeps) the way that broke: a stop and a collector
-deadlocked, an idle stop stopped a sandbox a start had just used, two starting runs both recorded
-one dead run lost.
+deadlocked, an idle stop stopped a sandbox a start had just used, a foreground command and a
+background start each counted the other's slot as free, two starting runs both recorded one dead
+run lost.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from tests.support.nodes import ADMIN_URL, fresh_database
 from tests.support.waiting import wait_until
 from warden.adapters.processes import alive
 from warden.bootstrap import App, bootstrap
-from warden.core.errors import WardenError
+from warden.core.errors import Unavailable, WardenError
 from warden.core.runs import RunInProgress
+from warden.interfaces.http.running import ExecSlots
 from warden.services.runs import RunRequest
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
@@ -197,6 +199,60 @@ def test_an_idle_stop_spares_a_sandbox_a_start_used_since_it_looked(home: Home) 
         starter.live.stop_workspace(WS, reason="the test ended")
         starter.close()
         sweeper.close()
+
+
+def test_a_foreground_command_and_a_background_start_at_once_keep_to_the_bots_bound(home: Home) -> None:
+    """api.max_execs_per_bot is 1. A foreground exec counts the bot's background processes in
+    the registry, then takes its slot under the exec-slot folder's lock; a background start counts
+    the foreground slots under that lock, then records its process. Each counted before the other
+    had recorded its own, and both ran: two commands of a bot allowed one."""
+    foreground_app, background_app = home.app(), home.app()
+    foreground, background = ExecSlots.from_settings(foreground_app), ExecSlots.from_settings(background_app)
+    counting, recorded = threading.Event(), threading.Event()
+    outcome: list[object] = []
+    counted = background.counted
+
+    @contextlib.contextmanager
+    def counted_noting(bot: str) -> Iterator[tuple[int, int]]:
+        counting.set()
+        with counted(bot) as held:
+            yield held
+        recorded.set()
+
+    background.counted = counted_noting  # type: ignore[method-assign]
+
+    def start() -> None:
+        try:
+            outcome.append(background_app.runs.start(RunRequest(WS, ["sleep", "300"], actor=home.actor),
+                                                     bot="tester", busy=background.counted).status)
+        except WardenError as exc:
+            outcome.append(exc)
+
+    starting = threading.Thread(target=start)
+    counts = foreground._background
+    assert counts is not None
+
+    def counts_then_a_start(bot: str) -> tuple[int, int]:
+        # The exec's count of background processes, then the start, before the exec takes its slot.
+        seen = counts(bot)
+        if not starting.is_alive() and not outcome:
+            starting.start()
+            assert counting.wait(60)
+            recorded.wait(HOOK_WAIT)
+        return seen
+
+    foreground._background = counts_then_a_start
+    try:
+        with foreground.take("tester"):
+            starting.join(60)
+            assert foreground_app.live.running_counts("tester")[1] == 0  # the start was refused
+        (refused,) = outcome
+        assert isinstance(refused, Unavailable) and refused.rule == "api.max_execs_per_bot"
+    finally:
+        starting.join(60)
+        foreground_app.live.stop_workspace(WS, reason="the test ended")
+        foreground_app.close()
+        background_app.close()
 
 
 def test_two_runs_starting_at_once_record_a_dead_run_lost_once(home: Home) -> None:

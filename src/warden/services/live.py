@@ -68,8 +68,9 @@ _ENDING_OPS = ("suspend", "archive", "destroy")
 # its starter records it, then asks the supervisor (which has 10 s to answer) to spawn it.
 _STARTING_S = 60.0
 # Counts of foreground commands a front end runs itself (all of them, the bot's), beside the
-# registry's background ones.
-Busy = Callable[[str], tuple[int, int]]
+# registry's background ones, held (none admitted) until the block ends: a start counts them and
+# records its process within it (interfaces/http/running.ExecSlots.counted).
+Busy = Callable[[str], contextlib.AbstractContextManager[tuple[int, int]]]
 
 
 @dataclass(frozen=True)
@@ -266,7 +267,10 @@ class LiveSandboxService:
             process = LiveProcess(process_id, sandbox.id, record.name, principal, bot, tuple(request.argv),
                                   "starting", None, None, False, self._now(), None, self.node,
                                   {"starter_pid": os.getpid(), "timeout_s": request.limits.timeout_s})
-            with self._registry.transaction() as tx:
+            # The front end's foreground commands are counted, and no more admitted, until this
+            # process is recorded (committed): else one admitted meanwhile counted it not there.
+            counted = busy(bot) if bot and busy is not None else contextlib.nullcontext((0, 0))
+            with counted as foreground, self._registry.transaction() as tx:
                 # Only into a sandbox whose row is still there, in the same transaction: a stop
                 # claims the row before it ends the sandbox (_stop), and a process recorded
                 # after that claim would be killed by the stop with nothing to record it, its
@@ -274,16 +278,17 @@ class LiveSandboxService:
                 if not tx.sandboxes.touch(sandbox.id, process.started_at):
                     continue
                 if bot:
-                    self._admit(tx, bot, busy)
+                    self._admit(tx, bot, foreground)
                 tx.processes.insert(process)
             return sandbox, process
         raise Unavailable(f"the live sandbox of {record.name!r} keeps changing under this command; run it again",
                           rule="live.contended")
 
-    def _admit(self, tx: Tx, bot: str, busy: Busy | None) -> None:
+    def _admit(self, tx: Tx, bot: str, foreground: tuple[int, int]) -> None:
         """Refuse a bot's background process over api.max_execs or api.max_execs_per_bot, counting
-        its running ones in the registry (all server workers) and the front end's foreground ones."""
-        total_fg, mine_fg = busy(bot) if busy is not None else (0, 0)
+        its running ones in the registry (all server workers) and the front end's `foreground`
+        ones (all, the bot's)."""
+        total_fg, mine_fg = foreground
         mine = tx.processes.count_running(bot=bot) + mine_fg
         if mine >= self.settings.max_execs_per_bot:
             raise Unavailable(f"the bot this grant comes from already runs {self.settings.max_execs_per_bot} commands "
