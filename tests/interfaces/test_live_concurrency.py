@@ -18,6 +18,8 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -304,3 +306,28 @@ def test_two_runs_starting_at_once_record_a_dead_run_lost_once(home: Home) -> No
     finally:
         first.close()
         second.close()
+
+
+def test_the_audit_chain_holds_under_commands_of_several_processes_at_once(home: Home) -> None:
+    """Runs and detached starts from four `warden` processes at once, in both
+    workspaces: every event is chained after the one committed before it (on PostgreSQL, appenders
+    on any node take turns under one lock), and `warden audit verify` says so."""
+    script = "python -m warden run $0 --detach -- sleep 0.2 && python -m warden run $0 -- true"
+    environ = {**home.environ, "PATH": f"{Path(sys.executable).parent}:{home.environ['PATH']}"}
+    workers = [subprocess.Popen(["sh", "-c", script, name], env=environ, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE) for name in (WS, OTHER, WS, OTHER)]
+    try:
+        for worker in workers:
+            _, err = worker.communicate(timeout=120)
+            assert worker.returncode == 0, err.decode()
+        verified = Cli(environ)("audit", "verify")
+        assert verified.code == 0, verified.stderr + verified.stdout
+        app = home.app()
+        try:
+            assert len([e for e in app.audit.list(limit=500) if e.action == "run.start"]) == 8
+        finally:
+            app.close()
+    finally:
+        for worker in workers:
+            worker.kill()
+        Cli(environ)("ps", WS)
