@@ -7,8 +7,8 @@ another holds), each statement sees what was committed before it (two transactio
 a row neither has changed yet), and the audit's append takes one lock for the whole chain. Each
 test orders the two apps (with hooks, no sleeps) the way that broke: a stop and a collector
 deadlocked, an idle stop stopped a sandbox a start had just used, a foreground command and a
-background start each counted the other's slot as free, two starting runs both recorded one dead
-run lost.
+background start each counted the other's slot as free, a command sent to a sandbox a revoke was
+stopping said the sandbox hung up, two starting runs both recorded one dead run lost.
 """
 
 from __future__ import annotations
@@ -255,6 +255,32 @@ def test_a_foreground_command_and_a_background_start_at_once_keep_to_the_bots_bo
         foreground_app.live.stop_workspace(WS, reason="the test ended")
         foreground_app.close()
         background_app.close()
+
+
+def test_a_foreground_command_sent_to_a_sandbox_a_revoke_is_stopping_says_so(home: Home) -> None:
+    """A bot's command found its live sandbox, then a revoke (from another Warden process) claimed
+    and stopped it before the command reached its supervisor: the command was refused "the live
+    sandbox hung up (Connection reset by peer)", which reads as a broken sandbox."""
+    runner, revoker = home.app(), home.app()
+    assert runner.runs.execute(RunRequest(WS, ["true"], actor=home.actor)).exit_code == 0  # its sandbox up
+    sandboxes = runner.live._sandboxes
+    run = sandboxes.run
+
+    def run_after_a_revoke(*args: Any, **kwargs: Any) -> Any:
+        revoker.live.stop_principals([home.actor.partition("@")[2]])
+        return run(*args, **kwargs)
+
+    sandboxes.run = run_after_a_revoke  # type: ignore[method-assign]
+    # Its bwrap not yet gone when the command's channel broke (the stop is a moment behind).
+    sandboxes.alive = lambda sandbox: True  # type: ignore[method-assign]
+    try:
+        with pytest.raises(WardenError) as refused:
+            runner.runs.execute(RunRequest(WS, ["true"], actor=home.actor))
+        assert refused.value.rule == "live.stopped"
+        assert "was stopped as it started" in refused.value.message and f"--workspace {WS}" in refused.value.message
+    finally:
+        runner.close()
+        revoker.close()
 
 
 def test_two_runs_starting_at_once_record_a_dead_run_lost_once(home: Home) -> None:

@@ -213,6 +213,12 @@ class LiveSandboxService:
                 # runs the command, and the row is left to whoever owns it.
                 return None
             if exc.rule in ("live.bad_answer", "live.unreachable"):
+                if self._claimed(sandbox):
+                    # A stop (a revoke, `warden stop`, a sweep) claimed it and is ending it, which
+                    # is why its supervisor hung up: "hung up" alone read as a broken sandbox.
+                    raise Unavailable(f"the live sandbox the command was sent to was stopped as it started "
+                                      f"(`warden audit --workspace {record.name}` says why); run it again",
+                                      rule="live.stopped") from None
                 self._stop(sandbox, "its supervisor answered badly")
             raise
         # Used until now: a long command's end starts its idle period, not its start.
@@ -226,6 +232,11 @@ class LiveSandboxService:
             for event in events:
                 request.on_net_event(event)
         return dataclasses.replace(result, net_events=(*result.net_events, *events))
+
+    def _claimed(self, sandbox: LiveSandbox) -> bool:
+        """Whether a stop has claimed `sandbox` (its row is gone)."""
+        with self._registry.transaction(write=False) as tx:
+            return tx.sandboxes.get(sandbox.id) is None
 
     def start_background(self, record: WorkspaceRecord, principal: str, process_id: str, request: SandboxRequest,
                          *, bot: str = "", busy: Busy | None = None) -> LiveProcess:
