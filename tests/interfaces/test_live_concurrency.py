@@ -203,6 +203,50 @@ def test_an_idle_stop_spares_a_sandbox_a_start_used_since_it_looked(home: Home) 
         sweeper.close()
 
 
+def _supervisors(app: App, workspace: str) -> int:
+    """The live sandbox supervisors running in `workspace`'s folder (one per live sandbox)."""
+    from warden.adapters.processes import workspace_processes
+    from warden.core.live import SUPERVISOR_PATH
+
+    found = 0
+    for pid in workspace_processes(app.workspaces.get(workspace).path):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            argv = cmdline.read().split(b"\0")
+            found += not argv[0].endswith(b"bwrap") and SUPERVISOR_PATH.encode() in argv  # not the bwraps around it
+    return found
+
+
+def test_a_bots_background_starts_at_once_share_one_sandbox_and_its_bound(home: Home) -> None:
+    """Three Warden processes start the bot's first background command at once: each starts a
+    live sandbox for the same key, one row wins, the others' sandboxes are stopped (no supervisor
+    left running without a row), and api.max_execs_per_bot (1) admits one command of the three."""
+    apps = [home.app() for _ in range(3)]
+    together = threading.Barrier(len(apps))
+    outcomes: list[object] = []
+
+    def start(app: App) -> None:
+        together.wait(30)
+        try:
+            outcomes.append(app.runs.start(RunRequest(WS, ["sleep", "300"], actor=home.actor), bot="tester").status)
+        except WardenError as exc:
+            outcomes.append(exc.rule)
+
+    starts = [threading.Thread(target=start, args=(app,)) for app in apps]
+    try:
+        for thread in starts:
+            thread.start()
+        for thread in starts:
+            thread.join(120)
+        assert sorted(map(str, outcomes)) == ["api.max_execs_per_bot", "api.max_execs_per_bot", "running"]
+        (process,) = _running(apps[0])
+        assert _only_sandbox(apps[0]).id == process.sandbox_id
+        wait_until(lambda: _supervisors(apps[0], WS) == 1, message="a losing start left its supervisor running")
+    finally:
+        apps[0].live.stop_workspace(WS, reason="the test ended")
+        for app in apps:
+            app.close()
+
+
 def test_a_foreground_command_and_a_background_start_at_once_keep_to_the_bots_bound(home: Home) -> None:
     """api.max_execs_per_bot is 1. A foreground exec counts the bot's background processes in
     the registry, then takes its slot under the exec-slot folder's lock; a background start counts
