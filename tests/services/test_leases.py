@@ -128,3 +128,54 @@ def test_a_lease_is_renewed_while_held(db: SqlRegistry) -> None:
                            message="the lease was never renewed")
         assert later and later[0].expires > first
     assert service.state("w").held == ()
+
+
+def test_a_dead_instances_hold_goes_though_a_live_holder_renews_the_lease_meanwhile(
+        db: SqlRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reaper of a dead instance reads each lease and writes it back without the dead one's
+    holds, by compare-and-set. On PostgreSQL each statement sees what was committed before it: a
+    live holder's renewal between the read and the write made the write miss, and the dead
+    instance's hold stayed (SQLite's write transaction let no renewal in)."""
+    from tests.support.fakes import FakeHostProcesses
+    from warden.adapters.store.leases import SqlLeases
+    from warden.core import leases
+    from warden.core.leases import Holder, LeaseState
+    from warden.core.nodes import Instance
+    from warden.services.audit import AuditLog
+    from warden.services.instances import InstanceService, NodeSettings
+
+    t0 = now()
+    dead, survivor = Holder("h-dead", "node-b", 77, 7, "run"), Holder("h-live", "node-b", 78, 7, "run")
+    state = LeaseState("w")
+    for holder in (dead, survivor):
+        state = leases.acquire(state, holder, "shared", t0, timedelta(hours=1), lambda _h: None)
+    with db.transaction() as tx:
+        tx.leases.write(state, None)
+        tx.instances.insert(Instance("gone", "node-b", "serve", 77, 7, t0.isoformat(), t0.isoformat(), None, None))
+
+    def renew() -> None:  # the survivor's renewal, from another connection
+        with db.transaction() as tx:
+            current, version = tx.leases.read("w")
+            assert tx.leases.write(leases.renew(current, "h-live", now(), timedelta(hours=1)) or current, version)
+
+    read, reaper = SqlLeases.read, threading.current_thread()
+    renewals: list[threading.Thread] = []
+
+    def read_then_a_renewal(self: SqlLeases, workspace: str) -> object:
+        found = read(self, workspace)
+        if threading.current_thread() is reaper and not renewals:
+            renewals.append(threading.Thread(target=renew))
+            renewals[0].start()
+            renewals[0].join(2.0)  # on SQLite it waits for the reaper's transaction: the reaper goes on
+        return found
+
+    monkeypatch.setattr(SqlLeases, "read", read_then_a_renewal)
+    later = t0 + timedelta(minutes=5)
+    reaping = InstanceService(db, AuditLog(db, lambda: later), lambda: later, FakeHostProcesses(), "node-a",
+                              NodeSettings(interval=timedelta(seconds=10), window=timedelta(seconds=60)))
+    assert [i.id for i in reaping.reap()] == ["gone"]
+    renewals[0].join(30)
+    monkeypatch.undo()
+    with db.transaction(write=False) as tx:
+        left, _ = tx.leases.read("w")
+    assert [h.holder.id for h in left.held] == ["h-live"]

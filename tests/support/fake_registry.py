@@ -236,8 +236,8 @@ class _Runs:
             raise Conflict(f"already exists or still in use (run {run.run_id})")
         self._s.runs[run.run_id] = run
 
-    def delete(self, run_id: str) -> None:
-        self._s.runs.pop(run_id, None)
+    def delete(self, run_id: str) -> bool:
+        return self._s.runs.pop(run_id, None) is not None
 
     def of_node(self, node: str) -> list[RunInProgress]:
         return sorted((r for r in self._s.runs.values() if r.node == node), key=lambda r: r.started_at)
@@ -285,7 +285,10 @@ class _Sandboxes:
         self._s.sandboxes[sandbox_id] = self._s.sandboxes[sandbox_id]._replace(last_used=at)
         return True
 
-    def delete(self, sandbox_id: str) -> bool:
+    def delete(self, sandbox_id: str, *, used_last: str | None = None) -> bool:
+        found = self._s.sandboxes.get(sandbox_id)
+        if found is None or (used_last is not None and found.last_used != used_last):
+            return False
         return self._s.sandboxes.pop(sandbox_id, None) is not None
 
 

@@ -30,7 +30,7 @@ class HeldSlots:
     @contextlib.contextmanager
     def take(self, bot: str, admit: Callable[[int, int], None]) -> Iterator[None]:
         """Hold one slot of `bot` while the block runs; `admit(all, bots)` is called with the
-        slots held now (every worker's) and raises to refuse."""
+        slots held now (every worker's), under the folder's lock, and raises to refuse."""
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         lock = os.open(self.folder / _LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         held: int | None = None
@@ -56,12 +56,19 @@ class HeldSlots:
 
     def counts(self, bot: str) -> tuple[int, int]:
         """(all, `bot`'s) slots every worker holds now."""
-        if not self.folder.is_dir():
-            return 0, 0
+        with self.counted(bot) as held:
+            return held
+
+    @contextlib.contextmanager
+    def counted(self, bot: str) -> Iterator[tuple[int, int]]:
+        """(all, `bot`'s) slots every worker holds now, with no slot taken until the block ends:
+        a background start counts them and records its process in the block, so that a take
+        meanwhile, which counts the background processes under the same lock, sees it."""
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         lock = os.open(self.folder / _LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            return self._count(bot)
+            yield self._count(bot)
         finally:
             os.close(lock)
 

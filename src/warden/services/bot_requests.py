@@ -538,7 +538,7 @@ class BotRequestService:
         As exec: the grant's secrets join the environment, the network is the command's own within
         the grant's domains. It takes one of the minter's exec slots while it runs (api.max_execs,
         api.max_execs_per_bot, counted in the registry over every server worker); `busy(bot)`
-        gives the front end's foreground commands, counted with it."""
+        gives the front end's foreground commands, counted with it (none admitted meanwhile)."""
         record = self._authorize(principal, name, "execute", trail, whole_workspace=True)
         _check_command(command, self.settings.max_timeout)
         if command.stdin is not None:

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["InstanceService", "NodeSettings"]
 
+# Compare-and-set tries on one lease row while releasing a dead instance's hold on it.
+_CAS_TRIES = 20
 _JOIN_S = 5.0  # seconds a leaving process waits for its heartbeat thread to finish a registry write
 
 
@@ -202,10 +204,35 @@ class InstanceService:
 
     def _release(self, tx: Tx, instance: Instance) -> dict[str, object]:
         """In `tx`: the dead instance's leases and terminal lock released, its runs marked lost."""
-        from warden.core import leases
-
         names, locks_freed = [], []
         for name in tx.leases.names():
+            held, lock = self._release_lease(tx, name, instance)
+            if held:
+                names.append(name)
+            if lock:
+                locks_freed.append(name)
+        # Each run removed before any is audited, and audited only by the transaction that removed
+        # it (a run starting on this node meanwhile marks the dead ones lost too: services/
+        # runs_in_progress.mark_lost, which says why in that order).
+        lost = [run for run in tx.runs.of_node(instance.node)
+                if run.pid == instance.pid and run.pid_start in (0, instance.pid_start) and tx.runs.delete(run.run_id)]
+        for run in lost:
+            self._audit.record(actor=run.actor, action="run.lost", target=run.workspace, decision="allow",
+                               rule="node.heartbeat_window", result="lost",
+                               detail={"run_id": run.run_id, "started_at": run.started_at, "pid": run.pid,
+                                       "node": run.node, "instance": instance.id}, tx=tx)
+        return {"leases_released": names, "locks_released": locks_freed, "runs_lost": [r.run_id for r in lost]}
+
+    @staticmethod
+    def _release_lease(tx: Tx, name: str, instance: Instance) -> tuple[bool, bool]:
+        """In `tx`: what the dead `instance` held of the lease of `name` released; (whether it held
+        it, whether its terminal's lock on it went). By compare-and-set, read again when another
+        writer changed the row meanwhile: on PostgreSQL each statement sees what was committed
+        before it, and a live run's renewal or release between the read and the write made the
+        write miss, leaving the dead holder in place (SQLite's write transaction lets no one in)."""
+        from warden.core import leases
+
+        for _ in range(_CAS_TRIES):
             state, version = tx.leases.read(name)
             mine = [h for h in state.held if h.holder.node == instance.node and h.holder.pid == instance.pid
                     and h.holder.start in (0, instance.pid_start)]
@@ -213,25 +240,15 @@ class InstanceService:
             lock_gone = (lock is not None and instance.terminal is not None and lock.node == instance.node
                          and lock.terminal == instance.terminal)
             if not mine and not lock_gone:
-                continue
+                return False, False
             new = state
             for held in mine:
                 new = leases.release(new, held.holder.id)
             if lock_gone:
                 new = new._replace(lock=None)
-                locks_freed.append(name)
-            if tx.leases.write(new, version) and mine:
-                names.append(name)
-        lost = []
-        for run in tx.runs.of_node(instance.node):
-            if run.pid == instance.pid and run.pid_start in (0, instance.pid_start):
-                self._audit.record(actor=run.actor, action="run.lost", target=run.workspace, decision="allow",
-                                   rule="node.heartbeat_window", result="lost",
-                                   detail={"run_id": run.run_id, "started_at": run.started_at, "pid": run.pid,
-                                           "node": run.node, "instance": instance.id}, tx=tx)
-                tx.runs.delete(run.run_id)
-                lost.append(run.run_id)
-        return {"leases_released": names, "locks_released": locks_freed, "runs_lost": lost}
+            if tx.leases.write(new, version):
+                return bool(mine), lock_gone
+        return False, False
 
     def _stop_sandboxes(self, instance: Instance) -> None:
         """The live sandboxes `instance` started: stopped on this node; on another node that is down

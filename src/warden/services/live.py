@@ -68,8 +68,9 @@ _ENDING_OPS = ("suspend", "archive", "destroy")
 # its starter records it, then asks the supervisor (which has 10 s to answer) to spawn it.
 _STARTING_S = 60.0
 # Counts of foreground commands a front end runs itself (all of them, the bot's), beside the
-# registry's background ones.
-Busy = Callable[[str], tuple[int, int]]
+# registry's background ones, held (none admitted) until the block ends: a start counts them and
+# records its process within it (interfaces/http/running.ExecSlots.counted).
+Busy = Callable[[str], contextlib.AbstractContextManager[tuple[int, int]]]
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,12 @@ class LiveSandboxService:
                 # runs the command, and the row is left to whoever owns it.
                 return None
             if exc.rule in ("live.bad_answer", "live.unreachable"):
+                if self._claimed(sandbox):
+                    # A stop (a revoke, `warden stop`, a sweep) claimed it and is ending it, which
+                    # is why its supervisor hung up: "hung up" alone read as a broken sandbox.
+                    raise Unavailable(f"the live sandbox the command was sent to was stopped as it started "
+                                      f"(`warden audit --workspace {record.name}` says why); run it again",
+                                      rule="live.stopped") from None
                 self._stop(sandbox, "its supervisor answered badly")
             raise
         # Used until now: a long command's end starts its idle period, not its start.
@@ -225,6 +232,11 @@ class LiveSandboxService:
             for event in events:
                 request.on_net_event(event)
         return dataclasses.replace(result, net_events=(*result.net_events, *events))
+
+    def _claimed(self, sandbox: LiveSandbox) -> bool:
+        """Whether a stop has claimed `sandbox` (its row is gone)."""
+        with self._registry.transaction(write=False) as tx:
+            return tx.sandboxes.get(sandbox.id) is None
 
     def start_background(self, record: WorkspaceRecord, principal: str, process_id: str, request: SandboxRequest,
                          *, bot: str = "", busy: Busy | None = None) -> LiveProcess:
@@ -266,7 +278,10 @@ class LiveSandboxService:
             process = LiveProcess(process_id, sandbox.id, record.name, principal, bot, tuple(request.argv),
                                   "starting", None, None, False, self._now(), None, self.node,
                                   {"starter_pid": os.getpid(), "timeout_s": request.limits.timeout_s})
-            with self._registry.transaction() as tx:
+            # The front end's foreground commands are counted, and no more admitted, until this
+            # process is recorded (committed): else one admitted meanwhile counted it not there.
+            counted = busy(bot) if bot and busy is not None else contextlib.nullcontext((0, 0))
+            with counted as foreground, self._registry.transaction() as tx:
                 # Only into a sandbox whose row is still there, in the same transaction: a stop
                 # claims the row before it ends the sandbox (_stop), and a process recorded
                 # after that claim would be killed by the stop with nothing to record it, its
@@ -274,16 +289,17 @@ class LiveSandboxService:
                 if not tx.sandboxes.touch(sandbox.id, process.started_at):
                     continue
                 if bot:
-                    self._admit(tx, bot, busy)
+                    self._admit(tx, bot, foreground)
                 tx.processes.insert(process)
             return sandbox, process
         raise Unavailable(f"the live sandbox of {record.name!r} keeps changing under this command; run it again",
                           rule="live.contended")
 
-    def _admit(self, tx: Tx, bot: str, busy: Busy | None) -> None:
+    def _admit(self, tx: Tx, bot: str, foreground: tuple[int, int]) -> None:
         """Refuse a bot's background process over api.max_execs or api.max_execs_per_bot, counting
-        its running ones in the registry (all server workers) and the front end's foreground ones."""
-        total_fg, mine_fg = busy(bot) if busy is not None else (0, 0)
+        its running ones in the registry (all server workers) and the front end's `foreground`
+        ones (all, the bot's)."""
+        total_fg, mine_fg = foreground
         mine = tx.processes.count_running(bot=bot) + mine_fg
         if mine >= self.settings.max_execs_per_bot:
             raise Unavailable(f"the bot this grant comes from already runs {self.settings.max_execs_per_bot} commands "
@@ -391,8 +407,10 @@ class LiveSandboxService:
         """Stop `sandbox` of this node, its running processes killed (audited with `reason`)."""
         self._stop(sandbox, reason, actor=actor)
 
-    def _stop(self, sandbox: LiveSandbox, reason: str, *, killed: bool = True, actor: str = "warden") -> None:
-        """Stop `sandbox` (if it still runs), end its processes' records and remove its row."""
+    def _stop(self, sandbox: LiveSandbox, reason: str, *, killed: bool = True, actor: str = "warden",
+              idle: bool = False) -> bool:
+        """Stop `sandbox` (if it still runs), end its processes' records and remove its row; False
+        when `idle` (an idle stop) and it was used since `sandbox` was read: then it runs on."""
         with contextlib.suppress(Unavailable):
             self._collect(sandbox)  # what had ended before is recorded as it ended
         # What the processes it is about to kill have used: read before the stop, which removes
@@ -407,14 +425,21 @@ class LiveSandboxService:
         # to this one, and no new command is sent into a sandbox being stopped. A crash before the
         # stop below leaves a sandbox without a row: the orphan sweep kills it (services/sweeper).
         ended = []
+        status, exited = ("killed", Exited(137, 9)) if killed else ("lost", None)
         with self._registry.transaction() as tx:
-            claimed = tx.sandboxes.delete(sandbox.id)
+            # An idle stop claims the row only as it read it: a command that started in the
+            # sandbox since recorded its use there, and the sandbox is no longer idle.
+            claimed = tx.sandboxes.delete(sandbox.id, used_last=sandbox.last_used if idle else None)
+            if not claimed and idle and tx.sandboxes.get(sandbox.id) is not None:
+                return False
+            # Every row ended before any is audited: on PostgreSQL the audit's append takes a lock
+            # on the whole chain, and a collector that ended one of these rows first waits for it
+            # while holding that row, which this transaction would then wait for (a deadlock).
             for process in tx.processes.of_sandbox(sandbox.id) if claimed else ():
-                if process.running:
-                    status = "killed" if killed else "lost"
-                    self._end(tx, process, status, Exited(137, 9) if killed else None, reason,
-                              used=used.get(process.id))
+                if process.running and self._ended(tx, process, status, exited):
                     ended.append(process)
+            for process in ended:
+                self._audit_end(tx, process, status, exited, reason, used=used.get(process.id))
             if claimed:
                 self._audit.record(actor=actor, action="sandbox.stop", target=sandbox.workspace, decision="none",
                                    rule="sandbox", result="stopped",
@@ -424,10 +449,11 @@ class LiveSandboxService:
         # goes on as if nothing of it runs, which the claimer may not have made true yet.
         self._sandboxes.stop(sandbox)
         if not claimed:
-            return  # the claimer records it and releases its processes
+            return True  # the claimer records it and releases its processes
         for process in ended:
             self._sandboxes.release(process)
         self._sweep_git(sandbox.workspace)
+        return True
 
     def _sweep_git(self, workspace: str) -> None:
         """Move aside what the sandbox's bot left of git's control files (core/gitcontrol)."""
@@ -511,8 +537,8 @@ class LiveSandboxService:
             last = _parse_time(sandbox.last_used)
             if (last is not None and (self._clock() - last).total_seconds() >= self.settings.idle_s
                     and not self._runs_foreground(sandbox)):
-                self._stop(sandbox, f"idle for {self.settings.idle_s:g} s (workspace.sandbox_idle)", killed=False)
-                return True
+                return self._stop(sandbox, f"idle for {self.settings.idle_s:g} s (workspace.sandbox_idle)",
+                                  killed=False, idle=True)
         return False
 
     def _runs_foreground(self, sandbox: LiveSandbox) -> bool:
@@ -595,23 +621,24 @@ class LiveSandboxService:
         if exited is not None and (exited.timed_out or exited.signal is not None):
             status = "killed"
         with self._registry.transaction() as tx:
-            self._end(tx, process, status, exited, None, oom=oom, used=used)
+            if self._ended(tx, process, status, exited):
+                self._audit_end(tx, process, status, exited, None, oom=oom, used=used)
         if seen is not None:
             with contextlib.suppress(Unavailable):
                 self._sandboxes.forget(sandbox, process.id)
         self._prune(process.workspace)
 
-    def _end(self, tx: Tx, process: LiveProcess, status: str, exited: Exited | None, reason: str | None, *,
-             oom: bool = False, used: Usage | None = None) -> None:
-        """The outcome of `process`, written once (by whichever Warden process ends its record)."""
-        code = exited.exit_code if exited is not None else None
-        sig = exited.signal if exited is not None else None
-        timed_out = exited.timed_out if exited is not None else False
-        if timed_out:
-            code, sig = 124, None
-        if not tx.processes.finish(process.id, status=status, exit_code=code, signal=sig, timed_out=timed_out,
-                                   ended_at=self._now()):
-            return
+    def _ended(self, tx: Tx, process: LiveProcess, status: str, exited: Exited | None) -> bool:
+        """The outcome of `process` written, once: False when another Warden process ended its
+        record first (that one audits it)."""
+        code, sig, timed_out = _outcome(exited)
+        return tx.processes.finish(process.id, status=status, exit_code=code, signal=sig, timed_out=timed_out,
+                                   ended_at=self._now())
+
+    def _audit_end(self, tx: Tx, process: LiveProcess, status: str, exited: Exited | None, reason: str | None, *,
+                   oom: bool = False, used: Usage | None = None) -> None:
+        """The audit event of the outcome `_ended` wrote (last in its transaction: see `_stop`)."""
+        code, sig, timed_out = _outcome(exited)
         detail: dict[str, object] = {"run_id": process.id, "background": True, "argv": list(process.argv),
                                      "exit_code": code, "signal": sig, "timed_out": timed_out, "oom_killed": oom,
                                      "sandbox": process.sandbox_id}
@@ -767,6 +794,15 @@ class LiveSandboxService:
             raise TimedOut(f"process {process_id} still runs after {timeout:g} s; `warden kill {workspace} "
                            f"{process_id}` stops it")
         return ProcessView.of(process)
+
+
+def _outcome(exited: Exited | None) -> tuple[int | None, int | None, bool]:
+    """The exit code, signal and timed-out flag a process's record keeps of how it ended."""
+    if exited is None:
+        return None, None, False
+    if exited.timed_out:
+        return 124, None, True
+    return exited.exit_code, exited.signal, False
 
 
 def _stopped_as_it_started() -> Unavailable:

@@ -285,7 +285,8 @@ class RunService:
         Judged, leased, mounted and refused (126) exactly as a run; its intent is audited as a
         run's (`run.start`, `background: true`), its outcome once it ends (services/live.py).
         `bot`: the bot whose API exec slots it takes ("" for the person's); `busy(bot)` gives the
-        front end's own foreground commands (all, the bot's), counted with it."""
+        front end's own foreground commands (all, the bot's), counted with it, none admitted
+        until the process is recorded."""
         live = self._live(True) if self._live is not None else None
         if live is None:
             raise Refused.of(Unavailable("this Warden runs no live sandboxes, so no background processes"))

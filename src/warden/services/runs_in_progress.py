@@ -74,28 +74,32 @@ class RunsInProgress:
     def end(self, tx: Tx, intent: RunIntent) -> None:
         """The outcome (when the command ran, or was stopped by its person) and the end of the
         in-progress row, together."""
+        # The rows first, the audit last (see mark_lost).
+        tx.runs.delete(intent.run_id)
+        if intent.outcome is not None or intent.interrupted is not None:
+            tx.workspaces.update(intent.record.name, {"last_accessed": self._clock().isoformat()})
         if intent.outcome is not None:
             self._audit_outcome(tx, intent, intent.outcome)
         elif intent.interrupted is not None:
             self._audit.record(actor=intent.actor, action="run", target=intent.record.name, decision="allow",
                                rule="sandbox", result="interrupted",
                                detail={**intent.detail, "interrupted_by": intent.interrupted}, tx=tx)
-            tx.workspaces.update(intent.record.name, {"last_accessed": self._clock().isoformat()})
-        tx.runs.delete(intent.run_id)
 
     def mark_lost(self, tx: Tx) -> list[RunInProgress]:
         """Audit as `run.lost` the runs of this node whose process died before their outcome was
         written (a killed `warden run` or `serve`); the runs found so."""
-        lost = []
-        for run in tx.runs.of_node(self.node):
-            if not self._processes.alive(run.pid, run.pid_start or None):
-                # argv as the registry keeps it (JSON text), as in every run.lost event before.
-                self._audit.record(actor=run.actor, action="run.lost", target=run.workspace, decision="allow",
-                                   rule="sandbox", result="lost",
-                                   detail={"run_id": run.run_id, "started_at": run.started_at, "pid": run.pid,
-                                           "argv": json.dumps(list(run.argv))}, tx=tx)
-                tx.runs.delete(run.run_id)
-                lost.append(run)
+        # Each row removed before any is audited, and audited only by the transaction that removed
+        # it: on PostgreSQL two runs starting at once both read the dead run (neither had
+        # committed), and both recorded it lost; and the audit's append locks the whole chain, so
+        # a row written after it could deadlock with a transaction that holds that row and waits.
+        lost = [run for run in tx.runs.of_node(self.node)
+                if not self._processes.alive(run.pid, run.pid_start or None) and tx.runs.delete(run.run_id)]
+        for run in lost:
+            # argv as the registry keeps it (JSON text), as in every run.lost event before.
+            self._audit.record(actor=run.actor, action="run.lost", target=run.workspace, decision="allow",
+                               rule="sandbox", result="lost",
+                               detail={"run_id": run.run_id, "started_at": run.started_at, "pid": run.pid,
+                                       "argv": json.dumps(list(run.argv))}, tx=tx)
         return lost
 
     def _audit_outcome(self, tx: Tx, intent: RunIntent, outcome: RunResult) -> None:
@@ -115,4 +119,3 @@ class RunsInProgress:
                                    rule=str(event["rule"]), result="refused", detail=event, tx=tx)
         self._audit.record(actor=actor, action="run", target=name, decision="allow", rule="sandbox",
                            result=str(outcome.exit_code), detail=detail, tx=tx)
-        tx.workspaces.update(name, {"last_accessed": self._clock().isoformat()})

@@ -582,3 +582,32 @@ def test_the_supervisors_command_line_is_short_and_its_file_read_only(host: Host
     assert len(cmdline) < 300 and b"supervisor.py" in cmdline, cmdline[:300]
     out = host.run(sandbox, "f" * 16, _req(folder, "sh", "-c", "echo x >> /etc/warden/supervisor.py || echo refused"))
     assert "refused" in out.stdout
+
+
+def test_two_collectors_keeping_one_process_output_at_once_both_succeed(host: HostLiveSandboxes) -> None:
+    """Two Warden processes (or a server's threads) that look at a sandbox as a process ends both
+    collect it and both keep its output. With one temporary name for both, the first's rename
+    took the file from under the second, whose `warden ps` failed with a FileNotFoundError."""
+    from warden.core.live import Logs
+
+    failures: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def keep() -> None:
+        start.wait()
+        for _ in range(300):
+            try:
+                host.keep_logs("0123456789abcdef", Logs(b"out\n", b"err\n"))
+            except OSError as exc:
+                failures.append(exc)
+                return
+
+    threads = [threading.Thread(target=keep) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert failures == []
+    assert host.kept_logs("0123456789abcdef") == Logs(b"out\n", b"err\n")
+    assert sorted(p.name for p in (host.run_root / "logs").iterdir()) == ["0123456789abcdef.err",
+                                                                           "0123456789abcdef.out"]

@@ -1061,13 +1061,20 @@ class HostLiveSandboxes:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         for stream, data in (("out", logs.stdout), ("err", logs.stderr)):
             path = self._logs_file(process_id, stream)
-            tmp = path.with_suffix(f".{stream}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            # A temporary file of this writer's own: two Warden processes (or a server's two
+            # threads) that both collect the process write the same output, and with one shared
+            # name the first's rename took the file from under the second (FileNotFoundError).
+            tmp = path.with_suffix(f".{stream}.{os.urandom(6).hex()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
-                os.write(fd, data[-RING_BYTES:])
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
+                try:
+                    os.write(fd, data[-RING_BYTES:])
+                finally:
+                    os.close(fd)
+                os.replace(tmp, path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
 
     def kept_logs(self, process_id: str) -> Logs | None:
         found = []

@@ -8,7 +8,10 @@ from warden.core.audit import GENESIS, AuditEvent, StoredEvent, detail_text, eve
 __all__ = ["SqlAudit"]
 
 # Any constant shared by every node: PostgreSQL's transaction-scoped advisory lock on it makes
-# appenders on several machines take turns, as the chain needs one writer at a time.
+# appenders on several machines take turns, as the chain needs one writer at a time. Held to the
+# end of the transaction, it is one lock over every appender: a transaction appends after its
+# other writes, never before one (a row another appender holds while it waits for this lock is
+# a deadlock; services/live.py `_stop`, services/runs_in_progress.py `mark_lost`).
 _APPEND_LOCK = 7263901
 
 

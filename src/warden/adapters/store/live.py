@@ -97,8 +97,12 @@ class SqlSandboxes:
         return bool(self._sql.execute("UPDATE live_sandboxes SET last_used = :at WHERE id = :id RETURNING id",
                                       {"id": sandbox_id, "at": at}))
 
-    def delete(self, sandbox_id: str) -> bool:
-        return bool(self._sql.execute("DELETE FROM live_sandboxes WHERE id = :id RETURNING id", {"id": sandbox_id}))
+    def delete(self, sandbox_id: str, *, used_last: str | None = None) -> bool:
+        if used_last is None:
+            return bool(self._sql.execute("DELETE FROM live_sandboxes WHERE id = :id RETURNING id",
+                                          {"id": sandbox_id}))
+        return bool(self._sql.execute("DELETE FROM live_sandboxes WHERE id = :id AND last_used = :used RETURNING id",
+                                      {"id": sandbox_id, "used": used_last}))
 
 
 class SqlProcesses:

@@ -34,8 +34,9 @@ class SqlRuns:
              "pid": run.pid, "pid_start": run.pid_start, "started_at": run.started_at,
              "argv": json.dumps(list(run.argv))[:4000]})
 
-    def delete(self, run_id: str) -> None:
-        self._sql.execute("DELETE FROM runs_in_progress WHERE run_id = :run_id", {"run_id": run_id})
+    def delete(self, run_id: str) -> bool:
+        return bool(self._sql.execute("DELETE FROM runs_in_progress WHERE run_id = :run_id RETURNING run_id",
+                                      {"run_id": run_id}))
 
     def of_node(self, node: str) -> list[RunInProgress]:
         return [_run(r) for r in self._sql.execute(

@@ -151,7 +151,9 @@ class RunTable(Protocol):
 
     def insert(self, run: RunInProgress) -> None: ...
 
-    def delete(self, run_id: str) -> None: ...
+    def delete(self, run_id: str) -> bool:
+        """Remove the row; True when this call removed it (its outcome is then this caller's to record)."""
+        ...
 
     def of_node(self, node: str) -> list[RunInProgress]: ...
 
@@ -179,8 +181,9 @@ class SandboxTable(Protocol):
         row (a stop claimed it). The row stays locked to the end of the transaction."""
         ...
 
-    def delete(self, sandbox_id: str) -> bool:
-        """Remove the row; True when this call removed it (its stop is then this caller's to record)."""
+    def delete(self, sandbox_id: str, *, used_last: str | None = None) -> bool:
+        """Remove the row; True when this call removed it (its stop is then this caller's to record).
+        `used_last`: only if it was last used then (no use recorded since, as an idle stop wants)."""
         ...
 
 

@@ -166,7 +166,7 @@ class BotRoutes:
                 raise InvalidInput('"stream" and "background" do not go together: a background process\'s '
                                    "output is followed with GET …/processes/ID/logs?follow=true")
             view = self.requests.start(call.authenticate(token_of(token)), name, command_of(body), trail=call,
-                                       busy=self.exec_slots.counts)
+                                       busy=self.exec_slots.counted)
             return JSONResponse({"id": view.id}, status_code=202)
 
     async def pty(self, websocket: WebSocket, name: WorkspaceName) -> None:

@@ -27,6 +27,8 @@ class SharedSlots(Protocol):
 
     def counts(self, bot: str) -> tuple[int, int]: ...
 
+    def counted(self, bot: str) -> AbstractContextManager[tuple[int, int]]: ...
+
 __all__ = ["ExecSlots", "SharedSlots"]
 
 
@@ -67,6 +69,19 @@ class ExecSlots:
         with self._lock:
             return self._running.total(), self._running[bot]
 
+    @contextmanager
+    def counted(self, bot: str) -> Iterator[tuple[int, int]]:
+        """`counts`, with no foreground command admitted until the block ends: a background
+        start (services/live.py) counts them and records its process in the registry inside it.
+        A take counts the background processes under the same lock, so it sees that one; else a
+        take and a start at once each counted the other's as not there yet, and both ran."""
+        if self._shared is not None:
+            with self._shared.counted(bot) as held:
+                yield held
+            return
+        with self._lock:
+            yield self._running.total(), self._running[bot]
+
     def _admit(self, running_all: int, running_mine: int) -> None:
         if running_mine >= self.per_bot:
             raise Unavailable(f"the bot this grant comes from already runs {self.per_bot} commands at once, "
@@ -76,19 +91,24 @@ class ExecSlots:
             raise Unavailable(f"the server already runs {self.total} commands at once (api.max_execs); "
                               "retry when one ends", rule="api.max_execs")
 
+    def _admit_with_background(self, bot: str, running_all: int, running_mine: int) -> None:
+        """`_admit` with the background processes counted too; called under the lock a background
+        start holds while it counts and records its own (`counted`)."""
+        background_all, background_mine = self._background(bot) if self._background is not None else (0, 0)
+        self._admit(running_all + background_all, running_mine + background_mine)
+
     @contextmanager
     def take(self, bot: str) -> Iterator[None]:
-        background_all, background_mine = self._background(bot) if self._background is not None else (0, 0)
         with self._lock:
-            self._admit(self._running.total() + background_all, self._running[bot] + background_mine)
+            if self._shared is None:
+                self._admit_with_background(bot, self._running.total(), self._running[bot])
             self._running[bot] += 1
         try:
             if self._shared is None:
                 yield
             else:
                 # Every worker's foreground commands, counted and taken under the folder's lock.
-                with self._shared.take(bot, lambda everyone, mine: self._admit(everyone + background_all,
-                                                                               mine + background_mine)):
+                with self._shared.take(bot, lambda everyone, mine: self._admit_with_background(bot, everyone, mine)):
                     yield
         finally:
             with self._lock:

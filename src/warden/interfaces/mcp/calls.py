@@ -230,7 +230,7 @@ class ToolCalls:
         assert call.principal is not None
         if args.get("background"):
             view = self.requests.start(call.principal, args["workspace"], self._command(args), trail=call,
-                                       busy=self.slots.counts)
+                                       busy=self.slots.counted)
             return Answer(f"started process {view.id}; read its output with process_logs, stop it with "
                            "process_kill", {"id": view.id, "status": view.status})
         result = self.requests.exec(call.principal, args["workspace"], self._command(args), trail=call,
