@@ -401,3 +401,40 @@ def test_the_audit_chain_holds_under_commands_of_several_processes_at_once(home:
         for worker in workers:
             worker.kill()
         Cli(environ)("ps", WS)
+
+
+def test_two_creates_of_one_bot_at_once_keep_to_its_workspace_bound(home: Home) -> None:
+    """api.max_workspaces_per_bot: each create counted the bot's workspaces before its layer build
+    and inserted after it, so two at once both found room. The count that holds is taken in the
+    transaction that claims the name; on PostgreSQL those take turns."""
+    first, second = home.app(), home.app()
+    both = threading.Barrier(2, timeout=30)
+    results: dict[str, str] = {}
+
+    def create(app: App, name: str) -> None:
+        claim = app.workspaces._create_claimed
+
+        def claim_together(*args: Any, **kwargs: Any) -> Any:
+            both.wait()  # each has passed every look before the claim
+            return claim(*args, **kwargs)
+
+        app.workspaces._create_claimed = claim_together  # type: ignore[method-assign]
+        try:
+            app.workspaces.create(name, actor="bot:greedy", template="minimal", most=1)
+            results[name] = "created"
+        except WardenError as exc:
+            results[name] = exc.code
+    threads = [threading.Thread(target=create, args=(app, name)) for app, name in ((first, "greedy-a"),
+                                                                                   (second, "greedy-b"))]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert sorted(results.values()) == ["conflict", "created"], results
+    finally:
+        for name, outcome in results.items():
+            if outcome == "created":
+                first.workspaces.destroy(name, archive=False)
+        first.close()
+        second.close()

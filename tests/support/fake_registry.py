@@ -63,6 +63,9 @@ class _Workspaces:
     def elsewhere(self, node: str) -> dict[str, str]:
         return {n: r.node for n, r in self._s.workspaces.items() if r.node is not None and r.node != node}
 
+    def count_created_by(self, actor: str) -> int:
+        return sum(1 for r in self._s.workspaces.values() if r.created_by == actor)
+
     def insert(self, record: WorkspaceRecord) -> None:
         if record.name in self._s.workspaces or any(r.id == record.id for r in self._s.workspaces.values()):
             raise Conflict(f"workspace {record.name!r} already exists; pick another name "

@@ -371,12 +371,14 @@ class BotRequestService:
         owned = sum(1 for w in self._workspaces.list() if w.created_by == actor)
         if owned >= self.settings.max_workspaces:
             # Each workspace costs disk and maybe a layer build: a bot's identity token alone must
-            # not be able to fill the machine.
+            # not be able to fill the machine. Refused here before a layer is built; the count
+            # that holds is the one the create makes as it claims the name (two at once).
             raise Conflict(f"this bot already has {owned} workspaces, the most it may "
                            "(api.max_workspaces_per_bot); delete one first")
         blob = _decode_blob(wish.project_blob) if wish.project_blob else None
         return self._workspaces.create(wish.name, kind="bot", actor=actor, template=wish.template,
-                                       python=wish.python, node=wish.node, blob=blob)
+                                       python=wish.python, node=wish.node, blob=blob,
+                                       most=self.settings.max_workspaces)
 
     def list_workspaces(self, principal: Principal, *, trail: Trail = UNTRACED) -> tuple[WorkspaceView, ...]:
         """The workspaces the principal holds a live grant on (a grant token: its one workspace)."""

@@ -169,8 +169,11 @@ class WorkspaceService:
     # -- create ----------------------------------------------------------------------------
     def create(self, name: str, *, kind: str = "user", ttl: timedelta | None = None,
                actor: str = "user", template: str | None = None, python: str | None = None,
-               node: str | None = None, blob: bytes | None = None, progress: bool = False) -> WorkspaceRecord:
-        """Make a ready workspace from a template (building its layers first if needed)."""
+               node: str | None = None, blob: bytes | None = None, progress: bool = False,
+               most: int | None = None) -> WorkspaceRecord:
+        """Make a ready workspace from a template (building its layers first if needed). `most`:
+        how many workspaces `actor` may have made (a bot's api.max_workspaces_per_bot), checked
+        in the transaction that claims the name."""
         check_name(name)
         check_type(kind)
         self._check_free(name)
@@ -203,7 +206,7 @@ class WorkspaceService:
                   # files. "pending" until the unpack completed, so repair can tell half-done.
                   **({"blob": "pending"} if blob is not None else {})})
         with self.lease(name, "exclusive", "create") as lease:
-            return self._create_claimed(record, lease, blob, resolution, layers, meta, now, actor, kind)
+            return self._create_claimed(record, lease, blob, resolution, layers, meta, now, actor, kind, most)
 
     def adopt(self, folder: str, *, actor: str = "user", user_home: str | None = None,
               warden_home: str) -> WorkspaceRecord:
@@ -254,11 +257,17 @@ class WorkspaceService:
 
     def _create_claimed(self, record: WorkspaceRecord, lease: Lease | None, blob: bytes | None,
                         resolution: Resolution, layers: EnvLayers, meta: dict[str, Any],
-                        now: datetime, actor: str, kind: str) -> WorkspaceRecord:
+                        now: datetime, actor: str, kind: str, most: int | None) -> WorkspaceRecord:
         name, path = record.name, record.path
         # The row is the claim: two creators of one name race on the UNIQUE constraint (and on
-        # the name's lease, which destroy, archive and repair need too while this runs).
+        # the name's lease, which destroy, archive and repair need too while this runs); two of
+        # one bot's creates at once, on its count taken in the same transaction.
         with self._registry.transaction() as tx:
+            if most is not None:
+                owned = tx.workspaces.count_created_by(actor)
+                if owned >= most:
+                    raise Conflict(f"this bot already has {owned} workspaces, the most it may "
+                                   "(api.max_workspaces_per_bot); delete one first")
             tx.workspaces.insert(record)
         made = False
         try:

@@ -22,6 +22,11 @@ def _record(row: Row) -> WorkspaceRecord:
 
 
 
+# A bot's workspaces are counted, then one is inserted (api.max_workspaces_per_bot): on PostgreSQL
+# such transactions take turns under this transaction-scoped advisory lock.
+_CREATE_LOCK = 7263903
+
+
 class SqlWorkspaces:
     """The `workspaces` table (core.ports.WorkspaceTable)."""
 
@@ -42,6 +47,14 @@ class SqlWorkspaces:
     def elsewhere(self, node: str) -> dict[str, str]:
         rows = self._sql.execute("SELECT name, node FROM workspaces WHERE node <> :node", {"node": node})
         return {r["name"]: r["node"] for r in rows}
+
+    def count_created_by(self, actor: str) -> int:
+        if self._sql.dialect == "postgresql":
+            # Two creators each count, then insert: at READ COMMITTED both would see the other's
+            # row missing. SQLite's write transaction already holds its database lock.
+            self._sql.execute("SELECT pg_advisory_xact_lock(:lock)", {"lock": _CREATE_LOCK})
+        rows = self._sql.execute("SELECT COUNT(*) AS n FROM workspaces WHERE created_by = :actor", {"actor": actor})
+        return int(rows[0]["n"])
 
     def insert(self, record: WorkspaceRecord) -> None:
         values = {c: getattr(record, c) for c in _COLUMNS}

@@ -54,6 +54,11 @@ class WorkspaceTable(Protocol):
         """The workspaces on another node than `node`, by name: their node."""
         ...
 
+    def count_created_by(self, actor: str) -> int:
+        """How many workspaces `actor` made (every status), counted so that two transactions that
+        count and then insert take turns (a per-bot limit must hold across server processes)."""
+        ...
+
     def insert(self, record: WorkspaceRecord) -> None:
         """Raises Conflict when the name is taken."""
         ...
