@@ -149,6 +149,43 @@ def test_bots_and_grants(registry: Registry) -> None:
         assert tx.bots.list_all() == []
 
 
+def test_a_new_secret_set_by_two_at_once_is_new_for_one_and_set_by_both(registry: Registry) -> None:
+    """Two processes setting one new name at once: the second waits for the first's row and
+    replaces it. An update-then-insert made the second's insert fail (Conflict) on PostgreSQL,
+    where its update had found no committed row yet."""
+    if isinstance(registry, MemoryRegistry):
+        pytest.skip("one process's memory: nothing runs at once")
+    inserted, release = threading.Event(), threading.Event()
+    outcome: list[bool | Exception] = []
+
+    def first() -> None:
+        with registry.transaction() as tx:
+            outcome.append(tx.secrets.upsert("FRESH", Sealed(b"one", b"nonce-12byte", "k1"), "t1"))
+            inserted.set()
+            release.wait(10)
+
+    def second() -> None:
+        try:
+            with registry.transaction() as tx:
+                outcome.append(tx.secrets.upsert("FRESH", Sealed(b"two", b"nonce-12byte", "k1"), "t2"))
+        except Exception as exc:  # the failure this test is about
+            outcome.append(exc)
+
+    one = threading.Thread(target=first)
+    one.start()
+    assert inserted.wait(10)
+    two = threading.Thread(target=second)
+    two.start()
+    two.join(0.5)  # it waits for the first's row (PostgreSQL) or for the database's lock (SQLite)
+    release.set()
+    one.join(10)
+    two.join(10)
+    assert outcome == [True, False]
+    with registry.transaction(write=False) as tx:
+        row = tx.secrets.get("FRESH")
+    assert row is not None and row.sealed.ciphertext == b"two" and (row.created_at, row.updated_at) == ("t1", "t2")
+
+
 def test_secrets_keep_their_creation_time(registry: Registry) -> None:
     sealed = Sealed(b"\x00cipher", b"nonce-12byte", "k1")
     with registry.transaction() as tx:

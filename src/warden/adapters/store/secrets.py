@@ -25,13 +25,18 @@ class SqlSecrets:
         """Insert or replace the secret `name`; True when it is new."""
         values = {"name": name, "c": base64.b64encode(sealed.ciphertext).decode("ascii"),
                   "n": base64.b64encode(sealed.nonce).decode("ascii"), "k": sealed.key_id, "at": at}
-        updated = self._sql.execute("UPDATE secrets SET ciphertext = :c, nonce = :n, key_id = :k, updated_at = :at"
-                             " WHERE name = :name RETURNING name", values)
-        if updated:
-            return False
-        self._sql.execute("INSERT INTO secrets (name, ciphertext, nonce, key_id, created_at, updated_at)"
-                   " VALUES (:name, :c, :n, :k, :at, :at)", values)
-        return True
+        # Insert first, by ON CONFLICT rather than a caught error (on PostgreSQL a failed statement
+        # aborts the transaction): an update first, then an insert, failed with Conflict when
+        # another process inserted the same new name between the two. The update waits for that
+        # one's row; a row removed meanwhile is inserted again.
+        while True:
+            if self._sql.execute("INSERT INTO secrets (name, ciphertext, nonce, key_id, created_at, updated_at)"
+                                 " VALUES (:name, :c, :n, :k, :at, :at) ON CONFLICT (name) DO NOTHING RETURNING name",
+                                 values):
+                return True
+            if self._sql.execute("UPDATE secrets SET ciphertext = :c, nonce = :n, key_id = :k, updated_at = :at"
+                                 " WHERE name = :name RETURNING name", values):
+                return False
 
     def get(self, name: str) -> SecretRow | None:
         rows = self._sql.execute("SELECT * FROM secrets WHERE name = :n", {"n": name})
