@@ -297,7 +297,9 @@ def test_a_daemon_killed_mid_run_costs_the_client_nothing(env: dict[str, str]) -
 def test_two_clients_at_once_start_one_daemon_and_an_idle_one_ends(env: dict[str, str]) -> None:
     home = Path(env["WARDEN_HOME"])
     stop_daemon(home)
-    quick = {**env, "WARDEN_DAEMON_IDLE": "2"}
+    # Idle long enough that the one daemon is seen alone on a loaded machine, between the other
+    # starters' exit (they find its lock taken) and its own idle end (CI saw neither at 2 s).
+    quick = {**env, "WARDEN_DAEMON_IDLE": "6"}
     procs = [subprocess.Popen([*WARDEN, "run", "dw", "--", "sh", "-c", f"exit {n}"], env=quick,
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for n in range(4)]
