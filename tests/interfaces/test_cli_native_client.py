@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import pty
 import re
 import shutil
@@ -237,6 +238,73 @@ def test_a_signal_to_the_client_ends_the_command_as_through_the_python_client(
     assert proc.wait(timeout=30) == status, proc.stderr.read() if proc.stderr else b""
     time.sleep(4)  # past the command's own end, had it gone on
     assert not mark.exists(), f"the command went on after {how.name}"
+
+
+# poll(2) and ppoll(2) by machine: the calls a client waits for the daemon's first answer in.
+_POLLS = {"x86_64": {"7", "271"}, "aarch64": {"73"}}
+
+
+def _stopped_in_poll(proc: subprocess.Popen[bytes]) -> bool:
+    """Stop `proc` (SIGSTOP) while it waits in poll; whether it was stopped there (else it is
+    let go on: it got past that wait first)."""
+    polls = _POLLS[platform.machine()]
+
+    def syscall() -> str:
+        with contextlib.suppress(OSError, IndexError):
+            return Path(f"/proc/{proc.pid}/syscall").read_text().split()[0]
+        return ""
+
+    deadline = time.monotonic() + 10
+    while proc.poll() is None and time.monotonic() < deadline:
+        if syscall() in polls:
+            proc.send_signal(signal.SIGSTOP)
+            wait_until(lambda: Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T",
+                       timeout=10, message="SIGSTOP did not stop it")
+            if syscall() in polls:
+                return True
+            proc.send_signal(signal.SIGCONT)
+            return False
+    return False
+
+
+def test_a_client_stopped_past_its_wait_for_the_pid_never_runs_the_command_again(client: Path,
+                                                                                 env: dict[str, str]) -> None:
+    """A client stopped (or starved) while the daemon's child said its pid and ran the command,
+    for longer than it waits for that pid (10 s): it follows that run, natively and through the
+    Python client alike. Both used to give up at their deadline without reading the pid already
+    there, and Python ran the command a second time."""
+    if platform.machine() not in _POLLS:
+        pytest.skip("which system calls are poll(2) is known for x86_64 and aarch64 only")
+    home = serving(client, env)
+    folder = home / "workspaces" / "dw"
+    stopped: list[tuple[subprocess.Popen[bytes], Path]] = []
+    try:
+        for name, program in (("native", [str(client)]), ("python", PYTHON_CLIENT)):
+            mark = folder / f"ran-{name}"
+            for _ in range(20):  # until one is caught waiting for the pid (it waits some ms)
+                mark.unlink(missing_ok=True)
+                proc = subprocess.Popen([*program, "run", "dw", "--", "sh", "-c", f"echo ran >> {mark.name}"],
+                                        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE)
+                if _stopped_in_poll(proc):
+                    stopped.append((proc, mark))
+                    break
+                proc.communicate(timeout=60)
+            else:
+                pytest.skip(f"the {name} client was never caught waiting for the pid")
+            wait_until(mark.exists, timeout=30, message=f"the daemon's child did not run the {name} client's command")
+        time.sleep(10.5)  # past both clients' wait for the pid
+        for proc, mark in stopped:
+            proc.send_signal(signal.SIGCONT)
+            _, err = proc.communicate(timeout=60)
+            assert (proc.returncode, err) == (0, b""), mark.name
+            assert mark.read_text() == "ran\n", f"{mark.name}: the command ran again"
+    finally:
+        for proc, _ in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+            proc.wait()
 
 
 def test_the_request_is_the_python_clients_byte_for_byte(strict: Path, tmp_path: Path) -> None:

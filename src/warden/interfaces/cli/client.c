@@ -440,9 +440,14 @@ static long long now_ms(void)
     return t.tv_sec * 1000LL + t.tv_nsec / 1000000;
 }
 
-/* Up to n bytes into buf: how many came before the end (n unless it ended), -1 for an error,
- * descriptors sent along (none is taken: the kernel closes them) or `deadline` (now_ms(), 0:
- * none) passed first. A signal's interruption goes on waiting: the handler did its work. */
+/* Up to n bytes into buf: how many came before the end (n unless it ended), -1 for an error or
+ * descriptors sent along (none is taken: the kernel closes them). A signal's interruption goes
+ * on waiting: the handler did its work.
+ * Past `deadline` (now_ms(), 0: none), what the peer sent is read all the same (this process
+ * may have been stopped, or starved, while the daemon's child said its pid and started the
+ * command: falling back to Python would run it twice); when it sent nothing, the socket's
+ * reading side is shut first, so that it can send nothing more (its send fails: the daemon's
+ * child then runs nothing) and what it sent before is still read, then the end. */
 static ssize_t receive(int sock, char *buf, size_t n, long long deadline)
 {
     size_t got = 0;
@@ -450,8 +455,12 @@ static ssize_t receive(int sock, char *buf, size_t n, long long deadline)
         if (deadline) {
             long long left = deadline - now_ms();
             struct pollfd ready = {sock, POLLIN, 0};
-            if (left <= 0)
-                return -1;
+            if (left <= 0) {
+                if (poll(&ready, 1, 0) != 1)
+                    shutdown(sock, SHUT_RD);
+                deadline = 0;
+                continue;
+            }
             if (poll(&ready, 1, left > 60000 ? 60000 : (int)left) <= 0)
                 continue;
         }
@@ -470,7 +479,8 @@ static ssize_t receive(int sock, char *buf, size_t n, long long deadline)
 }
 
 /* entry.py's recv_frame: 1 with the frame in *body (NUL-ended, its length in *size), 0 at a
- * clean end, -1 for anything else (longer than MAX_FRAME, cut short, late, an error). */
+ * clean end, -1 for anything else (longer than MAX_FRAME, cut short, an error); a `deadline`
+ * as entry.py's last_look (see receive). */
 static int recv_frame(int sock, long long deadline, char **body, size_t *size)
 {
     unsigned char head[4];
