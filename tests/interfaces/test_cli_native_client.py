@@ -404,6 +404,60 @@ def test_a_peer_that_is_no_daemon_gets_nothing_and_breaks_nothing(strict: Path, 
     assert (done.returncode, done.stderr) == (254, b""), done
 
 
+def _started_with(argv: list[str], environ: list[bytes], timeout: float = 60) -> tuple[int, bytes]:
+    """Run `argv` with exactly the environment entries `environ` (execve's: a name may come twice,
+    an entry lack its `=`, as no mapping allows) and stdin /dev/null; its status and stderr."""
+    import ctypes
+
+    execve = ctypes.CDLL(None, use_errno=True).execve
+    args = (ctypes.c_char_p * (len(argv) + 1))(*[os.fsencode(a) for a in argv], None)
+    entries = (ctypes.c_char_p * (len(environ) + 1))(*environ, None)
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, 0)
+            os.dup2(null, 1)
+            os.dup2(err_w, 2)
+            execve(args[0], args, entries)
+        finally:
+            os._exit(127)
+    os.close(err_w)
+    with os.fdopen(err_r, "rb") as err:
+        deadline = time.monotonic() + timeout
+        while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                pytest.fail(f"{argv} did not end within {timeout} s")
+            time.sleep(0.01)
+        return os.waitstatus_to_exitcode(ended[1]), err.read()
+
+
+def test_an_environment_of_many_variables_is_sent_at_once_and_a_name_twice_goes_to_python(
+        strict: Path, tmp_path: Path) -> None:
+    """100,000 variables: the request is sent without delay (the daemon waits 1 s for it, every
+    other client waiting meanwhile); it took the client ~40 s when each name was compared with
+    every other. A name twice or an entry without `=`, anywhere, still goes to Python."""
+    home, path = _fake_home(tmp_path)
+    base = [f"PATH={os.environ.get('PATH', '/usr/bin:/bin')}".encode(), f"HOME={tmp_path}".encode(),
+            f"WARDEN_HOME={home}".encode()]
+    many = [b"V%06d=x" % i for i in range(100_000)]
+    argv = [str(strict), "run", "dw", "--", "true"]
+    with _fake_daemon(path, lambda conn: send_frame(conn, b"fallback not today")) as got:
+        started = time.monotonic()
+        status, err = _started_with(argv, [*base, *many], timeout=20)
+        took = time.monotonic() - started
+    assert (status, err) == (FELL_BACK, FELL_BACK_SAID)  # the fake daemon's fallback
+    payload = got[0]
+    assert isinstance(payload, bytes) and payload.count(b"\0V0") == 100_000 and took < 15, took
+    for odd in ([*base, *many, b"V000007=again"], [*base, b"V000007=first", *many], [*base, *many[:9], b"NO_EQUALS"]):
+        with _fake_daemon(path, lambda conn: None) as got:
+            assert _started_with(argv, odd) == (FELL_BACK, FELL_BACK_SAID)
+        assert got == [None, 0]  # connected, and sent nothing
+
+
 def test_a_pid_that_is_not_the_peers_child_gets_no_signal(strict: Path, tmp_path: Path) -> None:
     home, path = _fake_home(tmp_path)
     environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "WARDEN_HOME": str(home)}

@@ -328,6 +328,31 @@ static void put(char **env, int *count, const char *entry)
     env[(*count)++] = (char *)entry;
 }
 
+/* qsort's order of environment entries by name (each has its `=`). */
+static int by_name(const void *a, const void *b)
+{
+    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+    size_t nx = (size_t)(strchr(x, '=') - x), ny = (size_t)(strchr(y, '=') - y);
+    int order = memcmp(x, y, nx < ny ? nx : ny);
+    return order ? order : (nx > ny) - (nx < ny);
+}
+
+/* Whether a name is in the environment twice: sorted, not every pair compared (an environment
+ * of tens of thousands of variables took seconds, the daemon waiting on its request meanwhile). */
+static int a_name_twice(char **env, int n)
+{
+    char **sorted = malloc((size_t)n * sizeof *sorted + 1);
+    if (sorted == NULL)
+        python();
+    memcpy(sorted, env, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, by_name);
+    int twice = 0;
+    for (int i = 1; i < n && !twice; i++)
+        twice = by_name(&sorted[i - 1], &sorted[i]) == 0;
+    free(sorted);
+    return twice;
+}
+
 /* The environment entry.py sends: os.environ's, in its order (so a name twice or an entry
  * without `=`, which os.environ would not keep as they are, goes to Python), with LC_CTYPE as
  * Python's start sets it and WARDEN_TERMINAL when unset or empty (the daemon's own session is
@@ -342,14 +367,12 @@ static char **request_env(int *count)
     if (env == NULL)
         python();
     for (int i = 0; i < n; i++) {
-        const char *eq = name_end(environ[i]);
-        if (eq == NULL)
+        if (name_end(environ[i]) == NULL)
             python();
-        for (int j = 0; j < i; j++)
-            if (strncmp(environ[j], environ[i], (size_t)(eq - environ[i]) + 1) == 0)
-                python();
         env[i] = environ[i];
     }
+    if (a_name_twice(env, n))
+        python();
     *count = n;
     const char *coerced = coerced_ctype();
     if (coerced) {
