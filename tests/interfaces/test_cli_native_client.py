@@ -404,6 +404,33 @@ def test_a_peer_that_is_no_daemon_gets_nothing_and_breaks_nothing(strict: Path, 
     assert (done.returncode, done.stderr) == (254, b""), done
 
 
+def test_a_number_the_daemon_never_writes_is_no_answer_to_either_client(strict: Path, tmp_path: Path) -> None:
+    """Digits other than ASCII ones (`²`, which str.isdigit takes and int() refuses; `٣`), a
+    second `-`, more than 18 digits (int() refuses 4,300): the Python client took some of them
+    and failed on others with a traceback, where the native one read no answer. Now both read
+    no answer: before the pid the command runs here, after it the runner went wrong."""
+    home, path = _fake_home(tmp_path)
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "WARDEN_HOME": str(home)}
+
+    def answered(program: list[str], *frames: bytes) -> tuple[int, bytes]:
+        with _fake_daemon(path, lambda conn: [send_frame(conn, frame) for frame in frames]):
+            done = subprocess.run([*program, "run", "dw", "--", "true"], env=environ, stdin=subprocess.DEVNULL,
+                                  capture_output=True, timeout=60, check=False)
+        return done.returncode, done.stderr
+
+    here = answered(PYTHON_CLIENT, b"garbage")  # what the Python client does when it runs the command itself
+    assert b"Traceback" not in here[1], here
+    for pid in ("pid \u0663", "pid \u00b2", "pid 1" + "0" * 18, "pid " + "1" * 4301, "pid -1"):
+        assert answered([str(strict)], pid.encode()) == (FELL_BACK, FELL_BACK_SAID), pid
+        assert answered(PYTHON_CLIENT, pid.encode(), b"status 0") == here, pid
+    broken = (1, b"warden: the daemon's runner ended without the command's status\n")
+    for status in ("status --1", "status \u00b2", "status -" + "1" * 19, "status " + "7" * 4301, "status 1 "):
+        for program in ([str(strict)], PYTHON_CLIENT):
+            assert answered(program, b"pid 1", status.encode()) == broken, (program, status)
+    for program in ([str(strict)], PYTHON_CLIENT):  # 18 digits are a number; what a status keeps, its lowest byte
+        assert answered(program, b"pid 000000000000000001", b"status -" + b"9" * 18) == (1, b""), program
+
+
 def _started_with(argv: list[str], environ: list[bytes], timeout: float = 60) -> tuple[int, bytes]:
     """Run `argv` with exactly the environment entries `environ` (execve's: a name may come twice,
     an entry lack its `=`, as no mapping allows) and stdin /dev/null; its status and stderr."""

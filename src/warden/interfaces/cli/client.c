@@ -530,28 +530,25 @@ static int is_word(const char *body, size_t size, const char *word)
     return size >= len && memcmp(body, word, len) == 0 && (size == len || body[len] == ' ');
 }
 
-/* Whether the answer is `word` with a decimal VALUE (ASCII digits, as the daemon writes them;
- * a `-` first when `sign`); in *low its lowest byte (what an exit status keeps), in *value the
- * number itself, or -1 when too long for that (only a broken daemon would send it). */
-static int answer(const char *body, size_t size, const char *word, int sign, long long *value, int *low)
+/* Whether the answer is `word` with a decimal VALUE, into *value: ASCII digits as the daemon
+ * writes them, a `-` first when `sign`, at most 18 (a pid, an exit status: far fewer). Anything
+ * else is no such answer, as for entry.py's _number. */
+static int answer(const char *body, size_t size, const char *word, int sign, long long *value)
 {
     size_t i = strlen(word) + 1;
     if (!is_word(body, size, word) || size <= i)
         return 0;
     int negative = sign && body[i] == '-';
     i += (size_t)negative;
-    if (i == size)
+    if (i == size || size - i > 18)
         return 0;
     long long number = 0;
-    unsigned mod = 0;
-    for (size_t start = i; i < size; i++) {
+    for (; i < size; i++) {
         if (body[i] < '0' || body[i] > '9')
             return 0;
-        number = i - start < 18 ? number * 10 + (body[i] - '0') : -1;
-        mod = (mod * 10 + (unsigned)(body[i] - '0')) % 256;
+        number = number * 10 + (body[i] - '0');
     }
-    *value = negative && number > 0 ? -number : number;
-    *low = (int)((negative ? 256 - mod : mod) % 256);
+    *value = negative ? -number : number;
     return 1;
 }
 
@@ -592,8 +589,7 @@ static _Noreturn void follow(int sock, pid_t peer)
         size_t size = 0;
         int got = recv_frame(sock, 0, &body, &size);
         long long status;
-        int low;
-        if (got == 1 && answer(body, size, "status", 1, &status, &low)) {
+        if (got == 1 && answer(body, size, "status", 1, &status)) {
             /* Killed by a signal it passed on (SIGTERM, SIGHUP, SIGQUIT; SIGINT is Warden's
              * "interrupted", 130): this process ends by it too, as one running the command
              * itself would, so its parent sees the same death. */
@@ -604,7 +600,7 @@ static _Noreturn void follow(int sock, pid_t peer)
                     kill(getpid(), sig);
                 }
             }
-            _exit(low);
+            _exit((int)(status & 0xFF)); /* what an exit status keeps */
         }
         /* Another `pid` is read past; anything else, or the end, is a runner that went wrong. */
         if (got != 1 || !is_word(body, size, "pid")) {
@@ -652,10 +648,9 @@ static void through_daemon(const char *home)
     /* Nothing has started before the pid comes: past this wait Python runs it (the daemon's
      * child then cannot say its pid and runs nothing). */
     long long pid;
-    int low;
     int sent = frame != NULL && send_frame(sock, frame, size, fds, 5) == 0;
     if (!sent || recv_frame(sock, now_ms() + ANSWER_MS, &body, &size) != 1 ||
-        !answer(body, size, "pid", 0, &pid, &low))
+        !answer(body, size, "pid", 0, &pid))
         return; /* a stale daemon (other code, another environment): it says why in its log */
     close(proof);
     close(me);
@@ -666,8 +661,10 @@ static void through_daemon(const char *home)
 int main(int argc, char **argv)
 {
     standard_streams();
-    args = argv + 1;
-    nargs = argc - 1;
+    /* argc 0 (an execve with an empty argv, which kernels before 5.18 let through): no words,
+     * not -1 of them (python() would copy SIZE_MAX of them). */
+    args = argc > 0 ? argv + 1 : argv;
+    nargs = argc > 0 ? argc - 1 : 0;
     static char home[PATH_MAX];
     if (wanted() && home_of(home))
         through_daemon(home);

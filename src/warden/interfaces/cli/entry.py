@@ -183,6 +183,16 @@ def _answer(payload: bytes | None) -> tuple[str, str]:
     return word, value
 
 
+def _number(value: str, *, signed: bool = False) -> int | None:
+    """An answer's VALUE as the daemon writes it: ASCII digits, a `-` first where `signed`, at
+    most 18 (a pid, an exit status: far fewer; client.c reads no more); None for anything else,
+    never an error (str.isdigit takes `²`, which int() refuses, and int() refuses 4,300 digits)."""
+    digits = value[1:] if signed and value.startswith("-") else value
+    if not 0 < len(digits) <= 18 or not digits.isascii() or not digits.isdigit():
+        return None
+    return int(value)
+
+
 def daemon_paths(home: str) -> tuple[str, str]:
     """The daemon's socket and lock file in the home's `run` folder."""
     run = os.path.join(home, "run")
@@ -299,9 +309,9 @@ def _served(sock: _socket.socket, argv: Sequence[str], peer: int) -> int | None:
         os.close(proof)
         os.close(me)
     sock.settimeout(None)
-    if word != "pid" or not value.isdigit():
+    child = _number(value) if word == "pid" else None
+    if child is None:
         return None  # a stale daemon (other code, another environment): it says why in its log
-    child = int(value)
     verified = _child_of(child, peer)
     # The C module under `signal`: the same calls and numbers without its enums (`enum` is 5 ms).
     if TYPE_CHECKING:
@@ -329,8 +339,8 @@ def _served(sock: _socket.socket, argv: Sequence[str], peer: int) -> int | None:
             word, value = _answer(recv_frame(sock)[0])
         except (OSError, ValueError):
             word, value = "", ""
-        if word == "status" and value.lstrip("-").isdigit():
-            status = int(value)
+        status = _number(value, signed=True) if word == "status" else None
+        if status is not None:
             # Killed by a signal it passed on (SIGTERM, SIGHUP, SIGQUIT; SIGINT is Warden's
             # "interrupted", 130): this process ends by it too, as one running the command
             # itself would, so its parent sees the same death.
