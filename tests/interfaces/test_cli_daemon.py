@@ -387,6 +387,28 @@ def test_a_run_its_person_stops_ends_its_command_and_is_audited_interrupted(env:
     assert [e for e in swept if e["action"] == "run.lost" and e["detail"]["run_id"] in stopped] == []
 
 
+def test_a_sigterm_and_a_sighup_together_end_the_run_once_without_a_traceback(env: dict[str, str]) -> None:
+    """Both pending at once (a supervisor's stop as the terminal closes; here: sent while the
+    process is stopped): the first handled raises Terminated, the other passes over. The handler
+    used to set SIG_IGN for the other, and Python, finding it ignored with its signal already
+    on the way, printed "OSError: Signal 15 ignored due to race condition" with a traceback."""
+    run = subprocess.Popen([*WARDEN, "run", "dw", "--", "sh", "-c", "echo started; exec sleep 46.75"],
+                           env={**env, "WARDEN_DAEMON": "0"}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+    assert run.stdout is not None and run.stdout.readline() == b"started\n"
+    run.send_signal(signal.SIGSTOP)
+    run.send_signal(signal.SIGTERM)
+    run.send_signal(signal.SIGHUP)
+    run.send_signal(signal.SIGCONT)
+    _, err = run.communicate(timeout=30)
+    # Python runs the handler of the lower number first: SIGHUP's.
+    assert (run.returncode, err) == (-signal.SIGHUP, b"warden: terminated (SIGHUP)\n")
+    wait_until(lambda: _sleeping("46.75") == [], timeout=10, message="the command outlived its signals")
+    events = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "3", "--json").stdout)["data"]
+    outcome = max((e for e in events if e["action"] == "run"), key=lambda e: e["seq"])
+    assert (outcome["result"], outcome["detail"]["interrupted_by"]) == ("interrupted", "SIGHUP")
+
+
 def test_a_variable_warden_does_not_read_keeps_the_fast_way(env: dict[str, str]) -> None:
     extra = {**env, "SSH_CONNECTION": "10.0.0.1 5 10.0.0.2 22", "VIRTUAL_ENV": "/somewhere", "WARDEN_DAEMON": "1"}
     assert_through_a_child(served(env), extra)

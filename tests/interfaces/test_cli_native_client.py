@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import pty
 import re
 import shutil
@@ -239,6 +240,73 @@ def test_a_signal_to_the_client_ends_the_command_as_through_the_python_client(
     assert not mark.exists(), f"the command went on after {how.name}"
 
 
+# poll(2) and ppoll(2) by machine: the calls a client waits for the daemon's first answer in.
+_POLLS = {"x86_64": {"7", "271"}, "aarch64": {"73"}}
+
+
+def _stopped_in_poll(proc: subprocess.Popen[bytes]) -> bool:
+    """Stop `proc` (SIGSTOP) while it waits in poll; whether it was stopped there (else it is
+    let go on: it got past that wait first)."""
+    polls = _POLLS[platform.machine()]
+
+    def syscall() -> str:
+        with contextlib.suppress(OSError, IndexError):
+            return Path(f"/proc/{proc.pid}/syscall").read_text().split()[0]
+        return ""
+
+    deadline = time.monotonic() + 10
+    while proc.poll() is None and time.monotonic() < deadline:
+        if syscall() in polls:
+            proc.send_signal(signal.SIGSTOP)
+            wait_until(lambda: Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T",
+                       timeout=10, message="SIGSTOP did not stop it")
+            if syscall() in polls:
+                return True
+            proc.send_signal(signal.SIGCONT)
+            return False
+    return False
+
+
+def test_a_client_stopped_past_its_wait_for_the_pid_never_runs_the_command_again(client: Path,
+                                                                                 env: dict[str, str]) -> None:
+    """A client stopped (or starved) while the daemon's child said its pid and ran the command,
+    for longer than it waits for that pid (10 s): it follows that run, natively and through the
+    Python client alike. Both used to give up at their deadline without reading the pid already
+    there, and Python ran the command a second time."""
+    if platform.machine() not in _POLLS:
+        pytest.skip("which system calls are poll(2) is known for x86_64 and aarch64 only")
+    home = serving(client, env)
+    folder = home / "workspaces" / "dw"
+    stopped: list[tuple[subprocess.Popen[bytes], Path]] = []
+    try:
+        for name, program in (("native", [str(client)]), ("python", PYTHON_CLIENT)):
+            mark = folder / f"ran-{name}"
+            for _ in range(20):  # until one is caught waiting for the pid (it waits some ms)
+                mark.unlink(missing_ok=True)
+                proc = subprocess.Popen([*program, "run", "dw", "--", "sh", "-c", f"echo ran >> {mark.name}"],
+                                        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE)
+                if _stopped_in_poll(proc):
+                    stopped.append((proc, mark))
+                    break
+                proc.communicate(timeout=60)
+            else:
+                pytest.skip(f"the {name} client was never caught waiting for the pid")
+            wait_until(mark.exists, timeout=30, message=f"the daemon's child did not run the {name} client's command")
+        time.sleep(10.5)  # past both clients' wait for the pid
+        for proc, mark in stopped:
+            proc.send_signal(signal.SIGCONT)
+            _, err = proc.communicate(timeout=60)
+            assert (proc.returncode, err) == (0, b""), mark.name
+            assert mark.read_text() == "ran\n", f"{mark.name}: the command ran again"
+    finally:
+        for proc, _ in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+            proc.wait()
+
+
 def test_the_request_is_the_python_clients_byte_for_byte(strict: Path, tmp_path: Path) -> None:
     home, path = _fake_home(tmp_path)
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "WARDEN_HOME": str(home)}
@@ -334,6 +402,87 @@ def test_a_peer_that_is_no_daemon_gets_nothing_and_breaks_nothing(strict: Path, 
     # Another `pid` is read past; a status is kept as an exit status keeps it (its lowest byte).
     done = answered(lambda conn: [send_frame(conn, frame) for frame in (b"pid 1", b"pid 1", b"status -2")])
     assert (done.returncode, done.stderr) == (254, b""), done
+
+
+def test_a_number_the_daemon_never_writes_is_no_answer_to_either_client(strict: Path, tmp_path: Path) -> None:
+    """Digits other than ASCII ones (`²`, which str.isdigit takes and int() refuses; `٣`), a
+    second `-`, more than 18 digits (int() refuses 4,300): the Python client took some of them
+    and failed on others with a traceback, where the native one read no answer. Now both read
+    no answer: before the pid the command runs here, after it the runner went wrong."""
+    home, path = _fake_home(tmp_path)
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "WARDEN_HOME": str(home)}
+
+    def answered(program: list[str], *frames: bytes) -> tuple[int, bytes]:
+        with _fake_daemon(path, lambda conn: [send_frame(conn, frame) for frame in frames]):
+            done = subprocess.run([*program, "run", "dw", "--", "true"], env=environ, stdin=subprocess.DEVNULL,
+                                  capture_output=True, timeout=60, check=False)
+        return done.returncode, done.stderr
+
+    here = answered(PYTHON_CLIENT, b"garbage")  # what the Python client does when it runs the command itself
+    assert b"Traceback" not in here[1], here
+    for pid in ("pid \u0663", "pid \u00b2", "pid 1" + "0" * 18, "pid " + "1" * 4301, "pid -1"):
+        assert answered([str(strict)], pid.encode()) == (FELL_BACK, FELL_BACK_SAID), pid
+        assert answered(PYTHON_CLIENT, pid.encode(), b"status 0") == here, pid
+    broken = (1, b"warden: the daemon's runner ended without the command's status\n")
+    for status in ("status --1", "status \u00b2", "status -" + "1" * 19, "status " + "7" * 4301, "status 1 "):
+        for program in ([str(strict)], PYTHON_CLIENT):
+            assert answered(program, b"pid 1", status.encode()) == broken, (program, status)
+    for program in ([str(strict)], PYTHON_CLIENT):  # 18 digits are a number; what a status keeps, its lowest byte
+        assert answered(program, b"pid 000000000000000001", b"status -" + b"9" * 18) == (1, b""), program
+
+
+def _started_with(argv: list[str], environ: list[bytes], timeout: float = 60) -> tuple[int, bytes]:
+    """Run `argv` with exactly the environment entries `environ` (execve's: a name may come twice,
+    an entry lack its `=`, as no mapping allows) and stdin /dev/null; its status and stderr."""
+    import ctypes
+
+    execve = ctypes.CDLL(None, use_errno=True).execve
+    args = (ctypes.c_char_p * (len(argv) + 1))(*[os.fsencode(a) for a in argv], None)
+    entries = (ctypes.c_char_p * (len(environ) + 1))(*environ, None)
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, 0)
+            os.dup2(null, 1)
+            os.dup2(err_w, 2)
+            execve(args[0], args, entries)
+        finally:
+            os._exit(127)
+    os.close(err_w)
+    with os.fdopen(err_r, "rb") as err:
+        deadline = time.monotonic() + timeout
+        while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                pytest.fail(f"{argv} did not end within {timeout} s")
+            time.sleep(0.01)
+        return os.waitstatus_to_exitcode(ended[1]), err.read()
+
+
+def test_an_environment_of_many_variables_is_sent_at_once_and_a_name_twice_goes_to_python(
+        strict: Path, tmp_path: Path) -> None:
+    """100,000 variables: the request is sent without delay (the daemon waits 1 s for it, every
+    other client waiting meanwhile); it took the client ~40 s when each name was compared with
+    every other. A name twice or an entry without `=`, anywhere, still goes to Python."""
+    home, path = _fake_home(tmp_path)
+    base = [f"PATH={os.environ.get('PATH', '/usr/bin:/bin')}".encode(), f"HOME={tmp_path}".encode(),
+            f"WARDEN_HOME={home}".encode()]
+    many = [b"V%06d=x" % i for i in range(100_000)]
+    argv = [str(strict), "run", "dw", "--", "true"]
+    with _fake_daemon(path, lambda conn: send_frame(conn, b"fallback not today")) as got:
+        started = time.monotonic()
+        status, err = _started_with(argv, [*base, *many], timeout=20)
+        took = time.monotonic() - started
+    assert (status, err) == (FELL_BACK, FELL_BACK_SAID)  # the fake daemon's fallback
+    payload = got[0]
+    assert isinstance(payload, bytes) and payload.count(b"\0V0") == 100_000 and took < 15, took
+    for odd in ([*base, *many, b"V000007=again"], [*base, b"V000007=first", *many], [*base, *many[:9], b"NO_EQUALS"]):
+        with _fake_daemon(path, lambda conn: None) as got:
+            assert _started_with(argv, odd) == (FELL_BACK, FELL_BACK_SAID)
+        assert got == [None, 0]  # connected, and sent nothing
 
 
 def test_a_pid_that_is_not_the_peers_child_gets_no_signal(strict: Path, tmp_path: Path) -> None:

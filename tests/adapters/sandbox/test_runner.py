@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from warden.adapters.sandbox import cgroups, host, runner
-from warden.core.errors import Denied, Unavailable
+from warden.core.errors import Denied, Terminated, Unavailable
 from warden.core.limits import Limits
 from warden.core.runs import RunResult
 
@@ -288,3 +289,30 @@ def test_a_link_where_a_read_only_zone_is_refuses_the_run(sandbox: Run, workspac
     with pytest.raises(Denied, match="symbolic link"):
         sandbox(["touch", "ran"], spec_kw={"ro_zones": [str(workspace / "docs" / "final")]})
     assert not (workspace / "ran").exists() and not (workspace / "real" / "final").exists()
+
+
+def test_a_signal_as_bwrap_starts_ends_its_sandbox_before_the_command_starts(monkeypatch: pytest.MonkeyPatch,
+                                                                             sandbox: Run, workspace: Path) -> None:
+    # SIGTERM (the CLI's Terminated) landing while bwrap starts, before the runner follows it (on
+    # a v1 cgroup, moving bwrap takes ~10 ms): the unwinding closed --block-fd, and the sandbox
+    # went on to start the command without its limits, or, its bwrap parent gone, waited forever.
+    handed = runner._Held.close_handed
+
+    def then_terminated(self: runner._Held, keep: tuple[int, ...]) -> None:
+        handed(self, keep)
+        raise Terminated(signal.SIGTERM, "SIGTERM")
+
+    monkeypatch.setattr(runner._Held, "close_handed", then_terminated)
+    with pytest.raises(Terminated):
+        sandbox(["sh", "-c", "touch ran; exec sleep 31.75"])
+    time.sleep(1)  # time enough for a sandbox left behind to start its command
+    assert not (workspace / "ran").exists()
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _runs(int(pid), b"sleep 31.75")]
+
+
+def _runs(pid: int, words: bytes) -> bool:
+    """Whether process `pid` runs a command line holding `words`."""
+    try:
+        return words in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return False

@@ -501,13 +501,21 @@ def _spawn(argv: list[str], spec: SandboxSpec, stdin: bytes | int | None, held: 
         if exc.errno == errno.E2BIG:  # a limit too_long_for_exec does not know (another kernel)
             raise too_long_for_exec(argv, environ, always=True) or exc from None
         raise
-    if held.cg is not None:
-        # Joining a v1 cgroup waits for an RCU grace period (the kernel's cgroup_threadgroup_rwsem),
-        # a few ms when no migration happened lately. Moving bwrap itself now pays that wait while
-        # bwrap builds the namespaces; the child's move after the handshake then finds it warm.
-        with contextlib.suppress(OSError):
-            held.cg.add(proc.pid)
-    held.close_handed(keep=control.ours)
+    try:
+        if held.cg is not None:
+            # Joining a v1 cgroup waits for an RCU grace period (the kernel's cgroup_threadgroup_rwsem),
+            # a few ms when no migration happened lately. Moving bwrap itself now pays that wait while
+            # bwrap builds the namespaces; the child's move after the handshake then finds it warm.
+            with contextlib.suppress(OSError):
+                held.cg.add(proc.pid)
+        held.close_handed(keep=control.ours)
+    except BaseException:
+        # A signal's exception (Ctrl-C, SIGTERM: the CLI raises them) before the caller follows
+        # this bwrap: ended here, or its sandbox, finding --block-fd closed as the run unwinds,
+        # would start the command without its limits (or, its bwrap parent gone, wait forever).
+        _kill_tree(proc, held.cg)
+        proc.wait()
+        raise
     return _Sandbox(proc, held.cg, started)
 
 

@@ -328,6 +328,31 @@ static void put(char **env, int *count, const char *entry)
     env[(*count)++] = (char *)entry;
 }
 
+/* qsort's order of environment entries by name (each has its `=`). */
+static int by_name(const void *a, const void *b)
+{
+    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+    size_t nx = (size_t)(strchr(x, '=') - x), ny = (size_t)(strchr(y, '=') - y);
+    int order = memcmp(x, y, nx < ny ? nx : ny);
+    return order ? order : (nx > ny) - (nx < ny);
+}
+
+/* Whether a name is in the environment twice: sorted, not every pair compared (an environment
+ * of tens of thousands of variables took seconds, the daemon waiting on its request meanwhile). */
+static int a_name_twice(char **env, int n)
+{
+    char **sorted = malloc((size_t)n * sizeof *sorted + 1);
+    if (sorted == NULL)
+        python();
+    memcpy(sorted, env, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, by_name);
+    int twice = 0;
+    for (int i = 1; i < n && !twice; i++)
+        twice = by_name(&sorted[i - 1], &sorted[i]) == 0;
+    free(sorted);
+    return twice;
+}
+
 /* The environment entry.py sends: os.environ's, in its order (so a name twice or an entry
  * without `=`, which os.environ would not keep as they are, goes to Python), with LC_CTYPE as
  * Python's start sets it and WARDEN_TERMINAL when unset or empty (the daemon's own session is
@@ -342,14 +367,12 @@ static char **request_env(int *count)
     if (env == NULL)
         python();
     for (int i = 0; i < n; i++) {
-        const char *eq = name_end(environ[i]);
-        if (eq == NULL)
+        if (name_end(environ[i]) == NULL)
             python();
-        for (int j = 0; j < i; j++)
-            if (strncmp(environ[j], environ[i], (size_t)(eq - environ[i]) + 1) == 0)
-                python();
         env[i] = environ[i];
     }
+    if (a_name_twice(env, n))
+        python();
     *count = n;
     const char *coerced = coerced_ctype();
     if (coerced) {
@@ -440,9 +463,14 @@ static long long now_ms(void)
     return t.tv_sec * 1000LL + t.tv_nsec / 1000000;
 }
 
-/* Up to n bytes into buf: how many came before the end (n unless it ended), -1 for an error,
- * descriptors sent along (none is taken: the kernel closes them) or `deadline` (now_ms(), 0:
- * none) passed first. A signal's interruption goes on waiting: the handler did its work. */
+/* Up to n bytes into buf: how many came before the end (n unless it ended), -1 for an error or
+ * descriptors sent along (none is taken: the kernel closes them). A signal's interruption goes
+ * on waiting: the handler did its work.
+ * Past `deadline` (now_ms(), 0: none), what the peer sent is read all the same (this process
+ * may have been stopped, or starved, while the daemon's child said its pid and started the
+ * command: falling back to Python would run it twice); when it sent nothing, the socket's
+ * reading side is shut first, so that it can send nothing more (its send fails: the daemon's
+ * child then runs nothing) and what it sent before is still read, then the end. */
 static ssize_t receive(int sock, char *buf, size_t n, long long deadline)
 {
     size_t got = 0;
@@ -450,8 +478,12 @@ static ssize_t receive(int sock, char *buf, size_t n, long long deadline)
         if (deadline) {
             long long left = deadline - now_ms();
             struct pollfd ready = {sock, POLLIN, 0};
-            if (left <= 0)
-                return -1;
+            if (left <= 0) {
+                if (poll(&ready, 1, 0) != 1)
+                    shutdown(sock, SHUT_RD);
+                deadline = 0;
+                continue;
+            }
             if (poll(&ready, 1, left > 60000 ? 60000 : (int)left) <= 0)
                 continue;
         }
@@ -470,7 +502,8 @@ static ssize_t receive(int sock, char *buf, size_t n, long long deadline)
 }
 
 /* entry.py's recv_frame: 1 with the frame in *body (NUL-ended, its length in *size), 0 at a
- * clean end, -1 for anything else (longer than MAX_FRAME, cut short, late, an error). */
+ * clean end, -1 for anything else (longer than MAX_FRAME, cut short, an error); a `deadline`
+ * as entry.py's last_look (see receive). */
 static int recv_frame(int sock, long long deadline, char **body, size_t *size)
 {
     unsigned char head[4];
@@ -497,28 +530,25 @@ static int is_word(const char *body, size_t size, const char *word)
     return size >= len && memcmp(body, word, len) == 0 && (size == len || body[len] == ' ');
 }
 
-/* Whether the answer is `word` with a decimal VALUE (ASCII digits, as the daemon writes them;
- * a `-` first when `sign`); in *low its lowest byte (what an exit status keeps), in *value the
- * number itself, or -1 when too long for that (only a broken daemon would send it). */
-static int answer(const char *body, size_t size, const char *word, int sign, long long *value, int *low)
+/* Whether the answer is `word` with a decimal VALUE, into *value: ASCII digits as the daemon
+ * writes them, a `-` first when `sign`, at most 18 (a pid, an exit status: far fewer). Anything
+ * else is no such answer, as for entry.py's _number. */
+static int answer(const char *body, size_t size, const char *word, int sign, long long *value)
 {
     size_t i = strlen(word) + 1;
     if (!is_word(body, size, word) || size <= i)
         return 0;
     int negative = sign && body[i] == '-';
     i += (size_t)negative;
-    if (i == size)
+    if (i == size || size - i > 18)
         return 0;
     long long number = 0;
-    unsigned mod = 0;
-    for (size_t start = i; i < size; i++) {
+    for (; i < size; i++) {
         if (body[i] < '0' || body[i] > '9')
             return 0;
-        number = i - start < 18 ? number * 10 + (body[i] - '0') : -1;
-        mod = (mod * 10 + (unsigned)(body[i] - '0')) % 256;
+        number = number * 10 + (body[i] - '0');
     }
-    *value = negative && number > 0 ? -number : number;
-    *low = (int)((negative ? 256 - mod : mod) % 256);
+    *value = negative ? -number : number;
     return 1;
 }
 
@@ -559,8 +589,7 @@ static _Noreturn void follow(int sock, pid_t peer)
         size_t size = 0;
         int got = recv_frame(sock, 0, &body, &size);
         long long status;
-        int low;
-        if (got == 1 && answer(body, size, "status", 1, &status, &low)) {
+        if (got == 1 && answer(body, size, "status", 1, &status)) {
             /* Killed by a signal it passed on (SIGTERM, SIGHUP, SIGQUIT; SIGINT is Warden's
              * "interrupted", 130): this process ends by it too, as one running the command
              * itself would, so its parent sees the same death. */
@@ -571,7 +600,7 @@ static _Noreturn void follow(int sock, pid_t peer)
                     kill(getpid(), sig);
                 }
             }
-            _exit(low);
+            _exit((int)(status & 0xFF)); /* what an exit status keeps */
         }
         /* Another `pid` is read past; anything else, or the end, is a runner that went wrong. */
         if (got != 1 || !is_word(body, size, "pid")) {
@@ -619,10 +648,9 @@ static void through_daemon(const char *home)
     /* Nothing has started before the pid comes: past this wait Python runs it (the daemon's
      * child then cannot say its pid and runs nothing). */
     long long pid;
-    int low;
     int sent = frame != NULL && send_frame(sock, frame, size, fds, 5) == 0;
     if (!sent || recv_frame(sock, now_ms() + ANSWER_MS, &body, &size) != 1 ||
-        !answer(body, size, "pid", 0, &pid, &low))
+        !answer(body, size, "pid", 0, &pid))
         return; /* a stale daemon (other code, another environment): it says why in its log */
     close(proof);
     close(me);
@@ -633,8 +661,10 @@ static void through_daemon(const char *home)
 int main(int argc, char **argv)
 {
     standard_streams();
-    args = argv + 1;
-    nargs = argc - 1;
+    /* argc 0 (an execve with an empty argv, which kernels before 5.18 let through): no words,
+     * not -1 of them (python() would copy SIZE_MAX of them). */
+    args = argc > 0 ? argv + 1 : argv;
+    nargs = argc > 0 ? argc - 1 : 0;
     static char home[PATH_MAX];
     if (wanted() && home_of(home))
         through_daemon(home);

@@ -55,20 +55,33 @@ def send_frame(sock: Socket | _socket.socket, payload: bytes, fds: Sequence[int]
 
 
 def recv_frame(sock: Socket | _socket.socket, *, max_fds: int = 0, deadline: float | None = None,
-               senders: list[int] | None = None) -> tuple[bytes | None, list[int]]:
+               senders: list[int] | None = None, last_look: bool = False) -> tuple[bytes | None, list[int]]:
     """The next frame and the descriptors that came with it; (None, []) at a clean end.
     Raises ValueError for anything else (too long, cut short, too many descriptors), TimeoutError
     when `deadline` (time.monotonic()) passes first, for the whole frame. `senders`: gets the pid
-    the kernel stamped on each piece (SCM_CREDENTIALS, on a socket with SO_PASSCRED)."""
+    the kernel stamped on each piece (SCM_CREDENTIALS, on a socket with SO_PASSCRED).
+    `last_look`: past the deadline, what the peer sent is read all the same; when it sent
+    nothing, the socket's reading side is shut first, so that it can send nothing more (its send
+    fails) and what it sent before is still read, then the end. A client stopped (or starved)
+    while the daemon's child said its pid and started the command so never runs it again, and a
+    child that says its pid after the client gave up runs nothing."""
     fds: list[int] = []
     head = b""
+    late = False
 
     def in_time() -> None:
-        if deadline is not None:
+        nonlocal late
+        if deadline is not None and not late:
             left = deadline - _monotonic()
-            if left <= 0:
+            if left > 0:
+                sock.settimeout(left)
+                return
+            if not last_look:
                 raise TimeoutError("the frame did not come in time")
-            sock.settimeout(left)
+            late = True
+            if not _queued(sock):
+                sock.shutdown(_socket.SHUT_RD)
+            sock.settimeout(None)  # a shut socket (or a frame already here) keeps no one waiting
 
     try:
         def piece(size: int) -> bytes:
@@ -88,9 +101,18 @@ def recv_frame(sock: Socket | _socket.socket, *, max_fds: int = 0, deadline: flo
                 raise ValueError("more descriptors than a request carries")
             return chunk
 
+        def next_piece(size: int, *, stamped: bool) -> bytes:
+            while True:
+                in_time()
+                try:
+                    return piece(size) if stamped else sock.recv(size)
+                except TimeoutError:
+                    if not last_look:
+                        raise
+                    # The socket's own timeout was the deadline: in_time() now takes the last look.
+
         while len(head) < 4:
-            in_time()
-            chunk = piece(4 - len(head))
+            chunk = next_piece(4 - len(head), stamped=True)
             if not chunk:
                 if head:
                     raise ValueError("the frame was cut short")
@@ -101,9 +123,7 @@ def recv_frame(sock: Socket | _socket.socket, *, max_fds: int = 0, deadline: flo
             raise ValueError(f"a frame of {size} bytes (at most {MAX_FRAME})")
         body = b""
         while len(body) < size:
-            in_time()
-            chunk = piece(min(size - len(body), 65536)) if senders is not None else sock.recv(min(size - len(body),
-                                                                                                  65536))
+            chunk = next_piece(min(size - len(body), 65536), stamped=senders is not None)
             if not chunk:
                 raise ValueError("the frame was cut short")
             body += chunk
@@ -115,6 +135,17 @@ def recv_frame(sock: Socket | _socket.socket, *, max_fds: int = 0, deadline: flo
                 pass
         raise
     return body, fds
+
+
+def _queued(sock: Socket | _socket.socket) -> bool:
+    """Whether the peer's bytes (or its end) wait to be read on `sock`, without waiting (the
+    socket is left non-blocking)."""
+    sock.setblocking(False)
+    try:
+        sock.recv(1, _socket.MSG_PEEK)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def encode_request(argv: Sequence[str], env: dict[str, str], cwd: str) -> bytes:
@@ -150,6 +181,16 @@ def reply(word: str, value: object) -> bytes:
 def _answer(payload: bytes | None) -> tuple[str, str]:
     word, _, value = (payload or b"").decode("utf-8", "replace").partition(" ")
     return word, value
+
+
+def _number(value: str, *, signed: bool = False) -> int | None:
+    """An answer's VALUE as the daemon writes it: ASCII digits, a `-` first where `signed`, at
+    most 18 (a pid, an exit status: far fewer; client.c reads no more); None for anything else,
+    never an error (str.isdigit takes `²`, which int() refuses, and int() refuses 4,300 digits)."""
+    digits = value[1:] if signed and value.startswith("-") else value
+    if not 0 < len(digits) <= 18 or not digits.isascii() or not digits.isdigit():
+        return None
+    return int(value)
 
 
 def daemon_paths(home: str) -> tuple[str, str]:
@@ -261,16 +302,16 @@ def _served(sock: _socket.socket, argv: Sequence[str], peer: int) -> int | None:
         send_frame(sock, encode_request(argv, environ, os.getcwd()), (0, 1, 2, proof, me))
         # Nothing has started before the pid comes: past this wait the command runs here (the
         # daemon's child then cannot say its pid and runs nothing).
-        word, value = _answer(recv_frame(sock, deadline=_monotonic() + _ANSWER_S)[0])
+        word, value = _answer(recv_frame(sock, deadline=_monotonic() + _ANSWER_S, last_look=True)[0])
     except (OSError, ValueError):
         return None
     finally:
         os.close(proof)
         os.close(me)
     sock.settimeout(None)
-    if word != "pid" or not value.isdigit():
+    child = _number(value) if word == "pid" else None
+    if child is None:
         return None  # a stale daemon (other code, another environment): it says why in its log
-    child = int(value)
     verified = _child_of(child, peer)
     # The C module under `signal`: the same calls and numbers without its enums (`enum` is 5 ms).
     if TYPE_CHECKING:
@@ -298,8 +339,8 @@ def _served(sock: _socket.socket, argv: Sequence[str], peer: int) -> int | None:
             word, value = _answer(recv_frame(sock)[0])
         except (OSError, ValueError):
             word, value = "", ""
-        if word == "status" and value.lstrip("-").isdigit():
-            status = int(value)
+        status = _number(value, signed=True) if word == "status" else None
+        if status is not None:
             # Killed by a signal it passed on (SIGTERM, SIGHUP, SIGQUIT; SIGINT is Warden's
             # "interrupted", 130): this process ends by it too, as one running the command
             # itself would, so its parent sees the same death.

@@ -481,8 +481,13 @@ def _terminate_as_interrupt() -> None:
 
     def terminate(signum: int, _frame: object) -> None:
         _terminated_by.append(signum)
-        for name in _TERMINATING:  # once: a second one must not interrupt the unwinding
-            signal.signal(getattr(signal, name), signal.SIG_IGN)
+        # Once: a second one must not interrupt the unwinding. Passed over by a handler, not
+        # SIG_IGN: one that came with the first (SIGTERM and SIGHUP together) is already on its
+        # way to a Python handler, and finding SIG_IGN there Python prints a traceback ("Signal
+        # 15 ignored due to race condition"); and an ignored signal would stay ignored in every
+        # program started while unwinding.
+        for name in _TERMINATING:
+            signal.signal(getattr(signal, name), _passed_over)
         raise Terminated(signum, signal.Signals(signum).name)
 
     for name in _TERMINATING:
@@ -492,6 +497,10 @@ def _terminate_as_interrupt() -> None:
                 signal.signal(number, terminate)
         except ValueError:  # not the main thread (an embedding program's): its signals are its own
             return
+
+
+def _passed_over(_signum: int, _frame: object) -> None:
+    """A termination signal after the first: the run is already ending by that one."""
 
 
 def _finish(ctx: Context | None, status: int, settled: Callable[[int], object] | None) -> int:
