@@ -407,6 +407,25 @@ def test_a_sigterm_and_a_sighup_together_end_the_run_once_without_a_traceback(en
     assert (outcome["result"], outcome["detail"]["interrupted_by"]) == ("interrupted", "SIGHUP")
 
 
+def test_a_termination_signal_once_the_run_is_over_is_no_traceback(env: dict[str, str]) -> None:
+    """SIGTERM as `warden` writes its last words (its command over, its outcome audited), or
+    after main() returned, as the interpreter ends: the handler raised Terminated there, which
+    escaped main() or the interpreter's shutdown as a traceback ("Exception ignored in: <module
+    'threading'>"). It now ends with its command's status. The signal is sent by the process
+    itself at that point, as a supervisor's could come."""
+    program = ("import os, signal, sys, time\n"
+               "from warden.interfaces.cli.main import main\n"
+               "stop = lambda *_: os.kill(os.getpid(), signal.SIGTERM)\n"
+               "last = stop if sys.argv[1] == 'last' else None\n"
+               "status = main(['run', 'dw', '--', 'sh', '-c', 'exit 3'], settled=last)\n"
+               "if sys.argv[1] == 'after': stop(); time.sleep(0.2)\n"
+               "sys.exit(status)\n")
+    for when in ("last", "after"):
+        done = subprocess.run([sys.executable, "-c", program, when], env={**env, "WARDEN_DAEMON": "0"},
+                              capture_output=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+        assert (done.returncode, done.stderr) == (3, b""), (when, done.stderr.decode(errors="replace"))
+
+
 def test_a_variable_warden_does_not_read_keeps_the_fast_way(env: dict[str, str]) -> None:
     extra = {**env, "SSH_CONNECTION": "10.0.0.1 5 10.0.0.2 22", "VIRTUAL_ENV": "/somewhere", "WARDEN_DAEMON": "1"}
     assert_through_a_child(served(env), extra)

@@ -470,6 +470,7 @@ def _parse(parser: Parser, args_list: list[str]) -> argparse.Namespace:
 
 _TERMINATING = ("SIGTERM", "SIGHUP")
 _terminated_by: list[int] = []  # the termination signal this process was stopped with, if one
+_settling: list[bool] = []  # not empty once main() writes its last words (_finish)
 
 
 def _terminate_as_interrupt() -> None:
@@ -479,7 +480,14 @@ def _terminate_as_interrupt() -> None:
     the next sweep). A signal some embedding program handles itself is left to it."""
     import signal
 
+    _settling.clear()
+
     def terminate(signum: int, _frame: object) -> None:
+        if _settling:
+            # Its command is over and audited, its output written: nothing is left to unwind, and
+            # raised here Terminated would escape main() (or the interpreter's shutdown, after it)
+            # as a traceback. It ends with its command's status.
+            return
         _terminated_by.append(signum)
         # Once: a second one must not interrupt the unwinding. Passed over by a handler, not
         # SIG_IGN: one that came with the first (SIGTERM and SIGHUP together) is already on its
@@ -504,6 +512,7 @@ def _passed_over(_signum: int, _frame: object) -> None:
 
 
 def _finish(ctx: Context | None, status: int, settled: Callable[[int], object] | None) -> int:
+    _settling.append(True)
     sys.stdout.flush()
     if settled is not None:
         settled(status)
