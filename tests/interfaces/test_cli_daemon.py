@@ -426,6 +426,35 @@ def test_a_termination_signal_once_the_run_is_over_is_no_traceback(env: dict[str
         assert (done.returncode, done.stderr) == (3, b""), (when, done.stderr.decode(errors="replace"))
 
 
+def test_a_termination_signal_as_the_outcome_is_written_leaves_no_run_in_progress(env: dict[str, str]) -> None:
+    """SIGTERM while the run's lease is given back with its outcome (a few milliseconds): the
+    handler's Terminated rolled that write back, leaving the run "in progress" (a `run.lost` at
+    the next sweep) and its lease held until it expired. It is now raised once the write is
+    done: the outcome audited, the lease free, and `warden` still ends by the signal. The signal
+    is sent by the process itself at that point (the outcome's write, patched to send it first)."""
+    program = ("import os, signal, sys\n"
+               "from warden.services import runs_in_progress\n"
+               "from warden.interfaces.cli.main import run\n"
+               "end = runs_in_progress.RunsInProgress.end\n"
+               "def stopped_as_it_ends(self, tx, intent):\n"
+               "    os.kill(os.getpid(), signal.SIGTERM)\n"
+               "    return end(self, tx, intent)\n"
+               "runs_in_progress.RunsInProgress.end = stopped_as_it_ends\n"
+               "sys.argv = ['warden', 'run', 'dw', '--', 'sh', '-c', 'echo stopped-as-written; exit 4']\n"
+               "run()\n")
+    done = subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
+                          timeout=120, check=False, stdin=subprocess.DEVNULL)
+    assert (done.returncode, done.stdout, done.stderr) == (-signal.SIGTERM, b"stopped-as-written\n",
+                                                          b"warden: terminated (SIGTERM)\n"), done
+    events = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "3", "--json").stdout)["data"]
+    outcome = max((e for e in events if e["action"] == "run"), key=lambda e: e["seq"])
+    assert outcome["result"] == "4" and outcome["detail"]["argv"][-1] == "echo stopped-as-written; exit 4", events
+    assert warden(env, "run", "dw", "--", "true").returncode == 0  # the next run sweeps lost ones
+    swept = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "20", "--json").stdout)["data"]
+    lost = [e for e in swept if e["action"] == "run.lost" and e["detail"]["run_id"] == outcome["detail"]["run_id"]]
+    assert lost == []
+
+
 def test_a_variable_warden_does_not_read_keeps_the_fast_way(env: dict[str, str]) -> None:
     extra = {**env, "SSH_CONNECTION": "10.0.0.1 5 10.0.0.2 22", "VIRTUAL_ENV": "/somewhere", "WARDEN_DAEMON": "1"}
     assert_through_a_child(served(env), extra)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from warden.core.errors import Refused, Terminated, WardenError, classify
 from warden.interfaces.cli.output import Output, terminal_columns
+from warden.services import stops
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
@@ -496,7 +497,9 @@ def _terminate_as_interrupt() -> None:
         # program started while unwinding.
         for name in _TERMINATING:
             signal.signal(getattr(signal, name), _passed_over)
-        raise Terminated(signum, signal.Signals(signum).name)
+        stop = Terminated(signum, signal.Signals(signum).name)
+        if not stops.held_back(stop):  # raised once a write that must be whole is done
+            raise stop
 
     for name in _TERMINATING:
         number = getattr(signal, name)
