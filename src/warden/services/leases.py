@@ -20,12 +20,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
-from warden.core import leases, locks
+from warden.core import leases, locks, stops
 from warden.core.errors import Locked
 from warden.core.leases import Holder, LeaseState
 from warden.core.locks import TerminalLock
 from warden.core.ports import Clock, Processes, Registry, Tx
-from warden.services import later, stops
+from warden.services import later
 
 __all__ = ["Lease", "LeaseService"]
 
@@ -125,7 +125,7 @@ class LeaseService:
 
         # Taken and given back whole, with their on_take and on_release writes (a run's intent and
         # outcome): a person's stop then is raised once the lease is held (and so given back) or
-        # once it is given back (services/stops.py).
+        # once it is given back (core/stops.py).
         whole = stops.Whole()
         if mode == "exclusive" and drain is not None:
             self._change(name, lambda s: take(s, "draining"))

@@ -16,9 +16,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from warden.core import stops
 from warden.core.errors import Refused, Terminated, WardenError, classify
 from warden.interfaces.cli.output import Output, terminal_columns
-from warden.services import stops
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
