@@ -455,6 +455,25 @@ def test_a_termination_signal_as_the_outcome_is_written_leaves_no_run_in_progres
     assert lost == []
 
 
+def test_a_termination_signal_as_the_output_is_written_is_said_not_a_traceback(env: dict[str, str]) -> None:
+    """SIGTERM as `warden` writes a command's output (after its handler, before its last words):
+    Terminated escaped main() as a traceback (and a daemon's child serving a client ended with 1
+    and no word). It ends as a stopped command does. The process sends the signal itself there."""
+    program = ("import os, signal, sys\n"
+               "from warden.interfaces.cli import output\n"
+               "from warden.interfaces.cli.main import run\n"
+               "human = output.Output.human\n"
+               "def stopped_as_written(self):\n"
+               "    os.kill(os.getpid(), signal.SIGTERM)\n"
+               "    return human(self)\n"
+               "output.Output.human = stopped_as_written\n"
+               "sys.argv = ['warden', 'list']\n"
+               "run()\n")
+    done = subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
+                          timeout=120, check=False, stdin=subprocess.DEVNULL)
+    assert (done.returncode, done.stdout, done.stderr) == (-signal.SIGTERM, b"", b"warden: terminated (SIGTERM)\n")
+
+
 def test_a_variable_warden_does_not_read_keeps_the_fast_way(env: dict[str, str]) -> None:
     extra = {**env, "SSH_CONNECTION": "10.0.0.1 5 10.0.0.2 22", "VIRTUAL_ENV": "/somewhere", "WARDEN_DAEMON": "1"}
     assert_through_a_child(served(env), extra)

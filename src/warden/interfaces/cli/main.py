@@ -326,6 +326,17 @@ def main(argv: Sequence[str] | None = None, *, settled: Callable[[int], object] 
     told the status once the command's output is written and before its state is closed (the
     home's daemon answers its client there: nothing after it is the client's to wait for)."""
     _terminate_as_interrupt()
+    try:
+        return _command(argv, settled)
+    except Terminated as exc:
+        # One that came outside the command's own unwinding: as its error or its output was
+        # written, or as its last words began. It escaped as a traceback (a daemon's child, that
+        # serves a client, ended with 1 and no word).
+        sys.stderr.write(f"warden: terminated ({exc.name})\n")
+        return _finish(None, 128 + exc.signum, settled)
+
+
+def _command(argv: Sequence[str] | None, settled: Callable[[int], object] | None) -> int:
     args_list = _rewritten(list(sys.argv[1:] if argv is None else argv))
     own = args_list[: args_list.index("--")] if "--" in args_list else args_list
     wants_json = "--json" in own
