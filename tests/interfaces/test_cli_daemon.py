@@ -409,6 +409,73 @@ def test_a_sigterm_and_a_sighup_together_end_the_run_once_without_a_traceback(en
     assert (outcome["result"], outcome["detail"]["interrupted_by"]) == ("interrupted", "SIGHUP")
 
 
+def test_a_termination_signal_once_the_run_is_over_is_no_traceback(env: dict[str, str]) -> None:
+    """SIGTERM as `warden` writes its last words (its command over, its outcome audited), or
+    after main() returned, as the interpreter ends: the handler raised Terminated there, which
+    escaped main() or the interpreter's shutdown as a traceback ("Exception ignored in: <module
+    'threading'>"). It now ends with its command's status. The signal is sent by the process
+    itself at that point, as a supervisor's could come."""
+    program = ("import os, signal, sys, time\n"
+               "from warden.interfaces.cli.main import main\n"
+               "stop = lambda *_: os.kill(os.getpid(), signal.SIGTERM)\n"
+               "last = stop if sys.argv[1] == 'last' else None\n"
+               "status = main(['run', 'dw', '--', 'sh', '-c', 'exit 3'], settled=last)\n"
+               "if sys.argv[1] == 'after': stop(); time.sleep(0.2)\n"
+               "sys.exit(status)\n")
+    for when in ("last", "after"):
+        done = subprocess.run([sys.executable, "-c", program, when], env={**env, "WARDEN_DAEMON": "0"},
+                              capture_output=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+        assert (done.returncode, done.stderr) == (3, b""), (when, done.stderr.decode(errors="replace"))
+
+
+def test_a_termination_signal_as_the_outcome_is_written_leaves_no_run_in_progress(env: dict[str, str]) -> None:
+    """SIGTERM while the run's lease is given back with its outcome (a few milliseconds): the
+    handler's Terminated rolled that write back, leaving the run "in progress" (a `run.lost` at
+    the next sweep) and its lease held until it expired. It is now raised once the write is
+    done: the outcome audited, the lease free, and `warden` still ends by the signal. The signal
+    is sent by the process itself at that point (the outcome's write, patched to send it first)."""
+    program = ("import os, signal, sys\n"
+               "from warden.services import runs_in_progress\n"
+               "from warden.interfaces.cli.main import run\n"
+               "end = runs_in_progress.RunsInProgress.end\n"
+               "def stopped_as_it_ends(self, tx, intent):\n"
+               "    os.kill(os.getpid(), signal.SIGTERM)\n"
+               "    return end(self, tx, intent)\n"
+               "runs_in_progress.RunsInProgress.end = stopped_as_it_ends\n"
+               "sys.argv = ['warden', 'run', 'dw', '--', 'sh', '-c', 'echo stopped-as-written; exit 4']\n"
+               "run()\n")
+    done = subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
+                          timeout=120, check=False, stdin=subprocess.DEVNULL)
+    assert (done.returncode, done.stdout, done.stderr) == (-signal.SIGTERM, b"stopped-as-written\n",
+                                                          b"warden: terminated (SIGTERM)\n"), done
+    events = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "3", "--json").stdout)["data"]
+    outcome = max((e for e in events if e["action"] == "run"), key=lambda e: e["seq"])
+    assert outcome["result"] == "4" and outcome["detail"]["argv"][-1] == "echo stopped-as-written; exit 4", events
+    assert warden(env, "run", "dw", "--", "true").returncode == 0  # the next run sweeps lost ones
+    swept = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "20", "--json").stdout)["data"]
+    lost = [e for e in swept if e["action"] == "run.lost" and e["detail"]["run_id"] == outcome["detail"]["run_id"]]
+    assert lost == []
+
+
+def test_a_termination_signal_as_the_output_is_written_is_said_not_a_traceback(env: dict[str, str]) -> None:
+    """SIGTERM as `warden` writes a command's output (after its handler, before its last words):
+    Terminated escaped main() as a traceback (and a daemon's child serving a client ended with 1
+    and no word). It ends as a stopped command does. The process sends the signal itself there."""
+    program = ("import os, signal, sys\n"
+               "from warden.interfaces.cli import output\n"
+               "from warden.interfaces.cli.main import run\n"
+               "human = output.Output.human\n"
+               "def stopped_as_written(self):\n"
+               "    os.kill(os.getpid(), signal.SIGTERM)\n"
+               "    return human(self)\n"
+               "output.Output.human = stopped_as_written\n"
+               "sys.argv = ['warden', 'list']\n"
+               "run()\n")
+    done = subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
+                          timeout=120, check=False, stdin=subprocess.DEVNULL)
+    assert (done.returncode, done.stdout, done.stderr) == (-signal.SIGTERM, b"", b"warden: terminated (SIGTERM)\n")
+
+
 def test_a_variable_warden_does_not_read_keeps_the_fast_way(env: dict[str, str]) -> None:
     extra = {**env, "SSH_CONNECTION": "10.0.0.1 5 10.0.0.2 22", "VIRTUAL_ENV": "/somewhere", "WARDEN_DAEMON": "1"}
     assert_through_a_child(served(env), extra)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
-from warden.core import leases, locks
+from warden.core import leases, locks, stops
 from warden.core.errors import Locked
 from warden.core.leases import Holder, LeaseState
 from warden.core.locks import TerminalLock
@@ -123,6 +123,10 @@ class LeaseService:
             if on_take is not None:
                 on_take(tx, lease)
 
+        # Taken and given back whole, with their on_take and on_release writes (a run's intent and
+        # outcome): a person's stop then is raised once the lease is held (and so given back) or
+        # once it is given back (core/stops.py).
+        whole = stops.Whole()
         if mode == "exclusive" and drain is not None:
             self._change(name, lambda s: take(s, "draining"))
             try:
@@ -130,7 +134,8 @@ class LeaseService:
                 deadline = time.monotonic() + wait
                 while True:
                     try:
-                        self._change(name, lambda s: take(s, "exclusive"), taken)
+                        with whole:
+                            self._change(name, lambda s: take(s, "exclusive"), taken)
                         break
                     except Locked:
                         if time.monotonic() > deadline:
@@ -140,14 +145,18 @@ class LeaseService:
                 self._release(name, holder.id, None)
                 raise
         else:
-            self._change(name, lambda s: take(s, "exclusive" if mode == "exclusive" else "shared"), taken)
-        self._keep_renewed(name, holder.id)
+            with whole:
+                self._change(name, lambda s: take(s, "exclusive" if mode == "exclusive" else "shared"), taken)
         try:
+            whole.raise_held()
+            self._keep_renewed(name, holder.id)
             yield lease
         finally:
             with self._lock:
                 self._held.pop(holder.id, None)
-            self._release(name, holder.id, on_release)
+            with whole:
+                self._release(name, holder.id, on_release)
+            whole.raise_held()
 
     # -- terminal locks ------------------------------------------------------------------------
     def _lock_alive(self, lock: TerminalLock) -> bool | None:

@@ -316,3 +316,31 @@ def _runs(pid: int, words: bytes) -> bool:
         return words in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
     except OSError:
         return False
+
+
+def test_a_sigterm_inside_bwraps_start_ends_its_sandbox_before_the_command_starts(
+        monkeypatch: pytest.MonkeyPatch, sandbox: Run, workspace: Path) -> None:
+    # The CLI's SIGTERM handler, and the signal coming inside Popen, past the fork (a supervisor's
+    # stop as bwrap starts): Terminated was raised there, no one knew bwrap's pid to end it, and
+    # its sandbox started the command without its limits once --block-fd closed.
+    from warden.interfaces.cli.main import _terminate_as_interrupt
+
+    class SignalledAsItStarts(subprocess.Popen):  # type: ignore[type-arg]
+        def _execute_child(self, *args: object, **kwargs: object) -> None:
+            super()._execute_child(*args, **kwargs)  # type: ignore[misc]
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    monkeypatch.setattr(subprocess, "Popen", SignalledAsItStarts)
+    for sig in before:
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        _terminate_as_interrupt()
+        with pytest.raises(Terminated):
+            sandbox(["sh", "-c", "touch ran; exec sleep 31.5"])
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    time.sleep(1)  # time enough for a sandbox left behind to start its command
+    assert not (workspace / "ran").exists()
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _runs(int(pid), b"sleep 31.5")]

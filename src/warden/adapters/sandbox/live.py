@@ -64,6 +64,7 @@ from warden.adapters.sandbox.runner import (
     _with_seccomp,
     check_process_limit,
 )
+from warden.core import stops
 from warden.core.bwrap_argv import PROXY_SOCKET, SandboxSpec, bwrap_environ, bwrap_options, sandbox_path
 from warden.core.errors import Unavailable
 from warden.core.live import (
@@ -546,11 +547,16 @@ class HostLiveSandboxes:
                 except OSError as exc:
                     held.notes.append(f"cgroup not usable ({exc}); limits by rlimit")
             check_process_limit(group, support, held.notes)
-            with open(folder / "sandbox.log", "wb") as log:
+            # A person's stop (SIGTERM, SIGHUP) while bwrap starts is raised once `proc` is known,
+            # to be ended below: raised inside Popen, past the fork, it left a sandbox that does not
+            # die with Warden, its command started without its limits as --block-fd closed.
+            starting = stops.Whole()
+            with open(folder / "sandbox.log", "wb") as log, starting:
                 proc = subprocess.Popen(
                     argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=bwrap_environ(spec),
                     close_fds=True, start_new_session=True, cwd=spec.workspace,
                     pass_fds=(*(fd for fd in held.fds if fd not in control.ours), *borrowed, listener.fileno()))
+            starting.raise_held()
             # Reaped by a thread of this process while it lives; by init once it has gone.
             threading.Thread(target=proc.wait, name="warden-live-reaper", daemon=True).start()
             if proxy is not None:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from warden.adapters.sandbox import cgroups
 from warden.adapters.sandbox.execlimits import too_long_for_exec
 from warden.adapters.sandbox.host import bwrap_path, open_beneath, python3_path
+from warden.core import stops
 from warden.core.bwrap_argv import PROXY_SOCKET, SandboxSpec, bwrap_environ, bwrap_options
 from warden.core.errors import Unavailable
 from warden.core.limits import Limits
@@ -489,19 +490,24 @@ def _spawn(argv: list[str], spec: SandboxSpec, stdin: bytes | int | None, held: 
     stdin_arg: int = subprocess.DEVNULL if stdin is None else subprocess.PIPE if isinstance(stdin, bytes) else stdin
     started = time.monotonic()
     environ = bwrap_environ(spec)
+    # A person's stop (SIGTERM, SIGHUP) that comes while bwrap starts is raised once this holds
+    # it (below): raised inside Popen, past the fork, it left a bwrap nobody followed or ended.
+    starting = stops.Whole()
     try:
-        proc = subprocess.Popen(
-            argv, stdin=stdin_arg, stdout=stdin_arg if terminal else subprocess.PIPE, stderr=subprocess.PIPE,
-            env=environ, close_fds=True, start_new_session=True, preexec_fn=_signal_reset(),
-            # bwrap's working folder marks whose sandbox it is (adapters/processes finds a
-            # workspace's processes by it); the command's own is set by --chdir.
-            cwd=spec.workspace,
-            pass_fds=(*(fd for fd in held.fds if fd not in control.ours), *borrowed))
+        with starting:
+            proc = subprocess.Popen(
+                argv, stdin=stdin_arg, stdout=stdin_arg if terminal else subprocess.PIPE, stderr=subprocess.PIPE,
+                env=environ, close_fds=True, start_new_session=True, preexec_fn=_signal_reset(),
+                # bwrap's working folder marks whose sandbox it is (adapters/processes finds a
+                # workspace's processes by it); the command's own is set by --chdir.
+                cwd=spec.workspace,
+                pass_fds=(*(fd for fd in held.fds if fd not in control.ours), *borrowed))
     except OSError as exc:
         if exc.errno == errno.E2BIG:  # a limit too_long_for_exec does not know (another kernel)
             raise too_long_for_exec(argv, environ, always=True) or exc from None
         raise
     try:
+        starting.raise_held()
         if held.cg is not None:
             # Joining a v1 cgroup waits for an RCU grace period (the kernel's cgroup_threadgroup_rwsem),
             # a few ms when no migration happened lately. Moving bwrap itself now pays that wait while

@@ -146,8 +146,10 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
     # default one would end the process before the `finally` below (instance, audit) runs.
     import signal
 
+    stopped_by: list[int] = []  # a SIGHUP uvicorn stopped on as on a SIGTERM: the status is its
+
     def _terminated(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
+        raise SystemExit(128 + (stopped_by[0] if stopped_by else signum))
 
     signal.signal(signal.SIGTERM, _terminated)
     try:
@@ -158,9 +160,20 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
             os.environ["WARDEN_HOME"] = str(app.home.root)
             config = uvicorn.Config("warden.interfaces.http.worker:app_from_environment", factory=True,
                                     workers=workers, **options)
-            Multiprocess(config, sockets=[sock]).run()
+            Multiprocess(config, sockets=[sock]).run()  # its own SIGHUP: its workers restarted
         else:
-            uvicorn.Server(uvicorn.Config(api, **options)).run(sockets=[sock])
+            server = uvicorn.Server(uvicorn.Config(api, **options))
+
+            def _hung_up(signum: int, frame: Any) -> None:
+                # uvicorn stops gracefully on SIGINT and SIGTERM only. The CLI's Terminated for a
+                # SIGHUP (a closed terminal) was raised inside uvloop's signal callback, which
+                # logged it as an error and served on, SIGTERM passed over from then on: only a
+                # SIGKILL ended the server, with no serve.stop and its instance left registered.
+                stopped_by.append(signum)
+                server.handle_exit(signal.SIGTERM, frame)
+
+            signal.signal(signal.SIGHUP, _hung_up)
+            server.run(sockets=[sock])
     finally:
         sock.close()
         instance.__exit__(None, None, None)

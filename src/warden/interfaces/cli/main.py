@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from warden.core import stops
 from warden.core.errors import Refused, Terminated, WardenError, classify
 from warden.interfaces.cli.output import Output, terminal_columns
 
@@ -325,6 +326,17 @@ def main(argv: Sequence[str] | None = None, *, settled: Callable[[int], object] 
     told the status once the command's output is written and before its state is closed (the
     home's daemon answers its client there: nothing after it is the client's to wait for)."""
     _terminate_as_interrupt()
+    try:
+        return _command(argv, settled)
+    except Terminated as exc:
+        # One that came outside the command's own unwinding: as its error or its output was
+        # written, or as its last words began. It escaped as a traceback (a daemon's child, that
+        # serves a client, ended with 1 and no word).
+        sys.stderr.write(f"warden: terminated ({exc.name})\n")
+        return _finish(None, 128 + exc.signum, settled)
+
+
+def _command(argv: Sequence[str] | None, settled: Callable[[int], object] | None) -> int:
     args_list = _rewritten(list(sys.argv[1:] if argv is None else argv))
     own = args_list[: args_list.index("--")] if "--" in args_list else args_list
     wants_json = "--json" in own
@@ -470,6 +482,7 @@ def _parse(parser: Parser, args_list: list[str]) -> argparse.Namespace:
 
 _TERMINATING = ("SIGTERM", "SIGHUP")
 _terminated_by: list[int] = []  # the termination signal this process was stopped with, if one
+_settling: list[bool] = []  # not empty once main() writes its last words (_finish)
 
 
 def _terminate_as_interrupt() -> None:
@@ -479,7 +492,14 @@ def _terminate_as_interrupt() -> None:
     the next sweep). A signal some embedding program handles itself is left to it."""
     import signal
 
+    _settling.clear()
+
     def terminate(signum: int, _frame: object) -> None:
+        if _settling:
+            # Its command is over and audited, its output written: nothing is left to unwind, and
+            # raised here Terminated would escape main() (or the interpreter's shutdown, after it)
+            # as a traceback. It ends with its command's status.
+            return
         _terminated_by.append(signum)
         # Once: a second one must not interrupt the unwinding. Passed over by a handler, not
         # SIG_IGN: one that came with the first (SIGTERM and SIGHUP together) is already on its
@@ -488,7 +508,9 @@ def _terminate_as_interrupt() -> None:
         # program started while unwinding.
         for name in _TERMINATING:
             signal.signal(getattr(signal, name), _passed_over)
-        raise Terminated(signum, signal.Signals(signum).name)
+        stop = Terminated(signum, signal.Signals(signum).name)
+        if not stops.held_back(stop):  # raised once a write that must be whole is done
+            raise stop
 
     for name in _TERMINATING:
         number = getattr(signal, name)
@@ -504,6 +526,7 @@ def _passed_over(_signum: int, _frame: object) -> None:
 
 
 def _finish(ctx: Context | None, status: int, settled: Callable[[int], object] | None) -> int:
+    _settling.append(True)
     sys.stdout.flush()
     if settled is not None:
         settled(status)
