@@ -431,35 +431,25 @@ def test_a_number_the_daemon_never_writes_is_no_answer_to_either_client(strict: 
         assert answered(program, b"pid 000000000000000001", b"status -" + b"9" * 18) == (1, b""), program
 
 
-def _started_with(argv: list[str], environ: list[bytes], timeout: float = 60) -> tuple[int, bytes]:
+# Run in a Python of its own (a fork of this multi-threaded process could deadlock before its
+# exec): exec argv[2:] with exactly the environment entries in file argv[1], NUL-separated.
+_EXECVE = ("import ctypes, sys\n"
+           "entries = open(sys.argv[1], 'rb').read().split(b'\\0')\n"
+           "words = [w.encode() for w in sys.argv[2:]]\n"
+           "argv = (ctypes.c_char_p * (len(words) + 1))(*words, None)\n"
+           "envp = (ctypes.c_char_p * (len(entries) + 1))(*entries, None)\n"
+           "ctypes.CDLL(None).execve(argv[0], argv, envp)\n"
+           "sys.exit(127)\n")
+
+
+def _started_with(argv: list[str], environ: list[bytes], folder: Path, timeout: float = 60) -> tuple[int, bytes]:
     """Run `argv` with exactly the environment entries `environ` (execve's: a name may come twice,
     an entry lack its `=`, as no mapping allows) and stdin /dev/null; its status and stderr."""
-    import ctypes
-
-    execve = ctypes.CDLL(None, use_errno=True).execve
-    args = (ctypes.c_char_p * (len(argv) + 1))(*[os.fsencode(a) for a in argv], None)
-    entries = (ctypes.c_char_p * (len(environ) + 1))(*environ, None)
-    err_r, err_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            null = os.open(os.devnull, os.O_RDWR)
-            os.dup2(null, 0)
-            os.dup2(null, 1)
-            os.dup2(err_w, 2)
-            execve(args[0], args, entries)
-        finally:
-            os._exit(127)
-    os.close(err_w)
-    with os.fdopen(err_r, "rb") as err:
-        deadline = time.monotonic() + timeout
-        while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0:
-            if time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                pytest.fail(f"{argv} did not end within {timeout} s")
-            time.sleep(0.01)
-        return os.waitstatus_to_exitcode(ended[1]), err.read()
+    listing = folder / "environ"
+    listing.write_bytes(b"\0".join(environ))
+    done = subprocess.run([sys.executable, "-c", _EXECVE, str(listing), *argv], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout, check=False)
+    return done.returncode, done.stderr
 
 
 def test_an_environment_of_many_variables_is_sent_at_once_and_a_name_twice_goes_to_python(
@@ -474,14 +464,14 @@ def test_an_environment_of_many_variables_is_sent_at_once_and_a_name_twice_goes_
     argv = [str(strict), "run", "dw", "--", "true"]
     with _fake_daemon(path, lambda conn: send_frame(conn, b"fallback not today")) as got:
         started = time.monotonic()
-        status, err = _started_with(argv, [*base, *many], timeout=20)
+        status, err = _started_with(argv, [*base, *many], tmp_path, timeout=20)
         took = time.monotonic() - started
     assert (status, err) == (FELL_BACK, FELL_BACK_SAID)  # the fake daemon's fallback
     payload = got[0]
     assert isinstance(payload, bytes) and payload.count(b"\0V0") == 100_000 and took < 15, took
     for odd in ([*base, *many, b"V000007=again"], [*base, b"V000007=first", *many], [*base, *many[:9], b"NO_EQUALS"]):
         with _fake_daemon(path, lambda conn: None) as got:
-            assert _started_with(argv, odd) == (FELL_BACK, FELL_BACK_SAID)
+            assert _started_with(argv, odd, tmp_path) == (FELL_BACK, FELL_BACK_SAID)
         assert got == [None, 0]  # connected, and sent nothing
 
 
