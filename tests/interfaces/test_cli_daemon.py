@@ -428,24 +428,33 @@ def test_a_termination_signal_once_the_run_is_over_is_no_traceback(env: dict[str
         assert (done.returncode, done.stderr) == (3, b""), (when, done.stderr.decode(errors="replace"))
 
 
+def _stopped_inside(env: dict[str, str], module: str, method: str,
+                    args: list[str]) -> subprocess.CompletedProcess[bytes]:
+    """`warden ARGS` (without the daemon) sending itself SIGTERM as `module`'s `Class.method`
+    begins: the signal lands exactly there."""
+    owner, name = method.split(".")
+    program = ("import importlib, os, signal, sys\n"
+               "from warden.interfaces.cli.main import run\n"
+               f"owner = getattr(importlib.import_module({module!r}), {owner!r})\n"
+               f"original = getattr(owner, {name!r})\n"
+               "def stopped_there(*args, **kwargs):\n"
+               "    os.kill(os.getpid(), signal.SIGTERM)\n"
+               "    return original(*args, **kwargs)\n"
+               f"setattr(owner, {name!r}, stopped_there)\n"
+               f"sys.argv = ['warden', *{args!r}]\n"
+               "run()\n")
+    return subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
+                          timeout=120, check=False, stdin=subprocess.DEVNULL)
+
+
 def test_a_termination_signal_as_the_outcome_is_written_leaves_no_run_in_progress(env: dict[str, str]) -> None:
     """SIGTERM while the run's lease is given back with its outcome (a few milliseconds): the
     handler's Terminated rolled that write back, leaving the run "in progress" (a `run.lost` at
     the next sweep) and its lease held until it expired. It is now raised once the write is
     done: the outcome audited, the lease free, and `warden` still ends by the signal. The signal
     is sent by the process itself at that point (the outcome's write, patched to send it first)."""
-    program = ("import os, signal, sys\n"
-               "from warden.services import runs_in_progress\n"
-               "from warden.interfaces.cli.main import run\n"
-               "end = runs_in_progress.RunsInProgress.end\n"
-               "def stopped_as_it_ends(self, tx, intent):\n"
-               "    os.kill(os.getpid(), signal.SIGTERM)\n"
-               "    return end(self, tx, intent)\n"
-               "runs_in_progress.RunsInProgress.end = stopped_as_it_ends\n"
-               "sys.argv = ['warden', 'run', 'dw', '--', 'sh', '-c', 'echo stopped-as-written; exit 4']\n"
-               "run()\n")
-    done = subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
-                          timeout=120, check=False, stdin=subprocess.DEVNULL)
+    done = _stopped_inside(env, "warden.services.runs_in_progress", "RunsInProgress.end",
+                           ["run", "dw", "--", "sh", "-c", "echo stopped-as-written; exit 4"])
     assert (done.returncode, done.stdout, done.stderr) == (-signal.SIGTERM, b"stopped-as-written\n",
                                                           b"warden: terminated (SIGTERM)\n"), done
     events = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "3", "--json").stdout)["data"]
@@ -461,18 +470,7 @@ def test_a_termination_signal_as_the_output_is_written_is_said_not_a_traceback(e
     """SIGTERM as `warden` writes a command's output (after its handler, before its last words):
     Terminated escaped main() as a traceback (and a daemon's child serving a client ended with 1
     and no word). It ends as a stopped command does. The process sends the signal itself there."""
-    program = ("import os, signal, sys\n"
-               "from warden.interfaces.cli import output\n"
-               "from warden.interfaces.cli.main import run\n"
-               "human = output.Output.human\n"
-               "def stopped_as_written(self):\n"
-               "    os.kill(os.getpid(), signal.SIGTERM)\n"
-               "    return human(self)\n"
-               "output.Output.human = stopped_as_written\n"
-               "sys.argv = ['warden', 'list']\n"
-               "run()\n")
-    done = subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
-                          timeout=120, check=False, stdin=subprocess.DEVNULL)
+    done = _stopped_inside(env, "warden.interfaces.cli.output", "Output.human", ["list"])
     assert (done.returncode, done.stdout, done.stderr) == (-signal.SIGTERM, b"", b"warden: terminated (SIGTERM)\n")
 
 

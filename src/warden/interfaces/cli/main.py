@@ -332,8 +332,7 @@ def main(argv: Sequence[str] | None = None, *, settled: Callable[[int], object] 
         # One that came outside the command's own unwinding: as its error or its output was
         # written, or as its last words began. It escaped as a traceback (a daemon's child, that
         # serves a client, ended with 1 and no word).
-        sys.stderr.write(f"warden: terminated ({exc.name})\n")
-        return _finish(None, 128 + exc.signum, settled)
+        return _terminated(None, exc, settled)
 
 
 def _command(argv: Sequence[str] | None, settled: Callable[[int], object] | None) -> int:
@@ -376,8 +375,7 @@ def _command(argv: Sequence[str] | None, settled: Callable[[int], object] | None
         sys.stderr.write("warden: interrupted\n")
         return _finish(ctx, 130, settled)
     except Terminated as exc:
-        sys.stderr.write(f"warden: terminated ({exc.name})\n")
-        return _finish(ctx, 128 + exc.signum, settled)
+        return _terminated(ctx, exc, settled)
     except BrokenPipeError:
         _quiet_stdout()
         return _finish(ctx, 1, settled)
@@ -523,6 +521,11 @@ def _terminate_as_interrupt() -> None:
 
 def _passed_over(_signum: int, _frame: object) -> None:
     """A termination signal after the first: the run is already ending by that one."""
+
+
+def _terminated(ctx: Context | None, exc: Terminated, settled: Callable[[int], object] | None) -> int:
+    sys.stderr.write(f"warden: terminated ({exc.name})\n")
+    return _finish(ctx, 128 + exc.signum, settled)
 
 
 def _finish(ctx: Context | None, status: int, settled: Callable[[int], object] | None) -> int:
