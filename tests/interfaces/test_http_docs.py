@@ -25,7 +25,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     home: Path = tmp_path_factory.mktemp("docs") / "home"
     app = bootstrap(home, environ={"PATH": os.environ.get("PATH", ""), "WARDEN_HOME": str(home)})
     with ThreadServer(app) as server:
-        yield {"url": server.url, "app": app, "schema": httpx.get(server.url + "/openapi.json").json()}
+        yield {"url": server.url, "app": app, "schema": httpx.get(server.url + "/openapi.json", timeout=60).json()}
     app.close()
 
 

@@ -101,7 +101,7 @@ def test_api_conforms_to_its_schema(api_schema: Any, live: dict[str, Any], metho
 def test_the_schema_documents_every_route_and_the_error_envelope(live: dict[str, Any]) -> None:
     import httpx
 
-    doc = httpx.get(live["url"] + "/openapi.json").json()
+    doc = httpx.get(live["url"] + "/openapi.json", timeout=60).json()
     paths = doc["paths"]
     assert {"/v1/health", "/v1/workspaces", "/v1/workspaces/{name}", "/v1/workspaces/{name}/exec",
             "/v1/workspaces/{name}/files", "/v1/workspaces/{name}/files/content",

@@ -84,7 +84,9 @@ class ServeProcess:
                 return match.group(1).decode()
             return proc.poll() is not None
 
-        answer = poll(serving, timeout=30, interval=0.05)
+        # A loaded CI machine once gave up after 30 s on a server with two workers (three
+        # Pythons importing the whole stack); quiet, it takes about 5 s.
+        answer = poll(serving, timeout=90, interval=0.05)
         if not isinstance(answer, str):
             raise RuntimeError("warden serve did not start: " + self.output().decode(errors="replace"))
         self.url = answer
