@@ -36,7 +36,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from warden.core.errors import Conflict, NotFound, TimedOut, Unavailable
-from warden.core.leases import LeaseState
+from warden.core.leases import ENDING_OPS, LeaseState
 from warden.core.live import (
     RING_BYTES,
     Chunk,
@@ -62,8 +62,6 @@ __all__ = ["LiveSandboxService", "LiveSettings", "ProcessStarter"]
 
 # How many ended processes a workspace keeps (with their output) before the oldest are dropped.
 _KEEP_ENDED = 50
-# The lifecycle operations that end a workspace's processes while their lease drains.
-_ENDING_OPS = ("suspend", "archive", "destroy")
 # Seconds a background process may stay recorded "starting" without its supervisor listing it:
 # its starter records it, then asks the supervisor (which has 10 s to answer) to spawn it.
 _STARTING_S = 60.0
@@ -562,7 +560,7 @@ class LiveSandboxService:
         # A suspend, archive or destroy ends the workspace's processes (its lease's drain) before
         # it changes the workspace's status: a look in between finds the sandbox dead under a
         # workspace still "ready", and must not record its processes "lost".
-        taker = next((h.holder.op for h in lease.held if h.mode != "shared" and h.holder.op in _ENDING_OPS), None)
+        taker = next((h.holder.op for h in lease.held if h.mode != "shared" and h.holder.op in ENDING_OPS), None)
         if taker is not None:
             return f"the workspace's {taker} ended it", True
         if record.id != sandbox.workspace_id:
