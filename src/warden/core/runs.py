@@ -11,12 +11,13 @@ from typing import NamedTuple, Protocol
 
 from warden.core.bwrap_argv import Bind
 from warden.core.echo import echoed
-from warden.core.errors import InvalidInput
+from warden.core.errors import InvalidInput, Unavailable
 from warden.core.limits import Limits
 from warden.core.network import NetworkPolicy
 from warden.core.paths import canonical, normalize, within
 
-__all__ = ["NO_NETWORK_ENV", "NetEvent", "RunInProgress", "RunResult", "SandboxRequest", "Sink", "Usage",
+__all__ = ["NO_NETWORK_ENV", "NetEvent", "RunInProgress", "RunResult", "SandboxRequest", "Sink", "StoppedAsItStarted",
+           "Usage",
            "explain_failure", "nearest_program", "usage_of", "workspace_cwd"]
 
 # Where a command's output goes as it comes (a terminal, a socket), chunk by chunk.
@@ -135,6 +136,12 @@ def usage_of(*, cpu_s: float | None = None, maxrss_kib: int | None = None, cgrou
     if cpu_s is None and peak is None:
         return None
     return Usage(None if cpu_s is None else max(cpu_s, 0.0), peak, how, "cgroup" if from_cgroup else "rusage")
+
+
+class StoppedAsItStarted(Unavailable):
+    """A background start refused because a stop claimed its process as it started: that stop
+    recorded the process killed and audited its `run` outcome (with why), so the refusal is not
+    audited as a second outcome of the same run."""
 
 
 @dataclass(frozen=True)

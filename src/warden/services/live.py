@@ -50,7 +50,7 @@ from warden.core.live import (
     network_key,
     plan_fingerprint,
 )
-from warden.core.runs import RunResult, SandboxRequest, Usage
+from warden.core.runs import RunResult, SandboxRequest, StoppedAsItStarted, Usage
 
 if TYPE_CHECKING:
     from warden.core.ports import Clock, GitGuards, LiveSandboxes, Registry, SandboxRunner, Tx
@@ -803,8 +803,8 @@ def _outcome(exited: Exited | None) -> tuple[int | None, int | None, bool]:
     return exited.exit_code, exited.signal, False
 
 
-def _stopped_as_it_started() -> Unavailable:
-    return Unavailable("the workspace's live sandbox was stopped as the command started (`warden ps` says why); "
+def _stopped_as_it_started() -> StoppedAsItStarted:
+    return StoppedAsItStarted("the workspace's live sandbox was stopped as the command started (`warden ps` says why); "
                        "run it again", rule="live.stopped")
 
 

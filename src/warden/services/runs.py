@@ -35,7 +35,16 @@ from warden.core.errors import (
 )
 from warden.core.limits import Limits, apply_overrides
 from warden.core.paths import is_inside
-from warden.core.runs import NO_NETWORK_ENV, NetEvent, RunResult, SandboxRequest, Sink, explain_failure, workspace_cwd
+from warden.core.runs import (
+    NO_NETWORK_ENV,
+    NetEvent,
+    RunResult,
+    SandboxRequest,
+    Sink,
+    StoppedAsItStarted,
+    explain_failure,
+    workspace_cwd,
+)
 from warden.services.runs_in_progress import RunIntent, RunsInProgress
 
 if TYPE_CHECKING:
@@ -497,6 +506,9 @@ class RunService:
                 moved = [f"{where}/{path}" if where else path
                          for where, guard in mounts.guards for path in guard.after().quarantined]
             self._report_quarantine(moved, request.actor, name, notes)
+        except StoppedAsItStarted as exc:
+            # The stop that claimed the process audited its outcome (killed, with why): one per run.
+            raise Refused.of(exc) from None
         except Unavailable as exc:
             raise self._refuse(exc, request.actor, name, plan.detail, result="unavailable",
                                rule=exc.rule or "sandbox.unavailable") from None
