@@ -8,6 +8,7 @@ The homes are test_live_concurrency's (a bot `tester` with a grant on WS, api.ma
 from __future__ import annotations
 
 import shutil
+import threading
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from tests.conftest import Cli
 from tests.interfaces import test_live_concurrency
 from tests.interfaces.test_live_concurrency import OTHER, WS, Home
 from tests.support.audit_outcomes import assert_one_outcome_per_run, outcomes
+from tests.support.waiting import wait_until
 from warden.bootstrap import App
 from warden.services.runs import RunRequest
 
@@ -84,3 +86,34 @@ def test_a_lifecycle_stop_another_process_claimed_first_frees_the_slots_too(home
         archiver.live.stop_workspace(OTHER, reason="the test ended")
         archiver.close()
         revoker.close()
+
+
+def test_a_foreground_command_its_grant_revoke_killed_says_why(home: Home) -> None:
+    """A bot's foreground command runs in its live sandbox; `warden revoke` stops that sandbox
+    and the command with it. It ended 137 with no word, where a lifecycle change's kill says who
+    stopped it: it now says why, and its audited outcome too."""
+    app = home.app()
+    ended: list[Any] = []
+    running = threading.Thread(target=lambda: ended.append(
+        app.runs.execute(RunRequest(WS, ["sleep", "300"], actor=home.actor))))
+    try:
+        running.start()
+        wait_until(lambda: _foreground_running(app), timeout=60, message="the command never started")
+        revoked = Cli(home.environ)("revoke", WS, "tester")
+        assert revoked.code == 0, revoked.stderr
+        running.join(60)
+        (result,) = ended
+        assert (result.exit_code, result.signal) == (137, 9)
+        assert result.stderr.endswith("warden: the command was stopped: its grant was revoked\n"), result.stderr
+        (outcome,) = [e for e in outcomes(home.environ) if e["detail"].get("argv") == ["sleep", "300"]]
+        assert outcome["result"] == "137" and outcome["detail"]["stopped_by"] == "its grant was revoked", outcome
+    finally:
+        running.join(60)
+        app.close()
+
+
+def _foreground_running(app: App) -> bool:
+    with app.registry.transaction(write=False) as tx:
+        sandboxes = tx.sandboxes.of_workspace(WS)
+    return any(seen.status == "running" and not seen.background
+               for sandbox in sandboxes for seen in app.live._sandboxes.listing(sandbox))

@@ -171,6 +171,9 @@ class RunResult:
     # The end of stderr, kept whether or not output was captured: what failed, in its own words.
     stderr_tail: str = ""
     usage: Usage | None = None  # CPU and peak memory (None: the runner could not tell)
+    # Why Warden stopped the live sandbox the command ran in, killing it (a revoke, a lost lease):
+    # the run service says so on stderr and in the audit, as for a lifecycle change's kill.
+    ended_by: str | None = None
 
     def to_json(self) -> dict[str, object]:
         # Exactly these six: `warden run --json`'s data (INTERFACES.md). `usage` goes where a

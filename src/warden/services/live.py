@@ -219,6 +219,11 @@ class LiveSandboxService:
                                       rule="live.stopped") from None
                 self._stop(sandbox, "its supervisor answered badly")
             raise
+        if result.signal is not None:
+            # Killed: by a stop of its sandbox (a revoke, a lost lease…) whose reason it is to say.
+            result = dataclasses.replace(result, ended_by=self._why_stopped(sandbox))
+            if result.ended_by is not None:
+                return result
         # Used until now: a long command's end starts its idle period, not its start.
         self._touch(sandbox)
         if request.network is None:
@@ -230,6 +235,17 @@ class LiveSandboxService:
             for event in events:
                 request.on_net_event(event)
         return dataclasses.replace(result, net_events=(*result.net_events, *events))
+
+    def _why_stopped(self, sandbox: LiveSandbox) -> str | None:
+        """The reason a stop claimed `sandbox` with (its `sandbox.stop` event's, written in the
+        claim, before the stop ends it); None while no stop has."""
+        if not self._claimed(sandbox):
+            return None
+        for event in reversed(self._audit.list(target=sandbox.workspace, limit=200)):
+            if event.action == "sandbox.stop" and event.detail.get("sandbox") == sandbox.id:
+                reason = event.detail.get("reason")
+                return reason if isinstance(reason, str) else None
+        return None
 
     def _claimed(self, sandbox: LiveSandbox) -> bool:
         """Whether a stop has claimed `sandbox` (its row is gone)."""

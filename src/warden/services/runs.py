@@ -544,6 +544,9 @@ class RunService:
         if stopper is not None:
             detail["stopped_by"] = stopper
             notes.say(f"warden: the command was stopped by {stopper}")
+        elif result.ended_by is not None and watched.note is None:
+            detail["stopped_by"] = result.ended_by
+            notes.say(f"warden: the command was stopped: {result.ended_by}")
         intent.outcome = result
         stderr = result.stderr + "".join(notes.kept)
         if result.truncated:
