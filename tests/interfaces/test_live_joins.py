@@ -8,6 +8,8 @@ The homes are test_live_concurrency's (a bot `tester` with a grant on WS, api.ma
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -19,6 +21,7 @@ from tests.interfaces.test_live_concurrency import OTHER, WS, Home
 from tests.support.audit_outcomes import assert_one_outcome_per_run, outcomes
 from tests.support.waiting import wait_until
 from warden.bootstrap import App
+from warden.core.errors import Refused, WardenError
 from warden.services.runs import RunRequest
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
@@ -117,3 +120,36 @@ def _foreground_running(app: App) -> bool:
         sandboxes = tx.sandboxes.of_workspace(WS)
     return any(seen.status == "running" and not seen.background
                for sandbox in sandboxes for seen in app.live._sandboxes.listing(sandbox))
+
+
+@pytest.mark.parametrize(("stop", "done"), [("archive", "archived"), ("destroy", "destroyed")])
+def test_a_sandbox_an_archive_kills_as_it_starts_is_refused_saying_so(home: Home, stop: str, done: str) -> None:
+    """`warden archive` (or destroy) kills every process in the workspace's folder, a live
+    sandbox's bwrap still starting among them: the start said "the sandbox could not be set up
+    (bwrap exited with -15); run `warden doctor`", as if this machine lacked something."""
+    app = home.app()
+    adapter = app.live._sandboxes
+    release = adapter._release  # type: ignore[attr-defined]
+    stopping: list[subprocess.Popen[bytes]] = []
+
+    def killed_as_it_starts(proc: subprocess.Popen[bytes], *args: Any) -> Any:
+        # bwrap is started and not yet released: the lifecycle change comes now, and kills it.
+        stopping.append(subprocess.Popen([sys.executable, "-m", "warden", *_STOPS[stop]], env=home.environ,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        proc.wait(60)
+        return release(proc, *args)
+
+    adapter._release = killed_as_it_starts  # type: ignore[attr-defined]
+    try:
+        with pytest.raises(WardenError) as refused:
+            app.runs.start(RunRequest(WS, ["sleep", "300"]))
+        assert isinstance(refused.value, Refused) and refused.value.code == "conflict", refused.value
+        assert refused.value.message == f"workspace {WS!r} was {done} while its sandbox started", refused.value
+        (process,) = stopping
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err.decode()
+        assert_one_outcome_per_run(home.environ)
+    finally:
+        for process in stopping:
+            process.kill()
+        app.close()
