@@ -17,8 +17,7 @@ from warden.core.network import NetworkPolicy
 from warden.core.paths import canonical, normalize, within
 
 __all__ = ["NO_NETWORK_ENV", "NetEvent", "RunInProgress", "RunResult", "SandboxRequest", "Sink", "StoppedAsItStarted",
-           "Usage",
-           "explain_failure", "nearest_program", "usage_of", "workspace_cwd"]
+           "Usage", "explain_failure", "nearest_program", "usage_of", "workspace_cwd"]
 
 # Where a command's output goes as it comes (a terminal, a socket), chunk by chunk.
 Sink = Callable[[bytes], None]

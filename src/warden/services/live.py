@@ -820,8 +820,8 @@ def _outcome(exited: Exited | None) -> tuple[int | None, int | None, bool]:
 
 
 def _stopped_as_it_started() -> StoppedAsItStarted:
-    return StoppedAsItStarted("the workspace's live sandbox was stopped as the command started (`warden ps` says why); "
-                       "run it again", rule="live.stopped")
+    return StoppedAsItStarted("the workspace's live sandbox was stopped as the command started (`warden ps` says "
+                              "why); run it again", rule="live.stopped")
 
 
 def _parse_time(stamp: str) -> datetime | None:
