@@ -201,7 +201,7 @@ class App:
                                 shelf=shelf, processes=HostProcesses(), node=self.node,
                                 layers=lambda: self.layers, leases=lambda: self.leases,
                                 on_destroyed=self._destroyed,
-                                live_nodes=lambda: self.instances.live_nodes())
+                                live_nodes=lambda: self.instances.live_nodes(), stop_live=self._stop_live)
 
     @cached_property
     def folders(self) -> FolderService:
@@ -579,6 +579,13 @@ class App:
             raise Unavailable(f"sandbox.backend {name!r} is not yet runnable; see docs/kubernetes.md",
                               rule="sandbox.backend")
         return BubblewrapBackend(self.environ, self.home.run)
+
+    def _stop_live(self, workspace: str, reason: str) -> None:
+        """Stop this node's live sandboxes of `workspace` (if any runs here), their processes
+        recorded killed with `reason`."""
+        live = self._live_sandboxes(False)
+        if live is not None:
+            live.stop_workspace(workspace, reason=reason, actor="warden")
 
     def _live_sandboxes(self, needed: bool) -> LiveSandboxService | None:
         """The live sandbox service; unless `needed`, None when this node runs no live sandbox (no

@@ -428,17 +428,19 @@ def test_a_termination_signal_once_the_run_is_over_is_no_traceback(env: dict[str
         assert (done.returncode, done.stderr) == (3, b""), (when, done.stderr.decode(errors="replace"))
 
 
-def _stopped_inside(env: dict[str, str], module: str, method: str,
-                    args: list[str]) -> subprocess.CompletedProcess[bytes]:
-    """`warden ARGS` (without the daemon) sending itself SIGTERM as `module`'s `Class.method`
-    begins: the signal lands exactly there."""
+def _stopped_inside(env: dict[str, str], module: str, method: str, args: list[str],
+                    sig: signal.Signals = signal.SIGTERM) -> subprocess.CompletedProcess[bytes]:
+    """`warden ARGS` (without the daemon) sending itself `sig` as `module`'s `Class.method`
+    begins: the signal lands exactly there. SIGINT is handled as at a terminal (Python's
+    KeyboardInterrupt), whatever the test runner left it."""
     owner, name = method.split(".")
     program = ("import importlib, os, signal, sys\n"
+               "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
                "from warden.interfaces.cli.main import run\n"
                f"owner = getattr(importlib.import_module({module!r}), {owner!r})\n"
                f"original = getattr(owner, {name!r})\n"
                "def stopped_there(*args, **kwargs):\n"
-               "    os.kill(os.getpid(), signal.SIGTERM)\n"
+               f"    os.kill(os.getpid(), {int(sig)})\n"
                "    return original(*args, **kwargs)\n"
                f"setattr(owner, {name!r}, stopped_there)\n"
                f"sys.argv = ['warden', *{args!r}]\n"
@@ -461,6 +463,26 @@ def test_a_termination_signal_as_the_outcome_is_written_leaves_no_run_in_progres
     outcome = max((e for e in events if e["action"] == "run"), key=lambda e: e["seq"])
     assert outcome["result"] == "4" and outcome["detail"]["argv"][-1] == "echo stopped-as-written; exit 4", events
     assert warden(env, "run", "dw", "--", "true").returncode == 0  # the next run sweeps lost ones
+    swept = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "20", "--json").stdout)["data"]
+    lost = [e for e in swept if e["action"] == "run.lost" and e["detail"]["run_id"] == outcome["detail"]["run_id"]]
+    assert lost == []
+
+
+def test_a_ctrl_c_as_the_outcome_is_written_leaves_no_run_in_progress(env: dict[str, str]) -> None:
+    """Ctrl-C (SIGINT) while the run's lease is given back with its outcome: Python's
+    KeyboardInterrupt, raised there, rolled that write back as SIGTERM's Terminated did (the run
+    "in progress", a `run.lost` later, its outcome never audited, its lease held until it
+    expired). It is held back the same way: the outcome audited, the lease free, `warden` says
+    it was interrupted (130)."""
+    done = _stopped_inside(env, "warden.services.runs_in_progress", "RunsInProgress.end",
+                           ["run", "dw", "--", "sh", "-c", "echo interrupted-as-written; exit 5"], signal.SIGINT)
+    assert (done.returncode, done.stdout, done.stderr) == (130, b"interrupted-as-written\n",
+                                                          b"warden: interrupted\n"), done
+    events = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "3", "--json").stdout)["data"]
+    outcome = max((e for e in events if e["action"] == "run"), key=lambda e: e["seq"])
+    assert outcome["result"] == "5" and outcome["detail"]["argv"][-1] == "echo interrupted-as-written; exit 5", events
+    held = warden(env, "run", "dw", "--", "true")  # the lease is free, and the next run sweeps lost ones
+    assert held.returncode == 0, held.stderr
     swept = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "20", "--json").stdout)["data"]
     lost = [e for e in swept if e["action"] == "run.lost" and e["detail"]["run_id"] == outcome["detail"]["run_id"]]
     assert lost == []

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Cli, isolated_environ
+from tests.support.audit_outcomes import assert_one_outcome_per_run
 from tests.support.nodes import ADMIN_URL, fresh_database
 from tests.support.waiting import wait_until
 from warden.adapters.processes import alive
@@ -163,6 +164,7 @@ def test_a_stop_and_a_collector_of_one_of_its_processes_at_once_both_finish(home
         assert statuses == {first: "killed", second: "killed"}  # SIGKILLed either way
         assert _recorded(stopper, "run", first) == 1 and _recorded(stopper, "run", second) == 1
         assert stopper.audit.verify()[1] is None
+        assert_one_outcome_per_run(home.environ)
     finally:
         stopper.live.stop_workspace(WS, reason="the test ended")
         stopper.close()
@@ -241,6 +243,7 @@ def test_a_bots_background_starts_at_once_share_one_sandbox_and_its_bound(home: 
         (process,) = _running(apps[0])
         assert _only_sandbox(apps[0]).id == process.sandbox_id
         wait_until(lambda: _supervisors(apps[0], WS) == 1, message="a losing start left its supervisor running")
+        assert_one_outcome_per_run(home.environ)
     finally:
         apps[0].live.stop_workspace(WS, reason="the test ended")
         for app in apps:
@@ -294,6 +297,7 @@ def test_a_foreground_command_and_a_background_start_at_once_keep_to_the_bots_bo
             assert foreground_app.live.running_counts("tester")[1] == 0  # the start was refused
         (refused,) = outcome
         assert isinstance(refused, Unavailable) and refused.rule == "api.max_execs_per_bot"
+        assert_one_outcome_per_run(home.environ)
     finally:
         starting.join(60)
         foreground_app.live.stop_workspace(WS, reason="the test ended")
@@ -373,6 +377,7 @@ def test_two_runs_starting_at_once_record_a_dead_run_lost_once(home: Home) -> No
         assert results == [0, 0]
         assert _recorded(first, "run.lost", dead.run_id) == 1
         assert first.audit.verify()[1] is None
+        assert_one_outcome_per_run(home.environ)
     finally:
         first.close()
         second.close()
@@ -395,6 +400,7 @@ def test_the_audit_chain_holds_under_commands_of_several_processes_at_once(home:
         app = home.app()
         try:
             assert len([e for e in app.audit.list(limit=500) if e.action == "run.start"]) == 8
+            assert_one_outcome_per_run(home.environ)
         finally:
             app.close()
     finally:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Cli, isolated_environ
+from tests.support.audit_outcomes import assert_one_outcome_per_run
 from tests.support.nodes import ADMIN_URL, fresh_database
 from tests.support.waiting import wait_until
 from warden.adapters.processes import alive
@@ -116,6 +117,7 @@ def test_a_start_that_found_the_sandbox_before_a_stop_claimed_it_does_not_record
         with stopper.registry.transaction(write=False) as tx:
             process = tx.processes.get(started[0])
         assert process is not None and process.status == "running"  # in a sandbox of its own, started after
+        assert_one_outcome_per_run(_ENVIRON[home])
     finally:
         stopper.close()
         starter.close()
@@ -145,6 +147,8 @@ def test_a_start_whose_process_a_stop_claimed_while_it_spawned_it_says_so(home: 
         with stopper.registry.transaction(write=False) as tx:
             statuses = sorted(p.status for p in tx.processes.of_workspace(WS))
         assert statuses == ["killed", "killed"]
+        # The stop audited the start's process killed; the start's refusal is no second outcome.
+        assert_one_outcome_per_run(_ENVIRON[home])
     finally:
         go.set()
         stopper.close()
@@ -170,6 +174,7 @@ def test_a_look_while_a_process_starts_neither_records_it_lost_nor_fails_its_sta
             process = tx.processes.get(started.id)
         assert process is not None and process.status == "running" and process.ended_at is None
         assert "run.lost" not in [e.action for e in looker.audit.list(target=WS, limit=100)]
+        assert_one_outcome_per_run(_ENVIRON[home])
     finally:
         looker.close()
         starter.close()
@@ -210,3 +215,4 @@ def test_starts_and_stops_at_once_leave_every_process_accounted_for(home: Path) 
     assert problems == []
     assert "running" in outcomes or "live.stopped" in outcomes
     wait_until(lambda: _unaccounted(home) == [], message="a process recorded running was not")
+    assert_one_outcome_per_run(_ENVIRON[home])

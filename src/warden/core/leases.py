@@ -21,11 +21,14 @@ from typing import Literal, NamedTuple
 from warden.core.errors import Locked
 from warden.core.locks import TerminalLock
 
-__all__ = ["Held", "Holder", "LeaseState", "Mode", "acquire", "from_json", "live", "release", "renew", "to_json"]
+__all__ = ["ENDING_OPS", "Held", "Holder", "LeaseState", "Mode", "acquire", "from_json", "live", "release", "renew",
+           "to_json"]
 
 # "draining": an exclusive holder-to-be that is stopping the runs in the way (archive, destroy,
 # suspend): no new run may start meanwhile, and it becomes "exclusive" once they are gone.
 Mode = Literal["exclusive", "shared", "draining"]
+# The lifecycle operations that end a workspace's processes while their lease drains.
+ENDING_OPS = ("suspend", "archive", "destroy")
 
 
 class Holder(NamedTuple):

@@ -11,13 +11,13 @@ from typing import NamedTuple, Protocol
 
 from warden.core.bwrap_argv import Bind
 from warden.core.echo import echoed
-from warden.core.errors import InvalidInput
+from warden.core.errors import InvalidInput, Unavailable
 from warden.core.limits import Limits
 from warden.core.network import NetworkPolicy
 from warden.core.paths import canonical, normalize, within
 
-__all__ = ["NO_NETWORK_ENV", "NetEvent", "RunInProgress", "RunResult", "SandboxRequest", "Sink", "Usage",
-           "explain_failure", "nearest_program", "usage_of", "workspace_cwd"]
+__all__ = ["NO_NETWORK_ENV", "NetEvent", "RunInProgress", "RunResult", "SandboxRequest", "Sink", "StoppedAsItStarted",
+           "Usage", "explain_failure", "nearest_program", "usage_of", "workspace_cwd"]
 
 # Where a command's output goes as it comes (a terminal, a socket), chunk by chunk.
 Sink = Callable[[bytes], None]
@@ -137,6 +137,12 @@ def usage_of(*, cpu_s: float | None = None, maxrss_kib: int | None = None, cgrou
     return Usage(None if cpu_s is None else max(cpu_s, 0.0), peak, how, "cgroup" if from_cgroup else "rusage")
 
 
+class StoppedAsItStarted(Unavailable):
+    """A background start refused because a stop claimed its process as it started: that stop
+    recorded the process killed and audited its `run` outcome (with why), so the refusal is not
+    audited as a second outcome of the same run."""
+
+
 @dataclass(frozen=True)
 class RunResult:
     """What a sandboxed command did: its status, output and how it ended.
@@ -164,6 +170,9 @@ class RunResult:
     # The end of stderr, kept whether or not output was captured: what failed, in its own words.
     stderr_tail: str = ""
     usage: Usage | None = None  # CPU and peak memory (None: the runner could not tell)
+    # Why Warden stopped the live sandbox the command ran in, killing it (a revoke, a lost lease):
+    # the run service says so on stderr and in the audit, as for a lifecycle change's kill.
+    ended_by: str | None = None
 
     def to_json(self) -> dict[str, object]:
         # Exactly these six: `warden run --json`'s data (INTERFACES.md). `usage` goes where a

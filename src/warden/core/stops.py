@@ -1,7 +1,7 @@
-"""A person's stop (the CLI's Terminated for SIGTERM and SIGHUP) held back while a write that
-must be whole is under way, and raised once it is done.
+"""A person's stop (the CLI's Terminated for SIGTERM and SIGHUP, KeyboardInterrupt for Ctrl-C)
+held back while a write that must be whole is under way, and raised once it is done.
 
-The CLI raises Terminated wherever its process is when the signal comes (interfaces/cli/main.py).
+The CLI raises the stop wherever its process is when the signal comes (interfaces/cli/main.py).
 Raised in the transaction that gives a run's lease back with its outcome, it rolled that write
 back: the run stayed "in progress" (a `run.lost` at the next sweep, its outcome never audited)
 and its lease held until it expired. Such a write runs `with whole:` (a `Whole`), and

@@ -36,7 +36,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from warden.core.errors import Conflict, NotFound, TimedOut, Unavailable
-from warden.core.leases import LeaseState
+from warden.core.leases import ENDING_OPS, LeaseState
 from warden.core.live import (
     RING_BYTES,
     Chunk,
@@ -50,7 +50,7 @@ from warden.core.live import (
     network_key,
     plan_fingerprint,
 )
-from warden.core.runs import RunResult, SandboxRequest, Usage
+from warden.core.runs import RunResult, SandboxRequest, StoppedAsItStarted, Usage
 
 if TYPE_CHECKING:
     from warden.core.ports import Clock, GitGuards, LiveSandboxes, Registry, SandboxRunner, Tx
@@ -62,8 +62,6 @@ __all__ = ["LiveSandboxService", "LiveSettings", "ProcessStarter"]
 
 # How many ended processes a workspace keeps (with their output) before the oldest are dropped.
 _KEEP_ENDED = 50
-# The lifecycle operations that end a workspace's processes while their lease drains.
-_ENDING_OPS = ("suspend", "archive", "destroy")
 # Seconds a background process may stay recorded "starting" without its supervisor listing it:
 # its starter records it, then asks the supervisor (which has 10 s to answer) to spawn it.
 _STARTING_S = 60.0
@@ -221,6 +219,11 @@ class LiveSandboxService:
                                       rule="live.stopped") from None
                 self._stop(sandbox, "its supervisor answered badly")
             raise
+        if result.signal is not None:
+            # Killed: by a stop of its sandbox (a revoke, a lost lease…) whose reason it is to say.
+            result = dataclasses.replace(result, ended_by=self._why_stopped(sandbox))
+            if result.ended_by is not None:
+                return result
         # Used until now: a long command's end starts its idle period, not its start.
         self._touch(sandbox)
         if request.network is None:
@@ -232,6 +235,17 @@ class LiveSandboxService:
             for event in events:
                 request.on_net_event(event)
         return dataclasses.replace(result, net_events=(*result.net_events, *events))
+
+    def _why_stopped(self, sandbox: LiveSandbox) -> str | None:
+        """The reason a stop claimed `sandbox` with (its `sandbox.stop` event's, written in the
+        claim, before the stop ends it); None while no stop has."""
+        if not self._claimed(sandbox):
+            return None
+        for event in reversed(self._audit.list(target=sandbox.workspace, limit=200)):
+            if event.action == "sandbox.stop" and event.detail.get("sandbox") == sandbox.id:
+                reason = event.detail.get("reason")
+                return reason if isinstance(reason, str) else None
+        return None
 
     def _claimed(self, sandbox: LiveSandbox) -> bool:
         """Whether a stop has claimed `sandbox` (its row is gone)."""
@@ -562,7 +576,7 @@ class LiveSandboxService:
         # A suspend, archive or destroy ends the workspace's processes (its lease's drain) before
         # it changes the workspace's status: a look in between finds the sandbox dead under a
         # workspace still "ready", and must not record its processes "lost".
-        taker = next((h.holder.op for h in lease.held if h.mode != "shared" and h.holder.op in _ENDING_OPS), None)
+        taker = next((h.holder.op for h in lease.held if h.mode != "shared" and h.holder.op in ENDING_OPS), None)
         if taker is not None:
             return f"the workspace's {taker} ended it", True
         if record.id != sandbox.workspace_id:
@@ -805,9 +819,9 @@ def _outcome(exited: Exited | None) -> tuple[int | None, int | None, bool]:
     return exited.exit_code, exited.signal, False
 
 
-def _stopped_as_it_started() -> Unavailable:
-    return Unavailable("the workspace's live sandbox was stopped as the command started (`warden ps` says why); "
-                       "run it again", rule="live.stopped")
+def _stopped_as_it_started() -> StoppedAsItStarted:
+    return StoppedAsItStarted("the workspace's live sandbox was stopped as the command started (`warden ps` says "
+                              "why); run it again", rule="live.stopped")
 
 
 def _parse_time(stamp: str) -> datetime | None:

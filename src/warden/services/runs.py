@@ -33,9 +33,19 @@ from warden.core.errors import (
     Unavailable,
     WardenError,
 )
+from warden.core.leases import ENDING_OPS
 from warden.core.limits import Limits, apply_overrides
 from warden.core.paths import is_inside
-from warden.core.runs import NO_NETWORK_ENV, NetEvent, RunResult, SandboxRequest, Sink, explain_failure, workspace_cwd
+from warden.core.runs import (
+    NO_NETWORK_ENV,
+    NetEvent,
+    RunResult,
+    SandboxRequest,
+    Sink,
+    StoppedAsItStarted,
+    explain_failure,
+    workspace_cwd,
+)
 from warden.services.runs_in_progress import RunIntent, RunsInProgress
 
 if TYPE_CHECKING:
@@ -497,7 +507,13 @@ class RunService:
                 moved = [f"{where}/{path}" if where else path
                          for where, guard in mounts.guards for path in guard.after().quarantined]
             self._report_quarantine(moved, request.actor, name, notes)
+        except StoppedAsItStarted as exc:
+            # The stop that claimed the process audited its outcome (killed, with why): one per run.
+            raise Refused.of(exc) from None
         except Unavailable as exc:
+            ended = self._ended_as_it_started(name) if exc.rule == "sandbox.setup_failed" else None
+            if ended is not None:
+                raise self._refuse(ended, request.actor, name, plan.detail) from None
             raise self._refuse(exc, request.actor, name, plan.detail, result="unavailable",
                                rule=exc.rule or "sandbox.unavailable") from None
         except Denied as exc:  # a protected path became a link between the check and the mount
@@ -532,6 +548,9 @@ class RunService:
         if stopper is not None:
             detail["stopped_by"] = stopper
             notes.say(f"warden: the command was stopped by {stopper}")
+        elif result.ended_by is not None and watched.note is None:
+            detail["stopped_by"] = result.ended_by
+            notes.say(f"warden: the command was stopped: {result.ended_by}")
         intent.outcome = result
         stderr = result.stderr + "".join(notes.kept)
         if result.truncated:
@@ -586,6 +605,16 @@ class RunService:
         for held in self._leases.state(name).held:
             if held.mode != "shared":
                 return f"`warden {held.holder.op}` (pid {held.holder.pid})"
+        return None
+
+    def _ended_as_it_started(self, name: str) -> Conflict | None:
+        """Why a sandbox could not be set up when an archive, destroy or suspend killed its bwrap
+        as it started (they kill every process in the folder): that change, not this machine
+        ("bwrap exited with -15; run `warden doctor`"). None when no such change holds the lease."""
+        for held in self._leases.state(name).held:
+            if held.mode != "shared" and held.holder.op in ENDING_OPS:
+                done = {"archive": "archived", "destroy": "destroyed", "suspend": "suspended"}[held.holder.op]
+                return Conflict(f"workspace {name!r} was {done} while its sandbox started", rule="workspace.ended")
         return None
 
     def _report_quarantine(self, moved: Sequence[str], actor: str, name: str, notes: _Notes) -> None:

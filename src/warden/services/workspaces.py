@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from warden.core.durations import format_duration
 from warden.core.errors import Conflict, InvalidInput, NotFound, Unavailable
+from warden.core.leases import ENDING_OPS
 from warden.core.ports import Clock, Processes, Registry, Tx
 from warden.core.workspaces import WorkspaceRecord, check_name, check_type
 from warden.services.folders import CONFIGURED_MARKER, METADATA_FILE, FolderService, env_meta, layer_ids
@@ -56,8 +57,12 @@ class WorkspaceService:
                  layers: Callable[[], LayerService] | None = None,
                  leases: Callable[[], LeaseService] | None = None,
                  on_destroyed: Callable[[WorkspaceRecord, str], object] | None = None,
-                 live_nodes: Callable[[], Collection[str]] | None = None) -> None:
+                 live_nodes: Callable[[], Collection[str]] | None = None,
+                 stop_live: Callable[[str, str], object] | None = None) -> None:
         self._registry = registry
+        # Stops this node's live sandboxes of a workspace (`stop_live(name, reason)`), recording
+        # their processes killed: see `lease`.
+        self._stop_live = stop_live
         # The nodes with a live instance now (services/instances): another node's workspace is
         # shown `unreachable` while its node is down.
         self._live_nodes = live_nodes
@@ -88,6 +93,19 @@ class WorkspaceService:
         """Hold workspace `name`'s lease (services/leases) for `op`; a no-op without a lease service."""
         if self._leases is None:
             return contextlib.nullcontext()
+        if drain is not None and op in ENDING_OPS and self._stop_live is not None:
+            # The drain kills every process in the folder, background ones too; their rows stayed
+            # "running", holding their bots' exec slots (api.max_execs_per_bot), until a later `ps`
+            # or sweep collected them. The live service then records them killed (with why) and
+            # stops what is left of their sandboxes, before the operation goes on. After the kill,
+            # not before it: the kill's caller counts the processes it stopped (suspend says so).
+            stop_live, kill = self._stop_live, drain
+
+            def drain_live() -> None:
+                kill()
+                stop_live(name, f"the workspace's {op} ended it")
+
+            drain = drain_live
         return self._leases().hold(name, mode, op, drain=drain)
 
     def _check_lease(self, tx: Tx, lease: Lease | None) -> None:

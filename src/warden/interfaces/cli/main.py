@@ -487,7 +487,8 @@ def _terminate_as_interrupt() -> None:
     """SIGTERM and SIGHUP (a supervisor's stop, a closed terminal) raise Terminated, as Python
     raises KeyboardInterrupt for SIGINT: a run then ends its command and audits its outcome
     ("interrupted"), where the process used to vanish leaving only its intent (a `run.lost` at
-    the next sweep). A signal some embedding program handles itself is left to it."""
+    the next sweep). All three are held back while a write that must be whole is under way
+    (core/stops.py). A signal some embedding program handles itself is left to it."""
     import signal
 
     _settling.clear()
@@ -510,6 +511,14 @@ def _terminate_as_interrupt() -> None:
         if not stops.held_back(stop):  # raised once a write that must be whole is done
             raise stop
 
+    def interrupt(_signum: int, _frame: object) -> None:
+        # Ctrl-C is Python's KeyboardInterrupt as before, but held back like the others while a
+        # write that must be whole is under way: raised inside the transaction that gives a run's
+        # lease back with its outcome, it rolled both back (the run "in progress", its lease held).
+        stop = KeyboardInterrupt()
+        if not stops.held_back(stop):
+            raise stop
+
     for name in _TERMINATING:
         number = getattr(signal, name)
         try:
@@ -517,6 +526,8 @@ def _terminate_as_interrupt() -> None:
                 signal.signal(number, terminate)
         except ValueError:  # not the main thread (an embedding program's): its signals are its own
             return
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not ignored, nor an embedder's
+        signal.signal(signal.SIGINT, interrupt)
 
 
 def _passed_over(_signum: int, _frame: object) -> None:
