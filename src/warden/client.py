@@ -52,6 +52,8 @@ from warden.core.watching import Batch, Change
 
 # Longest silence on a change stream before the SDK gives the server up (it heartbeats every 15 s).
 _WATCH_SILENCE_S = 45.0
+# How long past a command's own timeout the SDK waits for the server's answer (it kills the command then).
+_ANSWER_MARGIN_S = 30.0
 
 __all__ = ["Client", "CreatedWorkspace", "IssuedGrant", "ProcessInfo", "ProcessOutput", "RemoteFiles", "RemoteGit",
            "RemoteProcess", "RemoteProcesses", "RemoteWorkspace", "RunEvent", "error_from"]
@@ -623,9 +625,8 @@ class RemoteWorkspace:
             return RemoteProcess(self, str(data["id"]))
         if on_stdout is not None or on_stderr is not None:
             return self._run_streamed(body, on_stdout, on_stderr)
-        read_timeout = (timeout or self.client._timeout) + 30.0
         data = self.client.request("POST", f"/v1/workspaces/{self.name}/exec", json=body,
-                                   timeout=httpx.Timeout(self.client._timeout, read=read_timeout)).json()
+                                   timeout=self._answer_timeout(timeout)).json()
         return RunResult(exit_code=int(data["exit_code"]), stdout=data["stdout"], stderr=data["stderr"],
                          duration_s=float(data["duration_s"]), timed_out=bool(data["timed_out"]),
                          signal=data.get("signal"), usage=_usage(data.get("usage")))
@@ -645,12 +646,16 @@ class RemoteWorkspace:
         body = _exec_body(argv, timeout=timeout, env=env, stdin=stdin, cwd=cwd, network=network)
         return self._events(body)
 
+    def _answer_timeout(self, timeout: float | None) -> httpx.Timeout:
+        """How long a run's answer (or, streamed, the silence between two pieces of its output) is
+        waited for: its own timeout and a margin. Without one it may run as long as the server lets
+        it (sandbox.timeout, 10 minutes by default, which the client does not know), and the server
+        answers by then: the client's own `timeout` is for calls, not for commands."""
+        return httpx.Timeout(self.client._timeout, read=None if timeout is None else timeout + _ANSWER_MARGIN_S)
+
     def _events(self, body: dict[str, Any]) -> Iterator[RunEvent]:
-        # Between two pieces of output a command may be silent for as long as it may run: without
-        # a timeout of its own, that is the server's (sandbox.timeout), which the client does not know.
-        read_timeout = body["timeout"] + 30.0 if body.get("timeout") else None
         with self.client.streaming("POST", f"/v1/workspaces/{self.name}/exec", json={**body, "stream": True},
-                                   timeout=httpx.Timeout(self.client._timeout, read=read_timeout)) as response:
+                                   timeout=self._answer_timeout(body.get("timeout"))) as response:
             for line in response.iter_lines():
                 event = _event(line) if line.strip() else None
                 if event is None:
