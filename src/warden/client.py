@@ -523,6 +523,7 @@ class RemoteProcesses:
                 yield event
                 if event.type == "exit":
                     return
+        raise WardenError(f"the server's stream ended before process {process_id} did; follow it again")
 
     def kill(self, process_id: str, signal: str = "TERM") -> ProcessInfo:
         """Signal it and what it started (TERM, KILL, INT, …); it is shown as it is afterwards."""

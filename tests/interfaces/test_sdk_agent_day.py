@@ -1,9 +1,12 @@
 """What an agent meets in a day through the SDK and a real `warden serve` (issue #11): a long
-command without a timeout of its own."""
+command without a timeout of its own, a background process that floods its output while it is
+followed (the SDK, and `warden logs --follow` beside it)."""
 
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -12,14 +15,18 @@ import pytest
 
 from tests.support.servers import ServeProcess, cli_out, warden_environ
 from warden.client import Client, RemoteWorkspace
+from warden.core.errors import Unavailable
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+FLOOD = ["sh", "-c", "yes flood"]
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("agent-day")
-    environ = warden_environ(tmp / "home")
+    # Every piece of a followed process's output is sent, so the pace is the reader's.
+    environ = {**warden_environ(tmp / "home"), "WARDEN_API_MAX_OUTPUT": "64M"}
     cli_out(environ, "init")
     cli_out(environ, "create", "day", "--template", "minimal")
     cli_out(environ, "bot", "register", "agent")
@@ -41,3 +48,33 @@ def test_a_command_without_a_timeout_runs_past_the_clients_own(served: dict[str,
     result = ws.run(["sh", "-c", "sleep 32; echo built"])
     assert (result.exit_code, result.stdout) == (0, "built\n")
     assert time.monotonic() - started >= 32
+
+
+def test_a_follower_that_falls_behind_a_flood_is_told_so(served: dict[str, Any]) -> None:
+    ws = _workspace(served)
+    flood = ws.run(FLOOD, background=True)
+    try:
+        events = flood.follow()
+        assert next(events).type == "stdout"
+        time.sleep(3)  # not reading: the supervisor lets this follower go past 16 MiB behind
+        with pytest.raises(Unavailable, match=f"stopped following process {flood.id}, which still runs"):
+            for _ in events:
+                pass
+        assert flood.info().running
+    finally:
+        flood.kill("KILL")
+
+
+def test_warden_logs_follow_that_falls_behind_fails_saying_so(served: dict[str, Any]) -> None:
+    environ = served["environ"]
+    process_id = cli_out(environ, "run", "day", "--detach", "--", *FLOOD)
+    try:
+        follower = subprocess.Popen([sys.executable, "-m", "warden", "logs", "day", process_id, "--follow"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environ)
+        time.sleep(3)  # its stdout not read: it stops reading the supervisor, which lets it go
+        out, err = follower.communicate(timeout=120)
+        assert out
+        assert follower.returncode == 1, err.decode()
+        assert f"stopped following process {process_id}, which still runs" in err.decode()
+    finally:
+        cli_out(environ, "kill", "day", process_id, "--signal", "KILL")
