@@ -1,6 +1,6 @@
 """What an agent meets in a day through the SDK and a real `warden serve` (issue #11): a long
 command without a timeout of its own, a background process that floods its output while it is
-followed (the SDK, and `warden logs --follow` beside it)."""
+followed (the SDK, and `warden logs --follow` beside it), and what its logs dropped."""
 
 from __future__ import annotations
 
@@ -78,3 +78,13 @@ def test_warden_logs_follow_that_falls_behind_fails_saying_so(served: dict[str, 
         assert f"stopped following process {process_id}, which still runs" in err.decode()
     finally:
         cli_out(environ, "kill", "day", process_id, "--signal", "KILL")
+
+
+def test_logs_say_what_was_dropped_after_the_process_ended(served: dict[str, Any]) -> None:
+    # A ring of 1 MiB per stream keeps the newest output; once the process ended its logs said
+    # nothing had been dropped.
+    ws = _workspace(served)
+    chatty = ws.run(["python3", "-c", "import sys; sys.stdout.write('x' * (3 << 19))"], background=True)
+    assert chatty.wait(timeout=60).exit_code == 0
+    logs = chatty.logs()
+    assert (len(logs.stdout), logs.dropped_stdout, logs.dropped_stderr) == (1 << 20, 1 << 19, 0)
