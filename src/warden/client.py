@@ -80,6 +80,13 @@ def error_from(response: httpx.Response) -> WardenError:
     return ERRORS.get(code, WardenError)(message)
 
 
+def _not_unicode(method: str, path: str, exc: UnicodeEncodeError) -> InvalidInput:
+    """A request holding text JSON cannot carry (a lone surrogate, as os.fsdecode makes of bytes
+    that are not UTF-8), said as the caller's bad input rather than an encoder's traceback."""
+    return InvalidInput(f"{method} {path}: the request holds text that is not valid Unicode "
+                        f"({exc.object[exc.start:exc.end]!r}: {exc.reason}); pass UTF-8 text")
+
+
 @dataclass(frozen=True)
 class IssuedGrant:
     """A grant minted through the API: its token (shown once) and what it allows."""
@@ -188,6 +195,8 @@ class Client:
         """One HTTP call; an error response raises the matching Warden exception."""
         try:
             response = self._http.request(method, path, **kwargs)
+        except UnicodeEncodeError as exc:
+            raise _not_unicode(method, path, exc) from None
         except httpx.TimeoutException as exc:
             raise TimedOut(f"{method} {path}: no answer from {self.url} in time ({exc})") from None
         except httpx.TransportError as exc:
@@ -200,11 +209,20 @@ class Client:
     def streaming(self, method: str, path: str, **kwargs: Any) -> Iterator[httpx.Response]:
         """One HTTP call whose answer is read as it comes; an error response raises as `request` does."""
         try:
-            with self._http.stream(method, path, **kwargs) as response:
+            # Built first, so that only the request's own text is said to be bad, never what the
+            # caller's loop over the answer raises.
+            request = self._http.build_request(method, path, **kwargs)
+        except UnicodeEncodeError as exc:
+            raise _not_unicode(method, path, exc) from None
+        try:
+            response = self._http.send(request, stream=True)
+            try:
                 if response.status_code >= 400:
                     response.read()
                     raise error_from(response)
                 yield response
+            finally:
+                response.close()
         except httpx.TimeoutException as exc:
             raise TimedOut(f"{method} {path}: no answer from {self.url} in time ({exc})") from None
         except httpx.TransportError as exc:
