@@ -1,6 +1,7 @@
 """What an agent meets in a day through the SDK and a real `warden serve` (issue #11): a long
-command without a timeout of its own, a background process that floods its output while it is
-followed (the SDK, and `warden logs --follow` beside it), and what its logs dropped."""
+command without a timeout of its own, one whose client gave up, a background process that floods
+its output while it is followed (the SDK, and `warden logs --follow` beside it), and what its logs
+dropped."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support.servers import ServeProcess, cli_out, warden_environ
@@ -32,7 +34,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     cli_out(environ, "bot", "register", "agent")
     token = cli_out(environ, "grant", "day", "agent", "--permissions", "read,write,execute")
     with ServeProcess(environ, tmp) as server:
-        yield {"url": server.url, "token": token, "environ": environ}
+        yield {"url": server.url, "token": token, "environ": environ, "folder": tmp / "home" / "workspaces" / "day"}
 
 
 def _workspace(served: dict[str, Any], **options: Any) -> RemoteWorkspace:
@@ -48,6 +50,21 @@ def test_a_command_without_a_timeout_runs_past_the_clients_own(served: dict[str,
     result = ws.run(["sh", "-c", "sleep 32; echo built"])
     assert (result.exit_code, result.stdout) == (0, "built\n")
     assert time.monotonic() - started >= 32
+
+
+def test_a_command_whose_client_gave_up_is_killed(served: dict[str, Any]) -> None:
+    # As a streamed exec's is: abandoned, a plain exec's command ran on to its timeout (10 minutes
+    # by default) holding an exec slot, and a client that retried after its own timeout had two.
+    folder = served["folder"]
+    (folder / "after").unlink(missing_ok=True)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{served['url']}/v1/workspaces/day/exec", timeout=1.0,
+                   headers={"Authorization": f"Bearer {served['token']}"},
+                   json={"cmd": ["sh", "-c", "sleep 4; touch after"]})
+    time.sleep(6)
+    assert not (folder / "after").exists()
+    assert _workspace(served).run(["sh", "-c", "sleep 1; touch after"]).exit_code == 0  # waited for: it runs
+    assert (folder / "after").exists()
 
 
 def test_a_follower_that_falls_behind_a_flood_is_told_so(served: dict[str, Any]) -> None:
