@@ -67,6 +67,23 @@ def test_run_returns_a_run_result(live: dict[str, Any]) -> None:
         live["ws"].run("echo hi")  # type: ignore[arg-type]
 
 
+def test_text_that_is_not_unicode_is_the_callers_bad_input(live: dict[str, Any]) -> None:
+    # A lone surrogate (os.fsdecode of a name that is not UTF-8) cannot be sent as JSON: it was
+    # httpx's UnicodeEncodeError, a traceback no Warden error catches.
+    ws = live["ws"]
+    with pytest.raises(InvalidInput, match="not valid Unicode"):
+        ws.run(["echo", "caf\udce9"])
+    with pytest.raises(InvalidInput, match="not valid Unicode"):
+        list(ws.stream(["echo", "caf\udce9"]))
+    with pytest.raises(InvalidInput, match="not valid Unicode"):
+        ws.run(["true"], env={"NAME": "caf\udce9"}, on_stdout=print)
+    # What the caller's own loop raises is its own, not said to be the request's.
+    with pytest.raises(UnicodeEncodeError), ws.client.streaming("POST", "/v1/workspaces/sdk-ws/exec",
+                                                                 json={"cmd": ["true"], "stream": True}):
+        "\udce9".encode()
+    assert ws.run(["echo", "café"]).stdout == "café\n"
+
+
 def test_files(live: dict[str, Any]) -> None:
     files = live["ws"].files
     assert files.write("docs/readme.md", "# hi") == 4

@@ -52,6 +52,8 @@ from warden.core.watching import Batch, Change
 
 # Longest silence on a change stream before the SDK gives the server up (it heartbeats every 15 s).
 _WATCH_SILENCE_S = 45.0
+# How long past a command's own timeout the SDK waits for the server's answer (it kills the command then).
+_ANSWER_MARGIN_S = 30.0
 
 __all__ = ["Client", "CreatedWorkspace", "IssuedGrant", "ProcessInfo", "ProcessOutput", "RemoteFiles", "RemoteGit",
            "RemoteProcess", "RemoteProcesses", "RemoteWorkspace", "RunEvent", "error_from"]
@@ -76,6 +78,13 @@ def error_from(response: httpx.Response) -> WardenError:
     if response.status_code == 413:
         return TooLarge(message)
     return ERRORS.get(code, WardenError)(message)
+
+
+def _not_unicode(method: str, path: str, exc: UnicodeEncodeError) -> InvalidInput:
+    """A request holding text JSON cannot carry (a lone surrogate, as os.fsdecode makes of bytes
+    that are not UTF-8), said as the caller's bad input rather than an encoder's traceback."""
+    return InvalidInput(f"{method} {path}: the request holds text that is not valid Unicode "
+                        f"({exc.object[exc.start:exc.end]!r}: {exc.reason}); pass UTF-8 text")
 
 
 @dataclass(frozen=True)
@@ -186,6 +195,8 @@ class Client:
         """One HTTP call; an error response raises the matching Warden exception."""
         try:
             response = self._http.request(method, path, **kwargs)
+        except UnicodeEncodeError as exc:
+            raise _not_unicode(method, path, exc) from None
         except httpx.TimeoutException as exc:
             raise TimedOut(f"{method} {path}: no answer from {self.url} in time ({exc})") from None
         except httpx.TransportError as exc:
@@ -198,11 +209,20 @@ class Client:
     def streaming(self, method: str, path: str, **kwargs: Any) -> Iterator[httpx.Response]:
         """One HTTP call whose answer is read as it comes; an error response raises as `request` does."""
         try:
-            with self._http.stream(method, path, **kwargs) as response:
+            # Built first, so that only the request's own text is said to be bad, never what the
+            # caller's loop over the answer raises.
+            request = self._http.build_request(method, path, **kwargs)
+        except UnicodeEncodeError as exc:
+            raise _not_unicode(method, path, exc) from None
+        try:
+            response = self._http.send(request, stream=True)
+            try:
                 if response.status_code >= 400:
                     response.read()
                     raise error_from(response)
                 yield response
+            finally:
+                response.close()
         except httpx.TimeoutException as exc:
             raise TimedOut(f"{method} {path}: no answer from {self.url} in time ({exc})") from None
         except httpx.TransportError as exc:
@@ -521,6 +541,7 @@ class RemoteProcesses:
                 yield event
                 if event.type == "exit":
                     return
+        raise WardenError(f"the server's stream ended before process {process_id} did; follow it again")
 
     def kill(self, process_id: str, signal: str = "TERM") -> ProcessInfo:
         """Signal it and what it started (TERM, KILL, INT, …); it is shown as it is afterwards."""
@@ -623,12 +644,12 @@ class RemoteWorkspace:
             return RemoteProcess(self, str(data["id"]))
         if on_stdout is not None or on_stderr is not None:
             return self._run_streamed(body, on_stdout, on_stderr)
-        read_timeout = (timeout or self.client._timeout) + 30.0
         data = self.client.request("POST", f"/v1/workspaces/{self.name}/exec", json=body,
-                                   timeout=httpx.Timeout(self.client._timeout, read=read_timeout)).json()
+                                   timeout=self._answer_timeout(timeout)).json()
         return RunResult(exit_code=int(data["exit_code"]), stdout=data["stdout"], stderr=data["stderr"],
                          duration_s=float(data["duration_s"]), timed_out=bool(data["timed_out"]),
-                         signal=data.get("signal"), usage=_usage(data.get("usage")))
+                         signal=data.get("signal"), usage=_usage(data.get("usage")),
+                         truncated=bool(data.get("truncated")))
 
     def stream(self, argv: Sequence[str], *, timeout: float | None = None, env: Mapping[str, str] | None = None,
                stdin: str | None = None, cwd: str | None = None,
@@ -645,12 +666,16 @@ class RemoteWorkspace:
         body = _exec_body(argv, timeout=timeout, env=env, stdin=stdin, cwd=cwd, network=network)
         return self._events(body)
 
+    def _answer_timeout(self, timeout: float | None) -> httpx.Timeout:
+        """How long a run's answer (or, streamed, the silence between two pieces of its output) is
+        waited for: its own timeout and a margin. Without one it may run as long as the server lets
+        it (sandbox.timeout, 10 minutes by default, which the client does not know), and the server
+        answers by then: the client's own `timeout` is for calls, not for commands."""
+        return httpx.Timeout(self.client._timeout, read=None if timeout is None else timeout + _ANSWER_MARGIN_S)
+
     def _events(self, body: dict[str, Any]) -> Iterator[RunEvent]:
-        # Between two pieces of output a command may be silent for as long as it may run: without
-        # a timeout of its own, that is the server's (sandbox.timeout), which the client does not know.
-        read_timeout = body["timeout"] + 30.0 if body.get("timeout") else None
         with self.client.streaming("POST", f"/v1/workspaces/{self.name}/exec", json={**body, "stream": True},
-                                   timeout=httpx.Timeout(self.client._timeout, read=read_timeout)) as response:
+                                   timeout=self._answer_timeout(body.get("timeout"))) as response:
             for line in response.iter_lines():
                 event = _event(line) if line.strip() else None
                 if event is None:

@@ -88,3 +88,8 @@ def test_kept_output_outlives_the_sandbox(sandboxes: LiveSandboxes, sandbox: Liv
     assert sandboxes.kept_logs("d" * 16) == Logs(b"out", b"err")
     sandboxes.drop_logs("d" * 16)
     assert sandboxes.kept_logs("d" * 16) is None
+    # What the rings had dropped is kept with it.
+    sandboxes.keep_logs("e" * 16, Logs(b"out", b"", 5, 7))
+    assert sandboxes.kept_logs("e" * 16) == Logs(b"out", b"", 5, 7)
+    sandboxes.drop_logs("e" * 16)
+    assert sandboxes.kept_logs("e" * 16) is None

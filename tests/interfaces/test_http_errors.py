@@ -81,6 +81,22 @@ def test_malformed_bodies_are_422(live: dict[str, Any]) -> None:
     _error(client.get("/v1/workspaces/bad name!"), 422, "invalid")
 
 
+def test_a_json_body_sent_as_a_form_is_told_to_say_json(live: dict[str, Any]) -> None:
+    # `curl -d '{"cmd": …}'` sends a form's content type: the answer said only that the body was
+    # not an object, which it plainly is.
+    client = live["client"]
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    message = _error(client.post("/v1/workspaces/demo/exec", content=b'{"cmd": ["true"]}', headers=form),
+                     422, "invalid")
+    assert "Content-Type: application/json" in message
+    assert "Content-Type: application/json" in _error(
+        client.post("/v1/workspaces/demo/exec", content=b'{"cmd": ["true"]}'), 422, "invalid")
+    # A body said to be JSON is judged as it is.
+    wrong = _error(client.post("/v1/workspaces/demo/exec", content=b'{"cmd": "true"}',
+                               headers={"content-type": "application/json; charset=utf-8"}), 422, "invalid")
+    assert "cmd: Input should be a valid list" in wrong and "Content-Type" not in wrong
+
+
 def test_bad_values_are_400(live: dict[str, Any]) -> None:
     client = live["client"]
     message = _error(client.post("/v1/workspaces/demo/exec", json={"cmd": ["true"], "env": {"1BAD": "x"}}),

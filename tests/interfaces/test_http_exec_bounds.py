@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.servers import ServeProcess, cli_out, warden_environ
 from tests.support.waiting import wait_until
+from warden.client import Client
 from warden.core.errors import Unavailable
 from warden.interfaces.http.running import ExecSlots
 
@@ -120,6 +121,11 @@ def test_a_busy_bot_is_refused_others_are_served_and_output_is_capped(tmp_path: 
         assert big.status_code == 200
         assert len(big.json()["stdout"]) == 64 * 1024
         assert "output beyond 65536 bytes per stream was dropped" in big.json()["stderr"]
+        assert (big.json()["truncated"], other.json()["truncated"]) == (True, False)
+        # The SDK's result says so too (it said truncated=False whatever was dropped).
+        sdk = Client(server.url, calm).workspace("busy")
+        assert sdk.run(["python3", "-c", "import sys; sys.stdout.write('x' * (1 << 20))"]).truncated
+        assert not sdk.run(["true"]).truncated
 
 
 def test_a_bot_holds_at_most_its_quota_of_workspaces(tmp_path: Path, initialised_home: Path) -> None:

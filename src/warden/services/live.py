@@ -760,7 +760,11 @@ class LiveSandboxService:
                 self._check(sandbox)
             process = self._process(workspace, process_id, principal)
             if process.running:
-                return
+                # Its supervisor let this follower go: it fell more than a few MiB behind (a
+                # process that floods its output). Said, not ended as if the process had.
+                raise Unavailable(f"stopped following process {process_id}, which still runs: it printed faster "
+                                  "than its output could be passed on; read its latest output (logs) or follow "
+                                  "it again", rule="live.follow_behind")
         kept = self._sandboxes.kept_logs(process.id) or Logs(b"", b"")
         for stream, data in (("stdout", kept.stdout), ("stderr", kept.stderr)):
             if data:

@@ -609,5 +609,6 @@ def test_two_collectors_keeping_one_process_output_at_once_both_succeed(host: Ho
         thread.join(60)
     assert failures == []
     assert host.kept_logs("0123456789abcdef") == Logs(b"out\n", b"err\n")
-    assert sorted(p.name for p in (host.run_root / "logs").iterdir()) == ["0123456789abcdef.err",
+    assert sorted(p.name for p in (host.run_root / "logs").iterdir()) == ["0123456789abcdef.dropped",
+                                                                           "0123456789abcdef.err",
                                                                            "0123456789abcdef.out"]

@@ -1065,7 +1065,10 @@ class HostLiveSandboxes:
     def keep_logs(self, process_id: str, logs: Logs) -> None:
         folder = self.run_root / "logs"
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for stream, data in (("out", logs.stdout), ("err", logs.stderr)):
+        # What the rings had dropped goes beside them, so that `logs` still says it once the process ended.
+        dropped = (f"{logs.dropped_stdout + max(len(logs.stdout) - RING_BYTES, 0)} "
+                   f"{logs.dropped_stderr + max(len(logs.stderr) - RING_BYTES, 0)}")
+        for stream, data in (("out", logs.stdout), ("err", logs.stderr), ("dropped", dropped.encode())):
             path = self._logs_file(process_id, stream)
             # A temporary file of this writer's own: two Warden processes (or a server's two
             # threads) that both collect the process write the same output, and with one shared
@@ -1093,10 +1096,26 @@ class HostLiveSandboxes:
                 found.append(os.read(fd, RING_BYTES))
             finally:
                 os.close(fd)
-        return Logs(found[0], found[1])
+        dropped_stdout, dropped_stderr = self._kept_dropped(process_id)
+        return Logs(found[0], found[1], dropped_stdout, dropped_stderr)
+
+    def _kept_dropped(self, process_id: str) -> tuple[int, int]:
+        """The bytes the rings of an ended process had dropped (0, 0 when not kept: logs kept before
+        these were)."""
+        try:
+            fd = os.open(self._logs_file(process_id, "dropped"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return 0, 0
+        try:
+            words = os.read(fd, 64).split()
+        finally:
+            os.close(fd)
+        if len(words) != 2 or not all(word.isdigit() for word in words):
+            return 0, 0
+        return int(words[0]), int(words[1])
 
     def drop_logs(self, process_id: str) -> None:
-        for stream in ("out", "err"):
+        for stream in ("out", "err", "dropped"):
             with contextlib.suppress(OSError):
                 self._logs_file(process_id, stream).unlink()
 

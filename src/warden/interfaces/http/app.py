@@ -37,6 +37,15 @@ def _error(status: int, code: str, message: str, headers: dict[str, str] | None 
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
 
 
+def _json_unsaid(request: Request, exc: RequestValidationError) -> bool:
+    """Whether a JSON body was refused because the request did not say it is JSON: a form's
+    content type, as `curl -d` sends, or none (FastAPI then reads no JSON either)."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "application/json" or kind.endswith("+json"):
+        return False
+    return any(tuple(item.get("loc", ()))[:1] == ("body",) for item in exc.errors())
+
+
 def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
     """Check an upload's token and `write` grant before its body is read (see limits.py).
 
@@ -101,6 +110,11 @@ def create_app(app: App) -> FastAPI:
 
     @api.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        if _json_unsaid(request, exc):
+            # `curl -d '{...}'` says form data: FastAPI then read no object at all, and said only that.
+            return _error(422, "invalid", "malformed request: the body is JSON, so say so with the header "
+                                          "`Content-Type: application/json` (curl: -H 'content-type: "
+                                          "application/json') (see /openapi.json)")
         problems = []
         for item in exc.errors()[:3]:
             where = ".".join(str(part) for part in item.get("loc", ()) if part != "body")

@@ -205,6 +205,8 @@ class RunResultBody(BaseModel):
     timed_out: bool
     signal: int | None = None
     usage: UsageBody | None = Field(None, description="what the run used, where Warden could measure it")
+    truncated: bool = Field(False, description="output past api.max_output per stream was dropped (a last stderr "
+                                               "line says so too)")
 
 
 # -- background processes ---------------------------------------------------------------------

@@ -7,9 +7,10 @@ decides and does the work, and render its answer as the response model. `router`
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Annotated
 
-from fastapi import APIRouter, Path, Response, Security, WebSocket
+from fastapi import APIRouter, Path, Request, Response, Security, WebSocket
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
@@ -40,6 +41,7 @@ from warden.interfaces.http.models import (
 )
 from warden.interfaces.http.running import ExecSlots
 from warden.interfaces.http.statuses import ERROR_RESPONSES, package_version
+from warden.interfaces.http.streaming import Abandoned
 from warden.services.bot_requests import ChildGrant, Command, NewWorkspace
 
 if TYPE_CHECKING:
@@ -133,19 +135,26 @@ class BotRoutes:
             gone = self.requests.delete_workspace(call.authenticate(token_of(token)), name, trail=call)
             return WorkspaceDeleted(name=gone.name, destroyed=True, revoked=list(gone.revoked))
 
-    def exec_command(self, name: WorkspaceName, body: ExecRequest, token: Token) -> RunResultBody:
+    def exec_command(self, name: WorkspaceName, body: ExecRequest, token: Token,
+                     abandoned: Abandoned | None = None) -> RunResultBody:
         """Run a command in the workspace's sandbox (needs `execute`); secrets the grant names are
-        added to its environment."""
+        added to its environment. `abandoned`: stops it should its client go away."""
         with Call(self.app, "exec", name) as call:
             command = command_of(body)
-            result = self.requests.exec(call.authenticate(token_of(token)), name, command, trail=call,
-                                        admit=self.exec_slots.take)
+            try:
+                result = self.requests.exec(call.authenticate(token_of(token)), name, command, trail=call,
+                                            admit=self.exec_slots.take,
+                                            output=abandoned.output() if abandoned is not None else None)
+            finally:
+                if abandoned is not None and abandoned.gone:
+                    call.note(client_gone=True)
             return RunResultBody(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr,
                                  duration_s=round(result.duration_s, 6), timed_out=result.timed_out,
-                                 signal=result.signal,
+                                 signal=result.signal, truncated=result.truncated,
                                  usage=UsageBody.model_validate(result.usage.to_json()) if result.usage else None)
 
-    async def exec_or_stream(self, name: WorkspaceName, body: ExecRequest, token: Token) -> RunResultBody | Response:
+    async def exec_or_stream(self, name: WorkspaceName, body: ExecRequest, token: Token,
+                             request: Request) -> RunResultBody | Response:
         """`exec_command`, or with `"stream": true` its output as NDJSON while it runs (streaming.py)."""
         if body.background:
             return await run_in_threadpool(self.start_background, name, body, token)
@@ -154,7 +163,22 @@ class BotRoutes:
 
             return await stream_exec(self.app, self.requests, self.exec_slots.take, name, command_of(body),
                                      token_of(token))
-        return await run_in_threadpool(self.exec_command, name, body, token)
+        return await self._exec_while_awaited(request, name, body, token)
+
+    async def _exec_while_awaited(self, request: Request, name: str, body: ExecRequest,
+                                  token: Token) -> RunResultBody:
+        """`exec_command`, its command killed should the client go away before the answer."""
+        abandoned = Abandoned()
+        job = asyncio.ensure_future(run_in_threadpool(self.exec_command, name, body, token, abandoned))
+        watcher = asyncio.ensure_future(abandoned.watch(request.receive))
+        try:
+            await asyncio.wait({job, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            return await job  # the client gone: killed, ended, audited; its answer goes nowhere
+        except BaseException:
+            abandoned.stop()  # cancelled: the request's time is up, or the server stops
+            raise
+        finally:
+            watcher.cancel()
 
     def start_background(self, name: WorkspaceName, body: ExecRequest, token: Token) -> Response:
         """exec with `"background": true`: started in the grant's live sandbox, 202 and its id

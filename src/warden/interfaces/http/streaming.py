@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from warden.interfaces.http.limits import Receive, Scope, Send
     from warden.services.bot_requests import BotRequestService, Command
 
-__all__ = ["NDJSON", "RunChannel", "StreamedRun", "stream_exec"]
+__all__ = ["NDJSON", "Abandoned", "RunChannel", "StreamedRun", "stream_exec"]
 
 NDJSON = "application/x-ndjson"
 
@@ -111,6 +111,44 @@ class RunChannel:
         with self._lock:
             events, self._pending = self._pending, []
         return merge(events)
+
+
+class Abandoned:
+    """A plain exec's command, killed should its client go away before the answer (as a streamed
+    one is): abandoned, it ran on to its timeout (sandbox.timeout, 10 minutes), holding its exec
+    slot, while a client that gave up on it asked again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kill: Callable[[], None] | None = None
+        self.gone = False
+
+    def output(self) -> RunOutput:
+        """The run's output captured into its result, as a plain exec's is; its kill kept."""
+        return RunOutput(on_started=self._on_started)
+
+    def _on_started(self, kill: Callable[[], None]) -> None:
+        with self._lock:
+            self._kill = kill
+            gone = self.gone
+        if gone:
+            kill()
+
+    def stop(self) -> None:
+        """The client went away: kill the command (now, or as soon as it starts)."""
+        with self._lock:
+            self.gone = True
+            kill = self._kill
+        if kill is not None:
+            kill()
+
+    async def watch(self, receive: Receive) -> None:
+        """Stop the command when the client disconnects (the request's body is read already)."""
+        for _ in range(1000):  # only a disconnect is expected here; never spin on anything else
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self.stop()
+                return
 
 
 class StreamedRun(Response):
