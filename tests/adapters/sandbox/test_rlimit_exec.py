@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import resource
-import signal
 import subprocess
 from pathlib import Path
 
@@ -54,26 +53,6 @@ def test_it_sets_each_limit_soft_and_hard_then_runs_the_program_with_its_own_nam
     assert (env.returncode, env.stdout) == (0, "WHO=me\nLD_PRELOAD=/no/such.so\n"), env.stderr
     # No loader read LD_PRELOAD before the limits: the program's own alone complains of it.
     assert env.stderr.count("cannot be preloaded") == 1, env.stderr
-
-
-def test_the_program_gets_every_signal_at_its_default(launcher: str) -> None:
-    """Ignored signals survive an exec: the supervisor starts the launcher by posix_spawn, whose
-    glibc child leaves glibc's internal signals 32 and 33 ignored, and the person's shell may ignore
-    others (SIGINT for a background job). The program starts as after a login shell, as a command
-    forked by the supervisor does."""
-    ignored = {signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGRTMIN + 3}
-
-    def ignore() -> None:
-        for sig in ignored:
-            signal.signal(sig, signal.SIG_IGN)
-
-    ran = subprocess.run([launcher, "--", "/bin/grep", "grep", "^SigIgn", "/proc/self/status"], capture_output=True,
-                         text=True, env={}, cwd="/", timeout=30, check=False, preexec_fn=ignore)
-    assert (ran.returncode, ran.stdout) == (0, "SigIgn:\t0000000000000000\n"), ran.stderr
-    # The same program not through the launcher keeps them: the check above can fail.
-    kept = subprocess.run(["/bin/grep", "^SigIgn", "/proc/self/status"], capture_output=True, text=True, env={},
-                          timeout=30, check=False, preexec_fn=ignore)
-    assert kept.stdout != "SigIgn:\t0000000000000000\n"
 
 
 def test_the_limits_are_in_place_when_the_program_is_loaded(launcher: str) -> None:

@@ -11,9 +11,6 @@
  * is set. A limit the kernel refuses: 126. An exec that fails: 127 when the program is not
  * there (ENOENT, ENOTDIR), else 126, as the supervisor's forked commands and prlimit say it.
  * A file the kernel cannot run (ENOEXEC) runs with /bin/sh, as execvp (bwrap's, prlimit's) does.
- * Every signal is put back at its default before the exec, as the supervisor's forked commands
- * get them: the supervisor starts this by posix_spawn, whose glibc child leaves its own two
- * internal signals (32 and 33) ignored, and no attribute of posix_spawn can set those.
  *
  * No libc and no loader: the kernel maps it and jumps to _start. It reads no environment (the
  * command's passes through to execve untouched), so no variable can run code in it before the
@@ -32,7 +29,6 @@ typedef unsigned long u64;
 
 #if defined(__x86_64__)
 #define SYS_write 1
-#define SYS_rt_sigaction 13
 #define SYS_execve 59
 #define SYS_exit_group 231
 #define SYS_prlimit64 302
@@ -55,7 +51,6 @@ __asm__(".text\n"
         "    hlt\n");
 #else
 #define SYS_write 64
-#define SYS_rt_sigaction 134
 #define SYS_execve 221
 #define SYS_exit_group 94
 #define SYS_prlimit64 261
@@ -215,11 +210,6 @@ __attribute__((used, noreturn)) void start(long *stack) {
             leave(126);
         }
     }
-    /* The kernel's struct sigaction, zeroed: SIG_DFL, no flags, no mask (x86_64's and aarch64's
-       layouts both fit in four words). KILL and STOP refuse it, and are at their default anyway. */
-    u64 dfl[4] = {0, 0, 0, 0};
-    for (long sig = 1; sig <= 64; sig++)
-        sys4(SYS_rt_sigaction, sig, (long)dfl, 0, 8);
     long error = -sys4(SYS_execve, (long)path, (long)args, (long)envp, 0);
     if (error == ENOEXEC) {
         /* Neither a binary nor a #! script: a shell script without its first line, which execvp

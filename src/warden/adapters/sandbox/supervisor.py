@@ -13,7 +13,7 @@ Protocol: frames of a 4-byte big-endian length and UTF-8 JSON, one request and i
 time per connection (core/live.py parses the answers; Warden trusts none of them). A `spawn`
 starts the command with its limits in place before it runs anything of its own, and without a
 fork of this Python process (~1.5 ms on small VMs, its pages then copied on write by both sides):
-a vfork (posix_spawn's) runs Warden's launcher (rlimit_exec.c, static and without libc, where
+a vfork (subprocess's) runs Warden's launcher (rlimit_exec.c, static and without libc, where
 Warden could build it; else a copy of util-linux's `prlimit`), which sets the command's rlimits
 and execs it; this process enters the command's cgroups (v1 `tasks` files that come with the
 request) for the instant of the spawn, so the command is born in them. That program is
@@ -554,7 +554,7 @@ class Supervisor:
     def spawn_born_limited(self, argv: list[str], env: dict[str, str], cwd: str, stdio: list[int],
                            limits: list[tuple[str, int, int, int]], joins: Sequence[int],
                            backs: Sequence[int]) -> int | None:
-        """The command started by a vfork (posix_spawn's: no page of this process is copied)
+        """The command started by a vfork (subprocess's: no page of this process is copied)
         through Warden's launcher (else its `prlimit`), which sets its rlimits before it execs
         the command, and born in its cgroups: this process enters them for the spawn and goes
         back to its own. None when that cannot be done here (the caller forks the command)."""
@@ -582,10 +582,15 @@ class Supervisor:
                 args = [PRLIMIT, *("--{}={}:{}".format(name, soft, hard) for name, _, soft, hard in limits),  # noqa: UP032
                         "--", *argv]
             try:
-                return _vforked(launcher, args, env, cwd, stdio)
+                started = subprocess.Popen(args, executable=launcher, env=env, cwd=cwd, stdin=stdio[0],
+                                           stdout=stdio[1], stderr=stdio[2], close_fds=True,
+                                           start_new_session=True)
             except (OSError, ValueError, subprocess.SubprocessError):
                 # Its folder gone, say, or a NUL in an argument: the fork's child fails the same way (126).
                 return None
+            # Reaped by wait4 in this loop, never by Popen (its finalizer would take the status).
+            started._child_created = False  # type: ignore[attr-defined]
+            return started.pid
         finally:
             if entered:
                 try:
@@ -693,35 +698,6 @@ class Supervisor:
             os._exit(126)
 
 
-def _vforked(launcher: str, args: list[str], env: dict[str, str], cwd: str, stdio: list[int]) -> int:
-    """`launcher` started with `args` in `cwd`, `stdio` as its 0, 1 and 2, in a session of its own:
-    its pid, reaped by this process's loop.
-
-    By posix_spawn where Python has it: glibc's clone(CLONE_VM|CLONE_VFORK) and exec, with none of
-    subprocess's Python around it (~0.2 ms against ~0.5 ms per command here). It cannot change
-    folder in the child, so this process, which has no other thread, steps into `cwd` for the
-    spawn (a relative program is found from there, as by exec in the child) and back to `/`.
-    Every descriptor of this process but those is closed on exec: Python opens its own so, the
-    ones a request brings come with MSG_CMSG_CLOEXEC, and main() leaves none of bwrap's open."""
-    # prlimit (where Warden has no launcher) would leave glibc's two internal signals ignored
-    # in the command, which Warden's launcher puts back at their defaults (rlimit_exec.c).
-    if launcher != RLIMIT_EXEC or not hasattr(os, "posix_spawn") or min(stdio) < 3:
-        started = subprocess.Popen(args, executable=launcher, env=env, cwd=cwd, stdin=stdio[0],
-                                   stdout=stdio[1], stderr=stdio[2], close_fds=True, start_new_session=True)
-        # Reaped by wait4 in this loop, never by Popen (its finalizer would take the status).
-        started._child_created = False  # type: ignore[attr-defined]
-        return started.pid
-    os.chdir(cwd)
-    try:
-        # Signals this Python ignores or handles back at their defaults, none blocked: as the
-        # forked command gets them (a handled one would be reset by exec anyway; the launcher
-        # resets the rest).
-        return os.posix_spawn(launcher, args, env, setsid=True, setsigdef=_CHILD_SIGNALS, setsigmask=(),
-                              file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)])
-    finally:
-        os.chdir("/")
-
-
 def _limits(given: Mapping[str, Any]) -> list[tuple[str, int, int, int]]:
     """(its name, RLIMIT_*, soft, hard) of each limit asked for, never above this process's own
     hard limit (which no process of the sandbox may raise)."""
@@ -804,12 +780,6 @@ def main() -> None:
     for fd in (0, 1, 2):  # hold none of bwrap's descriptors
         os.dup2(null, fd)
     os.close(null)
-    # Nor pass any other on to a command: what posix_spawn starts keeps all not closed on exec.
-    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
-        with contextlib.suppress(OSError):
-            if int(name) > 2:
-                os.set_inheritable(int(name), False)
-    os.chdir("/")  # where each spawn comes back to (_vforked)
     # A command started through subprocess keeps what this process ignores (but SIGPIPE and
     # SIGXFSZ, Python's own) and blocks: what the process that started the sandbox ignored (a
     # shell's background job: SIGINT, SIGQUIT; nohup: SIGHUP) or blocked must not reach it.
