@@ -214,3 +214,24 @@ def test_doctor_counts_the_nodes_up_and_down(pair: tuple[Node, Node]) -> None:
     assert poll(a_down, timeout=WINDOW_S + 10, interval=0.5)
     _, check = _doctor_node(b)
     assert check["ok"] is False and "node-a are unreachable" in str(check["detail"])
+
+
+def test_a_forwarded_exec_whose_client_gave_up_is_killed_on_its_node(pair: tuple[Node, Node]) -> None:
+    """The client of an exec forwarded by B to A goes away: A's command is killed, as for A's own
+    client. B kept its link to A open and the command ran on to its timeout, holding a slot."""
+    a, b = pair
+    token = a.token()
+    marker = "gone-" + secrets.token_hex(4)
+    with a.serve(), b.serve() as server_b:
+        try:
+            httpx.post(f"{server_b.url}/v1/workspaces/wsa/exec", json={"cmd": ["sh", "-c", f"sleep 4; touch {marker}"]},
+                       headers={"Authorization": f"Bearer {token}"}, timeout=1.5)
+            raise AssertionError("the exec answered before the client gave up")
+        except httpx.ReadTimeout:
+            pass
+        time.sleep(5)  # past the command's own end
+    # Its outcome on A: killed by a signal (the client gone), and it never got to its `touch`.
+    outcomes = [r for r in _runs_of(a, marker) if "exit_code" in (r.get("detail") or {})]
+    assert [(r["detail"]["exit_code"], r["detail"]["signal"]) for r in outcomes] == [(137, 9)], outcomes
+    looked = a.cli("run", "wsa", "--", "sh", "-c", f"test -e {marker} && echo there || echo absent")
+    assert looked.stdout.strip() == "absent"

@@ -15,10 +15,12 @@ the three share (keys, places, URLs, TLS, signing) is peers.py's.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 import ssl
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
@@ -93,7 +95,7 @@ class NodeForwarding:
                 return
             url = await self.peers.url_of(node)
             body = await self._body(receive)
-            await self._forward(node, url, scope, body, send)
+            await self._forward(node, url, scope, body, send, receive)
         except WardenError as exc:
             await _answer(send, exc)
 
@@ -129,7 +131,19 @@ class NodeForwarding:
             self._client = NodeLink(ssl_context=self.peers.tls, connect_timeout=5.0, timeout=self.timeout)
         return self._client
 
-    async def _forward(self, node: str, url: str, scope: Scope, body: bytes, send: Send) -> None:
+    async def _forward(self, node: str, url: str, scope: Scope, body: bytes, send: Send, receive: Receive) -> None:
+        """`body` sent on to `node`'s server at `url`, its answer passed back as it comes. Should the
+        client go away first, the link's connection to that node is closed, so that node stops the
+        command as it would for its own client (a plain exec's too: routes.py), and no more of the
+        answer is read: else the command ran on to its timeout on the other node, holding a slot."""
+        gone = asyncio.ensure_future(_disconnect(receive))
+        try:
+            await self._forward_until(gone, node, url, scope, body, send)
+        finally:
+            gone.cancel()
+
+    async def _forward_until(self, gone: asyncio.Future[None], node: str, url: str, scope: Scope, body: bytes,
+                             send: Send) -> None:
         from warden.adapters.node_link import LinkBroken
 
         path = scope["path"]
@@ -149,8 +163,17 @@ class NodeForwarding:
         signed = await self.peers.sign(method=scope["method"], path=path, query=query, body=body, target=node)
         headers: list[tuple[bytes, bytes]] = [(k, v) for k, v in scope.get("headers", ()) if k.lower() not in _HOP]
         headers += [(k.encode(), v.encode()) for k, v in signed.items()]
+        asked = asyncio.ensure_future(self._link().request(url, scope["method"], target, headers, body))
+        either: set[asyncio.Future[Any]] = {asked, gone}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not asked.done():
+            asked.cancel()  # closes the link's connection (node_link: a cancelled exchange is not kept)
+            with contextlib.suppress(BaseException):
+                await asked
+            log.info("the client of a request forwarded to node %s went away; the request was dropped", node)
+            return
         try:
-            answer = await self._link().request(url, scope["method"], target, headers, body)
+            answer = asked.result()
         except (LinkBroken, ssl.SSLError) as exc:
             raise unreachable(node, url, exc) from None
         try:
@@ -160,12 +183,20 @@ class NodeForwarding:
                 out.append((b"content-length", length))
             await send({"type": "http.response.start", "status": answer.status, "headers": out})
             async for chunk in answer.body():
+                if gone.done():
+                    return  # the answer closed unread below: the other node sees its client go
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except LinkBroken as exc:
             log.warning("forwarding to node %s broke off: %s", node, exc)
         finally:
             answer.close()
+
+
+async def _disconnect(receive: Receive) -> None:
+    """Returns once the client has gone away (its request body was read before)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _replay(body: bytes, original: Receive) -> Receive:
