@@ -647,3 +647,21 @@ def test_a_sandbox_that_cannot_start_says_what_bwrap_said(host: HostLiveSandboxe
     with pytest.raises(Unavailable, match=f"could not be set up \\(bwrap: .*{gone}"):
         host.start(SBX, SandboxRequest(folder, ("true",), Limits(timeout_s=60)), idle_s=60)
     assert not (host.run_root / SBX).exists()
+
+
+def test_a_command_holds_its_three_descriptors_and_nothing_of_the_supervisors(
+        through: tuple[str, LiveSandbox], host: HostLiveSandboxes, folder: str) -> None:
+    """The supervisor starts commands by posix_spawn, which passes on every descriptor not
+    closed on exec: its listening socket, other commands' connections, a background process's
+    output pipes, the cgroup files a request brings. A command started while a background one
+    runs (its pipes held by the supervisor) gets its 0, 1 and 2 only, and every signal at its
+    default, none blocked."""
+    _, sandbox = through
+    host.spawn(sandbox, "b" * 16, _req(folder, "sleep", "60"))
+    look = ("ls /proc/self/fd | sort -n | tr '\\n' ' '; echo; "
+            "grep -E '^Sig(Blk|Ign)' /proc/self/status | tr -s '\\t' ' '")
+    # `ls` holds one more of its own: the folder it lists.
+    result = host.run(sandbox, "a" * 16, _req(folder, "sh", "-c", f"exec 2>&1; {look}"))
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["0", "1", "2", "3"], result.stdout
+    assert lines[1:] == ["SigBlk: 0000000000000000", "SigIgn: 0000000000000000"], result.stdout
