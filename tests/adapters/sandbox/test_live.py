@@ -612,3 +612,56 @@ def test_two_collectors_keeping_one_process_output_at_once_both_succeed(host: Ho
     assert sorted(p.name for p in (host.run_root / "logs").iterdir()) == ["0123456789abcdef.dropped",
                                                                            "0123456789abcdef.err",
                                                                            "0123456789abcdef.out"]
+
+
+# What a command reopens through /proc/1/fd: bwrap, the sandbox's init, is dumpable and keeps
+# its stdout and stderr (what it says should the start fail) open for the sandbox's life.
+INTO_BWRAP_OUTPUT = """
+for fd in 1 2; do
+    timeout 1 sh -c "head -c 1048576 /dev/zero | tr '\\\\0' x >> /proc/1/fd/$fd" 2>/dev/null
+    timeout 1 sh -c "head -c 1048576 /dev/zero | tr '\\\\0' x 1<> /proc/1/fd/$fd" 2>/dev/null
+done
+echo tried
+"""
+
+
+def test_no_command_writes_into_wardens_home_through_bwraps_output(host: HostLiveSandboxes, sandbox: LiveSandbox,
+                                                                    folder: str) -> None:
+    """bwrap's output went to a file in Warden's home (run/sbx_…/sandbox.log), which a command
+    reopened through /proc/1/fd/1 and filled up to its file size limit (100 MiB by default), on
+    the host, outside its workspace and its quota. It is a pipe now, read only while bwrap
+    starts: a command that reopens it can put at most a pipe's buffer in it, in memory."""
+    result = host.run(sandbox, "a" * 16, _req(folder, "sh", "-c", INTO_BWRAP_OUTPUT))
+    assert result.stdout == "tried\n", result.stdout + result.stderr
+    written = sum(path.stat().st_size for path in host.run_root.rglob("*") if path.is_file())
+    assert written < 65536, sorted(str(p) for p in host.run_root.rglob("*"))
+    # The sandbox lives on and still answers.
+    assert host.listing(sandbox) == []
+
+
+def test_a_sandbox_that_cannot_start_says_what_bwrap_said(host: HostLiveSandboxes, folder: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    gone = str(tmp_path / "gone")
+    options = live_module.bwrap_options
+    monkeypatch.setattr(live_module, "bwrap_options", lambda spec: [*options(spec), "--ro-bind", gone, "/gone"])
+    with pytest.raises(Unavailable, match=f"could not be set up \\(bwrap: .*{gone}"):
+        host.start(SBX, SandboxRequest(folder, ("true",), Limits(timeout_s=60)), idle_s=60)
+    assert not (host.run_root / SBX).exists()
+
+
+def test_a_command_holds_its_three_descriptors_and_nothing_of_the_supervisors(
+        through: tuple[str, LiveSandbox], host: HostLiveSandboxes, folder: str) -> None:
+    """The supervisor starts commands by posix_spawn, which passes on every descriptor not
+    closed on exec: its listening socket, other commands' connections, a background process's
+    output pipes, the cgroup files a request brings. A command started while a background one
+    runs (its pipes held by the supervisor) gets its 0, 1 and 2 only, and every signal at its
+    default, none blocked."""
+    _, sandbox = through
+    host.spawn(sandbox, "b" * 16, _req(folder, "sleep", "60"))
+    look = ("ls /proc/self/fd | sort -n | tr '\\n' ' '; echo; "
+            "grep -E '^Sig(Blk|Ign)' /proc/self/status | tr -s '\\t' ' '")
+    # `ls` holds one more of its own: the folder it lists.
+    result = host.run(sandbox, "a" * 16, _req(folder, "sh", "-c", f"exec 2>&1; {look}"))
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["0", "1", "2", "3"], result.stdout
+    assert lines[1:] == ["SigBlk: 0000000000000000", "SigIgn: 0000000000000000"], result.stdout

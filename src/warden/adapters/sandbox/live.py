@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import select
 import selectors
 import signal
 import subprocess
@@ -241,6 +242,22 @@ def _parsed(parse: Callable[[bytes], T], data: bytes) -> T:
         return parse(data)
     except BadAnswer as exc:
         raise _bad(exc) from None
+
+
+def _log(fd: int) -> bytes:
+    """The end of what bwrap said into pipe `fd` before it failed: until the pipe's end (bwrap
+    gone), or a second of silence (bwrap still there)."""
+    said = b""
+    waiting = select.poll()
+    waiting.register(fd, select.POLLIN)
+    deadline = time.monotonic() + 1.0
+    with contextlib.suppress(OSError):
+        while waiting.poll(max(deadline - time.monotonic(), 0.0) * 1000):
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            said = (said + chunk)[-_ERR_TAIL:]
+    return said
 
 
 def _children(pid: int) -> list[int]:
@@ -506,6 +523,7 @@ class HostLiveSandboxes:
         group: cgroups.Cgroup | None = None
         proc: subprocess.Popen[bytes] | None = None
         proxy: _Proxy | None = None
+        log: int | None = None  # bwrap's output, read should it fail to start
         try:
             # Not by the umask: it is the whole process's, and a server starts sandboxes in several
             # threads at once (another's folder made meanwhile came out 0600, unsearchable, and its
@@ -551,11 +569,20 @@ class HostLiveSandboxes:
             # to be ended below: raised inside Popen, past the fork, it left a sandbox that does not
             # die with Warden, its command started without its limits as --block-fd closed.
             starting = stops.Whole()
-            with open(folder / "sandbox.log", "wb") as log, starting:
-                proc = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=bwrap_environ(spec),
-                    close_fds=True, start_new_session=True, cwd=spec.workspace,
-                    pass_fds=(*(fd for fd in held.fds if fd not in control.ours), *borrowed, listener.fileno()))
+            # bwrap's output into a pipe read only while it starts, not a file of Warden's home:
+            # bwrap, the sandbox's init, keeps it open for the sandbox's life and any command may
+            # reopen it through /proc/1/fd/1, which filled such a file up to the command's file
+            # size limit, on the host and outside the workspace's quota. Reopened, a pipe with no
+            # reader takes one buffer (64 KiB, in memory) at most.
+            log, log_write = os.pipe2(os.O_CLOEXEC)
+            try:
+                with starting:
+                    proc = subprocess.Popen(
+                        argv, stdin=subprocess.DEVNULL, stdout=log_write, stderr=log_write, env=bwrap_environ(spec),
+                        close_fds=True, start_new_session=True, cwd=spec.workspace,
+                        pass_fds=(*(fd for fd in held.fds if fd not in control.ours), *borrowed, listener.fileno()))
+            finally:
+                os.close(log_write)
             starting.raise_held()
             # Reaped by a thread of this process while it lives; by init once it has gone.
             threading.Thread(target=proc.wait, name="warden-live-reaper", daemon=True).start()
@@ -563,7 +590,7 @@ class HostLiveSandboxes:
                 proxy.watch(proc.pid)
             held.close_handed(keep=control.ours)
             listener.close()
-            started = self._release(proc, control, group, support, folder)
+            started = self._release(proc, control, group, support, folder, log)
             return started._replace(socket=path, meta={**started.meta, "seccomp": held.seccomp,
                                                        "notes": held.notes[:5], "protocol": SUPERVISOR_PROTOCOL,
                                                        **(proxy.meta() if proxy is not None else {})})
@@ -579,6 +606,8 @@ class HostLiveSandboxes:
             raise
         finally:
             listener.close()
+            if log is not None:
+                os.close(log)
             held.close()
             if group is not None:
                 for fd in group.procs_fds:
@@ -587,14 +616,15 @@ class HostLiveSandboxes:
                 group.procs_fds.clear()
 
     def _release(self, proc: subprocess.Popen[bytes], control: _Control, group: cgroups.Cgroup | None,
-                 support: cgroups.CgroupSupport, folder: Path) -> StartedSandbox:
-        """Limits on the sandbox's init, its cgroup, "go"; then the supervisor found and pinged."""
+                 support: cgroups.CgroupSupport, folder: Path, log: int) -> StartedSandbox:
+        """Limits on the sandbox's init, its cgroup, "go"; then the supervisor found and pinged.
+        `log`: the pipe bwrap writes its errors into."""
         if group is not None:
             with contextlib.suppress(OSError):
                 group.add(proc.pid)
         init = _read_info(control.info_read).get("child-pid")
         if not isinstance(init, int):
-            raise _setup_failed(self._log(folder), proc.wait(5))
+            raise _setup_failed(_log(log), proc.wait(5))
         try:
             # The supervisor keeps Warden's own limits but for core dumps; each command gets its
             # own before it may start (prlimit lowers, which any user may).
@@ -603,7 +633,7 @@ class HostLiveSandboxes:
                 group.add(init)
             os.write(control.block_write, b"go")
         except (ProcessLookupError, BrokenPipeError):
-            raise _setup_failed(self._log(folder), proc.wait(5)) from None
+            raise _setup_failed(_log(log), proc.wait(5)) from None
         deadline = time.monotonic() + _START_TIMEOUT
         supervisor = None
         while supervisor is None:
@@ -611,14 +641,14 @@ class HostLiveSandboxes:
             supervisor = found[0] if found else None
             if supervisor is None:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise _setup_failed(self._log(folder), proc.poll())
+                    raise _setup_failed(_log(log), proc.poll())
                 time.sleep(0.002)
         pidns, _ = _ns_pid(supervisor)
         channel = _Channel(str(folder / _SOCKET), _START_TIMEOUT)
         try:
             _parsed(parse_ok, channel.ask({"op": "ping"}, timeout=max(deadline - time.monotonic(), 1.0)))
         except Unavailable:
-            raise _setup_failed(self._log(folder), proc.poll()) from None
+            raise _setup_failed(_log(log), proc.poll()) from None
         finally:
             channel.close()
         limits_via = f"cgroup {support.mode}" if group is not None else "rlimit"
@@ -627,13 +657,6 @@ class HostLiveSandboxes:
                                "cgroups": [list(d) for d in group.dirs] if group is not None else [],
                                "limits_via": limits_via})
 
-    @staticmethod
-    def _log(folder: Path) -> bytes:
-        try:
-            with open(folder / "sandbox.log", "rb") as handle:
-                return handle.read()[-_ERR_TAIL:]
-        except OSError:
-            return b""
 
     def alive(self, sandbox: LiveSandbox) -> bool:
         return alive(sandbox.pid, sandbox.pid_start) and alive(sandbox.supervisor_pid, sandbox.supervisor_start)
