@@ -755,7 +755,20 @@ def test_a_live_sandbox_folder_a_killed_warden_left_does_not_keep_it_going(env: 
     left.mkdir()
     try:
         quick = {**env, "WARDEN_DAEMON_SWEEP": "0.5", "WARDEN_DAEMON_IDLE": "1"}
-        served(quick)
+        # Seen listening while its command runs: idle for 1 s after a quick one, a daemon that did
+        # its job could be gone before a loaded machine looked (`served` then said it never started).
+        path, _ = daemon_paths(str(home))
+        running = subprocess.Popen([*WARDEN, "run", "dw", "--", "sleep", "3"], env=quick, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+        def listening() -> bool:
+            with socket.socket(socket.AF_UNIX) as probe:
+                return probe.connect_ex(path) == 0
+
+        wait_until(lambda: listening() or running.poll() is not None, timeout=60, message="the run never ended")
+        assert listening(), "the daemon did not start"
+        _, err = running.communicate(timeout=120)
+        assert running.returncode == 0, err
         wait_until(lambda: not daemon_pids(home), timeout=30, message="the daemon stayed for a dead sandbox's folder")
     finally:
         left.rmdir()
