@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
@@ -34,7 +33,7 @@ from warden.core.errors import InvalidInput, WardenError, classify
 from warden.core.run_stream import error_event, exit_event
 from warden.core.terminal import DEFAULT_SIZE, DEFAULT_TERM, SHELL_ARGV, check_term, parse_control, size_of
 from warden.interfaces.http.statuses import status_for
-from warden.interfaces.http.streaming import exec_in_thread
+from warden.interfaces.http.streaming import Killable, exec_in_thread
 from warden.services.bot_requests import Command
 from warden.services.runs import RunOutput
 
@@ -46,26 +45,20 @@ if TYPE_CHECKING:
 __all__ = ["serve_pty"]
 
 
-class _Session:
+class _Session(Killable):
     """What the shell's thread and the event loop share: whether it runs, how to kill it, and
     Warden's own lines about it."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
         self._loop = loop
-        self._lock = threading.Lock()
-        self._kill: Callable[[], None] | None = None
         self.started = asyncio.Event()
-        self.gone = False
         self.notices: list[bytes] = []
 
     def output(self, pty: Pty) -> RunOutput:
         def started(kill: Callable[[], None]) -> None:
             pty.give_away()  # bwrap holds the slave now: the master reads EIO once the sandbox is gone
-            with self._lock:
-                self._kill = kill
-                gone = self.gone
-            if gone:
-                kill()
+            self._on_started(kill)
             with contextlib.suppress(RuntimeError):  # the loop is gone (the server is stopping)
                 self._loop.call_soon_threadsafe(self.started.set)
 
@@ -74,14 +67,6 @@ class _Session:
                 self.notices.append(line.replace(b"\n", b"\r\n"))
 
         return RunOutput(on_notice=notice, capture=False, on_started=started)
-
-    def stop(self) -> None:
-        """The client went away: kill the shell (now, or as soon as it starts)."""
-        with self._lock:
-            self.gone = True
-            kill = self._kill
-        if kill is not None:
-            kill()
 
 
 def _error(exc: BaseException) -> WardenError:

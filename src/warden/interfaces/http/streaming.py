@@ -39,7 +39,32 @@ __all__ = ["NDJSON", "Abandoned", "RunChannel", "StreamedRun", "stream_exec"]
 NDJSON = "application/x-ndjson"
 
 
-class RunChannel:
+class Killable:
+    """A command its HTTP client may leave: killed when the client goes away, now or, if it has not
+    started yet, as soon as it does. Shared by a streamed exec, a plain one and a PTY session."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kill: Callable[[], None] | None = None
+        self.gone = False  # the client went away: the command is (or will be, once started) killed
+
+    def _on_started(self, kill: Callable[[], None]) -> None:
+        with self._lock:
+            self._kill = kill
+            gone = self.gone
+        if gone:
+            kill()
+
+    def stop(self) -> None:
+        """The client went away: kill the command (now, or as soon as it starts)."""
+        with self._lock:
+            self.gone = True
+            kill = self._kill
+        if kill is not None:
+            kill()
+
+
+class RunChannel(Killable):
     """Between the thread that runs a command and the event loop that sends its output.
 
     The runner's sinks call `output()`'s functions from its threads; they never block (the
@@ -48,14 +73,12 @@ class RunChannel:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, max_output: int) -> None:
+        super().__init__()
         self._loop = loop
-        self._lock = threading.Lock()
         self._events = OutputEvents(max_output)
         self._pending: list[Event] = []
         self._wake = asyncio.Event()
         self.started = asyncio.Event()
-        self._kill: Callable[[], None] | None = None
-        self.gone = False  # the client went away: the command is (or will be, once started) killed
 
     def output(self) -> RunOutput:
         """Where the run's output goes: here, not into the result."""
@@ -76,11 +99,7 @@ class RunChannel:
         self._signal(self._wake)
 
     def _on_started(self, kill: Callable[[], None]) -> None:
-        with self._lock:
-            self._kill = kill
-            gone = self.gone
-        if gone:
-            kill()
+        super()._on_started(kill)
         self._signal(self.started)
 
     def ended(self) -> None:
@@ -88,14 +107,6 @@ class RunChannel:
         with self._lock:
             self._pending.extend(self._events.finish())
         self._signal(self._wake)
-
-    def stop(self) -> None:
-        """The client went away: kill the command (now, or as soon as it starts)."""
-        with self._lock:
-            self.gone = True
-            kill = self._kill
-        if kill is not None:
-            kill()
 
     def wake(self) -> None:
         """Wake `take` (from the loop)."""
@@ -113,34 +124,14 @@ class RunChannel:
         return merge(events)
 
 
-class Abandoned:
+class Abandoned(Killable):
     """A plain exec's command, killed should its client go away before the answer (as a streamed
     one is): abandoned, it ran on to its timeout (sandbox.timeout, 10 minutes), holding its exec
     slot, while a client that gave up on it asked again."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._kill: Callable[[], None] | None = None
-        self.gone = False
-
     def output(self) -> RunOutput:
         """The run's output captured into its result, as a plain exec's is; its kill kept."""
         return RunOutput(on_started=self._on_started)
-
-    def _on_started(self, kill: Callable[[], None]) -> None:
-        with self._lock:
-            self._kill = kill
-            gone = self.gone
-        if gone:
-            kill()
-
-    def stop(self) -> None:
-        """The client went away: kill the command (now, or as soon as it starts)."""
-        with self._lock:
-            self.gone = True
-            kill = self._kill
-        if kill is not None:
-            kill()
 
     async def watch(self, receive: Receive) -> None:
         """Stop the command when the client disconnects (the request's body is read already)."""
