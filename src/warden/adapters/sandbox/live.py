@@ -1126,11 +1126,15 @@ class HostLiveSandboxes:
         """The bytes the rings of an ended process had dropped (0, 0 when not kept: logs kept before
         these were)."""
         try:
-            fd = os.open(self._logs_file(process_id, "dropped"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            # Not a link, and a FIFO put there would give nothing rather than hang the reader.
+            fd = os.open(self._logs_file(process_id, "dropped"),
+                         os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return 0, 0
         try:
             words = os.read(fd, 64).split()
+        except OSError:  # (a FIFO with a writer and nothing in it)
+            return 0, 0
         finally:
             os.close(fd)
         if len(words) != 2 or not all(word.isdigit() for word in words):

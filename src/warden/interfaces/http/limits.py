@@ -22,7 +22,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-__all__ = ["LimitsMiddleware", "Refusal", "bearer_token", "error_bytes"]
+__all__ = ["LimitsMiddleware", "Refusal", "bearer_token", "disconnected", "error_bytes"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -185,3 +185,13 @@ def bearer_token(scope: Scope) -> str | None:
             token = token.strip()
             return token if scheme.lower() == "bearer" and token else None
     return None
+
+
+async def disconnected(receive: Receive) -> bool:
+    """Wait for the client to go away, its request's body read already: True then. False, and no
+    more waiting, should it be sent anything else a thousand times (only a disconnect is expected
+    here; never spin on something else)."""
+    for _ in range(1000):
+        if (await receive())["type"] == "http.disconnect":
+            return True
+    return False

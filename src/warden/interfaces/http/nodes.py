@@ -28,7 +28,7 @@ from starlette.concurrency import run_in_threadpool
 from warden.core import nodes
 from warden.core.errors import InvalidInput, TooLarge, Unavailable, WardenError
 from warden.core.names import name_pattern
-from warden.interfaces.http.limits import ASGIApp, Message, Receive, Scope, Send, error_bytes
+from warden.interfaces.http.limits import ASGIApp, Message, Receive, Scope, Send, disconnected, error_bytes
 from warden.interfaces.http.peers import PLACES_S, Peers, unreachable
 
 if TYPE_CHECKING:
@@ -136,13 +136,13 @@ class NodeForwarding:
         client go away first, the link's connection to that node is closed, so that node stops the
         command as it would for its own client (a plain exec's too: routes.py), and no more of the
         answer is read: else the command ran on to its timeout on the other node, holding a slot."""
-        gone = asyncio.ensure_future(_disconnect(receive))
+        gone = asyncio.ensure_future(disconnected(receive))
         try:
             await self._forward_until(gone, node, url, scope, body, send)
         finally:
             gone.cancel()
 
-    async def _forward_until(self, gone: asyncio.Future[None], node: str, url: str, scope: Scope, body: bytes,
+    async def _forward_until(self, gone: asyncio.Future[bool], node: str, url: str, scope: Scope, body: bytes,
                              send: Send) -> None:
         from warden.adapters.node_link import LinkBroken
 
@@ -166,14 +166,14 @@ class NodeForwarding:
         asked = asyncio.ensure_future(self._link().request(url, scope["method"], target, headers, body))
         either: set[asyncio.Future[Any]] = {asked, gone}
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        if not asked.done():
+        if not asked.done() and gone.result():
             asked.cancel()  # closes the link's connection (node_link: a cancelled exchange is not kept)
             with contextlib.suppress(BaseException):
                 await asked
             log.info("the client of a request forwarded to node %s went away; the request was dropped", node)
             return
         try:
-            answer = asked.result()
+            answer = await asked  # (done, or the client sent something else than its going: waited for)
         except (LinkBroken, ssl.SSLError) as exc:
             raise unreachable(node, url, exc) from None
         try:
@@ -183,7 +183,7 @@ class NodeForwarding:
                 out.append((b"content-length", length))
             await send({"type": "http.response.start", "status": answer.status, "headers": out})
             async for chunk in answer.body():
-                if gone.done():
+                if gone.done() and gone.result():
                     return  # the answer closed unread below: the other node sees its client go
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -191,12 +191,6 @@ class NodeForwarding:
             log.warning("forwarding to node %s broke off: %s", node, exc)
         finally:
             answer.close()
-
-
-async def _disconnect(receive: Receive) -> None:
-    """Returns once the client has gone away (its request body was read before)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 def _replay(body: bytes, original: Receive) -> Receive:

@@ -25,6 +25,7 @@ from starlette.responses import Response
 from warden.core.errors import WardenError, classify
 from warden.core.run_stream import OutputEvents, error_event, exit_event, merge, ndjson
 from warden.interfaces.http.calls import Call
+from warden.interfaces.http.limits import disconnected
 from warden.services.runs import RunOutput
 
 if TYPE_CHECKING:
@@ -135,11 +136,8 @@ class Abandoned(Killable):
 
     async def watch(self, receive: Receive) -> None:
         """Stop the command when the client disconnects (the request's body is read already)."""
-        for _ in range(1000):  # only a disconnect is expected here; never spin on anything else
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                self.stop()
-                return
+        if await disconnected(receive):
+            self.stop()
 
 
 class StreamedRun(Response):
@@ -187,11 +185,8 @@ class StreamedRun(Response):
 
     async def _watch(self, receive: Receive) -> None:
         """Kill the command when the client disconnects (the request's body is read already)."""
-        for _ in range(1000):  # only a disconnect is expected here; never spin on anything else
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                self.channel.stop()
-                return
+        if await disconnected(receive):
+            self.channel.stop()
 
 
 async def exec_in_thread(app: App, requests: BotRequestService, admit: Callable[[str], AbstractContextManager[object]],
