@@ -139,6 +139,11 @@ def test_warden_shell_opens_in_the_live_sandbox_of_a_detached_server(warden_on_a
         screen.wait_for(PROMPT)
         os.write(master, b"cat /tmp/fl''ag; stty size\n")
         screen.wait_for(b"from-the-server\r\n30 100\r\n")
+        # The terminal is one of the sandbox's own devpts: its name is there to be found (it was
+        # the host's /dev/pts/N, absent inside: `tty` said "not a tty", os.ttyname failed).
+        os.write(master, b"tty; python3 -c 'import os; print(\"name\", os.ttyname(0) == os.ttyname(2))'\n")
+        screen.wait_for(b"/dev/pts/")
+        screen.wait_for(b"name True\r\n")
         _set_size(master, 120, 40)
         os.write(master, b"stty size\n")
         screen.wait_for(b"40 120\r\n")

@@ -28,6 +28,12 @@ command gets the descriptors Warden passed (SCM_RIGHTS) and dies if its caller's
 closes; a background one writes into pipes read here into ring buffers. Every command runs in a
 session of its own, so a kill reaches its process group.
 
+A terminal session's command gets a pseudo-terminal made here, in the sandbox's own devpts, not
+the one Warden passed (the host's, whose /dev/pts/N does not exist in here: `tty` said "not a
+tty", os.ttyname failed). This process relays between the two (`Relay`), Warden's put in raw mode
+so that only the inner one's line discipline acts (echo, ^C), and copies its size onto the inner
+one when it changes.
+
 The supervisor exits (and the sandbox with it) after IDLE_SECONDS without a running process or a
 connection, once Warden has collected every finished process (or after six idle periods anyway).
 """
@@ -37,6 +43,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import resource
@@ -48,7 +55,9 @@ import stat
 import struct
 import subprocess
 import sys
+import termios
 import time
+import tty as ttymode
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -66,8 +75,10 @@ PRLIMIT = "/etc/warden/prlimit"
 RLIMITS = {"as": "RLIMIT_AS", "cpu": "RLIMIT_CPU", "nofile": "RLIMIT_NOFILE", "fsize": "RLIMIT_FSIZE",
            "core": "RLIMIT_CORE", "data": "RLIMIT_DATA", "nproc": "RLIMIT_NPROC"}
 MAX_PENDING_OUT = 16 << 20  # bytes queued to a client that does not read
+RESIZE_TICK = 0.2  # seconds between looks at a terminal session's size (nothing signals this process)
 SPAWN_GRACE = 30.0  # seconds a spawned command waits for Warden's go before it is killed
 READ_CHUNK = 65536
+RELAY_PENDING = 1 << 16  # bytes a terminal relay holds each way before it reads no more
 # Signals this Python handles or ignores; a command expects them at their defaults, as after a shell.
 _CHILD_SIGNALS = {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
 # What the dynamic loader and libc read from the environment before a program's main: a
@@ -147,6 +158,127 @@ class Proc:
         return event
 
 
+class Relay:
+    """A terminal session's two pseudo-terminals joined: what the command writes on the inner one
+    (made here) goes out on Warden's (`outer`, its slave, raw), what is typed there comes in, each
+    way at most RELAY_PENDING bytes ahead of its reader. It ends once the inner one has no slave
+    left (the command and what it left are gone) and its last output is out, or when Warden's
+    side is closed."""
+
+    def __init__(self, sup: Supervisor, outer: int, inner: int) -> None:
+        self.sup = sup
+        self.outer = outer
+        self.inner = inner
+        self.out = bytearray()  # inner -> outer
+        self.typed = bytearray()  # outer -> inner
+        self.inner_done = False
+        self.size = b""
+        self.armed: dict[int, int] = {}
+        for fd in (outer, inner):
+            os.set_blocking(fd, False)
+        self.follow_size()
+        self.arm()
+
+    def follow_size(self) -> None:
+        """The inner terminal at the outer one's size: the kernel signals the command's job."""
+        with contextlib.suppress(OSError):
+            size = fcntl.ioctl(self.outer, termios.TIOCGWINSZ, b"\0" * 8)
+            if size != self.size:
+                self.size = size
+                fcntl.ioctl(self.inner, termios.TIOCSWINSZ, size)
+
+    def arm(self) -> None:
+        wanted = {
+            self.inner: (0 if self.inner_done or len(self.out) >= RELAY_PENDING else selectors.EVENT_READ)
+            | (selectors.EVENT_WRITE if self.typed and not self.inner_done else 0),
+            self.outer: (selectors.EVENT_READ if len(self.typed) < RELAY_PENDING and not self.inner_done else 0)
+            | (selectors.EVENT_WRITE if self.out else 0)}
+        for fd, events in wanted.items():
+            before = self.armed.get(fd, 0)
+            if events == before:
+                continue
+            if not events:
+                self.sup.sel.unregister(fd)
+            elif before:
+                self.sup.sel.modify(fd, events, self)
+            else:
+                self.sup.sel.register(fd, events, self)
+            self.armed[fd] = events
+
+    def ready(self, fd: int, events: int) -> None:
+        if fd == self.inner and events & selectors.EVENT_READ:
+            try:
+                chunk = os.read(self.inner, READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                chunk = None
+            except OSError:  # EIO: no slave open any more
+                chunk = b""
+            if chunk == b"":
+                self.inner_done = True
+                self.typed.clear()
+            elif chunk:
+                self.out += chunk
+        if fd == self.outer and events & selectors.EVENT_READ:
+            try:
+                chunk = os.read(self.outer, READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                chunk = None
+            except OSError:
+                chunk = b""
+            if chunk == b"":  # Warden's side is gone: so is the session
+                self.close()
+                return
+            if chunk:
+                self.follow_size()  # a resize reaches the command ahead of what was typed after it
+                self.typed += chunk
+        if self.out and self.write(self.outer, self.out) is None:
+            self.close()
+            return
+        if self.typed and not self.inner_done and self.write(self.inner, self.typed) is None:
+            self.typed.clear()
+        if self.inner_done and not self.out:
+            self.close()
+            return
+        self.arm()
+
+    @staticmethod
+    def write(fd: int, pending: bytearray) -> int | None:
+        """Write what fits of `pending` (dropped from it); None when `fd` is gone."""
+        try:
+            sent = os.write(fd, pending)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError:
+            return None
+        del pending[:sent]
+        return sent
+
+    def close(self) -> None:
+        for fd in (self.inner, self.outer):
+            if self.armed.get(fd):
+                self.sup.sel.unregister(fd)
+            os.close(fd)
+        self.armed = {}
+        self.sup.relays.remove(self)
+
+
+def _inner_terminal(outer: int) -> tuple[int, int] | None:
+    """A pseudo-terminal of the sandbox's devpts (master, slave), set as `outer` was, which is
+    then put in raw mode; None where none can be made (the command gets `outer` itself)."""
+    try:
+        master, slave = os.openpty()
+    except OSError:
+        return None
+    try:
+        termios.tcsetattr(slave, termios.TCSANOW, termios.tcgetattr(outer))
+        ttymode.setraw(outer, termios.TCSANOW)
+    except (OSError, termios.error):
+        os.close(master)
+        os.close(slave)
+        return None
+    return master, slave
+
+
 class Conn:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -167,6 +299,7 @@ class Supervisor:
         self.procs: dict[str, Proc] = {}
         self.by_pid: dict[int, Proc] = {}
         self.pipes: dict[int, Proc] = {}  # fd -> Proc
+        self.relays: list[Relay] = []
         self.last_activity = time.monotonic()
         self.stopping = False
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -196,11 +329,15 @@ class Supervisor:
                         self.flush(tag)
                 elif isinstance(tag, Proc):
                     self.read_pipe(key.fd, tag)
+                elif isinstance(tag, Relay) and tag in self.relays:
+                    tag.ready(key.fd, events)
+            for relay in self.relays:
+                relay.follow_size()
             self.reap()
         self.kill_all()
 
     def next_timeout(self, now: float) -> float:
-        moments = [now + 1.0]
+        moments = [now + (RESIZE_TICK if self.relays else 1.0)]
         for proc in self.procs.values():
             if proc.deadline is not None and proc.status == "running":
                 moments.append(proc.deadline)
@@ -209,7 +346,7 @@ class Supervisor:
         return max(min(moments) - now, 0.0)
 
     def idle_over(self, now: float) -> bool:
-        if self.conns or any(p.status in ("starting", "running") for p in self.procs.values()):
+        if self.conns or self.relays or any(p.status in ("starting", "running") for p in self.procs.values()):
             self.last_activity = now
             return False
         idle = now - self.last_activity
@@ -527,6 +664,12 @@ class Supervisor:
                     child_fds[name] = write_end
             stdio = [child_fds.get("stdin", devnull), child_fds.get("stdout", devnull),
                      child_fds.get("stderr", devnull)]
+            inner = _inner_terminal(stdio[0]) if tty else None
+            if inner is not None:
+                relayed = os.dup(stdio[0])  # Warden's terminal, kept here to relay to
+                kept += [inner[0], relayed]
+                child_fds["inner"] = inner[1]  # closed here after the fork, as the others
+                stdio = [inner[1]] * 3
             pid = None if hold or tty else self.spawn_born_limited(argv, env, cwd, stdio, limits, joins, backs)
             go_w: int | None = None
             if pid is not None:
@@ -540,6 +683,8 @@ class Supervisor:
             os.close(devnull)
             for fd in [*child_fds.values(), *joins, *backs, *kept]:
                 os.close(fd)
+        if inner is not None:
+            self.relays.append(Relay(self, relayed, inner[0]))
         proc = Proc(proc_id, pid, background, timeout, ring, go_w, None if background else conn)
         proc.status = "starting" if go_w is not None else "running"
         self.procs[proc_id] = proc
@@ -672,9 +817,6 @@ class Supervisor:
             for target, fd in enumerate(stdio):
                 os.dup2(fd, target, inheritable=True)
             if tty:  # a terminal session: the pseudo-terminal becomes this new session's own
-                import fcntl
-                import termios
-
                 fcntl.ioctl(0, termios.TIOCSCTTY, 0)
             # Its own limits before it runs anything (Warden sets them again on a held one).
             for _, which, soft, hard in limits:
