@@ -22,6 +22,7 @@ def test_a_resize_reaches_the_command_before_the_keys_typed_after_it() -> None:
         stdout_r, stdout_w = os.pipe()
         relay = _Relay(command, person.slave, stdout_w)
         relay.start()
+        relay.started.set()  # the command runs: what is typed is passed on
         try:
             for cols, rows in ((132, 50), (80, 24), (200, 60)):
                 person.resize(cols, rows)  # the person's window changes, then they type

@@ -170,6 +170,28 @@ def test_warden_run_tty_gives_the_command_a_terminal(warden_on_a_terminal: Any) 
     assert proc.wait(30) == 7
 
 
+@pytest.mark.parametrize("live", [False, True], ids=["fresh", "live"])
+def test_run_tty_with_input_at_its_end_gives_the_command_the_end_of_input(home: dict[str, Any], live: bool) -> None:
+    # stdin at its end (a file, /dev/null), stdout a terminal. The end of input reached the
+    # command's terminal before the command ran: its line discipline took it in cooked mode, and
+    # the live sandbox's terminal gave it as a NUL (`^@` shown, `read` waiting until the timeout).
+    server = cli_out(home["environ"], "run", "term", "--detach", "--", "sleep", "300") if live else None
+    master, slave = os.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "warden", "run", "term", "--tty", "--timeout", "20", "--",
+                                 "sh", "-c", "read x; echo got-$x-$?"], stdin=subprocess.DEVNULL, stdout=slave,
+                                stderr=slave, env=home["environ"], start_new_session=True)
+        os.close(slave)
+        screen = CliScreen(master)
+        screen.wait_for(b"got--1")
+        assert proc.wait(30) == 0
+        assert b"^@" not in screen.seen
+    finally:
+        os.close(master)
+        if server is not None:
+            cli_out(home["environ"], "kill", "term", server, "--signal", "KILL")
+
+
 def test_a_command_on_the_terminal_cannot_push_input_into_it(warden_on_a_terminal: Any) -> None:
     # TIOCSTI would queue bytes as if typed (CVE-2017-5226). The terminal is a fresh one only the
     # sandbox reads, and the syscall filter refuses the ioctl all the same.

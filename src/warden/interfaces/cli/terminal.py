@@ -56,7 +56,11 @@ def run_on_terminal(ctx: Context, request: RunRequest) -> RunResult:
             os.write(sys.stderr.fileno(), line.replace(b"\n", b"\r\n") if raw else line)
 
         try:
-            output = RunOutput(on_notice=notice, capture=False, on_started=lambda _kill: pty.give_away())
+            def started(_kill: object) -> None:
+                pty.give_away()
+                relay.started.set()
+
+            output = RunOutput(on_notice=notice, capture=False, on_started=started)
             result = runs.execute(dataclasses.replace(request, terminal=pty.slave), output)
         finally:
             pty.give_away()
@@ -74,6 +78,10 @@ class _Relay(threading.Thread):
         super().__init__(name="warden-terminal", daemon=True)
         self.pty, self.stdin, self.stdout = pty, stdin, stdout
         self._halt = threading.Event()
+        # Input is passed on once the command runs: before, the terminal it gets may not be set
+        # up yet (a live sandbox's supervisor makes Warden's raw then), and what its line
+        # discipline took in cooked mode came out echoed twice, an end of input as a NUL (^@).
+        self.started = threading.Event()
         self._size = terminal_size(stdin)
 
     def _follow_size(self) -> None:
@@ -96,9 +104,10 @@ class _Relay(threading.Thread):
     def run(self) -> None:
         master, reading, pending = self.pty.master, True, b""
         while not self._halt.is_set():
-            readable = [master, self.stdin] if reading and not pending else [master]
+            started = self.started.is_set()
+            readable = [master, self.stdin] if reading and not pending and started else [master]
             try:
-                ready, room, _ = select.select(readable, [master] if pending else [], [], 0.2)
+                ready, room, _ = select.select(readable, [master] if pending else [], [], 0.2 if started else 0.02)
             except (OSError, ValueError):
                 return
             if master in ready:
