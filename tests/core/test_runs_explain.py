@@ -25,6 +25,21 @@ def test_a_program_the_live_sandboxs_launcher_could_not_start_is_explained_too(s
     assert line == "warden: ./tool is not executable inside the sandbox"
 
 
+def test_a_program_hidden_by_the_path_the_command_was_given_is_said_to_be_hidden() -> None:
+    failed = "bwrap: execvp sh: No such file or directory\n"
+    line = explain_failure(127, None, failed, **FACTS, programs={"sh"}, given_path="/nowhere")
+    assert line is not None and "sh is not on the PATH the command was given (PATH=/nowhere)" in line, line
+    assert "not in the sandbox" not in line
+    # Missing from the sandbox's own PATH too, or named by a path: the general line.
+    for argv0, programs in (("sh", set()), ("/bin/sh", {"sh"})):
+        line = explain_failure(127, None, f"bwrap: execvp {argv0}: No such file or directory\n", **FACTS,
+                               programs=programs, given_path="/nowhere")
+        assert line is not None and f"{argv0} is not in the sandbox" in line, line
+    # A PATH the sandbox chose is shown escaped and cut short.
+    line = explain_failure(127, None, failed, **FACTS, programs={"sh"}, given_path="/x\x1b[2J" + "a" * 500)
+    assert line is not None and "\x1b" not in line and len(line) < 600, line
+
+
 def test_a_mistyped_program_gets_the_nearest_name_on_the_path() -> None:
     seen = {"python", "python3", "pip", "node", "ls"}
     line = explain_failure(127, None, "bwrap: execvp pyhton: No such file or directory\n", **FACTS, programs=seen)

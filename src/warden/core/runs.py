@@ -249,19 +249,25 @@ def nearest_program(program: str, programs: Collection[str]) -> str:
 def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom_killed: bool,
                     network: bool, max_file_mb: int, memory: int, bot: bool = False,
                     pids: int | None = None, programs: Collection[str] = (),
-                    cpu_seconds: int | None = None) -> str | None:
+                    cpu_seconds: int | None = None, given_path: str | None = None) -> str | None:
     """One line saying what Warden's sandbox had to do with a failed command, or None.
 
     A command that fails inside the sandbox says so in its own words (`bwrap: execvp pyhton`,
     "File too large", a DNS error); this names the limit or the missing piece behind it and
     the setting or flag that changes it (`bot`: in the words of the HTTP API, which a bot
     uses, rather than the CLI's). `programs`: the names the sandbox's PATH holds, for a
-    "did you mean" when a program is not found. Pure: the caller passes the facts.
+    "did you mean" when a program is not found; `given_path`: the PATH the command was given
+    in its environment, if it was (a program then missing from it may well be in the sandbox).
+    Pure: the caller passes the facts.
     """
     last = stderr_tail.strip().rsplit("\n", 1)[-1] if stderr_tail.strip() else ""
     could_not = next((prefix for prefix in _EXEC_FAILED if last.startswith(prefix)), None)
     if exit_code in (126, 127) and could_not is not None:
         program = last.removeprefix(could_not).rsplit(":", 1)[0]
+        if exit_code == 127 and given_path is not None and "/" not in program and program in programs:
+            return (f"warden: {echoed(program)} is not on the PATH the command was given "
+                    f"(PATH={echoed(given_path, 200)}), though it is on the sandbox's own (/usr/bin, /bin, the "
+                    "workspace's .venv/bin and node_modules/.bin): leave PATH out, or give it those folders too")
         if exit_code == 127:
             hint = nearest_program(program, programs)
             return (f"warden: {echoed(program)} is not in the sandbox{hint} (it sees /usr, /bin"

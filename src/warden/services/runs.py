@@ -541,7 +541,8 @@ class RunService:
                                   max_file_mb=self.settings.max_file_mb, memory=plan.limits.memory,
                                   bot=request.actor.startswith("bot:"), pids=plan.limits.pids,
                                   cpu_seconds=plan.limits.cpu_seconds,
-                                  programs=self._programs(plan.record.path) if result.exit_code == 127 else ())
+                                  programs=self._programs(plan.record.path) if result.exit_code == 127 else (),
+                                  given_path=request.env.get("PATH"))
             if why is not None:
                 notes.say(why)
         stopper = self._stopped_by(name, result.signal) if watched.note is None else None
