@@ -166,6 +166,22 @@ def test_a_program_that_cannot_start_in_the_live_sandbox_is_explained(cli: Cli, 
         tool.unlink()
 
 
+def test_a_background_program_that_cannot_start_is_explained_by_wait_and_logs(cli: Cli, ws: str) -> None:
+    # Its own stderr said only `bwrap: execvp nosuchtool: ...`: `warden run` in the foreground
+    # adds Warden's line, and a detached one's `wait` and `logs` now do too.
+    missing = _detach(cli, ws, "nosuchtool")
+    waited = cli("wait", ws, missing)
+    line = "warden: nosuchtool is not in the sandbox"
+    assert waited.code == 127 and line in waited.stderr, waited.stderr
+    for args in ((), ("--follow",)):
+        logs = cli("logs", ws, missing, *args)
+        assert logs.code == 0 and logs.stderr.splitlines()[-1].startswith(line), logs.stderr
+    # A command that ends 127 by itself gets no such line.
+    ended = _detach(cli, ws, "sh", "-c", "exit 127")
+    waited = cli("wait", ws, ended)
+    assert waited.code == 127 and "warden:" not in waited.stderr, waited.stderr
+
+
 def test_death_on_destroy(cli: Cli, home: Path) -> None:
     assert cli("create", "doomed", "--template", "minimal").code == 0
     sleeper = _detach(cli, "doomed", "sleep", "300")

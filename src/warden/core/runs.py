@@ -17,7 +17,7 @@ from warden.core.network import NetworkPolicy
 from warden.core.paths import canonical, normalize, within
 
 __all__ = ["NO_NETWORK_ENV", "NetEvent", "RunInProgress", "RunResult", "SandboxRequest", "Sink", "StoppedAsItStarted",
-           "Usage", "explain_failure", "nearest_program", "usage_of", "workspace_cwd"]
+           "Usage", "explain_failure", "explain_not_started", "nearest_program", "usage_of", "workspace_cwd"]
 
 # Where a command's output goes as it comes (a terminal, a socket), chunk by chunk.
 Sink = Callable[[bytes], None]
@@ -246,6 +246,27 @@ def nearest_program(program: str, programs: Collection[str]) -> str:
     return f": did you mean {found[0]}?" if found else ""
 
 
+def explain_not_started(exit_code: int, stderr_tail: str, *, programs: Collection[str] = (),
+                        given_path: str | None = None) -> str | None:
+    """Warden's line for a command whose program could not be started (exit 127 or 126 with the
+    exec's own words last on stderr), or None: a foreground run's and a background process's."""
+    last = stderr_tail.strip().rsplit("\n", 1)[-1] if stderr_tail.strip() else ""
+    could_not = next((prefix for prefix in _EXEC_FAILED if last.startswith(prefix)), None)
+    if exit_code not in (126, 127) or could_not is None:
+        return None
+    program = last.removeprefix(could_not).rsplit(":", 1)[0]
+    if exit_code == 127 and given_path is not None and "/" not in program and program in programs:
+        return (f"warden: {echoed(program)} is not on the PATH the command was given "
+                f"(PATH={echoed(given_path, 200)}), though it is on the sandbox's own (/usr/bin, /bin, the "
+                "workspace's .venv/bin and node_modules/.bin): leave PATH out, or give it those folders too")
+    if exit_code == 127:
+        hint = nearest_program(program, programs)
+        return (f"warden: {echoed(program)} is not in the sandbox{hint} (it sees /usr, /bin"
+                " and the workspace's .venv/bin and node_modules/.bin); `warden install` adds Python or "
+                "Node packages")
+    return f"warden: {echoed(program)} is not executable inside the sandbox"
+
+
 def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom_killed: bool,
                     network: bool, max_file_mb: int, memory: int, bot: bool = False,
                     pids: int | None = None, programs: Collection[str] = (),
@@ -260,20 +281,9 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
     in its environment, if it was (a program then missing from it may well be in the sandbox).
     Pure: the caller passes the facts.
     """
-    last = stderr_tail.strip().rsplit("\n", 1)[-1] if stderr_tail.strip() else ""
-    could_not = next((prefix for prefix in _EXEC_FAILED if last.startswith(prefix)), None)
-    if exit_code in (126, 127) and could_not is not None:
-        program = last.removeprefix(could_not).rsplit(":", 1)[0]
-        if exit_code == 127 and given_path is not None and "/" not in program and program in programs:
-            return (f"warden: {echoed(program)} is not on the PATH the command was given "
-                    f"(PATH={echoed(given_path, 200)}), though it is on the sandbox's own (/usr/bin, /bin, the "
-                    "workspace's .venv/bin and node_modules/.bin): leave PATH out, or give it those folders too")
-        if exit_code == 127:
-            hint = nearest_program(program, programs)
-            return (f"warden: {echoed(program)} is not in the sandbox{hint} (it sees /usr, /bin"
-                    " and the workspace's .venv/bin and node_modules/.bin); `warden install` adds Python or "
-                    "Node packages")
-        return f"warden: {echoed(program)} is not executable inside the sandbox"
+    not_started = explain_not_started(exit_code, stderr_tail, programs=programs, given_path=given_path)
+    if not_started is not None:
+        return not_started
     # RLIMIT_CPU: SIGXCPU at the soft limit (a shell in between says it in its own words).
     if cpu_seconds is not None and (signal == _SIGXCPU or "CPU time limit exceeded" in stderr_tail):
         if bot:

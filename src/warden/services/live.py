@@ -50,7 +50,7 @@ from warden.core.live import (
     network_key,
     plan_fingerprint,
 )
-from warden.core.runs import RunResult, SandboxRequest, StoppedAsItStarted, Usage
+from warden.core.runs import RunResult, SandboxRequest, StoppedAsItStarted, Usage, explain_not_started
 
 if TYPE_CHECKING:
     from warden.core.ports import Clock, GitGuards, LiveSandboxes, Registry, SandboxRunner, Tx
@@ -742,6 +742,15 @@ class LiveSandboxService:
                 return logs
         kept = self._sandboxes.kept_logs(process.id)
         return kept if kept is not None else Logs(b"", b"")
+
+    def why_not_started(self, workspace: str, process_id: str, *, principal: str | None = None) -> str | None:
+        """Warden's line for an ended process whose program could not be started (not found, not
+        executable), as a foreground run says it; None for any other."""
+        process = self._process(workspace, process_id, principal)
+        if process.running or process.exit_code not in (126, 127):
+            return None
+        tail = self.logs(workspace, process_id, principal=principal).stderr[-4096:]
+        return explain_not_started(process.exit_code, tail.decode("utf-8", "replace"))
 
     def follow(self, workspace: str, process_id: str, *, principal: str | None = None) -> Iterator[Chunk | None]:
         """The process's output so far and as it comes, then its end (`Chunk.exited`); None after

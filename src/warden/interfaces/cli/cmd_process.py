@@ -94,6 +94,7 @@ def _logs(ctx: Context, args: argparse.Namespace) -> Output:
             return Output({"id": args.id, **logs.to_json()})
         _write(sys.stdout.buffer, logs.stdout)
         _write(sys.stderr.buffer, logs.stderr)
+        _why_not_started(ctx, args)
         return Output(streamed=True)
     out, err = bytearray(), bytearray()
     ended = None
@@ -109,7 +110,17 @@ def _logs(ctx: Context, args: argparse.Namespace) -> Output:
             _write(sys.stdout.buffer if chunk.stream == "stdout" else sys.stderr.buffer, chunk.data)
     data = {"id": args.id, "stdout": out.decode("utf-8", "replace"), "stderr": err.decode("utf-8", "replace"),
             "exit_code": ended.exit_code if ended else None}
+    if not ctx.json and ended is not None:
+        _why_not_started(ctx, args)
     return Output(data, streamed=not ctx.json)
+
+
+def _why_not_started(ctx: Context, args: argparse.Namespace) -> None:
+    """Warden's line on stderr for a process whose program could not be started (as `warden run`
+    in the foreground says it): its own stderr says only `bwrap: execvp NAME: ...`."""
+    line = ctx.app.live.why_not_started(args.name, args.id)
+    if line is not None:
+        sys.stderr.write(line + "\n")
 
 
 def _write(stream: Any, data: bytes) -> None:
@@ -141,4 +152,6 @@ def _wait(ctx: Context, args: argparse.Namespace) -> Output:
     _known(ctx, args.name)
     view = ctx.app.live.wait(args.name, args.id, timeout)
     code = view.exit_code if view.exit_code is not None else 1  # lost: its status is not known
+    if not ctx.json and code in (126, 127):
+        _why_not_started(ctx, args)
     return Output(view.to_json(), text=_line(view), exit_code=code)
