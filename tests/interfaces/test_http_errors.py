@@ -113,6 +113,19 @@ def test_not_found_and_conflict(live: dict[str, Any]) -> None:
     _error(response, 409, "conflict")
 
 
+def test_a_python_not_installed_is_told_in_the_apis_words(live: dict[str, Any]) -> None:
+    # The message named only the CLI's --python, which a bot has no way to pass.
+    def create(python: str) -> httpx.Response:
+        return httpx.post(live["url"] + "/v1/workspaces", headers={"Authorization": f"Bearer {live['identity']}"},
+                          json={"bot": "edgebot", "request": "workspace", "params": {"name": "py", "python": python}},
+                          timeout=120)
+
+    message = _error(create("3.97"), 400, "invalid")
+    assert "bad Python version '3.97'" in message and '"python"' in message and "3.12" in message, message
+    message = _error(create("3.15"), 404, "not_found")  # not released as this is written
+    assert "Python 3.15 is not installed" in message and '"python": "X.Y"' in message, message
+
+
 def test_child_grants_fit_their_limits(live: dict[str, Any]) -> None:
     app: App = live["app"]
     before = len(app.grants.list_grants("demo"))

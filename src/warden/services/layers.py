@@ -114,9 +114,11 @@ class LayerService:
     def resolve(self, ref: str | None, *, python: str | None = None, node: str | None = None) -> Resolution:
         """Bind template `ref` (default from settings) to interpreter and layer ids; cached."""
         if python is not None and python not in _XY:
-            raise InvalidInput(f"bad --python {python!r}: write X.Y such as 3.12")
+            raise InvalidInput(f"bad Python version {python!r} (--python, or \"python\" in the API's create params): "
+                               f"write X.Y, one of {', '.join(_XY)}")
         if node is not None and not (node.isdigit() and len(node) <= 3):
-            raise InvalidInput(f"bad --node {node!r}: write a major version such as 20")
+            raise InvalidInput(f"bad Node version {node!r} (--node, or \"node\" in the API's create params): write a "
+                               "major version such as 20")
         ref = ref or self._settings.get_str("workspace.default_template")
         located = self.catalog.locate(ref)
         key = _digest([RESOLVER_VERSION, located.stamp, python, node])
