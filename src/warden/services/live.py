@@ -140,21 +140,27 @@ class ProcessStarter:
         return ProcessView.of(self.process)
 
 
+# The workspace's live sandboxes and its lease's fencing number, read in the run's lease take.
+Seen = tuple[tuple[LiveSandbox, ...], int]
+
+
 class _LiveRunner:
     """A SandboxRunner that runs a foreground command in its principal's live sandbox when one
     runs for the request's network, else in a fresh sandbox (`fresh`)."""
 
     def __init__(self, service: LiveSandboxService, record: WorkspaceRecord, principal: str,
-                 fresh: SandboxRunner, *, start: bool = False) -> None:
+                 fresh: SandboxRunner, *, start: bool = False, seen: Seen | None = None) -> None:
         self._service = service
         self._record = record
         self._principal = principal
         self._fresh = fresh
         self._start = start
+        self._seen = seen
 
     def run(self, request: SandboxRequest) -> RunResult:
         # A terminal session too (`warden shell` reaches the servers a detached command runs).
-        result = self._service.run_in_live(self._record, self._principal, request, start=self._start)
+        result = self._service.run_in_live(self._record, self._principal, request, start=self._start,
+                                           seen=self._seen)
         return result if result is not None else self._fresh.run(request)
 
 
@@ -182,10 +188,11 @@ class LiveSandboxService:
 
     # -- for the run path ----------------------------------------------------------------------
     def runner(self, record: WorkspaceRecord, principal: str, fresh: SandboxRunner, *,
-               start: bool = False) -> SandboxRunner:
+               start: bool = False, seen: Seen | None = None) -> SandboxRunner:
         """Where RunService runs a foreground command of `principal` (`start`: in its live sandbox,
-        started for it when none runs; else in it only while one runs)."""
-        return _LiveRunner(self, record, principal, fresh, start=start)
+        started for it when none runs; else in it only while one runs). `seen`: the workspace's
+        live sandboxes and lease fence as the run's lease take read them, looked in first."""
+        return _LiveRunner(self, record, principal, fresh, start=start, seen=seen)
 
     def starter(self, record: WorkspaceRecord, principal: str, process_id: str, *, bot: str = "",
                 busy: Busy | None = None) -> ProcessStarter:
@@ -193,10 +200,10 @@ class LiveSandboxService:
         return ProcessStarter(self, record, principal, process_id, bot, busy)
 
     def run_in_live(self, record: WorkspaceRecord, principal: str, request: SandboxRequest, *,
-                    start: bool = False) -> RunResult | None:
+                    start: bool = False, seen: Seen | None = None) -> RunResult | None:
         """Run a foreground command in the live sandbox of its key, if one is up (`start`: started
         if not); None if not."""
-        sandbox = self._sandbox_for(record, principal, request, start=start)
+        sandbox = self._sandbox_for(record, principal, request, start=start, seen=seen)
         if sandbox is None:
             return None
         try:
@@ -330,12 +337,19 @@ class LiveSandboxService:
 
     # -- which sandbox -------------------------------------------------------------------------
     def _sandbox_for(self, record: WorkspaceRecord, principal: str, request: SandboxRequest, *,
-                     start: bool) -> LiveSandbox | None:
+                     start: bool, seen: Seen | None = None) -> LiveSandbox | None:
         network, fingerprint = _network(request), _fingerprint(request)
         for _ in range(3):
-            with self._registry.transaction(write=False) as tx:
-                found = tx.sandboxes.find(self.node, record.name, principal, network)
-                fence = tx.leases.read(record.name)[0].fence
+            if seen is not None:
+                # As the run's lease take read them, in its transaction: a read of its own would
+                # find the same (a stop that claims the row later is met as it is after one).
+                found = next((s for s in seen[0] if (s.node, s.principal, s.network) == (self.node, principal,
+                                                                                            network)), None)
+                fence, seen = seen[1], None
+            else:
+                with self._registry.transaction(write=False) as tx:
+                    found = tx.sandboxes.find(self.node, record.name, principal, network)
+                    fence = tx.leases.read(record.name)[0].fence
             if found is not None:
                 problem = self._problem(found, record, fence)
                 if problem is None and found.fingerprint != fingerprint:

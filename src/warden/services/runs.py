@@ -51,7 +51,7 @@ from warden.services.runs_in_progress import RunIntent, RunsInProgress
 if TYPE_CHECKING:
     from warden.core.live import ProcessView
     from warden.core.network import NetworkPolicy
-    from warden.core.ports import GitGuard, GitGuards, MountSources, Registry, SafeRoots, SandboxRunner
+    from warden.core.ports import GitGuard, GitGuards, MountSources, Registry, SafeRoots, SandboxRunner, Tx
     from warden.core.settings import Settings
     from warden.core.workspaces import WorkspaceRecord
     from warden.services.audit import AuditLog
@@ -280,7 +280,7 @@ class RunService:
             self._hold_lease(held, intent, within)
             mounts = self._mount(held, plan, intent, notes)
             try:
-                result, watched = self._sandboxed(plan, request, output, mounts, notes)
+                result, watched = self._sandboxed(plan, request, output, mounts, notes, intent=intent)
             except (KeyboardInterrupt, Terminated) as exc:
                 # Its person stopped it (Ctrl-C, a termination signal): the sandbox ended the
                 # command as this unwinds, and the outcome says so, given back with the lease.
@@ -460,7 +460,8 @@ class RunService:
         return mounts
 
     def _sandboxed(self, plan: _Plan, request: RunRequest, output: RunOutput, mounts: _Mounts,
-                   notes: _Notes, *, runner: SandboxRunner | None = None) -> tuple[RunResult, _Watched]:
+                   notes: _Notes, *, runner: SandboxRunner | None = None,
+                   intent: RunIntent | None = None) -> tuple[RunResult, _Watched]:
         """The command run in the sandbox under the disk quota's watch, then the git sweep; a
         sandbox that cannot start (or a mount source that became a link) is a refusal. `runner`:
         where it runs (a background process's starter); else the principal's live sandbox when
@@ -472,8 +473,10 @@ class RunService:
             # `warden run` uses theirs only while one runs (a detached server), else a fresh one.
             keep = request.actor.startswith("bot:")
             live = self._live(keep) if self._live is not None else None
-            runner = (live.runner(plan.record, request.actor, self._sandbox, start=keep) if live is not None
-                      else self._sandbox)
+            seen = (intent.sandboxes, intent.fence) if intent is not None and intent.sandboxes is not None \
+                and intent.fence is not None else None
+            runner = (live.runner(plan.record, request.actor, self._sandbox, start=keep, seen=seen)
+                      if live is not None else self._sandbox)
 
         def on_net_event(event: NetEvent) -> None:
             if not event.allowed:
@@ -582,7 +585,11 @@ class RunService:
         back; under a caller's exclusive lease, the same writes in transactions of their own."""
         name = intent.record.name
         if within is None:
-            with self._leases.hold(name, "shared", "run", on_take=lambda tx, _lease: self._records.begin(tx, intent),
+            def take(tx: Tx, lease: Lease) -> None:
+                intent.fence = lease.fence
+                self._records.begin(tx, intent)
+
+            with self._leases.hold(name, "shared", "run", on_take=take,
                                    on_release=lambda tx: self._records.end(tx, intent)):
                 yield
             return
@@ -590,6 +597,7 @@ class RunService:
             raise InvalidInput(f"a run in {name!r} can only go under that workspace's exclusive lease")
         with self._registry.transaction() as tx:
             self._leases.check(tx, within)
+            intent.fence = within.fence
             self._records.begin(tx, intent)
         try:
             yield

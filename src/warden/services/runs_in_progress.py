@@ -18,6 +18,7 @@ from warden.core.runs import RunInProgress, RunResult
 from warden.core.workspaces import WorkspaceRecord
 
 if TYPE_CHECKING:
+    from warden.core.live import LiveSandbox
     from warden.core.ports import Clock, Processes, Tx
     from warden.services.audit import AuditLog
 
@@ -38,6 +39,10 @@ class RunIntent:
     others: bool = False  # another run in progress (or one that died unswept) when it started
     outcome: RunResult | None = None  # set once the command ran
     interrupted: str | None = None  # the signal its person stopped it with (SIGINT, SIGTERM, SIGHUP)
+    # The workspace's live sandboxes and its lease's fencing number as the lease's take read them:
+    # the run looks for its live sandbox in these rather than in a read of its own.
+    sandboxes: tuple[LiveSandbox, ...] | None = None
+    fence: int | None = None
 
 
 class RunsInProgress:
@@ -61,8 +66,9 @@ class RunsInProgress:
         # background processes run at any time): what git files appeared since may be a bot's
         # (core/gitcontrol). The person's own runs and live sandbox are the person's: a `git
         # init` of theirs is not moved aside because they keep a server running.
+        intent.sandboxes = tuple(tx.sandboxes.of_workspace(name))
         intent.others = (any(run.actor != PERSON for run in tx.runs.of_workspace(name))
-                         or any(sandbox.principal != PERSON for sandbox in tx.sandboxes.of_workspace(name)))
+                         or any(sandbox.principal != PERSON for sandbox in intent.sandboxes))
         self.mark_lost(tx)
         pid = os.getpid()
         tx.runs.insert(RunInProgress(intent.run_id, name, intent.actor, self.node, pid,
