@@ -15,7 +15,9 @@ a raw `bwrap … true` (the floor of any sandbox); the bot's exec in-process
 slot and no `api.exec` event); each server through the SDK (keep-alive) and through
 `http.client` (the lightest client: the server's share); `GET /v1/health` of each (the floor of
 an HTTP request). Columns: median, p10, p90, x raw bwrap, and the HTTP cost beyond the
-in-process exec. Issue #11's target: HTTP exec <= 0.75x raw bwrap.
+in-process exec. Then each server's own CPU time per exec (all its threads, from /proc: what the
+machine's load does to wall times does not count), over 2n more execs through `http.client`.
+Issue #11's target: HTTP exec <= 0.75x raw bwrap.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import argparse
 import compileall
 import http.client
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -58,6 +61,12 @@ def _alternate(n: int, rows: dict[str, Callable[[], object]]) -> dict[str, list[
             rows[name]()
             times[name].append((time.perf_counter() - start) * 1000)
     return times
+
+
+def _cpu_ms(pid: int) -> float:
+    """The CPU time (user + system, all its threads) process `pid` has used, in ms."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
 def _plain_exec(url: str, token: str) -> Callable[[], None]:
@@ -117,6 +126,13 @@ def main() -> None:
                 for label, (_, url) in servers.items():
                     rows[f"API GET /v1/health ({label})"] = Client(url, token).health
                 times = _alternate(args.n, rows)
+                # The servers' own CPU per exec (the clock ticks of all their threads: no wait counted).
+                execs = {label: _plain_exec(url, token) for label, (_, url) in servers.items()}
+                used = {label: -_cpu_ms(proc.pid) for label, (proc, _) in servers.items()}
+                for _ in range(args.n * 2):
+                    for run in execs.values():
+                        run()
+                cpu = {label: (used[label] + _cpu_ms(proc.pid)) / (args.n * 2) for label, (proc, _) in servers.items()}
                 with w.app.registry.transaction(write=False) as tx:
                     live = [s for s in tx.sandboxes.of_workspace("bench") if s.principal.startswith("bot:bench-bot@")]
             finally:
@@ -134,6 +150,9 @@ def main() -> None:
         beyond = f"{med - in_proc:8.2f}" if name.startswith("API exec") else ""
         print(f"{name:44} {med:10.2f} {ordered[len(values) // 10]:8.2f} {ordered[int(len(values) * 0.9) - 1]:8.2f} "
               f"{med / raw_median:12.2f} {beyond:>8}")
+    print()
+    for label, per_exec in cpu.items():
+        print(f"server CPU per exec ({label}): {per_exec:.2f} ms")
     ours = statistics.median(times["API exec, SDK (this tree)"])
     base = statistics.median(times[f"API exec, SDK (base {args.base})"])
     print(f"\nthis tree's SDK exec vs base: {ours - base:+.2f} ms ({ours / base:.2f}x); all in the bot's live sandbox")
