@@ -211,3 +211,29 @@ def test_a_rehearsal_reads_on_the_connection_opened_ahead_writes_nothing_and_giv
     assert _first_connection(path) is ahead
     spare.rehearse_run("/no/such/workspace")  # nothing to read: still given back
     spare.close()
+
+
+def test_a_write_held_by_another_connection_is_locked_and_an_sql_error_stays_itself(tmp_path: Path) -> None:
+    # Every statement, BEGIN and COMMIT maps SQLite's errors by cause (db._mapped): "database is
+    # locked" reaches the caller as Locked (the CLI's and the API's `locked`), caused by SQLite's
+    # own error; any other SQL error goes on as it was.
+    from warden.core.errors import Locked
+
+    path = tmp_path / "reg.db"
+    waiting = SqliteDatabase(path, busy_timeout=0.05)
+    with waiting.transaction() as sql:  # connected (WAL) before the other takes the lock
+        sql.execute("CREATE TABLE t (x)")
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # holds the write lock
+    try:
+        with pytest.raises(Locked) as locked, waiting.transaction():
+            pass
+        assert isinstance(locked.value.__cause__, sqlite3.OperationalError)
+        with waiting.transaction(write=False) as sql:
+            with pytest.raises(sqlite3.OperationalError, match="no such table"):
+                sql.execute("SELECT * FROM missing")
+            assert sql.execute("SELECT count(*) AS n FROM t") == [{"n": 0}]
+        waiting.close()
+    finally:
+        other.execute("ROLLBACK")
+        other.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -77,23 +78,30 @@ def scrub(detail: Mapping[str, object]) -> dict[str, object]:
     """Drop values under secret-looking keys, recursively (defence in depth for callers), and
     give bytes that are not UTF-8 (a command line's, kept by Python as lone surrogates) as
     `\\xNN` text, which a log row can hold and hash."""
-    clean: dict[str, object] = {}
-    for key, value in detail.items():
-        lowered = key.lower()
-        if any(word in lowered for word in _SECRET_KEYS) and lowered not in {"secret_names", "secrets"}:
-            clean[_text(key)] = "[redacted]"
-        elif isinstance(value, Mapping):
-            clean[_text(key)] = scrub(value)
-        else:
-            clean[_text(key)] = _texts(value)
-    return clean
+    return {_text(key): "[redacted]" if _secret_looking(key) else _clean(value) for key, value in detail.items()}
 
 
-def _texts(value: object) -> object:
+@functools.lru_cache(maxsize=1024)
+def _secret_looking(key: str) -> bool:
+    """Whether a detail key names a secret. Remembered per key: every event's detail holds the same
+    few dozen keys, and this was most of an event's cost; a pure function of the key, so a cached
+    answer is the answer (keys past the bound are judged anew)."""
+    lowered = key.lower()
+    return any(word in lowered for word in _SECRET_KEYS) and lowered not in {"secret_names", "secrets"}
+
+
+def _clean(value: object) -> object:
+    """One value as the log holds it: text as `_text` gives it, a mapping scrubbed, a list or tuple
+    as a list of clean values, anything else as it is. The common kinds are told apart first:
+    `isinstance` against the Mapping ABC costs several times a plain one."""
     if isinstance(value, str):
         return _text(value)
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, Mapping):
+        return scrub(value)
     if isinstance(value, list | tuple):
-        return [scrub(v) if isinstance(v, Mapping) else _texts(v) for v in value]
+        return [_clean(item) for item in value]
     return value
 
 

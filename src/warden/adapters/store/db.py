@@ -19,6 +19,7 @@ import stat
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Protocol
 
 from warden.core.errors import Conflict, Locked, Unavailable, classify
@@ -34,16 +35,27 @@ Row = dict[str, Any]
 BUSY_TIMEOUT = 30.0
 
 
-@contextlib.contextmanager
-def _mapped(where: str) -> Iterator[None]:
-    """sqlite3's "database is locked" as Locked and "database or disk is full" as Unavailable."""
-    try:
-        yield
-    except (sqlite3.OperationalError, OSError) as exc:
-        mapped = classify(exc, where)
-        if mapped is None:
-            raise
-        raise mapped from exc
+class _mapped:  # (lower case, as contextlib.suppress: used as `with _mapped(where):`)
+    """sqlite3's "database is locked" as Locked and "database or disk is full" as Unavailable.
+
+    A class rather than a generator-based context manager: it is entered around every statement,
+    BEGIN and COMMIT (some sixty times a command), and @contextmanager costs ~1.4 µs an entry."""
+
+    __slots__ = ("where",)
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if isinstance(exc, sqlite3.OperationalError | OSError):
+            mapped = classify(exc, self.where)
+            if mapped is not None:
+                raise mapped from exc
+        # None: whatever was raised goes on as it was
 
 
 class Sql(Protocol):

@@ -7,7 +7,6 @@ are the CLI's (`invalid`, `not_found`, `conflict`, `denied`, `locked`, `timeout`
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
@@ -18,11 +17,18 @@ from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from warden.core.errors import Pending, WardenError, classify
+from warden.core.errors import WardenError
 from warden.interfaces.http.calls import Call, Unauthenticated
-from warden.interfaces.http.fastpath import CONTENT_PATH, FastReads, Mounted
+from warden.interfaces.http.fastpath import CONTENT_PATH, FastExecs, FastReads, Mounted
 from warden.interfaces.http.limits import LimitsMiddleware, Refusal, Scope, bearer_token
-from warden.interfaces.http.statuses import ERROR_RESPONSES, HTTP_STATUS, package_version, status_for
+from warden.interfaces.http.statuses import (
+    ERROR_RESPONSES,
+    HTTP_STATUS,
+    error_json,
+    error_response,
+    package_version,
+    status_for,
+)
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
@@ -31,11 +37,6 @@ __all__ = ["ERROR_RESPONSES", "HTTP_STATUS", "bearer_token", "create_app", "stat
 
 # How long one change stream (GET …/events) may stay open: heartbeats keep it alive meanwhile.
 _STREAM_S = 7 * 86400.0
-log = logging.getLogger("warden.http")
-
-def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
-
 
 def _json_unsaid(request: Request, exc: RequestValidationError) -> bool:
     """Whether a JSON body was refused because the request did not say it is JSON: a form's
@@ -102,43 +103,35 @@ def create_app(app: App) -> FastAPI:
 
     @api.exception_handler(WardenError)
     async def warden_error(request: Request, exc: WardenError) -> JSONResponse:
-        if isinstance(exc, Pending):  # not a failure: accepted, waiting for a person
-            return JSONResponse({"approval": exc.approval, "message": exc.message}, status_code=202)
-        status = status_for(exc)
-        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-        return _error(status, exc.code, exc.message, headers)
+        return error_response(exc, request.method, request.url.path)
 
     @api.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         if _json_unsaid(request, exc):
             # `curl -d '{...}'` says form data: FastAPI then read no object at all, and said only that.
-            return _error(422, "invalid", "malformed request: the body is JSON, so say so with the header "
-                                          "`Content-Type: application/json` (curl: -H 'content-type: "
-                                          "application/json') (see /openapi.json)")
+            return error_json(422, "invalid", "malformed request: the body is JSON, so say so with the header "
+                                              "`Content-Type: application/json` (curl: -H 'content-type: "
+                                              "application/json') (see /openapi.json)")
         problems = []
         for item in exc.errors()[:3]:
             where = ".".join(str(part) for part in item.get("loc", ()) if part != "body")
             problems.append(f"{where or 'body'}: {item.get('msg', 'invalid')}")
-        return _error(422, "invalid", "malformed request: " + "; ".join(problems) + " (see /openapi.json)")
+        return error_json(422, "invalid", "malformed request: " + "; ".join(problems) + " (see /openapi.json)")
 
     @api.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 401: "denied", 403: "denied", 409: "conflict", 423: "locked"}.get(
             exc.status_code, "invalid" if exc.status_code < 500 else "internal")
         message = "no such endpoint: see /openapi.json" if exc.status_code == 404 else str(exc.detail)
-        return _error(exc.status_code, code, message)
+        return error_json(exc.status_code, code, message)
 
     @api.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-        mapped = classify(exc)  # a locked registry, a full disk: by cause, not "internal"
-        if mapped is not None:
-            return await warden_error(request, mapped)
-        # Logged without the request (its headers hold a token); the caller gets one line.
-        log.error("internal error in %s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
-        return _error(500, "internal", f"internal error ({type(exc).__name__}); the server log has details")
+        return error_response(exc, request.method, request.url.path)
 
     services = files.FileServices(app)
-    api.include_router(routes.router(app))
+    bot_routes = routes.BotRoutes(app)  # one for the routes and the exec fast path: one set of exec slots
+    api.include_router(routes.router(app, bot_routes))
     api.include_router(files.router(app, services))
     api.include_router(processes.router(app))
     api.include_router(approvals.router(app))
@@ -176,10 +169,11 @@ def create_app(app: App) -> FastAPI:
             return max(request_timeout, 600.0)  # building an environment may take minutes
         return request_timeout
 
-    # FastReads inside NodeForwarding (another node's files are read there), both inside the
-    # limits, so timeouts apply to the fast path and to forwarded requests too.
+    # The fast paths inside NodeForwarding (another node's files are read and its commands run
+    # there), all inside the limits, so bounds and timeouts apply to them and to forwarded requests too.
     from warden.interfaces.http.nodes import NodeForwarding
 
+    api.add_middleware(FastExecs, routes=bot_routes)
     api.add_middleware(FastReads, app=app, services=services)
     api.add_middleware(NodeForwarding, app=app, max_body=max(max_file, max_json), timeout=run_timeout + 60.0,
                        peers=peers, open_timeout=max(request_timeout, 60.0))

@@ -1,36 +1,54 @@
-"""A fast path for the hottest request, `GET /v1/workspaces/{name}/files/content?path=P`.
+"""Fast paths for the hottest requests: `GET /v1/workspaces/{name}/files/content?path=P` and a
+plain `POST /v1/workspaces/{name}/exec`.
 
 FastAPI's routing, dependency solving and response machinery cost about as much CPU as the
-read itself. This plain ASGI middleware answers the clean, common form of that request by
-calling the very function the FastAPI route calls (`files.read_content`: the same
-authentication, grant decision, file service and audit event); anything else — another
-method, a missing or repeated parameter, no bearer token, an odd name — falls through to
-FastAPI unchanged, so its validation and error answers stay the only ones.
+read itself, and about a millisecond of each exec. These plain ASGI middlewares answer the
+clean, common form of those requests by calling the very functions the FastAPI routes call
+(`files.read_content`, `BotRoutes.exec_awaited`: the same authentication, grant decision,
+service, limits and audit event); anything else — another method, a missing or repeated
+parameter, no bearer token, an odd name, a body FastAPI would refuse, a streamed or background
+exec — falls through to FastAPI unchanged, so its validation and error answers stay the only ones.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from warden.core.errors import WardenError, classify
 from warden.core.names import name_pattern
 from warden.interfaces.http.limits import ASGIApp, Message, Receive, Scope, Send, error_bytes
+from warden.interfaces.http.statuses import error_response
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
     from warden.interfaces.http.files import FileServices
+    from warden.interfaces.http.models import ExecRequest
+    from warden.interfaces.http.routes import BotRoutes
 
-__all__ = ["CONTENT_PATH", "FastReads", "Mounted"]
+__all__ = ["CONTENT_PATH", "EXEC_PATH", "FastExecs", "FastReads", "Mounted"]
 
 log = logging.getLogger("warden.http")
 
 # A file's content; group 1 is the workspace name (models.NAME).
 CONTENT_PATH = re.compile(rf"^/v1/workspaces/({name_pattern()})/files/content$")
+# A command run in the workspace; group 1 is its name.
+EXEC_PATH = re.compile(rf"^/v1/workspaces/({name_pattern()})/exec$")
+
+
+def _bearer(scope: Scope) -> str | None:
+    """The token of the request's one `Authorization: Bearer` header (None: none, several or
+    another form, which FastAPI's HTTPBearer is left to read)."""
+    tokens = [v for k, v in scope.get("headers", ()) if k == b"authorization"]
+    if len(tokens) != 1 or not tokens[0].startswith(b"Bearer "):
+        return None
+    return tokens[0][7:].decode("latin-1").strip() or None
 
 
 class FastReads:
@@ -52,11 +70,8 @@ class FastReads:
             return None
         if len(query) != 1 or query[0][0] != "path" or not 1 <= len(query[0][1]) <= 4096:
             return None
-        tokens = [v for k, v in scope.get("headers", ()) if k == b"authorization"]
-        if len(tokens) != 1 or not tokens[0].startswith(b"Bearer "):
-            return None
-        token = tokens[0][7:].decode("latin-1").strip()
-        if not token:
+        token = _bearer(scope)
+        if token is None:
             return None
         return found.group(1), query[0][1], token
 
@@ -86,6 +101,94 @@ class FastReads:
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode("ascii"))]})
         await send({"type": "http.response.body", "body": body})
+
+
+class FastExecs:
+    """`POST …/exec` of a plain command — a JSON object FastAPI would accept, neither `stream` nor
+    `background` — answered by `BotRoutes.exec_awaited`, as the FastAPI route answers it; any
+    other form, and a body FastAPI would refuse, goes on to FastAPI with the body as it came."""
+
+    def __init__(self, inner: ASGIApp, *, routes: BotRoutes) -> None:
+        self.inner = inner
+        self.routes = routes
+
+    @staticmethod
+    def _match(scope: Scope) -> tuple[str, str] | None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope.get("query_string"):
+            return None
+        found = EXEC_PATH.match(scope["path"])
+        if found is None:
+            return None
+        kinds = [v for k, v in scope.get("headers", ()) if k == b"content-type"]
+        if kinds != [b"application/json"]:
+            return None  # FastAPI says what it thinks of another content type, or of none
+        token = _bearer(scope)
+        return (found.group(1), token) if token is not None else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        matched = self._match(scope)
+        if matched is None:
+            await self.inner(scope, receive, send)
+            return
+        body = await _body(receive)
+        if body is None:
+            return  # the client went away while sending it: nobody to answer
+        request = _plain_exec(body)
+        if request is None:
+            await self.inner(scope, _replay(body, receive), send)
+            return
+        name, token = matched
+        try:
+            answer = await self.routes.exec_awaited(receive, name, request, token)
+        except Exception as exc:
+            await error_response(exc, "POST", scope["path"])(scope, receive, send)
+            return
+        content = answer.__pydantic_serializer__.to_json(answer, by_alias=True)  # as FastAPI's response_model
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(content)).encode("ascii")),
+                                (b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": content})
+
+
+def _plain_exec(body: bytes) -> ExecRequest | None:
+    """The exec a body asks for, read as FastAPI reads it (json.loads, then the model); None for
+    one FastAPI is to answer: not JSON, not valid, streamed or in the background."""
+    from warden.interfaces.http.models import ExecRequest
+
+    try:
+        data = json.loads(body)
+        request = ExecRequest.model_validate(data) if isinstance(data, dict) else None
+    except (ValueError, ValidationError):  # (a JSONDecodeError and a UnicodeDecodeError are ValueErrors)
+        return None
+    if request is None or request.stream or request.background:
+        return None
+    return request
+
+
+async def _body(receive: Receive) -> bytes | None:
+    """The request's whole body (LimitsMiddleware bounded its size and time); None: the client left."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, original: Receive) -> Receive:
+    """A `receive` that gives `body` (already read) once, then the client's own messages."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await original()
+
+    return receive
 
 
 class Mounted:

@@ -46,6 +46,7 @@ from warden.services.bot_requests import ChildGrant, Command, NewWorkspace
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
+    from warden.interfaces.http.limits import Receive
     from warden.services.bot_requests import WorkspaceView
 
 __all__ = ["BEARER", "BotRoutes", "Token", "WorkspaceName", "command_of", "router", "token_of"]
@@ -135,14 +136,14 @@ class BotRoutes:
             gone = self.requests.delete_workspace(call.authenticate(token_of(token)), name, trail=call)
             return WorkspaceDeleted(name=gone.name, destroyed=True, revoked=list(gone.revoked))
 
-    def exec_command(self, name: WorkspaceName, body: ExecRequest, token: Token,
+    def exec_command(self, name: str, body: ExecRequest, token: str | None,
                      abandoned: Abandoned | None = None) -> RunResultBody:
         """Run a command in the workspace's sandbox (needs `execute`); secrets the grant names are
         added to its environment. `abandoned`: stops it should its client go away."""
         with Call(self.app, "exec", name) as call:
             command = command_of(body)
             try:
-                result = self.requests.exec(call.authenticate(token_of(token)), name, command, trail=call,
+                result = self.requests.exec(call.authenticate(token), name, command, trail=call,
                                             admit=self.exec_slots.take,
                                             output=abandoned.output() if abandoned is not None else None)
             finally:
@@ -155,7 +156,8 @@ class BotRoutes:
 
     async def exec_or_stream(self, name: WorkspaceName, body: ExecRequest, token: Token,
                              request: Request) -> RunResultBody | Response:
-        """`exec_command`, or with `"stream": true` its output as NDJSON while it runs (streaming.py)."""
+        """`exec_command`, or with `"stream": true` its output as NDJSON while it runs (streaming.py).
+        (A plain exec's usual form is answered ahead of this route: fastpath.FastExecs.)"""
         if body.background:
             return await run_in_threadpool(self.start_background, name, body, token)
         if body.stream:
@@ -163,14 +165,14 @@ class BotRoutes:
 
             return await stream_exec(self.app, self.requests, self.exec_slots.take, name, command_of(body),
                                      token_of(token))
-        return await self._exec_while_awaited(request, name, body, token)
+        return await self.exec_awaited(request.receive, name, body, token_of(token))
 
-    async def _exec_while_awaited(self, request: Request, name: str, body: ExecRequest,
-                                  token: Token) -> RunResultBody:
-        """`exec_command`, its command killed should the client go away before the answer."""
+    async def exec_awaited(self, receive: Receive, name: str, body: ExecRequest, token: str | None) -> RunResultBody:
+        """`exec_command`, its command killed should the client go away before the answer
+        (`receive`: the request's, its body read already)."""
         abandoned = Abandoned()
         job = asyncio.ensure_future(run_in_threadpool(self.exec_command, name, body, token, abandoned))
-        watcher = asyncio.ensure_future(abandoned.watch(request.receive))
+        watcher = asyncio.ensure_future(abandoned.watch(receive))
         try:
             await asyncio.wait({job, watcher}, return_when=asyncio.FIRST_COMPLETED)
             return await job  # the client gone: killed, ended, audited; its answer goes nowhere
@@ -234,9 +236,10 @@ class BotRoutes:
             return Revoked(revoked=list(done.revoked))
 
 
-def router(app: App) -> APIRouter:
-    """The bot protocol's routes for one App: path, method, answer and status, one line each."""
-    routes = BotRoutes(app)
+def router(app: App, routes: BotRoutes | None = None) -> APIRouter:
+    """The bot protocol's routes for one App: path, method, answer and status, one line each.
+    `routes`: the server's one BotRoutes (its exec slots), shared with the exec fast path."""
+    routes = routes or BotRoutes(app)
     api = APIRouter(responses=ERROR_RESPONSES)
     add = api.add_api_route
     add("/v1/health", health, methods=["GET"], response_model=Health, tags=["meta"])
