@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from warden.core.errors import Conflict, NotFound, TimedOut, Unavailable
 from warden.core.leases import ENDING_OPS, LeaseState
@@ -53,12 +53,13 @@ from warden.core.live import (
 from warden.core.runs import RunResult, SandboxRequest, StoppedAsItStarted, Usage, explain_not_started
 
 if TYPE_CHECKING:
+    from warden.core.grants import Grant
     from warden.core.ports import Clock, GitGuards, LiveSandboxes, Registry, SandboxRunner, Tx
     from warden.core.settings import Settings
     from warden.core.workspaces import WorkspaceRecord
     from warden.services.audit import AuditLog
 
-__all__ = ["LiveSandboxService", "LiveSettings", "ProcessStarter"]
+__all__ = ["LiveSandboxService", "LiveSettings", "ProcessStarter", "Seen"]
 
 # How many ended processes a workspace keeps (with their output) before the oldest are dropped.
 _KEEP_ENDED = 50
@@ -140,8 +141,14 @@ class ProcessStarter:
         return ProcessView.of(self.process)
 
 
-# The workspace's live sandboxes and its lease's fencing number, read in the run's lease take.
-Seen = tuple[tuple[LiveSandbox, ...], int]
+class Seen(NamedTuple):
+    """What a run's lease take read in its transaction, for the run's live sandbox to be found
+    and checked in rather than in reads of its own: the workspace's live sandboxes, its lease's
+    fencing number, and the grant chain of a bot's principal (None: the person's, or not read)."""
+
+    sandboxes: tuple[LiveSandbox, ...]
+    fence: int
+    chain: tuple[Grant, ...] | None = None
 
 
 class _LiveRunner:
@@ -340,18 +347,19 @@ class LiveSandboxService:
                      start: bool, seen: Seen | None = None) -> LiveSandbox | None:
         network, fingerprint = _network(request), _fingerprint(request)
         for _ in range(3):
+            chain = None
             if seen is not None:
-                # As the run's lease take read them, in its transaction: a read of its own would
-                # find the same (a stop that claims the row later is met as it is after one).
-                found = next((s for s in seen[0] if (s.node, s.principal, s.network) == (self.node, principal,
-                                                                                            network)), None)
-                fence, seen = seen[1], None
+                # As the run's lease take read them, in its transaction: reads of its own would
+                # find the same (a stop or revoke that comes later is met as it is after them).
+                found = next((s for s in seen.sandboxes if (s.node, s.principal, s.network) == (self.node, principal,
+                                                                                                network)), None)
+                fence, chain, seen = seen.fence, seen.chain, None
             else:
                 with self._registry.transaction(write=False) as tx:
                     found = tx.sandboxes.find(self.node, record.name, principal, network)
                     fence = tx.leases.read(record.name)[0].fence
             if found is not None:
-                problem = self._problem(found, record, fence)
+                problem = self._problem(found, record, fence, chain)
                 if problem is None and found.fingerprint != fingerprint:
                     if not start and _only_more_to_read(found, request):
                         return None  # a command that needs more mounts (an install) runs in a fresh one
@@ -407,8 +415,19 @@ class LiveSandboxService:
             return None
         return sandbox
 
-    def _problem(self, sandbox: LiveSandbox, record: WorkspaceRecord | None, fence: int | None) -> str | None:
-        """Why `sandbox` may no longer be used, or None."""
+    def grant_chain(self, tx: Tx, principal: str) -> tuple[Grant, ...] | None:
+        """The grant chain `principal` acts through, read in `tx` (None for the person's)."""
+        accessor = _accessor(principal)
+        if accessor is None:
+            return None
+        from warden.services.grants import chain_of
+
+        return tuple(chain_of(tx, accessor))
+
+    def _problem(self, sandbox: LiveSandbox, record: WorkspaceRecord | None, fence: int | None,
+                 chain: tuple[Grant, ...] | None = None) -> str | None:
+        """Why `sandbox` may no longer be used, or None (`chain`: its principal's grant chain as
+        read just now, else read here)."""
         if not self._sandboxes.alive(sandbox):
             return "stopped"
         if record is None or record.id != sandbox.workspace_id:
@@ -421,11 +440,10 @@ class LiveSandboxService:
         if accessor is not None:
             from warden.core.grants import alive
 
-            with self._registry.transaction(write=False) as tx:
-                from warden.services.grants import chain_of
-
-                chain = chain_of(tx, accessor)
-            life = alive(chain, self._clock())
+            if chain is None or not chain or chain[0].accessor != accessor:
+                with self._registry.transaction(write=False) as tx:
+                    chain = self.grant_chain(tx, sandbox.principal)
+            life = alive(list(chain or ()), self._clock())
             if not life.allowed:
                 return f"its grant is no longer live ({life.rule})"
         return None

@@ -473,10 +473,13 @@ class RunService:
             # `warden run` uses theirs only while one runs (a detached server), else a fresh one.
             keep = request.actor.startswith("bot:")
             live = self._live(keep) if self._live is not None else None
-            seen = (intent.sandboxes, intent.fence) if intent is not None and intent.sandboxes is not None \
-                and intent.fence is not None else None
-            runner = (live.runner(plan.record, request.actor, self._sandbox, start=keep, seen=seen)
-                      if live is not None else self._sandbox)
+            runner = self._sandbox
+            if live is not None:
+                from warden.services.live import Seen
+
+                seen = Seen(intent.sandboxes, intent.fence, intent.chain) if intent is not None \
+                    and intent.sandboxes is not None and intent.fence is not None else None
+                runner = live.runner(plan.record, request.actor, self._sandbox, start=keep, seen=seen)
 
         def on_net_event(event: NetEvent) -> None:
             if not event.allowed:
@@ -588,6 +591,11 @@ class RunService:
             def take(tx: Tx, lease: Lease) -> None:
                 intent.fence = lease.fence
                 self._records.begin(tx, intent)
+                live = self._live(True) if self._live is not None and intent.actor.startswith("bot:") else None
+                if live is not None:
+                    # What a bot's live sandbox is checked against (its grant still live), read here
+                    # rather than in a transaction of the run's own.
+                    intent.chain = live.grant_chain(tx, intent.actor)
 
             with self._leases.hold(name, "shared", "run", on_take=take,
                                    on_release=lambda tx: self._records.end(tx, intent)):

@@ -18,6 +18,7 @@ from warden.core.runs import RunInProgress, RunResult
 from warden.core.workspaces import WorkspaceRecord
 
 if TYPE_CHECKING:
+    from warden.core.grants import Grant
     from warden.core.live import LiveSandbox
     from warden.core.ports import Clock, Processes, Tx
     from warden.services.audit import AuditLog
@@ -43,6 +44,7 @@ class RunIntent:
     # the run looks for its live sandbox in these rather than in a read of its own.
     sandboxes: tuple[LiveSandbox, ...] | None = None
     fence: int | None = None
+    chain: tuple[Grant, ...] | None = None  # a bot's grant chain, read there too (services/live.Seen)
 
 
 class RunsInProgress:
