@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from warden.core.runs import explain_failure, nearest_program
+from warden.core.runs import explain_failure, explain_not_started, nearest_program
 
 FACTS = {"oom_killed": False, "network": False, "max_file_mb": 100, "memory": 512 << 20}
 
@@ -23,6 +23,17 @@ def test_a_program_the_live_sandboxs_launcher_could_not_start_is_explained_too(s
     assert line is not None and line.startswith("warden: ./tool is not in the sandbox"), line
     line = explain_failure(126, None, f"{starter}: failed to execute ./tool: Exec format error\n", **FACTS)
     assert line == "warden: ./tool is not executable inside the sandbox"
+
+
+def test_only_the_exec_of_the_program_the_command_named_is_explained() -> None:
+    # A background process's stderr is the command's: it may print the exec's words itself.
+    said = "bwrap: execvp nosuchtool: No such file or directory\n"
+    assert explain_not_started(127, said, named="sh") is None
+    assert explain_not_started(127, said, named="nosuchtool") is not None
+    # The sealed launcher names the program at the path where it found it.
+    said = "warden-rlimit-exec: failed to execute /usr/bin/tool: Exec format error\n"
+    assert explain_not_started(126, said, named="tool") == "warden: /usr/bin/tool is not executable inside the sandbox"
+    assert explain_not_started(126, said, named="./tool") is None
 
 
 def test_a_program_hidden_by_the_path_the_command_was_given_is_said_to_be_hidden() -> None:

@@ -176,10 +176,15 @@ def test_a_background_program_that_cannot_start_is_explained_by_wait_and_logs(cl
     for args in ((), ("--follow",)):
         logs = cli("logs", ws, missing, *args)
         assert logs.code == 0 and logs.stderr.splitlines()[-1].startswith(line), logs.stderr
-    # A command that ends 127 by itself gets no such line.
+    # A command that ends 127 by itself gets no such line, nor one that prints the exec's words
+    # about another program first: Warden would vouch for the command's own text.
     ended = _detach(cli, ws, "sh", "-c", "exit 127")
     waited = cli("wait", ws, ended)
     assert waited.code == 127 and "warden:" not in waited.stderr, waited.stderr
+    forged = _detach(cli, ws, "sh", "-c", "echo 'bwrap: execvp nosuchtool: No such file or directory' >&2; exit 127")
+    for args in (("wait", ws, forged), ("logs", ws, forged)):
+        said = cli(*args)
+        assert "warden:" not in said.stderr, said.stderr
 
 
 def test_death_on_destroy(cli: Cli, home: Path) -> None:

@@ -202,6 +202,61 @@ def test_a_command_on_the_terminal_cannot_push_input_into_it(warden_on_a_termina
     assert proc.wait(30) == 0 and b"PUSHED" not in screen.seen
 
 
+# A process of the live sandbox that holds the session's terminal open without reading it, and
+# reports when that terminal is hung up (its relay ended): only then does poll() see POLLHUP.
+HOLDER = """
+import os, select, time
+while not [n for n in os.listdir("/dev/pts") if n.isdigit()]:
+    time.sleep(0.05)
+fd = os.open("/dev/pts/" + min(n for n in os.listdir("/dev/pts") if n.isdigit()), os.O_RDWR | os.O_NOCTTY)
+print("holding", flush=True)
+watch = select.poll()
+watch.register(fd, 0)
+watch.poll(300000)
+print("hung up", flush=True)
+"""
+
+
+def test_a_session_whose_warden_is_gone_ends_though_its_terminal_is_held_and_full(
+        warden_on_a_terminal: Any, home: dict[str, Any]) -> None:
+    # The supervisor's relay looked for Warden's side closing only when reading it, and stopped
+    # reading once what was typed filled its buffer (a command that does not read). With a
+    # process of the sandbox holding the terminal open (no end of it then), a `warden` killed
+    # (a closed terminal window, a PTY client gone) left the relay, its two terminals and the
+    # whole sandbox (a relay keeps it from idling out) for as long as that process lived.
+    environ = home["environ"]
+    cli_out(environ, "create", "held")
+    holder = cli_out(environ, "run", "held", "--detach", "--", "python3", "-c", HOLDER)
+    try:
+        proc, master, screen = warden_on_a_terminal("shell", "held")
+        screen.wait_for(PROMPT)
+        wait_until(lambda: "holding" in cli_out(environ, "logs", "held", holder), timeout=30,
+                   message="the holder opening the session's terminal")
+        os.write(master, b"echo rea''dy; exec sleep 300\n")  # a foreground command that reads nothing
+        screen.wait_for(b"ready\r\n")
+        os.set_blocking(master, False)
+
+        def full() -> bool:  # typed until nothing more is taken for a while
+            quiet = time.monotonic() + 1.0
+            while time.monotonic() < quiet:
+                screen.seen = screen.more()[-100:]
+                try:
+                    if os.write(master, b"x" * 999 + b"\n"):
+                        return False
+                except BlockingIOError:
+                    time.sleep(0.05)
+            return True
+
+        wait_until(full, timeout=60, interval=0.0, message="the session's input filling up")
+        proc.kill()
+        proc.wait(10)
+        wait_until(lambda: "hung up" in cli_out(environ, "logs", "held", holder), timeout=20,
+                   message="the session's terminal hung up once its warden was gone")
+    finally:  # ended by itself once it saw the hang-up; else killed
+        subprocess.run([sys.executable, "-m", "warden", "kill", "held", holder, "--signal", "KILL"], env=environ,
+                       capture_output=True, timeout=60, check=False)
+
+
 @pytest.fixture(scope="module")
 def server(home: dict[str, Any]) -> Iterator[ServeProcess]:
     with ServeProcess(home["environ"], home["tmp"]) as served:

@@ -247,14 +247,18 @@ def nearest_program(program: str, programs: Collection[str]) -> str:
 
 
 def explain_not_started(exit_code: int, stderr_tail: str, *, programs: Collection[str] = (),
-                        given_path: str | None = None) -> str | None:
+                        given_path: str | None = None, named: str | None = None) -> str | None:
     """Warden's line for a command whose program could not be started (exit 127 or 126 with the
-    exec's own words last on stderr), or None: a foreground run's and a background process's."""
+    exec's own words last on stderr), or None: a foreground run's and a background process's.
+    `named`: the program the command named (its argv[0]), where known: a line about another one
+    is the command's own text, printed to have Warden vouch for it, not the exec's."""
     last = stderr_tail.strip().rsplit("\n", 1)[-1] if stderr_tail.strip() else ""
     could_not = next((prefix for prefix in _EXEC_FAILED if last.startswith(prefix)), None)
     if exit_code not in (126, 127) or could_not is None:
         return None
     program = last.removeprefix(could_not).rsplit(":", 1)[0]
+    if named is not None and not _same_program(program, named):
+        return None
     if exit_code == 127 and given_path is not None and "/" not in program and program in programs:
         return (f"warden: {echoed(program)} is not on the PATH the command was given "
                 f"(PATH={echoed(given_path, 200)}), though it is on the sandbox's own (/usr/bin, /bin, the "
@@ -265,6 +269,11 @@ def explain_not_started(exit_code: int, stderr_tail: str, *, programs: Collectio
                 " and the workspace's .venv/bin and node_modules/.bin); `warden install` adds Python or "
                 "Node packages")
     return f"warden: {echoed(program)} is not executable inside the sandbox"
+
+
+def _same_program(said: str, named: str) -> bool:
+    """Whether the exec's words `said` are about `named`: as named, or the path a launcher found it at."""
+    return said == named or ("/" not in named and said.endswith("/" + named))
 
 
 def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom_killed: bool,

@@ -782,7 +782,8 @@ class LiveSandboxService:
         if process.running or process.exit_code not in (126, 127):
             return None
         tail = self.logs(workspace, process_id, principal=principal).stderr[-4096:]
-        return explain_not_started(process.exit_code, tail.decode("utf-8", "replace"))
+        return explain_not_started(process.exit_code, tail.decode("utf-8", "replace"),
+                                   named=process.argv[0] if process.argv else None)
 
     def follow(self, workspace: str, process_id: str, *, principal: str | None = None) -> Iterator[Chunk | None]:
         """The process's output so far and as it comes, then its end (`Chunk.exited`); None after

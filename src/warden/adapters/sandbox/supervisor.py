@@ -163,7 +163,8 @@ class Relay:
     (made here) goes out on Warden's (`outer`, its slave, raw), what is typed there comes in, each
     way at most RELAY_PENDING bytes ahead of its reader. It ends once the inner one has no slave
     left (the command and what it left are gone) and its last output is out, or when Warden's
-    side is closed."""
+    side is closed: read as the end of input, or its hang-up seen at the size's look (`follow_size`)
+    while nothing is read from it."""
 
     def __init__(self, sup: Supervisor, outer: int, inner: int) -> None:
         self.sup = sup
@@ -179,13 +180,18 @@ class Relay:
         self.follow_size()
         self.arm()
 
-    def follow_size(self) -> None:
-        """The inner terminal at the outer one's size: the kernel signals the command's job."""
-        with contextlib.suppress(OSError):
+    def follow_size(self) -> bool:
+        """The inner terminal at the outer one's size (the kernel signals the command's job);
+        False once the outer one is hung up (EIO: Warden closed its side, the session is over)."""
+        try:
             size = fcntl.ioctl(self.outer, termios.TIOCGWINSZ, b"\0" * 8)
-            if size != self.size:
-                self.size = size
+        except OSError:
+            return False
+        if size != self.size:
+            self.size = size
+            with contextlib.suppress(OSError):
                 fcntl.ioctl(self.inner, termios.TIOCSWINSZ, size)
+        return True
 
     def arm(self) -> None:
         wanted = {
@@ -331,8 +337,12 @@ class Supervisor:
                     self.read_pipe(key.fd, tag)
                 elif isinstance(tag, Relay) and tag in self.relays:
                     tag.ready(key.fd, events)
-            for relay in self.relays:
-                relay.follow_size()
+            for relay in list(self.relays):
+                # Warden's side is read only while what was typed has room: a command that does
+                # not read would stop that, and a process holding the inner terminal keep the
+                # relay (and this sandbox, never idle) alive after Warden left; its hang-up ends it.
+                if not relay.follow_size():
+                    relay.close()
             self.reap()
         self.kill_all()
 
