@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from warden.core.errors import WardenError, classify
 from warden.core.names import name_pattern
-from warden.interfaces.http.limits import ASGIApp, Message, Receive, Scope, Send, error_bytes
+from warden.interfaces.http.limits import ASGIApp, Message, Receive, Scope, Send, error_bytes, replay
 from warden.interfaces.http.statuses import error_response
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class FastExecs:
             return  # the client went away while sending it: nobody to answer
         request = _plain_exec(body)
         if request is None:
-            await self.inner(scope, _replay(body, receive), send)
+            await self.inner(scope, replay(body, receive), send)
             return
         name, token = matched
         try:
@@ -175,20 +175,6 @@ async def _body(receive: Receive) -> bytes | None:
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             return b"".join(chunks)
-
-
-def _replay(body: bytes, original: Receive) -> Receive:
-    """A `receive` that gives `body` (already read) once, then the client's own messages."""
-    sent = False
-
-    async def receive() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await original()
-
-    return receive
 
 
 class Mounted:

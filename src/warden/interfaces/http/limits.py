@@ -22,7 +22,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-__all__ = ["LimitsMiddleware", "Refusal", "bearer_token", "disconnected", "error_bytes"]
+__all__ = ["LimitsMiddleware", "Refusal", "bearer_token", "disconnected", "error_bytes", "replay"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -195,3 +195,18 @@ async def disconnected(receive: Receive) -> bool:
         if (await receive())["type"] == "http.disconnect":
             return True
     return False
+
+
+def replay(body: bytes, original: Receive) -> Receive:
+    """A `receive` that gives `body` (already read, by a fast path or node forwarding that looked
+    at it) once, then the client's own messages (its disconnect, which a streaming answer waits for)."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await original()
+
+    return receive

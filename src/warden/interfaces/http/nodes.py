@@ -28,7 +28,7 @@ from starlette.concurrency import run_in_threadpool
 from warden.core import nodes
 from warden.core.errors import InvalidInput, TooLarge, Unavailable, WardenError
 from warden.core.names import name_pattern
-from warden.interfaces.http.limits import ASGIApp, Message, Receive, Scope, Send, disconnected, error_bytes
+from warden.interfaces.http.limits import ASGIApp, Receive, Scope, Send, disconnected, error_bytes, replay
 from warden.interfaces.http.peers import PLACES_S, Peers, unreachable
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class NodeForwarding:
                 headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
                 body = await self._body(receive)
                 await run_in_threadpool(self._verify, scope, headers, body)
-                await self._local(found.group(1), scope, _replay(body, receive), send, forwarded=True)
+                await self._local(found.group(1), scope, replay(body, receive), send, forwarded=True)
                 return
             node = await self.peers.node_of(found.group(1))
             if node is None:  # this node's, or no such workspace (answered here)
@@ -191,21 +191,6 @@ class NodeForwarding:
             log.warning("forwarding to node %s broke off: %s", node, exc)
         finally:
             answer.close()
-
-
-def _replay(body: bytes, original: Receive) -> Receive:
-    """A `receive` that gives `body` (already read) once, then the client's own messages (its
-    disconnect, which a streaming answer waits for)."""
-    sent = False
-
-    async def receive() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await original()
-
-    return receive
 
 
 async def _answer(send: Send, exc: WardenError) -> None:
