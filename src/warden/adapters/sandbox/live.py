@@ -260,6 +260,18 @@ def _log(fd: int) -> bytes:
     return said
 
 
+def _bwrap_alive(proc: subprocess.Popen[bytes], init: int) -> None:
+    """ProcessLookupError, with the sandbox's init killed, when bwrap itself has ended as the
+    sandbox started: a lifecycle change's drain (archive, destroy) kills the processes in the
+    workspace's folder, and bwrap's init, not bound to die with it (the sandbox outlives Warden),
+    went on to start the supervisor of a sandbox for a workspace no longer there to use."""
+    if proc.poll() is None:
+        return
+    with contextlib.suppress(OSError):
+        os.kill(init, signal.SIGKILL)
+    raise ProcessLookupError(f"bwrap ended as the sandbox started ({proc.returncode})")
+
+
 def _children(pid: int) -> list[int]:
     """The children of `pid` (its main thread's), from /proc; by a scan of every ppid without
     /proc/PID/task/TID/children (kernels built without CONFIG_PROC_CHILDREN)."""
@@ -631,6 +643,7 @@ class HostLiveSandboxes:
             resource.prlimit(init, resource.RLIMIT_CORE, (0, 0))
             if group is not None:
                 group.add(init)
+            _bwrap_alive(proc, init)
             os.write(control.block_write, b"go")
         except (ProcessLookupError, BrokenPipeError):
             raise _setup_failed(_log(log), proc.wait(5)) from None
@@ -647,7 +660,8 @@ class HostLiveSandboxes:
         channel = _Channel(str(folder / _SOCKET), _START_TIMEOUT)
         try:
             _parsed(parse_ok, channel.ask({"op": "ping"}, timeout=max(deadline - time.monotonic(), 1.0)))
-        except Unavailable:
+            _bwrap_alive(proc, init)
+        except (Unavailable, ProcessLookupError):
             raise _setup_failed(_log(log), proc.poll()) from None
         finally:
             channel.close()
