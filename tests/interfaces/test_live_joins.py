@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -124,17 +125,38 @@ def _foreground_running(app: App) -> bool:
                for sandbox in sandboxes for seen in app.live._sandboxes.listing(sandbox))
 
 
-def test_a_sandbox_whose_bwrap_alone_is_killed_as_it_starts_is_not_used(home: Home) -> None:
-    """An archive's drain killed bwrap as the sandbox started but could miss its init, which does
-    not die with bwrap (a live sandbox outlives Warden): the init went on, its supervisor answered,
-    and the start used a sandbox for a workspace being archived (CI: "DID NOT RAISE", now and then)."""
+def test_a_sandbox_whose_bwrap_alone_is_killed_as_it_starts_is_not_used(home: Home,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """An archive's drain killed bwrap as the sandbox started, but its init does not die with bwrap
+    (a live sandbox outlives Warden). Released, the init forked the supervisor; when Warden, slow
+    on a busy machine, first looked after that fork, it never saw bwrap gone: the supervisor
+    answered, and the start used a sandbox for a workspace being archived (CI: "DID NOT RAISE",
+    now and then). Here Warden's first look waits for the fork."""
+    from warden.adapters.sandbox import live as live_adapter
+
+    children = live_adapter._children
+
+    def late_look(pid: int) -> list[int]:
+        found: list[int] = []
+
+        def forked() -> bool:
+            found[:] = children(pid)
+            return bool(found)
+
+        wait_until(forked, timeout=30, message="the init's child")
+        return found
+
+    monkeypatch.setattr(live_adapter, "_children", late_look)
     app = home.app()
     adapter = app.live._sandboxes
     release = adapter._release  # type: ignore[attr-defined]
     inits: list[int] = []
 
     def bwrap_killed(proc: subprocess.Popen[bytes], control: Any, *args: Any) -> Any:
-        os.kill(proc.pid, signal.SIGKILL)  # bwrap only: its init waits on the block pipe
+        # Once bwrap has made the sandbox's init (which waits on the block pipe), bwrap alone is killed.
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        wait_until(lambda: children.read_text().split() != [], timeout=30, message="bwrap's init")
+        os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
         started = release(proc, control, *args)
         inits.append(started.meta["init_pid"])
