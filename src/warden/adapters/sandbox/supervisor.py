@@ -213,24 +213,14 @@ class Relay:
 
     def ready(self, fd: int, events: int) -> None:
         if fd == self.inner and events & selectors.EVENT_READ:
-            try:
-                chunk = os.read(self.inner, READ_CHUNK)
-            except (BlockingIOError, InterruptedError):
-                chunk = None
-            except OSError:  # EIO: no slave open any more
-                chunk = b""
+            chunk = self.read(self.inner)
             if chunk == b"":
                 self.inner_done = True
                 self.typed.clear()
             elif chunk:
                 self.out += chunk
         if fd == self.outer and events & selectors.EVENT_READ:
-            try:
-                chunk = os.read(self.outer, READ_CHUNK)
-            except (BlockingIOError, InterruptedError):
-                chunk = None
-            except OSError:
-                chunk = b""
+            chunk = self.read(self.outer)
             if chunk == b"":  # Warden's side is gone: so is the session
                 self.close()
                 return
@@ -246,6 +236,17 @@ class Relay:
             self.close()
             return
         self.arm()
+
+    @staticmethod
+    def read(fd: int) -> bytes | None:
+        """What `fd` has now; None when nothing, b"" once its other side is gone (EIO: no slave
+        open any more, or Warden's master closed)."""
+        try:
+            return os.read(fd, READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError:
+            return b""
 
     @staticmethod
     def write(fd: int, pending: bytearray) -> int | None:
