@@ -283,9 +283,9 @@ def test_a_watchers_thread_is_kept_for_the_next_run(tmp_path: Path) -> None:
     idents: list[int] = []
     real = Watcher._loop
 
-    def noted(self: Watcher) -> None:
+    def noted(self: Watcher, *args: Any) -> None:
         idents.append(threading.get_native_id())  # a kernel id: a new thread gets a new one
-        real(self)
+        real(self, *args)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Watcher, "_loop", noted)
@@ -388,3 +388,25 @@ def test_a_workspace_that_cannot_be_watched_whole_is_not_prepared(tmp_path: Path
     monkeypatch.setattr(disk_usage, "inotify", no_inotify)
     quota_adapter.prepare(str(ws))
     assert str(ws) not in quota_adapter._KEPT
+
+
+def test_the_watchers_thread_runs_at_real_time_priority_where_warden_may(tmp_path: Path) -> None:
+    """The thread is given SCHED_FIFO once, as it starts, and keeps it for every run's loop
+    (its overshoot bound: `_hurry`); a run's loop no longer asks for it each time."""
+    from warden.adapters.quota import realtime_allowed
+
+    if not realtime_allowed():
+        pytest.skip("this user may not give a thread real-time priority (doctor says so)")
+    policies: list[int] = []
+    real = Watcher._loop
+
+    def noted(self: Watcher, *args: Any) -> None:
+        policies.append(os.sched_getscheduler(0))
+        real(self, *args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Watcher, "_loop", noted)
+        for _ in range(3):
+            with Watcher(str(tmp_path), ROOMY):
+                pass
+    assert policies == [os.SCHED_FIFO] * 3
