@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
+import threading
 import time
 from collections.abc import Collection, Iterable
 
@@ -68,10 +70,53 @@ def cpu_time(pid: int, started: int) -> float | None:
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+# Processes asked about by pid and start time, each by a pidfd opened once it was found to be
+# that process: a pidfd names one process for good (no pid reuse), and polling it costs ~2 us
+# where a read of /proc/PID/stat costs ~0.03 ms idle and ~0.13 ms beside a run's other threads
+# (every run asks after its live sandbox's init and supervisor). Bounded; the oldest is closed.
+_PIDFDS: dict[tuple[int, int], int] = {}
+_PIDFDS_MAX = 64
+_pidfds_lock = threading.Lock()
+
+
+def _forget_pidfds() -> None:
+    """In a forked child: its copies of the descriptors are closed, the child asks afresh."""
+    global _pidfds_lock
+    for fd in _PIDFDS.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _PIDFDS.clear()
+    _pidfds_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pidfds)
+
+
+def _exited(fd: int) -> bool | None:
+    """Whether the process of pidfd `fd` has ended (a zombie has); None when `fd` is no pidfd now."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    events = poller.poll(0)
+    if events and events[0][1] & select.POLLNVAL:
+        return None
+    return bool(events)
+
+
 def alive(pid: int, started: int | None = None) -> bool:
     """Whether process `pid` runs (and is the same process, when its start time is given)."""
     if pid <= 0:
         return False
+    if started is not None:
+        with _pidfds_lock:
+            fd = _PIDFDS.get((pid, started))
+            if fd is not None:
+                gone = _exited(fd)
+                if gone is False:
+                    return True
+                del _PIDFDS[(pid, started)]
+                if gone is not None:
+                    os.close(fd)
+                    return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -80,11 +125,30 @@ def alive(pid: int, started: int | None = None) -> bool:
         pass
     if started is None:
         return True
+    fd = None
+    with contextlib.suppress(OSError, AttributeError):
+        fd = os.pidfd_open(pid)  # before the check below: then it names the process checked, or a dead one
     fields = _stat_fields(pid)
     try:
-        return fields is not None and int(fields[19]) == started and fields[0] != b"Z"
+        same = fields is not None and int(fields[19]) == started and fields[0] != b"Z"
     except (IndexError, ValueError):
-        return False
+        same = False
+    if fd is not None:
+        if same and _exited(fd) is False:
+            _keep_pidfd(pid, started, fd)
+        else:
+            os.close(fd)
+    return same
+
+
+def _keep_pidfd(pid: int, started: int, fd: int) -> None:
+    with _pidfds_lock:
+        old = _PIDFDS.pop((pid, started), None)
+        _PIDFDS[(pid, started)] = fd
+        if old is not None:
+            os.close(old)
+        while len(_PIDFDS) > _PIDFDS_MAX:
+            os.close(_PIDFDS.pop(next(iter(_PIDFDS))))
 
 
 def _state(pid: int) -> str:
