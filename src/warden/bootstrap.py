@@ -602,6 +602,7 @@ class App:
     def live(self) -> LiveSandboxService:
         """Live sandboxes of this node and their background processes (`run --detach`, `ps`, …)."""
         from warden.adapters.gitguard import HostGitGuards
+        from warden.adapters.sandbox.host import programs_on_path
         from warden.services.live import LiveSandboxService, LiveSettings
 
         return LiveSandboxService(registry=self.registry, audit=self.audit,
@@ -609,7 +610,7 @@ class App:
                                   node=self.leases.node, settings=LiveSettings.from_settings(self.settings),
                                   git=HostGitGuards(), over_quota=lambda record: self.quota.over(record.name,
                                                                                                  record.path),
-                                  instance=self._instance_id)
+                                  instance=self._instance_id, programs=programs_on_path)
 
     def _instance_id(self) -> str | None:
         """The id of this process's registered instance; else that of the instance it acts for (a

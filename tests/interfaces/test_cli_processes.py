@@ -181,6 +181,15 @@ def test_a_background_program_that_cannot_start_is_explained_by_wait_and_logs(cl
     ended = _detach(cli, ws, "sh", "-c", "exit 127")
     waited = cli("wait", ws, ended)
     assert waited.code == 127 and "warden:" not in waited.stderr, waited.stderr
+    # A PATH given that hides a program the sandbox's own PATH has: said so, as a foreground run
+    # says it, rather than "not in the sandbox"; a typo gets the nearest name.
+    hidden = _detach(cli, ws, "sh", "-c", "true", options=("--env", "PATH=/nowhere"))
+    waited = cli("wait", ws, hidden)
+    assert waited.code == 127, waited.stderr
+    assert "warden: sh is not on the PATH the command was given (PATH=/nowhere)" in waited.stderr, waited.stderr
+    typo = _detach(cli, ws, "pyhton", "-V")
+    waited = cli("wait", ws, typo)
+    assert "warden: pyhton is not in the sandbox: did you mean python" in waited.stderr, waited.stderr
     forged = _detach(cli, ws, "sh", "-c", "echo 'bwrap: execvp nosuchtool: No such file or directory' >&2; exit 127")
     for args in (("wait", ws, forged), ("logs", ws, forged)):
         said = cli(*args)

@@ -30,7 +30,7 @@ import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
@@ -63,6 +63,8 @@ __all__ = ["LiveSandboxService", "LiveSettings", "ProcessStarter", "Seen"]
 
 # How many ended processes a workspace keeps (with their output) before the oldest are dropped.
 _KEEP_ENDED = 50
+# How much of a PATH given to a background process its record keeps (Warden's line shows 200).
+_GIVEN_PATH_KEPT = 4096
 # Seconds a background process may stay recorded "starting" without its supervisor listing it:
 # its starter records it, then asks the supervisor (which has 10 s to answer) to spawn it.
 _STARTING_S = 60.0
@@ -177,7 +179,11 @@ class LiveSandboxService:
     def __init__(self, *, registry: Registry, audit: AuditLog, sandboxes: LiveSandboxes, clock: Clock, node: str,
                  settings: LiveSettings, git: GitGuards,
                  over_quota: Callable[[WorkspaceRecord], str | None] | None = None,
-                 instance: Callable[[], str | None] | None = None) -> None:
+                 instance: Callable[[], str | None] | None = None,
+                 programs: Callable[[str], Collection[str]] | None = None) -> None:
+        # The names a command of a workspace folder's sandbox could run (adapters/sandbox/host):
+        # Warden's line for a process whose program was not found names the nearest, as a run's.
+        self._programs = programs
         self._instance = instance  # the id of this process's registered instance, if any
         # Why a workspace is over its disk quota now (services/quota.py), or None: the sweep
         # stops a live sandbox whose background processes filled it past the limit.
@@ -303,9 +309,13 @@ class LiveSandboxService:
         for _ in range(3):
             sandbox = self._sandbox_for(record, principal, request, start=True)
             assert sandbox is not None
+            meta: dict[str, object] = {"starter_pid": os.getpid(), "timeout_s": request.limits.timeout_s}
+            if "PATH" in request.env:
+                # The PATH its command was given: a program not found on it, though on the
+                # sandbox's own, is then explained as a foreground run's is (why_not_started).
+                meta["given_path"] = request.env["PATH"][:_GIVEN_PATH_KEPT]
             process = LiveProcess(process_id, sandbox.id, record.name, principal, bot, tuple(request.argv),
-                                  "starting", None, None, False, self._now(), None, self.node,
-                                  {"starter_pid": os.getpid(), "timeout_s": request.limits.timeout_s})
+                                  "starting", None, None, False, self._now(), None, self.node, meta)
             # The front end's foreground commands are counted, and no more admitted, until this
             # process is recorded (committed): else one admitted meanwhile counted it not there.
             counted = busy(bot) if bot and busy is not None else contextlib.nullcontext((0, 0))
@@ -782,7 +792,14 @@ class LiveSandboxService:
         if process.running or process.exit_code not in (126, 127):
             return None
         tail = self.logs(workspace, process_id, principal=principal).stderr[-4096:]
-        return explain_not_started(process.exit_code, tail.decode("utf-8", "replace"),
+        given = process.meta.get("given_path")
+        programs: Collection[str] = ()
+        if process.exit_code == 127 and self._programs is not None:
+            with self._registry.transaction(write=False) as tx:
+                record = tx.workspaces.get(workspace)
+            programs = self._programs(record.path) if record is not None else ()
+        return explain_not_started(process.exit_code, tail.decode("utf-8", "replace"), programs=programs,
+                                   given_path=given if isinstance(given, str) else None,
                                    named=process.argv[0] if process.argv else None)
 
     def follow(self, workspace: str, process_id: str, *, principal: str | None = None) -> Iterator[Chunk | None]:
