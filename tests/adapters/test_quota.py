@@ -87,6 +87,7 @@ def test_the_watcher_keeps_an_exact_count_through_every_kind_of_change(tmp_path:
     (ws / "keep" / "old").write_bytes(b"o" * 100_000)
     with Watcher(str(ws), ROOMY) as watcher:
         assert watcher.start == measure(str(ws))
+        watcher.arm(lambda: None)  # as a run's command starts
         (ws / "d1" / "d2" / "d3").mkdir(parents=True)                # new folders, watched at once
         (ws / "d1" / "d2" / "d3" / "f").write_bytes(b"f" * 300_000)
         with open(ws / "grow", "wb") as fh:
@@ -132,13 +133,17 @@ def test_the_watcher_stops_a_writer_once_past_the_limit(tmp_path: Path) -> None:
 
 
 def test_a_breach_before_arming_stops_the_run_as_soon_as_it_is_armed(tmp_path: Path) -> None:
+    """What the command wrote between its start and `arm` (the thread watches from `arm` on) is
+    queued by the kernel: the thread's first poll finds it, and a breach in it stops the run."""
     quota = Quota(max_bytes=1 << 40, max_files=100, min_free=0)
+    calls: list[int] = []
     with Watcher(str(tmp_path), quota) as watcher:
         for i in range(150):
             (tmp_path / f"n{i}").touch()
-        poll(lambda: watcher.breach is not None, timeout=5, interval=0.01)
-        calls: list[int] = []
+        time.sleep(0.05)
+        assert watcher.breach is None  # nothing watches before the run's command is started
         watcher.arm(lambda: calls.append(1))
+        poll(lambda: calls == [1], timeout=5, interval=0.01)
     assert watcher.breach == FILES_KEY and calls == [1]
 
 
@@ -197,6 +202,7 @@ def test_after_an_event_overflow_the_watcher_measures_again(tmp_path: Path, monk
 
     monkeypatch.setattr(disk_usage.UsageTree, "handle", overflow_once)
     with Watcher(str(tmp_path), ROOMY) as watcher:
+        watcher.arm(lambda: None)
         (tmp_path / "a").write_bytes(b"a" * 100_000)
         wait_until(lambda: calls, timeout=5, interval=0.01, message="no event was handled")
         # The new walk is done: the count matches a fresh one, "a" included.
@@ -290,16 +296,16 @@ def test_a_watchers_thread_is_kept_for_the_next_run(tmp_path: Path) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Watcher, "_loop", noted)
         for _ in range(5):
-            with Watcher(str(tmp_path), ROOMY):
-                pass
+            with Watcher(str(tmp_path), ROOMY) as watcher:
+                watcher.arm(lambda: None)
         assert len(set(idents)) == 1
         names = [t.name for t in threading.enumerate()]
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child reports through the pipe
             try:
-                with Watcher(str(tmp_path), ROOMY):
-                    pass
+                with Watcher(str(tmp_path), ROOMY) as watcher:
+                    watcher.arm(lambda: None)
                 os.write(write_end, b"watched")
             finally:
                 os._exit(0)
@@ -337,6 +343,7 @@ def test_a_folder_moved_into_a_folder_that_moved_between_runs_is_still_counted(t
     (ws / "a").rename(ws / "b")
     (ws / "src" / "c").rename(ws / "b" / "c")  # the tree reads both only at the next run
     with Watcher(str(ws), ROOMY) as watcher:
+        watcher.arm(lambda: None)
         (ws / "b" / "c" / "f").write_bytes(b"f" * 100_000)
         assert settle(watcher, ws) == measure(str(ws))
 
@@ -367,6 +374,7 @@ def test_a_prepared_workspace_is_caught_up_by_its_first_run_and_its_git_sweep_is
     assert gitguard.scan_again(str(ws)) == gitguard.scan(str(ws)) != []
     with Watcher(str(ws), ROOMY) as watcher:
         assert watcher._tree is prepared and watcher.start == measure(str(ws))
+        watcher.arm(lambda: None)
         (ws / "made-by-the-run").write_bytes(b"r")
         settle(watcher, ws)
         assert watcher.changes is not None and list(watcher.changes.paths()) == ["/made-by-the-run"]
@@ -407,6 +415,6 @@ def test_the_watchers_thread_runs_at_real_time_priority_where_warden_may(tmp_pat
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Watcher, "_loop", noted)
         for _ in range(3):
-            with Watcher(str(tmp_path), ROOMY):
-                pass
+            with Watcher(str(tmp_path), ROOMY) as watcher:
+                watcher.arm(lambda: None)
     assert policies == [os.SCHED_FIFO] * 3

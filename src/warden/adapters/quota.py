@@ -248,7 +248,8 @@ class Watcher:
     grows past its quota (or the home's filesystem falls below `min_free` while it writes).
 
     Use as a context manager: `start` (the usage before the run) is known on entry; call
-    `arm(stop)` once the command runs; on exit `breach` names the setting that stopped it.
+    `arm(stop)` once the command runs (its thread watches from then on, with what was queued
+    meanwhile); on exit `breach` names the setting that stopped it.
     """
 
     def __init__(self, root: str, quota: Quota, *, home: str | None = None) -> None:
@@ -263,6 +264,7 @@ class Watcher:
         self._stop: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self._done: threading.Event | None = None  # set once the watching thread's loop returned
+        self._loop_args: tuple[select.poll, int | None] | None = None  # the loop's, until `arm` starts it
         self._wake_r = self._wake_w = -1
         self._wrote = False
         self._closed = False
@@ -278,9 +280,12 @@ class Watcher:
             self.changes = Coalescer(RUN_TRACKED)
             self._tree.on_change = self._changed
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
-        # What the thread polls and the free space it starts from, set up here: each step the
-        # thread took itself took the GIL from this one as the command was being started
-        # (a handoff each, ~1 ms a run in all on a 2-core VM).
+        # What the thread polls and the free space it starts from, set up here, and the thread
+        # handed its loop only once the command runs (`arm`): until then no `stop` could act on a
+        # breach anyway, and what the command wrote meanwhile is queued by the kernel for the
+        # loop's first poll. Started here, the thread's every step took the GIL from this one
+        # as it started the command (a handoff each, on a 2-core VM ~0.05 ms on each of this
+        # thread's system calls meanwhile); at `arm` this thread goes on to wait for the command.
         poll = select.poll()
         poll.register(self._wake_r, select.POLLIN)
         if self._tree.notify is not None:
@@ -289,7 +294,7 @@ class Watcher:
         if self.home is not None:
             with contextlib.suppress(OSError):
                 free_at_start = disk_usage.free_bytes(self.home)
-        self._done = _THREADS.run(lambda: self._loop(poll, free_at_start))
+        self._loop_args = (poll, free_at_start)
         return self
 
     def _fresh_tree(self) -> UsageTree:
@@ -352,6 +357,10 @@ class Watcher:
         with self._lock:
             self._stop = stop
             fire = self.breach is not None
+            loop_args, self._loop_args = self._loop_args, None
+        if loop_args is not None:
+            poll, free_at_start = loop_args
+            self._done = _THREADS.run(lambda: self._loop(poll, free_at_start))
         if fire:
             stop()
 
