@@ -29,6 +29,7 @@ does not answer in time, or answers badly, is `Unavailable` (rule `live.unreacha
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import resource
@@ -389,9 +390,101 @@ def _cgroup_of(meta: Mapping[str, object]) -> cgroups.Cgroup | None:
     return cgroups.Cgroup(dirs) if dirs else None
 
 
+class _Spares:
+    """Emptied cgroups of finished foreground commands, kept per live sandbox for the next one
+    this process runs there (cgroups.Cgroup.renew): a command's cgroups made and removed cost
+    ~0.5 ms of its own, and the kernel's teardown of each memory cgroup more on the side. Never
+    shared between sandboxes; a few per sandbox (the API server runs commands at once), a few
+    dozen in all; removed by the sandbox's stop (any process's: it removes `warden-live-<id>-*`),
+    at this process's exit, and not inherited by a forked child."""
+
+    PER_SANDBOX = 2
+    IN_ALL = 32
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: dict[str, list[cgroups.Cgroup]] = {}
+        self._count = 0
+
+    def take(self, sandbox_id: str) -> cgroups.Cgroup | None:
+        with self._lock:
+            kept = self._kept.get(sandbox_id)
+            if not kept:
+                return None
+            self._count -= 1
+            group = kept.pop()
+            if not kept:
+                del self._kept[sandbox_id]
+            return group
+
+    def keep(self, sandbox_id: str, group: cgroups.Cgroup) -> None:
+        """Keep `group` (emptied) for `sandbox_id`'s next command, or remove it past the bounds."""
+        evicted = [group]
+        with self._lock:
+            kept = self._kept.setdefault(sandbox_id, [])
+            if len(kept) < self.PER_SANDBOX:
+                kept.append(group)
+                self._count += 1
+                evicted = []
+                while self._count > self.IN_ALL:  # the oldest sandbox's first
+                    oldest = next(iter(self._kept))
+                    evicted.append(self._kept[oldest].pop(0))
+                    self._count -= 1
+                    if not self._kept[oldest]:
+                        del self._kept[oldest]
+        for old in evicted:
+            _remove_cgroup(old)
+
+    def drop(self, sandbox_id: str) -> None:
+        with self._lock:
+            dropped = self._kept.pop(sandbox_id, [])
+            self._count -= len(dropped)
+        for group in dropped:
+            _remove_cgroup(group)
+
+    def drop_all(self) -> None:
+        for sandbox_id in list(self._kept):
+            self.drop(sandbox_id)
+
+    def forget(self) -> None:
+        """In a forked child: the parent's spares are the parent's (their files closed here)."""
+        for kept in self._kept.values():
+            for group in kept:
+                for fd in group.procs_fds:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+        self._kept = {}
+        self._count = 0
+        self._lock = threading.Lock()
+
+
+_SPARES = _Spares()
+os.register_at_fork(after_in_child=_SPARES.forget)
+atexit.register(_SPARES.drop_all)
+
+
+def _command_cgroup(sandbox: LiveSandbox, process_id: str, request: SandboxRequest,
+                    support: cgroups.CgroupSupport, *, background: bool) -> cgroups.Cgroup:
+    """The command's own cgroups: a foreground command's are a spare of its sandbox's when one
+    can be renewed, else made; OSError when the kernel refuses."""
+    limits = request.limits
+    while not background and (spare := _SPARES.take(sandbox.id)) is not None:
+        if spare.renew(memory=limits.memory, pids=limits.pids):
+            return spare
+        _remove_cgroup(spare)  # its folder gone with a stop, say: another spare, or new ones
+    return cgroups.create(support, memory=limits.memory, pids=limits.pids,
+                          name=f"warden-live-{sandbox.id[4:]}-{process_id}")
+
+
 def _remove_cgroup(group: cgroups.Cgroup, tries: int = 40) -> None:
     """Kill what is left in `group` and remove its folders (a busy one is retried briefly). An
-    empty one, as after a command that left nothing, is removed at once."""
+    empty one, as after a command that left nothing, is removed at once. Its `cgroup.procs`
+    files are closed: left open, each foreground command cost the process two descriptors for
+    good (a server ran out after some hundreds)."""
+    for fd in group.procs_fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    group.procs_fds.clear()
     for version, path in group.dirs:
         for attempt in range(tries):
             try:
@@ -695,8 +788,7 @@ class HostLiveSandboxes:
         home = _cgroup_of(sandbox.meta)  # the sandbox's own cgroups: the command gets its own beside them
         if home is not None:
             try:
-                group = cgroups.create(support, memory=request.limits.memory, pids=request.limits.pids,
-                                       name=f"warden-live-{sandbox.id[4:]}-{process_id}")
+                group = _command_cgroup(sandbox, process_id, request, support, background=background)
             except OSError as exc:
                 notes.append(f"cgroup not usable ({exc})")
         host_pid: int | None = None
@@ -793,6 +885,7 @@ class HostLiveSandboxes:
             theirs = []
             started = time.monotonic()
             ended: list[bool] = []
+            emptied: list[bool] = []  # each kill's: its cgroups seen empty after it
 
             def kill() -> None:
                 # Its group while its leader lives, found when needed (a run that ends by itself
@@ -804,8 +897,8 @@ class HostLiveSandboxes:
                         os.killpg(leader, signal.SIGKILL)
                 # "Killed" is true when the result is returned: the next command of this
                 # sandbox never meets a leftover still running.
-                if group is not None and not group.kill():
-                    group.wait_empty()
+                if group is not None:
+                    emptied.append(group.kill() or group.wait_empty())
 
             if request.on_started is not None:
                 request.on_started(kill)
@@ -816,7 +909,11 @@ class HostLiveSandboxes:
             code, sig = (exited.exit_code, exited.signal) if exited is not None else (137, 9)
             if timed_out:
                 code, sig = 124, None
-            oom = group.oom_killed() if group is not None else False
+            oom = False
+            if group is not None:
+                # Counted since this command started: a spare's counter holds its earlier commands'.
+                kills = group.oom_kills()
+                oom, group.oom_seen = kills > group.oom_seen, kills
             usage = usage_of(cpu_s=exited.cpu_ms / 1000 if exited is not None and exited.cpu_ms is not None else None,
                              maxrss_kib=exited.maxrss_kib if exited is not None else None,
                              cgroup_peak=group.memory_peak() if group is not None else None,
@@ -832,7 +929,10 @@ class HostLiveSandboxes:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             if group is not None:
-                _remove_cgroup(group)
+                if emptied and emptied[-1] and group.reusable():
+                    _SPARES.keep(sandbox.id, group)
+                else:
+                    _remove_cgroup(group)
             channel.close()
 
     def _follow(self, channel: _Channel, ours: list[int], pending: bytes, output: _Output, deadline: float,
@@ -1082,6 +1182,7 @@ class HostLiveSandboxes:
         deadline = time.monotonic() + _STOP_WAIT_S
         while any(alive(pid, start) for pid, start in killed) and time.monotonic() < deadline:
             time.sleep(0.01)
+        _SPARES.drop(sandbox.id)  # this process's spares of it; another's go with the folders below
         group = _cgroup_of(sandbox.meta)
         if group is not None:
             # Its commands' cgroups too: a background process not yet collected keeps its own.
