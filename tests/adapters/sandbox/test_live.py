@@ -14,6 +14,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -676,7 +677,8 @@ def _v1_cgroups(sandbox: LiveSandbox) -> None:
 
 def _cgroup_names(result_stdout: str) -> set[str]:
     """The names of a command's memory and pids cgroups, from its /proc/self/cgroup."""
-    return {line.rsplit("/", 1)[-1] for line in result_stdout.splitlines() if line.split(":")[1] in ("memory", "pids")}
+    return {line.rsplit("/", 1)[-1] for line in result_stdout.splitlines()
+            if line.count(":") >= 2 and line.split(":")[1] in ("memory", "pids")}
 
 
 def test_a_foreground_commands_emptied_cgroups_serve_the_next_one(host: HostLiveSandboxes, sandbox: LiveSandbox,
@@ -750,3 +752,30 @@ def test_foreground_commands_leave_no_descriptor_behind(host: HostLiveSandboxes,
     for index in range(3, 23):
         assert host.run(sandbox, f"{index:016x}", _req(folder, "true")).exit_code == 0
     assert len(os.listdir("/proc/self/fd")) <= before
+
+
+def test_a_commands_kill_that_comes_after_its_end_spares_the_next_command_in_its_cgroups(
+        host: HostLiveSandboxes, sandbox: LiveSandbox, folder: str) -> None:
+    """A run's kill can come late (its quota watcher's, an abandoned client's): by then its
+    cgroups may serve the sandbox's next command, which that kill must not reach."""
+    _v1_cgroups(sandbox)
+    kills: list[Callable[[], None]] = []
+    first = host.run(sandbox, "a" * 16, replace(_req(folder, "true"), on_started=kills.append))
+    assert first.exit_code == 0 and len(kills) == 1
+    results: list[object] = []
+
+    def run_second() -> None:
+        try:
+            results.append(host.run(sandbox, "b" * 16, _req(
+                folder, "sh", "-c", "cat /proc/self/cgroup; touch started; sleep 1; echo alive")))
+        except BaseException as exc:  # reported below, not lost in the thread
+            results.append(exc)
+
+    second = threading.Thread(target=run_second)
+    second.start()
+    wait_until(lambda: os.path.exists(os.path.join(folder, "started")), message="the second command did not start")
+    kills[0]()  # the first run's, late
+    second.join(30)
+    ran = results[0]
+    assert ran.exit_code == 0 and ran.stdout.endswith("alive\n"), ran  # type: ignore[attr-defined]
+    assert _cgroup_names(ran.stdout) == {f"warden-live-{SBX[4:]}-{'a' * 16}"}  # type: ignore[attr-defined]

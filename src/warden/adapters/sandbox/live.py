@@ -873,6 +873,11 @@ class HostLiveSandboxes:
         elif isinstance(stdin, int):
             names.append("stdin")
         group: cgroups.Cgroup | None = None
+        # Set once the run is over, under `killing`: a kill that comes later (the quota's watcher,
+        # an abandoned client) does nothing, as the command's cgroups may serve another by then.
+        killing = threading.Lock()
+        finished: list[bool] = []
+        emptied: list[bool] = []  # each kill's: its cgroups seen empty after it
         try:
             fds = theirs + ([stdin] if isinstance(stdin, int) else [])
             if request.terminal is not None:
@@ -885,20 +890,22 @@ class HostLiveSandboxes:
             theirs = []
             started = time.monotonic()
             ended: list[bool] = []
-            emptied: list[bool] = []  # each kill's: its cgroups seen empty after it
 
             def kill() -> None:
-                # Its group while its leader lives, found when needed (a run that ends by itself
-                # never looks its host pid up); once the supervisor reaped it, its cgroup alone
-                # (the supervisor killed the group).
-                leader = None if ended else _find_host_pid(sandbox.supervisor_pid, command.pid, _pidns(sandbox))
-                if leader is not None:
-                    with contextlib.suppress(OSError):
-                        os.killpg(leader, signal.SIGKILL)
-                # "Killed" is true when the result is returned: the next command of this
-                # sandbox never meets a leftover still running.
-                if group is not None:
-                    emptied.append(group.kill() or group.wait_empty())
+                with killing:
+                    if finished:
+                        return
+                    # Its group while its leader lives, found when needed (a run that ends by itself
+                    # never looks its host pid up); once the supervisor reaped it, its cgroup alone
+                    # (the supervisor killed the group).
+                    leader = None if ended else _find_host_pid(sandbox.supervisor_pid, command.pid, _pidns(sandbox))
+                    if leader is not None:
+                        with contextlib.suppress(OSError):
+                            os.killpg(leader, signal.SIGKILL)
+                    # "Killed" is true when the result is returned: the next command of this
+                    # sandbox never meets a leftover still running.
+                    if group is not None:
+                        emptied.append(group.kill() or group.wait_empty())
 
             if request.on_started is not None:
                 request.on_started(kill)
@@ -928,6 +935,8 @@ class HostLiveSandboxes:
             for fd in (*ours, *theirs):
                 with contextlib.suppress(OSError):
                     os.close(fd)
+            with killing:
+                finished.append(True)
             if group is not None:
                 if emptied and emptied[-1] and group.reusable():
                     _SPARES.keep(sandbox.id, group)
