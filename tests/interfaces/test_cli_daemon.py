@@ -1243,3 +1243,33 @@ def test_a_request_the_daemon_cannot_fork_for_leaves_no_descriptor_open(env: dic
             os.close(fd)
         client.close()
         listener.close()
+
+
+def _live_cgroups(name_part: str) -> list[str]:
+    """The command cgroups (`warden-live-<sandbox>-<process>`) whose name holds `name_part`."""
+    found = []
+    for hierarchy in ("/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup"):
+        for folder, subfolders, _ in os.walk(hierarchy):
+            found += [os.path.join(folder, sub) for sub in subfolders
+                      if sub.startswith("warden-live-") and name_part in sub and sub.count("-") == 3]
+            if folder.count("/") > 6:
+                subfolders.clear()
+    return found
+
+
+def test_the_commands_its_children_run_in_a_live_sandbox_leave_no_cgroup_behind(env: dict[str, str]) -> None:
+    """A child of the daemon runs one command and ends by os._exit: the emptied cgroups its run
+    kept for a next command (adapters/sandbox/live) were left behind, one more per command."""
+    served(env)
+    started = warden(env, "run", "dw", "--detach", "--", "sleep", "300")
+    assert started.returncode == 0, started.stderr
+    process_id = started.stdout.decode().strip()
+    own = _live_cgroups(process_id)
+    if not own:
+        pytest.skip("no cgroups this user may use: a command has none to leave")
+    sandbox = os.path.basename(own[0]).split("-")[2]
+    for _ in range(3):
+        assert warden(env, "run", "dw", "--", "true").returncode == 0
+    wait_until(lambda: sorted(_live_cgroups(f"warden-live-{sandbox}-")) == sorted(own), timeout=10,
+               message="the commands' cgroups were left behind")
+    warden(env, "kill", "dw", process_id, "--signal", "KILL")

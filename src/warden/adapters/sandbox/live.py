@@ -98,7 +98,7 @@ from warden.core.runs import NetEvent, RunResult, SandboxRequest, Usage, usage_o
 if TYPE_CHECKING:
     import socket
 
-__all__ = ["HostLiveSandboxes", "supervisor_source"]
+__all__ = ["HostLiveSandboxes", "release_spares", "supervisor_source"]
 
 T = TypeVar("T")
 
@@ -461,6 +461,12 @@ class _Spares:
 _SPARES = _Spares()
 os.register_at_fork(after_in_child=_SPARES.forget)
 atexit.register(_SPARES.drop_all)
+
+
+def release_spares() -> None:
+    """Remove the cgroups this process kept for its next commands: before it ends by os._exit
+    (the home daemon's child, after its one run), which skips the atexit that does it."""
+    _SPARES.drop_all()
 
 
 def _command_cgroup(sandbox: LiveSandbox, process_id: str, request: SandboxRequest,

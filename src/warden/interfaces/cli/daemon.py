@@ -757,6 +757,12 @@ class Daemon:
                     said = b"+" + os.fsencode(watched[0]) if watched[1] else b"-"
                 new = "\n".join(sorted(set(sys.modules) - known))
                 os.write(report, (said + b"\0" + new.encode())[:_MAX_REPORT])
+            with contextlib.suppress(Exception):
+                # The cgroups its run kept for a next one (adapters/sandbox/live): there is none
+                # in this child, which ends by os._exit, past the atexit that removes them.
+                live = sys.modules.get("warden.adapters.sandbox.live")
+                if live is not None:
+                    live.release_spares()
             os._exit((status if told is None else told) & 0xFF)
 
     # -- children ending ---------------------------------------------------------------------
