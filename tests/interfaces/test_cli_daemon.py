@@ -931,13 +931,14 @@ def test_the_spare_and_each_child_hold_nothing_of_the_daemons_and_pass_on_only_s
             # One the spare opens and closes as it prepares (a file it reads) may be gone already.
             with contextlib.suppress(FileNotFoundError):
                 target = os.readlink(f"/proc/{spare}/fd/{fd}")
-                if int(fd) > 2 and target != "anon_inode:inotify":
+                if int(fd) > 2 and target not in ("anon_inode:inotify", "anon_inode:[pidfd]"):
                     found.append(target)
         return sorted(found)
 
     # Once it waits (its look at cgroups and its copy of the pages done): its end of the channel
     # and the registry it opened itself for the run it will serve, nothing else (but the inotify
-    # descriptor that watches the last run's workspace, close-on-exec as every other).
+    # descriptor that watches the last run's workspace, and a pidfd of each process it asked after
+    # (adapters/processes.alive), close-on-exec as every other).
     registry = sorted(str(home / name) for name in ("warden.db", "warden.db-shm", "warden.db-wal"))
     wait_until(lambda: len(held()) == 4 and held()[:3] == registry and held()[3].startswith("socket:"), timeout=10,
                message=lambda: f"the spare holds other than its channel and the registry: {held()}")
@@ -1270,6 +1271,12 @@ def test_the_commands_its_children_run_in_a_live_sandbox_leave_no_cgroup_behind(
     sandbox = os.path.basename(own[0]).split("-")[2]
     for _ in range(3):
         assert warden(env, "run", "dw", "--", "true").returncode == 0
-    wait_until(lambda: sorted(_live_cgroups(f"warden-live-{sandbox}-")) == sorted(own), timeout=10,
-               message="the commands' cgroups were left behind")
-    warden(env, "kill", "dw", process_id, "--signal", "KILL")
+    try:
+        wait_until(lambda: sorted(_live_cgroups(f"warden-live-{sandbox}-")) == sorted(own), timeout=10,
+                   message="the commands' cgroups were left behind")
+    finally:
+        # Its live sandbox stopped with the process: a sandbox left up keeps the daemon going,
+        # which the module's other tests see end.
+        for step in ("suspend", "resume"):
+            assert warden(env, step, "dw", extra={"WARDEN_DAEMON": "0"}).returncode == 0
+        stop_daemon(Path(env["WARDEN_HOME"]))
