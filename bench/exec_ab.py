@@ -1,6 +1,6 @@
 """The run path of this tree against an earlier commit's, alternating, in one run.
 
-    .venv/bin/python bench/exec_ab.py [--base REV] [-n 30] [--live]
+    .venv/bin/python bench/exec_ab.py [--base REV] [-n 30] [--live] [--no-cli]
 
 The base commit's `src/` is taken from git into a temporary folder. Each tree gets a worker
 process (its own home and `minimal` workspace) that times `Workspace.run(["true"])` on demand,
@@ -11,6 +11,7 @@ same machine load. Rows: medians and p90 per tree, and
 this tree's median as a ratio of the base's (target: within +10%). `--live`: a detached `sleep`
 keeps each home's live sandbox up first, so both rows run in it, and the CLI goes through each
 home's daemon once it listens (as `warden run` does for a person after their first command).
+`--no-cli`: the in-process rows alone, back to back (no process start between two runs).
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ def main() -> None:
     parser.add_argument("--base", default="ba1cb12", help="the commit to compare with")
     parser.add_argument("-n", type=int, default=30)
     parser.add_argument("--live", action="store_true", help="run both rows in each home's live sandbox")
+    parser.add_argument("--no-cli", action="store_true",
+                        help="time Workspace.run alone: a CLI call between two runs (a whole process start) "
+                             "leaves the next run cold, and its median moves with the CLI's")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"base " + args.base: tree_of(args.base, Path(tmp) / "base"), "this tree": REPO / "src"}
@@ -89,6 +93,8 @@ def main() -> None:
                 proc.stdin.write("go\n")
                 proc.stdin.flush()
                 warm[label].append(float(proc.stdout.readline()))
+                if args.no_cli:
+                    continue
                 start = time.perf_counter()
                 subprocess.run([sys.executable, "-m", "warden", "run", "bench", "--", "true"], check=True,
                                env=envs[label])
@@ -100,7 +106,8 @@ def main() -> None:
         for env in [*worker_envs.values(), *envs.values()]:
             _end_home(Path(env["WARDEN_HOME"]), env)
     print(f"{'what':56} {'median ms':>10} {'p90 ms':>8} {'x base':>8}")
-    for title, table in (('Workspace.run(["true"]) warm', warm), ("python -m warden run bench -- true", cli)):
+    tables = (('Workspace.run(["true"]) warm', warm), ("python -m warden run bench -- true", cli))
+    for title, table in tables[:1] if args.no_cli else tables:
         base_median = statistics.median(table["base " + args.base][1:])
         for label, times in table.items():
             times = times[1:]  # the first call of each is a warm-up
