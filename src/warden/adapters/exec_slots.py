@@ -29,7 +29,9 @@ __all__ = ["HeldSlots"]
 _LOCK = ".lock"
 _IDLE = b"-" * 33  # what a kept file says between two commands; as long as a running one's mark
 _RUNNING = b"R"  # the first byte of a running slot's mark, then the digest of its bot's name
-_KEPT = 8  # idle files a worker keeps: its commands at once seldom exceed it, and every count opens each
+# Idle files a worker keeps: every count opens each, so few (more commands at once than this
+# make and remove a file each, as all did before).
+_KEPT = 2
 
 
 def _mark(bot: str) -> bytes:
