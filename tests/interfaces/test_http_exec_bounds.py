@@ -44,6 +44,7 @@ def test_held_slots_are_counted_over_processes_and_freed_by_a_death(tmp_path: Pa
         "    print('held', flush=True); time.sleep(60)")], stdout=subprocess.PIPE)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        theirs = {p.name for p in folder.iterdir()} - {".lock"}
         with slots.take("a"):
             with pytest.raises(Unavailable, match="max_execs_per_bot"), slots.take("a"):
                 pass
@@ -52,10 +53,60 @@ def test_held_slots_are_counted_over_processes_and_freed_by_a_death(tmp_path: Pa
     finally:
         holder.kill()
         holder.wait()
-    # Its worker died mid-command: its slot is free again, and its file goes.
+    # Its worker died mid-command: its slot is free again, and its file goes (this worker's
+    # own stay, idle, for its next commands).
     with slots.take("a"), slots.take("a"):
         pass
-    assert [p.name for p in folder.iterdir()] == [".lock"]
+    assert len(theirs) == 1 and not theirs & {p.name for p in folder.iterdir()}
+    assert slots.counts("a") == (0, 0)
+
+
+def test_a_worker_reuses_its_idle_slot_files_and_they_count_for_nobody(tmp_path: Path) -> None:
+    # Each exec made a file and removed it: a journaled change of the folder, 0.1-0.7 ms a command.
+    import subprocess
+    import sys
+
+    from warden.adapters.exec_slots import HeldSlots
+
+    folder = tmp_path / "slots"
+    slots = ExecSlots(total=2, per_bot=1, shared=HeldSlots(folder))
+    with slots.take("a"):
+        pass
+    kept = [p for p in folder.iterdir() if p.name != ".lock"]
+    assert len(kept) == 1
+    inode = kept[0].stat().st_ino
+    for _ in range(5):
+        with slots.take("a"):
+            assert slots.counts("a") == (1, 1) and slots.counts("b") == (1, 0)
+        assert slots.counts("a") == (0, 0)
+    assert [(p.name, p.stat().st_ino) for p in folder.iterdir() if p.name != ".lock"] == [(kept[0].name, inode)]
+    # Another worker's idle file holds nothing; its running one holds a slot of its bot only.
+    other = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from warden.adapters.exec_slots import HeldSlots\n"
+        f"slots = HeldSlots(__import__('pathlib').Path({str(folder)!r}))\n"
+        "with slots.take('b', lambda e, m: None):\n"
+        "    print('running', flush=True); sys.stdin.readline()\n"
+        "print('idle', flush=True); time.sleep(60)")], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert other.stdin is not None and other.stdout is not None
+        assert other.stdout.readline() == b"running\n"
+        theirs = {p.name for p in folder.iterdir()} - {".lock", kept[0].name}
+        assert slots.counts("b") == (1, 1) and slots.counts("a") == (1, 0)
+        with pytest.raises(Unavailable, match="max_execs_per_bot"), slots.take("b"):
+            pass
+        other.stdin.write(b"go\n")
+        other.stdin.flush()
+        assert other.stdout.readline() == b"idle\n"
+        assert len([p for p in folder.iterdir() if p.name != ".lock"]) == 2  # its file kept, idle
+        assert slots.counts("b") == (0, 0)
+        with slots.take("b"), slots.take("a"):
+            pass
+    finally:
+        other.kill()
+        other.wait()
+    assert slots.counts("a") == (0, 0)  # its file goes with it; this worker's two stay
+    left = {p.name for p in folder.iterdir()} - {".lock"}
+    assert len(theirs) == 1 and not theirs & left and kept[0].name in left and len(left) == 2
 
 
 def test_a_busy_bot_is_refused_by_every_worker(tmp_path: Path, initialised_home: Path) -> None:

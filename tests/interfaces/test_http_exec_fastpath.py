@@ -9,14 +9,21 @@ the fast path leaves every request with one to FastAPI) is the route's answer to
 from __future__ import annotations
 
 import functools
+import http.client
+import itertools
+import json
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 from tests.support.servers import ThreadServer
+from tests.support.waiting import wait_until
+from warden.adapters.store.audit import SqlAudit
 from warden.bootstrap import bootstrap
 from warden.interfaces.http import routes
 
@@ -127,3 +134,50 @@ def test_other_forms_of_exec_reach_the_route(world: dict[str, Any]) -> None:
     form = _post(world, world["runner"], b'{"cmd": ["true"]}', kind="application/x-www-form-urlencoded")
     assert form.status_code == 422 and "Content-Type: application/json" in form.json()["error"]["message"]
     assert len(world["routed"]) == before + 1  # the form's body never reached the route: FastAPI refused it
+
+
+def test_a_plain_execs_event_is_written_with_its_runs_outcome(world: dict[str, Any],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # The call's event had a write transaction of its own after the run's: one commit more an exec.
+    numbers = itertools.count()
+    appended: list[tuple[int, str]] = []  # (the transaction, the event's action)
+    append = SqlAudit.append
+
+    def noted(self: SqlAudit, event: Any) -> Any:
+        appended.append((self.__dict__.setdefault("_test_tx", next(numbers)), event.action))
+        return append(self, event)
+
+    monkeypatch.setattr(SqlAudit, "append", noted)
+    fast = _post(world, world["runner"], b'{"cmd": ["sh", "-c", "exit 4"], "env": {"B": "2"}}')
+    assert fast.status_code == 200 and fast.json()["exit_code"] == 4, fast.text
+    # (The server's thread may still be writing the event after the answer: wait for it.)
+    wait_until(lambda: any(action == "api.exec" for _, action in appended), timeout=10, message="no api.exec event")
+    ran = [tx for tx, action in appended if action == "run"]
+    called = [tx for tx, action in appended if action == "api.exec"]
+    assert len(ran) == 1 and called == ran, appended
+    # The same event as the streamed exec's, written on its own as before (its `stream` note aside).
+    streamed = _post(world, world["runner"], b'{"cmd": ["sh", "-c", "exit 4"], "env": {"B": "2"}, "stream": true}')
+    assert streamed.status_code == 200 and json.loads(streamed.text.splitlines()[-1])["exit_code"] == 4
+    plain_event, streamed_event = _exec_events(world)[-2:]
+    assert streamed_event.pop("stream") is True
+    assert {k: v for k, v in plain_event.items() if k != "run_id"} == \
+           {k: v for k, v in streamed_event.items() if k != "run_id"}
+    assert plain_event["exit_code"] == 4 and plain_event["env_names"] == ["B"] and plain_event["rule"] == "grant.allow"
+
+
+def test_a_plain_exec_whose_client_left_says_so(world: dict[str, Any]) -> None:
+    parts = urlsplit(world["url"])
+    folder = world["app"].workspaces.get("demo").path
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    hold = "touch left-started; sleep 30"
+    conn.request("POST", EXEC, body=json.dumps({"cmd": ["sh", "-c", hold]}).encode(),
+                 headers={"Authorization": f"Bearer {world['runner']}", "Content-Type": "application/json"})
+    wait_until((Path(folder) / "left-started").exists, timeout=30, message="the command never started")
+    conn.close()  # the client goes away: the command is killed, and the call's event says so
+
+    def said() -> bool:
+        last = _exec_events(world)[-1]
+        return last["program"] == "sh" and last.get("client_gone") is True
+
+    wait_until(said, timeout=30, message="no api.exec event with client_gone")
+    assert _exec_events(world)[-1]["exit_code"] != 0

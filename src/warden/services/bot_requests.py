@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from warden.core.grants import Grant
     from warden.core.live import Chunk, Logs, ProcessView
+    from warden.core.ports import Tx
     from warden.core.runs import RunResult
     from warden.core.settings import Settings
     from warden.core.workspaces import WorkspaceRecord
@@ -427,7 +428,8 @@ class BotRequestService:
     # -- exec ------------------------------------------------------------------------------
     def exec(self, principal: Principal, name: str, command: Command, *, trail: Trail = UNTRACED,
              admit: Callable[[str], AbstractContextManager[object]] | None = None,
-             output: RunOutput | None = None, terminal: int | None = None) -> RunResult:
+             output: RunOutput | None = None, terminal: int | None = None,
+             ended: Callable[[Tx], None] | None = None) -> RunResult:
         """Run `command` in the workspace's sandbox (needs `execute` on the whole workspace).
 
         The secrets the grant names join the environment, over the request's variables of the
@@ -437,6 +439,8 @@ class BotRequestService:
         with it, exactly those hosts, each within the grant's domains (Denied otherwise).
         `output`: where the output goes as it comes (a streamed exec), instead of the result;
         `terminal`: the slave of a pseudo-terminal the front end relays (a PTY), stdin ignored.
+        `ended(tx)`: the front end's own writes (its call's event) in the transaction that records
+        the outcome of a command that ran, the trail's exit_code and timed_out noted first.
         """
         record = self._authorize(principal, name, "execute", trail, whole_workspace=True)
         _check_command(command, self.settings.max_timeout)
@@ -450,12 +454,18 @@ class BotRequestService:
                    missing_secrets=list(injection.missing))
         if command.cwd is not None:
             trail.note(cwd=command.cwd)
+        def outcome(tx: Tx, result: RunResult) -> None:
+            trail.note(exit_code=result.exit_code, timed_out=result.timed_out)
+            if ended is not None:
+                ended(tx)
+
         with (admit or nullcontext)(principal.minter):
             result = self._runs.run(record.name, list(command.argv), timeout=command.timeout, env=env,
                                     stdin=command.stdin.encode("utf-8") if command.stdin is not None else None,
                                     actor=principal.actor, max_output=self.settings.max_output, cwd=command.cwd,
                                     net="allow" if reach else "none", allow_domains=reach,
-                                    grant_domains=effective(principal.chain).domains, output=output, terminal=terminal)
+                                    grant_domains=effective(principal.chain).domains, output=output, terminal=terminal,
+                                    on_end=outcome)
         trail.note(exit_code=result.exit_code, timed_out=result.timed_out)
         return result
 

@@ -256,25 +256,27 @@ class RunService:
             actor: str = "user", session: str | None = None, ro_paths: Sequence[str] = (),
             max_output: int | None = None, within: Lease | None = None, cwd: str | None = None,
             grant_domains: Sequence[str] | None = None, terminal: int | None = None,
-            output: RunOutput | None = None) -> RunResult:
+            output: RunOutput | None = None, on_end: Callable[[Tx, RunResult], None] | None = None) -> RunResult:
         """`execute` with the request spelled as keywords (its output captured, unless `output`
         says where it goes)."""
         request = RunRequest(name, argv, timeout=timeout, memory=memory, cpu=cpu, pids=pids, net=net,
                              allow_domains=allow_domains, env=env or {}, stdin=stdin, session=session,
                              ro_paths=ro_paths, actor=actor, max_output=max_output, cwd=cwd,
                              grant_domains=grant_domains, terminal=terminal)
-        return self.execute(request, output, within=within)
+        return self.execute(request, output, within=within, on_end=on_end)
 
     def execute(self, request: RunRequest, output: RunOutput | None = None, *,
-                within: Lease | None = None) -> RunResult:
+                within: Lease | None = None, on_end: Callable[[Tx, RunResult], None] | None = None) -> RunResult:
         """Run `request` in its workspace's sandbox; the command's status, output and timing.
         `within`: an exclusive lease on the workspace the caller holds (repair reinstalling
-        packages), under which the run goes instead of taking a shared one."""
+        packages), under which the run goes instead of taking a shared one. `on_end(tx, outcome)`:
+        the caller's own writes, in the transaction that records the outcome of a command that ran."""
         output = output or RunOutput()
         _check_argv(request.argv)
         plan = self._judge(self._ready_workspace(request.workspace), request)
         intent = RunIntent(os.urandom(8).hex(), plan.record, request.actor, list(request.argv), plan.detail)
         plan.detail["run_id"] = intent.run_id
+        intent.ended = on_end
         notes = _Notes(output.notice)
         with contextlib.ExitStack() as held:
             self._hold_lease(held, intent, within)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,9 @@ class RunIntent:
     sandboxes: tuple[LiveSandbox, ...] | None = None
     fence: int | None = None
     chain: tuple[Grant, ...] | None = None  # a bot's grant chain, read there too (services/live.Seen)
+    # The caller's own writes once the outcome is recorded, in that transaction (the API's event
+    # of the call: one commit fewer a command).
+    ended: Callable[[Tx, RunResult], None] | None = None
 
 
 class RunsInProgress:
@@ -88,6 +92,8 @@ class RunsInProgress:
             tx.workspaces.update(intent.record.name, {"last_accessed": self._clock().isoformat()})
         if intent.outcome is not None:
             self._audit_outcome(tx, intent, intent.outcome)
+            if intent.ended is not None:
+                intent.ended(tx, intent.outcome)
         elif intent.interrupted is not None:
             self._audit.record(actor=intent.actor, action="run", target=intent.record.name, decision="allow",
                                rule="sandbox", result="interrupted",

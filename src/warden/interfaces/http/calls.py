@@ -22,6 +22,7 @@ from warden.services.auth import AuthDenied, Principal
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
+    from warden.core.ports import Tx
     from warden.core.workspaces import WorkspaceRecord
 
 __all__ = ["Call", "Unauthenticated", "threaded"]
@@ -69,6 +70,7 @@ class Call:
         self.detail: dict[str, Any] = {}
         # Set when the operation went to a service that audits it itself, with this actor.
         self.audited_by_service = False
+        self._recorded = False  # the event written already, in the run's transaction (record_in)
 
     @property
     def actor(self) -> str:
@@ -108,11 +110,23 @@ class Call:
     def __enter__(self) -> Call:
         return self
 
+    def record_in(self, tx: Tx) -> None:
+        """Write the call's event now, as a call that ends well writes it, in `tx`: the transaction
+        that records its command's outcome, so that the call costs no commit of its own. Leaving
+        the call then writes none, unless an error comes after it (its event then follows)."""
+        self._record(None, tx)
+        self._recorded = True
+
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self._log(exc)
         if self.audited_by_service and (exc is None or isinstance(exc, WardenError)):
             return  # one event per call: the service's, which names this caller
+        if self._recorded and exc is None:
+            return
+        self._record(exc, None)
+
+    def _record(self, exc: BaseException | None, tx: Tx | None) -> None:
         if exc is None:
             decision, rule, result = "allow", self.rule or "none", "ok"
         elif isinstance(exc, Denied):
@@ -125,7 +139,7 @@ class Call:
         if self.principal is not None and self.principal.minter != self.principal.bot:
             detail = {**detail, "minted_by": self.principal.minter}  # whose grant this one came from
         self.app.audit.record(actor=self.actor, action=f"{self.channel}.{self.action}", target=self.target,
-                              decision=decision, rule=rule, result=result, detail=detail)
+                              decision=decision, rule=rule, result=result, detail=detail, tx=tx)
 
     def _log(self, exc: BaseException | None) -> None:
         """The call's line in the server log: `bot helper: api.exec notes: ok, exit 0`."""

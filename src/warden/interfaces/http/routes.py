@@ -46,6 +46,7 @@ from warden.services.bot_requests import ChildGrant, Command, NewWorkspace
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
+    from warden.core.ports import Tx
     from warden.interfaces.http.limits import Receive
     from warden.services.bot_requests import WorkspaceView
 
@@ -142,9 +143,16 @@ class BotRoutes:
         added to its environment. `abandoned`: stops it should its client go away."""
         with Call(self.app, "exec", name) as call:
             command = command_of(body)
+
+            def ended(tx: Tx) -> None:
+                # The call's event, written with the run's outcome (one commit fewer an exec).
+                if abandoned is not None and abandoned.gone:
+                    call.note(client_gone=True)
+                call.record_in(tx)
+
             try:
                 result = self.requests.exec(call.authenticate(token), name, command, trail=call,
-                                            admit=self.exec_slots.take,
+                                            admit=self.exec_slots.take, ended=ended,
                                             output=abandoned.output() if abandoned is not None else None)
             finally:
                 if abandoned is not None and abandoned.gone:
