@@ -21,6 +21,7 @@ def test_the_summary_lists_what_changed_while_watched(tmp_path: Path) -> None:
     (ws / "kept.txt").write_text("x")
     (ws / "before.txt").write_text("made before the watch")
     with Watcher(str(ws), ROOMY) as watcher:
+        watcher.arm(lambda: None)  # as a run's command starts
         (ws / "kept.txt").write_text("changed")
         (ws / "old.txt").unlink()
         os.makedirs(ws / "a" / "b" / "c")
