@@ -199,7 +199,9 @@ def test_a_rename_storm_costs_about_one_walk_not_one_per_rename(ws: Path) -> Non
         while time.monotonic() - start < 20:
             began = time.monotonic()
             batch = feed.next(0.5)
-            assert time.monotonic() - began < 0.5 + 1.2  # a slice past the caller's timeout at most
+            # A slice past the caller's timeout at most, with room for a loaded machine (a CI run
+            # beside other test runs took 2.27 s against 1.7); held by the storm, it would take 8 s.
+            assert time.monotonic() - began < 0.5 + 2.5
             calls += 1
             if batch is None and calls > 1:
                 break
