@@ -7,6 +7,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -283,36 +284,43 @@ def test_a_workspace_run_again_in_one_process_catches_up_instead_of_walking(tmp_
         assert watcher._tree is not kept and watcher.start == measure(str(ws))
 
 
-def test_a_watchers_thread_is_kept_for_the_next_run(tmp_path: Path) -> None:
-    """Starting a thread cost every run about a millisecond: the next watcher runs in the thread
-    the last one used, and a forked child, which has none of its parent's threads, starts its own."""
-    idents: list[int] = []
+def _runs_noting(folder: Path, runs: int, note: Callable[[], None]) -> None:
+    """`runs` watched runs of `folder` (entered, then armed as a run's command starts), each
+    calling `note` in the thread its loop runs in."""
     real = Watcher._loop
 
     def noted(self: Watcher, *args: Any) -> None:
-        idents.append(threading.get_native_id())  # a kernel id: a new thread gets a new one
+        note()
         real(self, *args)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Watcher, "_loop", noted)
-        for _ in range(5):
+        for _ in range(runs):
+            with Watcher(str(folder), ROOMY) as watcher:
+                watcher.arm(lambda: None)
+
+
+def test_a_watchers_thread_is_kept_for_the_next_run(tmp_path: Path) -> None:
+    """Starting a thread cost every run about a millisecond: the next watcher runs in the thread
+    the last one used, and a forked child, which has none of its parent's threads, starts its own."""
+    idents: list[int] = []
+    # A kernel id: a new thread gets a new one.
+    _runs_noting(tmp_path, 5, lambda: idents.append(threading.get_native_id()))
+    assert len(set(idents)) == 1
+    names = [t.name for t in threading.enumerate()]
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
             with Watcher(str(tmp_path), ROOMY) as watcher:
                 watcher.arm(lambda: None)
-        assert len(set(idents)) == 1
-        names = [t.name for t in threading.enumerate()]
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child reports through the pipe
-            try:
-                with Watcher(str(tmp_path), ROOMY) as watcher:
-                    watcher.arm(lambda: None)
-                os.write(write_end, b"watched")
-            finally:
-                os._exit(0)
-        os.close(write_end)
-        with os.fdopen(read_end, "rb") as child:
-            assert child.read() == b"watched"
-        os.waitpid(pid, 0)
+            os.write(write_end, b"watched")
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as child:
+        assert child.read() == b"watched"
+    os.waitpid(pid, 0)
     assert names.count("warden-quota") >= 1
 
 
@@ -406,15 +414,5 @@ def test_the_watchers_thread_runs_at_real_time_priority_where_warden_may(tmp_pat
     if not realtime_allowed():
         pytest.skip("this user may not give a thread real-time priority (doctor says so)")
     policies: list[int] = []
-    real = Watcher._loop
-
-    def noted(self: Watcher, *args: Any) -> None:
-        policies.append(os.sched_getscheduler(0))
-        real(self, *args)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Watcher, "_loop", noted)
-        for _ in range(3):
-            with Watcher(str(tmp_path), ROOMY) as watcher:
-                watcher.arm(lambda: None)
+    _runs_noting(tmp_path, 3, lambda: policies.append(os.sched_getscheduler(0)))
     assert policies == [os.SCHED_FIFO] * 3
