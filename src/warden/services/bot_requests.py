@@ -454,6 +454,7 @@ class BotRequestService:
                    missing_secrets=list(injection.missing))
         if command.cwd is not None:
             trail.note(cwd=command.cwd)
+
         def outcome(tx: Tx, result: RunResult) -> None:
             trail.note(exit_code=result.exit_code, timed_out=result.timed_out)
             if ended is not None:

@@ -235,13 +235,11 @@ class Cgroup:
                 if memory != current:
                     # memsw (memory and swap) may never be below the memory limit: raised first
                     # when raising, lowered last when lowering. Absent without swap accounting.
-                    names = ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
-                    for name in reversed(names) if memory > current else names:
-                        if name == names[0]:
-                            _write(f"{path}/{name}", str(memory))
-                        else:
-                            with contextlib.suppress(FileNotFoundError):
-                                _write(f"{path}/{name}", str(memory))
+                    if memory > current:
+                        _write_memsw(path, memory)
+                    _write(f"{path}/memory.limit_in_bytes", str(memory))
+                    if memory < current:
+                        _write_memsw(path, memory)
                 _write(f"{path}/memory.max_usage_in_bytes", "0")
         except (OSError, ValueError):
             return False
@@ -403,6 +401,12 @@ def _write(path: str, text: str) -> None:
         os.write(fd, text.encode())
     finally:
         os.close(fd)
+
+
+def _write_memsw(path: str, memory: int) -> None:
+    """The memory-and-swap limit of v1 memory cgroup `path`, where swap is accounted."""
+    with contextlib.suppress(FileNotFoundError):
+        _write(f"{path}/memory.memsw.limit_in_bytes", str(memory))
 
 
 def _read_pids(path: str) -> list[int]:
