@@ -52,6 +52,17 @@ def spare_pids(home: Path) -> list[int]:
     return [pid for pid in _daemon_processes(home) if _session(pid) not in (pid, None)]
 
 
+def open_files(pid: int) -> dict[int, str]:
+    """What each descriptor of `pid` is open on now. The process opens and closes files as it
+    works (and may end): a descriptor listed and gone before it is read is not counted."""
+    found = {}
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                found[int(fd)] = os.readlink(f"/proc/{pid}/fd/{fd}")
+    return found
+
+
 def _daemon_processes(home: Path) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -926,14 +937,8 @@ def test_the_spare_and_each_child_hold_nothing_of_the_daemons_and_pass_on_only_s
     [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
 
     def held() -> list[str]:
-        found = []
-        for fd in os.listdir(f"/proc/{spare}/fd"):
-            # One the spare opens and closes as it prepares (a file it reads) may be gone already.
-            with contextlib.suppress(FileNotFoundError):
-                target = os.readlink(f"/proc/{spare}/fd/{fd}")
-                if int(fd) > 2 and target not in ("anon_inode:inotify", "anon_inode:[pidfd]"):
-                    found.append(target)
-        return sorted(found)
+        return sorted(target for fd, target in open_files(spare).items()
+                      if fd > 2 and target not in ("anon_inode:inotify", "anon_inode:[pidfd]"))
 
     # Once it waits (its look at cgroups and its copy of the pages done): its end of the channel
     # and the registry it opened itself for the run it will serve, nothing else (but the inotify
@@ -977,13 +982,7 @@ def test_the_spare_serves_its_run_on_the_registry_connection_it_opened_while_wai
     [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
 
     def registry_fds() -> dict[str, str]:
-        found = {}
-        for fd in os.listdir(f"/proc/{spare}/fd"):
-            with contextlib.suppress(OSError):
-                target = os.readlink(f"/proc/{spare}/fd/{fd}")
-                if target.startswith(str(home / "warden.db")):
-                    found[fd] = target
-        return found
+        return {fd: target for fd, target in open_files(spare).items() if target.startswith(str(home / "warden.db"))}
 
     waiting = wait_until(lambda: len(registry_fds()) == 3 and registry_fds(), timeout=10,
                          message="the waiting spare did not open the registry")
@@ -1010,8 +1009,7 @@ def test_a_commit_made_while_the_spare_waits_reaches_the_registry_file(tmp_path:
         assert created.returncode == 0, created.stderr
         served(environ)
         [spare] = wait_until(lambda: spare_pids(home), timeout=10, message="the idle daemon forked no spare")
-        wait_until(lambda: any(os.readlink(f"/proc/{spare}/fd/{fd}") == str(home / "warden.db")
-                               for fd in os.listdir(f"/proc/{spare}/fd")), timeout=10,
+        wait_until(lambda: str(home / "warden.db") in open_files(spare).values(), timeout=10,
                    message="the waiting spare did not open the registry")
         marker = f"mark-{os.getpid()}-{time.monotonic_ns() % 10**9}"
         done = warden(environ, "create", marker, "--template", "minimal")
@@ -1159,8 +1157,7 @@ def test_a_child_leaves_the_write_ahead_log_to_the_next_run_and_a_kill_loses_not
         assert ran.returncode == 0 and ran.stdout == f"{marker}\n".encode(), ran.stderr
 
         def spare_connected() -> list[int]:
-            return [pid for pid in spare_pids(home) if any(
-                os.readlink(f"/proc/{pid}/fd/{fd}") == str(home / "warden.db") for fd in os.listdir(f"/proc/{pid}/fd"))]
+            return [pid for pid in spare_pids(home) if str(home / "warden.db") in open_files(pid).values()]
 
         wait_until(spare_connected, timeout=15, message="no spare connected to the registry after the run")
         assert (home / "warden.db-wal").stat().st_size > 0  # the log the run wrote, not a new one
@@ -1190,8 +1187,7 @@ def test_the_spare_watches_the_last_runs_workspace_and_the_run_it_serves_owns_on
         assert warden(environ, "run", "dw", "--", "true").returncode == 0
 
         def watching_spare() -> list[int]:
-            return [pid for pid in spare_pids(home) if any(
-                os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:inotify" for fd in os.listdir(f"/proc/{pid}/fd"))]
+            return [pid for pid in spare_pids(home) if "anon_inode:inotify" in open_files(pid).values()]
 
         wait_until(watching_spare, timeout=15, message="the spare does not watch the last run's workspace")
         ws = home / "workspaces" / "dw"
