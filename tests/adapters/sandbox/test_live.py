@@ -742,6 +742,29 @@ def test_a_spare_whose_folders_went_is_replaced_and_a_stop_removes_the_spares(ho
     assert not any(os.path.exists(path) for path in spare_dirs)
 
 
+def test_a_command_that_ends_after_its_sandboxs_stop_began_keeps_no_spare(host: HostLiveSandboxes,
+                                                                          sandbox: LiveSandbox, folder: str) -> None:
+    """A stop drops this process's spares, then removes the sandbox's cgroup folders: a command
+    of another thread that ended in between kept its cgroups as a spare whose folders then went,
+    holding their descriptors until this process ended."""
+    _v1_cgroups(sandbox)
+    results: list[object] = []
+
+    def run() -> None:
+        results.append(host.run(sandbox, "a" * 16, _req(folder, "sh", "-c", "touch started; sleep 0.5")))
+
+    running = threading.Thread(target=run)
+    running.start()
+    wait_until(lambda: os.path.exists(os.path.join(folder, "started")), message="the command did not start")
+    live_module._SPARES.drop(SBX, stopped=True)  # the stop's first step, in this thread, as the command runs
+    running.join(30)
+    assert results and results[0].exit_code == 0  # type: ignore[attr-defined]
+    assert SBX not in live_module._SPARES._kept
+    assert not any(name.startswith(f"warden-live-{SBX[4:]}-") for _, path in sandbox.meta["cgroups"]  # type: ignore[attr-defined]
+                   for name in os.listdir(os.path.dirname(path)))
+    host.stop(sandbox)
+
+
 def test_foreground_commands_leave_no_descriptor_behind(host: HostLiveSandboxes, sandbox: LiveSandbox,
                                                         folder: str) -> None:
     """Each command's cgroup.procs files were left open: two descriptors a command, for good (a

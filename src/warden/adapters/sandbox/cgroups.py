@@ -110,6 +110,10 @@ class Cgroup:
     procs_fds: list[int] = field(default_factory=list)
     oom_seen: int = 0  # OOM kills counted in them before the current command (a reused one's)
     charged_before: int = 0  # memory still charged to them when the current command was given them
+    # The limits last written to them (`create`, `renew`): a renewal writes only those that differ
+    # (only Warden writes them: no sandbox has /sys).
+    memory_limit: int | None = None
+    pids_limit: int | None = None
 
     def add(self, pid: int) -> None:
         """Move `pid` (the sandbox, still held before its command starts) into every cgroup."""
@@ -185,10 +189,10 @@ class Cgroup:
         """How many processes the memory limit made the kernel kill in these cgroups so far."""
         for version, path in self.dirs:
             name = "memory.oom_control" if version == "v1" else "memory.events"
-            with contextlib.suppress(OSError, ValueError), open(f"{path}/{name}") as fh:
-                for line in fh:
-                    key, _, value = line.partition(" ")
-                    if key == "oom_kill":
+            with contextlib.suppress(OSError, ValueError):
+                for line in _read(f"{path}/{name}").splitlines():
+                    key, _, value = line.partition(b" ")
+                    if key == b"oom_kill":
                         return int(value or 0)
         return 0
 
@@ -204,9 +208,8 @@ class Cgroup:
             return False
         for _, path in self.dirs:
             try:
-                with open(f"{path}/memory.usage_in_bytes", "rb") as fh:
-                    if int(fh.read(64)) > _REUSE_MAX_CHARGED:
-                        return False
+                if int(_read(f"{path}/memory.usage_in_bytes", 64)) > _REUSE_MAX_CHARGED:
+                    return False
             except FileNotFoundError:
                 continue  # the pids hierarchy's
             except (OSError, ValueError):
@@ -222,17 +225,18 @@ class Cgroup:
             return False
         try:
             for _, path in self.dirs:
-                if _read_pids(path):
-                    return False  # emptied when kept: nothing may have come in since
+                # Emptied when kept: nothing may have come in since. Read strictly: a folder gone
+                # (another process's stop, the orphan sweep) fails here, as no limit is written.
+                if _read(f"{path}/cgroup.procs", 64).strip():
+                    return False
                 try:
-                    with open(f"{path}/memory.limit_in_bytes", "rb") as fh:
-                        current = int(fh.read(64))
+                    self.charged_before = int(_read(f"{path}/memory.usage_in_bytes", 64))
                 except FileNotFoundError:
-                    _write(f"{path}/pids.max", str(pids))  # the pids hierarchy's
+                    if pids != self.pids_limit:  # the pids hierarchy's
+                        _write(f"{path}/pids.max", str(pids))
                     continue
-                with open(f"{path}/memory.usage_in_bytes", "rb") as fh:
-                    self.charged_before = int(fh.read(64))
-                if memory != current:
+                if memory != self.memory_limit:
+                    current = int(_read(f"{path}/memory.limit_in_bytes", 64))
                     # memsw (memory and swap) may never be below the memory limit: raised first
                     # when raising, lowered last when lowering. Absent without swap accounting.
                     if memory > current:
@@ -240,9 +244,14 @@ class Cgroup:
                     _write(f"{path}/memory.limit_in_bytes", str(memory))
                     if memory < current:
                         _write_memsw(path, memory)
+                if pids != self.pids_limit:
+                    with contextlib.suppress(FileNotFoundError):  # where one hierarchy holds both controllers
+                        _write(f"{path}/pids.max", str(pids))
                 _write(f"{path}/memory.max_usage_in_bytes", "0")
         except (OSError, ValueError):
+            self.memory_limit = self.pids_limit = None  # as they are now is not known: all written next time
             return False
+        self.memory_limit, self.pids_limit = memory, pids
         return True
 
     def memory_peak(self) -> int | None:
@@ -251,8 +260,8 @@ class Cgroup:
         to reused cgroups (`renew`); None where no memory cgroup says."""
         for version, path in self.dirs:
             name = "memory.max_usage_in_bytes" if version == "v1" else "memory.peak"
-            with contextlib.suppress(OSError, ValueError), open(f"{path}/{name}") as fh:
-                return max(int(fh.read(64).strip()) - self.charged_before, 0)
+            with contextlib.suppress(OSError, ValueError):
+                return max(int(_read(f"{path}/{name}", 64)) - self.charged_before, 0)
         return None
 
     def cpu_seconds(self) -> float | None:
@@ -409,12 +418,31 @@ def _write_memsw(path: str, memory: int) -> None:
         _write(f"{path}/memory.memsw.limit_in_bytes", str(memory))
 
 
-def _read_pids(path: str) -> list[int]:
+def _read(path: str, size: int = 4096) -> bytes:
+    """Up to `size` bytes of cgroup file `path` in one read (a cgroup file gives what it holds at
+    once): a run reads several of them, and a Python file object costs several times the read."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        with open(f"{path}/cgroup.procs") as fh:
-            return [int(x) for x in fh.read().split()]
+        return os.read(fd, size)
+    finally:
+        os.close(fd)
+
+
+def _read_pids(path: str) -> list[int]:
+    """The processes in cgroup `path` ([] where it is gone)."""
+    try:
+        fd = os.open(f"{path}/cgroup.procs", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return []
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):  # a long list comes in several reads
+            chunks.append(chunk)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    return [int(x) for x in b"".join(chunks).split()]
 
 
 def sweep_orphans_once(support: CgroupSupport) -> None:
@@ -452,6 +480,7 @@ def create(support: CgroupSupport, *, memory: int, pids: int, name: str | None =
                 made[base] = path
                 group.dirs.append((version, path))
             if controller == "memory":
+                group.memory_limit = memory
                 if version == "v1":
                     _write(f"{path}/memory.limit_in_bytes", str(memory))
                     # Swap counts too where swap accounting exists, so the limit is real.
@@ -463,6 +492,7 @@ def create(support: CgroupSupport, *, memory: int, pids: int, name: str | None =
                         _write(f"{path}/memory.swap.max", "0")
             else:
                 _write(f"{path}/pids.max", str(pids))
+                group.pids_limit = pids
         for _, path in group.dirs:
             group.procs_fds.append(os.open(f"{path}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
     except BaseException:

@@ -400,11 +400,21 @@ class _Spares:
 
     PER_SANDBOX = 2
     IN_ALL = 32
+    STOPPED_KEPT = 256
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._kept: dict[str, list[cgroups.Cgroup]] = {}
         self._count = 0
+        # How often this process stopped each sandbox, newest last (bounded): a command that ends
+        # after a stop dropped its sandbox's spares keeps none (its folders go with the stop, or
+        # went). Counted, not flagged: a sandbox started again under its id (tests do) keeps them.
+        self._stops: dict[str, int] = {}
+
+    def stops(self, sandbox_id: str) -> int:
+        """How often this process stopped `sandbox_id`: given back to `keep` by a command."""
+        with self._lock:
+            return self._stops.get(sandbox_id, 0)
 
     def take(self, sandbox_id: str) -> cgroups.Cgroup | None:
         with self._lock:
@@ -417,12 +427,13 @@ class _Spares:
                 del self._kept[sandbox_id]
             return group
 
-    def keep(self, sandbox_id: str, group: cgroups.Cgroup) -> None:
-        """Keep `group` (emptied) for `sandbox_id`'s next command, or remove it past the bounds."""
+    def keep(self, sandbox_id: str, group: cgroups.Cgroup, stops: int) -> None:
+        """Keep `group` (emptied) for `sandbox_id`'s next command, or remove it past the bounds or
+        when the sandbox was stopped since its command started (`stops`, as `stops` said then)."""
         evicted = [group]
         with self._lock:
             kept = self._kept.setdefault(sandbox_id, [])
-            if len(kept) < self.PER_SANDBOX:
+            if len(kept) < self.PER_SANDBOX and self._stops.get(sandbox_id, 0) == stops:
                 kept.append(group)
                 self._count += 1
                 evicted = []
@@ -432,13 +443,20 @@ class _Spares:
                     self._count -= 1
                     if not self._kept[oldest]:
                         del self._kept[oldest]
+            if not kept:
+                del self._kept[sandbox_id]
         for old in evicted:
             _remove_cgroup(old)
 
-    def drop(self, sandbox_id: str) -> None:
+    def drop(self, sandbox_id: str, *, stopped: bool = False) -> None:
+        """Remove the spares of `sandbox_id`; `stopped`: it is being stopped, so none is kept after."""
         with self._lock:
             dropped = self._kept.pop(sandbox_id, [])
             self._count -= len(dropped)
+            if stopped:
+                self._stops[sandbox_id] = self._stops.pop(sandbox_id, 0) + 1
+                while len(self._stops) > self.STOPPED_KEPT:
+                    del self._stops[next(iter(self._stops))]
         for group in dropped:
             _remove_cgroup(group)
 
@@ -455,6 +473,7 @@ class _Spares:
                         os.close(fd)
         self._kept = {}
         self._count = 0
+        self._stops = {}
         self._lock = threading.Lock()
 
 
@@ -882,6 +901,7 @@ class HostLiveSandboxes:
         # Set once the run is over, under `killing`: a kill that comes later (the quota's watcher,
         # an abandoned client) does nothing, as the command's cgroups may serve another by then.
         killing = threading.Lock()
+        stops = _SPARES.stops(sandbox.id)  # read before its cgroups are taken: a stop after it keeps them not
         finished: list[bool] = []
         emptied: list[bool] = []  # each kill's: its cgroups seen empty after it
         try:
@@ -945,7 +965,7 @@ class HostLiveSandboxes:
                 finished.append(True)
             if group is not None:
                 if emptied and emptied[-1] and group.reusable():
-                    _SPARES.keep(sandbox.id, group)
+                    _SPARES.keep(sandbox.id, group, stops)
                 else:
                     _remove_cgroup(group)
             channel.close()
@@ -1197,7 +1217,7 @@ class HostLiveSandboxes:
         deadline = time.monotonic() + _STOP_WAIT_S
         while any(alive(pid, start) for pid, start in killed) and time.monotonic() < deadline:
             time.sleep(0.01)
-        _SPARES.drop(sandbox.id)  # this process's spares of it; another's go with the folders below
+        _SPARES.drop(sandbox.id, stopped=True)  # this process's spares of it; another's go with the folders below
         group = _cgroup_of(sandbox.meta)
         if group is not None:
             # Its commands' cgroups too: a background process not yet collected keeps its own.
