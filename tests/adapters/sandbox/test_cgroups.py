@@ -110,3 +110,65 @@ def test_cgroups_of_dead_live_sandboxes_are_swept_and_living_ones_kept(tmp_path:
                           living.pid_start, living.supervisor_pid, living.supervisor_start, living.socket, "t", "t",
                           living.meta)
         host.stop(row)
+
+
+def _v1_group() -> cgroups.Cgroup:
+    support = cgroups.detect()
+    specs = [spec for spec in (support.memory, support.pids) if spec is not None]
+    if not specs or any(version != "v1" for version, _ in specs):
+        pytest.skip("no cgroup v1 hierarchy this process may use (only there does a thread enter one by itself)")
+    return cgroups.create(support, memory=256 << 20, pids=64)
+
+
+def _thread_cgroups() -> str:
+    return Path("/proc/thread-self/cgroup").read_text()
+
+
+def test_a_thread_that_enters_a_runs_cgroups_starts_its_process_in_them_and_comes_back() -> None:
+    """bwrap is started from inside its run's cgroups, not moved there after (a move takes the
+    kernel's global lock and held bwrap ~1.5 ms): the starting thread comes back to its own."""
+    group = _v1_group()
+    own = _thread_cgroups()
+    proc = None
+    try:
+        with group.entered() as entered:
+            assert entered
+            inside = _thread_cgroups()
+            proc = subprocess.Popen(["sleep", "30"])
+        assert _thread_cgroups() == own != inside
+        assert group.holds(proc.pid)
+        assert not group.holds(threading.get_native_id())  # this thread, back
+        assert group.kill() or group.wait_empty()
+        assert proc.wait(10) == -9
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        group.close()
+
+
+def test_a_kill_of_a_runs_cgroups_spares_the_process_whose_thread_is_in_them() -> None:
+    """While its thread starts the run, this process is named by the run's cgroup.procs: a kill
+    then (a stop, a timeout) must end the run's processes and never Warden itself."""
+    group = _v1_group()
+    try:
+        with group.entered() as entered:
+            assert entered
+            assert all(os.getpid() in cgroups._read_pids(path) for _, path in group.dirs)
+            assert group.kill()  # still here to tell
+    finally:
+        group.close()
+
+
+def test_a_thread_that_could_not_come_back_does_not_enter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its own cgroups' files are opened before it leaves them; where they cannot be, it stays."""
+    group = _v1_group()
+    own = _thread_cgroups()
+    monkeypatch.setattr(cgroups, "_thread_join_files", lambda dirs: [])
+    try:
+        before = len(os.listdir("/proc/self/fd"))
+        with group.entered() as entered:
+            assert not entered and _thread_cgroups() == own
+        assert len(os.listdir("/proc/self/fd")) == before  # the run's `tasks` files closed again
+    finally:
+        group.close()

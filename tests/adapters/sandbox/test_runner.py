@@ -102,8 +102,10 @@ def test_cgroups_are_used_and_removed(sandbox: Run) -> None:
         pytest.skip("no writable pids cgroup")
     base, prefix = support.pids[1], f"warden-{os.getpid()}-"
     made: list[str] = []  # this process's run cgroups, seen from the host while the command runs
+    own = Path("/proc/thread-self/cgroup").read_text()
     out = sandbox(["cat", "/proc/self/cgroup"], limits=Limits(pids=20, timeout_s=30),
                   on_started=lambda stop: made.extend(d for d in os.listdir(base) if d.startswith(prefix)))
+    assert Path("/proc/thread-self/cgroup").read_text() == own  # the thread that started bwrap in them, back
     assert out.limits_via.startswith("cgroup")
     line = next(x for x in out.stdout.splitlines() if ":pids:" in x or x.startswith("0::"))
     # Inside, the run's cgroup by name; or the root of the sandbox's cgroup namespace, when the

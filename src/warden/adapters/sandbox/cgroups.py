@@ -20,6 +20,7 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -138,6 +139,36 @@ class Cgroup:
             return []
         return fds
 
+    @contextlib.contextmanager
+    def entered(self) -> Iterator[bool]:
+        """The calling thread inside these cgroups while the block runs, and back in its own
+        after: a process it starts meanwhile (bwrap) is born in them, where moving it after its
+        start (`add`) takes the kernel's global threadgroup lock, whose RCU grace period held
+        bwrap ~1.5 ms a run as it built the sandbox. True when entered: v1 alone (a thread joins by
+        itself through `tasks`), and only where the thread's own cgroups' files could be opened
+        first, so that it can always come back (left in, it would count in the command's limits
+        and be named by its cgroup.procs). False: nothing was changed."""
+        join = self.join_files()
+        back = _thread_join_files(self.dirs) if join else []
+        entered: list[int] = []
+        try:
+            if join and len(back) == len(join):
+                try:
+                    for fd in join:
+                        os.write(fd, b"0")  # "0": this thread, without the global lock
+                        entered.append(fd)
+                except OSError:
+                    _go_back(back[:len(entered)])
+                    entered.clear()
+            yield bool(entered)
+        finally:
+            try:
+                if entered:
+                    _go_back(back)
+            finally:
+                for fd in (*join, *back):
+                    os.close(fd)
+
     def holds(self, pid: int) -> bool:
         """Whether `pid` is in every one of these cgroups (by /proc/PID/cgroup, as this process's
         cgroup namespace names them)."""
@@ -170,7 +201,8 @@ class Cgroup:
                 empty = False
                 continue
             for _ in range(50):
-                pids = _read_pids(path)
+                # Never this process: a thread of it is in them while it starts a run (`entered`).
+                pids = [pid for pid in _read_pids(path) if pid != os.getpid()]
                 if not pids:
                     break
                 for pid in pids:
@@ -416,6 +448,37 @@ def _write_memsw(path: str, memory: int) -> None:
     """The memory-and-swap limit of v1 memory cgroup `path`, where swap is accounted."""
     with contextlib.suppress(FileNotFoundError):
         _write(f"{path}/memory.memsw.limit_in_bytes", str(memory))
+
+
+def _thread_join_files(dirs: list[tuple[str, str]]) -> list[int]:
+    """Open `tasks` files of the calling thread's own v1 cgroups in the hierarchies of `dirs`
+    (in their order), for it to come back to; [] when one cannot be (the caller then does not
+    leave them)."""
+    try:
+        with open("/proc/thread-self/cgroup") as fh:
+            places = dict(line.rstrip("\n").split(":", 2)[1:] for line in fh.read(1 << 16).splitlines())
+    except (OSError, ValueError):
+        return []
+    fds: list[int] = []
+    try:
+        for version, path in dirs:
+            hierarchy = os.path.relpath(path, _ROOT).split("/", 1)[0]  # "memory", "pids", "cpu,cpuacct"
+            place = places.get(hierarchy)
+            if version != "v1" or place is None:
+                raise OSError(f"no own cgroup of this thread in {hierarchy}")
+            fds.append(os.open(os.path.normpath(f"{_ROOT}/{hierarchy}/{place}") + "/tasks",
+                               os.O_WRONLY | os.O_CLOEXEC))
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        return []
+    return fds
+
+
+def _go_back(fds: list[int]) -> None:
+    """The calling thread back in the cgroups whose `tasks` files `fds` are."""
+    for fd in fds:
+        os.write(fd, b"0")
 
 
 def _read(path: str, size: int = 4096) -> bytes:

@@ -348,6 +348,7 @@ class _Sandbox:
     cg: cgroups.Cgroup | None
     started: float
     child: int = 0  # the sandbox's pid 1 (bwrap's init), once bwrap reported it
+    born_in: bool = False  # bwrap was started from inside its cgroups (Cgroup.entered)
 
     def kill(self) -> None:
         _kill_tree(self.proc, self.cg)
@@ -493,8 +494,9 @@ def _spawn(argv: list[str], spec: SandboxSpec, stdin: bytes | int | None, held: 
     # A person's stop (SIGTERM, SIGHUP) that comes while bwrap starts is raised once this holds
     # it (below): raised inside Popen, past the fork, it left a bwrap nobody followed or ended.
     starting = stops.Whole()
+    born_in = held.cg.entered() if held.cg is not None else contextlib.nullcontext(False)
     try:
-        with starting:
+        with starting, born_in as entered:
             proc = subprocess.Popen(
                 argv, stdin=stdin_arg, stdout=stdin_arg if terminal else subprocess.PIPE, stderr=subprocess.PIPE,
                 env=environ, close_fds=True, start_new_session=True, preexec_fn=_signal_reset(),
@@ -508,10 +510,10 @@ def _spawn(argv: list[str], spec: SandboxSpec, stdin: bytes | int | None, held: 
         raise
     try:
         starting.raise_held()
-        if held.cg is not None:
+        if held.cg is not None and not entered:
             # Joining a v1 cgroup waits for an RCU grace period (the kernel's cgroup_threadgroup_rwsem),
-            # a few ms when no migration happened lately. Moving bwrap itself now pays that wait while
-            # bwrap builds the namespaces; the child's move after the handshake then finds it warm.
+            # a few ms when no migration happened lately, and holds bwrap meanwhile. Moved now, the
+            # child's move after the handshake finds it warm.
             with contextlib.suppress(OSError):
                 held.cg.add(proc.pid)
         held.close_handed(keep=control.ours)
@@ -522,7 +524,7 @@ def _spawn(argv: list[str], spec: SandboxSpec, stdin: bytes | int | None, held: 
         _kill_tree(proc, held.cg)
         proc.wait()
         raise
-    return _Sandbox(proc, held.cg, started)
+    return _Sandbox(proc, held.cg, started, born_in=entered)
 
 
 def _release(sandbox: _Sandbox, control: _Control, limits: Limits, support: cgroups.CgroupSupport) -> int:
@@ -536,7 +538,9 @@ def _release(sandbox: _Sandbox, control: _Control, limits: Limits, support: cgro
     try:
         for which, soft, hard in _rlimits(limits, sandbox.cg, support):
             resource.prlimit(child, which, (soft, hard))
-        if sandbox.cg is not None:
+        # Born in them with bwrap, it is checked there rather than moved (a move takes the lock
+        # `Cgroup.entered` spares); nothing of the sandbox runs yet to have left them.
+        if sandbox.cg is not None and not (sandbox.born_in and sandbox.cg.holds(child)):
             sandbox.cg.add(child)
         os.write(control.block_write, b"go")
     except (ProcessLookupError, BrokenPipeError):
