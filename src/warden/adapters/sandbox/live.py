@@ -423,8 +423,8 @@ class _Spares:
                 return None
             self._count -= 1
             group = kept.pop()
-            if not kept:
-                del self._kept[sandbox_id]
+            if not kept:  # none kept (or its own evicted, as the oldest): no empty entry left
+                self._kept.pop(sandbox_id, None)
             return group
 
     def keep(self, sandbox_id: str, group: cgroups.Cgroup, stops: int) -> None:
@@ -443,8 +443,8 @@ class _Spares:
                     self._count -= 1
                     if not self._kept[oldest]:
                         del self._kept[oldest]
-            if not kept:
-                del self._kept[sandbox_id]
+            if not kept:  # none kept (or its own evicted, as the oldest): no empty entry left
+                self._kept.pop(sandbox_id, None)
         for old in evicted:
             _remove_cgroup(old)
 
