@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import signal
 import subprocess
@@ -114,6 +116,40 @@ def test_cgroups_are_used_and_removed(sandbox: Run) -> None:
     name = line.rsplit("/", 1)[-1] or (made[0] if len(made) == 1 else "")
     assert name.startswith("warden-") and name in made, (line, made)
     assert not any(name in d for _, d in [support.pids] if os.path.exists(f"{d}/{name}"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="per-run cgroups need root here")
+def test_a_bwrap_whose_starting_thread_could_not_leave_its_cgroups_never_runs_the_command(
+        sandbox: Run, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bwrap is started from inside its run's cgroups: should the starting thread fail to come
+    back, the run fails, its bwrap is ended and reaped (not left to find its --block-fd closed as
+    the run unwinds, and go on without its limits), and the command never runs."""
+    support = cgroups.detect()
+    if not any(spec is not None and spec[0] == "v1" for spec in (support.memory, support.pids)):
+        pytest.skip("no cgroup v1 hierarchy here: bwrap is moved into its cgroups, not born in them")
+    real = cgroups._go_back
+
+    def back_then_fail(fds: list[int]) -> None:
+        real(fds)  # really back (this test process must not stay in a run's cgroups), then as if not
+        raise OSError(errno.EACCES, "Permission denied")
+
+    def bwrap_children() -> set[int]:
+        found = set()
+        for entry in os.listdir("/proc"):
+            with contextlib.suppress(OSError, IndexError):
+                comm, _, rest = Path(f"/proc/{entry}/stat").read_text().rpartition(")")
+                if comm.endswith("(bwrap") and int(rest.split()[1]) == os.getpid():
+                    found.add(int(entry))
+        return found
+
+    before = bwrap_children()
+    monkeypatch.setattr(cgroups, "_go_back", back_then_fail)
+    with pytest.raises(OSError, match="Permission denied"):
+        sandbox(["sh", "-c", "touch ran"], limits=Limits(timeout_s=30))
+    monkeypatch.setattr(cgroups, "_go_back", real)
+    assert bwrap_children() <= before  # ended and reaped, not left to go on
+    time.sleep(0.5)  # time enough for a bwrap left waiting on --block-fd to go on and run it
+    assert not (workspace / "ran").exists()
 
 
 def test_timeout_is_124_and_bounded(sandbox: Run) -> None:

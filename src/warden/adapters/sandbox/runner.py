@@ -495,6 +495,7 @@ def _spawn(argv: list[str], spec: SandboxSpec, stdin: bytes | int | None, held: 
     # it (below): raised inside Popen, past the fork, it left a bwrap nobody followed or ended.
     starting = stops.Whole()
     born_in = held.cg.entered() if held.cg is not None else contextlib.nullcontext(False)
+    proc: subprocess.Popen[bytes] | None = None
     try:
         with starting, born_in as entered:
             proc = subprocess.Popen(
@@ -504,8 +505,14 @@ def _spawn(argv: list[str], spec: SandboxSpec, stdin: bytes | int | None, held: 
                 # workspace's processes by it); the command's own is set by --chdir.
                 cwd=spec.workspace,
                 pass_fds=(*(fd for fd in held.fds if fd not in control.ours), *borrowed))
-    except OSError as exc:
-        if exc.errno == errno.E2BIG:  # a limit too_long_for_exec does not know (another kernel)
+    except BaseException as exc:
+        if proc is not None:
+            # Started, but this thread could not come back from its cgroups: ended here, or it
+            # would find --block-fd closed as the run unwinds and run without its limits.
+            _kill_tree(proc, held.cg)
+            proc.wait()
+            raise
+        if isinstance(exc, OSError) and exc.errno == errno.E2BIG:  # a limit too_long_for_exec does not know
             raise too_long_for_exec(argv, environ, always=True) or exc from None
         raise
     try:
