@@ -152,13 +152,13 @@ def test_a_sandbox_whose_bwrap_alone_is_killed_as_it_starts_is_not_used(home: Ho
     release = adapter._release  # type: ignore[attr-defined]
     inits: list[int] = []
 
-    def bwrap_killed(proc: subprocess.Popen[bytes], control: Any, *args: Any) -> Any:
+    def bwrap_killed(proc: subprocess.Popen[bytes], control: Any, *args: Any, **kwargs: Any) -> Any:
         # Once bwrap has made the sandbox's init (which waits on the block pipe), bwrap alone is killed.
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
         wait_until(lambda: children.read_text().split() != [], timeout=30, message="bwrap's init")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
-        started = release(proc, control, *args)
+        started = release(proc, control, *args, **kwargs)
         inits.append(started.meta["init_pid"])
         return started
 
@@ -185,12 +185,12 @@ def test_a_sandbox_an_archive_kills_as_it_starts_is_refused_saying_so(home: Home
     release = adapter._release  # type: ignore[attr-defined]
     stopping: list[subprocess.Popen[bytes]] = []
 
-    def killed_as_it_starts(proc: subprocess.Popen[bytes], *args: Any) -> Any:
+    def killed_as_it_starts(proc: subprocess.Popen[bytes], *args: Any, **kwargs: Any) -> Any:
         # bwrap is started and not yet released: the lifecycle change comes now, and kills it.
         stopping.append(subprocess.Popen([sys.executable, "-m", "warden", *_STOPS[stop]], env=home.environ,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
         proc.wait(60)
-        return release(proc, *args)
+        return release(proc, *args, **kwargs)
 
     adapter._release = killed_as_it_starts  # type: ignore[attr-defined]
     try:

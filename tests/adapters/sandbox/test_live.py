@@ -742,6 +742,31 @@ def test_a_spare_whose_folders_went_is_replaced_and_a_stop_removes_the_spares(ho
     assert not any(os.path.exists(path) for path in spare_dirs)
 
 
+def test_a_live_sandbox_is_born_in_its_cgroups_and_its_starting_thread_comes_back(
+        host: HostLiveSandboxes, folder: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its bwrap is started from inside the sandbox's cgroups, not moved there (a move after its
+    start waited for the kernel's lock): bwrap, its init and the supervisor are in them, the
+    thread in its own."""
+    support = cgroups.detect()
+    if not any(spec is not None and spec[0] == "v1" for spec in (support.memory, support.pids)):
+        pytest.skip("no cgroup v1 hierarchies this process may use (only there is bwrap born in them)")
+    own = Path("/proc/thread-self/cgroup").read_text()
+    moved: list[int] = []
+    add = cgroups.Cgroup.add
+    monkeypatch.setattr(cgroups.Cgroup, "add", lambda self, pid: (moved.append(pid), add(self, pid))[1])
+    started = host.start(SBX, SandboxRequest(folder, ("true",), Limits(timeout_s=60)), idle_s=60)
+    row = _row(SBX, started)
+    try:
+        assert moved == []
+        assert Path("/proc/thread-self/cgroup").read_text() == own
+        group = cgroups.Cgroup(list(row.meta["cgroups"]))  # type: ignore[arg-type]
+        for pid in (row.pid, row.meta["init_pid"], row.supervisor_pid):
+            assert group.holds(pid), pid  # type: ignore[arg-type]
+        assert host.run(row, "a" * 16, _req(folder, "true")).exit_code == 0
+    finally:
+        host.stop(row)
+
+
 def test_a_command_that_ends_after_its_sandboxs_stop_began_keeps_no_spare(host: HostLiveSandboxes,
                                                                           sandbox: LiveSandbox, folder: str) -> None:
     """A stop drops this process's spares, then removes the sandbox's cgroup folders: a command

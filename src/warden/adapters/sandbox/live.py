@@ -705,8 +705,10 @@ class HostLiveSandboxes:
             # size limit, on the host and outside the workspace's quota. Reopened, a pipe with no
             # reader takes one buffer (64 KiB, in memory) at most.
             log, log_write = os.pipe2(os.O_CLOEXEC)
+            # Born in its cgroups where it can be (cgroups.Cgroup.entered): a move takes the kernel's lock.
+            born_in = group.entered() if group is not None else contextlib.nullcontext(False)
             try:
-                with starting:
+                with starting, born_in as entered:
                     proc = subprocess.Popen(
                         argv, stdin=subprocess.DEVNULL, stdout=log_write, stderr=log_write, env=bwrap_environ(spec),
                         close_fds=True, start_new_session=True, cwd=spec.workspace,
@@ -720,7 +722,7 @@ class HostLiveSandboxes:
                 proxy.watch(proc.pid)
             held.close_handed(keep=control.ours)
             listener.close()
-            started = self._release(proc, control, group, support, folder, log)
+            started = self._release(proc, control, group, support, folder, log, born_in=entered)
             return started._replace(socket=path, meta={**started.meta, "seccomp": held.seccomp,
                                                        "notes": held.notes[:5], "protocol": SUPERVISOR_PROTOCOL,
                                                        **(proxy.meta() if proxy is not None else {})})
@@ -746,10 +748,10 @@ class HostLiveSandboxes:
                 group.procs_fds.clear()
 
     def _release(self, proc: subprocess.Popen[bytes], control: _Control, group: cgroups.Cgroup | None,
-                 support: cgroups.CgroupSupport, folder: Path, log: int) -> StartedSandbox:
+                 support: cgroups.CgroupSupport, folder: Path, log: int, *, born_in: bool) -> StartedSandbox:
         """Limits on the sandbox's init, its cgroup, "go"; then the supervisor found and pinged.
-        `log`: the pipe bwrap writes its errors into."""
-        if group is not None:
+        `log`: the pipe bwrap writes its errors into; `born_in`: bwrap was started in `group`."""
+        if group is not None and not born_in:
             with contextlib.suppress(OSError):
                 group.add(proc.pid)
         init = _read_info(control.info_read).get("child-pid")
@@ -759,7 +761,7 @@ class HostLiveSandboxes:
             # The supervisor keeps Warden's own limits but for core dumps; each command gets its
             # own before it may start (prlimit lowers, which any user may).
             resource.prlimit(init, resource.RLIMIT_CORE, (0, 0))
-            if group is not None:
+            if group is not None and not (born_in and group.holds(init)):
                 group.add(init)
             _bwrap_alive(proc, init)
             os.write(control.block_write, b"go")
