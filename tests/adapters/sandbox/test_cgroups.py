@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -171,4 +173,40 @@ def test_a_thread_that_could_not_come_back_does_not_enter(monkeypatch: pytest.Mo
             assert not entered and _thread_cgroups() == own
         assert len(os.listdir("/proc/self/fd")) == before  # the run's `tasks` files closed again
     finally:
+        group.close()
+
+
+def test_a_ctrl_c_as_the_thread_comes_back_leaves_it_in_none_of_the_runs_cgroups() -> None:
+    """Ctrl-C in a program that runs commands through the API (Python's own handler: nothing
+    holds it back) lands between the writes that bring the thread back from a run's memory and
+    pids cgroups: left in one, the thread's later processes were born there under that run's
+    limits, and the run's folder could never be removed. It comes back, then the stop is raised."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("Python runs signal handlers on the main thread only")
+    group = _v1_group()
+    if len(group.dirs) < 2:
+        group.close()
+        pytest.skip("one hierarchy: no write between two to land in")
+    own = _thread_cgroups()
+    back_written: list[int] = []
+
+    def ctrl_c_after_first_write_back(frame: object, event: str, arg: object) -> None:
+        # A real SIGINT at the moment the first write back returns: its KeyboardInterrupt is
+        # raised at the next instruction that checks for one, before the second write.
+        if event == "c_return" and arg is os.write and getattr(frame, "f_code", None) is cgroups._go_back.__code__:
+            back_written.append(1)
+            if len(back_written) == 1:
+                os.kill(os.getpid(), signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt), group.entered() as entered:
+            assert entered
+            sys.setprofile(ctrl_c_after_first_write_back)
+        sys.setprofile(None)
+        assert back_written
+        assert _thread_cgroups() == own
+    finally:
+        sys.setprofile(None)
+        signal.signal(signal.SIGINT, previous)
         group.close()

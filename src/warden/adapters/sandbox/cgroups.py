@@ -476,9 +476,22 @@ def _thread_join_files(dirs: list[tuple[str, str]]) -> list[int]:
 
 
 def _go_back(fds: list[int]) -> None:
-    """The calling thread back in the cgroups whose `tasks` files `fds` are."""
-    for fd in fds:
-        os.write(fd, b"0")
+    """The calling thread back in the cgroups whose `tasks` files `fds` are, in all of them even
+    when a stop is raised meanwhile (Ctrl-C's KeyboardInterrupt in a program that runs commands
+    through the API, which nothing holds back), then that stop. Raised between two writes, it
+    left the thread in a run's pids cgroup: its later processes were born there under that run's
+    limit, and the run's folder could not be removed while the thread lived."""
+    done = 0
+    try:
+        for fd in fds:  # the loop inside the `try`: a stop raised as it goes round is caught too
+            os.write(fd, b"0")
+            done += 1
+    except OSError:
+        raise
+    except BaseException:
+        # Again from the one it was at (writing "0" where the thread already is changes nothing).
+        _go_back(fds[done:])
+        raise
 
 
 def _read(path: str, size: int = 4096) -> bytes:
