@@ -210,3 +210,23 @@ def test_a_ctrl_c_as_the_thread_comes_back_leaves_it_in_none_of_the_runs_cgroups
         sys.setprofile(None)
         signal.signal(signal.SIGINT, previous)
         group.close()
+
+
+def test_a_process_in_one_of_a_runs_cgroups_alone_is_not_held_by_them() -> None:
+    """A run's memory and pids folders share one name: a process in the memory one alone (moved
+    there, not into the pids one) is not held by the run's cgroups, so Warden moves it into both."""
+    group = _v1_group()
+    if len(group.dirs) < 2:
+        group.close()
+        pytest.skip("memory and pids are not two hierarchies here")
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        cgroups._write(f"{group.dirs[0][1]}/cgroup.procs", str(proc.pid))  # into the first alone
+        assert cgroups.Cgroup([group.dirs[0]]).holds(proc.pid)
+        assert not group.holds(proc.pid)
+        group.add(proc.pid)
+        assert group.holds(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+        group.close()

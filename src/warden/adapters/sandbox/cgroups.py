@@ -170,15 +170,20 @@ class Cgroup:
                     os.close(fd)
 
     def holds(self, pid: int) -> bool:
-        """Whether `pid` is in every one of these cgroups (by /proc/PID/cgroup, as this process's
-        cgroup namespace names them)."""
+        """Whether `pid` is in every one of these cgroups, each in its own hierarchy (by
+        /proc/PID/cgroup, as this process's cgroup namespace names them): a run's memory and pids
+        folders share one name, and a process in one alone is not held."""
         try:
             with open(f"/proc/{pid}/cgroup") as listing:
                 lines = listing.read(1 << 16).splitlines()
         except OSError:
             return False
-        places = {line.split(":", 2)[-1] for line in lines}
-        return all(any(place.endswith("/" + os.path.basename(path)) for place in places) for _, path in self.dirs)
+        places = dict(line.split(":", 2)[1:] for line in lines if line.count(":") >= 2)
+        for version, path in self.dirs:
+            hierarchy = "" if version == "v2" else os.path.relpath(path, _ROOT).split("/", 1)[0]
+            if not places.get(hierarchy, "").endswith("/" + os.path.basename(path)):
+                return False
+        return True
 
     def wait_empty(self, timeout: float = 2.0) -> bool:
         """Wait until no process is left in the cgroups (cgroup.kill only starts the killing);
