@@ -17,8 +17,17 @@ import threading
 import time
 from collections.abc import Collection, Iterable
 
-__all__ = ["HostProcesses", "alive", "cpu_time", "kill_orphan_sandboxes", "orphan_sandboxes", "start_time",
-           "stop_processes", "workspace_processes"]
+__all__ = [
+    "HostProcesses",
+    "alive",
+    "cpu_time",
+    "halted",
+    "kill_orphan_sandboxes",
+    "orphan_sandboxes",
+    "start_time",
+    "stop_processes",
+    "workspace_processes",
+]
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:
@@ -52,6 +61,18 @@ def start_time(pid: int) -> int | None:
     if pid == own and started is not None:
         _own_start = (own, started)
     return started
+
+
+def halted(pid: int, started: int) -> str | None:
+    """"stopped" when `pid`, still the process that started at `started`, is stopped (SIGSTOP,
+    SIGTSTP: SIGCONT lets it go on), "traced" when a tracer holds it, else None."""
+    fields = _stat_fields(pid)
+    try:
+        if fields is None or int(fields[19]) != started:
+            return None
+    except (IndexError, ValueError):
+        return None
+    return {b"T": "stopped", b"t": "traced"}.get(fields[0])
 
 
 def cpu_time(pid: int, started: int) -> float | None:

@@ -237,7 +237,8 @@ class LiveSandboxService:
                     raise Unavailable(f"the live sandbox the command was sent to was stopped as it started "
                                       f"(`warden audit --workspace {record.name}` says why); run it again",
                                       rule="live.stopped") from None
-                self._stop(sandbox, "its supervisor answered badly")
+                self._stop(sandbox, "its supervisor does not answer" if exc.rule == "live.unreachable"
+                           else "its supervisor answered badly")
             raise
         if result.signal is not None:
             # Killed: by a stop of its sandbox (a revoke, a lost lease…) whose reason it is to say.

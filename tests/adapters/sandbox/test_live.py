@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
 import socket
 import struct
 import threading
@@ -765,6 +766,21 @@ def test_a_live_sandbox_is_born_in_its_cgroups_and_its_starting_thread_comes_bac
         assert host.run(row, "a" * 16, _req(folder, "true")).exit_code == 0
     finally:
         host.stop(row)
+
+
+def test_a_command_that_stops_its_supervisor_still_ends_as_it_ended(host: HostLiveSandboxes, sandbox: LiveSandbox,
+                                                                      folder: str) -> None:
+    """The supervisor runs with the bot's rights: a command may stop it (`kill -STOP $PPID`,
+    `pkill -STOP python`), which then says neither the command's end nor anything else; the run
+    waited for its whole timeout. Warden lets it go on (SIGCONT) as soon as it sees it stopped."""
+    started = time.monotonic()
+    result = host.run(sandbox, "a" * 16, _req(folder, "sh", "-c", "kill -STOP $PPID; echo done; exit 3", timeout_s=60))
+    assert (result.exit_code, result.stdout, result.timed_out) == (3, "done\n", False), result
+    assert time.monotonic() - started < 20  # not its 60 s timeout
+    os.kill(sandbox.supervisor_pid, signal.SIGSTOP)  # stopped between two commands, the next one's spawn waits
+    started = time.monotonic()
+    assert host.run(sandbox, "b" * 16, _req(folder, "echo", "next")).stdout == "next\n"
+    assert time.monotonic() - started < 5  # not the 10 s a supervisor has to answer
 
 
 def test_a_command_that_ends_after_its_sandboxs_stop_began_keeps_no_spare(host: HostLiveSandboxes,

@@ -46,7 +46,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from warden.adapters.processes import alive, cpu_time, start_time
+from warden.adapters.processes import alive, cpu_time, halted, start_time
 from warden.adapters.sandbox import cgroups
 from warden.adapters.sandbox.execlimits import too_long_for_exec
 from warden.adapters.sandbox.host import build_spec, bwrap_path, check_env, python3_path
@@ -104,6 +104,7 @@ T = TypeVar("T")
 
 _SOCKET = "supervisor.sock"
 _ANSWER_TIMEOUT = 10.0  # seconds a supervisor has to answer one request
+_STALL_CHECK = 0.25  # seconds between looks at whether a supervisor that has not answered yet is stopped
 _START_TIMEOUT = 20.0  # seconds a new live sandbox has to answer its first ping
 _DRAIN = 2.0  # seconds to read what a command left in its pipes after it ended
 _ERR_TAIL = 4096
@@ -146,7 +147,9 @@ def _reachable(path: str) -> Iterator[str]:
 class _Channel:
     """One connection to a supervisor: frames out, bounded frames in, every read with a deadline."""
 
-    def __init__(self, path: str, timeout: float | None = None) -> None:
+    def __init__(self, path: str, timeout: float | None = None, stalled: Callable[[], bool] | None = None) -> None:
+        """`stalled`: whether the supervisor is held where it cannot answer (asked while an answer
+        is awaited; `_stalled`)."""
         import socket  # here, not above: `warden run` imports this module and needs no socket without one
 
         self.sock: socket.socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -159,6 +162,7 @@ class _Channel:
             raise Unavailable(f"the live sandbox does not answer ({exc.strerror or exc})",
                               rule="live.unreachable") from None
         self.buffer = bytearray()
+        self._stalled = stalled
 
     def send(self, message: Mapping[str, object], fds: list[int] | None = None) -> None:
         data = encode_frame(message)
@@ -180,10 +184,15 @@ class _Channel:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise _Quiet("the live sandbox did not answer in time", rule="live.unreachable")
-            self.sock.settimeout(left)
+            # A supervisor one of its commands stopped would answer nothing until the timeout:
+            # looked at every so often (`_stalled`).
+            self.sock.settimeout(min(left, _STALL_CHECK) if self._stalled is not None else left)
             try:
                 chunk = self.sock.recv(min(max(size - len(self.buffer), 65536), 1 << 20))
             except TimeoutError:
+                if self.stalled():
+                    raise Unavailable("the live sandbox's supervisor is held by a tracer, so the sandbox is ended; "
+                                      "run the command again: a new one starts", rule="live.unreachable") from None
                 continue
             except OSError as exc:
                 raise Unavailable(f"the live sandbox hung up ({exc.strerror or exc})",
@@ -219,6 +228,10 @@ class _Channel:
         del self.buffer[:FRAME_HEADER + length]
         return body
 
+    def stalled(self) -> bool:
+        """Whether the supervisor is held where it cannot answer (`_stalled`); False if not known."""
+        return self._stalled is not None and self._stalled()
+
     def ask(self, message: Mapping[str, object], timeout: float | None = None) -> bytes:
         self.send(message)
         return self.frame(timeout)
@@ -226,6 +239,17 @@ class _Channel:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+def _stalled(sandbox: LiveSandbox) -> bool:
+    """Whether the sandbox's supervisor cannot answer: a command of the sandbox stopped it (`kill
+    -STOP 2`, `pkill -STOP python`: it runs with the bot's rights), and it is let go on here
+    (SIGCONT: Warden's own process, found by its start time), so False; or a tracer holds it."""
+    state = halted(sandbox.supervisor_pid, sandbox.supervisor_start)
+    if state == "stopped":
+        with contextlib.suppress(OSError):
+            os.kill(sandbox.supervisor_pid, signal.SIGCONT)
+    return state == "traced"
 
 
 class _Quiet(Unavailable):
@@ -627,7 +651,7 @@ class HostLiveSandboxes:
         path = str(self._folder(sandbox.id) / _SOCKET)
         if sandbox.socket != path:
             raise Unavailable("the registry names another socket for this live sandbox", rule="live.bad_row")
-        return _Channel(path, timeout)
+        return _Channel(path, timeout, lambda: _stalled(sandbox))
 
     def _logs_file(self, process_id: str, stream: str) -> Path:
         return self.run_root / "logs" / f"{check_process_id(process_id)}.{stream}"
@@ -1005,7 +1029,15 @@ class HostLiveSandboxes:
                     kill()
                     deadline = time.monotonic() + _DRAIN
                     continue
-                for key, _ in sel.select(left):
+                # Its end comes from the supervisor, which one of its commands may have stopped
+                # (`_stalled` lets it go on): looked at while nothing comes.
+                ready = sel.select(min(left, _STALL_CHECK) if exited is None else left)
+                if not ready and exited is None and channel.stalled():
+                    kill()  # a tracer holds the supervisor: the command's end would never be said
+                    exited = Exited(137, 9)
+                    ended.append(True)
+                    continue
+                for key, _ in ready:
                     if key.data == "stdin":
                         pending = self._feed(key.fd, pending, sel, ours)
                     elif key.data == "channel":
