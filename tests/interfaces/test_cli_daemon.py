@@ -56,9 +56,9 @@ def open_files(pid: int) -> dict[int, str]:
     """What each descriptor of `pid` is open on now. The process opens and closes files as it
     works (and may end): a descriptor listed and gone before it is read is not counted."""
     found = {}
-    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError, PermissionError):
         for fd in os.listdir(f"/proc/{pid}/fd"):
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError, PermissionError):
                 found[int(fd)] = os.readlink(f"/proc/{pid}/fd/{fd}")
     return found
 
@@ -1269,7 +1269,8 @@ def test_the_commands_its_children_run_in_a_live_sandbox_leave_no_cgroup_behind(
         assert warden(env, "run", "dw", "--", "true").returncode == 0
     try:
         wait_until(lambda: sorted(_live_cgroups(f"warden-live-{sandbox}-")) == sorted(own), timeout=10,
-                   message="the commands' cgroups were left behind")
+                   message=lambda: f"the commands' cgroups were left behind: "
+                                   f"{sorted(set(_live_cgroups(f'warden-live-{sandbox}-')) - set(own))}")
     finally:
         # Its live sandbox stopped with the process: a sandbox left up keeps the daemon going,
         # which the module's other tests see end.

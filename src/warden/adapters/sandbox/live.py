@@ -98,7 +98,7 @@ from warden.core.runs import NetEvent, RunResult, SandboxRequest, Usage, usage_o
 if TYPE_CHECKING:
     import socket
 
-__all__ = ["HostLiveSandboxes", "release_spares", "supervisor_source"]
+__all__ = ["HostLiveSandboxes", "keep_no_spares", "release_spares", "supervisor_source"]
 
 T = TypeVar("T")
 
@@ -430,6 +430,7 @@ class _Spares:
         self._lock = threading.Lock()
         self._kept: dict[str, list[cgroups.Cgroup]] = {}
         self._count = 0
+        self.wanted = True  # False in a process that runs one command (`keep_no_spares`)
         # How often this process stopped each sandbox, newest last (bounded): a command that ends
         # after a stop dropped its sandbox's spares keeps none (its folders go with the stop, or
         # went). Counted, not flagged: a sandbox started again under its id (tests do) keeps them.
@@ -457,7 +458,7 @@ class _Spares:
         evicted = [group]
         with self._lock:
             kept = self._kept.setdefault(sandbox_id, [])
-            if len(kept) < self.PER_SANDBOX and self._stops.get(sandbox_id, 0) == stops:
+            if self.wanted and len(kept) < self.PER_SANDBOX and self._stops.get(sandbox_id, 0) == stops:
                 kept.append(group)
                 self._count += 1
                 evicted = []
@@ -504,6 +505,13 @@ class _Spares:
 _SPARES = _Spares()
 os.register_at_fork(after_in_child=_SPARES.forget)
 atexit.register(_SPARES.drop_all)
+
+
+def keep_no_spares() -> None:
+    """Keep no cgroups for a next command in this process: it runs one (the home daemon's child),
+    and removes its command's as the run ends rather than as it exits (some children ended
+    without, leaving a folder behind until the sandbox stopped)."""
+    _SPARES.wanted = False
 
 
 def release_spares() -> None:

@@ -738,6 +738,9 @@ class Daemon:
             from warden.interfaces.cli.main import main
 
             leave_open_at_exit()  # this child ends by os._exit below
+            from warden.adapters.sandbox.live import keep_no_spares
+
+            keep_no_spares()  # its one command's cgroups serve no next one here
             status = main(argv, settled=tell)
         except SystemExit as exc:
             status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -758,8 +761,8 @@ class Daemon:
                 new = "\n".join(sorted(set(sys.modules) - known))
                 os.write(report, (said + b"\0" + new.encode())[:_MAX_REPORT])
             with contextlib.suppress(Exception):
-                # The cgroups its run kept for a next one (adapters/sandbox/live): there is none
-                # in this child, which ends by os._exit, past the atexit that removes them.
+                # Cgroups kept for a next command (adapters/sandbox/live): none since this child
+                # keeps none (keep_no_spares, above); still, it ends by os._exit, past the atexit.
                 live = sys.modules.get("warden.adapters.sandbox.live")
                 if live is not None:
                     live.release_spares()
