@@ -174,16 +174,11 @@ class Cgroup:
         /proc/PID/cgroup, as this process's cgroup namespace names them): a run's memory and pids
         folders share one name, and a process in one alone is not held."""
         try:
-            with open(f"/proc/{pid}/cgroup") as listing:
-                lines = listing.read(1 << 16).splitlines()
+            places = _places(f"/proc/{pid}/cgroup")
         except OSError:
             return False
-        places = dict(line.split(":", 2)[1:] for line in lines if line.count(":") >= 2)
-        for version, path in self.dirs:
-            hierarchy = "" if version == "v2" else os.path.relpath(path, _ROOT).split("/", 1)[0]
-            if not places.get(hierarchy, "").endswith("/" + os.path.basename(path)):
-                return False
-        return True
+        return all(places.get(_hierarchy(version, path), "").endswith("/" + os.path.basename(path))
+                   for version, path in self.dirs)
 
     def wait_empty(self, timeout: float = 2.0) -> bool:
         """Wait until no process is left in the cgroups (cgroup.kill only starts the killing);
@@ -455,19 +450,31 @@ def _write_memsw(path: str, memory: int) -> None:
         _write(f"{path}/memory.memsw.limit_in_bytes", str(memory))
 
 
+def _places(listing: str) -> dict[str, str]:
+    """A /proc/…/cgroup file as {hierarchy: cgroup}: a v1 hierarchy by its controllers as the
+    file names them ("memory", "cpu,cpuacct"), v2's as ""."""
+    with open(listing) as fh:
+        lines = fh.read(1 << 16).splitlines()
+    return dict(line.split(":", 2)[1:] for line in lines if line.count(":") >= 2)
+
+
+def _hierarchy(version: str, path: str) -> str:
+    """The hierarchy cgroup folder `path` lies in, as `_places` names it."""
+    return "" if version == "v2" else os.path.relpath(path, _ROOT).split("/", 1)[0]
+
+
 def _thread_join_files(dirs: list[tuple[str, str]]) -> list[int]:
     """Open `tasks` files of the calling thread's own v1 cgroups in the hierarchies of `dirs`
     (in their order), for it to come back to; [] when one cannot be (the caller then does not
     leave them)."""
     try:
-        with open("/proc/thread-self/cgroup") as fh:
-            places = dict(line.rstrip("\n").split(":", 2)[1:] for line in fh.read(1 << 16).splitlines())
-    except (OSError, ValueError):
+        places = _places("/proc/thread-self/cgroup")
+    except OSError:
         return []
     fds: list[int] = []
     try:
         for version, path in dirs:
-            hierarchy = os.path.relpath(path, _ROOT).split("/", 1)[0]  # "memory", "pids", "cpu,cpuacct"
+            hierarchy = _hierarchy(version, path)
             place = places.get(hierarchy)
             if version != "v1" or place is None:
                 raise OSError(f"no own cgroup of this thread in {hierarchy}")
@@ -492,7 +499,7 @@ def _go_back(fds: list[int]) -> None:
             os.write(fd, b"0")
             done += 1
     except OSError:
-        raise
+        raise  # a write refused is the caller's to see, not retried
     except BaseException:
         # Again from the one it was at (writing "0" where the thread already is changes nothing).
         _go_back(fds[done:])

@@ -98,7 +98,7 @@ from warden.core.runs import NetEvent, RunResult, SandboxRequest, Usage, usage_o
 if TYPE_CHECKING:
     import socket
 
-__all__ = ["HostLiveSandboxes", "keep_no_spares", "release_spares", "supervisor_source"]
+__all__ = ["HostLiveSandboxes", "keep_no_spares", "supervisor_source"]
 
 T = TypeVar("T")
 
@@ -512,12 +512,6 @@ def keep_no_spares() -> None:
     and removes its command's as the run ends rather than as it exits (some children ended
     without, leaving a folder behind until the sandbox stopped)."""
     _SPARES.wanted = False
-
-
-def release_spares() -> None:
-    """Remove the cgroups this process kept for its next commands: before it ends by os._exit
-    (the home daemon's child, after its one run), which skips the atexit that does it."""
-    _SPARES.drop_all()
 
 
 def _command_cgroup(sandbox: LiveSandbox, process_id: str, request: SandboxRequest,

@@ -740,7 +740,9 @@ class Daemon:
             leave_open_at_exit()  # this child ends by os._exit below
             from warden.adapters.sandbox.live import keep_no_spares
 
-            keep_no_spares()  # its one command's cgroups serve no next one here
+            # Its one command's cgroups serve no next one here, and it ends by os._exit, past
+            # the atexit that removes what a process kept.
+            keep_no_spares()
             status = main(argv, settled=tell)
         except SystemExit as exc:
             status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -760,12 +762,6 @@ class Daemon:
                     said = b"+" + os.fsencode(watched[0]) if watched[1] else b"-"
                 new = "\n".join(sorted(set(sys.modules) - known))
                 os.write(report, (said + b"\0" + new.encode())[:_MAX_REPORT])
-            with contextlib.suppress(Exception):
-                # Cgroups kept for a next command (adapters/sandbox/live): none since this child
-                # keeps none (keep_no_spares, above); still, it ends by os._exit, past the atexit.
-                live = sys.modules.get("warden.adapters.sandbox.live")
-                if live is not None:
-                    live.release_spares()
             os._exit((status if told is None else told) & 0xFF)
 
     # -- children ending ---------------------------------------------------------------------
