@@ -420,15 +420,19 @@ def test_a_sigterm_and_a_sighup_together_end_the_run_once_without_a_traceback(en
     assert (outcome["result"], outcome["detail"]["interrupted_by"]) == ("interrupted", "SIGHUP")
 
 
-def test_a_termination_signal_once_the_run_is_over_is_no_traceback(env: dict[str, str]) -> None:
-    """SIGTERM as `warden` writes its last words (its command over, its outcome audited), or
-    after main() returned, as the interpreter ends: the handler raised Terminated there, which
-    escaped main() or the interpreter's shutdown as a traceback ("Exception ignored in: <module
-    'threading'>"). It now ends with its command's status. The signal is sent by the process
-    itself at that point, as a supervisor's could come."""
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_stopping_signal_once_the_run_is_over_is_no_traceback(env: dict[str, str], sig: str) -> None:
+    """SIGTERM or SIGINT as `warden` writes its last words (its command over, its outcome
+    audited), or after main() returned, as the interpreter ends: the handler raised Terminated
+    or KeyboardInterrupt there, which escaped main() or the interpreter's shutdown as a traceback
+    ("Exception ignored in: <module 'threading'>"); in the daemon's child, whose client hangs up
+    as soon as it has the status and which the daemon then interrupts, it cut the child's last
+    lines short. It now ends with its command's status. The signal is sent by the process itself
+    at that point, as a supervisor's or the daemon's could come; SIGINT handled as at a terminal."""
     program = ("import os, signal, sys, time\n"
+               "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
                "from warden.interfaces.cli.main import main\n"
-               "stop = lambda *_: os.kill(os.getpid(), signal.SIGTERM)\n"
+               f"stop = lambda *_: os.kill(os.getpid(), signal.{sig})\n"
                "last = stop if sys.argv[1] == 'last' else None\n"
                "status = main(['run', 'dw', '--', 'sh', '-c', 'exit 3'], settled=last)\n"
                "if sys.argv[1] == 'after': stop(); time.sleep(0.2)\n"

@@ -687,8 +687,13 @@ class Daemon:
                 return
             told = code
             # Done: no signal may now raise here (the daemon interrupts a child whose client has
-            # gone, which a client does as soon as it has the status).
-            signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+            # gone, which a client does as soon as it has the status). Passed over by handlers,
+            # process-wide: a mask is one thread's, and the kernel hands a signal the main thread
+            # blocks to another (the lease's, the quota's), whose Python handler then still
+            # raised in the main thread, past this child's last lines (its report to the daemon).
+            for sig in _STOPPING:
+                with contextlib.suppress(ValueError):  # told from another thread: main's own handlers
+                    signal.signal(sig, _passed_over)
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
                     stream.flush()
@@ -833,6 +838,10 @@ class Daemon:
 
 
 _MADV_POPULATE_WRITE = 23  # madvise(2), Linux 5.14
+
+
+def _passed_over(_signum: int, _frame: object) -> None:
+    """A stopping signal once a child told its client the status: nothing is left to stop."""
 
 
 def _prefault() -> None:

@@ -515,6 +515,11 @@ def _terminate_as_interrupt() -> None:
         # Ctrl-C is Python's KeyboardInterrupt as before, but held back like the others while a
         # write that must be whole is under way: raised inside the transaction that gives a run's
         # lease back with its outcome, it rolled both back (the run "in progress", its lease held).
+        if _settling:
+            # Over, as for a termination signal: raised here it escaped main() as a traceback, or
+            # cut a daemon child's last lines short (its client, told the status, hangs up at
+            # once, and the daemon interrupts a child whose client has gone).
+            return
         stop = KeyboardInterrupt()
         if not stops.held_back(stop):
             raise stop
