@@ -6,12 +6,15 @@ wait and an error, never more."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
 import signal
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -781,6 +784,64 @@ def test_a_command_that_stops_its_supervisor_still_ends_as_it_ended(host: HostLi
     started = time.monotonic()
     assert host.run(sandbox, "b" * 16, _req(folder, "echo", "next")).stdout == "next\n"
     assert time.monotonic() - started < 5  # not the 10 s a supervisor has to answer
+
+
+# A tracer of the test's own (as a debugger of the same user would be): it seizes the process,
+# stops it (PTRACE_INTERRUPT), says so, and holds it until killed; the tracee goes on as it ends.
+_TRACER = """
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+pid = int(sys.argv[1])
+for request in (0x4206, 0x4207):  # PTRACE_SEIZE, PTRACE_INTERRUPT
+    if libc.ptrace(request, pid, None, None) != 0:
+        print("refused", ctypes.get_errno(), flush=True)
+        sys.exit(2)
+os.waitpid(pid, 0x40000000)  # __WALL: its stop, which puts it in the tracing stop
+print("held", flush=True)
+time.sleep(300)
+"""
+
+
+@contextlib.contextmanager
+def _traced(pid: int) -> Iterator[None]:
+    """`pid` held by a tracer while the block runs (skips where this user may not trace it)."""
+    tracer = subprocess.Popen([sys.executable, "-c", _TRACER, str(pid)], stdout=subprocess.PIPE, text=True)
+    try:
+        said = tracer.stdout.readline().strip() if tracer.stdout is not None else ""
+        if said != "held":
+            pytest.skip(f"this user may not trace the supervisor here ({said or 'no word'})")
+        yield
+    finally:
+        tracer.kill()
+        tracer.wait()
+
+
+def test_a_supervisor_a_tracer_holds_ends_its_command_at_once(host: HostLiveSandboxes, sandbox: LiveSandbox,
+                                                              folder: str) -> None:
+    """A tracer that holds the supervisor (a debugger of the bot's user on the host; inside, the
+    seccomp filter refuses ptrace) cannot be let go on as a stopped one is: the command it ran
+    is ended (137) rather than waited for to its timeout, and a next command's spawn is refused
+    at once (live.unreachable), not after the 10 s a supervisor has to answer."""
+    started = time.monotonic()
+    outcome: list[object] = []
+
+    def run() -> None:
+        outcome.append(host.run(sandbox, "a" * 16, _req(folder, "sh", "-c", "touch started; sleep 2; exit 3",
+                                                       timeout_s=60)))
+
+    running = threading.Thread(target=run)
+    running.start()
+    wait_until(lambda: os.path.exists(os.path.join(folder, "started")), message="the command did not start")
+    with _traced(sandbox.supervisor_pid):
+        running.join(30)
+        assert outcome and outcome[0].exit_code == 137, outcome  # type: ignore[attr-defined]
+        assert time.monotonic() - started < 20  # not its 60 s timeout
+        started = time.monotonic()
+        with pytest.raises(Unavailable) as refused:
+            host.run(sandbox, "b" * 16, _req(folder, "echo", "next"))
+        assert refused.value.rule == "live.unreachable" and "tracer" in refused.value.message
+        assert time.monotonic() - started < 5
 
 
 def test_a_command_that_ends_after_its_sandboxs_stop_began_keeps_no_spare(host: HostLiveSandboxes,
