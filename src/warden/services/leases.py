@@ -106,8 +106,10 @@ class LeaseService:
     @contextlib.contextmanager
     def hold(self, name: str, mode: str, op: str, *, drain: Callable[[], object] | None = None,
              wait: float = 15.0, on_take: Callable[[Tx, Lease], None] | None = None,
-             on_release: Callable[[Tx], None] | None = None) -> Iterator[Lease]:
-        """Hold the lease of workspace `name` ("exclusive" or "shared") while the block runs."""
+             on_release: Callable[[Tx, BaseException | None], None] | None = None) -> Iterator[Lease]:
+        """Hold the lease of workspace `name` ("exclusive" or "shared") while the block runs.
+        `on_release(tx, ended)` writes in the release's transaction; `ended` is what ended the hold
+        (None: the block's normal end), a stop held back during the take included."""
         holder = self.holder(op)
         lease = Lease(name, holder, mode, 0)
 
@@ -147,15 +149,21 @@ class LeaseService:
         else:
             with whole:
                 self._change(name, lambda s: take(s, "exclusive" if mode == "exclusive" else "shared"), taken)
+        ended: BaseException | None = None
         try:
             whole.raise_held()
             self._keep_renewed(name, holder.id)
             yield lease
+        except BaseException as exc:
+            # Told to on_release: a stop raised here, before the block began, is seen by no caller
+            # before the release (a run's outcome was then never written, its intent left open).
+            ended = exc
+            raise
         finally:
             with self._lock:
                 self._held.pop(holder.id, None)
             with whole:
-                self._release(name, holder.id, on_release)
+                self._release(name, holder.id, on_release, ended)
             whole.raise_held()
 
     # -- terminal locks ------------------------------------------------------------------------
@@ -179,8 +187,9 @@ class LeaseService:
 
         self._change(name, changed)
 
-    def _release(self, name: str, holder_id: str, on_release: Callable[[Tx], None] | None) -> None:
-        extra = (lambda tx, _state: on_release(tx)) if on_release is not None else None
+    def _release(self, name: str, holder_id: str, on_release: Callable[[Tx, BaseException | None], None] | None,
+                 ended: BaseException | None = None) -> None:
+        extra = (lambda tx, _state: on_release(tx, ended)) if on_release is not None else None
         self._change(name, lambda s: leases.release(s, holder_id), extra)
 
     def _keep_renewed(self, name: str, holder_id: str) -> None:

@@ -599,8 +599,11 @@ class RunService:
                     # rather than in a transaction of the run's own.
                     intent.chain = live.grant_chain(tx, intent.actor)
 
-            with self._leases.hold(name, "shared", "run", on_take=take,
-                                   on_release=lambda tx: self._records.end(tx, intent)):
+            def release(tx: Tx, ended: BaseException | None) -> None:
+                _stopped(intent, ended)
+                self._records.end(tx, intent)
+
+            with self._leases.hold(name, "shared", "run", on_take=take, on_release=release):
                 yield
             return
         if within.workspace != name or within.mode != "exclusive":
@@ -611,6 +614,9 @@ class RunService:
             self._records.begin(tx, intent)
         try:
             yield
+        except BaseException as exc:
+            _stopped(intent, exc)
+            raise
         finally:
             with self._registry.transaction() as tx:
                 self._records.end(tx, intent)
@@ -660,6 +666,13 @@ def _both(first: Callable[[Callable[[], None]], None],
         second(kill)
 
     return started
+
+
+def _stopped(intent: RunIntent, ended: BaseException | None) -> None:
+    """A run its person stopped before its command ran (as its lease was taken, its mounts made)
+    is interrupted too: its outcome says so, where the release used to close its intent silently."""
+    if intent.outcome is None and intent.interrupted is None and isinstance(ended, (KeyboardInterrupt, Terminated)):
+        intent.interrupted = ended.name if isinstance(ended, Terminated) else "SIGINT"
 
 
 def _check_argv(argv: Sequence[str]) -> None:
