@@ -582,3 +582,37 @@ def test_doctor_says_which_client_warden_is(client: Path, env: dict[str, str], t
     check = _client_check(script)
     assert "is the Python client" in check.detail and "apt-get install -y gcc" in check.fix and check.ok
     assert "no " in _client_check(tmp_path / "none").detail
+
+
+# Held where Python starts `warden` (a `sitecustomize` on PYTHONPATH, imported by `site`): it says
+# so in a file, then waits, at Python's start or as the CLI's modules are looked for.
+_HELD_AT = {
+    "python's start": "import os, time\nopen(os.environ['HELD'], 'w').close()\ntime.sleep(1)\n",
+    "the CLI's import": ("import os, sys, time\n"
+                         "class Held:\n"
+                         "    def find_spec(self, name, path=None, target=None):\n"
+                         "        if name == 'warden.interfaces.cli.main':\n"
+                         "            open(os.environ['HELD'], 'w').close()\n"
+                         "            time.sleep(5)\n"
+                         "        return None\n"
+                         "sys.meta_path.insert(0, Held())\n"),
+}
+
+
+@pytest.mark.parametrize("where", list(_HELD_AT))
+def test_a_ctrl_c_as_warden_starts_is_interrupted_not_a_traceback(client: Path, tmp_path: Path, where: str) -> None:
+    """Ctrl-C while Python starts `warden` (no daemon: the client execs Python) or loads the CLI's
+    modules, before the CLI takes Ctrl-C itself: it ended in a traceback (KeyboardInterrupt) or
+    "Fatal Python error: init_import_site". Now the client holds it across its exec, and it is
+    Warden's "interrupted" (130), nothing run."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(_HELD_AT[where])
+    held = tmp_path / "held"
+    environ = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "WARDEN_HOME": str(tmp_path / "home"),
+               "WARDEN_DAEMON": "0", "PYTHONPATH": str(tmp_path / "site"), "HELD": str(held)}
+    proc = subprocess.Popen([str(client), "run", "dw", "--", "true"], env=environ, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=at_a_terminal)
+    wait_until(held.exists, timeout=30, message="Python never started")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out, err) == (130, b"", b"warden: interrupted\n")

@@ -74,7 +74,15 @@ static _Noreturn void python(void)
     strcpy(slash + 1, "python");
     argv[0] = path, argv[1] = "-P", argv[2] = "-c", argv[3] = entry_main;
     memcpy(argv + 4, args, (size_t)nargs * sizeof *args);
+    /* Ctrl-C held across the exec (a mask survives it) until entry.py's main() takes it as
+     * "interrupted": one that came while Python started (its site, its first imports) ended it
+     * with a traceback or "Fatal Python error: init_import_site". */
+    sigset_t interrupt;
+    sigemptyset(&interrupt);
+    sigaddset(&interrupt, SIGINT);
+    sigprocmask(SIG_BLOCK, &interrupt, NULL);
     execv(path, argv);
+    sigprocmask(SIG_UNBLOCK, &interrupt, NULL);
     fprintf(stderr, "warden: cannot start %s: %s\n", path, strerror(errno));
     _exit(127);
 }

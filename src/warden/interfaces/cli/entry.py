@@ -390,22 +390,39 @@ def _standard_streams() -> None:
 
 def main() -> NoReturn:
     _standard_streams()
-    argv = sys.argv[1:]
-    if argv == ["--version"]:  # answered before the CLI's modules load (argparse, json, typing)
-        from warden._version import __version__
+    try:
+        # Ctrl-C: the native client holds it across its exec of Python (client.c), let in here,
+        # where one that came meanwhile is taken as below. Until main.run() handles it itself
+        # (the CLI's modules loaded) nothing has run: it was a traceback.
+        _let_interrupts_in()
+        argv = sys.argv[1:]
+        if argv == ["--version"]:  # answered before the CLI's modules load (argparse, json, typing)
+            from warden._version import __version__
 
-        sys.stdout.write(f"warden {__version__}\n")
-        sys.stdout.flush()
-        os._exit(0)
-    if _wanted(argv):
-        status = _through_daemon(argv, home_of(argv, os.environ))
-        if status is not None:
-            # Nothing of this process is left to tidy: ending at once spares the interpreter's
-            # shutdown (a few milliseconds of every `warden run`).
-            for stream in (sys.stdout, sys.stderr):
-                if stream is not None:
-                    stream.flush()
-            os._exit(status & 0xFF)
-    from warden.interfaces.cli.main import run
-
+            sys.stdout.write(f"warden {__version__}\n")
+            sys.stdout.flush()
+            os._exit(0)
+        if _wanted(argv):
+            status = _through_daemon(argv, home_of(argv, os.environ))
+            if status is not None:
+                # Nothing of this process is left to tidy: ending at once spares the interpreter's
+                # shutdown (a few milliseconds of every `warden run`).
+                for stream in (sys.stdout, sys.stderr):
+                    if stream is not None:
+                        stream.flush()
+                os._exit(status & 0xFF)
+        from warden.interfaces.cli.main import run
+    except KeyboardInterrupt:
+        sys.stderr.write("warden: interrupted\n")
+        sys.stderr.flush()
+        os._exit(130)
     run()
+
+
+def _let_interrupts_in() -> None:
+    """Unblock SIGINT (the C module under `signal`, as in _through_daemon: `enum` is 5 ms)."""
+    if TYPE_CHECKING:
+        import signal
+    else:
+        import _signal as signal
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT,))
