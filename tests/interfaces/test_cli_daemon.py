@@ -305,6 +305,28 @@ def test_a_daemon_killed_mid_run_costs_the_client_nothing(env: dict[str, str]) -
                message="no new daemon")
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
+def test_a_daemon_told_to_stop_lets_its_running_command_end_then_ends(env: dict[str, str],
+                                                                     sig: signal.Signals) -> None:
+    """SIGTERM, SIGHUP or SIGINT (a service manager's stop, a person's `kill -HUP`): the daemon
+    takes no new client, waits for its children (it reaps them, and says the status of one that a
+    signal kills) and ends, its socket removed. SIGHUP ended it at once, SIGINT raised in it."""
+    home = served(env)
+    path, _ = daemon_paths(str(home))
+    proc = subprocess.Popen([*WARDEN, "run", "dw", "--", "sh", "-c", "echo started; sleep 1; echo done; exit 5"],
+                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"started\n"
+    daemon = the_daemon(home)
+    os.kill(daemon, sig)
+    time.sleep(0.3)
+    assert proc.poll() is None and daemon in daemon_pids(home), "the daemon did not wait for its running command"
+    assert proc.wait(timeout=30) == 5
+    assert proc.stdout.read() == b"done\n"
+    wait_until(lambda: daemon not in daemon_pids(home), timeout=10, message="the daemon did not end")
+    assert not os.path.exists(path)
+
+
 def test_two_clients_at_once_start_one_daemon_and_an_idle_one_ends(env: dict[str, str]) -> None:
     home = Path(env["WARDEN_HOME"])
     stop_daemon(home)

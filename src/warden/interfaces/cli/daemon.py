@@ -293,7 +293,11 @@ class Daemon:
         wake_r, wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        signal.signal(signal.SIGTERM, lambda *_: self._drain())
+        # Told to stop (a service manager's SIGTERM, a `kill -HUP` or `-INT` of a person's): it
+        # takes no new client and ends once its children told theirs their status (it reaps them:
+        # one that dies by a signal, it says so for it). SIGHUP ended it at once, SIGINT raised here.
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, lambda *_: self._drain())
         sel = selectors.DefaultSelector()
         sel.register(listener, selectors.EVENT_READ, "listener")
         sel.register(wake_r, selectors.EVENT_READ, "wake")
@@ -395,7 +399,7 @@ class Daemon:
             status = 1
             try:
                 self._let_go()
-                for sig in (signal.SIGTERM, signal.SIGCHLD):
+                for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGCHLD):
                     signal.signal(sig, signal.SIG_DFL)
                 os.setsid()
                 from warden.bootstrap import bootstrap
@@ -634,7 +638,9 @@ class Daemon:
     def _wait_as_spare(self, sock: socket.socket, known: set[str]) -> NoReturn:
         """In the spare: make its memory its own, then wait for the daemon's request (its end
         closed, the daemon is gone or ended it: nothing to do) and serve it as `_child`."""
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for sig in (signal.SIGTERM, signal.SIGHUP):  # the daemon's own: it drains on them
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from warden.adapters import quota
         from warden.adapters.sandbox import cgroups
         from warden.services import later
