@@ -15,7 +15,9 @@ from __future__ import annotations
 import threading
 from types import TracebackType
 
-__all__ = ["Whole", "held_back"]
+from warden.core.errors import Terminated
+
+__all__ = ["Whole", "carried", "held_back"]
 
 _under_way: list[Whole] = []  # the main thread's whole writes, the innermost last
 
@@ -53,3 +55,15 @@ def held_back(stop: BaseException) -> bool:
     if _under_way[-1].held is None:
         _under_way[-1].held = stop
     return True
+
+
+def carried(exc: BaseException | None) -> KeyboardInterrupt | Terminated | None:
+    """The person's stop `exc` is, or carries as its cause: Python 3.11 wraps an exception raised
+    in a class's `__set_name__` in a RuntimeError, so a stop that came as a module of dataclasses
+    loaded mid-command was taken for an internal error (exit 1) and its run for one that failed
+    before it ran (its intent never closed)."""
+    for _ in range(8):  # a chain of causes is short; a cycle is not followed for ever
+        if exc is None or isinstance(exc, (KeyboardInterrupt, Terminated)):
+            return exc
+        exc = exc.__cause__
+    return None

@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from warden.core import stops
 from warden.core.bwrap_argv import Bind
 from warden.core.changes import run_summary
 from warden.core.echo import echoed
@@ -671,8 +672,9 @@ def _both(first: Callable[[Callable[[], None]], None],
 def _stopped(intent: RunIntent, ended: BaseException | None) -> None:
     """A run its person stopped before its command ran (as its lease was taken, its mounts made)
     is interrupted too: its outcome says so, where the release used to close its intent silently."""
-    if intent.outcome is None and intent.interrupted is None and isinstance(ended, (KeyboardInterrupt, Terminated)):
-        intent.interrupted = ended.name if isinstance(ended, Terminated) else "SIGINT"
+    stop = stops.carried(ended)
+    if intent.outcome is None and intent.interrupted is None and stop is not None:
+        intent.interrupted = stop.name if isinstance(stop, Terminated) else "SIGINT"
 
 
 def _check_argv(argv: Sequence[str]) -> None:

@@ -380,6 +380,12 @@ def _command(argv: Sequence[str] | None, settled: Callable[[int], object] | None
         _quiet_stdout()
         return _finish(ctx, 1, settled)
     except Exception as exc:
+        stop = stops.carried(exc)  # a stop Python wrapped (core/stops.py): said as itself
+        if isinstance(stop, Terminated):
+            return _terminated(ctx, stop, settled)
+        if stop is not None:
+            sys.stderr.write("warden: interrupted\n")
+            return _finish(ctx, 130, settled)
         if debug:
             raise
         message = f"internal error: {type(exc).__name__}: {exc} (run again with --debug for details)"
