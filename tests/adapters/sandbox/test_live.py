@@ -844,6 +844,41 @@ def test_a_supervisor_a_tracer_holds_ends_its_command_at_once(host: HostLiveSand
         assert time.monotonic() - started < 5
 
 
+def test_a_spawn_given_up_while_the_supervisor_is_in_the_commands_cgroups_spares_the_supervisor(
+        host: HostLiveSandboxes, sandbox: LiveSandbox, folder: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The supervisor enters a command's cgroups for the moment it spawns it. A run that gave up
+    the spawn then (a Ctrl-C before the answer: 3 `warden run` in 60 into a person's live sandbox
+    with a server in it) removed the command's cgroups, killing what was in them: the supervisor
+    too, and with it the sandbox and the person's server. Here the supervisor is put in them as
+    the answer comes and the run is interrupted there: the command is killed, the supervisor not."""
+    _v1_cgroups(sandbox)
+    made: list[cgroups.Cgroup] = []
+    original_cgroup, original_frame = live_module._command_cgroup, live_module._Channel.frame
+
+    def command_cgroup(*args: object, **kwargs: object) -> cgroups.Cgroup:
+        made.append(original_cgroup(*args, **kwargs))  # type: ignore[arg-type]
+        return made[-1]
+
+    def frame(self: object, timeout: float | None = None) -> bytes:
+        original_frame(self, timeout)  # type: ignore[arg-type]  # spawned: the supervisor back in its own
+        made[-1].add(sandbox.supervisor_pid)  # as it is while it spawns
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(live_module, "_command_cgroup", command_cgroup)
+    monkeypatch.setattr(live_module._Channel, "frame", frame)
+    with pytest.raises(KeyboardInterrupt):
+        host.run(sandbox, "a" * 16, _req(folder, "sh", "-c", "touch started; exec sleep 30"))
+    monkeypatch.undo()
+    assert host.alive(sandbox), "the supervisor was killed with the command"
+    for _, path in sandbox.meta["cgroups"]:  # type: ignore[attr-defined]
+        # Back where it lives, as it goes itself after a spawn.
+        Path(path, "cgroup.procs").write_text(str(sandbox.supervisor_pid))
+    assert os.path.exists(os.path.join(folder, "started"))
+    left = [Path(path, "cgroup.procs").read_text().split() for _, path in made[-1].dirs if os.path.isdir(path)]
+    assert not any(left), f"the command outlived its run: {left}"
+    assert host.run(sandbox, "b" * 16, _req(folder, "echo", "next")).stdout == "next\n"
+
+
 def test_a_command_that_ends_after_its_sandboxs_stop_began_keeps_no_spare(host: HostLiveSandboxes,
                                                                           sandbox: LiveSandbox, folder: str) -> None:
     """A stop drops this process's spares, then removes the sandbox's cgroup folders: a command

@@ -115,6 +115,10 @@ class Cgroup:
     # (only Warden writes them: no sandbox has /sys).
     memory_limit: int | None = None
     pids_limit: int | None = None
+    # Processes `kill` never kills besides this one: a live sandbox's supervisor, which enters a
+    # command's cgroups for the moment it spawns it (killed with the command's leftovers as Warden
+    # gave up on a spawn it was making, a Ctrl-C say, its whole sandbox went: a person's server).
+    spare: tuple[int, ...] = ()
 
     def add(self, pid: int) -> None:
         """Move `pid` (the sandbox, still held before its command starts) into every cgroup."""
@@ -202,7 +206,7 @@ class Cgroup:
                 continue
             for _ in range(50):
                 # Never this process: a thread of it is in them while it starts a run (`entered`).
-                pids = [pid for pid in _read_pids(path) if pid != os.getpid()]
+                pids = [pid for pid in _read_pids(path) if pid != os.getpid() and pid not in self.spare]
                 if not pids:
                     break
                 for pid in pids:

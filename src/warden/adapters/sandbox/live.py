@@ -521,10 +521,13 @@ def _command_cgroup(sandbox: LiveSandbox, process_id: str, request: SandboxReque
     limits = request.limits
     while not background and (spare := _SPARES.take(sandbox.id)) is not None:
         if spare.renew(memory=limits.memory, pids=limits.pids):
+            spare.spare = (sandbox.supervisor_pid,)
             return spare
         _remove_cgroup(spare)  # its folder gone with a stop, say: another spare, or new ones
-    return cgroups.create(support, memory=limits.memory, pids=limits.pids,
-                          name=f"warden-live-{sandbox.id[4:]}-{process_id}")
+    group = cgroups.create(support, memory=limits.memory, pids=limits.pids,
+                           name=f"warden-live-{sandbox.id[4:]}-{process_id}")
+    group.spare = (sandbox.supervisor_pid,)  # it enters them to spawn the command (protocol 3)
+    return group
 
 
 def _remove_cgroup(group: cgroups.Cgroup, tries: int = 40) -> None:
@@ -544,7 +547,7 @@ def _remove_cgroup(group: cgroups.Cgroup, tries: int = 40) -> None:
             except FileNotFoundError:
                 break
             except OSError:  # busy: something is left in it
-                cgroups.Cgroup([(version, path)]).kill()
+                cgroups.Cgroup([(version, path)], spare=group.spare).kill()
                 if attempt:
                     time.sleep(0.025)
 
