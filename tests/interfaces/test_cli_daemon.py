@@ -558,6 +558,45 @@ def test_a_stop_as_a_class_is_made_is_a_stop_not_an_internal_error(env: dict[str
     assert ended["detail"]["interrupted_by"] == sig.name
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_stop_as_a_background_process_starts_leaves_it_neither_running_nor_unrecorded(
+        env: dict[str, str], sig: signal.Signals) -> None:
+    """`warden run --detach` stopped just as the supervisor started its process (1 in 80 of a
+    fuzz of signals): the process ran on, its row left "starting" (or deleted), while the start
+    said "interrupted" and audited the run interrupted; a later archive killed it, a second
+    outcome. Now the stop waits until it is recorded running, then it is killed: one outcome
+    (137, background), nothing left running. The signal is sent as the spawn returns."""
+    seconds = "4711" if sig == signal.SIGTERM else "4712"  # its own process, found by its arguments
+    program = ("import os, signal, sys\n"
+               "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+               "from warden.interfaces.cli.main import run\n"
+               "from warden.adapters.sandbox.live import HostLiveSandboxes\n"
+               "original = HostLiveSandboxes.spawn\n"
+               "def spawned_then_stopped(*args, **kwargs):\n"
+               "    meta = original(*args, **kwargs)\n"
+               f"    os.kill(os.getpid(), {int(sig)})\n"
+               "    for _ in range(1000): pass  # its handler runs here\n"
+               "    return meta\n"
+               "HostLiveSandboxes.spawn = spawned_then_stopped\n"
+               f"sys.argv = ['warden', 'run', 'dw', '--detach', '--', 'sleep', '{seconds}']\n"
+               "run()\n")
+    done = subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
+                          timeout=120, check=False, stdin=subprocess.DEVNULL)
+    said = b"warden: terminated (SIGTERM)\n" if sig == signal.SIGTERM else b"warden: interrupted\n"
+    assert (done.returncode, done.stdout, done.stderr) == (-sig if sig == signal.SIGTERM else 130, b"", said), done
+    try:
+        wait_until(lambda: not _sleeping(seconds), timeout=10, message="the process it started runs on")
+        listed = json.loads(warden(env, "ps", "dw", "--json").stdout)["data"]
+        mine = [p for p in listed if p["cmd"] == ["sleep", seconds]]
+        assert [p["status"] for p in mine] == ["killed"], listed
+        events = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "40", "--json").stdout)["data"]
+        ours = [e for e in events if e["detail"].get("run_id") == mine[0]["id"]]
+        assert [(e["action"], e["result"]) for e in ours] == [("run.start", "started"), ("run", "137")], ours
+    finally:
+        for step in ("suspend", "resume"):  # its live sandbox stopped: a sandbox left up keeps the daemon going
+            warden(env, step, "dw", extra={"WARDEN_DAEMON": "0"})
+
+
 def test_a_termination_signal_as_the_output_is_written_is_said_not_a_traceback(env: dict[str, str]) -> None:
     """SIGTERM as `warden` writes a command's output (after its handler, before its last words):
     Terminated escaped main() as a traceback (and a daemon's child serving a client ended with 1

@@ -29,13 +29,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import signal
 import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
-from warden.core.errors import Conflict, NotFound, TimedOut, Unavailable
+from warden.core import stops
+from warden.core.errors import Conflict, NotFound, TimedOut, Unavailable, WardenError
 from warden.core.leases import ENDING_OPS, LeaseState
 from warden.core.live import (
     RING_BYTES,
@@ -124,18 +126,19 @@ class ProcessStarter:
     run path judges, leases, mounts and audits the intent as for any run; this starts it)."""
 
     def __init__(self, service: LiveSandboxService, record: WorkspaceRecord, principal: str, process_id: str,
-                 bot: str, busy: Busy | None) -> None:
+                 bot: str, busy: Busy | None, on_recorded: Callable[[], None] | None = None) -> None:
         self._service = service
         self._record = record
         self._principal = principal
         self._process_id = process_id
         self._bot = bot
         self._busy = busy
+        self._on_recorded = on_recorded
         self.process: LiveProcess | None = None
 
     def run(self, request: SandboxRequest) -> RunResult:
         self.process = self._service.start_background(self._record, self._principal, self._process_id, request,
-                                                      bot=self._bot, busy=self._busy)
+                                                      bot=self._bot, busy=self._busy, on_recorded=self._on_recorded)
         return RunResult(0, "", "", 0.0)
 
     def started(self) -> ProcessView:
@@ -208,9 +211,10 @@ class LiveSandboxService:
         return _LiveRunner(self, record, principal, fresh, start=start, seen=seen)
 
     def starter(self, record: WorkspaceRecord, principal: str, process_id: str, *, bot: str = "",
-                busy: Busy | None = None) -> ProcessStarter:
-        """Where RunService starts a background command (`bot`: whose API exec slots it takes)."""
-        return ProcessStarter(self, record, principal, process_id, bot, busy)
+                busy: Busy | None = None, on_recorded: Callable[[], None] | None = None) -> ProcessStarter:
+        """Where RunService starts a background command (`bot`: whose API exec slots it takes;
+        `on_recorded`: told once its process is recorded running, its outcome then its own)."""
+        return ProcessStarter(self, record, principal, process_id, bot, busy, on_recorded)
 
     def run_in_live(self, record: WorkspaceRecord, principal: str, request: SandboxRequest, *,
                     start: bool = False, seen: Seen | None = None) -> RunResult | None:
@@ -274,35 +278,52 @@ class LiveSandboxService:
             return tx.sandboxes.get(sandbox.id) is None
 
     def start_background(self, record: WorkspaceRecord, principal: str, process_id: str, request: SandboxRequest,
-                         *, bot: str = "", busy: Busy | None = None) -> LiveProcess:
-        """Start a background process in the live sandbox of its key (started when none runs)."""
+                         *, bot: str = "", busy: Busy | None = None,
+                         on_recorded: Callable[[], None] | None = None) -> LiveProcess:
+        """Start a background process in the live sandbox of its key (started when none runs).
+        `on_recorded`: told once it is recorded running (its outcome is then written as it ends)."""
         check_process_id(process_id)
         sandbox, process = self._enter(record, principal, process_id, request, bot, busy)
-        try:
-            meta = self._sandboxes.spawn(sandbox, process_id, request, ring=self.settings.ring)
-        except BaseException:
+        # A person's stop (Ctrl-C on `warden run --detach`) waits from the spawn until the process
+        # is recorded running: raised between the two, the process ran on with its row deleted
+        # (no one to stop it) or left "starting" while the start said "interrupted".
+        whole = stops.Whole()
+        with whole:
+            try:
+                meta = self._sandboxes.spawn(sandbox, process_id, request, ring=self.settings.ring)
+            except BaseException:
+                with self._registry.transaction() as tx:
+                    # Its row goes unless a stop claimed it (recorded it killed, with its reason):
+                    # then that stop is why the spawn failed (it ended the sandbox under it), and
+                    # the start says so, as when the claim comes after the spawn.
+                    claimed = tx.processes.get(process_id)
+                    if claimed is None or claimed.running:
+                        tx.processes.delete(process_id)
+                        claimed = None
+                if claimed is not None:
+                    raise _stopped_as_it_started() from None
+                raise
+            meta = {**process.meta, **meta}
             with self._registry.transaction() as tx:
-                # Its row goes unless a stop claimed it (recorded it killed, with its reason):
-                # then that stop is why the spawn failed (it ended the sandbox under it), and
-                # the start says so, as when the claim comes after the spawn.
-                claimed = tx.processes.get(process_id)
-                if claimed is None or claimed.running:
-                    tx.processes.delete(process_id)
-                    claimed = None
-            if claimed is not None:
-                raise _stopped_as_it_started() from None
-            raise
-        meta = {**process.meta, **meta}
-        with self._registry.transaction() as tx:
-            # The sandbox's row before the process's, in the order a stop's claim takes them:
-            # on PostgreSQL, where each row is locked on its own, the other order deadlocked.
-            tx.sandboxes.touch(sandbox.id, self._now())
-            started = tx.processes.update(process_id, {"status": "running", "meta": meta})
-        if not started:
-            # A stop claimed the sandbox after the process was recorded: it recorded the process
-            # killed, with its reason, and ends the sandbox (the process with it) if not done yet.
-            raise _stopped_as_it_started()
-        return process._replace(status="running", meta=meta)
+                # The sandbox's row before the process's, in the order a stop's claim takes them:
+                # on PostgreSQL, where each row is locked on its own, the other order deadlocked.
+                tx.sandboxes.touch(sandbox.id, self._now())
+                started = tx.processes.update(process_id, {"status": "running", "meta": meta})
+            if not started:
+                # A stop claimed the sandbox after the process was recorded: it recorded the process
+                # killed, with its reason, and ends the sandbox (the process with it) if not done yet.
+                raise _stopped_as_it_started()
+            if on_recorded is not None:
+                on_recorded()
+        process = process._replace(status="running", meta=meta)
+        if whole.held is not None:
+            # Stopped as it started: what its person asked is that it not run. It is killed, and
+            # its outcome recorded as any background process's ("killed", 137).
+            with contextlib.suppress(WardenError, OSError):
+                self._sandboxes.signal(sandbox, process, signal.SIGKILL)
+                self._check(sandbox)
+            whole.raise_held()
+        return process
 
     def _enter(self, record: WorkspaceRecord, principal: str, process_id: str, request: SandboxRequest, bot: str,
                busy: Busy | None) -> tuple[LiveSandbox, LiveProcess]:

@@ -311,7 +311,8 @@ class RunService:
         plan.detail["run_id"] = intent.run_id
         plan.detail["background"] = True
         notes = _Notes(None)
-        starter = live.starter(plan.record, request.actor, intent.run_id, bot=bot, busy=busy)
+        starter = live.starter(plan.record, request.actor, intent.run_id, bot=bot, busy=busy,
+                               on_recorded=lambda: setattr(intent, "handed_over", True))
         with contextlib.ExitStack() as held:
             self._hold_lease(held, intent, None)
             mounts = self._mount(held, plan, intent, notes)
@@ -673,7 +674,7 @@ def _stopped(intent: RunIntent, ended: BaseException | None) -> None:
     """A run its person stopped before its command ran (as its lease was taken, its mounts made)
     is interrupted too: its outcome says so, where the release used to close its intent silently."""
     stop = stops.carried(ended)
-    if intent.outcome is None and intent.interrupted is None and stop is not None:
+    if intent.outcome is None and intent.interrupted is None and not intent.handed_over and stop is not None:
         intent.interrupted = stop.name if isinstance(stop, Terminated) else "SIGINT"
 
 

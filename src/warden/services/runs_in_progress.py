@@ -41,6 +41,9 @@ class RunIntent:
     others: bool = False  # another run in progress (or one that died unswept) when it started
     outcome: RunResult | None = None  # set once the command ran
     interrupted: str | None = None  # the signal its person stopped it with (SIGINT, SIGTERM, SIGHUP)
+    # A background process recorded running: its outcome is written as it ends (services/live.py),
+    # whatever ends the start's lease.
+    handed_over: bool = False
     # The workspace's live sandboxes and its lease's fencing number as the lease's take read them:
     # the run looks for its live sandbox in these rather than in a read of its own.
     sandboxes: tuple[LiveSandbox, ...] | None = None
