@@ -265,3 +265,30 @@ def test_a_call_the_client_gives_up_on_stops_its_command(world: World) -> None:
 
     run(go())
     assert not marker.exists()
+
+
+def test_a_client_that_closes_stdin_mid_exec_ends_it_without_an_internal_error(world: World) -> None:
+    """A client that sends its calls and closes stdin (a script piping requests in, an agent
+    quitting) ends the server while a command runs: the command goes, its output has nowhere to
+    go, and that is no internal error; the run's intent gets its outcome in the audit."""
+    calls = [{"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-03-26", "capabilities": {},
+                         "clientInfo": {"name": "t", "version": "1"}}},
+             {"jsonrpc": "2.0", "method": "notifications/initialized"},
+             {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "exec", "arguments": {
+                 "workspace": "paper", "cmd": ["sh", "-c", "echo early; sleep 3; echo late > drafts/closed.txt"]}}}]
+    proc = subprocess.run([sys.executable, "-m", "warden", "mcp"],
+                          env={**world.environ, "WARDEN_TOKEN": world.tokens["alice@paper"]},
+                          input="".join(json.dumps(call) + "\n" for call in calls).encode(),
+                          capture_output=True, timeout=60, check=False)
+    assert b"internal error" not in proc.stderr, proc.stderr
+    assert not (world.path("paper") / "drafts" / "closed.txt").exists()
+    events = json.loads(world.cli("audit", "--workspace", "paper", "--limit", "200", "--json"))["data"]
+    started = [event["detail"]["run_id"] for event in events if event["action"] == "run.start"
+               and event["detail"].get("argv", [""])[-1].endswith("drafts/closed.txt")]
+    assert len(started) == 1
+    ended = [event for event in events if event["action"] in ("run", "run.lost")
+             and event["detail"].get("run_id") == started[0]]
+    assert len(ended) == 1, [event["action"] for event in events[-6:]]
+    mcp = [event for event in events if event["action"] == "mcp.exec" and event["detail"].get("program") == "sh"]
+    assert mcp and mcp[-1]["result"] != "internal", mcp[-1]

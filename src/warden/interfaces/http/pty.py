@@ -58,7 +58,7 @@ class _Session(Killable):
     def output(self, pty: Pty) -> RunOutput:
         def started(kill: Callable[[], None]) -> None:
             pty.give_away()  # bwrap holds the slave now: the master reads EIO once the sandbox is gone
-            self._on_started(kill)
+            self.on_started(kill)
             with contextlib.suppress(RuntimeError):  # the loop is gone (the server is stopping)
                 self._loop.call_soon_threadsafe(self.started.set)
 

@@ -49,7 +49,7 @@ class Killable:
         self._kill: Callable[[], None] | None = None
         self.gone = False  # the client went away: the command is (or will be, once started) killed
 
-    def _on_started(self, kill: Callable[[], None]) -> None:
+    def on_started(self, kill: Callable[[], None]) -> None:
         with self._lock:
             self._kill = kill
             gone = self.gone
@@ -86,7 +86,7 @@ class RunChannel(Killable):
         return RunOutput(on_stdout=lambda chunk: self._add(self._events.feed("stdout", chunk)),
                          on_stderr=lambda chunk: self._add(self._events.feed("stderr", chunk)),
                          on_notice=lambda line: self._add(OutputEvents.notice(line)),
-                         capture=False, on_started=self._on_started)
+                         capture=False, on_started=self.on_started)
 
     def _signal(self, event: asyncio.Event) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is gone (the server is stopping)
@@ -99,8 +99,8 @@ class RunChannel(Killable):
             self._pending.extend(events)
         self._signal(self._wake)
 
-    def _on_started(self, kill: Callable[[], None]) -> None:
-        super()._on_started(kill)
+    def on_started(self, kill: Callable[[], None]) -> None:
+        super().on_started(kill)
         self._signal(self.started)
 
     def ended(self) -> None:
@@ -132,7 +132,7 @@ class Abandoned(Killable):
 
     def output(self) -> RunOutput:
         """The run's output captured into its result, as a plain exec's is; its kill kept."""
-        return RunOutput(on_started=self._on_started)
+        return RunOutput(on_started=self.on_started)
 
     async def watch(self, receive: Receive) -> None:
         """Stop the command when the client disconnects (the request's body is read already)."""

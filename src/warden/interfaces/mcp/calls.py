@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import contextvars
 import logging
 import signal
@@ -27,6 +28,7 @@ from warden.core.paths import canonical
 from warden.interfaces.http.calls import Call
 from warden.interfaces.http.files import FileServices, files_for
 from warden.interfaces.http.running import ExecSlots
+from warden.interfaces.http.streaming import Killable
 from warden.interfaces.mcp.files import FILE_TOOLS
 from warden.interfaces.mcp.texts import Answer, pending_text, refusal_text
 from warden.interfaces.mcp.tools import check_arguments
@@ -242,7 +244,9 @@ class ToolCalls:
         """A foreground exec whose output goes out as progress notifications while it runs."""
         loop = asyncio.get_running_loop()
         chunks: asyncio.Queue[bytes] = asyncio.Queue()
-        kills: list[Callable[[], None]] = []
+        # The client may go before the command has started (it sent its call and closed stdin):
+        # the command is then killed as soon as it starts, not left to run for nobody.
+        leaving = Killable()
         # Bounded both ways: a command printing gigabytes to a client that reads slowly (or not at
         # all) must not grow the server. At most STREAM_PENDING bytes wait to be sent and
         # STREAM_TOTAL are streamed in all; the rest is counted and said at the end (the result
@@ -259,9 +263,13 @@ class ToolCalls:
                 counts["pending"] += len(kept)
                 counts["streamed"] += len(kept)
             if kept:
-                loop.call_soon_threadsafe(chunks.put_nowait, kept)
+                # A client that closed stdin ends the server while the killed command's last
+                # output still comes: it has nowhere to go, and raising here would cut the run
+                # short of its outcome (an "internal error", its intent never closed).
+                with contextlib.suppress(RuntimeError):  # the loop is closed
+                    loop.call_soon_threadsafe(chunks.put_nowait, kept)
 
-        output = RunOutput(on_stdout=sink, on_stderr=sink, capture=True, on_started=kills.append)
+        output = RunOutput(on_stdout=sink, on_stderr=sink, capture=True, on_started=leaving.on_started)
         job = asyncio.ensure_future(anyio.to_thread.run_sync(self._blocking, "exec", token, args, output))
         sent = 0
         getter: asyncio.Future[bytes] | None = None
@@ -303,8 +311,7 @@ class ToolCalls:
                                              "the result holds what the run kept]\n")
                     break
         except BaseException:
-            for kill in kills:  # the client cancelled or went away: the command goes too
-                kill()
+            leaving.stop()  # the client cancelled or went away: the command goes too
             raise
         finally:
             if getter is not None:
