@@ -649,7 +649,8 @@ class RemoteWorkspace:
         return RunResult(exit_code=int(data["exit_code"]), stdout=data["stdout"], stderr=data["stderr"],
                          duration_s=float(data["duration_s"]), timed_out=bool(data["timed_out"]),
                          signal=data.get("signal"), usage=_usage(data.get("usage")),
-                         truncated=bool(data.get("truncated")))
+                         truncated=bool(data.get("truncated")), limits_via=str(data.get("limits_via", "rlimit")),
+                         seccomp=bool(data.get("seccomp")))
 
     def stream(self, argv: Sequence[str], *, timeout: float | None = None, env: Mapping[str, str] | None = None,
                stdin: str | None = None, cwd: str | None = None,

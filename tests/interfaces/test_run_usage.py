@@ -21,6 +21,7 @@ import pytest
 from tests.support.mcp import http_session
 from tests.support.servers import ServeProcess, cli_out, warden_environ
 from warden.adapters.sandbox import cgroups
+from warden.client import Client
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -106,6 +107,14 @@ def test_http_exec_and_mcp_exec_carry_usage_and_the_stream_keeps_its_exit_line(h
         heavy = client.post("/v1/workspaces/use/exec", json={"cmd": ["python3", "-c", HEAVY]}).json()
         light = client.post("/v1/workspaces/use/exec", json={"cmd": ["true"]}).json()
         _check(heavy, light)
+        # How its limits held and whether the syscall filter was on, as its audited `run` event
+        # says (the SDK's RunResult showed its defaults, 'rlimit' and no seccomp, whatever held).
+        events = json.loads(cli_out(home["environ"], "audit", "--workspace", "use", "--limit", "10", "--json"))["data"]
+        ran = max((e for e in events if e["action"] == "run"), key=lambda e: e["seq"])["detail"]
+        assert (light["limits_via"], light["seccomp"]) == (ran["limits_via"], ran["seccomp"]), (light, ran)
+        with Client(served.url, token=home["token"]) as sdk_client:
+            sdk = sdk_client.workspace("use").run(["true"])
+        assert (sdk.limits_via, sdk.seccomp) == (ran["limits_via"], ran["seccomp"])
         # The stream's exit line keeps exactly the fields INTERFACES.md lists.
         with client.stream("POST", "/v1/workspaces/use/exec", json={"cmd": ["true"], "stream": True}) as answer:
             end = json.loads(list(answer.iter_lines())[-1])

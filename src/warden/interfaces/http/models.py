@@ -207,6 +207,9 @@ class RunResultBody(BaseModel):
     usage: UsageBody | None = Field(None, description="what the run used, where Warden could measure it")
     truncated: bool = Field(False, description="output past api.max_output per stream was dropped (a last stderr "
                                                "line says so too)")
+    limits_via: str = Field("rlimit", description="how its memory and process limits held: 'cgroup memory:v1,pids:v1' "
+                                                  "(or v2) where Warden could use cgroups, else 'rlimit'")
+    seccomp: bool = Field(False, description="whether the syscall filter was in place")
 
 
 # -- background processes ---------------------------------------------------------------------

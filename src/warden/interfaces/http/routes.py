@@ -160,6 +160,7 @@ class BotRoutes:
             return RunResultBody(exit_code=result.exit_code, stdout=result.stdout, stderr=result.stderr,
                                  duration_s=round(result.duration_s, 6), timed_out=result.timed_out,
                                  signal=result.signal, truncated=result.truncated,
+                                 limits_via=result.limits_via, seccomp=result.seccomp,
                                  usage=UsageBody.model_validate(result.usage.to_json()) if result.usage else None)
 
     async def exec_or_stream(self, name: WorkspaceName, body: ExecRequest, token: Token,
