@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import json
 import shutil
 import socket
 import statistics
@@ -123,11 +122,10 @@ def main() -> None:
                 live = _alternate(n, raw_bwrap, in_process, cli_daemon, cli_daemon_python, gap=gap)
             finally:
                 for each in homes:
-                    listing = subprocess.run([*entry, "ps", "bench", "--json"], env=each, capture_output=True,
-                                             text=True, check=False)
-                    for process in json.loads(listing.stdout or "{}").get("data") or []:
-                        subprocess.run([*entry, "kill", "bench", process["id"], "--signal", "KILL"], env=each,
-                                       capture_output=True, check=False)
+                    # A suspend stops the live sandbox with its detached process: killed alone, its
+                    # sandbox stayed up to an hour for its uncollected output, its home gone.
+                    subprocess.run([*entry, "suspend", "bench"], env={**each, "WARDEN_DAEMON": "0"},
+                                   capture_output=True, check=False)
             stop_daemon(cli_home)
         rows += [("raw bwrap ... true", fresh[0] + live[0]),
                  ('Workspace.run(["true"]) warm', fresh[1]),

@@ -130,12 +130,11 @@ def _until_daemon(home: Path, env: dict[str, str]) -> None:
 
 
 def _end_home(home: Path, env: dict[str, str]) -> None:
-    """Kill the detached processes and end the home's daemon (its folder goes with the run)."""
-    listing = subprocess.run([sys.executable, "-m", "warden", "ps", "bench", "--json"], env=env,
-                             capture_output=True, text=True, check=False)
-    for process in json.loads(listing.stdout or "{}").get("data") or []:
-        subprocess.run([sys.executable, "-m", "warden", "kill", "bench", process["id"], "--signal", "KILL"],
-                       env=env, capture_output=True, check=False)
+    """Stop the home's live sandbox with its detached process (a suspend: killed, the sandbox
+    ended; killed alone, its sandbox stayed up to an hour for its uncollected output, its home
+    gone) and end the home's daemon (its folder goes with the run)."""
+    subprocess.run([sys.executable, "-m", "warden", "suspend", "bench"], env={**env, "WARDEN_DAEMON": "0"},
+                   capture_output=True, check=False)
     stop_daemon(home)
 
 if __name__ == "__main__":
