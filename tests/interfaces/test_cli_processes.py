@@ -21,7 +21,9 @@ from tests.conftest import Cli, isolated_environ
 from tests.support.launcher import build_launcher, noting_source
 from tests.support.waiting import wait_until
 from warden.adapters.processes import alive
+from warden.adapters.sandbox.live import supervisor_source
 from warden.bootstrap import bootstrap
+from warden.core.live import MAX_BACKGROUND
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -194,6 +196,26 @@ def test_a_background_program_that_cannot_start_is_explained_by_wait_and_logs(cl
     for args in (("wait", ws, forged), ("logs", ws, forged)):
         said = cli(*args)
         assert "warden:" not in said.stderr, said.stderr
+
+
+def test_a_start_past_the_most_a_live_sandbox_keeps_is_refused_saying_so(cli: Cli) -> None:
+    """Its supervisor keeps 64 background processes; a 65th was its refusal read as a broken
+    sandbox ("answered what Warden does not accept ...; it is stopped", nothing stopped). It is
+    refused before that, with the way out, and the 64 and the sandbox go on."""
+    assert f"\nMAX_PROCS = {MAX_BACKGROUND} " in supervisor_source()  # the supervisor's own count, kept alike
+    assert cli("create", "full", "--template", "minimal").code == 0
+    try:
+        for _ in range(MAX_BACKGROUND):
+            _detach(cli, "full", "sleep", "300")
+        refused = cli("run", "full", "--detach", "--", "sleep", "300")
+        assert refused.code == 126, refused.stderr
+        assert refused.stderr.strip().splitlines()[-1] == (
+            f"warden: the live sandbox of 'full' already runs {MAX_BACKGROUND} background processes, the most one "
+            "keeps; `warden ps full` lists them and `warden kill full ID` ends one")
+        assert sum(p["status"] == "running" for p in _ps(cli, "full").values()) == MAX_BACKGROUND
+        assert cli("run", "full", "--", "echo", "still").stdout == "still\n"
+    finally:
+        cli("destroy", "full", "--yes", "--no-archive")
 
 
 def test_death_on_destroy(cli: Cli, home: Path) -> None:

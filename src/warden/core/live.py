@@ -32,6 +32,7 @@ SUPERVISOR_PATH = "/etc/warden/supervisor.py"  # where a live sandbox runs its s
 __all__ = [
     "FRAME_HEADER",
     "MAX_ANSWER",
+    "MAX_BACKGROUND",
     "MAX_LISTED",
     "MAX_REQUEST",
     "PROCESS_ID",
@@ -77,6 +78,8 @@ MAX_REQUEST = 1 << 20  # what Warden sends (argv and environment of one command)
 # What Warden reads from a supervisor: a logs answer carries two rings in base64 (4/3 of 2 MiB).
 MAX_ANSWER = 4 << 20
 MAX_LISTED = 256  # processes one supervisor may list
+# Background processes a live sandbox keeps at once (its supervisor's MAX_PROCS: it refuses more).
+MAX_BACKGROUND = 64
 STATUSES = ("starting", "running", "exited", "killed", "lost")
 _SUPERVISED_STATUSES = ("starting", "running", "exited", "failed")
 _MAX_PID = 1 << 22  # the kernel's PID_MAX_LIMIT

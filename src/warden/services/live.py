@@ -40,6 +40,7 @@ from warden.core import stops
 from warden.core.errors import Conflict, NotFound, TimedOut, Unavailable, WardenError
 from warden.core.leases import ENDING_OPS, LeaseState
 from warden.core.live import (
+    MAX_BACKGROUND,
     RING_BYTES,
     Chunk,
     Exited,
@@ -348,6 +349,12 @@ class LiveSandboxService:
                 # row "running" for good (and holding its bot's exec slot).
                 if not tx.sandboxes.touch(sandbox.id, process.started_at):
                     continue
+                if sum(1 for p in tx.processes.of_sandbox(sandbox.id) if p.running) >= MAX_BACKGROUND:
+                    # Its supervisor would refuse it, which read as a broken sandbox ("answered
+                    # what Warden does not accept; it is stopped", and nothing was stopped).
+                    raise Unavailable(f"the live sandbox of {record.name!r} already runs {MAX_BACKGROUND} background "
+                                      f"processes, the most one keeps; `warden ps {record.name}` lists them and "
+                                      f"`warden kill {record.name} ID` ends one", rule="live.max_processes")
                 if bot:
                     self._admit(tx, bot, foreground)
                 tx.processes.insert(process)
