@@ -284,10 +284,10 @@ class RunService:
             mounts = self._mount(held, plan, intent, notes)
             try:
                 result, watched = self._sandboxed(plan, request, output, mounts, notes, intent=intent)
-            except (KeyboardInterrupt, Terminated) as exc:
+            except BaseException as exc:
                 # Its person stopped it (Ctrl-C, a termination signal): the sandbox ended the
                 # command as this unwinds, and the outcome says so, given back with the lease.
-                intent.interrupted = exc.name if isinstance(exc, Terminated) else "SIGINT"
+                _stopped(intent, exc)
                 raise
             return self._conclude(plan, request, intent, result, watched, notes)
 
@@ -671,8 +671,9 @@ def _both(first: Callable[[Callable[[], None]], None],
 
 
 def _stopped(intent: RunIntent, ended: BaseException | None) -> None:
-    """A run its person stopped before its command ran (as its lease was taken, its mounts made)
-    is interrupted too: its outcome says so, where the release used to close its intent silently."""
+    """A run its person stopped (as its lease was taken, its mounts made, its command ran) is
+    audited interrupted, with the signal: before its command ran, the release used to close its
+    intent silently. One handed over to a background process has its outcome from there."""
     stop = stops.carried(ended)
     if intent.outcome is None and intent.interrupted is None and not intent.handed_over and stop is not None:
         intent.interrupted = stop.name if isinstance(stop, Terminated) else "SIGINT"

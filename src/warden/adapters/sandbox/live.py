@@ -519,13 +519,15 @@ def _command_cgroup(sandbox: LiveSandbox, process_id: str, request: SandboxReque
     """The command's own cgroups: a foreground command's are a spare of its sandbox's when one
     can be renewed, else made; OSError when the kernel refuses."""
     limits = request.limits
-    while not background and (spare := _SPARES.take(sandbox.id)) is not None:
+    group = None
+    while group is None and not background and (spare := _SPARES.take(sandbox.id)) is not None:
         if spare.renew(memory=limits.memory, pids=limits.pids):
-            spare.spare = (sandbox.supervisor_pid,)
-            return spare
-        _remove_cgroup(spare)  # its folder gone with a stop, say: another spare, or new ones
-    group = cgroups.create(support, memory=limits.memory, pids=limits.pids,
-                           name=f"warden-live-{sandbox.id[4:]}-{process_id}")
+            group = spare
+        else:
+            _remove_cgroup(spare)  # its folder gone with a stop, say: another spare, or new ones
+    if group is None:
+        group = cgroups.create(support, memory=limits.memory, pids=limits.pids,
+                               name=f"warden-live-{sandbox.id[4:]}-{process_id}")
     group.spare = (sandbox.supervisor_pid,)  # it enters them to spawn the command (protocol 3)
     return group
 

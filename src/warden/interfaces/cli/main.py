@@ -372,8 +372,7 @@ def _command(argv: Sequence[str] | None, settled: Callable[[int], object] | None
             sys.stderr.write(f"{_prefix()} {exc.message}\n")
         return _finish(ctx, _exit_status(exc), settled)
     except KeyboardInterrupt:
-        sys.stderr.write("warden: interrupted\n")
-        return _finish(ctx, 130, settled)
+        return _interrupted(ctx, settled)
     except Terminated as exc:
         return _terminated(ctx, exc, settled)
     except BrokenPipeError:
@@ -384,8 +383,7 @@ def _command(argv: Sequence[str] | None, settled: Callable[[int], object] | None
         if isinstance(stop, Terminated):
             return _terminated(ctx, stop, settled)
         if stop is not None:
-            sys.stderr.write("warden: interrupted\n")
-            return _finish(ctx, 130, settled)
+            return _interrupted(ctx, settled)
         if debug:
             raise
         message = f"internal error: {type(exc).__name__}: {exc} (run again with --debug for details)"
@@ -543,6 +541,11 @@ def _terminate_as_interrupt() -> None:
 
 def _passed_over(_signum: int, _frame: object) -> None:
     """A termination signal after the first: the run is already ending by that one."""
+
+
+def _interrupted(ctx: Context | None, settled: Callable[[int], object] | None) -> int:
+    sys.stderr.write("warden: interrupted\n")
+    return _finish(ctx, 130, settled)
 
 
 def _terminated(ctx: Context | None, exc: Terminated, settled: Callable[[int], object] | None) -> int:
