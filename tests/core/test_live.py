@@ -15,6 +15,7 @@ from warden.core.live import (
     RING_BYTES,
     BadAnswer,
     Exited,
+    Full,
     Spawned,
     check_process_id,
     decode_frame_length,
@@ -81,11 +82,18 @@ def test_well_formed_answers_parse() -> None:
     _j({"pid": 7}),  # no ok
     _j({"ok": True, "pid": -1}), _j({"ok": True, "pid": 1 << 40}), _j({"ok": True, "pid": "7"}),
     _j({"ok": True, "pid": True}), _j({"ok": True, "pid": 7.5}), _j({"ok": True, "pid": 7, "joined": "yes"}),
+    _j({"ok": False, "full": "yes"}),  # `full` only as itself
 ])
 def test_bad_spawn_answers_are_refused(answer: bytes) -> None:
     with pytest.raises(BadAnswer) as caught:
         parse_spawned(answer)
     assert len(str(caught.value)) < 300
+
+
+def test_a_refusal_for_fullness_is_told_apart_from_a_bad_answer() -> None:
+    # The sandbox is sound: Warden forgets what it recorded ended and asks again (services/live).
+    with pytest.raises(Full):
+        parse_spawned(_j({"ok": False, "full": True, "error": "too many background processes in this sandbox"}))
 
 
 @pytest.mark.parametrize("process", [

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -198,7 +199,7 @@ def test_a_background_program_that_cannot_start_is_explained_by_wait_and_logs(cl
         assert "warden:" not in said.stderr, said.stderr
 
 
-def test_a_start_past_the_most_a_live_sandbox_keeps_is_refused_saying_so(cli: Cli) -> None:
+def test_a_start_past_the_most_a_live_sandbox_keeps_is_refused_saying_so(cli: Cli, home: Path) -> None:
     """Its supervisor keeps 64 background processes; a 65th was its refusal read as a broken
     sandbox ("answered what Warden does not accept ...; it is stopped", nothing stopped). It is
     refused before that, with the way out, and the 64 and the sandbox go on."""
@@ -214,8 +215,41 @@ def test_a_start_past_the_most_a_live_sandbox_keeps_is_refused_saying_so(cli: Cl
             "keeps; `warden ps full` lists them and `warden kill full ID` ends one")
         assert sum(p["status"] == "running" for p in _ps(cli, "full").values()) == MAX_BACKGROUND
         assert cli("run", "full", "--", "echo", "still").stdout == "still\n"
+        # Warden's count is the registry's; its supervisor's includes the ended processes it keeps
+        # until told to forget them. One whose end a Warden process recorded, killed before it
+        # told the supervisor (or unanswered), made the supervisor refuse a start the registry
+        # admitted, and that refusal read as a broken sandbox. It is forgotten and the start goes on.
+        ended, drifted = sorted(_ps(cli, "full"))[:2]
+        pid, start = _host_pid(home, ended)
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not alive(pid, start), message="the killed process is still there")
+        _record_ended(home, ended)
+        started = cli("run", "full", "--detach", "--json", "--", "sleep", "300")
+        assert started.code == 0, started.stderr
+        assert sum(p["status"] == "running" for p in _ps(cli, "full").values()) == MAX_BACKGROUND
+        # A registry that counts one less than run (a row ended while its process runs) is met by
+        # the supervisor's refusal, said the same way, and the sandbox goes on.
+        _record_ended(home, drifted)
+        refused = cli("run", "full", "--detach", "--", "sleep", "300")
+        assert refused.code == 126, refused.stderr
+        assert refused.stderr.strip().splitlines()[-1].startswith(
+            f"warden: the live sandbox of 'full' already runs {MAX_BACKGROUND} background processes"), refused.stderr
+        assert cli("run", "full", "--", "echo", "still").stdout == "still\n"
+        assert sum(p["status"] == "running" for p in _ps(cli, "full").values()) == MAX_BACKGROUND - 1
     finally:
         cli("destroy", "full", "--yes", "--no-archive")
+
+
+def _record_ended(home: Path, process_id: str) -> None:
+    """`process_id`'s end recorded in the registry alone, as a Warden process that recorded it and
+    was killed before it told the supervisor to forget it."""
+    app = bootstrap(home, environ=isolated_environ(home))
+    try:
+        with app.registry.transaction() as tx:
+            assert tx.processes.finish(process_id, status="killed", exit_code=None, signal=9, timed_out=False,
+                                       ended_at="2026-01-01T00:00:00+00:00")
+    finally:
+        app.close()
 
 
 def test_death_on_destroy(cli: Cli, home: Path) -> None:

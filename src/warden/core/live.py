@@ -43,6 +43,7 @@ __all__ = [
     "BadAnswer",
     "Chunk",
     "Exited",
+    "Full",
     "LiveProcess",
     "LiveSandbox",
     "Logs",
@@ -65,6 +66,7 @@ __all__ = [
     "parse_waited",
     "plan_fingerprint",
     "signal_number",
+    "too_many_background",
 ]
 
 # A background process's id (its run id in the audit log) and a live sandbox's id.
@@ -89,6 +91,17 @@ _SIGNALS = {"HUP": 1, "INT": 2, "QUIT": 3, "KILL": 9, "USR1": 10, "USR2": 12, "T
 
 class BadAnswer(Exception):
     """A supervisor's answer that is not what the protocol allows (too big, malformed, out of range)."""
+
+
+class Full(Exception):
+    """A supervisor's refusal of a background start: it keeps MAX_BACKGROUND processes already.
+    An answer of the protocol, not a bad one: the sandbox is sound and goes on."""
+
+
+def too_many_background(workspace: str) -> str:
+    """Why a background start past MAX_BACKGROUND is refused, and the way out."""
+    return (f"the live sandbox of {workspace!r} already runs {MAX_BACKGROUND} background processes, the most one "
+            f"keeps; `warden ps {workspace}` lists them and `warden kill {workspace} ID` ends one")
 
 
 # -- keys ------------------------------------------------------------------------------------------
@@ -291,6 +304,8 @@ def _checked(data: bytes) -> dict[str, Any]:
     """An answer object; its `ok: false` as BadAnswer carrying the supervisor's reason (bounded)."""
     answer = _object(data)
     if answer.get("ok") is not True:
+        if answer.get("full") is True:
+            raise Full
         error = answer.get("error")
         raise BadAnswer(f"refused: {error[:200]}" if isinstance(error, str) else "an answer without ok")
     return answer

@@ -52,6 +52,7 @@ from warden.core.live import (
     check_process_id,
     network_key,
     plan_fingerprint,
+    too_many_background,
 )
 from warden.core.runs import RunResult, SandboxRequest, StoppedAsItStarted, Usage, explain_not_started
 
@@ -291,7 +292,7 @@ class LiveSandboxService:
         whole = stops.Whole()
         with whole:
             try:
-                meta = self._sandboxes.spawn(sandbox, process_id, request, ring=self.settings.ring)
+                meta = self._spawn(sandbox, process_id, request)
             except BaseException:
                 with self._registry.transaction() as tx:
                     # Its row goes unless a stop claimed it (recorded it killed, with its reason):
@@ -326,6 +327,25 @@ class LiveSandboxService:
             whole.raise_held()
         return process
 
+    def _spawn(self, sandbox: LiveSandbox, process_id: str, request: SandboxRequest) -> dict[str, object]:
+        """The background command spawned in `sandbox`. Its supervisor keeps ended processes until
+        told to forget them, which a Warden process that recorded one's end may not have got to
+        (killed between the two, or the forget unanswered): counted there, not in the registry,
+        they made it refuse a start the registry admitted. Those are forgotten, and it is asked
+        again once."""
+        try:
+            return self._sandboxes.spawn(sandbox, process_id, request, ring=self.settings.ring)
+        except Unavailable as exc:
+            if exc.rule != "live.max_processes":
+                raise
+        with self._registry.transaction(write=False) as tx:
+            recorded = {p.id: p for p in tx.processes.of_sandbox(sandbox.id)}
+        for seen in self._sandboxes.listing(sandbox):
+            row = recorded.get(seen.id)
+            if seen.status not in ("starting", "running") and (row is None or not row.running):
+                self._sandboxes.forget(sandbox, seen.id)
+        return self._sandboxes.spawn(sandbox, process_id, request, ring=self.settings.ring)
+
     def _enter(self, record: WorkspaceRecord, principal: str, process_id: str, request: SandboxRequest, bot: str,
                busy: Busy | None) -> tuple[LiveSandbox, LiveProcess]:
         """The live sandbox a background process starts in, its row recorded there "starting"."""
@@ -352,9 +372,7 @@ class LiveSandboxService:
                 if sum(1 for p in tx.processes.of_sandbox(sandbox.id) if p.running) >= MAX_BACKGROUND:
                     # Its supervisor would refuse it, which read as a broken sandbox ("answered
                     # what Warden does not accept; it is stopped", and nothing was stopped).
-                    raise Unavailable(f"the live sandbox of {record.name!r} already runs {MAX_BACKGROUND} background "
-                                      f"processes, the most one keeps; `warden ps {record.name}` lists them and "
-                                      f"`warden kill {record.name} ID` ends one", rule="live.max_processes")
+                    raise Unavailable(too_many_background(record.name), rule="live.max_processes")
                 if bot:
                     self._admit(tx, bot, foreground)
                 tx.processes.insert(process)

@@ -77,6 +77,7 @@ from warden.core.live import (
     BadAnswer,
     Chunk,
     Exited,
+    Full,
     LiveProcess,
     LiveSandbox,
     Logs,
@@ -92,6 +93,7 @@ from warden.core.live import (
     parse_ok,
     parse_spawned,
     parse_waited,
+    too_many_background,
 )
 from warden.core.runs import NetEvent, RunResult, SandboxRequest, Usage, usage_of
 
@@ -1109,8 +1111,11 @@ class HostLiveSandboxes:
         """Start `request`'s command in the background; its host details for the registry."""
         channel = self._channel(sandbox)
         try:
-            command = self._spawn(sandbox, channel, process_id, request, background=True, names=[], fds=[],
-                                  ring=ring)
+            try:
+                command = self._spawn(sandbox, channel, process_id, request, background=True, names=[], fds=[],
+                                      ring=ring)
+            except Full:
+                raise Unavailable(too_many_background(sandbox.workspace), rule="live.max_processes") from None
             group = command.group
             # The registry keeps its host pid (`warden kill` and the usage reach it without the
             # supervisor): found while it was held.

@@ -645,7 +645,14 @@ class Supervisor:
         hold = bool(request.get("hold", True))
         limits = _limits(request.get("rlimits") or {})
         if background and sum(1 for p in self.procs.values() if p.background) >= MAX_PROCS:
-            raise ValueError("too many background processes in this sandbox")
+            # Said as such (`full`), not as a bad request: Warden's count (the registry's running
+            # ones) can be short of this one by ended processes it recorded but did not get to
+            # forget here; it forgets those and asks again.
+            for fd in conn.fds:
+                os.close(fd)
+            conn.fds = []
+            self.send(conn, {"ok": False, "full": True, "error": "too many background processes in this sandbox"})
+            return
         given = list(conn.fds)
         conn.fds = []
         names = list(request.get("fds") or [])
