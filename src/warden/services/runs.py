@@ -571,14 +571,20 @@ class RunService:
 
     def _refuse(self, exc: WardenError, actor: str, name: str, detail: Mapping[str, Any], *,
                 result: str = "refused", rule: str | None = None) -> Refused:
-        """Audit a run Warden did not start; `exc` as a refusal (`warden run` exits 126)."""
-        self._audit.record(actor=actor, action="run", target=name, decision="deny",
-                           rule=rule if rule is not None else exc.rule or "sandbox", result=result,
-                           detail=dict(detail))
+        """Audit a run Warden did not start; `exc` as a refusal (`warden run` exits 126).
+        A refusal that cannot be audited (the disk full, as what refused it often is) is still
+        one: the command never started, so it exits 126 saying why the audit failed."""
+        try:
+            self._audit.record(actor=actor, action="run", target=name, decision="deny",
+                               rule=rule if rule is not None else exc.rule or "sandbox", result=result,
+                               detail=dict(detail))
+        except WardenError as failed:
+            return Refused.of(failed)
         return Refused.of(exc)
 
     # -- the lease and the registry ------------------------------------------------------------
     def _hold_lease(self, held: contextlib.ExitStack, intent: RunIntent, within: Lease | None) -> None:
+        held.push(_still_refused)  # first in, so last out: it sees what giving the lease back raised
         try:
             held.enter_context(self._lease(intent, within))
         except (Locked, Unavailable, Conflict) as exc:
@@ -668,6 +674,24 @@ def _both(first: Callable[[Callable[[], None]], None],
         second(kill)
 
     return started
+
+
+def _still_refused(kind: type[BaseException] | None, exc: BaseException | None, _tb: object) -> bool:
+    """A refused run whose lease could not be given back (its outcome's write failed on a full
+    disk) stays refused: the release's error replaced the refusal in flight, and `warden run`
+    exited 1 for a command that never started instead of 126."""
+    if not isinstance(exc, WardenError) or isinstance(exc, Refused):
+        return False
+    # The refusal is a few links up: the release's error is mapped from the driver's, raised
+    # while the refusal was in flight.
+    seen = exc.__context__
+    for _ in range(4):
+        if seen is None:
+            return False
+        if isinstance(seen, Refused):
+            raise Refused.of(exc) from seen
+        seen = seen.__context__
+    return False
 
 
 def _stopped(intent: RunIntent, ended: BaseException | None) -> None:

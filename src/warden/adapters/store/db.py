@@ -52,10 +52,31 @@ class _mapped:  # (lower case, as contextlib.suppress: used as `with _mapped(whe
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if isinstance(exc, sqlite3.OperationalError | OSError):
-            mapped = classify(exc, self.where)
+            mapped = classify(exc, self.where) or _no_room(exc, self.where)
             if mapped is not None:
                 raise mapped from exc
         # None: whatever was raised goes on as it was
+
+
+# Less free space than this beside the registry, and SQLite's "disk I/O error" is a full disk.
+_ROOM = 1 << 20
+
+
+def _no_room(exc: BaseException, where: str) -> Unavailable | None:
+    """SQLite's "disk I/O error" on a full disk as the full disk it is: SQLite says "database or
+    disk is full" only when the database or its WAL cannot grow; the shared-memory index it
+    makes beside them (-shm, as a registry is opened, or grows) fails as SQLITE_IOERR_SHMSIZE
+    and the like, and "cannot reach the registry ...: disk I/O error" sent the person looking
+    for a broken disk. Told by the free space where the registry is."""
+    if "disk I/O error" not in str(exc):
+        return None
+    try:
+        room = os.statvfs(os.path.dirname(where) or ".")
+    except OSError:
+        return None
+    if room.f_bavail * room.f_frsize >= _ROOM:
+        return None
+    return Unavailable(f"no space left on {where}; free some space")
 
 
 class Sql(Protocol):
@@ -358,7 +379,7 @@ def open_database(url: str | None, home: Path, *, busy_timeout: float = BUSY_TIM
     except (Locked, Unavailable):
         raise
     except Exception as exc:
-        mapped = classify(exc)
+        mapped = classify(exc) or (_no_room(exc, str(path)) if path is not None else None)
         if mapped is not None:
             raise mapped from exc
         raise Unavailable(f"cannot reach the registry at {db.url.split('@')[-1]}: {exc}") from exc

@@ -1,0 +1,115 @@
+"""A really full disk under Warden's home: a small tmpfs in a private mount namespace (the host's
+mounts untouched), filled to a few KB of free space, where Warden's own writes fail half way.
+
+A background start into a live sandbox then fails as its registry writes do: it is refused (126,
+one line saying the disk is full), never exit 1 as if the command had run and failed, and after
+space is freed everything works again with the audit log intact.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CliResult, isolated_environ
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root"),
+    pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("nsenter") is None,
+                       reason="needs unshare and nsenter (util-linux) for a private mount namespace"),
+]
+
+
+class Disk:
+    """A 64 MiB tmpfs at `path`, seen only by the commands run through `inside`."""
+
+    def __init__(self, holder: subprocess.Popen[bytes], path: Path) -> None:
+        self.holder, self.path = holder, path
+        self.environ = isolated_environ(path / "home")
+        self.filler = path / "filler"
+
+    def inside(self, *argv: str, input: bytes | None = None) -> CliResult:
+        proc = subprocess.run(["nsenter", "-t", str(self.holder.pid), "-m", "--", *argv], input=input,
+                              capture_output=True, timeout=120, env=self.environ, check=False)
+        return CliResult(proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"))
+
+    def warden(self, *args: str) -> CliResult:
+        return self.inside(sys.executable, "-m", "warden", *args)
+
+    def fill(self, leave_kb: int) -> None:
+        """Leave `leave_kb` KB free: one file takes the rest (truncated by `free`)."""
+        self.free()
+        avail = int(self.inside("df", "-k", "--output=avail", str(self.path)).stdout.split()[-1])
+        if avail > leave_kb:
+            done = self.inside("fallocate", "-l", f"{avail - leave_kb}K", str(self.filler))
+            assert done.code == 0, done.stderr
+
+    def find(self, under: str, *test: str) -> str:
+        """`find` in the home on the tmpfs (only commands run inside see it)."""
+        return self.inside("find", str(self.path / "home" / under), "-mindepth", "1", *test).stdout
+
+    def free(self) -> None:
+        self.inside("truncate", "-s", "0", str(self.filler))
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[Disk]:
+    path = tmp_path / "disk"
+    path.mkdir()
+    holder = subprocess.Popen(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         f"mount -t tmpfs -o size=64m tmpfs '{path}' && echo ready && exec sleep 600"],
+        stdout=subprocess.PIPE)
+    assert holder.stdout is not None
+    if holder.stdout.readline().strip() != b"ready":
+        holder.kill()
+        pytest.skip("cannot mount a tmpfs in a private mount namespace here")
+    disk = Disk(holder, path)
+    try:
+        yield disk
+    finally:
+        disk.free()
+        disk.warden("suspend", "W")  # its live sandbox would keep the namespace (and the tmpfs)
+        holder.kill()
+        holder.wait()
+
+
+def test_a_background_start_on_a_full_disk_is_refused_and_all_works_once_freed(disk: Disk) -> None:
+    assert disk.warden("init").code == 0
+    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0  # the disk itself refuses
+    created = disk.warden("create", "W", "--template", "minimal")
+    assert created.code == 0, created.stderr
+    first = disk.warden("run", "--detach", "W", "--", "sleep", "600")
+    assert first.code == 0, first.stderr
+    refused = 0
+    try:
+        # Which write fails first (the live sandbox's touch, the refusal's audit row, the lease
+        # given back) depends on what SQLite's files still hold: a few levels, a few tries each.
+        for leave_kb in range(0, 68, 4):
+            disk.fill(leave_kb)
+            for _ in range(2):
+                started = disk.warden("run", "--detach", "W", "--", "sleep", "600")
+                assert started.code in (0, 126), (leave_kb, started.code, started.stderr)
+                if started.code == 126:
+                    refused += 1
+                    assert started.stderr.count("\n") == 1, started.stderr
+                    assert "no space left" in started.stderr and "free some space" in started.stderr
+    finally:
+        disk.free()
+    assert refused, "the disk was never full enough to refuse a start"
+    verified = disk.warden("audit", "verify")
+    assert verified.code == 0, verified.stderr
+    ran = disk.warden("run", "W", "--", "echo", "ok")
+    assert (ran.code, ran.stdout) == (0, "ok\n"), ran.stderr
+    archived = disk.warden("archive", "W")
+    assert archived.code == 0, archived.stderr
+    assert disk.warden("unarchive", "W").code == 0
+    assert disk.find(".", "-name", "*.tmp*") == ""
+
