@@ -8,6 +8,7 @@ space is freed everything works again with the audit log intact.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -113,3 +114,36 @@ def test_a_background_start_on_a_full_disk_is_refused_and_all_works_once_freed(d
     assert disk.warden("unarchive", "W").code == 0
     assert disk.find(".", "-name", "*.tmp*") == ""
 
+
+
+def test_a_create_the_full_disk_stops_half_way_leaves_neither_row_nor_folder(disk: Disk) -> None:
+    """Its folder half made, the create failed; the row's removal, on the same full disk, failed
+    too, so the folder (never trashed) and a "creating" row stayed, later marked broken."""
+    assert disk.warden("init").code == 0
+    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
+    assert disk.warden("create", "W", "--template", "minimal").code == 0  # its env layer built
+    failed = 0
+    try:
+        for leave_kb in range(0, 200, 8):
+            disk.fill(leave_kb)
+            made = disk.warden("create", "W2", "--template", "minimal", "--json")
+            disk.free()
+            listed = disk.warden("list", "--json")
+            assert listed.code == 0, listed.stderr
+            rows = {w["name"]: w for w in json.loads(listed.stdout)["data"]}
+            if made.code == 0:
+                assert rows["W2"]["status"] == "ready", rows
+                assert disk.warden("destroy", "W2", "--yes", "--no-archive").code == 0
+                continue
+            failed += 1
+            assert "W2" not in rows, (leave_kb, made.stdout, rows["W2"])
+            assert disk.find("workspaces", "-maxdepth", "1", "-name", "W2*") == "", leave_kb
+            said = json.loads(made.stdout)["error"]
+            assert "no space left" in said["message"], said
+    finally:
+        disk.free()
+    assert failed, "the disk was never full enough to stop a create"
+    events = json.loads(disk.warden("audit", "--limit", "1000", "--json").stdout)["data"]
+    outcomes = {e["result"] for e in events if e["action"] == "workspace.create" and e["target"] == "W2"}
+    assert "internal" not in outcomes, outcomes  # a full disk is audited as what it is
+    assert disk.warden("create", "W2", "--template", "minimal").code == 0

@@ -132,7 +132,7 @@ class FakeWorkspaceIO:
             self.write_atomic(f"{workspace}/{name}", text.encode())
         return {"files": len(entries), "bytes": total}
 
-    def trash(self, path: str) -> None:
+    def trash(self, path: str, *, now: bool = False) -> None:
         if self.kind(path) is None:
             return
         prefix = path + "/"

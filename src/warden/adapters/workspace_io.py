@@ -113,7 +113,7 @@ class HostWorkspaceIO:
         limits = BlobLimits(max_bytes, max_files, disk_bytes=disk_bytes, disk_files=disk_files)
         return unpack_blob(blob, Path(workspace), limits)
 
-    def trash(self, path: str) -> None:
+    def trash(self, path: str, *, now: bool = False) -> None:
         folder = Path(path)
         if not folder.exists() and not folder.is_symlink():
             return
@@ -123,6 +123,11 @@ class HostWorkspaceIO:
         trash.mkdir(mode=0o700, exist_ok=True)
         target = trash / f"{folder.name}-{os.urandom(4).hex()}"
         os.rename(folder, target)
+        if now:
+            import shutil  # here: shutil pulls in bz2 and lzma
+
+            shutil.rmtree(target, ignore_errors=True)  # by descriptor: a link in it is removed, never followed
+            return
         remove_in_background(target)
 
     # -- WorkspaceReads --------------------------------------------------------------------

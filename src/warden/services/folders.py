@@ -172,6 +172,7 @@ class FolderService:
                 return f"env layer or interpreter {layer} missing"
         return None
 
-    def trash(self, path: str) -> None:
-        """Rename the folder into the trash (instant) and delete it in the background."""
-        self.io.trash(path)
+    def trash(self, path: str, *, now: bool = False) -> None:
+        """Rename the folder into the trash (instant) and delete it in the background (`now`:
+        before returning)."""
+        self.io.trash(path, now=now)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from warden.core import leases, locks, stops
-from warden.core.errors import Locked
+from warden.core.errors import Locked, Unavailable
 from warden.core.leases import Holder, LeaseState
 from warden.core.locks import TerminalLock
 from warden.core.ports import Clock, Processes, Registry, Tx
@@ -163,7 +163,15 @@ class LeaseService:
             with self._lock:
                 self._held.pop(holder.id, None)
             with whole:
-                self._release(name, holder.id, on_release, ended)
+                try:
+                    self._release(name, holder.id, on_release, ended)
+                except Unavailable:
+                    if on_release is not None:
+                        raise  # what the release was to write with it (a run's outcome) is not written
+                    # Nothing rides on it: the block's work is done (a create committed "ready") or
+                    # its own error goes on. A release the registry cannot take now (a full disk)
+                    # is left to lapse, no longer renewed (its holder's end or its ttl frees it):
+                    # saying the command failed for it was false.
             whole.raise_held()
 
     # -- terminal locks ------------------------------------------------------------------------

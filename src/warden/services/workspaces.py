@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from warden.core.durations import format_duration
-from warden.core.errors import Conflict, InvalidInput, NotFound, Unavailable
+from warden.core.errors import Conflict, InvalidInput, NotFound, Unavailable, WardenError, classify
 from warden.core.leases import ENDING_OPS
 from warden.core.ports import Clock, Processes, Registry, Tx
 from warden.core.workspaces import WorkspaceRecord, check_name, check_type
@@ -154,11 +154,14 @@ class WorkspaceService:
 
     def _reconcile(self, records: Records) -> Records:
         """Mark as `broken` the rows whose state is a lie: `creating` with its creator dead (a
-        crash mid-create), `ready`/`suspended` with the folder gone from this machine."""
+        crash mid-create), `ready`/`suspended` with the folder gone from this machine. A
+        `creating` row whose creator is dead and whose folder is not there holds nothing: it goes."""
         out = []
         for record in records:
             why = None
             if record.status == "creating" and self._creator_dead(record):
+                if not self.folders.taken(record.path) and self._abandoned(record):
+                    continue
                 why = "creator process gone"
             elif record.status in ("ready", "suspended") and self.here(record):
                 why = self.folders.missing_part(record)
@@ -173,6 +176,19 @@ class WorkspaceService:
             if fresh is not None:
                 out.append(fresh)
         return out
+
+    def _abandoned(self, record: WorkspaceRecord) -> bool:
+        """Remove the row of a create that ended with nothing made (its folder never made, or
+        trashed as it failed while the row's removal could not be written: a full disk), audited;
+        False if the row changed meanwhile."""
+        with self._registry.transaction() as tx:
+            if not tx.workspaces.compare_and_set(record.name, record.id, "creating", {"status": "broken"}):
+                return False
+            tx.workspaces.delete(record.name, record_id=record.id)
+            self._audit().record(actor="warden", action="workspace.create", target=record.name, result="abandoned",
+                                 detail={"why": "its creator ended before it was made; nothing of it is left",
+                                         "pid": record.meta.get("pid"), "path": record.path}, tx=tx)
+        return True
 
     def _creator_dead(self, record: WorkspaceRecord) -> bool:
         meta = record.meta
@@ -296,25 +312,46 @@ class WorkspaceService:
             self.folders.populate(path, resolution, layers)
             self.folders.mark_configured(path, now.isoformat())
         except BaseException as exc:
-            with self._registry.transaction() as tx:
-                tx.workspaces.delete(name, record_id=record.id)  # ours only, never a later creator's row
-                self._audit().record(actor=actor, action="workspace.create", target=name,
-                                   result=getattr(exc, "code", "internal"), tx=tx)
-            if made:
-                self.folders.trash(path)
+            self._unmake(record, made, exc, actor)
             raise
         final = {**meta}
         if unpacked:
             final["blob"] = unpacked
-        with self._registry.transaction() as tx:
-            self._check_lease(tx, lease)
-            if not tx.workspaces.compare_and_set(name, record.id, "creating", {"status": "ready", "meta": final}):
-                raise Conflict(f"workspace {name!r} changed while it was being created; `warden info "
-                               f"{name}` shows what it is now")
-            self._audit().record(actor=actor, action="workspace.create", target=name,
-                               detail={"type": kind, "template": record.template, "layers": meta["layers"],
-                                       "blob": unpacked}, tx=tx)
+        try:
+            with self._registry.transaction() as tx:
+                self._check_lease(tx, lease)
+                if not tx.workspaces.compare_and_set(name, record.id, "creating", {"status": "ready", "meta": final}):
+                    raise Conflict(f"workspace {name!r} changed while it was being created; `warden info "
+                                   f"{name}` shows what it is now")
+                self._audit().record(actor=actor, action="workspace.create", target=name,
+                                     detail={"type": kind, "template": record.template, "layers": meta["layers"],
+                                             "blob": unpacked}, tx=tx)
+        except Unavailable as exc:
+            # Its folder whole, its row "creating": the write that says it is ready failed (no
+            # room for it, the registry unreachable), and nothing of it was written. Undone as
+            # any failed create, rather than left for the next command to find broken.
+            self._unmake(record, True, exc, actor)
+            raise
         return WorkspaceRecord(**{**record.__dict__, "status": "ready", "meta": final})
+
+    def _unmake(self, record: WorkspaceRecord, made: bool, exc: BaseException, actor: str) -> None:
+        """Undo a create that failed with `exc`: its folder, then its row, with the audit's outcome.
+        The folder first, while the row still claims the name (a later creator's folder is never
+        trashed here), and deleted at once: a create most often fails on a full disk, where the
+        row's removal needs the room the half folder took. Before, that removal failed there
+        and the half folder stayed. If the row still cannot go, it stays "creating" with no
+        folder, and the next command finds its creator gone and marks it broken."""
+        if made:
+            with contextlib.suppress(OSError):
+                self.folders.trash(record.path, now=True)
+        cause = classify(exc) if isinstance(exc, Exception) else None
+        try:
+            with self._registry.transaction() as tx:
+                tx.workspaces.delete(record.name, record_id=record.id)  # ours only, never a later creator's row
+                self._audit().record(actor=actor, action="workspace.create", target=record.name,
+                                     result=cause.code if cause is not None else "internal", tx=tx)
+        except WardenError:
+            pass  # what failed first is the one to say (no room, the registry locked, a stop): this follows from it
 
     # -- destroy ---------------------------------------------------------------------------
     def destroy(self, name: str, *, actor: str = "user", archive: bool = True, delete: bool = False,

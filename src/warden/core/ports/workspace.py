@@ -74,8 +74,9 @@ class WorkspaceFolders(Protocol):
         is written); the files and bytes written. TooLarge past a limit, InvalidInput when damaged."""
         ...
 
-    def trash(self, path: str) -> None:
-        """Rename `path` into the trash beside it (instant) and delete it in the background."""
+    def trash(self, path: str, *, now: bool = False) -> None:
+        """Rename `path` into the trash beside it (instant) and delete it in the background;
+        `now`: delete it before returning (what it took is free once this returns)."""
         ...
 
 
