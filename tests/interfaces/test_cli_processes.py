@@ -240,6 +240,24 @@ def test_a_start_past_the_most_a_live_sandbox_keeps_is_refused_saying_so(cli: Cl
         cli("destroy", "full", "--yes", "--no-archive")
 
 
+def test_quick_background_commands_do_not_fill_the_sandbox(cli: Cli, home: Path) -> None:
+    """A process counted as running until a Warden process recorded its end (`ps`, `wait`, the
+    sweep): 64 quick `run --detach` in a row, nothing looked at, and every start after them was
+    refused as if 64 ran. Their ends are recorded when the count is full, and the start goes on."""
+    assert cli("create", "quick", "--template", "minimal").code == 0
+    try:
+        ids = [_detach(cli, "quick", "true") for _ in range(MAX_BACKGROUND)]
+        last = _host_pid(home, ids[-1])
+        wait_until(lambda: not alive(*last), message="the last quick process is still there")
+        started = cli("run", "quick", "--detach", "--json", "--", "sleep", "300")
+        assert started.code == 0, started.stdout + started.stderr
+        listed = _ps(cli, "quick")
+        assert listed[started.json["data"]["id"]]["status"] == "running", listed
+        assert not any(listed[i]["status"] == "running" for i in ids if i in listed), listed
+    finally:
+        cli("destroy", "quick", "--yes", "--no-archive")
+
+
 def _record_ended(home: Path, process_id: str) -> None:
     """`process_id`'s end recorded in the registry alone, as a Warden process that recorded it and
     was killed before it told the supervisor to forget it."""

@@ -173,6 +173,18 @@ def test_background_processes_take_exec_slots(world: World) -> None:
     assert carol.run(["true"]).exit_code == 0
     for sleeper in sleepers[1:]:
         sleeper.kill("KILL")
+        sleeper.wait(30)
+    # Quick ones end at once but counted as running until a Warden process recorded their end
+    # (a list, a wait, the sweep every 15 s): they held her slots long after, and her next
+    # commands were refused. Their ends are recorded when her slots are full.
+    quick = [carol.run(["true"], background=True) for _ in range(3)]
+    for process in quick:
+        pid, start = world.host_pid(process.id)
+        wait_until(lambda pid=pid, start=start: not alive(pid, start))
+    assert carol.run(["true"]).exit_code == 0
+    more = carol.run(["sleep", "300"], background=True)
+    assert all(p.info().status == "exited" for p in quick)
+    more.kill("KILL")
 
 
 def test_raw_http_shapes(world: World) -> None:

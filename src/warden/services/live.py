@@ -349,7 +349,8 @@ class LiveSandboxService:
     def _enter(self, record: WorkspaceRecord, principal: str, process_id: str, request: SandboxRequest, bot: str,
                busy: Busy | None) -> tuple[LiveSandbox, LiveProcess]:
         """The live sandbox a background process starts in, its row recorded there "starting"."""
-        for _ in range(3):
+        collected = False
+        for _ in range(4):
             sandbox = self._sandbox_for(record, principal, request, start=True)
             assert sandbox is not None
             meta: dict[str, object] = {"starter_pid": os.getpid(), "timeout_s": request.limits.timeout_s}
@@ -362,23 +363,53 @@ class LiveSandboxService:
             # The front end's foreground commands are counted, and no more admitted, until this
             # process is recorded (committed): else one admitted meanwhile counted it not there.
             counted = busy(bot) if bot and busy is not None else contextlib.nullcontext((0, 0))
-            with counted as foreground, self._registry.transaction() as tx:
-                # Only into a sandbox whose row is still there, in the same transaction: a stop
-                # claims the row before it ends the sandbox (_stop), and a process recorded
-                # after that claim would be killed by the stop with nothing to record it, its
-                # row "running" for good (and holding its bot's exec slot).
-                if not tx.sandboxes.touch(sandbox.id, process.started_at):
-                    continue
-                if sum(1 for p in tx.processes.of_sandbox(sandbox.id) if p.running) >= MAX_BACKGROUND:
-                    # Its supervisor would refuse it, which read as a broken sandbox ("answered
-                    # what Warden does not accept; it is stopped", and nothing was stopped).
-                    raise Unavailable(too_many_background(record.name), rule="live.max_processes")
-                if bot:
-                    self._admit(tx, bot, foreground)
-                tx.processes.insert(process)
+            try:
+                with counted as foreground, self._registry.transaction() as tx:
+                    # Only into a sandbox whose row is still there, in the same transaction: a stop
+                    # claims the row before it ends the sandbox (_stop), and a process recorded
+                    # after that claim would be killed by the stop with nothing to record it, its
+                    # row "running" for good (and holding its bot's exec slot).
+                    if not tx.sandboxes.touch(sandbox.id, process.started_at):
+                        continue
+                    if sum(1 for p in tx.processes.of_sandbox(sandbox.id) if p.running) >= MAX_BACKGROUND:
+                        # Its supervisor would refuse it, which read as a broken sandbox ("answered
+                        # what Warden does not accept; it is stopped", and nothing was stopped).
+                        raise Unavailable(too_many_background(record.name), rule="live.max_processes")
+                    if bot:
+                        self._admit(tx, bot, foreground)
+                    tx.processes.insert(process)
+            except Unavailable as exc:
+                if collected or exc.rule not in _COUNTED:
+                    raise
+                # A process is counted until a Warden process records its end (`ps`, `wait`, the
+                # sweep): 64 quick `run --detach` in a row filled the sandbox with processes long
+                # done, and every start after them was refused. Their ends are recorded now, and
+                # the count taken again, once.
+                if exc.rule == "live.max_processes":
+                    self.collect_ended(sandbox)
+                else:
+                    self.collect_ended(bot=bot if exc.rule == "api.max_execs_per_bot" else None)
+                collected = True
+                continue
             return sandbox, process
         raise Unavailable(f"the live sandbox of {record.name!r} keeps changing under this command; run it again",
                           rule="live.contended")
+
+    def collect_ended(self, sandbox: LiveSandbox | None = None, *, bot: str | None = None) -> None:
+        """The ends of the processes that have ended recorded, so that they no longer count as
+        running (a sandbox's 64, the bots' exec slots): in `sandbox`, else in this node's
+        sandboxes that hold processes counted as running (`bot`'s, when given: a bot's refused
+        request asks only the sandboxes its own processes hold). A sandbox that does not answer
+        is left to the sweep."""
+        if sandbox is not None:
+            holding = [sandbox]
+        else:
+            with self._registry.transaction(write=False) as tx:
+                holding = [s for s in tx.sandboxes.of_node(self.node)
+                           if any(p.running and (bot is None or p.bot == bot) for p in tx.processes.of_sandbox(s.id))]
+        for each in holding:
+            with contextlib.suppress(Unavailable):
+                self._collect(each)
 
     def _admit(self, tx: Tx, bot: str, foreground: tuple[int, int]) -> None:
         """Refuse a bot's background process over api.max_execs or api.max_execs_per_bot, counting
@@ -918,6 +949,10 @@ class LiveSandboxService:
             raise TimedOut(f"process {process_id} still runs after {timeout:g} s; `warden kill {workspace} "
                            f"{process_id}` stops it")
         return ProcessView.of(process)
+
+
+# The refusals of a background start that count processes: ended ones count until collected.
+_COUNTED = ("live.max_processes", "api.max_execs", "api.max_execs_per_bot")
 
 
 def _outcome(exited: Exited | None) -> tuple[int | None, int | None, bool]:

@@ -6,6 +6,7 @@ The exec request itself (its checks, secrets and the run) is the bot-request ser
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -45,11 +46,12 @@ class ExecSlots:
     @classmethod
     def from_settings(cls, app: App) -> ExecSlots:
         return cls(app.settings.get_int("api.max_execs"), app.settings.get_int("api.max_execs_per_bot"),
-                   background=lambda bot: app.live.running_counts(bot), shared=app.exec_slots)
+                   background=lambda bot: app.live.running_counts(bot), shared=app.exec_slots,
+                   collect=lambda bot, everyone: app.live.collect_ended(bot=None if everyone else bot))
 
     def __init__(self, total: int, per_bot: int, *,
                  background: Callable[[str], tuple[int, int]] | None = None,
-                 shared: SharedSlots | None = None) -> None:
+                 shared: SharedSlots | None = None, collect: Callable[[str, bool], None] | None = None) -> None:
         self.total = total
         self.per_bot = per_bot
         self._lock = threading.Lock()
@@ -60,6 +62,9 @@ class ExecSlots:
         # The foreground commands of every worker of this home (adapters/exec_slots.py); without
         # it, this worker's alone.
         self._shared = shared
+        # Records the ends of background processes that have ended: one counts as running until
+        # a Warden process records its end, so quick background commands held slots long after.
+        self._collect = collect
 
     def counts(self, bot: str) -> tuple[int, int]:
         """(all, `bot`'s) commands running in the foreground now: every worker's when they
@@ -99,6 +104,32 @@ class ExecSlots:
 
     @contextmanager
     def take(self, bot: str) -> Iterator[None]:
+        """A slot held while the block runs; Unavailable (503) when none is free, counted again
+        once after the ends of background processes that have ended are recorded."""
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(self._taken(bot))
+            except Unavailable as exc:
+                if not self._collected_now(bot, exc):
+                    raise
+                held.enter_context(self._taken(bot))
+            yield
+
+    def _collected_now(self, bot: str, refused: Unavailable) -> bool:
+        """Whether the ends of background processes were recorded now, for a refusal they may
+        have caused: not when none is counted. Asked of the sandboxes holding `bot`'s (its
+        refusal), or any bot's (the server's): a bot's refused requests reach no other's."""
+        if self._collect is None or refused.rule not in ("api.max_execs_per_bot", "api.max_execs"):
+            return False
+        everyone = refused.rule == "api.max_execs"
+        counted = self._background(bot) if self._background is not None else (0, 0)
+        if counted[0 if everyone else 1] == 0:
+            return False
+        self._collect(bot, everyone)
+        return True
+
+    @contextmanager
+    def _taken(self, bot: str) -> Iterator[None]:
         with self._lock:
             if self._shared is None:
                 self._admit_with_background(bot, self._running.total(), self._running[bot])
