@@ -181,3 +181,39 @@ def test_a_backup_killed_midway_leaves_nothing_behind_for_good(cli: Cli, home: P
     restored = cli("restore", str(target), "--yes")  # the backup made between the kills is whole
     assert restored.code == 0, restored.stderr
     assert cli("run", "kept", "--", "true").code == 0
+
+
+_KILLED_MID_RESTORE = """
+import os, signal, sys, tarfile
+from warden.interfaces.cli.entry import main
+
+extractall = tarfile.TarFile.extractall
+def extract_then_die(self, *args, **kwargs):
+    extractall(self, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+tarfile.TarFile.extractall = extract_then_die
+sys.argv = ["warden", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.initialised_home
+def test_a_restore_killed_midway_leaves_no_copy_of_the_keys_behind(cli: Cli, home: Path, tmp_path: Path) -> None:
+    """A killed restore's unpacked backup (keys and registry) stayed in the new home for good."""
+    assert cli("create", "kept").code == 0
+    backup = tmp_path / "home.tgz"
+    assert cli("backup", str(backup), "--workspaces").code == 0
+    elsewhere = {**cli.environ, "WARDEN_HOME": str(tmp_path / "new")}
+    proc = subprocess.run([sys.executable, "-c", _KILLED_MID_RESTORE, "restore", str(backup)], env=elsewhere,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr)
+
+    def staged() -> list[str]:
+        return [p.name for p in (tmp_path / "new").iterdir() if p.name.startswith(".restore")]
+
+    assert len(staged()) == 1 and (tmp_path / "new" / staged()[0] / "keys").is_dir()  # the state tested
+    proc = subprocess.run([sys.executable, "-m", "warden", "restore", str(backup)], env=elsewhere,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert staged() == []

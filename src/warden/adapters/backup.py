@@ -22,7 +22,6 @@ import re
 import shutil
 import sqlite3
 import tarfile
-import tempfile
 import time
 import zlib
 from collections.abc import Iterator
@@ -122,6 +121,7 @@ def backup_home(home: Path, db_path: Path | None, target: Path, *, workspaces_ro
 # `.backup.PID.tmp` in the home: the registry's copy while it is packed (the sweeper's pattern for
 # a dead process's temporary files, services/sweeper.py, matches it too).
 _SCRATCH = re.compile(r"\.backup\.(\d+)\.tmp")
+_STAGING = re.compile(r"\.restore\.(\d+)\.tmp")  # `warden restore`'s unpacked backup
 
 
 def _partial(name: str) -> re.Pattern[str]:
@@ -130,9 +130,9 @@ def _partial(name: str) -> re.Pattern[str]:
 
 
 @contextlib.contextmanager
-def _scratch(home: Path) -> Iterator[Path]:
-    """A folder of this process's own in `home` (0700), removed after."""
-    path = home / f".backup.{os.getpid()}.tmp"
+def _scratch(home: Path, what: str = "backup") -> Iterator[Path]:
+    """A folder of this process's own in `home` (0700), `.WHAT.PID.tmp`, removed after."""
+    path = home / f".{what}.{os.getpid()}.tmp"
     shutil.rmtree(path, ignore_errors=True)  # a dead process's of this pid
     path.mkdir(mode=0o700)
     try:
@@ -216,8 +216,10 @@ def _restore(tar: tarfile.TarFile, source: Path, home: Path, *, replace: bool) -
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     set_aside: list[str] = []
-    with tempfile.TemporaryDirectory(dir=home, prefix=".restore-") as scratch:
-        staging = Path(scratch)
+    # The staging folder holds the backup's keys and registry: named after this pid (as backup's
+    # scratch), a killed restore's is removed by the next one and by the sweeper.
+    _remove_dead(home, _STAGING)
+    with _scratch(home, "restore") as staging:
         wanted = [m for m in members if m.name != "WARDEN-BACKUP"]
         if hasattr(tarfile, "tar_filter"):  # Python >= 3.11.4: the library checks once more
             tar.extractall(staging, members=wanted, filter="tar")
