@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -216,3 +218,69 @@ def test_a_bot_cannot_take_the_name_of_an_archived_workspace(envhome: EnvHome) -
     restored = envhome.cli("unarchive", name, "--json")
     assert restored.returncode == 0, restored.stderr
     assert app.files(name).read_text("/notes.txt") == "mine"
+
+
+# The real CLI in a process that SIGKILLs itself at one join of a lifecycle command: what a
+# `kill -9` at that moment leaves, with no random timing.
+_KILLED_AT = """
+import os, signal, sys
+from warden.services.workspaces import WorkspaceService
+from warden.interfaces.cli.entry import main
+
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+setattr(WorkspaceService, sys.argv[1], die)
+sys.argv = ["warden", *sys.argv[2:]]
+main()
+"""
+
+
+def _killed_at(env: EnvHome, join: str, *args: str) -> None:
+    """`warden ARGS` killed (-9) as it calls WorkspaceService.`join`."""
+    proc = subprocess.run([sys.executable, "-c", _KILLED_AT, join, *args], env=env.environ, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.mark.parametrize(("command", "join"), [("unarchive", "set_status"), ("archive", "trash")])
+def test_a_lifecycle_command_killed_between_folder_and_status_leaves_a_usable_workspace(
+        envhome: EnvHome, command: str, join: str) -> None:  # noqa: F811
+    """An unarchive killed after its folder is back but before its status write, or an archive
+    killed after its status write but before its folder went, left `archived` with the folder
+    there: unarchive refused ("move it away") and archive said archived, for good."""
+    name = envhome.name("join")
+    ws = _create(envhome, name)
+    (ws / "notes.txt").write_text("keep me")
+    if command == "unarchive":
+        assert envhome.cli("archive", name).returncode == 0
+    _killed_at(envhome, join, command, name)
+    assert _status(envhome, name) == "archived"
+    assert ws.is_dir()  # the state the kill leaves
+
+    # `warden archive` finishes what the archive began: archived means the folder is gone.
+    proc = envhome.cli("archive", name, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    archive = json.loads(proc.stdout)["data"]["archive"]
+    assert not ws.exists() and os.path.isfile(archive)
+
+    # And the workspace comes back, whole.
+    _killed_at(envhome, "set_status", "unarchive", name)
+    proc = envhome.cli("unarchive", name, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["data"]["status"] == "ready"
+    assert (ws / "notes.txt").read_text() == "keep me"
+    assert not os.path.exists(archive)
+    assert envhome.cli("run", name, "--", "cat", "notes.txt").stdout == "keep me"
+
+
+def test_unarchive_still_refuses_a_folder_that_is_not_the_workspaces(envhome: EnvHome) -> None:  # noqa: F811
+    """Only the workspace's own folder (its .workspace.json names its id) is taken as restored."""
+    name = envhome.name("other")
+    ws = _create(envhome, name)
+    assert envhome.cli("archive", name).returncode == 0
+    ws.mkdir()
+    (ws / ".workspace.json").write_text(json.dumps({"id": "ws_someoneelse", "name": name}))
+    proc = envhome.cli("unarchive", name)
+    assert proc.returncode == 5 and "move it away" in proc.stderr, proc.stderr
+    assert _status(envhome, name) == "archived"

@@ -18,13 +18,16 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
+import shutil
 import sqlite3
 import tarfile
-import tempfile
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
+from warden.adapters.processes import alive
 from warden.core.errors import Conflict, InvalidInput, NotFound
 
 __all__ = ["STATE_FILES", "backup_home", "restore_home"]
@@ -56,7 +59,15 @@ def backup_home(home: Path, db_path: Path | None, target: Path, *, workspaces_ro
         raise InvalidInput(f"{target} is a folder; give a file name for the backup")
     target.parent.mkdir(parents=True, exist_ok=True)
     held: list[str] = []
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    # A backup killed mid-way (kill -9) left its half-written file beside the target (with the
+    # keys in it) and its registry copy in the home, for good: both are named after the writer's
+    # pid, and the next backup removes those whose writer is dead.
+    _remove_dead(target.parent, _partial(target.name))
+    _remove_dead(home, _SCRATCH)
+    tmp_name = str(target.parent / f".{target.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp_name)  # a dead process's of this pid (the pid is this one's now)
+    fd = os.open(tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         with os.fdopen(fd, "wb") as raw:
             os.fchmod(raw.fileno(), 0o600)
@@ -66,8 +77,8 @@ def backup_home(home: Path, db_path: Path | None, target: Path, *, workspaces_ro
                 info.mtime = int(time.time())
                 tar.addfile(info, io.BytesIO(_FORMAT))
                 if db_path is not None and db_path.exists():
-                    with tempfile.TemporaryDirectory(dir=home) as scratch:
-                        copy = Path(scratch) / "warden.db"
+                    with _scratch(home) as scratch:
+                        copy = scratch / "warden.db"
                         source = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
                         try:
                             dest = sqlite3.connect(copy)
@@ -105,6 +116,47 @@ def backup_home(home: Path, db_path: Path | None, target: Path, *, workspaces_ro
             os.unlink(tmp_name)
         raise
     return {"file": str(target), "holds": held, "size": target.stat().st_size}
+
+
+# `.backup.PID.tmp` in the home: the registry's copy while it is packed (the sweeper's pattern for
+# a dead process's temporary files, services/sweeper.py, matches it too).
+_SCRATCH = re.compile(r"\.backup\.(\d+)\.tmp")
+_STAGING = re.compile(r"\.restore\.(\d+)\.tmp")  # `warden restore`'s unpacked backup
+
+
+def _partial(name: str) -> re.Pattern[str]:
+    """A backup to `name` being written: `.NAME.PID.tmp` beside it."""
+    return re.compile(re.escape(f".{name}.") + r"(\d+)\.tmp")
+
+
+@contextlib.contextmanager
+def _scratch(home: Path, what: str = "backup") -> Iterator[Path]:
+    """A folder of this process's own in `home` (0700), `.WHAT.PID.tmp`, removed after."""
+    path = home / f".{what}.{os.getpid()}.tmp"
+    shutil.rmtree(path, ignore_errors=True)  # a dead process's of this pid
+    path.mkdir(mode=0o700)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_dead(folder: Path, pattern: re.Pattern[str]) -> None:
+    """Remove the entries of `folder` that `pattern` names with the pid of a dead process."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        match = pattern.fullmatch(name)
+        if match is None or alive(int(match[1])):
+            continue
+        path = folder / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def _check_member(member: tarfile.TarInfo) -> str:
@@ -164,8 +216,10 @@ def _restore(tar: tarfile.TarFile, source: Path, home: Path, *, replace: bool) -
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     set_aside: list[str] = []
-    with tempfile.TemporaryDirectory(dir=home, prefix=".restore-") as scratch:
-        staging = Path(scratch)
+    # The staging folder holds the backup's keys and registry: named after this pid (as backup's
+    # scratch), a killed restore's is removed by the next one and by the sweeper.
+    _remove_dead(home, _STAGING)
+    with _scratch(home, "restore") as staging:
         wanted = [m for m in members if m.name != "WARDEN-BACKUP"]
         if hasattr(tarfile, "tar_filter"):  # Python >= 3.11.4: the library checks once more
             tar.extractall(staging, members=wanted, filter="tar")

@@ -86,6 +86,18 @@ class FolderService:
         """Whether the folder is there (a link to one counts)."""
         return self.io.is_dir(path)
 
+    def holds(self, record: WorkspaceRecord) -> bool:
+        """Whether the folder at `record.path` is that workspace's own: its `.workspace.json`
+        (a file, never a link followed) names `record`'s id, not only its name."""
+        path = os.path.join(record.path, METADATA_FILE)
+        if not self.io.is_dir(record.path) or self.io.kind(path) != "file":
+            return False
+        try:
+            written = json.loads(self.io.read_bytes(path) or b"")
+        except (OSError, ValueError):
+            return False
+        return isinstance(written, dict) and written.get("id") == record.id
+
     def taken(self, path: str) -> bool:
         """Whether anything (a dangling link too) is at `path`."""
         return self.io.kind(path) is not None

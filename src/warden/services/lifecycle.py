@@ -254,8 +254,10 @@ class LifecycleService:
         """Pack the workspace into archives/ and free its folder (`progress`: a bar on stderr)."""
         first = self._ws.get(name)
         if first.status == "archived":
-            return Archived(name, _archive_of(first))
-        check_transition(name, first.status, "archived")
+            if not self._left_behind(first):
+                return Archived(name, _archive_of(first))
+        else:
+            check_transition(name, first.status, "archived")
         with self._ws.lease(name, "exclusive", "archive",
                             drain=lambda: self._processes.stop_processes(first.path)) as lease:
             return self._archive_held(name, lease, actor, progress=progress)
@@ -267,6 +269,10 @@ class LifecycleService:
             raise Conflict(f"workspace {name!r} is an adopted folder: Warden never packs or moves it "
                            f"(`warden destroy {name} --yes` forgets it and leaves its files)")
         if record.status == "archived":
+            if self._left_behind(record):
+                # An archive stopped (kill -9) after its status write and before the folder went:
+                # the archive holds all of it, so the folder goes now, as it would have.
+                self._ws.trash(record.path)
             return Archived(name, _archive_of(record))
         check_transition(name, record.status, "archived")
         archive = None
@@ -281,6 +287,11 @@ class LifecycleService:
         self._ws.trash(record.path)
         return Archived(name, archive, size)
 
+    def _left_behind(self, record: WorkspaceRecord) -> bool:
+        """Whether archived `record` still has its own folder beside an archive that holds it."""
+        archive = _archive_of(record)
+        return bool(archive) and self._ws.shelf.exists(str(archive)) and self._ws.folders.holds(record)
+
     def unarchive(self, name: str, *, actor: str = "user") -> Unarchived:
         """Restore an archived workspace's folder, re-link its layers, and mark it ready."""
         with self._ws.lease(name, "exclusive", "unarchive") as lease:
@@ -294,13 +305,18 @@ class LifecycleService:
         if record.status != "archived":
             raise Conflict(f"workspace {name!r} is {record.status}, not archived")
         archive = _archive_of(record)
-        if not archive or not self._ws.shelf.exists(archive):
-            raise NotFound(f"the archive of {name!r} ({archive}) is gone; `warden destroy {name} --no-archive --yes`"
-                           " removes the entry")
-        try:
-            self._unarchiver.restore(archive, record.path)
-        except FileExistsError:
-            raise Conflict(f"folder {record.path} exists; move it away before unarchiving {name!r}") from None
+        # The workspace's own folder may be back already: an unarchive stopped (kill -9) after its
+        # rename into place and before its status write, or an archive after its status write and
+        # before the folder went. Either way the folder holds the archive's content (or newer): it
+        # is taken as restored, where refusing ("move it away") left the workspace stuck archived.
+        if not self._ws.folders.holds(record):
+            if not archive or not self._ws.shelf.exists(archive):
+                raise NotFound(f"the archive of {name!r} ({archive}) is gone; `warden destroy {name} --no-archive "
+                               "--yes` removes the entry")
+            try:
+                self._unarchiver.restore(archive, record.path)
+            except FileExistsError:
+                raise Conflict(f"folder {record.path} exists; move it away before unarchiving {name!r}") from None
         meta = {k: v for k, v in record.meta.items() if k not in ("archive", "status_before_archive")}
         self._ws.set_status(name, "ready", meta=meta, actor=actor, action="workspace.unarchive",
                             detail={"archive": archive}, expected=record, lease=lease)
@@ -309,7 +325,8 @@ class LifecycleService:
         if status != "ready":
             self._ws.set_status(name, status, actor=actor, action="workspace.unarchive",
                                 detail={"failed": repaired.failed})
-        self._unarchiver.discard(archive)
+        if archive:
+            self._unarchiver.discard(archive)
         self._ws.touch(name)
         return Unarchived(name, status, record.path, tuple(repaired.fixed), tuple(repaired.failed))
 

@@ -38,7 +38,7 @@ class SweepReport:
     dry_run: bool
     orphan_sandboxes: tuple[int, ...]  # pids of sandboxes a dead Warden left running (killed)
     cgroups: tuple[str, ...]  # run cgroups removed (none in a dry run)
-    temp_files: tuple[str, ...]  # half-written archives
+    temp_files: tuple[str, ...]  # half-written archives and temporary files in the home
     layers: int  # half-built layers removed (0 in a dry run)
     trash: tuple[str, ...]  # trashed folders whose removal was never finished (restarted)
     lost_runs: tuple[RunInProgress, ...]  # runs whose outcome was never written (audited run.lost)
@@ -86,13 +86,15 @@ class Sweeper:
             if self._live is not None:
                 self._live().sweep()
         cgroups = [] if dry_run else self._cgroups.sweep_orphans()
-        temp = [path for path, pid in self._leftovers.temp_archives(str(self._archives))
-                if not self._processes.alive(pid)]
+        # Half-written archives, and what a killed writer left in the home itself (`warden
+        # backup`'s registry copy, a settings file's atomic write): `.NAME.PID.tmp` both.
+        temp = [path for folder in (self._archives, self._home)
+                for path, pid in self._leftovers.temp_archives(str(folder)) if not self._processes.alive(pid)]
         trash = self._leftovers.trashed(str(self._root_dir))
         scratch = self._git_scratch()
         if not dry_run:
             for path in temp:
-                self._leftovers.remove(path)
+                self._leftovers.remove_scratch(path)  # a file, or the registry copy's folder
             for path in scratch:
                 self._leftovers.remove_scratch(path)
             for path in trash:
