@@ -89,11 +89,11 @@ class FolderService:
     def holds(self, record: WorkspaceRecord) -> bool:
         """Whether the folder at `record.path` is that workspace's own: its `.workspace.json`
         (a file, never a link followed) names `record`'s id, not only its name."""
-        path = os.path.join(record.path, METADATA_FILE)
-        if not self.io.is_dir(record.path) or self.io.kind(path) != "file":
+        if not self.io.is_dir(record.path):
             return False
         try:
-            written = json.loads(self.io.read_bytes(path) or b"")
+            # The folder is the bot's: read by descriptor and bounded, as any file it may have written.
+            written = json.loads(self.io.read_small(record.path, METADATA_FILE, 1 << 16) or b"")
         except (OSError, ValueError):
             return False
         return isinstance(written, dict) and written.get("id") == record.id

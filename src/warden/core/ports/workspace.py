@@ -51,6 +51,11 @@ class WorkspaceFolders(Protocol):
         """A file of Warden's own (a layer's lock file); None when it is missing."""
         ...
 
+    def read_small(self, root: str, rel: str, limit: int = 1 << 20) -> bytes | None:
+        """A regular file beneath `root` that a bot may have written: resolved by descriptor (no
+        link followed), at most `limit` bytes; None when it is missing, not a file or bigger."""
+        ...
+
     def write_atomic(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
         """Replace `path` with `data`: a reader sees the old or the new file, never a torn one."""
         ...
