@@ -217,3 +217,69 @@ def test_a_restore_killed_midway_leaves_no_copy_of_the_keys_behind(cli: Cli, hom
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert staged() == []
+
+
+@pytest.mark.initialised_home
+def test_a_backup_restored_into_another_home_is_that_homes_alone(cli: Cli, home: Path, tmp_path: Path) -> None:
+    """Restored into a second home of the same machine, the registry's paths named the first
+    home's folders: `run` worked in them and `destroy` deleted them, and its live sandboxes'
+    rows reached the first home's supervisors. Its paths now name the second home, and nothing
+    the first home runs is the second's to reach."""
+    from tests.conftest import isolated_environ
+    from tests.support.waiting import wait_until
+
+    assert cli("init").code == 0
+    for name in ("kept", "other"):
+        assert cli("create", name, "--template", "minimal").code == 0
+    assert cli("fs", "kept", "write", "/a.txt", input="mine\n").code == 0
+    detached = cli("run", "kept", "--detach", "--json", "--", "sleep", "300")
+    assert detached.code == 0, detached.stderr
+    made = cli("backup", str(tmp_path / "home.tgz"), "--workspaces", "--json")
+    assert made.code == 0, made.stderr
+    second_home = tmp_path / "second" / "warden-home"
+    second = Cli(isolated_environ(second_home))
+    restored = second("restore", str(tmp_path / "home.tgz"), "--json")
+    assert restored.code == 0, restored.stderr
+    assert restored.json["data"]["moved_from"] == str(home)
+    assert restored.json["data"]["processes_lost"] == [detached.json["data"]["id"]]
+    assert "warden health NAME --repair" in second("restore", str(tmp_path / "home.tgz"), "--yes").stdout
+    # Env layers are not in a backup: this home builds its own (or copies them from the layer cache).
+    assert second("health", "kept", "--repair").code == 0
+    info = second("info", "kept", "--json")
+    assert info.json["data"]["path"] == str(second_home / "workspaces" / "kept"), info.json
+    ran = second("run", "kept", "--", "sh", "-c", "pwd; cat a.txt")
+    assert ran.stdout == f"{second_home / 'workspaces' / 'kept'}\nmine\n", ran.stdout + ran.stderr
+    assert second("destroy", "other", "--yes", "--no-archive").code == 0
+    assert second("suspend", "kept").code == 0
+    # The first home's folder, its workspace and its detached process are untouched.
+    assert (home / "workspaces" / "other" / ".workspace.json").is_file()
+    listed = {w["name"]: w["status"] for w in cli("list", "--json").json["data"]}
+    assert listed == {"kept": "ready", "other": "ready"}, listed
+    still = {p["id"]: p["status"] for p in cli("ps", "kept", "--json").json["data"]}
+    assert still[detached.json["data"]["id"]] == "running", still
+    assert second("audit", "verify").code == 0
+    assert cli("suspend", "kept").code == 0
+    wait_until(lambda: cli("ps", "kept", "--json").json["data"][0]["status"] != "running")
+
+
+@pytest.mark.initialised_home
+def test_a_backup_of_before_it_named_its_home_is_moved_too(cli: Cli, home: Path, tmp_path: Path) -> None:
+    # Its WARDEN-BACKUP said only the format: the registry's `init` event names the home.
+    from tests.conftest import isolated_environ
+
+    assert cli("init").code == 0
+    assert cli("create", "old", "--template", "minimal").code == 0
+    assert cli("backup", str(tmp_path / "new.tgz")).code == 0
+    with tarfile.open(tmp_path / "new.tgz") as source, tarfile.open(tmp_path / "old.tgz", "w:gz") as old:
+        for member in source.getmembers():
+            if member.name == "WARDEN-BACKUP":
+                member.size = len(b"warden-backup 1\n")
+                old.addfile(member, io.BytesIO(b"warden-backup 1\n"))
+            else:
+                old.addfile(member, source.extractfile(member) if member.isfile() else None)
+    other = tmp_path / "other" / "warden-home"
+    restored = Cli(isolated_environ(other))("restore", str(tmp_path / "old.tgz"), "--json")
+    assert restored.code == 0, restored.stderr
+    assert restored.json["data"]["moved_from"] == str(home)
+    info = Cli(isolated_environ(other))("info", "old", "--json")
+    assert info.json["data"]["path"] == str(other / "workspaces" / "old")

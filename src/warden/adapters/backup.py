@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import shutil
@@ -72,10 +73,12 @@ def backup_home(home: Path, db_path: Path | None, target: Path, *, workspaces_ro
         with os.fdopen(fd, "wb") as raw:
             os.fchmod(raw.fileno(), 0o600)
             with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+                # Where it was made: a restore into another home moves the registry's paths there.
+                manifest = _FORMAT + json.dumps({"home": str(home), "workspaces_root": str(workspaces_root)}).encode()
                 info = tarfile.TarInfo("WARDEN-BACKUP")
-                info.size = len(_FORMAT)
+                info.size = len(manifest)
                 info.mtime = int(time.time())
-                tar.addfile(info, io.BytesIO(_FORMAT))
+                tar.addfile(info, io.BytesIO(manifest))
                 if db_path is not None and db_path.exists():
                     with _scratch(home) as scratch:
                         copy = scratch / "warden.db"
@@ -159,6 +162,113 @@ def _remove_dead(folder: Path, pattern: re.Pattern[str]) -> None:
                 path.unlink()
 
 
+def _made_in(tar: tarfile.TarFile, members: list[tarfile.TarInfo]) -> dict[str, str]:
+    """Where the backup was made ({"home", "workspaces_root"}), as its WARDEN-BACKUP says; {}
+    for a backup of before it said so (its registry's `init` event then names the home)."""
+    member = next(m for m in members if m.name == "WARDEN-BACKUP")
+    if not member.isfile() or member.size > 8192:
+        return {}
+    handle = tar.extractfile(member)
+    lines = handle.read().split(b"\n", 1) if handle is not None else []
+    try:
+        made = json.loads(lines[1]) if len(lines) > 1 and lines[1].strip() else {}
+    except ValueError:
+        return {}
+    return {k: v for k, v in made.items() if k in ("home", "workspaces_root") and isinstance(v, str)} \
+        if isinstance(made, dict) else {}
+
+
+# A live sandbox, a background process, a lease's holder, an instance: what the processes of the
+# home the backup was made in had going, which are not the restored home's to reach or stop.
+_RUNNING = ("starting", "running")
+
+
+def _relocate(db: Path, made: dict[str, str], home: Path, with_workspaces: bool) -> dict[str, object]:
+    """The restored registry made this home's when the backup comes from another one.
+
+    Its workspaces' paths (the folder, the venv, the archive, the layers) named the other home's
+    files: a restore into a second home on the same machine then ran commands in the first
+    home's folders, and its `destroy` deleted them. Paths under the other home now name this one
+    (its workspaces root, when the backup holds the workspaces, this home's `workspaces`); paths
+    elsewhere stay. And what the other home had running is not this one's: its live sandboxes
+    (whose sockets reach the other home's supervisors) are forgotten, their running processes
+    recorded lost, leases and terminal locks let go, its instances dropped."""
+    conn = sqlite3.connect(db)
+    try:
+        old_home = made.get("home") or _home_of(conn)
+        if old_home is None or os.path.realpath(old_home) == os.path.realpath(home):
+            return {}
+        moves = [(old_home, str(home))]
+        old_root = made.get("workspaces_root")
+        if with_workspaces and old_root and old_root != os.path.join(old_home, "workspaces"):
+            moves.insert(0, (old_root, str(home / "workspaces")))
+
+        def moved(text: str) -> str:
+            for old, new in moves:
+                if text == old or text.startswith(old.rstrip("/") + "/"):
+                    return new + text[len(old.rstrip("/")):]
+            return text
+
+        def moved_all(value: object) -> object:
+            if isinstance(value, str):
+                return moved(value)
+            if isinstance(value, list):
+                return [moved_all(v) for v in value]
+            if isinstance(value, dict):
+                return {k: moved_all(v) for k, v in value.items()}
+            return value
+
+        now = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+        with conn:
+            for row_id, path, meta in conn.execute("SELECT id, path, meta FROM workspaces").fetchall():
+                try:
+                    fields = json.loads(meta or "{}")
+                except ValueError:
+                    fields = {}
+                conn.execute("UPDATE workspaces SET path = ?, meta = ? WHERE id = ?",
+                             (moved(path), json.dumps(moved_all(fields)), row_id))
+            lost = [r[0] for r in _each(conn, "SELECT id FROM live_processes WHERE status IN (?, ?)", _RUNNING)]
+            _each(conn, "UPDATE live_processes SET status = 'lost', ended_at = ? WHERE status IN (?, ?)",
+                  (now, *_RUNNING))
+            sandboxes = len(_each(conn, "DELETE FROM live_sandboxes RETURNING id"))
+            _each(conn, "UPDATE workspace_leases SET holders = '[]'")
+            _each(conn, "UPDATE workspace_leases SET terminal_lock = NULL")
+            _each(conn, "DELETE FROM instances")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # all of it in the one file that is moved into place
+        return {"moved_from": old_home, "sandboxes_forgotten": sandboxes, "processes_lost": lost}
+    finally:
+        conn.close()
+
+
+def _each(conn: sqlite3.Connection, statement: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """`statement`'s rows; none where the backup's registry is older than its table or column
+    (the migrations bring it up to date when the home is next opened)."""
+    try:
+        return conn.execute(statement, args).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc) or "no such column" in str(exc):
+            return []
+        raise
+
+
+def _home_of(conn: sqlite3.Connection) -> str | None:
+    """The home a registry was made in, for a backup that does not say: the folder its
+    workspaces' folders are in (`HOME/workspaces/NAME`, all of them), else its first `init`
+    event's target (a home copied elsewhere keeps its first one's)."""
+    try:
+        rows = conn.execute("SELECT name, path FROM workspaces").fetchall()
+        roots = {os.path.dirname(path) for name, path in rows if os.path.basename(path) == name}
+        if len(roots) == 1 and len(rows) == sum(1 for name, path in rows if os.path.basename(path) == name):
+            root = roots.pop()
+            if isinstance(root, str) and os.path.basename(root) == "workspaces" and root.startswith("/"):
+                return os.path.dirname(root)
+        row = conn.execute("SELECT target FROM audit_events WHERE action = 'init' ORDER BY seq LIMIT 1").fetchone()
+    except sqlite3.Error:
+        return None
+    target = row[0] if row else None
+    return target if isinstance(target, str) and target.startswith("/") else None
+
+
 def _check_member(member: tarfile.TarInfo) -> str:
     name = member.name
     parts = name.rstrip("/").split("/")
@@ -225,6 +335,9 @@ def _restore(tar: tarfile.TarFile, source: Path, home: Path, *, replace: bool) -
             tar.extractall(staging, members=wanted, filter="tar")
         else:  # the checks above and _no_path_through_links are the whole guard then
             tar.extractall(staging, members=wanted)  # noqa: S202 - every member checked above
+        moved: dict[str, object] = {}
+        if "warden.db" in tops:
+            moved = _relocate(staging / "warden.db", _made_in(tar, members), home, "workspaces" in tops)
         if "warden.db" in tops:
             # The old registry's write-ahead log must never meet the restored database.
             for wal in ("warden.db-wal", "warden.db-shm"):
@@ -236,4 +349,4 @@ def _restore(tar: tarfile.TarFile, source: Path, home: Path, *, replace: bool) -
                 os.rename(home / top, aside)
                 set_aside.append(str(aside))
             os.rename(staging / top, home / top)
-    return {"restored": sorted(tops), "set_aside": set_aside}
+    return {"restored": sorted(tops), "set_aside": set_aside, **moved}
