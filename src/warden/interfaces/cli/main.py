@@ -23,7 +23,7 @@ from warden.interfaces.cli.output import Output, terminal_columns
 if TYPE_CHECKING:
     from warden.bootstrap import App
 
-__all__ = ["EXIT_CODES", "Context", "add_workspace", "dispatch", "main", "parse_command_line"]
+__all__ = ["EXIT_CODES", "Context", "add_workspace", "dispatch", "main", "parse_command_line", "quiet_stdout"]
 
 # One table: error code → exit status. Scripts rely on these numbers: never renumber one.
 EXIT_CODES = {
@@ -376,7 +376,7 @@ def _command(argv: Sequence[str] | None, settled: Callable[[int], object] | None
     except Terminated as exc:
         return _terminated(ctx, exc, settled)
     except BrokenPipeError:
-        _quiet_stdout()
+        quiet_stdout()
         return _finish(ctx, 1, settled)
     except Exception as exc:
         stop = stops.carried(exc)  # a stop Python wrapped (core/stops.py): said as itself
@@ -401,7 +401,7 @@ def _command(argv: Sequence[str] | None, settled: Callable[[int], object] | None
                 sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return _finish(ctx, out.exit_code, settled)
     except BrokenPipeError:  # `warden list | head -1`: the reader left, which is no error of ours
-        _quiet_stdout()
+        quiet_stdout()
         return _finish(ctx, out.exit_code, settled)
 
 
@@ -420,7 +420,7 @@ def _exit_status(exc: WardenError) -> int:
     return own if isinstance(own, int) else EXIT_CODES.get(exc.code, 1)
 
 
-def _quiet_stdout() -> None:
+def quiet_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's last flush does not fail again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
