@@ -325,9 +325,14 @@ def main(argv: Sequence[str] | None = None, *, settled: Callable[[int], object] 
     """Run one `warden` command; returns (and exits with) its status. `settled`, if given, is
     told the status once the command's output is written and before its state is closed (the
     home's daemon answers its client there: nothing after it is the client's to wait for)."""
-    _terminate_as_interrupt()
     try:
+        _terminate_as_interrupt()
         return _command(argv, settled)
+    except KeyboardInterrupt:
+        # Ctrl-C before the command took it itself: as the handlers were set up (`import signal`
+        # is milliseconds of enum classes) or the command line read. Nothing ran; it was a
+        # traceback. (Once main() writes its last words, the handler passes Ctrl-C over.)
+        return _interrupted(None, settled)
     except Terminated as exc:
         # One that came outside the command's own unwinding: as its error or its output was
         # written, or as its last words began. It escaped as a traceback (a daemon's child, that
