@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -292,3 +293,52 @@ def test_a_client_that_closes_stdin_mid_exec_ends_it_without_an_internal_error(w
     assert len(ended) == 1, [event["action"] for event in events[-6:]]
     mcp = [event for event in events if event["action"] == "mcp.exec" and event["detail"].get("program") == "sh"]
     assert mcp and mcp[-1]["result"] != "internal", mcp[-1]
+
+
+def test_a_client_that_stops_reading_mid_exec_ends_it_without_an_internal_error(world: World) -> None:
+    """A client that closes its end of the server's stdout has left as surely as one that closes
+    stdin: the next write (here the exec's progress) fails with EPIPE, which the SDK's stdio task
+    group raised as an ExceptionGroup, said as "internal error" with exit status 1. Now the
+    session ends as a closed stdin ends it (0, nothing said), the command goes, and its run gets
+    its outcome in the audit."""
+    marker = world.path("paper") / "drafts" / "unread.txt"
+    proc = subprocess.Popen([sys.executable, "-m", "warden", "mcp"],
+                            env={**world.environ, "WARDEN_TOKEN": world.tokens["alice@paper"]},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+
+    def send(message: dict[str, Any]) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+        proc.stdin.flush()
+
+    try:
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-03-26", "capabilities": {},
+                         "clientInfo": {"name": "t", "version": "1"}}})
+        assert b'"id":1' in proc.stdout.readline().replace(b" ", b"")
+        proc.stdout.close()  # the client reads no more, and keeps stdin open
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "exec", "_meta": {"progressToken": 7}, "arguments": {
+                "workspace": "paper", "cmd": ["sh", "-c", "echo early; sleep 3; echo late > drafts/unread.txt"]}}})
+        time.sleep(2)  # its progress ("early") met the closed pipe meanwhile
+        proc.stdin.close()  # the reader of stdin, in a thread, cannot be cancelled: it ends here
+        status = proc.wait(timeout=60)
+        said = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdin.close()
+        proc.stderr.close()
+    assert (status, said) == (0, b""), said.decode(errors="replace")
+    time.sleep(3.5)  # past the command's own end, had it gone on
+    assert not marker.exists()
+    events = json.loads(world.cli("audit", "--workspace", "paper", "--limit", "200", "--json"))["data"]
+    started = [event["detail"]["run_id"] for event in events if event["action"] == "run.start"
+               and event["detail"].get("argv", [""])[-1].endswith("drafts/unread.txt")]
+    assert len(started) == 1
+    ended = [event for event in events if event["action"] in ("run", "run.lost")
+             and event["detail"].get("run_id") == started[0]]
+    assert len(ended) == 1, [event["action"] for event in events[-6:]]

@@ -12,7 +12,7 @@ import argparse
 from typing import Any
 
 from warden.core.errors import Denied
-from warden.interfaces.cli.main import Context
+from warden.interfaces.cli.main import Context, quiet_stdout
 from warden.interfaces.cli.output import Output
 
 
@@ -45,5 +45,11 @@ def _mcp(ctx: Context, args: argparse.Namespace) -> Output:
                      "expired; ask for a new one", rule=exc.rule) from None
     app.audit.record(actor=principal.actor, action="mcp.connect", target="stdio", decision="allow",
                      rule="token.valid")
-    anyio.run(serve_stdio, app, token)
+    try:
+        anyio.run(serve_stdio, app, token)
+    except* BrokenPipeError:
+        # The client closed its end of our stdout: it left, as surely as by closing stdin, and
+        # the SDK's task group cancelled the call (its command killed). The group's EPIPE is no
+        # internal error; stdout goes to /dev/null so the interpreter's last flush stays quiet.
+        quiet_stdout()
     return Output({"stopped": True}, streamed=True)

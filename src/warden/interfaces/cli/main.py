@@ -23,7 +23,7 @@ from warden.interfaces.cli.output import Output, terminal_columns
 if TYPE_CHECKING:
     from warden.bootstrap import App
 
-__all__ = ["EXIT_CODES", "Context", "add_workspace", "dispatch", "main", "parse_command_line"]
+__all__ = ["EXIT_CODES", "Context", "add_workspace", "dispatch", "main", "parse_command_line", "quiet_stdout"]
 
 # One table: error code → exit status. Scripts rely on these numbers: never renumber one.
 EXIT_CODES = {
@@ -325,9 +325,14 @@ def main(argv: Sequence[str] | None = None, *, settled: Callable[[int], object] 
     """Run one `warden` command; returns (and exits with) its status. `settled`, if given, is
     told the status once the command's output is written and before its state is closed (the
     home's daemon answers its client there: nothing after it is the client's to wait for)."""
-    _terminate_as_interrupt()
     try:
+        _terminate_as_interrupt()
         return _command(argv, settled)
+    except KeyboardInterrupt:
+        # Ctrl-C before the command took it itself: as the handlers were set up (`import signal`
+        # is milliseconds of enum classes) or the command line read. Nothing ran; it was a
+        # traceback. (Once main() writes its last words, the handler passes Ctrl-C over.)
+        return _interrupted(None, settled)
     except Terminated as exc:
         # One that came outside the command's own unwinding: as its error or its output was
         # written, or as its last words began. It escaped as a traceback (a daemon's child, that
@@ -376,7 +381,7 @@ def _command(argv: Sequence[str] | None, settled: Callable[[int], object] | None
     except Terminated as exc:
         return _terminated(ctx, exc, settled)
     except BrokenPipeError:
-        _quiet_stdout()
+        quiet_stdout()
         return _finish(ctx, 1, settled)
     except Exception as exc:
         stop = stops.carried(exc)  # a stop Python wrapped (core/stops.py): said as itself
@@ -401,7 +406,7 @@ def _command(argv: Sequence[str] | None, settled: Callable[[int], object] | None
                 sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return _finish(ctx, out.exit_code, settled)
     except BrokenPipeError:  # `warden list | head -1`: the reader left, which is no error of ours
-        _quiet_stdout()
+        quiet_stdout()
         return _finish(ctx, out.exit_code, settled)
 
 
@@ -420,7 +425,7 @@ def _exit_status(exc: WardenError) -> int:
     return own if isinstance(own, int) else EXIT_CODES.get(exc.code, 1)
 
 
-def _quiet_stdout() -> None:
+def quiet_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's last flush does not fail again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
