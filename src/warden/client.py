@@ -401,7 +401,8 @@ class RemoteFiles:
     def watch(self, *, timeout: float | None = None, count: int | None = None) -> Iterator[Batch]:
         """The workspace's file changes as they happen (`GET …/events`, server-sent events): one
         `Batch` per debounced burst, until `count` batches, `timeout` seconds, or the workspace
-        goes (then the iterator just ends). Needs `read`; a grant sees its zones' paths only.
+        goes (then the iterator just ends). Needs `read`; a grant sees its zones' paths only, and
+        one revoked or expired while it watches raises `Denied`.
 
             for batch in ws.files.watch(timeout=60):
                 for change in batch.changes: print(change.change, change.path)
@@ -424,6 +425,8 @@ class RemoteFiles:
                     if count is not None and got >= count:
                         return
                 elif line.startswith("data:") and kind == "end":
+                    if json.loads(line[5:]).get("reason") == "denied":  # its grant revoked or expired meanwhile
+                        raise Denied("permission denied")
                     return
                 elif not line:
                     kind = ""

@@ -33,7 +33,7 @@ from tests.conftest import at_a_terminal
 from tests.support.servers import ServeProcess, cli_out, warden_environ
 from tests.support.waiting import wait_until
 from warden.client import Client
-from warden.core.errors import Unavailable
+from warden.core.errors import Denied, Unavailable
 
 MAX_WATCHES = 2
 
@@ -59,7 +59,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     for name in ("shared", "other", "doomed", "storm"):
         cli_out(environ, "create", name, "--template", "minimal")
     tokens = {}
-    for bot in ("reader", "zoned", "runner", "stranger", "doomer", "stormer"):
+    for bot in ("reader", "zoned", "runner", "stranger", "doomer", "stormer", "revoked"):
         cli_out(environ, "bot", "register", bot)
     tokens["reader"] = cli_out(environ, "grant", "shared", "reader", "--permissions", "read")
     tokens["zoned"] = cli_out(environ, "grant", "shared", "zoned", "--permissions", "read", "--zones", "cache")
@@ -67,6 +67,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     tokens["stranger"] = cli_out(environ, "grant", "other", "stranger", "--permissions", "read")
     tokens["doomer"] = cli_out(environ, "grant", "doomed", "doomer", "--permissions", "read")
     tokens["stormer"] = cli_out(environ, "grant", "storm", "stormer", "--permissions", "read")
+    tokens["revoked"] = cli_out(environ, "grant", "shared", "revoked", "--permissions", "read")
     with ServeProcess(environ, root) as server:
         yield World(home, environ, server, tokens)
 
@@ -244,6 +245,49 @@ def test_the_stream_ends_when_the_workspace_is_destroyed(world: World) -> None:
         cli_out(world.environ, "destroy", "doomed", "--yes", "--no-archive")
         seen = list(events)
     assert seen[-1][0] == "end" and seen[-1][1]["reason"] in ("gone", "archived")
+
+
+def test_a_revoked_grant_is_told_no_more_and_its_stream_ends(world: World) -> None:
+    # Its token was good when the stream opened; the revoke comes from the person's CLI, another
+    # process than the server. Another bot then changes the workspace: the revoked bot must not
+    # learn of it (names of files are what a watch tells), and its stream must end, not linger.
+    folder = world.folder()
+    with world.stream("revoked") as response:
+        events = _sse(response.iter_lines())
+        assert next(events) == ("comment", "watching")
+        cli_out(world.environ, "revoke", "shared", "revoked")
+        (folder / "after-the-revoke.txt").write_text("x")
+        started = time.monotonic()
+        seen = []
+        for event in events:  # the first event that is not a keep-alive; without the check, the change
+            seen.append(event)
+            if event[0] != "comment":
+                break
+    assert seen == [("end", {"reason": "denied"})]
+    assert time.monotonic() - started < 10  # at the next batch, not at a heartbeat's end or never
+    answer = httpx.get(f"{world.server.url}/v1/workspaces/shared/events", timeout=10,
+                       headers={"Authorization": f"Bearer {world.tokens['revoked']}"})
+    assert answer.status_code == 403
+
+
+def test_the_sdk_says_denied_when_its_grant_is_revoked_while_it_watches(world: World) -> None:
+    token = cli_out(world.environ, "grant", "shared", "revoked", "--permissions", "read")
+    batches = Client(world.server.url, token).workspace("shared").files.watch(timeout=30)
+    folder = world.folder()
+    (folder / "before-the-revoke.txt").write_text("x")  # may come before the stream opens: written again below
+    writer = subprocess.Popen([sys.executable, "-c", "import sys, time, pathlib\n"
+                               "for i in range(200):\n"
+                               "    pathlib.Path(sys.argv[1], f'sdk-revoke{i}.txt').write_text('x'); time.sleep(0.05)",
+                               str(folder)])
+    try:
+        next(batches)  # watching: now revoke it
+        cli_out(world.environ, "revoke", "shared", "revoked")
+        with pytest.raises(Denied, match="permission denied"):
+            for _ in batches:
+                pass
+    finally:
+        writer.kill()
+        writer.wait()
 
 
 def _cli(world: World, *args: str) -> subprocess.Popen[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -134,10 +135,12 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
     else:
         sys.stdout.write(connect_help(url, database) + "\n")
         sys.stdout.flush()
+    head_timeout = app.settings.get_seconds("api.request_timeout")
     options: dict[str, Any] = {"log_level": "info", "access_log": args.access_log, "lifespan": "off",
                                "timeout_graceful_shutdown": 5, "server_header": False,
                                "proxy_headers": False,  # no proxy in front by default: trust no X-Forwarded-*
-                               "http": BoundedHttpToolsProtocol,  # request line and headers bounded (414/431)
+                               # request line and headers bounded (414/431), and timed (408)
+                               "http": functools.partial(BoundedHttpToolsProtocol, head_timeout_s=head_timeout),
                                "ws": DeniedHandshakeProtocol,  # a refused PTY handshake is no server error
                                "log_config": _log_config(args.access_log)}
     if tls:

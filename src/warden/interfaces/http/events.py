@@ -7,8 +7,10 @@ Each debounced batch is one event, `event: change` with `data:` the batch's JSON
 `event: notice` (`{"message"}`) for a folder left unwatched (watch.max_folders, inotify's limits),
 filtered like changes (never naming a path the bot may not see);
 a comment line (`: keep-alive`) every HEARTBEAT_S so proxies keep the stream open; a last
-`event: end` (`data: {"reason": "gone"|"archived"|…|"timeout"}`) when the workspace folder goes
-or `?timeout=SECONDS` passed. The
+`event: end` (`data: {"reason": "gone"|"archived"|…|"timeout"|"denied"}`) when the workspace folder
+goes, `?timeout=SECONDS` passed, or the token no longer holds `read` there (its grant revoked or
+expired: checked before each batch and at each heartbeat, so a revoked bot is told no change
+made after its revoke and its stream ends within a heartbeat). The
 watch is closed (its inotify descriptor given back, its place in api.max_watches_per_bot freed)
 as soon as the client disconnects. One audit event per stream, written when it opens.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Annotated
 
 import anyio
@@ -25,6 +27,7 @@ from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
 
+from warden.core.errors import Denied, NotFound
 from warden.interfaces.http.calls import Call
 from warden.interfaces.http.routes import Token, WorkspaceName, token_of
 from warden.interfaces.http.statuses import ERROR_RESPONSES
@@ -47,7 +50,7 @@ def _event(kind: str, data: object) -> bytes:
 
 
 async def _events(watch: Watch, heartbeat_s: float, timeout: float | None,
-                  limiter: anyio.CapacityLimiter | None) -> AsyncIterator[bytes]:
+                  limiter: anyio.CapacityLimiter | None, refusal: Callable[[], str | None]) -> AsyncIterator[bytes]:
     yield b": watching\n\n"  # the headers go out now: the client knows the watch is on
     # Folders left unwatched (limits): changes there are missed. Only notes naming what the bot
     # may see (or nothing) get here, and later ones follow the batch they came with.
@@ -63,6 +66,12 @@ async def _events(watch: Watch, heartbeat_s: float, timeout: float | None,
         # wakes that thread, which then gives the descriptor back).
         wait = heartbeat_s if left is None else min(left, heartbeat_s)
         batch = await anyio.to_thread.run_sync(watch.next, wait, abandon_on_cancel=True, limiter=limiter)
+        # The token was checked once, when the stream opened; a grant revoked (or expired) since
+        # must not go on learning what others change in the workspace, however long it listens.
+        refused = await anyio.to_thread.run_sync(refusal, abandon_on_cancel=True, limiter=limiter)
+        if refused is not None:
+            yield _event("end", {"reason": watch.ended or refused})
+            return
         for note in watch.fresh_notes():
             yield _event("notice", note.to_json())
         if batch is not None:
@@ -82,9 +91,9 @@ class EventStream(StreamingResponse):
     listened for, so a client that leaves frees its watch at once.
     """
 
-    def __init__(self, watch: Watch, *, heartbeat_s: float = HEARTBEAT_S, timeout: float | None = None,
-                 limiter: anyio.CapacityLimiter | None = None) -> None:
-        super().__init__(_events(watch, heartbeat_s, timeout, limiter), media_type=SSE,
+    def __init__(self, watch: Watch, refusal: Callable[[], str | None], *, heartbeat_s: float = HEARTBEAT_S,
+                 timeout: float | None = None, limiter: anyio.CapacityLimiter | None = None) -> None:
+        super().__init__(_events(watch, heartbeat_s, timeout, limiter, refusal), media_type=SSE,
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self.watch = watch
 
@@ -141,6 +150,22 @@ def router(app: App) -> APIRouter:
                 raise
             return watch
 
-        return EventStream(await run_in_threadpool(opening), timeout=timeout, limiter=waiting)
+        def refusal() -> str | None:
+            """Why the token no longer holds `read` on the workspace, as the stream's end says it;
+            None while it does. Not audited: the stream's opening was, and the revoke, the
+            grant's expiry or the destroy is recorded where it happened."""
+            try:
+                app.auth.authorize(app.auth.authenticate(token_of(token)), name, "read")
+            except Denied:
+                # A destroy revokes the workspace's grants as it drops it: that stream's end is
+                # the workspace's going, as it was before the token was checked again.
+                try:
+                    app.workspaces.get(name)
+                except NotFound:
+                    return "gone"
+                return "denied"
+            return None
+
+        return EventStream(await run_in_threadpool(opening), refusal, timeout=timeout, limiter=waiting)
 
     return api

@@ -9,6 +9,13 @@ or 431 (the headers) with the API's error envelope, and the connection closed, s
 still being sent is never read. The header limits are those of common servers (nginx's
 large_client_header_buffers allows 8 KiB a line; Node's 16 KiB cap on a whole head is tighter).
 
+A head must also arrive in time (`head_timeout_s`, api.request_timeout): uvicorn times only the
+keep-alive wait between requests, so a client that sent half a head, or nothing, and then waited
+held its connection and a descriptor for ever: a few thousand such connections (no token needed)
+take every descriptor the server may open, and then every bot's request fails. A head not
+complete in time is answered 408 and the connection closed, as nginx's client_header_timeout
+does; a body has its own deadline (limits.py).
+
 Why not uvicorn's h11 protocol with `h11_max_incomplete_event_size`: it answers 400, not 431,
 and parses in Python, which costs the small requests (a file read, an exec) most of their time.
 """
@@ -26,7 +33,7 @@ from uvicorn.server import ServerState
 
 from warden.interfaces.http.limits import error_bytes
 
-__all__ = ["MAX_HEAD", "MAX_HEADER", "MAX_HEADERS", "MAX_HEADERS_SIZE", "MAX_REQUEST_LINE",
+__all__ = ["HEAD_TIMEOUT_S", "MAX_HEAD", "MAX_HEADER", "MAX_HEADERS", "MAX_HEADERS_SIZE", "MAX_REQUEST_LINE",
            "BoundedHttpToolsProtocol", "DeniedHandshakeProtocol"]
 
 # The request target (path and query); longer → 414. A file path may be PATH_MAX (4096) bytes,
@@ -38,11 +45,13 @@ MAX_HEADERS = 100  # headers in one request → 431
 # What the parser may be given of one head: the request line, the headers, and their
 # separators (": ", CRLF) with room to spare; past it the head is refused, unparsed.
 MAX_HEAD = MAX_REQUEST_LINE + MAX_HEADERS_SIZE + 4 * MAX_HEADERS + 1024
+HEAD_TIMEOUT_S = 60.0  # a head's time from its first byte (or the connection) to its end; api.request_timeout
 
 
 class _HeadTooLarge(Exception):
     """Raised in a parser callback to stop the parser; it becomes the `__context__` of the
-    HttpParserCallbackError that httptools raises from feed_data."""
+    HttpParserCallbackError that httptools raises from feed_data. (A head too late is refused
+    with one too, never raised: 408.)"""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -64,16 +73,50 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """
 
     def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
-                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+                 _loop: asyncio.AbstractEventLoop | None = None, *, head_timeout_s: float = HEAD_TIMEOUT_S) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self._bounded = True  # reading a head or trailers: fed at most MAX_HEAD bytes
         self._bounded_bytes = 0  # fed since the head (or trailers) began
         self._headers_count = 0
         self._headers_size = 0
+        self._in_head = True  # the next bytes are a request's head (not a body, not trailers)
+        self._head_timeout_s = head_timeout_s
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()  # a connection that never sends a byte is timed too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+    def _arm_head_timer(self) -> None:
+        self._disarm_head_timer()
+        self._head_timer = self.loop.call_later(self._head_timeout_s, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self._in_head or self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            # A pipelined head behind a response still being sent (a long exec): that response
+            # is not cut; the head is timed again after it.
+            self._arm_head_timer()
+            return
+        self._refuse(_HeadTooLarge(408, f"the request's head did not arrive within {self._head_timeout_s:g} s; "
+                                        "send it at once, or raise api.request_timeout"))
 
     def data_received(self, data: bytes) -> None:
         # uvicorn's own, but a head goes to the parser in pieces, within MAX_HEAD in all.
         self._unset_keepalive_if_required()
+        if self._in_head and self._head_timer is None:
+            self._arm_head_timer()  # the next request's head starts: its time from now
         while data:
             if self._bounded:
                 room = MAX_HEAD - self._bounded_bytes
@@ -104,13 +147,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 return
 
     def _refuse(self, refusal: _HeadTooLarge) -> None:
-        """Answer 414 or 431 with the API's error envelope and close the connection."""
-        body = error_bytes("invalid", refusal.message)
+        """Answer 414, 431 (`invalid`) or 408 (`timeout`, as a late body is) with the API's error
+        envelope and close the connection."""
+        body = error_bytes("timeout" if refusal.status == 408 else "invalid", refusal.message)
         head = [STATUS_LINE[refusal.status]]
         head.extend(name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers)
         head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
                     % len(body))
-        self.logger.warning("refused a request whose head is over the limits (%d)", refusal.status)
+        self.logger.warning("refused a request whose head is over the limits or too late (%d)", refusal.status)
         self.transport.write(b"".join(head) + body)
         self.transport.close()
 
@@ -141,6 +185,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._bounded = False
+        self._in_head = False
+        self._disarm_head_timer()
         super().on_headers_complete()
 
     def on_chunk_header(self) -> None:
@@ -155,6 +201,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._bound()  # the next request on this connection starts its own head
+        self._in_head = True  # timed from its first byte (until then, uvicorn's keep-alive wait)
         super().on_message_complete()
 
 
