@@ -294,3 +294,19 @@ def test_effective_domains_are_those_every_ancestor_covers() -> None:
     assert effective([child, root]).domains == ("a.example.com",)
     assert effective([root]).domains == ("*.example.com",)
     assert "domains" in child.to_json() and child.to_json()["domains"] == ["a.example.com", "evil.test"]
+
+
+def test_grants_that_share_a_workspace_with_a_writer_and_secrets_are_named() -> None:
+    from warden.core.grants import shared_with_writers
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    holder = replace(grant("acc_h", permissions="execute,secrets"), bot="h", secrets=("K",))
+    writer = replace(grant("acc_w", permissions="read,write"), bot="w")
+    reader = replace(grant("acc_r", permissions="read"), bot="r")
+    assert shared_with_writers(holder, [writer, reader], now) == ("w",)
+    assert shared_with_writers(writer, [holder, reader], now) == ("h",)
+    assert shared_with_writers(reader, [holder, writer], now) == ()
+    assert shared_with_writers(holder, [replace(writer, bot="h")], now) == ()  # its own
+    gone = replace(writer, revoked=now)
+    assert shared_with_writers(holder, [gone], now) == ()
+    assert shared_with_writers(holder, [replace(writer, expires=now)], now) == ()

@@ -224,3 +224,28 @@ def test_one_machine_keeps_its_key_files_and_no_cluster_key(cli: Cli, home: Path
     assert refused.code == 2 and "--reset-keys" in refused.json["error"]["message"]
     rotated = cli("keys", "rotate", "secrets", "--json")
     assert rotated.code == 0 and rotated.json["data"]["key_id"].startswith("mk_")
+
+
+def test_grant_warns_when_a_writer_shares_a_workspace_with_secrets(ws: Any) -> None:
+    """A bot that may write in a workspace can plant what another's commands run there
+    (`.venv/bin/sh`), and those run with that bot's secrets: Warden cannot tell planted code from
+    the workspace's own, so `warden grant` says so, whichever of the two grants comes second."""
+    assert ws("secret", "set", "SHARED_KEY", input="v").code == 0
+    assert ws("create", "sharing", "--template", "minimal").code == 0
+    for bot in ("keyholder", "looker", "planter", "keyholder2", "keyholder3"):
+        assert ws("bot", "register", bot).code == 0
+    holder = ws("grant", "sharing", "keyholder", "--permissions", "execute,secrets", "--secrets", "SHARED_KEY")
+    assert holder.code == 0 and "warning" not in holder.stderr, holder.stderr
+    assert "warning" not in ws("grant", "sharing", "looker", "--permissions", "read").stderr
+    writer = ws("grant", "sharing", "planter", "--permissions", "read,write,execute")
+    assert writer.code == 0
+    line = [x for x in writer.stderr.splitlines() if x.startswith("warning:")]
+    assert line == ["warning: keyholder and planter share sharing, where one may write and the other's commands run "
+                    "with secrets: code a writer plants there (.venv/bin, node_modules/.bin, a script) runs with "
+                    "them; give secrets on a workspace no other bot may write"], writer.stderr
+    second = ws("grant", "sharing", "keyholder2", "--permissions", "execute,secrets", "--secrets", "SHARED_KEY",
+                "--json")
+    assert second.json["data"]["warnings"][0].startswith("planter and keyholder2 share sharing"), second.json
+    assert ws("revoke", "sharing", "planter").code == 0
+    again = ws("grant", "sharing", "keyholder3", "--permissions", "execute,secrets", "--secrets", "SHARED_KEY")
+    assert "warning" not in again.stderr, again.stderr  # a revoked writer no longer counts

@@ -355,6 +355,20 @@ def decide(chain: Sequence[Grant], now: datetime, *, workspace_id: str | None, p
 
 
 
+def shared_with_writers(new: Grant, others: Iterable[Grant], now: datetime) -> tuple[str, ...]:
+    """The other bots whose live grants on `new`'s workspace meet it so that one's code may run
+    with the other's secrets: a bot that may write there can plant what the other's commands run
+    (`.venv/bin/sh`, a package, a script), and a command of a grant with secrets runs with them.
+    Warden cannot tell such code from the workspace's own; `warden grant` warns of it."""
+    def writes(g: Grant) -> bool:
+        return bool(g.permissions & {"write", "admin"})
+
+    met = {o.bot for o in others
+           if o.bot != new.bot and o.revoked is None and o.expires > now
+           and ((new.secrets and writes(o)) or (o.secrets and writes(new)))}
+    return tuple(sorted(met))
+
+
 def check_bot_name(name: str) -> str:
     """A valid bot name (it appears in the audit log and in URLs)."""
     if not is_name(name):

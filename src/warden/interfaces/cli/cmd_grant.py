@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from warden.core.errors import InvalidInput
+from warden.core.grants import shared_with_writers
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output, table
 
@@ -65,7 +66,15 @@ def _grant(ctx: Context, args: argparse.Namespace) -> Output:
     ctx.note(f"granted {args.bot} {','.join(sorted(grant.permissions))}{reach} on {args.name} until "
              f"{grant.expires.isoformat(timespec='seconds')} (accessor {grant.accessor}); "
              "the token below is shown only once")
-    return Output(issued.to_json(), issued.token)
+    met = shared_with_writers(grant, ctx.app.grants.list_grants(args.name), ctx.app.clock())
+    data = issued.to_json()
+    if met:
+        warning = (f"{', '.join(met)} and {args.bot} share {args.name}, where one may write and the other's commands "
+                   "run with secrets: code a writer plants there (.venv/bin, node_modules/.bin, a script) runs "
+                   "with them; give secrets on a workspace no other bot may write")
+        ctx.note(f"warning: {warning}")
+        data["warnings"] = [warning]
+    return Output(data, issued.token)
 
 
 def _grants(ctx: Context, args: argparse.Namespace) -> Output:
