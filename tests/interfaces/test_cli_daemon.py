@@ -1232,6 +1232,22 @@ def test_a_home_removed_while_the_daemon_idles_gets_no_new_registry_files(tmp_pa
         stop_daemon(home)
 
 
+def test_a_daemon_whose_home_was_removed_ends(tmp_path: Path) -> None:
+    """No client can reach a daemon whose home (and socket) is gone: it stayed until idle (15
+    minutes by default; a helper found eight of them for homes long removed). It ends at its next beat."""
+    home, environ = _beating_home(tmp_path)
+    environ["WARDEN_DAEMON_IDLE"] = "900"
+    try:
+        assert warden(environ, "init").returncode == 0
+        served(environ)
+        daemon = the_daemon(home)
+        shutil.rmtree(home)
+        wait_until(lambda: daemon not in daemon_pids(home) and not spare_pids(home), timeout=15,
+                   message="the daemon of a removed home is still there")
+    finally:
+        stop_daemon(home)
+
+
 def _home_of_its_own(tmp_path: Path, **extra: str) -> tuple[Path, dict[str, str]]:
     """A home of its own under `tmp_path` (not the module's), its daemon idling a minute."""
     home = tmp_path / "home"

@@ -320,6 +320,10 @@ class Daemon:
                 if live or self.sweeper is not None:
                     timeout = max(min(timeout if timeout is not None else self.sweep_s, next_sweep - now), 0.05)
                 if not self.draining and self.presence.due(now) == 0.0:
+                    if not _still_bound(path, bound):
+                        # Its socket gone or another's: the home was removed (`rm -rf`), so no
+                        # client can reach this daemon. It ended only when idle (15 minutes).
+                        self._drain()
                     if self.spare is not None and self._registry_left_under_spare():
                         self._end_spare(wait=True)
                         self.spare_lost = True  # the next is forked once a request is served: the home may be going
@@ -952,6 +956,14 @@ def _let_go_of_stdio() -> None:
         for target in (0, 1, 2):
             os.dup2(null, target)
         os.close(null)
+
+
+def _still_bound(path: str, inode: int) -> bool:
+    """Whether `path` is still the socket this daemon bound (by its inode)."""
+    try:
+        return os.stat(path).st_ino == inode
+    except OSError:
+        return False
 
 
 def _log(home: str, line: str) -> None:
