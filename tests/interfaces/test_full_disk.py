@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -147,3 +149,28 @@ def test_a_create_the_full_disk_stops_half_way_leaves_neither_row_nor_folder(dis
     outcomes = {e["result"] for e in events if e["action"] == "workspace.create" and e["target"] == "W2"}
     assert "internal" not in outcomes, outcomes  # a full disk is audited as what it is
     assert disk.warden("create", "W2", "--template", "minimal").code == 0
+
+
+def test_the_janitor_goes_on_past_a_pass_the_full_disk_stopped(disk: Disk) -> None:
+    """`warden janitor` (its loop) ended at the first pass a full disk stopped (exit 1), and
+    cleaned up no more once space came back."""
+    assert disk.warden("init").code == 0
+    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
+    assert disk.warden("create", "W", "--template", "minimal").code == 0
+    janitor = subprocess.Popen(["nsenter", "-t", str(disk.holder.pid), "-m", "--", sys.executable, "-m", "warden",
+                                "janitor"], env={**disk.environ, "WARDEN_JANITOR_INTERVAL": "1s"},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(2)
+        disk.fill(0)
+        time.sleep(3)
+        disk.free()
+        time.sleep(3)
+        assert janitor.poll() is None, janitor.communicate()
+    finally:
+        janitor.send_signal(signal.SIGINT)
+        out, err = janitor.communicate(timeout=30)
+    said = err.decode()
+    assert "warden: this pass stopped: no space left" in said, said
+    assert "Traceback" not in said
+    assert len(out.decode().splitlines()) >= 3, out  # passes before the full disk and after it

@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+from warden.core.errors import Locked, Unavailable
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output, printable
 
@@ -54,7 +55,17 @@ def _janitor(ctx: Context, args: argparse.Namespace) -> Output:
     passes = 0
     with ctx.app.instances.registered("command", terminal=ctx.app.terminal):  # a long command: it beats
         while True:  # until Ctrl-C (main says "interrupted", 130)
-            report = janitor.run().to_json()
+            try:
+                report = janitor.run().to_json()
+            except (Unavailable, Locked) as exc:
+                # A full disk, a registry held by another process: this pass's trouble, not the
+                # janitor's end (it ended at the first, exit 1, and cleaned up no more). Said, and
+                # the next pass tries again.
+                sys.stderr.write(f"{time.strftime('%H:%M:%S')} warden: this pass stopped: {exc.message}; "
+                                 f"the next in {interval:g} s\n")
+                sys.stderr.flush()
+                time.sleep(interval)
+                continue
             passes += 1
             if not ctx.json:
                 for line in _lines(report):
