@@ -196,8 +196,9 @@ def _relocate(db: Path, made: dict[str, str], home: Path, with_workspaces: bool)
     conn = sqlite3.connect(db)
     try:
         old_home = made.get("home") or _home_of(conn)
-        if old_home is None or os.path.realpath(old_home) == os.path.realpath(home):
-            return {}
+        if (old_home is None or not old_home.startswith("/") or not old_home.strip("/")
+                or os.path.realpath(old_home) == os.path.realpath(home)):
+            return {}  # the same home, or none a path could be under ("/" would move every path)
         moves = [(old_home, str(home))]
         old_root = made.get("workspaces_root")
         if with_workspaces and old_root and old_root != os.path.join(old_home, "workspaces"):
