@@ -201,7 +201,8 @@ def _relocate(db: Path, made: dict[str, str], home: Path, with_workspaces: bool)
             return {}  # the same home, or none a path could be under ("/" would move every path)
         moves = [(old_home, str(home))]
         old_root = made.get("workspaces_root")
-        if with_workspaces and old_root and old_root != os.path.join(old_home, "workspaces"):
+        if (with_workspaces and old_root and old_root.startswith("/") and old_root.strip("/")
+                and old_root != os.path.join(old_home, "workspaces")):
             moves.insert(0, (old_root, str(home / "workspaces")))
 
         def moved(text: str) -> str:
