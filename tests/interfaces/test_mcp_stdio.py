@@ -287,12 +287,15 @@ def test_a_client_that_closes_stdin_mid_exec_ends_it_without_an_internal_error(w
     events = json.loads(world.cli("audit", "--workspace", "paper", "--limit", "200", "--json"))["data"]
     started = [event["detail"]["run_id"] for event in events if event["action"] == "run.start"
                and event["detail"].get("argv", [""])[-1].endswith("drafts/closed.txt")]
-    assert len(started) == 1
-    ended = [event for event in events if event["action"] in ("run", "run.lost")
-             and event["detail"].get("run_id") == started[0]]
-    assert len(ended) == 1, [event["action"] for event in events[-6:]]
+    # The end of stdin cancels the call: before its command started (on a busy machine), nothing
+    # ran and no run is audited; after, the command is killed and its run has its outcome.
+    assert len(started) <= 1, started
+    for run_id in started:
+        ended = [event for event in events if event["action"] in ("run", "run.lost")
+                 and event["detail"].get("run_id") == run_id]
+        assert len(ended) == 1, [event["action"] for event in events[-6:]]
     mcp = [event for event in events if event["action"] == "mcp.exec" and event["detail"].get("program") == "sh"]
-    assert mcp and mcp[-1]["result"] != "internal", mcp[-1]
+    assert all(event["result"] != "internal" for event in mcp), mcp
 
 
 def test_a_client_that_stops_reading_mid_exec_ends_it_without_an_internal_error(world: World) -> None:
