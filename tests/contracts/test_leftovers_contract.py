@@ -113,8 +113,8 @@ def test_half_written_archives_are_found_with_their_writers(leftovers: Host | Fa
     leftovers.archive(str(folder), "w1-20260301T120000-abcd.tar.zst")
     half = leftovers.half_written(str(folder), "w2-20260301T120000-beef.tar.zst", 4242)
     assert leftovers.temp_archives(str(folder)) == [(half, 4242)]
-    leftovers.remove(half)
-    leftovers.remove(half)  # gone already: fine
+    leftovers.remove_scratch(half)
+    leftovers.remove_scratch(half)  # gone already: fine
     assert leftovers.temp_archives(str(folder)) == []
 
 

@@ -1005,12 +1005,9 @@ class FakeLeftovers:
     def git_scratch(self, workspace: str) -> list[tuple[str, int]]:
         return sorted(self.scratch.get(workspace, []))
 
-    def remove(self, path: str) -> None:
-        self.removed.append(path)
-        self.temp = {folder: [t for t in found if t[0] != path] for folder, found in self.temp.items()}
-
     def remove_scratch(self, path: str) -> None:
         self.removed.append(path)
+        self.temp = {folder: [t for t in found if t[0] != path] for folder, found in self.temp.items()}
         self.scratch = {ws: [t for t in found if t[0] != path] for ws, found in self.scratch.items()}
 
     def remove_in_background(self, path: str) -> None:

@@ -19,7 +19,6 @@ import contextlib
 import io
 import json
 import os
-import re
 import shutil
 import sqlite3
 import tarfile
@@ -28,6 +27,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from warden.adapters.leftovers import HostLeftovers
 from warden.adapters.processes import alive
 from warden.core.errors import Conflict, InvalidInput, NotFound
 
@@ -63,8 +63,8 @@ def backup_home(home: Path, db_path: Path | None, target: Path, *, workspaces_ro
     # A backup killed mid-way (kill -9) left its half-written file beside the target (with the
     # keys in it) and its registry copy in the home, for good: both are named after the writer's
     # pid, and the next backup removes those whose writer is dead.
-    _remove_dead(target.parent, _partial(target.name))
-    _remove_dead(home, _SCRATCH)
+    _remove_dead(target.parent, f".{target.name}.")
+    _remove_dead(home, ".backup.")
     tmp_name = str(target.parent / f".{target.name}.{os.getpid()}.tmp")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp_name)  # a dead process's of this pid (the pid is this one's now)
@@ -121,17 +121,6 @@ def backup_home(home: Path, db_path: Path | None, target: Path, *, workspaces_ro
     return {"file": str(target), "holds": held, "size": target.stat().st_size}
 
 
-# `.backup.PID.tmp` in the home: the registry's copy while it is packed (the sweeper's pattern for
-# a dead process's temporary files, services/sweeper.py, matches it too).
-_SCRATCH = re.compile(r"\.backup\.(\d+)\.tmp")
-_STAGING = re.compile(r"\.restore\.(\d+)\.tmp")  # `warden restore`'s unpacked backup
-
-
-def _partial(name: str) -> re.Pattern[str]:
-    """A backup to `name` being written: `.NAME.PID.tmp` beside it."""
-    return re.compile(re.escape(f".{name}.") + r"(\d+)\.tmp")
-
-
 @contextlib.contextmanager
 def _scratch(home: Path, what: str = "backup") -> Iterator[Path]:
     """A folder of this process's own in `home` (0700), `.WHAT.PID.tmp`, removed after."""
@@ -144,22 +133,14 @@ def _scratch(home: Path, what: str = "backup") -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _remove_dead(folder: Path, pattern: re.Pattern[str]) -> None:
-    """Remove the entries of `folder` that `pattern` names with the pid of a dead process."""
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return
-    for name in names:
-        match = pattern.fullmatch(name)
-        if match is None or alive(int(match[1])):
-            continue
-        path = folder / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                path.unlink()
+def _remove_dead(folder: Path, prefix: str) -> None:
+    """Remove what a dead writer left in `folder` as `PREFIX` + `PID.tmp` (a partial backup, the
+    registry's copy, a restore's staging), as the sweeper finds and removes such leftovers (only
+    those of this prefix here: the backup's folder is the person's, its other files not ours)."""
+    leftovers = HostLeftovers()
+    for path, pid in leftovers.temp_archives(str(folder)):
+        if os.path.basename(path).startswith(prefix) and not alive(pid):
+            leftovers.remove_scratch(path)
 
 
 def _made_in(tar: tarfile.TarFile, members: list[tarfile.TarInfo]) -> dict[str, str]:
@@ -330,7 +311,7 @@ def _restore(tar: tarfile.TarFile, source: Path, home: Path, *, replace: bool) -
     set_aside: list[str] = []
     # The staging folder holds the backup's keys and registry: named after this pid (as backup's
     # scratch), a killed restore's is removed by the next one and by the sweeper.
-    _remove_dead(home, _STAGING)
+    _remove_dead(home, ".restore.")
     with _scratch(home, "restore") as staging:
         wanted = [m for m in members if m.name != "WARDEN-BACKUP"]
         if hasattr(tarfile, "tar_filter"):  # Python >= 3.11.4: the library checks once more

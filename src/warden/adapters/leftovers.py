@@ -48,9 +48,6 @@ class HostLeftovers:
         return sorted((os.path.join(state, name), int(match[1])) for name in names
                       if (match := _GIT_SCRATCH.fullmatch(name)))
 
-    def remove(self, path: str) -> None:
-        Path(path).unlink(missing_ok=True)
-
     def remove_scratch(self, path: str) -> None:
         try:
             is_dir = stat.S_ISDIR(os.lstat(path).st_mode)

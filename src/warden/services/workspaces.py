@@ -182,6 +182,7 @@ class WorkspaceService:
         trashed as it failed while the row's removal could not be written: a full disk), audited;
         False if the row changed meanwhile."""
         with self._registry.transaction() as tx:
+            # Still that creating row (compare-and-set), then gone, in one transaction.
             if not tx.workspaces.compare_and_set(record.name, record.id, "creating", {"status": "broken"}):
                 return False
             tx.workspaces.delete(record.name, record_id=record.id)
@@ -340,18 +341,17 @@ class WorkspaceService:
         trashed here), and deleted at once: a create most often fails on a full disk, where the
         row's removal needs the room the half folder took. Before, that removal failed there
         and the half folder stayed. If the row still cannot go, it stays "creating" with no
-        folder, and the next command finds its creator gone and marks it broken."""
+        folder, and the next command finds its creator gone and removes it (`_abandoned`)."""
         if made:
             with contextlib.suppress(OSError):
                 self.folders.trash(record.path, now=True)
         cause = classify(exc) if isinstance(exc, Exception) else None
-        try:
-            with self._registry.transaction() as tx:
-                tx.workspaces.delete(record.name, record_id=record.id)  # ours only, never a later creator's row
-                self._audit().record(actor=actor, action="workspace.create", target=record.name,
-                                     result=cause.code if cause is not None else "internal", tx=tx)
-        except WardenError:
-            pass  # what failed first is the one to say (no room, the registry locked, a stop): this follows from it
+        # What failed first is the one to say (no room, the registry locked, a stop): a failure
+        # here follows from it.
+        with contextlib.suppress(WardenError), self._registry.transaction() as tx:
+            tx.workspaces.delete(record.name, record_id=record.id)  # ours only, never a later creator's row
+            self._audit().record(actor=actor, action="workspace.create", target=record.name,
+                                 result=cause.code if cause is not None else "internal", tx=tx)
 
     # -- destroy ---------------------------------------------------------------------------
     def destroy(self, name: str, *, actor: str = "user", archive: bool = True, delete: bool = False,

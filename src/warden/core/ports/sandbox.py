@@ -158,7 +158,8 @@ class Leftovers(Protocol):
     scratch folders in workspaces."""
 
     def temp_archives(self, folder: str) -> list[tuple[str, int]]:
-        """Half-written archives in the archives folder `folder`, each with its writer's pid."""
+        """Half-written files in `folder` (`.NAME.PID.tmp`: an archive, a backup's registry copy,
+        an atomic write), each with its writer's pid."""
         ...
 
     def trashed(self, root: str) -> list[str]:
@@ -174,12 +175,9 @@ class Leftovers(Protocol):
         checkout, a clone, an index, an object folder), each with the pid of the Warden that made it."""
         ...
 
-    def remove(self, path: str) -> None:
-        """Delete file `path` (gone already: fine)."""
-        ...
-
     def remove_scratch(self, path: str) -> None:
-        """Delete scratch entry `path` of `git_scratch`, file or folder, now (gone already: fine)."""
+        """Delete leftover `path` (of `temp_archives` or `git_scratch`), file or folder, now, never
+        following a link (gone already: fine)."""
         ...
 
     def remove_in_background(self, path: str) -> None:
