@@ -6,12 +6,13 @@ where git's file goes. Nothing may be written through the link; nothing outside 
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
 import pytest
 
-from warden.adapters.safefs.copyin import copy_in
+from warden.adapters.safefs.copyin import _copy_error, copy_in
 from warden.core.errors import Conflict, InvalidInput
 
 
@@ -68,3 +69,12 @@ def test_a_path_missing_from_the_scratch_is_removed_but_never_a_folder(scratch: 
 def test_a_path_that_could_climb_is_refused(scratch: Path, ws: Path, path: str) -> None:
     with pytest.raises(InvalidInput):
         copy_in(str(scratch), str(ws), [path])
+
+
+def test_a_folder_removed_on_the_way_as_warden_writes_is_the_workspace_changing() -> None:
+    """A bot's process removing a folder between Warden's open of it and its write there (ENOENT)
+    is the tree changing under the copy, as a link planted there is: a conflict (exit 5), not an
+    error without a cause (exit 1, "workspace folder …: No such file or directory", met by the
+    link-race test's racer under CI)."""
+    refused = _copy_error(OSError(errno.ENOENT, "No such file or directory"), "/w", "d/f001.txt")
+    assert isinstance(refused, Conflict) and refused.rule == "git.worktree", refused

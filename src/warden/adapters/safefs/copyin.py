@@ -188,7 +188,10 @@ def _remove_entry(parent: int, leaf: str) -> bool:
 
 
 def _copy_error(exc: OSError, folder: str, path: str) -> WardenError:
-    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+    # ENOENT too: a folder on the way removed by a bot's process between Warden's open of it and
+    # its write there (met as exit 1 "workspace folder ...: No such file or directory" when the
+    # link-race test's racer removed one as discard copied in).
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
         return Conflict(f"the workspace changed while Warden wrote {path!r} into it (a link, a file or a "
                         "folder where git's entry goes: a bot's process may be changing it); nothing was "
                         "written through it. Stop that process and try again", rule="git.worktree")
