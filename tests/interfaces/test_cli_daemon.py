@@ -1241,7 +1241,13 @@ def test_a_daemon_whose_home_was_removed_ends(tmp_path: Path) -> None:
         assert warden(environ, "init").returncode == 0
         served(environ)
         daemon = the_daemon(home)
-        shutil.rmtree(home)
+        # As a person's `rm -rf` would, tried again when the daemon's beat (its registry's
+        # write-ahead log, its log line) put a file in a folder being removed.
+        def removed() -> bool:
+            shutil.rmtree(home, ignore_errors=True)
+            return not home.exists()
+
+        wait_until(removed, timeout=10, message="the home could not be removed")
         wait_until(lambda: daemon not in daemon_pids(home) and not spare_pids(home), timeout=15,
                    message="the daemon of a removed home is still there")
     finally:
