@@ -109,6 +109,10 @@ def test_health_finds_damage_and_repair_fixes_it(envhome: EnvHome) -> None:  # n
     assert healthy["healthy"] and healthy["configured"] and healthy["python_venv"]
     assert healthy["python_deps_installed"] and healthy["node_deps_installed"]
     assert all(layer["read_only"] for layer in healthy["layers"]) and healthy["disk_usage"] > 0
+    # A repair of a healthy workspace mends nothing, and says so (it said "re-linked .venv").
+    proc = envhome.cli("health", name, "--repair", "--json")
+    assert proc.returncode == 0, proc.stdout
+    assert json.loads(proc.stdout)["data"]["fixed"] == []
     # Break it: the venv's link to the layer, a node link, and the marker.
     pth = next(ws.glob(".venv/lib/python3.*/site-packages/_warden_layer.pth"))
     pth.unlink()

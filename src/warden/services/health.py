@@ -292,7 +292,10 @@ class HealthService:
             if missing_layers:
                 fixed.append(f"rebuilt layers {', '.join(missing_layers)}")
             done = self._folders.populate(record.path, resolution, layers)
-            fixed.append("re-linked " + " and ".join(done) if done else "rewrote the project files")
+            if before.issues or missing_layers:
+                # Written again on a healthy workspace too (the check reads no link's target), but
+                # said only when it may have mended something: "fixed" on a healthy one misled.
+                fixed.append("re-linked " + " and ".join(done) if done else "rewrote the project files")
             new_layers = resolution.layer_ids
             if new_layers != layer_ids(record):
                 meta = {**record.meta, **env_meta(resolution, layers, record.path)}
