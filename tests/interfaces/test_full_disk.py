@@ -174,3 +174,36 @@ def test_the_janitor_goes_on_past_a_pass_the_full_disk_stopped(disk: Disk) -> No
     assert "warden: this pass stopped: no space left" in said, said
     assert "Traceback" not in said
     assert len(out.decode().splitlines()) >= 3, out  # passes before the full disk and after it
+
+
+def test_an_archive_the_full_disk_stops_leaves_no_archive_behind(disk: Disk) -> None:
+    """The pack took the last space and the status write after it failed on the full disk: the
+    packed archive stayed in archives/, named by no row, for good (the space that stopped the
+    archive, lost). What a failed archive packed goes with it; the workspace stays as it was."""
+    assert disk.warden("init").code == 0
+    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
+    assert disk.warden("create", "W", "--template", "minimal").code == 0
+    # 256 KB that zstd cannot shrink: the archive needs that much room.
+    wrote = disk.warden("run", "W", "--", "sh", "-c", "head -c 262144 /dev/urandom > data.bin")
+    assert wrote.code == 0, wrote.stderr
+    failed = 0
+    try:
+        for leave_kb in range(200, 520, 8):
+            disk.fill(leave_kb)
+            archived = disk.warden("archive", "W", "--json")
+            disk.free()
+            status = json.loads(disk.warden("info", "W", "--json").stdout)["data"]["status"]
+            if archived.code == 0:
+                assert status == "archived"
+                assert disk.warden("unarchive", "W").code == 0
+                continue
+            failed += 1
+            assert status == "ready", (leave_kb, archived.stdout)
+            assert disk.find("archives", "-type", "f") == "", (leave_kb, archived.stdout)
+            said = json.loads(archived.stdout)["error"]
+            assert "no space left" in said["message"], said
+    finally:
+        disk.free()
+    assert failed, "the disk was never full enough to stop an archive"
+    ran = disk.warden("run", "W", "--", "sh", "-c", "wc -c < data.bin")
+    assert (ran.code, ran.stdout.strip()) == (0, "262144"), ran.stderr

@@ -62,6 +62,10 @@ class ArchiveShelf:
     def exists(self, archive: str) -> bool:
         return self._files.is_file(archive)
 
+    def drop(self, archive: str) -> None:
+        """Delete an archive no record names (gone already: fine)."""
+        self._files.remove(archive)
+
     def keep_record(self, archive: str, record: WorkspaceRecord) -> None:
         """Keep `record` beside `archive`: the registry row goes, the way back stays."""
         self._files.write_atomic(archive + RECORD_SUFFIX,

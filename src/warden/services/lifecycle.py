@@ -12,6 +12,7 @@ and frees the folder; unarchive restores it and re-links its layers.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from warden.core.durations import format_duration
-from warden.core.errors import Conflict, NotFound
+from warden.core.errors import Conflict, NotFound, WardenError
 from warden.core.workspaces import WorkspaceRecord, check_transition
 
 if TYPE_CHECKING:
@@ -282,10 +283,30 @@ class LifecycleService:
             packed = self._ws.shelf.pack(record, progress=progress)
             archive, size = packed.path, packed.size
         meta = {**record.meta, "archive": archive, "status_before_archive": record.status}
-        self._ws.set_status(name, "archived", meta=meta, actor=actor, detail={"archive": archive, "size": size},
-                            expected=record, lease=lease)
+        try:
+            self._ws.set_status(name, "archived", meta=meta, actor=actor, detail={"archive": archive, "size": size},
+                                expected=record, lease=lease)
+        except BaseException:
+            if archive is not None:
+                self._drop_unrecorded(name, archive)
+            raise
         self._ws.trash(record.path)
         return Archived(name, archive, size)
+
+    def _drop_unrecorded(self, name: str, archive: str) -> None:
+        """Remove `archive`, packed by an archive whose status write failed (a full disk, the row
+        changed, the lease lost), unless the row names it after all (the write committed before
+        its failure): named by no row, it stayed in archives/ for good, taking the very space
+        whose lack stopped the archive. The folder it copies is still there."""
+        try:
+            if self._ws.get(name).meta.get("archive") == archive:
+                return
+        except NotFound:
+            pass  # no row names it either
+        except WardenError:
+            return  # the registry cannot say: kept, as every archive whose fate is unknown
+        with contextlib.suppress(OSError):
+            self._ws.shelf.drop(archive)
 
     def _left_behind(self, record: WorkspaceRecord) -> bool:
         """Whether archived `record` still has its own folder beside an archive that holds it."""
