@@ -207,3 +207,33 @@ def test_an_archive_the_full_disk_stops_leaves_no_archive_behind(disk: Disk) -> 
     assert failed, "the disk was never full enough to stop an archive"
     ran = disk.warden("run", "W", "--", "sh", "-c", "wc -c < data.bin")
     assert (ran.code, ran.stdout.strip()) == (0, "262144"), ran.stderr
+
+
+def test_a_destroy_the_full_disk_stops_leaves_no_destroyed_copy_behind(disk: Disk) -> None:
+    """Its archive packed and its row's copy kept beside it, the destroy's registry write failed
+    on the full disk: the workspace was still there, yet `warden unarchive` knew a destroyed copy
+    of it that never was, and the archive's space was lost."""
+    assert disk.warden("init").code == 0
+    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
+    assert disk.warden("create", "W", "--template", "minimal").code == 0
+    wrote = disk.warden("run", "W", "--", "sh", "-c", "head -c 262144 /dev/urandom > data.bin")
+    assert wrote.code == 0, wrote.stderr
+    failed = 0
+    try:
+        for leave_kb in range(200, 520, 8):
+            disk.fill(leave_kb)
+            destroyed = disk.warden("destroy", "W", "--yes", "--json")
+            disk.free()
+            if destroyed.code == 0:
+                break  # the disk let it through at last: its archive is the way back
+            failed += 1
+            status = json.loads(disk.warden("info", "W", "--json").stdout)["data"]["status"]
+            assert status == "ready", (leave_kb, destroyed.stdout)
+            assert disk.find("archives", "-type", "f") == "", (leave_kb, destroyed.stdout)
+    finally:
+        disk.free()
+    assert failed, "the disk was never full enough to stop a destroy"
+    back = disk.warden("unarchive", "W")
+    assert back.code == 0, back.stderr
+    ran = disk.warden("run", "W", "--", "sh", "-c", "wc -c < data.bin")
+    assert (ran.code, ran.stdout.strip()) == (0, "262144"), ran.stderr

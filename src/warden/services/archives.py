@@ -66,6 +66,12 @@ class ArchiveShelf:
         """Delete an archive no record names (gone already: fine)."""
         self._files.remove(archive)
 
+    def take_back(self, archive: str, *, packed: bool) -> None:
+        """Undo `keep_record` (and, when `packed`, the pack) of a destroy that did not happen."""
+        self._files.remove(archive + RECORD_SUFFIX)
+        if packed:
+            self.drop(archive)
+
     def keep_record(self, archive: str, record: WorkspaceRecord) -> None:
         """Keep `record` beside `archive`: the registry row goes, the way back stays."""
         self._files.write_atomic(archive + RECORD_SUFFIX,

@@ -368,36 +368,54 @@ class WorkspaceService:
         record = self.get(name)  # again, under the lease: what is destroyed is what is there now
         archived = record.meta.get("archive")
         adopted = bool(record.meta.get("adopted"))
-        if adopted:
-            # An adopted folder is the person's: forgotten, never packed or moved (unless `delete`).
-            self._processes.stop_processes(record.path)
-            archive = False
-        elif self.folders.present(record.path):
-            self._processes.stop_processes(record.path)
-            if archive:
-                archived = self.shelf.pack(record, progress=progress).path
-                # The registry row goes; a copy beside the archive lets `warden unarchive NAME`
-                # bring the workspace back.
+        packed: str | None = None  # an archive this destroy made
+        try:
+            if adopted:
+                # An adopted folder is the person's: forgotten, never packed or moved (unless `delete`).
+                self._processes.stop_processes(record.path)
+                archive = False
+            elif self.folders.present(record.path):
+                self._processes.stop_processes(record.path)
+                if archive:
+                    archived = packed = self.shelf.pack(record, progress=progress).path
+                    # The registry row goes; a copy beside the archive lets `warden unarchive NAME`
+                    # bring the workspace back.
+                    self.shelf.keep_record(archived, record)
+            elif archive and isinstance(archived, str) and self.shelf.exists(archived):
+                # Already archived: its archive stays, and so must the way back to it.
                 self.shelf.keep_record(archived, record)
-        elif archive and isinstance(archived, str) and self.shelf.exists(archived):
-            # Already archived: its archive stays, and so must the way back to it.
-            self.shelf.keep_record(archived, record)
-        kept = str(archived) if archive and archived is not None else None
-
-        with self._registry.transaction() as tx:
-            self._check_lease(tx, lease)
-            # Grants die with their workspace, in the same transaction (a later workspace of the
-            # same name is a different workspace).
-            live = [g.accessor for g in tx.grants.of_workspace(name, live_only=True)]
-            revoked = tx.grants.revoke(live, self._clock())
-            tx.workspaces.delete(name, record_id=record.id)
-            self._audit().record(actor=actor, action="workspace.destroy", target=name,
-                               detail={"archive": kept, "grants_revoked": revoked}, tx=tx)
+            kept = str(archived) if archive and archived is not None else None
+            with self._registry.transaction() as tx:
+                self._check_lease(tx, lease)
+                # Grants die with their workspace, in the same transaction (a later workspace of
+                # the same name is a different workspace).
+                live = [g.accessor for g in tx.grants.of_workspace(name, live_only=True)]
+                revoked = tx.grants.revoke(live, self._clock())
+                tx.workspaces.delete(name, record_id=record.id)
+                self._audit().record(actor=actor, action="workspace.destroy", target=name,
+                                   detail={"archive": kept, "grants_revoked": revoked}, tx=tx)
+        except BaseException:
+            if archive and isinstance(archived, str):
+                self._undo_shelving(record, archived, packed=archived == packed)
+            raise
         if not adopted or delete:
             self.folders.trash(record.path)
         if self._on_destroyed is not None:
             self._on_destroyed(record, actor)
         return Destroyed(name, kept)
+
+    def _undo_shelving(self, record: WorkspaceRecord, archive: str, *, packed: bool) -> None:
+        """A destroy whose row removal failed (a full disk, the lease lost) takes back the copy of
+        the row it kept beside `archive`, and the archive when it packed it: the workspace is
+        still there, and `warden unarchive` listed a destroyed copy that never was (the archive's
+        space lost with it). Only while the row is still that workspace."""
+        try:
+            if self.get(record.name).id != record.id:
+                return
+        except WardenError:
+            return  # gone after all (or the registry cannot say): the way back stays
+        with contextlib.suppress(OSError):
+            self.shelf.take_back(archive, packed=packed)
 
     def restore_destroyed(self, name: str, *, actor: str = "user") -> WorkspaceRecord:
         """Re-register the newest archived copy of destroyed workspace `name` (status archived)."""
