@@ -237,3 +237,30 @@ def test_a_destroy_the_full_disk_stops_leaves_no_destroyed_copy_behind(disk: Dis
     assert back.code == 0, back.stderr
     ran = disk.warden("run", "W", "--", "sh", "-c", "wc -c < data.bin")
     assert (ran.code, ran.stdout.strip()) == (0, "262144"), ran.stderr
+
+
+def test_a_checkpoint_is_made_only_with_its_audit_row(disk: Disk) -> None:
+    """A checkpoint saved, its audit row's write then failed on the full disk: the command said
+    "no space left" (exit 1) while the checkpoint was there, listed and rolled back to, and
+    nowhere in the audit log. A checkpoint said failed is not there; one listed is audited."""
+    assert disk.warden("init").code == 0
+    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
+    assert disk.warden("create", "W", "--template", "minimal").code == 0
+    said_failed = []
+    try:
+        # The content stays: a checkpoint then writes its manifest (a few KB) and its audit row.
+        for leave_kb in range(0, 96, 2):
+            disk.fill(leave_kb)
+            made = disk.warden("checkpoint", "W", "-m", f"at {leave_kb}", "--json")
+            disk.free()
+            if made.code != 0:
+                assert json.loads(made.stdout)["error"]["code"] == "unavailable", made.stdout
+                said_failed.append(f"at {leave_kb}")
+    finally:
+        disk.free()
+    assert said_failed, "the disk was never full enough to stop a checkpoint"
+    listed = {c["message"]: c["id"] for c in json.loads(disk.warden("checkpoints", "W", "--json").stdout)["data"]}
+    assert not set(said_failed) & set(listed), sorted(set(said_failed) & set(listed))
+    events = json.loads(disk.warden("audit", "--limit", "1000", "--json").stdout)["data"]
+    audited = {e["detail"].get("id") for e in events if e["action"] == "checkpoint.create" and e["result"] == "ok"}
+    assert set(listed.values()) <= audited, set(listed.values()) - audited

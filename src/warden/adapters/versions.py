@@ -330,10 +330,13 @@ class HostVersionStore:
             os.close(fd)
         data = json.dumps(manifest.to_json(), separators=(",", ":")).encode()
         try:
+            # Counted first: a count that then fails (a full disk) leaves no manifest, where the
+            # checkpoint was saved yet said failed; a manifest that then fails is counted until
+            # the next measure (the safe side of the budget).
+            self._bump(name, file_charge(len(data)))
             write_atomic(store / "checkpoints" / f"{manifest.id}.json", data, mode=0o600)
         except OSError as exc:
             raise no_space(exc, f"Warden's home ({self.root})") from None
-        self._bump(name, file_charge(len(data)))
 
     def drop_manifest(self, name: str, checkpoint: str) -> None:
         path = self._store(name) / "checkpoints" / f"{checkpoint}.json"

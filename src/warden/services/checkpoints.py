@@ -119,8 +119,17 @@ class CheckpointService:
             self._audit.record(actor=actor, action="checkpoint.create", target=record.name, result=exc.code,
                                rule=exc.rule or "", detail={"message": message, "error": exc.message})
             raise
-        self._audit.record(actor=actor, action="checkpoint.create", target=record.name, result="ok",
-                           detail={k: v for k, v in manifest.summary().items() if k != "workspace"})
+        try:
+            self._audit.record(actor=actor, action="checkpoint.create", target=record.name, result="ok",
+                               detail={k: v for k, v in manifest.summary().items() if k != "workspace"})
+        except WardenError:
+            # No checkpoint without its audit row (its write failed on a full disk): the command
+            # said "no space left" while the checkpoint was there, listed and rolled back to.
+            with self._lock(record):
+                self.store.drop_manifest(record.name, manifest.id)
+                with contextlib.suppress(WardenError, OSError):
+                    self._collect(record)  # else a later collection (a `checkpoint drop`) frees its objects
+            raise
         return manifest
 
     def _capture(self, record: WorkspaceRecord, message: str, actor: str, *, reuse: bool = False,
