@@ -264,3 +264,32 @@ def test_a_checkpoint_is_made_only_with_its_audit_row(disk: Disk) -> None:
     events = json.loads(disk.warden("audit", "--limit", "1000", "--json").stdout)["data"]
     audited = {e["detail"].get("id") for e in events if e["action"] == "checkpoint.create" and e["result"] == "ok"}
     assert set(listed.values()) <= audited, set(listed.values()) - audited
+
+
+def test_a_setting_written_on_a_full_disk_says_what_was_not_audited(disk: Disk) -> None:
+    """`config set` writes the file first (a broken config must stay fixable with it), then its
+    audit row: on a full disk that row failed and the change was said "still to fix: no space
+    left", as if the setting were what needed fixing. Refused: nothing changed; written: it says
+    the audit log lacks it."""
+    assert disk.warden("init").code == 0
+    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
+    written = refused = 0
+    try:
+        for leave_kb in range(0, 64, 2):
+            before = disk.warden("config", "get", "api.max_execs").stdout.strip()
+            disk.fill(leave_kb)
+            done = disk.warden("config", "set", "api.max_execs", str(100 + leave_kb))
+            disk.free()
+            after = disk.warden("config", "get", "api.max_execs").stdout.strip()
+            assert "Traceback" not in done.stderr
+            if done.code != 0:
+                refused += 1
+                assert after == before and "no space left" in done.stderr, (leave_kb, done)
+            elif "no space left" in done.stdout:
+                written += 1
+                assert after == str(100 + leave_kb), (leave_kb, done)
+                assert "written, but not in the audit log: no space left" in done.stdout, done.stdout
+                assert "still to fix" not in done.stdout
+    finally:
+        disk.free()
+    assert written, "the disk never let the setting through while it stopped its audit row"

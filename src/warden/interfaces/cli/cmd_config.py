@@ -114,9 +114,12 @@ def _set(ctx: Context, args: argparse.Namespace) -> Output:
     text = f"{args.key} = {_value_text(value)}"
     try:
         ctx.app.audit.record(actor="user", action="config.set", target=args.key, detail={"value_set": True})
-    except WardenError as exc:  # another setting in the file is still wrong: the change is written
+    except WardenError as exc:
         data["warning"] = exc.message
-        text += f"\nstill to fix: {exc.message}"
+        if exc.code == "invalid":  # another setting in the file is still wrong: the change is written
+            text += f"\nstill to fix: {exc.message}"
+        else:  # the registry cannot take the audit row now (a full disk, a database down)
+            text += f"\nwritten, but not in the audit log: {exc.message}"
     else:
         if args.key == "sandbox.allowed_commands" and not ctx.app.settings.get_bool("sandbox.enabled"):
             note = ("the allowlist is not enforced while sandbox.enabled is false; "
