@@ -293,3 +293,33 @@ def test_a_setting_written_on_a_full_disk_says_what_was_not_audited(disk: Disk) 
     finally:
         disk.free()
     assert written, "the disk never let the setting through while it stopped its audit row"
+
+
+def test_a_rollback_said_failed_changed_nothing(disk: Disk) -> None:
+    """The files brought back, the rollback's audit row (or its touch) then failed on the full
+    disk: it said "no space left" (exit 1) with the workspace rolled back. Failed: the files are
+    as they were; done: they are the checkpoint's, and a missing audit row is said."""
+    assert disk.warden("init").code == 0
+    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
+    assert disk.warden("create", "W", "--template", "minimal").code == 0
+    assert disk.warden("run", "W", "--", "sh", "-c", "echo saved > f.txt").code == 0
+    saved = json.loads(disk.warden("checkpoint", "W", "--json").stdout)["data"]["id"]
+    outcomes = set()
+    try:
+        for leave_kb in range(0, 96, 4):
+            assert disk.warden("run", "W", "--", "sh", "-c", f"echo {leave_kb} > f.txt").code == 0
+            disk.fill(leave_kb)
+            done = disk.warden("rollback", "W", saved)
+            disk.free()
+            now = disk.warden("run", "W", "--", "cat", "f.txt").stdout.strip()
+            assert "Traceback" not in done.stderr
+            if done.code == 0:
+                assert now == "saved", (leave_kb, done.stdout)
+                outcomes.add("warned" if "not in the audit log: no space left" in done.stdout else "done")
+            else:
+                assert now == str(leave_kb), (leave_kb, done.stderr)
+                assert "no space left" in done.stderr
+                outcomes.add("failed")
+    finally:
+        disk.free()
+    assert "failed" in outcomes and "done" in outcomes, outcomes

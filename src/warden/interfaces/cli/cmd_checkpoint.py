@@ -63,4 +63,4 @@ def _rollback(ctx: Context, args: argparse.Namespace) -> Output:
     return Output(done, render=lambda d: (
         f"rolled {d['workspace']}{'' if d['path'] == '/' else ' ' + d['path']} back to {d['checkpoint']}: "
         f"{d['written']} written, {d['removed']} removed, {d['folders']} folders made "
-        f"(what was there is checkpoint {d['saved_as']})"))
+        f"(what was there is checkpoint {d['saved_as']})" + (f"\n{d['warning']}" if d.get("warning") else "")))
