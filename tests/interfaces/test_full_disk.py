@@ -323,3 +323,35 @@ def test_a_rollback_said_failed_changed_nothing(disk: Disk) -> None:
     finally:
         disk.free()
     assert "failed" in outcomes and "done" in outcomes, outcomes
+
+
+def test_a_file_change_said_failed_was_not_made(disk: Disk) -> None:
+    """`warden fs W rm|mv|write` made the change, then its audit row failed on the full disk:
+    it said "no space left" (exit 1) with the folder removed, the file moved or written. Failed:
+    nothing changed; done: it exits 0 and says on stderr what the audit log lacks."""
+    assert disk.warden("init").code == 0
+    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
+    assert disk.warden("create", "W", "--template", "minimal").code == 0
+    said = set()
+    try:
+        for leave_kb in range(0, 72, 2):
+            assert disk.warden("fs", "W", "mkdir", f"/d{leave_kb}").code == 0
+            assert disk.inside("sh", "-c", f"printf old | {sys.executable} -m warden fs W write /a.txt").code == 0
+            disk.fill(leave_kb)
+            removed = disk.warden("fs", "W", "rm", f"/d{leave_kb}")
+            moved = disk.warden("fs", "W", "mv", "/a.txt", f"/b{leave_kb}.txt")
+            disk.free()
+            for done, there in ((removed, disk.warden("fs", "W", "stat", f"/d{leave_kb}").code == 0),
+                                (moved, disk.warden("fs", "W", "stat", "/a.txt").code == 0)):
+                assert "Traceback" not in done.stderr
+                if done.code == 0:
+                    assert not there, (leave_kb, done.stderr)
+                    unaudited = "but not in the audit log: no space left" in done.stderr
+                    said.add("done, not audited" if unaudited else "done")
+                else:
+                    assert there, (leave_kb, done.stderr)
+                    said.add("failed")
+            disk.warden("fs", "W", "rm", "/a.txt")
+    finally:
+        disk.free()
+    assert {"failed", "done", "done, not audited"} <= said, said

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
     from warden.services.checkpoints import WorkspaceVersions
     from warden.services.leases import LeaseService
     from warden.services.quota import QuotaService
+
+# What a change done but not audited leaves to say (stderr for the CLI, the server's log).
+_log = logging.getLogger("warden.audit")
 
 __all__ = ["ApprovalRequest", "Approver", "FileService", "approve_local_user"]
 
@@ -187,7 +191,15 @@ class FileService:
             self._audit_event(action or op, rel if isinstance(rel, str) else repr(rel), decision, exc.code,
                               {"error": exc.message})
             raise
-        self._audit_event(action or op, rel, decision, "ok", detail(result) if detail else None)
+        try:
+            self._audit_event(action or op, rel, decision, "ok", detail(result) if detail else None)
+        except WardenError as exc:
+            if op not in WRITE_OPS and op != "move":
+                raise  # a read changed nothing: refused with the registry's reason, as any read
+            # The change is made (undoing it would need the disk or registry that just failed):
+            # saying "failed" was false, and a bot would do it again on a changed workspace.
+            _log.warning("warden: %s %s in workspace %s is done, but not in the audit log: %s",
+                         action or op, rel, self.record.name, exc.message)
         return result
 
     def _used(self) -> None:
