@@ -168,3 +168,35 @@ def test_an_approved_move_moves_only_the_file_that_was_asked(world: tuple[App, C
     with pytest.raises(Denied, match="it would fill /docs/locked"):
         files.move("/drafts/m", "/docs")  # type: ignore[attr-defined]
     assert not (root / "docs").exists()
+
+
+def test_a_request_or_an_answer_is_stored_only_with_its_audit_row(world: tuple[App, Clock],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The request stored, then its audit row failed (a full disk): its bot was told the write
+    failed while it waited in the person's queue; a denial written, its row failed: the person
+    was told it failed. Each now lands with its row or not at all."""
+    from warden.core.errors import Unavailable
+
+    app, _ = world
+    files, _ = _bot_files(app)
+    record = app.audit.record
+    failing: set[str] = set()
+
+    def audit(**event: object) -> object:
+        if event["action"] in failing:
+            raise Unavailable("no space left on the device; free some space")
+        return record(**event)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(app.audit, "record", audit)
+    failing.add("approval.request")
+    with pytest.raises(Unavailable):
+        files.write_bytes("/final/a.txt", b"a")  # type: ignore[attr-defined]
+    assert app.approvals.listed(everything=True) == []
+    failing.clear()
+    approval_id = _ask(files, "/final/a.txt", b"a")
+    failing.add("approval.deny")
+    with pytest.raises(Unavailable):
+        app.approvals.answer(approval_id, approve=False, actor="user")
+    assert app.approvals.get(approval_id).status == "pending"
+    failing.clear()
+    assert app.approvals.answer(approval_id, approve=False, actor="user").status == "denied"

@@ -13,6 +13,7 @@ row's status (core/approvals.py), so two answers at once carry an operation out 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -44,6 +45,8 @@ __all__ = ["ApprovalService", "Executor"]
 # in, a short JSON-able outcome out; a WardenError marks the request failed.
 Executor = Callable[[ApprovalRecord, bytes | None], Mapping[str, Any]]
 FilesFor = Callable[..., "FileService"]
+# What was carried out but not recorded leaves to say (stderr for the CLI, the server's log).
+_log = logging.getLogger("warden.audit")
 
 
 def _iso(moment: datetime) -> str:
@@ -120,10 +123,12 @@ class ApprovalService:
                 raise TooLarge(f"requests waiting for approval already hold {held} bytes "
                                "(approvals.max_pending_size); wait for answers first", rule="approval.max_bytes")
             tx.approvals.insert(record, content)
-        self._audit.record(actor=principal.actor, action="approval.request", target=f"{workspace}:{path}",
-                           decision="ask", rule=rule, result="pending",
-                           detail={"id": record.id, "op": op, "size": record.size, "sha256": record.digest,
-                                   "zone": zone})
+            # In the same transaction: a request stored but not audited (a full disk) was refused
+            # to its bot while it waited in the person's queue.
+            self._audit.record(actor=principal.actor, action="approval.request", target=f"{workspace}:{path}",
+                               decision="ask", rule=rule, result="pending",
+                               detail={"id": record.id, "op": op, "size": record.size, "sha256": record.digest,
+                                       "zone": zone}, tx=tx)
         return record
 
     # -- reading ---------------------------------------------------------------------------
@@ -193,11 +198,11 @@ class ApprovalService:
             raise
         answered = {"answered_by": actor, "answered_at": _iso(self._clock()), "note": note}
         if not approve:
-            self._move(record, "denied", answered)
-            self._audit.record(actor=actor, action="approval.deny", target=approval_id, decision="deny",
-                               rule="approval.denied", result="ok",
-                               detail={"workspace": record.workspace, "op": record.op, "path": record.path,
-                                       "requester": record.requester, "note": note})
+            self._move(record, "denied", answered, audit={
+                "actor": actor, "action": "approval.deny", "target": approval_id, "decision": "deny",
+                "rule": "approval.denied", "result": "ok",
+                "detail": {"workspace": record.workspace, "op": record.op, "path": record.path,
+                           "requester": record.requester, "note": note}})
             return self.get(approval_id)
         content = self.content(approval_id)
         # Claimed by compare-and-set: from pending, or (a person finishing what a killed Warden
@@ -207,9 +212,13 @@ class ApprovalService:
         return self._carry_out(self.get(approval_id), content, actor)
 
     def _move(self, record: ApprovalRecord, to: str, changes: Mapping[str, object], *,
-              answered_at: datetime | None = None) -> None:
+              answered_at: datetime | None = None, audit: Mapping[str, Any] | None = None) -> None:
+        """Move `record` to status `to` by compare-and-set, with its `audit` event (the keywords
+        of AuditLog.record) in the same transaction: an answer is never said failed while done."""
         with self._registry.transaction() as tx:
             moved = tx.approvals.move(record.id, record.status, {"status": to, **changes}, answered_at=answered_at)
+            if moved and audit is not None:
+                self._audit.record(**audit, tx=tx)
         if not moved:
             now = self.get(record.id)
             raise Conflict(f"{record.id} was answered meanwhile: it is {self.status(now)}"
@@ -227,19 +236,27 @@ class ApprovalService:
                              f"before approved {record.op} {record.path} ({record.id})", actor)
             outcome = dict(executor(record, content))
         except WardenError as exc:
-            self._move(record, "failed", {"outcome": {"error": exc.message, "code": exc.code}})
-            self._audit.record(actor=actor, action="approval.approve", target=record.id, decision="allow",
-                               rule="approval.approved", result=exc.code,
-                               detail={"workspace": record.workspace, "op": record.op, "path": record.path,
-                                       "requester": record.requester, "error": exc.message})
+            self._move(record, "failed", {"outcome": {"error": exc.message, "code": exc.code}}, audit={
+                "actor": actor, "action": "approval.approve", "target": record.id, "decision": "allow",
+                "rule": "approval.approved", "result": exc.code,
+                "detail": {"workspace": record.workspace, "op": record.op, "path": record.path,
+                           "requester": record.requester, "error": exc.message}})
             exc.message = f"{record.id} was approved but carrying it out failed: {exc.message}"
             exc.args = (exc.message,)
             raise
-        self._move(record, "approved", {"outcome": outcome})
-        self._audit.record(actor=actor, action="approval.approve", target=record.id, decision="allow",
-                           rule="approval.approved", result="ok",
-                           detail={"workspace": record.workspace, "op": record.op, "path": record.path,
-                                   "requester": record.requester, "sha256": record.digest, **outcome})
+        try:
+            self._move(record, "approved", {"outcome": outcome}, audit={
+                "actor": actor, "action": "approval.approve", "target": record.id, "decision": "allow",
+                "rule": "approval.approved", "result": "ok",
+                "detail": {"workspace": record.workspace, "op": record.op, "path": record.path,
+                           "requester": record.requester, "sha256": record.digest, **outcome}})
+        except WardenError as exc:
+            if exc.code == "conflict":
+                raise
+            # Carried out already (a full disk took only its record, which stays `approving`):
+            # saying "failed" was false, and the person would answer it again.
+            _log.warning("warden: %s was carried out, but neither its answer nor its audit row could be "
+                         "recorded: %s", record.id, exc.message)
         return self.get(record.id)
 
     # -- carrying out file operations ------------------------------------------------------
