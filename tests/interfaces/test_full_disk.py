@@ -355,3 +355,31 @@ def test_a_file_change_said_failed_was_not_made(disk: Disk) -> None:
     finally:
         disk.free()
     assert {"failed", "done", "done, not audited"} <= said, said
+
+
+def test_a_lock_said_failed_is_not_held(disk: Disk) -> None:
+    """The lock taken, its audit row then failed on the full disk: `warden lock` said "no space
+    left" (exit 1) with the lock held; so did `unlock` with it given back."""
+    assert disk.warden("init").code == 0
+    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
+    assert disk.warden("create", "W", "--template", "minimal").code == 0
+    said = set()
+    try:
+        for leave_kb in range(0, 64, 1):
+            for verb in ("lock", "unlock"):
+                disk.fill(leave_kb)
+                done = disk.warden(verb, "W")
+                disk.free()
+                held = "W" in disk.warden("locks").stdout
+                assert "Traceback" not in done.stderr
+                if done.code == 0:
+                    assert held == (verb == "lock"), (leave_kb, verb, done.stderr)
+                    said.add("not audited" if "not in the audit log: no space left" in done.stderr else "done")
+                elif "no space left" in done.stderr:
+                    assert held == (verb == "unlock"), (leave_kb, verb, done.stderr)
+                    said.add("failed")
+                if held != (verb == "lock"):
+                    break  # lock again, or unlock again, at the next level
+    finally:
+        disk.free()
+    assert {"failed", "done", "not audited"} <= said, said

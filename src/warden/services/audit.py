@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins  # `list` below names the method
+import logging
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,7 @@ from warden.core.audit import (
     scrub,
     verify_chain,
 )
+from warden.core.errors import WardenError
 from warden.core.ports import Clock, Registry, Tx
 
 if TYPE_CHECKING:
@@ -21,6 +23,9 @@ if TYPE_CHECKING:
 
 __all__ = ["AuditLog"]
 
+
+# Where a change made but not audited is said (stderr for the CLI, the server's log).
+_log = logging.getLogger("warden.audit")
 
 # Rows `verify` reads per query: memory stays flat however long the log grows.
 VERIFY_BATCH = 1000
@@ -44,6 +49,17 @@ class AuditLog:
             return tx.audit.append(event)
         with self._registry.transaction() as own:
             return own.audit.append(event)
+
+    def record_made(self, **event: Any) -> AuditEvent | None:
+        """The row of a change already made, that cannot be undone when its row fails (a full
+        disk, a database gone): the failure is said as a warning line instead of raised, since
+        saying the change failed would be false (and its caller would make it again)."""
+        try:
+            return self.record(**event)
+        except WardenError as exc:
+            _log.warning("warden: %s on %s is done, but not in the audit log: %s",
+                         event.get("action"), event.get("target"), exc.message)
+            return None
 
     def list(self, *, target: str | None = None, limit: int = 50) -> list[AuditEvent]:
         """The newest `limit` events (oldest first), optionally only those about `target`."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -42,8 +41,6 @@ if TYPE_CHECKING:
     from warden.services.leases import LeaseService
     from warden.services.quota import QuotaService
 
-# What a change done but not audited leaves to say (stderr for the CLI, the server's log).
-_log = logging.getLogger("warden.audit")
 
 __all__ = ["ApprovalRequest", "Approver", "FileService", "approve_local_user"]
 
@@ -144,14 +141,16 @@ class FileService:
                                decision="allow", rule="read (many)", result="ok", detail=counts)
 
     def _audit_event(self, op: str, rel: str, decision: PathDecision | None, result: str,
-                     detail: Mapping[str, Any] | None = None) -> None:
+                     detail: Mapping[str, Any] | None = None, *, made: bool = False) -> None:
+        """One `fs.OP` event; `made`: of a change already made (AuditLog.record_made)."""
         counts = getattr(self._batch, "counts", None)
         if counts is not None and op in ("read", "list", "stat", "exists"):
             counts["reads" if result == "ok" else "refused"] += 1
             return
-        self._audit.record(actor=self.actor, action=f"fs.{op}", target=f"{self.record.name}:{rel}",
-                           decision=decision.decision if decision else "none",
-                           rule=decision.rule if decision else "", result=result, detail=detail)
+        record = self._audit.record_made if made else self._audit.record
+        record(actor=self.actor, action=f"fs.{op}", target=f"{self.record.name}:{rel}",
+               decision=decision.decision if decision else "none",
+               rule=decision.rule if decision else "", result=result, detail=detail)
 
     def _do(self, op: str, path: str, work: Callable[[WorkspaceRoot, str], T],
             detail: Callable[[T], Mapping[str, Any]] | None = None, *, action: str | None = None,
@@ -191,15 +190,10 @@ class FileService:
             self._audit_event(action or op, rel if isinstance(rel, str) else repr(rel), decision, exc.code,
                               {"error": exc.message})
             raise
-        try:
-            self._audit_event(action or op, rel, decision, "ok", detail(result) if detail else None)
-        except WardenError as exc:
-            if op not in WRITE_OPS and op != "move":
-                raise  # a read changed nothing: refused with the registry's reason, as any read
-            # The change is made (undoing it would need the disk or registry that just failed):
-            # saying "failed" was false, and a bot would do it again on a changed workspace.
-            _log.warning("warden: %s %s in workspace %s is done, but not in the audit log: %s",
-                         action or op, rel, self.record.name, exc.message)
+        # A change is made (undoing it would need the disk or registry that just failed): a row
+        # that fails after it is said, not raised. A read changed nothing: refused as any read.
+        self._audit_event(action or op, rel, decision, "ok", detail(result) if detail else None,
+                          made=op in WRITE_OPS or op == "move")
         return result
 
     def _used(self) -> None:
@@ -326,11 +320,8 @@ class FileService:
             raise NotFound("this workspace keeps no versions")
         chosen, data = self.versions.content(canonical(path), version, self.max_bytes)
         self.write_bytes(path, data)
-        try:
-            self._audit_event("restore", canonical(path), None, "ok", {"version": chosen.id, "size": chosen.size})
-        except WardenError as exc:  # written already (its write's own row says so): as in _do
-            _log.warning("warden: restore %s in workspace %s is done, but not in the audit log: %s",
-                         canonical(path), self.record.name, exc.message)
+        self._audit_event("restore", canonical(path), None, "ok", {"version": chosen.id, "size": chosen.size},
+                          made=True)
         return chosen
 
     def _check_quota(self, root: WorkspaceRoot, rel: str, size: int | None) -> tuple[int, int]:

@@ -185,9 +185,9 @@ class GitService:
                                rule=exc.rule or "", result=exc.code,
                                detail={**(asked or {}), "error": exc.message})
             raise
-        if audited:
-            self._audit.record(actor=actor, action=f"git.{op}", target=target, decision="allow",
-                               detail={**(asked or {}), **(detail(result) if detail else {})})
+        if audited:  # done: a row that fails now is said, not raised (AuditLog.record_made)
+            self._audit.record_made(actor=actor, action=f"git.{op}", target=target, decision="allow",
+                                    detail={**(asked or {}), **(detail(result) if detail else {})})
         return result
 
     @contextlib.contextmanager

@@ -15,6 +15,7 @@ layers stay untouched (they are mounted read-only). Then the requirement is reco
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -217,11 +218,12 @@ class InstallService:
             self._audit.record(actor=actor, action="workspace.install", target=name, result=exc.code,
                                rule=exc.rule or "", detail={"packages": checked, "node": node})
             raise
-        self._audit.record(actor=actor, action="workspace.install", target=name,
-                           result="ok" if result.ok else f"exit {result.exit_code}",
-                           detail={"packages": checked, "node": node, "persist": persist,
-                                   "recorded_in": result.recorded_in})
-        self._workspaces.touch(name)
+        self._audit.record_made(actor=actor, action="workspace.install", target=name,
+                                result="ok" if result.ok else f"exit {result.exit_code}",
+                                detail={"packages": checked, "node": node, "persist": persist,
+                                        "recorded_in": result.recorded_in})
+        with contextlib.suppress(WardenError):  # installed: when it was last used is no outcome
+            self._workspaces.touch(name)
         if not result.ok:
             raise Unavailable(f"installing {', '.join(checked)} failed (exit {result.exit_code}): "
                               f"{result.error}")

@@ -91,11 +91,11 @@ class KeyService:
         detail = (cluster.rotate_kek(new_key=new_kek, expected=expected) if what == "kek"
                   else cluster.rotate(PEPPER if what == "pepper" else SECRETS, expected=expected))
         shown = {k: v for k, v in detail.items() if k != "key_file"}
-        self._audit.record(actor=actor, action=f"keys.rotate_{what}", target="cluster keyring", detail=shown)
+        self._audit.record_made(actor=actor, action=f"keys.rotate_{what}", target="cluster keyring", detail=shown)
         return detail
 
     def retire_peppers(self, *, expected: int | None = None, actor: str = "user") -> dict[str, object]:
         """Forget the peppers kept after rotations (tokens hashed under them stop working); audited."""
         detail = self._need_cluster("pepper").retire_peppers(expected=expected)
-        self._audit.record(actor=actor, action="keys.retire_pepper", target="cluster keyring", detail=detail)
+        self._audit.record_made(actor=actor, action="keys.retire_pepper", target="cluster keyring", detail=detail)
         return detail

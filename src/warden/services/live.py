@@ -920,7 +920,7 @@ class LiveSandboxService:
                            rule="process.ended")
         sandbox = self._sandbox_of(process)
         self._sandboxes.signal(sandbox, process, sig)
-        self._audit.record(actor=actor, action="process.kill", target=workspace, decision="allow", rule="sandbox",
+        self._audit.record_made(actor=actor, action="process.kill", target=workspace, decision="allow", rule="sandbox",
                            result="signalled", detail={"id": process_id, "signal": sig})
         if sandbox is not None:
             deadline = time.monotonic() + 3.0

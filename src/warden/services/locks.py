@@ -56,7 +56,7 @@ class LockService:
             return lock
 
         self._leases.change_lock(name, change)
-        self._audit.record(actor="user", action="workspace.lock", target=name, decision="allow", rule="lock.take",
+        self._audit.record_made(actor="user", action="workspace.lock", target=name, decision="allow", rule="lock.take",
                            result="ok", detail={"terminal": terminal, "expires": made[0].expires.isoformat(),
                                                 "reason": reason})
         return made[0]
@@ -76,7 +76,7 @@ class LockService:
             return None
 
         self._leases.change_lock(name, change)
-        self._audit.record(actor="user", action="workspace.unlock", target=name, decision="allow",
+        self._audit.record_made(actor="user", action="workspace.unlock", target=name, decision="allow",
                            rule="lock.give", result="ok", detail={"terminal": terminal})
         return had[0]
 
@@ -95,7 +95,7 @@ class LockService:
 
         self._leases.change_lock(name, change)
         previous = taken[0]
-        self._audit.record(actor="user", action="workspace.takeover", target=name, decision="allow",
+        self._audit.record_made(actor="user", action="workspace.takeover", target=name, decision="allow",
                            rule="lock.takeover", result="ok",
                            detail={"terminal": terminal, "from": previous.terminal if previous else None})
         return made[0], previous
