@@ -383,3 +383,27 @@ def test_a_lock_said_failed_is_not_held(disk: Disk) -> None:
     finally:
         disk.free()
     assert {"failed", "done", "not audited"} <= said, said
+
+
+def test_a_command_that_ran_exits_with_its_own_status_on_a_full_disk(disk: Disk) -> None:
+    """The command ran and exited 3, then its outcome's write failed on the full disk: `warden
+    run` exited 1 saying "no space left", and its person would run it again. Refused: 126, it
+    never ran; ran: its own status, and a line saying what the audit log lacks."""
+    assert disk.warden("init").code == 0
+    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
+    assert disk.warden("create", "W", "--template", "minimal").code == 0
+    codes = set()
+    try:
+        for leave_kb in range(0, 64, 1):
+            disk.fill(leave_kb)
+            ran = disk.warden("run", "W", "--", "sh", "-c", f"echo ran{leave_kb}; exit 3")
+            disk.free()
+            codes.add(ran.code)
+            assert ran.code in (3, 126), (leave_kb, ran.code, ran.stderr)
+            assert (ran.stdout == f"ran{leave_kb}\n") == (ran.code == 3), (leave_kb, ran.stdout)
+            if ran.code == 3 and "no space left" in ran.stderr:
+                codes.add("unrecorded")
+                assert "the command ran and exited 3, but not in the audit log" in ran.stderr, ran.stderr
+    finally:
+        disk.free()
+    assert {126, "unrecorded"} <= codes, codes

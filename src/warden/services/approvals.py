@@ -13,7 +13,6 @@ row's status (core/approvals.py), so two answers at once carry an operation out 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -28,6 +27,7 @@ from warden.core.approvals import (
 )
 from warden.core.errors import Conflict, Denied, NotFound, Pending, TooLarge, WardenError
 from warden.core.grants import alive, decide
+from warden.services.audit import unaudited
 
 if TYPE_CHECKING:
     from warden.core.ports import Registry
@@ -45,8 +45,6 @@ __all__ = ["ApprovalService", "Executor"]
 # in, a short JSON-able outcome out; a WardenError marks the request failed.
 Executor = Callable[[ApprovalRecord, bytes | None], Mapping[str, Any]]
 FilesFor = Callable[..., "FileService"]
-# What was carried out but not recorded leaves to say (stderr for the CLI, the server's log).
-_log = logging.getLogger("warden.audit")
 
 
 def _iso(moment: datetime) -> str:
@@ -255,8 +253,7 @@ class ApprovalService:
                 raise
             # Carried out already (a full disk took only its record, which stays `approving`):
             # saying "failed" was false, and the person would answer it again.
-            _log.warning("warden: %s was carried out, but neither its answer nor its audit row could be "
-                         "recorded: %s", record.id, exc.message)
+            unaudited(f"{record.id} was carried out (its answer is not recorded either)", exc.message)
         return self.get(record.id)
 
     # -- carrying out file operations ------------------------------------------------------

@@ -21,11 +21,16 @@ from warden.core.ports import Clock, Registry, Tx
 if TYPE_CHECKING:
     from datetime import datetime
 
-__all__ = ["AuditLog"]
+__all__ = ["AuditLog", "unaudited"]
 
 
 # Where a change made but not audited is said (stderr for the CLI, the server's log).
 _log = logging.getLogger("warden.audit")
+
+def unaudited(what: str, reason: str) -> None:
+    """Say that `what` happened although its audit row could not be written (`reason`)."""
+    _log.warning("warden: %s, but not in the audit log: %s", what, reason)
+
 
 # Rows `verify` reads per query: memory stays flat however long the log grows.
 VERIFY_BATCH = 1000
@@ -57,8 +62,7 @@ class AuditLog:
         try:
             return self.record(**event)
         except WardenError as exc:
-            _log.warning("warden: %s on %s is done, but not in the audit log: %s",
-                         event.get("action"), event.get("target"), exc.message)
+            unaudited(f"{event.get('action')} on {event.get('target')} is done", exc.message)
             return None
 
     def list(self, *, target: str | None = None, limit: int = 50) -> list[AuditEvent]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -47,6 +48,7 @@ from warden.core.runs import (
     explain_failure,
     workspace_cwd,
 )
+from warden.services.audit import unaudited
 from warden.services.runs_in_progress import RunIntent, RunsInProgress
 
 if TYPE_CHECKING:
@@ -585,6 +587,7 @@ class RunService:
     # -- the lease and the registry ------------------------------------------------------------
     def _hold_lease(self, held: contextlib.ExitStack, intent: RunIntent, within: Lease | None) -> None:
         held.push(_still_refused)  # first in, so last out: it sees what giving the lease back raised
+        held.push(functools.partial(_ran_unrecorded, intent))
         try:
             held.enter_context(self._lease(intent, within))
         except (Locked, Unavailable, Conflict) as exc:
@@ -692,6 +695,19 @@ def _still_refused(kind: type[BaseException] | None, exc: BaseException | None, 
             raise Refused.of(exc) from seen
         seen = seen.__context__
     return False
+
+
+def _ran_unrecorded(intent: RunIntent, _kind: type[BaseException] | None, exc: BaseException | None,
+                    _tb: object) -> bool:
+    """A command that ran, whose outcome's write (with the lease given back) failed on a full
+    disk: `warden run` exited 1 saying "no space left" for a command that ran and exited with its
+    own status, which its person would then run again. Its status stands; a warning line says
+    what the audit log lacks (its intent is there; the lease lapses). Not when a caller's own
+    writes ride on the outcome (`on_end`: a bot's exec slot): those are not lost silently."""
+    if intent.outcome is None or intent.ended is not None or not isinstance(exc, Unavailable):
+        return False
+    unaudited(f"the command ran and exited {intent.outcome.exit_code}", exc.message)
+    return True
 
 
 def _stopped(intent: RunIntent, ended: BaseException | None) -> None:
