@@ -227,6 +227,9 @@ def main() -> int:
         if args.keep:
             print(f"home kept: {home.path}", flush=True)
         else:
+            from warden.adapters.envs.layer_store import make_writable
+
+            make_writable(folder)  # its env layers are read-only: a normal user's rmtree left them
             shutil.rmtree(folder, ignore_errors=True)
 
 
