@@ -407,3 +407,53 @@ def test_a_command_that_ran_exits_with_its_own_status_on_a_full_disk(disk: Disk)
     finally:
         disk.free()
     assert {126, "unrecorded"} <= codes, codes
+
+
+def test_a_bots_command_that_ran_is_answered_with_its_status_on_a_full_disk(disk: Disk) -> None:
+    """Over HTTP the same: the bot's command ran, its outcome's write (with the call's event)
+    failed on the full disk, and the bot was answered 503 "no space left", so it would run the
+    command again. It gets its command's result; the server's log says what the audit lacks."""
+    import re
+
+    import httpx
+
+    from tests.support.waiting import poll
+
+    assert disk.warden("init").code == 0
+    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
+    assert disk.warden("create", "W", "--template", "minimal").code == 0
+    assert disk.warden("bot", "register", "b1").code == 0
+    granted = disk.warden("grant", "W", "b1", "--permissions", "read,execute", "--json")
+    token = json.loads(granted.stdout)["data"]["token"]
+    log = disk.path.parent / "serve.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen(["nsenter", "-t", str(disk.holder.pid), "-m", "--", sys.executable, "-m",
+                                   "warden", "serve", "--port", "0", "--no-access-log"],
+                                  stdout=out, stderr=subprocess.STDOUT, env=disk.environ, stdin=subprocess.DEVNULL)
+    try:
+        found = poll(lambda: re.search(rb"listening on (http://127\.0\.0\.1:\d+)", log.read_bytes()), timeout=60)
+        assert found, log.read_bytes()
+        url = found.group(1).decode()
+        answers = set()
+        try:
+            for leave_kb in range(0, 64, 1):
+                disk.fill(leave_kb)
+                answer = httpx.post(f"{url}/v1/workspaces/W/exec", headers={"Authorization": f"Bearer {token}"},
+                                    json={"cmd": ["sh", "-c", f"echo ran{leave_kb}; exit 3"]}, timeout=60)
+                disk.free()
+                if answer.status_code == 200:
+                    body = answer.json()
+                    assert (body["exit_code"], body["stdout"]) == (3, f"ran{leave_kb}\n"), body
+                    answers.add(200)
+                else:
+                    assert answer.status_code == 503, (leave_kb, answer.status_code, answer.text)
+                    answers.add(503)
+        finally:
+            disk.free()
+        assert 503 in answers, answers  # the disk was full enough to refuse some
+        said = log.read_bytes().decode(errors="replace")
+        assert "the command ran and exited 3, but not in the audit log: no space left" in said, said[-3000:]
+        assert "Traceback" not in said, said[-3000:]
+    finally:
+        server.terminate()
+        server.wait(30)

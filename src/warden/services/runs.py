@@ -701,10 +701,11 @@ def _ran_unrecorded(intent: RunIntent, _kind: type[BaseException] | None, exc: B
                     _tb: object) -> bool:
     """A command that ran, whose outcome's write (with the lease given back) failed on a full
     disk: `warden run` exited 1 saying "no space left" for a command that ran and exited with its
-    own status, which its person would then run again. Its status stands; a warning line says
-    what the audit log lacks (its intent is there; the lease lapses). Not when a caller's own
-    writes ride on the outcome (`on_end`: a bot's exec slot): those are not lost silently."""
-    if intent.outcome is None or intent.ended is not None or not isinstance(exc, Unavailable):
+    own status, which its person (or bot, answered 503) would then run again. Its status
+    stands; a warning line (the server's log, over HTTP) says what the audit log lacks: its
+    outcome, and the call's event a bot's exec writes with it (`on_end`); its intent is there,
+    and the lease lapses."""
+    if intent.outcome is None or not isinstance(exc, Unavailable):
         return False
     unaudited(f"the command ran and exited {intent.outcome.exit_code}", exc.message)
     return True
