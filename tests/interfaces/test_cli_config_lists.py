@@ -65,3 +65,18 @@ def test_setting_an_allowlist_says_when_it_is_not_enforced(cli: Cli) -> None:
     assert cli("config", "set", "sandbox.enabled", "true").code == 0
     r = cli("config", "set", "sandbox.allowed_commands", "python3,echo", "--json")
     assert r.code == 0 and "note" not in r.json["data"]
+
+
+@pytest.mark.initialised_home
+def test_settings_set_at_once_are_all_kept(cli: Cli) -> None:
+    """Each `config set` read, changed and wrote the whole file: six at once (one process each)
+    kept two of their keys, and every one of them said it was set."""
+    import concurrent.futures
+
+    wanted = {"api.max_execs": "11", "api.max_execs_per_bot": "3", "approvals.max_pending": "7",
+              "workspace.min_free": "1GB", "api.port": "8790", "workspace.sandbox_idle": "5m"}
+    with concurrent.futures.ThreadPoolExecutor(len(wanted)) as pool:
+        done = list(pool.map(lambda item: cli("config", "set", *item), wanted.items()))
+    assert all(d.code == 0 for d in done), [d.stderr for d in done]
+    got = {key: cli("config", "get", key).stdout.strip() for key in wanted}
+    assert got == wanted
