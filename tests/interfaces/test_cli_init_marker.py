@@ -94,3 +94,19 @@ def test_a_home_from_before_the_marker_still_guards_its_state(cli: Cli, home: Pa
 def test_a_fresh_home_needs_no_init(cli: Cli, home: Path) -> None:
     assert cli("list").code == 0
     assert cli("bot", "register", "b1").code == 0
+
+
+def test_inits_at_once_all_set_up_one_home(cli: Cli, tmp_path: Path) -> None:
+    """Four `warden init` at once on a home not made yet: each asked whether a folder (the home,
+    keys, layers...) was there and then made it, so the ones that lost the race ended with
+    "internal error: FileExistsError"."""
+    import concurrent.futures
+
+    for attempt in range(3):
+        fresh = tmp_path / f"home{attempt}"
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            done = list(pool.map(lambda _: cli("init", env={"WARDEN_HOME": str(fresh)}), range(4)))
+        assert [d.code for d in done] == [0] * 4, [d.stderr for d in done]
+        assert (fresh / ".initialised").is_file() and (fresh / "config.toml").read_text().strip()
+        assert cli("audit", "verify", env={"WARDEN_HOME": str(fresh)}).code == 0
+        assert not [p.name for p in fresh.iterdir() if p.name.endswith(".tmp")]

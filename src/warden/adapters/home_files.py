@@ -30,18 +30,29 @@ class HostHomeFiles:
         self.root = root
 
     def make_folder(self, path: str, mode: int) -> bool:
-        folder = Path(path)
-        if folder.exists():
+        # Made, or found made (by another `warden init` at the same moment: asked first, the
+        # two raced from the check to the mkdir, and the loser said "internal error").
+        try:
+            Path(path).mkdir(parents=True, mode=mode)
+        except FileExistsError:
             return False
-        folder.mkdir(parents=True, mode=mode)
         return True
 
     def create_config(self, path: str, text: str) -> bool:
-        if os.path.exists(path):
+        # Whole or not there: written aside, then linked into place unless a file is there
+        # already (another `init` at the same moment may be the one that made it; a reader
+        # never sees it half written).
+        # Named as the sweeper knows a dead writer's leftover (`.NAME.PID.tmp`).
+        tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.link(tmp, path)
+        except FileExistsError:
             return False
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        finally:
+            os.unlink(tmp)
         return True
 
     def mark(self, clock: Callable[[], datetime]) -> bool:
