@@ -104,8 +104,9 @@ def test_inits_at_once_all_set_up_one_home(cli: Cli, tmp_path: Path) -> None:
 
     for attempt in range(3):
         fresh = tmp_path / f"home{attempt}"
+        env = {"WARDEN_HOME": str(fresh)}
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            done = list(pool.map(lambda _: cli("init", env={"WARDEN_HOME": str(fresh)}), range(4)))
+            done = list(pool.map(lambda _, env=env: cli("init", env=env), range(4)))
         assert [d.code for d in done] == [0] * 4, [d.stderr for d in done]
         assert (fresh / ".initialised").is_file() and (fresh / "config.toml").read_text().strip()
         assert cli("audit", "verify", env={"WARDEN_HOME": str(fresh)}).code == 0
