@@ -1,12 +1,15 @@
-"""Atomic file writes: temp file in the same directory, fsync, rename, fsync the directory."""
+"""Atomic file writes (temp file in the same directory, fsync, rename, fsync the directory), and
+the lock file that makes one process at a time the writer of something."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["write_atomic"]
+__all__ = ["exclusive", "write_atomic"]
 
 
 def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
@@ -31,3 +34,16 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+@contextlib.contextmanager
+def exclusive(lock_file: Path | str, *, mode: int = 0o600) -> Iterator[None]:
+    """Hold an exclusive flock on `lock_file` (made if missing, never through a link) for the
+    block. It is let go when the block ends, and when its holder ends however (kill -9 too).
+    flock is per open file: a holder that takes it again waits on itself."""
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -22,12 +22,12 @@ registry's.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 
+from warden.adapters.atomic import exclusive
 from warden.adapters.keystore import (
     KEY_BYTES,
     NONCE_BYTES,
@@ -166,13 +166,8 @@ class ClusterKeys:
         a second `keys rotate kek`, or a reader finishing a crashed one, never renames a key file
         another process is in the middle of writing. The lock goes with the process (kill -9 too)."""
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.directory / ".cluster.key.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with exclusive(self.directory / ".cluster.key.lock"):
             yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
     def _finish_rename(self, key: bytes, *, held: bool = False) -> None:
         """cluster.key.next holds `key`, which the registry names: make it cluster.key (unless

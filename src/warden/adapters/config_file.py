@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
-from warden.adapters.atomic import write_atomic
+from warden.adapters.atomic import exclusive, write_atomic
 from warden.core.errors import InvalidInput
 
 __all__ = ["read_config", "set_config_value"]
@@ -29,22 +25,10 @@ def read_config(path: Path) -> dict[str, object]:
 
 def set_config_value(path: Path, key: str, value: object) -> None:
     """Set dotted `key` to `value` in the file, keeping its other content and comments."""
-    with _writer(path):
+    # One writer at a time: a read, change and write of the whole file by two `config set` at
+    # once kept only the last one's key (six at once: two kept), each saying it was set.
+    with exclusive(path.with_name(f".{path.name}.lock")):
         _set(path, key, value)
-
-
-@contextlib.contextmanager
-def _writer(path: Path) -> Iterator[None]:
-    """The one writer of `path`: a read, change and write of the whole file by two `config set`
-    at once kept only the last one's key (six at once: two kept), each saying it was set. An
-    flock on a file beside it (never through a link), let go when its holder ends however."""
-    fd = os.open(path.with_name(f".{path.name}.lock"),
-                 os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def _set(path: Path, key: str, value: object) -> None:

@@ -11,7 +11,6 @@ environment of that one git process.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import stat
@@ -21,7 +20,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from warden.adapters.atomic import write_atomic
+from warden.adapters.atomic import exclusive, write_atomic
 from warden.adapters.gitguard import GitGuard
 from warden.core.errors import Conflict, Denied, NotFound, TimedOut, TooLarge, Unavailable
 from warden.core.git import CREDENTIAL_ENV, HARDENING, forbidden_config, git_environ
@@ -152,13 +151,8 @@ class HostGit:
 
     @contextlib.contextmanager
     def locked(self, workspace: str) -> Iterator[None]:
-        lock = os.open(os.path.join(self._state(workspace), "git.op.lock"),
-                       os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with exclusive(os.path.join(self._state(workspace), "git.op.lock"), mode=0o644):
             yield
-        finally:
-            os.close(lock)
 
     def _state(self, workspace: str) -> str:
         folder = os.path.join(workspace, STATE_DIR)

@@ -10,14 +10,13 @@ torn file (a plain `json.load` + `write_text` would lose both).
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from warden.adapters.atomic import write_atomic
+from warden.adapters.atomic import exclusive, write_atomic
 from warden.core.errors import Denied, InvalidInput
 
 __all__ = ["HostPolicyFiles", "read_doc", "read_zones_doc", "stamp", "update_doc"]
@@ -59,15 +58,10 @@ def read_doc(path: Path) -> dict[str, object]:
 def update_doc(path: Path, change: Callable[[dict[str, object]], Mapping[str, object]]) -> dict[str, object]:
     """Apply `change` to the document in `path` under an exclusive lock; returns the new document."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = path.with_name(path.name + ".lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with exclusive(path.with_name(path.name + ".lock"), mode=0o644):
         new = dict(change(read_doc(path)))
         write_atomic(path, (json.dumps(new, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
         return new
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 def read_zones_doc(path: Path) -> object:

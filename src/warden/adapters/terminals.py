@@ -10,13 +10,12 @@ link or FIFO where a document should be is read as no document (never followed, 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from warden.adapters.atomic import write_atomic
+from warden.adapters.atomic import exclusive, write_atomic
 from warden.core.context import TerminalContext
 from warden.core.errors import InvalidInput
 
@@ -47,12 +46,8 @@ class JsonDocs:
     @contextlib.contextmanager
     def _locked(self, key: str) -> Iterator[None]:
         self._folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self._folder / f".{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with exclusive(self._folder / f".{key}.lock"):
             yield
-        finally:
-            os.close(fd)
 
     def change(self, key: str, how: Callable[[dict[str, object]], dict[str, object]]) -> dict[str, object]:
         with self._locked(key):
