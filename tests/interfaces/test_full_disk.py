@@ -61,6 +61,18 @@ class Disk:
     def free(self) -> None:
         self.inside("truncate", "-s", "0", str(self.filler))
 
+    def set_up(self, *, workspace: bool = True, data: bool = False) -> None:
+        """A home whose only limit is the disk itself (workspace.min_free 0), with workspace W
+        (`data`: 256 KB in it that zstd cannot shrink, so packing it needs that much room)."""
+        assert self.warden("init").code == 0
+        assert self.warden("config", "set", "workspace.min_free", "0").code == 0
+        if workspace:
+            created = self.warden("create", "W", "--template", "minimal")
+            assert created.code == 0, created.stderr
+        if data:
+            wrote = self.warden("run", "W", "--", "sh", "-c", "head -c 262144 /dev/urandom > data.bin")
+            assert wrote.code == 0, wrote.stderr
+
 
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Disk]:
@@ -85,10 +97,7 @@ def disk(tmp_path: Path) -> Iterator[Disk]:
 
 
 def test_a_background_start_on_a_full_disk_is_refused_and_all_works_once_freed(disk: Disk) -> None:
-    assert disk.warden("init").code == 0
-    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0  # the disk itself refuses
-    created = disk.warden("create", "W", "--template", "minimal")
-    assert created.code == 0, created.stderr
+    disk.set_up()  # the disk itself refuses
     first = disk.warden("run", "--detach", "W", "--", "sleep", "600")
     assert first.code == 0, first.stderr
     refused = 0
@@ -121,9 +130,7 @@ def test_a_background_start_on_a_full_disk_is_refused_and_all_works_once_freed(d
 def test_a_create_the_full_disk_stops_half_way_leaves_neither_row_nor_folder(disk: Disk) -> None:
     """Its folder half made, the create failed; the row's removal, on the same full disk, failed
     too, so the folder (never trashed) and a "creating" row stayed, later marked broken."""
-    assert disk.warden("init").code == 0
-    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
-    assert disk.warden("create", "W", "--template", "minimal").code == 0  # its env layer built
+    disk.set_up()  # W's env layer built
     failed = 0
     try:
         for leave_kb in range(0, 200, 8):
@@ -154,9 +161,7 @@ def test_a_create_the_full_disk_stops_half_way_leaves_neither_row_nor_folder(dis
 def test_the_janitor_goes_on_past_a_pass_the_full_disk_stopped(disk: Disk) -> None:
     """`warden janitor` (its loop) ended at the first pass a full disk stopped (exit 1), and
     cleaned up no more once space came back."""
-    assert disk.warden("init").code == 0
-    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
-    assert disk.warden("create", "W", "--template", "minimal").code == 0
+    disk.set_up()
     janitor = subprocess.Popen(["nsenter", "-t", str(disk.holder.pid), "-m", "--", sys.executable, "-m", "warden",
                                 "janitor"], env={**disk.environ, "WARDEN_JANITOR_INTERVAL": "1s"},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -180,12 +185,7 @@ def test_an_archive_the_full_disk_stops_leaves_no_archive_behind(disk: Disk) -> 
     """The pack took the last space and the status write after it failed on the full disk: the
     packed archive stayed in archives/, named by no row, for good (the space that stopped the
     archive, lost). What a failed archive packed goes with it; the workspace stays as it was."""
-    assert disk.warden("init").code == 0
-    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
-    assert disk.warden("create", "W", "--template", "minimal").code == 0
-    # 256 KB that zstd cannot shrink: the archive needs that much room.
-    wrote = disk.warden("run", "W", "--", "sh", "-c", "head -c 262144 /dev/urandom > data.bin")
-    assert wrote.code == 0, wrote.stderr
+    disk.set_up(data=True)
     failed = 0
     try:
         for leave_kb in range(200, 520, 8):
@@ -213,11 +213,7 @@ def test_a_destroy_the_full_disk_stops_leaves_no_destroyed_copy_behind(disk: Dis
     """Its archive packed and its row's copy kept beside it, the destroy's registry write failed
     on the full disk: the workspace was still there, yet `warden unarchive` knew a destroyed copy
     of it that never was, and the archive's space was lost."""
-    assert disk.warden("init").code == 0
-    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
-    assert disk.warden("create", "W", "--template", "minimal").code == 0
-    wrote = disk.warden("run", "W", "--", "sh", "-c", "head -c 262144 /dev/urandom > data.bin")
-    assert wrote.code == 0, wrote.stderr
+    disk.set_up(data=True)
     failed = 0
     try:
         for leave_kb in range(200, 520, 8):
@@ -243,9 +239,7 @@ def test_a_checkpoint_is_made_only_with_its_audit_row(disk: Disk) -> None:
     """A checkpoint saved, its audit row's write then failed on the full disk: the command said
     "no space left" (exit 1) while the checkpoint was there, listed and rolled back to, and
     nowhere in the audit log. A checkpoint said failed is not there; one listed is audited."""
-    assert disk.warden("init").code == 0
-    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
-    assert disk.warden("create", "W", "--template", "minimal").code == 0
+    disk.set_up()
     said_failed = []
     try:
         # The content stays: a checkpoint then writes its manifest (a few KB) and its audit row.
@@ -271,8 +265,7 @@ def test_a_setting_written_on_a_full_disk_says_what_was_not_audited(disk: Disk) 
     audit row: on a full disk that row failed and the change was said "still to fix: no space
     left", as if the setting were what needed fixing. Refused: nothing changed; written: it says
     the audit log lacks it."""
-    assert disk.warden("init").code == 0
-    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
+    disk.set_up(workspace=False)
     written = refused = 0
     try:
         for leave_kb in range(0, 64, 2):
@@ -299,9 +292,7 @@ def test_a_rollback_said_failed_changed_nothing(disk: Disk) -> None:
     """The files brought back, the rollback's audit row (or its touch) then failed on the full
     disk: it said "no space left" (exit 1) with the workspace rolled back. Failed: the files are
     as they were; done: they are the checkpoint's, and a missing audit row is said."""
-    assert disk.warden("init").code == 0
-    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
-    assert disk.warden("create", "W", "--template", "minimal").code == 0
+    disk.set_up()
     assert disk.warden("run", "W", "--", "sh", "-c", "echo saved > f.txt").code == 0
     saved = json.loads(disk.warden("checkpoint", "W", "--json").stdout)["data"]["id"]
     outcomes = set()
@@ -329,9 +320,7 @@ def test_a_file_change_said_failed_was_not_made(disk: Disk) -> None:
     """`warden fs W rm|mv|write` made the change, then its audit row failed on the full disk:
     it said "no space left" (exit 1) with the folder removed, the file moved or written. Failed:
     nothing changed; done: it exits 0 and says on stderr what the audit log lacks."""
-    assert disk.warden("init").code == 0
-    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
-    assert disk.warden("create", "W", "--template", "minimal").code == 0
+    disk.set_up()
     said = set()
     try:
         for leave_kb in range(0, 72, 2):
@@ -360,9 +349,7 @@ def test_a_file_change_said_failed_was_not_made(disk: Disk) -> None:
 def test_a_lock_said_failed_is_not_held(disk: Disk) -> None:
     """The lock taken, its audit row then failed on the full disk: `warden lock` said "no space
     left" (exit 1) with the lock held; so did `unlock` with it given back."""
-    assert disk.warden("init").code == 0
-    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
-    assert disk.warden("create", "W", "--template", "minimal").code == 0
+    disk.set_up()
     said = set()
     try:
         for leave_kb in range(0, 64, 1):
@@ -389,9 +376,7 @@ def test_a_command_that_ran_exits_with_its_own_status_on_a_full_disk(disk: Disk)
     """The command ran and exited 3, then its outcome's write failed on the full disk: `warden
     run` exited 1 saying "no space left", and its person would run it again. Refused: 126, it
     never ran; ran: its own status, and a line saying what the audit log lacks."""
-    assert disk.warden("init").code == 0
-    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
-    assert disk.warden("create", "W", "--template", "minimal").code == 0
+    disk.set_up()
     codes = set()
     try:
         for leave_kb in range(0, 64, 1):
@@ -419,9 +404,7 @@ def test_a_bots_command_that_ran_is_answered_with_its_status_on_a_full_disk(disk
 
     from tests.support.waiting import poll
 
-    assert disk.warden("init").code == 0
-    assert disk.warden("config", "set", "workspace.min_free", "0").code == 0
-    assert disk.warden("create", "W", "--template", "minimal").code == 0
+    disk.set_up()
     assert disk.warden("bot", "register", "b1").code == 0
     granted = disk.warden("grant", "W", "b1", "--permissions", "read,execute", "--json")
     token = json.loads(granted.stdout)["data"]["token"]
