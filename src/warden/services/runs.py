@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import os
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -587,7 +586,6 @@ class RunService:
     # -- the lease and the registry ------------------------------------------------------------
     def _hold_lease(self, held: contextlib.ExitStack, intent: RunIntent, within: Lease | None) -> None:
         held.push(_still_refused)  # first in, so last out: it sees what giving the lease back raised
-        held.push(functools.partial(_ran_unrecorded, intent))
         try:
             held.enter_context(self._lease(intent, within))
         except (Locked, Unavailable, Conflict) as exc:
@@ -614,8 +612,10 @@ class RunService:
                 _stopped(intent, ended)
                 self._records.end(tx, intent)
 
-            with self._leases.hold(name, "shared", "run", on_take=take, on_release=release):
+            with (_outcome_written(intent) as ran,
+                  self._leases.hold(name, "shared", "run", on_take=take, on_release=release)):
                 yield
+                ran.out = True
             return
         if within.workspace != name or within.mode != "exclusive":
             raise InvalidInput(f"a run in {name!r} can only go under that workspace's exclusive lease")
@@ -623,14 +623,16 @@ class RunService:
             self._leases.check(tx, within)
             intent.fence = within.fence
             self._records.begin(tx, intent)
-        try:
-            yield
-        except BaseException as exc:
-            _stopped(intent, exc)
-            raise
-        finally:
-            with self._registry.transaction() as tx:
-                self._records.end(tx, intent)
+        with _outcome_written(intent) as ran:
+            try:
+                yield
+                ran.out = True
+            except BaseException as exc:
+                _stopped(intent, exc)
+                raise
+            finally:
+                with self._registry.transaction() as tx:
+                    self._records.end(tx, intent)
 
     # -- reports ---------------------------------------------------------------------------
     def _stopped_by(self, name: str, sig: int | None) -> str | None:
@@ -697,18 +699,26 @@ def _still_refused(kind: type[BaseException] | None, exc: BaseException | None, 
     return False
 
 
-def _ran_unrecorded(intent: RunIntent, _kind: type[BaseException] | None, exc: BaseException | None,
-                    _tb: object) -> bool:
-    """A command that ran, whose outcome's write (with the lease given back) failed on a full
-    disk: `warden run` exited 1 saying "no space left" for a command that ran and exited with its
-    own status, which its person (or bot, answered 503) would then run again. Its status
-    stands; a warning line (the server's log, over HTTP) says what the audit log lacks: its
-    outcome, and the call's event a bot's exec writes with it (`on_end`); its intent is there,
-    and the lease lapses."""
-    if intent.outcome is None or not isinstance(exc, Unavailable):
-        return False
-    unaudited(f"the command ran and exited {intent.outcome.exit_code}", exc.message)
-    return True
+@dataclass
+class _Ran:
+    out: bool = False  # the run's block ended well: what fails after it is the outcome's write
+
+
+@contextlib.contextmanager
+def _outcome_written(intent: RunIntent) -> Iterator[_Ran]:
+    """Around the write of a run's outcome (with the lease given back): when it fails on a full
+    disk after the command ran and ended well, `warden run` exited 1 saying "no space left" (a
+    bot was answered 503) for a command that ran and exited with its own status, which its
+    person or bot would then run again. Its status stands; a warning line (the server's log,
+    over HTTP) says what the audit log lacks: its outcome, and the call's event a bot's exec
+    writes with it (`on_end`). Its intent is there; the lease lapses."""
+    ran = _Ran()
+    try:
+        yield ran
+    except Unavailable as exc:
+        if intent.outcome is None or not ran.out:
+            raise  # it never ran, or the write failed on the way out of another error
+        unaudited(f"the command ran and exited {intent.outcome.exit_code}", exc.message)
 
 
 def _stopped(intent: RunIntent, ended: BaseException | None) -> None:
