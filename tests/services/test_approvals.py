@@ -200,3 +200,29 @@ def test_a_request_or_an_answer_is_stored_only_with_its_audit_row(world: tuple[A
     assert app.approvals.get(approval_id).status == "pending"
     failing.clear()
     assert app.approvals.answer(approval_id, approve=False, actor="user").status == "denied"
+
+
+def test_an_expiry_is_written_only_with_its_audit_row(world: tuple[App, Clock],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests marked expired (their bytes dropped) in one transaction and audited after it: a
+    row that failed left them expired with no trace in the log."""
+    from warden.core.errors import Unavailable
+
+    app, clock = world
+    files, _ = _bot_files(app)
+    approval_id = _ask(files, "/final/a.txt", b"a")
+    clock.now += timedelta(hours=1, seconds=1)
+    record = app.audit.record
+
+    def audit(**event: object) -> object:
+        if event["action"] == "approval.expire":
+            raise Unavailable("no space left on the device; free some space")
+        return record(**event)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(app.audit, "record", audit)
+    with pytest.raises(Unavailable):
+        app.approvals.expire()
+    assert app.approvals.get(approval_id).status == "pending"
+    monkeypatch.setattr(app.audit, "record", record)
+    assert app.approvals.expire() == [approval_id]
+    assert app.approvals.get(approval_id).status == "expired"

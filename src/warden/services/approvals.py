@@ -158,11 +158,11 @@ class ApprovalService:
 
     def forget(self, workspace: WorkspaceRecord, actor: str) -> int:
         """Drop the requests of a destroyed workspace (their bytes with them)."""
-        with self._registry.transaction() as tx:
+        with self._registry.transaction() as tx:  # with their audit rows, as every change here
             gone = tx.approvals.forget_workspace(workspace.id)
-        if gone:
-            self._audit.record(actor=actor, action="approval.forget", target=workspace.name, decision="allow",
-                               rule="workspace.destroyed", result="ok", detail={"requests": gone})
+            if gone:
+                self._audit.record(actor=actor, action="approval.forget", target=workspace.name, decision="allow",
+                                   rule="workspace.destroyed", result="ok", detail={"requests": gone}, tx=tx)
         return gone
 
     # -- answering -------------------------------------------------------------------------
@@ -170,9 +170,9 @@ class ApprovalService:
         """Mark requests past their time expired (their bytes dropped) and audit each."""
         with self._registry.transaction() as tx:
             gone = tx.approvals.expire(_iso(self._clock()))
-        for approval_id in gone:
-            self._audit.record(actor="warden", action="approval.expire", target=approval_id, decision="deny",
-                               rule="approval.ttl", result="expired")
+            for approval_id in gone:
+                self._audit.record(actor="warden", action="approval.expire", target=approval_id, decision="deny",
+                                   rule="approval.ttl", result="expired", tx=tx)
         return gone
 
     def answer(self, approval_id: str, *, approve: bool, actor: str, answerer: Principal | None = None,
