@@ -604,3 +604,25 @@ def test_a_tree_nested_deeper_than_the_recursion_limit(app: App, tmp_path: Path)
     app.checkpoints.rollback(record.name, made.id)
     assert not (Path(record.path) / "new.txt").exists()
     subprocess.run(["rm", "-rf", str(Path(record.path) / "d")], check=False)
+
+
+def test_a_drop_whose_audit_row_fails_is_said_done(app: App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """The checkpoint's manifest gone and its objects freed, the audit row then failed (a full
+    disk): the drop said it failed, and a second one found no such checkpoint."""
+    from warden.core.errors import Unavailable
+
+    record = register(app, tmp_path)
+    (Path(record.path) / "a.txt").write_text("a")
+    made = app.checkpoints.create(record, "one")
+    real = app.audit.record
+
+    def audit(**event: object) -> object:
+        if event["action"] == "checkpoint.drop":
+            raise Unavailable("no space left on the device; free some space")
+        return real(**event)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(app.audit, "record", audit)
+    done = app.checkpoints.drop(record, [made.id])
+    assert done["dropped"] == [made.id] and app.checkpoints.list(record) == []
+    assert f"checkpoint.drop on {record.name} is done, but not in the audit log: no space left" in caplog.text

@@ -242,8 +242,8 @@ class CheckpointService:
                 self.store.drop_manifest(record.name, manifest.id)
             freed = self._collect(record)
         ids = sorted({m.id for m in found})
-        self._audit.record(actor=actor, action="checkpoint.drop", target=record.name, result="ok",
-                           detail={"checkpoints": ids, "freed": freed})
+        self._audit.record_made(actor=actor, action="checkpoint.drop", target=record.name, result="ok",
+                                detail={"checkpoints": ids, "freed": freed})
         return {"workspace": record.name, "dropped": ids, "freed": freed}
 
     # -- versions of single paths -------------------------------------------------------------------
@@ -307,7 +307,7 @@ class CheckpointService:
                                detail={"error": str(exc)})
             return False
         if removed:
-            self._audit.record(actor=actor, action="checkpoint.forget", target=record.name, result="ok")
+            self._audit.record_made(actor=actor, action="checkpoint.forget", target=record.name, result="ok")
         return removed
 
 

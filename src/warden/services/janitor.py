@@ -122,11 +122,12 @@ class JanitorService:
         if not report.dry_run:
             self._still_leader()
             report.approvals_expired = self._approvals().expire()
-            with self._registry.transaction() as tx:
+            with self._registry.transaction() as tx:  # with its audit row, or not at all
                 report.grants_purged = tx.grants.purge(now - GRANT_GRACE)
-            if report.grants_purged:
-                self._audit.record(actor="janitor", action="grant.purge", target="grants", decision="allow",
-                                   rule="janitor.grants", result="ok", detail={"accessors": report.grants_purged})
+                if report.grants_purged:
+                    self._audit.record(actor="janitor", action="grant.purge", target="grants", decision="allow",
+                                       rule="janitor.grants", result="ok", detail={"accessors": report.grants_purged},
+                                       tx=tx)
         usage = shutil.disk_usage(self._home)
         report.disk_percent = round(100.0 * usage.used / usage.total, 1) if usage.total else None
         report.disk_alert = report.disk_percent is not None and report.disk_percent >= self.disk_alert_percent
