@@ -224,9 +224,9 @@ class FileService:
         folders = ["/".join(parts[:i]) for i in range(len(parts) + (op == "mkdir"))]
         moved = self._git.defuse(self.record.path, folders)
         if moved:
-            self._audit.record(actor=self.actor, action="git.quarantine", target=self.record.name,
-                               decision="deny", rule="git.control_files", result="moved",
-                               detail={"moved": list(moved)})
+            self._audit.record_made(actor=self.actor, action="git.quarantine", target=self.record.name,
+                                    decision="deny", rule="git.control_files", result="moved",
+                                    detail={"moved": list(moved)})
 
     def _ask(self, op: str, rel: str, decision: PathDecision, content: bytes | None,
              recursive: bool, destination: str | None = None) -> PathDecision:

@@ -230,9 +230,9 @@ class LifecycleService:
                                 detail={"fixed": result.fixed}, expected=record, lease=lease)
             health = dataclasses.replace(health, status="ready")
         else:
-            self._audit.record(actor=actor, action="workspace.repair", target=name,
-                               result="ok" if health.healthy else "partial",
-                               detail={"fixed": result.fixed, "failed": result.failed})
+            self._audit.record_made(actor=actor, action="workspace.repair", target=name,
+                                    result="ok" if health.healthy else "partial",
+                                    detail={"fixed": result.fixed, "failed": result.failed})
         return Repaired(health, tuple(result.fixed), tuple(result.failed))
 
     def repair_record(self, record: WorkspaceRecord, lease: Lease | None = None) -> RepairResult:

@@ -659,8 +659,8 @@ class RunService:
         """Say (and audit) which git control structures a bot left and Warden moved aside."""
         if not moved:
             return
-        self._audit.record(actor=actor, action="git.quarantine", target=name, decision="deny",
-                           rule="git.control_files", result="moved", detail={"moved": list(moved)})
+        self._audit.record_made(actor=actor, action="git.quarantine", target=name, decision="deny",
+                                rule="git.control_files", result="moved", detail={"moved": list(moved)})
         # The paths are the bot's to name (a folder called ESC ] 0 ; ...): escaped, and a few.
         shown = ", ".join(echoed(path, 200) for path in moved[:_MOVED_SHOWN])
         more = f" and {len(moved) - _MOVED_SHOWN} more (the audit lists them)" if len(moved) > _MOVED_SHOWN else ""

@@ -191,9 +191,9 @@ class SandboxPaths:
 
     def _record(self, actor: str, action: str, target: Target, path: str, extra: dict[str, object]) -> None:
         name = target.workspace.name if target.workspace else "global"
-        self._audit.record(actor=actor, action=action, target=name, decision="allow",
-                           rule=f"{target.level} {'allowed' if action.endswith('add') else 'denied'}_paths",
-                           detail={"path": path, "level": target.level, "session": target.session, **extra})
+        self._audit.record_made(actor=actor, action=action, target=name, decision="allow",
+                                rule=f"{target.level} {'allowed' if action.endswith('add') else 'denied'}_paths",
+                                detail={"path": path, "level": target.level, "session": target.session, **extra})
 
     # -- decisions -------------------------------------------------------------------------
     def check(self, path: str, op: str, *, workspace: WorkspaceRecord | None = None,
