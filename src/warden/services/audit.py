@@ -27,6 +27,7 @@ __all__ = ["AuditLog", "unaudited"]
 # Where a change made but not audited is said (stderr for the CLI, the server's log).
 _log = logging.getLogger("warden.audit")
 
+
 def unaudited(what: str, reason: str) -> None:
     """Say that `what` happened although its audit row could not be written (`reason`)."""
     _log.warning("warden: %s, but not in the audit log: %s", what, reason)

@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from warden.services.leases import LeaseService
     from warden.services.quota import QuotaService
 
-
 __all__ = ["ApprovalRequest", "Approver", "FileService", "approve_local_user"]
 
 T = TypeVar("T")
