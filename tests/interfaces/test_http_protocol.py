@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ import httpx
 import pytest
 
 from tests.support.servers import ServeProcess, cli_out, warden_environ
+from tests.support.waiting import poll
 from warden.client import Client
 from warden.core.errors import Denied, NotFound
 
@@ -197,3 +200,39 @@ def test_serve_with_two_workers_shares_one_registry(tmp_path: Path) -> None:
         assert b"Started parent process" in server.output()  # uvicorn's supervisor of the workers
     for needle in (token, created.access_token):
         assert needle.encode() not in server.output()
+
+
+def _workers_of(pid: int) -> list[int]:
+    """The uvicorn worker processes `pid` spawned (multiprocessing's spawn_main children)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(child) for child in children
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes()]
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_workers_end_with_a_server_killed_by_sigkill(tmp_path: Path) -> None:
+    # A `kill -9` of the supervisor left its workers serving on, orphaned: no heartbeat (the
+    # supervisor beats), so the other nodes said the node was down while its workers still ran
+    # bots' commands, and a restarted `serve` found its port taken.
+    environ = warden_environ(tmp_path / "home")
+    with ServeProcess(environ, tmp_path, "--workers", "2", "--no-access-log") as server:
+        assert server.proc is not None
+        workers = _workers_of(server.proc.pid)
+        assert len(workers) == 2
+        server.proc.kill()
+        server.proc.wait(10)
+        try:
+            assert poll(lambda: not any(_running(pid) for pid in workers), timeout=30, interval=0.1), \
+                "workers still running after their server was killed"
+            with pytest.raises(httpx.ConnectError):
+                httpx.get(server.url + "/openapi.json", timeout=5)
+        finally:
+            for pid in workers:  # never leave them behind when this fails
+                if _running(pid):
+                    os.kill(pid, signal.SIGKILL)
