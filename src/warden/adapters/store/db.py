@@ -338,8 +338,23 @@ class SqlalchemyDatabase:
 
     @contextlib.contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Sql]:
-        with self._engine.begin() as conn:
-            yield _SqlalchemyTx(conn, self.dialect)
+        """One transaction; the server gone (stopped, restarted, the network cut) is Unavailable,
+        whether at connect or mid-transaction, rather than an internal error (a 500)."""
+        from sqlalchemy import exc as sa_exc
+
+        try:
+            conn = self._engine.connect()  # the pool's ping reconnects a stale connection first
+        except sa_exc.DBAPIError as exc:
+            raise _unreachable(self.url, exc) from exc
+        try:
+            with conn, conn.begin():
+                yield _SqlalchemyTx(conn, self.dialect)
+        except sa_exc.DBAPIError as exc:
+            if not exc.connection_invalidated:  # a disconnect, as the dialect tells it
+                raise
+            raise Unavailable(f"lost the connection to the registry at {self.url.split('@')[-1]} "
+                              f"({_first_line(exc)}); what this command was writing may not have been saved; "
+                              "try again when it is back", rule="registry.down") from exc
 
     def checkpoint(self) -> None:
         """Nothing: the database server keeps its own log."""
@@ -349,6 +364,17 @@ class SqlalchemyDatabase:
 
     def close(self) -> None:
         self._engine.dispose()
+
+
+def _first_line(exc: BaseException) -> str:
+    """The driver's own message, first line: psycopg's runs to three, SQLAlchemy adds its SQL and a link."""
+    lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return lines[0].strip() if lines else type(exc).__name__
+
+
+def _unreachable(url: str, exc: BaseException) -> Unavailable:
+    return Unavailable(f"cannot reach the registry at {url.split('@')[-1]}: {_first_line(exc)}; "
+                       "try again when it is back", rule="registry.down")
 
 
 def _stored_revision(db: Database) -> str | None:
@@ -382,7 +408,7 @@ def open_database(url: str | None, home: Path, *, busy_timeout: float = BUSY_TIM
         mapped = classify(exc) or (_no_room(exc, str(path)) if path is not None else None)
         if mapped is not None:
             raise mapped from exc
-        raise Unavailable(f"cannot reach the registry at {db.url.split('@')[-1]}: {exc}") from exc
+        raise _unreachable(db.url, exc) from exc
     if current != SCHEMA_REVISION:
         _migrate(sa_url, home, node)
     return db
