@@ -220,3 +220,14 @@ def test_doctor_fix_stops_a_sandbox_its_killed_warden_left_running(cli: Cli, hom
     swept = cli("doctor", "--fix", "--json").json["data"]["swept"]
     assert swept["orphan_sandboxes"]
     wait_until(lambda: not orphan_sandboxes([str(ws)]), interval=0.05, message="the stray sandbox is still running")
+
+
+def test_an_archive_that_finds_it_archived_says_so(cli: Cli, home: Path) -> None:
+    # The archive that lost the race (or came later) printed "archived NAME to FILE (0B)": the
+    # file the other one packed, with a size it never measured.
+    assert cli("create", "twice").code == 0
+    assert cli("archive", "twice").code == 0
+    again = cli("archive", "twice")
+    assert again.code == 0
+    archive = next((home / "archives").glob("twice-*.tar.zst"))
+    assert again.stdout.strip() == f"twice was archived already, to {archive}"

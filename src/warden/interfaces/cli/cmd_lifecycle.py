@@ -87,7 +87,10 @@ def _simple(ctx: Context, args: argparse.Namespace) -> Output:
         count = len(data["stopped"])
         text = f"suspended {args.name} (stopped {count} process{'' if count == 1 else 'es'})"
     elif operation == "archive":
-        text = f"archived {args.name} to {data['archive']} ({human_size(data.get('size', 0))})"
+        if "size" in data:
+            text = f"archived {args.name} to {data['archive']} ({human_size(data['size'])})"
+        else:  # another archive did it (it won a race, or came before): its file, not measured here
+            text = f"{args.name} was archived already" + (f", to {data['archive']}" if data["archive"] else "")
     elif operation == "resume":
         text = f"{args.name} is {data['status']}" + "".join(f"\n  fixed: {f}" for f in data["repaired"]) \
             + "".join(f"\n  could not fix: {f}" for f in data["failed"])
