@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.clock import Clock
+from tests.support.failing_audit import failing_rows
 from warden.bootstrap import App, bootstrap
-from warden.core.errors import Conflict, Denied, NotFound, Pending, TooLarge
+from warden.core.errors import Conflict, Denied, NotFound, Pending, TooLarge, Unavailable
 
 ZONES = "zones:\n  final: {approval: {write: ask, delete: ask}}\n"
 
@@ -175,20 +176,9 @@ def test_a_request_or_an_answer_is_stored_only_with_its_audit_row(world: tuple[A
     """The request stored, then its audit row failed (a full disk): its bot was told the write
     failed while it waited in the person's queue; a denial written, its row failed: the person
     was told it failed. Each now lands with its row or not at all."""
-    from warden.core.errors import Unavailable
-
     app, _ = world
     files, _ = _bot_files(app)
-    record = app.audit.record
-    failing: set[str] = set()
-
-    def audit(**event: object) -> object:
-        if event["action"] in failing:
-            raise Unavailable("no space left on the device; free some space")
-        return record(**event)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(app.audit, "record", audit)
-    failing.add("approval.request")
+    failing = failing_rows(monkeypatch, app.audit, "approval.request")
     with pytest.raises(Unavailable):
         files.write_bytes("/final/a.txt", b"a")  # type: ignore[attr-defined]
     assert app.approvals.listed(everything=True) == []
@@ -206,23 +196,14 @@ def test_an_expiry_is_written_only_with_its_audit_row(world: tuple[App, Clock],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Requests marked expired (their bytes dropped) in one transaction and audited after it: a
     row that failed left them expired with no trace in the log."""
-    from warden.core.errors import Unavailable
-
     app, clock = world
     files, _ = _bot_files(app)
     approval_id = _ask(files, "/final/a.txt", b"a")
     clock.now += timedelta(hours=1, seconds=1)
-    record = app.audit.record
-
-    def audit(**event: object) -> object:
-        if event["action"] == "approval.expire":
-            raise Unavailable("no space left on the device; free some space")
-        return record(**event)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(app.audit, "record", audit)
+    failing = failing_rows(monkeypatch, app.audit, "approval.expire")
     with pytest.raises(Unavailable):
         app.approvals.expire()
     assert app.approvals.get(approval_id).status == "pending"
-    monkeypatch.setattr(app.audit, "record", record)
+    failing.clear()
     assert app.approvals.expire() == [approval_id]
     assert app.approvals.get(approval_id).status == "expired"

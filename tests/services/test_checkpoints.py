@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.failing_audit import failing_rows
 from warden.bootstrap import App, bootstrap
 from warden.core.errors import Conflict, InvalidInput, Locked, NotFound, TooLarge
 from warden.core.workspaces import WorkspaceRecord
@@ -610,19 +611,10 @@ def test_a_drop_whose_audit_row_fails_is_said_done(app: App, tmp_path: Path, mon
                                                    caplog: pytest.LogCaptureFixture) -> None:
     """The checkpoint's manifest gone and its objects freed, the audit row then failed (a full
     disk): the drop said it failed, and a second one found no such checkpoint."""
-    from warden.core.errors import Unavailable
-
     record = register(app, tmp_path)
     (Path(record.path) / "a.txt").write_text("a")
     made = app.checkpoints.create(record, "one")
-    real = app.audit.record
-
-    def audit(**event: object) -> object:
-        if event["action"] == "checkpoint.drop":
-            raise Unavailable("no space left on the device; free some space")
-        return real(**event)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(app.audit, "record", audit)
+    failing_rows(monkeypatch, app.audit, "checkpoint.drop")
     done = app.checkpoints.drop(record, [made.id])
     assert done["dropped"] == [made.id] and app.checkpoints.list(record) == []
     assert f"checkpoint.drop on {record.name} is done, but not in the audit log: no space left" in caplog.text

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.failing_audit import failing_rows
 from warden.bootstrap import App, bootstrap
 from warden.core.errors import Denied, InvalidInput
 from warden.core.workspaces import WorkspaceRecord
@@ -167,16 +168,7 @@ def test_a_path_denied_whose_audit_row_fails_is_said_done(app: App, monkeypatch:
                                                           caplog: pytest.LogCaptureFixture) -> None:
     """The policy file written, its audit row then failed (a full disk): `sandbox remove` said it
     failed while the path was denied from then on."""
-    from warden.core.errors import Unavailable
-
-    real = app.audit.record
-
-    def audit(**event: object) -> object:
-        if event["action"] == "sandbox.remove":
-            raise Unavailable("no space left on the device; free some space")
-        return real(**event)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(app.audit, "record", audit)
+    failing_rows(monkeypatch, app.audit, "sandbox.remove")
     assert app.sandbox_paths.remove("/opt/tools").action == "deny"
     assert json.loads(app.home.sandbox_paths.read_text())["denied_paths"][0]["path"] == "/opt/tools"
     assert "sandbox.remove on global is done, but not in the audit log: no space left" in caplog.text

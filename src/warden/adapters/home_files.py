@@ -9,6 +9,7 @@ from pathlib import Path
 
 from warden.adapters.config_file import read_config, set_config_value
 from warden.adapters.home_state import mark
+from warden.adapters.keystore import write_private_tmp
 
 __all__ = ["HostConfigFile", "HostHomeFiles"]
 
@@ -39,15 +40,11 @@ class HostHomeFiles:
         return True
 
     def create_config(self, path: str, text: str) -> bool:
-        # Whole or not there: written aside, then linked into place unless a file is there
-        # already (another `init` at the same moment may be the one that made it; a reader
-        # never sees it half written).
-        # Named as the sweeper knows a dead writer's leftover (`.NAME.PID.tmp`).
-        tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        # Whole or not there, as a key file is made: written aside, then linked into place
+        # unless a file is there already (another `init` at the same moment may be the one that
+        # made it; a reader never sees it half written).
+        tmp = write_private_tmp(Path(path), text.encode("utf-8"), "new")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
             os.link(tmp, path)
         except FileExistsError:
             return False
