@@ -36,6 +36,9 @@ class Disk:
     def __init__(self, holder: subprocess.Popen[bytes], path: Path) -> None:
         self.holder, self.path = holder, path
         self.environ = isolated_environ(path / "home")
+        # A terminal of its own name: a lock taken here is then not tied to the liveness of
+        # whichever session leader the suite happens to run under (CI's may come and go).
+        self.environ["WARDEN_TERMINAL"] = "full-disk"
         self.filler = path / "filler"
 
     def inside(self, *argv: str, input: bytes | None = None) -> CliResult:
@@ -357,7 +360,9 @@ def test_a_lock_said_failed_is_not_held(disk: Disk) -> None:
                 disk.fill(leave_kb)
                 done = disk.warden(verb, "W")
                 disk.free()
-                held = "W" in disk.warden("locks").stdout
+                listed = disk.warden("locks")
+                assert listed.code == 0, (leave_kb, verb, listed.stderr)
+                held = "W" in listed.stdout
                 assert "Traceback" not in done.stderr
                 if done.code == 0:
                     assert held == (verb == "lock"), (leave_kb, verb, done.stderr)
