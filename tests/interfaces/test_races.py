@@ -231,3 +231,43 @@ def test_an_archive_that_finds_it_archived_says_so(cli: Cli, home: Path) -> None
     assert again.code == 0
     archive = next((home / "archives").glob("twice-*.tar.zst"))
     assert again.stdout.strip() == f"twice was archived already, to {archive}"
+
+
+def test_doctor_fix_reclaims_an_archive_no_row_names(cli: Cli, home: Path) -> None:
+    """An unarchive killed after its status write and before its archive's removal (or an archive
+    killed after its rename into archives/ and before its status write) left a whole archive that
+    no row names, taking its size in the home for good. With its workspace's folder back and its
+    lease free, the sweep removes it; an archived workspace's own archive, a destroyed one's way
+    back, and one of a name the registry does not know stay."""
+    assert cli("create", "kept").code == 0
+    assert cli("fs", "kept", "write", "/a.txt", input="mine\n").code == 0
+    assert cli("archive", "kept").code == 0
+    archives = home / "archives"
+    own = next(archives.glob("kept-*.tar.zst"))
+    stale = archives / "kept-20260101T000000-abcd.tar.zst"
+    shutil.copy(own, stale)  # the unarchive below leaves this copy behind, as its kill would have
+    unknown = archives / "nobody-20260101T000000-abcd.tar.zst"
+    shutil.copy(own, unknown)
+    for name in ("gone", "still"):
+        assert cli("create", name).code == 0
+        assert cli("archive", name).code == 0
+    assert cli("destroy", "gone", "--yes").code == 0
+    assert cli("unarchive", "kept").code == 0
+    assert not own.exists() and stale.exists()
+    others = sorted(p.name for p in archives.iterdir() if p.name.startswith(("gone-", "still-")))
+
+    run = spawn(cli, "run", "kept", "--", "sleep", "30")  # holds the workspace's lease: not swept now
+    wait_until(lambda: "run.start" in [e["action"] for e in cli("audit", "--workspace", "kept", "--json").json["data"]],
+               timeout=20, interval=0.05, message="the run never started")
+    busy = cli("doctor", "--fix", "--json").json["data"]["swept"]
+    assert busy["stale_archives"] == [] and stale.exists()
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait()
+
+    fixed = cli("doctor", "--fix")
+    assert "stale archives: 1" in fixed.stdout, fixed.stdout
+    assert not stale.exists() and unknown.exists()
+    assert sorted(p.name for p in archives.iterdir() if p.name.startswith(("gone-", "still-"))) == others
+    assert cli("fs", "kept", "cat", "/a.txt").stdout == "mine\n"
+    assert cli("unarchive", "gone").code == 0 and cli("unarchive", "still").code == 0
+    assert cli("audit", "verify").code == 0

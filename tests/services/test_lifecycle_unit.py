@@ -302,6 +302,11 @@ def test_the_sweeper_removes_what_dead_processes_left(world: World) -> None:
                                              (f"{ROOT}/w1/.warden/git-index-{os.getpid()}-x2", os.getpid())]
     world.cgroups.orphans = ["/sys/fs/cgroup/warden-4242-7-0"]
     world.layers.half_built = 1
+    # A whole archive no row names, of w1 whose folder is there (its archive, or unarchive, was
+    # killed between its two writes), and one of a name no row has: only the first goes.
+    stale, unknown = f"{archives}/w1-20260101T000000-abcd.tar.zst", f"{archives}/w9-20260101T000000-abcd.tar.zst"
+    world.archives.files.update({stale: b"tar.zst", unknown: b"tar.zst"})
+    world.io.write_atomic(f"{ROOT}/w1/.workspace.json", json.dumps({"id": "ws_w1"}).encode())
     with world.registry.transaction() as tx:
         tx.runs.insert(RunInProgress("r1", "w1", "bot:a", "node-a", 4242, 7, T0.isoformat(), ("sleep", "9")))
 
@@ -309,15 +314,17 @@ def test_the_sweeper_removes_what_dead_processes_left(world: World) -> None:
     assert planned.to_json() == {"dry_run": True, "orphan_sandboxes": [], "cgroups": [],
                                  "temp_files": [f"{archives}/.w1.tar.zst.4242.tmp"], "layers": 0, "trash": [trash],
                                  "lost_runs": [], "orphan_folders": [f"{ROOT}/someones-notes"],
-                                 "git_scratch": [dead_clone]}
-    assert world.leftovers.removed == [] and world.leftovers.background == []
+                                 "git_scratch": [dead_clone], "stale_archives": [stale]}
+    assert world.leftovers.removed == [] and world.leftovers.background == [] and stale in world.archives.files
 
     swept = world.sweeper.sweep()
     assert swept.to_json() == {"dry_run": False, "orphan_sandboxes": [],
                                "cgroups": ["/sys/fs/cgroup/warden-4242-7-0"],
                                "temp_files": [f"{archives}/.w1.tar.zst.4242.tmp"], "layers": 1, "trash": [trash],
                                "lost_runs": [{"run_id": "r1", "workspace": "w1"}],
-                               "orphan_folders": [f"{ROOT}/someones-notes"], "git_scratch": [dead_clone]}
+                               "orphan_folders": [f"{ROOT}/someones-notes"], "git_scratch": [dead_clone],
+                               "stale_archives": [stale]}
+    assert stale not in world.archives.files and unknown in world.archives.files
     # Their writers are gone; the others' run.
     assert world.leftovers.removed == [f"{archives}/.w1.tar.zst.4242.tmp", dead_clone]
     assert world.leftovers.background == [trash]

@@ -22,6 +22,7 @@ from warden.core.workspaces import WorkspaceRecord
 __all__ = ["RECORD_SUFFIX", "ArchiveShelf", "Packed", "Shelved"]
 
 RECORD_SUFFIX = ".record.json"
+_PACKED = re.compile(r"(?P<name>.+)-\d{8}T\d{6}-[0-9a-f]{4}\.tar\.zst")
 _SHELVED = re.compile(r"(?P<name>.+)-(?P<when>\d{8}T\d{6})-[0-9a-f]{4}\.tar\.zst" + re.escape(RECORD_SUFFIX))
 
 
@@ -94,6 +95,13 @@ class ArchiveShelf:
                 found.append(Shelved(match.group("name"), str(self.folder / entry[: -len(RECORD_SUFFIX)]),
                                      f"{when[:4]}-{when[4:6]}-{when[6:8]}T{when[9:11]}:{when[11:13]}:{when[13:]}"))
         return sorted(found, key=lambda s: s.destroyed)
+
+    def unrecorded(self) -> list[tuple[str, str]]:
+        """(workspace name, archive) of each packed archive with no record beside it: an
+        archived workspace's own (its row names it), or a copy no row names any more."""
+        names = set(self._files.names(str(self.folder)))
+        return [(match.group("name"), str(self.folder / entry)) for entry in sorted(names)
+                if (match := _PACKED.fullmatch(entry)) and entry + RECORD_SUFFIX not in names]
 
     def owners(self, name: str) -> set[str]:
         """Who created the destroyed workspaces of that name that are archived."""

@@ -2,12 +2,13 @@
 
 A process killed mid-way (kill -9, a power cut) leaves what its own clean-up would have
 removed: a sandbox it had just started (still running, without its limits), run cgroups,
-half-written archives, half-built layers, folders in the trash that the background `rm` never
-finished, git's scratch (a clone, a checkout, an index) in a workspace's `.warden/`, and runs
-whose outcome was never written. Each is recognised
-by the liveness of the process that made it (pid and start time), so nothing in use is touched.
-Folders under the workspaces root that the registry does not know are reported, never removed:
-they may be the person's.
+half-written archives, whole archives no row names (copies of workspaces still there),
+half-built layers, folders in the trash that the background `rm` never finished, git's
+scratch (a clone, a checkout, an index) in a workspace's `.warden/`, and runs whose outcome
+was never written. Each is recognised by the liveness of the process that made it (pid and
+start time), or by its workspace's lease, so nothing in use is touched. Folders under the
+workspaces root that the registry does not know are reported, never removed: they may be the
+person's.
 """
 
 from __future__ import annotations
@@ -44,13 +45,15 @@ class SweepReport:
     lost_runs: tuple[RunInProgress, ...]  # runs whose outcome was never written (audited run.lost)
     orphan_folders: tuple[str, ...]  # folders of the workspaces root no workspace owns (left alone)
     git_scratch: tuple[str, ...] = ()  # scratch of git operations a dead Warden left in workspaces' .warden/
+    stale_archives: tuple[str, ...] = ()  # whole archives no row names, of workspaces that are still there
 
     def to_json(self) -> dict[str, Any]:
         return {"dry_run": self.dry_run, "orphan_sandboxes": list(self.orphan_sandboxes),
                 "cgroups": list(self.cgroups), "temp_files": list(self.temp_files), "layers": self.layers,
                 "trash": list(self.trash),
                 "lost_runs": [{"run_id": run.run_id, "workspace": run.workspace} for run in self.lost_runs],
-                "orphan_folders": list(self.orphan_folders), "git_scratch": list(self.git_scratch)}
+                "orphan_folders": list(self.orphan_folders), "git_scratch": list(self.git_scratch),
+                "stale_archives": list(self.stale_archives)}
 
 
 class Sweeper:
@@ -101,7 +104,31 @@ class Sweeper:
                 self._leftovers.remove_in_background(path)
         return SweepReport(dry_run, tuple(sandboxes), tuple(cgroups), tuple(temp),
                            0 if dry_run else self._layers().store.sweep(), tuple(trash),
-                           () if dry_run else self._lost_runs(), self._orphan_folders(), tuple(scratch))
+                           () if dry_run else self._lost_runs(), self._orphan_folders(), tuple(scratch),
+                           self._stale_archives(dry_run))
+
+    def _stale_archives(self, dry_run: bool) -> tuple[str, ...]:
+        """Whole archives that no row names, of workspaces whose folder is back: an archive killed
+        between its archive's rename into archives/ and its status write, or an unarchive killed
+        after its status write and before the archive's removal. Each kept its size in the home
+        for good. Each is looked at under its workspace's exclusive lease, which an archive or
+        unarchive in flight holds (so its archive is never taken for a stale one: one busy now is
+        looked at again at the next sweep). A name with no row is left alone: a destroyed copy
+        whose record beside it is missing is still someone's way back."""
+        shelf = self._workspaces.shelf
+        stale = []
+        for name, archive in shelf.unrecorded():
+            try:
+                with contextlib.nullcontext() if dry_run else self._workspaces.lease(name, "exclusive", "sweep"):
+                    record = self._workspaces.get(name)
+                    if record.meta.get("archive") == archive or not self._workspaces.folders.holds(record):
+                        continue  # its own, or the only copy there may be of a folder gone
+                    if not dry_run:
+                        shelf.drop(archive)
+            except (WardenError, OSError):
+                continue  # in use, no row, a name no workspace may have, or not removable now
+            stale.append(archive)
+        return tuple(stale)
 
     def _git_scratch(self) -> list[str]:
         """Scratch of git operations (adapters/git.py) in each workspace's `.warden/` whose Warden
