@@ -207,3 +207,36 @@ def test_an_expiry_is_written_only_with_its_audit_row(world: tuple[App, Clock],
     failing.clear()
     assert app.approvals.expire() == [approval_id]
     assert app.approvals.get(approval_id).status == "expired"
+
+
+def test_an_approval_done_but_not_recorded_is_said_done_when_answered_again(
+        world: tuple[App, Clock], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delete (and a move) carried out, then the record of its answer failed on a full disk:
+    it stayed `approving`, and the person's second answer redid it: "failed: not found" for what
+    had been done. Answered again, it is found done and recorded approved."""
+    app, clock = world
+    root = Path(app.workspaces.get("demo").path)
+    (root / ".warden" / "zones.yaml").write_text(
+        "zones:\n  drafts: {approval: {write: preApproved, delete: preApproved}}\n"
+        "  final: {approval: {write: ask, delete: ask}}\n")
+    (root / "final").mkdir(exist_ok=True)
+    (root / "final" / "old.txt").write_bytes(b"old")
+    files, _ = _bot_files(app)
+    files.write_bytes("/drafts/a.txt", b"as asked")  # type: ignore[attr-defined]
+    with pytest.raises(Pending) as waiting:
+        files.delete("/final/old.txt")  # type: ignore[attr-defined]
+    deleted = str(waiting.value.approval["id"])
+    with pytest.raises(Pending) as waiting:
+        files.move("/drafts/a.txt", "/final/a.txt")  # type: ignore[attr-defined]
+    moved = str(waiting.value.approval["id"])
+    failing = failing_rows(monkeypatch, app.audit, "approval.approve")
+    for approval_id in (deleted, moved):
+        assert app.approvals.answer(approval_id, approve=True, actor="user").status == "approving"
+    assert not (root / "final" / "old.txt").exists() and (root / "final" / "a.txt").read_bytes() == b"as asked"
+    failing.clear()
+    clock.now += timedelta(minutes=6)  # no longer possibly in progress elsewhere
+    for approval_id in (deleted, moved):
+        done = app.approvals.answer(approval_id, approve=True, actor="user")
+        assert done.status == "approved", done
+        assert done.outcome["done_before"] is True
+    assert (root / "final" / "a.txt").read_bytes() == b"as asked"

@@ -13,6 +13,7 @@ row's status (core/approvals.py), so two answers at once carry an operation out 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -205,9 +206,9 @@ class ApprovalService:
         content = self.content(approval_id)
         # Claimed by compare-and-set: from pending, or (a person finishing what a killed Warden
         # left) from the very `approving` state it saw, so two answers never both carry it out.
-        self._move(record, "approving", answered,
-                   answered_at=record.answered_at if record.status == "approving" else None)
-        return self._carry_out(self.get(approval_id), content, actor)
+        again = record.status == "approving"
+        self._move(record, "approving", answered, answered_at=record.answered_at if again else None)
+        return self._carry_out(self.get(approval_id), content, actor, again=again)
 
     def _move(self, record: ApprovalRecord, to: str, changes: Mapping[str, object], *,
               answered_at: datetime | None = None, audit: Mapping[str, Any] | None = None) -> None:
@@ -222,8 +223,11 @@ class ApprovalService:
             raise Conflict(f"{record.id} was answered meanwhile: it is {self.status(now)}"
                            + (f" (by {now.answered_by})" if now.answered_by else ""), rule="approval.raced")
 
-    def _carry_out(self, record: ApprovalRecord, content: bytes | None, actor: str) -> ApprovalRecord:
+    def _carry_out(self, record: ApprovalRecord, content: bytes | None, actor: str, *,
+                   again: bool = False) -> ApprovalRecord:
         executor = self._executors.get(record.op)
+        if again and executor == self._file_op:
+            executor = functools.partial(self._file_op, again=True)
         try:
             if executor is None:
                 raise Conflict(f"Warden here cannot carry out {record.op!r} requests; answer it where it was made")
@@ -279,7 +283,12 @@ class ApprovalService:
                          rule=allowed.rule)
         return workspace, Principal(bot=record.bot, kind="grant", chain=chain)
 
-    def _file_op(self, record: ApprovalRecord, content: bytes | None) -> Mapping[str, Any]:
+    def _file_op(self, record: ApprovalRecord, content: bytes | None, *, again: bool = False) -> Mapping[str, Any]:
+        """Carry out an approved file operation. `again`: answered before and left `approving`
+        (a killed Warden, or a record write that failed after the operation on a full disk), so
+        it may be done already: a delete whose path is gone, or a move whose file is at its
+        destination, is said done, not redone and refused as "not found" (a write or a mkdir is
+        the same done twice)."""
         from warden.services.auth import zone_scope_of
 
         workspace, principal = self._requester(record)
@@ -300,9 +309,15 @@ class ApprovalService:
             if record.destination is None:
                 raise Conflict(f"{record.id} is a move without a destination; nothing was done")
             pinned = record.detail.get("source_sha256")
+            if (again and isinstance(pinned, str) and not files.exists(record.path)
+                    and files.exists(record.destination)
+                    and content_digest(files.read_bytes(record.destination)) == pinned):
+                return {"moved": "file", "destination": record.destination, "done_before": True}
             if not isinstance(pinned, str) or content_digest(files.read_bytes(record.path)) != pinned:
                 raise Conflict(f"{record.path} is no longer the file that was asked to be moved; nothing was moved",
                                rule="approval.changed")
             return {"moved": files.move(record.path, record.destination), "destination": record.destination}
+        if again and not files.exists(record.path):
+            return {"deleted": None, "done_before": True}
         kind = files.delete(record.path, recursive=bool(record.detail.get("recursive")))
         return {"deleted": kind}
