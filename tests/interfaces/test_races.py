@@ -271,3 +271,21 @@ def test_doctor_fix_reclaims_an_archive_no_row_names(cli: Cli, home: Path) -> No
     assert cli("fs", "kept", "cat", "/a.txt").stdout == "mine\n"
     assert cli("unarchive", "gone").code == 0 and cli("unarchive", "still").code == 0
     assert cli("audit", "verify").code == 0
+
+
+def test_doctor_fix_removes_the_key_and_config_files_a_killed_writer_made_aside(cli: Cli, home: Path) -> None:
+    """A key file or a new config.toml is written aside (`.NAME.PID.TAG.tmp`, key material in the
+    first) and then linked into place: a writer killed between the two left it for good, the
+    sweep's pattern (`.NAME.PID.tmp`) not knowing the TAG and its folders not the keys'."""
+    assert cli("init").code == 0
+    gone = subprocess.Popen(["true"])  # its pid: a process that ended
+    gone.wait()
+    left = [home / f".config.toml.{gone.pid}.new.tmp", home / "keys" / f".master.key.{gone.pid}.0badf00d.tmp"]
+    alive = home / "keys" / f".pepper.key.{os.getpid()}.0badf00d.tmp"  # its writer runs: kept
+    for path in (*left, alive):
+        path.write_bytes(b"k" * 32)
+    swept = cli("doctor", "--fix", "--json").json["data"]["swept"]
+    assert sorted(swept["temp_files"]) == sorted(map(str, left))
+    assert not any(p.exists() for p in left) and alive.exists()
+    alive.unlink()
+    assert cli("secret", "set", "S", input="v").code == 0  # the real keys untouched

@@ -90,8 +90,9 @@ class Sweeper:
                 self._live().sweep()
         cgroups = [] if dry_run else self._cgroups.sweep_orphans()
         # Half-written archives, and what a killed writer left in the home itself (`warden
-        # backup`'s registry copy, a settings file's atomic write): `.NAME.PID.tmp` both.
-        temp = [path for folder in (self._archives, self._home)
+        # backup`'s registry copy, a settings file's atomic write, a new config.toml) and in its
+        # keys (a key file made aside: key material, named by nothing): `.NAME.PID[.TAG].tmp`.
+        temp = [path for folder in (self._archives, self._home, self._home / "keys")
                 for path, pid in self._leftovers.temp_archives(str(folder)) if not self._processes.alive(pid)]
         trash = self._leftovers.trashed(str(self._root_dir))
         scratch = self._git_scratch()
