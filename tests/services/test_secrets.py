@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,43 @@ def test_rotate_key_reseals_everything_and_drops_the_old_key(app: App) -> None:
     assert not (app.home.keys / "master.key.next").exists()
     assert app.secrets.environment(["ONE", "TWO"]).env == {"ONE": "first", "TWO": "second"}
     assert any(e.action == "secret.rotate_key" for e in app.audit.list(limit=20))
+
+
+def test_a_secret_set_while_the_key_rotates_is_not_lost(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`secret set` sealed its value under the current key; a rotation (another process) then
+    re-sealed every stored secret and retired that key; the set stored its value after: sealed
+    under a key no longer anywhere, the secret was lost, and every later rotation failed on it
+    (found by a `secret set` and `keys rotate secrets` started together, 1 in 40). Now a rotation
+    waits for the set, which it then re-seals."""
+    app.secrets.set("ONE", "first")
+    sealed, go = threading.Event(), threading.Event()
+    seal = app.keystore.seal
+
+    def seal_then_wait(name: str, plaintext: bytes, **kw: object) -> object:
+        done = seal(name, plaintext, **kw)  # type: ignore[arg-type]
+        if name == "RACED":
+            sealed.set()
+            go.wait(timeout=30)
+        return done
+
+    monkeypatch.setattr(app.keystore, "seal", seal_then_wait)
+    setter = threading.Thread(target=app.secrets.set, args=("RACED", "second"))
+    setter.start()
+    assert sealed.wait(timeout=30)
+    other = bootstrap(app.home.root, environ=dict(app.environ))  # the rotation's own process
+    try:
+        rotator = threading.Thread(target=other.secrets.rotate_key)
+        rotator.start()
+        rotator.join(timeout=1)  # its chance to finish first: it must wait for the set instead
+        go.set()
+        setter.join(timeout=30)
+        rotator.join(timeout=30)
+        assert other.secrets.environment(["ONE", "RACED"]).env == {"ONE": "first", "RACED": "second"}
+        other.secrets.rotate_key()  # and the next rotation is not stopped by it
+        assert other.secrets.environment(["RACED"]).env == {"RACED": "second"}
+    finally:
+        go.set()
+        other.close()
 
 
 def test_a_rotation_that_crashed_before_the_rename_is_still_readable(app: App) -> None:

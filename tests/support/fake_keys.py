@@ -7,6 +7,7 @@ data) and one whose bytes were altered (the tag: here a digest kept in the nonce
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 
 from warden.core.errors import Unavailable
@@ -44,6 +45,9 @@ class FakeKeys:
     def begin_rotation(self) -> tuple[str, bytes]:
         self._next = f"k{int(self.key_id[1:]) + 1}"
         return self._next, b"k" * 32
+
+    def sealing(self, *, rotating: bool = False) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
     def finish_rotation(self) -> None:
         assert self._next is not None

@@ -37,13 +37,14 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
 
 
 @contextlib.contextmanager
-def exclusive(lock_file: Path | str, *, mode: int = 0o600) -> Iterator[None]:
+def exclusive(lock_file: Path | str, *, mode: int = 0o600, shared: bool = False) -> Iterator[None]:
     """Hold an exclusive flock on `lock_file` (made if missing, never through a link) for the
-    block. It is let go when the block ends, and when its holder ends however (kill -9 too).
-    flock is per open file: a holder that takes it again waits on itself."""
+    block (`shared`: one that many holders share, and that waits for an exclusive one). It is
+    let go when the block ends, and when its holder ends however (kill -9 too). flock is per
+    open file: a holder that takes it again waits on itself."""
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)

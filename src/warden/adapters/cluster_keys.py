@@ -293,6 +293,10 @@ class ClusterKeys:
     def begin_rotation(self) -> tuple[str, bytes]:
         raise InvalidInput("this node's keys are the cluster's: rotate them with `warden keys rotate secrets`")
 
+    def sealing(self, *, rotating: bool = False) -> contextlib.AbstractContextManager[None]:
+        # The keyring's row is held in the storing transaction instead (secrets.hold_key).
+        return contextlib.nullcontext()
+
     def finish_rotation(self) -> None:
         raise InvalidInput("this node's keys are the cluster's: rotate them with `warden keys rotate secrets`")
 

@@ -23,6 +23,7 @@ import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from warden.adapters.atomic import exclusive
 from warden.core.errors import InvalidInput, Unavailable
 from warden.core.secrets import Sealed
 
@@ -242,6 +243,14 @@ class Keystore:
         self.current_key()  # make sure a current key exists before a next one
         key, _ = self._create_key(self.next_file)
         return key_id(key), key
+
+    def sealing(self, *, rotating: bool = False) -> contextlib.AbstractContextManager[None]:
+        """A flock in keys/: shared by each value sealed and stored, held alone by a rotation
+        (core/ports). A master key from the environment is never rotated here: nothing to hold."""
+        if self.from_environment:
+            return contextlib.nullcontext()
+        self._ensure_dir()
+        return exclusive(self.directory / ".sealing.lock", shared=not rotating)
 
     def finish_rotation(self) -> None:
         """Make the next key the current one (after every row was re-sealed with it)."""

@@ -60,6 +60,10 @@ class SecretService:
         """Seal and store `value` under `name`; True when the secret is new."""
         check_secret_name(name)
         text = _clean_value(value)
+        with self._keys.sealing():
+            return self._store(name, text, actor)
+
+    def _store(self, name: str, text: str, actor: str) -> bool:
         sealed = self._keys.seal(name, text.encode("utf-8"))
         with self._registry.transaction() as tx:
             # A cluster's key is held until this commits: should a rotation on another node have
@@ -88,7 +92,14 @@ class SecretService:
             self._audit.record(actor=actor, action="secret.remove", target=f"secret:{name}", tx=tx)
 
     def rotate_key(self, *, actor: str = "user") -> tuple[str, int]:
-        """Re-seal every secret under a new master key; returns the new key id and the count."""
+        """Re-seal every secret under a new master key; returns the new key id and the count.
+        One at a time, and never while a value is being sealed and stored (`Keys.sealing`): a
+        `secret set` sealed under the old key and stored after the re-seal was lost with that key,
+        and every later rotation then failed on it."""
+        with self._keys.sealing(rotating=True):
+            return self._rotate(actor)
+
+    def _rotate(self, actor: str) -> tuple[str, int]:
         kid, key = self._keys.begin_rotation()
         with self._registry.transaction() as tx:
             stored = tx.secrets.list_all()

@@ -362,6 +362,12 @@ class Keys(Protocol):
         """Make the next master key (kept beside the current one until `finish_rotation`)."""
         ...
 
+    def sealing(self, *, rotating: bool = False) -> contextlib.AbstractContextManager[None]:
+        """Held while a value is sealed and stored (shared: those run side by side), and across a
+        rotation from its begin to its finish (`rotating`: alone). A value sealed under the key a
+        rotation retires, and stored after its re-seal, was lost with that key."""
+        ...
+
     def finish_rotation(self) -> None: ...
 
 
