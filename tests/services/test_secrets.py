@@ -137,3 +137,49 @@ def test_a_secret_stored_under_a_name_now_refused_is_never_injected(app: App) ->
         tx.secrets.upsert("RES_OPTIONS", sealed, "2026-01-01T00:00:00+00:00")
     injected = app.secrets.environment(["RES_OPTIONS"])
     assert injected.env == {} and injected.missing == ("RES_OPTIONS",)
+
+
+def test_a_backup_taken_while_the_key_rotates_holds_the_key_of_its_secrets(
+        app: App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`warden backup` copied the registry (secrets sealed under the current key), a rotation
+    then re-sealed them and retired that key, and the backup copied the keys after it: restored,
+    its secrets were sealed under a key it did not hold. The rotation now waits for the copy."""
+    import tarfile
+
+    from warden.adapters.backup import backup_home, restore_home
+
+    app.secrets.set("ONE", "first")
+    copied, go = threading.Event(), threading.Event()
+    add = tarfile.TarFile.add
+
+    def add_then_wait(self: tarfile.TarFile, name: object, arcname: object = None, *a: object, **kw: object) -> None:
+        add(self, name, arcname, *a, **kw)  # type: ignore[arg-type]
+        if arcname == "warden.db":
+            copied.set()
+            go.wait(timeout=30)
+
+    monkeypatch.setattr(tarfile.TarFile, "add", add_then_wait)
+    target = tmp_path / "home.tgz"
+    backup = threading.Thread(target=backup_home, args=(app.home.root, app.home.root / "warden.db", target),
+                              kwargs={"workspaces_root": app.root_dir, "include_workspaces": False,
+                                      "keys_steady": app.keystore.sealing()})
+    backup.start()
+    assert copied.wait(timeout=30)
+    other = bootstrap(app.home.root, environ=dict(app.environ))  # the rotation's own process
+    try:
+        rotator = threading.Thread(target=other.secrets.rotate_key)
+        rotator.start()
+        rotator.join(timeout=1)  # its chance to finish between the two copies: it must wait instead
+        go.set()
+        backup.join(timeout=30)
+        rotator.join(timeout=30)
+    finally:
+        go.set()
+        other.close()
+    elsewhere = tmp_path / "restored"
+    restore_home(target, elsewhere, replace=False)
+    restored = bootstrap(elsewhere, environ={**app.environ, "WARDEN_HOME": str(elsewhere)})
+    try:
+        assert restored.secrets.environment(["ONE"]).env == {"ONE": "first"}
+    finally:
+        restored.close()

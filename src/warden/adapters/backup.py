@@ -53,8 +53,10 @@ def _add_tree(tar: tarfile.TarFile, path: Path, arcname: str) -> None:
 
 
 def backup_home(home: Path, db_path: Path | None, target: Path, *, workspaces_root: Path,
-                include_workspaces: bool) -> dict[str, object]:
-    """Write a backup of `home` to `target`; what it holds."""
+                include_workspaces: bool, keys_steady: contextlib.AbstractContextManager[None]) -> dict[str, object]:
+    """Write a backup of `home` to `target`; what it holds. `keys_steady` is held from the
+    registry's copy to the keys' (Keys.sealing): a rotation of the master key between the two
+    left a backup whose secrets were sealed under a key it did not hold."""
     target = target.absolute()
     if target.exists() and target.is_dir():
         raise InvalidInput(f"{target} is a folder; give a file name for the backup")
@@ -79,22 +81,8 @@ def backup_home(home: Path, db_path: Path | None, target: Path, *, workspaces_ro
                 info.size = len(manifest)
                 info.mtime = int(time.time())
                 tar.addfile(info, io.BytesIO(manifest))
-                if db_path is not None and db_path.exists():
-                    with _scratch(home) as scratch:
-                        copy = scratch / "warden.db"
-                        source = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-                        try:
-                            dest = sqlite3.connect(copy)
-                            with contextlib.closing(dest):
-                                source.backup(dest)
-                        finally:
-                            source.close()
-                        tar.add(copy, arcname="warden.db")
-                    held.append("warden.db")
-                for rel in STATE_FILES:
-                    if os.path.lexists(home / rel):
-                        _add_tree(tar, home / rel, rel)
-                        held.append(rel)
+                with keys_steady:
+                    held += _add_state(tar, home, db_path)
                 if include_workspaces:
                     if workspaces_root.is_dir():
                         tar.add(workspaces_root, arcname="workspaces", recursive=False)
@@ -119,6 +107,29 @@ def backup_home(home: Path, db_path: Path | None, target: Path, *, workspaces_ro
             os.unlink(tmp_name)
         raise
     return {"file": str(target), "holds": held, "size": target.stat().st_size}
+
+
+def _add_state(tar: tarfile.TarFile, home: Path, db_path: Path | None) -> list[str]:
+    """The registry (a consistent copy, SQLite's backup API) and the home's state files, keys
+    included, into `tar`; what was added."""
+    held: list[str] = []
+    if db_path is not None and db_path.exists():
+        with _scratch(home) as scratch:
+            copy = scratch / "warden.db"
+            source = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+            try:
+                dest = sqlite3.connect(copy)
+                with contextlib.closing(dest):
+                    source.backup(dest)
+            finally:
+                source.close()
+            tar.add(copy, arcname="warden.db")
+        held.append("warden.db")
+    for rel in STATE_FILES:
+        if os.path.lexists(home / rel):
+            _add_tree(tar, home / rel, rel)
+            held.append(rel)
+    return held
 
 
 @contextlib.contextmanager

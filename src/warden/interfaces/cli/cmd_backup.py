@@ -39,7 +39,7 @@ def _backup(ctx: Context, args: argparse.Namespace) -> Output:
     from pathlib import Path
 
     result = backup_home(app.home.root, db_path, Path(args.file), workspaces_root=app.root_dir,
-                         include_workspaces=args.workspaces)
+                         include_workspaces=args.workspaces, keys_steady=app.keystore.sealing())
     app.audit.record(actor="user", action="home.backup", target=str(result["file"]),
                      detail={"holds": result["holds"], "size": result["size"]})
     note = "" if sqlite else " (the PostgreSQL registry is not in it: back it up with pg_dump)"
