@@ -246,7 +246,7 @@ def test_a_checkpoint_is_made_only_with_its_audit_row(disk: Disk) -> None:
     said_failed = []
     try:
         # The content stays: a checkpoint then writes its manifest (a few KB) and its audit row.
-        for leave_kb in range(0, 96, 2):
+        for leave_kb in range(0, 64, 2):  # the registry's writes fail first at most levels, the key's at some
             disk.fill(leave_kb)
             made = disk.warden("checkpoint", "W", "-m", f"at {leave_kb}", "--json")
             disk.free()
@@ -445,3 +445,29 @@ def test_a_bots_command_that_ran_is_answered_with_its_status_on_a_full_disk(disk
     finally:
         server.terminate()
         server.wait(30)
+
+
+def test_a_key_rotation_refused_by_a_full_disk_leaves_no_half_key(disk: Disk) -> None:
+    """The next master key is written aside, then linked into place: refused by the full disk,
+    its file aside stayed in keys/ (empty, or part of a key) for good. Nothing is left now, and
+    the secrets open and rotate once space is freed."""
+    disk.set_up(workspace=False)
+    set_ = disk.inside(sys.executable, "-m", "warden", "secret", "set", "S", input=b"value")
+    assert set_.code == 0, set_.stderr
+    refused = 0
+    try:
+        for leave_kb in range(0, 64, 2):  # the registry's writes fail first at most levels, the key's at some
+            disk.fill(leave_kb)
+            rotated = disk.warden("keys", "rotate", "secrets")
+            disk.free()
+            assert "Traceback" not in rotated.stderr and "internal error" not in rotated.stderr, rotated.stderr
+            if rotated.code != 0:
+                refused += 1
+                assert "no space left on /" in rotated.stderr, rotated.stderr  # names where
+            assert disk.find("keys", "-name", "*.tmp") == "", (leave_kb, rotated.stderr)
+    finally:
+        disk.free()
+    assert refused, "the disk was never full enough to refuse a rotation"
+    assert disk.warden("keys", "rotate", "secrets").code == 0
+    assert "S" in disk.warden("secret", "list").stdout
+    assert disk.warden("audit", "verify").code == 0

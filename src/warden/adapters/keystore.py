@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import errno
 import hashlib
 import os
 import stat
@@ -264,10 +265,18 @@ def write_private_tmp(path: Path, key: bytes, tag: str) -> Path:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{tag}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
-        os.write(fd, key)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        try:
+            if os.write(fd, key) != len(key):  # a full disk may take part of it
+                raise OSError(errno.ENOSPC, "no space left for the whole key", str(tmp))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)  # half a key, named by nothing: never left behind
+        if isinstance(exc, OSError) and exc.filename is None:  # os.write names no file: "no space left on" what?
+            raise OSError(exc.errno, exc.strerror, str(path.parent)) from exc
+        raise
     return tmp
 
 
