@@ -471,3 +471,25 @@ def test_a_key_rotation_refused_by_a_full_disk_leaves_no_half_key(disk: Disk) ->
     assert disk.warden("keys", "rotate", "secrets").code == 0
     assert "S" in disk.warden("secret", "list").stdout
     assert disk.warden("audit", "verify").code == 0
+
+
+def test_a_refusal_for_a_full_disk_says_where(disk: Disk) -> None:
+    """A write or a flush names no file: an archive's pack, a checkpoint's or an install's own
+    files refused by the full disk said "no space left on the device", on a machine with several."""
+    disk.set_up()
+    said = []
+    try:
+        for command in (("archive", "W"), ("install", "W", "nothing-here"), ("checkpoint", "W")):
+            for leave_kb in range(0, 48, 4):
+                disk.fill(leave_kb)
+                done = disk.warden(*command)
+                disk.free()
+                assert "Traceback" not in done.stderr, done.stderr
+                if "no space left" in done.stderr:
+                    said.append(done.stderr.strip().splitlines()[-1])
+                if done.code == 0 and command[0] == "archive":
+                    assert disk.warden("unarchive", "W").code == 0
+    finally:
+        disk.free()
+    assert said, "the disk was never full enough to refuse one"
+    assert all(line.startswith(f"warden: no space left on {disk.path}/") for line in said), said

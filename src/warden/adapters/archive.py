@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from warden.adapters.atomic import named
 from warden.adapters.safefs.fdtree import DirHandle, open_tree
 from warden.core.errors import InvalidInput, TooLarge
 from warden.core.gitcontrol import is_git_name
@@ -324,9 +325,11 @@ def pack_tree(root: Path, target: Path, *, max_bytes: int | None = None, progres
             os.fsync(raw.fileno())
         os.chmod(tmp, 0o600)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        if (again := named(exc, target.parent)) is not None:
+            raise again from exc
         raise
     return target.stat().st_size
 

@@ -9,7 +9,15 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["exclusive", "write_atomic"]
+__all__ = ["exclusive", "named", "write_atomic"]
+
+
+def named(exc: BaseException, path: Path | str) -> OSError | None:
+    """`exc` again with `path` as its file, when it is an OSError that names none (a write's or a
+    flush's): "no space left on the device" then says which; None when there is nothing to add."""
+    if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+        return OSError(exc.errno, exc.strerror, str(path))
+    return None
 
 
 def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
@@ -25,9 +33,11 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        if (again := named(exc, path)) is not None:
+            raise again from exc
         raise
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:

@@ -24,7 +24,7 @@ import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from warden.adapters.atomic import exclusive
+from warden.adapters.atomic import exclusive, named
 from warden.core.errors import InvalidInput, Unavailable
 from warden.core.secrets import Sealed
 
@@ -274,8 +274,8 @@ def write_private_tmp(path: Path, key: bytes, tag: str) -> Path:
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)  # half a key, named by nothing: never left behind
-        if isinstance(exc, OSError) and exc.filename is None:  # os.write names no file: "no space left on" what?
-            raise OSError(exc.errno, exc.strerror, str(path.parent)) from exc
+        if (again := named(exc, path.parent)) is not None:
+            raise again from exc
         raise
     return tmp
 
