@@ -8,6 +8,7 @@ space is freed everything works again with the audit log intact.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -399,17 +400,14 @@ def test_a_command_that_ran_exits_with_its_own_status_on_a_full_disk(disk: Disk)
     assert {126, "unrecorded"} <= codes, codes
 
 
-def test_a_bots_command_that_ran_is_answered_with_its_status_on_a_full_disk(disk: Disk) -> None:
-    """Over HTTP the same: the bot's command ran, its outcome's write (with the call's event)
-    failed on the full disk, and the bot was answered 503 "no space left", so it would run the
-    command again. It gets its command's result; the server's log says what the audit lacks."""
+@contextlib.contextmanager
+def served(disk: Disk) -> Iterator[tuple[str, str, Path]]:
+    """`warden serve` on the disk's home, and a token of bot b1 that may run commands in W:
+    (its URL, the token, its log)."""
     import re
-
-    import httpx
 
     from tests.support.waiting import poll
 
-    disk.set_up()
     assert disk.warden("bot", "register", "b1").code == 0
     granted = disk.warden("grant", "W", "b1", "--permissions", "read,execute", "--json")
     token = json.loads(granted.stdout)["data"]["token"]
@@ -421,30 +419,48 @@ def test_a_bots_command_that_ran_is_answered_with_its_status_on_a_full_disk(disk
     try:
         found = poll(lambda: re.search(rb"listening on (http://127\.0\.0\.1:\d+)", log.read_bytes()), timeout=60)
         assert found, log.read_bytes()
-        url = found.group(1).decode()
-        answers = set()
-        try:
-            for leave_kb in range(0, 64, 1):
-                disk.fill(leave_kb)
-                answer = httpx.post(f"{url}/v1/workspaces/W/exec", headers={"Authorization": f"Bearer {token}"},
-                                    json={"cmd": ["sh", "-c", f"echo ran{leave_kb}; exit 3"]}, timeout=60)
-                disk.free()
-                if answer.status_code == 200:
-                    body = answer.json()
-                    assert (body["exit_code"], body["stdout"]) == (3, f"ran{leave_kb}\n"), body
-                    answers.add(200)
-                else:
-                    assert answer.status_code == 503, (leave_kb, answer.status_code, answer.text)
-                    answers.add(503)
-        finally:
-            disk.free()
-        assert 503 in answers, answers  # the disk was full enough to refuse some
-        said = log.read_bytes().decode(errors="replace")
-        assert "the command ran and exited 3, but not in the audit log: no space left" in said, said[-3000:]
-        assert "Traceback" not in said, said[-3000:]
+        yield found.group(1).decode(), token, log
     finally:
         server.terminate()
         server.wait(30)
+
+
+def test_a_bots_command_that_ran_is_answered_with_its_status_on_a_full_disk(disk: Disk) -> None:
+    """Over HTTP the same: the bot's command ran, its outcome's write (with the call's event)
+    failed on the full disk, and the bot was answered 503 "no space left", so it would run the
+    command again. It gets its command's result, streamed too (where its last line was an error
+    event after the command's output); the server's log says what the audit lacks."""
+    import httpx
+
+    disk.set_up()
+    with served(disk) as (url, token, log):
+        answers = set()
+        try:
+            for stream in (False, True):
+                for leave_kb in range(0, 64, 1):
+                    disk.fill(leave_kb)
+                    answer = httpx.post(f"{url}/v1/workspaces/W/exec", headers={"Authorization": f"Bearer {token}"},
+                                        json={"cmd": ["sh", "-c", f"echo ran{leave_kb}; exit 3"], "stream": stream},
+                                        timeout=60)
+                    disk.free()
+                    if answer.status_code == 200 and stream:
+                        events = [json.loads(line) for line in answer.text.splitlines()]
+                        assert events[0] == {"type": "stdout", "data": f"ran{leave_kb}\n"}, events
+                        assert (events[-1]["type"], events[-1].get("exit_code")) == ("exit", 3), events
+                        answers.add("streamed")
+                    elif answer.status_code == 200:
+                        body = answer.json()
+                        assert (body["exit_code"], body["stdout"]) == (3, f"ran{leave_kb}\n"), body
+                        answers.add(200)
+                    else:
+                        assert answer.status_code == 503, (leave_kb, answer.status_code, answer.text)
+                        answers.add(503)
+        finally:
+            disk.free()
+        assert {503, 200, "streamed"} <= answers, answers  # the disk was full enough to refuse some
+        said = log.read_bytes().decode(errors="replace")
+        assert "the command ran and exited 3, but not in the audit log: no space left" in said, said[-3000:]
+        assert "Traceback" not in said, said[-3000:]
 
 
 def test_a_key_rotation_refused_by_a_full_disk_leaves_no_half_key(disk: Disk) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from starlette.concurrency import run_in_threadpool
 
 from warden.core.errors import Denied, WardenError
+from warden.services.audit import unaudited
 from warden.services.auth import AuthDenied, Principal
 
 if TYPE_CHECKING:
@@ -123,6 +124,15 @@ class Call:
         if self.audited_by_service and (exc is None or isinstance(exc, WardenError)):
             return  # one event per call: the service's, which names this caller
         if self._recorded and exc is None:
+            return
+        if exc is None and isinstance(self.detail.get("exit_code"), int):
+            # Its command ran, and its outcome's write (with this event) failed on a full disk:
+            # the bot is answered its command's result, not 503 (it would run it again), and the
+            # server's log says what the audit lacks (services/runs.py, _outcome_written).
+            try:
+                self._record(None, None)
+            except WardenError as failed:
+                unaudited(f"{self.channel}.{self.action} on {self.target!r} by {self.actor} is done", failed.message)
             return
         self._record(exc, None)
 
