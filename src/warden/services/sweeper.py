@@ -120,6 +120,7 @@ class Sweeper:
         stale = []
         for name, archive in shelf.unrecorded():
             try:
+                self._workspaces.get(name)  # first: no lease row is made for a name no workspace has
                 with contextlib.nullcontext() if dry_run else self._workspaces.lease(name, "exclusive", "sweep"):
                     record = self._workspaces.get(name)
                     if record.meta.get("archive") == archive or not self._workspaces.folders.holds(record):
