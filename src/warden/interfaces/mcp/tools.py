@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from warden.core.echo import echoed
 from warden.core.errors import InvalidInput
 
 __all__ = ["TOOLS", "ToolSpec", "check_arguments"]
@@ -177,7 +178,7 @@ def _check(value: object, schema: Mapping[str, Any], where: str) -> None:
     if kind is not None:
         wanted = _TYPES[kind]
         if (isinstance(value, bool) and kind in ("integer", "number")) or not isinstance(value, wanted):
-            raise InvalidInput(f"{where} must be a {kind}")
+            raise InvalidInput(f"{where} must be {'an' if kind[0] in 'aeiou' else 'a'} {kind}")
     if isinstance(value, str):
         if len(value) < schema.get("minLength", 0):
             raise InvalidInput(f"{where} must not be empty")
@@ -211,11 +212,15 @@ def check_arguments(name: str, arguments: Mapping[str, Any] | None) -> tuple[Too
     the first problem, so a model can mend its call)."""
     tool = _BY_NAME.get(name)
     if tool is None:
-        raise InvalidInput(f"no tool {name!r}; the tools are {', '.join(_BY_NAME)}")
+        raise InvalidInput(f"no tool {echoed(name)!r}; the tools are {', '.join(_BY_NAME)}")
     given = dict(arguments or {})
     unknown = sorted(set(given) - set(tool.properties))
     if unknown:
-        raise InvalidInput(f"{name} takes no argument {', '.join(unknown)}; it takes {', '.join(tool.properties)}")
+        # The names are the caller's to choose: escaped, cut, and a few.
+        shown = ", ".join(echoed(key, 60) for key in unknown[:5])
+        shown += f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        takes = ", ".join(tool.properties) or "none"
+        raise InvalidInput(f"{name} takes no argument {shown}; it takes {takes}")
     missing = [key for key in tool.required if key not in given]
     if missing:
         raise InvalidInput(f"{name} needs {', '.join(missing)}")
