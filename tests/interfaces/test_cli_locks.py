@@ -51,6 +51,9 @@ def test_takeover_is_audited_and_the_old_holder_is_then_refused(cli: Cli, name: 
     events = cli("audit", "--json", "--limit", "20").json["data"]
     assert any(e["action"] == "workspace.takeover" and e["target"] == name and e["detail"]["from"] == "term-a"
                for e in events)
+    # The old holder's refused run is a decision like any other refusal: it left no trace.
+    refused = [e for e in events if e["action"] == "run" and e["target"] == name and e["decision"] == "deny"]
+    assert [(e["rule"], e["result"], e["detail"]["argv"]) for e in refused] == [("lock.terminal", "refused", ["true"])]
     assert cli("unlock", name, env=B).code == 0
 
 

@@ -69,7 +69,7 @@ def test_every_escape_is_refused_with_one_line_and_126(cli: Cli, ws: Path, cwd: 
     assert refused.code == 126 and refused.json["error"]["code"] == "invalid"
 
 
-def test_a_refused_cwd_is_audited(cli: Cli) -> None:
+def test_a_refused_cwd_is_audited(cli: Cli, ws: Path) -> None:
     cli("run", "cwd-ws", "--cwd", "/etc", "--", "true")
     events = cli("audit", "--workspace", "cwd-ws", "--limit", "3", "--json").json["data"]
     last = [e for e in events if e["action"] == "run"][-1]
@@ -93,7 +93,7 @@ _PROBE = ('for v in SSL_CERT_FILE SSL_CERT_DIR PIP_CERT REQUESTS_CA_BUNDLE NODE_
           'ls "$CADIR" 2>/dev/null || echo no-dir; echo "retries=${PIP_RETRIES:-}"')
 
 
-def test_tls_trust_reaches_networked_runs_read_only_and_no_other(cli: Cli, tmp_path: Path) -> None:
+def test_tls_trust_reaches_networked_runs_read_only_and_no_other(cli: Cli, ws: Path, tmp_path: Path) -> None:
     ca = tmp_path / "corp-ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\ncorp\n-----END CERTIFICATE-----\n")
     certs = tmp_path / "certs"
@@ -120,7 +120,7 @@ def test_tls_trust_reaches_networked_runs_read_only_and_no_other(cli: Cli, tmp_p
                                         "unreadable", "no-dir", "retries=0"]
 
 
-def test_a_name_lookup_without_network_ends_with_one_line_from_warden(cli: Cli) -> None:
+def test_a_name_lookup_without_network_ends_with_one_line_from_warden(cli: Cli, ws: Path) -> None:
     lookup = ["python3", "-c", "import socket; socket.getaddrinfo('pypi.org', 443)"]
     r = cli("run", "cwd-ws", "--", *lookup)
     assert r.code == 1

@@ -591,6 +591,12 @@ class RunService:
         except (Locked, Unavailable, Conflict) as exc:
             # A lifecycle change holds (or changed) the workspace, or the intent could not be
             # recorded (a full disk, a locked registry): nothing runs without its audit row.
+            if isinstance(exc, Locked) and (exc.rule or "").startswith(("lock.", "lease.")):
+                # A decision by a rule (another terminal's lock, an archive holding the
+                # workspace) is audited as every refused run is: a person's `warden run`
+                # refused by a lock left no trace. A locked registry or a full disk would
+                # refuse its row too.
+                raise self._refuse(exc, intent.actor, intent.record.name, intent.detail) from None
             raise Refused.of(exc) from None
 
     @contextlib.contextmanager
