@@ -509,3 +509,32 @@ def test_a_refusal_for_a_full_disk_says_where(disk: Disk) -> None:
         disk.free()
     assert said, "the disk was never full enough to refuse one"
     assert all(line.startswith(f"warden: no space left on {disk.path}/") for line in said), said
+
+
+def test_a_background_process_that_ended_on_a_full_disk_keeps_its_output_and_status(disk: Disk) -> None:
+    """Collecting an ended background process writes its output aside, then its outcome: on the
+    full disk `wait` said "no space left on the device" (no place), and a write that took part of
+    the output would have kept it cut. Once freed, its status and its whole output are there."""
+    disk.set_up()
+    said = []
+    try:
+        for leave_kb in range(16, 48, 4):
+            started = disk.warden("run", "--detach", "W", "--", "sh", "-c",
+                                  f"sleep 1; head -c 3000 /dev/zero | tr '\\0' o; echo; echo bye{leave_kb}; exit 7")
+            assert started.code == 0, started.stderr
+            process = started.stdout.split()[-1]
+            disk.fill(leave_kb)
+            time.sleep(2)  # it ends while the disk is full
+            waited = disk.warden("wait", "W", process)
+            disk.free()
+            assert "Traceback" not in waited.stderr, waited.stderr
+            if waited.code != 7:
+                said.append(waited.stderr.strip())
+                waited = disk.warden("wait", "W", process)
+            assert waited.code == 7, (leave_kb, waited.stderr)
+            logs = disk.warden("logs", "W", process)
+            assert logs.stdout == "o" * 3000 + f"\nbye{leave_kb}\n", (leave_kb, logs.stdout[-100:])
+    finally:
+        disk.free()
+    assert said, "the disk was never full enough to refuse a collection"
+    assert all(line.startswith(f"warden: no space left on {disk.path}/") for line in said), said
