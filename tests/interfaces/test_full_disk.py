@@ -491,11 +491,13 @@ def test_a_key_rotation_refused_by_a_full_disk_leaves_no_half_key(disk: Disk) ->
 
 def test_a_refusal_for_a_full_disk_says_where(disk: Disk) -> None:
     """A write or a flush names no file: an archive's pack, a checkpoint's or an install's own
-    files refused by the full disk said "no space left on the device", on a machine with several."""
+    files refused by the full disk said "no space left on the device", on a machine with several
+    (a backup's copy of the registry: "on the registry disk", which had room)."""
     disk.set_up()
     said = []
     try:
-        for command in (("archive", "W"), ("install", "W", "nothing-here"), ("checkpoint", "W")):
+        for command in (("archive", "W"), ("install", "W", "nothing-here"), ("checkpoint", "W"),
+                        ("backup", str(disk.path / "home.tgz"), "--workspaces")):
             for leave_kb in range(0, 48, 4):
                 disk.fill(leave_kb)
                 done = disk.warden(*command)
@@ -508,7 +510,7 @@ def test_a_refusal_for_a_full_disk_says_where(disk: Disk) -> None:
     finally:
         disk.free()
     assert said, "the disk was never full enough to refuse one"
-    assert all(line.startswith(f"warden: no space left on {disk.path}/") for line in said), said
+    assert all(line.startswith(f"warden: no space left on {disk.path}") for line in said), said
 
 
 def test_a_background_process_that_ended_on_a_full_disk_keeps_its_output_and_status(disk: Disk) -> None:
@@ -537,4 +539,4 @@ def test_a_background_process_that_ended_on_a_full_disk_keeps_its_output_and_sta
     finally:
         disk.free()
     assert said, "the disk was never full enough to refuse a collection"
-    assert all(line.startswith(f"warden: no space left on {disk.path}/") for line in said), said
+    assert all(line.startswith(f"warden: no space left on {disk.path}") for line in said), said

@@ -16,6 +16,7 @@ holds: no absolute paths, no `..`, no devices, links only inside workspaces.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import os
@@ -27,6 +28,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from warden.adapters.atomic import named
 from warden.adapters.leftovers import HostLeftovers
 from warden.adapters.processes import alive
 from warden.core.errors import Conflict, InvalidInput, NotFound
@@ -102,9 +104,11 @@ def backup_home(home: Path, db_path: Path | None, target: Path, *, workspaces_ro
             raw.flush()
             os.fsync(raw.fileno())
         os.replace(tmp_name, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp_name)
+        if (again := named(exc, target.parent)) is not None:
+            raise again from exc  # the backup's folder may be on another device than the home
         raise
     return {"file": str(target), "holds": held, "size": target.stat().st_size}
 
@@ -120,7 +124,13 @@ def _add_state(tar: tarfile.TarFile, home: Path, db_path: Path | None) -> list[s
             try:
                 dest = sqlite3.connect(copy)
                 with contextlib.closing(dest):
-                    source.backup(dest)
+                    try:
+                        source.backup(dest)
+                    except sqlite3.OperationalError as exc:
+                        if "full" not in str(exc):
+                            raise
+                        # The copy's disk, not the registry's: said "on the registry disk" before.
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(home)) from exc
             finally:
                 source.close()
             tar.add(copy, arcname="warden.db")
