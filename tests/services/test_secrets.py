@@ -88,20 +88,27 @@ def test_a_secret_set_while_the_key_rotates_is_not_lost(app: App, monkeypatch: p
         return done
 
     monkeypatch.setattr(app.keystore, "seal", seal_then_wait)
-    setter = threading.Thread(target=app.secrets.set, args=("RACED", "second"))
-    setter.start()
-    assert sealed.wait(timeout=30)
-    other = bootstrap(app.home.root, environ=dict(app.environ))  # the rotation's own process
+    _rotation_meanwhile(app, threading.Thread(target=app.secrets.set, args=("RACED", "second")), sealed, go)
+    assert app.secrets.environment(["ONE", "RACED"]).env == {"ONE": "first", "RACED": "second"}
+    app.secrets.rotate_key()  # and the next rotation is not stopped by it
+    assert app.secrets.environment(["RACED"]).env == {"RACED": "second"}
+
+
+def _rotation_meanwhile(app: App, worker: threading.Thread, paused: threading.Event, go: threading.Event) -> None:
+    """Start `worker`; once it has `paused` half way, a rotation of the master key (in an App of
+    its own, as another process) gets its chance to run to its end before `go` lets the worker
+    finish. Without the rotation waiting for the worker, it does."""
+    worker.start()
+    assert paused.wait(timeout=30)
+    other = bootstrap(app.home.root, environ=dict(app.environ))
     try:
         rotator = threading.Thread(target=other.secrets.rotate_key)
         rotator.start()
-        rotator.join(timeout=1)  # its chance to finish first: it must wait for the set instead
+        rotator.join(timeout=1)  # its chance to finish first: it must wait for the worker instead
         go.set()
-        setter.join(timeout=30)
+        worker.join(timeout=30)
         rotator.join(timeout=30)
-        assert other.secrets.environment(["ONE", "RACED"]).env == {"ONE": "first", "RACED": "second"}
-        other.secrets.rotate_key()  # and the next rotation is not stopped by it
-        assert other.secrets.environment(["RACED"]).env == {"RACED": "second"}
+        assert not worker.is_alive() and not rotator.is_alive()
     finally:
         go.set()
         other.close()
@@ -163,19 +170,7 @@ def test_a_backup_taken_while_the_key_rotates_holds_the_key_of_its_secrets(
     backup = threading.Thread(target=backup_home, args=(app.home.root, app.home.root / "warden.db", target),
                               kwargs={"workspaces_root": app.root_dir, "include_workspaces": False,
                                       "keys_steady": app.keystore.sealing()})
-    backup.start()
-    assert copied.wait(timeout=30)
-    other = bootstrap(app.home.root, environ=dict(app.environ))  # the rotation's own process
-    try:
-        rotator = threading.Thread(target=other.secrets.rotate_key)
-        rotator.start()
-        rotator.join(timeout=1)  # its chance to finish between the two copies: it must wait instead
-        go.set()
-        backup.join(timeout=30)
-        rotator.join(timeout=30)
-    finally:
-        go.set()
-        other.close()
+    _rotation_meanwhile(app, backup, copied, go)  # between the registry's copy and the keys'
     elsewhere = tmp_path / "restored"
     restore_home(target, elsewhere, replace=False)
     restored = bootstrap(elsewhere, environ={**app.environ, "WARDEN_HOME": str(elsewhere)})
