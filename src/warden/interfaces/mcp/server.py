@@ -408,7 +408,7 @@ def _asks_progress(body: bytes) -> bool:
 
     try:
         document = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting too: the SDK answers it a parse error
         return True
     messages = document if isinstance(document, list) else [document]
     for message in messages:
