@@ -41,3 +41,21 @@ def test_config_set_of_a_list_nested_too_deep_is_invalid(environ: dict[str, str]
     done = _cli(environ, "config", "set", "sandbox.allowed_commands", "[" * 3000 + "]" * 3000)
     assert done.returncode == 2 and "not a valid array" in done.stderr, done.stderr
     assert "internal" not in done.stderr
+
+
+def test_health_of_a_workspace_whose_pyproject_nests_too_deep(environ: dict[str, str]) -> None:
+    path = Path(json.loads(cli_out(environ, "create", "deeppy", "--template", "minimal", "--json"))["data"]["path"])
+    (path / "pyproject.toml").write_text("x = " + "[" * 3000 + "]" * 3000 + "\n")
+    checked = _cli(environ, "health", "deeppy", "--json")
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["ok"] is True
+
+
+def test_a_config_toml_nested_too_deep_is_said_in_one_line(tmp_path: Path) -> None:
+    environ = warden_environ(tmp_path / "home")
+    cli_out(environ, "init")
+    (tmp_path / "home" / "config.toml").write_text("x = " + "[" * 3000 + "]" * 3000 + "\n")
+    for args in (("config", "get", "versions.keep"), ("config", "set", "versions.keep", "3"), ("list",)):
+        done = _cli(environ, *args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert "config.toml: not valid TOML (nested too deep)" in done.stderr and "internal" not in done.stderr

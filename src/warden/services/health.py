@@ -221,7 +221,7 @@ class HealthService:
             return []
         try:
             data = tomllib.loads(raw.decode("utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError):
             return []
         deps = data.get("project", {}).get("dependencies", [])
         return [d for d in deps if isinstance(d, str)]

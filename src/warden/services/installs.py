@@ -91,7 +91,10 @@ def record_python(root: WorkspaceRoot, requirements: Sequence[str]) -> bool:
     import tomlkit
 
     text = _read_manifest(root, "pyproject.toml")
-    doc = tomlkit.parse(text) if text else tomlkit.document()
+    try:
+        doc = tomlkit.parse(text) if text else tomlkit.document()
+    except (tomlkit.exceptions.ParseError, RecursionError):  # the workspace's file: a typo, or a bot's
+        raise InvalidInput("pyproject.toml is not valid TOML; fix it or use --no-persist") from None
     project = doc.get("project")
     if project is None:
         project = tomlkit.table()
