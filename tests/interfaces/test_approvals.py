@@ -238,6 +238,27 @@ def test_a_bot_chosen_path_cannot_forge_lines_of_the_preview(loop: dict[str, obj
     _cli(loop, "deny", approval_id)
 
 
+def test_a_move_waiting_for_approval_names_where_it_goes(loop: dict[str, object]) -> None:
+    """A person approving a move must see its destination: "move /drafts/a.md" alone could be a move
+    anywhere in the workspace (over a file of theirs, say)."""
+    root: Path = loop["path"]  # type: ignore[assignment]
+    (root / "drafts").mkdir(exist_ok=True)
+    (root / "drafts" / "moving.md").write_text("draft\n")
+    asked = httpx.post(f"{loop['url']}/v1/workspaces/paper/files/move",
+                       json={"source": "/drafts/moving.md", "destination": "/final/moved.md"},
+                       headers={"Authorization": f"Bearer {loop['idle']}"}, timeout=30)
+    assert asked.status_code == 202, asked.text
+    approval_id = asked.json()["approval"]["id"]
+    listed = _cli(loop, "approvals")
+    assert "/final/moved.md" in listed.stdout, listed.stdout
+    shown = _cli(loop, "approvals", "--show", approval_id)
+    assert "idle asks to move /drafts/moving.md to /final/moved.md" in shown.stdout, shown.stdout
+    done = _cli(loop, "approve", approval_id)
+    assert done.returncode == 0, done.stderr
+    assert "move /drafts/moving.md to /final/moved.md in paper done" in done.stdout, done.stdout
+    assert (root / "final" / "moved.md").read_text() == "draft\n"
+
+
 def test_a_terminal_s_lock_refuses_bots_with_423(loop: dict[str, object]) -> None:
     environ = {**loop["environ"], "WARDEN_TERMINAL": "person"}  # type: ignore[dict-item]
     (loop["path"] / "drafts").mkdir(exist_ok=True)  # type: ignore[operator]  # also when run alone

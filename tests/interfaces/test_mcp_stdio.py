@@ -223,6 +223,21 @@ def test_refusals_name_the_rule_and_what_to_do_in_folder_words(world: World) -> 
         assert "zone" not in text(result).lower()
 
 
+def test_a_refusal_names_the_callers_own_paths_as_given_never_reworded(world: World) -> None:
+    """Refusals are reworded into folder words, but a path the model named is its own: "/zone/a.txt"
+    told back as "/folder/a.txt" would send it after a file that does not exist."""
+    async def go() -> list[Any]:
+        async with stdio_session(world, world.tokens["alice@paper"]) as session:
+            return [await session.call_tool("read_file", {"workspace": "paper", "path": "/time zone/zones.txt"}),
+                    await session.call_tool("delete_file", {"workspace": "paper", "path": "/zone/a.txt"}),
+                    await session.call_tool("read_file", {"workspace": "paper", "path": "/drafts/my zone file"})]
+
+    spaced, plain_path, word_in_name = run(go())
+    assert spaced.is_error and "/time zone/zones.txt" in text(spaced), text(spaced)
+    assert plain_path.is_error and "/zone/a.txt" in text(plain_path), text(plain_path)
+    assert word_in_name.is_error and "/drafts/my zone file" in text(word_in_name), text(word_in_name)
+
+
 def test_a_read_only_folder_says_read_only(world: World) -> None:
     async def go() -> Any:
         async with stdio_session(world, world.tokens["alice@paper"]) as session:

@@ -58,6 +58,11 @@ def test_a_good_call_passes_unchanged() -> None:
     ("grant acc_1 is limited to zones drafts and cannot reach the whole workspace",
      "grant acc_1 may use only the folders /drafts, not the whole workspace"),
     ("something about zones and a zone", "something about folders and a folder"),
+    # Names are left as they are: a file, a folder, a workspace, an error in the person's zones.yaml.
+    ("/w/.warden/zones.yaml: zone drafts: unknown field(s) write", "/w/.warden/zones.yaml: folder drafts: "
+     "unknown field(s) write"),
+    ("no such file or directory: /zone/a.txt", "no such file or directory: /zone/a.txt"),
+    ("this token may not use workspace time-zones", "this token may not use workspace time-zones"),
 ])
 def test_refusals_are_reworded_into_folders(said: str, shown: str) -> None:
     assert plain(said) == shown

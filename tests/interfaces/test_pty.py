@@ -314,6 +314,25 @@ def shell_session(ws: ClientConnection, *, also: bytes = b"") -> None:
     assert ws.close_code == 1000
 
 
+def test_a_control_frame_nested_past_the_stack_is_refused_and_the_session_goes_on(
+        server: ServeProcess, home: dict[str, Any]) -> None:
+    """A text frame of `[[[[…` (within the 4 KiB a control message may be) was a RecursionError in
+    the session's task: a traceback in the server log, the session deaf from then on, and its shell
+    left running after the client went."""
+    with connect(_pty_url(server), additional_headers={"Authorization": f"Bearer {home['token']}"}) as ws:
+        screen = SocketScreen(ws)
+        screen.wait_for(PROMPT)
+        ws.send("[" * 2000 + "]" * 2000)
+        ws.send(b"echo still-he''re\n")
+        screen.wait_for(b"still-here\r\n")
+        assert screen.texts and screen.texts[0]["type"] == "error" and screen.texts[0]["error"]["code"] == "invalid"
+        ws.send(b"exit 4\n")
+        wait_until(lambda: screen.more() == b"" and screen.texts[-1]["type"] == "exit", timeout=30,
+                   message="the exit frame")
+        assert screen.texts[-1]["exit_code"] == 4
+    assert b"Traceback" not in server.output()
+
+
 def _closed(ws: ClientConnection) -> bool:
     try:
         ws.recv(timeout=0.05)

@@ -94,3 +94,22 @@ def test_swapped_manifest_never_leaks_hangs_or_floods(tmp_path: Path, kind: str,
     assert "HOSTSECRET" in secret.read_text()  # the host file is untouched
     assert not [p for p in ws.iterdir() if p.name.endswith(".warden-tmp")]
     assert os.path.getsize(ws / manifest) < MANIFEST_MAX or os.path.islink(ws / manifest)
+
+
+@pytest.mark.parametrize(("manifest", "content"), [
+    ("pyproject.toml", "[project\nname = 1\n"),  # a typo
+    ("pyproject.toml", "x = " + "[" * 3000 + "]" * 3000 + "\n"),  # nested past tomlkit's and the stack's depth
+    ("package.json", '{"a":' * 5000 + "1" + "}" * 5000),
+])
+def test_a_manifest_that_cannot_be_read_is_refused_saying_how_not_an_internal_error(
+        tmp_path: Path, manifest: str, content: str) -> None:
+    """Found: `warden install` over a pyproject.toml a bot (or a typo) left invalid ended in
+    "internal error: UnexpectedCharError" (RecursionError when nested deep), after the install."""
+    (tmp_path / manifest).write_text(content)
+    with SafeRoot.open(tmp_path, max_bytes=MANIFEST_MAX) as root, pytest.raises(WardenError) as refused:
+        if manifest == "package.json":
+            record_node(root, ["pkg@1.0.0"], {})
+        else:
+            record_python(root, ["pkg==1.0"])
+    assert refused.value.code == "invalid" and "--no-persist" in refused.value.message
+    assert (tmp_path / manifest).read_text() == content

@@ -21,6 +21,8 @@ def read_config(path: Path) -> dict[str, object]:
         return tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"{path}: not valid TOML ({exc}); fix or remove the file") from None
+    except RecursionError:  # tomllib recurses: arrays nested thousands deep outrun the stack
+        raise InvalidInput(f"{path}: not valid TOML (nested too deep); fix or remove the file") from None
 
 
 def set_config_value(path: Path, key: str, value: object) -> None:
@@ -38,6 +40,8 @@ def _set(path: Path, key: str, value: object) -> None:
         document = tomlkit.parse(path.read_text("utf-8")) if path.exists() else tomlkit.document()
     except tomlkit.exceptions.ParseError as exc:
         raise InvalidInput(f"{path}: not valid TOML ({exc}); fix or remove the file") from None
+    except RecursionError:
+        raise InvalidInput(f"{path}: not valid TOML (nested too deep); fix or remove the file") from None
     *tables, leaf = key.split(".")
     node: tomlkit.container.Container | tomlkit.items.Table = document
     for name in tables:

@@ -306,10 +306,10 @@ def _parse_list(text: str, where: str) -> list[str]:
     if stripped.startswith("["):
         try:
             items = json.loads(stripped)
-        except ValueError:
+        except (ValueError, RecursionError):  # both parsers recurse: `[[[[…` is not a list of names either
             try:
                 items = tomllib.loads(f"v = {stripped}")["v"]
-            except tomllib.TOMLDecodeError:
+            except (tomllib.TOMLDecodeError, RecursionError):
                 if _ARRAY_START.match(stripped):
                     raise InvalidInput(f'{where}: {text[:80]!r} is not a valid array; write '
                                        '["a", "b"] or a,b') from None

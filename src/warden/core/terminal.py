@@ -53,7 +53,7 @@ def parse_control(text: str) -> Resize:
         raise InvalidInput(f"a control message is at most {MAX_CONTROL} bytes")
     try:
         message = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: `[[[[…` nested past the stack, 4 KiB is enough
         raise InvalidInput('a text frame is a JSON control message: {"type": "resize", "cols": 120, '
                            '"rows": 40}; send the terminal\'s input as binary frames') from None
     if not isinstance(message, dict) or message.get("type") != "resize":

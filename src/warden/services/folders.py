@@ -94,7 +94,7 @@ class FolderService:
         try:
             # The folder is the bot's: read by descriptor and bounded, as any file it may have written.
             written = json.loads(self.io.read_small(record.path, METADATA_FILE, 1 << 16) or b"")
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # RecursionError: `[[[[…`, 64 KiB nest deep enough
             return False
         return isinstance(written, dict) and written.get("id") == record.id
 

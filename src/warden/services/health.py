@@ -221,7 +221,7 @@ class HealthService:
             return []
         try:
             data = tomllib.loads(raw.decode("utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError):
             return []
         deps = data.get("project", {}).get("dependencies", [])
         return [d for d in deps if isinstance(d, str)]
@@ -232,7 +232,7 @@ class HealthService:
             return []
         try:
             data = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # the workspace's file: anything a bot wrote, `[[[[…` too
             return []
         deps = data.get("dependencies", {}) if isinstance(data, dict) else {}
         return [k for k in deps if isinstance(k, str)] if isinstance(deps, dict) else []

@@ -91,7 +91,10 @@ def record_python(root: WorkspaceRoot, requirements: Sequence[str]) -> bool:
     import tomlkit
 
     text = _read_manifest(root, "pyproject.toml")
-    doc = tomlkit.parse(text) if text else tomlkit.document()
+    try:
+        doc = tomlkit.parse(text) if text else tomlkit.document()
+    except (tomlkit.exceptions.ParseError, RecursionError):  # the workspace's file: a typo, or a bot's
+        raise InvalidInput("pyproject.toml is not valid TOML; fix it or use --no-persist") from None
     project = doc.get("project")
     if project is None:
         project = tomlkit.table()
@@ -125,7 +128,7 @@ def record_node(root: WorkspaceRoot, specs: Sequence[str], installed: dict[str, 
     reads the package name inside a `file:` tarball."""
     try:
         data = json.loads(_read_manifest(root, "package.json") or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # a bot may have written it: `[[[[…` nested past the stack too
         raise InvalidInput("package.json is not valid JSON; fix it or use --no-persist") from None
     deps = data.setdefault("dependencies", {}) if isinstance(data, dict) else None
     if not isinstance(deps, dict):
@@ -343,7 +346,7 @@ def _installed_versions(root: WorkspaceRoot, specs: Sequence[str]) -> dict[str, 
         name = ("@" + spec[1:].partition("@")[0]) if spec.startswith("@") else spec.partition("@")[0]
         try:
             data = json.loads(root.read_text(f"node_modules/{name}/package.json"))
-        except (WardenError, ValueError):
+        except (WardenError, ValueError, RecursionError):
             continue
         if isinstance(data, dict) and isinstance(data.get("version"), str):
             versions[name] = data["version"]

@@ -49,7 +49,9 @@ class ApprovalsTab(Vertical):
         table = self.query_one(RowTable)
         before = table.chosen()
         table.fill(
-            [(r["id"], [r["id"], r["workspace"], r["bot"], r["operation"], r["path"],
+            [(r["id"], [r["id"], r["workspace"], r["bot"], r["operation"],
+                        # a move's destination too: the person approves both (as `warden approvals`)
+                        r["path"] if r.get("destination") is None else f"{r['path']} to {r['destination']}",
                         "" if r["size"] is None else r["size"], r["created"][:19].replace("T", " ")]) for r in rows])
         after = table.chosen()
         if before is not None and before not in ids and after is not None:

@@ -158,8 +158,8 @@ def _plain_exec(body: bytes) -> ExecRequest | None:
     try:
         data = json.loads(body)
         request = ExecRequest.model_validate(data) if isinstance(data, dict) else None
-    except (ValueError, ValidationError):  # (a JSONDecodeError and a UnicodeDecodeError are ValueErrors)
-        return None
+    except (ValueError, RecursionError, ValidationError):  # (a JSONDecodeError and a UnicodeDecodeError are
+        return None  # ValueErrors; json.loads raises RecursionError on deep nesting, which FastAPI answers 400)
     if request is None or request.stream or request.background:
         return None
     return request

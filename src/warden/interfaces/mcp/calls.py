@@ -73,6 +73,11 @@ def _result(answer: Answer, *, error: bool = False) -> types.CallToolResult:
                                 structured_content=answer.data, is_error=error)
 
 
+def _named(args: dict[str, Any]) -> tuple[str, ...]:
+    """The paths a call names (and exec's folder), which a refusal tells back exactly as given."""
+    return tuple(v for k in ("path", "source", "destination", "cwd") if isinstance(v := args.get(k), str))
+
+
 def _tail(text: str) -> tuple[str, bool]:
     """The last RESULT_OUTPUT characters: a result is one message a client takes whole (the SDK
     refuses one over 1 MiB), and what matters of a long output is mostly its end."""
@@ -149,7 +154,8 @@ class ToolCalls:
                                                    progress if name == "exec" else None)
             return types.CallToolResult.model_validate(result)
         except WardenError as exc:
-            return _result(Answer(refusal_text(exc, tool=name, workspace=args.get("workspace"), bot=None)),
+            return _result(Answer(refusal_text(exc, tool=name, workspace=args.get("workspace"), bot=None,
+                                                keep=_named(args))),
                            error=True)
         except (RemoteError, ValueError) as exc:  # a JSON-RPC error, or a result that is not one
             return _result(Answer(f"node {node!r} could not carry out {name}: {exc}"), error=True)
@@ -177,11 +183,13 @@ class ToolCalls:
             return _result(Answer(text, {"status": "pending", "approval": shown}))
         except WardenError as exc:
             bot = principal.bot if principal else None
-            return _result(Answer(refusal_text(exc, tool=name, workspace=workspace, bot=bot)), error=True)
+            return _result(Answer(refusal_text(exc, tool=name, workspace=workspace, bot=bot, keep=_named(args))),
+                           error=True)
         except Exception as exc:
             mapped = classify(exc)  # a locked registry, a full disk: by cause
             if mapped is not None:
-                return _result(Answer(refusal_text(mapped, tool=name, workspace=workspace, bot=None)), error=True)
+                return _result(Answer(refusal_text(mapped, tool=name, workspace=workspace, bot=None,
+                                                         keep=_named(args))), error=True)
             log.error("internal error in tool %s: %s: %s", name, type(exc).__name__, exc)
             return _result(Answer(f"internal error ({type(exc).__name__}); the server log has details"), error=True)
 

@@ -108,7 +108,7 @@ def _result_of(node: str, status: int, data: bytes) -> dict[str, Any]:
     """The result of one JSON-RPC answer (or the API's error body, for a refusal at its door)."""
     try:
         message = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # a node's answer nested too deep is no answer either
         message = None
     if not isinstance(message, dict):
         raise Unavailable(f"node {node!r} gave no MCP answer (HTTP {status})", rule="node.answer")
@@ -141,7 +141,7 @@ async def _from_events(node: str, answer: httpx.Response, progress: Progress | N
         event, data = "\n".join(data), []
         try:
             message = json.loads(event)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if not isinstance(message, dict):
             continue

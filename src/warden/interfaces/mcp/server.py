@@ -118,7 +118,7 @@ def build_server(app: App, token_of: TokenOf, calls: ToolCalls | None = None) ->
             data = await asyncio.to_thread(_read, app, tools, token, workspace, path)
         except WardenError as exc:
             raise MCPError(_INVALID_PARAMS, refusal_text(exc, tool="read_file", workspace=workspace,
-                                                         bot=None)) from None
+                                                         bot=None, keep=(path,))) from None
         mime = mimetypes.guess_type(path)[0]
         try:
             text = data.decode("utf-8")
@@ -408,7 +408,7 @@ def _asks_progress(body: bytes) -> bool:
 
     try:
         document = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting too: the SDK answers it a parse error
         return True
     messages = document if isinstance(document, list) else [document]
     for message in messages:

@@ -9,7 +9,7 @@ module only rewords: every decision was taken by the services.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,20 +46,31 @@ _REWORDINGS: tuple[tuple[re.Pattern[str], Any], ...] = (
      lambda m: f"{m[1]} is outside the folders this token may use ({_folders(m[2])})"),
     (re.compile(r"is limited to zones? ([^;]*?) and cannot reach the whole workspace"),
      lambda m: f"may use only the folders {_folders(m[1])}, not the whole workspace"),
-    (re.compile(r"\bzones\b"), "folders"),
-    (re.compile(r"\bzone\b"), "folder"),
+    # The word alone, not a part of a name: `/zone/a.txt`, `zones.yaml`, a workspace `time-zones`.
+    (re.compile(r"(?<![\w./\-\x00])zones(?![\w/\-\x00]|\.\w)"), "folders"),
+    (re.compile(r"(?<![\w./\-\x00])zone(?![\w/\-\x00]|\.\w)"), "folder"),
 )
 
 
-def plain(text: str) -> str:
-    """`text` with Warden's words for folders replaced by a filesystem's."""
+def plain(text: str, keep: Sequence[str] = ()) -> str:
+    """`text` with Warden's words for folders replaced by a filesystem's, except inside the strings
+    of `keep` (the paths and workspace a model named: told back as given, "/zone/a" never "/folder/a")."""
+    # Only a string holding the word can be changed by it; others stay out of the way of the patterns.
+    kept = sorted({k for k in keep if "zone" in k and "\x00" not in k}, key=len, reverse=True)
+    for i, k in enumerate(kept):  # a stand-in without spaces: the patterns' (\S+) still take it whole
+        text = text.replace(k, f"\x00{i}\x00")
     for pattern, replacement in _REWORDINGS:
         text = pattern.sub(replacement, text)
+    for i, k in enumerate(kept):
+        text = text.replace(f"\x00{i}\x00", k)
     return text
 
 
-def refusal_text(exc: WardenError, *, tool: str, workspace: str | None, bot: str | None) -> str:
-    """A refusal as a model should read it: what happened, the rule, what to do."""
+def refusal_text(exc: WardenError, *, tool: str, workspace: str | None, bot: str | None,
+                 keep: Sequence[str] = ()) -> str:
+    """A refusal as a model should read it: what happened, the rule, what to do; the strings of
+    `keep` (the call's own paths and names) as given."""
+    keep = (*keep, workspace) if workspace else tuple(keep)
     rule = exc.rule or ""
     where = f"workspace {workspace}" if workspace else "this workspace"
     if isinstance(exc, Denied) and exc.message == "permission denied":
@@ -84,13 +95,13 @@ def refusal_text(exc: WardenError, *, tool: str, workspace: str | None, bot: str
                     "workspaces. Use the bot's identity token (from `warden bot register NAME`).")
         else:
             text = f"permission denied ({rule or 'denied'}). Ask a person to check your grant."
-        return plain(text)
+        return plain(text, keep)
     text = f"{exc.code}: {exc.message}"
     if rule and rule not in text:
         text += f" (rule: {rule})"
     if isinstance(exc, NotFound) and tool not in ("process_logs", "process_kill"):
         text += " Use list_directory or search_files to see what is there."
-    return plain(text)
+    return plain(text, keep)
 
 
 def pending_text(exc: Pending) -> tuple[str, dict[str, Any]]:
