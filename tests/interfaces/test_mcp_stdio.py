@@ -360,3 +360,25 @@ def test_a_client_that_stops_reading_mid_exec_ends_it_without_an_internal_error(
     ended = [event for event in events if event["action"] in ("run", "run.lost")
              and event["detail"].get("run_id") == started[0]]
     assert len(ended) == 1, [event["action"] for event in events[-6:]]
+
+
+def test_a_terminals_lock_refuses_a_bot_started_from_that_terminal_as_any_bot(world: World) -> None:
+    """`warden mcp` acted for the terminal it was started from: a bot there passed that
+    terminal's lock (which refuses the same bot over HTTP), and a bot refused elsewhere was told
+    to take the lock over with a person's command. A bot is nobody's terminal."""
+    here = {"WARDEN_TERMINAL": "mcp-lock-test"}
+    subprocess.run([sys.executable, "-m", "warden", "lock", "paper", "--reason", "release"],
+                   env={**world.environ, **here}, check=True, capture_output=True, timeout=60)
+    try:
+        async def go() -> Any:
+            async with stdio_session(world, world.tokens["alice@paper"], **here) as session:
+                return await session.call_tool("write_file", {"workspace": "paper", "path": "/drafts/locked.txt",
+                                                              "content": "x"})
+
+        refused = run(go())
+        assert refused.is_error and "locked by its person's terminal (release)" in text(refused), text(refused)
+        assert "takeover" not in text(refused)
+        assert not (world.path("paper") / "drafts" / "locked.txt").exists()
+    finally:
+        subprocess.run([sys.executable, "-m", "warden", "unlock", "paper"], env={**world.environ, **here},
+                       check=True, capture_output=True, timeout=60)

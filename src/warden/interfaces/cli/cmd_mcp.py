@@ -36,6 +36,10 @@ def _mcp(ctx: Context, args: argparse.Namespace) -> Output:
         raise Denied(f"no token: set {args.token_env} to a bot's identity token (`warden bot register NAME`) "
                      "or a grant token (`warden grant WORKSPACE BOT …`)", rule="token.missing")
     app = ctx.app
+    # Its requests are a bot's, as a server's are: no terminal's lock is theirs. Acting for the
+    # terminal it was started from, a bot passed that terminal's lock (which refuses the same bot
+    # over HTTP), and a refused one was told to take the lock over with a person's command.
+    app.serving = True
     try:
         principal = app.auth.authenticate(token)
     except Denied as exc:
