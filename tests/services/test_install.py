@@ -78,3 +78,17 @@ def test_failed_install_reports_and_records_nothing(envhome: EnvHome) -> None:  
     assert proc.returncode == 1
     assert "no-such-package-here" in json.loads(proc.stdout)["error"]["message"]
     assert (ws / "pyproject.toml").read_text() == before
+
+
+def test_a_manifest_warden_cannot_edit_refuses_the_install_before_it_runs(envhome: EnvHome) -> None:  # noqa: F811
+    """A pyproject.toml Warden cannot record into (a typo, or a bot's) was found only after the
+    install: the package was in, not recorded, and the person told to fix it or use --no-persist
+    for an install that had happened. It is refused first; --no-persist still installs."""
+    name = envhome.name("badman")
+    ws = envhome.create(name)
+    (ws / "pyproject.toml").write_text("[project\nname = 1\n")
+    refused = envhome.cli("install", name, "gamma")
+    assert refused.returncode == 2 and "pyproject.toml is not valid TOML" in refused.stderr, refused.stderr
+    assert not list(ws.glob(".venv/lib/python3.*/site-packages/gamma"))
+    assert envhome.cli("install", name, "gamma", "--no-persist").returncode == 0
+    assert list(ws.glob(".venv/lib/python3.*/site-packages/gamma"))

@@ -100,6 +100,8 @@ def test_swapped_manifest_never_leaks_hangs_or_floods(tmp_path: Path, kind: str,
     ("pyproject.toml", "[project\nname = 1\n"),  # a typo
     ("pyproject.toml", "x = " + "[" * 3000 + "]" * 3000 + "\n"),  # nested past tomlkit's and the stack's depth
     ("package.json", '{"a":' * 5000 + "1" + "}" * 5000),
+    ("pyproject.toml", "project = 3\n"),  # no table: was "internal error: AttributeError"
+    ("pyproject.toml", '[project]\ndependencies = "gamma"\n'),  # no list
 ])
 def test_a_manifest_that_cannot_be_read_is_refused_saying_how_not_an_internal_error(
         tmp_path: Path, manifest: str, content: str) -> None:

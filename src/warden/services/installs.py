@@ -86,8 +86,9 @@ def _read_manifest(root: WorkspaceRoot, name: str) -> str:
                            "--no-persist, or record the package yourself)") from None
 
 
-def record_python(root: WorkspaceRoot, requirements: Sequence[str]) -> bool:
-    """Add (or replace, by name) `requirements` in pyproject.toml's [project].dependencies, keeping comments."""
+def record_python(root: WorkspaceRoot, requirements: Sequence[str], *, dry: bool = False) -> bool:
+    """Add (or replace, by name) `requirements` in pyproject.toml's [project].dependencies, keeping
+    comments. `dry`: only say (InvalidInput) whether it could, writing nothing."""
     import tomlkit
 
     text = _read_manifest(root, "pyproject.toml")
@@ -96,6 +97,12 @@ def record_python(root: WorkspaceRoot, requirements: Sequence[str]) -> bool:
     except (tomlkit.exceptions.ParseError, RecursionError):  # the workspace's file: a typo, or a bot's
         raise InvalidInput("pyproject.toml is not valid TOML; fix it or use --no-persist") from None
     project = doc.get("project")
+    deps = project.get("dependencies") if isinstance(project, dict) else None
+    if (project is not None and not isinstance(project, dict)) or (deps is not None and not isinstance(deps, list)):
+        raise InvalidInput("pyproject.toml's [project] dependencies are not a list Warden can add to; fix it or "
+                           "use --no-persist")
+    if dry:
+        return False
     if project is None:
         project = tomlkit.table()
         project["name"] = "workspace"
@@ -123,9 +130,10 @@ def record_python(root: WorkspaceRoot, requirements: Sequence[str]) -> bool:
 
 
 def record_node(root: WorkspaceRoot, specs: Sequence[str], installed: dict[str, str], *,
-                tarball_name: Callable[[str], str] | None = None) -> bool:
+                tarball_name: Callable[[str], str] | None = None, dry: bool = False) -> bool:
     """Add `specs` to package.json's dependencies (order and other keys kept); `tarball_name`
-    reads the package name inside a `file:` tarball."""
+    reads the package name inside a `file:` tarball. `dry`: only say (InvalidInput) whether it
+    could, writing nothing."""
     try:
         data = json.loads(_read_manifest(root, "package.json") or "{}")
     except (ValueError, RecursionError):  # a bot may have written it: `[[[[…` nested past the stack too
@@ -134,6 +142,8 @@ def record_node(root: WorkspaceRoot, specs: Sequence[str], installed: dict[str, 
     if not isinstance(deps, dict):
         raise InvalidInput("package.json has no dependencies object Warden can add to; fix it or "
                            "use --no-persist")
+    if dry:
+        return False
     changed = False
     for spec in specs:
         if spec.startswith("file:"):
@@ -284,6 +294,14 @@ class InstallService:
         from warden.services.runs import RunOutput
 
         output = RunOutput(on_stdout=on_stdout, on_stderr=on_stderr)
+        if persist:
+            # The manifest that will record them, looked at first: one Warden cannot edit (a typo,
+            # or a bot's) was found only after the packages were in, installed but not recorded.
+            with self._roots.open(record.path, max_bytes=MANIFEST_MAX) as root:
+                if node:
+                    record_node(root, packages, {}, dry=True)
+                else:
+                    record_python(root, packages, dry=True)
         ran = self._run(record, argv, env, ro_paths, domains, lease, output)
         ok = ran.exit_code == 0
         recorded_in = None
