@@ -281,6 +281,10 @@ def test_a_call_the_client_gives_up_on_stops_its_command(world: World) -> None:
 
     run(go())
     assert not marker.exists()
+    # Its event says why it was killed: "ok" with status 137 alone read as the command's own end.
+    events = json.loads(world.cli("audit", "--workspace", "paper", "--limit", "30", "--json"))["data"]
+    ended = [e for e in events if e["action"] == "mcp.exec"]
+    assert ended and ended[-1]["detail"].get("client_gone") is True, ended[-1:]
 
 
 def test_a_client_that_closes_stdin_mid_exec_ends_it_without_an_internal_error(world: World) -> None:

@@ -161,7 +161,7 @@ class ToolCalls:
             return _result(Answer(f"node {node!r} could not carry out {name}: {exc}"), error=True)
 
     def _blocking(self, name: str, token: str | None, args: dict[str, Any],
-                  output: RunOutput | None = None) -> types.CallToolResult:
+                  output: RunOutput | None = None, gone: Callable[[], bool] | None = None) -> types.CallToolResult:
         workspace = args.get("workspace")
         target = f"{workspace}:{args['path']}" if workspace and "path" in args else (workspace or "workspaces")
         principal: Principal | None = None
@@ -176,7 +176,13 @@ class ToolCalls:
                                               args)
                 else:
                     handler: Callable[..., Answer] = getattr(self, f"_{name}")
-                    answer = handler(call, args, output) if output is not None else handler(call, args)
+                    try:
+                        answer = handler(call, args, output) if output is not None else handler(call, args)
+                    finally:
+                        if gone is not None and gone():
+                            # Its client cancelled or left, and its command was killed for it: the
+                            # call's event said "ok" with the kill's status and no reason why.
+                            call.note(client_gone=True)
             return _result(answer)
         except Pending as exc:
             text, shown = pending_text(exc)
@@ -278,7 +284,8 @@ class ToolCalls:
                     loop.call_soon_threadsafe(chunks.put_nowait, kept)
 
         output = RunOutput(on_stdout=sink, on_stderr=sink, capture=True, on_started=leaving.on_started)
-        job = asyncio.ensure_future(anyio.to_thread.run_sync(self._blocking, "exec", token, args, output))
+        job = asyncio.ensure_future(anyio.to_thread.run_sync(self._blocking, "exec", token, args, output,
+                                                             lambda: leaving.gone))
         sent = 0
         getter: asyncio.Future[bytes] | None = None
         gone_event = CLIENT_GONE.get(None)
