@@ -236,3 +236,25 @@ def test_workers_end_with_a_server_killed_by_sigkill(tmp_path: Path) -> None:
             for pid in workers:  # never leave them behind when this fails
                 if _running(pid):
                     os.kill(pid, signal.SIGKILL)
+
+
+def test_a_server_killed_by_sigkill_has_its_workers_live_sandboxes_stopped_at_the_next_start(tmp_path: Path) -> None:
+    # `serve --workers 2` registers one instance, its supervisor's; the live sandboxes its
+    # workers started named no instance, so when the server was killed -9 nothing stopped them:
+    # a bot's background process ran on unseen (one worker's sandboxes were stopped at the next
+    # start, as the docs say of every Warden process that dies).
+    environ = warden_environ(tmp_path / "home")
+    token = cli_out(environ, "bot", "register", "kept-bot")
+    with ServeProcess(environ, tmp_path, "--workers", "2", "--no-access-log") as server:
+        assert server.proc is not None
+        created = Client(server.url, token).create_workspace("kept")
+        sleeper = created.run(["sleep", "600"], background=True)
+        assert sleeper.info().running
+        server.proc.kill()
+        server.proc.wait(10)
+    (tmp_path / "again").mkdir()
+    with ServeProcess(environ, tmp_path / "again", "--no-access-log") as again:
+        ended = Client(again.url, created.access_token).workspace("kept").processes.get(sleeper.id)
+        assert ended.status == "killed", f"the sleeper of the killed server runs on: {ended}"
+    listed = json.loads(cli_out(environ, "ps", "kept", "--json"))["data"]
+    assert [p["status"] for p in listed if p["id"] == sleeper.id] == ["killed"]

@@ -235,3 +235,35 @@ def test_a_forwarded_exec_whose_client_gave_up_is_killed_on_its_node(pair: tuple
     assert [(r["detail"]["exit_code"], r["detail"]["signal"]) for r in outcomes] == [(137, 9)], outcomes
     looked = a.cli("run", "wsa", "--", "sh", "-c", f"test -e {marker} && echo there || echo absent")
     assert looked.stdout.strip() == "absent"
+
+
+def test_a_streamed_exec_forwarded_to_a_node_that_dies_ends_with_an_error_line(pair: tuple[Node, Node]) -> None:
+    """A streamed exec sent to B runs on A, and A is killed -9 while it streams: B's answer ends
+    with whole lines and, last, an `error` line `unavailable` naming A (as a sandbox failing
+    mid-run does). It was cut off mid-body, and the SDK said B was lost ("is `warden serve`
+    running?"), though B served on."""
+    a, b = pair
+    token = a.token()
+    lines: list[dict[str, object]] = []
+    with b.serve() as server_b:
+        server_a = a.serve()
+        server_a.__enter__()
+        try:
+            assert server_a.proc is not None
+            cmd = ["sh", "-c", "i=0; while true; do echo line$i; i=$((i+1)); sleep 0.01; done"]
+            with httpx.stream("POST", f"{server_b.url}/v1/workspaces/wsa/exec", json={"cmd": cmd, "stream": True},
+                              headers={"Authorization": f"Bearer {token}"}, timeout=30) as answer:
+                assert answer.status_code == 200
+                for line in answer.iter_lines():
+                    lines.append(json.loads(line))  # every line whole: a cut one would not parse
+                    if len(lines) == 20:
+                        os.kill(server_a.proc.pid, signal.SIGKILL)
+        finally:
+            server_a.__exit__(None, None, None)
+        assert httpx.get(f"{server_b.url}/openapi.json", timeout=10).status_code == 200  # B serves on
+    last = lines[-1]
+    assert last["type"] == "error", lines[-3:]
+    error = last["error"]
+    assert isinstance(error, dict) and error["code"] == "unavailable" and "'node-a'" in error["message"]
+    printed = "".join(str(e["data"]) for e in lines[:-1] if e["type"] == "stdout").split()
+    assert printed == [f"line{i}" for i in range(len(printed))] and len(printed) >= 19

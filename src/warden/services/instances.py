@@ -145,6 +145,15 @@ class InstanceService:
             if not tx.instances.beat(instance.id, now) and not (stop is not None and stop.is_set()):
                 tx.instances.insert(instance._replace(heartbeat_at=now))
 
+    def of_process(self, pid: int) -> Instance | None:
+        """This node's registered instance of the running process `pid`, its start time checked (a
+        row a dead process left under a pid used again is not it); None: it has none."""
+        start = self._processes.start_time(pid)
+        if not start:
+            return None
+        return next((i for i in self.instances() if i.node == self.node and i.pid == pid and i.pid_start == start),
+                    None)
+
     # -- the cluster -------------------------------------------------------------------------
     def instances(self) -> list[Instance]:
         with self._registry.transaction(write=False) as tx:

@@ -28,6 +28,7 @@ from starlette.concurrency import run_in_threadpool
 from warden.core import nodes
 from warden.core.errors import InvalidInput, TooLarge, Unavailable, WardenError
 from warden.core.names import name_pattern
+from warden.core.run_stream import error_event, ndjson
 from warden.interfaces.http.limits import ASGIApp, Receive, Scope, Send, disconnected, error_bytes, replay
 from warden.interfaces.http.peers import PLACES_S, Peers, unreachable
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["PLACES_S", "NodeForwarding"]
 
 log = logging.getLogger("warden.http")
+_NDJSON = b"application/x-ndjson"
 
 # A workspace's own requests; group 1 is its name.
 WORKSPACE_PATH = re.compile(rf"^/v1/workspaces/({name_pattern()})(?:/.*)?$")
@@ -176,19 +178,36 @@ class NodeForwarding:
             answer = await asked  # (done, or the client sent something else than its going: waited for)
         except (LinkBroken, ssl.SSLError) as exc:
             raise unreachable(node, url, exc) from None
+        events = False  # an NDJSON stream of events (a streamed exec, a followed process's logs)
         try:
             out = [(k.lower(), v) for k, v in answer.headers if k.lower() not in _HOP]
             length = answer.content_length()
             if length is not None:
                 out.append((b"content-length", length))
+            events = length is None and any(k == b"content-type" and v.split(b";")[0].strip() == _NDJSON
+                                            for k, v in out)
             await send({"type": "http.response.start", "status": answer.status, "headers": out})
+            held = b""  # an event stream's last line while its end has not come (sent whole or not at all)
             async for chunk in answer.body():
                 if gone.done() and gone.result():
                     return  # the answer closed unread below: the other node sees its client go
+                if events:
+                    cut = (held + chunk).rfind(b"\n") + 1
+                    chunk, held = (held + chunk)[:cut], (held + chunk)[cut:]
+                    if not chunk:
+                        continue
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await send({"type": "http.response.body", "body": held, "more_body": False})
         except LinkBroken as exc:
             log.warning("forwarding to node %s broke off: %s", node, exc)
+            if events:
+                # A last line that says so, as a sandbox failing mid-run does: the client's stream
+                # was cut short with no word, its SDK blaming the node it asked ("lost Warden at …").
+                message = (f"node {node!r}, which holds the workspace, went away before its answer ended "
+                           f"({exc}): how the command ended is not known here (that node's audit log "
+                           "says, once it is back)")
+                await send({"type": "http.response.body", "more_body": False,
+                            "body": ndjson([error_event("unavailable", message)])})
         finally:
             answer.close()
 

@@ -7,8 +7,12 @@ import multiprocessing
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
+
+if TYPE_CHECKING:
+    from warden.bootstrap import App
 
 __all__ = ["app_from_environment"]
 
@@ -23,7 +27,27 @@ def app_from_environment() -> FastAPI:
     _end_with_the_server()
     app = bootstrap()
     app.serving = True  # its requests are bots': no terminal's lock is theirs
+    _act_for_the_server(app)
     return create_app(app)
+
+
+def _act_for_the_server(app: App) -> None:
+    """The live sandboxes this worker starts are the server's instance's (the server registers
+    once, for its supervisor), so they are stopped when it is found dead, as one worker's are:
+    they named no instance, and after a `kill -9` of the server a bot's background processes ran
+    on, stopped by nobody. The instance is looked up by the server's pid in the registry (the
+    environment is a client's to choose, bootstrap.act_for)."""
+    from warden.bootstrap import act_for
+
+    parent = multiprocessing.parent_process()
+    if parent is None or parent.pid is None:
+        return
+    try:
+        server = app.instances.of_process(parent.pid)
+    except Exception:  # a registry not answering now: the worker serves, its sandboxes unowned as before
+        return
+    if server is not None:
+        act_for(server.id)
 
 
 def _end_with_the_server() -> None:
