@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from warden.adapters.atomic import named
+from warden.adapters.atomic import naming
 from warden.adapters.safefs.fdtree import DirHandle, open_tree
 from warden.core.errors import InvalidInput, TooLarge
 from warden.core.gitcontrol import is_git_name
@@ -316,7 +316,7 @@ def pack_tree(root: Path, target: Path, *, max_bytes: int | None = None, progres
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
-        with open(tmp, "wb") as raw:
+        with naming(target.parent), open(tmp, "wb") as raw:
             compressor = zstandard.ZstdCompressor(level=3)
             with compressor.stream_writer(raw, closefd=False) as zst, \
                     tarfile.open(fileobj=zst, mode="w|", format=tarfile.PAX_FORMAT) as tar:
@@ -325,11 +325,9 @@ def pack_tree(root: Path, target: Path, *, max_bytes: int | None = None, progres
             os.fsync(raw.fileno())
         os.chmod(tmp, 0o600)
         os.replace(tmp, target)
-    except BaseException as exc:
+    except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
-        if (again := named(exc, target.parent)) is not None:
-            raise again from exc
         raise
     return target.stat().st_size
 

@@ -9,15 +9,19 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["exclusive", "named", "write_atomic"]
+__all__ = ["exclusive", "naming", "write_atomic"]
 
 
-def named(exc: BaseException, path: Path | str) -> OSError | None:
-    """`exc` again with `path` as its file, when it is an OSError that names none (a write's or a
-    flush's): "no space left on the device" then says which; None when there is nothing to add."""
-    if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
-        return OSError(exc.errno, exc.strerror, str(path))
-    return None
+@contextlib.contextmanager
+def naming(path: Path | str) -> Iterator[None]:
+    """An OSError of the block that names no file (a write's or a flush's) raised again with
+    `path` as its file: "no space left on the device" then says which."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
 
 
 def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
@@ -27,17 +31,15 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     tmp = directory / f".{path.name}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
     try:
-        with os.fdopen(fd, "wb", closefd=True) as handle:
+        with naming(path), os.fdopen(fd, "wb", closefd=True) as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException as exc:
+    except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
-        if (again := named(exc, path)) is not None:
-            raise again from exc
         raise
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:

@@ -16,7 +16,6 @@ holds: no absolute paths, no `..`, no devices, links only inside workspaces.
 from __future__ import annotations
 
 import contextlib
-import errno
 import io
 import json
 import os
@@ -28,10 +27,10 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from warden.adapters.atomic import named
+from warden.adapters.atomic import naming
 from warden.adapters.leftovers import HostLeftovers
 from warden.adapters.processes import alive
-from warden.core.errors import Conflict, InvalidInput, NotFound
+from warden.core.errors import Conflict, InvalidInput, NotFound, classify
 
 __all__ = ["STATE_FILES", "backup_home", "restore_home"]
 
@@ -74,7 +73,8 @@ def backup_home(home: Path, db_path: Path | None, target: Path, *, workspaces_ro
         os.unlink(tmp_name)  # a dead process's of this pid (the pid is this one's now)
     fd = os.open(tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
-        with os.fdopen(fd, "wb") as raw:
+        # The backup's folder may be on another device than the home: a refusal names it.
+        with naming(target.parent), os.fdopen(fd, "wb") as raw:
             os.fchmod(raw.fileno(), 0o600)
             with tarfile.open(fileobj=raw, mode="w:gz") as tar:
                 # Where it was made: a restore into another home moves the registry's paths there.
@@ -104,11 +104,9 @@ def backup_home(home: Path, db_path: Path | None, target: Path, *, workspaces_ro
             raw.flush()
             os.fsync(raw.fileno())
         os.replace(tmp_name, target)
-    except BaseException as exc:
+    except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp_name)
-        if (again := named(exc, target.parent)) is not None:
-            raise again from exc  # the backup's folder may be on another device than the home
         raise
     return {"file": str(target), "holds": held, "size": target.stat().st_size}
 
@@ -127,10 +125,11 @@ def _add_state(tar: tarfile.TarFile, home: Path, db_path: Path | None) -> list[s
                     try:
                         source.backup(dest)
                     except sqlite3.OperationalError as exc:
-                        if "full" not in str(exc):
+                        # The copy's disk (the home's), not the registry's: said "on the registry disk".
+                        mapped = classify(exc, str(home))
+                        if mapped is None:
                             raise
-                        # The copy's disk, not the registry's: said "on the registry disk" before.
-                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(home)) from exc
+                        raise mapped from exc
             finally:
                 source.close()
             tar.add(copy, arcname="warden.db")

@@ -24,7 +24,7 @@ import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from warden.adapters.atomic import exclusive, named
+from warden.adapters.atomic import exclusive, naming
 from warden.core.errors import InvalidInput, Unavailable
 from warden.core.secrets import Sealed
 
@@ -265,17 +265,16 @@ def write_private_tmp(path: Path, key: bytes, tag: str) -> Path:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{tag}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
-        try:
-            if os.write(fd, key) != len(key):  # a full disk may take part of it
-                raise OSError(errno.ENOSPC, "no space left for the whole key", str(tmp))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except BaseException as exc:
+        with naming(path.parent):
+            try:
+                if os.write(fd, key) != len(key):  # a full disk may take part of it
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)  # half a key, named by nothing: never left behind
-        if (again := named(exc, path.parent)) is not None:
-            raise again from exc
         raise
     return tmp
 

@@ -17,7 +17,7 @@ __all__ = ["HostLeftovers"]
 # a new config.toml is written as `.NAME.PID.TAG.tmp` (keystore.write_private_tmp: TAG `new` or
 # 8 hex digits), then linked into place. The name is the shortest that leaves a whole PID (at
 # most 7 digits) and TAG, so a name's own `.digits` part is never taken for the PID.
-_ARCHIVE_TMP = re.compile(r"\.(?:.+?)\.(\d{1,7})(?:\.(?:new|[0-9a-f]{8}))?\.tmp")
+_ARCHIVE_TMP = re.compile(r"\..+?\.(\d{1,7})(?:\.(?:new|[0-9a-f]{8}))?\.tmp")
 # adapters/git.py names its scratch PREFIX + PID + "-" + random (an index also has its `.lock`).
 _GIT_SCRATCH = re.compile("(?:" + "|".join(map(re.escape, SCRATCH_PREFIXES)) + r")(\d+)-[A-Za-z0-9_]+(?:\.lock)?")
 

@@ -38,6 +38,7 @@ __all__ = [
     "content_digest",
     "new_approval_id",
     "shown_status",
+    "where",
 ]
 
 OPERATIONS = ("write", "mkdir", "delete", "move", "git.push")
@@ -99,6 +100,11 @@ class ApprovalRecord:
                 "answered_by": self.answered_by,
                 "answered_at": self.answered_at.isoformat() if self.answered_at else None,
                 "note": self.note, "outcome": dict(self.outcome) or None, "detail": dict(self.detail) or None}
+
+
+def where(path: str, destination: str | None) -> str:
+    """The path a request names, and for a move where it goes: the person approves both."""
+    return path if destination is None else f"{path} to {destination}"
 
 
 def shown_status(record: ApprovalRecord, now: datetime) -> str:

@@ -46,7 +46,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from warden.adapters.atomic import named
+from warden.adapters.atomic import naming
 from warden.adapters.processes import alive, cpu_time, halted, start_time
 from warden.adapters.sandbox import cgroups
 from warden.adapters.sandbox.execlimits import too_long_for_exec
@@ -1296,17 +1296,16 @@ class HostLiveSandboxes:
             tmp = path.with_suffix(f".{stream}.{os.urandom(6).hex()}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
-                try:
-                    view = memoryview(data[-RING_BYTES:])
-                    while view:  # a write on a nearly full disk may take part: the rest, or ENOSPC
-                        view = view[os.write(fd, view):]
-                finally:
-                    os.close(fd)
+                with naming(folder):
+                    try:
+                        view = memoryview(data[-RING_BYTES:])
+                        while view:  # a write on a nearly full disk may take part: the rest, or ENOSPC
+                            view = view[os.write(fd, view):]
+                    finally:
+                        os.close(fd)
                 os.replace(tmp, path)
-            except BaseException as exc:
+            except BaseException:
                 tmp.unlink(missing_ok=True)
-                if (again := named(exc, folder)) is not None:
-                    raise again from exc
                 raise
 
     def kept_logs(self, process_id: str) -> Logs | None:

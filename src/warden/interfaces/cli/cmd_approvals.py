@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from warden.core.approvals import where
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output, margined, printable, table
 
@@ -30,17 +31,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         p.set_defaults(handler=_approve if verb == "approve" else _deny)
 
 
-def _where(path: str, destination: str | None) -> str:
-    """The path a request names, and for a move where it goes: the person approves both."""
-    return path if destination is None else f"{path} to {destination}"
-
-
 def _render(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "no requests waiting for approval"
     return table(("ID", "STATUS", "WORKSPACE", "BOT", "OPERATION", "PATH", "SIZE", "ASKED"),
                  [(r["id"], r["status"], r["workspace"], r["bot"], r["operation"],
-                   _where(r["path"], r.get("destination")),
+                   where(r["path"], r.get("destination")),
                    "" if r["size"] is None else r["size"], r["created"][:19]) for r in rows])
 
 
@@ -59,7 +55,7 @@ def _show(ctx: Context, record: ApprovalRecord) -> Output:
     view = approvals.view(record)
     # Every word a bot chose (its path above all: a file name may hold a line break) is escaped,
     # so nothing it wrote can pass for a line of Warden's own, a fake diff header say.
-    lines = [f"{record.id}: {record.bot} asks to {record.op} {printable(_where(record.path, record.destination))} "
+    lines = [f"{record.id}: {record.bot} asks to {record.op} {printable(where(record.path, record.destination))} "
              f"in workspace "
              f"{record.workspace} ({view['status']})",
              f"  zone {record.zone or '-'} · rule {printable(record.rule)}",
@@ -117,7 +113,7 @@ def _diff(ctx: Context, record: ApprovalRecord) -> str | None:
 
 def _outcome(record: ApprovalRecord) -> str:
     done = printable(", ".join(f"{k} {v}" for k, v in record.outcome.items()))
-    said = (f"approved {record.id}: {record.op} {printable(_where(record.path, record.destination))} "
+    said = (f"approved {record.id}: {record.op} {printable(where(record.path, record.destination))} "
             f"in {record.workspace} done")
     return said + (f" ({done})" if done else "")
 
@@ -131,5 +127,5 @@ def _approve(ctx: Context, args: argparse.Namespace) -> Output:
 def _deny(ctx: Context, args: argparse.Namespace) -> Output:
     approvals = ctx.app.approvals
     record = approvals.answer(args.id, approve=False, actor="user", note=args.note)
-    said = f"denied {record.id}: {record.op} {printable(_where(record.path, record.destination))} in {record.workspace}"
+    said = f"denied {record.id}: {record.op} {printable(where(record.path, record.destination))} in {record.workspace}"
     return Output(approvals.view(record), text=said)

@@ -10,6 +10,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
+from warden.core.approvals import where
 from warden.interfaces.cli.output import printable
 from warden.interfaces.console.commands import Commands, Done
 from warden.interfaces.console.widgets import RowTable, plain
@@ -50,8 +51,7 @@ class ApprovalsTab(Vertical):
         before = table.chosen()
         table.fill(
             [(r["id"], [r["id"], r["workspace"], r["bot"], r["operation"],
-                        # a move's destination too: the person approves both (as `warden approvals`)
-                        r["path"] if r.get("destination") is None else f"{r['path']} to {r['destination']}",
+                        where(r["path"], r.get("destination")),  # a move's destination too
                         "" if r["size"] is None else r["size"], r["created"][:19].replace("T", " ")]) for r in rows])
         after = table.chosen()
         if before is not None and before not in ids and after is not None:
