@@ -37,8 +37,20 @@ def blocks(root: Path) -> tuple[int, int]:
 
 
 def settle(watcher: Watcher, root: Path) -> Usage:
-    """The watcher's count once it has read every event (it must match a fresh walk)."""
-    poll(lambda: watcher.usage == measure(str(root)), timeout=5, interval=0.01)
+    """The watcher's count once it has applied every event queued so far (it must match a fresh
+    walk). A count equal to a fresh walk's proves nothing: an exchange passes through other counts
+    and back, and the count before it already equals the one after. inotify's queue is read in
+    order, so once a marker made now is listed (and, removed, no longer is), all before it is applied."""
+    marker = root / ".settle-marker"
+
+    def listed() -> bool:
+        tree = watcher._tree
+        return tree is not None and marker.name in tree.entries.get(watcher.root, {})
+
+    marker.touch()
+    wait_until(listed, timeout=10, interval=0.01, message="the watcher did not apply a file made")
+    marker.unlink()
+    wait_until(lambda: not listed(), timeout=10, interval=0.01, message="the watcher did not apply a file removed")
     return watcher.usage
 
 
