@@ -13,7 +13,9 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import httpx
 
@@ -79,6 +81,7 @@ def test_exec_sent_to_b_runs_on_a_then_unavailable_then_back(pair: tuple[Node, N
         down = _exec(server_b.url, token, ["echo", marker2])
         assert down.status_code == 503, down.text
         assert down.json()["error"]["code"] == "unavailable" and "node-a" in down.json()["error"]["message"]
+        assert "try again" in down.json()["error"]["message"]  # it never reached A: safe to ask again
         assert _runs_of(a, marker2) == []
         # A's workspaces become unreachable within the heartbeat window (no instance of A beats).
         started = time.monotonic()
@@ -267,3 +270,34 @@ def test_a_streamed_exec_forwarded_to_a_node_that_dies_ends_with_an_error_line(p
     assert isinstance(error, dict) and error["code"] == "unavailable" and "'node-a'" in error["message"]
     printed = "".join(str(e["data"]) for e in lines[:-1] if e["type"] == "stdout").split()
     assert printed == [f"line{i}" for i in range(len(printed))] and len(printed) >= 19
+
+
+def test_an_exec_whose_node_dies_while_it_runs_is_not_said_safe_to_send_again(pair: tuple[Node, Node]) -> None:
+    """A is killed -9 while an exec sent through B runs there. B answered "unavailable … try again
+    when it is back", though the command had run (its first step done): a bot doing so runs it twice."""
+    a, b = pair
+    token = a.token()
+    marker = "lost-" + secrets.token_hex(4)
+    with b.serve() as server_b:
+        server_a = a.serve()
+        server_a.__enter__()
+        try:
+            assert server_a.proc is not None
+            folder = Path(json.loads(a.cli("info", "wsa", "--json").stdout)["data"]["path"])
+            folder = Path(a.environ["WARDEN_HOME"]) / folder.relative_to(folder.parents[1])
+            pid = server_a.proc.pid
+
+            def kill_once_it_ran() -> None:
+                poll(lambda: (folder / marker).exists(), timeout=30, interval=0.02)
+                os.kill(pid, signal.SIGKILL)
+
+            killer = threading.Thread(target=kill_once_it_ran)
+            killer.start()
+            lost = _exec(server_b.url, token, ["sh", "-c", f"touch {marker}; sleep 20"])
+            killer.join()
+        finally:
+            server_a.__exit__(None, None, None)
+    assert lost.status_code == 503, lost.text
+    error = lost.json()["error"]
+    assert error["code"] == "unavailable" and "'node-a'" in error["message"], error
+    assert "try again" not in error["message"] and "may have been done" in error["message"], error

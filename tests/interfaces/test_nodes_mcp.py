@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import secrets
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ import httpx
 
 from tests.support.mcp import Recorder, http_session
 from tests.support.nodes import Node, needs_postgres, node_fixtures
+from tests.support.waiting import poll
 
 pytestmark = needs_postgres
 
@@ -115,7 +119,37 @@ def test_a_down_answers_unavailable_naming_it_and_nothing_runs(pair: tuple[Node,
             refused = _call(server_b.url, token, name, arguments)
             assert refused["isError"] is True
             assert "unavailable" in refused["content"][0]["text"] and "node-a" in refused["content"][0]["text"]
+            assert "try again" in refused["content"][0]["text"]  # nothing reached A: safe to ask again
     assert not (_folder(a) / marker).exists() and not (_folder(b) / marker).exists()
+
+
+def test_an_exec_whose_node_dies_while_it_runs_is_not_said_safe_to_send_again(pair: tuple[Node, Node],
+                                                                               token: str) -> None:
+    """A is killed -9 while an exec sent through B runs there. B's answer said "try again when it
+    is back", though the command had run (its first line written): a bot doing so runs it twice."""
+    a, b = pair
+    marker = "lost-" + secrets.token_hex(4)
+    with b.serve() as server_b:
+        server_a = a.serve()
+        server_a.__enter__()
+        try:
+            assert server_a.proc is not None
+            folder, pid = _folder(a), server_a.proc.pid
+
+            def kill_once_it_ran() -> None:
+                poll(lambda: (folder / marker).exists(), timeout=30, interval=0.02)
+                os.kill(pid, signal.SIGKILL)
+
+            killer = threading.Thread(target=kill_once_it_ran)
+            killer.start()
+            answer = _call(server_b.url, token, "exec",
+                           {"workspace": "wsa", "cmd": ["sh", "-c", f"touch {marker}; sleep 20"]})
+            killer.join()
+        finally:
+            server_a.__exit__(None, None, None)
+    text = answer["content"][0]["text"]
+    assert answer["isError"] is True and "unavailable" in text and "node-a" in text, text
+    assert "try again" not in text and "may have been done" in text, text
 
 
 def _signed(a: Node, body: bytes, *, target: str, pepper: bytes | None = None) -> dict[str, str]:

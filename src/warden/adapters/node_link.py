@@ -32,7 +32,14 @@ _MAX_HEAD = 64 * 1024  # an answer's status line and headers; the server side bo
 
 
 class LinkBroken(Exception):
-    """The other node could not be reached, or its answer broke off or was malformed."""
+    """The other node could not be reached, or its answer broke off or was malformed.
+
+    `sent`: the request had gone out (its answer broke off, or never came), so the other node
+    may have carried it out; False when no connection was made, and nothing reached it."""
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 @dataclass
@@ -209,7 +216,7 @@ class NodeLink:
         except ssl.SSLCertVerificationError:
             raise  # the forwarder says which setting trusts the other node
         except (OSError, TimeoutError) as exc:
-            raise LinkBroken(f"{type(exc).__name__} connecting to {host}:{port}") from exc
+            raise LinkBroken(f"{type(exc).__name__} connecting to {host}:{port}", sent=False) from exc
         return _Connection(reader, writer, self.timeout)
 
     async def _exchange(self, conn: _Connection, where: tuple[str, str, int], method: str,

@@ -134,12 +134,21 @@ def untrusted(exc: BaseException) -> bool:
     return False
 
 
-def unreachable(node: str, url: str, exc: BaseException) -> Unavailable:
+def unreachable(node: str, url: str, exc: BaseException, *, sent: bool | None = None) -> Unavailable:
     """What a request for `node`'s workspace answers when its server at `url` could not be
-    reached (`exc`, from whichever client sent it): its certificate not trusted, or it is down."""
+    reached (`exc`, from whichever client sent it): its certificate not trusted, it is down, or
+    it went away after the request had gone out (`sent`; by default what a LinkBroken says)."""
     if untrusted(exc):
         return Unavailable(f"node {node!r} is unavailable: its certificate at {url} was not trusted "
                            "(set node.ca_file to the CA that signed it, on this node)", rule="node.tls")
     reason = str(exc) if isinstance(exc, LinkBroken) else type(exc).__name__
+    if sent is None:
+        sent = isinstance(exc, LinkBroken) and exc.sent
+    if sent:
+        # Not "try again": a command sent before its node died may have run (or run on, in a
+        # sandbox that outlived its server), and a bot that simply sends it again runs it twice.
+        return Unavailable(f"node {node!r} gave no whole answer ({reason} at {url}): what was asked "
+                           "may have been done there; look (its processes, its files, its audit log once it "
+                           "is back) before asking again", rule="node.lost")
     return Unavailable(f"node {node!r} is unavailable ({reason} at {url}); try again when it is back",
                        rule="node.down")

@@ -82,7 +82,9 @@ class McpForwarding:
                 data = await _bounded(answer)
                 return _result_of(node, answer.status_code, data)
         except httpx.TransportError as exc:
-            raise unreachable(node, url, exc) from None
+            # Only a connection never made kept the call from reaching the node.
+            not_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
+            raise unreachable(node, url, exc, sent=not not_sent) from None
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -153,7 +155,8 @@ async def _from_events(node: str, answer: httpx.Response, progress: Progress | N
             continue
         if message.get("id") == 1:
             return _result_of(node, answer.status_code, event.encode())
-    raise Unavailable(f"node {node!r} ended its answer without a result", rule="node.answer")
+    raise Unavailable(f"node {node!r} ended its answer without a result: what was asked may have been done "
+                      "there; look before asking again", rule="node.answer")
 
 
 def _warden_error(code: str, message: str) -> WardenError:
