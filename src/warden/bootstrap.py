@@ -173,9 +173,10 @@ class App:
     @cached_property
     def registry(self) -> SqlRegistry:
         """Workspaces, bots, grants, secrets, leases and the audit log (SQLite, or WARDEN_DATABASE_URL)."""
-        from warden.adapters.home_state import check_registry
+        from warden.adapters.home_state import check_owned, check_registry
 
         self.home.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        check_owned(self.home.root)  # made by someone else since bootstrap looked: exist_ok took it
         url = self.database_url
         if url is None:  # the SQLite default: a set-up home whose registry is gone is an error
             check_registry(self.home.root, self.home.root / "warden.db")
@@ -721,8 +722,11 @@ def bootstrap(home: str | os.PathLike[str] | None = None, *,
               environ: Mapping[str, str] | None = None,
               clock: Callable[[], datetime] | None = None) -> App:
     """Read $WARDEN_HOME and its settings, and wire the real adapters."""
+    from warden.adapters.home_state import check_owned
+
     env = dict(os.environ) if environ is None else dict(environ)
     located = Home.locate(home, env)
+    check_owned(located.root)  # before anything in it is read (its config) or made (init's folders)
     return App(located, load_settings(located, env), env, clock or utc_now)
 
 

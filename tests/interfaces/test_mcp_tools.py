@@ -21,6 +21,7 @@ def test_every_tool_schema_is_a_closed_object_whose_required_fields_exist() -> N
 
 @pytest.mark.parametrize(("name", "arguments", "said"), [
     ("nope", {}, "no tool 'nope'"),
+    ("no\x1b[2J", {}, r"no tool 'no\\x1b[2J'; the tools"),  # escaped once (it was twice: \\x1b)
     ("exec", {"workspace": "w"}, "exec needs cmd"),
     ("exec", {"workspace": "w", "cmd": "ls -l"}, "cmd must be an array"),
     ("exec", {"workspace": "w", "cmd": []}, "cmd must not be empty"),

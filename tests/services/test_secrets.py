@@ -94,6 +94,26 @@ def test_a_secret_set_while_the_key_rotates_is_not_lost(app: App, monkeypatch: p
     assert app.secrets.environment(["RACED"]).env == {"RACED": "second"}
 
 
+def test_a_run_reading_its_secrets_while_the_key_rotates_gets_them(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run read its secrets' rows, a rotation re-sealed them and retired the key they were
+    sealed with, and the run then opened what it had read: "was sealed with key mk_…, which is
+    not in keys/", the run refused. Found by reading the code; now the rotation waits."""
+    app.secrets.set("TOKEN", "value")
+    read, go = threading.Event(), threading.Event()
+    opened = app.keystore.open
+    got: list[dict[str, str]] = []
+
+    def open_after_a_pause(name: str, sealed: object) -> bytes:
+        read.set()
+        go.wait(timeout=30)
+        return opened(name, sealed)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(app.keystore, "open", open_after_a_pause)
+    worker = threading.Thread(target=lambda: got.append(app.secrets.environment(["TOKEN"]).env))
+    _rotation_meanwhile(app, worker, read, go)
+    assert got == [{"TOKEN": "value"}]
+
+
 def _rotation_meanwhile(app: App, worker: threading.Thread, paused: threading.Event, go: threading.Event) -> None:
     """Start `worker`; once it has `paused` half way, a rotation of the master key (in an App of
     its own, as another process) gets its chance to run to its end before `go` lets the worker

@@ -10,15 +10,18 @@ set up when they hold key files (for the registry) or rows that need a key (for 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
 from warden.adapters.atomic import write_atomic
+from warden.adapters.owned import ancestor_problem
 from warden.adapters.store.db import Database
-from warden.core.errors import Unavailable
+from warden.core.errors import Denied, Unavailable
 
-__all__ = ["KEY_USERS", "MARKER", "check_registry", "key_required", "mark"]
+__all__ = ["KEY_USERS", "MARKER", "check_owned", "check_registry", "key_required", "mark"]
 
 MARKER = ".initialised"
 # Which tables hold rows that a key file makes usable (HMACs under the pepper, ciphertexts).
@@ -36,6 +39,32 @@ def mark(root: Path, clock: Callable[[], datetime]) -> bool:
     body = {"initialised_at": clock().isoformat(timespec="seconds"), "format": 1}
     write_atomic(root / MARKER, (json.dumps(body) + "\n").encode(), mode=0o600)
     return True
+
+
+def check_owned(root: Path) -> None:
+    """Denied unless the home `root` is a folder of this user's that no other user can change or
+    swap: owned by this user, writable by no group or other, on a path only this user and root
+    control (adapters/owned.py). Its keys, registry and daemon socket are trusted on that: a home
+    another user made first (an empty folder they left mode 777 before `warden init`) let them
+    replace `keys/` or `warden.db`, or hold the keys' lock to block every rotation for good."""
+    me = os.geteuid()
+    problem = ancestor_problem(root)
+    if problem is not None:
+        raise Denied(f"WARDEN_HOME {root} cannot be trusted: {problem[0]}; {problem[1]}", rule="home.owner")
+    try:
+        st = os.stat(root)  # through a link to the home: the folder it names is what must be ours
+    except FileNotFoundError:
+        return  # to be made by this user, mode 0700 (and looked at again then)
+    if not stat.S_ISDIR(st.st_mode):
+        raise Denied(f"WARDEN_HOME {root} is not a folder; point WARDEN_HOME at a folder of yours", rule="home.owner")
+    if st.st_uid != me:
+        raise Denied(f"WARDEN_HOME {root} belongs to uid {st.st_uid}, not to you (uid {me}): its owner could "
+                     "replace its keys and registry; use a home of your own (unset WARDEN_HOME for ~/.warden)",
+                     rule="home.owner")
+    if st.st_mode & 0o022:
+        raise Denied(f"WARDEN_HOME {root} may be written by other users (mode {stat.S_IMODE(st.st_mode):o}): they "
+                     f"could replace its keys and registry; run `chmod go-w {root}` if no one else did",
+                     rule="home.owner")
 
 
 def check_registry(root: Path, db_path: Path) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from warden.adapters.atomic import exclusive, naming
-from warden.core.errors import InvalidInput, Unavailable
+from warden.core.errors import Denied, InvalidInput, Unavailable
 from warden.core.secrets import Sealed
 
 __all__ = ["KEY_BYTES", "Keystore", "Sealed", "decode_env_key", "open_sealed", "read_key_file", "seal_with",
@@ -107,6 +107,11 @@ class Keystore:
 
     def _ensure_dir(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = os.lstat(self.directory)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            # Made by another user before this one's first use: theirs to read, swap or lock.
+            raise Denied(f"key folder {self.directory} is not a folder of yours (uid {st.st_uid}): another user "
+                         "made it; remove it if no key of yours is in it, and run `warden init`", rule="home.owner")
         os.chmod(self.directory, 0o700)
 
     def _read_key(self, path: Path) -> bytes | None:

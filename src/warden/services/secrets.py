@@ -118,15 +118,18 @@ class SecretService:
             return Injection({}, ())
         env: dict[str, str] = {}
         missing: list[str] = []
-        with self._registry.transaction(write=False) as tx:
-            found = {name: tx.secrets.get(name) for name in wanted}
-        for name, row in found.items():
-            if row is None or _unsafe_name(name):
-                # Gone, or stored under a name that is refused now (a loader or shell start-up
-                # variable, set by an older Warden): never injected.
-                missing.append(name)
-            else:
-                env[name] = self._keys.open(name, row.sealed).decode("utf-8")
+        # Read and opened under the sealing lock (shared): a rotation landing between the two
+        # retired the key the rows read were sealed with, and the run failed "unavailable".
+        with self._keys.sealing():
+            with self._registry.transaction(write=False) as tx:
+                found = {name: tx.secrets.get(name) for name in wanted}
+            for name, row in found.items():
+                if row is None or _unsafe_name(name):
+                    # Gone, or stored under a name that is refused now (a loader or shell start-up
+                    # variable, set by an older Warden): never injected.
+                    missing.append(name)
+                else:
+                    env[name] = self._keys.open(name, row.sealed).decode("utf-8")
         return Injection(env, tuple(missing))
 
 

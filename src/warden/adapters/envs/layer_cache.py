@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from warden.adapters.envs.layer_store import LayerStore, make_read_only, make_writable, tree_digest
+from warden.adapters.owned import ancestor_problem
 
 __all__ = ["LayerCache"]
 
@@ -56,7 +57,7 @@ class LayerCache:
             return f"it belongs to uid {st.st_uid}, not to you or root", "give a folder of your own"
         if st.st_mode & 0o022:
             return "a group or other users may write it", f"chmod go-w {self.folder}"
-        return _open_ancestor(self.folder)
+        return ancestor_problem(self.folder)
 
     def copy_into(self, store: LayerStore, layer_id: str, sources: Mapping[str, Any]) -> dict[str, Any] | None:
         """Layer `layer_id` copied from the cache into `store` and sealed there; None when the cache
@@ -100,26 +101,6 @@ class LayerCache:
             if staged.exists():
                 make_writable(staged)
                 shutil.rmtree(staged, ignore_errors=True)
-
-
-def _open_ancestor(folder: Path) -> tuple[str, str] | None:
-    """Why a folder above the cache lets another user swap it, or None. The cache is checked and
-    then read by name: whoever may rename an entry of a folder on the way (its owner, or anyone
-    when it is writable by others and not sticky as /tmp is) could put a folder of their own in
-    its place between the check and the copy. Both the path as given and its real path."""
-    real = Path(os.path.realpath(folder))
-    for ancestor in dict.fromkeys([*folder.parents, *real.parents]):
-        try:
-            st = os.lstat(ancestor)
-        except OSError as exc:
-            return f"{ancestor} cannot be checked ({exc.strerror})", "give a folder on a path of yours or root's"
-        if st.st_uid not in (os.geteuid(), 0):
-            return (f"{ancestor} above it belongs to uid {st.st_uid}, who could swap the cache for a folder of "
-                    "theirs", "give a folder on a path of yours or root's")
-        if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-            return (f"{ancestor} above it may be written by a group or other users, who could swap the cache",
-                    f"chmod go-w {ancestor}")
-    return None
 
 
 def _copy_tree(source: Path, target: Path) -> None:

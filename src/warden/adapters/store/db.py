@@ -388,6 +388,23 @@ def _stored_revision(db: Database) -> str | None:
     return str(rows[0]["version_num"]) if rows else None
 
 
+def _private(path: Path) -> None:
+    """The SQLite registry made (or kept) readable by its owner alone: it holds the audit log's
+    commands and paths, the grants' token hashes and the sealed secrets. SQLite makes a new file
+    by the umask (0644) and gives its -wal and -shm files the database file's mode."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        with contextlib.suppress(OSError):  # not ours to change (a read-only copy): as it is
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and st.st_mode & 0o077 and st.st_uid == os.geteuid():
+                os.chmod(path, 0o600)
+        return
+    except OSError:
+        return  # SQLite says why it cannot make it
+    os.close(fd)
+
+
 def open_database(url: str | None, home: Path, *, busy_timeout: float = BUSY_TIMEOUT,
                   node: str | None = None) -> Database:
     """Open the registry at `url` (default: SQLite in `home`), migrating it to SCHEMA_REVISION
@@ -395,6 +412,7 @@ def open_database(url: str | None, home: Path, *, busy_timeout: float = BUSY_TIM
     db: Database
     path = sqlite_path(url, home)
     if path is not None:
+        _private(path)
         db = SqliteDatabase(path, busy_timeout)
         sa_url = f"sqlite:///{path}"
     else:

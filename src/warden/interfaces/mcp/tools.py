@@ -212,7 +212,7 @@ def check_arguments(name: str, arguments: Mapping[str, Any] | None) -> tuple[Too
     the first problem, so a model can mend its call)."""
     tool = _BY_NAME.get(name)
     if tool is None:
-        raise InvalidInput(f"no tool {echoed(name)!r}; the tools are {', '.join(_BY_NAME)}")
+        raise InvalidInput(f"no tool '{echoed(name)}'; the tools are {', '.join(_BY_NAME)}")  # escaped once
     given = dict(arguments or {})
     unknown = sorted(set(given) - set(tool.properties))
     if unknown:

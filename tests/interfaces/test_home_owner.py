@@ -1,0 +1,78 @@
+"""A home another user made, or may change, is refused before Warden trusts anything in it.
+
+Found by an attack: a user who made the (empty) home folder mode 777 before `warden init` kept
+it theirs. They could replace `keys/` or `warden.db`, or hold the keys' lock file and so block
+every `keys rotate`, `secret set` and `backup` for good.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cli, CliResult
+
+pytestmark = pytest.mark.empty_home
+
+NOBODY = 65534
+ROOT = os.geteuid() == 0
+
+
+def _refused(result: CliResult, *words: str) -> None:
+    assert result.code == 3, result.stderr  # denied
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
+    for word in words:
+        assert word in result.stderr, result.stderr
+
+
+def test_a_home_others_may_write_to_is_refused_and_nothing_is_made_in_it(cli: Cli, home: Path) -> None:
+    home.chmod(0o777)
+    _refused(cli("init"), f"chmod go-w {home}", "other users")
+    assert list(home.iterdir()) == []  # no registry, no keys, no config: nothing to take over
+    home.chmod(0o775)
+    _refused(cli("list"), "mode 775")
+    home.chmod(0o755)  # readable by others, as a mkdir under umask 022 makes it: that is the user's choice
+    made = cli("init")
+    assert made.code == 0, made.stderr
+    assert cli("list").code == 0
+
+
+def test_a_home_inside_a_folder_anyone_may_write_to_is_refused(cli: Cli, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # no sticky bit: anyone may rename the home away and put theirs there
+    result = cli("init", env={"WARDEN_HOME": str(shared / "home")})
+    _refused(result, f"{shared} above it", f"chmod go-w {shared}")
+    assert not (shared / "home").exists()
+    shared.chmod(0o1777)  # as /tmp: others cannot rename what is not theirs
+    assert cli("init", env={"WARDEN_HOME": str(shared / "home")}).code == 0
+
+
+@pytest.mark.skipif(not ROOT, reason="giving a folder to another user needs root")
+def test_a_home_or_key_folder_another_user_made_is_refused(cli: Cli, home: Path) -> None:
+    os.chown(home, NOBODY, NOBODY)
+    home.chmod(0o700)
+    _refused(cli("init"), f"belongs to uid {NOBODY}")
+    assert list(home.iterdir()) == []
+    os.chown(home, 0, 0)
+    keys = home / "keys"
+    keys.mkdir(mode=0o700)
+    os.chown(keys, NOBODY, NOBODY)  # made first by the other user, to read, swap or lock
+    _refused(cli("init"), f"key folder {keys}", "another user")
+    assert list(keys.iterdir()) == []  # no key was written into it
+
+
+def test_the_registry_is_its_owners_alone(cli: Cli, home: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        assert cli("init").code == 0
+    finally:
+        os.umask(old)
+    db = home / "warden.db"
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+    db.chmod(0o644)  # a registry made by an earlier version
+    assert cli("list").code == 0
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
