@@ -17,6 +17,7 @@ import os
 import stat
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
 from functools import cache
 
@@ -38,6 +39,11 @@ _MASK = _IN_CREATE | _IN_MODIFY | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO | _
 _NAMING = _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO  # an entry made, removed or moved
 # Past this many entries touched between two looks, a consumer is told to look at everything again.
 TOUCHED_MAX = 20_000
+# Names gone before their event was read that a tree remembers; past them, every file is charged again.
+_UNSEEN_MAX = 4096
+# Past this many files, charging every file again waits for the run's end (it costs an lstat each,
+# in the watcher's real-time thread).
+_RECHARGE_LIVE_MAX = 50_000
 _EVENT = struct.Struct("iIII")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ROOT = os.geteuid() == 0  # root reads every folder whatever its mode
@@ -189,6 +195,16 @@ class UsageTree:
         # consumer (the git guard's sweep) last set it to an empty set; None: not collected, or
         # more than TOUCHED_MAX (then the consumer cannot know what changed and looks at all).
         self.touched: set[tuple[str, str]] | None = None
+        # Files that lost a name while keeping another (hard links): a write through a name read
+        # too late to say which file it was (gone, or another file's now) reached one of them,
+        # and no event will come for the names they still have. Charged again by those names.
+        self.suspects: set[int] = set()
+        self._suspects_looked = 0.0  # when `settle` last looked for their names (monotonic)
+        # Names made (or moved to) and gone again before their event was read: the file such a name
+        # held is unknown. Removed, such a name may have been a hard link made to write a file of
+        # the workspace through, unseen: then (`unresolved`) every file is charged again by `settle`.
+        self._unseen: set[str] = set()
+        self.unresolved = False
 
     @property
     def usage(self) -> Usage:
@@ -286,7 +302,9 @@ class UsageTree:
         left = self.links.get(ino, 1) - 1
         if left > 0:
             self.links[ino] = left
+            self.suspects.add(ino)
             return
+        self.suspects.discard(ino)
         self.links.pop(ino, None)
         self.bytes -= self.charges.pop(ino, 0)
 
@@ -340,6 +358,9 @@ class UsageTree:
         if mask & (_IN_DELETE | _IN_MOVED_FROM):
             if name in listing and not (mask & _IN_MOVED_FROM and _holds(full, listing[name][0])):
                 self._drop(path, name)
+            elif full in self._unseen:
+                self._unseen.discard(full)
+                self.unresolved = self.unresolved or bool(mask & _IN_DELETE)
             if told is not None:
                 told("deleted", full)
             return
@@ -348,6 +369,11 @@ class UsageTree:
         except OSError:
             if told is not None:
                 told("added", full)  # gone again: its IN_DELETE follows and the two cancel out
+            if name not in listing:
+                if len(self._unseen) < _UNSEEN_MAX:
+                    self._unseen.add(full)
+                else:
+                    self.unresolved = True
             return
         if st.st_dev != self.dev:
             return
@@ -392,9 +418,48 @@ class UsageTree:
             return False
         if self.root not in self.dir_wd:  # deleted meanwhile (a new one may have its inode number)
             return False
+        return self.settle(dirty, final=True)
+
+    def settle(self, dirty: set[str], *, final: bool = False, every: float = 1.0) -> bool:
+        """After a batch of events: charge again the folders that grew (`dirty`), and the files
+        that lost a name while keeping another (`suspects`) or, after a name gone unseen was
+        removed (`unresolved`), every file. Those take a look through every listing: at most once
+        in `every` seconds, and not past _RECHARGE_LIVE_MAX files, unless `final` (the run's end, a
+        catch-up). False when a suspect's names could not be found (measure afresh)."""
         for path in dirty:
             self.restat(path)
-        return True
+        if not self.suspects and not self.unresolved:
+            return True
+        now = time.monotonic()
+        if not final and (now - self._suspects_looked < every or len(self.charges) > _RECHARGE_LIVE_MAX):
+            return True
+        self._suspects_looked = now
+        every_file, self.unresolved = self.unresolved, False
+        if every_file:
+            self._unseen.clear()
+        for path, listing in self.entries.items():
+            for name, (ino, is_dir) in listing.items():
+                if is_dir or not (every_file or ino in self.suspects):
+                    continue
+                try:
+                    st = os.lstat(f"{path}/{name}")
+                except OSError:
+                    continue
+                if st.st_ino == ino and ino in self.charges:
+                    cost = charge(st.st_blocks, st.st_size)
+                    self.bytes += cost - self.charges[ino]
+                    self.charges[ino] = cost
+                    self.suspects.discard(ino)
+            if not self.suspects and not every_file:
+                return True
+        return not (final and self.suspects)
+
+    def next_look(self, every: float = 1.0) -> float | None:
+        """Seconds until `settle` would charge again the files it has put off; None: none are,
+        or too many files to do it during a run."""
+        if not (self.suspects or self.unresolved) or len(self.charges) > _RECHARGE_LIVE_MAX:
+            return None
+        return max(0.0, self._suspects_looked + every - time.monotonic())
 
     def restat(self, path: str) -> None:
         """Charge a folder's own blocks again (they grow as entries are added)."""

@@ -344,8 +344,8 @@ class Watcher:
                 self.changes.lost()
         except OSError:
             self._failed = True
-        for path in dirty:
-            tree.restat(path)
+        if not tree.settle(dirty, final=True):
+            self._failed = True  # a file's names not found: measured afresh next time
 
     @property
     def usage(self) -> Usage:
@@ -423,11 +423,17 @@ class Watcher:
                 timeout = RESCAN_S * 1000
             elif same_fs:
                 timeout = max(0.0, next_free - time.monotonic()) * 1000
+            looking = tree.next_look() if tree.notify is not None else None
+            if looking is not None:  # files to charge again, put off so far (UsageTree.settle)
+                timeout = min(timeout if timeout is not None else looking * 1000, looking * 1000)
             ready = {fd for fd, _ in poll.poll(timeout)}
             if self._wake_r in ready:
                 return
             if tree.notify is None:
                 self._check(disk_usage.measure(self.root))
+            elif tree.notify not in ready and looking is not None:
+                tree.settle(set())
+                self._check(tree.usage)
             elif tree.notify in ready:
                 try:
                     self._drain(tree)
@@ -473,8 +479,7 @@ class Watcher:
                     # The run is stopped at once; the rest of what was read is still applied, or the
                     # kept tree would miss those changes for good (the git guard's sweep trusts it).
                     self._fire(key, tree.usage)
-        for path in dirty:
-            tree.restat(path)
+        tree.settle(dirty)
         self._check(tree.usage)
 
 
