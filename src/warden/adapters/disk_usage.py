@@ -298,11 +298,12 @@ class UsageTree:
         self.links[st.st_ino] = self.links.get(st.st_ino, 0) + 1
         self.bytes += cost - (old or 0)
 
-    def _unlink(self, ino: int) -> None:
+    def _unlink(self, ino: int, is_dir: bool) -> None:
         left = self.links.get(ino, 1) - 1
         if left > 0:
             self.links[ino] = left
-            self.suspects.add(ino)
+            if not is_dir:  # a folder has one name: a second is its walk under a new one, read early
+                self.suspects.add(ino)
             return
         self.suspects.discard(ino)
         self.links.pop(ino, None)
@@ -310,7 +311,7 @@ class UsageTree:
 
     def _drop(self, path: str, name: str) -> None:
         ino, is_dir = self.entries[path].pop(name)
-        self._unlink(ino)
+        self._unlink(ino, is_dir)
         if not is_dir:
             return
         stack = [f"{path}/{name}"]
@@ -322,7 +323,7 @@ class UsageTree:
                 if self.notify is not None:
                     _libc().inotify_rm_watch(self.notify, wd)  # EINVAL when already gone: fine
             for child, (child_ino, child_dir) in self.entries.pop(top, {}).items():
-                self._unlink(child_ino)
+                self._unlink(child_ino, child_dir)
                 if child_dir:
                     stack.append(f"{top}/{child}")
 
