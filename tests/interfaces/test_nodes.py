@@ -13,9 +13,7 @@ import secrets
 import signal
 import subprocess
 import sys
-import threading
 import time
-from pathlib import Path
 
 import httpx
 
@@ -278,25 +276,8 @@ def test_an_exec_whose_node_dies_while_it_runs_is_not_said_safe_to_send_again(pa
     a, b = pair
     token = a.token()
     marker = "lost-" + secrets.token_hex(4)
-    with b.serve() as server_b:
-        server_a = a.serve()
-        server_a.__enter__()
-        try:
-            assert server_a.proc is not None
-            folder = Path(json.loads(a.cli("info", "wsa", "--json").stdout)["data"]["path"])
-            folder = Path(a.environ["WARDEN_HOME"]) / folder.relative_to(folder.parents[1])
-            pid = server_a.proc.pid
-
-            def kill_once_it_ran() -> None:
-                poll(lambda: (folder / marker).exists(), timeout=30, interval=0.02)
-                os.kill(pid, signal.SIGKILL)
-
-            killer = threading.Thread(target=kill_once_it_ran)
-            killer.start()
-            lost = _exec(server_b.url, token, ["sh", "-c", f"touch {marker}; sleep 20"])
-            killer.join()
-        finally:
-            server_a.__exit__(None, None, None)
+    with b.serve() as server_b, a.killed_once(marker):
+        lost = _exec(server_b.url, token, ["sh", "-c", f"touch {marker}; sleep 20"])
     assert lost.status_code == 503, lost.text
     error = lost.json()["error"]
     assert error["code"] == "unavailable" and "'node-a'" in error["message"], error

@@ -9,19 +9,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import secrets
-import signal
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from tests.support.mcp import Recorder, http_session
 from tests.support.nodes import Node, needs_postgres, node_fixtures
-from tests.support.waiting import poll
 
 pytestmark = needs_postgres
 
@@ -46,11 +41,6 @@ def _call(url: str, token: str, name: str, arguments: dict[str, Any],
 
 def _audit(node: Node) -> list[dict[str, Any]]:
     return list(json.loads(node.cli("audit", "--limit", "300", "--json").stdout)["data"])
-
-
-def _folder(node: Node) -> Path:
-    path = Path(json.loads(node.cli("info", "wsa", "--json").stdout)["data"]["path"])
-    return Path(node.environ["WARDEN_HOME"]) / path.relative_to(path.parents[1])
 
 
 def test_tool_calls_through_b_act_on_a(pair: tuple[Node, Node], token: str) -> None:
@@ -84,8 +74,8 @@ def test_tool_calls_through_b_act_on_a(pair: tuple[Node, Node], token: str) -> N
         assert "edited" in resource.text, resource.text
     # On A's folder (B has none), audited once (the registry, and so the audit log, is the cluster's:
     # one event per call says B added none of its own).
-    assert (_folder(a) / f"{marker}.txt").read_text() == "edited"
-    assert not (_folder(b) / f"{marker}.txt").exists()
+    assert (a.folder() / f"{marker}.txt").read_text() == "edited"
+    assert not (b.folder() / f"{marker}.txt").exists()
     on_a = [e for e in _audit(a) if marker in json.dumps(e)]
     assert {e["action"] for e in on_a} >= {"run.start", "fs.write"}, on_a
     assert len([e for e in on_a if e["action"] == "fs.write"]) == 2  # write_file, edit_file
@@ -120,7 +110,7 @@ def test_a_down_answers_unavailable_naming_it_and_nothing_runs(pair: tuple[Node,
             assert refused["isError"] is True
             assert "unavailable" in refused["content"][0]["text"] and "node-a" in refused["content"][0]["text"]
             assert "try again" in refused["content"][0]["text"]  # nothing reached A: safe to ask again
-    assert not (_folder(a) / marker).exists() and not (_folder(b) / marker).exists()
+    assert not (a.folder() / marker).exists() and not (b.folder() / marker).exists()
 
 
 def test_an_exec_whose_node_dies_while_it_runs_is_not_said_safe_to_send_again(pair: tuple[Node, Node],
@@ -129,24 +119,9 @@ def test_an_exec_whose_node_dies_while_it_runs_is_not_said_safe_to_send_again(pa
     is back", though the command had run (its first line written): a bot doing so runs it twice."""
     a, b = pair
     marker = "lost-" + secrets.token_hex(4)
-    with b.serve() as server_b:
-        server_a = a.serve()
-        server_a.__enter__()
-        try:
-            assert server_a.proc is not None
-            folder, pid = _folder(a), server_a.proc.pid
-
-            def kill_once_it_ran() -> None:
-                poll(lambda: (folder / marker).exists(), timeout=30, interval=0.02)
-                os.kill(pid, signal.SIGKILL)
-
-            killer = threading.Thread(target=kill_once_it_ran)
-            killer.start()
-            answer = _call(server_b.url, token, "exec",
-                           {"workspace": "wsa", "cmd": ["sh", "-c", f"touch {marker}; sleep 20"]})
-            killer.join()
-        finally:
-            server_a.__exit__(None, None, None)
+    with b.serve() as server_b, a.killed_once(marker):
+        answer = _call(server_b.url, token, "exec",
+                       {"workspace": "wsa", "cmd": ["sh", "-c", f"touch {marker}; sleep 20"]})
     text = answer["content"][0]["text"]
     assert answer["isError"] is True and "unavailable" in text and "node-a" in text, text
     assert "try again" not in text and "may have been done" in text, text
@@ -180,4 +155,4 @@ def test_signed_mcp_requests_are_checked_and_never_forwarded_again(pair: tuple[N
                            headers={**auth, **_signed(a, body, target="node-b")})
         assert again.status_code == 200 and again.json()["result"]["isError"] is True
         assert "unavailable" in again.text
-    (_folder(a) / marker).unlink()  # the one signed call that was taken
+    (a.folder() / marker).unlink()  # the one signed call that was taken

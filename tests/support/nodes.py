@@ -11,8 +11,10 @@ import contextlib
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.support.servers import ServeProcess, warden_environ
+from tests.support.waiting import poll
 
 ADMIN_URL = os.environ.get("WARDEN_TEST_DATABASE_URL", "")
 needs_postgres = pytest.mark.skipif(not ADMIN_URL.startswith("postgresql"),
@@ -61,6 +64,34 @@ class Node:
 
     def serve(self) -> ServeProcess:
         return ServeProcess(self.environ, self.logs)
+
+    def folder(self) -> Path:
+        """Workspace `wsa`'s folder on this node."""
+        path = Path(json.loads(self.cli("info", "wsa", "--json").stdout)["data"]["path"])
+        return Path(self.environ["WARDEN_HOME"]) / path.relative_to(path.parents[1])
+
+    @contextlib.contextmanager
+    def killed_once(self, marker: str) -> Iterator[None]:
+        """This node's `warden serve` running for the block, killed -9 as soon as a file named
+        `marker` appears in workspace `wsa` (a command it runs has begun)."""
+        server = self.serve()
+        server.__enter__()
+        try:
+            assert server.proc is not None
+            folder, pid = self.folder(), server.proc.pid
+
+            def kill_once_it_ran() -> None:
+                poll(lambda: (folder / marker).exists(), timeout=30, interval=0.02)
+                os.kill(pid, signal.SIGKILL)
+
+            killer = threading.Thread(target=kill_once_it_ran)
+            killer.start()
+            try:
+                yield
+            finally:
+                killer.join()
+        finally:
+            server.__exit__(None, None, None)
 
     def token(self) -> str:
         """A token of bot `tester` for workspace `wsa` (read, write, execute; one hour)."""
