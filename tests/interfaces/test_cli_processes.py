@@ -502,3 +502,28 @@ def test_a_command_that_cannot_start_exits_alike_in_a_fresh_and_a_live_sandbox(c
     finally:
         (folder / "loop1").unlink()
         (folder / "loop2").unlink()
+
+
+def test_a_workspace_folder_replaced_under_its_live_sandbox_gets_a_fresh_one(cli: Cli, tmp_path: Path) -> None:
+    """The folder moved away (a person's backup, say) and another put in its place: the live
+    sandbox still held the old one, so the next command wrote into the moved-away copy, outside
+    the workspace, and said nothing (exit 0). Deleted and made again, the command found no
+    folder at all. The next command now stops that sandbox and runs in a fresh one."""
+    made = cli("create", "moved", "--template", "minimal", "--json")
+    assert made.code == 0, made.stderr
+    folder = Path(made.json["data"]["path"])
+    try:
+        first = _detach(cli, "moved", "sleep", "600")
+        old = tmp_path / "moved-away"
+        folder.rename(old)
+        shutil.copytree(old, folder, symlinks=True)
+        wrote = cli("run", "moved", "--", "sh", "-c", "echo here > written.txt")
+        assert wrote.code == 0, wrote.stdout + wrote.stderr
+        assert (folder / "written.txt").read_text() == "here\n"
+        assert not (old / "written.txt").exists()
+        assert _ps(cli, "moved")[first]["status"] == "killed"
+        events = cli("audit", "--workspace", "moved", "--json", "--limit", "20").json["data"]
+        stops = [e for e in events if e["action"] == "sandbox.stop"]
+        assert stops and "replaced" in json.dumps(stops[-1]["detail"]), stops
+    finally:
+        cli("destroy", "moved", "--yes", "--no-archive")

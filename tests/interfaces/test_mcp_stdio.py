@@ -386,3 +386,49 @@ def test_a_terminals_lock_refuses_a_bot_started_from_that_terminal_as_any_bot(wo
     finally:
         subprocess.run([sys.executable, "-m", "warden", "unlock", "paper"], env={**world.environ, **here},
                        check=True, capture_output=True, timeout=60)
+
+
+def test_a_malformed_line_is_answered_as_json_rpc_says_and_the_session_goes_on(world: World) -> None:
+    """A line that is not JSON, JSON that is not one request object (a number, a batch, an
+    object without a method) and a huge line of junk each got no reply at all (the SDK drops
+    them), so a client waited on its request for ever. JSON-RPC 2.0 §5.1: -32700 for a parse
+    error, -32600 for an invalid request, with the request's id where it can be read (else
+    null); the server answers the next request as before."""
+    import queue
+    import threading
+
+    proc = subprocess.Popen([sys.executable, "-m", "warden", "mcp"],
+                            env={**world.environ, "WARDEN_TOKEN": world.tokens["alice@paper"]},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    replies: queue.Queue[dict[str, Any]] = queue.Queue()
+    threading.Thread(target=lambda: [replies.put(json.loads(line)) for line in proc.stdout], daemon=True).start()
+
+    def send(line: bytes) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(line + b"\n")
+        proc.stdin.flush()
+
+    try:
+        send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                         "params": {"protocolVersion": "2025-03-26", "capabilities": {},
+                                    "clientInfo": {"name": "t", "version": "1"}}}).encode())
+        assert replies.get(timeout=60)["id"] == 1
+        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode())
+        for line in (b"not json", b"42", b'[{"jsonrpc": "2.0", "id": 8, "method": "ping"}]',
+                     b'{"jsonrpc": "2.0", "id": 9}', b'{"jsonrpc": "1.0", "id": "ten", "method": "ping"}',
+                     b"{" * 4_000_000, b"   "):
+            send(line)
+        send(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping"}).encode())
+        got = [replies.get(timeout=60) for _ in range(7)]
+        assert proc.poll() is None
+    finally:
+        proc.stdin.close()
+        status = proc.wait(timeout=60)
+        said = proc.stderr.read()
+        proc.stderr.close()
+    codes = [(reply["id"], reply.get("error", {}).get("code")) for reply in got]
+    assert codes == [(None, -32700), (None, -32600), (None, -32600), (9, -32600), ("ten", -32600),
+                     (None, -32700), (3, None)], got
+    assert got[-1]["result"] == {} and all(reply["jsonrpc"] == "2.0" for reply in got)
+    assert (status, said) == (0, b""), said.decode(errors="replace")

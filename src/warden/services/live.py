@@ -484,7 +484,8 @@ class LiveSandboxService:
         sandbox_id = "sbx_" + os.urandom(8).hex()
         started = self._sandboxes.start(sandbox_id, request, idle_s=self.settings.idle_s)
         now = self._now()
-        meta = {**started.meta, "policy": _policy(request), "ro_paths": sorted(request.ro_paths)}
+        meta = {**started.meta, "policy": _policy(request), "ro_paths": sorted(request.ro_paths),
+                "folder": _folder_identity(record.path)}
         instance = self._instance() if self._instance is not None else None
         if instance is not None:  # the Warden process that started it: its death stops it (services/instances)
             meta["instance"] = instance
@@ -522,6 +523,11 @@ class LiveSandboxService:
             return "the workspace is gone"
         if record.status != "ready":
             return f"the workspace is {record.status}"
+        held = sandbox.meta.get("folder")
+        if held is not None and held != _folder_identity(record.path):
+            # It mounted the folder it found at its start: moved away, its commands would write
+            # there (outside the workspace); deleted, they would find no folder at all.
+            return "its workspace folder was replaced since it started (moved or deleted, and made again)"
         if fence is not None and fence != sandbox.fence:
             return "its lease was lost (the workspace was taken exclusively since it started)"
         accessor = _accessor(sandbox.principal)
@@ -953,6 +959,15 @@ class LiveSandboxService:
 
 # The refusals of a background start that count processes: ended ones count until collected.
 _COUNTED = ("live.max_processes", "api.max_execs", "api.max_execs_per_bot")
+
+
+def _folder_identity(path: str) -> list[int] | None:
+    """Which folder `path` is now (device and inode; None when it is missing): one stat."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return [found.st_dev, found.st_ino]
 
 
 def _outcome(exited: Exited | None) -> tuple[int | None, int | None, bool]:

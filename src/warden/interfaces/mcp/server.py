@@ -164,7 +164,75 @@ async def serve_stdio(app: App, token: str) -> None:
 
     server = build_server(app, lambda ctx: token)
     async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        await server.run(_Answered(read_stream, write_stream), write_stream, server.create_initialization_options())
+
+
+class _Answered:
+    """The stdio read stream, with each line that is not a JSON-RPC message answered at once.
+
+    The SDK's stdin reader passes such a line on as its validation error, and its server drops
+    it: a client that sent a bad request waited for its answer for ever. JSON-RPC 2.0 (section
+    5.1) answers -32700 for text that is not JSON and -32600 for JSON that is not one message (a
+    number, a batch, which MCP since 2025-06-18 no longer has, an object without a method), with
+    the request's id where it can be read, else null. A blank line is no message: it is skipped.
+    """
+
+    def __init__(self, inner: Any, replies: Any) -> None:
+        self._inner = inner
+        self._replies = replies
+
+    @property
+    def last_context(self) -> Any:
+        # The sender's context of the last message, which the SDK's dispatcher reads from here.
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        from mcp.shared.message import SessionMessage
+        from pydantic import ValidationError
+
+        while True:
+            item = await self._inner.receive()
+            if not isinstance(item, ValidationError):
+                return item
+            errors = item.errors(include_url=False)
+            if [e["type"] for e in errors] == ["json_invalid"]:
+                if not str(errors[0]["input"]).strip():
+                    continue
+                error = types.ErrorData(code=types.PARSE_ERROR, message="Parse error: the line is not JSON")
+            else:
+                error = types.ErrorData(code=types.INVALID_REQUEST,
+                                        message="Invalid Request: a line must hold one JSON-RPC 2.0 message object")
+            await self._replies.send(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=_id_in(errors), error=error)))
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _Answered:
+        return self
+
+    async def __anext__(self) -> Any:
+        import anyio
+
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _Answered:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _id_in(errors: Any) -> str | int | None:
+    """The id of an object that is not a valid message, where one can be read: an error about
+    a missing or wrong field carries the whole object as its input."""
+    for error in errors:
+        found = error["input"].get("id") if isinstance(error["input"], dict) else None
+        if isinstance(found, str | int) and not isinstance(found, bool):
+            return found
+    return None
 
 
 # -- streamable HTTP ---------------------------------------------------------------------------
