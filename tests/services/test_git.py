@@ -251,6 +251,41 @@ def test_an_approved_push_lands_only_the_commit_that_was_approved(app: App, ws: 
     assert [e.action for e in app.audit.list(limit=3)] == ["git.push", "git.discard", "git.push"]  # no listing
 
 
+def test_an_approved_push_answered_again_after_a_kill_is_finished_not_failed(
+        app: App, record: WorkspaceRecord, ws: Path, remote: Path) -> None:
+    """A Warden killed after the remote took an approved push (and the branch followed) left the
+    request `approving`; answered again, the push said "stage again" (killed before the proposal
+    was dropped) or "nothing was pushed" (after), and the request was recorded failed, though pushed."""
+
+    class Killed(BaseException):
+        pass
+
+    class KilledAfterTheBranchMoved(HostGit):
+        def run(self, workspace: str, argv: Sequence[str], **kwargs: Any) -> Any:
+            if argv and argv[0] == "read-tree":
+                raise Killed
+            return super().run(workspace, argv, **kwargs)
+
+    def service(git_adapter: HostGit) -> GitService:
+        return GitService(workspaces=Workspaces(record), git=git_adapter, audit=app.audit,  # type: ignore[arg-type]
+                          secrets=lambda: app.secrets)
+
+    for kill_before_the_end in (True, False):
+        (ws / "a.txt").write_text(f"approved {kill_before_the_end}\n")
+        proposal = service(HostGit(app.environ)).stage("demo", "approved")
+        if kill_before_the_end:
+            with pytest.raises(Killed):
+                service(KilledAfterTheBranchMoved(app.environ)).push("demo", proposal.id, "bot:x",
+                                                                     commit=proposal.commit)
+        else:  # the push ran to its end; the approval's record of it did not
+            service(HostGit(app.environ)).push("demo", proposal.id, "bot:x", commit=proposal.commit)
+        again = service(HostGit(app.environ)).push("demo", proposal.id, "bot:x", commit=proposal.commit)
+        assert again.done_before and again.commit == proposal.commit
+        assert git("rev-parse", "main", cwd=remote).strip() == proposal.commit  # pushed once, as asked
+        assert service(HostGit(app.environ)).staged("demo") == []
+        assert git("status", "--porcelain", cwd=ws) == ""  # index and branch follow the pushed commit
+
+
 def test_a_stage_runs_no_git_command_twice(app: App, record: WorkspaceRecord, service: GitService,
                                            ws: Path) -> None:
     """Its gitlinks' diff-tree once (not again after the working tree's own check), the repository's

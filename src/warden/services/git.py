@@ -103,10 +103,12 @@ class PushResult:
     remote: str
     branch: str
     stale: tuple[str, ...] = ()  # the other proposals, made on the HEAD this push moved on from
+    done_before: bool = False  # pushed by an earlier answer that was cut short: only finished now
 
     def to_json(self) -> dict[str, Any]:
+        done = {"done_before": True} if self.done_before else {}
         return {"id": self.id, "commit": self.commit, "remote": self.remote, "branch": self.branch,
-                "stale": list(self.stale)}
+                "stale": list(self.stale), **done}
 
 
 @dataclass(frozen=True)
@@ -493,6 +495,8 @@ class GitService:
         def work(record: WorkspaceRecord) -> PushResult:
             pid = proposal_id or self._only_proposal(record)
             head = self._head(record)
+            if commit is not None and head == commit:
+                return self._pushed_before(record, pid, commit)
             try:
                 proposal = self._proposal(record, pid, head)
             except NotFound:
@@ -532,6 +536,20 @@ class GitService:
 
         return self._do("push", workspace, actor, work, changes=True, detail=lambda r: r.to_json(),
                         asked={"id": proposal_id})
+
+    def _pushed_before(self, record: WorkspaceRecord, pid: str, commit: str) -> PushResult:
+        """The approved push of `commit` was done: the branch is at it, which a push makes it only
+        once the remote took it. An approval answered again after a Warden killed before its end
+        (or a record a full disk refused) found it so, and was told "stage again" or "nothing was
+        pushed" and recorded failed, though pushed. What the push left undone is done now."""
+        check_proposal_id(pid)
+        branch = self._branch(record)
+        remote, remote_branch = self._upstream(record, branch)
+        self._run(record, "read-tree", commit)
+        self._git.run(record.path, ["update-index", "-q", "--refresh"], check=False)
+        if self._rev(record, f"{PROPOSAL_REF}{pid}^{{commit}}") == commit:
+            self._run(record, "update-ref", "-d", f"{PROPOSAL_REF}{pid}", commit)
+        return PushResult(pid, commit, remote, remote_branch, tuple(self._proposal_ids(record)), done_before=True)
 
     def _only_proposal(self, record: WorkspaceRecord) -> str:
         ids = self._proposal_ids(record)
