@@ -202,8 +202,17 @@ class Client:
         except httpx.TransportError as exc:
             raise Unavailable(f"cannot reach Warden at {self.url}: {exc}; is `warden serve` running?") from None
         if response.status_code >= 400:
-            raise error_from(response)
+            raise self._error_from(response)
         return response
+
+    def _error_from(self, response: httpx.Response) -> WardenError:
+        """As error_from, and a refusal for want of a token says where this client would have
+        found one: the server's words are about HTTP headers, which an SDK user never wrote."""
+        error = error_from(response)
+        if response.status_code == 401 and not self._token:
+            return type(error)(f"{error.message}; this Client has none: pass it, Client(url, token), or set "
+                               "WARDEN_TOKEN (`warden bot register NAME` prints a bot's)")
+        return error
 
     @contextlib.contextmanager
     def streaming(self, method: str, path: str, **kwargs: Any) -> Iterator[httpx.Response]:
@@ -219,7 +228,7 @@ class Client:
             try:
                 if response.status_code >= 400:
                     response.read()
-                    raise error_from(response)
+                    raise self._error_from(response)
                 yield response
             finally:
                 response.close()
