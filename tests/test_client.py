@@ -132,6 +132,38 @@ def test_identity_token_is_needed_to_ask_for_workspaces(live: dict[str, Any]) ->
         Client(live["url"], "wdn_" + "x" * 43).whoami()
 
 
+def test_a_client_without_a_token_is_told_where_to_give_one(live: dict[str, Any],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WARDEN_TOKEN", raising=False)
+    with pytest.raises(Denied) as info:
+        Client(live["url"]).create_workspace("nope")
+    assert "Client(url, token)" in info.value.message and "WARDEN_TOKEN" in info.value.message
+    with pytest.raises(Denied) as info:  # a streamed call says the same
+        list(Client(live["url"]).workspace("sdk-ws").stream(["true"]))
+    assert "WARDEN_TOKEN" in info.value.message
+    # A token that was given but is wrong is not told to give one.
+    with pytest.raises(Denied) as info:
+        Client(live["url"], "wdn_" + "x" * 43).whoami()
+    assert "WARDEN_TOKEN" not in info.value.message
+
+
+def test_a_workspace_call_with_an_identity_token_says_which_token_it_needs(live: dict[str, Any]) -> None:
+    # `warden bot register` prints the identity token; Client(url, it).workspace(name) looks like the
+    # way in, and a workspace's calls refused it with only "permission denied".
+    with pytest.raises(Denied) as info:
+        Client(live["url"], live["identity"]).workspace("sdk-ws").run(["true"])
+    assert "identity token" in info.value.message and "create_workspace returned" in info.value.message
+    with pytest.raises(Denied) as info:  # streamed calls say the same
+        list(Client(live["url"], live["identity"]).workspace("sdk-ws").stream(["true"]))
+    assert "identity token" in info.value.message
+    # A grant token refused, or a token that is no token, is answered as the server answers it.
+    reader = live["app"].grants.grant("sdk-ws", "other-bot", "read").token
+    for token in (reader, "wdn_" + "x" * 43):
+        with pytest.raises(Denied) as info:
+            Client(live["url"], token).workspace("sdk-ws").run(["true"])
+        assert info.value.message == "permission denied", info.value.message
+
+
 def test_token_defaults_to_warden_token(live: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WARDEN_TOKEN", live["identity"])
     assert Client(live["url"]).whoami()["bot"] == "sdkbot"

@@ -202,8 +202,32 @@ class Client:
         except httpx.TransportError as exc:
             raise Unavailable(f"cannot reach Warden at {self.url}: {exc}; is `warden serve` running?") from None
         if response.status_code >= 400:
-            raise error_from(response)
+            raise self._error_from(response, path)
         return response
+
+    def _error_from(self, response: httpx.Response, path: str) -> WardenError:
+        """As error_from, and a refusal for want of a token says where this client would have
+        found one: the server's words are about HTTP headers, which an SDK user never wrote."""
+        error = error_from(response)
+        if response.status_code == 401 and not self._token:
+            return type(error)(f"{error.message}; this Client has none: pass it, Client(url, token), or set "
+                               "WARDEN_TOKEN (`warden bot register NAME` prints a bot's)")
+        if response.status_code == 403 and path.startswith("/v1/workspaces/") and self._holds_identity():
+            return type(error)(f"{error.message}: this Client holds a bot's identity token, which only asks for "
+                               "workspaces; a workspace's calls take its grant token: use the workspace "
+                               "create_workspace returned, or Client(url, grant_token).workspace(name)")
+        return error
+
+    def _holds_identity(self) -> bool:
+        """Whether this client's token is a bot's identity token. The server answers every refused
+        token alike (nothing learned about others'); this asks only about its own, and only on the
+        way to an error, so that `Client(url).workspace(name)` with the token `warden bot register`
+        printed is told which token it needs rather than a bare "permission denied"."""
+        try:
+            answer = self._http.get("/v1/whoami")
+            return answer.status_code == 200 and answer.json().get("kind") == "bot"
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return False
 
     @contextlib.contextmanager
     def streaming(self, method: str, path: str, **kwargs: Any) -> Iterator[httpx.Response]:
@@ -219,7 +243,7 @@ class Client:
             try:
                 if response.status_code >= 400:
                     response.read()
-                    raise error_from(response)
+                    raise self._error_from(response, path)
                 yield response
             finally:
                 response.close()

@@ -72,6 +72,21 @@ def test_bad_zone_configuration_says_what_is_wrong(doc: object, words: str) -> N
     assert words in info.value.message and info.value.message.startswith("zones.yaml")
 
 
+def test_a_zone_written_the_way_a_newcomer_guesses_is_told_the_line_to_write() -> None:
+    """A list item with only a path, and write/delete beside mode rather than under approval:
+    the message names the fix, not only the fault."""
+    with pytest.raises(InvalidInput) as info:
+        parse_zones({"zones": [{"path": "drafts", "mode": "rw"}]}, where="zones.yaml")
+    assert "add `name: NAME`" in info.value.message and "`NAME: {mode: rw}`" in info.value.message
+    with pytest.raises(InvalidInput) as info:
+        parse_zones({"zones": {"drafts": {"mode": "rw", "write": "ask"}}}, where="zones.yaml")
+    assert info.value.message == ("zones.yaml: zone drafts: unknown field(s) write; write and delete go under "
+                                  "approval: (`approval: {write: ask, delete: blocked}`)")
+    # The form it points to parses.
+    assert parse_zones({"zones": {"drafts": {"mode": "rw", "approval": {"write": "ask", "delete": "blocked"}}}}
+                       )["drafts"].approval == Approval("ask", "blocked")
+
+
 def test_zone_for_uses_whole_segments() -> None:
     zones = parse_zones({"zones": {"data": {}, "cache": {}}})
     assert zone_for(zones, "/data/x").name == "data"  # type: ignore[union-attr]
@@ -161,3 +176,15 @@ def test_restrict_twice_is_never_wider_than_once(parent: dict[str, Zone], first:
     assert set(grandchild) <= set(child) <= set(parent)
     for name, zone in grandchild.items():
         assert not (zone.mode == "rw" and parent[name].mode == "ro")
+
+
+def test_the_zones_file_docs_files_md_shows_parses_as_it_says() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).parents[2] / "docs" / "files.md").read_text()
+    example = text.split("```yaml\nzones:", 1)[1].split("```", 1)[0]
+    zones = parse_zones(yaml.safe_load("zones:" + example), where="docs/files.md")
+    assert zones == {"input": Zone("input", "/input", "ro", Approval("ask", "ask")),
+                     "drafts": Zone("drafts", "/drafts", "rw", Approval("ask", "blocked"))}

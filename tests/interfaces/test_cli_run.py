@@ -61,9 +61,18 @@ def test_options_between_name_and_command(cli: Cli, ws: str) -> None:
     assert r.json["data"]["stdout"] == "hi there\n20\n"
 
 
-def test_timeout_is_124(cli: Cli, ws: str) -> None:
+def test_timeout_is_124_and_says_which_limit_and_how_to_raise_it(cli: Cli, ws: str) -> None:
     r = cli("run", ws, "--timeout", "1", "--", "sleep", "30")
-    assert r.code == 124 and "timed out" in r.stderr
+    assert r.code == 124
+    assert r.stderr == ("warden: timed out after 1s; the command and its processes were killed; run it with "
+                        "--timeout DURATION (e.g. 30m) or set sandbox.timeout\n"), r.stderr
+    # A person who gave no --timeout met sandbox.timeout: the line names the value it had.
+    assert cli("config", "set", "sandbox.timeout", "2s").code == 0
+    try:
+        r = cli("run", ws, "--", "sleep", "30")
+    finally:
+        assert cli("config", "set", "sandbox.timeout", "10m").code == 0
+    assert r.code == 124 and "timed out after 2s;" in r.stderr and "sandbox.timeout" in r.stderr, r.stderr
 
 
 def test_signal_is_128_plus_n(cli: Cli, ws: str) -> None:

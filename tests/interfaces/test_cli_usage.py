@@ -102,3 +102,11 @@ def test_list_loads_nothing_it_does_not_use(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert done.stdout.splitlines()[-1] == "[]", done.stdout
     assert str(tmp_path / "notes") in done.stdout  # it did list the workspace
+
+
+def test_an_option_nearest_only_to_help_is_not_said_to_mean_help(cli: Cli) -> None:
+    """`warden checkpoint w --label x` was answered "did you mean '--help'?"."""
+    result = cli("checkpoint", "w", "--label", "before")
+    assert result.code == 2 and "did you mean" not in result.stderr, result.stderr
+    assert result.stderr.startswith("warden: unrecognized arguments: --label") and result.stderr.count("\n") == 1
+    assert "`warden checkpoint --help`" in result.stderr, result.stderr

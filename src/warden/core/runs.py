@@ -7,9 +7,11 @@ import difflib
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import NamedTuple, Protocol
 
 from warden.core.bwrap_argv import Bind
+from warden.core.durations import format_duration
 from warden.core.echo import echoed
 from warden.core.errors import InvalidInput, Unavailable
 from warden.core.limits import Limits
@@ -274,6 +276,15 @@ def explain_not_started(exit_code: int, stderr_tail: str, *, programs: Collectio
 def _same_program(said: str, named: str) -> bool:
     """Whether the exec's words `said` are about `named`: as named, or the path a launcher found it at."""
     return said == named or ("/" not in named and said.endswith("/" + named))
+
+
+def timed_out_line(timeout_s: float) -> str:
+    """What `warden run` says when its wall-clock limit killed a command: the limit it reached and
+    how to give a longer one, as the other limits' lines do (a person who never chose a timeout
+    has met sandbox.timeout's default and needs its name)."""
+    shown = format_duration(timedelta(seconds=timeout_s)) if timeout_s == int(timeout_s) else f"{timeout_s:g}s"
+    return (f"warden: timed out after {shown}; the command and its processes were killed; run it with "
+            "--timeout DURATION (e.g. 30m) or set sandbox.timeout")
 
 
 def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom_killed: bool,

@@ -134,7 +134,10 @@ def _entries(doc: object, where: str) -> list[tuple[str, object]]:
             elif isinstance(item, Mapping) and "name" in item:
                 out.append((_name(item["name"], where), {k: v for k, v in item.items() if k != "name"}))
             else:
-                raise InvalidInput(f"{where}: each zone needs a name ({item!r})")
+                # The list form names each zone; a person who wrote only its path is shown the line to add.
+                raise InvalidInput(f"{where}: each zone needs a name ({item!r}): add `name: NAME` (the zone's "
+                                   "folder is /NAME unless path: names another), or write the zones as a mapping, "
+                                   "`NAME: {mode: rw}`")
         return out
     raise InvalidInput(f"{where}: zones must be a mapping or a list")
 
@@ -164,7 +167,10 @@ def parse_zones(doc: object, *, where: str = "zones") -> dict[str, Zone]:
             raise InvalidInput(f"{spot}: expected a mapping with path, mode, approval")
         unknown = set(raw) - {"path", "mode", "approval"}
         if unknown:
-            raise InvalidInput(f"{spot}: unknown field(s) {', '.join(sorted(map(str, unknown)))}")
+            # write and delete are the approval's, one level down: say where they go.
+            where_to = ("; write and delete go under approval: (`approval: {write: ask, delete: blocked}`)"
+                        if unknown & {"write", "delete"} else "; a zone has path, mode and approval")
+            raise InvalidInput(f"{spot}: unknown field(s) {', '.join(sorted(map(str, unknown)))}{where_to}")
         raw_path = raw.get("path", name)
         if not isinstance(raw_path, str):
             raise InvalidInput(f"{spot}: path must be text")

@@ -78,6 +78,11 @@ def test_missing_python_version_says_how_to_get_one() -> None:
         message = getattr(exc, "message", "")
         assert "Python 3.99 is not installed" in message
         assert "pyenv install 3.99" in message
+        # Each way of creating a workspace is told its own spelling (the SDK's too: a bot's author
+        # who met this through create_workspace was shown only the CLI's and the HTTP API's).
+        for spelling in ("`--python X.Y`", "`python=\"X.Y\"` in the SDK's create_workspace",
+                         "`\"python\": \"X.Y\"` in the HTTP API"):
+            assert spelling in message, message
         assert "apt-get install python3.99" not in message  # no such package anywhere
         assert getattr(exc, "code", "") == "not_found"
     else:

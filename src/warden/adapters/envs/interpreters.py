@@ -161,7 +161,8 @@ def find_python(xy: str | None, environ: Mapping[str, str], *, at_least: bool = 
     raise NotFound(f"Python {xy} is not installed on this machine (installed: {listed}); install it "
                    f"(`pyenv install {xy}`{apt}, or `uv python install {xy}` "
                    "where downloads are reachable) or pick an installed version: `--python X.Y` on the command "
-                   "line, `\"python\": \"X.Y\"` in the HTTP API's create params")
+                   "line, `python=\"X.Y\"` in the SDK's create_workspace, `\"python\": \"X.Y\"` in the HTTP "
+                   "API's create params")
 
 
 def _apt_has(package: str) -> bool:

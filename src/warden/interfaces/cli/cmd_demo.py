@@ -10,16 +10,20 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from warden.core.errors import WardenError
+from warden.core.errors import Conflict, WardenError
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output
+
+if TYPE_CHECKING:
+    from warden.bootstrap import App
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("demo", parents=[common], help="a short guided tour on a real workspace")
-    p.add_argument("--workspace", default="demo", help="workspace to use (created when missing)")
+    p.add_argument("--workspace", help="workspace to use (created when missing; default: demo, when it is missing "
+                                        "or one an earlier tour left)")
     p.set_defaults(handler=_demo)
 
 
@@ -48,13 +52,34 @@ class _Tour:
         self.steps.append({"step": title, "command": command, "outcome": outcome, "as_expected": ok})
 
 
+def _refuse_another_demo(app: App, name: str) -> None:
+    """The tour writes files and plants a link in its workspace: a `demo` it did not leave (a bot's,
+    as `warden serve`'s own example names one, or the person's) is not taken without being named."""
+    try:
+        record = app.workspaces.get(name)
+    except WardenError:
+        return  # missing: the tour makes it
+    try:
+        left = app.files(record).read_text("/notes/hello.txt") == GREETING
+    except WardenError:
+        left = False
+    if not left:
+        maker = record.created_by or "user"
+        whose = "yours" if maker == "user" else f"made by {maker.removeprefix('bot:')}"
+        raise Conflict(f"workspace {name} exists ({whose}) and is not one an earlier tour left; the tour would write "
+                       f"into it: give it another, `warden demo --workspace NAME` (`scripts/run demo --workspace "
+                       f"NAME`), or name {name} there to use it anyway")
+
+
 def _demo(ctx: Context, args: argparse.Namespace) -> Output:
     from warden.services.files import approve_local_user
 
     app = ctx.app
     tour = _Tour(quiet=ctx.json)
     app.home_setup.init()
-    name = args.workspace
+    name = args.workspace or "demo"
+    if args.workspace is None:
+        _refuse_another_demo(app, name)
     tour.say(f"Warden home: {app.home.root}\nThis tour uses the workspace {name!r}; every step is in the audit log.")
 
     def create() -> str:
@@ -110,7 +135,7 @@ def _demo(ctx: Context, args: argparse.Namespace) -> Output:
         return f"{count} events, chain intact" if broken is None else f"BROKEN at row {broken.seq}"
 
     tour.step("Everything above was recorded in a hash-chained audit log", "warden audit verify", verify)
-    tour.say("\nNext: `warden audit --limit 20`, `warden fs demo ls /`, `warden run demo -- python3 -V`,"
+    tour.say(f"\nNext: `warden audit --limit 20`, `warden fs {name} ls /`, `warden run {name} -- python3 -V`,"
              " `warden serve` for bots.")
     failed = [s for s in tour.steps if not s["as_expected"]]
     return Output({"workspace": name, "steps": tour.steps, "ok": not failed}, streamed=True,

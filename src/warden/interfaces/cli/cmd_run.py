@@ -13,6 +13,7 @@ from warden.interfaces.cli.output import Output
 
 if TYPE_CHECKING:
     from warden.core.runs import RunResult
+    from warden.services.runs import RunRequest
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -148,8 +149,16 @@ def _run(ctx: Context, args: argparse.Namespace) -> Output:
     with _long_command(ctx):
         result = runs.execute(request, output)
     if live and result.timed_out:
-        sys.stderr.write("warden: timed out; the command and its processes were killed\n")
+        sys.stderr.write(timed_out_line(ctx, request) + "\n")
     return _ended(result, args, streamed=live)
+
+
+def timed_out_line(ctx: Context, request: RunRequest) -> str:
+    """The line for a run its wall-clock limit killed: this run's --timeout, else sandbox.timeout."""
+    from warden.core.runs import timed_out_line as line
+
+    timeout = request.timeout if request.timeout is not None else ctx.app.settings.get_seconds("sandbox.timeout")
+    return line(timeout)
 
 
 def _ended(result: RunResult, args: argparse.Namespace, *, streamed: bool) -> Output:

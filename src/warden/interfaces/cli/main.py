@@ -138,7 +138,10 @@ class Parser(argparse.ArgumentParser):
         flags = given[: given.index("--")] if "--" in given else given  # after `--`, words are words
         option = next((w.partition("=")[0] for w in extras if w.startswith("-") and w in flags), None)
         if option is not None:
-            options = [o for o in self._option_string_actions if o.startswith("--") == option.startswith("--")]
+            # Never --help: the line already ends pointing to it, and `--label` "meaning" --help
+            # (the nearest by letters) sent a person to the page rather than to the option.
+            options = [o for o in self._option_string_actions
+                       if o.startswith("--") == option.startswith("--") and o not in ("-h", "--help")]
             near = _nearest(option, options)
             if near:
                 return UsageError(f"unknown option '{option}'; did you mean '{near}'?", prog=self.prog)

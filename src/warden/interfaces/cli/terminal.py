@@ -66,7 +66,9 @@ def run_on_terminal(ctx: Context, request: RunRequest) -> RunResult:
             pty.give_away()
             relay.finish()
     if result.timed_out:  # said once the person's terminal is back to normal
-        sys.stderr.write("warden: timed out; the command and its processes were killed (--timeout)\n")
+        from warden.interfaces.cli.cmd_run import timed_out_line
+
+        sys.stderr.write(timed_out_line(ctx, request) + "\n")
     return result
 
 
