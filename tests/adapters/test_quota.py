@@ -149,6 +149,47 @@ def test_writes_through_a_hard_link_read_too_late_are_still_counted(tmp_path: Pa
         assert settle(watcher, ws) == measure(str(ws))
 
 
+def test_writes_through_a_removed_hard_link_stop_the_run(tmp_path: Path) -> None:
+    """An attack from a sandbox: `ln a t; exec 3>>t; rm t`, then write through fd 3. Every event
+    of those writes names `t`, which the tree saw removed while `a` kept the file: the watcher
+    left `a` at its old charge, and a run grew five files to 95 MiB against a 20 MiB quota,
+    exit 0, no word. Here `t` is also made again (another file) before the writes."""
+    ws = tmp_path / "ws"
+    (ws / "deep" / "er").mkdir(parents=True)
+    quota = Quota(max_bytes=5 * MiB, max_files=1000, min_free=0)
+    stopped = threading.Event()
+    with Watcher(str(ws), quota) as watcher:
+        watcher.arm(stopped.set)
+        descriptors = []
+        for i, name in enumerate(["t", "t2"]):
+            kept = ws / "deep" / "er" / f"a{i}"   # another folder than the lost name's
+            kept.touch()
+            os.link(kept, ws / name)
+            descriptors.append(os.open(ws / name, os.O_WRONLY | os.O_APPEND))
+            os.unlink(ws / name)
+        (ws / "t").write_bytes(b"new")            # the lost name now names another file
+        settle(watcher, ws)                      # every naming event read before the writes,
+        tree = watcher._tree
+        assert tree is not None                  # and the files that lost a name charged again
+        wait_until(lambda: not tree.suspects, timeout=5, interval=0.05, message="suspects never looked at")
+        assert watcher.breach is None
+        for fd in descriptors:
+            os.write(fd, b"x" * 3 * MiB)
+            os.close(fd)
+        assert stopped.wait(5), f"not stopped at {watcher.usage} (a walk: {measure(str(ws))})"
+    assert watcher.breach == DISK_KEY and watcher.at is not None and watcher.at.bytes > 5 * MiB
+
+
+def test_a_run_that_ended_past_the_quota_unseen_says_so(tmp_path: Path) -> None:
+    """What the thread had not read when the command ended is applied at close: past the quota,
+    the breach is kept (the run's last line says "as the command ended"), nothing is stopped."""
+    quota = Quota(max_bytes=1 * MiB, max_files=1000, min_free=0)
+    with Watcher(str(tmp_path), quota) as watcher:
+        (tmp_path / "big").write_bytes(b"x" * 2 * MiB)  # never armed: the thread reads nothing
+    assert watcher.breach == DISK_KEY
+    assert watcher.at is not None and watcher.at.bytes > MiB
+
+
 def test_the_watcher_stops_a_writer_once_past_the_limit(tmp_path: Path) -> None:
     quota = Quota(max_bytes=5 * MiB, max_files=1000, min_free=0)
     stopped = threading.Event()

@@ -205,6 +205,12 @@ class UsageTree:
         # the workspace through, unseen: then (`unresolved`) every file is charged again by `settle`.
         self._unseen: set[str] = set()
         self.unresolved = False
+        # Names whose removal was read, of a file that lived on (a hard link: its inode) or of one
+        # never seen (None). A descriptor opened by such a name writes on, and its events keep that
+        # name: they say which file grew (or, None, that any may have), where nothing else will.
+        self._lost: dict[str, int | None] = {}
+        self._alias: dict[int, str] = {}  # a lost name's file: another name it had when last looked for
+        self._lost_spilled = False  # past _UNSEEN_MAX of them: a write by any name gone is suspect
 
     @property
     def usage(self) -> Usage:
@@ -306,6 +312,7 @@ class UsageTree:
                 self.suspects.add(ino)
             return
         self.suspects.discard(ino)
+        self._alias.pop(ino, None)
         self.links.pop(ino, None)
         self.bytes -= self.charges.pop(ino, 0)
 
@@ -358,18 +365,27 @@ class UsageTree:
         full = f"{path}/{name}"
         if mask & (_IN_DELETE | _IN_MOVED_FROM):
             if name in listing and not (mask & _IN_MOVED_FROM and _holds(full, listing[name][0])):
+                ino, is_dir = listing[name]
                 self._drop(path, name)
+                if not is_dir and ino in self.links:
+                    self._lose(full, ino)
             elif full in self._unseen:
                 self._unseen.discard(full)
-                self.unresolved = self.unresolved or bool(mask & _IN_DELETE)
+                if mask & _IN_DELETE:
+                    self.unresolved = True
+                    self._lose(full, None)
             if told is not None:
                 told("deleted", full)
             return
+        if not mask & _NAMING and full in self._lost:
+            self._written_lost(full)
         try:
             st = os.lstat(full)
         except OSError:
             if told is not None:
                 told("added", full)  # gone again: its IN_DELETE follows and the two cancel out
+            if not mask & _NAMING and name not in listing and full not in self._lost and self._lost_spilled:
+                self.unresolved = True  # a name forgotten (too many lost): any file may have grown
             if name not in listing:
                 if len(self._unseen) < _UNSEEN_MAX:
                     self._unseen.add(full)
@@ -398,6 +414,49 @@ class UsageTree:
                 self._walk(child, full)
             finally:
                 self._telling = None
+
+    def _lose(self, full: str, ino: int | None) -> None:
+        """Remember that `full` named file `ino` (None: a file never seen) and names it no more."""
+        if len(self._lost) < _UNSEEN_MAX or full in self._lost:
+            self._lost[full] = ino
+        else:
+            self._lost_spilled = True
+
+    def _written_lost(self, full: str) -> None:
+        """A write through a name the tree saw removed: the file it named, if still here, is
+        charged again now by another of its names (found once, then one lstat a write), else by
+        `settle` (at most once a second); an unknown one makes every file be charged again.
+        Left to `settle` alone, a writer had that second to grow any number of files unseen."""
+        ino = self._lost[full]
+        if ino is None:
+            self.unresolved = True
+            return
+        if ino not in self.links:
+            del self._lost[full]  # its last name went too: what it holds is counted nowhere
+            return
+        known = self._alias.get(ino)
+        if known is not None and self._recharge(known, ino):
+            return
+        if len(self.charges) <= _RECHARGE_LIVE_MAX:  # a look through the listings, no system call
+            for path, listing in self.entries.items():
+                for name, (other, _) in listing.items():
+                    if other == ino and self._recharge(f"{path}/{name}", ino):
+                        self._alias[ino] = f"{path}/{name}"
+                        return
+        self.suspects.add(ino)
+
+    def _recharge(self, full: str, ino: int) -> bool:
+        """Charge file `ino` again by its name `full`; False when that name holds another now."""
+        try:
+            st = os.lstat(full)
+        except OSError:
+            return False
+        if st.st_ino != ino or ino not in self.charges:
+            return False
+        cost = charge(st.st_blocks, st.st_size)
+        self.bytes += cost - self.charges[ino]
+        self.charges[ino] = cost
+        return True
 
     def catch_up(self) -> bool:
         """Apply the events queued since the tree was last looked at; False when only a new

@@ -384,6 +384,7 @@ class Watcher:
         self._wake_r = self._wake_w = -1
         if self._tree is not None:
             self._last_events(self._tree)
+            self._ended_over(self._tree.usage)
             self._tree.on_change = None
             kept = not self._failed and self._tree.notify is not None
             _watched(self._tree.root, kept and self._tree.usage.files <= _KEPT_MAX_FILES)
@@ -392,6 +393,15 @@ class Watcher:
             else:
                 _keep(self._tree)
             self._tree = None
+
+    def _ended_over(self, now: Usage) -> None:
+        """The run ended past its quota before the thread saw it (its last events, or files charged
+        again only at the end): nothing is left to stop, but the breach is told (`stop_note`
+        says "as the command ended") rather than the workspace left over it unsaid."""
+        key = self.quota.breach(self.start, now)
+        with self._lock:
+            if self.breach is None and key is not None:
+                self.breach, self.at = key, now
 
     # -- the thread ------------------------------------------------------------------------
     def _fire(self, key: str, now: Usage) -> None:
