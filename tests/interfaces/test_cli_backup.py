@@ -242,9 +242,16 @@ def test_a_backup_restored_into_another_home_is_that_homes_alone(cli: Cli, home:
     assert restored.code == 0, restored.stderr
     assert restored.json["data"]["moved_from"] == str(home)
     assert restored.json["data"]["processes_lost"] == [detached.json["data"]["id"]]
-    assert "warden health NAME --repair" in second("restore", str(tmp_path / "home.tgz"), "--yes").stdout
-    # Env layers are not in a backup: this home builds its own (or copies them from the layer cache).
-    assert second("health", "kept", "--repair").code == 0
+    assert "warden health --all --repair" in second("restore", str(tmp_path / "home.tgz"), "--yes").stdout
+    # Env layers are not in a backup: this home builds its own (or copies them from the layer cache),
+    # for every workspace at once (each needed its own `health NAME --repair`).
+    looked = second("health", "--all", "--json")
+    assert looked.code == 1 and {(r["name"], r["healthy"]) for r in looked.json["data"]["workspaces"]} == {
+        ("kept", False), ("other", False)}
+    repaired = second("health", "--all", "--repair", "--json")
+    assert repaired.code == 0, repaired.stdout + repaired.stderr
+    assert {r["name"] for r in repaired.json["data"]["workspaces"]} == {"kept", "other"}
+    assert second("health", "--all", "kept").code == 2  # one or all, not both
     info = second("info", "kept", "--json")
     assert info.json["data"]["path"] == str(second_home / "workspaces" / "kept"), info.json
     ran = second("run", "kept", "--", "sh", "-c", "pwd; cat a.txt")

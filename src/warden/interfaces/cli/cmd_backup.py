@@ -58,7 +58,7 @@ def _restore(ctx: Context, args: argparse.Namespace) -> Output:
     text = f"restored {_names(result['restored'])} into {home}"
     if result.get("moved_from"):
         text += (f"\nits workspaces' paths moved from {result['moved_from']} to this home; env layers are not in a "
-                 "backup: `warden health NAME --repair` builds a workspace's here")
+                 "backup: `warden health --all --repair` builds them here")
     if result["set_aside"]:
         text += f"\nthe files it replaced are kept: {_names(result['set_aside'])}"
     ctx.app.audit.record(actor="user", action="home.restore", target=str(args.file), detail=result)

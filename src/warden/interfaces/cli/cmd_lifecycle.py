@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from warden.interfaces.cli.main import Context, add_workspace
+from warden.core.errors import WardenError
+from warden.interfaces.cli.main import Context, UsageError, add_workspace
 from warden.interfaces.cli.output import Output, human_size
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("health", parents=[common], help="check a workspace (and repair it)")
     add_workspace(p)
+    p.add_argument("--all", action="store_true", dest="every",
+                   help="every workspace of this node but the archived ones (after a restore into another home)")
     p.add_argument("--repair", action="store_true", help="fix what can be fixed")
     p.set_defaults(handler=_health)
 
@@ -60,8 +63,35 @@ def _render_health(d: dict[str, Any]) -> str:
 
 
 def _health(ctx: Context, args: argparse.Namespace) -> Output:
+    if args.every:
+        return _health_of_all(ctx, args)
     result = ctx.app.lifecycle.health(args.name, repair=args.repair)
     return Output(result.to_json(), render=_render_health, exit_code=0 if result.healthy else 1)
+
+
+def _health_of_all(ctx: Context, args: argparse.Namespace) -> Output:
+    """Each workspace in turn: one that cannot be checked or repaired (an adopted folder, one in
+    use) is said so and the others go on; exit 1 unless every one is healthy."""
+    if args.name or args.workspace_option:
+        raise UsageError("name a workspace or give --all, not both")
+    reports: list[dict[str, Any]] = []
+    for record in ctx.app.workspaces.list():
+        if record.status == "archived" or (record.node and record.node != ctx.app.node):
+            continue
+        try:
+            reports.append(ctx.app.lifecycle.health(record.name, repair=args.repair).to_json())
+        except WardenError as exc:
+            reports.append({"name": record.name, "status": record.status, "healthy": False,
+                            "error": {"code": exc.code, "message": exc.message}})
+    healthy = all(r.get("healthy") for r in reports)
+
+    def render(d: dict[str, Any]) -> str:
+        if not d["workspaces"]:
+            return "no workspaces to check"
+        return "\n".join(f"workspace {r['name']} ({r['status']}): {r['error']['message']}" if "error" in r
+                         else _render_health(r) for r in d["workspaces"])
+
+    return Output({"workspaces": reports, "healthy": healthy}, render=render, exit_code=0 if healthy else 1)
 
 
 def _install(ctx: Context, args: argparse.Namespace) -> Output:

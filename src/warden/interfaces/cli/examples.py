@@ -74,7 +74,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "snapshot build": ("warden snapshot build default", "warden snapshot build web-dev --python 3.12 --rebuild"),
     "snapshot list": ("warden snapshot list",),
     "snapshot prune": ("warden snapshot prune --dry-run", "warden snapshot prune"),
-    "health": ("warden health notes", "warden health notes --repair"),
+    "health": ("warden health notes", "warden health notes --repair", "warden health --all --repair"),
     "install": ("warden install notes requests rich", "warden install notes --node left-pad"),
     "suspend": ("warden suspend notes",),
     "resume": ("warden resume notes",),

@@ -239,8 +239,8 @@ def add_workspace(p: argparse.ArgumentParser) -> None:
 
 
 def _resolve_workspace(ctx: Context, args: argparse.Namespace) -> None:
-    if not getattr(args, "uses_current", False):
-        return
+    if not getattr(args, "uses_current", False) or getattr(args, "every", False):
+        return  # (`--all`: every workspace, none current)
     named, option = args.name, args.workspace_option
     if named and option and named != option:
         raise UsageError(f"two workspaces named ({named} and -w {option}): name it once")
