@@ -33,6 +33,8 @@ def test_two_terminals_keep_their_own_current_workspace(cli: Cli, names: tuple[s
     assert cli("ws", "set", "ctx-beta", env=right).code == 0
     assert cli("ws", "current", "--json", env=left).json["data"]["name"] == "ctx-alpha-web"
     assert cli("ws", "current", "--json", env=right).json["data"]["name"] == "ctx-beta"
+    assert cli("ws", env=right).stdout.startswith("ctx-beta  ")  # bare `ws` is `ws current`
+    assert cli("ws", env={"WARDEN_TERMINAL": "elsewhere"}).code == 4  # none current there: said so
     ran = cli("run", "--", "sh", "-c", "pwd", env=left)
     assert ran.code == 0 and ran.stdout.strip().endswith("/ctx-alpha-web")
     assert cli("info", "--json", env=right).json["data"]["name"] == "ctx-beta"

@@ -61,7 +61,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("shell", choices=["bash", "zsh", "fish"])
     p.set_defaults(handler=_shell_init)
     p = sub.add_parser("ws", parents=[common], help="this terminal's current workspace (`warden @NAME` sets it)")
-    ops = p.add_subparsers(dest="op", metavar="OP", required=True, parser_class=type(p))
+    # Bare `warden ws` is `warden ws current`, as bare `git branch` shows the branch.
+    p.set_defaults(handler=_current, field=None)
+    ops = p.add_subparsers(dest="op", metavar="OP", parser_class=type(p))
     o = ops.add_parser("set", parents=[common], help="make a workspace this terminal's current one")
     o.add_argument("target", metavar="NAME|PATH",
                    help="a workspace's name (or an unambiguous part of it), or a path inside its folder")
