@@ -192,6 +192,21 @@ def test_run_tty_with_input_at_its_end_gives_the_command_the_end_of_input(home: 
             cli_out(home["environ"], "kill", "term", server, "--signal", "KILL")
 
 
+def test_commands_piped_into_warden_shell_run_without_a_terminal_and_end_with_their_input(
+        home: dict[str, Any]) -> None:
+    """`echo … | warden shell NAME`: the shell read them on a terminal, so its prompt and line
+    editing came back with the output, and the end of the input was lost (Warden waited until the
+    shell's timeout). Without a terminal, as `docker exec -i`: the output alone, and its status."""
+    piped = subprocess.run([sys.executable, "-m", "warden", "shell", "term", "--timeout", "20"],
+                           input=b"echo one; cd /tmp && pwd\nexit 3\n", capture_output=True, env=home["environ"],
+                           timeout=60, check=False)
+    assert (piped.returncode, piped.stdout) == (3, b"one\n/tmp\n"), piped.stderr
+    assert b"\x1b" not in piped.stdout + piped.stderr  # no prompt, no bracketed-paste mode
+    ended = subprocess.run([sys.executable, "-m", "warden", "shell", "term", "--timeout", "20"],
+                           stdin=subprocess.DEVNULL, capture_output=True, env=home["environ"], timeout=60, check=False)
+    assert (ended.returncode, ended.stdout) == (0, b"")  # no input: the shell ends at once
+
+
 def test_a_command_on_the_terminal_cannot_push_input_into_it(warden_on_a_terminal: Any) -> None:
     # TIOCSTI would queue bytes as if typed (CVE-2017-5226). The terminal is a fresh one only the
     # sandbox reads, and the syscall filter refuses the ioctl all the same.

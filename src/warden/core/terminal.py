@@ -15,12 +15,15 @@ from dataclasses import dataclass
 
 from warden.core.errors import InvalidInput
 
-__all__ = ["DEFAULT_SIZE", "DEFAULT_TERM", "MAX_CONTROL", "SHELL_ARGV", "Resize", "check_term", "parse_control",
-           "size_of"]
+__all__ = ["DEFAULT_SIZE", "DEFAULT_TERM", "MAX_CONTROL", "PIPED_SHELL_ARGV", "SHELL_ARGV", "Resize", "check_term",
+           "parse_control", "size_of"]
 
 # bash when the sandbox has it (interactive: it reads the workspace's ~/.bashrc, which only the
 # person may change), else the POSIX sh. The allowlist, when on, refuses interactive shells.
 SHELL_ARGV = ("sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash -i; fi; exec sh -i")
+# The same shell reading commands from a pipe or a file (`echo ls | warden shell NAME`): no
+# terminal, no prompt, and it ends at the end of its input.
+PIPED_SHELL_ARGV = ("sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash -s; fi; exec sh -s")
 DEFAULT_TERM = "xterm-256color"
 DEFAULT_SIZE = (80, 24)  # columns, rows
 MAX_CONTROL = 4096  # bytes of one control message; a larger one is refused unread

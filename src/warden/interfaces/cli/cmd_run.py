@@ -118,7 +118,7 @@ def _run(ctx: Context, args: argparse.Namespace) -> Output:
         # person's settings (network.allowed_domains); none unless it names some.
         grant_domains = domains
         net = net or ("allow" if args.allow_domain else "none")
-    from warden.services.runs import RunOutput, RunRequest
+    from warden.services.runs import RunRequest
 
     request = RunRequest(args.name, command, timeout=timeout, memory=args.memory, cpu=args.cpu, pids=args.pids,
                          net=net, allow_domains=args.allow_domain, env=env, stdin=stdin,
@@ -127,17 +127,27 @@ def _run(ctx: Context, args: argparse.Namespace) -> Output:
         from warden.interfaces.cli.cmd_process import start_detached
 
         return start_detached(ctx, request, tty=args.tty)
-    # This process lives for this one command: it may inherit the sandbox's pid 1 when bwrap
-    # exits, and wait4 it for what the command used where no cgroup measures it.
-    from warden.adapters.sandbox.runner import adopt_orphans
-
-    adopt_orphans()
     if args.tty:
+        from warden.adapters.sandbox.runner import adopt_orphans
         from warden.interfaces.cli.terminal import run_on_terminal
 
+        adopt_orphans()
         with _long_command(ctx):
             result = run_on_terminal(ctx, request)
         return _ended(result, args, streamed=True)
+    return _ended(execute(ctx, request), args, streamed=live)
+
+
+def execute(ctx: Context, request: RunRequest) -> RunResult:
+    """`request` run with this process's standard streams: its output as it comes (all of it in
+    the result instead with --json), a timed-out run's line on stderr."""
+    from warden.adapters.sandbox.runner import adopt_orphans
+    from warden.services.runs import RunOutput
+
+    # This process lives for this one command: it may inherit the sandbox's pid 1 when bwrap
+    # exits, and wait4 it for what the command used where no cgroup measures it.
+    adopt_orphans()
+    live = not ctx.json
     output = RunOutput(on_stdout=_writer(sys.stdout.buffer) if live else None,
                        on_stderr=_writer(sys.stderr.buffer) if live else None, capture=not live,
                        # Warden's own reports (network refusals) go to stderr in both modes.
@@ -150,7 +160,7 @@ def _run(ctx: Context, args: argparse.Namespace) -> Output:
         result = runs.execute(request, output)
     if live and result.timed_out:
         sys.stderr.write(timed_out_line(ctx, request) + "\n")
-    return _ended(result, args, streamed=live)
+    return result
 
 
 def timed_out_line(ctx: Context, request: RunRequest) -> str:

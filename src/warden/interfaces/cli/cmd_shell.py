@@ -28,14 +28,23 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _shell(ctx: Context, args: argparse.Namespace) -> Output:
-    from warden.core.terminal import SHELL_ARGV
-    from warden.interfaces.cli.cmd_run import _env, _timeout
+    import os
+    import sys
+
+    from warden.core.terminal import PIPED_SHELL_ARGV, SHELL_ARGV
+    from warden.interfaces.cli.cmd_run import _env, _timeout, execute
     from warden.interfaces.cli.terminal import run_on_terminal
     from warden.services.runs import RunRequest
 
-    request = RunRequest(args.name, SHELL_ARGV, timeout=_timeout(args.timeout), memory=args.memory, net=args.net,
-                         allow_domains=args.allow_domain, env=_env(args.env), cwd=args.cwd)
+    stdin = sys.stdin.fileno() if sys.stdin is not None and not sys.stdin.closed else None
+    # Commands piped in (`echo ls | warden shell NAME`) are read by a shell without a terminal, as
+    # `docker exec -i` does: on one, the shell's prompt and line editing came back with the output,
+    # and the end of the input, read by the terminal as a key, could be lost (the shell waited on).
+    piped = stdin is None or not os.isatty(stdin)
+    request = RunRequest(args.name, PIPED_SHELL_ARGV if piped else SHELL_ARGV, timeout=_timeout(args.timeout),
+                         memory=args.memory, net=args.net, allow_domains=args.allow_domain, env=_env(args.env),
+                         cwd=args.cwd, stdin=stdin if piped else None)
     # A shell session is an instance of its node: if it dies unseen, its terminal's locks are released.
     with ctx.app.instances.registered("shell", terminal=ctx.app.terminal):
-        result = run_on_terminal(ctx, request)
-    return Output(result.to_json(), exit_code=result.exit_code, streamed=True)
+        result = execute(ctx, request) if piped else run_on_terminal(ctx, request)
+    return Output(result.to_json(), exit_code=result.exit_code, streamed=not (piped and ctx.json))
