@@ -175,20 +175,15 @@ def test_what_the_daemon_may_not_serve_goes_to_python(client: Path, strict: Path
     finally:
         os.close(master)
         os.close(slave)
-    # A home others may write to, a run folder others may enter: no daemon of ours serves it.
-    # Python then refuses the home others may write to (they could have replaced its keys), in
-    # one line that says how to mend it, and runs in the other.
+    # A home a group may write to, a run folder others may enter: no daemon of ours serves it.
+    # Python runs it (the group is the user's own; a home another user may change is refused
+    # before anything: tests/interfaces/test_home_owner.py).
     for folder, loose in ((home, 0o775), (home / "run", 0o755)):
         mode = folder.stat().st_mode & 0o7777
         folder.chmod(loose)
         try:
             assert handed(), folder
-            ran = run(client, env, "run", "dw", "--", "echo", "here")
-            if folder == home:
-                assert ran.returncode == 3 and ran.stdout == b"", ran
-                assert f"chmod go-w {home}".encode() in ran.stderr and len(ran.stderr.splitlines()) == 1, ran.stderr
-            else:
-                assert ran.stdout == b"here\n"
+            assert run(client, env, "run", "dw", "--", "echo", "here").stdout == b"here\n"
         finally:
             folder.chmod(mode)
     assert not handed()

@@ -32,12 +32,35 @@ def test_a_home_others_may_write_to_is_refused_and_nothing_is_made_in_it(cli: Cl
     home.chmod(0o777)
     _refused(cli("init"), f"chmod go-w {home}", "other users")
     assert list(home.iterdir()) == []  # no registry, no keys, no config: nothing to take over
-    home.chmod(0o775)
-    _refused(cli("list"), "mode 775")
+    if ROOT:  # (only root may give a folder to a group it is not in)
+        os.chown(home, -1, NOBODY)
+        home.chmod(0o775)
+        _refused(cli("list"), "mode 775")
+        os.chown(home, -1, os.getegid())
     home.chmod(0o755)  # readable by others, as a mkdir under umask 022 makes it: that is the user's choice
     made = cli("init")
     assert made.code == 0, made.stderr
     assert cli("list").code == 0
+
+
+def test_a_home_only_the_users_private_group_may_write_is_the_users_alone(cli: Cli, tmp_path: Path) -> None:
+    """Debian and Ubuntu give each user a group of their own and umask 002: the folders a person
+    makes are group-writable, by that group alone. A home in them, or made so, is not refused."""
+    import grp
+    import pwd
+
+    me = pwd.getpwuid(os.geteuid())
+    group = grp.getgrgid(me.pw_gid)
+    if group.gr_name != me.pw_name or set(group.gr_mem) - {me.pw_name}:
+        pytest.skip(f"{me.pw_name}'s primary group is not a private one here")
+    projects = tmp_path / "projects"
+    projects.mkdir()
+    projects.chmod(0o775)
+    home = projects / "warden-home"
+    home.mkdir()
+    home.chmod(0o775)
+    made = cli("init", env={"WARDEN_HOME": str(home)})
+    assert made.code == 0, made.stderr
 
 
 def test_a_home_inside_a_folder_anyone_may_write_to_is_refused(cli: Cli, tmp_path: Path) -> None:

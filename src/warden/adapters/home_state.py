@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from warden.adapters.atomic import write_atomic
-from warden.adapters.owned import ancestor_problem
+from warden.adapters.owned import ancestor_problem, others_may_write
 from warden.adapters.store.db import Database
 from warden.core.errors import Denied, Unavailable
 
@@ -61,7 +61,7 @@ def check_owned(root: Path) -> None:
         raise Denied(f"WARDEN_HOME {root} belongs to uid {st.st_uid}, not to you (uid {me}): its owner could "
                      "replace its keys and registry; use a home of your own (unset WARDEN_HOME for ~/.warden)",
                      rule="home.owner")
-    if st.st_mode & 0o022:
+    if others_may_write(st):
         raise Denied(f"WARDEN_HOME {root} may be written by other users (mode {stat.S_IMODE(st.st_mode):o}): they "
                      f"could replace its keys and registry; run `chmod go-w {root}` if no one else did",
                      rule="home.owner")

@@ -3,16 +3,39 @@
 Warden checks a folder it trusts (its home, a shared layer cache) and then uses it by name: a
 user who may rename an entry of a folder on the way could swap it in between. Such a user is
 the owner of a folder above it, or anyone when that folder is writable by a group or others
-and not sticky (as /tmp is: there only an entry's owner may rename it).
+and not sticky (as /tmp is: there only an entry's owner may rename it). A group that is the
+user's own private one (Debian's and Ubuntu's user private groups: named as the user, the
+user's primary group, no other member) is the user alone: a folder made under umask 002 is
+writable by it, and no other user.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from pathlib import Path
 
-__all__ = ["ancestor_problem"]
+__all__ = ["ancestor_problem", "others_may_write"]
+
+
+def others_may_write(st: os.stat_result) -> bool:
+    """Whether a user other than this one may write the file `st` describes (root aside): its
+    mode lets others, or a group that is not this user's private group."""
+    return bool(st.st_mode & 0o002) or bool(st.st_mode & 0o020 and not _private_group(st.st_gid))
+
+
+@functools.lru_cache(maxsize=8)
+def _private_group(gid: int) -> bool:
+    import grp
+    import pwd
+
+    try:
+        me = pwd.getpwuid(os.geteuid())
+        group = grp.getgrgid(gid)
+    except KeyError:
+        return False
+    return gid == me.pw_gid and group.gr_name == me.pw_name and set(group.gr_mem) <= {me.pw_name}
 
 
 def ancestor_problem(folder: Path) -> tuple[str, str] | None:
@@ -29,7 +52,7 @@ def ancestor_problem(folder: Path) -> tuple[str, str] | None:
         if st.st_uid not in (os.geteuid(), 0):
             return (f"{ancestor} above it belongs to uid {st.st_uid}, who could put a folder of theirs in its place",
                     "give a folder on a path of yours or root's")
-        if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        if stat.S_ISDIR(st.st_mode) and others_may_write(st) and not st.st_mode & stat.S_ISVTX:
             return (f"{ancestor} above it may be written by a group or other users, who could put a folder of "
                     "theirs in its place", f"chmod go-w {ancestor}")
     return None

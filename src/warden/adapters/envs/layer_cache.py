@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from warden.adapters.envs.layer_store import LayerStore, make_read_only, make_writable, tree_digest
-from warden.adapters.owned import ancestor_problem
+from warden.adapters.owned import ancestor_problem, others_may_write
 
 __all__ = ["LayerCache"]
 
@@ -55,7 +55,7 @@ class LayerCache:
             os.close(fd)
         if st.st_uid not in (os.geteuid(), 0):
             return f"it belongs to uid {st.st_uid}, not to you or root", "give a folder of your own"
-        if st.st_mode & 0o022:
+        if others_may_write(st):
             return "a group or other users may write it", f"chmod go-w {self.folder}"
         return ancestor_problem(self.folder)
 
