@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -178,8 +179,12 @@ class Client:
     """A connection to one Warden server with one token (a bot identity or a grant token)."""
 
     def __init__(self, url: str, token: str | None = None, *, timeout: float = 60.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, slot_wait: float = 60.0) -> None:
+        """`slot_wait`: how long a command refused because its bot (or the server) already runs
+        as many as it may at once (503 with Retry-After: it never started) is asked for again,
+        as slots free up, before that refusal is raised; 0 raises it at once."""
         self.url = url.rstrip("/")
+        self._slot_wait = slot_wait
         self._token = token if token is not None else os.environ.get("WARDEN_TOKEN")
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
@@ -194,7 +199,7 @@ class Client:
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One HTTP call; an error response raises the matching Warden exception."""
         try:
-            response = self._http.request(method, path, **kwargs)
+            response = self._slotted(lambda: self._http.request(method, path, **kwargs))
         except UnicodeEncodeError as exc:
             raise _not_unicode(method, path, exc) from None
         except httpx.TimeoutException as exc:
@@ -204,6 +209,21 @@ class Client:
         if response.status_code >= 400:
             raise self._error_from(response, path)
         return response
+
+    def _slotted(self, send: Callable[[], httpx.Response]) -> httpx.Response:
+        """`send()`'s answer, sent again while it is a 503 with Retry-After (no exec slot free: the
+        command never started) and `slot_wait` seconds have not passed: ten calls at once from
+        one bot allowed four then get their answers in turn, not six refusals."""
+        deadline = time.monotonic() + self._slot_wait
+        pause = 0.05
+        while True:
+            response = send()
+            retry = response.headers.get("retry-after", "") if response.status_code == 503 else ""
+            if not retry.isdigit() or time.monotonic() + pause > deadline:
+                return response
+            response.close()
+            time.sleep(pause)
+            pause = min(pause * 2, float(retry) or 1.0)
 
     def _error_from(self, response: httpx.Response, path: str) -> WardenError:
         """As error_from, and a refusal for want of a token says where this client would have
@@ -239,7 +259,7 @@ class Client:
         except UnicodeEncodeError as exc:
             raise _not_unicode(method, path, exc) from None
         try:
-            response = self._http.send(request, stream=True)
+            response = self._slotted(lambda: self._http.send(request, stream=True))
             try:
                 if response.status_code >= 400:
                     response.read()

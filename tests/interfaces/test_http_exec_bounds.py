@@ -179,6 +179,51 @@ def test_a_busy_bot_is_refused_others_are_served_and_output_is_capped(tmp_path: 
         assert not sdk.run(["true"]).truncated
 
 
+def test_the_sdk_waits_for_a_free_slot_and_a_fan_out_gets_every_answer(tmp_path: Path,
+                                                                       initialised_home: Path) -> None:
+    """Six runs at once from a bot allowed two: the server refuses the rest (503, Retry-After: the
+    command never started) and the SDK asks again as slots free up. It raised the refusals, so an
+    E2B-style fan-out of more calls than the bot's slots failed some of them."""
+    environ = {**warden_environ(initialised_home), "WARDEN_API_MAX_EXECS_PER_BOT": "2"}
+    cli_out(environ, "init")
+    cli_out(environ, "create", "fan")
+    cli_out(environ, "bot", "register", "fanner")
+    token = cli_out(environ, "grant", "fan", "fanner", "--permissions", "read,execute")
+    with ServeProcess(environ, tmp_path) as server:
+        first = httpx.post(f"{server.url}/v1/workspaces/fan/exec", headers={"Authorization": f"Bearer {token}"},
+                           json={"cmd": ["true"]}, timeout=60)
+        assert first.status_code == 200 and "retry-after" not in first.headers
+        results: list[object] = []
+
+        def one(i: int, streamed: bool) -> None:
+            ws = Client(server.url, token).workspace("fan")
+            try:
+                cmd = ["sh", "-c", f"sleep 0.5; echo {i}"]
+                results.append(ws.run(cmd, on_stdout=lambda _: None) if streamed else ws.run(cmd))
+            except Exception as exc:  # what the test reports
+                results.append(exc)
+
+        threads = [threading.Thread(target=one, args=(i, i % 2 == 0)) for i in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert sorted(r.stdout for r in results if hasattr(r, "stdout")) == [f"{i}\n" for i in range(6)], results
+        # Asked not to wait, the SDK says the refusal at once, and the server said it is safe to ask again.
+        holder = threading.Thread(target=one, args=(9, False))
+        holder.start()
+        other = threading.Thread(target=one, args=(8, False))
+        other.start()
+        time.sleep(0.2)
+        with pytest.raises(Unavailable, match="max_execs_per_bot"):
+            Client(server.url, token, slot_wait=0).workspace("fan").run(["true"])
+        busy = httpx.post(f"{server.url}/v1/workspaces/fan/exec", headers={"Authorization": f"Bearer {token}"},
+                          json={"cmd": ["true"]}, timeout=60)
+        assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
+        holder.join(60)
+        other.join(60)
+
+
 def test_a_bot_holds_at_most_its_quota_of_workspaces(tmp_path: Path, initialised_home: Path) -> None:
     environ = {**warden_environ(initialised_home), "WARDEN_API_MAX_WORKSPACES_PER_BOT": "2"}
     cli_out(environ, "init")

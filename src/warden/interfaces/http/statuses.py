@@ -14,7 +14,10 @@ from warden.core.errors import Pending, TooLarge, WardenError, classify
 from warden.interfaces.http.calls import Unauthenticated
 from warden.interfaces.http.models import ErrorBody
 
-__all__ = ["ERROR_RESPONSES", "HTTP_STATUS", "error_response", "package_version", "status_for"]
+__all__ = ["ERROR_RESPONSES", "HTTP_STATUS", "SLOT_RULES", "error_response", "package_version", "status_for"]
+
+# A command refused for want of a free exec slot never started: its 503 says Retry-After.
+SLOT_RULES = frozenset({"api.max_execs", "api.max_execs_per_bot"})
 
 log = logging.getLogger("warden.http")
 
@@ -63,7 +66,10 @@ def error_response(exc: Exception, method: str, path: str) -> JSONResponse:
     if isinstance(exc, Pending):  # not a failure: accepted, waiting for a person
         return JSONResponse({"approval": exc.approval, "message": exc.message}, status_code=202)
     status = status_for(exc)
-    return error_json(status, exc.code, exc.message, {"WWW-Authenticate": "Bearer"} if status == 401 else None)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if exc.rule in SLOT_RULES:
+        headers = {"Retry-After": "1"}  # nothing started: the same request may come again (the SDK waits)
+    return error_json(status, exc.code, exc.message, headers)
 
 
 @functools.cache  # read once: /v1/health answers on the event loop
