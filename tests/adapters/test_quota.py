@@ -180,6 +180,74 @@ def test_writes_through_a_removed_hard_link_stop_the_run(tmp_path: Path) -> None
     assert watcher.breach == DISK_KEY and watcher.at is not None and watcher.at.bytes > 5 * MiB
 
 
+def test_writes_through_a_name_whose_folder_is_gone_stop_the_run(tmp_path: Path) -> None:
+    """An attack from a sandbox (20 MiB quota), five times: `mkdir d; : > d/f; ln d/f g; exec
+    3>>d/f; rm d/f; rmdir d`, then 15 MiB through fd 3: the run ended with 76 MiB, exit 0, no
+    word. The writes' events go to the watch of `d`, removed with it: none ever comes, so the
+    file that lost a name there is charged again by a timed look for as long as it lives."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    quota = Quota(max_bytes=5 * MiB, max_files=1000, min_free=0)
+    stopped = threading.Event()
+    with Watcher(str(ws), quota) as watcher:
+        watcher.arm(stopped.set)
+        descriptors = []
+        for i in range(2):
+            folder = ws / f"d{i}"
+            folder.mkdir()
+            (folder / "f").touch()
+            tree = watcher._tree                 # seen in its folder (one made and emptied unseen:
+            assert tree is not None              # the next test)
+            wait_until(lambda: "f" in tree.entries.get(str(folder), {}), timeout=5, interval=0.01,  # noqa: B023
+                       message="the watcher did not see the file in its folder")
+            os.link(folder / "f", ws / f"g{i}")
+            descriptors.append(os.open(folder / "f", os.O_WRONLY | os.O_APPEND))
+            os.unlink(folder / "f")
+            folder.rmdir()
+        settle(watcher, ws)                      # every naming event read before the writes,
+        tree = watcher._tree
+        assert tree is not None                  # and the files that lost a name charged again
+        wait_until(lambda: not tree.suspects, timeout=5, interval=0.05, message="suspects never looked at")
+        time.sleep(1.2)                          # past the timed look's second
+        assert watcher.breach is None
+        for fd in descriptors:
+            os.write(fd, b"x" * 3 * MiB)
+        try:
+            assert stopped.wait(5), f"not stopped at {watcher.usage} (a walk: {measure(str(ws))})"
+        finally:
+            for fd in descriptors:
+                os.close(fd)
+    assert watcher.breach == DISK_KEY and watcher.at is not None and watcher.at.bytes > 5 * MiB
+
+
+def test_writes_through_a_name_in_a_folder_never_seen_stop_the_run(tmp_path: Path) -> None:
+    """The same attack with its events read late (a busy machine: here, all read when the thread
+    starts): the folder was made and removed unseen, so it never had a watch, and the file that
+    lost a name there is not known. Every file is charged again by each timed look."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    quota = Quota(max_bytes=5 * MiB, max_files=1000, min_free=0)
+    stopped = threading.Event()
+    with Watcher(str(ws), quota) as watcher:
+        folder = ws / "d"
+        folder.mkdir()
+        (folder / "f").touch()
+        os.link(folder / "f", ws / "g")
+        fd = os.open(folder / "f", os.O_WRONLY | os.O_APPEND)
+        os.unlink(folder / "f")
+        folder.rmdir()
+        watcher.arm(stopped.set)                 # only now are the events read
+        settle(watcher, ws)
+        time.sleep(1.2)                          # past the timed look's second
+        assert watcher.breach is None
+        try:
+            os.write(fd, b"x" * 6 * MiB)
+            assert stopped.wait(5), f"not stopped at {watcher.usage} (a walk: {measure(str(ws))})"
+        finally:
+            os.close(fd)
+    assert watcher.breach == DISK_KEY
+
+
 def test_a_run_that_ended_past_the_quota_unseen_says_so(tmp_path: Path) -> None:
     """What the thread had not read when the command ended is applied at close: past the quota,
     the breach is kept (the run's last line says "as the command ended"), nothing is stopped."""

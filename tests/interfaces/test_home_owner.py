@@ -99,3 +99,31 @@ def test_the_registry_is_its_owners_alone(cli: Cli, home: Path) -> None:
     db.chmod(0o644)  # a registry made by an earlier version
     assert cli("list").code == 0
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
+
+
+@pytest.mark.skipif(not ROOT, reason="giving a link to another user needs root")
+def test_a_home_reached_through_another_users_link_is_refused(cli: Cli, tmp_path: Path) -> None:
+    # Found by an attack: `nobody` made /tmp/a4-link -> root's home, and root's `warden list`
+    # with WARDEN_HOME=/tmp/a4-link was served. The link is its maker's in a sticky folder: they
+    # swapped it for one to their own 777 folder while `warden create` ran, and root went on
+    # building the layer under theirs. A link on the way to a link is theirs to swap as well.
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /tmp
+    theirs = shared / "theirs"
+    theirs.symlink_to(mine)
+    os.lchown(theirs, NOBODY, NOBODY)
+    _refused(cli("init", env={"WARDEN_HOME": str(theirs)}), f"{theirs}", f"uid {NOBODY}")
+    assert list(mine.iterdir()) == []
+    chained = shared / "chained"
+    chained.symlink_to(theirs)  # root's own link, leading through theirs
+    _refused(cli("init", env={"WARDEN_HOME": str(chained)}), f"{theirs}", f"uid {NOBODY}")
+    relative = tmp_path / "relative"
+    relative.mkdir(mode=0o700)
+    (relative / "up").symlink_to("../shared/theirs")  # a relative link, read from its own folder
+    _refused(cli("init", env={"WARDEN_HOME": str(relative / "up")}), f"{theirs}", f"uid {NOBODY}")
+    os.lchown(theirs, 0, 0)  # root's own links in a sticky folder: only root may swap them
+    assert cli("init", env={"WARDEN_HOME": str(chained)}).code == 0
+    assert cli("list", env={"WARDEN_HOME": str(relative / "up")}).code == 0

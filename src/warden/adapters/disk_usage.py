@@ -34,6 +34,7 @@ _IN_CREATE = 0x100
 _IN_DELETE = 0x200
 _IN_Q_OVERFLOW = 0x4000
 _IN_IGNORED = 0x8000
+_IN_ISDIR = 0x40000000
 _IN_ONLYDIR = 0x01000000
 _MASK = _IN_CREATE | _IN_MODIFY | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_ONLYDIR
 _NAMING = _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO  # an entry made, removed or moved
@@ -211,6 +212,13 @@ class UsageTree:
         self._lost: dict[str, int | None] = {}
         self._alias: dict[int, str] = {}  # a lost name's file: another name it had when last looked for
         self._lost_spilled = False  # past _UNSEEN_MAX of them: a write by any name gone is suspect
+        # Files that lost a name in a folder since removed (or moved): a descriptor opened by that
+        # name writes on, and its events went to the folder's watch, gone with it. No event will
+        # ever say they grew: charged again by every timed look and at the end, while they live.
+        # `_blind_all`: such a name's file was never seen, or a folder was made and removed unseen
+        # (any file may have had a name in it): every file is, by each timed look and at the end.
+        self.blind: set[int] = set()
+        self._blind_all = False
 
     @property
     def usage(self) -> Usage:
@@ -312,6 +320,7 @@ class UsageTree:
                 self.suspects.add(ino)
             return
         self.suspects.discard(ino)
+        self.blind.discard(ino)
         self._alias.pop(ino, None)
         self.links.pop(ino, None)
         self.bytes -= self.charges.pop(ino, 0)
@@ -324,6 +333,7 @@ class UsageTree:
         stack = [f"{path}/{name}"]
         while stack:
             top = stack.pop()
+            self._blinded(top)
             wd = self.dir_wd.pop(top, None)
             if wd is not None:
                 self.wd_dir.pop(wd, None)
@@ -333,6 +343,18 @@ class UsageTree:
                 self._unlink(child_ino, child_dir)
                 if child_dir:
                     stack.append(f"{top}/{child}")
+
+    def _blinded(self, folder: str) -> None:
+        """The folder `folder` is no longer watched: the files that lost a name in it are blind."""
+        if not self._lost:
+            return
+        prefix = f"{folder}/"
+        for full in [full for full in self._lost if full.startswith(prefix)]:
+            ino = self._lost.pop(full)
+            if ino is None:
+                self._blind_all = True
+            elif ino in self.links:
+                self.blind.add(ino)
 
     # -- events ----------------------------------------------------------------------------
     def handle(self, wd: int, mask: int, name: str, dirty: set[str]) -> None:
@@ -374,6 +396,8 @@ class UsageTree:
                 if mask & _IN_DELETE:
                     self.unresolved = True
                     self._lose(full, None)
+                    if mask & _IN_ISDIR:  # never watched: writes by a name it held are never told
+                        self._blind_all = True
             if told is not None:
                 told("deleted", full)
             return
@@ -482,24 +506,25 @@ class UsageTree:
 
     def settle(self, dirty: set[str], *, final: bool = False, every: float = 1.0) -> bool:
         """After a batch of events: charge again the folders that grew (`dirty`), and the files
-        that lost a name while keeping another (`suspects`) or, after a name gone unseen was
-        removed (`unresolved`), every file. Those take a look through every listing: at most once
-        in `every` seconds, and not past _RECHARGE_LIVE_MAX files, unless `final` (the run's end, a
-        catch-up). False when a suspect's names could not be found (measure afresh)."""
+        that lost a name while keeping another (`suspects`; `blind` ones at every look) or, after
+        a name gone unseen was removed (`unresolved`; at every look, `_blind_all`), every file.
+        Those take a look through every listing: at most once in `every` seconds, and not past
+        _RECHARGE_LIVE_MAX files, unless `final` (the run's end, a catch-up). False when a
+        suspect's names could not be found (measure afresh)."""
         for path in dirty:
             self.restat(path)
-        if not self.suspects and not self.unresolved:
+        if not self.suspects and not self.unresolved and not self.blind and not self._blind_all:
             return True
         now = time.monotonic()
         if not final and (now - self._suspects_looked < every or len(self.charges) > _RECHARGE_LIVE_MAX):
             return True
         self._suspects_looked = now
-        every_file, self.unresolved = self.unresolved, False
+        every_file, self.unresolved = self.unresolved or self._blind_all, False
         if every_file:
             self._unseen.clear()
         for path, listing in self.entries.items():
             for name, (ino, is_dir) in listing.items():
-                if is_dir or not (every_file or ino in self.suspects):
+                if is_dir or not (every_file or ino in self.suspects or ino in self.blind):
                     continue
                 try:
                     st = os.lstat(f"{path}/{name}")
@@ -510,14 +535,15 @@ class UsageTree:
                     self.bytes += cost - self.charges[ino]
                     self.charges[ino] = cost
                     self.suspects.discard(ino)
-            if not self.suspects and not every_file:
+            if not self.suspects and not self.blind and not every_file:
                 return True
         return not (final and self.suspects)
 
     def next_look(self, every: float = 1.0) -> float | None:
         """Seconds until `settle` would charge again the files it has put off; None: none are,
         or too many files to do it during a run."""
-        if not (self.suspects or self.unresolved) or len(self.charges) > _RECHARGE_LIVE_MAX:
+        put_off = self.suspects or self.unresolved or self.blind or self._blind_all
+        if not put_off or len(self.charges) > _RECHARGE_LIVE_MAX:
             return None
         return max(0.0, self._suspects_looked + every - time.monotonic())
 

@@ -1,10 +1,11 @@
 """Whether another user of this machine could put a folder of theirs in place of one of ours.
 
 Warden checks a folder it trusts (its home, a shared layer cache) and then uses it by name: a
-user who may rename an entry of a folder on the way could swap it in between. Such a user is
-the owner of a folder above it, or anyone when that folder is writable by a group or others
-and not sticky (as /tmp is: there only an entry's owner may rename it). A group that is the
-user's own private one (Debian's and Ubuntu's user private groups: named as the user, the
+user who may rename an entry on the way could swap it in between. Such a user is the owner of
+an entry met while the path is followed (a folder above it, or a link: in a sticky folder a
+link's owner may replace it), or anyone when a folder on the way is writable by a group or
+others and not sticky (as /tmp is: there only an entry's owner may rename it). A group that is
+the user's own private one (Debian's and Ubuntu's user private groups: named as the user, the
 user's primary group, no other member) is the user alone: a folder made under umask 002 is
 writable by it, and no other user.
 """
@@ -38,21 +39,67 @@ def _private_group(gid: int) -> bool:
     return gid == me.pw_gid and group.gr_name == me.pw_name and set(group.gr_mem) <= {me.pw_name}
 
 
-def ancestor_problem(folder: Path) -> tuple[str, str] | None:
-    """Why a folder above `folder` lets another user swap it, and the fix; None when none does.
-    Both the path as given and its real path are looked at; a folder not made yet is skipped."""
-    real = Path(os.path.realpath(folder))
-    for ancestor in dict.fromkeys([*folder.parents, *real.parents]):
+# As the kernel's limit on links followed in one lookup (ELOOP, path_resolution(7)).
+_MAX_LINKS = 40
+
+
+def _met(folder: Path) -> list[Path]:
+    """Every entry looked up while `folder` is followed as the kernel does, in order: each folder
+    on the way and each link, then the folders its target names (from the link's own folder when
+    the target is relative). The links' owners matter, not only the folders they lead to: one
+    that leads to a folder of ours may be swapped by its owner. Entries not made yet are named."""
+    met: list[Path] = []
+    current = Path("/")
+    pending = list(folder.absolute().parts[1:])
+    links = 0
+    while pending:
+        part = pending.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            current = current.parent  # `current` is always a real path: its parent is what .. is
+            continue
+        entry = current / part
+        met.append(entry)
         try:
-            st = os.lstat(ancestor)
+            is_link = stat.S_ISLNK(os.lstat(entry).st_mode)
+        except OSError:
+            is_link = False  # not made yet, or unreadable: ancestor_problem says which
+        if not is_link:
+            current = entry
+            continue
+        links += 1
+        if links > _MAX_LINKS:
+            raise OSError(40, os.strerror(40), str(folder))  # ELOOP, as open() would fail
+        target = Path(os.readlink(entry))
+        if target.is_absolute():
+            current = Path("/")
+        pending[:0] = target.parts[1:] if target.is_absolute() else target.parts
+    return met
+
+
+def ancestor_problem(folder: Path) -> tuple[str, str] | None:
+    """Why an entry on the way to `folder` (a folder above it, or a link to it or above it) lets
+    another user swap it, and the fix; None when none does. An entry not made yet is skipped."""
+    fix = "give a folder on a path of yours or root's"
+    try:
+        met = _met(folder)
+    except OSError as exc:
+        return f"{folder} cannot be followed ({exc.strerror})", fix
+    real = Path(os.path.realpath(folder))
+    for entry in dict.fromkeys(met):
+        if entry == real:
+            continue  # the folder itself: its caller looks at its owner and mode
+        try:
+            st = os.lstat(entry)
         except FileNotFoundError:
             continue  # made later, by this user
         except OSError as exc:
-            return f"{ancestor} cannot be checked ({exc.strerror})", "give a folder on a path of yours or root's"
+            return f"{entry} cannot be checked ({exc.strerror})", fix
+        named = f"{entry} (a link on the way to it)" if stat.S_ISLNK(st.st_mode) else f"{entry} above it"
         if st.st_uid not in (os.geteuid(), 0):
-            return (f"{ancestor} above it belongs to uid {st.st_uid}, who could put a folder of theirs in its place",
-                    "give a folder on a path of yours or root's")
+            return f"{named} belongs to uid {st.st_uid}, who could put a folder of theirs in its place", fix
         if stat.S_ISDIR(st.st_mode) and others_may_write(st) and not st.st_mode & stat.S_ISVTX:
-            return (f"{ancestor} above it may be written by a group or other users, who could put a folder of "
-                    "theirs in its place", f"chmod go-w {ancestor}")
+            return (f"{entry} above it may be written by a group or other users, who could put a folder of "
+                    "theirs in its place", f"chmod go-w {entry}")
     return None
