@@ -248,6 +248,32 @@ def test_writes_through_a_name_in_a_folder_never_seen_stop_the_run(tmp_path: Pat
     assert watcher.breach == DISK_KEY
 
 
+def test_writes_through_a_name_its_folder_lost_before_its_walk_stop_the_run(tmp_path: Path) -> None:
+    """The folder is seen (and walked) only after its file was made, linked elsewhere, opened and
+    unlinked: the tree never held the name its writes come by, as if a removed temporary file were
+    written. Such a write makes every file be charged again by the timed look."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    quota = Quota(max_bytes=5 * MiB, max_files=1000, min_free=0)
+    stopped = threading.Event()
+    with Watcher(str(ws), quota) as watcher:
+        folder = ws / "d"
+        folder.mkdir()
+        (folder / "f").touch()
+        os.link(folder / "f", ws / "g")
+        fd = os.open(folder / "f", os.O_WRONLY | os.O_APPEND)
+        os.unlink(folder / "f")
+        watcher.arm(stopped.set)                 # only now are the events read: "d" walked empty
+        settle(watcher, ws)
+        assert watcher.breach is None
+        try:
+            os.write(fd, b"x" * 6 * MiB)
+            assert stopped.wait(5), f"not stopped at {watcher.usage} (a walk: {measure(str(ws))})"
+        finally:
+            os.close(fd)
+    assert watcher.breach == DISK_KEY
+
+
 def test_a_run_that_ended_past_the_quota_unseen_says_so(tmp_path: Path) -> None:
     """What the thread had not read when the command ended is applied at close: past the quota,
     the breach is kept (the run's last line says "as the command ended"), nothing is stopped."""

@@ -211,7 +211,6 @@ class UsageTree:
         # name: they say which file grew (or, None, that any may have), where nothing else will.
         self._lost: dict[str, int | None] = {}
         self._alias: dict[int, str] = {}  # a lost name's file: another name it had when last looked for
-        self._lost_spilled = False  # past _UNSEEN_MAX of them: a write by any name gone is suspect
         # Files that lost a name in a folder since removed (or moved): a descriptor opened by that
         # name writes on, and its events went to the folder's watch, gone with it. No event will
         # ever say they grew: charged again by every timed look and at the end, while they live.
@@ -408,8 +407,11 @@ class UsageTree:
         except OSError:
             if told is not None:
                 told("added", full)  # gone again: its IN_DELETE follows and the two cancel out
-            if not mask & _NAMING and name not in listing and full not in self._lost and self._lost_spilled:
-                self.unresolved = True  # a name forgotten (too many lost): any file may have grown
+            if not mask & _NAMING and name not in listing and full not in self._lost:
+                # A write through a name this tree never held (made, linked to a file of the
+                # workspace, opened and removed before its folder was walked) or no longer
+                # remembers: any file may have grown. (A removed temporary file's writes come so too.)
+                self.unresolved = True
             if name not in listing:
                 if len(self._unseen) < _UNSEEN_MAX:
                     self._unseen.add(full)
@@ -442,9 +444,7 @@ class UsageTree:
     def _lose(self, full: str, ino: int | None) -> None:
         """Remember that `full` named file `ino` (None: a file never seen) and names it no more."""
         if len(self._lost) < _UNSEEN_MAX or full in self._lost:
-            self._lost[full] = ino
-        else:
-            self._lost_spilled = True
+            self._lost[full] = ino  # (past them, a write by a name forgotten makes every file looked at)
 
     def _written_lost(self, full: str) -> None:
         """A write through a name the tree saw removed: the file it named, if still here, is
