@@ -284,6 +284,15 @@ def test_an_approved_push_answered_again_after_a_kill_is_finished_not_failed(
         assert git("rev-parse", "main", cwd=remote).strip() == proposal.commit  # pushed once, as asked
         assert service(HostGit(app.environ)).staged("demo") == []
         assert git("status", "--porcelain", cwd=ws) == ""  # index and branch follow the pushed commit
+    # The person moved the branch to a proposal's commit on the host (a merge of it): not pushed,
+    # and not said done.
+    (ws / "a.txt").write_text("merged by hand\n")
+    proposal = service(HostGit(app.environ)).stage("demo", "merged by hand")
+    git("update-ref", "refs/heads/main", proposal.commit, cwd=ws)  # (the working tree has it already)
+    git("read-tree", proposal.commit, cwd=ws)
+    with pytest.raises(Conflict, match="it was not pushed"):
+        service(HostGit(app.environ)).push("demo", proposal.id, "bot:x", commit=proposal.commit)
+    assert git("rev-parse", "main", cwd=remote).strip() != proposal.commit
 
 
 def test_a_stage_runs_no_git_command_twice(app: App, record: WorkspaceRecord, service: GitService,

@@ -545,6 +545,12 @@ class GitService:
         check_proposal_id(pid)
         branch = self._branch(record)
         remote, remote_branch = self._upstream(record, branch)
+        tracked = self._rev(record, f"refs/remotes/{remote}/{remote_branch}^{{commit}}")
+        if tracked is not None and tracked != commit:
+            # The push updates it as the remote takes the commit: the branch was moved there on
+            # the host instead (a merge of the proposal), and the remote does not have it.
+            raise Conflict(f"the branch is at the commit asked to be pushed, but {remote}/{remote_branch} is not: "
+                           f"it was not pushed; push it with `warden git {record.name} push`", rule="git.push")
         self._run(record, "read-tree", commit)
         self._git.run(record.path, ["update-index", "-q", "--refresh"], check=False)
         if self._rev(record, f"{PROPOSAL_REF}{pid}^{{commit}}") == commit:
