@@ -99,3 +99,21 @@ def test_the_registry_is_its_owners_alone(cli: Cli, home: Path) -> None:
     db.chmod(0o644)  # a registry made by an earlier version
     assert cli("list").code == 0
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
+
+
+def test_a_home_through_a_link_works_and_is_used_by_its_real_path(cli: Cli, tmp_path: Path) -> None:
+    """~/.warden a link to a folder on a data disk, made before the folder itself: `init` said
+    "internal error" (its mkdir stopped at the link), and through a link to a folder made,
+    `create` could not build its layer (the sandbox met the link in its read-only system)."""
+    (tmp_path / "data").mkdir()
+    real = tmp_path / "data" / "warden"
+    link = tmp_path / "dot-warden"
+    link.symlink_to(real)
+    env = {"WARDEN_HOME": str(link)}
+    made = cli("init", env=env)
+    assert made.code == 0, made.stderr
+    assert (real / "keys" / "pepper").is_file() and link.is_symlink()
+    created = cli("create", "linked", "--template", "minimal", env=env)
+    assert created.code == 0, created.stderr
+    ran = cli("run", "linked", "--", "pwd", env=env)
+    assert ran.code == 0 and ran.stdout.strip() == str(real / "workspaces" / "linked"), ran.stderr
