@@ -117,3 +117,55 @@ def test_a_home_through_a_link_works_and_is_used_by_its_real_path(cli: Cli, tmp_
     assert created.code == 0, created.stderr
     ran = cli("run", "linked", "--", "pwd", env=env)
     assert ran.code == 0 and ran.stdout.strip() == str(real / "workspaces" / "linked"), ran.stderr
+
+
+def test_a_home_in_another_users_HOME_says_HOME_is_why(cli: Cli, tmp_path: Path) -> None:
+    """~/.warden with HOME left at another user's (`sudo -E`, `su -m`): the one line names HOME and
+    how to keep one's own, not a WARDEN_HOME nobody set."""
+    if ROOT:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, NOBODY, NOBODY)
+    else:
+        theirs = Path("/root")  # root's own, closed to others: ~/.warden in it cannot even be looked at
+        if not theirs.is_dir() or os.access(theirs, os.X_OK):
+            pytest.skip("no folder of another user's closed to this one here")
+    result = cli("list", env={"HOME": str(theirs), "WARDEN_HOME": ""})
+    _refused(result, f"HOME {theirs} belongs to uid", "sudo -H", "set WARDEN_HOME to a folder of yours")
+    assert not (theirs / ".warden").exists()
+    named = cli("list", env={"HOME": str(theirs), "WARDEN_HOME": str(theirs / ".warden")})
+    assert named.code == 3 and "sudo -H" not in named.stderr  # named by the user: HOME is not why
+
+
+@pytest.mark.skipif(not ROOT, reason="a folder of root's that another user's home lies in needs root to make")
+def test_a_folder_of_roots_a_group_may_write_is_not_the_users_to_close() -> None:
+    """A team's folder (/srv/projects, root's, 2775): the fix is a home outside it, never a chmod
+    the user may not run and the team relies on not being run."""
+    import json
+    import pwd
+    import tempfile
+
+    from warden.adapters.owned import ancestor_problem
+
+    other = pwd.getpwuid(NOBODY)
+    shared = Path(tempfile.mkdtemp(dir="/tmp"))  # tmp_path lies in root's 0700 folder: closed to them
+    try:
+        shared.chmod(0o2775)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # as that user: what the home check tells them
+            try:
+                os.setgroups([])
+                os.setgid(other.pw_gid)
+                os.setuid(other.pw_uid)
+                os.write(write, json.dumps(ancestor_problem(shared / "me" / "warden")).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        os.waitpid(pid, 0)
+        with os.fdopen(read) as answer:
+            problem = json.loads(answer.read())
+    finally:
+        shared.rmdir()
+    assert problem is not None and f"{shared} above it may be written" in problem[0]
+    assert "chmod" not in problem[1] and f"outside {shared}" in problem[1]

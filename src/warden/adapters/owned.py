@@ -53,6 +53,10 @@ def ancestor_problem(folder: Path) -> tuple[str, str] | None:
             return (f"{ancestor} above it belongs to uid {st.st_uid}, who could put a folder of theirs in its place",
                     "give a folder on a path of yours or root's")
         if stat.S_ISDIR(st.st_mode) and others_may_write(st) and not st.st_mode & stat.S_ISVTX:
+            # A folder of root's that a team's group may write (/srv/projects, 2775): the user may
+            # not chmod it, and it is open on purpose; only the owner's own folder is theirs to close.
+            fix = (f"chmod go-w {ancestor}" if st.st_uid == os.geteuid() else
+                   f"give a folder outside {ancestor}, on a path only you and root may change")
             return (f"{ancestor} above it may be written by a group or other users, who could put a folder of "
-                    "theirs in its place", f"chmod go-w {ancestor}")
+                    "theirs in its place", fix)
     return None
