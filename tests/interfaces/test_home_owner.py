@@ -137,35 +137,47 @@ def test_a_home_in_another_users_HOME_says_HOME_is_why(cli: Cli, tmp_path: Path)
     assert named.code == 3 and "sudo -H" not in named.stderr  # named by the user: HOME is not why
 
 
-@pytest.mark.skipif(not ROOT, reason="a folder of root's that another user's home lies in needs root to make")
+@pytest.mark.skipif(not ROOT or not os.path.exists("/usr/bin/python3"),
+                    reason="a folder of root's that another user's home lies in needs root to make")
 def test_a_folder_of_roots_a_group_may_write_is_not_the_users_to_close() -> None:
     """A team's folder (/srv/projects, root's, 2775): the fix is a home outside it, never a chmod
     the user may not run and the team relies on not being run."""
     import json
-    import pwd
+    import subprocess
     import tempfile
 
-    from warden.adapters.owned import ancestor_problem
+    import warden
 
-    other = pwd.getpwuid(NOBODY)
     shared = Path(tempfile.mkdtemp(dir="/tmp"))  # tmp_path lies in root's 0700 folder: closed to them
     try:
         shared.chmod(0o2775)
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # as that user: what the home check tells them
-            try:
-                os.setgroups([])
-                os.setgid(other.pw_gid)
-                os.setuid(other.pw_uid)
-                os.write(write, json.dumps(ancestor_problem(shared / "me" / "warden")).encode())
-            finally:
-                os._exit(0)
-        os.close(write)
-        os.waitpid(pid, 0)
-        with os.fdopen(read) as answer:
-            problem = json.loads(answer.read())
+        # As that user, what the home check tells them; by the system's Python (the venv's may
+        # lie in a folder of root's closed to others), which reads the module alone (stdlib only).
+        asked = subprocess.run(
+            ["/usr/bin/python3", "-I", "-c", "import json, sys; from pathlib import Path; sys.path.insert(0, "
+             "sys.argv[1]); from warden.adapters.owned import ancestor_problem; "
+             "print(json.dumps(ancestor_problem(Path(sys.argv[2]))))",
+             str(Path(warden.__file__).parent.parent), str(shared / "me" / "warden")],
+            user=NOBODY, group=NOBODY, extra_groups=[], cwd="/", capture_output=True, text=True, timeout=60,
+            check=False)
     finally:
         shared.rmdir()
+    assert asked.returncode == 0, asked.stderr
+    problem = json.loads(asked.stdout)
     assert problem is not None and f"{shared} above it may be written" in problem[0]
     assert "chmod" not in problem[1] and f"outside {shared}" in problem[1]
+
+
+def test_doctor_says_a_home_refused_is_missing(cli: Cli, home: Path) -> None:
+    """`warden doctor` is where a refused person looks: it said "isolation works here" (exit 0)
+    while every other command refused the home."""
+    home.chmod(0o777)
+    said = cli("doctor", "--json")
+    row = next(c for c in said.json["data"]["checks"] if c["name"] == "home")
+    assert said.code == 1 and not said.json["data"]["ok"], said.stdout
+    assert not row["ok"] and row["required"] and "other users" in row["detail"]
+    assert row["fix"].startswith(f"run `chmod go-w {home}`")
+    assert "refuses every command with this home" in cli("doctor").stdout
+    home.chmod(0o700)
+    row = next(c for c in cli("doctor", "--json").json["data"]["checks"] if c["name"] == "home")
+    assert row["ok"] and str(home) in row["detail"]
