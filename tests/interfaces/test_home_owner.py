@@ -43,9 +43,7 @@ def test_a_home_others_may_write_to_is_refused_and_nothing_is_made_in_it(cli: Cl
     assert cli("list").code == 0
 
 
-def test_a_home_only_the_users_private_group_may_write_is_the_users_alone(cli: Cli, tmp_path: Path) -> None:
-    """Debian and Ubuntu give each user a group of their own and umask 002: the folders a person
-    makes are group-writable, by that group alone. A home in them, or made so, is not refused."""
+def _skip_unless_private_group() -> None:
     import grp
     import pwd
 
@@ -53,6 +51,12 @@ def test_a_home_only_the_users_private_group_may_write_is_the_users_alone(cli: C
     group = grp.getgrgid(me.pw_gid)
     if group.gr_name != me.pw_name or set(group.gr_mem) - {me.pw_name}:
         pytest.skip(f"{me.pw_name}'s primary group is not a private one here")
+
+
+def test_a_home_only_the_users_private_group_may_write_is_the_users_alone(cli: Cli, tmp_path: Path) -> None:
+    """Debian and Ubuntu give each user a group of their own and umask 002: the folders a person
+    makes are group-writable, by that group alone. A home in them, or made so, is not refused."""
+    _skip_unless_private_group()
     projects = tmp_path / "projects"
     projects.mkdir()
     projects.chmod(0o775)
@@ -61,6 +65,31 @@ def test_a_home_only_the_users_private_group_may_write_is_the_users_alone(cli: C
     home.chmod(0o775)
     made = cli("init", env={"WARDEN_HOME": str(home)})
     assert made.code == 0, made.stderr
+
+
+def test_a_folder_whose_access_list_lets_another_user_write_is_refused(cli: Cli, tmp_path: Path) -> None:
+    """The private group's pass is the group's alone: with an access list the group bits are its
+    mask, and `setfacl -m u:bob:rwx ~/projects` (mode 775 then) let Bob swap the home in it."""
+    import errno
+    import struct
+
+    _skip_unless_private_group()
+    projects = tmp_path / "projects"
+    projects.mkdir()
+    projects.chmod(0o775)
+    # setfacl's own encoding (linux/posix_acl_xattr.h): owner, user NOBODY, group, mask, other.
+    entries = [(0x01, 7, 0xFFFFFFFF), (0x02, 7, NOBODY), (0x04, 5, 0xFFFFFFFF), (0x10, 7, 0xFFFFFFFF),
+               (0x20, 5, 0xFFFFFFFF)]
+    try:
+        os.setxattr(projects, "system.posix_acl_access",
+                    struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries))
+    except OSError as exc:
+        if exc.errno != errno.EOPNOTSUPP:
+            raise
+        pytest.skip("no access lists on this file system")
+    assert stat.S_IMODE(projects.stat().st_mode) == 0o775
+    _refused(cli("init", env={"WARDEN_HOME": str(projects / "warden-home")}), f"{projects} above it")
+    assert not (projects / "warden-home").exists()
 
 
 def test_a_home_inside_a_folder_anyone_may_write_to_is_refused(cli: Cli, tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ def _check_owned(root: Path) -> None:
         raise Denied(f"WARDEN_HOME {root} belongs to uid {st.st_uid}, not to you (uid {me}): its owner could "
                      "replace its keys and registry; use a home of your own (unset WARDEN_HOME for ~/.warden)",
                      rule="home.owner")
-    if others_may_write(st):
+    if others_may_write(st, os.path.realpath(root)):
         raise Denied(f"WARDEN_HOME {root} may be written by other users (mode {stat.S_IMODE(st.st_mode):o}): they "
                      f"could replace its keys and registry; run `chmod go-w {root}` if no one else did",
                      rule="home.owner")
