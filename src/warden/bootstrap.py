@@ -726,7 +726,14 @@ def bootstrap(home: str | os.PathLike[str] | None = None, *,
 
     env = dict(os.environ) if environ is None else dict(environ)
     located = Home.locate(home, env)
-    check_owned(located.root)  # before anything in it is read (its config) or made (init's folders)
+    found_in = env.get("HOME") if home is None and not env.get("WARDEN_HOME") else None
+    check_owned(located.root, found_in)  # before anything in it is read (its config) or made (init's folders)
+    # Through a link (~/.warden -> /data/me/warden; /home -> /var/home on some systems) the home is
+    # used by its real path, checked above with the link's: a sandbox mounts a folder of the home
+    # at the path it is given, which behind a link is not that folder inside the sandbox (`warden
+    # create` failed building its layer). A link to a folder not made yet names the folder `init`
+    # makes (its mkdir stopped at the link).
+    located = Home(Path(os.path.realpath(located.root)))
     return App(located, load_settings(located, env), env, clock or utc_now)
 
 

@@ -41,12 +41,35 @@ def mark(root: Path, clock: Callable[[], datetime]) -> bool:
     return True
 
 
-def check_owned(root: Path) -> None:
+def check_owned(root: Path, user_home: str | None = None) -> None:
     """Denied unless the home `root` is a folder of this user's that no other user can change or
     swap: owned by this user, writable by no group or other, on a path only this user and root
     control (adapters/owned.py). Its keys, registry and daemon socket are trusted on that: a home
     another user made first (an empty folder they left mode 777 before `warden init`) let them
-    replace `keys/` or `warden.db`, or hold the keys' lock to block every rotation for good."""
+    replace `keys/` or `warden.db`, or hold the keys' lock to block every rotation for good.
+
+    `user_home`: the HOME `root` was found in (~/.warden, neither WARDEN_HOME nor --home given).
+    When that HOME is another user's (left so by `sudo -E` or `su -m`), a refusal names it and the
+    fix: the home's own folder or path is not what went wrong."""
+    try:
+        _check_owned(root)
+    except (Denied, PermissionError):
+        owner = _owner(user_home)
+        if user_home is None or owner is None or owner == os.geteuid():
+            raise
+        raise Denied(f"Warden's home {root} (~/.warden) cannot be used: HOME {user_home} belongs to uid {owner}, "
+                     f"not to you (uid {os.geteuid()}), as after `sudo -E` or `su -m`; keep HOME your own "
+                     "(`sudo -H`, `su -`), or set WARDEN_HOME to a folder of yours", rule="home.owner") from None
+
+
+def _owner(path: str | None) -> int | None:
+    try:
+        return os.stat(path).st_uid if path else None
+    except OSError:
+        return None
+
+
+def _check_owned(root: Path) -> None:
     me = os.geteuid()
     problem = ancestor_problem(root)
     if problem is not None:
@@ -61,7 +84,7 @@ def check_owned(root: Path) -> None:
         raise Denied(f"WARDEN_HOME {root} belongs to uid {st.st_uid}, not to you (uid {me}): its owner could "
                      "replace its keys and registry; use a home of your own (unset WARDEN_HOME for ~/.warden)",
                      rule="home.owner")
-    if others_may_write(st):
+    if others_may_write(st, os.path.realpath(root)):
         raise Denied(f"WARDEN_HOME {root} may be written by other users (mode {stat.S_IMODE(st.st_mode):o}): they "
                      f"could replace its keys and registry; run `chmod go-w {root}` if no one else did",
                      rule="home.owner")

@@ -12,6 +12,7 @@ writable by it, and no other user.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import stat
@@ -20,19 +21,38 @@ from pathlib import Path
 __all__ = ["ancestor_problem", "others_may_write"]
 
 
-def others_may_write(st: os.stat_result) -> bool:
+def others_may_write(st: os.stat_result, where: str | int | os.PathLike[str]) -> bool:
     """Whether a user other than this one may write the file `st` describes (root aside): its
-    mode lets others, or a group that is not this user's private group."""
-    return bool(st.st_mode & 0o002) or bool(st.st_mode & 0o020 and not _private_group(st.st_gid))
+    mode lets others, or a group that is not this user's private group. `where`: its path (not
+    followed) or an open descriptor, to read its access list."""
+    if st.st_mode & 0o002:
+        return True
+    if not st.st_mode & 0o020:
+        return False
+    # With an access list (setfacl), the group bits are its mask: what its named users and groups
+    # may at most do. `user:bob:rwx` on a folder of the user's private group gives it g+w, and
+    # Bob, not the group, may then write it.
+    return not _private_group(st.st_gid, os.geteuid()) or _has_access_list(where)
+
+
+def _has_access_list(where: str | int | os.PathLike[str]) -> bool:
+    try:
+        if isinstance(where, int):
+            os.getxattr(where, "system.posix_acl_access")
+        else:
+            os.getxattr(where, "system.posix_acl_access", follow_symlinks=False)
+    except OSError as exc:
+        return exc.errno not in (errno.ENODATA, errno.ENOTSUP)  # none, or none possible there
+    return True
 
 
 @functools.lru_cache(maxsize=8)
-def _private_group(gid: int) -> bool:
+def _private_group(gid: int, uid: int) -> bool:
     import grp
     import pwd
 
     try:
-        me = pwd.getpwuid(os.geteuid())
+        me = pwd.getpwuid(uid)
         group = grp.getgrgid(gid)
     except KeyError:
         return False
@@ -99,7 +119,11 @@ def ancestor_problem(folder: Path) -> tuple[str, str] | None:
         named = f"{entry} (a link on the way to it)" if stat.S_ISLNK(st.st_mode) else f"{entry} above it"
         if st.st_uid not in (os.geteuid(), 0):
             return f"{named} belongs to uid {st.st_uid}, who could put a folder of theirs in its place", fix
-        if stat.S_ISDIR(st.st_mode) and others_may_write(st) and not st.st_mode & stat.S_ISVTX:
+        if stat.S_ISDIR(st.st_mode) and others_may_write(st, entry) and not st.st_mode & stat.S_ISVTX:
+            # A folder of root's that a team's group may write (/srv/projects, 2775): the user may
+            # not chmod it, and it is open on purpose; only the owner's own folder is theirs to close.
+            mend = (f"chmod go-w {entry}" if st.st_uid == os.geteuid() else
+                    f"give a folder outside {entry}, on a path only you and root may change")
             return (f"{entry} above it may be written by a group or other users, who could put a folder of "
-                    "theirs in its place", f"chmod go-w {entry}")
+                    "theirs in its place", mend)
     return None

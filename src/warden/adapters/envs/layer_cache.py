@@ -51,11 +51,12 @@ class LayerCache:
             return f"it is not a folder Warden can open ({exc.strerror})", "give a real folder, not a link"
         try:
             st = os.fstat(fd)
+            open_to_others = others_may_write(st, fd)
         finally:
             os.close(fd)
         if st.st_uid not in (os.geteuid(), 0):
             return f"it belongs to uid {st.st_uid}, not to you or root", "give a folder of your own"
-        if others_may_write(st):
+        if open_to_others:
             return "a group or other users may write it", f"chmod go-w {self.folder}"
         return ancestor_problem(self.folder)
 

@@ -20,6 +20,27 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=_doctor)
 
 
+def _home_check(ctx: Context) -> Any:
+    """Whether Warden may use its home: this user's, on a path no other user may change (the check
+    every other command makes first, adapters/home_state.check_owned). Required: a home refused
+    refuses every command, so doctor must not say all is well."""
+    from warden.adapters.sandbox.doctor import Check
+    from warden.core.errors import Denied
+
+    try:
+        root = ctx.app.home.root
+    except Denied as exc:
+        if exc.rule != "home.owner":
+            raise
+        said, _, fix = exc.message.partition("; ")
+        return Check("home", False, said, fix)
+    except WardenError:  # broken settings: the other checks say so, the home itself passed
+        return None
+    if not root.exists():
+        return Check("home", True, f"{root}: not made yet (`warden init` makes it, yours alone)")
+    return Check("home", True, f"{root}: yours, on a path no other user may change")
+
+
 def _disk_check(ctx: Context) -> Any:
     """How full the disk of Warden's home is, against cleanup.disk_alert_percent (the janitor audits
     the same alert); never required: a full disk refuses runs and writes on its own, saying so."""
@@ -128,6 +149,8 @@ def _doctor(ctx: Context, args: argparse.Namespace) -> Output:
     except WardenError:  # broken settings: the other checks still help
         root = None
     checks = run_checks(root)
+    if (home_check := _home_check(ctx)) is not None:
+        checks.insert(0, home_check)
     checks.append(_disk_check(ctx))
     node_check, node = _node_check(ctx)
     checks.append(node_check)
@@ -145,6 +168,8 @@ def _doctor(ctx: Context, args: argparse.Namespace) -> Output:
         verdict = ("isolation works here" if d["ok"] else
                    "Warden cannot isolate commands here and will refuse `warden run` until the "
                    "MISSING items are fixed")
+        if any(c["name"] == "home" and not c["ok"] for c in d["checks"]):
+            verdict = "Warden refuses every command with this home until the MISSING items are fixed"
         text = table(["Check", "Status", "Detail", "Fix"], rows) + "\n\n" + verdict
         swept = d.get("swept")
         if swept:
