@@ -159,16 +159,10 @@ def execute(ctx: Context, request: RunRequest) -> RunResult:
     with _long_command(ctx):
         result = runs.execute(request, output)
     if live and result.timed_out:
+        from warden.interfaces.cli.terminal import timed_out_line
+
         sys.stderr.write(timed_out_line(ctx, request) + "\n")
     return result
-
-
-def timed_out_line(ctx: Context, request: RunRequest) -> str:
-    """The line for a run its wall-clock limit killed: this run's --timeout, else sandbox.timeout."""
-    from warden.core.runs import timed_out_line as line
-
-    timeout = request.timeout if request.timeout is not None else ctx.app.settings.get_seconds("sandbox.timeout")
-    return line(timeout)
 
 
 def _ended(result: RunResult, args: argparse.Namespace, *, streamed: bool) -> Output:

@@ -66,10 +66,17 @@ def run_on_terminal(ctx: Context, request: RunRequest) -> RunResult:
             pty.give_away()
             relay.finish()
     if result.timed_out:  # said once the person's terminal is back to normal
-        from warden.interfaces.cli.cmd_run import timed_out_line
-
         sys.stderr.write(timed_out_line(ctx, request) + "\n")
     return result
+
+
+def timed_out_line(ctx: Context, request: RunRequest) -> str:
+    """The line for a run its wall-clock limit killed (`warden run`, with --tty or not, and
+    `warden shell`): this run's --timeout, else sandbox.timeout."""
+    from warden.core.runs import timed_out_line as line
+
+    timeout = request.timeout if request.timeout is not None else ctx.app.settings.get_seconds("sandbox.timeout")
+    return line(timeout)
 
 
 class _Relay(threading.Thread):
