@@ -502,7 +502,14 @@ class UsageTree:
             return False
         if self.root not in self.dir_wd:  # deleted meanwhile (a new one may have its inode number)
             return False
-        return self.settle(dirty, final=True)
+        # A tree with blind files would charge every one of them again at each catch-up for as
+        # long as they live: measured afresh once instead.
+        return self.settle(dirty, final=True) and not self.blinded
+
+    @property
+    def blinded(self) -> bool:
+        """Whether some file may grow with no event to say so (`blind`, `_blind_all`)."""
+        return bool(self.blind) or self._blind_all
 
     def settle(self, dirty: set[str], *, final: bool = False, every: float = 1.0) -> bool:
         """After a batch of events: charge again the folders that grew (`dirty`), and the files
@@ -526,14 +533,7 @@ class UsageTree:
             for name, (ino, is_dir) in listing.items():
                 if is_dir or not (every_file or ino in self.suspects or ino in self.blind):
                     continue
-                try:
-                    st = os.lstat(f"{path}/{name}")
-                except OSError:
-                    continue
-                if st.st_ino == ino and ino in self.charges:
-                    cost = charge(st.st_blocks, st.st_size)
-                    self.bytes += cost - self.charges[ino]
-                    self.charges[ino] = cost
+                if self._recharge(f"{path}/{name}", ino):
                     self.suspects.discard(ino)
             if not self.suspects and not self.blind and not every_file:
                 return True

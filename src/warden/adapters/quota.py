@@ -386,7 +386,8 @@ class Watcher:
             self._last_events(self._tree)
             self._ended_over(self._tree.usage)
             self._tree.on_change = None
-            kept = not self._failed and self._tree.notify is not None
+            # Not kept with blind files: the next run would charge them all again at each look.
+            kept = not self._failed and self._tree.notify is not None and not self._tree.blinded
             _watched(self._tree.root, kept and self._tree.usage.files <= _KEPT_MAX_FILES)
             if not kept:
                 self._tree.close()  # watches removed, the descriptor pooled: no waiting on the kernel
