@@ -432,3 +432,61 @@ def test_a_malformed_line_is_answered_as_json_rpc_says_and_the_session_goes_on(w
                      (None, -32700), (3, None)], got
     assert got[-1]["result"] == {} and all(reply["jsonrpc"] == "2.0" for reply in got)
     assert (status, said) == (0, b""), said.decode(errors="replace")
+
+
+def _peak_kib(pid: int) -> int:
+    """The process's peak resident memory (VmHWM), in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def test_a_line_past_api_max_body_is_dropped_as_read_and_answered_without_holding_it(world: World) -> None:
+    """The SDK read each stdin line whole: a client sending 160 MiB without a newline made
+    `warden mcp` hold all of it (and copies) before answering. A line past `api.max_body` (16 MiB,
+    as an HTTP request's body) is now read on to its newline a bound at a time and dropped, answered
+    -32700 naming the bound, and the session goes on: the server's peak memory grows by about two
+    bounds (it grew by 480 MiB before)."""
+    import queue
+    import threading
+
+    proc = subprocess.Popen([sys.executable, "-m", "warden", "mcp"],
+                            env={**world.environ, "WARDEN_TOKEN": world.tokens["alice@paper"]},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    replies: queue.Queue[dict[str, Any]] = queue.Queue()
+    threading.Thread(target=lambda: [replies.put(json.loads(line)) for line in proc.stdout], daemon=True).start()
+
+    def send(line: bytes) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(line + b"\n")
+        proc.stdin.flush()
+
+    try:
+        send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                         "params": {"protocolVersion": "2025-03-26", "capabilities": {},
+                                    "clientInfo": {"name": "t", "version": "1"}}}).encode())
+        assert replies.get(timeout=60)["id"] == 1
+        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode())
+        send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}).encode())
+        assert replies.get(timeout=60)["id"] == 2
+        before = _peak_kib(proc.pid)
+        chunk = b'{"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {"x": "' + b"a" * (1 << 20)
+        for _ in range(160):  # 160 MiB, no newline until the end
+            proc.stdin.write(chunk)
+        send(b'"}}')
+        too_long = replies.get(timeout=120)
+        send(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping"}).encode())
+        after = replies.get(timeout=60)
+        grown = _peak_kib(proc.pid) - before
+    finally:
+        proc.stdin.close()
+        status = proc.wait(timeout=60)
+        said = proc.stderr.read()
+        proc.stderr.close()
+    assert too_long["error"]["code"] == -32700 and too_long["id"] is None, too_long
+    assert "longer than 16777216 bytes (api.max_body)" in too_long["error"]["message"], too_long
+    assert after == {"jsonrpc": "2.0", "id": 3, "result": {}}, after
+    assert grown < 48 * 1024, f"the server's peak memory grew by {grown} KiB for a 160 MiB line"
+    assert (status, said) == (0, b""), said.decode(errors="replace")

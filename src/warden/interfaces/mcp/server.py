@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import fcntl
 import hashlib
 import mimetypes
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
@@ -163,8 +166,74 @@ async def serve_stdio(app: App, token: str) -> None:
     from mcp.server.stdio import stdio_server
 
     server = build_server(app, lambda ctx: token)
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(_Answered(read_stream, write_stream), write_stream, server.create_initialization_options())
+    with _Lines.of_stdin(app.settings.get_size("api.max_body")) as lines:
+        async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+            await server.run(_Answered(read_stream, write_stream, lines.limit), write_stream,
+                             server.create_initialization_options())
+
+
+# What the line reader gives for a line past the bound: no JSON (so the SDK passes it on as a
+# parse error), and a text no client sends (a NUL first), told apart by `_Answered`.
+_TOO_LONG = "\0warden: line too long"
+
+
+class _Lines:
+    """stdin's lines for the SDK's stdio reader, each at most `limit` bytes held.
+
+    The SDK reads a line whole, however long: a client sending a gigabyte with no newline made
+    `warden mcp` hold it all (and copies of it) before saying anything. A line past `limit`
+    (`api.max_body`, as a request's body over HTTP) is read on to its newline and dropped, and
+    stands as `_TOO_LONG` (answered -32700, naming the bound). stdin itself is moved above the
+    standard descriptors and 0 points at /dev/null while serving, as the SDK does for the stdin it
+    opens itself (a tool's child reading stdin must not eat the client's messages).
+    """
+
+    def __init__(self, fd: int, limit: int) -> None:
+        self._file = os.fdopen(fd, "rb", buffering=1 << 16, closefd=False)
+        self.limit = limit
+
+    @classmethod
+    @contextlib.contextmanager
+    def of_stdin(cls, limit: int) -> Iterator[_Lines]:
+        wire = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.dup2(null, 0)
+        finally:
+            os.close(null)
+        try:
+            yield cls(wire, limit)
+        finally:
+            with contextlib.suppress(OSError):
+                os.dup2(wire, 0)
+            os.close(wire)
+
+    def _line(self) -> str | None:
+        """The next line (None at the end of input); run in a worker thread."""
+        line = self._file.readline(self.limit + 1)
+        if not line:
+            return None
+        if len(line) > self.limit and not line.endswith(b"\n"):
+            del line
+            while True:  # the rest, read and dropped a little at a time
+                rest = self._file.readline(1 << 20)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            return _TOO_LONG
+        return line.decode("utf-8", "replace")
+
+    def __aiter__(self) -> _Lines:
+        return self
+
+    async def __anext__(self) -> str:
+        import anyio
+
+        # abandon_on_cancel: a read blocked on a client that sends nothing must not hold the
+        # server's exit (the descriptor is never closed under it: see of_stdin).
+        line = await anyio.to_thread.run_sync(self._line, abandon_on_cancel=True)
+        if line is None:
+            raise StopAsyncIteration
+        return line
 
 
 class _Answered:
@@ -177,9 +246,10 @@ class _Answered:
     the request's id where it can be read, else null. A blank line is no message: it is skipped.
     """
 
-    def __init__(self, inner: Any, replies: Any) -> None:
+    def __init__(self, inner: Any, replies: Any, limit: int) -> None:
         self._inner = inner
         self._replies = replies
+        self._limit = limit
 
     @property
     def last_context(self) -> Any:
@@ -198,7 +268,9 @@ class _Answered:
             if [e["type"] for e in errors] == ["json_invalid"]:
                 if not str(errors[0]["input"]).strip():
                     continue
-                error = types.ErrorData(code=types.PARSE_ERROR, message="Parse error: the line is not JSON")
+                error = types.ErrorData(code=types.PARSE_ERROR, message=(
+                    f"Parse error: the line is longer than {self._limit} bytes (api.max_body); it was dropped"
+                    if errors[0]["input"] == _TOO_LONG else "Parse error: the line is not JSON"))
             else:
                 error = types.ErrorData(code=types.INVALID_REQUEST,
                                         message="Invalid Request: a line must hold one JSON-RPC 2.0 message object")
