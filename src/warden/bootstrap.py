@@ -173,13 +173,16 @@ class App:
     @cached_property
     def registry(self) -> SqlRegistry:
         """Workspaces, bots, grants, secrets, leases and the audit log (SQLite, or WARDEN_DATABASE_URL)."""
-        from warden.adapters.home_state import check_owned, check_registry
+        from warden.adapters.home_state import check_owned, check_registry, check_registry_owned
+        from warden.adapters.store.db import sqlite_path
 
         self.home.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         check_owned(self.home.root)  # made by someone else since bootstrap looked: exist_ok took it
         url = self.database_url
         if url is None:  # the SQLite default: a set-up home whose registry is gone is an error
             check_registry(self.home.root, self.home.root / "warden.db")
+        elif (elsewhere := sqlite_path(url, self.home.root)) is not None:
+            check_registry_owned(elsewhere)
         return SqlRegistry(open_database(url, self.home.root, busy_timeout=_busy_timeout(self.environ),
                                          node=self.node))
 

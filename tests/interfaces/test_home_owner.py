@@ -130,6 +130,32 @@ def test_the_registry_is_its_owners_alone(cli: Cli, home: Path) -> None:
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
 
 
+def test_a_registry_named_in_a_folder_others_may_write_is_refused(cli: Cli, home: Path, tmp_path: Path) -> None:
+    """`database.url` (WARDEN_DATABASE_URL) naming a SQLite file outside the home was used
+    wherever it lay: in a folder anyone may write (/tmp itself), another user could make its
+    -wal first or put their own file in its place. It is held to the home's rule."""
+    assert cli("init").code == 0
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /tmp: anyone may make the registry's journal next to it
+    url = {"WARDEN_DATABASE_URL": f"sqlite:///{shared}/registry.db"}
+    _refused(cli("list", env=url), f"the registry {shared}/registry.db (database.url)", "other users may write",
+             "a folder of yours")
+    assert list(shared.iterdir()) == []  # nothing opened, nothing made
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    url = {"WARDEN_DATABASE_URL": f"sqlite:///{mine}/registry.db"}
+    made = cli("list", env=url)
+    assert made.code == 0, made.stderr
+    assert (mine / "registry.db").exists()
+    if ROOT:  # (only root may give a file to another user)
+        os.chown(mine / "registry.db", NOBODY, NOBODY)
+        _refused(cli("list", env=url), f"registry file {mine}/registry.db", f"uid {NOBODY}")
+        os.chown(mine / "registry.db", 0, 0)
+    (mine / "registry.db").chmod(0o666)
+    _refused(cli("list", env=url), "mode 666")
+
+
 @pytest.mark.skipif(not ROOT, reason="giving a link to another user needs root")
 def test_a_home_reached_through_another_users_link_is_refused(cli: Cli, tmp_path: Path) -> None:
     # Found by an attack: `nobody` made /tmp/a4-link -> root's home, and root's `warden list`

@@ -21,7 +21,7 @@ from warden.adapters.owned import ancestor_problem, others_may_write
 from warden.adapters.store.db import Database
 from warden.core.errors import Denied, Unavailable
 
-__all__ = ["KEY_USERS", "MARKER", "check_owned", "check_registry", "key_required", "mark"]
+__all__ = ["KEY_USERS", "MARKER", "check_owned", "check_registry", "check_registry_owned", "key_required", "mark"]
 
 MARKER = ".initialised"
 # Which tables hold rows that a key file makes usable (HMACs under the pepper, ciphertexts).
@@ -88,6 +88,39 @@ def _check_owned(root: Path) -> None:
         raise Denied(f"WARDEN_HOME {root} may be written by other users (mode {stat.S_IMODE(st.st_mode):o}): they "
                      f"could replace its keys and registry; run `chmod go-w {root}` if no one else did",
                      rule="home.owner")
+
+
+def check_registry_owned(db_path: Path) -> None:
+    """Denied unless a SQLite registry named outside the home (`database.url`, WARDEN_DATABASE_URL
+    `sqlite:///PATH`) is as safe from other users as the home: its folder (where SQLite makes
+    its -wal and -shm files next to it) on a path only this user and root control, owned by this
+    user or root and writable by no other user, and the file and its -wal and -shm, where they
+    exist, this user's and writable by no one else. A registry in a folder another user may
+    write (/tmp) could be replaced, or its journal made first, by that user."""
+    me = os.geteuid()
+    folder = db_path.absolute().parent
+    fix = "keep the registry in a folder of yours (or unset database.url for the home's own warden.db)"
+    problem = ancestor_problem(folder)
+    if problem is not None:
+        raise Denied(f"the registry {db_path} (database.url) cannot be trusted: {problem[0]}; {fix}",
+                     rule="home.owner")
+    try:
+        st = os.stat(folder)
+    except FileNotFoundError:
+        return  # SQLite says the folder is not there
+    if st.st_uid not in (me, 0) or others_may_write(st, os.path.realpath(folder)):
+        raise Denied(f"the registry {db_path} (database.url) lies in {folder}, which other users may write "
+                     f"(owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}): they could replace it or make "
+                     f"its journal first; {fix}", rule="home.owner")
+    for path in (db_path, Path(f"{db_path}-wal"), Path(f"{db_path}-shm")):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            continue
+        if st.st_uid != me or others_may_write(st, os.path.realpath(path)):
+            raise Denied(f"the registry file {path} (database.url) belongs to uid {st.st_uid} with mode "
+                         f"{stat.S_IMODE(st.st_mode):o}, not to you (uid {me}) alone: its owner could change it; {fix}",
+                         rule="home.owner")
 
 
 def check_registry(root: Path, db_path: Path) -> None:
