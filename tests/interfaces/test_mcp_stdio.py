@@ -388,50 +388,67 @@ def test_a_terminals_lock_refuses_a_bot_started_from_that_terminal_as_any_bot(wo
                        check=True, capture_output=True, timeout=60)
 
 
+class _Wire:
+    """`warden mcp` driven line by line, past the SDK's client (which sends only good lines): a
+    line sent as given, each reply read as it comes; initialized on entry, and on exit its stdin
+    closed and its exit status and stderr kept."""
+
+    def __init__(self, world: World) -> None:
+        import queue
+        import threading
+
+        self.proc = subprocess.Popen([sys.executable, "-m", "warden", "mcp"],
+                                     env={**world.environ, "WARDEN_TOKEN": world.tokens["alice@paper"]},
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin = self.proc.stdin
+        self.replies: queue.Queue[dict[str, Any]] = queue.Queue()
+        out = self.proc.stdout
+        threading.Thread(target=lambda: [self.replies.put(json.loads(line)) for line in out], daemon=True).start()
+        self.ended: tuple[int, bytes] | None = None
+
+    def send(self, line: bytes) -> None:
+        self.stdin.write(line + b"\n")
+        self.stdin.flush()
+
+    def reply(self, timeout: float = 60) -> dict[str, Any]:
+        return self.replies.get(timeout=timeout)
+
+    def __enter__(self) -> _Wire:
+        self.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                              "params": {"protocolVersion": "2025-03-26", "capabilities": {},
+                                         "clientInfo": {"name": "t", "version": "1"}}}).encode())
+        assert self.reply()["id"] == 1
+        self.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc.stderr is not None
+        self.stdin.close()
+        status = self.proc.wait(timeout=60)
+        self.ended = (status, self.proc.stderr.read())
+        self.proc.stderr.close()
+
+
 def test_a_malformed_line_is_answered_as_json_rpc_says_and_the_session_goes_on(world: World) -> None:
     """A line that is not JSON, JSON that is not one request object (a number, a batch, an
     object without a method) and a huge line of junk each got no reply at all (the SDK drops
     them), so a client waited on its request for ever. JSON-RPC 2.0 §5.1: -32700 for a parse
     error, -32600 for an invalid request, with the request's id where it can be read (else
     null); the server answers the next request as before."""
-    import queue
-    import threading
-
-    proc = subprocess.Popen([sys.executable, "-m", "warden", "mcp"],
-                            env={**world.environ, "WARDEN_TOKEN": world.tokens["alice@paper"]},
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    replies: queue.Queue[dict[str, Any]] = queue.Queue()
-    threading.Thread(target=lambda: [replies.put(json.loads(line)) for line in proc.stdout], daemon=True).start()
-
-    def send(line: bytes) -> None:
-        assert proc.stdin is not None
-        proc.stdin.write(line + b"\n")
-        proc.stdin.flush()
-
-    try:
-        send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                         "params": {"protocolVersion": "2025-03-26", "capabilities": {},
-                                    "clientInfo": {"name": "t", "version": "1"}}}).encode())
-        assert replies.get(timeout=60)["id"] == 1
-        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode())
+    with _Wire(world) as wire:
         for line in (b"not json", b"42", b'[{"jsonrpc": "2.0", "id": 8, "method": "ping"}]',
                      b'{"jsonrpc": "2.0", "id": 9}', b'{"jsonrpc": "1.0", "id": "ten", "method": "ping"}',
                      b"{" * 4_000_000, b"   "):
-            send(line)
-        send(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping"}).encode())
-        got = [replies.get(timeout=60) for _ in range(7)]
-        assert proc.poll() is None
-    finally:
-        proc.stdin.close()
-        status = proc.wait(timeout=60)
-        said = proc.stderr.read()
-        proc.stderr.close()
+            wire.send(line)
+        wire.send(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping"}).encode())
+        got = [wire.reply() for _ in range(7)]
+        assert wire.proc.poll() is None
     codes = [(reply["id"], reply.get("error", {}).get("code")) for reply in got]
     assert codes == [(None, -32700), (None, -32600), (None, -32600), (9, -32600), ("ten", -32600),
                      (None, -32700), (3, None)], got
     assert got[-1]["result"] == {} and all(reply["jsonrpc"] == "2.0" for reply in got)
-    assert (status, said) == (0, b""), said.decode(errors="replace")
+    assert wire.ended is not None and wire.ended == (0, b""), wire.ended
 
 
 def _peak_kib(pid: int) -> int:
@@ -445,48 +462,23 @@ def _peak_kib(pid: int) -> int:
 def test_a_line_past_api_max_body_is_dropped_as_read_and_answered_without_holding_it(world: World) -> None:
     """The SDK read each stdin line whole: a client sending 160 MiB without a newline made
     `warden mcp` hold all of it (and copies) before answering. A line past `api.max_body` (16 MiB,
-    as an HTTP request's body) is now read on to its newline a bound at a time and dropped, answered
-    -32700 naming the bound, and the session goes on: the server's peak memory grows by about two
-    bounds (it grew by 480 MiB before)."""
-    import queue
-    import threading
-
-    proc = subprocess.Popen([sys.executable, "-m", "warden", "mcp"],
-                            env={**world.environ, "WARDEN_TOKEN": world.tokens["alice@paper"]},
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    replies: queue.Queue[dict[str, Any]] = queue.Queue()
-    threading.Thread(target=lambda: [replies.put(json.loads(line)) for line in proc.stdout], daemon=True).start()
-
-    def send(line: bytes) -> None:
-        assert proc.stdin is not None
-        proc.stdin.write(line + b"\n")
-        proc.stdin.flush()
-
-    try:
-        send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                         "params": {"protocolVersion": "2025-03-26", "capabilities": {},
-                                    "clientInfo": {"name": "t", "version": "1"}}}).encode())
-        assert replies.get(timeout=60)["id"] == 1
-        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode())
-        send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}).encode())
-        assert replies.get(timeout=60)["id"] == 2
-        before = _peak_kib(proc.pid)
+    as an HTTP request's body) is now read on to its newline a little at a time and dropped,
+    answered -32700 naming the bound, and the session goes on: the server's peak memory grows by
+    about two bounds (it grew by 480 MiB before)."""
+    with _Wire(world) as wire:
+        wire.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}).encode())
+        assert wire.reply()["id"] == 2
+        before = _peak_kib(wire.proc.pid)
         chunk = b'{"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {"x": "' + b"a" * (1 << 20)
         for _ in range(160):  # 160 MiB, no newline until the end
-            proc.stdin.write(chunk)
-        send(b'"}}')
-        too_long = replies.get(timeout=120)
-        send(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping"}).encode())
-        after = replies.get(timeout=60)
-        grown = _peak_kib(proc.pid) - before
-    finally:
-        proc.stdin.close()
-        status = proc.wait(timeout=60)
-        said = proc.stderr.read()
-        proc.stderr.close()
+            wire.stdin.write(chunk)
+        wire.send(b'"}}')
+        too_long = wire.reply(timeout=120)
+        wire.send(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping"}).encode())
+        after = wire.reply()
+        grown = _peak_kib(wire.proc.pid) - before
     assert too_long["error"]["code"] == -32700 and too_long["id"] is None, too_long
     assert "longer than 16777216 bytes (api.max_body)" in too_long["error"]["message"], too_long
     assert after == {"jsonrpc": "2.0", "id": 3, "result": {}}, after
     assert grown < 48 * 1024, f"the server's peak memory grew by {grown} KiB for a 160 MiB line"
-    assert (status, said) == (0, b""), said.decode(errors="replace")
+    assert wire.ended is not None and wire.ended == (0, b""), wire.ended
