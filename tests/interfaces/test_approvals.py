@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,14 +35,15 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]
     path = Path(json.loads(cli_out(environ, "create", "paper", "--template", "minimal", "--json"))["data"]["path"])
     (path / ".warden").mkdir(exist_ok=True)
     (path / ".warden" / "zones.yaml").write_text(ZONES)
-    for bot in ("writer", "reviewer", "idle"):
+    for bot in ("writer", "reviewer", "idle", "runner"):
         cli_out(environ, "bot", "register", bot)
     writer = cli_out(environ, "grant", "paper", "writer", "--permissions", "read,write,approve")
     reviewer = cli_out(environ, "grant", "paper", "reviewer", "--permissions", "read,approve")
     idle = cli_out(environ, "grant", "paper", "idle", "--permissions", "read,write")
+    runner = cli_out(environ, "grant", "paper", "runner", "--permissions", "read,write,execute")
     with ServeProcess(environ, base) as server:
         yield {"environ": environ, "path": path, "url": server.url, "writer": writer, "reviewer": reviewer,
-               "idle": idle}
+               "idle": idle, "runner": runner}
 
 
 def _cli(loop: dict[str, object], *args: str) -> subprocess.CompletedProcess[str]:
@@ -257,6 +259,48 @@ def test_a_move_waiting_for_approval_names_where_it_goes(loop: dict[str, object]
     assert done.returncode == 0, done.stderr
     assert "move /drafts/moving.md to /final/moved.md in paper done" in done.stdout, done.stdout
     assert (root / "final" / "moved.md").read_text() == "draft\n"
+
+
+# Left running by the bot: holds its draft open for writing from before the move was asked, and
+# writes through that descriptor once the file stands in /final.
+_HOLDER = """
+import os, time
+fd = os.open("drafts/held.md", os.O_RDWR)
+print("holding", flush=True)
+for _ in range(600):
+    if os.path.exists("final/held.md"):
+        break
+    time.sleep(0.05)
+time.sleep(0.2)
+os.pwrite(fd, b"EVIL, never approved\\n", 0)
+"""
+
+
+def test_an_approved_move_lands_a_file_the_bot_holds_no_descriptor_of(loop: dict[str, object]) -> None:
+    """Approving a move of the bot's draft into an `ask` zone lets in the bytes the person approved,
+    not an inode the bot's process still has open for writing: else it rewrites /final at will."""
+    root: Path = loop["path"]  # type: ignore[assignment]
+    headers = {"Authorization": f"Bearer {loop['runner']}"}
+    assert _put(loop, str(loop["runner"]), "/drafts/held.md", b"as approved\n").status_code == 200
+    started = httpx.post(f"{loop['url']}/v1/workspaces/paper/exec", headers=headers, timeout=60,
+                         json={"cmd": ["python3", "-c", _HOLDER], "background": True})
+    assert started.status_code == 202, started.text
+    process = started.json()["id"]
+    logs = f"{loop['url']}/v1/workspaces/paper/processes/{process}/logs"
+    for _ in range(200):
+        if "holding" in httpx.get(logs, headers=headers, timeout=30).text:
+            break
+        time.sleep(0.05)
+    asked = httpx.post(f"{loop['url']}/v1/workspaces/paper/files/move", headers=headers, timeout=30,
+                       json={"source": "/drafts/held.md", "destination": "/final/held.md"})
+    assert asked.status_code == 202, asked.text
+    done = _cli(loop, "approve", asked.json()["approval"]["id"])
+    assert done.returncode == 0, done.stderr
+    waited = httpx.get(f"{loop['url']}/v1/workspaces/paper/processes/{process}/wait", headers=headers,
+                       params={"timeout": 30}, timeout=60)
+    assert waited.json()["status"] == "exited" and waited.json()["exit_code"] == 0, waited.text
+    assert (root / "final" / "held.md").read_bytes() == b"as approved\n"
+    assert not (root / "drafts" / "held.md").exists()
 
 
 def test_a_terminal_s_lock_refuses_bots_with_423(loop: dict[str, object]) -> None:

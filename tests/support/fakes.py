@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import hashlib
 import json
 import os
 import posixpath
@@ -709,9 +710,14 @@ class _FakeRoot:
             self._io.links.pop(gone, None)
         return kind
 
-    def move(self, source: str, destination: str) -> str:
+    def move(self, source: str, destination: str, *, sha256: str | None = None) -> str:
         """As SafeRoot.move: never replaces, never into itself, a link moved as a link."""
         src, dst = self._path(source, final_link=True), self._path(destination, final_link=True)
+        if sha256 is not None:
+            data = self._io.files.get(src)
+            if data is None or hashlib.sha256(data).hexdigest() != sha256:
+                raise Conflict(f"{source} is no longer the file that was asked to be moved; nothing was moved",
+                               rule="approval.changed")
         if self._root in (src, dst):
             raise InvalidInput("the root cannot be moved, nor anything moved onto it")
         if dst == src or dst.startswith(src + "/"):

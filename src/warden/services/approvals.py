@@ -313,10 +313,13 @@ class ApprovalService:
                     and files.exists(record.destination)
                     and content_digest(files.read_bytes(record.destination)) == pinned):
                 return {"moved": "file", "destination": record.destination, "done_before": True}
-            if not isinstance(pinned, str) or content_digest(files.read_bytes(record.path)) != pinned:
-                raise Conflict(f"{record.path} is no longer the file that was asked to be moved; nothing was moved",
+            if not isinstance(pinned, str):
+                raise Conflict(f"{record.id} is a move without the file it asked to move; nothing was moved",
                                rule="approval.changed")
-            return {"moved": files.move(record.path, record.destination), "destination": record.destination}
+            # Checked and placed in one step, as a new file: the bot's process may hold the asked
+            # inode open for writing (or swap the file between a check and a rename).
+            return {"moved": files.move(record.path, record.destination, sha256=pinned),
+                    "destination": record.destination}
         if again and not files.exists(record.path):
             return {"deleted": None, "done_before": True}
         kind = files.delete(record.path, recursive=bool(record.detail.get("recursive")))

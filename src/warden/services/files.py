@@ -389,12 +389,14 @@ class FileService:
 
         return self._work(pin, rel)
 
-    def move(self, source: str, destination: str) -> str:
+    def move(self, source: str, destination: str, *, sha256: str | None = None) -> str:
         """Rename `source` to `destination`, never over an existing entry; returns its type.
 
         A move removes a name and makes one, so the policy decides `delete` on the source and
         `write` on the destination, and both must allow it; an `ask` on either asks a person
-        once, for the whole move. Parents of the destination are made when missing."""
+        once, for the whole move. Parents of the destination are made when missing. With `sha256`
+        (an approved move: the file as the person was shown it) the file must hold exactly those
+        bytes, and lands as a new file (WorkspaceRoot.move says why)."""
         dst = canonical(destination)
 
         def decide(src: str) -> PathDecision:
@@ -416,7 +418,7 @@ class FileService:
             return PathDecision(True, f"{gone.rule}; {made.rule}", approval=asked.approval, zone=asked.zone)
 
         def work(root: WorkspaceRoot, src: str) -> str:
-            kind = root.move(src, dst)
+            kind = root.move(src, dst, sha256=sha256)
             # A moved folder can complete one that git would take for a repository (HEAD, refs).
             self._defuse_git(dst, "mkdir" if kind == "dir" else "write")
             return kind

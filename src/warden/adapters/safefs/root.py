@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import stat
 from dataclasses import dataclass
@@ -450,9 +451,17 @@ class SafeRoot:
             os.close(dfd)
 
 
-    def move(self, source: str, destination: str) -> str:
+    def move(self, source: str, destination: str, *, sha256: str | None = None) -> str:
         """Rename `source` to `destination` (missing parents of the destination are created);
-        refused when something is at the destination. Returns the type of what moved."""
+        refused when something is at the destination. Returns the type of what moved.
+
+        With `sha256` (a move a person approved) the file is not renamed but copied: its bytes are
+        read once, checked against `sha256`, written to a new file at the destination, and the
+        source removed. A rename would land the very inode a bot's process may still hold open
+        for writing (opened before the move was asked), so it could rewrite the approved file at
+        will; and the bytes checked are exactly the bytes placed (no swap between check and move)."""
+        if sha256 is not None:
+            return self._move_copy(source, destination, sha256)
         src, dst = _parts(source), _parts(destination)
         if not src or not dst:
             raise InvalidInput("the root cannot be moved, nor anything moved onto it")
@@ -491,6 +500,85 @@ class SafeRoot:
             raise _error(exc, source) from None
         finally:
             os.close(src_dfd)
+
+
+    def _move_copy(self, source: str, destination: str, sha256: str) -> str:
+        src, dst = _parts(source), _parts(destination)
+        if not src or not dst:
+            raise InvalidInput("the root cannot be moved, nor anything moved onto it")
+        try:
+            src_dfd = self._dir(src[:-1])
+        except OSError as exc:
+            raise _error(exc, source) from None
+        try:
+            fd = os.open(src[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | _CLOEXEC,
+                         dir_fd=src_dfd)
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise Conflict(f"{source} is no longer the file that was asked to be moved; nothing was moved",
+                                   rule="approval.changed")
+                if st.st_nlink > 1:
+                    raise Denied(f"{source} has {st.st_nlink} hard links; Warden does not move a file with "
+                                 "other names (copy it to a new file instead)", rule="deny: hard-linked file")
+                data = self._read_all(fd, source)
+            finally:
+                os.close(fd)
+            if hashlib.sha256(data).hexdigest() != sha256:
+                raise Conflict(f"{source} is no longer the file that was asked to be moved; nothing was moved",
+                               rule="approval.changed")
+            try:
+                dst_dfd = self._dir(dst[:-1], create=True)
+            except OSError as exc:
+                raise _error(exc, destination) from None
+            try:
+                self._place_new(dst_dfd, dst[-1], data, stat.S_IMODE(st.st_mode) & 0o777, destination)
+            finally:
+                os.close(dst_dfd)
+            # The source goes only while it is the inode read: a file put there since stays.
+            with contextlib.suppress(FileNotFoundError):
+                now = os.stat(src[-1], dir_fd=src_dfd, follow_symlinks=False)
+                if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                    os.unlink(src[-1], dir_fd=src_dfd)
+            return "file"
+        except OSError as exc:
+            raise _error(exc, source) from None
+        finally:
+            os.close(src_dfd)
+
+    def _read_all(self, fd: int, path: str) -> bytes:
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, 1 << 20):
+            total += len(chunk)
+            if self.max_bytes is not None and total > self.max_bytes:
+                raise TooLarge(f"{path} is over the limit of {self.max_bytes} bytes (sandbox.max_file_size_mb)")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    @staticmethod
+    def _place_new(dfd: int, name: str, data: bytes, perm: int, path: str) -> None:
+        """A new file `name` holding `data`, made beside it and renamed into place, never over an entry."""
+        tmp = f".{name[:64]}.{os.urandom(6).hex()}.warden-tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o600, dir_fd=dfd)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fchmod(fd, perm)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                renameat_noreplace(dfd, tmp, dfd, name)
+            except FileExistsError:
+                raise Conflict(f"{path} already exists; Warden never replaces it with a move "
+                               "(delete it first, or pick another name)") from None
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
 
 
 class HostSafeRoots:

@@ -76,8 +76,10 @@ class WorkspaceRoot(Protocol):
 
     def delete(self, path: str, *, recursive: bool = False) -> str: ...
 
-    def move(self, source: str, destination: str) -> str:
-        """Rename beneath the root, never replacing the destination; the type of what moved."""
+    def move(self, source: str, destination: str, *, sha256: str | None = None) -> str:
+        """Rename beneath the root, never replacing the destination; the type of what moved. With
+        `sha256`, a file whose bytes must have that digest, placed as a new file (a copy, then the
+        source removed), never the inode a process may hold open."""
         ...
 
 
