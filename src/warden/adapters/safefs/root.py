@@ -252,21 +252,7 @@ class SafeRoot:
                     raise InvalidInput(f"{path} is a directory; list it instead")
                 raise Denied(f"{path} is a {kind}, not a regular file; Warden reads only regular files",
                              rule=f"deny: not a regular file ({kind})")
-            limit = self.max_bytes
-            if limit is not None and st.st_size > limit:
-                raise TooLarge(f"{path} is {st.st_size} bytes, over the limit of {limit} "
-                               "(sandbox.max_file_size_mb)")
-            chunks: list[bytes] = []
-            total = 0
-            while True:
-                chunk = os.read(fd, 1 << 20 if st.st_size > 65536 else max(st.st_size + 1, 4097))
-                if not chunk:
-                    break
-                total += len(chunk)
-                if limit is not None and total > limit:
-                    raise TooLarge(f"{path} grew past the limit of {limit} bytes while being read")
-                chunks.append(chunk)
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            return self._read_all(fd, st, path)
         except OSError as exc:
             raise _error(exc, path) from None
         finally:
@@ -365,7 +351,10 @@ class SafeRoot:
         finally:
             os.close(dfd)
 
-    def _replace(self, dfd: int, name: str, data: bytes, perm: int) -> None:
+    def _replace(self, dfd: int, name: str, data: bytes, perm: int, *, new: str | None = None) -> None:
+        """`name` in `dfd` made to hold `data`, written beside it and renamed into place. `new`:
+        the path as the caller gave it, for a file that must be new (Conflict if anything is
+        there by the rename: nothing is ever replaced)."""
         tmp = f".{name[:64]}.{os.urandom(6).hex()}.warden-tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o600, dir_fd=dfd)
         try:
@@ -379,7 +368,14 @@ class SafeRoot:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            if new is None:
+                os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            else:
+                try:
+                    renameat_noreplace(dfd, tmp, dfd, name)
+                except FileExistsError:
+                    raise Conflict(f"{new} already exists; Warden never replaces it with a move "
+                                   "(delete it first, or pick another name)") from None
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dfd)
@@ -521,7 +517,7 @@ class SafeRoot:
                 if st.st_nlink > 1:
                     raise Denied(f"{source} has {st.st_nlink} hard links; Warden does not move a file with "
                                  "other names (copy it to a new file instead)", rule="deny: hard-linked file")
-                data = self._read_all(fd, source)
+                data = self._read_all(fd, st, source)
             finally:
                 os.close(fd)
             if hashlib.sha256(data).hexdigest() != sha256:
@@ -532,7 +528,7 @@ class SafeRoot:
             except OSError as exc:
                 raise _error(exc, destination) from None
             try:
-                self._place_new(dst_dfd, dst[-1], data, stat.S_IMODE(st.st_mode) & 0o777, destination)
+                self._replace(dst_dfd, dst[-1], data, stat.S_IMODE(st.st_mode) & 0o777, new=destination)
             finally:
                 os.close(dst_dfd)
             # The source goes only while it is the inode read: a file put there since stays.
@@ -546,39 +542,24 @@ class SafeRoot:
         finally:
             os.close(src_dfd)
 
-    def _read_all(self, fd: int, path: str) -> bytes:
+    def _read_all(self, fd: int, st: os.stat_result, path: str) -> bytes:
+        """The bytes of open regular file `fd` (`st` its fstat), at most `max_bytes`, however
+        it grows while read."""
+        limit = self.max_bytes
+        if limit is not None and st.st_size > limit:
+            raise TooLarge(f"{path} is {st.st_size} bytes, over the limit of {limit} "
+                           "(sandbox.max_file_size_mb)")
         chunks: list[bytes] = []
         total = 0
-        while chunk := os.read(fd, 1 << 20):
+        while True:
+            chunk = os.read(fd, 1 << 20 if st.st_size > 65536 else max(st.st_size + 1, 4097))
+            if not chunk:
+                break
             total += len(chunk)
-            if self.max_bytes is not None and total > self.max_bytes:
-                raise TooLarge(f"{path} is over the limit of {self.max_bytes} bytes (sandbox.max_file_size_mb)")
+            if limit is not None and total > limit:
+                raise TooLarge(f"{path} grew past the limit of {limit} bytes while being read")
             chunks.append(chunk)
-        return b"".join(chunks)
-
-    @staticmethod
-    def _place_new(dfd: int, name: str, data: bytes, perm: int, path: str) -> None:
-        """A new file `name` holding `data`, made beside it and renamed into place, never over an entry."""
-        tmp = f".{name[:64]}.{os.urandom(6).hex()}.warden-tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o600, dir_fd=dfd)
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fchmod(fd, perm)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            try:
-                renameat_noreplace(dfd, tmp, dfd, name)
-            except FileExistsError:
-                raise Conflict(f"{path} already exists; Warden never replaces it with a move "
-                               "(delete it first, or pick another name)") from None
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dfd)
-            raise
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 class HostSafeRoots:
