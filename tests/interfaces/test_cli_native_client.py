@@ -22,6 +22,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,7 +32,14 @@ import pytest
 
 from tests.conftest import at_a_terminal
 from tests.interfaces.test_cli_daemon import daemon_pids, stop_daemon
-from tests.support.native_client import FELL_BACK, FELL_BACK_SAID, build_client, handed_over, strict_copy
+from tests.support.native_client import (
+    FELL_BACK,
+    FELL_BACK_SAID,
+    build_client,
+    build_client_for_another_user,
+    handed_over,
+    strict_copy,
+)
 from tests.support.waiting import wait_until
 from warden.interfaces.cli.cmd_doctor import _client_check
 from warden.interfaces.cli.entry import MAX_FRAME, daemon_paths, recv_frame, send_frame
@@ -175,18 +183,144 @@ def test_what_the_daemon_may_not_serve_goes_to_python(client: Path, strict: Path
     finally:
         os.close(master)
         os.close(slave)
-    # A home a group may write to, a run folder others may enter: no daemon of ours serves it.
-    # Python runs it (the group is the user's own; a home another user may change is refused
-    # before anything: tests/interfaces/test_home_owner.py).
-    for folder, loose in ((home, 0o775), (home / "run", 0o755)):
-        mode = folder.stat().st_mode & 0o7777
-        folder.chmod(loose)
-        try:
-            assert handed(), folder
-            assert run(client, env, "run", "dw", "--", "echo", "here").stdout == b"here\n"
-        finally:
-            folder.chmod(mode)
+    # A run folder others may enter: no daemon of ours serves it. Python runs it (a home another
+    # user may change is refused before anything: tests/interfaces/test_home_owner.py, and below).
+    run_folder = home / "run"
+    mode = run_folder.stat().st_mode & 0o7777
+    run_folder.chmod(0o755)
+    try:
+        assert handed()
+        assert run(client, env, "run", "dw", "--", "echo", "here").stdout == b"here\n"
+    finally:
+        run_folder.chmod(mode)
     assert not handed()
+
+
+def _private_group() -> bool:
+    """Whether this user's primary group is theirs alone (adapters/owned.py's rule)."""
+    from warden.adapters.owned import _private_group as private
+
+    return private(os.getegid(), os.geteuid())
+
+
+@pytest.fixture(scope="module")
+def other_user() -> Iterator[tuple[str, Path, Path]]:
+    """warden-ci (CI's normal user), a native client and its strict copy it may run (in /tmp:
+    the tests' own folders are root's alone)."""
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("needs root to act as another user")
+    import pwd
+
+    try:
+        user = pwd.getpwnam("warden-ci")
+    except KeyError:
+        pytest.skip("no user warden-ci here")
+    tools = Path(tempfile.mkdtemp(prefix="warden-native-tools-", dir="/tmp"))
+    try:
+        tools.chmod(0o755)
+        native = build_client_for_another_user(tools / "venv")
+        strict_one = strict_copy(native, tools / "strict")
+        subprocess.run(["chmod", "-R", "a+rX", str(tools)], check=True)
+        os.chown(strict_one.parent, user.pw_uid, user.pw_gid)  # its stand-in writes there
+        yield user.pw_name, native, strict_one
+    finally:
+        shutil.rmtree(tools, ignore_errors=True)
+
+
+@pytest.mark.parametrize("user", ["root", "warden-ci"])
+def test_a_home_check_owned_takes_is_served_and_one_it_refuses_is_not(
+        user: str, client: Path, strict: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """The daemon and the native client serve exactly the homes check_owned takes
+    (adapters/owned.py's home_problem): one through a link, and one its owner's private group may
+    write (Debian's umask 002), take the quick way; one a shared group may write, a link another
+    user owns, a folder above it others may write (and so swap the home in) go to Python, which
+    refuses them."""
+    import pwd
+
+    if user == "root":
+        if os.geteuid() != 0:
+            pytest.skip("root's run: the other user's is the same as this one's")
+        folder, native, strict_one = tmp_path, client, strict
+        owner = pwd.getpwuid(0)
+        prefix: list[str] = []
+    else:
+        name, native, strict_one = request.getfixturevalue("other_user")
+        owner = pwd.getpwnam(name)
+        folder = Path(tempfile.mkdtemp(prefix="warden-native-home-", dir="/tmp"))
+        folder.chmod(0o755)
+        os.chown(folder, owner.pw_uid, owner.pw_gid)
+        prefix = [str(shutil.which("runuser")), "-u", name, "--"]
+    real = folder / "data" / "warden-home"
+    link = folder / "warden-link"
+    for made in (folder / "data", real):
+        made.mkdir(mode=0o755)
+        os.chown(made, owner.pw_uid, owner.pw_gid)
+    real.chmod(0o700)
+    link.symlink_to(real)
+    os.lchown(link, owner.pw_uid, owner.pw_gid)
+    own = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(folder), "WARDEN_HOME": str(link),
+           "WARDEN_DAEMON_IDLE": "60"}
+
+    def warden(program: Path | list[str], *args: str) -> subprocess.CompletedProcess[bytes]:
+        argv = [str(program)] if isinstance(program, Path) else program
+        return subprocess.run([*prefix, "env", "-i", *(f"{k}={v}" for k, v in own.items()), *argv, *args],
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=180, check=False, cwd="/")
+
+    def quick() -> bool:
+        """Whether the strict copy (no Python) ran it: through the daemon."""
+        done = warden(strict_one, "run", "dw", "--", "echo", "quick")
+        if (done.returncode, done.stderr) == (FELL_BACK, FELL_BACK_SAID):
+            return False
+        assert (done.returncode, done.stdout) == (0, b"quick\n"), done
+        return True
+
+    def refused() -> bool:
+        """Handed to Python, which refuses the home (check_owned's `denied`)."""
+        done = warden(native, "run", "dw", "--", "true")
+        return not quick() and done.returncode == 3 and b"WARDEN_HOME" in done.stderr
+
+    try:
+        # (root's test venv has no uv of its own: the Python client's makes the layer)
+        made = warden(PYTHON_CLIENT if user == "root" else native, "create", "dw", "--template", "minimal")
+        assert made.returncode == 0, made.stderr
+        assert warden(native, "run", "dw", "--", "true").returncode == 0  # starts the daemon
+        wait_until(quick, timeout=30, message="the daemon does not serve a home through a link")
+        # The owner's private group may write it (as `mkdir` makes it under umask 002).
+        real.chmod(0o775)
+        if user != "root" or _private_group():
+            assert quick(), "a home only the user's private group may write is not served"
+        # A group the user shares may write it: another user may swap what is in it.
+        os.chown(real, -1, grp_of("users"))
+        assert refused()
+        os.chown(real, -1, owner.pw_gid)
+        real.chmod(0o700)
+        assert quick()
+        # A folder above it others may write, not sticky: the home may be swapped by them.
+        (folder / "data").chmod(0o777)
+        assert refused()
+        (folder / "data").chmod(0o755)
+        # A link another user owns (in a sticky folder they may replace it).
+        os.lchown(link, NOBODY, -1)
+        assert refused()
+        os.lchown(link, owner.pw_uid, -1)
+        assert quick()
+    finally:
+        stop_daemon(link)
+        if user != "root":
+            subprocess.run([*prefix, "chmod", "-R", "u+w", str(folder)], check=False, capture_output=True)
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def grp_of(name: str) -> int:
+    import grp
+
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        pytest.skip(f"no group {name} here")
+
+
+NOBODY = 65534
 
 
 def test_with_no_daemon_yet_python_runs_it_and_starts_one(client: Path, strict: Path, tmp_path: Path) -> None:

@@ -60,3 +60,30 @@ def strict_copy(client: Path, folder: Path) -> Path:
 def handed_over(strict: Path) -> list[str]:
     """What the descriptors of the strict copy's last Python stand-in were (readlink's words)."""
     return (strict.parent / "descriptors").read_text().split()
+
+
+def build_client_for_another_user(folder: Path) -> Path:
+    """The native client built as `folder`/bin/warden for a user other than root: its `python`
+    the system's (this one's may be under /root, out of their reach), of this one's version, in
+    a venv that finds this one's packages and Warden's sources. `folder` must be reachable by them."""
+    system = Path("/usr/bin/python3")
+    probe = subprocess.run([str(system), "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                           text=True, check=False) if system.exists() else None
+    if probe is None or probe.stdout.strip() != str(sys.version_info[:2]):
+        pytest.skip(f"no system Python {sys.version_info[0]}.{sys.version_info[1]} for another user to run Warden with")
+    subprocess.run([str(system), "-m", "venv", "--without-pip", str(folder)], check=True, capture_output=True)
+    import site
+
+    import warden
+
+    found = [p for p in site.getsitepackages() if Path(p).is_dir()] + [str(Path(warden.__file__).parents[1])]
+    [packages] = (folder / "lib").glob("python*/site-packages")
+    (packages / "warden-tests.pth").write_text("\n".join(found) + "\n")
+    if (Path(sys.prefix) / "libexec").exists():
+        (folder / "libexec").symlink_to(Path(sys.prefix) / "libexec")
+    output = folder / "bin" / "warden"
+    built = subprocess.run([str(BUILD), str(output)], capture_output=True, text=True, check=False)
+    if built.returncode == _NO_COMPILER:
+        pytest.skip("no C compiler: `warden` is the Python client")
+    assert built.returncode == 0, built.stderr
+    return output

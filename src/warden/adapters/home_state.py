@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from warden.adapters.atomic import write_atomic
-from warden.adapters.owned import ancestor_problem, others_may_write
+from warden.adapters.owned import ancestor_problem, home_problem, others_may_write
 from warden.adapters.store.db import Database
 from warden.core.errors import Denied, Unavailable
 
@@ -71,23 +71,22 @@ def _owner(path: str | None) -> int | None:
 
 def _check_owned(root: Path) -> None:
     me = os.geteuid()
-    problem = ancestor_problem(root)
-    if problem is not None:
-        raise Denied(f"WARDEN_HOME {root} cannot be trusted: {problem[0]}; {problem[1]}", rule="home.owner")
-    try:
-        st = os.stat(root)  # through a link to the home: the folder it names is what must be ours
-    except FileNotFoundError:
-        return  # to be made by this user, mode 0700 (and looked at again then)
-    if not stat.S_ISDIR(st.st_mode):
+    problem = home_problem(root)  # the rules, shared with the daemon and its clients
+    if problem is None:
+        return
+    if problem.rule == "path":
+        raise Denied(f"WARDEN_HOME {root} cannot be trusted: {problem.why}; {problem.fix}", rule="home.owner")
+    st = problem.st
+    assert st is not None  # the folder's rules carry its stat
+    if problem.rule == "folder":
         raise Denied(f"WARDEN_HOME {root} is not a folder; point WARDEN_HOME at a folder of yours", rule="home.owner")
-    if st.st_uid != me:
+    if problem.rule == "owner":
         raise Denied(f"WARDEN_HOME {root} belongs to uid {st.st_uid}, not to you (uid {me}): its owner could "
                      "replace its keys and registry; use a home of your own (unset WARDEN_HOME for ~/.warden)",
                      rule="home.owner")
-    if others_may_write(st, os.path.realpath(root)):
-        raise Denied(f"WARDEN_HOME {root} may be written by other users (mode {stat.S_IMODE(st.st_mode):o}): they "
-                     f"could replace its keys and registry; run `chmod go-w {root}` if no one else did",
-                     rule="home.owner")
+    raise Denied(f"WARDEN_HOME {root} may be written by other users (mode {stat.S_IMODE(st.st_mode):o}): they "
+                 f"could replace its keys and registry; run `chmod go-w {root}` if no one else did",
+                 rule="home.owner")
 
 
 def check_registry_owned(db_path: Path) -> None:

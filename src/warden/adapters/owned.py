@@ -6,8 +6,12 @@ an entry met while the path is followed (a folder above it, or a link: in a stic
 link's owner may replace it), or anyone when a folder on the way is writable by a group or
 others and not sticky (as /tmp is: there only an entry's owner may rename it). A group that is
 the user's own private one (Debian's and Ubuntu's user private groups: named as the user, the
-user's primary group, no other member) is the user alone: a folder made under umask 002 is
-writable by it, and no other user.
+user's primary group, no other member, no other user's primary group) is the user alone: a
+folder made under umask 002 is writable by it, and no other user.
+
+`home_problem` is the rule for Warden's home (home_state.check_owned words its refusals); the
+native client (interfaces/cli/client.c, `trusted_home`) keeps the same list in C: change them
+together.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ import errno
 import functools
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ancestor_problem", "others_may_write"]
+__all__ = ["HomeProblem", "ancestor_problem", "home_problem", "others_may_write"]
 
 
 def others_may_write(st: os.stat_result, where: str | int | os.PathLike[str]) -> bool:
@@ -56,7 +61,10 @@ def _private_group(gid: int, uid: int) -> bool:
         group = grp.getgrgid(gid)
     except KeyError:
         return False
-    return gid == me.pw_gid and group.gr_name == me.pw_name and set(group.gr_mem) <= {me.pw_name}
+    if gid != me.pw_gid or group.gr_name != me.pw_name or not set(group.gr_mem) <= {me.pw_name}:
+        return False
+    # Another account made with `useradd -g alice` writes with alice's group all the same.
+    return not any(other.pw_gid == gid and other.pw_uid != uid for other in pwd.getpwall())
 
 
 # As the kernel's limit on links followed in one lookup (ELOOP, path_resolution(7)).
@@ -126,4 +134,37 @@ def ancestor_problem(folder: Path) -> tuple[str, str] | None:
                     f"give a folder outside {entry}, on a path only you and root may change")
             return (f"{entry} above it may be written by a group or other users, who could put a folder of "
                     "theirs in its place", mend)
+    return None
+
+
+
+@dataclass(frozen=True)
+class HomeProblem:
+    """Why a home is not the user's alone. `rule`: "path" (a folder or link on the way to it,
+    `why` and `fix` from ancestor_problem), "folder" (not one), "owner" (another user's) or
+    "writable" (by others); `st`: the folder's stat for the last three."""
+
+    rule: str
+    why: str = ""
+    fix: str = ""
+    st: os.stat_result | None = None
+
+
+def home_problem(root: Path) -> HomeProblem | None:
+    """What makes the home `root` one another user could change or swap; None when nothing does
+    (nor when it is not made yet). check_owned words it; the daemon and its clients serve only a
+    home it passes, used through a link to it (client.c's trusted_home: the same rules, in C)."""
+    problem = ancestor_problem(root)
+    if problem is not None:
+        return HomeProblem("path", *problem)
+    try:
+        st = os.stat(root)  # through a link to the home: the folder it names is what must be ours
+    except FileNotFoundError:
+        return None  # to be made by this user, mode 0700 (and looked at again then)
+    if not stat.S_ISDIR(st.st_mode):
+        return HomeProblem("folder", st=st)
+    if st.st_uid != os.geteuid():
+        return HomeProblem("owner", st=st)
+    if others_may_write(st, os.path.realpath(root)):
+        return HomeProblem("writable", st=st)
     return None

@@ -22,10 +22,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <langinfo.h>
 #include <limits.h>
 #include <locale.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +36,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -220,13 +223,157 @@ static int home_of(char *home)
     return 1;
 }
 
-/* entry.py's ours: a real folder of this user's that no other may write to (private: nor read
- * or enter). */
-static int ours(const char *path, int private)
+/* entry.py's ours, on a folder open as `fd`: of this user's, no other may write to it (private:
+ * nor read or enter). */
+static int ours(int fd, int private)
 {
     struct stat st;
-    return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+    return fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
            (st.st_mode & (private ? 077 : 022)) == 0;
+}
+
+/* ---- the home's check: adapters/owned.py's home_problem, the same rules (change them together) */
+
+/* owned.py's _private_group: `gid` is this user's private group (named as the user, the user's
+ * primary group, no other member, no other user's primary group). */
+static int private_group(gid_t gid)
+{
+    struct passwd *me = getpwuid(geteuid()), *other;
+    if (me == NULL || me->pw_gid != gid)
+        return 0;
+    uid_t uid = me->pw_uid;
+    size_t len = strlen(me->pw_name);
+    char name[256];
+    if (len >= sizeof name)
+        return 0;
+    memcpy(name, me->pw_name, len + 1); /* getgrgid and getpwent may reuse getpwuid's storage */
+    struct group *group = getgrgid(gid);
+    if (group == NULL || strcmp(group->gr_name, name) != 0)
+        return 0;
+    for (char **member = group->gr_mem; *member; member++)
+        if (strcmp(*member, name) != 0)
+            return 0;
+    int alone = 1;
+    setpwent();
+    while (alone && (other = getpwent()) != NULL)
+        alone = other->pw_gid != gid || other->pw_uid == uid;
+    endpwent();
+    return alone;
+}
+
+/* owned.py's _has_access_list, of the file open as `fd` (O_PATH: read through /proc). */
+static int has_access_list(int fd)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    if (getxattr(path, "system.posix_acl_access", NULL, 0) >= 0)
+        return 1;
+    return errno != ENODATA && errno != ENOTSUP; /* none, or none possible there */
+}
+
+/* owned.py's others_may_write: a user other than this one (root aside) may write the file `st`
+ * describes, open as `fd`. */
+static int others_may_write(const struct stat *st, int fd)
+{
+    if (st->st_mode & 002)
+        return 1;
+    if (!(st->st_mode & 020))
+        return 0;
+    return !private_group(st->st_gid) || has_access_list(fd);
+}
+
+/* As the kernel's limit on links followed in one lookup (ELOOP), owned.py's _MAX_LINKS. */
+#define MAX_LINKS 40
+
+/* owned.py's home_problem, by descriptors: `home` followed from `/` one entry at a time as the
+ * kernel does (owned.py's _met), each entry opened without following it and looked at through
+ * what was opened: every folder on the way and every link is this user's or root's, a folder on
+ * the way no other may write to unless sticky (as /tmp), and the home itself (a link's target) a
+ * folder of this user's no other may write to. Its descriptor (O_PATH), or -1 for anything else
+ * (not made yet, unreadable, too long): Python then looks at it, and says what is wrong. What is
+ * used after is the folder that was looked at, whatever is renamed meanwhile. */
+static int trusted_home(const char *home)
+{
+    static char pending[2 * PATH_MAX], next[2 * PATH_MAX];
+    uid_t me = geteuid();
+    int links = 0, here = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (here < 0 || strlen(home) >= sizeof pending)
+        goto refused;
+    strcpy(pending, home);
+    char *rest = pending;
+    for (;;) {
+        while (*rest == '/')
+            rest++;
+        if (*rest == '\0')
+            return here; /* checked as the last entry, or `/` itself: refused below unless ours */
+        char *end = strchrnul(rest, '/'), *name = rest;
+        int last = *end == '\0' || end[strspn(end, "/")] == '\0';
+        rest = *end ? end + 1 : end;
+        *end = '\0';
+        if (strcmp(name, ".") == 0)
+            continue;
+        int entry = openat(here, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        if (entry < 0 || fstat(entry, &st) < 0) {
+            if (entry >= 0)
+                close(entry);
+            goto refused;
+        }
+        if (strcmp(name, "..") != 0 && st.st_uid != me && st.st_uid != 0) {
+            close(entry);
+            goto refused; /* its owner could put a folder of theirs in its place */
+        }
+        if (S_ISLNK(st.st_mode)) {
+            char target[PATH_MAX];
+            ssize_t n = readlinkat(entry, "", target, sizeof target - 1);
+            close(entry);
+            if (n <= 0 || ++links > MAX_LINKS)
+                goto refused;
+            target[n] = '\0';
+            /* The target, then what was still to follow: from `/` when it is absolute, else
+             * from the link's folder. */
+            size_t more = strlen(rest);
+            if ((size_t)n + 1 + more >= sizeof next)
+                goto refused;
+            memcpy(next, target, (size_t)n);
+            next[n] = '/';
+            memcpy(next + n + 1, rest, more + 1);
+            memcpy(pending, next, (size_t)n + 2 + more);
+            rest = pending;
+            if (target[0] == '/') {
+                close(here);
+                if ((here = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+                    goto refused;
+            }
+            continue;
+        }
+        close(here);
+        here = entry;
+        /* `..` from a real folder is its real parent, one met on the way already. A folder on the
+         * way: no other may write to it (and swap what is in it) unless it is sticky; the home
+         * itself: not at all, and its own (below). */
+        if (!S_ISDIR(st.st_mode) ||
+            (!last && others_may_write(&st, entry) && !(st.st_mode & S_ISVTX)))
+            goto refused;
+    }
+refused:
+    if (here >= 0)
+        close(here);
+    return -1;
+}
+
+/* The home folder `home` opens to, once trusted_home took it: a folder of this user's no other
+ * may write to (owned.py's home_problem, for the folder itself). */
+static int home_folder(const char *home)
+{
+    int fd = trusted_home(home);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+                    others_may_write(&st, fd))) {
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 /* ---- the request --------------------------------------------------------------------------- */
@@ -623,16 +770,15 @@ static _Noreturn void follow(int sock, pid_t peer)
  * ending with its status; a return only where Python is to run it. */
 static void through_daemon(const char *home)
 {
-    static char run[PATH_MAX], lock[PATH_MAX];
     struct sockaddr_un address = {.sun_family = AF_UNIX};
-    struct stat st;
-    if (!join(run, sizeof run, home, "run") || !join(lock, sizeof lock, run, "daemon.lock") ||
-        !join(address.sun_path, sizeof address.sun_path, run, "daemon.sock"))
-        return;
     /* A home of another user's (or open to others), a run folder others may enter: no daemon
-     * of ours serves it. */
-    if (!ours(home, 0) || (lstat(run, &st) == 0 && !ours(run, 1)))
+     * of ours serves it. Both are used by the descriptors looked at, not by name again: a folder
+     * renamed into their place meanwhile is not the one the socket is looked for in. */
+    int folder = home_folder(home);
+    int run = folder < 0 ? -1 : openat(folder, "run", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (run < 0 || !ours(run, 1))
         return;
+    snprintf(address.sun_path, sizeof address.sun_path, "/proc/self/fd/%d/daemon.sock", run);
     int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct timeval limit = {CONNECT_S, 0};
     if (sock < 0 || setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit) < 0 ||
@@ -646,7 +792,7 @@ static void through_daemon(const char *home)
     /* Proof that this process may write in the home (a Landlock ruleset or a read-only mount
      * around it would refuse the open), and a pidfd of itself: the daemon judges this very
      * process, not one that may take its pid. */
-    int proof = open(lock, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    int proof = openat(run, "daemon.lock", O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     int me = proof < 0 ? -1 : (int)syscall(SYS_pidfd_open, getpid(), 0);
     if (me < 0)
         return;

@@ -56,6 +56,7 @@ from warden.interfaces.cli.entry import (
     recv_frame,
     reply,
     send_frame,
+    trusted_home,
 )
 
 __all__ = ["Daemon", "main"]
@@ -257,9 +258,14 @@ class Daemon:
 
     def serve(self) -> int:
         path, lock_path = daemon_paths(self.home)
+        # The home as check_owned takes it (a link to it, a folder of the user's private group):
+        # client.c and entry.py serve through it only on the same rules.
+        if not trusted_home(self.home):
+            _log(self.home, "the home is another user's or open to others: no daemon")
+            return 1
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        if not ours(self.home, private=False) or not ours(os.path.dirname(path), private=True):
-            _log(self.home, "the home or its run folder is another user's or open to others: no daemon")
+        if not ours(os.path.dirname(path), private=True):
+            _log(self.home, "the home's run folder is another user's or open to others: no daemon")
             return 1
         lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from typing import NoReturn
 
 __all__ = ["MAX_FRAME", "daemon_paths", "decode_request", "encode_request", "home_of", "is_daemon_run", "main",
-           "ours", "recv_frame", "reply", "send_frame"]
+           "ours", "recv_frame", "reply", "send_frame", "trusted_home"]
 
 MAX_FRAME = 1 << 20  # a request is a command line and an environment: far below this
 _CONNECT_S = 2.0  # seconds to reach the daemon and hand it the request
@@ -234,7 +234,7 @@ def _through_daemon(argv: Sequence[str], home: str) -> int | None:
     """The command's status, run by the daemon's child; None: run it here (and, when no daemon
     answered, one is started for the next command)."""
     path, _ = daemon_paths(home)
-    if not ours(home, private=False):
+    if not trusted_home(home):
         return None  # a home of another user's (or open to others): no daemon of ours serves it
     if os.path.lexists(os.path.dirname(path)) and not ours(os.path.dirname(path), private=True):
         return None
@@ -254,6 +254,17 @@ def _through_daemon(argv: Sequence[str], home: str) -> int | None:
         return _served(sock, argv, peer)
     finally:
         sock.close()
+
+
+def trusted_home(home: str) -> bool:
+    """Whether `home` is a folder that check_owned takes (adapters/owned.py's home_problem: of
+    this user's, on a path only they and root may change; through a link to it, group-writable
+    by their private group): the home a daemon may serve, as client.c's trusted_home decides."""
+    from pathlib import Path
+
+    from warden.adapters.owned import home_problem
+
+    return os.path.isdir(home) and home_problem(Path(home)) is None
 
 
 def ours(path: str, *, private: bool) -> bool:
