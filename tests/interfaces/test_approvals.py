@@ -255,6 +255,13 @@ def test_a_move_waiting_for_approval_names_where_it_goes(loop: dict[str, object]
     assert "/final/moved.md" in listed.stdout, listed.stdout
     shown = _cli(loop, "approvals", "--show", approval_id)
     assert "idle asks to move /drafts/moving.md to /final/moved.md" in shown.stdout, shown.stdout
+    # What would land is shown, as a new file at the destination (it showed only the two paths).
+    assert "+++ b/final/moved.md" in shown.stdout and "\n+draft" in shown.stdout, shown.stdout
+    (root / "drafts" / "moving.md").write_text("changed by the bot\n")
+    changed = _cli(loop, "approvals", "--show", approval_id)
+    assert "changed since it was asked: approving it moves nothing" in changed.stdout, changed.stdout
+    assert "changed by the bot" not in changed.stdout
+    (root / "drafts" / "moving.md").write_text("draft\n")
     done = _cli(loop, "approve", approval_id)
     assert done.returncode == 0, done.stderr
     assert "move /drafts/moving.md to /final/moved.md in paper done" in done.stdout, done.stdout

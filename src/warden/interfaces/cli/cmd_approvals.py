@@ -70,7 +70,8 @@ def _show(ctx: Context, record: ApprovalRecord) -> Output:
 
 
 def _diff(ctx: Context, record: ApprovalRecord) -> str | None:
-    """The change a pending write would make, as a unified diff (text), or a one-line summary."""
+    """The change a pending write or move would make, as a unified diff (text; a move's as the new
+    file at its destination), or a one-line summary."""
     import difflib
 
     if record.op == "git.push":
@@ -89,18 +90,32 @@ def _diff(ctx: Context, record: ApprovalRecord) -> str | None:
                 "  message:", *margined(proposal.message)]
         text = proposal.diff or "\n".join(f"{status} {path}" for status, path in proposal.files)
         return "\n".join([*head, *(printable(line) for line in text.split("\n"))])
-    if record.op != "write":
-        return None
-    shown = printable(record.path)
-    new = ctx.app.approvals.content(record.id) or b""
     from warden.core.errors import NotFound, WardenError
 
-    try:
-        old = ctx.app.files(record.workspace).read_bytes(record.path)
-    except NotFound:
-        old = b""  # a new file
-    except WardenError:  # a folder, a link: say so rather than guess
-        return f"  (the current {shown} cannot be read as a file)"
+    if record.op == "move" and record.destination is not None:
+        # What would land at the destination: the file's bytes as they are now, which approving
+        # places only while they are still the bytes the bot asked to move (their hash).
+        from warden.core.approvals import content_digest
+
+        try:
+            new = ctx.app.files(record.workspace).read_bytes(record.path)
+        except WardenError:
+            return f"  (the file {printable(record.path)} is gone or no longer a file: approving it moves nothing)"
+        if content_digest(new) != record.detail.get("source_sha256"):
+            return (f"  (the file {printable(record.path)} changed since it was asked: approving it moves nothing; "
+                    "deny it, and the bot may ask again)")
+        shown, old = printable(record.destination), b""
+    elif record.op == "write":
+        shown = printable(record.path)
+        new = ctx.app.approvals.content(record.id) or b""
+        try:
+            old = ctx.app.files(record.workspace).read_bytes(record.path)
+        except NotFound:
+            old = b""  # a new file
+        except WardenError:  # a folder, a link: say so rather than guess
+            return f"  (the current {shown} cannot be read as a file)"
+    else:
+        return None
     try:
         a, b = old.decode("utf-8").splitlines(keepends=True), new.decode("utf-8").splitlines(keepends=True)
     except UnicodeDecodeError:
