@@ -540,3 +540,30 @@ def test_a_background_process_that_ended_on_a_full_disk_keeps_its_output_and_sta
         disk.free()
     assert said, "the disk was never full enough to refuse a collection"
     assert all(line.startswith(f"warden: no space left on {disk.path}") for line in said), said
+
+
+def test_a_rollbacks_save_stops_at_min_free_not_at_a_full_disk(disk: Disk) -> None:
+    """The save a rollback makes first (of what the workspace holds now) is not bounded by
+    workspace.max_disk, and workspace.min_free was looked at only as it started: one save of a
+    workspace a bot filled took the home's filesystem below min_free (or to nothing). It now
+    stops at the room above min_free, frees what it wrote, and changes nothing."""
+    disk.set_up()
+    assert disk.warden("config", "set", "workspace.min_free", "8M").code == 0
+    assert disk.warden("run", "W", "--", "sh", "-c", "echo kept > f.txt").code == 0
+    saved = json.loads(disk.warden("checkpoint", "W", "--json").stdout)["data"]["id"]
+    # What the bot wrote since: 12 MiB that no checkpoint holds.
+    wrote = disk.warden("run", "W", "--", "sh", "-c", "head -c 12582912 /dev/urandom > big.bin")
+    assert wrote.code == 0, wrote.stderr
+    disk.fill(8 * 1024 + 10 * 1024)  # 10 MiB above min_free: room for less than the save
+    try:
+        done = disk.warden("rollback", "W", saved)
+        avail = int(disk.inside("df", "-k", "--output=avail", str(disk.path)).stdout.split()[-1])
+    finally:
+        disk.free()
+    assert done.code != 0 and "Traceback" not in done.stderr, done.stderr
+    assert "no space left on the filesystem of Warden's home to save W" in done.stderr, done.stderr
+    assert "workspace.min_free" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert avail >= 8 * 1024, f"the save left {avail} KB free, below workspace.min_free (8 MiB)"
+    listed = disk.warden("run", "W", "--", "sh", "-c", "cat f.txt; stat -c %s big.bin")
+    assert listed.stdout.split() == ["kept", "12582912"], listed  # nothing was rolled back
+    assert disk.warden("audit", "verify").code == 0

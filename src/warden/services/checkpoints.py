@@ -24,9 +24,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from warden.core.checkpoints import Entry, Manifest, Version, check_id, normalize_scope, plan_rollback, retain
-from warden.core.errors import Conflict, InvalidInput, NotFound, TooLarge, WardenError
+from warden.core.errors import Conflict, InvalidInput, NotFound, TooLarge, Unavailable, WardenError
 from warden.core.paths import canonical
 from warden.core.ports import VersionStore
+from warden.core.quota import FREE_KEY
 from warden.core.settings import Settings
 from warden.core.workspaces import WorkspaceRecord
 from warden.services.audit import AuditLog
@@ -136,22 +137,29 @@ class CheckpointService:
                  bounded: bool = True) -> Manifest:
         """Capture under the store's lock: objects first, the manifest last. With `reuse`, a tree
         the newest checkpoint already holds as it is gives that checkpoint, not a new one; unless
-        `bounded`, workspace.max_disk does not refuse it (only workspace.min_free does)."""
+        `bounded`, workspace.max_disk does not refuse it, only the room left above
+        workspace.min_free on the home's filesystem does (counted as it is written: a check at
+        the start alone let one save of a full workspace fill that filesystem)."""
         previous = self.store.manifests(record.name, record.id)
         known = {e.path: e for e in previous[-1].entries} if previous else {}
         if self.store.begin_capture(record.name):
             self._collect(record)  # the last capture was killed: its objects are named by no manifest
         try:
-            if not bounded and self._quota is not None:
-                self._quota.check_free()
-            budget = self._budget(record) if bounded else None
+            room = self._quota.room() if not bounded and self._quota is not None else None
+            budget = self._budget(record) if bounded else room
             captured = self.store.capture(record.name, record.path, known=known, budget=budget,
                                           now_ns=self._now_ns())
         except TooLarge:
             # Objects placed before the refusal are named by no manifest: free them now.
             self._collect(record)
             self.store.end_capture(record.name)
-            raise
+            if bounded:
+                raise
+            raise Unavailable(f"no space left on the filesystem of Warden's home to save {record.name} as it is "
+                              f"now before the rollback: it needs more than the {room:,} bytes there above "
+                              f"{FREE_KEY}; nothing was changed; free disk space there (`warden checkpoints "
+                              f"{record.name} --drop ID` frees old checkpoints), or lower {FREE_KEY}",
+                              rule=FREE_KEY) from None
         if reuse and previous and _same_content(previous[-1].entries, captured.entries):
             self.store.end_capture(record.name)
             return previous[-1]

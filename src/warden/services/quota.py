@@ -48,6 +48,12 @@ class QuotaService:
         if problem is not None:
             raise Unavailable(problem, rule=FREE_KEY)
 
+    def room(self) -> int:
+        """The bytes Warden may still write on the filesystem of its home before it has less than
+        `workspace.min_free` free (Unavailable when it has less already)."""
+        self.check_free()
+        return max(0, self._disk.free_bytes(self._existing_home()) - self.limits().min_free)
+
     def usage(self, path: str) -> Usage:
         """What workspace folder `path` holds now (one walk), with what Warden keeps of it."""
         return self._disk.measure(path).plus(self._kept(path), 0)
