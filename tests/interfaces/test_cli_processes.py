@@ -527,3 +527,46 @@ def test_a_workspace_folder_replaced_under_its_live_sandbox_gets_a_fresh_one(cli
         assert stops and "replaced" in json.dumps(stops[-1]["detail"]), stops
     finally:
         cli("destroy", "moved", "--yes", "--no-archive")
+
+
+def _shortest_unique_start(process_id: str, others: list[str]) -> str:
+    return next(process_id[:n] for n in range(1, 17) if not any(o.startswith(process_id[:n]) for o in others))
+
+
+def test_a_process_is_named_by_the_start_of_its_id_as_docker_names_a_container(cli: Cli, ws: str) -> None:
+    """`warden logs ws 9d3b`: the whole id was required. A unique start names its process in logs,
+    kill and wait (answered with the whole id); one several ids begin is one line naming them,
+    exit 2, acting on none; one none begins is not found."""
+    ids: list[str] = []
+    pair: list[str] = []
+    while len(pair) < 2:  # until two ids share a first digit: 17 at most
+        ids.append(_detach(cli, ws, "sleep", "300"))
+        pair = [i for i in ids if i[0] == ids[-1][0]]
+    try:
+        # The workspace's other processes (earlier tests' ones, ended ones it still lists) are
+        # named by starts too: the starts below are told apart from all of them.
+        _named_by_their_start(cli, ws, sorted(set(ids) | set(_ps(cli, ws))), pair[0], pair[1])
+    finally:
+        for other in ids:
+            cli("kill", ws, other, "--signal", "KILL")
+
+
+def _named_by_their_start(cli: Cli, ws: str, ids: list[str], first: str, second: str) -> None:
+    common = next(first[:n] for n in range(16, 0, -1) if second.startswith(first[:n]))
+    for command in ("logs", "kill", "wait"):
+        ambiguous = cli(command, ws, common)
+        assert ambiguous.code == 2 and len(ambiguous.stderr.splitlines()) == 1, ambiguous.stderr
+        assert first in ambiguous.stderr and second in ambiguous.stderr and "ambiguous" in ambiguous.stderr
+    assert _ps(cli, ws)[first]["status"] == _ps(cli, ws)[second]["status"] == "running"  # neither touched
+    start = _shortest_unique_start(first, [i for i in ids if i != first])
+    logs = cli("logs", ws, start, "--json")
+    assert logs.code == 0 and logs.json["data"]["id"] == first, logs.stdout + logs.stderr
+    killed = cli("kill", ws, start, "--signal", "KILL")
+    assert killed.code == 0 and killed.stdout.startswith(f"{first} killed"), killed.stdout + killed.stderr
+    waited = cli("wait", ws, start, "--json")
+    assert waited.code == 137 and waited.json["data"]["id"] == first
+    assert _ps(cli, ws)[second]["status"] == "running"
+    absent = next(a + b for a in "0123456789abcdef" for b in "0123456789abcdef"
+                  if not any(i.startswith(a + b) for i in ids))
+    assert cli("logs", ws, absent).code == 4  # not found
+    assert cli("logs", ws, "xyz").code == 2  # not an id's start at all

@@ -54,3 +54,19 @@ def test_piped_rows_stay_one_line_each() -> None:
 def test_wrapped_cells_keep_their_column() -> None:
     text = table(["Name", "Note"], [["short", "one two three four five six"]], width=20)
     assert text.splitlines() == ["Name   Note", "short  one two three", "       four five six"]
+
+
+def test_piped_doctor_is_not_padded_to_its_widest_cell(cli: Cli) -> None:
+    """Piped, doctor padded every Detail to its longest one (a normal user's cgroup line, hundreds
+    of characters): each row ran to the same great width, most of it blanks before its Fix."""
+    piped = cli("doctor").stdout.split("\n\n")[0].splitlines()
+    assert piped[0].split() == ["Check", "Status", "Detail", "Fix"]
+    assert all("   " + " " * 32 not in line for line in piped), "\n".join(piped)
+    assert piped[0].endswith("Status  Detail  Fix")  # past a wide column the next follows two spaces on
+
+
+def test_a_piped_column_wider_than_the_pad_is_not_padded() -> None:
+    rows = [["a", "x" * 300, "1"], ["bb", "y", "2"]]
+    assert table(["K", "V", "W"], rows, width=0).splitlines() == ["K   V  W", "a   " + "x" * 300 + "  1", "bb  y  2"]
+    narrow = [["a", "short", "1"], ["bb", "y", "2"]]  # columns within the pad stay aligned
+    assert table(["K", "V", "W"], narrow, width=0).splitlines() == ["K   V      W", "a   short  1", "bb  y      2"]

@@ -264,3 +264,17 @@ def test_doctor_says_a_home_refused_is_missing(cli: Cli, home: Path) -> None:
     home.chmod(0o700)
     row = next(c for c in cli("doctor", "--json").json["data"]["checks"] if c["name"] == "home")
     assert row["ok"] and str(home) in row["detail"]
+
+
+@pytest.mark.skipif(ROOT, reason="root may make /.warden: the refusal needs a user who may not write /")
+def test_a_home_that_cannot_be_made_names_WARDEN_HOME_as_the_fix(cli: Cli) -> None:
+    """A container started with `--user` and no home has HOME=/: ~/.warden was refused "permission
+    denied by the file system: /.warden", naming no fix. The refusal names WARDEN_HOME, and doctor
+    (where a refused person looks) says the home is missing, with that fix."""
+    env = {"HOME": "/", "WARDEN_HOME": ""}
+    _refused(cli("init", env=env), "/.warden cannot be made", "WARDEN_HOME=/some/folder")
+    _refused(cli("list", env=env), "WARDEN_HOME=/some/folder")
+    assert "sudo -E" not in cli("list", env=env).stderr  # HOME=/ is root's, but no `sudo -E` left it so
+    said = cli("doctor", "--json", env=env)
+    row = next(c for c in said.json["data"]["checks"] if c["name"] == "home")
+    assert said.code == 1 and not row["ok"] and row["fix"].startswith("set WARDEN_HOME=/some/folder"), said.stdout

@@ -316,3 +316,25 @@ def test_a_hostile_supervisor_answer_cannot_hurt_the_server(world: World) -> Non
         stop.set()
         thread.join(5)
     assert b"Traceback" not in world.server.output()
+
+
+def test_a_start_of_an_id_names_only_the_bots_own_process(world: World) -> None:
+    """A process may be named by the start of its id (as docker names a container), over HTTP and
+    the SDK too; the start is matched against the asking bot's own processes alone, so another
+    bot's is neither acted on nor said to exist."""
+    alice, bob = world.ws("alice"), world.ws("bob")
+    hers = alice.run(["sleep", "300"], background=True)
+    his = bob.run(["sleep", "300"], background=True)
+    start = next(hers.id[:n] for n in range(4, 17) if not his.id.startswith(hers.id[:n]))
+    for attempt in (lambda: bob.processes.get(start), lambda: bob.processes.logs(start),
+                    lambda: bob.processes.kill(start, "KILL")):
+        with pytest.raises(NotFound):
+            attempt()
+    assert hers.info().status == "running"
+    assert alice.processes.get(start).id == hers.id
+    said = httpx.get(f"{world.server.url}/v1/workspaces/shared/processes/{start}/logs",
+                     headers={"Authorization": f"Bearer {world.tokens['alice']}"}, timeout=30)
+    assert said.status_code == 200 and said.json()["id"] == hers.id, said.text
+    assert alice.processes.kill(start, "KILL").id == hers.id
+    assert hers.wait(30).status == "killed"
+    assert his.kill("KILL").status == "killed"

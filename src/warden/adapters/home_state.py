@@ -55,11 +55,27 @@ def check_owned(root: Path, user_home: str | None = None) -> None:
         _check_owned(root)
     except (Denied, PermissionError):
         owner = _owner(user_home)
-        if user_home is None or owner is None or owner == os.geteuid():
+        # HOME=/ is root's too, but no `sudo -E` left it so: a container started with `--user` and
+        # no home has it, and its fix is WARDEN_HOME alone (the refusal _check_makeable gives).
+        if user_home is None or owner is None or owner == os.geteuid() or os.path.realpath(user_home) == "/":
             raise
         raise Denied(f"Warden's home {root} (~/.warden) cannot be used: HOME {user_home} belongs to uid {owner}, "
                      f"not to you (uid {os.geteuid()}), as after `sudo -E` or `su -m`; keep HOME your own "
                      "(`sudo -H`, `su -`), or set WARDEN_HOME to a folder of yours", rule="home.owner") from None
+
+
+def _check_makeable(root: Path, me: int) -> None:
+    """Denied when the missing home cannot be made: a container started with `--user` and no home
+    has HOME=/, and ~/.warden was refused "permission denied by the file system: /.warden", which
+    names no fix; the fix is a home elsewhere, WARDEN_HOME."""
+    above = root.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if os.access(above, os.W_OK | os.X_OK):
+        return
+    raise Denied(f"Warden's home {root} cannot be made: {above} is not writable by you (uid {me}), as when "
+                 "HOME is / (a container started with `--user` and no home); set WARDEN_HOME=/some/folder "
+                 "(a folder of yours; `warden init` makes it), or give --home", rule="home.unwritable")
 
 
 def _owner(path: str | None) -> int | None:
@@ -73,6 +89,8 @@ def _check_owned(root: Path) -> None:
     me = os.geteuid()
     problem = home_problem(root)  # the rules, shared with the daemon and its clients
     if problem is None:
+        if not os.path.lexists(root):
+            _check_makeable(root, me)  # to be made by this user, mode 0700 (and looked at again then)
         return
     if problem.rule == "path":
         raise Denied(f"WARDEN_HOME {root} cannot be trusted: {problem.why}; {problem.fix}", rule="home.owner")

@@ -20,7 +20,7 @@ import binascii
 import json
 import re
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -52,6 +52,7 @@ __all__ = [
     "StartedSandbox",
     "Supervised",
     "check_process_id",
+    "complete_process_id",
     "decode_frame_length",
     "encode_frame",
     "exit_status",
@@ -71,6 +72,7 @@ __all__ = [
 
 # A background process's id (its run id in the audit log) and a live sandbox's id.
 PROCESS_ID = re.compile(r"^[0-9a-f]{16}$")
+PROCESS_ID_START = re.compile(r"^[0-9a-f]{1,16}$")
 SANDBOX_ID = re.compile(r"^sbx_[0-9a-f]{16}$")
 # Output kept per stream of one background process, by the supervisor (its oldest bytes drop).
 RING_BYTES = 1 << 20
@@ -128,6 +130,22 @@ def check_process_id(text: str) -> str:
     if not isinstance(text, str) or not PROCESS_ID.match(text):
         raise InvalidInput(f"bad process id {str(text)[:40]!r}: give the id `warden ps` shows (16 hex digits)")
     return text
+
+
+def complete_process_id(text: str, ids: Iterable[str]) -> str | None:
+    """The one id of `ids` that `text` begins, as docker takes a container's: `warden logs ws 9d3b`;
+    None when none does. `ids` are the ones the asker may see (a bot's own): a prefix never reaches
+    another's process, nor says it exists. Several: InvalidInput naming them, acting on none."""
+    if not isinstance(text, str) or not PROCESS_ID_START.match(text):
+        raise InvalidInput(f"bad process id {str(text)[:40]!r}: give the id `warden ps` shows (16 hex digits), "
+                           "or enough of its start to tell it from the others")
+    if PROCESS_ID.match(text):
+        return text
+    found = [i for i in ids if i.startswith(text)]
+    if len(found) > 1:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise InvalidInput(f"process id {text!r} is ambiguous: it begins {shown}; give more of it")
+    return found[0] if found else None
 
 
 def signal_number(name: str | int) -> int:

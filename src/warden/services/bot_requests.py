@@ -578,12 +578,19 @@ class BotRequestService:
 
     def process(self, principal: Principal, name: str, process_id: str, *, trail: Trail = UNTRACED) -> ProcessView:
         self._authorize(principal, name, "execute", trail, whole_workspace=True)
+        process_id = self._processes().resolve(name, process_id, principal=principal.actor)
         trail.note(process=process_id)
         return self._processes().get(name, process_id, principal=principal.actor)
+
+    def process_id(self, principal: Principal, name: str, process_id: str, *, trail: Trail = UNTRACED) -> str:
+        """The whole id of the principal's process `process_id` begins (services/live.py `resolve`)."""
+        self._authorize(principal, name, "execute", trail, whole_workspace=True)
+        return self._processes().resolve(name, process_id, principal=principal.actor)
 
     def process_logs(self, principal: Principal, name: str, process_id: str, *,
                      trail: Trail = UNTRACED) -> Logs:
         self._authorize(principal, name, "execute", trail, whole_workspace=True)
+        process_id = self._processes().resolve(name, process_id, principal=principal.actor)
         trail.note(process=process_id)
         return self._processes().logs(name, process_id, principal=principal.actor)
 
@@ -591,6 +598,7 @@ class BotRequestService:
                        trail: Trail = UNTRACED) -> Iterator[Chunk | None]:
         """The process's output as it comes (services/live.py `follow`); checked before it starts."""
         self._authorize(principal, name, "execute", trail, whole_workspace=True)
+        process_id = self._processes().resolve(name, process_id, principal=principal.actor)
         trail.note(process=process_id)
         live = self._processes()
         live.get(name, process_id, principal=principal.actor)  # NotFound now, not mid-stream
@@ -601,6 +609,7 @@ class BotRequestService:
         """The process once it has ended, or as it is after `timeout` seconds (a long poll: the
         caller asks again while it runs)."""
         self._authorize(principal, name, "execute", trail, whole_workspace=True)
+        process_id = self._processes().resolve(name, process_id, principal=principal.actor)
         trail.note(process=process_id)
         live = self._processes()
         try:
@@ -611,6 +620,7 @@ class BotRequestService:
     def kill_process(self, principal: Principal, name: str, process_id: str, sig: int, *,
                      trail: Trail = UNTRACED) -> ProcessView:
         self._authorize(principal, name, "execute", trail, whole_workspace=True)
+        process_id = self._processes().resolve(name, process_id, principal=principal.actor)
         trail.note(process=process_id, signal=sig)
         return self._processes().kill(name, process_id, sig, principal=principal.actor, actor=principal.actor)
 

@@ -50,6 +50,7 @@ from warden.core.live import (
     ProcessView,
     Supervised,
     check_process_id,
+    complete_process_id,
     network_key,
     plan_fingerprint,
     too_many_background,
@@ -826,6 +827,21 @@ class LiveSandboxService:
             return None
         return self._sandboxes.usage(process)
 
+    def resolve(self, workspace: str, process_id: str, *, principal: str | None = None) -> str:
+        """The whole id of the process `process_id` begins (`warden logs ws 9d3b`), among the
+        workspace's processes `principal` may see (all of them for a person): a bot's prefix is
+        matched against its own processes alone. A whole id is given back as it is; NotFound for
+        a prefix none begins, InvalidInput for one several do."""
+        whole = complete_process_id(process_id, ())  # its shape checked: InvalidInput for a bad one
+        if whole is not None:
+            return whole  # looked up, and scoped to its principal, where it is used
+        with self._registry.transaction(write=False) as tx:
+            mine = [p.id for p in tx.processes.of_workspace(workspace, principal=principal)]
+        found = complete_process_id(process_id, mine)
+        if found is None:
+            raise NotFound(f"no process {process_id} in workspace {workspace!r}: `warden ps {workspace}` lists them")
+        return found
+
     def _process(self, workspace: str, process_id: str, principal: str | None) -> LiveProcess:
         """The process, if it is of `workspace` and (when given) of `principal`: NotFound alike
         for one that does not exist and one that is another principal's."""
@@ -846,6 +862,7 @@ class LiveSandboxService:
         return sandbox
 
     def get(self, workspace: str, process_id: str, *, principal: str | None = None) -> ProcessView:
+        process_id = self.resolve(workspace, process_id, principal=principal)
         process = self._process(workspace, process_id, principal)
         sandbox = self._sandbox_of(process)
         if sandbox is not None and process.running:
@@ -855,6 +872,7 @@ class LiveSandboxService:
 
     def logs(self, workspace: str, process_id: str, *, principal: str | None = None) -> Logs:
         """What the process printed, as much as was kept."""
+        process_id = self.resolve(workspace, process_id, principal=principal)
         process = self._process(workspace, process_id, principal)
         sandbox = self._sandbox_of(process)
         if process.running and sandbox is not None:
@@ -872,6 +890,7 @@ class LiveSandboxService:
     def why_not_started(self, workspace: str, process_id: str, *, principal: str | None = None) -> str | None:
         """Warden's line for an ended process whose program could not be started (not found, not
         executable), as a foreground run says it; None for any other."""
+        process_id = self.resolve(workspace, process_id, principal=principal)
         process = self._process(workspace, process_id, principal)
         if process.running or process.exit_code not in (126, 127):
             return None
@@ -889,6 +908,7 @@ class LiveSandboxService:
     def follow(self, workspace: str, process_id: str, *, principal: str | None = None) -> Iterator[Chunk | None]:
         """The process's output so far and as it comes, then its end (`Chunk.exited`); None after
         each second of quiet. An ended process: its kept output and its end."""
+        process_id = self.resolve(workspace, process_id, principal=principal)
         process = self._process(workspace, process_id, principal)
         sandbox = self._sandbox_of(process)
         if process.running and sandbox is not None:
@@ -919,6 +939,7 @@ class LiveSandboxService:
              actor: str = "user") -> ProcessView:
         """Send `sig` to the process's group; after SIGKILL (or a signal it dies of within a few
         seconds) its outcome is recorded."""
+        process_id = self.resolve(workspace, process_id, principal=principal)
         process = self._process(workspace, process_id, principal)
         if not process.running:
             # The process's state, not a policy, stands in the way: conflict (exit 5, HTTP 409).
@@ -939,6 +960,7 @@ class LiveSandboxService:
 
     def wait(self, workspace: str, process_id: str, timeout: float, *, principal: str | None = None) -> ProcessView:
         """The process once it has ended; TimedOut when it still runs after `timeout` seconds."""
+        process_id = self.resolve(workspace, process_id, principal=principal)
         process = self._process(workspace, process_id, principal)
         sandbox = self._sandbox_of(process)
         deadline = time.monotonic() + timeout

@@ -30,7 +30,7 @@ def _home_check(ctx: Context) -> Any:
     try:
         root = ctx.app.home.root
     except Denied as exc:
-        if exc.rule != "home.owner":
+        if exc.rule not in ("home.owner", "home.unwritable"):
             raise
         said, _, fix = exc.message.partition("; ")
         return Check("home", False, said, fix)

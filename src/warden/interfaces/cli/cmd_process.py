@@ -31,19 +31,23 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=_ps)
     p = sub.add_parser("logs", parents=[common], help="what a background process printed")
     p.add_argument("name")
-    p.add_argument("id", help="the process id `warden run --detach` printed (see `warden ps`)")
+    p.add_argument("id", help=_ID_HELP)
     p.add_argument("--follow", "-f", action="store_true", help="go on printing its output as it comes, until it ends")
     p.set_defaults(handler=_logs)
     p = sub.add_parser("kill", parents=[common], help="send a signal to a background process (and its children)")
     p.add_argument("name")
-    p.add_argument("id")
+    p.add_argument("id", help=_ID_HELP)
     p.add_argument("--signal", "-s", default="TERM", help="TERM (default), KILL, INT, HUP, USR1, USR2, STOP, CONT")
     p.set_defaults(handler=_kill)
     p = sub.add_parser("wait", parents=[common], help="wait for a background process to end; exit with its status")
     p.add_argument("name")
-    p.add_argument("id")
+    p.add_argument("id", help=_ID_HELP)
     p.add_argument("--timeout", help="give up after this long (seconds, or 30s, 10m); exits 1 then")
     p.set_defaults(handler=_wait)
+
+
+_ID_HELP = ("the process id `warden run --detach` printed (see `warden ps`), or its start as long as no other "
+            "process's begins so (as docker takes a container's)")
 
 
 def _render(data: Any) -> str:
@@ -88,6 +92,7 @@ def _ps(ctx: Context, args: argparse.Namespace) -> Output:
 def _logs(ctx: Context, args: argparse.Namespace) -> Output:
     _known(ctx, args.name)
     live = ctx.app.live
+    args.id = live.resolve(args.name, args.id)  # the whole id, in --json and for why it did not start
     if not args.follow:
         logs = live.logs(args.name, args.id)
         if ctx.json:
@@ -150,6 +155,7 @@ def _wait(ctx: Context, args: argparse.Namespace) -> Output:
 
         timeout = parse_timeout(args.timeout)
     _known(ctx, args.name)
+    args.id = ctx.app.live.resolve(args.name, args.id)  # the whole id, for why it did not start
     view = ctx.app.live.wait(args.name, args.id, timeout)
     code = view.exit_code if view.exit_code is not None else 1  # lost: its status is not known
     if not ctx.json and code in (126, 127):

@@ -22,6 +22,9 @@ __all__ = ["Output", "colour", "human_size", "margined", "printable", "styled", 
 
 _GAP = 2  # spaces between columns
 _NARROWEST = 8  # a squeezed column keeps at least this many characters a line
+# Through a pipe a column is padded only up to this: one long cell (doctor's cgroup detail) padded
+# every row of its column to hundreds of blanks, so each line ran far wider than what it said.
+_PIPED_PAD = 32
 
 # Colour travels through a command's text as private-use characters that `human()` turns into
 # SGR sequences once the text has been made safe; data holding them is escaped like a control
@@ -150,9 +153,10 @@ def _table_width() -> int:
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, width: int | None = None) -> str:
     """A plain aligned text table (headers, then columns two spaces apart, as `sandbox list` shows).
 
-    Through a pipe (or with `width=0`) each row is one line, however long. Within `width`
-    columns (by default the terminal's, when stdout is one) the widest cells wrap onto more
-    lines, each in its own column.
+    Through a pipe (or with `width=0`) each row is one line, however long, and a column wider than
+    _PIPED_PAD is not padded (the cells after it follow two spaces on). Within `width` columns (by
+    default the terminal's, when stdout is one) the widest cells wrap onto more lines, each in its
+    own column.
     """
     cells = [[printable(str(h)) for h in headers]] + [
         ["" if c is None else printable(str(c)) for c in r] for r in rows]
@@ -162,6 +166,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, width: in
         return _wrapped(cells, _fit(widths, limit - _GAP * (len(widths) - 1)))
     if width is None and uses_colour(sys.stdout):
         return "\n".join(_styled(cells, widths))
+    if not limit:
+        widths = [w if w <= _PIPED_PAD else 0 for w in widths]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     return "\n".join(lines)
 

@@ -35,7 +35,8 @@ __all__ = ["MAX_WAIT_S", "ProcessRoutes", "router"]
 MAX_WAIT_S = 30.0
 
 NDJSON = "application/x-ndjson"
-ProcessId = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$", description="a process id, as exec answered it")]
+ProcessId = Annotated[str, Path(pattern=r"^[0-9a-f]{1,16}$", description="a process id, as exec answered it, or "
+                                "its start as long as no other process of the bot's begins so")]
 
 
 def _body(view: ProcessView) -> ProcessBody:
@@ -96,9 +97,10 @@ class ProcessRoutes:
             if follow:
                 chunks = self.requests.follow_process(principal, name, process_id, trail=call)
             else:
-                logs = self.requests.process_logs(principal, name, process_id, trail=call)
+                logs_of = self.requests.process_id(principal, name, process_id, trail=call)  # answered whole
+                logs = self.requests.process_logs(principal, name, logs_of, trail=call)
                 data = logs.to_json()
-                return ProcessLogs(id=process_id, stdout=str(data["stdout"]), stderr=str(data["stderr"]),
+                return ProcessLogs(id=logs_of, stdout=str(data["stdout"]), stderr=str(data["stderr"]),
                                    dropped=LogsDropped(stdout=logs.dropped_stdout, stderr=logs.dropped_stderr))
         return StreamingResponse(_events(chunks, self.requests.settings.max_output), media_type=NDJSON)
 
