@@ -7,6 +7,7 @@ test_health_hostile.py, test_quota.py, test_install.py and the CLI tests.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,23 @@ def test_a_resolution_is_cached_until_its_interpreter_goes(world: World) -> None
     assert world.layers.resolve("minimal") == first and world.builder.lookups == 1
     world.builder.installed.clear()
     assert world.layers.resolve("minimal") == first and world.builder.lookups == 2
+
+
+def test_a_template_replaced_with_the_same_size_and_time_is_resolved_again(world: World, tmp_path: Path) -> None:
+    """`cp -p`, `rsync -t`, tar or `touch -r` give a new template the old one's size and modification
+    time: the cached resolution was kept, and new workspaces got the old dependencies."""
+    folder = tmp_path / "templates"
+    folder.mkdir(exist_ok=True)
+    template = folder / "same.yaml"
+    template.write_text("name: same\npython:\n  dependencies: [alpha]\n")
+    before = os.stat(template)
+    first = world.layers.resolve("same")
+    template.write_text("name: same\npython:\n  dependencies: [gamma]\n")
+    os.utime(template, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(template).st_size == before.st_size
+    again = world.layers.resolve("same")
+    assert again.template.python is not None and list(again.template.python.dependencies) == ["gamma"]
+    assert again.layer_ids != first.layer_ids
 
 
 def test_the_layer_id_follows_the_interpreter(world: World) -> None:
