@@ -7,7 +7,9 @@ test_health_hostile.py, test_quota.py, test_install.py and the CLI tests.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,6 +47,23 @@ def test_a_resolution_is_cached_until_its_interpreter_goes(world: World) -> None
     assert world.layers.resolve("minimal") == first and world.builder.lookups == 2
 
 
+def test_a_template_replaced_with_the_same_size_and_time_is_resolved_again(world: World, tmp_path: Path) -> None:
+    """`cp -p`, `rsync -t`, tar or `touch -r` give a new template the old one's size and modification
+    time: the cached resolution was kept, and new workspaces got the old dependencies."""
+    folder = tmp_path / "templates"
+    folder.mkdir(exist_ok=True)
+    template = folder / "same.yaml"
+    template.write_text("name: same\npython:\n  dependencies: [alpha]\n")
+    before = os.stat(template)
+    first = world.layers.resolve("same")
+    template.write_text("name: same\npython:\n  dependencies: [gamma]\n")
+    os.utime(template, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(template).st_size == before.st_size
+    again = world.layers.resolve("same")
+    assert again.template.python is not None and list(again.template.python.dependencies) == ["gamma"]
+    assert again.layer_ids != first.layer_ids
+
+
 def test_the_layer_id_follows_the_interpreter(world: World) -> None:
     other = Interpreter("/py/3.13/bin/python3.13", "3.13.0", "cpython", "/py/3.13", "/py/3.13/lib", "linux")
     world.builder.pythons["3.13"] = other
@@ -71,9 +90,35 @@ def test_snapshot_build_list_and_prune_answer_what_the_cli_showed(world: World) 
     (row,) = world.layers.list({layer_id: ["w2", "w1"]})
     assert row.to_json() == {"id": layer_id, "kind": "python", "template": "minimal", "built_at": None,
                              "size": 100, "packages": 0, "workspaces": ["w1", "w2"], "path": f"/layers/{layer_id}"}
-    assert world.layers.prune({layer_id: ["w1"]}) == []
-    assert [r.id for r in world.layers.prune({}, dry_run=True)] == [layer_id] and world.store.removed == []
-    assert [r.id for r in world.layers.prune({})] == [layer_id] and world.store.removed == [layer_id]
+    assert world.layers.prune(lambda: {layer_id: ["w1"]}) == []
+    assert [r.id for r in world.layers.prune(dict, dry_run=True)] == [layer_id] and world.store.removed == []
+    assert [r.id for r in world.layers.prune(dict)] == [layer_id] and world.store.removed == [layer_id]
+
+
+def test_prune_passes_over_a_layer_a_create_holds_and_reads_the_users_again(world: World) -> None:
+    """A create finds (or builds) its layer before its row names it: a prune between the two took
+    the layer, and the create said "created" of a workspace with no packages."""
+    (layer_id,) = world.layers.build("minimal", progress=False).resolution.layer_ids
+    with world.store.hold([layer_id]):
+        assert world.layers.prune(dict) == [] and world.store.removed == []
+    # The create ended between the prune's two readings: its row names the layer by the second.
+    readings = iter([{}, {layer_id: ["w1"]}])
+    assert world.layers.prune(lambda: next(readings)) == [] and world.store.removed == []
+
+
+def test_create_holds_its_layers_until_its_row_names_them(world: World) -> None:
+    seen: list[tuple[list[str], list[str]]] = []
+    populate = world.folders.populate
+
+    def spy(path: str, resolution: Any, layers: Any) -> Any:
+        seen.append((list(world.store.held), [r.name for r in world.service.list()]))
+        return populate(path, resolution, layers)
+
+    world.folders.populate = spy  # type: ignore[method-assign]
+    world.service.create("w1", template="minimal")
+    ((held, rows),) = seen
+    assert held == world.layers.resolve("minimal").layer_ids and rows == ["w1"]
+    assert world.store.held == []
 
 
 def test_a_failed_build_refuses_the_create(world: World) -> None:

@@ -208,6 +208,35 @@ def test_prune_keeps_layers_in_use(envhome: EnvHome, tmp_path: Path) -> None:  #
     assert all((envhome.home / "layers" / i).exists() for i in used)
 
 
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_prune_leaves_the_layer_of_a_create_in_flight(envhome: EnvHome, tmp_path: Path) -> None:  # noqa: F811
+    """A create finds its layer, then claims its row: a prune between the two removed a layer no row
+    named yet, and the create said "created" of a broken workspace. The create is paused (strace
+    delays its read of layer.json) right there while a real prune runs."""
+    extra = tmp_path / "inflight.yaml"
+    extra.write_text("name: inflight\npython:\n  dependencies: [gamma, \"beta>=2\"]\n")
+    (layer,) = json.loads(envhome.cli("snapshot", "build", str(extra), "--json").stdout)["data"]["layers"]
+    info = Path(layer["path"]) / "layer.json"
+    name, log = envhome.name("inflight"), tmp_path / "strace.log"
+    create = subprocess.Popen(["strace", "-f", "-qq", "-o", str(log), "-P", str(info), "-e", "trace=openat",
+                               "-e", "inject=openat:delay_exit=3000000:when=1", sys.executable, "-m", "warden",
+                               "create", name, "--template", str(extra), "--json"],
+                              env=envhome.environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: log.exists() and "DELAYED" in log.read_text(), timeout=60,
+                   message="the create did not read its layer")
+        pruned = envhome.cli("snapshot", "prune", "--json")
+    finally:
+        out, err = create.communicate(timeout=120)
+    assert create.returncode == 0, out.decode() + err.decode()
+    assert layer["id"] not in json.loads(pruned.stdout)["data"]["removed"]
+    health = json.loads(envhome.cli("health", name, "--json").stdout)["data"]
+    assert health["healthy"], health
+    assert envhome.cli("destroy", name, "--no-archive", "--yes").returncode == 0
+    # Once no create holds it, the layer goes as any unused one.
+    assert layer["id"] in json.loads(envhome.cli("snapshot", "prune", "--json").stdout)["data"]["removed"]
+
+
 def test_a_bot_cannot_take_the_name_of_an_archived_workspace(envhome: EnvHome) -> None:  # noqa: F811
     """Else: a bot creates the name, fills it, destroys it, and `unarchive` restores the bot's copy."""
     from warden.core.errors import Conflict

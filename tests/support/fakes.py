@@ -286,9 +286,24 @@ class FakeLayerStore:
         self.writable: set[str] = set()
         self.changed: set[str] = set()
         self.removed: list[str] = []
+        self.held: list[str] = []  # one entry per holder, as the shared locks are
 
     def read(self, layer_id: str) -> Layer | None:
         return self.layers.get(layer_id)
+
+    @contextlib.contextmanager
+    def hold(self, layer_ids: Sequence[str]) -> Iterator[None]:
+        mine = sorted(set(layer_ids))
+        self.held.extend(mine)
+        try:
+            yield
+        finally:
+            for layer_id in mine:
+                self.held.remove(layer_id)
+
+    @contextlib.contextmanager
+    def removable(self, layer_id: str) -> Iterator[bool]:
+        yield layer_id not in self.held
 
     def all(self) -> list[Layer]:
         return [self.layers[k] for k in sorted(self.layers)]

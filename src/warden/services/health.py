@@ -287,6 +287,12 @@ class HealthService:
                 # Changed by hand since it was built: it goes, and is built again below.
                 self._layers.store.remove(layer.id)
         missing_layers = self._layers.missing(resolution)
+        # Held until the row names them (a prune passes over them meanwhile), as create does.
+        with self._layers.store.hold(resolution.layer_ids):
+            return self._relink_held(record, resolution, before, missing_layers, fixed, failed)
+
+    def _relink_held(self, record: WorkspaceRecord, resolution: Resolution, before: HealthReport,
+                     missing_layers: list[str], fixed: list[str], failed: list[str]) -> WorkspaceRecord:
         try:
             layers = self._layers.ensure(resolution, progress=True)
             if missing_layers:

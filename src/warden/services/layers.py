@@ -9,9 +9,10 @@ overrides; creating a workspace from a built layer then parses no YAML and runs 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,12 +220,22 @@ class LayerService:
                          workspaces=sorted(in_use.get(layer.id, ())), path=layer.path)
                 for layer in self.store.all()]
 
-    def prune(self, in_use: Mapping[str, Collection[str]], *, dry_run: bool = False) -> LayerRows:
-        """Remove layers no workspace uses (archived ones count as users)."""
-        removed = [row for row in self.list(in_use) if not row.workspaces]
-        if not dry_run:
-            for row in removed:
-                self.store.remove(row.id)
-            self.store.sweep()
-            self._cache.clear()
+    def prune(self, in_use: Callable[[], Mapping[str, Collection[str]]], *, dry_run: bool = False) -> LayerRows:
+        """Remove layers no workspace uses (archived ones count as users). `in_use` is read
+        again once the layers are taken from creates: a create finds or builds its layer before
+        its row names it, and holds it (`LayerStore.hold`) until then, so a layer held now is
+        passed over and one whose create ended meanwhile shows in the second reading."""
+        unused = [row for row in self.list(in_use()) if not row.workspaces]
+        if dry_run:
+            return unused
+        removed = []
+        with contextlib.ExitStack() as taken:
+            free = [row for row in unused if taken.enter_context(self.store.removable(row.id))]
+            used = in_use()
+            for row in free:
+                if not used.get(row.id):
+                    self.store.remove(row.id)
+                    removed.append(row)
+        self.store.sweep()
+        self._cache.clear()
         return removed

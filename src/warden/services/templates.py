@@ -23,10 +23,15 @@ class TemplateFile:
     origin: str  # "user", "bundled" or "file"
     mtime_ns: int
     size: int
+    # The inode and change time too: a template replaced by one of the same size and modification
+    # time (`cp -p`, `rsync -t`, tar, `touch -r`) kept the old one's resolution, and its workspaces
+    # the old dependencies. No one can set a change time, and a replacing rename gives a new inode.
+    inode: int = 0
+    ctime_ns: int = 0
 
     @property
     def stamp(self) -> str:
-        return f"{self.path}|{self.mtime_ns}|{self.size}"
+        return f"{self.path}|{self.mtime_ns}|{self.size}|{self.inode}|{self.ctime_ns}"
 
 
 def _bundled_dir() -> Path:
@@ -64,7 +69,7 @@ class TemplateCatalog:
             raise NotFound(f"template file {ref!r} does not exist") from None
         except OSError as exc:
             raise InvalidInput(f"cannot read template file {ref!r}: {exc.strerror}") from None
-        return TemplateFile(name, path, origin, st.st_mtime_ns, st.st_size)
+        return TemplateFile(name, path, origin, st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
 
     def files(self) -> list[TemplateFile]:
         """Every template file, user ones first; one entry per name."""

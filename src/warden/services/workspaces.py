@@ -224,6 +224,14 @@ class WorkspaceService:
                 raise Conflict(f"the name {name!r} belongs to an archived workspace of {others[0]}; "
                                "pick another name")
         resolution = self.layers.resolve(template, python=python, node=node)
+        # Held from before they are found until the row names them: a prune in between took a
+        # layer no row named yet, and the create said "created" of a broken workspace.
+        with self.layers.store.hold(resolution.layer_ids):
+            return self._create_on(name, resolution, kind=kind, ttl=ttl, actor=actor, blob=blob,
+                                   progress=progress, most=most)
+
+    def _create_on(self, name: str, resolution: Resolution, *, kind: str, ttl: timedelta | None, actor: str,
+                   blob: bytes | None, progress: bool, most: int | None) -> WorkspaceRecord:
         layers = self.layers.ensure(resolution, progress=progress)
         now = self._clock()
         path = str(self.root_dir / name)

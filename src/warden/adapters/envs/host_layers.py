@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,12 @@ class HostLayerStore:
 
     def remove(self, layer_id: str) -> None:
         self.store.remove(layer_id)
+
+    def hold(self, layer_ids: Sequence[str]) -> AbstractContextManager[None]:
+        return self.store.hold(layer_ids)
+
+    def removable(self, layer_id: str) -> AbstractContextManager[bool]:
+        return self.store.removable(layer_id)
 
     def sweep(self) -> int:
         return self.store.sweep()

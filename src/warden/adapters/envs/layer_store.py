@@ -16,7 +16,7 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +126,38 @@ class LayerStore:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
+        finally:
+            os.close(fd)
+
+    def _use_lock(self, layer_id: str) -> int:
+        # Beside the build lock, not on it: a create holds its layer while it builds it, and two
+        # flocks on one file conflict even in one process.
+        self.root.mkdir(parents=True, exist_ok=True)
+        return os.open(self.root / f".{layer_id}.use", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    @contextlib.contextmanager
+    def hold(self, layer_ids: Sequence[str]) -> Iterator[None]:
+        """Keep the layers from a prune while a workspace is set up on them: a shared lock each
+        (several creates at once), which `removable` needs exclusive."""
+        with contextlib.ExitStack() as held:
+            for layer_id in sorted(set(layer_ids)):
+                fd = self._use_lock(layer_id)
+                held.callback(os.close, fd)
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+
+    @contextlib.contextmanager
+    def removable(self, layer_id: str) -> Iterator[bool]:
+        """Whether no one holds the layer; while True, no one can start to. Never waits: a prune
+        passes over a layer a create is setting up rather than wait for it."""
+        fd = self._use_lock(layer_id)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
         finally:
             os.close(fd)
 

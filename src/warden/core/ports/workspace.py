@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -164,6 +165,15 @@ class LayerStore(Protocol):
         ...
 
     def remove(self, layer_id: str) -> None: ...
+
+    def hold(self, layer_ids: Sequence[str]) -> AbstractContextManager[None]:
+        """Keep `layer_ids` from `removable` (and so from a prune) while a workspace is set up on
+        them and until its row names them; across processes. Several may hold one at once."""
+        ...
+
+    def removable(self, layer_id: str) -> AbstractContextManager[bool]:
+        """Whether nobody holds the layer; while True, nobody can start to (no waiting)."""
+        ...
 
     def sweep(self) -> int:
         """Remove the build and trash folders crashed processes left; how many."""

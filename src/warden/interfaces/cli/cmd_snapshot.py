@@ -43,7 +43,7 @@ def _layers(ctx: Context, args: argparse.Namespace) -> Output:
 
 
 def _prune(ctx: Context, args: argparse.Namespace) -> Output:
-    removed = ctx.app.layers.prune(ctx.app.lifecycle.layers_in_use(), dry_run=args.dry_run)
+    removed = ctx.app.layers.prune(ctx.app.lifecycle.layers_in_use, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     data = {"dry_run": args.dry_run, "removed": [r.id for r in removed], "freed": sum(r.size for r in removed)}
     return Output(data, f"{verb} {len(removed)} layers ({human_size(data['freed'])})"
