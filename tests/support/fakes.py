@@ -332,7 +332,7 @@ class FakeLayerStore:
         if self.io is not None:
             self.io.trash(self.path(layer_id))
 
-    def sweep(self) -> int:
+    def sweep(self, *, dry_run: bool = False) -> int:
         return 0
 
 

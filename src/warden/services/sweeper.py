@@ -40,7 +40,7 @@ class SweepReport:
     orphan_sandboxes: tuple[int, ...]  # pids of sandboxes a dead Warden left running (killed)
     cgroups: tuple[str, ...]  # run cgroups removed (none in a dry run)
     temp_files: tuple[str, ...]  # half-written archives and temporary files in the home
-    layers: int  # half-built layers removed (0 in a dry run)
+    layers: int  # half-built layers removed (a dry run: found)
     trash: tuple[str, ...]  # trashed folders whose removal was never finished (restarted)
     lost_runs: tuple[RunInProgress, ...]  # runs whose outcome was never written (audited run.lost)
     orphan_folders: tuple[str, ...]  # folders of the workspaces root no workspace owns (left alone)
@@ -104,7 +104,7 @@ class Sweeper:
             for path in trash:
                 self._leftovers.remove_in_background(path)
         return SweepReport(dry_run, tuple(sandboxes), tuple(cgroups), tuple(temp),
-                           0 if dry_run else self._layers().store.sweep(), tuple(trash),
+                           self._layers().store.sweep(dry_run=dry_run), tuple(trash),
                            () if dry_run else self._lost_runs(), self._orphan_folders(), tuple(scratch),
                            self._stale_archives(dry_run))
 

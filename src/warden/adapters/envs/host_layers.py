@@ -59,8 +59,8 @@ class HostLayerStore:
     def removable(self, layer_id: str) -> AbstractContextManager[bool]:
         return self.store.removable(layer_id)
 
-    def sweep(self) -> int:
-        return self.store.sweep()
+    def sweep(self, *, dry_run: bool = False) -> int:
+        return self.store.sweep(dry_run=dry_run)
 
 
 class HostLayerBuilder:

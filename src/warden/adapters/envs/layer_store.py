@@ -208,9 +208,9 @@ class LayerStore:
         make_writable(trash)
         shutil.rmtree(trash, ignore_errors=True)
 
-    def sweep(self) -> int:
+    def sweep(self, *, dry_run: bool = False) -> int:
         """Remove build and trash folders that a crashed process left behind (and, in a layer
-        cache, copies a killed home was publishing)."""
+        cache, copies a killed home was publishing); how many (`dry_run`: found, left)."""
         removed = 0
         if not self.root.is_dir():
             return 0
@@ -219,8 +219,9 @@ class LayerStore:
                 pid = entry.name.split("-")[-2] if entry.name.startswith((".build-", ".publish-")) else ""
                 if pid.isdigit() and _alive(int(pid)):
                     continue
-                make_writable(entry)
-                shutil.rmtree(entry, ignore_errors=True)
+                if not dry_run:
+                    make_writable(entry)
+                    shutil.rmtree(entry, ignore_errors=True)
                 removed += 1
         return removed
 

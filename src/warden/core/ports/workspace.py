@@ -175,8 +175,9 @@ class LayerStore(Protocol):
         """Whether nobody holds the layer; while True, nobody can start to (no waiting)."""
         ...
 
-    def sweep(self) -> int:
-        """Remove the build and trash folders crashed processes left; how many."""
+    def sweep(self, *, dry_run: bool = False) -> int:
+        """Remove the build and trash folders crashed processes left; how many (`dry_run`: how
+        many there are, none removed)."""
         ...
 
 

@@ -141,6 +141,28 @@ def _layer_cache_check(ctx: Context) -> Any:
     return Check("layer cache", True, f"{folder}: {count} layer(s) to copy instead of building", required=False)
 
 
+# What a sweep reports, as a person reads it (SweepReport's fields).
+_LEFT = {"orphan_sandboxes": "sandboxes of a dead Warden still running", "temp_files": "half-written files",
+         "layers": "half-built env layers", "trash": "folders whose removal never finished",
+         "git_scratch": "scratch of killed git operations", "stale_archives": "archives no workspace uses"}
+
+
+def _leftovers_check(ctx: Context) -> Any:
+    """What crashed or killed processes left that `--fix` removes (a dry run of its sweep): a
+    killed `create` leaves a half-built layer of tens of MB, found before only by `--fix`."""
+    from warden.adapters.sandbox.doctor import Check
+
+    try:
+        found = ctx.app.sweeper.sweep(dry_run=True).to_json()
+    except (WardenError, OSError):  # a home that cannot be read: its own row says why
+        return None
+    parts = [f"{what}: {len(v) if isinstance(v, list) else v}" for key, what in _LEFT.items() if (v := found.get(key))]
+    if not parts:
+        return None
+    return Check("leftovers", False, "left by killed processes: " + ", ".join(parts),
+                 "`warden doctor --fix` removes them", required=False)
+
+
 def _doctor(ctx: Context, args: argparse.Namespace) -> Output:
     from warden.adapters.sandbox.doctor import run_checks
 
@@ -161,6 +183,9 @@ def _doctor(ctx: Context, args: argparse.Namespace) -> Output:
     data: dict[str, Any] = {"ok": ok, "checks": [c.to_json() for c in checks], "node": node}
     if args.fix:
         data["swept"] = ctx.app.sweeper.sweep().to_json()
+    elif (left := _leftovers_check(ctx)) is not None:
+        checks.append(left)
+        data["checks"].append(left.to_json())
 
     def render(d: dict[str, Any]) -> str:
         rows = [[c["name"], "ok" if c["ok"] else ("MISSING" if c["required"] else "warn"),
