@@ -83,7 +83,9 @@ class Layers:
         self.store = self
         self.half_built = 0
 
-    def sweep(self) -> int:
+    def sweep(self, *, dry_run: bool = False) -> int:
+        if dry_run:
+            return self.half_built
         swept, self.half_built = self.half_built, 0
         return swept
 
@@ -312,7 +314,7 @@ def test_the_sweeper_removes_what_dead_processes_left(world: World) -> None:
 
     planned = world.sweeper.sweep(dry_run=True)
     assert planned.to_json() == {"dry_run": True, "orphan_sandboxes": [], "cgroups": [],
-                                 "temp_files": [f"{archives}/.w1.tar.zst.4242.tmp"], "layers": 0, "trash": [trash],
+                                 "temp_files": [f"{archives}/.w1.tar.zst.4242.tmp"], "layers": 1, "trash": [trash],
                                  "lost_runs": [], "orphan_folders": [f"{ROOT}/someones-notes"],
                                  "git_scratch": [dead_clone], "stale_archives": [stale]}
     assert world.leftovers.removed == [] and world.leftovers.background == [] and stale in world.archives.files
