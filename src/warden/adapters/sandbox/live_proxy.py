@@ -54,8 +54,7 @@ def main() -> None:
             with contextlib.suppress(OSError):
                 os.write(events, line)
 
-    proxy = FilteringProxy(NetworkPolicy.parse(policy.get("allowed", ()), policy.get("denied", ())), socket_path,
-                           on_event=record)
+    proxy = FilteringProxy(NetworkPolicy.from_json(policy), socket_path, on_event=record)
     proxy.start()
     print("ready", flush=True)
     line = sys.stdin.readline().strip()
