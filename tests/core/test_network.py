@@ -155,3 +155,15 @@ def test_a_bot_s_policy_reaches_special_addresses_only_through_exact_grant_entri
     assert caught.value.rule == "grant.network"
     assert policy.to_json()["special"] == ["db.corp.test:5432", "127.0.0.1:8080"]
     assert "special" not in NetworkPolicy.parse(["a.test"]).to_json()
+
+
+def test_a_policy_shown_as_json_comes_back_the_same_with_its_special_entries() -> None:
+    bot = NetworkPolicy.within_grant(["localhost:22", "127.0.0.1:8080"], ["localhost", "127.0.0.1:8080"], ["b.test"])
+    again = NetworkPolicy.from_json(bot.to_json())
+    assert again == bot and again.special is not None
+    assert check_addresses(again, "localhost", 22, ["127.0.0.1"])[0].rule == "network.special_address"
+    person = NetworkPolicy.parse(["localhost:22"])
+    assert NetworkPolicy.from_json(person.to_json()) == person
+    for bad in ({"allowed": "a.test"}, {"allowed": [1]}, {"allowed": ["a.test"], "special": ["bad host!"]}):
+        with pytest.raises(InvalidInput):
+            NetworkPolicy.from_json(bad)

@@ -180,6 +180,26 @@ def test_network_allowlist_end_to_end(cli: Cli, ws: str, server: int) -> None:
     assert none.code != 0 and none.stdout == ""
 
 
+def test_a_command_asking_without_end_is_shown_and_audited_within_bounds(cli: Cli, ws: str) -> None:
+    # Each refusal was a line on stderr, a decision in Warden's memory and an audit row: a command
+    # asking thousands of times a second grew all three for as long as it was let run.
+    flood = ("import os, socket\n"
+             "port = int(os.environ['HTTP_PROXY'].rsplit(':', 1)[1])\n"
+             "for _ in range(1500):\n"
+             "    with socket.create_connection(('127.0.0.1', port)) as s:\n"
+             "        s.sendall(b'CONNECT flood.test:443 HTTP/1.1\\r\\n\\r\\n')\n"
+             "        while s.recv(4096): pass\n")
+    run = cli("run", ws, "--net", "allow", "--allow-domain", "a.test", "--", "python3", "-c", flood)
+    assert run.code == 0, run.stderr[-500:]
+    assert run.stderr.count("warden: network refused CONNECT flood.test:443") == 100
+    assert run.stderr.endswith("warden: more than 100 network refusals in this run; the rest are not shown\n")
+    audit = cli("audit", "--workspace", ws, "--limit", "1100", "--json").json["data"]
+    refused = [e for e in audit if e["action"] == "network.refused" and e["detail"]["host"] == "flood.test"]
+    assert len(refused) == 1000
+    last = [e for e in audit if e["action"] == "run"][-1]  # oldest first
+    assert last["detail"]["network_events_dropped"] == 500
+
+
 def test_python_api_run(env: dict[str, str], ws: str) -> None:
     from warden import Warden
 

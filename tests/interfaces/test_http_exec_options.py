@@ -183,6 +183,21 @@ def test_a_grant_with_a_domain_reaches_that_one_only(world: dict[str, Any]) -> N
             ws.run(["true"], network=beyond)
 
 
+@needs_curl
+def test_a_grant_without_a_port_never_lets_a_bot_pick_a_port_on_the_hosts_loopback(
+        world: dict[str, Any]) -> None:
+    # The bot's commands run in its live sandbox, whose proxy is a process of its own that is
+    # handed the policy as JSON: it must keep which entries the grant named with their port.
+    port = world["port"]
+    ws = Client(world["url"], _person_grant(world, "--allow-domain", "localhost",
+                                            "--allow-domain", "127.0.0.1")).workspace("web")
+    for host, rule in (("localhost", "loopback"), ("127.0.0.1", "is an IP address")):
+        asked = ws.run(["curl", "-sS", "-m", "10", "-o", "/dev/null", "-w", "%{http_code}",
+                        f"http://{host}:{port}/"], network=[f"{host}:{port}"])
+        assert asked.stdout == "403", (host, asked.stdout, asked.stderr)
+        assert f"warden: network refused GET {host}:{port}" in asked.stderr and rule in asked.stderr
+
+
 def test_a_child_grant_never_reaches_more_than_its_parent(world: dict[str, Any]) -> None:
     port, other = world["port"], world["other"]
     parent = Client(world["url"], _person_grant(world, "--allow-domain", f"127.0.0.1:{port}")).workspace("web")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from warden.core.decisions import Decision
@@ -87,6 +87,19 @@ class NetworkPolicy:
         exact = {rule for rule in map(parse_rule, given) if rule.port is not None and not rule.host.startswith("*.")}
         allowed = tuple(dict.fromkeys(parse_rule(w) for w in wanted))
         return cls(allowed, tuple(parse_rule(d) for d in denied), tuple(r for r in allowed if r in exact))
+
+    @classmethod
+    def from_json(cls, shown: Mapping[str, object]) -> NetworkPolicy:
+        """The policy `to_json` showed, `special` kept: a live sandbox's proxy, a process of its own,
+        gets its policy so, and a bot's grant of `localhost` must not reach 127.0.0.1 there either."""
+        def entries(key: str) -> list[str]:
+            value = shown.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise InvalidInput(f"bad network policy: {key} must be a list of entries")
+            return value
+
+        special = tuple(parse_rule(s) for s in entries("special")) if "special" in shown else None
+        return cls(tuple(map(parse_rule, entries("allowed"))), tuple(map(parse_rule, entries("denied"))), special)
 
     def to_json(self) -> dict[str, list[str]]:
         shown = {"allowed": [r.text for r in self.allowed], "denied": [r.text for r in self.denied]}

@@ -167,6 +167,7 @@ class RunResult:
     limits_via: str = "rlimit"  # or "cgroup v2", "cgroup v1"
     seccomp: bool = False  # whether the syscall filter was in place
     net_events: tuple[NetEvent, ...] = ()
+    net_events_dropped: int = 0  # decisions past the proxy's cap, not in net_events
     truncated: bool = False  # output beyond the capture cap was dropped
     notes: tuple[str, ...] = ()  # what the runner could not set up, and did without
     # The end of stderr, kept whether or not output was captured: what failed, in its own words.

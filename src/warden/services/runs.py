@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import os
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -67,6 +68,7 @@ __all__ = ["RunOutput", "RunRequest", "RunService", "RunSettings"]
 
 _SYSTEM_BINS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 _MOVED_SHOWN = 10  # quarantined paths named in a run's note; the audit has them all
+_SHOWN_REFUSALS = 100  # network refusals named on a run's stderr
 
 
 @dataclass(frozen=True)
@@ -486,9 +488,17 @@ class RunService:
                     and intent.sandboxes is not None and intent.fence is not None else None
                 runner = live.runner(plan.record, request.actor, self._sandbox, start=keep, seen=seen)
 
+        refusals = itertools.count(1)
+
         def on_net_event(event: NetEvent) -> None:
-            if not event.allowed:
+            # A command may ask again and again: its first refusals are shown, not a line for each.
+            if event.allowed:
+                return
+            seen = next(refusals)
+            if seen <= _SHOWN_REFUSALS:
                 notes.say(f"warden: network refused {event.method} {event.host}:{event.port}: {event.reason}")
+            elif seen == _SHOWN_REFUSALS + 1:
+                notes.say(f"warden: more than {_SHOWN_REFUSALS} network refusals in this run; the rest are not shown")
 
         stdin = request.stdin.encode() if isinstance(request.stdin, str) else request.stdin
         env, ro_paths = dict(request.env), [*request.ro_paths, *_layer_paths(plan.record)]

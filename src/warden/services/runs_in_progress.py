@@ -130,6 +130,8 @@ class RunsInProgress:
             detail["usage"] = outcome.usage.to_json()
         if events:
             detail["network_events"] = events[:100]
+        if outcome.net_events_dropped:
+            detail["network_events_dropped"] = outcome.net_events_dropped
         for event in events:
             if not event["allowed"]:
                 self._audit.record(actor=actor, action="network.refused", target=name, decision="deny",

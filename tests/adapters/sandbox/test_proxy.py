@@ -230,3 +230,19 @@ def test_connections_over_the_cap_are_closed_at_once(tmp_path: Path) -> None:
         for s in held:
             s.close()
         proxy.stop()
+
+
+def test_decisions_kept_in_memory_are_capped_and_each_is_still_told(tmp_path: Path) -> None:
+    # A command asking again and again grew the list (~1 KiB a decision) for as long as it ran:
+    # in a live sandbox's proxy, for hours.
+    told: list[str] = []
+    proxy = FilteringProxy(NetworkPolicy.parse(["a.test"]), str(tmp_path / "ev.sock"), max_events=5,
+                           on_event=lambda event: told.append(event.host))
+    proxy.start()
+    try:
+        for n in range(20):
+            assert _ask(proxy, f"CONNECT n{n}.test:443 HTTP/1.1\r\n\r\n".encode()).startswith(b"HTTP/1.1 403")
+    finally:
+        proxy.stop()
+    assert [e.host for e in proxy.events] == [f"n{n}.test" for n in range(5)] and proxy.dropped == 15
+    assert told == [f"n{n}.test" for n in range(20)]

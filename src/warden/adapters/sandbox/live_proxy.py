@@ -54,8 +54,8 @@ def main() -> None:
             with contextlib.suppress(OSError):
                 os.write(events, line)
 
-    proxy = FilteringProxy(NetworkPolicy.parse(policy.get("allowed", ()), policy.get("denied", ())), socket_path,
-                           on_event=record)
+    # Its decisions go to EVENTS only: none kept in memory, where a sandbox asking for hours would grow it.
+    proxy = FilteringProxy(NetworkPolicy.from_json(policy), socket_path, on_event=record, max_events=0)
     proxy.start()
     print("ready", flush=True)
     line = sys.stdin.readline().strip()

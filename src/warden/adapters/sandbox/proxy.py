@@ -8,7 +8,8 @@ it to another site than the one decided, as a CDN would by Host), exactly its
 Content-Length body follows, nothing after it (no second, pipelined request to another
 Host), and heads with bare line feeds or folded lines, which servers split differently,
 are refused. The number of open connections is capped, so a command cannot use up
-Warden's descriptors.
+Warden's descriptors, and so are the decisions kept in memory (`events`): a command asking
+again and again must not grow Warden's memory, nor the run's audit, without end.
 Every target is decided by core.network twice: on the name (deny list, IP literals, allow
 list), then on the addresses it resolves to (loopback, private, metadata ...); the checked
 address is the one dialled, so the name cannot be rebound between check and connect.
@@ -33,6 +34,7 @@ __all__ = ["FilteringProxy", "NetEvent"]
 
 _HEAD_LIMIT = 64 * 1024
 _MAX_CONNECTIONS = 64
+_MAX_EVENTS = 1000
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization",
                "proxy-authenticate", "te", "trailer", "upgrade", "host"}
 _TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
@@ -55,14 +57,18 @@ class NetEvent:
 
 
 class FilteringProxy:
-    """Start with `start()`, stop with `stop()`; `events` lists every decision."""
+    """Start with `start()`, stop with `stop()`; `events` lists the decisions (the first
+    `max_events`), `on_event` is told each."""
 
     def __init__(self, policy: NetworkPolicy, socket_path: str,
                  on_event: Callable[[NetEvent], None] | None = None,
-                 connect_timeout: float = 15.0, max_connections: int = _MAX_CONNECTIONS) -> None:
+                 connect_timeout: float = 15.0, max_connections: int = _MAX_CONNECTIONS,
+                 max_events: int = _MAX_EVENTS) -> None:
         self.policy = policy
         self.socket_path = socket_path
-        self.events: list[NetEvent] = []
+        self.events: list[NetEvent] = []  # the first `max_events` decisions; `dropped` counts the rest
+        self.dropped = 0
+        self._max_events = max_events
         self._on_event = on_event
         self._connect_timeout = connect_timeout
         self._max_connections = max_connections
@@ -163,7 +169,10 @@ class FilteringProxy:
                 found = []
             decision, addresses = check_addresses(self.policy, host, port, found)
         event = NetEvent(method, host, port, decision.allowed, decision.rule, decision.reason)
-        self.events.append(event)
+        if len(self.events) < self._max_events:
+            self.events.append(event)
+        else:
+            self.dropped += 1
         if self._on_event is not None:
             with contextlib.suppress(Exception):
                 self._on_event(event)

@@ -400,7 +400,8 @@ def _spawn_and_wait(argv: list[str], spec: SandboxSpec, limits: Limits, stdin: b
         code, output.stdout.decode("utf-8", "replace"), output.stderr.decode("utf-8", "replace"), duration,
         timed_out, sig, oom_killed=sandbox.cg.oom_killed() if sandbox.cg is not None else False,
         limits_via=("cgroup " + support.mode) if sandbox.cg is not None else "rlimit", seccomp=held.seccomp,
-        net_events=tuple(held.proxy.events) if held.proxy is not None else (), truncated=output.truncated,
+        net_events=tuple(held.proxy.events) if held.proxy is not None else (),
+        net_events_dropped=held.proxy.dropped if held.proxy is not None else 0, truncated=output.truncated,
         notes=tuple(held.notes), stderr_tail=bytes(output.stderr_tail).decode("utf-8", "replace"),
         usage=_usage(sandbox.cg, reaped))
 
