@@ -1175,9 +1175,9 @@ class FakeLiveSandboxes:
     def drop_logs(self, process_id: str) -> None:
         self.kept.pop(process_id, None)
 
-    def net_events(self, sandbox: LiveSandbox) -> list[FakeNetEvent]:
+    def net_events(self, sandbox: LiveSandbox) -> tuple[list[FakeNetEvent], int]:
         events, self.events = self.events, []
-        return events
+        return events, 0
 
 
 class FakeFeed:

@@ -258,11 +258,13 @@ class LiveSandboxService:
             return result
         # What the proxy decided meanwhile is this command's to report (a background process of
         # the same sandbox may have asked too: it is reported here as well, and audited once).
-        events = tuple(self._sandboxes.net_events(sandbox))
+        found, dropped = self._sandboxes.net_events(sandbox)
+        events = tuple(found)
         if request.on_net_event is not None:
             for event in events:
                 request.on_net_event(event)
-        return dataclasses.replace(result, net_events=(*result.net_events, *events))
+        return dataclasses.replace(result, net_events=(*result.net_events, *events),
+                                   net_events_dropped=result.net_events_dropped + dropped)
 
     def _why_stopped(self, sandbox: LiveSandbox) -> str | None:
         """The reason a stop claimed `sandbox` with (its `sandbox.stop` event's, written in the
@@ -712,14 +714,21 @@ class LiveSandboxService:
 
     def _audit_network(self, sandbox: LiveSandbox) -> None:
         """Audit what the proxy of `sandbox` refused since it was last asked (`network.refused`)."""
-        refused = [e for e in self._sandboxes.net_events(sandbox) if not e.allowed][:100]
-        if not refused:
+        found, dropped = self._sandboxes.net_events(sandbox)
+        refused = [e for e in found if not e.allowed]
+        if not refused and not dropped:
             return
         with self._registry.transaction() as tx:
-            for event in refused:
+            for event in refused[:100]:
                 self._audit.record(actor=sandbox.principal, action="network.refused", target=sandbox.workspace,
                                    decision="deny", rule=event.rule, result="refused",
                                    detail={**event.to_json(), "sandbox": sandbox.id}, tx=tx)
+            if len(refused) > 100 or dropped:
+                # Not one row each (a command may ask without end), but never unsaid.
+                self._audit.record(actor=sandbox.principal, action="network.refused", target=sandbox.workspace,
+                                   decision="deny", rule="network.events_dropped", result="refused",
+                                   detail={"sandbox": sandbox.id, "not_listed": max(0, len(refused) - 100),
+                                           "not_kept": dropped}, tx=tx)
 
     def _collect(self, sandbox: LiveSandbox) -> int:
         """Record the outcome of every process of `sandbox` that has ended; how many still run."""

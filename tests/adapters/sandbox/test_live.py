@@ -542,13 +542,48 @@ def test_a_sandbox_with_network_has_its_proxy_beside_it_until_it_stops(host: Hos
         refused = host.run(row, "b" * 16, _req(folder, "python3", "-c",
                                                 "import urllib.request; urllib.request.urlopen('http://example.org/')"))
         assert refused.exit_code == 1
-        events = host.net_events(row)
-        assert [(e.host, e.allowed) for e in events] == [("example.org", False)]
-        assert host.net_events(row) == []  # each decision is handed over once
+        events, dropped = host.net_events(row)
+        assert [(e.host, e.allowed) for e in events] == [("example.org", False)] and dropped == 0
+        assert host.net_events(row) == ([], 0)  # each decision is handed over once
     finally:
         host.stop(row)
     wait_until(lambda: not alive(pid, start), message="the proxy outlived its sandbox")
     assert not os.path.exists(net_dir)
+
+
+# Asks the proxy (through the relay at $HTTPS_PROXY) for a host it refuses, N times.
+_ASK = """
+import os, socket, sys
+host, port = os.environ["HTTPS_PROXY"].rsplit("/", 1)[-1].rsplit(":", 1)
+for i in range(int(sys.argv[1])):
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(b"CONNECT refused-%d.example.org:443 HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n" % i)
+        assert s.recv(4096).startswith(b"HTTP/1.1 403"), i
+"""
+
+
+def test_a_proxy_filled_with_refusals_still_hands_over_later_ones_and_counts_the_rest(
+        host: HostLiveSandboxes, folder: str) -> None:
+    """The live proxy wrote at most 1 MiB of decisions for the sandbox's whole life: a bot that
+    first filled it with junk refusals went unaudited for every later attempt, for as long as
+    the sandbox lived. The file is emptied as Warden takes it; what passed the bound (or the
+    1,000 a run keeps) is counted, never lost from the sum."""
+    from warden.core.network import NetworkPolicy
+
+    request = SandboxRequest(folder, ("true",), Limits(timeout_s=120), network=NetworkPolicy.parse(["example.com"]))
+    row = _row(SBX, host.start(SBX, request, idle_s=60))
+    try:
+        flood = host.run(row, "c" * 16, _req(folder, "python3", "-c", _ASK, "6000"))
+        assert flood.exit_code == 0, flood.stderr
+        first, dropped_first = host.net_events(row)
+        assert len(first) == 1000 and all(not e.allowed for e in first)
+        later = host.run(row, "d" * 16, _req(folder, "python3", "-c", _ASK, "1"))
+        assert later.exit_code == 0, later.stderr
+        second, dropped_second = host.net_events(row)
+        assert [(e.host, e.allowed) for e in second] == [("refused-0.example.org", False)]
+        assert len(first) + dropped_first + dropped_second == 6000  # every decision of the flood counted
+    finally:
+        host.stop(row)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="RLIMIT_NPROC binds every user but root")

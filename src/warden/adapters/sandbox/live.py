@@ -1346,32 +1346,41 @@ class HostLiveSandboxes:
             with contextlib.suppress(OSError):
                 self._logs_file(process_id, stream).unlink()
 
-    def net_events(self, sandbox: LiveSandbox) -> list[NetEvent]:
-        """The network proxy's decisions since the last call (none for a sandbox without network)."""
+    def net_events(self, sandbox: LiveSandbox) -> tuple[list[NetEvent], int]:
+        """The network proxy's decisions since the last call (none for a sandbox without network),
+        taken out of its file (live_proxy.py), and how many it could not keep meanwhile."""
+        import fcntl
         import json
 
+        from warden.adapters.sandbox.live_proxy import MAX_EVENTS_BYTES
+        from warden.adapters.sandbox.proxy import MAX_EVENTS
         from warden.adapters.sandbox.proxy import NetEvent as ProxyEvent
 
-        folder = self._folder(sandbox.id)
         try:
-            fd = os.open(folder / "net-events.jsonl", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(self._folder(sandbox.id) / "net-events.jsonl", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
-            return []
+            return [], 0
         try:
-            try:
-                done = int((folder / "net-events.read").read_text() or 0)
-            except (OSError, ValueError):
-                done = 0
-            os.lseek(fd, done, os.SEEK_SET)
-            data = os.read(fd, 1 << 20)
+            # Taken and emptied under the proxy's lock: each decision is read once, none is lost
+            # between the read and the truncation, and the proxy's bound counts anew.
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            data = os.read(fd, MAX_EVENTS_BYTES + 4096)
+            os.ftruncate(fd, 0)
+        except OSError:
+            return [], 0
         finally:
             os.close(fd)
-        whole = data[:data.rfind(b"\n") + 1]
-        (folder / "net-events.read").write_text(str(done + len(whole)))
         events: list[NetEvent] = []
-        for line in whole.splitlines():
-            with contextlib.suppress(ValueError, TypeError, KeyError):
+        dropped = 0
+        for line in data.splitlines():
+            with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
                 item = json.loads(line)
+                if "dropped" in item:
+                    dropped += max(0, int(item["dropped"]))
+                    continue
+                if len(events) >= MAX_EVENTS:  # as a fresh sandbox's proxy keeps: the rest counted
+                    dropped += 1
+                    continue
                 events.append(ProxyEvent(str(item["method"]), str(item["host"]), int(item["port"]),
                                          bool(item["allowed"]), str(item["rule"]), str(item["reason"])))
-        return events
+        return events, dropped

@@ -30,11 +30,11 @@ from warden.core.decisions import Decision
 from warden.core.errors import InvalidInput
 from warden.core.network import NetworkPolicy, check_addresses, check_host, parse_target
 
-__all__ = ["FilteringProxy", "NetEvent"]
+__all__ = ["MAX_EVENTS", "FilteringProxy", "NetEvent"]
 
 _HEAD_LIMIT = 64 * 1024
 _MAX_CONNECTIONS = 64
-_MAX_EVENTS = 1000
+MAX_EVENTS = 1000  # decisions kept for one run (a fresh sandbox's; a live one's between two reads)
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization",
                "proxy-authenticate", "te", "trailer", "upgrade", "host"}
 _TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
@@ -63,7 +63,7 @@ class FilteringProxy:
     def __init__(self, policy: NetworkPolicy, socket_path: str,
                  on_event: Callable[[NetEvent], None] | None = None,
                  connect_timeout: float = 15.0, max_connections: int = _MAX_CONNECTIONS,
-                 max_events: int = _MAX_EVENTS) -> None:
+                 max_events: int = MAX_EVENTS) -> None:
         self.policy = policy
         self.socket_path = socket_path
         self.events: list[NetEvent] = []  # the first `max_events` decisions; `dropped` counts the rest

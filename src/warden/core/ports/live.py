@@ -88,6 +88,7 @@ class LiveSandboxes(Protocol):
 
     def drop_logs(self, process_id: str) -> None: ...
 
-    def net_events(self, sandbox: LiveSandbox) -> list[NetEvent]:
-        """What the sandbox's network proxy decided since the last call ([] without network)."""
+    def net_events(self, sandbox: LiveSandbox) -> tuple[list[NetEvent], int]:
+        """What the sandbox's network proxy decided since the last call ([] without network), and
+        how many more decisions it could not keep meanwhile (past its bound between two calls)."""
         ...
