@@ -164,16 +164,19 @@ def test_allowed_paths_are_opened_judged_and_closed_after_the_run(world: World) 
 def test_output_goes_to_the_sinks_and_warden_lines_to_the_notice(world: World) -> None:
     world.sandbox.result = RunResult(1, "out\n", "err\n", 0.1)
     refused = FakeNetEvent("CONNECT", "evil.example", 443, False, "network.not_allowed", "not listed")
-    world.sandbox.net_events = [refused]
+    loopback = FakeNetEvent("CONNECT", "::1", 8080, False, "network.loopback", "loopback")
+    world.sandbox.net_events = [refused, loopback]
     out: list[bytes] = []
     notice: list[bytes] = []
     result = world.service.execute(RunRequest("w1", ["curl", "https://evil.example"], net="allow",
                                               allow_domains=["pypi.org"]),
                                    RunOutput(on_stdout=out.append, on_notice=notice.append, capture=False))
     line = "warden: network refused CONNECT evil.example:443: not listed\n"
-    assert out == [b"out\n"] and notice == [line.encode()]
-    assert (result.stdout, result.stderr) == ("", line)  # not captured; Warden's own lines are kept
-    assert world.events("network.refused") == [("network.refused", "deny", "network.not_allowed", "refused")]
+    six = "warden: network refused CONNECT [::1]:8080: loopback\n"  # an IPv6 address as a URL has it
+    assert out == [b"out\n"] and notice == [line.encode(), six.encode()]
+    assert (result.stdout, result.stderr) == ("", line + six)  # not captured; Warden's own lines are kept
+    assert world.events("network.refused") == [("network.refused", "deny", "network.not_allowed", "refused"),
+                                               ("network.refused", "deny", "network.loopback", "refused")]
 
 
 def test_a_front_end_gets_the_kill_switch_and_a_killed_run_is_audited_as_such(world: World) -> None:

@@ -496,7 +496,8 @@ class RunService:
                 return
             seen = next(refusals)
             if seen <= _SHOWN_REFUSALS:
-                notes.say(f"warden: network refused {event.method} {event.host}:{event.port}: {event.reason}")
+                where = f"[{event.host}]" if ":" in event.host else event.host  # an IPv6 address, as a URL has it
+                notes.say(f"warden: network refused {event.method} {where}:{event.port}: {event.reason}")
             elif seen == _SHOWN_REFUSALS + 1:
                 notes.say(f"warden: more than {_SHOWN_REFUSALS} network refusals in this run; the rest are not shown")
 
