@@ -181,3 +181,33 @@ def test_concurrent_moves_to_one_name_land_once(layout: Path, mode: str) -> None
         t.join()
     assert results.count("ok") == 1 and results.count("conflict") == 7
     assert len([p for p in work.iterdir() if p.name.startswith("s")]) == 7
+
+
+def test_an_approved_move_killed_between_its_copy_and_the_sources_removal_finishes(root: SafeRoot,
+                                                                                     layout: Path) -> None:
+    """An approved move copies the approved bytes to a new file, then removes the source. Killed
+    in between and answered again, it found its own copy in the way and was refused ("already
+    exists"), for good. Its copy (one name, the approved bytes) now counts as placed: the source
+    goes. Anything else at the destination is still never replaced."""
+    import hashlib
+
+    work = layout / "work"
+    (work / "drafts").mkdir()
+    (work / "final").mkdir()
+    data = b"as approved\n"
+    digest = hashlib.sha256(data).hexdigest()
+    (work / "drafts" / "a.md").write_bytes(data)
+    (work / "final" / "a.md").write_bytes(data)  # the copy the killed move placed
+    assert root.move("/drafts/a.md", "/final/a.md", sha256=digest) == "file"
+    assert not (work / "drafts" / "a.md").exists() and (work / "final" / "a.md").read_bytes() == data
+    (work / "drafts" / "b.md").write_bytes(data)
+    (work / "final" / "b.md").write_bytes(b"someone else's\n")
+    with pytest.raises(Conflict, match="already exists"):
+        root.move("/drafts/b.md", "/final/b.md", sha256=digest)
+    assert (work / "final" / "b.md").read_bytes() == b"someone else's\n" and (work / "drafts" / "b.md").exists()
+    (work / "keep.md").write_bytes(data)
+    os.link(work / "keep.md", work / "final" / "c.md")  # the approved bytes under two names: not its copy
+    (work / "drafts" / "c.md").write_bytes(data)
+    with pytest.raises(Conflict, match="already exists"):
+        root.move("/drafts/c.md", "/final/c.md", sha256=digest)
+    assert (work / "drafts" / "c.md").exists()

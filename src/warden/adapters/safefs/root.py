@@ -528,7 +528,8 @@ class SafeRoot:
             except OSError as exc:
                 raise _error(exc, destination) from None
             try:
-                self._replace(dst_dfd, dst[-1], data, stat.S_IMODE(st.st_mode) & 0o777, new=destination)
+                if not self._holds(dst_dfd, dst[-1], sha256):
+                    self._replace(dst_dfd, dst[-1], data, stat.S_IMODE(st.st_mode) & 0o777, new=destination)
             finally:
                 os.close(dst_dfd)
             # The source goes only while it is the inode read: a file put there since stays.
@@ -541,6 +542,24 @@ class SafeRoot:
             raise _error(exc, source) from None
         finally:
             os.close(src_dfd)
+
+    def _holds(self, dfd: int, name: str, sha256: str) -> bool:
+        """Whether `name` in `dfd` is a regular file of one name holding bytes of digest `sha256`:
+        a move killed after it placed its copy and before it removed the source, answered again,
+        finishes (removes the source) rather than refuse its own copy as a file in the way."""
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=dfd)
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                return False
+            return hashlib.sha256(self._read_all(fd, st, name)).hexdigest() == sha256
+        except (OSError, WardenError):
+            return False
+        finally:
+            os.close(fd)
 
     def _read_all(self, fd: int, st: os.stat_result, path: str) -> bytes:
         """The bytes of open regular file `fd` (`st` its fstat), at most `max_bytes`, however
