@@ -177,6 +177,52 @@ def test_json_routes_keep_the_small_limit_and_reads_are_not_screened(live: dict[
     assert (response.status_code, response.content) == (200, b"read me")
 
 
+def _json_head(length: int | None, authorization: str | None = None,
+               path: str = "/v1/workspaces/demo/exec") -> str:
+    head = _upload_head(length, authorization, path).replace("PUT ", "POST ", 1)
+    return head.replace("\r\n", "\r\nContent-Type: application/json\r\n", 1)
+
+
+def test_a_large_json_body_without_a_token_is_refused_before_it_is_held(live: dict[str, Any]) -> None:
+    # FastAPI parses a JSON body before the route authenticates: without this door, a client with
+    # no token made the server hold api.max_body per connection for two minutes, and parse it.
+    declared = 400 * 1024  # under api.max_body (512k here), over what is held without a token
+    app: App = live["app"]
+    for path in ("/v1/workspaces/demo/exec", "/v1/workspaces", "/mcp"):
+        started = time.monotonic()
+        status, headers, payload = _raw(live["url"], _json_head(declared, path=path), b"[" * 10)
+        assert _error(status, payload)[:2] == (401, "denied"), path
+        assert headers["connection"] == "close" and headers["www-authenticate"] == "Bearer"
+        assert time.monotonic() - started < 5
+    event = app.audit.list(limit=1)[0]
+    assert (event.actor, event.action, event.target, event.decision, event.rule) == (
+        "anonymous", "api.request", "/mcp", "deny", "token.missing")
+    # Chunked (no length declared): refused once what came is past the door, the rest unread.
+    status, headers, payload = _raw(live["url"], _json_head(None), b"10000\r\n" + b"[" * 0x10000 + b"\r\n"
+                                    + b"10\r\n" + b"[" * 16 + b"\r\n")
+    assert _error(status, payload)[:2] == (401, "denied") and headers["connection"] == "close"
+    status, _, payload = _raw(live["url"], _json_head(declared, "Bearer wdn_" + "Q" * 43), b"[" * 10)
+    assert _error(status, payload) == (403, "denied", "permission denied")
+    assert app.audit.list(limit=1)[0].rule == "token.unknown"
+    # A small body is read as before: the route answers it (here: 401 after parsing it).
+    small = json.dumps({"cmd": ["true"]}).encode()
+    status, _, payload = _raw(live["url"], _json_head(len(small)) + "Connection: close\r\n", small)
+    assert _error(status, payload)[:2] == (401, "denied")
+
+
+def test_a_large_json_body_with_a_valid_token_is_read_and_answered(live: dict[str, Any]) -> None:
+    app: App = live["app"]
+    before = app.audit.list(limit=1)[0].seq
+    text = "x" * (100 * 1024)  # two arguments, each under the kernel's bound: 200 KiB of JSON
+    response = httpx.post(live["url"] + "/v1/workspaces/demo/exec", json={"cmd": ["printf", "%s", text, text]},
+                          headers={"Authorization": f"Bearer {live['writer']}"}, timeout=60)
+    assert response.status_code == 200, response.text
+    assert response.json()["stdout"] == text * 2
+    events = [e for e in app.audit.list(limit=20) if e.seq > before]
+    assert "api.request" not in [e.action for e in events]  # the door adds no event of its own
+    assert [e.action for e in events].count("api.exec") == 1
+
+
 def _drive(app: Any, messages: list[dict[str, Any]], method: str = "PUT") -> tuple[int, list[dict[str, Any]]]:
     sent: list[dict[str, Any]] = []
 

@@ -369,6 +369,10 @@ def test_the_pty_websocket_refuses_before_upgrading(server: ServeProcess, home: 
     with pytest.raises(InvalidStatus) as huge:
         connect(_pty_url(server, "cols=0&rows=30"), additional_headers={"Authorization": "Bearer x"})
     assert huge.value.response.status_code == 400
+    for odd in ("%C2%B2", "%EF%BC%91"):  # "²" and "１": digits to str.isdigit, not to a terminal size
+        with pytest.raises(InvalidStatus) as unicode_digit:
+            connect(_pty_url(server, f"cols={odd}&rows=30"))
+        assert unicode_digit.value.response.status_code == 400  # "²" was a 500 and a traceback
     with pytest.raises(InvalidStatus) as too_long:  # over sandbox.timeout (10 minutes here)
         connect(_pty_url(server, "timeout=3600"), additional_headers={"Authorization": f"Bearer {home['token']}"})
     assert too_long.value.response.status_code == 400

@@ -29,11 +29,13 @@ from warden.interfaces.http.statuses import (
     package_version,
     status_for,
 )
+from warden.services.auth import AuthDenied
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
 
-__all__ = ["ERROR_RESPONSES", "HTTP_STATUS", "bearer_token", "create_app", "status_for", "upload_screen"]
+__all__ = ["DOOR_ABOVE", "ERROR_RESPONSES", "HTTP_STATUS", "bearer_token", "body_door", "create_app", "status_for",
+           "upload_screen"]
 
 # How long one change stream (GET …/events) may stay open: heartbeats keep it alive meanwhile.
 _STREAM_S = 7 * 86400.0
@@ -85,6 +87,39 @@ def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
         return None
 
     return screen
+
+
+# Bytes of a body held before its token is checked (limits.py): more than any request without
+# a token needs, and little enough that many connections without one cost little.
+DOOR_ABOVE = 64 * 1024
+
+
+def body_door(app: App) -> Callable[[Scope], Refusal | None]:
+    """Check that a large body's token authenticates before the body is held (see limits.py).
+
+    Authentication only: the route decides what the caller may do, and records the call. A
+    refusal is audited and logged as `api.request` on the path, as a route's would be.
+    """
+
+    def door(scope: Scope) -> Refusal | None:
+        token = bearer_token(scope)
+        if token:
+            try:
+                app.auth.authenticate(token)
+                return None  # no event: the route authenticates again and records its call
+            except AuthDenied:
+                pass
+        try:
+            with Call(app, "request", str(scope.get("path", ""))) as call:
+                call.authenticate(token)  # raises again, and the call records the refusal
+                call.audited_by_service = True  # valid by now after all: the route records it
+        except WardenError as exc:
+            status = status_for(exc)
+            headers = ((b"www-authenticate", b"Bearer"),) if status == 401 else ()
+            return Refusal(status, exc.code, exc.message, headers)
+        return None
+
+    return door
 
 
 def create_app(app: App) -> FastAPI:
@@ -181,5 +216,6 @@ def create_app(app: App) -> FastAPI:
     # API on each call); it answers its own errors, as the SDK's transport does.
     api.add_middleware(Mounted, path="/mcp", endpoint=mcp)
     api.add_middleware(LimitsMiddleware, limit_for=limit_for, timeout_for=timeout_for,
-                       screen=upload_screen(app), screen_above=max_json, body_timeout=request_timeout)
+                       screen=upload_screen(app), screen_above=max_json,
+                       door=body_door(app), door_above=DOOR_ABOVE, body_timeout=request_timeout)
     return api

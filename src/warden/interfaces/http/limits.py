@@ -9,6 +9,12 @@ A request allowed a body larger than `screen_above` (a file upload) is first put
 which checks its credentials before a byte of the body is read: otherwise anyone could make
 the server hold a hundred megabytes per connection without a token. A refusal is answered at
 once and the connection closed, so the unread body is never received.
+
+Any other body past `door_above` bytes (a JSON route's, up to api.max_body) is held only for a
+caller whose token authenticates (`door`), asked before the first byte past it is read: a JSON
+route parses its body before it authenticates (FastAPI), so without a token a client could make
+the server hold 16 MiB per connection for two minutes, and parse each into some 30 times its size
+while every other request waited on the event loop.
 """
 
 from __future__ import annotations
@@ -64,6 +70,8 @@ class LimitsMiddleware:
 
     When `limit_for(scope)` is over `screen_above`, `screen(scope)` (blocking; run in the
     threadpool) is asked first and a `Refusal` it returns is the answer, the body unread.
+    Otherwise `door(scope)` is asked the same way before more than `door_above` bytes of a
+    body are read (at once when Content-Length declares more).
     A body must arrive within `body_timeout` s (by default the request's own timeout), plus a
     second for every _MIN_RATE bytes received; else 408 and the connection is closed.
     """
@@ -71,12 +79,15 @@ class LimitsMiddleware:
     def __init__(self, app: ASGIApp, *, limit_for: Callable[[Scope], int],
                  timeout_for: Callable[[Scope], float],
                  screen: Callable[[Scope], Refusal | None] | None = None, screen_above: int = 0,
+                 door: Callable[[Scope], Refusal | None] | None = None, door_above: int = 0,
                  body_timeout: float | None = None) -> None:
         self.app = app
         self.limit_for = limit_for
         self.timeout_for = timeout_for
         self.screen = screen
         self.screen_above = screen_above
+        self.door = door
+        self.door_above = door_above
         self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -89,14 +100,17 @@ class LimitsMiddleware:
             await _send_error(send, 413, "invalid", f"request body of {declared} bytes is over the limit of "
                               f"{limit} bytes; send a smaller body")
             return
-        if self.screen is not None and limit > self.screen_above:
-            refusal = await run_in_threadpool(self.screen, scope)
-            if refusal is not None:
-                # Connection: close makes the server drop the connection after the answer,
-                # so the body the client may still be sending is never received.
-                await _send_error(send, refusal.status, refusal.code, refusal.message,
-                                  (*refusal.headers, (b"connection", b"close")))
+        screened = self.screen is not None and limit > self.screen_above
+        if screened:
+            assert self.screen is not None
+            if not await _let_in(self.screen, scope, send):
                 return
+        # The door: asked once, before the first byte past door_above is held.
+        knock = self.door if not screened else None
+        if knock is not None and declared is not None and declared > self.door_above:
+            if not await _let_in(knock, scope, send):
+                return
+            knock = None
         # The body is kept as pieces of at least _PIECE bytes (small messages merged, so a
         # trickle of tiny ones costs no per-object overhead) and handed on piece by piece, each
         # dropped here once handed: no joined copy is kept here beside the application's own
@@ -129,6 +143,10 @@ class LimitsMiddleware:
                 await _send_error(send, 413, "invalid", f"request body is over the limit of {limit} bytes; "
                                   "send a smaller body")
                 return
+            if knock is not None and size > self.door_above:  # chunked, or more than it declared
+                if not await _let_in(knock, scope, send):
+                    return
+                knock = None
             if not pending and len(chunk) >= _PIECE:
                 chunks.append(chunk)
             else:
@@ -165,6 +183,18 @@ class LimitsMiddleware:
             if not started:
                 await _send_error(send, 503, "timeout", f"the request took longer than {timeout:g} s and was "
                                   "abandoned; retry, or raise api.request_timeout")
+
+
+async def _let_in(check: Callable[[Scope], Refusal | None], scope: Scope, send: Send) -> bool:
+    """Whether `check` (blocking) lets the request in; else its refusal is answered."""
+    refusal = await run_in_threadpool(check, scope)
+    if refusal is None:
+        return True
+    # Connection: close makes the server drop the connection after the answer,
+    # so the body the client may still be sending is never received.
+    await _send_error(send, refusal.status, refusal.code, refusal.message,
+                      (*refusal.headers, (b"connection", b"close")))
+    return False
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -86,7 +86,9 @@ async def _deny(websocket: WebSocket, exc: BaseException) -> None:
 def _number(text: str | None, default: int) -> int | str:
     if text is None:
         return default
-    return int(text) if text.isdigit() and len(text) <= 5 else text
+    # isascii: str.isdigit is also true of "²" and "１", which int() refuses or reads as 1; an
+    # unauthenticated `?cols=²` was a 500 and a traceback in the server log per handshake.
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 5 else text
 
 
 def _bearer(websocket: WebSocket) -> str | None:
