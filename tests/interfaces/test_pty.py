@@ -376,6 +376,13 @@ def test_the_pty_websocket_refuses_before_upgrading(server: ServeProcess, home: 
     with pytest.raises(InvalidStatus) as too_long:  # over sandbox.timeout (10 minutes here)
         connect(_pty_url(server, "timeout=3600"), additional_headers={"Authorization": f"Bearer {home['token']}"})
     assert too_long.value.response.status_code == 400
+    # A browser's client cannot set headers on a WebSocket and may put its token in the URL:
+    # refused, and never written to the server's log (uvicorn logs a path with its query).
+    with pytest.raises(InvalidStatus) as in_url:
+        connect(_pty_url(server, f"token={home['token']}"))
+    assert in_url.value.response.status_code == 401
+    wait_until(lambda: b"token=wdn_" in server.output(), timeout=10, message="the refusal's log line")
+    assert home["token"].encode() not in server.output() and b"token=wdn_\xe2\x80\xa6" in server.output()
     # A client's mistake is not a server fault: no ERROR line in the server's log for any of these.
     assert b"without completing handshake" not in server.output() and b"ERROR" not in server.output()
 

@@ -194,6 +194,11 @@ def _log_config(calls: bool) -> dict[str, Any]:
     config = copy.deepcopy(LOGGING_CONFIG)
     config["loggers"]["warden"] = {"handlers": ["default"], "level": "INFO" if calls else "WARNING",
                                    "propagate": False}
+    # uvicorn logs a WebSocket's path with its query, where a browser client (which cannot set
+    # headers on one) may have put its token: no line of the server's shows a token.
+    config.setdefault("filters", {})["tokens"] = {"()": "warden.interfaces.http.protocol.HideTokens"}
+    for handler in config["handlers"].values():
+        handler.setdefault("filters", []).append("tokens")
     return config
 
 

@@ -23,6 +23,8 @@ and parses in Python, which costs the small requests (a file read, an exec) most
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 from typing import Any
 
 import httptools
@@ -34,7 +36,7 @@ from uvicorn.server import ServerState
 from warden.interfaces.http.limits import error_bytes
 
 __all__ = ["HEAD_TIMEOUT_S", "MAX_HEAD", "MAX_HEADER", "MAX_HEADERS", "MAX_HEADERS_SIZE", "MAX_REQUEST_LINE",
-           "BoundedHttpToolsProtocol", "DeniedHandshakeProtocol"]
+           "BoundedHttpToolsProtocol", "DeniedHandshakeProtocol", "HideTokens"]
 
 # The request target (path and query); longer → 414. A file path may be PATH_MAX (4096) bytes,
 # 12 KiB once percent-encoded, so the usual 8 KiB would refuse some valid file requests.
@@ -222,3 +224,18 @@ class DeniedHandshakeProtocol(WebSocketsSansIOProtocol):
         if (message.get("type") == "websocket.http.response.body" and not message.get("more_body", False)
                 and self.close_sent):
             self.handshake_complete = True
+
+
+class HideTokens(logging.Filter):
+    """A logging filter that writes every Warden token in a record (its message and arguments)
+    as `wdn_…`: uvicorn logs a request's path with its query string, where a client may have put
+    its token (`?token=wdn_…`, refused, but logged as sent)."""
+
+    _TOKEN = re.compile(r"wdn_[A-Za-z0-9_-]{8,}")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and "wdn_" in record.msg:
+            record.msg = self._TOKEN.sub("wdn_…", record.msg)
+        if isinstance(record.args, tuple) and any(isinstance(a, str) and "wdn_" in a for a in record.args):
+            record.args = tuple(self._TOKEN.sub("wdn_…", a) if isinstance(a, str) else a for a in record.args)
+        return True
