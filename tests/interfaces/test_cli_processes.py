@@ -121,6 +121,10 @@ def test_a_background_process_keeps_its_own_timeout_and_limits(cli: Cli, ws: str
     timed = _detach(cli, ws, "sleep", "60", options=("--timeout", "1"))
     done = cli("wait", ws, timed, "--json")
     assert done.code == 124 and done.json["data"]["timed_out"] is True and done.json["data"]["status"] == "killed"
+    # Said as such, with the limit and how to give a longer one (ps said only `killed 124`).
+    said = "warden: timed out after 1s; the command and its processes were killed; start it with --timeout"
+    assert said in cli("wait", ws, timed).stderr and said in cli("logs", ws, timed).stderr
+    assert "timed out" in cli("ps", ws).stdout
     spinner = _detach(cli, ws, "python3", "-c", "while True: pass", options=("--cpu", "1"))
     spun = cli("wait", ws, spinner, "--json", "--timeout", "60")
     assert spun.json["data"]["signal"] in (9, 24), spun.stdout  # SIGXCPU, then SIGKILL at the hard limit

@@ -279,12 +279,12 @@ def _same_program(said: str, named: str) -> bool:
     return said == named or ("/" not in named and said.endswith("/" + named))
 
 
-def timed_out_line(timeout_s: float) -> str:
+def timed_out_line(timeout_s: float, *, again: str = "run") -> str:
     """What `warden run` says when its wall-clock limit killed a command: the limit it reached and
     how to give a longer one, as the other limits' lines do (a person who never chose a timeout
     has met sandbox.timeout's default and needs its name)."""
     shown = format_duration(timedelta(seconds=timeout_s)) if timeout_s == int(timeout_s) else f"{timeout_s:g}s"
-    return (f"warden: timed out after {shown}; the command and its processes were killed; run it with "
+    return (f"warden: timed out after {shown}; the command and its processes were killed; {again} it with "
             "--timeout DURATION (e.g. 30m) or set sandbox.timeout")
 
 

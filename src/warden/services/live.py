@@ -55,7 +55,14 @@ from warden.core.live import (
     plan_fingerprint,
     too_many_background,
 )
-from warden.core.runs import RunResult, SandboxRequest, StoppedAsItStarted, Usage, explain_not_started
+from warden.core.runs import (
+    RunResult,
+    SandboxRequest,
+    StoppedAsItStarted,
+    Usage,
+    explain_not_started,
+    timed_out_line,
+)
 
 if TYPE_CHECKING:
     from warden.core.grants import Grant
@@ -898,10 +905,16 @@ class LiveSandboxService:
 
     def why_not_started(self, workspace: str, process_id: str, *, principal: str | None = None) -> str | None:
         """Warden's line for an ended process whose program could not be started (not found, not
-        executable), as a foreground run says it; None for any other."""
+        executable), or that its timeout killed (a dev server left running meets sandbox.timeout:
+        `ps` said only `killed 124`), as a foreground run says it; None for any other."""
         process_id = self.resolve(workspace, process_id, principal=principal)
         process = self._process(workspace, process_id, principal)
-        if process.running or process.exit_code not in (126, 127):
+        if process.running:
+            return None
+        limit = process.meta.get("timeout_s")
+        if process.timed_out and isinstance(limit, int | float):
+            return timed_out_line(float(limit), again="start")
+        if process.exit_code not in (126, 127):
             return None
         tail = self.logs(workspace, process_id, principal=principal).stderr[-4096:]
         given = process.meta.get("given_path")

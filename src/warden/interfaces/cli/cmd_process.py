@@ -51,7 +51,8 @@ _ID_HELP = ("the process id `warden run --detach` printed (see `warden ps`), or 
 
 
 def _render(data: Any) -> str:
-    rows = [(p["id"], p["status"], "" if p["exit_code"] is None else p["exit_code"], _cpu(p.get("usage")),
+    rows = [(p["id"], "timed out" if p.get("timed_out") else p["status"],
+             "" if p["exit_code"] is None else p["exit_code"], _cpu(p.get("usage")),
              p["started_at"][:19], " ".join(p["cmd"])) for p in data]
     return table(("ID", "STATUS", "EXIT", "CPU", "STARTED", "COMMAND"), rows) if rows else "no background processes"
 
@@ -121,8 +122,9 @@ def _logs(ctx: Context, args: argparse.Namespace) -> Output:
 
 
 def _why_not_started(ctx: Context, args: argparse.Namespace) -> None:
-    """Warden's line on stderr for a process whose program could not be started (as `warden run`
-    in the foreground says it): its own stderr says only `bwrap: execvp NAME: ...`."""
+    """Warden's line on stderr for a process whose program could not be started (its own stderr
+    says only `bwrap: execvp NAME: ...`) or that its timeout killed, as `warden run` in the
+    foreground says it."""
     line = ctx.app.live.why_not_started(args.name, args.id)
     if line is not None:
         sys.stderr.write(line + "\n")
@@ -158,6 +160,6 @@ def _wait(ctx: Context, args: argparse.Namespace) -> Output:
     args.id = ctx.app.live.resolve(args.name, args.id)  # the whole id, for why it did not start
     view = ctx.app.live.wait(args.name, args.id, timeout)
     code = view.exit_code if view.exit_code is not None else 1  # lost: its status is not known
-    if not ctx.json and code in (126, 127):
+    if not ctx.json and (code in (126, 127) or view.timed_out):
         _why_not_started(ctx, args)
     return Output(view.to_json(), text=_line(view), exit_code=code)
