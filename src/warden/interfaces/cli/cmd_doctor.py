@@ -153,6 +153,8 @@ def _leftovers_check(ctx: Context) -> Any:
     from warden.adapters.sandbox.doctor import Check
 
     try:
+        if ctx.app.database_url is None and not (ctx.app.home.root / "warden.db").exists():
+            return None  # not set up: looking makes no registry (doctor is what a newcomer runs first)
         found = ctx.app.sweeper.sweep(dry_run=True).to_json()
     except (WardenError, OSError):  # a home that cannot be read: its own row says why
         return None
