@@ -17,10 +17,8 @@ together.
 from __future__ import annotations
 
 import errno
-import functools
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["HomeProblem", "ancestor_problem", "home_problem", "others_may_write"]
@@ -51,8 +49,20 @@ def _has_access_list(where: str | int | os.PathLike[str]) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=8)
+# The answers so far, per (gid, uid): a process asks about the same few folders' groups. (A
+# dict, not functools.lru_cache: this module is imported on the Python client's fast path, where
+# every millisecond of imports is a run's.)
+_PRIVATE: dict[tuple[int, int], bool] = {}
+
+
 def _private_group(gid: int, uid: int) -> bool:
+    found = _PRIVATE.get((gid, uid))
+    if found is None:
+        found = _PRIVATE[gid, uid] = _is_private_group(gid, uid)
+    return found
+
+
+def _is_private_group(gid: int, uid: int) -> bool:
     import grp
     import pwd
 
@@ -137,17 +147,16 @@ def ancestor_problem(folder: Path) -> tuple[str, str] | None:
     return None
 
 
-
-@dataclass(frozen=True)
 class HomeProblem:
     """Why a home is not the user's alone. `rule`: "path" (a folder or link on the way to it,
     `why` and `fix` from ancestor_problem), "folder" (not one), "owner" (another user's) or
-    "writable" (by others); `st`: the folder's stat for the last three."""
+    "writable" (by others); `st`: the folder's stat for the last three. (A plain class: a
+    dataclass would import `inspect`, ~20 ms of the Python client's every run.)"""
 
-    rule: str
-    why: str = ""
-    fix: str = ""
-    st: os.stat_result | None = None
+    __slots__ = ("fix", "rule", "st", "why")
+
+    def __init__(self, rule: str, why: str = "", fix: str = "", st: os.stat_result | None = None) -> None:
+        self.rule, self.why, self.fix, self.st = rule, why, fix, st
 
 
 def home_problem(root: Path) -> HomeProblem | None:
