@@ -317,3 +317,43 @@ def test_unarchive_still_refuses_a_folder_that_is_not_the_workspaces(envhome: En
     proc = envhome.cli("unarchive", name)
     assert proc.returncode == 5 and "move it away" in proc.stderr, proc.stderr
     assert _status(envhome, name) == "archived"
+
+
+def test_a_rebuild_that_fails_or_is_killed_leaves_the_workspaces_their_layer(envhome: EnvHome,  # noqa: F811
+                                                                              tmp_path: Path) -> None:
+    """`snapshot build --rebuild` removed the layer before building its new copy: the workspaces on
+    it were broken for the whole build ('layer ... MISSING'), and for good when the build failed
+    (its packages no longer to be found) or was killed. The new copy now takes the old one's place
+    in one step once built."""
+    extra = tmp_path / "rebuilt.yaml"
+    extra.write_text("name: rebuilt\npython:\n  dependencies: [gamma]\n")
+    (layer,) = json.loads(envhome.cli("snapshot", "build", str(extra), "--json").stdout)["data"]["layers"]
+    folder = Path(layer["path"])
+    name = envhome.name("rebuilt")
+    envhome.create(name, str(extra))
+    built = folder.stat().st_ino
+
+    def healthy() -> bool:
+        return bool(json.loads(envhome.cli("health", name, "--json").stdout)["data"]["healthy"])
+
+    (tmp_path / "no-wheels").mkdir()
+    failed = envhome.cli("snapshot", "build", str(extra), "--rebuild",
+                         env={"WARDEN_ENVS_FIND_LINKS": str(tmp_path / "no-wheels")})
+    assert failed.returncode != 0, failed.stdout
+    assert healthy() and folder.stat().st_ino == built
+
+    rebuild = subprocess.Popen([sys.executable, "-m", "warden", "snapshot", "build", str(extra), "--rebuild"],
+                               env=envhome.environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: any(folder.parent.glob(f".build-{layer['id']}-{rebuild.pid}-*")), timeout=60,
+                   message="the rebuild did not start building")
+        assert (folder / "layer.json").exists()  # while it builds
+    finally:
+        rebuild.kill()
+        rebuild.wait()
+    assert healthy() and folder.stat().st_ino == built
+
+    assert envhome.cli("snapshot", "build", str(extra), "--rebuild").returncode == 0
+    assert folder.stat().st_ino != built and healthy()  # built again, in the old one's place
+    assert envhome.cli("destroy", name, "--delete", "--yes").returncode == 0
+

@@ -383,7 +383,8 @@ class FakeLayerBuilder:
         return executable in self.installed
 
     def build_python(self, layer_id: str, *, dependencies: Sequence[str], interpreter: Interpreter,
-                     index: IndexOptions, domains: Sequence[str], template: str, progress: bool) -> Layer:
+                     index: IndexOptions, domains: Sequence[str], template: str, progress: bool,
+                     replace: bool = False) -> Layer:
         if self.fail is not None:
             raise self.fail
         self.builds.append(layer_id)
@@ -394,7 +395,7 @@ class FakeLayerBuilder:
         return layer
 
     def build_node(self, layer_id: str, *, package_json: str, runtime: NodeRuntime, registry: str,
-                   template: str, progress: bool) -> Layer:
+                   template: str, progress: bool, replace: bool = False) -> Layer:
         if self.fail is not None:
             raise self.fail
         self.builds.append(layer_id)

@@ -171,16 +171,19 @@ class LayerService:
     def missing(self, resolution: Resolution) -> list[str]:
         return [i for i in resolution.layer_ids if self.store.read(i) is None]
 
-    def ensure(self, resolution: Resolution, *, progress: bool = True) -> EnvLayers:
-        """The layers of `resolution`, building those not yet on disk (with a progress bar)."""
-        python = self._ensure_python(resolution, resolution.python, progress) if resolution.python else None
+    def ensure(self, resolution: Resolution, *, progress: bool = True, rebuild: bool = False) -> EnvLayers:
+        """The layers of `resolution`, building those not yet on disk (with a progress bar);
+        `rebuild`: all of them, each swapped in for the one there once built."""
+        python = (self._ensure_python(resolution, resolution.python, progress, rebuild)
+                  if resolution.python else None)
         node = None
         if resolution.node and resolution.node.layer_id:
-            node = self._ensure_node(resolution, resolution.node, resolution.node.layer_id, progress)
+            node = self._ensure_node(resolution, resolution.node, resolution.node.layer_id, progress, rebuild)
         return EnvLayers(python, node)
 
-    def _ensure_python(self, resolution: Resolution, binding: PythonBinding, progress: bool) -> Layer:
-        found = self.store.read(binding.layer_id)
+    def _ensure_python(self, resolution: Resolution, binding: PythonBinding, progress: bool,
+                       rebuild: bool = False) -> Layer:
+        found = None if rebuild else self.store.read(binding.layer_id)
         if found is not None:
             return found
         deps = list(resolution.template.python.dependencies) if resolution.template.python else []
@@ -188,15 +191,16 @@ class LayerService:
         domains = [] if index.no_index else self._settings.get_list("envs.install_domains")
         return self._builder.build_python(binding.layer_id, dependencies=deps, interpreter=binding.interpreter,
                                           index=index, domains=domains, template=resolution.template.name,
-                                          progress=progress)
+                                          progress=progress, replace=rebuild)
 
-    def _ensure_node(self, resolution: Resolution, binding: NodeBinding, layer_id: str, progress: bool) -> Layer:
-        found = self.store.read(layer_id)
+    def _ensure_node(self, resolution: Resolution, binding: NodeBinding, layer_id: str, progress: bool,
+                     rebuild: bool = False) -> Layer:
+        found = None if rebuild else self.store.read(layer_id)
         if found is not None:
             return found
         return self._builder.build_node(layer_id, package_json=resolution.package_json() or "{}",
                                         runtime=binding.runtime, registry=self._settings.get_str("envs.npm_registry"),
-                                        template=resolution.template.name, progress=progress)
+                                        template=resolution.template.name, progress=progress, replace=rebuild)
 
     def index_options(self) -> IndexOptions:
         return IndexOptions(self._settings.get_str("envs.index_url"),
@@ -207,10 +211,9 @@ class LayerService:
               progress: bool = True, rebuild: bool = False) -> LayerBuild:
         """`warden snapshot build`: resolve and build (again, with `rebuild`)."""
         resolution = self.resolve(ref, python=python, node=node)
-        if rebuild:
-            for layer_id in resolution.layer_ids:
-                self.store.remove(layer_id)
-        return LayerBuild(resolution, self.ensure(resolution, progress=progress))
+        # Not removed first: the workspaces on these layers were broken for the whole build, and
+        # for good when it failed or was killed (offline, a package gone from the index).
+        return LayerBuild(resolution, self.ensure(resolution, progress=progress, rebuild=rebuild))
 
     # -- listing and pruning -----------------------------------------------------------------
     def list(self, in_use: Mapping[str, Collection[str]]) -> list[LayerRow]:

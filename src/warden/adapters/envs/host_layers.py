@@ -74,11 +74,11 @@ class HostLayerBuilder:
         self._shared = shared
 
     def _built(self, layer_id: str, bar: Progress, build: Callable[[], dict[str, Any]],
-               sources: Mapping[str, Any]) -> Layer:
+               sources: Mapping[str, Any], *, replace: bool = False) -> Layer:
         """The layer from the shared layer cache when it holds it (copied, checked) one built from
-        the same `sources`, else built (and put there)."""
+        the same `sources`, else built (and put there). `replace` (a rebuild): built, never copied."""
         info = None
-        if self._shared is not None:
+        if self._shared is not None and not replace:
             with self._store.build_lock(layer_id):
                 info = self._store.read(layer_id)
                 if info is None and (info := self._shared.copy_into(self._store, layer_id, sources)) is not None:
@@ -109,7 +109,8 @@ class HostLayerBuilder:
         return os.path.exists(executable)
 
     def build_python(self, layer_id: str, *, dependencies: Sequence[str], interpreter: Interpreter,
-                     index: IndexOptions, domains: Sequence[str], template: str, progress: bool) -> Layer:
+                     index: IndexOptions, domains: Sequence[str], template: str, progress: bool,
+                     replace: bool = False) -> Layer:
         interp = interpreters.Interpreter(**interpreter.to_json())
         bar = Progress(f"building Python layer {layer_id} for template {template}", 4, enabled=progress)
         sources = _python_sources(index)
@@ -119,9 +120,9 @@ class HostLayerBuilder:
             return build_python_layer(self._store, layer_id, dependencies=dependencies, interpreter=interp, uv=uv,
                                       index=index, execute=self._sandboxed(interp, uv, index, domains),
                                       cache_dir=self._cache_dir / "uv", progress=bar,
-                                      meta={"template": template, "sources": sources})
+                                      meta={"template": template, "sources": sources}, replace=replace)
 
-        return self._built(layer_id, bar, build, sources)
+        return self._built(layer_id, bar, build, sources, replace=replace)
 
     def _sandboxed(self, interp: interpreters.Interpreter, uv: str, index: IndexOptions,
                    domains: Sequence[str]) -> Execute:
@@ -141,12 +142,13 @@ class HostLayerBuilder:
         return execute
 
     def build_node(self, layer_id: str, *, package_json: str, runtime: NodeRuntime, registry: str,
-                   template: str, progress: bool) -> Layer:
+                   template: str, progress: bool, replace: bool = False) -> Layer:
         bar = Progress(f"building Node layer {layer_id} for template {template}", 2, enabled=progress)
         sources = {"npm_registry": registry}
         return self._built(layer_id, bar, lambda: build_node_layer(
             self._store, layer_id, package_json=package_json, runtime=runtime, environ=self._environ, progress=bar,
-            registry=registry, meta={"template": template, "sources": sources}), sources)
+            registry=registry, meta={"template": template, "sources": sources}, replace=replace), sources,
+            replace=replace)
 
 
 def _python_sources(index: IndexOptions) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from warden.adapters.atomic import write_atomic
+from warden.adapters.safefs.rename import exchange
 
 __all__ = ["LayerStore", "make_read_only", "make_writable"]
 
@@ -174,13 +175,23 @@ class LayerStore:
                 make_writable(build)
                 shutil.rmtree(build, ignore_errors=True)
 
-    def commit(self, build: Path, layer_id: str, info: dict[str, Any]) -> dict[str, Any]:
+    def commit(self, build: Path, layer_id: str, info: dict[str, Any], *, replace: bool = False) -> dict[str, Any]:
         """Write layer.json (with the digest of what was built), seal the folder read-only and
-        rename it to its id."""
+        rename it to its id. `replace` (a rebuild): a whole layer there is swapped for the new one
+        in one step, so the workspaces on it never find it missing, and then removed."""
         info = {**info, "tree_sha256": tree_digest(build)}
         write_atomic(build / LAYER_FILE, (json.dumps(info, indent=2, sort_keys=True) + "\n").encode())
         make_read_only(build)
         target = self.root / layer_id
+        if replace and self.exists(layer_id):
+            try:
+                exchange(str(build), str(target))
+            except OSError:
+                self.remove(layer_id)  # no exchange here: the old one goes just before, as it did
+            else:
+                # The old layer now lies in the private build folder, which `staging` removes
+                # (and `sweep` does, if this process is killed first).
+                return self.read(layer_id) or info
         if target.exists() and not self.exists(layer_id):
             self.remove(layer_id)  # a broken layer (garbage layer.json) gives way to the new build
         try:

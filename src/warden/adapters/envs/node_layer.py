@@ -46,12 +46,12 @@ def npm_env(environ: Mapping[str, str], registry: str = "") -> dict[str, str]:
 
 def build_node_layer(store: LayerStore, layer_id: str, *, package_json: str, runtime: NodeRuntime,
                      environ: Mapping[str, str], progress: Progress, registry: str = "",
-                     meta: Mapping[str, Any]) -> dict[str, Any]:
-    """Build node layer `layer_id` (no-op when it exists); returns its layer.json."""
+                     meta: Mapping[str, Any], replace: bool = False) -> dict[str, Any]:
+    """Build node layer `layer_id` (no-op when it exists, unless `replace`: a rebuild); returns its layer.json."""
     if runtime.npm is None:
         raise Unavailable("npm is not installed; install it (`apt-get install npm`) to build Node layers")
     with store.build_lock(layer_id):
-        if store.exists(layer_id):
+        if store.exists(layer_id) and not replace:
             return store.read(layer_id) or {}
         started = time.time()
         with store.staging(layer_id) as build:
@@ -83,7 +83,7 @@ def build_node_layer(store: LayerStore, layer_id: str, *, package_json: str, run
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "build_seconds": round(time.time() - started, 2), "size": dir_size(build), **dict(meta),
             }
-            return store.commit(build, layer_id, info)
+            return store.commit(build, layer_id, info, replace=replace)
 
 
 def _top_level(modules: Path) -> list[str]:

@@ -57,10 +57,10 @@ def _run(execute: Execute, argv: list[str], *, cwd: Path, env: Mapping[str, str]
 def build_python_layer(store: LayerStore, layer_id: str, *, dependencies: Sequence[str],
                        interpreter: Interpreter, uv: str, index: IndexOptions,
                        execute: Execute, cache_dir: Path, progress: Progress,
-                       meta: Mapping[str, Any]) -> dict[str, Any]:
-    """Build layer `layer_id` (no-op when it exists); returns its layer.json."""
+                       meta: Mapping[str, Any], replace: bool = False) -> dict[str, Any]:
+    """Build layer `layer_id` (no-op when it exists, unless `replace`: a rebuild); returns its layer.json."""
     with store.build_lock(layer_id):
-        if store.exists(layer_id):
+        if store.exists(layer_id) and not replace:
             return store.read(layer_id) or {}
         cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         env = uv_env(cache_dir)
@@ -115,7 +115,7 @@ def build_python_layer(store: LayerStore, layer_id: str, *, dependencies: Sequen
                 "build_seconds": round(time.time() - started, 2),
                 "size": dir_size(build), **dict(meta),
             }
-            return store.commit(build, layer_id, info)
+            return store.commit(build, layer_id, info, replace=replace)
 
 
 def _site_packages(venv: Path, xy: str) -> Path:

@@ -13,9 +13,10 @@ import errno
 import os
 from collections.abc import Callable
 
-__all__ = ["RENAME_NOREPLACE", "renameat_noreplace"]
+__all__ = ["RENAME_EXCHANGE", "RENAME_NOREPLACE", "exchange", "renameat_noreplace"]
 
 RENAME_NOREPLACE = 1  # include/uapi/linux/fs.h
+RENAME_EXCHANGE = 2
 
 
 def _load() -> Callable[[int, bytes, int, bytes, int], int] | None:
@@ -56,3 +57,15 @@ def renameat_noreplace(src_dir: int, src: str, dst_dir: int, dst: str) -> None:
         raise OSError(code, os.strerror(code))
     os.link(src, dst, src_dir_fd=src_dir, dst_dir_fd=dst_dir, follow_symlinks=False)
     os.unlink(src, dir_fd=src_dir)
+
+
+def exchange(a: str, b: str) -> None:
+    """Swap paths `a` and `b` (both must exist) in one step: no reader ever finds either missing.
+    OSError (ENOSYS, EINVAL) where the libc or the filesystem cannot; the caller then does without."""
+    call = CALL
+    if call is None:
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+    while call(-100, os.fsencode(a), -100, os.fsencode(b), RENAME_EXCHANGE) != 0:  # AT_FDCWD
+        code = ctypes.get_errno()
+        if code != errno.EINTR:
+            raise OSError(code, os.strerror(code))

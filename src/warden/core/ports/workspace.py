@@ -207,14 +207,17 @@ class LayerBuilder(Protocol):
         ...
 
     def build_python(self, layer_id: str, *, dependencies: Sequence[str], interpreter: Interpreter,
-                     index: IndexOptions, domains: Sequence[str], template: str, progress: bool) -> Layer:
+                     index: IndexOptions, domains: Sequence[str], template: str, progress: bool,
+                     replace: bool = False) -> Layer:
         """Build Python layer `layer_id` (found as it is when another builder finished it first);
-        uv runs sandboxed, reaching `domains` only. Unavailable when the build fails."""
+        uv runs sandboxed, reaching `domains` only. Unavailable when the build fails. `replace` (a
+        rebuild): built even when it exists, and swapped in for it in one step once built."""
         ...
 
     def build_node(self, layer_id: str, *, package_json: str, runtime: NodeRuntime, registry: str,
-                   template: str, progress: bool) -> Layer:
-        """Build Node layer `layer_id` with npm (no install scripts). Unavailable when it fails."""
+                   template: str, progress: bool, replace: bool = False) -> Layer:
+        """Build Node layer `layer_id` with npm (no install scripts). Unavailable when it fails.
+        `replace`: as for build_python."""
         ...
 
 
