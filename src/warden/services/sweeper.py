@@ -91,8 +91,13 @@ class Sweeper:
         cgroups = [] if dry_run else self._cgroups.sweep_orphans()
         # Half-written archives, and what a killed writer left in the home itself (`warden
         # backup`'s registry copy, a settings file's atomic write, a new config.toml) and in its
-        # keys (a key file made aside: key material, named by nothing): `.NAME.PID[.TAG].tmp`.
-        temp = [path for folder in (self._archives, self._home, self._home / "keys")
+        # keys (a key file made aside: key material, named by nothing), and in each workspace's
+        # checkpoint store (a checkpoint's manifest or the store's usage, a rollback's save
+        # killed as it wrote them; the next capture never looks there): `.NAME.PID[.TAG].tmp`.
+        versions = self._home / "versions"
+        stores = [versions / name / sub for name in self._leftovers.folders(str(versions))
+                  for sub in ("", "checkpoints")]
+        temp = [path for folder in (self._archives, self._home, self._home / "keys", *stores)
                 for path, pid in self._leftovers.temp_archives(str(folder)) if not self._processes.alive(pid)]
         trash = self._leftovers.trashed(str(self._root_dir))
         scratch = self._git_scratch()
