@@ -211,3 +211,27 @@ def test_an_approved_move_killed_between_its_copy_and_the_sources_removal_finish
     with pytest.raises(Conflict, match="already exists"):
         root.move("/drafts/c.md", "/final/c.md", sha256=digest)
     assert (work / "drafts" / "c.md").exists()
+
+
+@pytest.mark.parametrize("target", ["../cache/copy", "{outside}/copy"])
+def test_an_approved_move_onto_a_link_is_refused_and_the_source_kept(root: SafeRoot, layout: Path,
+                                                                    target: str) -> None:
+    """A link a bot made at the destination (a zone whose deletes ask lets a run make links, not
+    remove files) to a file of its own holding the approved bytes was taken for the move's own
+    copy: the source was removed, the approved bytes left only behind the link, where the bot may
+    delete them (a link out of the workspace: any path of the host was opened). A link is never
+    its copy, nor followed: the move is refused and the source stays."""
+    import hashlib
+
+    work = layout / "work"
+    for folder in ("z", "cache"):
+        (work / folder).mkdir()
+    data = b"the person's report\n"
+    (work / "z" / "report.md").write_bytes(data)
+    (work / "cache" / "copy").write_bytes(data)
+    (layout / "outside" / "copy").write_bytes(data)
+    (work / "z" / "report2.md").symlink_to(target.format(outside=layout / "outside"))
+    with pytest.raises(Conflict, match="already exists"):
+        root.move("/z/report.md", "/z/report2.md", sha256=hashlib.sha256(data).hexdigest())
+    assert (work / "z" / "report.md").read_bytes() == data
+    assert (work / "z" / "report2.md").is_symlink()

@@ -118,6 +118,26 @@ def test_an_approved_move_onto_a_name_taken_meanwhile_fails_without_replacing(ap
     assert (_root(app) / "final" / "a").read_text() == "person's"
 
 
+def test_an_approved_move_onto_a_link_the_bot_made_keeps_the_persons_file(app: App) -> None:
+    """In a folder whose deletes ask, a bot's run may make links (Landlock there refuses removes
+    only). Its link at a move's destination, to a copy of its own in a folder where it may delete,
+    was taken for the move's own copy: approving the move removed the person's file and left its
+    bytes only in the bot's copy. The move is refused; the person's file stays."""
+    root = _root(app)
+    (root / ".warden" / "zones.yaml").write_text(ZONES + "  notes: {mode: rw, approval: {write: preApproved, "
+                                                 "delete: ask}}\n")
+    (root / "notes").mkdir()
+    (root / "notes" / "report.md").write_text("the person's")
+    files = _bot(app)
+    with pytest.raises(Pending) as waiting:
+        files.move("/notes/report.md", "/notes/final.md")
+    files.write_text("/drafts/copy", "the person's")  # the bot's copy, where it may delete
+    (root / "notes" / "final.md").symlink_to("../drafts/copy")  # as its run may make it
+    with pytest.raises(Conflict, match="already exists"):
+        app.approvals.answer(str(waiting.value.approval["id"]), approve=True, actor="user")
+    assert (root / "notes" / "report.md").read_text() == "the person's"
+
+
 def test_the_local_person_moves_freely_in_ask_folders(app: App) -> None:
     from warden.services.files import approve_local_user
 

@@ -546,9 +546,11 @@ class SafeRoot:
     def _holds(self, dfd: int, name: str, sha256: str) -> bool:
         """Whether `name` in `dfd` is a regular file of one name holding bytes of digest `sha256`:
         a move killed after it placed its copy and before it removed the source, answered again,
-        finishes (removes the source) rather than refuse its own copy as a file in the way."""
+        finishes (removes the source) rather than refuse its own copy as a file in the way. A link
+        there is never its copy (nor followed): a bot's link to a file of its own with those bytes
+        would have the source removed and the approved bytes left only where the bot may delete them."""
         try:
-            fd = os.open(name, _READ_FLAGS, dir_fd=dfd)
+            fd = os.open(name, _READ_FLAGS | os.O_NOFOLLOW, dir_fd=dfd)
         except OSError:
             return False
         try:
