@@ -33,12 +33,7 @@ def build_client(folder: Path) -> Path:
     for shared in ("lib", "libexec"):
         if (prefix / shared).exists():
             (folder / shared).symlink_to(prefix / shared)
-    output = folder / "bin" / "warden"
-    built = subprocess.run([str(BUILD), str(output)], capture_output=True, text=True, check=False)
-    if built.returncode == _NO_COMPILER:
-        pytest.skip("no C compiler: `warden` is the Python client")
-    assert built.returncode == 0, built.stderr
-    return output
+    return _build_into(folder)
 
 
 def strict_copy(client: Path, folder: Path) -> Path:
@@ -81,6 +76,11 @@ def build_client_for_another_user(folder: Path) -> Path:
     (packages / "warden-tests.pth").write_text("\n".join(found) + "\n")
     if (Path(sys.prefix) / "libexec").exists():
         (folder / "libexec").symlink_to(Path(sys.prefix) / "libexec")
+    return _build_into(folder)
+
+
+def _build_into(folder: Path) -> Path:
+    """The native client built as `folder`/bin/warden (skipped without a C compiler)."""
     output = folder / "bin" / "warden"
     built = subprocess.run([str(BUILD), str(output)], capture_output=True, text=True, check=False)
     if built.returncode == _NO_COMPILER:

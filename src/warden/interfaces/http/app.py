@@ -81,12 +81,17 @@ def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
                 call.authorize(name, "write")
                 call.audited_by_service = True  # allowed: the route records this call's one event
         except WardenError as exc:
-            status = status_for(exc)
-            headers = ((b"www-authenticate", b"Bearer"),) if status == 401 else ()
-            return Refusal(status, exc.code, exc.message, headers)
+            return _refusal(exc)
         return None
 
     return screen
+
+
+def _refusal(exc: WardenError) -> Refusal:
+    """`exc` as the answer to a request refused before its body was read (401 asks for a token)."""
+    status = status_for(exc)
+    headers = ((b"www-authenticate", b"Bearer"),) if status == 401 else ()
+    return Refusal(status, exc.code, exc.message, headers)
 
 
 # Bytes of a body held before its token is checked (limits.py): more than any request without
@@ -114,9 +119,7 @@ def body_door(app: App) -> Callable[[Scope], Refusal | None]:
                 call.authenticate(token)  # raises again, and the call records the refusal
                 call.audited_by_service = True  # valid by now after all: the route records it
         except WardenError as exc:
-            status = status_for(exc)
-            headers = ((b"www-authenticate", b"Bearer"),) if status == 401 else ()
-            return Refusal(status, exc.code, exc.message, headers)
+            return _refusal(exc)
         return None
 
     return door
