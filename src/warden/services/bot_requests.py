@@ -582,17 +582,13 @@ class BotRequestService:
         trail.note(process=process_id)
         return self._processes().get(name, process_id, principal=principal.actor)
 
-    def process_id(self, principal: Principal, name: str, process_id: str, *, trail: Trail = UNTRACED) -> str:
-        """The whole id of the principal's process `process_id` begins (services/live.py `resolve`)."""
-        self._authorize(principal, name, "execute", trail, whole_workspace=True)
-        return self._processes().resolve(name, process_id, principal=principal.actor)
-
     def process_logs(self, principal: Principal, name: str, process_id: str, *,
-                     trail: Trail = UNTRACED) -> Logs:
+                     trail: Trail = UNTRACED) -> tuple[str, Logs]:
+        """The whole id of the process `process_id` begins (services/live.py `resolve`), and its output."""
         self._authorize(principal, name, "execute", trail, whole_workspace=True)
         process_id = self._processes().resolve(name, process_id, principal=principal.actor)
         trail.note(process=process_id)
-        return self._processes().logs(name, process_id, principal=principal.actor)
+        return process_id, self._processes().logs(name, process_id, principal=principal.actor)
 
     def follow_process(self, principal: Principal, name: str, process_id: str, *,
                        trail: Trail = UNTRACED) -> Iterator[Chunk | None]:

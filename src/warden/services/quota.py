@@ -43,16 +43,17 @@ class QuotaService:
 
     def check_free(self) -> None:
         """Unavailable when the filesystem of Warden's home has less than `workspace.min_free` free."""
-        where = self._existing_home()
-        problem = self.limits().free_problem(self._disk.free_bytes(where), where)
-        if problem is not None:
-            raise Unavailable(problem, rule=FREE_KEY)
+        self.room()
 
     def room(self) -> int:
         """The bytes Warden may still write on the filesystem of its home before it has less than
         `workspace.min_free` free (Unavailable when it has less already)."""
-        self.check_free()
-        return max(0, self._disk.free_bytes(self._existing_home()) - self.limits().min_free)
+        where = self._existing_home()
+        free, limits = self._disk.free_bytes(where), self.limits()
+        problem = limits.free_problem(free, where)
+        if problem is not None:
+            raise Unavailable(problem, rule=FREE_KEY)
+        return free - limits.min_free
 
     def usage(self, path: str) -> Usage:
         """What workspace folder `path` holds now (one walk), with what Warden keeps of it."""

@@ -122,19 +122,20 @@ class LayerStore:
     @contextlib.contextmanager
     def build_lock(self, layer_id: str) -> Iterator[None]:
         """One builder per layer id at a time, across processes."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / f".{layer_id}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = self._lock_file(layer_id, "lock")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)
 
-    def _use_lock(self, layer_id: str) -> int:
-        # Beside the build lock, not on it: a create holds its layer while it builds it, and two
-        # flocks on one file conflict even in one process.
+    def _lock_file(self, layer_id: str, kind: str) -> int:
+        """The layer's lock file of `kind`: "lock" (one builder at a time) or "use" (beside it, not
+        on it: a create holds its layer while it builds it, and two flocks on one file conflict
+        even in one process). Never through a link (the store may be a cache homes share)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        return os.open(self.root / f".{layer_id}.use", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return os.open(self.root / f".{layer_id}.{kind}", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       0o600)
 
     @contextlib.contextmanager
     def hold(self, layer_ids: Sequence[str]) -> Iterator[None]:
@@ -142,7 +143,7 @@ class LayerStore:
         (several creates at once), which `removable` needs exclusive."""
         with contextlib.ExitStack() as held:
             for layer_id in sorted(set(layer_ids)):
-                fd = self._use_lock(layer_id)
+                fd = self._lock_file(layer_id, "use")
                 held.callback(os.close, fd)
                 fcntl.flock(fd, fcntl.LOCK_SH)
             yield
@@ -151,7 +152,7 @@ class LayerStore:
     def removable(self, layer_id: str) -> Iterator[bool]:
         """Whether no one holds the layer; while True, no one can start to. Never waits: a prune
         passes over a layer a create is setting up rather than wait for it."""
-        fd = self._use_lock(layer_id)
+        fd = self._lock_file(layer_id, "use")
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

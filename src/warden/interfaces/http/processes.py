@@ -97,8 +97,7 @@ class ProcessRoutes:
             if follow:
                 chunks = self.requests.follow_process(principal, name, process_id, trail=call)
             else:
-                logs_of = self.requests.process_id(principal, name, process_id, trail=call)  # answered whole
-                logs = self.requests.process_logs(principal, name, logs_of, trail=call)
+                logs_of, logs = self.requests.process_logs(principal, name, process_id, trail=call)
                 data = logs.to_json()
                 return ProcessLogs(id=logs_of, stdout=str(data["stdout"]), stderr=str(data["stderr"]),
                                    dropped=LogsDropped(stdout=logs.dropped_stdout, stderr=logs.dropped_stderr))

@@ -338,7 +338,9 @@ class ToolCalls:
     def _process_logs(self, call: Call, args: dict[str, Any]) -> Answer:
         assert call.principal is not None
         view = self.requests.process(call.principal, args["workspace"], args["id"], trail=call)
-        logs = self.requests.process_logs(call.principal, args["workspace"], args["id"], trail=call).to_json()
+        # By the whole id `process` found: a start of one is looked up once.
+        _, kept = self.requests.process_logs(call.principal, args["workspace"], view.id, trail=call)
+        logs = kept.to_json()
         state = ("running" if view.status == "running" else
                  f"{view.status}, exit code {view.exit_code}" + (f", signal {view.signal}" if view.signal else ""))
         if view.usage is not None and view.usage.cpu_s is not None:
