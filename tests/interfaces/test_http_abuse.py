@@ -223,6 +223,39 @@ def test_a_large_json_body_with_a_valid_token_is_read_and_answered(live: dict[st
     assert [e.action for e in events].count("api.exec") == 1
 
 
+def test_a_json_body_of_too_many_values_is_refused_before_it_is_parsed(live: dict[str, Any]) -> None:
+    # 16 MiB of `[],` is five million lists: json.loads built them for 47 s of the event loop (and
+    # 540 MiB) before the model said `cmd` takes 4096 strings. Counted first now, never parsed.
+    app: App = live["app"]
+    headers = {"Authorization": f"Bearer {live['writer']}", "Content-Type": "application/json"}
+    before = app.audit.list(limit=1)[0].seq
+    with httpx.Client(base_url=live["url"], headers=headers, timeout=60) as client:
+        for body in (b'{"cmd": [' + b",".join([b"[]"] * 120_000) + b"]}",
+                     b'{"cmd": ["true"], "env": {' + b",".join(b'"K%d": ""' % i for i in range(40_000)) + b"}}"):
+            assert len(body) < 512 * 1024  # within api.max_body: only its count refuses it
+            response = client.post("/v1/workspaces/demo/exec", content=body)
+            status, code, message = _error(response.status_code, response.content)
+            assert (status, code) == (413, "invalid"), response.text
+            assert "JSON values" in message and "over the limit of 100000" in message and "\n" not in message
+        # Nothing ran: the route never saw it.
+        assert "api.exec" not in [e.action for e in app.audit.list(limit=20) if e.seq > before]
+        # The same punctuation inside one string is data: 300 KiB of stdin runs.
+        stdin = "[],{}" * 60_000
+        response = client.post("/v1/workspaces/demo/exec", json={"cmd": ["wc", "-c"], "stdin": stdin})
+        assert response.status_code == 200, response.text
+        assert response.json()["stdout"].strip() == str(len(stdin))
+        # MCP over HTTP goes through the same count.
+        response = client.post("/mcp", content=b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"x": ['
+                               + b",".join([b"0"] * 120_000) + b"]}}",
+                               headers={"Accept": "application/json, text/event-stream"})
+        assert response.status_code == 413, response.text
+    # An upload is bytes, not JSON: a file of commas is written whole.
+    commas = b"," * (300 * 1024)
+    response = httpx.put(live["url"] + "/v1/workspaces/demo/files/content?path=commas.txt", content=commas,
+                         headers={"Authorization": f"Bearer {live['writer']}"}, timeout=60)
+    assert response.status_code == 200, response.text
+
+
 def _drive(app: Any, messages: list[dict[str, Any]], method: str = "PUT") -> tuple[int, list[dict[str, Any]]]:
     sent: list[dict[str, Any]] = []
 

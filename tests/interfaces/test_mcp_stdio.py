@@ -482,3 +482,18 @@ def test_a_line_past_api_max_body_is_dropped_as_read_and_answered_without_holdin
     assert after == {"jsonrpc": "2.0", "id": 3, "result": {}}, after
     assert grown < 48 * 1024, f"the server's peak memory grew by {grown} KiB for a 160 MiB line"
     assert wire.ended is not None and wire.ended == (0, b""), wire.ended
+
+
+def test_a_line_of_too_many_json_values_is_answered_without_being_parsed(world: World) -> None:
+    """Within api.max_body, a line of a million small lists cost the SDK's parser seconds and
+    hundreds of MiB (the garbage collector walking them all); it is counted first
+    (core/bodies.py), answered -32700 naming the bound, and the session goes on."""
+    with _Wire(world) as wire:
+        many = b'{"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {"x": [' + b",".join([b"[]"] * 1_000_000)
+        wire.send(many + b"]}}")
+        refused = wire.reply(timeout=60)
+        wire.send(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping"}).encode())
+        after = wire.reply()
+    assert refused["error"]["code"] == -32700 and refused["id"] is None, refused
+    assert "more than 100000 JSON values" in refused["error"]["message"], refused
+    assert after == {"jsonrpc": "2.0", "id": 3, "result": {}}, after

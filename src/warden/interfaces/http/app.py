@@ -188,11 +188,13 @@ def create_app(app: App) -> FastAPI:
     request_timeout = app.settings.get_seconds("api.request_timeout")
     run_timeout = app.settings.get_seconds("sandbox.timeout")
 
+    def upload(scope: Scope) -> bool:
+        return scope.get("method") == "PUT" and CONTENT_PATH.match(str(scope.get("path", ""))) is not None
+
     def limit_for(scope: Scope) -> int:
         # Only an upload may be large; it is screened (its token checked) before being read.
-        if scope.get("method") == "PUT" and CONTENT_PATH.match(str(scope.get("path", ""))):
-            return max_file
-        return max_json
+        # Every other body is JSON (or nothing), its values counted too (core/bodies.py).
+        return max_file if upload(scope) else max_json
 
     def timeout_for(scope: Scope) -> float:
         path = str(scope.get("path", ""))
@@ -220,5 +222,6 @@ def create_app(app: App) -> FastAPI:
     api.add_middleware(Mounted, path="/mcp", endpoint=mcp)
     api.add_middleware(LimitsMiddleware, limit_for=limit_for, timeout_for=timeout_for,
                        screen=upload_screen(app), screen_above=max_json,
-                       door=body_door(app), door_above=DOOR_ABOVE, body_timeout=request_timeout)
+                       door=body_door(app), door_above=DOOR_ABOVE, parsed=lambda scope: not upload(scope),
+                       body_timeout=request_timeout)
     return api

@@ -15,6 +15,10 @@ caller whose token authenticates (`door`), asked before the first byte past it i
 route parses its body before it authenticates (FastAPI), so without a token a client could make
 the server hold 16 MiB per connection for two minutes, and parse each into some 30 times its size
 while every other request waited on the event loop.
+
+A body a route parses as JSON (`parsed(scope)`) past `door_above` bytes is also measured before
+the route sees it (core/bodies.py): past MAX_JSON_VALUES values it is refused with 413, never
+parsed. Only its count is costly to parse; its size is bounded above.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
+
+from warden.core.bodies import MAX_JSON_VALUES, json_values
 
 __all__ = ["LimitsMiddleware", "Refusal", "bearer_token", "disconnected", "error_bytes", "replay"]
 
@@ -74,13 +80,15 @@ class LimitsMiddleware:
     body are read (at once when Content-Length declares more).
     A body must arrive within `body_timeout` s (by default the request's own timeout), plus a
     second for every _MIN_RATE bytes received; else 408 and the connection is closed.
+    A body `parsed(scope)` says the route reads as JSON, past `door_above` bytes, is refused
+    with 413 when it holds more than MAX_JSON_VALUES values.
     """
 
     def __init__(self, app: ASGIApp, *, limit_for: Callable[[Scope], int],
                  timeout_for: Callable[[Scope], float],
                  screen: Callable[[Scope], Refusal | None] | None = None, screen_above: int = 0,
                  door: Callable[[Scope], Refusal | None] | None = None, door_above: int = 0,
-                 body_timeout: float | None = None) -> None:
+                 parsed: Callable[[Scope], bool] | None = None, body_timeout: float | None = None) -> None:
         self.app = app
         self.limit_for = limit_for
         self.timeout_for = timeout_for
@@ -88,6 +96,7 @@ class LimitsMiddleware:
         self.screen_above = screen_above
         self.door = door
         self.door_above = door_above
+        self.parsed = parsed
         self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -158,6 +167,17 @@ class LimitsMiddleware:
         if pending:
             chunks.append(bytes(pending))
         del pending
+        if size > self.door_above and self.parsed is not None and self.parsed(scope):
+            # Measured whole (a piece's edge may cut a string); handed on as that one object.
+            body = b"".join(chunks)
+            chunks.clear()
+            values = json_values(body)
+            if values is not None:
+                await _send_error(send, 413, "invalid", f"request body holds {values} JSON values (arrays, objects, "
+                                  f"strings), over the limit of {MAX_JSON_VALUES}; send fewer (large data goes "
+                                  "in one string, such as stdin, or as a file upload)")
+                return
+            chunks.append(body)
         replayed = False
 
         async def replay() -> Message:

@@ -26,6 +26,7 @@ import mcp_types as types
 from mcp.server.lowlevel.server import Server
 from mcp.shared.exceptions import MCPError
 
+from warden.core.bodies import MAX_JSON_VALUES, json_values
 from warden.core.errors import WardenError
 from warden.core.nodes import NODE_HEADERS
 from warden.interfaces.mcp.calls import CLIENT_GONE, McpCall, ToolCalls
@@ -175,6 +176,7 @@ async def serve_stdio(app: App, token: str) -> None:
 # What the line reader gives for a line past the bound: no JSON (so the SDK passes it on as a
 # parse error), and a text no client sends (a NUL first), told apart by `_Answered`.
 _TOO_LONG = "\0warden: line too long"
+_TOO_MANY = "\0warden: too many values"  # past core/bodies.py's bound, likewise never parsed
 
 
 class _Lines:
@@ -183,7 +185,8 @@ class _Lines:
     The SDK reads a line whole, however long: a client sending a gigabyte with no newline made
     `warden mcp` hold it all (and copies of it) before saying anything. A line past `limit`
     (`api.max_body`, as a request's body over HTTP) is read on to its newline and dropped, and
-    stands as `_TOO_LONG` (answered -32700, naming the bound). stdin itself is moved above the
+    stands as `_TOO_LONG` (answered -32700, naming the bound); a line holding more values than
+    core/bodies.py allows, as `_TOO_MANY` (likewise, never parsed). stdin itself is moved above the
     standard descriptors and 0 points at /dev/null while serving, as the SDK does for the stdin it
     opens itself (a tool's child reading stdin must not eat the client's messages).
     """
@@ -220,6 +223,8 @@ class _Lines:
                 if not rest or rest.endswith(b"\n"):
                     break
             return _TOO_LONG
+        if json_values(line) is not None:
+            return _TOO_MANY
         return line.decode("utf-8", "replace")
 
     def __aiter__(self) -> _Lines:
@@ -268,9 +273,12 @@ class _Answered:
             if [e["type"] for e in errors] == ["json_invalid"]:
                 if not str(errors[0]["input"]).strip():
                     continue
+                said = errors[0]["input"]
                 error = types.ErrorData(code=types.PARSE_ERROR, message=(
                     f"Parse error: the line is longer than {self._limit} bytes (api.max_body); it was dropped"
-                    if errors[0]["input"] == _TOO_LONG else "Parse error: the line is not JSON"))
+                    if said == _TOO_LONG else
+                    f"Parse error: the line holds more than {MAX_JSON_VALUES} JSON values; it was dropped"
+                    if said == _TOO_MANY else "Parse error: the line is not JSON"))
             else:
                 error = types.ErrorData(code=types.INVALID_REQUEST,
                                         message="Invalid Request: a line must hold one JSON-RPC 2.0 message object")
