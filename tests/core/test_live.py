@@ -18,6 +18,7 @@ from warden.core.live import (
     Full,
     Spawned,
     check_process_id,
+    complete_process_id,
     decode_frame_length,
     encode_frame,
     network_key,
@@ -144,9 +145,15 @@ def test_keys_ids_and_signals() -> None:
     assert one != network_key({"allowed": ["a.org"], "denied": []})
     assert plan_fingerprint({"a": [1]}) != plan_fingerprint({"a": [2]})
     assert check_process_id(PID) == PID
-    for bad in ("", "0123", "../x", PID + "0", "g" * 16):
+    for bad in ("", "0123", "../x", PID + "0", "g" * 16, PID + "\n"):
         with pytest.raises(InvalidInput):
             check_process_id(bad)
+    # `$` also matches before a last newline: an id or a start with one was taken as a whole id
+    # (the newline then carried into the lookups and the error text) instead of refused.
+    for bad in (PID + "\n", PID[:4] + "\n", "", "0" * 17):
+        with pytest.raises(InvalidInput):
+            complete_process_id(bad, [PID])
+    assert complete_process_id(PID[:4], [PID]) == PID
     assert [signal_number(s) for s in ("TERM", "sigkill", "9", 2)] == [15, 9, 9, 2]
     for bad in ("SEGV", "0", 31, "-1"):
         with pytest.raises(InvalidInput):

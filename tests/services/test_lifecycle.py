@@ -357,3 +357,28 @@ def test_a_rebuild_that_fails_or_is_killed_leaves_the_workspaces_their_layer(env
     assert folder.stat().st_ino != built and healthy()  # built again, in the old one's place
     assert envhome.cli("destroy", name, "--delete", "--yes").returncode == 0
 
+
+
+def test_a_rebuild_stops_the_live_sandboxes_that_mounted_the_old_layer(envhome: EnvHome,  # noqa: F811
+                                                                       tmp_path: Path) -> None:
+    """The rebuild swaps its new layer in and removes the old one's files, but a live sandbox
+    started before had mounted the old folder: reused, every later `--detach` run (and bot exec)
+    in it found its packages gone (ModuleNotFoundError) while health said 'healthy', until it
+    idled out. The rebuild now stops the live sandboxes of the workspaces on the layers it replaced."""
+    extra = tmp_path / "live.yaml"
+    extra.write_text("name: live\npython:\n  dependencies: [gamma]\n")
+    assert envhome.cli("snapshot", "build", str(extra)).returncode == 0
+    name = envhome.name("live")
+    envhome.create(name, str(extra))
+
+    def detached(*argv: str) -> str:
+        proc = envhome.cli("run", name, "--detach", "--", *argv)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    before = detached("sleep", "120")  # keeps the live sandbox running across the rebuild
+    assert envhome.cli("snapshot", "build", str(extra), "--rebuild").returncode == 0
+    after = detached("python", "-c", "import gamma")
+    assert "exited (exit 0)" in envhome.cli("wait", name, after).stdout, envhome.cli("logs", name, after).stderr
+    assert "running" not in envhome.cli("ps", name).stdout.split(before, 1)[1].splitlines()[0]
+    assert envhome.cli("destroy", name, "--delete", "--yes").returncode == 0

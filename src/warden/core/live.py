@@ -127,7 +127,7 @@ def plan_fingerprint(parts: Mapping[str, object]) -> str:
 
 def check_process_id(text: str) -> str:
     """`text` when it has the shape of a process id (16 hex digits); InvalidInput otherwise."""
-    if not isinstance(text, str) or not PROCESS_ID.match(text):
+    if not isinstance(text, str) or not PROCESS_ID.fullmatch(text):
         raise InvalidInput(f"bad process id {str(text)[:40]!r}: give the id `warden ps` shows (16 hex digits)")
     return text
 
@@ -136,10 +136,10 @@ def complete_process_id(text: str, ids: Iterable[str]) -> str | None:
     """The one id of `ids` that `text` begins, as docker takes a container's: `warden logs ws 9d3b`;
     None when none does. `ids` are the ones the asker may see (a bot's own): a prefix never reaches
     another's process, nor says it exists. Several: InvalidInput naming them, acting on none."""
-    if not isinstance(text, str) or not PROCESS_ID_START.match(text):
+    if not isinstance(text, str) or not PROCESS_ID_START.fullmatch(text):
         raise InvalidInput(f"bad process id {str(text)[:40]!r}: give the id `warden ps` shows (16 hex digits), "
                            "or enough of its start to tell it from the others")
-    if PROCESS_ID.match(text):
+    if PROCESS_ID.fullmatch(text):
         return text
     found = [i for i in ids if i.startswith(text)]
     if len(found) > 1:
@@ -409,7 +409,7 @@ def _supervised(value: object) -> Supervised:
     if not isinstance(value, dict):
         raise BadAnswer("a listed process that is not an object")
     pid_id = value.get("id")
-    if not isinstance(pid_id, str) or not PROCESS_ID.match(pid_id):
+    if not isinstance(pid_id, str) or not PROCESS_ID.fullmatch(pid_id):
         raise BadAnswer("a process id of the wrong shape")
     status = value.get("status")
     if status not in _SUPERVISED_STATUSES:

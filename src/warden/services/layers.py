@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,12 +104,15 @@ class LayerService:
     """Templates → layers on disk, built once and shared read-only."""
 
     def __init__(self, store: LayerStore, builder: LayerBuilder, cache: ResolutionCache, catalog: TemplateCatalog,
-                 settings: Settings) -> None:
+                 settings: Settings, *, replaced: Callable[[Sequence[str]], object] | None = None) -> None:
         self.store = store
         self.catalog = catalog
         self._builder = builder
         self._cache = cache
         self._settings = settings
+        # Told the ids of layers a rebuild swapped in: the live sandboxes that mounted the old
+        # ones still see them, emptied, and must not be reused.
+        self._replaced = replaced
 
     # -- resolving ---------------------------------------------------------------------------
     def resolve(self, ref: str | None, *, python: str | None = None, node: str | None = None) -> Resolution:
@@ -213,7 +216,10 @@ class LayerService:
         resolution = self.resolve(ref, python=python, node=node)
         # Not removed first: the workspaces on these layers were broken for the whole build, and
         # for good when it failed or was killed (offline, a package gone from the index).
-        return LayerBuild(resolution, self.ensure(resolution, progress=progress, rebuild=rebuild))
+        built = LayerBuild(resolution, self.ensure(resolution, progress=progress, rebuild=rebuild))
+        if rebuild and self._replaced is not None:
+            self._replaced([layer.id for layer in built.layers.all()])
+        return built
 
     # -- listing and pruning -----------------------------------------------------------------
     def list(self, in_use: Mapping[str, Collection[str]]) -> list[LayerRow]:
