@@ -54,3 +54,29 @@ def test_a_missing_venv_or_layer_is_broken_not_ready_and_repair_brings_it_back(c
     assert cli("health", "gone", "--repair").code == 0
     assert status(cli, "gone") == "ready"
     assert cli("run", "gone", "--", "python", "-c", "print(1)").stdout == "1\n"
+
+
+def test_a_live_sandbox_on_a_layer_repair_rebuilt_is_not_reused(cli: Cli, home: Path) -> None:
+    """A live sandbox (a detached server's) bind-mounts the layer folder it found at its start:
+    a repair of another workspace on the same layer rebuilt it, and left this one the old
+    folder, emptied, so each later command in it ran without its packages (its own repair
+    changes its lease, which stopped it; the other's does not). A sandbox whose read-only
+    mounts were replaced is started afresh."""
+    assert cli("create", "held").code == 0 and cli("create", "mended").code == 0
+    server = cli("run", "held", "--detach", "--", "sleep", "120")
+    assert server.code == 0, server.stderr
+    site = layer_site(home)
+    os.chmod(site, stat.S_IMODE(site.stat().st_mode) | 0o200)
+    (site / "evil.pth").write_text("import os; os.environ['EVIL'] = '1'\n")
+    assert cli("health", "mended", "--repair").code == 0
+    probe = cli("run", "held", "--detach", "--", "python", "-c",
+                f"import os; print(os.environ.get('EVIL'), len(os.listdir({str(layer_site(home))!r})) > 0)")
+    assert probe.code == 0, probe.stderr
+    pid = probe.stdout.strip()
+    waited = cli("wait", "held", pid)
+    assert "exited (exit 0)" in waited.stdout, (waited.stdout, cli("logs", "held", pid).stderr)
+    assert cli("logs", "held", pid).stdout == "None True\n"  # the layer as repaired, not an empty folder
+    # The old sandbox was stopped (its sleep no longer runs).
+    assert "running" not in cli("ps", "held").stdout.split(server.stdout.strip(), 1)[1].splitlines()[0]
+    for name in ("held", "mended"):
+        assert cli("destroy", name, "--delete", "--yes").code == 0

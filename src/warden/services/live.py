@@ -492,10 +492,13 @@ class LiveSandboxService:
     def _start(self, record: WorkspaceRecord, principal: str, request: SandboxRequest, network: str,
                fingerprint: str, fence: int) -> LiveSandbox | None:
         sandbox_id = "sbx_" + os.urandom(8).hex()
+        # Which folders its read-only paths are (env layers, the person's TLS trust), taken before
+        # it mounts them: one replaced afterwards (a layer rebuilt or repaired) makes it stale.
+        mounted = {path: _folder_identity(path) for path in sorted(request.ro_paths)}
         started = self._sandboxes.start(sandbox_id, request, idle_s=self.settings.idle_s)
         now = self._now()
         meta = {**started.meta, "policy": _policy(request), "ro_paths": sorted(request.ro_paths),
-                "folder": _folder_identity(record.path)}
+                "folder": _folder_identity(record.path), "mounted": mounted}
         instance = self._instance() if self._instance is not None else None
         if instance is not None:  # the Warden process that started it: its death stops it (services/instances)
             meta["instance"] = instance
@@ -538,6 +541,13 @@ class LiveSandboxService:
             # It mounted the folder it found at its start: moved away, its commands would write
             # there (outside the workspace); deleted, they would find no folder at all.
             return "its workspace folder was replaced since it started (moved or deleted, and made again)"
+        mounted = sandbox.meta.get("mounted")
+        if isinstance(mounted, dict):
+            for path, identity in mounted.items():
+                if identity != _folder_identity(path):
+                    # A bind mount holds the folder it found: an env layer swapped by a rebuild or
+                    # a repair left it the old one, emptied (ModuleNotFoundError in every command).
+                    return f"what it mounts read-only was replaced since it started ({path})"
         if fence is not None and fence != sandbox.fence:
             return "its lease was lost (the workspace was taken exclusively since it started)"
         accessor = _accessor(sandbox.principal)
