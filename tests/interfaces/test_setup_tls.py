@@ -71,6 +71,7 @@ def test_the_first_setup_says_what_it_installs_before_minutes_of_quiet(tmp_path:
     first = _checkout(tmp_path, "")
     (first / ".venv" / "bin" / "uv").unlink()  # a fresh venv: uv and the dependencies still to come
     done = _setup(first)
-    assert done.stderr.startswith("warden setup: installing uv and Warden's Python dependencies into .venv"), done.stderr
+    said = "warden setup: installing uv and Warden's Python dependencies into .venv"
+    assert done.stderr.startswith(said), done.stderr
     again = _setup(_checkout(tmp_path / "again", "#!/bin/sh\nexit 0\n"))
     assert again.returncode == 0 and "installing" not in again.stderr, again.stderr
