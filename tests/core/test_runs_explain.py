@@ -124,3 +124,21 @@ def test_the_cpu_limit_is_named_when_the_kernel_stops_a_command() -> None:
     assert bot is not None and "sandbox.cpu_seconds" in bot and "--cpu" not in bot
     assert explain_failure(152, None, "", oom_killed=False, network=False, max_file_mb=100, memory=1 << 30,
                            cpu_seconds=5) is None  # a program's own 152 says nothing of the limit
+
+
+def test_a_program_the_network_relay_could_not_start_is_explained_as_without_network() -> None:
+    # A run with network starts its command through Warden's relay (adapters/sandbox/forwarder.py).
+    said = "warden-forwarder: failed to execute pyhton: No such file or directory\n"
+    line = explain_failure(127, None, said, **{**FACTS, "network": True}, programs={"python"})
+    assert line is not None and line.startswith("warden: pyhton is not in the sandbox: did you mean python?"), line
+
+
+def test_the_systems_pip_refusing_to_install_points_at_warden_install() -> None:
+    # Debian's pip (PEP 668), which `pip` finds: a workspace's venv has no pip of its own.
+    said = ("error: externally-managed-environment\n\n× This environment is externally managed\n"
+            "hint: See PEP 668 for the detailed specification.\n")
+    line = explain_failure(1, None, said, **{**FACTS, "network": True})
+    assert line is not None and "`warden install NAME PACKAGE...`" in line, line
+    bot = explain_failure(1, None, said, **{**FACTS, "network": True}, bot=True)
+    assert bot is not None and "/install" in bot and "warden install" not in bot, bot
+    assert explain_failure(0, None, said, **FACTS) is None  # it worked after all (--break-system-packages)

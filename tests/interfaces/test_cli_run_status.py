@@ -95,6 +95,9 @@ def test_a_workspace_that_is_not_ready_names_the_command_that_fixes_it(cli: Cli,
 def test_in_sandbox_failures_say_what_warden_had_to_do_with_them(cli: Cli, ws: Path) -> None:
     typo = cli("run", "st", "--", "pyhton", "-V")
     assert typo.code == 127 and "warden: pyhton is not in the sandbox: did you mean python" in typo.stderr, typo.stderr
+    # With network the command starts through Warden's relay: the same line.
+    typo = cli("run", "st", "--net", "allow", "--allow-domain", "a.test", "--", "pyhton", "-V")
+    assert typo.code == 127 and "warden: pyhton is not in the sandbox: did you mean python" in typo.stderr, typo.stderr
     # A PATH of the person's own hides sh, which is there all the same: said so, not "not in the sandbox".
     hidden = cli("run", "st", "--env", "PATH=/nowhere", "--", "sh", "-c", "echo hi")
     assert hidden.code == 127 and "not in the sandbox" not in hidden.stderr, hidden.stderr

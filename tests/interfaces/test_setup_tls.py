@@ -65,3 +65,13 @@ def test_other_failures_get_no_certificate_advice(tmp_path: Path) -> None:
     assert done.returncode == 1 and "SSL_CERT_FILE" not in done.stderr
     ok = _setup(_checkout(tmp_path / "ok", "#!/bin/sh\nexit 0\n"))
     assert ok.returncode == 0 and "ready: .venv/bin/warden" in ok.stderr
+
+
+def test_the_first_setup_says_what_it_installs_before_minutes_of_quiet(tmp_path: Path) -> None:
+    first = _checkout(tmp_path, "")
+    (first / ".venv" / "bin" / "uv").unlink()  # a fresh venv: uv and the dependencies still to come
+    done = _setup(first)
+    said = "warden setup: installing uv and Warden's Python dependencies into .venv"
+    assert done.stderr.startswith(said), done.stderr
+    again = _setup(_checkout(tmp_path / "again", "#!/bin/sh\nexit 0\n"))
+    assert again.returncode == 0 and "installing" not in again.stderr, again.stderr

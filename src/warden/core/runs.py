@@ -198,7 +198,8 @@ _SIGXCPU = 24
 # How a program that could not start says so: bwrap's exec (and a live sandbox's forked command,
 # worded alike), or what starts a live sandbox's command: Warden's sealed launcher
 # (adapters/sandbox/rlimit_exec.c) or, where there is none, the sealed copy of util-linux's prlimit.
-_EXEC_FAILED = ("bwrap: execvp ", "warden-rlimit-exec: failed to execute ", "prlimit: failed to execute ")
+_EXEC_FAILED = ("bwrap: execvp ", "warden-rlimit-exec: failed to execute ", "prlimit: failed to execute ",
+                "warden-forwarder: failed to execute ")  # the relay a run with network starts through
 # What a shell, Python or Node prints when fork or clone fails on the process limit (EAGAIN).
 _NO_FORK = ("Cannot fork", "fork: Resource temporarily unavailable", "fork: retry",
             "BlockingIOError: [Errno 11] Resource temporarily unavailable", "spawn EAGAIN",
@@ -229,6 +230,8 @@ def workspace_cwd(cwd: str, workspace: str) -> str:
 
 
 _READ_ONLY = ("Read-only file system", "EROFS")
+
+_EXTERNALLY_MANAGED = "error: externally-managed-environment"
 
 _NO_MEMORY = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory",
               "JavaScript heap out of memory")
@@ -335,6 +338,14 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
         return ("warden: that path is read-only in the sandbox (the system and read-only mounts); write in "
                 "the workspace, which is the command's folder, or in /tmp; `warden sandbox add PATH --mode rw` "
                 "mounts a host folder writable")
+    # A workspace's venv is built by uv, without pip: `pip install` finds the system's pip, which
+    # Debian marks externally managed (PEP 668) and which says "apt install python3-xyz".
+    if exit_code != 0 and _EXTERNALLY_MANAGED in stderr_tail:
+        if bot:
+            return ("warden: that pip is the system's (the workspace's venv has none); add packages to the "
+                    "workspace with POST /v1/workspaces/NAME/install")
+        return ("warden: that pip is the system's (the workspace's venv has none); `warden install NAME "
+                "PACKAGE...` adds packages to the workspace's venv, with the network it needs for that command")
     if not network and exit_code != 0 and any(text in stderr_tail for text in _NO_NETWORK):
         if bot:
             return ('warden: the sandbox has no network; ask for it for one command with "network": '

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,19 @@ def test_the_apt_package_is_named_only_where_apt_has_it() -> None:
     assert _apt_has("python3.12") is known
     assert _apt_has("python3.99") is False
     assert _apt_has("python3.12; rm -rf /") is False
+
+
+def test_a_slow_apt_costs_the_refusal_at_most_a_moment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where apt keeps no binary cache, apt-cache takes seconds: the hint is dropped, not waited for."""
+    from warden.adapters.envs.interpreters import _apt_has
+
+    slow = tmp_path / "apt-cache"
+    slow.write_text("#!/bin/sh\nexec sleep 30\n")
+    slow.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    started = time.monotonic()
+    assert _apt_has("python3.12") is False
+    assert time.monotonic() - started < 5
 
 
 def test_own_interpreter_is_found() -> None:

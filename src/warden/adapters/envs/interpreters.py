@@ -165,15 +165,20 @@ def find_python(xy: str | None, environ: Mapping[str, str], *, at_least: bool = 
                    "API's create params")
 
 
+_APT_WAIT_S = 2.0  # past it, the refusal names no apt package rather than keep the person waiting
+
+
 def _apt_has(package: str) -> bool:
     """Whether this machine's apt knows `package` (Debian 12 has no python3.12: naming it would send
-    the person to a command that fails). Only on the way to an error, so a subprocess is fine."""
+    the person to a command that fails). Only on the way to an error, so a subprocess is fine, but a
+    short one: where apt keeps no binary cache (Debian's container images set `Dir::Cache::pkgcache ""`)
+    apt-cache parses every package list each time, seconds on a busy machine, and the refusal waited."""
     apt_cache = shutil.which("apt-cache")
     if apt_cache is None or not re.fullmatch(r"python3\.\d+", package):
         return False
     try:
         proc = subprocess.run([apt_cache, "show", "--no-all-versions", package], capture_output=True,
-                              timeout=10, check=False)
+                              timeout=_APT_WAIT_S, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0

@@ -77,7 +77,10 @@ def main() -> None:
     try:
         os.execvpe(command[0], command, env)  # noqa: S606 (argv, never a shell string)
     except OSError as exc:
-        sys.stderr.write(f"warden: cannot run {command[0]}: {exc.strerror}\n")
+        # In the launchers' words (core.runs._EXEC_FAILED), so that Warden's line for a program that
+        # could not start ("not in the sandbox: did you mean python?") follows, as without network;
+        # never "warden:", which is Warden's own voice outside the sandbox.
+        sys.stderr.write(f"warden-forwarder: failed to execute {command[0]}: {exc.strerror}\n")
         os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
 
 
