@@ -1012,6 +1012,8 @@ class FakeLeftovers:
         self.trash: dict[str, list[str]] = {}
         self.folder_names: dict[str, list[str]] = {}
         self.scratch: dict[str, list[tuple[str, int]]] = {}  # workspace folder: git scratch with its maker's pid
+        # workspace folder: Warden's temporary files (relative path, writer's pid and start time)
+        self.workspace_temp: dict[str, list[tuple[str, int, int]]] = {}
         self.removed: list[str] = []
         self.background: list[str] = []
 
@@ -1026,6 +1028,13 @@ class FakeLeftovers:
 
     def git_scratch(self, workspace: str) -> list[tuple[str, int]]:
         return sorted(self.scratch.get(workspace, []))
+
+    def workspace_temps(self, workspace: str) -> list[tuple[str, int, int]]:
+        return sorted(self.workspace_temp.get(workspace, []))
+
+    def remove_workspace_temp(self, workspace: str, path: str) -> None:
+        self.removed.append(f"{workspace}/{path}")
+        self.workspace_temp[workspace] = [t for t in self.workspace_temp.get(workspace, []) if t[0] != path]
 
     def remove_scratch(self, path: str) -> None:
         self.removed.append(path)

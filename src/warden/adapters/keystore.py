@@ -147,6 +147,13 @@ class Keystore:
             return other, False
         return key, True
 
+    def temp_names_key(self, *, make: bool) -> bytes | None:
+        """The key that signs the names of Warden's temporary files in workspaces
+        (safefs/temps.py), made now when `make` and missing (None: none yet). Its own file, not
+        the pepper: made on a write's first need, in a home whose pepper may not exist yet."""
+        path = self.directory / "temp-names.key"
+        return self._create_key(path, guarded=False)[0] if make else self._read_key(path)
+
     def _fsync_dir(self) -> None:
         fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:

@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 from warden.adapters.git import SCRATCH_PREFIXES, STATE_DIR
+from warden.adapters.safefs.temps import remove_temp, signed_temps
 from warden.adapters.workspace_io import TRASH, remove_in_background
 
 __all__ = ["HostLeftovers"]
@@ -51,6 +52,23 @@ class HostLeftovers:
         return sorted((os.path.join(state, name), int(match[1])) for name in names
                       if (match := _GIT_SCRATCH.fullmatch(name)))
 
+    def workspace_temps(self, workspace: str) -> list[tuple[str, int, int]]:
+        fd = _open_folder(workspace)
+        if fd is None:
+            return []
+        try:
+            return sorted(signed_temps(fd))
+        finally:
+            os.close(fd)
+
+    def remove_workspace_temp(self, workspace: str, path: str) -> None:
+        fd = _open_folder(workspace)
+        if fd is not None:
+            try:
+                remove_temp(fd, path)
+            finally:
+                os.close(fd)
+
     def remove_scratch(self, path: str) -> None:
         try:
             is_dir = stat.S_ISDIR(os.lstat(path).st_mode)
@@ -63,3 +81,11 @@ class HostLeftovers:
 
     def remove_in_background(self, path: str) -> None:
         remove_in_background(Path(path))
+
+
+def _open_folder(path: str) -> int | None:
+    """The workspace folder itself, never a link in its place (None: gone, or not a folder)."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None

@@ -210,6 +210,10 @@ KEYS: dict[str, Setting] = {
         Setting("api.max_output", "size", "4M",
                 "Output of one API exec kept per stream (stdout, stderr); the rest is dropped with a note",
                 minimum=64 * 1024, maximum=64 * 1024 * 1024),
+        Setting("api.max_connections", "int", 256,
+                "Connections one `warden serve` process keeps open at once (each a descriptor); past it "
+                "the one idle longest is closed, or the new one refused (503) when all are busy",
+                minimum=8, maximum=65536),
         Setting("api.request_timeout", "duration", "60s",
                 "Longest time one API request may take (an exec may add its own timeout)", minimum=1),
         Setting("grants.default_ttl", "duration", "7d",

@@ -3,17 +3,18 @@
 A process killed mid-way (kill -9, a power cut) leaves what its own clean-up would have
 removed: a sandbox it had just started (still running, without its limits), run cgroups,
 half-written archives, whole archives no row names (copies of workspaces still there),
-half-built layers, folders in the trash that the background `rm` never finished, git's
-scratch (a clone, a checkout, an index) in a workspace's `.warden/`, and runs whose outcome
-was never written. Each is recognised by the liveness of the process that made it (pid and
-start time), or by its workspace's lease, so nothing in use is touched. Folders under the
-workspaces root that the registry does not know are reported, never removed: they may be the
-person's.
+half-built layers, a write's temporary file in a workspace, folders in the trash that the
+background `rm` never finished, git's scratch (a clone, a checkout, an index) in a
+workspace's `.warden/`, and runs whose outcome was never written. Each is recognised by the
+liveness of the process that made it (pid and start time), or by its workspace's lease, so
+nothing in use is touched. Folders under the workspaces root that the registry does not know
+are reported, never removed: they may be the person's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ class SweepReport:
     dry_run: bool
     orphan_sandboxes: tuple[int, ...]  # pids of sandboxes a dead Warden left running (killed)
     cgroups: tuple[str, ...]  # run cgroups removed (none in a dry run)
-    temp_files: tuple[str, ...]  # half-written archives and temporary files in the home
+    temp_files: tuple[str, ...]  # half-written archives, temporary files in the home and in workspaces
     layers: int  # half-built layers removed (a dry run: found)
     trash: tuple[str, ...]  # trashed folders whose removal was never finished (restarted)
     lost_runs: tuple[RunInProgress, ...]  # runs whose outcome was never written (audited run.lost)
@@ -101,13 +102,17 @@ class Sweeper:
                 for path, pid in self._leftovers.temp_archives(str(folder)) if not self._processes.alive(pid)]
         trash = self._leftovers.trashed(str(self._root_dir))
         scratch = self._git_scratch()
+        in_workspaces = self._workspace_temps()
         if not dry_run:
             for path in temp:
                 self._leftovers.remove_scratch(path)  # a file, or the registry copy's folder
+            for folder, path in in_workspaces:
+                self._leftovers.remove_workspace_temp(folder, path)
             for path in scratch:
                 self._leftovers.remove_scratch(path)
             for path in trash:
                 self._leftovers.remove_in_background(path)
+        temp += [os.path.join(folder, path) for folder, path in in_workspaces]
         return SweepReport(dry_run, tuple(sandboxes), tuple(cgroups), tuple(temp),
                            self._layers().store.sweep(dry_run=dry_run), tuple(trash),
                            () if dry_run else self._lost_runs(), self._orphan_folders(), tuple(scratch),
@@ -145,6 +150,17 @@ class Sweeper:
             if record.status in ("archived", "destroyed"):
                 continue  # no folder to look in
             found += [path for path, pid in self._leftovers.git_scratch(record.path) if not self._processes.alive(pid)]
+        return found
+
+    def _workspace_temps(self) -> list[tuple[str, str]]:
+        """Temporary files of atomic writes and rollbacks in each workspace whose Warden process
+        is gone (a write killed before its rename): (workspace folder, relative path)."""
+        found: list[tuple[str, str]] = []
+        for record in self._workspaces.list():
+            if record.status in ("archived", "destroyed"):
+                continue
+            found += [(record.path, path) for path, pid, started in self._leftovers.workspace_temps(record.path)
+                      if not self._processes.alive(pid, started)]
         return found
 
     def _lost_runs(self) -> tuple[RunInProgress, ...]:

@@ -122,9 +122,8 @@ class LayerStore:
     @contextlib.contextmanager
     def build_lock(self, layer_id: str) -> Iterator[None]:
         """One builder per layer id at a time, across processes."""
-        fd = self._lock_file(layer_id, "lock")
+        fd = self._lock(layer_id, "lock", fcntl.LOCK_EX)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)
@@ -137,29 +136,67 @@ class LayerStore:
         return os.open(self.root / f".{layer_id}.{kind}", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
                        0o600)
 
+    def _lock(self, layer_id: str, kind: str, operation: int) -> int:
+        """The layer's lock file of `kind`, opened and flocked with `operation` (BlockingIOError
+        with LOCK_NB when another holds it). A prune removes the file of a layer it removed while
+        it holds it exclusively (`_forget_locks`): a process that opened it just before waits on
+        a file no longer at its name, so once locked the name is checked to still be that file,
+        else the lock is taken again on the one there now."""
+        while True:
+            fd = self._lock_file(layer_id, kind)
+            try:
+                fcntl.flock(fd, operation)
+                if _same_file(fd, self.root / f".{layer_id}.{kind}"):
+                    return fd
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+
     @contextlib.contextmanager
     def hold(self, layer_ids: Sequence[str]) -> Iterator[None]:
         """Keep the layers from a prune while a workspace is set up on them: a shared lock each
         (several creates at once), which `removable` needs exclusive."""
         with contextlib.ExitStack() as held:
             for layer_id in sorted(set(layer_ids)):
-                fd = self._lock_file(layer_id, "use")
-                held.callback(os.close, fd)
-                fcntl.flock(fd, fcntl.LOCK_SH)
+                held.callback(os.close, self._lock(layer_id, "use", fcntl.LOCK_SH))
             yield
 
     @contextlib.contextmanager
     def removable(self, layer_id: str) -> Iterator[bool]:
         """Whether no one holds the layer; while True, no one can start to. Never waits: a prune
-        passes over a layer a create is setting up rather than wait for it."""
-        fd = self._lock_file(layer_id, "use")
+        passes over a layer a create is setting up rather than wait for it. A layer removed
+        meanwhile (`remove`) loses its lock files as this ends, still held."""
+        try:
+            fd = self._lock(layer_id, "use", fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+            if not os.path.lexists(self.root / layer_id):
+                self._forget_locks(layer_id, fd)
+        finally:
+            os.close(fd)
+
+    def _forget_locks(self, layer_id: str, use_fd: int) -> None:
+        """Remove the lock files of a layer that is gone, `use_fd` (its `.use`, locked exclusive)
+        still held: its `.lock` too unless a builder holds it now (it is then left for the next
+        prune or sweep)."""
+        use = self.root / f".{layer_id}.use"
+        if _same_file(use_fd, use):
+            use.unlink()
+        try:
+            fd = os.open(self.root / f".{layer_id}.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return  # none (never built here), or not a file Warden made
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                yield False
                 return
-            yield True
+            if _same_file(fd, self.root / f".{layer_id}.lock"):
+                (self.root / f".{layer_id}.lock").unlink()
         finally:
             os.close(fd)
 
@@ -227,6 +264,14 @@ class LayerStore:
         if not self.root.is_dir():
             return 0
         for entry in self.root.iterdir():
+            # Lock files of layers pruned before a prune removed them (as `removable` does now).
+            kind = entry.name.rsplit(".", 1)[-1]
+            if not dry_run and entry.name.startswith(".") and kind in ("use", "lock"):
+                layer_id = entry.name[1:-len(kind) - 1]
+                if layer_id and not os.path.lexists(self.root / layer_id):
+                    with self.removable(layer_id):
+                        pass
+                continue
             if entry.name.startswith((".build-", ".trash-", ".publish-")) and entry.is_dir():
                 pid = entry.name.split("-")[-2] if entry.name.startswith((".build-", ".publish-")) else ""
                 if pid.isdigit() and _alive(int(pid)):
@@ -236,6 +281,16 @@ class LayerStore:
                     shutil.rmtree(entry, ignore_errors=True)
                 removed += 1
         return removed
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether `path` (never followed) names the file open as `fd`."""
+    try:
+        named = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _alive(pid: int) -> bool:

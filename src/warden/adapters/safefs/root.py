@@ -38,6 +38,7 @@ from types import TracebackType
 
 from warden.adapters.safefs import openat2 as _openat2
 from warden.adapters.safefs.rename import renameat_noreplace
+from warden.adapters.safefs.temps import temp_name
 from warden.core.errors import Conflict, Denied, InvalidInput, NotFound, TooLarge, Unavailable, WardenError
 
 __all__ = ["OPENAT2_AVAILABLE", "Entry", "HostSafeRoots", "SafeRoot"]
@@ -355,7 +356,7 @@ class SafeRoot:
         """`name` in `dfd` made to hold `data`, written beside it and renamed into place. `new`:
         the path as the caller gave it, for a file that must be new (Conflict if anything is
         there by the rename: nothing is ever replaced)."""
-        tmp = f".{name[:64]}.{os.urandom(6).hex()}.warden-tmp"
+        tmp = temp_name(name)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o600, dir_fd=dfd)
         try:
             try:

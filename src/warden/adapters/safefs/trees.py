@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from warden.adapters.safefs.temps import temp_name
 from warden.core.checkpoints import Current, RollbackPlan, excluded_name
 from warden.core.errors import Conflict, Denied, NotFound, Unavailable, WardenError
 
@@ -477,13 +478,9 @@ def _make_dir(parent: int, leaf: str) -> None:
     raise OSError(errno.EAGAIN, f"cannot make folder {leaf!r}: it keeps changing")
 
 
-def _tmp_name(leaf: str) -> str:
-    return f".{leaf[:64]}.{os.urandom(6).hex()}.warden-tmp"
-
-
 def _put_file(source: Path, mode: int, parent: int, leaf: str) -> None:
     """Replace `leaf` with a copy of object `source`: a new file beside it, renamed over it."""
-    tmp = _tmp_name(leaf)
+    tmp = temp_name(leaf)
     src = os.open(source, READ_FLAGS)
     try:
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
@@ -519,7 +516,7 @@ def _put_file(source: Path, mode: int, parent: int, leaf: str) -> None:
 
 
 def _put_link(target: str, parent: int, leaf: str) -> None:
-    tmp = _tmp_name(leaf)
+    tmp = temp_name(leaf)
     os.symlink(target, tmp, dir_fd=parent)
     try:
         os.rename(tmp, leaf, src_dir_fd=parent, dst_dir_fd=parent)

@@ -175,6 +175,17 @@ class Leftovers(Protocol):
         checkout, a clone, an index, an object folder), each with the pid of the Warden that made it."""
         ...
 
+    def workspace_temps(self, workspace: str) -> list[tuple[str, int, int]]:
+        """Temporary files of Warden's writes anywhere in workspace folder `workspace` (relative
+        paths), each with its writer's pid and start time; only names a Warden of this home
+        signed, never a bot's file that looks like one."""
+        ...
+
+    def remove_workspace_temp(self, workspace: str, path: str) -> None:
+        """Delete temporary file `path` (of `workspace_temps`) of workspace folder `workspace`,
+        by descriptor, never through a link, and only while it is still such a file."""
+        ...
+
     def remove_scratch(self, path: str) -> None:
         """Delete leftover `path` (of `temp_archives` or `git_scratch`), file or folder, now, never
         following a link (gone already: fine)."""

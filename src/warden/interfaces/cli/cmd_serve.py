@@ -140,7 +140,8 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
                                "timeout_graceful_shutdown": 5, "server_header": False,
                                "proxy_headers": False,  # no proxy in front by default: trust no X-Forwarded-*
                                # request line and headers bounded (414/431), and timed (408)
-                               "http": functools.partial(BoundedHttpToolsProtocol, head_timeout_s=head_timeout),
+                               "http": functools.partial(BoundedHttpToolsProtocol, head_timeout_s=head_timeout,
+                                                         max_connections=app.settings.get_int("api.max_connections")),
                                "ws": DeniedHandshakeProtocol,  # a refused PTY handshake is no server error
                                "log_config": _log_config(args.access_log)}
     if tls:

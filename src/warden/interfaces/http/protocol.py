@@ -16,6 +16,14 @@ take every descriptor the server may open, and then every bot's request fails. A
 complete in time is answered 408 and the connection closed, as nginx's client_header_timeout
 does; a body has its own deadline (limits.py).
 
+Connections are capped too (`max_connections`, api.max_connections, per server process): each
+holds a descriptor, and a local client opening thousands within the head timeout (no token
+needed) would still take them all. At the cap a new connection closes the one that has waited
+longest for a head (idle between requests, or a head still coming); when every one is busy (a
+request in flight, a streaming exec, a WebSocket), the new one is answered 503 and closed at
+once. uvicorn's own `limit_concurrency` is not used: it answers 503 to requests, not connections,
+so idle connections still pile up, and once they reach it every bot's request is refused too.
+
 Why not uvicorn's h11 protocol with `h11_max_incomplete_event_size`: it answers 400, not 431,
 and parses in Python, which costs the small requests (a file read, an exec) most of their time.
 """
@@ -35,7 +43,8 @@ from uvicorn.server import ServerState
 
 from warden.interfaces.http.limits import error_bytes
 
-__all__ = ["HEAD_TIMEOUT_S", "MAX_HEAD", "MAX_HEADER", "MAX_HEADERS", "MAX_HEADERS_SIZE", "MAX_REQUEST_LINE",
+__all__ = ["HEAD_TIMEOUT_S", "MAX_CONNECTIONS", "MAX_HEAD", "MAX_HEADER", "MAX_HEADERS", "MAX_HEADERS_SIZE",
+           "MAX_REQUEST_LINE",
            "BoundedHttpToolsProtocol", "DeniedHandshakeProtocol", "HideTokens"]
 
 # The request target (path and query); longer → 414. A file path may be PATH_MAX (4096) bytes,
@@ -48,6 +57,7 @@ MAX_HEADERS = 100  # headers in one request → 431
 # separators (": ", CRLF) with room to spare; past it the head is refused, unparsed.
 MAX_HEAD = MAX_REQUEST_LINE + MAX_HEADERS_SIZE + 4 * MAX_HEADERS + 1024
 HEAD_TIMEOUT_S = 60.0  # a head's time from its first byte (or the connection) to its end; api.request_timeout
+MAX_CONNECTIONS = 256  # connections one server process keeps open at once; api.max_connections
 
 
 class _HeadTooLarge(Exception):
@@ -75,8 +85,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """
 
     def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
-                 _loop: asyncio.AbstractEventLoop | None = None, *, head_timeout_s: float = HEAD_TIMEOUT_S) -> None:
+                 _loop: asyncio.AbstractEventLoop | None = None, *, head_timeout_s: float = HEAD_TIMEOUT_S,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         super().__init__(config, server_state, app_state, _loop)
+        self._max_connections = max_connections
+        self._waiting_since = 0.0  # when it last began to wait for a request's head
         self._bounded = True  # reading a head or trailers: fed at most MAX_HEAD bytes
         self._bounded_bytes = 0  # fed since the head (or trailers) began
         self._headers_count = 0
@@ -86,8 +99,33 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(transport)  # counted in server_state.connections from here
+        self._waiting_since = self.loop.time()
+        if len(self.connections) > self._max_connections and not self._make_room():
+            self._refuse(_HeadTooLarge(503, f"the server has {self._max_connections} connections open, each "
+                                            "busy with a request; retry soon, or raise api.max_connections"))
+            return
         self._arm_head_timer()  # a connection that never sends a byte is timed too
+
+    def _waiting(self) -> bool:
+        """Whether it only waits for a request's head (idle keep-alive, or a head still coming)."""
+        return (self._in_head and (self.cycle is None or self.cycle.response_complete)
+                and not self.transport.is_closing())
+
+    def _make_room(self) -> bool:
+        """At the cap: close the connection that has waited longest for a head, so a client
+        holding idle connections (or sending heads a byte at a time) never shuts bots out for
+        the head timeout's length. A request in flight, a streaming exec or a WebSocket (another
+        protocol once upgraded) is never closed; with none waiting, False: the new one is refused."""
+        waiting = [c for c in self.connections
+                   if c is not self and isinstance(c, BoundedHttpToolsProtocol) and c._waiting()]
+        if not waiting:
+            return False
+        oldest = min(waiting, key=lambda c: c._waiting_since)
+        self.logger.warning("api.max_connections (%d) reached: closed the connection idle longest",
+                            self._max_connections)
+        oldest.transport.close()
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
@@ -151,12 +189,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _refuse(self, refusal: _HeadTooLarge) -> None:
         """Answer 414, 431 (`invalid`) or 408 (`timeout`, as a late body is) with the API's error
         envelope and close the connection."""
-        body = error_bytes("timeout" if refusal.status == 408 else "invalid", refusal.message)
+        code = {408: "timeout", 503: "unavailable"}.get(refusal.status, "invalid")
+        body = error_bytes(code, refusal.message)
         head = [STATUS_LINE[refusal.status]]
         head.extend(name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers)
         head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
                     % len(body))
-        self.logger.warning("refused a request whose head is over the limits or too late (%d)", refusal.status)
+        self.logger.warning("refused a request whose head is over the limits or too late, or a connection "
+                            "past api.max_connections (%d)", refusal.status)
         self.transport.write(b"".join(head) + body)
         self.transport.close()
 
@@ -204,6 +244,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._bound()  # the next request on this connection starts its own head
         self._in_head = True  # timed from its first byte (until then, uvicorn's keep-alive wait)
+        self._waiting_since = self.loop.time()
         super().on_message_complete()
 
 

@@ -1,0 +1,111 @@
+"""`warden serve` keeps at most `api.max_connections` connections open: a real server on
+127.0.0.1, real sockets.
+
+Without the cap a local client (no token needed) opening connections faster than the head
+timeout closes them held one descriptor each, until the server could accept nothing and every
+bot's request failed. Here the cap is 16: a flood of idle connections leaves the server's
+descriptors bounded and a bot's request still answered (the connection idle longest gives way),
+and when every connection is busy with a request a new one is refused with 503 at once.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.support.servers import ServeProcess, warden_environ
+
+CAP = 16
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    base = tmp_path_factory.mktemp("connection-cap")
+    environ = {**warden_environ(base / "home"), "WARDEN_API_MAX_CONNECTIONS": str(CAP)}
+    subprocess.run([sys.executable, "-m", "warden", "init"], env=environ, capture_output=True, timeout=120,
+                   check=True)
+    with ServeProcess(environ, base, "--no-access-log") as served:
+        yield served
+
+
+def _connect(url: str) -> socket.socket:
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    return socket.create_connection((parts.hostname, parts.port), timeout=10)
+
+
+def _health(url: str) -> bytes:
+    """A bot's request on a new connection: the status line of its answer."""
+    with _connect(url) as sock:
+        sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data.split(b"\r\n", 1)[0]
+
+
+def _descriptors(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/fd").iterdir()))
+
+
+def _closed(sock: socket.socket) -> bool:
+    sock.settimeout(0.05)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_a_flood_of_idle_connections_leaves_descriptors_bounded_and_bots_answered(server: ServeProcess) -> None:
+    assert server.proc is not None
+    assert _health(server.url).startswith(b"HTTP/1.1 200")
+    before = _descriptors(server.proc.pid)
+    flood = [_connect(server.url) for _ in range(10 * CAP)]
+    try:
+        assert _health(server.url).startswith(b"HTTP/1.1 200")  # a bot still gets in
+        during = _descriptors(server.proc.pid)
+        print(f"server descriptors: {before} before, {during} with {len(flood)} idle connections open")
+        assert during <= before + CAP + 2, (before, during)
+        # The first ones gave way to the later ones; the last CAP - 1 are still open.
+        assert sum(_closed(sock) for sock in flood) >= len(flood) - CAP
+        assert not _closed(flood[-1])
+    finally:
+        for sock in flood:
+            sock.close()
+
+
+def test_with_every_connection_busy_a_new_one_is_refused_503_at_once(server: ServeProcess) -> None:
+    # Requests in flight: heads sent, bodies still coming (the server waits for them).
+    busy = []
+    try:
+        for _ in range(CAP):
+            sock = _connect(server.url)
+            sock.sendall(b"POST /v1/workspaces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{")
+            busy.append(sock)
+        time.sleep(0.5)  # the server reads the heads: each connection is then busy, not waiting
+        # The server has them all (accepted in order), and a request on one more is refused.
+        refused = _connect(server.url)
+        data = b""
+        while chunk := refused.recv(65536):
+            data += chunk
+        refused.close()
+        top, _, body = data.partition(b"\r\n\r\n")
+        assert top.startswith(b"HTTP/1.1 503"), top[:80]
+        error = json.loads(body)["error"]
+        assert error["code"] == "unavailable" and "api.max_connections" in error["message"]
+        assert not any(_closed(sock) for sock in busy)  # no request in flight was cut
+    finally:
+        for sock in busy:
+            sock.close()
+    assert _health(server.url).startswith(b"HTTP/1.1 200")
