@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from warden.services.context import ContextService
     from warden.services.files import Approver, FileService
     from warden.services.folders import FolderService
+    from warden.services.forwards import ForwardService
     from warden.services.git import GitService
     from warden.services.grants import GrantService
     from warden.services.health import HealthService
@@ -628,6 +629,15 @@ class App:
                                   git=HostGitGuards(), over_quota=lambda record: self.quota.over(record.name,
                                                                                                  record.path),
                                   instance=self._instance_id, programs=programs_on_path)
+
+    @cached_property
+    def forwards(self) -> ForwardService:
+        """Forwards of live sandboxes' ports to the host (`warden forward`)."""
+        from warden.core.forwards import allowed_ports
+        from warden.services.forwards import ForwardService
+
+        return ForwardService(registry=self.registry, audit=self.audit, live=self.live,
+                              ports=allowed_ports(self.settings.get_list("sandbox.forward_ports")))
 
     def _instance_id(self) -> str | None:
         """The id of this process's registered instance; else that of the instance it acts for (a

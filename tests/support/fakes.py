@@ -19,10 +19,21 @@ from datetime import datetime
 
 from warden.core.bwrap_argv import Bind
 from warden.core.errors import Conflict, Denied, InvalidInput, NotFound, TooLarge, Unavailable
+from warden.core.forwards import Connection
 from warden.core.gitcontrol import GitControl, GitSweep, adoptable, is_git_name
 from warden.core.layers import IndexOptions, Interpreter, Layer, NodeRuntime
 from warden.core.limits import Limits
-from warden.core.live import RING_BYTES, Chunk, Exited, LiveProcess, LiveSandbox, Logs, StartedSandbox, Supervised
+from warden.core.live import (
+    RING_BYTES,
+    Chunk,
+    Exited,
+    LiveProcess,
+    LiveSandbox,
+    Logs,
+    NotListening,
+    StartedSandbox,
+    Supervised,
+)
 from warden.core.quota import Quota, Usage
 from warden.core.runs import RunResult, SandboxRequest, usage_of
 from warden.core.runs import Usage as RunUsage
@@ -1084,6 +1095,7 @@ class FakeLiveSandboxes:
         self.cpu_so_far: dict[str, float] = {}  # process id: CPU seconds a running one has used
         self.bad = False
         self.events: list[FakeNetEvent] = []  # what the proxy of a sandbox with network decided
+        self.listening: dict[tuple[str, int], Callable[[], Connection]] = {}  # what `connect` reaches
         # Called in the middle of a stop, once the supervisor has ended and before the rest is
         # cleaned up: where another Warden process may look at the sandbox.
         self.during_stop: Callable[[LiveSandbox], None] | None = None
@@ -1157,6 +1169,14 @@ class FakeLiveSandboxes:
 
     def forget(self, sandbox: LiveSandbox, process_id: str) -> None:
         self._check(sandbox).pop(process_id, None)
+
+    def connect(self, sandbox: LiveSandbox, port: int) -> Connection:
+        # A test puts what answers a port in `listening` (sandbox id, port): one end of a socketpair, say.
+        self._check(sandbox)
+        answer = self.listening.get((sandbox.id, port))
+        if answer is None:
+            raise NotListening
+        return answer()
 
     def release(self, process: LiveProcess) -> bool:
         self.released.append(process.id)

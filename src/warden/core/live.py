@@ -47,6 +47,7 @@ __all__ = [
     "LiveProcess",
     "LiveSandbox",
     "Logs",
+    "NotListening",
     "ProcessView",
     "Spawned",
     "StartedSandbox",
@@ -58,6 +59,7 @@ __all__ = [
     "exit_status",
     "network_key",
     "parse_chunk_event",
+    "parse_connected",
     "parse_exit",
     "parse_exit_event",
     "parse_listing",
@@ -98,6 +100,11 @@ class BadAnswer(Exception):
 class Full(Exception):
     """A supervisor's refusal of a background start: it keeps MAX_BACKGROUND processes already.
     An answer of the protocol, not a bad one: the sandbox is sound and goes on."""
+
+
+class NotListening(Exception):
+    """A supervisor's answer to `connect`: nothing accepted a connection on that port in its
+    sandbox (in time). An answer of the protocol, not a bad one: the sandbox goes on."""
 
 
 def too_many_background(workspace: str) -> str:
@@ -331,6 +338,18 @@ def _checked(data: bytes) -> dict[str, Any]:
 
 def parse_ok(data: bytes) -> None:
     _checked(data)
+
+
+def parse_connected(data: bytes, port: int) -> None:
+    """The answer to `connect` (the socket itself comes beside it, checked by the adapter):
+    NotListening when the supervisor found nothing on `port`; BadAnswer for anything else but a
+    yes for that very port."""
+    answer = _object(data)
+    if answer.get("ok") is False and answer.get("refused") is True:
+        raise NotListening
+    answer = _checked(data)
+    if answer.get("port") != port or isinstance(answer.get("port"), bool):
+        raise BadAnswer("a connection to another port than the one asked for")
 
 
 class Spawned(NamedTuple):

@@ -23,6 +23,7 @@ from warden.core.durations import (
     parse_size,
 )
 from warden.core.errors import InvalidInput, NotFound
+from warden.core.forwards import DEFAULT_PORTS
 from warden.core.limits import MIN_MEMORY
 
 __all__ = ["KEYS", "MAX_PORT", "MAX_WORKERS", "Setting", "Settings", "check_port", "coerce", "env_name",
@@ -107,6 +108,8 @@ KEYS: dict[str, Setting] = {
         Setting("workspace.sandbox_idle", "duration", "10m",
                 "How long a live sandbox (background processes) stays up with nothing running in it",
                 minimum=1, maximum=7 * 86400),
+        Setting("sandbox.forward_ports", "list", list(DEFAULT_PORTS),
+                "Ports of a live sandbox `warden forward` may reach: a port (8000) or a range (3000-3999) each"),
         # The janitor (core/janitor.py): seed 000's cleanup rules, applied on its own.
         Setting("janitor.interval", "duration", "10m",
                 "How often `warden serve` (and `warden janitor`) cleans up; 0 switches it off in serve",

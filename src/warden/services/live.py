@@ -65,6 +65,7 @@ from warden.core.runs import (
 )
 
 if TYPE_CHECKING:
+    from warden.core.forwards import Connection
     from warden.core.grants import Grant
     from warden.core.ports import Clock, GitGuards, LiveSandboxes, Registry, SandboxRunner, Tx
     from warden.core.settings import Settings
@@ -474,6 +475,29 @@ class LiveSandboxService:
                 return made
         raise Unavailable(f"the live sandbox of {record.name!r} keeps changing under this command; run it again",
                           rule="live.contended")
+
+    # -- for forwards ----------------------------------------------------------------------------
+    def usable(self, workspace: str, wanted: Callable[[str], bool]) -> list[LiveSandbox]:
+        """The live sandboxes of this node in `workspace` whose principal `wanted` accepts and that
+        may still be used (as a command's would be), the most recently used first."""
+        with self._registry.transaction(write=False) as tx:
+            found = [s for s in tx.sandboxes.of_workspace(workspace) if s.node == self.node and wanted(s.principal)]
+            record = tx.workspaces.get(workspace)
+            fence = tx.leases.read(workspace)[0].fence
+        ok = [s for s in found if self._problem(s, record, fence) is None]
+        return sorted(ok, key=lambda s: s.last_used, reverse=True)
+
+    def connect(self, sandbox: LiveSandbox, port: int) -> Connection:
+        """A TCP connection to `port` inside `sandbox` (NotListening when nothing accepts it); a
+        supervisor that answers badly has its sandbox stopped, as for any other request."""
+        try:
+            sock = self._sandboxes.connect(sandbox, port)
+        except Unavailable as exc:
+            if exc.rule == "live.bad_answer":
+                self._stop(sandbox, "its supervisor answered badly")
+            raise
+        self._touch(sandbox)  # in use: its idle period starts again
+        return sock
 
     def _touch(self, sandbox: LiveSandbox) -> LiveSandbox:
         """`sandbox` marked used now, for its idle stop (workspace.sandbox_idle). The write is

@@ -88,6 +88,7 @@ from warden.core.live import (
     decode_frame_length,
     encode_frame,
     parse_chunk_event,
+    parse_connected,
     parse_exit_event,
     parse_listing,
     parse_logs,
@@ -119,6 +120,9 @@ RLIMIT_EXEC_PATH = "/etc/warden/rlimit-exec"  # its copy inside a live sandbox (
 HOST_PRLIMIT = "/usr/bin/prlimit"  # util-linux, in Debian's and Ubuntu's essential set
 PRLIMIT_PATH = "/etc/warden/prlimit"  # its copy inside a live sandbox (supervisor.py's PRLIMIT)
 _MAX_PROGRAM = 8 << 20
+_FD_SIZE = 4  # bytes of one descriptor in SCM_RIGHTS (a C int)
+# Seconds a `connect` may take: the supervisor's own bound (its DIAL_TIMEOUT, 5 s), and the answer's.
+_CONNECT_TIMEOUT = 10.0
 
 
 # What a supervisor this code starts understands beyond the first protocol (in its sandbox's
@@ -166,6 +170,10 @@ class _Channel:
                               rule="live.unreachable") from None
         self.buffer = bytearray()
         self._stalled = stalled
+        # Descriptors that came with what was read, when asked for (`take_fd`): at most one is
+        # ever kept; the kernel closes those past the control buffer's room for one.
+        self.take_fd = False
+        self.fds: list[int] = []
 
     def send(self, message: Mapping[str, object], fds: list[int] | None = None) -> None:
         data = encode_frame(message)
@@ -191,7 +199,7 @@ class _Channel:
             # looked at every so often (`_stalled`).
             self.sock.settimeout(min(left, _STALL_CHECK) if self._stalled is not None else left)
             try:
-                chunk = self.sock.recv(min(max(size - len(self.buffer), 65536), 1 << 20))
+                chunk = self._recv(min(max(size - len(self.buffer), 65536), 1 << 20))
             except TimeoutError:
                 if self.stalled():
                     raise Unavailable("the live sandbox's supervisor is held by a tracer, so the sandbox is ended; "
@@ -203,6 +211,29 @@ class _Channel:
             if not chunk:
                 raise Unavailable("the live sandbox hung up", rule="live.unreachable")
             self.buffer += chunk
+
+    def _recv(self, size: int) -> bytes:
+        if not self.take_fd:
+            # A descriptor the supervisor sends along is closed by the kernel: no room for it.
+            return self.sock.recv(size)
+        import socket
+
+        data, ancdata, flags, _ = self.sock.recvmsg(size, socket.CMSG_SPACE(_FD_SIZE), socket.MSG_CMSG_CLOEXEC)
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                whole = len(payload) - len(payload) % _FD_SIZE
+                self.fds += [int.from_bytes(payload[i:i + _FD_SIZE], sys.byteorder, signed=True)
+                             for i in range(0, whole, _FD_SIZE)]
+        if len(self.fds) > 1 or flags & socket.MSG_CTRUNC:
+            self.close_fds()
+            raise _bad(BadAnswer("more than the one descriptor a connect answers with"))
+        return data
+
+    def close_fds(self) -> None:
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds = []
 
     def frame(self, timeout: float | None = None) -> bytes:
         """The next frame's body; Unavailable when none comes in `timeout`, or it is bad."""
@@ -240,6 +271,7 @@ class _Channel:
         return self.frame(timeout)
 
     def close(self) -> None:
+        self.close_fds()
         with contextlib.suppress(OSError):
             self.sock.close()
 
@@ -286,6 +318,37 @@ def _log(fd: int) -> bytes:
                 break
             said = (said + chunk)[-_ERR_TAIL:]
     return said
+
+
+def _not_a_connection(fd: int, port: int) -> str | None:
+    """Why descriptor `fd` is not a TCP connection to `port` of a loopback address; None when it
+    is. Asked of what a supervisor hands over, before Warden relays anything through it."""
+    import ipaddress
+    import socket
+    import stat
+
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            return "a descriptor that is not a socket"
+        # Options read on the descriptor itself: socket.socket(fileno=…) would take its word for them.
+        probe = socket.socket(fileno=os.dup(fd))
+        try:
+            kind = probe.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE)
+            domain = probe.getsockopt(socket.SOL_SOCKET, socket.SO_DOMAIN)
+            protocol = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PROTOCOL)
+            listening = probe.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+            if kind != socket.SOCK_STREAM or domain not in (socket.AF_INET, socket.AF_INET6):
+                return "a socket that is not a TCP stream"
+            if protocol != socket.IPPROTO_TCP or listening:
+                return "a socket that is not a TCP connection"
+            peer = probe.getpeername()
+        finally:
+            probe.close()
+    except OSError as exc:  # ENOTCONN: not connected (any more)
+        return f"a socket Warden cannot use ({exc.strerror or exc})"
+    if not ipaddress.ip_address(peer[0]).is_loopback or peer[1] != port:
+        return "a connection to another address than the sandbox's own port"
+    return None
 
 
 def _bwrap_alive(proc: subprocess.Popen[bytes], init: int) -> None:
@@ -759,6 +822,7 @@ class HostLiveSandboxes:
             started = self._release(proc, control, group, support, folder, log, born_in=entered)
             return started._replace(socket=path, meta={**started.meta, "seccomp": held.seccomp,
                                                        "notes": held.notes[:5], "protocol": SUPERVISOR_PROTOCOL,
+                                                       "connects": True,  # its supervisor knows `connect`
                                                        **(proxy.meta() if proxy is not None else {})})
         except BaseException:
             if proc is not None:
@@ -1202,6 +1266,43 @@ class HostLiveSandboxes:
             group = _cgroup_of(process.meta)
             if group is not None:
                 group.kill()
+
+    def connect(self, sandbox: LiveSandbox, port: int) -> socket.socket:
+        """A TCP connection to `port` on the sandbox's own loopback, made by its supervisor inside
+        its network namespace and handed over; NotListening when nothing there accepts it. The
+        descriptor is the sandbox's word, checked here before use: one stream socket of TCP over
+        IPv4 or IPv6, connected (not listening) to that port of a loopback address."""
+        import socket
+
+        if sandbox.meta.get("connects") is not True:
+            raise Unavailable("this live sandbox was started by an older Warden, whose supervisor cannot connect to "
+                              "its ports; `warden ps` its processes, stop them and start them again",
+                              rule="live.no_connect")
+        channel = self._channel(sandbox, _CONNECT_TIMEOUT)
+        try:
+            channel.take_fd = True
+            channel.send({"op": "connect", "port": port})
+            body = channel.frame(_CONNECT_TIMEOUT)
+            fd = channel.fds.pop() if channel.fds else None
+            try:
+                try:
+                    parse_connected(body, port)
+                except BadAnswer as exc:
+                    raise _bad(exc) from None
+                if fd is None:
+                    raise _bad(BadAnswer("a connect answered without its socket"))
+                problem = _not_a_connection(fd, port)
+                if problem is not None:
+                    raise _bad(BadAnswer(problem))
+                sock = socket.socket(fileno=fd)
+                fd = None
+                sock.setblocking(True)  # the supervisor connected it non-blocking: the same open file
+                return sock
+            finally:
+                if fd is not None:
+                    os.close(fd)
+        finally:
+            channel.close()
 
     def forget(self, sandbox: LiveSandbox, process_id: str) -> None:
         channel = self._channel(sandbox)

@@ -34,6 +34,13 @@ tty", os.ttyname failed). This process relays between the two (`Relay`), Warden'
 so that only the inner one's line discipline acts (echo, ^C), and copies its size onto the inner
 one when it changes.
 
+A `connect` makes a TCP connection to a port of the sandbox's own loopback (127.0.0.1, then ::1)
+and hands the connected socket to Warden with SCM_RIGHTS, for `warden forward`: a socket keeps the
+network namespace it was made in, so Warden relays between the person's browser and the bot's dev
+server with no relay process in here. The connect does not block this loop (a server whose
+backlog is full answers nothing for seconds): it is waited on beside everything else, at most
+DIAL_TIMEOUT seconds.
+
 The supervisor exits (and the sandbox with it) after IDLE_SECONDS without a running process or a
 connection, once Warden has collected every finished process (or after six idle periods anyway).
 """
@@ -78,6 +85,9 @@ MAX_PENDING_OUT = 16 << 20  # bytes queued to a client that does not read
 RESIZE_TICK = 0.2  # seconds between looks at a terminal session's size (nothing signals this process)
 SPAWN_GRACE = 30.0  # seconds a spawned command waits for Warden's go before it is killed
 READ_CHUNK = 65536
+DIAL_TIMEOUT = 5.0  # seconds a `connect` to a port of this sandbox may take
+# Where a `connect` tries, in order: a dev server listens on one or the other ("localhost").
+DIAL_ADDRESSES = ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1"))
 RELAY_PENDING = 1 << 16  # bytes a terminal relay holds each way before it reads no more
 # Signals this Python handles or ignores; a command expects them at their defaults, as after a shell.
 _CHILD_SIGNALS = {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
@@ -293,6 +303,18 @@ class Conn:
         self.outbuf = bytearray()
         self.fds: list[int] = []
         self.closing = False
+        self.dial: Dial | None = None  # its `connect` under way
+
+
+class Dial:
+    """A `connect` under way: the next addresses to try, the socket connecting now, until when."""
+
+    def __init__(self, conn: Conn, port: int) -> None:
+        self.conn = conn
+        self.port = port
+        self.addresses = list(DIAL_ADDRESSES)
+        self.sock: socket.socket | None = None
+        self.deadline = time.monotonic() + DIAL_TIMEOUT
 
 
 class Supervisor:
@@ -338,6 +360,8 @@ class Supervisor:
                     self.read_pipe(key.fd, tag)
                 elif isinstance(tag, Relay) and tag in self.relays:
                     tag.ready(key.fd, events)
+                elif isinstance(tag, Dial) and tag.conn.dial is tag:
+                    self.dial_ready(tag)
             for relay in list(self.relays):
                 # Warden's side is read only while what was typed has room: a command that does
                 # not read would stop that, and a process holding the inner terminal keep the
@@ -354,6 +378,7 @@ class Supervisor:
                 moments.append(proc.deadline)
             for _, deadline in proc.waiters:
                 moments.append(deadline)
+        moments += [conn.dial.deadline for conn in self.conns.values() if conn.dial is not None]
         return max(min(moments) - now, 0.0)
 
     def idle_over(self, now: float) -> bool:
@@ -373,6 +398,9 @@ class Supervisor:
                 self.signal_group(proc, signal.SIGKILL)
 
     def expire(self, now: float) -> None:
+        for conn in list(self.conns.values()):
+            if conn.dial is not None and now >= conn.dial.deadline:
+                self.dial_end(conn.dial, {"ok": False, "refused": True, "error": "timed out"})
         for proc in list(self.procs.values()):
             if proc.status == "starting" and now - proc.spawned > SPAWN_GRACE:
                 self.signal_group(proc, signal.SIGKILL)
@@ -552,6 +580,8 @@ class Supervisor:
         fileno = conn.sock.fileno()
         if fileno < 0:
             return
+        if conn.dial is not None:
+            self.dial_end(conn.dial, None)
         self.sel.unregister(conn.sock)
         self.conns.pop(fileno, None)
         conn.sock.close()
@@ -608,11 +638,90 @@ class Supervisor:
             if ended is not None and ended.status in ("exited", "failed") and not ended.pipes:
                 self.procs.pop(ended.id, None)
             self.send(conn, {"ok": True})
+        elif op == "connect":
+            self.connect(conn, request)
         elif op == "stop":
             self.send(conn, {"ok": True})
             self.stop()
         else:
             raise ValueError("unknown op")
+
+    # -- connect: a port of this sandbox for Warden ------------------------------------------------
+    def connect(self, conn: Conn, request: dict[str, Any]) -> None:
+        port = request.get("port")
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ValueError("bad port")
+        if conn.dial is not None:
+            raise ValueError("a connect is under way")
+        conn.dial = Dial(conn, port)
+        self.dial_next(conn.dial)
+
+    def dial_next(self, dial: Dial) -> None:
+        """Connect to the next address; answered at once when it connects or nothing is left."""
+        while dial.addresses:
+            family, host = dial.addresses.pop(0)
+            try:
+                sock = socket.socket(family, socket.SOCK_STREAM)
+            except OSError:
+                continue  # no IPv6 in here
+            sock.setblocking(False)
+            err = sock.connect_ex((host, dial.port))
+            if err == 0:
+                self.dialed(dial, sock)
+                return
+            if err == errno.EINPROGRESS:
+                dial.sock = sock
+                self.sel.register(sock, selectors.EVENT_WRITE, dial)
+                return
+            sock.close()
+        self.dial_end(dial, {"ok": False, "refused": True, "error": "nothing listens on that port"})
+
+    def dial_ready(self, dial: Dial) -> None:
+        sock = dial.sock
+        if sock is None:
+            return
+        self.sel.unregister(sock)
+        dial.sock = None
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+            self.dialed(dial, sock)
+            return
+        sock.close()
+        self.dial_next(dial)
+
+    def dialed(self, dial: Dial, sock: socket.socket) -> None:
+        """The answer, with the connected socket as its one descriptor; this process's copy closed."""
+        conn = dial.conn
+        conn.dial = None
+        try:
+            if conn.outbuf or conn.sock.fileno() < 0:
+                return  # never: one request at a time, and its answer is this one
+            data = json.dumps({"ok": True, "port": dial.port}, separators=(",", ":")).encode()
+            frame = struct.pack(">I", len(data)) + data
+            try:
+                sent = conn.sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                                    struct.pack("i", sock.fileno()))])
+            except (BlockingIOError, InterruptedError):
+                sent = -1
+            except OSError:
+                self.close(conn)
+                return
+            if sent < 0:
+                self.close(conn)  # Warden reads nothing it asked for: gone with the descriptor
+                return
+            conn.outbuf += frame[sent:]
+            self.flush(conn)
+        finally:
+            sock.close()
+
+    def dial_end(self, dial: Dial, answer: Mapping[str, object] | None) -> None:
+        """The `connect` given up (`answer` said, if any)."""
+        if dial.sock is not None:
+            self.sel.unregister(dial.sock)
+            dial.sock.close()
+            dial.sock = None
+        dial.conn.dial = None
+        if answer is not None:
+            self.send(dial.conn, answer)
 
     def logs(self, conn: Conn, request: dict[str, Any]) -> None:
         proc = self.procs[request["id"]]

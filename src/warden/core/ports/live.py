@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from warden.core.forwards import Connection
     from warden.core.live import Chunk, Exited, LiveProcess, LiveSandbox, Logs, StartedSandbox, Supervised
     from warden.core.runs import NetEvent, RunResult, SandboxRequest, Usage
 
@@ -62,6 +63,11 @@ class LiveSandboxes(Protocol):
 
     def forget(self, sandbox: LiveSandbox, process_id: str) -> None:
         """Let the supervisor drop a finished process (its output was kept elsewhere)."""
+        ...
+
+    def connect(self, sandbox: LiveSandbox, port: int) -> Connection:
+        """A TCP connection to `port` on the sandbox's own loopback, made inside its network
+        namespace (for `warden forward`); NotListening when nothing there accepts it."""
         ...
 
     def release(self, process: LiveProcess) -> bool:

@@ -59,6 +59,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "warden run notes --detach -- python -m http.server 8000   # prints its id; see `warden ps`",
         "warden run notes --tty -- python   # an interactive REPL on a terminal"),
     "shell": ("warden shell notes", "warden shell notes --timeout 2h --cwd src"),
+    "forward": ("warden forward notes 8000   # http://127.0.0.1:8000 reaches your detached server",
+                "warden forward notes 5173 --as helper --listen 8080   # the bot helper's dev server"),
     "ps": ("warden ps notes", "warden ps notes --json"),
     "logs": ("warden logs notes 4f2a9c0e1b3d5a7c", "warden logs notes 4f2a9c0e1b3d5a7c --follow"),
     "kill": ("warden kill notes 4f2a9c0e1b3d5a7c", "warden kill notes 4f2a9c0e1b3d5a7c --signal KILL"),

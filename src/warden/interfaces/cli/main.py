@@ -48,6 +48,7 @@ COMMANDS: dict[str, str] = {
     **dict.fromkeys(("run", "with"), _CLI + "cmd_run"),
     **dict.fromkeys(("ps", "logs", "kill", "wait"), _CLI + "cmd_process"),
     "shell": _CLI + "cmd_shell",
+    "forward": _CLI + "cmd_forward",
     "doctor": _CLI + "cmd_doctor",
     **dict.fromkeys(("backup", "restore"), _CLI + "cmd_backup"),
     "template": _CLI + "cmd_template",

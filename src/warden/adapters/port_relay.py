@@ -1,0 +1,163 @@
+"""The host side of a forward (`warden forward`): a listener on the host's loopback, and a relay
+of bytes between each connection it accepts and the one `dial` makes into a live sandbox.
+
+Each accepted connection gets two threads, one each way, each with one chunk (64 KiB) in flight
+at most, so a side that does not read holds the other back (TCP's own flow control) instead of
+filling Warden's memory. An end of input one way is passed on as a half-close (`shutdown(SHUT_WR)`),
+as HTTP clients and servers expect. At most `max_connections` are relayed at once; one more is
+closed at once and counted refused. Stopping shuts every relayed socket down, which ends their
+threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import select
+import socket
+import threading
+from collections.abc import Callable
+
+from warden.core.errors import Conflict, InvalidInput, WardenError
+from warden.core.forwards import Connection, ForwardCounts
+
+__all__ = ["PortRelay", "listen"]
+
+_CHUNK = 65536
+_BACKLOG = 64
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP listener on `host` (a loopback address) and `port` (0: any free one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a forward stopped just now leaves TIME_WAITs
+        sock.bind((host, port))
+        sock.listen(_BACKLOG)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise Conflict(f"{host}:{port} is in use on this host: give another with --listen PORT "
+                           "(--listen 0 picks a free one)") from None
+        if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+            raise InvalidInput(f"cannot listen on {host}: this host has no such address") from None
+        raise
+    return sock
+
+
+class PortRelay:
+    """Relays the connections `listener` accepts to those `dial` makes, counting them in `counts`;
+    `note` is told, in one line, why a connection could not be relayed."""
+
+    def __init__(self, listener: socket.socket, dial: Callable[[], Connection], *, max_connections: int,
+                 counts: ForwardCounts, note: Callable[[str], None]) -> None:
+        self._listener = listener
+        self._dial = dial
+        self._max = max_connections
+        self.counts = counts
+        self._note = note
+        self._lock = threading.Lock()
+        self._open: set[Connection] = set()  # every socket of a connection being relayed
+        self._active = 0
+        self._stopped = False
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def active(self) -> int:
+        with self._lock:
+            return self._active
+
+    def serve(self, ended: Callable[[], str | None], tick: float = 1.0) -> str:
+        """Accept and relay until `ended` (asked every `tick` seconds) gives a reason, returned."""
+        while True:
+            why = ended()
+            if why is not None:
+                return why
+            ready, _, _ = select.select([self._listener], [], [], tick)
+            if ready:
+                self._accept()
+
+    def _accept(self) -> None:
+        try:
+            client, _ = self._listener.accept()
+        except OSError:
+            return
+        with self._lock:
+            self.counts.connections += 1
+            full = self._active >= self._max
+            if not full:
+                self._active += 1
+                self._open.add(client)
+        if full:
+            self._refuse(client, f"{self._max} connections are relayed already; this one was closed")
+            return
+        thread = threading.Thread(target=self._connection, args=(client,), daemon=True, name="forward")
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+
+    def _refuse(self, client: socket.socket, why: str) -> None:
+        with self._lock:
+            self.counts.refused += 1
+        with contextlib.suppress(OSError):
+            client.close()
+        self._note(why)
+
+    def _connection(self, client: socket.socket) -> None:
+        upstream: Connection | None = None
+        try:
+            try:
+                upstream = self._dial()
+            except WardenError as exc:
+                self._refuse(client, exc.message)
+                return
+            with self._lock:
+                if self._stopped:
+                    return
+                self._open.add(upstream)
+                self.counts.relayed += 1
+            back = threading.Thread(target=self._pump, args=(upstream, client, "bytes_out"), daemon=True,
+                                    name="forward-back")
+            back.start()
+            self._pump(client, upstream, "bytes_in")
+            back.join()
+        finally:
+            with self._lock:
+                self._active -= 1
+                self._open.discard(client)
+                if upstream is not None:
+                    self._open.discard(upstream)
+            for sock in (client, upstream):
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.close()
+
+    def _pump(self, source: Connection, sink: Connection, counter: str) -> None:
+        """`source`'s bytes to `sink` until its end (passed on as a half-close) or an error
+        (either socket closed, reset or shut down: both are shut down, which ends the other way)."""
+        try:
+            while True:
+                chunk = source.recv(_CHUNK)
+                if not chunk:
+                    sink.shutdown(socket.SHUT_WR)
+                    return
+                sink.sendall(chunk)
+                with self._lock:
+                    setattr(self.counts, counter, getattr(self.counts, counter) + len(chunk))
+        except OSError:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def stop(self, wait: float = 2.0) -> None:
+        """Close the listener and end every relayed connection."""
+        with self._lock:
+            self._stopped = True
+            relayed = list(self._open)
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        for sock in relayed:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        for thread in self._threads:
+            thread.join(wait / max(len(self._threads), 1))

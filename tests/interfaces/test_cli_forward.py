@@ -1,0 +1,184 @@
+"""`warden forward NAME PORT` through the real CLI, real bubblewrap and real servers: a dev server
+detached in a live sandbox is fetched from the host; a port nobody listens on is a clean refusal;
+a bot's sandbox is reached only as that bot; the forward stops when its workspace is archived; and
+the refusals before anything listens keep INTERFACES.md's exit statuses."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cli, isolated_environ
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory: pytest.TempPathFactory) -> Cli:
+    home = tmp_path_factory.mktemp("forward") / "warden-home"
+    home.mkdir()
+    return Cli({**isolated_environ(home), "WARDEN_WORKSPACE_SANDBOX_IDLE": "120s"})
+
+
+@pytest.fixture(scope="module")
+def ws(cli: Cli) -> Iterator[str]:
+    assert cli("create", "site", "--template", "minimal").code == 0
+    Path(cli("info", "site", "--json").json["data"]["path"], "hello.txt").write_text("hello from the sandbox\n")
+    yield "site"
+    cli("destroy", "site", "--yes", "--no-archive")
+
+
+class Forward:
+    """A `warden forward` running in the background, and the address it printed."""
+
+    def __init__(self, cli: Cli, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "warden", "forward", *args, "--listen", "0"],
+                                     env=cli.environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stderr is not None
+        first = self.proc.stderr.readline()
+        assert first.startswith("forwarding http://"), first + self.finish()[1]
+        self.url = first.split()[1]
+
+    def get(self, path: str = "/hello.txt") -> str:
+        with urllib.request.urlopen(self.url + path, timeout=15) as answer:
+            return str(answer.read().decode())
+
+    def finish(self, sig: int | None = signal.SIGTERM) -> tuple[int, str]:
+        if sig is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        _, err = self.proc.communicate(timeout=30)
+        return self.proc.returncode, err
+
+
+def _server(cli: Cli, ws: str, port: int, *, env: dict[str, str] | None = None, bot: bool = False) -> str:
+    started = cli("run", ws, *(("--as-token-env",) if bot else ()), "--detach", "--json", "--",
+                  "python3", "-m", "http.server", str(port), "--bind", "127.0.0.1", env=env)
+    assert started.code == 0, started.stdout + started.stderr
+    return str(started.json["data"]["id"])
+
+
+def _retry(forward: Forward, path: str = "/hello.txt") -> str:
+    """The server's answer once it listens (`--detach` returns before it does)."""
+    import time
+
+    for _ in range(100):
+        try:
+            return forward.get(path)
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.1)
+    return forward.get(path)
+
+
+def _retry_refused(forward: Forward) -> bool:
+    """True once a connection through `forward` is refused."""
+    try:
+        forward.get()
+    except (urllib.error.URLError, ConnectionError):
+        return True
+    return False
+
+
+def _closes(cli: Cli, ws: str) -> list[dict[str, object]]:
+    events = cli("audit", "--workspace", ws, "--limit", "50", "--json").json["data"]
+    events = events["events"] if isinstance(events, dict) else events
+    return [e["detail"] for e in events if e["action"] == "forward.close"]
+
+
+def test_a_detached_server_is_fetched_from_the_host_and_the_forward_is_audited(cli: Cli, ws: str) -> None:
+    server = _server(cli, ws, 8100)
+    forward = Forward(cli, ws, "8100")
+    try:
+        assert _retry(forward) == "hello from the sandbox\n"
+        assert forward.get() == "hello from the sandbox\n"  # each connection relayed on its own
+    finally:
+        code, err = forward.finish()
+        cli("kill", ws, server)
+    assert code in (128 + signal.SIGTERM, -signal.SIGTERM), err
+    last = _closes(cli, ws)[-1]
+    assert last["port"] == 8100 and last["relayed"] >= 2 and last["refused"] == last["connections"] - last["relayed"]
+    assert isinstance(last["bytes_out"], int) and last["bytes_out"] > 2 * len("hello from the sandbox\n")
+
+
+def test_a_port_nobody_listens_on_is_refused_cleanly_and_the_forward_goes_on(cli: Cli, ws: str) -> None:
+    server = _server(cli, ws, 8101)  # a live sandbox runs, but nothing on 8102
+    forward = Forward(cli, ws, "8102")
+    try:
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            forward.get()
+        assert forward.proc.poll() is None  # one refused connection does not end the forward
+    finally:
+        _, err = forward.finish()
+        cli("kill", ws, server)
+    assert "nothing listens on port 8102 in the live sandbox of yours in 'site'" in err
+    assert _closes(cli, ws)[-1]["refused"] == 1
+
+
+def test_a_bots_server_is_reached_only_as_that_bot(cli: Cli, ws: str) -> None:
+    assert cli("bot", "register", "builder").code == 0
+    assert cli("bot", "register", "other").code == 0
+    token = cli("grant", ws, "builder", "--permissions", "read,execute").stdout.strip()
+    other = cli("grant", ws, "other", "--permissions", "read,execute").stdout.strip()
+    server = _server(cli, ws, 8103, env={"WARDEN_TOKEN": token}, bot=True)
+    as_bot = Forward(cli, ws, "8103", "--as", "builder")
+    try:
+        assert _retry(as_bot) == "hello from the sandbox\n"
+    finally:
+        as_bot.finish()
+    # The other bot's sandbox (it runs a server of its own) is another network namespace: its
+    # 8103 is nobody's, and the person's forward reaches the person's sandbox alone.
+    other_server = _server(cli, ws, 8104, env={"WARDEN_TOKEN": other}, bot=True)
+    as_other = Forward(cli, ws, "8103", "--as", "other")
+    try:
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            as_other.get()
+    finally:
+        _, err = as_other.finish()
+    assert "nothing listens on port 8103 in the live sandbox of bot 'other'" in err
+    # The person's sandbox (a server of the person's on 8106) is another one again.
+    own_server = _server(cli, ws, 8106)
+    mine = Forward(cli, ws, "8103")
+    try:
+        assert _retry_refused(mine)
+    finally:
+        _, err = mine.finish()
+    assert "nothing listens on port 8103 in the live sandbox of yours" in err
+    cli("kill", ws, own_server)
+    cli("kill", ws, server)
+    cli("kill", ws, other_server)
+
+
+def test_the_forward_stops_when_its_workspace_is_archived(cli: Cli) -> None:
+    assert cli("create", "gone", "--template", "minimal").code == 0
+    try:
+        server = _server(cli, "gone", 8105)
+        forward = Forward(cli, "gone", "8105")
+        assert _retry(forward, "/").startswith("<!DOCTYPE")
+        assert cli("archive", "gone").code == 0
+        code, err = forward.finish(None)
+        assert code == 1, err
+        assert "stopped forwarding: workspace gone is archived" in err
+        assert _closes(cli, "gone")[-1]["reason"] == "the workspace was archived"
+        # And an archived workspace is refused before anything listens (conflict: 5).
+        refused = cli("forward", "gone", "8105")
+        assert refused.code == 5 and "is archived" in refused.stderr, refused.stderr
+        del server
+    finally:
+        cli("unarchive", "gone")
+        cli("destroy", "gone", "--yes", "--no-archive")
+
+
+def test_refusals_before_listening(cli: Cli, ws: str) -> None:
+    assert cli("forward", "nosuch", "8000").code == 4
+    low = cli("forward", ws, "80")
+    assert low.code == 3 and "sandbox.forward_ports" in low.stderr
+    wide = cli("forward", ws, "8000", "--listen", "0.0.0.0:8000")
+    assert wide.code == 3 and "loopback" in wide.stderr
+    assert cli("forward", ws, "http").code == 2
