@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,18 +19,14 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support.servers import ServeProcess, warden_environ
+from tests.support.servers import ServeProcess, served_home
 
 CAP = 16
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    base = tmp_path_factory.mktemp("connection-cap")
-    environ = {**warden_environ(base / "home"), "WARDEN_API_MAX_CONNECTIONS": str(CAP)}
-    subprocess.run([sys.executable, "-m", "warden", "init"], env=environ, capture_output=True, timeout=120,
-                   check=True)
-    with ServeProcess(environ, base, "--no-access-log") as served:
+    with served_home(tmp_path_factory.mktemp("connection-cap"), WARDEN_API_MAX_CONNECTIONS=str(CAP)) as served:
         yield served
 
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +17,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.support.servers import ServeProcess, warden_environ
+from tests.support.servers import ServeProcess, served_home
 from warden.interfaces.http.protocol import MAX_HEADER, MAX_HEADERS, MAX_HEADERS_SIZE, MAX_REQUEST_LINE
 
 MiB = 1 << 20
@@ -27,11 +25,7 @@ MiB = 1 << 20
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    base = tmp_path_factory.mktemp("heads")
-    environ = warden_environ(base / "home")
-    subprocess.run([sys.executable, "-m", "warden", "init"], env=environ, capture_output=True, timeout=120,
-                   check=True)
-    with ServeProcess(environ, base, "--no-access-log") as served:
+    with served_home(tmp_path_factory.mktemp("heads")) as served:
         yield served
 
 

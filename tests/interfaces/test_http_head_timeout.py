@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,18 +18,14 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support.servers import ServeProcess, cli_out, warden_environ
+from tests.support.servers import ServeProcess, cli_out, served_home
 
 TIMEOUT_S = 2.0
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    base = tmp_path_factory.mktemp("head-timeout")
-    environ = {**warden_environ(base / "home"), "WARDEN_API_REQUEST_TIMEOUT": f"{TIMEOUT_S:g}s"}
-    subprocess.run([sys.executable, "-m", "warden", "init"], env=environ, capture_output=True, timeout=120,
-                   check=True)
-    with ServeProcess(environ, base, "--no-access-log") as served:
+    with served_home(tmp_path_factory.mktemp("head-timeout"), WARDEN_API_REQUEST_TIMEOUT=f"{TIMEOUT_S:g}s") as served:
         yield served
 
 

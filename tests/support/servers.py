@@ -9,6 +9,8 @@ import ssl
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
@@ -114,6 +116,17 @@ def warden_environ(home: Path) -> dict[str, str]:
     from tests.conftest import isolated_environ
 
     return isolated_environ(home)
+
+
+@contextmanager
+def served_home(base: Path, **settings: str) -> Iterator[ServeProcess]:
+    """`warden serve` (no access log) on a home made under `base` with `warden init`, its
+    environment adding `settings` (WARDEN_… variables)."""
+    environ = {**warden_environ(base / "home"), **settings}
+    subprocess.run([sys.executable, "-m", "warden", "init"], env=environ, capture_output=True, timeout=120,
+                   check=True)
+    with ServeProcess(environ, base, "--no-access-log") as served:
+        yield served
 
 
 def cli_out(environ: dict[str, str], *args: str, input: bytes | None = None) -> str:
