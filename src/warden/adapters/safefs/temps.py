@@ -108,33 +108,31 @@ def signed_temps(workspace_fd: int) -> Iterator[tuple[str, int, int]]:
     key = _current_key(make=False)
     if key is None:
         return  # no key yet: no Warden of this home ever signed a name
-    stack: list[tuple[int, str, int]] = [(os.dup(workspace_fd), "", 0)]
+    yield from _walk(os.dup(workspace_fd), "", 0, key)
+
+
+def _walk(fd: int, prefix: str, depth: int, key: bytes) -> Iterator[tuple[str, int, int]]:
+    """`signed_temps` of the folder of `fd` (closed here), depth first. Only the folders on the
+    way down are open, each with its listing read as it goes (two descriptors a level): opening
+    every subfolder of a folder before going into any held one descriptor each, and a bot's folder
+    of 30,000 empty folders took the server's last one (EMFILE) on each janitor pass."""
     try:
-        while stack:
-            fd, prefix, depth = stack.pop()
-            try:
-                with os.scandir(fd) as entries:
-                    names = [(e.name, e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False))
-                             for e in entries]
-            except OSError:
-                os.close(fd)
-                continue
-            try:
-                for name, is_dir, is_file in names:
-                    if is_file and (owner := temp_owner(name, key)) is not None:
-                        yield prefix + name, *owner
-                    elif is_dir and depth + 1 < MAX_DEPTH:
-                        try:
-                            sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                          dir_fd=fd)
-                        except OSError:
-                            continue  # gone, or swapped for a link since the listing
-                        stack.append((sub, prefix + name + "/", depth + 1))
-            finally:
-                os.close(fd)
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                if entry.is_file(follow_symlinks=False):
+                    if (owner := temp_owner(entry.name, key)) is not None:
+                        yield prefix + entry.name, *owner
+                elif entry.is_dir(follow_symlinks=False) and depth + 1 < MAX_DEPTH:
+                    try:
+                        sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                      dir_fd=fd)
+                    except OSError:
+                        continue  # gone, or swapped for a link since the listing
+                    yield from _walk(sub, prefix + entry.name + "/", depth + 1, key)
+    except OSError:
+        return  # a folder that cannot be read (any more): nothing of it is swept
     finally:
-        for fd, _, _ in stack:
-            os.close(fd)
+        os.close(fd)
 
 
 def remove_temp(workspace_fd: int, path: str) -> bool:
