@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support.servers import ServeProcess, served_home
+from tests.support.servers import ServeProcess, cli_out, served_home
 
 CAP = 16
 
@@ -78,16 +78,37 @@ def test_a_flood_of_idle_connections_leaves_descriptors_bounded_and_bots_answere
             sock.close()
 
 
-def test_with_every_connection_busy_a_new_one_is_refused_503_at_once(server: ServeProcess) -> None:
-    # Requests in flight: heads sent, bodies still coming (the server waits for them).
-    busy = []
+def test_bodies_held_back_give_way_too(server: ServeProcess) -> None:
+    # Heads sent, bodies held back: no token is needed for that, and each may wait for its body's
+    # deadline (api.request_timeout): they held every place, and every bot was answered 503.
+    held = []
     try:
         for _ in range(CAP):
             sock = _connect(server.url)
             sock.sendall(b"POST /v1/workspaces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          b"Content-Length: 100\r\n\r\n{")
+            held.append(sock)
+        time.sleep(0.5)  # the server reads the heads: each connection then waits for its body
+        assert _health(server.url).startswith(b"HTTP/1.1 200")  # a bot still gets in
+        assert _closed(held[0]) and not _closed(held[-1])  # the oldest gave way
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_with_every_connection_busy_a_new_one_is_refused_503_at_once(server: ServeProcess) -> None:
+    # Requests received and in flight: change streams, each answering for ten seconds.
+    cli_out(server.environ, "create", "w", "--template", "minimal")
+    cli_out(server.environ, "bot", "register", "watcher")
+    token = cli_out(server.environ, "grant", "w", "watcher", "--permissions", "read")
+    busy = []
+    try:
+        for _ in range(CAP):
+            sock = _connect(server.url)
+            sock.sendall(f"GET /v1/workspaces/w/events?timeout=10 HTTP/1.1\r\nHost: x\r\n"
+                         f"Authorization: Bearer {token}\r\n\r\n".encode())
             busy.append(sock)
-        time.sleep(0.5)  # the server reads the heads: each connection is then busy, not waiting
+        time.sleep(0.5)  # the server reads the heads: each connection is then busy
         # The server has them all (accepted in order), and a request on one more is refused.
         refused = _connect(server.url)
         data = b""

@@ -19,10 +19,13 @@ does; a body has its own deadline (limits.py).
 Connections are capped too (`max_connections`, api.max_connections, per server process): each
 holds a descriptor, and a local client opening thousands within the head timeout (no token
 needed) would still take them all. At the cap a new connection closes the one that has waited
-longest for a head (idle between requests, or a head still coming); when every one is busy (a
-request in flight, a streaming exec, a WebSocket), the new one is answered 503 and closed at
-once. uvicorn's own `limit_concurrency` is not used: it answers 503 to requests, not connections,
-so idle connections still pile up, and once they reach it every bot's request is refused too.
+longest for a head (idle between requests, or a head still coming), else the one whose body has
+been coming longest (a body not all sent: no token is needed to send a head and hold its body
+back for the body's deadline, so such a connection cannot be allowed to hold a place); when every
+one is busy (a request received and in flight, a streaming exec, a WebSocket), the new one is
+answered 503 and closed at once. uvicorn's own `limit_concurrency` is not used: it answers 503
+to requests, not connections, so idle connections still pile up, and once they reach it every
+bot's request is refused too.
 
 Why not uvicorn's h11 protocol with `h11_max_incomplete_event_size`: it answers 400, not 431,
 and parses in Python, which costs the small requests (a file read, an exec) most of their time.
@@ -112,20 +115,28 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         return (self._in_head and (self.cycle is None or self.cycle.response_complete)
                 and not self.transport.is_closing())
 
+    def _receiving(self) -> bool:
+        """Whether its request's head came but not yet all of its body."""
+        return (not self._in_head and self.cycle is not None and self.cycle.more_body
+                and not self.cycle.response_started and not self.transport.is_closing())
+
     def _make_room(self) -> bool:
-        """At the cap: close the connection that has waited longest for a head, so a client
-        holding idle connections (or sending heads a byte at a time) never shuts bots out for
-        the head timeout's length. A request in flight, a streaming exec or a WebSocket (another
-        protocol once upgraded) is never closed; with none waiting, False: the new one is refused."""
-        waiting = [c for c in self.connections
-                   if c is not self and isinstance(c, BoundedHttpToolsProtocol) and c._waiting()]
-        if not waiting:
-            return False
-        oldest = min(waiting, key=lambda c: c._waiting_since)
-        self.logger.warning("api.max_connections (%d) reached: closed the connection idle longest",
-                            self._max_connections)
-        oldest.transport.close()
-        return True
+        """At the cap: close the connection that has waited longest for a head, else the one
+        whose body has been coming longest, so a client holding idle connections, sending heads
+        a byte at a time or holding bodies back (none needs a token) never shuts bots out for a
+        timeout's length. A request received, a streaming exec or a WebSocket (another protocol
+        once upgraded) is never closed; with none of the others, False: the new one is refused."""
+        mine = [c for c in self.connections if c is not self and isinstance(c, BoundedHttpToolsProtocol)]
+        for kind, which in ((BoundedHttpToolsProtocol._waiting, "idle longest"),
+                            (BoundedHttpToolsProtocol._receiving, "whose body has been coming longest")):
+            found = [c for c in mine if kind(c)]
+            if found:
+                oldest = min(found, key=lambda c: c._waiting_since)
+                self.logger.warning("api.max_connections (%d) reached: closed the connection %s",
+                                    self._max_connections, which)
+                oldest.transport.close()
+                return True
+        return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
