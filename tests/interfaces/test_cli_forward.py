@@ -5,6 +5,7 @@ the refusals before anything listens keep INTERFACES.md's exit statuses."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -119,6 +120,39 @@ def test_a_port_nobody_listens_on_is_refused_cleanly_and_the_forward_goes_on(cli
         cli("kill", ws, server)
     assert "nothing listens on port 8102 in the live sandbox of yours in 'site'" in err
     assert _closes(cli, ws)[-1]["refused"] == 1
+
+
+def _fetch_as_nobody(url: str) -> str:
+    """What another account of this host gets from `url` (the first line of its answer, or the error)."""
+    probe = "\n".join(["import urllib.request", "try:",
+                       f"    print(urllib.request.urlopen({url!r}, timeout=15).read().decode().strip())",
+                       "except Exception as exc:", "    print('refused', type(exc).__name__)"])
+    out = subprocess.run([str(shutil.which("runuser")), "-u", "nobody", "--", "/usr/bin/python3", "-I", "-c", probe],
+                         capture_output=True, text=True, timeout=60, check=False)
+    return out.stdout.strip() or out.stderr.strip()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None or not Path("/usr/bin/python3").exists(),
+                    reason="needs root to act as another account")
+def test_another_accounts_connection_is_not_relayed_unless_asked(cli: Cli, ws: str) -> None:
+    # A loopback port is open to every account of the host: another one fetched the person's (or
+    # a bot's) dev server, and 32 idle connections of its own blocked the person's browser.
+    server = _server(cli, ws, 8104)
+    forward = Forward(cli, ws, "8104")
+    try:
+        assert _retry(forward) == "hello from the sandbox\n"  # the person's own
+        assert _fetch_as_nobody(forward.url + "/hello.txt").startswith("refused")
+    finally:
+        _, err = forward.finish()
+    assert "a connection from account 65534 was closed: only your own are relayed" in err, err
+    assert _closes(cli, ws)[-1]["refused"] >= 1
+    anyone = Forward(cli, ws, "8104", "--any-user")
+    try:
+        assert _retry(anyone) == "hello from the sandbox\n"
+        assert _fetch_as_nobody(anyone.url + "/hello.txt") == "hello from the sandbox"
+    finally:
+        anyone.finish()
+        cli("kill", ws, server)
 
 
 def test_a_bots_server_is_reached_only_as_that_bot(cli: Cli, ws: str) -> None:

@@ -7,6 +7,12 @@ filling Warden's memory. An end of input one way is passed on as a half-close (`
 as HTTP clients and servers expect. At most `max_connections` are relayed at once; one more is
 closed at once and counted refused. Stopping shuts every relayed socket down, which ends their
 threads.
+
+A loopback port is open to every account of the host. By default only connections made by the
+account running the forward (and root) are relayed: the kernel's table of TCP sockets
+(/proc/net/tcp, tcp6) names the owner of the connecting socket, found by its two ends, as an
+identd would. Another account's connection is closed before it reaches the sandbox, and counted
+refused; `admit=None` relays everyone's.
 """
 
 from __future__ import annotations
@@ -15,13 +21,14 @@ import contextlib
 import errno
 import select
 import socket
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
-from warden.core.errors import Conflict, InvalidInput, WardenError
+from warden.core.errors import Conflict, Denied, InvalidInput, WardenError
 from warden.core.forwards import Connection, ForwardCounts
 
-__all__ = ["PortRelay", "listen"]
+__all__ = ["PortRelay", "listen", "peer_uid"]
 
 _CHUNK = 65536
 _BACKLOG = 64
@@ -40,10 +47,46 @@ def listen(host: str, port: int) -> socket.socket:
         if exc.errno == errno.EADDRINUSE:
             raise Conflict(f"{host}:{port} is in use on this host: give another with --listen PORT "
                            "(--listen 0 picks a free one)") from None
+        if exc.errno == errno.EACCES:
+            raise Denied(f"cannot listen on port {port} of this host: a port below 1024 needs root; give "
+                         "--listen PORT with a port above 1023 (--listen 0 picks a free one)",
+                         rule="forward.listen") from None
         if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
             raise InvalidInput(f"cannot listen on {host}: this host has no such address") from None
         raise
     return sock
+
+
+def _proc_address(host: str, port: int) -> str:
+    """`host:port` as /proc/net/tcp{,6} prints it: each 32-bit word of the address in host order,
+    in hex, then the port."""
+    packed = socket.inet_pton(socket.AF_INET6, host.split("%", 1)[0]) if ":" in host else socket.inet_aton(host)
+    words = "".join(f"{int.from_bytes(packed[i:i + 4], sys.byteorder):08X}" for i in range(0, len(packed), 4))
+    return f"{words}:{port:04X}"
+
+
+def peer_uid(conn: socket.socket, table: str = "/proc/net") -> int | None:
+    """The account that owns the other end of `conn`, a TCP connection on this host's loopback
+    accepted by this process: its socket's row in the kernel's table (its local end is our
+    peer, its remote end us). None when it is not found (gone already)."""
+    try:
+        peer, ours = conn.getpeername(), conn.getsockname()
+    except OSError:
+        return None
+    wanted = [(_proc_address(peer[0], peer[1]), _proc_address(ours[0], ours[1]))]
+    if conn.family == socket.AF_INET:  # a client's IPv6 socket reaching 127.0.0.1 shows as ::ffff:127.0.0.1
+        wanted.append((_proc_address("::ffff:" + peer[0], peer[1]), _proc_address("::ffff:" + ours[0], ours[1])))
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"{table}/{name}", encoding="ascii", errors="replace") as rows:
+                next(rows, None)
+                for row in rows:
+                    fields = row.split()
+                    if len(fields) > 7 and (fields[1], fields[2]) in wanted:
+                        return int(fields[7]) if fields[7].isdigit() else None
+        except OSError:
+            continue
+    return None
 
 
 class PortRelay:
@@ -51,8 +94,10 @@ class PortRelay:
     `note` is told, in one line, why a connection could not be relayed."""
 
     def __init__(self, listener: socket.socket, dial: Callable[[], Connection], *, max_connections: int,
-                 counts: ForwardCounts, note: Callable[[str], None]) -> None:
+                 counts: ForwardCounts, note: Callable[[str], None],
+                 admit: Collection[int] | None = None) -> None:
         self._listener = listener
+        self._admit = admit  # the accounts whose connections are relayed (None: any)
         self._dial = dial
         self._max = max_connections
         self.counts = counts
@@ -83,6 +128,15 @@ class PortRelay:
             client, _ = self._listener.accept()
         except OSError:
             return
+        if self._admit is not None:
+            uid = peer_uid(client)
+            if uid not in self._admit:
+                with self._lock:
+                    self.counts.connections += 1
+                who = "an unknown account" if uid is None else f"account {uid}"
+                self._refuse(client, f"a connection from {who} was closed: only your own are relayed "
+                                     "(--any-user relays every account's)")
+                return
         with self._lock:
             self.counts.connections += 1
             full = self._active >= self._max

@@ -10,6 +10,7 @@ listens on the port, no live sandbox now) is closed, and the reason printed on s
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -33,6 +34,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--as", dest="reach", metavar="BOT|acc_…",
                    help="reach a bot's live sandbox (any of its grants on the workspace), or one grant's by its "
                         "accessor (`warden grants NAME`); default: your own")
+    p.add_argument("--any-user", action="store_true",
+                   help="relay connections from every account of this host (by default only yours and root's: "
+                        "a loopback port is open to all of them)")
     p.set_defaults(handler=_forward)
 
 
@@ -57,7 +61,7 @@ def _forward(ctx: Context, args: argparse.Namespace) -> Output:
         sys.stderr.flush()
 
     relay = PortRelay(listener, lambda: forwards.dial(forward), max_connections=MAX_CONNECTIONS, counts=counts,
-                      note=note)
+                      note=note, admit=None if args.any_user else {os.getuid(), 0})
     forwards.open(forward)
     reason = "interrupted"
     try:

@@ -1,0 +1,52 @@
+"""The host side of a forward (adapters/port_relay.py): whose connections it relays, where it listens."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from warden.adapters.port_relay import listen, peer_uid
+from warden.core.errors import Denied
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_the_owner_of_a_loopback_connection_is_read_from_the_kernels_table(host: str) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.create_server((host, 0), family=family) as server:
+        with socket.create_connection(server.getsockname()[:2]):
+            accepted, _ = server.accept()
+            with accepted:
+                assert peer_uid(accepted) == os.getuid()
+        # A client's IPv6 socket reaching 127.0.0.1 is listed as ::ffff:127.0.0.1.
+        if family == socket.AF_INET:
+            with socket.socket(socket.AF_INET6) as mapped:
+                mapped.connect(("::ffff:127.0.0.1", server.getsockname()[1]))
+                accepted, _ = server.accept()
+                with accepted:
+                    assert peer_uid(accepted) == os.getuid()
+
+
+def test_a_connection_gone_from_the_table_has_no_owner(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server, socket.create_connection(server.getsockname()):
+        accepted, _ = server.accept()
+        with accepted:
+            (tmp_path / "tcp").write_text("  sl  local_address rem_address   st\n")
+            assert peer_uid(accepted, table=str(tmp_path)) is None
+
+
+def _unprivileged_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").read_text())
+    except (OSError, ValueError):
+        return 1024
+
+
+@pytest.mark.skipif(os.geteuid() == 0 or _unprivileged_start() <= 80,
+                    reason="root (or this kernel's setting) may listen on port 80")
+def test_a_privileged_port_names_the_fix() -> None:
+    with pytest.raises(Denied) as refused:
+        listen("127.0.0.1", 80)
+    assert "needs root" in refused.value.message and "--listen" in refused.value.message
