@@ -528,3 +528,19 @@ def test_a_line_of_too_many_json_values_is_answered_without_being_parsed(world: 
     assert refused["error"]["code"] == -32700 and refused["id"] is None, refused
     assert "more than 100000 JSON values" in refused["error"]["message"], refused
     assert after == {"jsonrpc": "2.0", "id": 3, "result": {}}, after
+
+
+def test_warden_mcp_answers_initialize_without_loading_fastapi(world: World) -> None:
+    """`warden mcp` uses the file services and no HTTP route; it once loaded FastAPI and every
+    route model at start (through interfaces/http/files.py), a tenth to a third of a second of a
+    start-up a newcomer timed at 15 s on a loaded machine. Python's own import log says."""
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                  "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                             "clientInfo": {"name": "test", "version": "1"}}}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "warden", "mcp"],
+                          input=json.dumps(initialize) + "\n", capture_output=True, text=True, timeout=120,
+                          env={**world.environ, "WARDEN_TOKEN": world.tokens["alice@paper"]}, check=False)
+    assert json.loads(proc.stdout.splitlines()[0])["result"]["serverInfo"]["name"] == "warden", proc.stderr[-2000:]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    assert "warden.interfaces.mcp.server" in imported  # the log is there
+    assert "fastapi" not in imported and "warden.interfaces.http.routes" not in imported

@@ -26,7 +26,7 @@ import mcp_types as types
 from warden.core.errors import InvalidInput, Pending, WardenError, classify
 from warden.core.paths import canonical
 from warden.interfaces.http.calls import Call
-from warden.interfaces.http.files import FileServices, files_for
+from warden.interfaces.http.file_services import FileServices, files_for
 from warden.interfaces.http.running import ExecSlots
 from warden.interfaces.http.streaming import Killable
 from warden.interfaces.mcp.files import FILE_TOOLS
