@@ -61,3 +61,13 @@ def test_every_readme_block_runs_in_a_fresh_home(tmp_path: Path) -> None:
     assert "hello from the sandbox" in proc.stdout
     assert "first idea" in proc.stdout
     assert (home / ".warden").is_dir()  # the default home, as the README says
+
+
+def test_the_readme_tells_a_newcomer_where_zones_are_set() -> None:
+    """A newcomer's trial found no word of zones on the first page: they are a hand-edited file
+    (`warden fs` refuses `.warden/`), so the README has to say where, and point to the details."""
+    text = README.read_text()
+    paragraph = next(p for p in text.split("\n\n") if ".warden/zones.yaml" in p)
+    assert "docs/files.md#files-and-policy" in paragraph and "by hand" in paragraph
+    files = (README.parent / "docs" / "files.md").read_text()
+    assert "\n## Files and policy\n" in files and "zones.yaml" in files  # the anchor it links to

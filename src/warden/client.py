@@ -14,7 +14,7 @@
     ws.files.write("notes/a.txt", b"hi"); ws.files.read("notes/a.txt")
     try: ws.files.write("final/report.md", text)             # a zone whose writes are `ask`
     except Pending as waiting:                               # 202: a person answers it
-        client.wait_for_approval(waiting.approval["id"])     # → {"status": "approved", ...}
+        client.wait_for_approval(waiting.approval_id)        # → {"status": "approved", ...}
     ws.git.status(); ws.git.diff()["diff"]; ws.git.stage("Fix the parser")   # a proposal for the person
     for batch in ws.files.watch(timeout=60): ...             # file changes as they happen (SSE)
     child = ws.grant("helper-bot", ["read"], ttl="1h")       # needs admin; never wider
@@ -408,7 +408,7 @@ class RemoteFiles:
 
     def write(self, path: str, data: bytes | str) -> int:
         """Replace the file at `path` with `data`; returns the size written. Pending (with
-        `.approval`) when the zone asks a person first: see `Client.wait_for_approval`."""
+        `.approval_id`) when the zone asks a person first: see `Client.wait_for_approval`."""
         payload = data.encode("utf-8") if isinstance(data, str) else data
         client = self._ws.client
         result = client._may_wait(client.request("PUT", self._path("/content"), params={"path": path},
@@ -508,7 +508,7 @@ class RemoteGit:
 
     def push(self, proposal: str | None = None) -> dict[str, Any]:
         """Ask a person to push a proposal (the only one waiting when None): raises Pending, whose
-        `.approval["id"]` `Client.wait_for_approval` follows; once approved it has been pushed."""
+        `.approval_id` `Client.wait_for_approval` follows; once approved it has been pushed."""
         client = self._ws.client
         client._may_wait(client.request("POST", self._path("push"), json={"proposal": proposal}))
         raise WardenError("the server pushed without a person's approval")  # never: a bot's push always waits

@@ -123,7 +123,8 @@ def test_a_bot_given_approve_answers_another_bots_request_over_http(loop: dict[s
     writer = Client(str(loop["url"]), str(loop["writer"]))
     with pytest.raises(Pending) as waiting:
         writer.workspace("paper").files.write("/final/from-sdk.txt", "via the SDK\n")
-    approval_id = waiting.value.approval["id"]
+    approval_id = waiting.value.approval_id  # the documented attribute (docs/files.md)
+    assert approval_id.startswith("apr_") and approval_id == waiting.value.approval["id"]
     reviewer = Client(str(loop["url"]), str(loop["reviewer"]))
     assert [a["id"] for a in reviewer.approvals("paper")] == [approval_id]
     # A bot without `approve` neither answers nor even learns that another bot's request exists.
@@ -135,6 +136,7 @@ def test_a_bot_given_approve_answers_another_bots_request_over_http(loop: dict[s
     answered = reviewer.approve(approval_id, note="ok")
     assert answered["status"] == "approved" and answered["answered_by"].startswith("bot:reviewer@")
     assert (root / "final" / "from-sdk.txt").read_text() == "via the SDK\n"
+    assert writer.wait_for_approval(waiting.value.approval_id, timeout=5)["status"] == "approved"
     # A delete in an `ask` zone waits as well; in a `blocked` one it is refused outright.
     with pytest.raises(Pending) as deleting:
         writer.workspace("paper").files.delete("/final/from-sdk.txt")

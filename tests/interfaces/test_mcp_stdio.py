@@ -41,11 +41,13 @@ def test_the_tool_list_is_what_interfaces_md_binds_with_schemas_for_a_model(worl
     tools, templates = run(go())
     assert [tool.name for tool in tools.tools] == BINDING
     schemas = {tool.name: tool.input_schema for tool in tools.tools}
-    assert schemas["exec"]["required"] == ["workspace", "cmd"]
+    # A grant token is for one workspace: `workspace` may be left out (test below), and says so.
+    assert schemas["exec"]["required"] == ["cmd"]
+    assert "default: 'paper'" in schemas["exec"]["properties"]["workspace"]["description"]
     assert schemas["exec"]["properties"]["cmd"]["items"] == {"type": "string"}
     assert set(schemas["exec"]["properties"]) == {"workspace", "cmd", "cwd", "timeout", "background"}
-    assert schemas["edit_file"]["required"] == ["workspace", "path", "old", "new"]
-    assert schemas["move_file"]["required"] == ["workspace", "source", "destination"]
+    assert schemas["edit_file"]["required"] == ["path", "old", "new"]
+    assert schemas["move_file"]["required"] == ["source", "destination"]
     assert schemas["create_workspace"]["required"] == ["name"]
     by_name = {tool.name: tool for tool in tools.tools}
     assert by_name["read_file"].annotations.read_only_hint is True
@@ -102,6 +104,35 @@ def test_a_scripted_agent_session_creates_writes_tests_edits_and_reads(world: Wo
     actions = {(event["action"], event["actor"].split("@")[0]) for event in events}
     assert {("mcp.exec", "bot:carol"), ("fs.write", "bot:carol"), ("run", "bot:carol")} <= actions
     assert world.cli("audit", "verify")
+
+
+def test_a_grant_token_may_leave_out_its_one_workspace_and_an_identity_token_is_told_how_to_name_one(
+        world: World) -> None:
+    """A newcomer called exec with no `workspace` and got `invalid: exec needs workspace`, nothing
+    more. A grant token is for exactly one workspace: that one is meant. A bot's identity token may
+    act on several: the refusal says how to name one, and its tool list still requires it."""
+
+    async def go() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with stdio_session(world, world.tokens["alice@paper"]) as session:
+            seen["exec"] = await session.call_tool("exec", {"cmd": ["sh", "-c", "pwd; ls input"]})
+            seen["read"] = await session.call_tool("read_file", {"path": "/input/data.csv"})
+        async with stdio_session(world, world.tokens["carol"]) as session:
+            seen["identity"] = await session.call_tool("exec", {"cmd": ["pwd"]})
+            seen["tools"] = await session.list_tools()
+        return seen
+
+    seen = run(go())
+    assert not seen["exec"].is_error, text(seen["exec"])
+    assert seen["exec"].structured_content["exit_code"] == 0
+    assert str(world.path("paper")) in text(seen["exec"]) and "data.csv" in text(seen["exec"])
+    assert not seen["read"].is_error and "a,b" in text(seen["read"])
+    refused = text(seen["identity"])
+    assert seen["identity"].is_error and "exec needs workspace" in refused
+    assert '"workspace": "NAME"' in refused and "list_workspaces" in refused
+    schemas = {tool.name: tool.input_schema for tool in seen["tools"].tools}
+    assert schemas["exec"]["required"] == ["workspace", "cmd"]
+    assert "default" not in schemas["exec"]["properties"]["workspace"]["description"]
 
 
 def test_edit_file_refuses_no_match_and_several_matches_saying_so(world: World) -> None:
@@ -497,3 +528,19 @@ def test_a_line_of_too_many_json_values_is_answered_without_being_parsed(world: 
     assert refused["error"]["code"] == -32700 and refused["id"] is None, refused
     assert "more than 100000 JSON values" in refused["error"]["message"], refused
     assert after == {"jsonrpc": "2.0", "id": 3, "result": {}}, after
+
+
+def test_warden_mcp_answers_initialize_without_loading_fastapi(world: World) -> None:
+    """`warden mcp` uses the file services and no HTTP route; it once loaded FastAPI and every
+    route model at start (through interfaces/http/files.py), a tenth to a third of a second of a
+    start-up a newcomer timed at 15 s on a loaded machine. Python's own import log says."""
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                  "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                             "clientInfo": {"name": "test", "version": "1"}}}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "warden", "mcp"],
+                          input=json.dumps(initialize) + "\n", capture_output=True, text=True, timeout=120,
+                          env={**world.environ, "WARDEN_TOKEN": world.tokens["alice@paper"]}, check=False)
+    assert json.loads(proc.stdout.splitlines()[0])["result"]["serverInfo"]["name"] == "warden", proc.stderr[-2000:]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    assert "warden.interfaces.mcp.server" in imported  # the log is there
+    assert "fastapi" not in imported and "warden.interfaces.http.routes" not in imported

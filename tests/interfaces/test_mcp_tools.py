@@ -19,6 +19,18 @@ def test_every_tool_schema_is_a_closed_object_whose_required_fields_exist() -> N
         assert tool.description and "zone" not in tool.description.lower()
 
 
+def test_a_left_out_workspace_is_the_grant_tokens_one_or_a_refusal_saying_how_to_name_it() -> None:
+    _, args = check_arguments("exec", {"cmd": ["ls"]}, "paper")
+    assert args == {"cmd": ["ls"], "workspace": "paper"}
+    _, args = check_arguments("exec", {"workspace": "other", "cmd": ["ls"]}, "paper")
+    assert args["workspace"] == "other"  # named: as given (the grant check refuses it later)
+    with pytest.raises(InvalidInput, match='exec needs workspace; give it as "workspace": "NAME"'):
+        check_arguments("exec", {"cmd": ["ls"]})
+    schemas = {tool.name: tool.input_schema("paper") for tool in TOOLS}
+    assert schemas["directory_tree"]["required"] == [] and "'paper'" in str(schemas["file_info"])
+    assert schemas["create_workspace"] == next(t for t in TOOLS if t.name == "create_workspace").input_schema()
+
+
 @pytest.mark.parametrize(("name", "arguments", "said"), [
     ("nope", {}, "no tool 'nope'"),
     ("no\x1b[2J", {}, r"no tool 'no\\x1b[2J'; the tools"),  # escaped once (it was twice: \\x1b)

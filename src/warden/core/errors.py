@@ -106,13 +106,15 @@ class KeysMismatch(Unavailable):
 class Pending(WardenError):
     """The operation waits for a person's answer: not a failure (HTTP 202 with the approval).
 
-    `approval` is what the requester is shown (core/approvals.py `ApprovalRecord.view`)."""
+    `approval` is what the requester is shown (core/approvals.py `ApprovalRecord.view`);
+    `approval_id` its id, what `Client.wait_for_approval` takes."""
 
     code = "pending"
 
     def __init__(self, message: str, *, approval: dict[str, object], rule: str | None = None) -> None:
         super().__init__(message, rule=rule)
         self.approval = approval
+        self.approval_id = str(approval.get("id", ""))
 
 
 class Refused(WardenError):

@@ -9,15 +9,13 @@ operation with the caller's name (bot and accessor).
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Hashable
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from warden.interfaces.http.calls import Call, threaded
+from warden.interfaces.http.file_services import FileServices, files_for
 from warden.interfaces.http.models import FileDeleted, FileEntry, FileMove, FileMoved, FilesResult, FileWritten
 from warden.interfaces.http.routes import Token, WorkspaceName, token_of
 from warden.interfaces.http.statuses import ERROR_RESPONSES
@@ -25,10 +23,6 @@ from warden.interfaces.http.statuses import ERROR_RESPONSES
 if TYPE_CHECKING:
     from warden.bootstrap import App
     from warden.core.ports import FileEntry as Entry
-    from warden.core.workspaces import WorkspaceRecord
-    from warden.core.zones import Zone
-    from warden.services.auth import Principal
-    from warden.services.files import FileService
 
 __all__ = ["FileServices", "files_for", "read_content", "router"]
 
@@ -50,43 +44,6 @@ def _entry(parent: str, item: Entry) -> FileEntry:
     base = parent.rstrip("/")
     return FileEntry(name=item.name, path=f"{base}/{item.name}", type=_kind(item), size=item.size,
                      mtime=item.mtime)
-
-
-class FileServices:
-    """File services kept per (workspace, caller, scope), so each keeps its built policy between
-    requests (it rebuilds itself when a policy file changes); bounded, oldest dropped first."""
-
-    def __init__(self, app: App, size: int = 256) -> None:
-        self._app = app
-        self._size = size
-        self._cache: OrderedDict[Hashable, FileService] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, record: WorkspaceRecord, principal: Principal, scope: dict[str, Zone] | None) -> FileService:
-        actor = principal.actor
-        key = (record.id, record.path, record.status, actor,
-               None if scope is None else tuple(sorted(scope.items())))
-        with self._lock:
-            service = self._cache.get(key)
-            if service is not None:
-                self._cache.move_to_end(key)
-                return service
-        # A zone's `ask` stores the operation in the approvals queue and answers 202 pending.
-        service = self._app.files(record, actor=actor, scope=scope, approver=self._app.approvals.queue(principal))
-        with self._lock:
-            self._cache[key] = service
-            while len(self._cache) > self._size:
-                self._cache.popitem(last=False)
-        return service
-
-
-def files_for(app: App, services: FileServices, call: Call, name: str, permission: str) -> FileService:
-    """The file service for the authenticated caller, after its grant allowed `permission`."""
-    assert call.principal is not None
-    record = call.authorize(name, permission)
-    scope = app.auth.zone_scope(call.principal, lambda: app.sandbox_paths.zones(record))
-    call.audited_by_service = True
-    return services.get(record, call.principal, scope)
 
 
 def read_content(app: App, services: FileServices, token: str | None, name: str, path: str) -> bytes:

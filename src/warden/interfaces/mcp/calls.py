@@ -26,12 +26,12 @@ import mcp_types as types
 from warden.core.errors import InvalidInput, Pending, WardenError, classify
 from warden.core.paths import canonical
 from warden.interfaces.http.calls import Call
-from warden.interfaces.http.files import FileServices, files_for
+from warden.interfaces.http.file_services import FileServices, files_for
 from warden.interfaces.http.running import ExecSlots
 from warden.interfaces.http.streaming import Killable
 from warden.interfaces.mcp.files import FILE_TOOLS
 from warden.interfaces.mcp.texts import Answer, pending_text, refusal_text
-from warden.interfaces.mcp.tools import check_arguments
+from warden.interfaces.mcp.tools import check_arguments, takes_workspace
 from warden.services.bot_requests import Command, NewWorkspace
 from warden.services.runs import RunOutput
 
@@ -133,8 +133,11 @@ class ToolCalls:
     async def call(self, name: str, arguments: dict[str, Any] | None, token: str | None,
                    progress: Progress | None = None) -> types.CallToolResult:
         """Carry out tool `name` for the holder of `token`; a refusal is an error result."""
+        default = None
+        if takes_workspace(name) and "workspace" not in (arguments or {}):
+            default = await anyio.to_thread.run_sync(self.default_workspace, token)
         try:
-            tool, args = check_arguments(name, arguments)
+            tool, args = check_arguments(name, arguments, default)
         except InvalidInput as exc:
             return _result(Answer(f"invalid: {exc.message}"), error=True)
         node = await self.forwarding.node_for(args.get("workspace"), token)
@@ -198,6 +201,18 @@ class ToolCalls:
                                                          keep=_named(args))), error=True)
             log.error("internal error in tool %s: %s: %s", name, type(exc).__name__, exc)
             return _result(Answer(f"internal error ({type(exc).__name__}); the server log has details"), error=True)
+
+    def default_workspace(self, token: str | None) -> str | None:
+        """The one workspace a grant token is for, which its calls may leave unnamed; None for a
+        bot's identity token (it may act on several) or a token no longer good (the call is then
+        refused as any other)."""
+        if not token:
+            return None
+        try:
+            principal = self.app.auth.authenticate(token)
+        except WardenError:
+            return None
+        return principal.grant.workspace if principal.kind == "grant" and principal.grant else None
 
     def file_service(self, call: Call, workspace: str, permission: str) -> FileService:
         """The caller's file service on `workspace`, once its grant allows `permission` (as HTTP's)."""

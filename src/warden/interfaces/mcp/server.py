@@ -81,16 +81,23 @@ def build_server(app: App, token_of: TokenOf, calls: ToolCalls | None = None) ->
     from warden.interfaces.http.statuses import package_version
 
     tools = calls or ToolCalls(app)
-    listed = types.ListToolsResult(tools=[
-        types.Tool(name=t.name, title=t.title, description=t.description, input_schema=t.input_schema(),
-                   annotations=types.ToolAnnotations(title=t.title, read_only_hint=t.read_only,
-                                                     destructive_hint=t.destructive, idempotent_hint=t.idempotent,
-                                                     open_world_hint=t.open_world))
-        for t in TOOLS])
+
+    def listing(default_workspace: str | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[
+            types.Tool(name=t.name, title=t.title, description=t.description,
+                       input_schema=t.input_schema(default_workspace),
+                       annotations=types.ToolAnnotations(title=t.title, read_only_hint=t.read_only,
+                                                         destructive_hint=t.destructive,
+                                                         idempotent_hint=t.idempotent, open_world_hint=t.open_world))
+            for t in TOOLS])
+
+    listed = listing(None)
 
     async def list_tools(ctx: ServerRequestContext[Any, Any],
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return listed
+        # A grant token is for one workspace: its tools say so and may leave `workspace` out.
+        default = await asyncio.to_thread(tools.default_workspace, token_of(ctx))
+        return listed if default is None else listing(default)
 
     async def call_tool(ctx: ServerRequestContext[Any, Any],
                         params: types.CallToolRequestParams) -> types.CallToolResult:

@@ -15,7 +15,7 @@ from typing import Any
 from warden.core.echo import echoed
 from warden.core.errors import InvalidInput
 
-__all__ = ["TOOLS", "ToolSpec", "check_arguments"]
+__all__ = ["TOOLS", "ToolSpec", "check_arguments", "takes_workspace"]
 
 _WORKSPACE = {"type": "string", "minLength": 1, "maxLength": 64,
               "description": "Workspace name, as list_workspaces shows it."}
@@ -41,9 +41,17 @@ class ToolSpec:
     idempotent: bool = False
     open_world: bool = False
 
-    def input_schema(self) -> dict[str, Any]:
-        return {"type": "object", "properties": {k: dict(v) for k, v in self.properties.items()},
-                "required": list(self.required), "additionalProperties": False}
+    def input_schema(self, default_workspace: str | None = None) -> dict[str, Any]:
+        """Its JSON Schema; with `default_workspace` (a token for that one workspace), `workspace`
+        may be left out and its description says which workspace that means."""
+        properties = {k: dict(v) for k, v in self.properties.items()}
+        required = list(self.required)
+        if default_workspace is not None and "workspace" in properties:
+            properties["workspace"]["description"] = (
+                f"Workspace name (default: {default_workspace!r}, the one workspace this token is for; "
+                "leave it out to use that one).")
+            required = [key for key in required if key != "workspace"]
+        return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
 TOOLS: tuple[ToolSpec, ...] = (
@@ -207,13 +215,23 @@ def _check(value: object, schema: Mapping[str, Any], where: str) -> None:
             _check(item, schema.get("items", {}), f"{where}[{index}]")
 
 
-def check_arguments(name: str, arguments: Mapping[str, Any] | None) -> tuple[ToolSpec, dict[str, Any]]:
+def takes_workspace(name: str) -> bool:
+    """Whether tool `name` acts on one workspace (its `workspace` argument)."""
+    tool = _BY_NAME.get(name)
+    return tool is not None and "workspace" in tool.properties
+
+
+def check_arguments(name: str, arguments: Mapping[str, Any] | None,
+                    default_workspace: str | None = None) -> tuple[ToolSpec, dict[str, Any]]:
     """The tool called `name` and its arguments, checked against its schema (InvalidInput names
-    the first problem, so a model can mend its call)."""
+    the first problem, so a model can mend its call). `default_workspace` (the one workspace of a
+    grant token) stands in for a `workspace` left out."""
     tool = _BY_NAME.get(name)
     if tool is None:
         raise InvalidInput(f"no tool '{echoed(name)}'; the tools are {', '.join(_BY_NAME)}")  # escaped once
     given = dict(arguments or {})
+    if default_workspace is not None and "workspace" in tool.properties and "workspace" not in given:
+        given["workspace"] = default_workspace
     unknown = sorted(set(given) - set(tool.properties))
     if unknown:
         # The names are the caller's to choose: escaped, cut, and a few.
@@ -223,7 +241,9 @@ def check_arguments(name: str, arguments: Mapping[str, Any] | None) -> tuple[Too
         raise InvalidInput(f"{name} takes no argument {shown}; it takes {takes}")
     missing = [key for key in tool.required if key not in given]
     if missing:
-        raise InvalidInput(f"{name} needs {', '.join(missing)}")
+        how = ("; give it as \"workspace\": \"NAME\", a name list_workspaces shows (only a token for one "
+               "workspace may leave it out)") if "workspace" in missing else ""
+        raise InvalidInput(f"{name} needs {', '.join(missing)}{how}")
     for key, value in given.items():
         _check(value, tool.properties[key], key)
     return tool, given
