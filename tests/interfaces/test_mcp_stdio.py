@@ -41,13 +41,14 @@ def test_the_tool_list_is_what_interfaces_md_binds_with_schemas_for_a_model(worl
     tools, templates = run(go())
     assert [tool.name for tool in tools.tools] == BINDING
     schemas = {tool.name: tool.input_schema for tool in tools.tools}
-    # A grant token is for one workspace: `workspace` may be left out (test below), and says so.
-    assert schemas["exec"]["required"] == ["cmd"]
-    assert "default: 'paper'" in schemas["exec"]["properties"]["workspace"]["description"]
+    # A grant token is for one workspace: a call may leave it out (test below); the schema says
+    # which it is, and keeps it required, as INTERFACES.md shapes the tools.
+    assert schemas["exec"]["required"] == ["workspace", "cmd"]
+    assert "'paper', the one workspace this token is for" in schemas["exec"]["properties"]["workspace"]["description"]
     assert schemas["exec"]["properties"]["cmd"]["items"] == {"type": "string"}
     assert set(schemas["exec"]["properties"]) == {"workspace", "cmd", "cwd", "timeout", "background"}
-    assert schemas["edit_file"]["required"] == ["path", "old", "new"]
-    assert schemas["move_file"]["required"] == ["source", "destination"]
+    assert schemas["edit_file"]["required"] == ["workspace", "path", "old", "new"]
+    assert schemas["move_file"]["required"] == ["workspace", "source", "destination"]
     assert schemas["create_workspace"]["required"] == ["name"]
     by_name = {tool.name: tool for tool in tools.tools}
     assert by_name["read_file"].annotations.read_only_hint is True

@@ -27,7 +27,7 @@ def test_a_left_out_workspace_is_the_grant_tokens_one_or_a_refusal_saying_how_to
     with pytest.raises(InvalidInput, match='exec needs workspace; give it as "workspace": "NAME"'):
         check_arguments("exec", {"cmd": ["ls"]})
     schemas = {tool.name: tool.input_schema("paper") for tool in TOOLS}
-    assert schemas["directory_tree"]["required"] == [] and "'paper'" in str(schemas["file_info"])
+    assert schemas["directory_tree"]["required"] == ["workspace"] and "'paper'" in str(schemas["file_info"])
     assert schemas["create_workspace"] == next(t for t in TOOLS if t.name == "create_workspace").input_schema()
 
 

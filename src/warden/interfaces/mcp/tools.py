@@ -42,16 +42,16 @@ class ToolSpec:
     open_world: bool = False
 
     def input_schema(self, default_workspace: str | None = None) -> dict[str, Any]:
-        """Its JSON Schema; with `default_workspace` (a token for that one workspace), `workspace`
-        may be left out and its description says which workspace that means."""
+        """Its JSON Schema; with `default_workspace` (a token for that one workspace), the
+        description of `workspace` says which workspace a call that leaves it out means. It stays
+        required in the schema, as INTERFACES.md shapes the tools (`exec {workspace, cmd, …}`): a
+        model names it; a call by hand that forgets it is still taken (check_arguments)."""
         properties = {k: dict(v) for k, v in self.properties.items()}
-        required = list(self.required)
         if default_workspace is not None and "workspace" in properties:
             properties["workspace"]["description"] = (
-                f"Workspace name (default: {default_workspace!r}, the one workspace this token is for; "
-                "leave it out to use that one).")
-            required = [key for key in required if key != "workspace"]
-        return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+                f"Workspace name: {default_workspace!r}, the one workspace this token is for (taken when left out).")
+        return {"type": "object", "properties": properties, "required": list(self.required),
+                "additionalProperties": False}
 
 
 TOOLS: tuple[ToolSpec, ...] = (
