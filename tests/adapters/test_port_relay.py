@@ -50,3 +50,14 @@ def test_a_privileged_port_names_the_fix() -> None:
     with pytest.raises(Denied) as refused:
         listen("127.0.0.1", 80)
     assert "needs root" in refused.value.message and "--listen" in refused.value.message
+
+
+def test_a_connection_its_client_closed_has_no_owner() -> None:
+    # Closed, the client's socket is listed as uid 0 (root's) with inode 0 while it finishes
+    # closing: another account sent its bytes, closed, and was relayed as root.
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        with socket.create_connection(server.getsockname()) as client:
+            client.sendall(b"bytes before the lookup")
+        accepted, _ = server.accept()
+        with accepted:
+            assert peer_uid(accepted) is None

@@ -12,7 +12,8 @@ A loopback port is open to every account of the host. By default only connection
 account running the forward (and root) are relayed: the kernel's table of TCP sockets
 (/proc/net/tcp, tcp6) names the owner of the connecting socket, found by its two ends, as an
 identd would. Another account's connection is closed before it reaches the sandbox, and counted
-refused; `admit=None` relays everyone's.
+refused (a line says so once for each account); so is one whose socket no process holds any
+longer, whose owner the table no longer names. `admit=None` relays everyone's.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def _proc_address(host: str, port: int) -> str:
 def peer_uid(conn: socket.socket, table: str = "/proc/net") -> int | None:
     """The account that owns the other end of `conn`, a TCP connection on this host's loopback
     accepted by this process: its socket's row in the kernel's table (its local end is our
-    peer, its remote end us). None when it is not found (gone already)."""
+    peer, its remote end us). None when it is not found, or no process holds it any longer."""
     try:
         peer, ours = conn.getpeername(), conn.getsockname()
     except OSError:
@@ -82,8 +83,13 @@ def peer_uid(conn: socket.socket, table: str = "/proc/net") -> int | None:
                 next(rows, None)
                 for row in rows:
                     fields = row.split()
-                    if len(fields) > 7 and (fields[1], fields[2]) in wanted:
-                        return int(fields[7]) if fields[7].isdigit() else None
+                    if len(fields) > 9 and (fields[1], fields[2]) in wanted:
+                        # A socket its process has closed (finishing its close, or in TIME_WAIT) is
+                        # listed as uid 0 with inode 0: its owner is gone, not root. Another account
+                        # that sent its bytes and closed before we looked was relayed as root.
+                        if fields[9] == "0" or not fields[7].isdigit():
+                            return None
+                        return int(fields[7])
         except OSError:
             continue
     return None
@@ -98,6 +104,7 @@ class PortRelay:
                  admit: Collection[int] | None = None) -> None:
         self._listener = listener
         self._admit = admit  # the accounts whose connections are relayed (None: any)
+        self._told: set[int | None] = set()  # the other accounts whose refusal was noted once
         self._dial = dial
         self._max = max_connections
         self.counts = counts
@@ -133,9 +140,14 @@ class PortRelay:
             if uid not in self._admit:
                 with self._lock:
                     self.counts.connections += 1
+                # One line for each account: another one connecting in a loop wrote a line each
+                # time, without end, to the person's terminal (or log file).
+                told = uid in self._told
+                self._told.add(uid)
                 who = "an unknown account" if uid is None else f"account {uid}"
-                self._refuse(client, f"a connection from {who} was closed: only your own are relayed "
-                                     "(--any-user relays every account's)")
+                self._refuse(client, None if told else f"a connection from {who} was closed: only your own are "
+                                                       "relayed (--any-user relays every account's); its next "
+                                                       "ones are closed without a word")
                 return
         with self._lock:
             self.counts.connections += 1
@@ -150,12 +162,13 @@ class PortRelay:
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
 
-    def _refuse(self, client: socket.socket, why: str) -> None:
+    def _refuse(self, client: socket.socket, why: str | None) -> None:
         with self._lock:
             self.counts.refused += 1
         with contextlib.suppress(OSError):
             client.close()
-        self._note(why)
+        if why is not None:
+            self._note(why)
 
     def _connection(self, client: socket.socket) -> None:
         upstream: Connection | None = None
