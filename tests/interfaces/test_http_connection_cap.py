@@ -26,7 +26,9 @@ CAP = 16
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    with served_home(tmp_path_factory.mktemp("connection-cap"), WARDEN_API_MAX_CONNECTIONS=str(CAP)) as served:
+    # A bot may hold as many change streams as the cap (the busy requests of the 503 test).
+    with served_home(tmp_path_factory.mktemp("connection-cap"), WARDEN_API_MAX_CONNECTIONS=str(CAP),
+                     WARDEN_API_MAX_WATCHES_PER_BOT=str(2 * CAP)) as served:
         yield served
 
 
@@ -96,11 +98,50 @@ def test_bodies_held_back_give_way_too(server: ServeProcess) -> None:
             sock.close()
 
 
-def test_with_every_connection_busy_a_new_one_is_refused_503_at_once(server: ServeProcess) -> None:
-    # Requests received and in flight: change streams, each answering for ten seconds.
+@pytest.fixture(scope="module")
+def tokens(server: ServeProcess) -> dict[str, str]:
     cli_out(server.environ, "create", "w", "--template", "minimal")
     cli_out(server.environ, "bot", "register", "watcher")
-    token = cli_out(server.environ, "grant", "w", "watcher", "--permissions", "read")
+    cli_out(server.environ, "bot", "register", "uploader")
+    return {"read": cli_out(server.environ, "grant", "w", "watcher", "--permissions", "read"),
+            "write": cli_out(server.environ, "grant", "w", "uploader", "--permissions", "read,write")}
+
+
+def test_a_bots_slow_upload_never_gives_way_to_stalled_bodies(server: ServeProcess, tokens: dict[str, str]) -> None:
+    # Its body was let in by its token (the upload screen) before a byte of it was read: a flood of
+    # stalled bodies without a token, each newer than it, closed it (the attack helper's probe).
+    upload = _connect(server.url)
+    upload.sendall(f"PUT /v1/workspaces/w/files/content?path=slow.bin HTTP/1.1\r\nHost: x\r\n"
+                   f"Authorization: Bearer {tokens['write']}\r\nContent-Length: 100000\r\n\r\n".encode()
+                   + b"u" * 5000)
+    held = []
+    try:
+        time.sleep(0.5)  # screened, its first bytes read
+        for _ in range(CAP):
+            sock = _connect(server.url)
+            sock.sendall(b"POST /v1/workspaces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{")
+            held.append(sock)
+        time.sleep(0.5)
+        assert _health(server.url).startswith(b"HTTP/1.1 200")
+        assert not _closed(upload)  # the stalled ones gave way, not the upload
+        assert sum(_closed(sock) for sock in held) >= 2
+        upload.settimeout(30)
+        upload.sendall(b"u" * 95000)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += upload.recv(65536) or b"\r\n\r\n"
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    finally:
+        upload.close()
+        for sock in held:
+            sock.close()
+
+
+def test_with_every_connection_busy_a_new_one_is_refused_503_at_once(server: ServeProcess,
+                                                                      tokens: dict[str, str]) -> None:
+    # Requests received and in flight: change streams, each answering for ten seconds.
+    token = tokens["read"]
     busy = []
     try:
         for _ in range(CAP):

@@ -34,7 +34,7 @@ from starlette.concurrency import run_in_threadpool
 
 from warden.core.bodies import MAX_JSON_VALUES, json_values
 
-__all__ = ["LimitsMiddleware", "Refusal", "bearer_token", "disconnected", "error_bytes", "replay"]
+__all__ = ["ADMITTED", "LimitsMiddleware", "Refusal", "bearer_token", "disconnected", "error_bytes", "replay"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -45,6 +45,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # Bodies are held in pieces of about this size (see LimitsMiddleware.__call__).
 _MIN_RATE = 256 * 1024  # bytes a second a body must keep up after the first timeout's worth
 _PIECE = 1 << 20
+# Set in a request's scope once its token let its body in (the screen or the door).
+ADMITTED = "warden.admitted"
 
 
 def error_bytes(code: str, message: str) -> bytes:
@@ -209,6 +211,9 @@ async def _let_in(check: Callable[[Scope], Refusal | None], scope: Scope, send: 
     """Whether `check` (blocking) lets the request in; else its refusal is answered."""
     refusal = await run_in_threadpool(check, scope)
     if refusal is None:
+        # Its body is a token holder's: the connection cap never takes it for a stalled one
+        # (protocol.py), however slowly it comes.
+        scope[ADMITTED] = True
         return True
     # Connection: close makes the server drop the connection after the answer,
     # so the body the client may still be sending is never received.

@@ -20,8 +20,9 @@ Connections are capped too (`max_connections`, api.max_connections, per server p
 holds a descriptor, and a local client opening thousands within the head timeout (no token
 needed) would still take them all. At the cap a new connection closes the one that has waited
 longest for a head (idle between requests, or a head still coming), else the one whose body has
-been coming longest (a body not all sent: no token is needed to send a head and hold its body
-back for the body's deadline, so such a connection cannot be allowed to hold a place); when every
+been coming longest, unless a token let that body in (no token is needed to send a head and hold
+a small body back for its deadline, so such a connection cannot be allowed to hold a place; a
+bot's upload, screened before it is read, can); when every
 one is busy (a request received and in flight, a streaming exec, a WebSocket), the new one is
 answered 503 and closed at once. uvicorn's own `limit_concurrency` is not used: it answers 503
 to requests, not connections, so idle connections still pile up, and once they reach it every
@@ -44,7 +45,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from uvicorn.server import ServerState
 
-from warden.interfaces.http.limits import error_bytes
+from warden.interfaces.http.limits import ADMITTED, error_bytes
 
 __all__ = ["HEAD_TIMEOUT_S", "MAX_CONNECTIONS", "MAX_HEAD", "MAX_HEADER", "MAX_HEADERS", "MAX_HEADERS_SIZE",
            "MAX_REQUEST_LINE",
@@ -116,9 +117,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 and not self.transport.is_closing())
 
     def _receiving(self) -> bool:
-        """Whether its request's head came but not yet all of its body."""
+        """Whether its request's head came but not yet all of its body, and no token let that body
+        in (limits.py: an upload is screened, a body past 64 KiB meets the door, before they are
+        read): a bot's slow upload is busy, never stalled, whatever a flood of stalled ones does."""
         return (not self._in_head and self.cycle is not None and self.cycle.more_body
-                and not self.cycle.response_started and not self.transport.is_closing())
+                and not self.cycle.response_started and not self.cycle.scope.get(ADMITTED)
+                and not self.transport.is_closing())
 
     def _make_room(self) -> bool:
         """At the cap: close the connection that has waited longest for a head, else the one
