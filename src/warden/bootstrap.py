@@ -131,11 +131,11 @@ class App:
         self.clock = clock
         # The node this process belongs to (`WARDEN_NODE`, default the host name), read once.
         self.node = node if node is not None else node_name(environ)
-        from warden.adapters.safefs.temps import sign_with
+        from warden.adapters.temp_key import use_key_source
 
         # Temporary files this process leaves in workspaces carry a MAC under a key of this home
         # (keys/temp-names.key, read or made on the first write), so a sweep can tell them from a bot's.
-        sign_with(lambda make: self.local_keystore.temp_names_key(make=make))
+        use_key_source(lambda make: self.local_keystore.temp_names_key(make=make))
 
     @cached_property
     def root_dir(self) -> Path:

@@ -210,11 +210,18 @@ def test_the_sdk_waits_for_a_free_slot_and_a_fan_out_gets_every_answer(tmp_path:
             thread.join(60)
         assert sorted(r.stdout for r in results if hasattr(r, "stdout")) == [f"{i}\n" for i in range(6)], results
         # Asked not to wait, the SDK says the refusal at once, and the server said it is safe to ask again.
-        holder = threading.Thread(target=one, args=(9, False))
+        # Both slots held by commands seen running (a fixed pause lost the race on a loaded machine).
+        folder = Path(Client(server.url, token).workspace("fan").info()["path"])
+
+        def hold(i: int) -> None:
+            Client(server.url, token).workspace("fan").run(["sh", "-c", f"touch held-{i}; sleep 8"])
+
+        holder = threading.Thread(target=hold, args=(9,))
         holder.start()
-        other = threading.Thread(target=one, args=(8, False))
+        other = threading.Thread(target=hold, args=(8,))
         other.start()
-        time.sleep(0.2)
+        wait_until(lambda: (folder / "held-9").exists() and (folder / "held-8").exists(), timeout=60,
+                   message="the two commands holding the slots did not start")
         with pytest.raises(Unavailable, match="max_execs_per_bot"):
             Client(server.url, token, slot_wait=0).workspace("fan").run(["true"])
         busy = httpx.post(f"{server.url}/v1/workspaces/fan/exec", headers={"Authorization": f"Bearer {token}"},

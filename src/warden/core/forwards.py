@@ -19,7 +19,6 @@ from warden.core.errors import Denied, InvalidInput
 from warden.core.tokens import ACCESSOR_PREFIX
 
 __all__ = [
-    "DEFAULT_PORTS",
     "MAX_CONNECTIONS",
     "Connection",
     "ForwardCounts",
@@ -30,9 +29,6 @@ __all__ = [
     "parse_port",
 ]
 
-# What `sandbox.forward_ports` allows by default: the ports a process without capabilities may
-# listen on (the kernel's net.ipv4.ip_unprivileged_port_start, 1024), which is every bot's.
-DEFAULT_PORTS = ("1024-65535",)
 # Connections one forward relays at once; more wait in the listener's backlog.
 MAX_CONNECTIONS = 32
 

@@ -23,7 +23,6 @@ from warden.core.durations import (
     parse_size,
 )
 from warden.core.errors import InvalidInput, NotFound
-from warden.core.forwards import DEFAULT_PORTS
 from warden.core.limits import MIN_MEMORY
 
 __all__ = ["KEYS", "MAX_PORT", "MAX_WORKERS", "Setting", "Settings", "check_port", "coerce", "env_name",
@@ -108,7 +107,9 @@ KEYS: dict[str, Setting] = {
         Setting("workspace.sandbox_idle", "duration", "10m",
                 "How long a live sandbox (background processes) stays up with nothing running in it",
                 minimum=1, maximum=7 * 86400),
-        Setting("sandbox.forward_ports", "list", list(DEFAULT_PORTS),
+        # The ports a process without capabilities may listen on (the kernel's
+        # net.ipv4.ip_unprivileged_port_start, 1024): every bot's.
+        Setting("sandbox.forward_ports", "list", ["1024-65535"],
                 "Ports of a live sandbox `warden forward` may reach: a port (8000) or a range (3000-3999) each"),
         # The janitor (core/janitor.py): seed 000's cleanup rules, applied on its own.
         Setting("janitor.interval", "duration", "10m",

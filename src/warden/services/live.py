@@ -37,7 +37,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
 from warden.core import stops
-from warden.core.errors import Conflict, NotFound, TimedOut, Unavailable, WardenError
+from warden.core.errors import Conflict, Locked, NotFound, TimedOut, Unavailable, WardenError
 from warden.core.leases import ENDING_OPS, LeaseState
 from warden.core.live import (
     MAX_BACKGROUND,
@@ -260,8 +260,11 @@ class LiveSandboxService:
             result = dataclasses.replace(result, ended_by=self._why_stopped(sandbox))
             if result.ended_by is not None:
                 return result
-        # Used until now: a long command's end starts its idle period, not its start.
-        self._touch(sandbox)
+        # Used until now: a long command's end starts its idle period, not its start. Not a write
+        # its answer rides on: on a full disk (or a locked registry) the command ran all the same,
+        # and its caller must be told how it ended (it would run it again), not that the mark failed.
+        with contextlib.suppress(Unavailable, Locked):
+            self._touch(sandbox)
         if request.network is None:
             return result
         # What the proxy decided meanwhile is this command's to report (a background process of

@@ -32,6 +32,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from warden.adapters.processes import start_time
+from warden.adapters.temp_key import key_source
 from warden.core.errors import WardenError
 
 __all__ = ["remove_temp", "sign_with", "signed_temps", "temp_name", "temp_owner"]
@@ -51,7 +52,8 @@ _key_lock = threading.Lock()
 def sign_with(source: Callable[[bool], bytes | None] | None) -> None:
     """Where this process's key for temporary names comes from: `source(make)` gives the key,
     made first when `make` (a write) and missing (a sweep only reads it). None: no key, names
-    unsigned. bootstrap sets it to the home's keys/temp-names.key."""
+    unsigned. bootstrap names the home's keys/temp-names.key through adapters/temp_key.py
+    instead, which loads none of this; a source given here comes first."""
     global _key_source, _key
     with _key_lock:
         _key_source, _key = source, None
@@ -60,9 +62,10 @@ def sign_with(source: Callable[[bool], bytes | None] | None) -> None:
 def _current_key(*, make: bool) -> bytes | None:
     global _key
     with _key_lock:
-        if _key is None and _key_source is not None:
+        source = _key_source or key_source()
+        if _key is None and source is not None:
             try:
-                _key = _key_source(make)
+                _key = source(make)
             except (WardenError, OSError):  # no usable key folder: unsigned names, as before
                 _key = None
         return _key
