@@ -212,6 +212,33 @@ def test_the_idle_period_runs_from_the_last_commands_end_and_a_quick_loop_writes
     assert world.rows() == [] and world.stop_reasons()[0].startswith("idle for 60 s")
 
 
+def test_a_command_that_ran_is_answered_though_its_sandbox_cannot_be_marked_used(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mark of the sandbox as used, after a long command, is a write: on a full disk it
+    raised 'no space left' and the bot was answered that for a command that had run (it would
+    run it again). The command's result stands; only the idle period starts early."""
+    world.start(ALICE, "sh", "-c", "exit 0")
+    quick, writes = world.sandboxes.run, world.registry.transaction
+    full = False
+
+    def transaction(*, write: bool = True) -> contextlib.AbstractContextManager[object]:
+        if full and write:
+            raise Unavailable("no space left on warden.db; free some space", rule="disk.full")
+        return writes(write=write)
+
+    def slow(sandbox: LiveSandbox, process_id: str, request: SandboxRequest) -> RunResult:
+        nonlocal full
+        world.now += timedelta(seconds=50)
+        full = True  # the disk fills while it runs
+        return quick(sandbox, process_id, request)
+
+    monkeypatch.setattr(world.registry, "transaction", transaction)
+    monkeypatch.setattr(world.sandboxes, "run", slow)
+    ran = world.service.run_in_live(world.record, ALICE, world.request("sh", "-c", "echo hi; exit 3"))
+    assert ran is not None and (ran.exit_code, ran.stdout) == (3, "hi\n")
+    assert world.rows()[0].last_used == T0.isoformat()  # not marked: the write failed
+
+
 def test_background_processes_hold_their_bots_exec_slots(world: World) -> None:
     world.start(ALICE, bot="alice")
     world.start(ALICE, bot="alice")
