@@ -521,7 +521,7 @@ class LiveSandboxService:
         sandbox_id = "sbx_" + os.urandom(8).hex()
         # Which folders its read-only paths are (env layers, the person's TLS trust), taken before
         # it mounts them: one replaced afterwards (a layer rebuilt or repaired) makes it stale.
-        mounted = {path: _folder_identity(path) for path in sorted(request.ro_paths)}
+        mounted = {path: _mount_identity(path) for path in sorted(request.ro_paths)}
         started = self._sandboxes.start(sandbox_id, request, idle_s=self.settings.idle_s)
         now = self._now()
         meta = {**started.meta, "policy": _policy(request), "ro_paths": sorted(request.ro_paths),
@@ -571,7 +571,7 @@ class LiveSandboxService:
         mounted = sandbox.meta.get("mounted")
         if isinstance(mounted, dict):
             for path, identity in mounted.items():
-                if identity != _folder_identity(path):
+                if identity != _mount_identity(path):
                     # A bind mount holds the folder it found: an env layer swapped by a rebuild or
                     # a repair left it the old one, emptied (ModuleNotFoundError in every command).
                     return f"what it mounts read-only was replaced since it started ({path})"
@@ -1049,6 +1049,18 @@ def _folder_identity(path: str) -> list[int] | None:
     except OSError:
         return None
     return [found.st_dev, found.st_ino]
+
+
+def _mount_identity(path: str) -> list[int] | None:
+    """Which folder (or file) `path` is now, for a read-only mount: device, inode and change time
+    (None when missing). An inode number alone is reused: a layer a repair removed and built
+    again at once got its old number back, and a sandbox holding the emptied old one was reused.
+    Nothing changes a sealed layer's own folder (or a trust file) but its replacement."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return [found.st_dev, found.st_ino, found.st_ctime_ns]
 
 
 def _outcome(exited: Exited | None) -> tuple[int | None, int | None, bool]:
