@@ -66,16 +66,17 @@ def test_a_live_sandbox_on_a_layer_repair_rebuilt_is_not_reused(cli: Cli, home: 
     server = cli("run", "held", "--detach", "--", "sleep", "120")
     assert server.code == 0, server.stderr
     site = layer_site(home)
+    layer_root = site.parents[3]
     os.chmod(site, stat.S_IMODE(site.stat().st_mode) | 0o200)
     (site / "evil.pth").write_text("import os; os.environ['EVIL'] = '1'\n")
     assert cli("health", "mended", "--repair").code == 0
     probe = cli("run", "held", "--detach", "--", "python", "-c",
-                f"import os; print(os.environ.get('EVIL'), len(os.listdir({str(layer_site(home))!r})) > 0)")
+                f"import os; print(os.environ.get('EVIL'), os.path.exists({str(layer_root / 'layer.json')!r}))")
     assert probe.code == 0, probe.stderr
     pid = probe.stdout.strip()
     waited = cli("wait", "held", pid)
     assert "exited (exit 0)" in waited.stdout, (waited.stdout, cli("logs", "held", pid).stderr)
-    assert cli("logs", "held", pid).stdout == "None True\n"  # the layer as repaired, not an empty folder
+    assert cli("logs", "held", pid).stdout == "None True\n"  # the layer as repaired, not the emptied old one
     # The old sandbox was stopped (its sleep no longer runs).
     assert "running" not in cli("ps", "held").stdout.split(server.stdout.strip(), 1)[1].splitlines()[0]
     for name in ("held", "mended"):
