@@ -1044,23 +1044,23 @@ _COUNTED = ("live.max_processes", "api.max_execs", "api.max_execs_per_bot")
 
 def _folder_identity(path: str) -> list[int] | None:
     """Which folder `path` is now (device and inode; None when it is missing): one stat."""
-    try:
-        found = os.stat(path)
-    except OSError:
-        return None
-    return [found.st_dev, found.st_ino]
+    found = _stat(path)
+    return None if found is None else [found.st_dev, found.st_ino]
 
 
 def _mount_identity(path: str) -> list[int] | None:
     """Which folder (or file) `path` is now, for a read-only mount: device, inode and change time
-    (None when missing). An inode number alone is reused: a layer a repair removed and built
-    again at once got its old number back, and a sandbox holding the emptied old one was reused.
-    Nothing changes a sealed layer's own folder (or a trust file) but its replacement."""
+    (None when missing). An inode number alone is reused by a folder removed and made again at
+    once; nothing changes a sealed layer's own folder (or a trust file) but its replacement."""
+    found = _stat(path)
+    return None if found is None else [found.st_dev, found.st_ino, found.st_ctime_ns]
+
+
+def _stat(path: str) -> os.stat_result | None:
     try:
-        found = os.stat(path)
+        return os.stat(path)
     except OSError:
         return None
-    return [found.st_dev, found.st_ino, found.st_ctime_ns]
 
 
 def _outcome(exited: Exited | None) -> tuple[int | None, int | None, bool]:
