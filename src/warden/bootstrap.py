@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -376,7 +376,7 @@ class App:
         shared = LayerCache(self.layer_cache) if self.layer_cache is not None else None
         return LayerService(store, HostLayerBuilder(store, self.environ, cache_dir=self.home.cache, shared=shared),
                             FileResolutionCache(self.home.layers / "_resolved"), TemplateCatalog(self.home.templates),
-                            self.settings, replaced=self._layers_replaced)
+                            self.settings)
 
     @cached_property
     def lifecycle(self) -> LifecycleService:
@@ -596,14 +596,6 @@ class App:
         live = self._live_sandboxes(False)
         if live is not None:
             live.stop_workspace(workspace, reason=reason, actor="warden")
-
-    def _layers_replaced(self, layer_ids: Sequence[str]) -> None:
-        """Stop this node's live sandboxes of the workspaces on layers a rebuild swapped in: they
-        mounted the old folder, whose files are gone, and each command run there found its
-        packages missing (ModuleNotFoundError) until the sandbox idled out."""
-        users = self.lifecycle.layers_in_use()
-        for name in sorted({name for layer_id in layer_ids for name in users.get(layer_id, ())}):
-            self._stop_live(name, "its env layer was rebuilt")
 
     def _live_sandboxes(self, needed: bool) -> LiveSandboxService | None:
         """The live sandbox service; unless `needed`, None when this node runs no live sandbox (no

@@ -364,7 +364,7 @@ def test_a_rebuild_stops_the_live_sandboxes_that_mounted_the_old_layer(envhome: 
     """The rebuild swaps its new layer in and removes the old one's files, but a live sandbox
     started before had mounted the old folder: reused, every later `--detach` run (and bot exec)
     in it found its packages gone (ModuleNotFoundError) while health said 'healthy', until it
-    idled out. The rebuild now stops the live sandboxes of the workspaces on the layers it replaced."""
+    idled out. A sandbox whose read-only mounts were replaced is now started afresh at its next command."""
     extra = tmp_path / "live.yaml"
     extra.write_text("name: live\npython:\n  dependencies: [gamma]\n")
     assert envhome.cli("snapshot", "build", str(extra)).returncode == 0

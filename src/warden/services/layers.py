@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,15 +104,12 @@ class LayerService:
     """Templates → layers on disk, built once and shared read-only."""
 
     def __init__(self, store: LayerStore, builder: LayerBuilder, cache: ResolutionCache, catalog: TemplateCatalog,
-                 settings: Settings, *, replaced: Callable[[Sequence[str]], object] | None = None) -> None:
+                 settings: Settings) -> None:
         self.store = store
         self.catalog = catalog
         self._builder = builder
         self._cache = cache
         self._settings = settings
-        # Told the ids of layers a rebuild swapped in: the live sandboxes that mounted the old
-        # ones still see them, emptied, and must not be reused.
-        self._replaced = replaced
 
     # -- resolving ---------------------------------------------------------------------------
     def resolve(self, ref: str | None, *, python: str | None = None, node: str | None = None) -> Resolution:
@@ -216,10 +213,9 @@ class LayerService:
         resolution = self.resolve(ref, python=python, node=node)
         # Not removed first: the workspaces on these layers were broken for the whole build, and
         # for good when it failed or was killed (offline, a package gone from the index).
-        built = LayerBuild(resolution, self.ensure(resolution, progress=progress, rebuild=rebuild))
-        if rebuild and self._replaced is not None:
-            self._replaced([layer.id for layer in built.layers.all()])
-        return built
+        # A live sandbox that mounted the old folder sees it emptied: it is started afresh at its
+        # next command (services/live.py knows its read-only mounts by identity).
+        return LayerBuild(resolution, self.ensure(resolution, progress=progress, rebuild=rebuild))
 
     # -- listing and pruning -----------------------------------------------------------------
     def list(self, in_use: Mapping[str, Collection[str]]) -> list[LayerRow]:
