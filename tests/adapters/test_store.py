@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from warden.adapters.store import db as db_module
 from warden.adapters.store.db import SCHEMA_REVISION, SqliteDatabase, connect_ahead, open_database
 from warden.adapters.store.migrate import head_revision
 from warden.bootstrap import App
-from warden.core.errors import Conflict
+from warden.core.errors import Conflict, Locked
 
 
 def test_schema_revision_matches_alembic_head() -> None:
@@ -81,6 +83,62 @@ def test_a_migration_that_dies_half_way_leaves_nothing_half_made(tmp_path: Path)
         with db.transaction() as tx:
             assert tx.execute("SELECT count(*) AS n FROM workspaces") == [{"n": 0}]
     finally:
+        db.close()
+
+
+def _holding_the_write_lock(path: Path, seconds: float) -> threading.Thread:
+    """Another process's writer: holds the registry's write lock for `seconds` from now."""
+    held = threading.Event()
+
+    def hold() -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        held.set()
+        time.sleep(seconds)
+        conn.execute("COMMIT")
+        conn.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    held.wait(5)
+    return thread
+
+
+def test_a_migration_waits_for_another_process_as_the_registry_does(tmp_path: Path) -> None:
+    """Alembic's connection used pysqlite's own 5 s for another process's lock, whatever the
+    registry waits (30 s, WARDEN_DB_BUSY_TIMEOUT): a `warden init` beside three others on a
+    loaded machine failed "locked". Shown by a short wait being kept, not waited past."""
+    from alembic import command
+
+    from warden.adapters.store.migrate import alembic_config
+
+    command.upgrade(alembic_config(f"sqlite:///{tmp_path / 'warden.db'}"), "0007")
+    with sqlite3.connect(tmp_path / "warden.db") as conn:
+        conn.execute("PRAGMA journal_mode=WAL")  # as every registry Warden made: readers never wait
+    writer = _holding_the_write_lock(tmp_path / "warden.db", 1.5)
+    started = time.monotonic()
+    try:
+        with pytest.raises(Locked):
+            open_database(None, tmp_path, busy_timeout=0.2)
+        assert time.monotonic() - started < 1.5
+    finally:
+        writer.join()
+    open_database(None, tmp_path).close()  # the lock gone, it migrates
+    with sqlite3.connect(tmp_path / "warden.db") as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [(SCHEMA_REVISION,)]
+
+
+def test_a_process_that_waited_for_another_ones_migration_does_not_migrate_again(tmp_path: Path) -> None:
+    """Four first commands at once: each saw no schema, one migrated while the others waited for
+    the migration lock; those then found it done rather than queueing an exclusive transaction
+    behind the first one's writes (which, on a loaded machine, ran out their wait)."""
+    db = open_database(None, tmp_path)
+    writer = _holding_the_write_lock(tmp_path / "warden.db", 1.5)
+    try:
+        db_module._migrate(f"sqlite:///{tmp_path / 'warden.db'}", tmp_path, busy_timeout=0.2,
+                           current=lambda: db_module._stored_revision(db))
+    finally:
+        writer.join()
         db.close()
 
 

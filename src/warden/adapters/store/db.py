@@ -17,7 +17,7 @@ import os
 import sqlite3
 import stat
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
@@ -428,18 +428,29 @@ def open_database(url: str | None, home: Path, *, busy_timeout: float = BUSY_TIM
             raise mapped from exc
         raise _unreachable(db.url, exc) from exc
     if current != SCHEMA_REVISION:
-        _migrate(sa_url, home, node)
+        _migrate(sa_url, home, node, busy_timeout=busy_timeout, current=lambda: _stored_revision(db))
     return db
 
 
-def _migrate(url: str, home: Path, node: str | None = None) -> None:
+def _migrate(url: str, home: Path, node: str | None = None, *, busy_timeout: float = BUSY_TIMEOUT,
+             current: Callable[[], str | None] | None = None) -> None:
     """Run Alembic to head, one process at a time (first use, upgrades)."""
     home.mkdir(parents=True, exist_ok=True)
     lock_fd = os.open(home / ".migrate.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        # The process this one waited for has usually migrated it: Alembic's exclusive
+        # transaction would then only queue behind that process's first writes for nothing.
+        if current is not None and current() == SCHEMA_REVISION:
+            return
         from warden.adapters.store.migrate import upgrade
 
-        upgrade(url, node=node)
+        try:
+            upgrade(url, node=node, busy_timeout=busy_timeout)
+        except Exception as exc:  # SQLAlchemy's wrapper: "locked", "full" by the driver's cause
+            mapped = classify(getattr(exc, "orig", None) or exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
     finally:
         os.close(lock_fd)

@@ -17,10 +17,12 @@ def alembic_config(url: str) -> Config:
     return config
 
 
-def upgrade(url: str, *, node: str | None = None) -> None:
-    """Apply every pending migration (idempotent); `node` names the migrating node (0007)."""
+def upgrade(url: str, *, node: str | None = None, busy_timeout: float | None = None) -> None:
+    """Apply every pending migration (idempotent); `node` names the migrating node (0007);
+    `busy_timeout`: seconds SQLite waits for another process's lock (the registry's own)."""
     config = alembic_config(url)
     config.attributes["warden_node"] = node
+    config.attributes["busy_timeout"] = busy_timeout
     command.upgrade(config, "head")
 
 

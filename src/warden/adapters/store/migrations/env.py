@@ -17,7 +17,12 @@ from sqlalchemy import create_engine, event, pool
 from warden.adapters.store.schema import metadata
 
 config = context.config
-engine = create_engine(config.get_main_option("sqlalchemy.url") or "", poolclass=pool.NullPool)
+url = config.get_main_option("sqlalchemy.url") or ""
+# SQLite waits as long as the registry's own connections for another process's lock (pysqlite's
+# default is 5 s: on a loaded machine a `warden init` beside three others failed "locked").
+waits = config.attributes.get("busy_timeout")
+engine = create_engine(url, poolclass=pool.NullPool,
+                       connect_args={"timeout": waits} if waits is not None and url.startswith("sqlite") else {})
 if engine.dialect.name == "sqlite":
     @event.listens_for(engine, "connect")
     def _no_driver_transactions(dbapi_connection: Any, _record: Any) -> None:
