@@ -126,9 +126,9 @@ def test_a_server_that_ended_at_its_timeout_is_named_as_the_likely_cause(cli: Cl
     """README's dev server, detached without --timeout, ends after sandbox.timeout (10 minutes):
     the forward's line then says where to look and why, not only that nothing listens."""
     started = cli("run", ws, "--detach", "--timeout", "3", "--json", "--",
-                  "python3", "-m", "http.server", "8104", "--bind", "127.0.0.1")
+                  "python3", "-m", "http.server", "8108", "--bind", "127.0.0.1")
     assert started.code == 0, started.stderr
-    forward = Forward(cli, ws, "8104")
+    forward = Forward(cli, ws, "8108")
     try:
         assert _retry(forward) == "hello from the sandbox\n"
         assert cli("wait", ws, str(started.json["data"]["id"]), "--timeout", "30").code == 124  # timed out
@@ -136,7 +136,7 @@ def test_a_server_that_ended_at_its_timeout_is_named_as_the_likely_cause(cli: Cl
             forward.get()
     finally:
         _, err = forward.finish()
-    assert ("nothing listens on port 8104 in the live sandbox of yours in 'site'; `warden ps site` shows whether "
+    assert ("nothing listens on port 8108 in the live sandbox of yours in 'site'; `warden ps site` shows whether "
             "the server still runs (a detached one ends at its --timeout, sandbox.timeout by default)") in err
 
 
