@@ -142,3 +142,17 @@ def test_the_systems_pip_refusing_to_install_points_at_warden_install() -> None:
     bot = explain_failure(1, None, said, **{**FACTS, "network": True}, bot=True)
     assert bot is not None and "/install" in bot and "warden install" not in bot, bot
     assert explain_failure(0, None, said, **FACTS) is None  # it worked after all (--break-system-packages)
+
+
+def test_the_way_to_add_packages_names_the_workspace_and_what_the_asker_can_use() -> None:
+    """A line to copy: the person's `warden install web …`, a bot's install route for web; an MCP
+    bot, which no tool lets add packages nor ask for network, is sent to the person."""
+    pip = "error: externally-managed-environment\n"
+    offline = "socket.gaierror: [Errno -3] Temporary failure in name resolution\n"
+    person = explain_failure(1, None, pip, **FACTS, workspace="web") or ""
+    assert "`warden install web PACKAGE...`" in person, person
+    http = explain_failure(1, None, pip, **FACTS, workspace="web", bot=True) or ""
+    assert "POST /v1/workspaces/web/install" in http, http
+    for said in (pip, offline):
+        mcp = explain_failure(1, None, said, **FACTS, workspace="web", bot=True, mcp=True) or ""
+        assert "ask the person to run `warden install web PACKAGE...`" in mcp and "/v1/" not in mcp, mcp

@@ -294,7 +294,8 @@ def timed_out_line(timeout_s: float, *, again: str = "run") -> str:
 def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom_killed: bool,
                     network: bool, max_file_mb: int, memory: int, bot: bool = False,
                     pids: int | None = None, programs: Collection[str] = (),
-                    cpu_seconds: int | None = None, given_path: str | None = None) -> str | None:
+                    cpu_seconds: int | None = None, given_path: str | None = None,
+                    workspace: str = "NAME", mcp: bool = False) -> str | None:
     """One line saying what Warden's sandbox had to do with a failed command, or None.
 
     A command that fails inside the sandbox says so in its own words (`bwrap: execvp pyhton`,
@@ -303,6 +304,8 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
     uses, rather than the CLI's). `programs`: the names the sandbox's PATH holds, for a
     "did you mean" when a program is not found; `given_path`: the PATH the command was given
     in its environment, if it was (a program then missing from it may well be in the sandbox).
+    `workspace`: its name, for a command to copy; `mcp`: a bot's MCP call, whose tools can ask
+    neither for network nor for packages (the person's `warden install` can).
     Pure: the caller passes the facts.
     """
     not_started = explain_not_started(exit_code, stderr_tail, programs=programs, given_path=given_path)
@@ -341,16 +344,22 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
     # A workspace's venv is built by uv, without pip: `pip install` finds the system's pip, which
     # Debian marks externally managed (PEP 668) and which says "apt install python3-xyz".
     if exit_code != 0 and _EXTERNALLY_MANAGED in stderr_tail:
+        if bot and mcp:
+            return ("warden: that pip is the system's (the workspace's venv has none), and no MCP tool adds "
+                    f"packages: ask the person to run `warden install {workspace} PACKAGE...`")
         if bot:
             return ("warden: that pip is the system's (the workspace's venv has none); add packages to the "
-                    "workspace with POST /v1/workspaces/NAME/install")
-        return ("warden: that pip is the system's (the workspace's venv has none); `warden install NAME "
+                    f"workspace with POST /v1/workspaces/{workspace}/install")
+        return (f"warden: that pip is the system's (the workspace's venv has none); `warden install {workspace} "
                 "PACKAGE...` adds packages to the workspace's venv, with the network it needs for that command")
     if not network and exit_code != 0 and any(text in stderr_tail for text in _NO_NETWORK):
+        if bot and mcp:
+            return ("warden: the sandbox has no network, and an MCP exec cannot ask for it; for packages, ask "
+                    f"the person to run `warden install {workspace} PACKAGE...`")
         if bot:
             return ('warden: the sandbox has no network; ask for it for one command with "network": '
                     '{"allow": ["HOST:443"]} (within the domains your grant allows), or add packages '
-                    "with POST /v1/workspaces/NAME/install")
+                    f"with POST /v1/workspaces/{workspace}/install")
         return ("warden: the sandbox has no network; run with --net allow --allow-domain HOST "
                 "(or `warden install` for packages)")
     return None
