@@ -156,3 +156,14 @@ def test_the_way_to_add_packages_names_the_workspace_and_what_the_asker_can_use(
     for said in (pip, offline):
         mcp = explain_failure(1, None, said, **FACTS, workspace="web", bot=True, mcp=True) or ""
         assert "ask the person to run `warden install web PACKAGE...`" in mcp and "/v1/" not in mcp, mcp
+
+
+def test_python_dash_m_pip_in_a_venv_without_pip_points_at_warden_install() -> None:
+    """`python -m pip install`, the form pip's docs give, finds the venv's Python: no pip module,
+    and no line from Warden, where the system's `pip` got one."""
+    said = "/w/.venv/bin/python: No module named pip\n"
+    line = explain_failure(1, None, said, **FACTS, workspace="web") or ""
+    assert line == ("warden: the workspace's venv has no pip; `warden install web PACKAGE...` adds packages to the "
+                    "workspace's venv, with the network it needs for that command"), line
+    bot = explain_failure(1, None, said, **FACTS, workspace="web", bot=True) or ""
+    assert "POST /v1/workspaces/web/install" in bot, bot

@@ -232,6 +232,7 @@ def workspace_cwd(cwd: str, workspace: str) -> str:
 _READ_ONLY = ("Read-only file system", "EROFS")
 
 _EXTERNALLY_MANAGED = "error: externally-managed-environment"
+_NO_PIP_MODULE = "No module named pip"
 
 _NO_MEMORY = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory",
               "JavaScript heap out of memory")
@@ -343,15 +344,17 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
                 "mounts a host folder writable")
     # A workspace's venv is built by uv, without pip: `pip install` finds the system's pip, which
     # Debian marks externally managed (PEP 668) and which says "apt install python3-xyz".
-    if exit_code != 0 and _EXTERNALLY_MANAGED in stderr_tail:
+    # `python -m pip`, as pip's own docs say it, finds the venv's Python, which has no pip module.
+    no_pip = ("that pip is the system's (the workspace's venv has none)" if _EXTERNALLY_MANAGED in stderr_tail
+              else "the workspace's venv has no pip" if _NO_PIP_MODULE in stderr_tail else None)
+    if exit_code != 0 and no_pip is not None:
         if bot and mcp:
-            return ("warden: that pip is the system's (the workspace's venv has none), and no MCP tool adds "
-                    f"packages: ask the person to run `warden install {workspace} PACKAGE...`")
+            return (f"warden: {no_pip}, and no MCP tool adds packages: ask the person to run "
+                    f"`warden install {workspace} PACKAGE...`")
         if bot:
-            return ("warden: that pip is the system's (the workspace's venv has none); add packages to the "
-                    f"workspace with POST /v1/workspaces/{workspace}/install")
-        return (f"warden: that pip is the system's (the workspace's venv has none); `warden install {workspace} "
-                "PACKAGE...` adds packages to the workspace's venv, with the network it needs for that command")
+            return f"warden: {no_pip}; add packages to the workspace with POST /v1/workspaces/{workspace}/install"
+        return (f"warden: {no_pip}; `warden install {workspace} PACKAGE...` adds packages to the workspace's venv, "
+                "with the network it needs for that command")
     if not network and exit_code != 0 and any(text in stderr_tail for text in _NO_NETWORK):
         if bot and mcp:
             return ("warden: the sandbox has no network, and an MCP exec cannot ask for it; for packages, ask "
