@@ -167,3 +167,17 @@ def test_python_dash_m_pip_in_a_venv_without_pip_points_at_warden_install() -> N
                     "workspace's venv, with the network it needs for that command"), line
     bot = explain_failure(1, None, said, **FACTS, workspace="web", bot=True) or ""
     assert "POST /v1/workspaces/web/install" in bot, bot
+
+
+def test_a_read_only_folder_of_the_workspace_is_named_with_the_way_its_files_change() -> None:
+    """A bot told "write in the workspace" had written in the workspace: in a folder (a zone) whose
+    writes wait for a person. In folder words for a bot (seed 003), through what it can call."""
+    said = "sh: 1: cannot create final/b.txt: Read-only file system\n"
+    http = explain_failure(2, None, said, **FACTS, bot=True, workspace="zz", read_only_folders=["final", "input"]) or ""
+    assert "this workspace's folders /final, /input" in http, http
+    assert "PUT /v1/workspaces/zz/files/content?path=" in http, http
+    assert "zone" not in http, http
+    mcp = explain_failure(2, None, said, **FACTS, bot=True, mcp=True, workspace="zz", read_only_folders=["final"]) or ""
+    assert "through the write_file tool" in mcp and "/v1/" not in mcp, mcp
+    person = explain_failure(2, None, said, **FACTS, workspace="zz", read_only_folders=["final"]) or ""
+    assert "the zones /final" in person and "`warden fs zz write PATH`" in person, person

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import NamedTuple, Protocol
@@ -296,7 +296,8 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
                     network: bool, max_file_mb: int, memory: int, bot: bool = False,
                     pids: int | None = None, programs: Collection[str] = (),
                     cpu_seconds: int | None = None, given_path: str | None = None,
-                    workspace: str = "NAME", mcp: bool = False) -> str | None:
+                    workspace: str = "NAME", mcp: bool = False,
+                    read_only_folders: Sequence[str] = ()) -> str | None:
     """One line saying what Warden's sandbox had to do with a failed command, or None.
 
     A command that fails inside the sandbox says so in its own words (`bwrap: execvp pyhton`,
@@ -306,7 +307,8 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
     "did you mean" when a program is not found; `given_path`: the PATH the command was given
     in its environment, if it was (a program then missing from it may well be in the sandbox).
     `workspace`: its name, for a command to copy; `mcp`: a bot's MCP call, whose tools can ask
-    neither for network nor for packages (the person's `warden install` can).
+    neither for network nor for packages (the person's `warden install` can); `read_only_folders`:
+    the workspace's folders (its zones) mounted read-only in this run, relative to it.
     Pure: the caller passes the facts.
     """
     not_started = explain_not_started(exit_code, stderr_tail, programs=programs, given_path=given_path)
@@ -336,6 +338,19 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
     # EROFS: the sandbox mounts the system and any `--mode ro` host path read-only, and the
     # program's own message ("Read-only file system") does not say that this is by design.
     if exit_code != 0 and any(text in stderr_tail for text in _READ_ONLY):
+        if read_only_folders:
+            # A zone whose writes ask or are blocked, or that is ro, is mounted read-only: "write in
+            # the workspace" alone sent a bot that had written in the workspace in circles.
+            folders = ", ".join(f"/{echoed(folder)}" for folder in read_only_folders[:5])
+            if bot:
+                way = ("the write_file tool" if mcp else
+                       f"the file API (PUT /v1/workspaces/{workspace}/files/content?path=…, the SDK's files.write)")
+                return (f"warden: that path is read-only in the sandbox (the system, read-only mounts, and this "
+                        f"workspace's folders {folders}); write elsewhere in the workspace or in /tmp; files in "
+                        f"those folders change through {way}, which asks a person where the folder says so")
+            return (f"warden: that path is read-only in the sandbox (the system, read-only mounts, and the zones "
+                    f"{folders} of the workspace's .warden/zones.yaml); write elsewhere in the workspace or in /tmp; "
+                    f"a zone's files change through `warden fs {workspace} write PATH`")
         if bot:
             return ("warden: that path is read-only in the sandbox (the system and read-only mounts); "
                     "write in the workspace, which is the command's folder, or in /tmp")

@@ -566,7 +566,9 @@ class RunService:
                                   bot=request.actor.startswith("bot:"), pids=plan.limits.pids,
                                   cpu_seconds=plan.limits.cpu_seconds,
                                   programs=self._programs(plan.record.path) if result.exit_code == 127 else (),
-                                  given_path=request.env.get("PATH"), workspace=name, mcp=request.mcp)
+                                  given_path=request.env.get("PATH"), workspace=name, mcp=request.mcp,
+                                  read_only_folders=[os.path.relpath(zone, plan.record.path)
+                                                     for zone in plan.ro_zones])
             if why is not None:
                 notes.say(why)
         stopper = self._stopped_by(name, result.signal) if watched.note is None else None
