@@ -142,3 +142,42 @@ def test_the_systems_pip_refusing_to_install_points_at_warden_install() -> None:
     bot = explain_failure(1, None, said, **{**FACTS, "network": True}, bot=True)
     assert bot is not None and "/install" in bot and "warden install" not in bot, bot
     assert explain_failure(0, None, said, **FACTS) is None  # it worked after all (--break-system-packages)
+
+
+def test_the_way_to_add_packages_names_the_workspace_and_what_the_asker_can_use() -> None:
+    """A line to copy: the person's `warden install web …`, a bot's install route for web; an MCP
+    bot, which no tool lets add packages nor ask for network, is sent to the person."""
+    pip = "error: externally-managed-environment\n"
+    offline = "socket.gaierror: [Errno -3] Temporary failure in name resolution\n"
+    person = explain_failure(1, None, pip, **FACTS, workspace="web") or ""
+    assert "`warden install web PACKAGE...`" in person, person
+    http = explain_failure(1, None, pip, **FACTS, workspace="web", bot=True) or ""
+    assert "POST /v1/workspaces/web/install" in http, http
+    for said in (pip, offline):
+        mcp = explain_failure(1, None, said, **FACTS, workspace="web", bot=True, mcp=True) or ""
+        assert "ask the person to run `warden install web PACKAGE...`" in mcp and "/v1/" not in mcp, mcp
+
+
+def test_python_dash_m_pip_in_a_venv_without_pip_points_at_warden_install() -> None:
+    """`python -m pip install`, the form pip's docs give, finds the venv's Python: no pip module,
+    and no line from Warden, where the system's `pip` got one."""
+    said = "/w/.venv/bin/python: No module named pip\n"
+    line = explain_failure(1, None, said, **FACTS, workspace="web") or ""
+    assert line == ("warden: the workspace's venv has no pip; `warden install web PACKAGE...` adds packages to the "
+                    "workspace's venv, with the network it needs for that command"), line
+    bot = explain_failure(1, None, said, **FACTS, workspace="web", bot=True) or ""
+    assert "POST /v1/workspaces/web/install" in bot, bot
+
+
+def test_a_read_only_folder_of_the_workspace_is_named_with_the_way_its_files_change() -> None:
+    """A bot told "write in the workspace" had written in the workspace: in a folder (a zone) whose
+    writes wait for a person. In folder words for a bot (seed 003), through what it can call."""
+    said = "sh: 1: cannot create final/b.txt: Read-only file system\n"
+    http = explain_failure(2, None, said, **FACTS, bot=True, workspace="zz", read_only_folders=["final", "input"]) or ""
+    assert "this workspace's folders /final, /input" in http, http
+    assert "PUT /v1/workspaces/zz/files/content?path=" in http, http
+    assert "zone" not in http, http
+    mcp = explain_failure(2, None, said, **FACTS, bot=True, mcp=True, workspace="zz", read_only_folders=["final"]) or ""
+    assert "through the write_file tool" in mcp and "/v1/" not in mcp, mcp
+    person = explain_failure(2, None, said, **FACTS, workspace="zz", read_only_folders=["final"]) or ""
+    assert "the zones /final" in person and "`warden fs zz write PATH`" in person, person

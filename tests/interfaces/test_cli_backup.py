@@ -290,3 +290,26 @@ def test_a_backup_of_before_it_named_its_home_is_moved_too(cli: Cli, home: Path,
     assert restored.json["data"]["moved_from"] == str(home)
     info = Cli(isolated_environ(other))("info", "old", "--json")
     assert info.json["data"]["path"] == str(other / "workspaces" / "old")
+
+
+@pytest.mark.initialised_home
+def test_a_backup_without_workspaces_restored_elsewhere_says_whose_files_it_lacks(cli: Cli, home: Path,
+                                                                                 tmp_path: Path) -> None:
+    """README's `warden backup FILE` then `restore` in another home: every workspace was `broken`
+    there, and the one line after the restore pointed to a repair that cannot mend a missing folder."""
+    from tests.conftest import isolated_environ
+
+    assert cli("init").code == 0
+    for name in ("one", "two"):
+        assert cli("create", name, "--template", "minimal").code == 0
+    assert cli("backup", str(tmp_path / "bare.tgz")).code == 0
+    other = Cli(isolated_environ(tmp_path / "elsewhere" / "warden-home"))
+    restored = other("restore", str(tmp_path / "bare.tgz"))
+    assert restored.code == 0, restored.stderr
+    assert ("the files of one, two are not in this backup (made without --workspaces): they show broken here, which "
+            "no repair mends; restore a backup made with `warden backup FILE --workspaces`") in restored.stdout
+    assert {w["name"]: w["status"] for w in other("list", "--json").json["data"]} == {"one": "broken", "two": "broken"}
+    # With the workspaces, nothing is said of them.
+    assert cli("backup", str(tmp_path / "full.tgz"), "--workspaces").code == 0
+    third = Cli(isolated_environ(tmp_path / "third" / "warden-home"))("restore", str(tmp_path / "full.tgz"), "--json")
+    assert third.code == 0 and third.json["data"]["workspaces_without_files"] == [], third.stdout

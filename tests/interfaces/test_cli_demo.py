@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -28,3 +30,18 @@ def test_the_tour_does_not_write_into_a_demo_it_did_not_leave(cli: Cli, home: Pa
     assert cli("demo").code == 0  # missing: made by the tour
     r = cli("demo")  # again: the one it left
     assert r.code == 0 and "already exists" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_commands_the_tour_shows_are_the_ones_it_ran(cli: Cli, home: Path) -> None:
+    """A person copies them: `echo hello | warden fs … write` was shown, "hello from the tour" written."""
+    r = cli("demo", "--workspace", "shown", "--json")
+    assert r.code == 0, r.stdout + r.stderr
+    steps = {step["step"]: step for step in r.json["data"]["steps"]}
+    write = steps["Files are written atomically, paths relative to the workspace"]
+    producer = str(write["command"]).split(" | ")[0]
+    said = subprocess.run(["sh", "-c", producer], capture_output=True, text=True, check=True).stdout
+    assert said == (home / "workspaces" / "shown" / "notes" / "hello.txt").read_text()
+    assert write["outcome"] == f"wrote {len(said.encode())} bytes"
+    look = steps["Commands run in a bubblewrap sandbox: the workspace is home, the host is not there"]
+    shown = cli(*shlex.split(str(look["command"]))[1:])  # the words after `warden`
+    assert look["outcome"] == f"exit {shown.code}: {shown.stdout.strip()}"

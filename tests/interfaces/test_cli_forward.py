@@ -122,6 +122,24 @@ def test_a_port_nobody_listens_on_is_refused_cleanly_and_the_forward_goes_on(cli
     assert _closes(cli, ws)[-1]["refused"] == 1
 
 
+def test_a_server_that_ended_at_its_timeout_is_named_as_the_likely_cause(cli: Cli, ws: str) -> None:
+    """README's dev server, detached without --timeout, ends after sandbox.timeout (10 minutes):
+    the forward's line then says where to look and why, not only that nothing listens."""
+    started = cli("run", ws, "--detach", "--timeout", "3", "--json", "--",
+                  "python3", "-m", "http.server", "8108", "--bind", "127.0.0.1")
+    assert started.code == 0, started.stderr
+    forward = Forward(cli, ws, "8108")
+    try:
+        assert _retry(forward) == "hello from the sandbox\n"
+        assert cli("wait", ws, str(started.json["data"]["id"]), "--timeout", "30").code == 124  # timed out
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            forward.get()
+    finally:
+        _, err = forward.finish()
+    assert ("nothing listens on port 8108 in the live sandbox of yours in 'site'; `warden ps site` shows whether "
+            "the server still runs (a detached one ends at its --timeout, sandbox.timeout by default)") in err
+
+
 def _fetch_as_nobody(url: str) -> str:
     """What another account of this host gets from `url` (the first line of its answer, or the error)."""
     probe = "\n".join(["import urllib.request", "try:",

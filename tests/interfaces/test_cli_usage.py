@@ -46,6 +46,28 @@ def test_mistyped_subcommands_and_options_name_the_nearest(cli: Cli, args: list[
     assert says in as_json.json["error"]["message"]
 
 
+@pytest.mark.parametrize(("args", "meant"), [
+    (["ls"], "unknown command 'ls'; did you mean 'list'?"),  # by spelling: 'logs'
+    (["exec", "w", "--", "true"], "did you mean 'run'?"),
+    (["remove", "w"], "did you mean 'destroy'?"),  # by spelling: 'revoke'
+    (["fs", "notes", "read", "/x"], "unknown command 'fs read'; did you mean 'fs cat'? (`warden fs --help`"),
+    (["fs", "notes", "delete", "/x"], "did you mean 'fs rm'?"),
+    (["bot", "remove", "x"], "did you mean 'bot rm'?"),
+])
+def test_a_word_another_tool_uses_names_wardens_command(cli: Cli, args: list[str], meant: str) -> None:
+    """Docker's, git's, the shell's and the SDK's (`ws.files.read`) words are what a newcomer types
+    first: their nearest spelling here is another command, or none."""
+    result = cli(*args)
+    assert result.code == 2 and result.stderr.count("\n") == 1
+    assert meant in result.stderr
+
+
+def test_help_as_a_command_points_to_the_help_not_to_a_lookalike(cli: Cli) -> None:
+    result = cli("help")
+    assert result.code == 2
+    assert result.stderr == "warden: unknown command 'help' (`warden --help` lists them)\n"  # not 'shell'
+
+
 @pytest.mark.parametrize(("args", "fixed"), [
     (["run", "w", "python", "-V"], "warden run w -- python -V"),
     (["run", "w", "--timeout", "5", "python", "-c", "print(1)"], "warden run w --timeout 5 -- python -c 'print(1)'"),

@@ -95,6 +95,8 @@ def test_a_json_body_sent_as_a_form_is_told_to_say_json(live: dict[str, Any]) ->
     wrong = _error(client.post("/v1/workspaces/demo/exec", content=b'{"cmd": "true"}',
                                headers={"content-type": "application/json; charset=utf-8"}), 422, "invalid")
     assert "cmd: Input should be a valid list" in wrong and "Content-Type" not in wrong
+    # A command line as one string, as a newcomer sends it first, is shown as a list.
+    assert 'the program and its arguments each a string: ["ls", "-l"] (a shell line: ["sh", "-c", ' in wrong, wrong
 
 
 def test_bad_values_are_400(live: dict[str, Any]) -> None:

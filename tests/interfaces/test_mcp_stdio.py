@@ -299,6 +299,24 @@ def test_exec_takes_its_folder_as_a_workspace_path(world: World) -> None:
     assert result.structured_content["exit_code"] == 0 and result.structured_content["stdout"] == "here"
 
 
+def test_a_command_without_network_is_told_what_an_mcp_bot_can_do(world: World) -> None:
+    """An MCP exec has no network to ask for and no tool adds packages: Warden's last line was the
+    HTTP API's (`"network": {"allow": …}`, `POST /v1/workspaces/NAME/install`), which a model here
+    cannot send; it names the person's command for this workspace instead."""
+    reach = "import socket; socket.create_connection(('pypi.org', 443), 5)"
+
+    async def go() -> Any:
+        async with stdio_session(world, world.tokens["alice@paper"]) as session:
+            return await session.call_tool("exec", {"workspace": "paper", "cmd": ["python3", "-c", reach]})
+
+    result = run(go())
+    stderr = result.structured_content["stderr"]
+    assert result.structured_content["exit_code"] != 0, stderr
+    assert stderr.rstrip().endswith("warden: the sandbox has no network, and an MCP exec cannot ask for it; for "
+                                    "packages, ask the person to run `warden install paper PACKAGE...`"), stderr
+    assert "/v1/" not in stderr and '"network"' not in stderr
+
+
 def test_a_call_the_client_gives_up_on_stops_its_command(world: World) -> None:
     marker = world.path("paper") / "drafts" / "too-late.txt"
 

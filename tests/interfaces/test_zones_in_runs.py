@@ -47,6 +47,17 @@ def test_an_ask_zone_is_read_only_inside_runs(cli: Cli, paper: Path) -> None:
     assert not (paper / "final" / "new.md").exists() and (paper / "final" / "old.txt").read_text() == "final\n"
 
 
+def test_a_write_refused_in_an_ask_zone_names_the_zone_not_the_workspace(cli: Cli, paper: Path) -> None:
+    """"write in the workspace" was Warden's line for a write the command had made in the workspace:
+    the zone is named, and the way its files change."""
+    out = cli("run", paper.name, "--", "sh", "-c", "echo new > final/new.md")
+    assert out.code != 0 and "Read-only file system" in out.stderr, out.stderr
+    assert out.stderr.endswith("warden: that path is read-only in the sandbox (the system, read-only mounts, and the "
+                               "zones /final of the workspace's .warden/zones.yaml); write elsewhere in the workspace "
+                               f"or in /tmp; a zone's files change through `warden fs {paper.name} write PATH`\n"), \
+        out.stderr
+
+
 @pytest.mark.skipif(abi() < 2, reason="this kernel has no Landlock ABI 2: such zones are read-only instead")
 def test_nothing_is_removed_or_renamed_in_a_zone_whose_deletes_are_blocked(cli: Cli, paper: Path) -> None:
     said = _sh(cli, paper, "rm archive/old.txt 2>&1 || true; mv archive/old.txt drafts/ 2>&1 || true; "

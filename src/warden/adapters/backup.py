@@ -222,14 +222,20 @@ def _relocate(db: Path, made: dict[str, str], home: Path, with_workspaces: bool)
             return value
 
         now = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+        # A backup made without --workspaces names workspaces whose files it lacks: here they are
+        # `broken`, which no repair mends (an archived one's files are in its archive).
+        without_files: list[str] = []
         with conn:
-            for row_id, path, meta in conn.execute("SELECT id, path, meta FROM workspaces").fetchall():
+            for row_id, name, status, path, meta in conn.execute(
+                    "SELECT id, name, status, path, meta FROM workspaces ORDER BY name").fetchall():
                 try:
                     fields = json.loads(meta or "{}")
                 except ValueError:
                     fields = {}
                 conn.execute("UPDATE workspaces SET path = ?, meta = ? WHERE id = ?",
                              (moved(path), json.dumps(moved_all(fields)), row_id))
+                if not with_workspaces and status != "archived" and not os.path.isdir(moved(path)):
+                    without_files.append(name)
             lost = [r[0] for r in _each(conn, "SELECT id FROM live_processes WHERE status IN (?, ?)", _RUNNING)]
             _each(conn, "UPDATE live_processes SET status = 'lost', ended_at = ? WHERE status IN (?, ?)",
                   (now, *_RUNNING))
@@ -238,7 +244,8 @@ def _relocate(db: Path, made: dict[str, str], home: Path, with_workspaces: bool)
             _each(conn, "UPDATE workspace_leases SET terminal_lock = NULL")
             _each(conn, "DELETE FROM instances")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # all of it in the one file that is moved into place
-        return {"moved_from": old_home, "sandboxes_forgotten": sandboxes, "processes_lost": lost}
+        return {"moved_from": old_home, "sandboxes_forgotten": sandboxes, "processes_lost": lost,
+                "workspaces_without_files": without_files}
     finally:
         conn.close()
 

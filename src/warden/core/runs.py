@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import NamedTuple, Protocol
@@ -232,6 +232,7 @@ def workspace_cwd(cwd: str, workspace: str) -> str:
 _READ_ONLY = ("Read-only file system", "EROFS")
 
 _EXTERNALLY_MANAGED = "error: externally-managed-environment"
+_NO_PIP_MODULE = "No module named pip"
 
 _NO_MEMORY = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory",
               "JavaScript heap out of memory")
@@ -294,7 +295,9 @@ def timed_out_line(timeout_s: float, *, again: str = "run") -> str:
 def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom_killed: bool,
                     network: bool, max_file_mb: int, memory: int, bot: bool = False,
                     pids: int | None = None, programs: Collection[str] = (),
-                    cpu_seconds: int | None = None, given_path: str | None = None) -> str | None:
+                    cpu_seconds: int | None = None, given_path: str | None = None,
+                    workspace: str = "NAME", mcp: bool = False,
+                    read_only_folders: Sequence[str] = ()) -> str | None:
     """One line saying what Warden's sandbox had to do with a failed command, or None.
 
     A command that fails inside the sandbox says so in its own words (`bwrap: execvp pyhton`,
@@ -303,6 +306,9 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
     uses, rather than the CLI's). `programs`: the names the sandbox's PATH holds, for a
     "did you mean" when a program is not found; `given_path`: the PATH the command was given
     in its environment, if it was (a program then missing from it may well be in the sandbox).
+    `workspace`: its name, for a command to copy; `mcp`: a bot's MCP call, whose tools can ask
+    neither for network nor for packages (the person's `warden install` can); `read_only_folders`:
+    the workspace's folders (its zones) mounted read-only in this run, relative to it.
     Pure: the caller passes the facts.
     """
     not_started = explain_not_started(exit_code, stderr_tail, programs=programs, given_path=given_path)
@@ -332,6 +338,19 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
     # EROFS: the sandbox mounts the system and any `--mode ro` host path read-only, and the
     # program's own message ("Read-only file system") does not say that this is by design.
     if exit_code != 0 and any(text in stderr_tail for text in _READ_ONLY):
+        if read_only_folders:
+            # A zone whose writes ask or are blocked, or that is ro, is mounted read-only: "write in
+            # the workspace" alone sent a bot that had written in the workspace in circles.
+            folders = ", ".join(f"/{echoed(folder)}" for folder in read_only_folders[:5])
+            if bot:
+                way = ("the write_file tool" if mcp else
+                       f"the file API (PUT /v1/workspaces/{workspace}/files/content?path=…, the SDK's files.write)")
+                return (f"warden: that path is read-only in the sandbox (the system, read-only mounts, and this "
+                        f"workspace's folders {folders}); write elsewhere in the workspace or in /tmp; files in "
+                        f"those folders change through {way}, which asks a person where the folder says so")
+            return (f"warden: that path is read-only in the sandbox (the system, read-only mounts, and the zones "
+                    f"{folders} of the workspace's .warden/zones.yaml); write elsewhere in the workspace or in /tmp; "
+                    f"a zone's files change through `warden fs {workspace} write PATH`")
         if bot:
             return ("warden: that path is read-only in the sandbox (the system and read-only mounts); "
                     "write in the workspace, which is the command's folder, or in /tmp")
@@ -340,17 +359,25 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
                 "mounts a host folder writable")
     # A workspace's venv is built by uv, without pip: `pip install` finds the system's pip, which
     # Debian marks externally managed (PEP 668) and which says "apt install python3-xyz".
-    if exit_code != 0 and _EXTERNALLY_MANAGED in stderr_tail:
+    # `python -m pip`, as pip's own docs say it, finds the venv's Python, which has no pip module.
+    no_pip = ("that pip is the system's (the workspace's venv has none)" if _EXTERNALLY_MANAGED in stderr_tail
+              else "the workspace's venv has no pip" if _NO_PIP_MODULE in stderr_tail else None)
+    if exit_code != 0 and no_pip is not None:
+        if bot and mcp:
+            return (f"warden: {no_pip}, and no MCP tool adds packages: ask the person to run "
+                    f"`warden install {workspace} PACKAGE...`")
         if bot:
-            return ("warden: that pip is the system's (the workspace's venv has none); add packages to the "
-                    "workspace with POST /v1/workspaces/NAME/install")
-        return ("warden: that pip is the system's (the workspace's venv has none); `warden install NAME "
-                "PACKAGE...` adds packages to the workspace's venv, with the network it needs for that command")
+            return f"warden: {no_pip}; add packages to the workspace with POST /v1/workspaces/{workspace}/install"
+        return (f"warden: {no_pip}; `warden install {workspace} PACKAGE...` adds packages to the workspace's venv, "
+                "with the network it needs for that command")
     if not network and exit_code != 0 and any(text in stderr_tail for text in _NO_NETWORK):
+        if bot and mcp:
+            return ("warden: the sandbox has no network, and an MCP exec cannot ask for it; for packages, ask "
+                    f"the person to run `warden install {workspace} PACKAGE...`")
         if bot:
             return ('warden: the sandbox has no network; ask for it for one command with "network": '
                     '{"allow": ["HOST:443"]} (within the domains your grant allows), or add packages '
-                    "with POST /v1/workspaces/NAME/install")
+                    f"with POST /v1/workspaces/{workspace}/install")
         return ("warden: the sandbox has no network; run with --net allow --allow-domain HOST "
                 "(or `warden install` for packages)")
     return None

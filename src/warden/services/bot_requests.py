@@ -121,6 +121,7 @@ class Command:
     # The hosts this one command may reach (`host:port`, core.network entries), each within the
     # domains the grant allows; None: no network.
     network: tuple[str, ...] | None = None
+    mcp: bool = False  # asked through MCP, whose tools ask for no network nor packages
 
 
 @dataclass(frozen=True)
@@ -466,7 +467,7 @@ class BotRequestService:
                                     actor=principal.actor, max_output=self.settings.max_output, cwd=command.cwd,
                                     net="allow" if reach else "none", allow_domains=reach,
                                     grant_domains=effective(principal.chain).domains, output=output, terminal=terminal,
-                                    on_end=outcome)
+                                    on_end=outcome, mcp=command.mcp)
         trail.note(exit_code=result.exit_code, timed_out=result.timed_out)
         return result
 

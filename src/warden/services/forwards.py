@@ -91,8 +91,12 @@ class ForwardService:
                 failed = exc
         if failed is not None:
             raise failed
+        # The usual cause after a while: the detached server ended at its timeout (10 minutes of
+        # sandbox.timeout unless it was given --timeout), which `warden ps` shows as `timed out`.
         raise NotFound(f"nothing listens on port {forward.port} in the live sandbox of {forward.reach.who()} "
-                       f"in {forward.workspace!r}", rule="forward.not_listening")
+                       f"in {forward.workspace!r}; `warden ps {forward.workspace}` shows whether the server still "
+                       f"runs (a detached one ends at its --timeout, sandbox.timeout by default)",
+                       rule="forward.not_listening")
 
     def ended(self, forward: Forward) -> str | None:
         """Why the forward must stop now (its workspace destroyed, archived, suspended), or None."""

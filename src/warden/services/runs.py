@@ -124,6 +124,7 @@ class RunRequest:
     ro_paths: Sequence[str] = ()  # more read-only paths (an install's package folders)
     actor: str = "user"
     max_output: int | None = None  # captured bytes kept per stream (None: the runner's cap)
+    mcp: bool = False  # a bot's MCP call: Warden's last line names what it may do there
 
 
 @dataclass(frozen=True)
@@ -260,13 +261,14 @@ class RunService:
             actor: str = "user", session: str | None = None, ro_paths: Sequence[str] = (),
             max_output: int | None = None, within: Lease | None = None, cwd: str | None = None,
             grant_domains: Sequence[str] | None = None, terminal: int | None = None,
-            output: RunOutput | None = None, on_end: Callable[[Tx, RunResult], None] | None = None) -> RunResult:
+            output: RunOutput | None = None, on_end: Callable[[Tx, RunResult], None] | None = None,
+            mcp: bool = False) -> RunResult:
         """`execute` with the request spelled as keywords (its output captured, unless `output`
         says where it goes)."""
         request = RunRequest(name, argv, timeout=timeout, memory=memory, cpu=cpu, pids=pids, net=net,
                              allow_domains=allow_domains, env=env or {}, stdin=stdin, session=session,
                              ro_paths=ro_paths, actor=actor, max_output=max_output, cwd=cwd,
-                             grant_domains=grant_domains, terminal=terminal)
+                             grant_domains=grant_domains, terminal=terminal, mcp=mcp)
         return self.execute(request, output, within=within, on_end=on_end)
 
     def execute(self, request: RunRequest, output: RunOutput | None = None, *,
@@ -564,7 +566,9 @@ class RunService:
                                   bot=request.actor.startswith("bot:"), pids=plan.limits.pids,
                                   cpu_seconds=plan.limits.cpu_seconds,
                                   programs=self._programs(plan.record.path) if result.exit_code == 127 else (),
-                                  given_path=request.env.get("PATH"))
+                                  given_path=request.env.get("PATH"), workspace=name, mcp=request.mcp,
+                                  read_only_folders=[os.path.relpath(zone, plan.record.path)
+                                                     for zone in plan.ro_zones])
             if why is not None:
                 notes.say(why)
         stopper = self._stopped_by(name, result.signal) if watched.note is None else None

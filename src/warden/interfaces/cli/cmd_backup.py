@@ -59,10 +59,19 @@ def _restore(ctx: Context, args: argparse.Namespace) -> Output:
     if result.get("moved_from"):
         text += (f"\nits workspaces' paths moved from {result['moved_from']} to this home; env layers are not in a "
                  "backup: `warden health --all --repair` builds them here")
+        missing = [str(name) for name in _listed(result.get("workspaces_without_files"))]
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            text += (f"\nthe files of {shown} are not in this backup (made without --workspaces): they show broken "
+                     "here, which no repair mends; restore a backup made with `warden backup FILE --workspaces`")
     if result["set_aside"]:
         text += f"\nthe files it replaced are kept: {_names(result['set_aside'])}"
     ctx.app.audit.record(actor="user", action="home.restore", target=str(args.file), detail=result)
     return Output(result, text)
+
+
+def _listed(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
 
 
 def _names(value: object) -> str:

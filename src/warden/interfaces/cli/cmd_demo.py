@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 GREETING = "hello from the tour\n"
+# Each step shows the command that does what it shows: a person copies them.
+LOOK_AROUND = "pwd; ls /home /root 2>&1; cat /etc/shadow 2>&1 | head -1"
 
 
 class _Tour:
@@ -95,7 +98,7 @@ def _demo(ctx: Context, args: argparse.Namespace) -> Output:
     files = app.files(record, approver=approve_local_user)
 
     tour.step("Files are written atomically, paths relative to the workspace",
-              f"echo hello | warden fs {name} write /notes/hello.txt",
+              f"echo {shlex.quote(GREETING.strip())} | warden fs {name} write /notes/hello.txt",
               lambda: f"wrote {files.write_text('/notes/hello.txt', GREETING)} bytes")
     tour.step("...and read back", f"warden fs {name} cat /notes/hello.txt",
               lambda: files.read_text("/notes/hello.txt").strip())
@@ -124,8 +127,7 @@ def _demo(ctx: Context, args: argparse.Namespace) -> Output:
         return go
 
     tour.step("Commands run in a bubblewrap sandbox: the workspace is home, the host is not there",
-              f"warden run {name} -- sh -c 'pwd; ls /home /root 2>&1; cat /etc/shadow 2>&1'",
-              run(["sh", "-c", "pwd; ls /home /root 2>&1; cat /etc/shadow 2>&1 | head -1"]))
+              f"warden run {name} -- sh -c {shlex.quote(LOOK_AROUND)}", run(["sh", "-c", LOOK_AROUND]))
     tour.step("No network unless allowed", f"warden run {name} -- python3 -c 'socket to 1.1.1.1:53'",
               run(["python3", "-c", "import socket\ntry:\n socket.create_connection(('1.1.1.1', 53), 2)\n"
                    " print('connected')\nexcept OSError as e:\n print('no network:', e)"]))

@@ -106,6 +106,25 @@ def _nearest(word: str, choices: Sequence[str]) -> str | None:
     return near[0] if near else None
 
 
+# Words people bring from docker, git, the shell and Warden's own SDK (`ws.files.read`), each with
+# what Warden calls it at the levels that have it: their nearest spelling is another command
+# (`warden ls` was "did you mean 'logs'", `warden help` "'shell'", `fs read` had no guess).
+_WORDS_FROM_ELSEWHERE: dict[str, tuple[str, ...]] = {
+    "ls": ("list",), "exec": ("run",), "new": ("create",), "status": ("info",), "show": ("info", "stat"),
+    "rm": ("destroy",), "delete": ("rm", "destroy"), "remove": ("rm", "destroy"), "stop": ("suspend",),
+    "read": ("cat",), "get": ("cat",), "put": ("write",), "move": ("mv",), "rename": ("mv",),
+    "help": (),  # the line's own hint is `warden --help`
+}
+
+
+def _meant(word: str, choices: Sequence[str]) -> str | None:
+    """The command a mistyped or borrowed word most likely meant: Warden's name for a word another
+    tool uses where this level has one (and no guess by spelling for such a word), else the nearest."""
+    if word in _WORDS_FROM_ELSEWHERE:
+        return next((name for name in _WORDS_FROM_ELSEWHERE[word] if name in choices), None)
+    return _nearest(word, choices)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that raises instead of printing usage and exiting, so --json still holds, and
     answers a mistyped command or option with the nearest one."""
@@ -120,7 +139,7 @@ class Parser(argparse.ArgumentParser):
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
             # The top level registers only the typed command's module: offer every command.
-            near = _nearest(value, list(COMMANDS) if self.prog == "warden" else list(action.choices))
+            near = _meant(value, list(COMMANDS) if self.prog == "warden" else list(action.choices))
             guess = f"; did you mean '{{sub}}{near}'?" if near else ""
             raise UsageError(f"unknown command '{{sub}}{value}'{guess}", prog=self.prog,
                              hint="`{prog} --help` lists them")

@@ -154,6 +154,11 @@ def create_app(app: App) -> FastAPI:
         for item in exc.errors()[:3]:
             where = ".".join(str(part) for part in item.get("loc", ()) if part != "body")
             problems.append(f"{where or 'body'}: {item.get('msg', 'invalid')}")
+            if where == "cmd" and isinstance(item.get("input"), str):
+                # `"cmd": "ls -l"`, as a shell line: the way to say it is not in pydantic's words.
+                problems[-1] += ', the program and its arguments each a string: ["ls", "-l"] ' \
+                                '(a shell line: ["sh", "-c", "ls -l | wc -l"])'
+
         return error_json(422, "invalid", "malformed request: " + "; ".join(problems) + " (see /openapi.json)")
 
     @api.exception_handler(StarletteHTTPException)

@@ -255,7 +255,7 @@ class ToolCalls:
         # service takes them relative to the workspace ("src"), as an absolute path is the host's.
         cwd = args.get("cwd")
         folder = (canonical(cwd).lstrip("/") or None) if cwd is not None else None
-        return Command(argv=tuple(args["cmd"]), timeout=args.get("timeout"), cwd=folder)
+        return Command(argv=tuple(args["cmd"]), timeout=args.get("timeout"), cwd=folder, mcp=True)
 
     def _exec(self, call: Call, args: dict[str, Any], output: RunOutput | None = None) -> Answer:
         assert call.principal is not None
