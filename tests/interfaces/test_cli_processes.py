@@ -117,6 +117,29 @@ def test_wait_gives_the_status_and_logs_follow_to_the_end(cli: Cli, ws: str) -> 
     assert cli("wait", ws, sleeper).code == 137
 
 
+def test_a_person_at_a_terminal_is_told_what_a_detached_id_is(cli: Cli, ws: str) -> None:
+    """`--detach` printed a bare id: a newcomer could not tell what it was. stdout stays the id
+    alone (a script's `id=$(warden run --detach …)`), stderr on a terminal names what to do with it."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "warden", "run", ws, "--detach", "--", "sleep", "30"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=follower,
+                              env=cli.environ, timeout=120, check=True)
+        os.set_blocking(leader, False)
+        told = os.read(leader, 65536).decode()
+    finally:
+        os.close(leader)
+        os.close(follower)
+    job = proc.stdout.decode().strip()
+    assert job in _ps(cli, ws)
+    assert f"warden logs {ws} {job} --follow" in told and f"warden kill {ws} {job}" in told, told
+    piped = cli("run", ws, "--detach", "--", "true")
+    assert piped.stderr == "" and piped.stdout.strip() in _ps(cli, ws)
+    assert cli("kill", ws, job, "--signal", "KILL").code == 0
+
+
 def test_a_background_process_keeps_its_own_timeout_and_limits(cli: Cli, ws: str, home: Path) -> None:
     timed = _detach(cli, ws, "sleep", "60", options=("--timeout", "1"))
     done = cli("wait", ws, timed, "--json")

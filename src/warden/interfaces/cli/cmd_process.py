@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from warden.core.errors import InvalidInput, Locked, NotFound, Refused, Unavailable
 from warden.interfaces.cli.main import Context, add_workspace
-from warden.interfaces.cli.output import Output, table
+from warden.interfaces.cli.output import Output, printable, table
 
 if TYPE_CHECKING:
     from warden.core.live import ProcessView
@@ -81,6 +81,13 @@ def start_detached(ctx: Context, request: RunRequest, *, tty: bool = False) -> O
     except (Locked, NotFound, Unavailable) as exc:
         raise Refused.of(exc) from None
     view = runs.start(request)
+    if sys.stderr.isatty():
+        # stdout stays the id alone (scripts take it); a person at a terminal is told what it is.
+        import shlex
+
+        name = shlex.quote(request.workspace)
+        ctx.note(f"started in the background in {printable(request.workspace)}'s live sandbox: "
+                 f"`warden logs {name} {view.id} --follow`, `warden kill {name} {view.id}`, `warden ps {name}`")
     return Output(view.to_json(), text=view.id)
 
 
