@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,9 +76,10 @@ class RunsInProgress:
         # (core/gitcontrol). The person's own runs and live sandbox are the person's: a `git
         # init` of theirs is not moved aside because they keep a server running.
         intent.sandboxes = tuple(tx.sandboxes.of_workspace(name))
-        intent.others = (any(run.actor != PERSON for run in tx.runs.of_workspace(name))
+        runs = tx.runs.of_workspace_or_node(name, self.node)  # one statement for the two reads below
+        intent.others = (any(run.actor != PERSON for run in runs if run.workspace == name)
                          or any(sandbox.principal != PERSON for sandbox in intent.sandboxes))
-        self.mark_lost(tx)
+        self.mark_lost(tx, [run for run in runs if run.node == self.node])
         pid = os.getpid()
         tx.runs.insert(RunInProgress(intent.run_id, name, intent.actor, self.node, pid,
                                      self._processes.start_time(pid) or 0, self._clock().isoformat(),
@@ -102,14 +103,15 @@ class RunsInProgress:
                                rule="sandbox", result="interrupted",
                                detail={**intent.detail, "interrupted_by": intent.interrupted}, tx=tx)
 
-    def mark_lost(self, tx: Tx) -> list[RunInProgress]:
+    def mark_lost(self, tx: Tx, of_node: Sequence[RunInProgress] | None = None) -> list[RunInProgress]:
         """Audit as `run.lost` the runs of this node whose process died before their outcome was
-        written (a killed `warden run` or `serve`); the runs found so."""
+        written (a killed `warden run` or `serve`); the runs found so. `of_node`: this node's rows
+        as the caller read them in `tx` (by start time), else read here."""
         # Each row removed before any is audited, and audited only by the transaction that removed
         # it: on PostgreSQL two runs starting at once both read the dead run (neither had
         # committed), and both recorded it lost; and the audit's append locks the whole chain, so
         # a row written after it could deadlock with a transaction that holds that row and waits.
-        lost = [run for run in tx.runs.of_node(self.node)
+        lost = [run for run in (tx.runs.of_node(self.node) if of_node is None else of_node)
                 if not self._processes.alive(run.pid, run.pid_start or None) and tx.runs.delete(run.run_id)]
         for run in lost:
             # argv as the registry keeps it (JSON text), as in every run.lost event before.
