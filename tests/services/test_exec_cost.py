@@ -88,3 +88,29 @@ def test_one_exec_runs_no_more_statements_than_its_budget(world: tuple[App, str]
     app, token = world
     statements = _statements(app, token)
     assert len(statements) <= 25, "\n".join(statements)
+
+
+def test_one_exec_makes_no_more_python_calls_than_its_budget(world: tuple[App, str]) -> None:
+    """The Python functions one exec calls in the calling thread (the supervisor's answer is
+    awaited there too): a budget, so that work added to every exec is a decision, not a drift.
+    The base of issue #11's measurements made ~1,490; bench/exec_cost.py counts them the same way."""
+    import sys
+
+    app, token = world
+    for _ in range(2):
+        _exec(app, token)
+    counts = []
+    for _ in range(3):
+        calls = [0]
+
+        def count(frame: object, event: str, arg: object, calls: list[int] = calls) -> None:
+            if event == "call":
+                calls[0] += 1
+
+        sys.setprofile(count)
+        try:
+            _exec(app, token)
+        finally:
+            sys.setprofile(None)
+        counts.append(calls[0])
+    assert min(counts) <= 1350, counts

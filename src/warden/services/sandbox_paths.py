@@ -96,10 +96,12 @@ class SandboxPaths:
                          rule="deny: policy folder is a link")
         return folder
 
-    def files_for(self, record: WorkspaceRecord | None, session: str | None) -> dict[Level, Path]:
+    def files_for(self, record: WorkspaceRecord | None, session: str | None, *,
+                  folder: Path | None = None) -> dict[Level, Path]:
+        """The path-list file of each level; `folder`: `record`'s policy folder, just checked."""
         files: dict[Level, Path] = {"global": self.global_file}
         if record is not None:
-            folder = self.policy_dir(record)
+            folder = self.policy_dir(record) if folder is None else folder
             files["workspace"] = folder / "sandbox.json"
             if session is not None:
                 files["session"] = folder / "sessions" / check_session(session) / "sandbox.json"
@@ -118,16 +120,18 @@ class SandboxPaths:
         return self._files.stamp([str(file) for file in self.watched(record, session)])
 
     # -- reading ---------------------------------------------------------------------------
-    def rules(self, record: WorkspaceRecord | None = None, session: str | None = None) -> PathRules:
-        """The merged lists of every level that applies."""
+    def rules(self, record: WorkspaceRecord | None = None, session: str | None = None, *,
+              folder: Path | None = None) -> PathRules:
+        """The merged lists of every level that applies; `folder` as in `files_for`."""
         every: list[PathRule] = []
-        for level, file in self.files_for(record, session).items():
+        for level, file in self.files_for(record, session, folder=folder).items():
             every += parse_paths_doc(self._files.read_doc(str(file)), level, where=str(file), home=self._user_home)
         return PathRules.merge(every)
 
-    def zones(self, record: WorkspaceRecord) -> dict[str, Zone]:
-        """The workspace's configured zones, or the defaults (cache, workspace) when none are."""
-        file = self.zones_file(record)
+    def zones(self, record: WorkspaceRecord, *, folder: Path | None = None) -> dict[str, Zone]:
+        """The workspace's configured zones, or the defaults (cache, workspace) when none are;
+        `folder` as in `files_for`."""
+        file = (self.policy_dir(record) if folder is None else folder) / ZONES_FILE
         configured = parse_zones(self._files.read_zones_doc(str(file)), where=str(file))
         return configured or dict(DEFAULT_ZONES)
 
@@ -228,5 +232,6 @@ class SandboxPaths:
         folder = self.policy_dir(record)
         # The sandbox binds .warden/ read-only; it must exist first, or a bot could create it.
         self._files.make_folder(str(folder))
-        return effective_paths(record.path, self.zones(record), self.rules(record, session),
-                               block_system=self.block_system)
+        # The folder checked once (not a link) for the three files read in it, a moment later.
+        return effective_paths(record.path, self.zones(record, folder=folder),
+                               self.rules(record, session, folder=folder), block_system=self.block_system)
