@@ -113,4 +113,4 @@ def test_one_exec_makes_no_more_python_calls_than_its_budget(world: tuple[App, s
         finally:
             sys.setprofile(None)
         counts.append(calls[0])
-    assert min(counts) <= 1350, counts
+    assert min(counts) <= 1200, counts

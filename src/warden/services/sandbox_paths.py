@@ -83,7 +83,8 @@ class SandboxPaths:
         self._shared_state = tuple(normalize(p) for p in shared_state)  # the layer cache
         # `effective` per (workspace folder, session), with the identity of the policy folder and
         # files it was read from: kept while they are the same files, unchanged (PolicyFiles.identity).
-        self._effective: dict[tuple[str, str | None], tuple[tuple[tuple[int, ...], ...], EffectivePaths]] = {}
+        self._effective: dict[tuple[str, str | None],
+                              tuple[tuple[str, ...], tuple[tuple[int, ...], ...], EffectivePaths]] = {}
 
     def exposure(self, path: str) -> str | None:
         """Why allowing `path` would show sandboxes Warden's own state (keys, registry), or None."""
@@ -234,19 +235,21 @@ class SandboxPaths:
         `system_blocked` (the protected system paths while sandbox.block_system_paths
         is on). Creates `<ws>/.warden/` so it can be bound read-only.
         """
-        folder = Path(record.path) / POLICY_DIR
-        files = [*self.files_for(record, session, folder=folder).values(), folder / ZONES_FILE]
+        key = (record.path, session)
+        kept = self._effective.get(key)
+        if kept is not None:
+            watched = kept[0]
+        else:  # the policy folder, then the files read from it (their names made once)
+            folder = Path(record.path) / POLICY_DIR
+            watched = (str(folder), *(str(file) for file in self.files_for(record, session, folder=folder).values()),
+                       str(folder / ZONES_FILE))
         # Every run asks this: the answer read last time is given again while the policy folder
         # and every file it came from are the very same ones, unchanged. Their identity is taken
         # before they are read, so a change made while they are read is seen at the next run.
-        seen = self._files.identity([str(folder), *(str(file) for file in files)])
-        if stat.S_ISLNK(seen[0][2]):
-            self.policy_dir(record)  # its refusal
-        key = (record.path, session)
-        kept = self._effective.get(key)
-        if kept is not None and kept[0] == seen and seen[0][2]:
-            return kept[1]
-        folder = self.policy_dir(record)
+        seen = self._files.identity(watched)
+        if kept is not None and kept[1] == seen and stat.S_ISDIR(seen[0][2]):
+            return kept[2]
+        folder = self.policy_dir(record)  # refused when a link
         # The sandbox binds .warden/ read-only; it must exist first, or a bot could create it.
         self._files.make_folder(str(folder))
         # The folder checked once (not a link) for the three files read in it, a moment later.
@@ -254,5 +257,5 @@ class SandboxPaths:
                                self.rules(record, session, folder=folder), block_system=self.block_system)
         if len(self._effective) >= _KEPT_EFFECTIVE:
             self._effective.clear()
-        self._effective[key] = (seen, made)
+        self._effective[key] = (watched, seen, made)
         return made
