@@ -87,6 +87,8 @@ def test_one_exec_reads_its_workspace_once_before_the_lease_and_again_under_it(w
 def test_one_exec_runs_no_more_statements_than_its_budget(world: tuple[App, str]) -> None:
     app, token = world
     statements = _statements(app, token)
+    # 24 in a row (the workspace's last use marked under a second before is not written again:
+    # RunsInProgress.end); 25 should the machine be slow enough to space them out.
     assert len(statements) <= 25, "\n".join(statements)
 
 

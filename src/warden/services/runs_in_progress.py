@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from warden.core.errors import Conflict
@@ -54,6 +55,25 @@ class RunIntent:
     ended: Callable[[Tx, RunResult], None] | None = None
 
 
+# A workspace's last use is written at a run's end unless the row read for the run was marked
+# under this many seconds ago: an agent's commands in a row then cost no write to the workspace's
+# row each (its page in every commit), and what reads it (the janitor's idle archive, counted in
+# days; `warden list`) cannot tell a second apart. The live sandboxes' `last_used` does the same.
+ACCESS_GRAIN_S = 1.0
+
+
+def _marked_within(stamp: str, now: datetime, seconds: float) -> bool:
+    """Whether `stamp` (ISO 8601) lies in the `seconds` before `now` (a clock set back: no)."""
+    try:
+        then = datetime.fromisoformat(stamp)
+    except ValueError:
+        return False
+    try:
+        return 0 <= (now - then).total_seconds() < seconds
+    except TypeError:  # a stamp without its zone
+        return False
+
+
 class RunsInProgress:
     """The runs of this node (`node`) in the registry, written in the caller's transactions."""
 
@@ -93,7 +113,9 @@ class RunsInProgress:
         # The rows first, the audit last (see mark_lost).
         tx.runs.delete(intent.run_id)
         if intent.outcome is not None or intent.interrupted is not None:
-            tx.workspaces.update(intent.record.name, {"last_accessed": self._clock().isoformat()})
+            now = self._clock()
+            if not _marked_within(intent.record.last_accessed, now, ACCESS_GRAIN_S):
+                tx.workspaces.update(intent.record.name, {"last_accessed": now.isoformat()})
         if intent.outcome is not None:
             self._audit_outcome(tx, intent, intent.outcome)
             if intent.ended is not None:
