@@ -16,7 +16,8 @@ the calling thread's CPU, nothing installed) and one counted exec, with:
   wrappers installed in the worker only (what calls them from C, like `open()`, is not seen).
 
 Counts are the same every exec (medians printed); the times are medians of `n` and move with
-the machine's load (other processes), the counts do not. Issue #11: in-process <= 0.5x raw bwrap.
+the machine's load (other processes), the counts do not. A raw `bwrap ... true` is timed once a
+turn too, for issue #11's target: in-process <= 0.5x raw bwrap.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import raw_bwrap_argv  # noqa: E402
 from exec_ab import tree_of  # noqa: E402
 
 WORKER = r"""
@@ -137,7 +140,11 @@ def main() -> None:
                     raise SystemExit(f"the {label} worker did not start")
                 workers[label] = proc
             samples: dict[str, dict[str, list[float]]] = {label: {k: [] for k in KEYS} for label in trees}
+            raw, raw_ms = raw_bwrap_argv(), []
             for turn in range(args.n):
+                start = time.perf_counter()  # the floor of any sandbox, in the same turns
+                subprocess.run(raw, check=True)
+                raw_ms.append((time.perf_counter() - start) * 1000)
                 for label, proc in (workers.items() if turn % 2 else reversed(workers.items())):
                     assert proc.stdin is not None and proc.stdout is not None
                     for kind in ("time", "count"):
@@ -156,7 +163,11 @@ def main() -> None:
         meds = [statistics.median(samples[label][key] or [0]) for label in labels]
         ratio = f"{meds[1] / meds[0]:7.2f}" if meds[0] else ""
         print(f"{key:34} " + " ".join(f"{m:16.2f}" for m in meds) + f" {ratio:>7}")
-    print(f"\nload average (other processes share the machine): {os.getloadavg()[0]:.2f}")
+    raw_median = statistics.median(raw_ms)
+    walls = ", ".join(f"{label} {statistics.median(samples[label]['wall ms']) / raw_median:.2f}x" for label in labels)
+    print(f"\nraw bwrap ... true, wall ms median: {raw_median:.2f}; in-process exec wall vs it: {walls} "
+          "(issue #11 target <= 0.5x)")
+    print(f"load average (other processes share the machine): {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
