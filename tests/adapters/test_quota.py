@@ -566,3 +566,19 @@ def test_the_watchers_thread_runs_at_real_time_priority_where_warden_may(tmp_pat
     policies: list[int] = []
     _runs_noting(tmp_path, 3, lambda: policies.append(os.sched_getscheduler(0)))
     assert policies == [os.SCHED_FIFO] * 3
+
+
+def test_the_nearest_existing_folder_is_found_by_the_paths_text(tmp_path: Path) -> None:
+    """As Path(path).parent steps (asked twice at every run, so on the text): no `..` folded,
+    a relative path's last parent is "."."""
+    from warden.adapters.quota import HostDisk
+
+    disk = HostDisk()
+    assert disk.nearest_existing(f"{tmp_path}/a/b/c") == str(tmp_path)
+    assert disk.nearest_existing(f"{tmp_path}/") == str(tmp_path)
+    assert disk.nearest_existing("/nonexistent-warden/a") == "/"
+    assert disk.nearest_existing("/") == "/"
+    assert disk.nearest_existing("nonexistent-warden/a") == "."
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "gone")
+    assert disk.nearest_existing(f"{tmp_path}/link/../real/x") == str(tmp_path)  # `..` after a dangling link

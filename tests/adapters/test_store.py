@@ -295,3 +295,34 @@ def test_a_write_held_by_another_connection_is_locked_and_an_sql_error_stays_its
     finally:
         other.execute("ROLLBACK")
         other.close()
+
+
+def test_a_block_that_raises_is_rolled_back_and_a_held_lock_is_locked(home: Path) -> None:
+    """The SQLite transaction and statement, written out as classes (one exec runs four and some
+    twenty of them): a block that raises leaves nothing written and the connection free for the
+    next; "database is locked", at BEGIN or at a statement, is Locked."""
+    from warden.core.errors import Locked
+
+    db = open_database(None, home)
+    try:
+        with pytest.raises(RuntimeError), db.transaction() as sql:
+            sql.execute("UPDATE alembic_version SET version_num = 'gone'")
+            raise RuntimeError("the block failed")
+        with db.transaction(write=False) as sql:
+            assert sql.execute("SELECT version_num FROM alembic_version") == [{"version_num": SCHEMA_REVISION}]
+        other = sqlite3.connect(home / "warden.db", isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            waiting = SqliteDatabase(home / "warden.db", busy_timeout=0.05)
+            with pytest.raises(Locked), waiting.transaction():
+                pass
+            with pytest.raises(Locked), waiting.transaction(write=False) as sql:
+                sql.execute("UPDATE alembic_version SET version_num = 'gone'")
+            waiting.close()
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        with db.transaction(write=False) as sql:
+            assert sql.execute("SELECT version_num FROM alembic_version") == [{"version_num": SCHEMA_REVISION}]
+    finally:
+        db.close()

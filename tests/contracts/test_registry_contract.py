@@ -225,6 +225,10 @@ def test_runs_in_progress(registry: Registry) -> None:
     with registry.transaction() as tx:
         assert [r.run_id for r in tx.runs.of_node("node-a")] == ["r0", "r1"]
         assert sorted(tx.runs.of_workspace("w")) == [run, run._replace(run_id="r2", node="node-b")]
+        # A run's two reads in one: its workspace's rows (any node) and its node's (any workspace).
+        tx.runs.insert(run._replace(run_id="r3", node="node-c", workspace="v"))
+        both = tx.runs.of_workspace_or_node("w", "node-a")
+        assert [r.run_id for r in both][:1] == ["r0"] and sorted(r.run_id for r in both) == ["r0", "r1", "r2"]
         tx.runs.delete("r1")
         assert [r.run_id for r in tx.runs.of_node("node-a")] == ["r0"]
 

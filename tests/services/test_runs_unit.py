@@ -414,3 +414,54 @@ def test_a_run_after_a_lost_one_counts_the_bot_as_active(world: World) -> None:
     # What git files appeared since the dead run are a bot's: judged so before this run starts.
     assert world.git.guard(WS).calls[0] == "before(bot_active=True)"
     assert [e[0] for e in world.events()] == ["run.lost", "run.start", "run"]
+
+
+def test_a_runs_end_marks_the_workspace_used_unless_it_was_marked_under_a_second_ago(world: World) -> None:
+    """Its last use is what the janitor's idle archive reads (in days): a run right after
+    another (an agent's next command) leaves the row as it is, saving the write in its commit."""
+    from datetime import timedelta
+
+    def last_used() -> str:
+        with world.registry.transaction(write=False) as tx:
+            record = tx.workspaces.get("w1")
+        assert record is not None
+        return record.last_accessed
+
+    world.now = T0 + timedelta(milliseconds=400)
+    world.service.run("w1", ["true"])
+    assert last_used() == T0.isoformat()  # marked at T0, 0.4 s before: left
+    world.now = T0 + timedelta(seconds=2)
+    world.service.run("w1", ["true"])
+    assert last_used() == world.now.isoformat()
+    world.now = T0 + timedelta(seconds=2, milliseconds=999)
+    world.service.run("w1", ["true"])
+    assert last_used() == (T0 + timedelta(seconds=2)).isoformat()
+    world.now = T0 + timedelta(seconds=3)
+    world.service.run("w1", ["true"])
+    assert last_used() == world.now.isoformat()
+    world.now = T0  # the clock set back: written, not taken for "just now"
+    world.service.run("w1", ["true"])
+    assert last_used() == T0.isoformat()
+
+
+@pytest.mark.parametrize("change", ["archived", "made again"])
+def test_a_row_read_before_the_lease_is_checked_again_under_it(world: World, change: str) -> None:
+    """A bot's exec judges the row its grant check read (`read`), not one read again: the run's
+    intent checks it under the lease, so a workspace archived, or destroyed and made again under
+    its name, between the two is refused there and nothing runs."""
+    with world.registry.transaction(write=False) as tx:
+        read = tx.workspaces.get("w1")
+    assert read is not None and read.status == "ready"
+    with world.registry.transaction() as tx:
+        if change == "archived":
+            tx.workspaces.update("w1", {"status": "archived"})
+        else:
+            tx.workspaces.delete("w1")
+    if change == "made again":
+        world.add_workspace("w1")
+        with world.registry.transaction() as tx:
+            tx.workspaces.update("w1", {"id": "ws_other"})
+    with pytest.raises(Refused, match="changed"):
+        world.service.run("w1", ["true"], read=read)
+    assert world.sandbox.requests == [] and world.runs_in_progress() == []
+    assert ("run.start", "allow", "sandbox", "started") not in world.events()

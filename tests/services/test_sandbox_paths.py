@@ -140,6 +140,56 @@ def test_effective_path_policy_for_the_sandbox_builder(app: App, record: Workspa
     assert set(in_session.allowed) == {("/opt/tools", "ro")} and in_session.denied == ("/srv/shared",)
 
 
+def test_the_sandbox_builders_answer_is_kept_only_while_its_files_are_unchanged(
+        app: App, record: WorkspaceRecord, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`effective` is asked at every run, and answered again from what it read last time while
+    the policy folder and files are the same, unchanged: a person's hand edit (in place, the
+    same size, within the same clock tick), a file replaced by a link, a folder removed are each
+    seen at the very next call."""
+    sp = app.sandbox_paths
+    policy = Path(record.path) / ".warden"
+    sp.add("/srv/aaaa", workspace=record)
+    first = sp.effective(record)
+    assert ("/srv/aaaa", "rw") in first.allowed
+    reads: list[str] = []
+    real_read = sp._files.read_doc
+    monkeypatch.setattr(sp._files, "read_doc", lambda path: reads.append(path) or real_read(path))
+    assert sp.effective(record) is first and reads == []  # kept: nothing read again
+    # Edited in place by hand: same inode, same size; its times may not move within a tick, its
+    # change time and content do.
+    doc = policy / "sandbox.json"
+    stat_before = doc.stat()
+    with open(doc, "r+b") as handle:
+        text = handle.read().replace(b"/srv/aaaa", b"/srv/bbbb")
+        handle.seek(0)
+        handle.write(text)
+    os.utime(doc, ns=(stat_before.st_atime_ns, stat_before.st_mtime_ns))  # the mtime put back
+    assert doc.stat().st_ino == stat_before.st_ino and doc.stat().st_size == stat_before.st_size
+    assert ("/srv/bbbb", "rw") in sp.effective(record).allowed and reads
+    # Replaced by a link to a file of the same content: refused as a link, as when first read.
+    (policy / "copy.json").write_bytes(doc.read_bytes())
+    doc.unlink()
+    doc.symlink_to(policy / "copy.json")
+    with pytest.raises(Denied, match="symbolic link"):
+        sp.effective(record)
+    doc.unlink()
+    (policy / "copy.json").unlink()
+    sp.effective(record)
+    # The policy folder removed: made again (it is bound read-only, or a bot could make it).
+    import shutil
+
+    shutil.rmtree(policy)
+    assert sp.effective(record).allowed == ()
+    assert policy.is_dir()
+    # The policy folder a link: refused, however often asked.
+    shutil.rmtree(policy)
+    (Path(record.path) / "elsewhere").mkdir()
+    policy.symlink_to(Path(record.path) / "elsewhere")
+    for _ in range(2):
+        with pytest.raises(Denied, match="symbolic link"):
+            sp.effective(record)
+
+
 def test_a_project_blob_cannot_plant_the_workspace_policy(app: App, tmp_path: Path) -> None:
     # A bot creating a workspace over the API sends project_blob. A .warden/sandbox.json inside
     # it would be read as the workspace's own path list: a read-write mount of any host path.

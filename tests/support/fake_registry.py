@@ -248,6 +248,10 @@ class _Runs:
     def of_workspace(self, workspace: str) -> list[RunInProgress]:
         return [r for r in self._s.runs.values() if r.workspace == workspace]
 
+    def of_workspace_or_node(self, workspace: str, node: str) -> list[RunInProgress]:
+        return sorted((r for r in self._s.runs.values() if r.workspace == workspace or r.node == node),
+                      key=lambda r: r.started_at)
+
 
 def _stored_live(meta: Mapping[str, object]) -> dict[str, object]:
     """Meta as the SQL registry gives it back: through JSON."""

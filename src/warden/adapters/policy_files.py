@@ -110,6 +110,17 @@ class HostPolicyFiles:
     def stamp(self, paths: Sequence[str]) -> tuple[tuple[int, int, int], ...]:
         return stamp(Path(p) for p in paths)
 
+    def identity(self, paths: Sequence[str]) -> tuple[tuple[int, ...], ...]:
+        out: list[tuple[int, ...]] = []
+        for path in paths:
+            try:
+                st = os.lstat(path)
+            except (FileNotFoundError, NotADirectoryError):
+                out.append((0, 0, 0, 0, 0, 0))
+            else:
+                out.append((st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        return tuple(out)
+
     def is_link(self, path: str) -> bool:
         return os.path.islink(path)
 

@@ -35,7 +35,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from warden.adapters import disk_usage
 from warden.adapters.disk_usage import UsageTree
@@ -498,10 +497,15 @@ class HostDisk:
     """Measures with one walk (adapters/disk_usage), watches a run with inotify (adapters/quota)."""
 
     def nearest_existing(self, path: str) -> str:
-        found = Path(path)
-        while not found.exists() and found != found.parent:
-            found = found.parent
-        return str(found)
+        # On the text of the path (os.path), not pathlib: asked twice at every run. As
+        # Path(path).parent steps: no `..` folded, a relative path's last parent is ".".
+        found = path.rstrip("/") or ("/" if path else ".")
+        while not os.path.exists(found):
+            parent = os.path.dirname(found) or "."
+            if parent == found:
+                break
+            found = parent
+        return found
 
     def free_bytes(self, path: str) -> int:
         return disk_usage.free_bytes(path)

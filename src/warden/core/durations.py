@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from datetime import timedelta
@@ -70,8 +71,10 @@ _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**
 _SIZE = re.compile(r"^\s*(\d{1,15})\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=256)
 def parse_size(text: str) -> int:
-    """Parse `256M`, `1G`, `512k`, `1GiB` or plain bytes into bytes (binary units)."""
+    """Parse `256M`, `1G`, `512k`, `1GiB` or plain bytes into bytes (binary units). Remembered
+    per text (a pure function of it): every run reads the same few sizes from the settings."""
     match = _SIZE.match(text)
     if not match:
         raise InvalidInput(f"bad size {text!r}: write a number and an optional unit, e.g. 256M, 1G")

@@ -467,7 +467,7 @@ class BotRequestService:
                                     actor=principal.actor, max_output=self.settings.max_output, cwd=command.cwd,
                                     net="allow" if reach else "none", allow_domains=reach,
                                     grant_domains=effective(principal.chain).domains, output=output, terminal=terminal,
-                                    on_end=outcome, mcp=command.mcp)
+                                    on_end=outcome, mcp=command.mcp, read=record)
         trail.note(exit_code=result.exit_code, timed_out=result.timed_out)
         return result
 

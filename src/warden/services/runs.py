@@ -262,24 +262,28 @@ class RunService:
             max_output: int | None = None, within: Lease | None = None, cwd: str | None = None,
             grant_domains: Sequence[str] | None = None, terminal: int | None = None,
             output: RunOutput | None = None, on_end: Callable[[Tx, RunResult], None] | None = None,
-            mcp: bool = False) -> RunResult:
+            mcp: bool = False, read: WorkspaceRecord | None = None) -> RunResult:
         """`execute` with the request spelled as keywords (its output captured, unless `output`
-        says where it goes)."""
+        says where it goes). `read`: the workspace's row as the caller just read it (see `execute`)."""
         request = RunRequest(name, argv, timeout=timeout, memory=memory, cpu=cpu, pids=pids, net=net,
                              allow_domains=allow_domains, env=env or {}, stdin=stdin, session=session,
                              ro_paths=ro_paths, actor=actor, max_output=max_output, cwd=cwd,
                              grant_domains=grant_domains, terminal=terminal, mcp=mcp)
-        return self.execute(request, output, within=within, on_end=on_end)
+        return self.execute(request, output, within=within, on_end=on_end, read=read)
 
     def execute(self, request: RunRequest, output: RunOutput | None = None, *,
-                within: Lease | None = None, on_end: Callable[[Tx, RunResult], None] | None = None) -> RunResult:
+                within: Lease | None = None, on_end: Callable[[Tx, RunResult], None] | None = None,
+                read: WorkspaceRecord | None = None) -> RunResult:
         """Run `request` in its workspace's sandbox; the command's status, output and timing.
         `within`: an exclusive lease on the workspace the caller holds (repair reinstalling
         packages), under which the run goes instead of taking a shared one. `on_end(tx, outcome)`:
-        the caller's own writes, in the transaction that records the outcome of a command that ran."""
+        the caller's own writes, in the transaction that records the outcome of a command that ran.
+        `read`: the workspace's row the caller read for this very request (a bot's grant check):
+        judged as it is instead of read again a moment later in a transaction of its own; the
+        run's intent checks the row again under the lease either way (RunsInProgress.begin)."""
         output = output or RunOutput()
         _check_argv(request.argv)
-        plan = self._judge(self._ready_workspace(request.workspace), request)
+        plan = self._judge(self._ready_workspace(request.workspace, read), request)
         intent = RunIntent(os.urandom(8).hex(), plan.record, request.actor, list(request.argv), plan.detail)
         plan.detail["run_id"] = intent.run_id
         intent.ended = on_end
@@ -324,9 +328,9 @@ class RunService:
             self._sandboxed(plan, request, RunOutput(capture=False), mounts, notes, runner=starter)
         return starter.started()
 
-    def _ready_workspace(self, name: str) -> WorkspaceRecord:
+    def _ready_workspace(self, name: str, read: WorkspaceRecord | None = None) -> WorkspaceRecord:
         try:
-            record = self._workspaces.get(name)
+            record = read if read is not None and read.name == name else self._workspaces.get(name)
         except (Locked, Unavailable, NotFound) as exc:
             # No such workspace, or the registry is locked or lost: the command never starts
             # (126 whatever the reason; the code says which).

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from warden.core.errors import Conflict
@@ -54,6 +55,25 @@ class RunIntent:
     ended: Callable[[Tx, RunResult], None] | None = None
 
 
+# A workspace's last use is written at a run's end unless the row read for the run was marked
+# under this many seconds ago: an agent's commands in a row then cost no write to the workspace's
+# row each (its page in every commit), and what reads it (the janitor's idle archive, counted in
+# days; `warden list`) cannot tell a second apart. The live sandboxes' `last_used` does the same.
+ACCESS_GRAIN_S = 1.0
+
+
+def _marked_within(stamp: str, now: datetime, seconds: float) -> bool:
+    """Whether `stamp` (ISO 8601) lies in the `seconds` before `now` (a clock set back: no)."""
+    try:
+        then = datetime.fromisoformat(stamp)
+    except ValueError:
+        return False
+    try:
+        return 0 <= (now - then).total_seconds() < seconds
+    except TypeError:  # a stamp without its zone
+        return False
+
+
 class RunsInProgress:
     """The runs of this node (`node`) in the registry, written in the caller's transactions."""
 
@@ -76,9 +96,10 @@ class RunsInProgress:
         # (core/gitcontrol). The person's own runs and live sandbox are the person's: a `git
         # init` of theirs is not moved aside because they keep a server running.
         intent.sandboxes = tuple(tx.sandboxes.of_workspace(name))
-        intent.others = (any(run.actor != PERSON for run in tx.runs.of_workspace(name))
+        runs = tx.runs.of_workspace_or_node(name, self.node)  # one statement for the two reads below
+        intent.others = (any(run.actor != PERSON for run in runs if run.workspace == name)
                          or any(sandbox.principal != PERSON for sandbox in intent.sandboxes))
-        self.mark_lost(tx)
+        self.mark_lost(tx, [run for run in runs if run.node == self.node])
         pid = os.getpid()
         tx.runs.insert(RunInProgress(intent.run_id, name, intent.actor, self.node, pid,
                                      self._processes.start_time(pid) or 0, self._clock().isoformat(),
@@ -92,7 +113,9 @@ class RunsInProgress:
         # The rows first, the audit last (see mark_lost).
         tx.runs.delete(intent.run_id)
         if intent.outcome is not None or intent.interrupted is not None:
-            tx.workspaces.update(intent.record.name, {"last_accessed": self._clock().isoformat()})
+            now = self._clock()
+            if not _marked_within(intent.record.last_accessed, now, ACCESS_GRAIN_S):
+                tx.workspaces.update(intent.record.name, {"last_accessed": now.isoformat()})
         if intent.outcome is not None:
             self._audit_outcome(tx, intent, intent.outcome)
             if intent.ended is not None:
@@ -102,14 +125,15 @@ class RunsInProgress:
                                rule="sandbox", result="interrupted",
                                detail={**intent.detail, "interrupted_by": intent.interrupted}, tx=tx)
 
-    def mark_lost(self, tx: Tx) -> list[RunInProgress]:
+    def mark_lost(self, tx: Tx, of_node: Sequence[RunInProgress] | None = None) -> list[RunInProgress]:
         """Audit as `run.lost` the runs of this node whose process died before their outcome was
-        written (a killed `warden run` or `serve`); the runs found so."""
+        written (a killed `warden run` or `serve`); the runs found so. `of_node`: this node's rows
+        as the caller read them in `tx` (by start time), else read here."""
         # Each row removed before any is audited, and audited only by the transaction that removed
         # it: on PostgreSQL two runs starting at once both read the dead run (neither had
         # committed), and both recorded it lost; and the audit's append locks the whole chain, so
         # a row written after it could deadlock with a transaction that holds that row and waits.
-        lost = [run for run in tx.runs.of_node(self.node)
+        lost = [run for run in (tx.runs.of_node(self.node) if of_node is None else of_node)
                 if not self._processes.alive(run.pid, run.pid_start or None) and tx.runs.delete(run.run_id)]
         for run in lost:
             # argv as the registry keeps it (JSON text), as in every run.lost event before.

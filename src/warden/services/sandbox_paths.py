@@ -11,6 +11,7 @@ Where things live (path lists as JSON, zones as YAML):
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,6 +43,7 @@ from warden.services.audit import AuditLog
 __all__ = ["SandboxPaths"]
 
 POLICY_DIR = ".warden"
+_KEPT_EFFECTIVE = 256  # workspaces (and sessions) whose `effective` answer is kept
 ZONES_FILE = "zones.yaml"
 
 
@@ -79,6 +81,10 @@ class SandboxPaths:
         self._warden_home = normalize(warden_home) if warden_home else None
         self._workspaces_root = normalize(workspaces_root) if workspaces_root else self._warden_home
         self._shared_state = tuple(normalize(p) for p in shared_state)  # the layer cache
+        # `effective` per (workspace folder, session), with the identity of the policy folder and
+        # files it was read from: kept while they are the same files, unchanged (PolicyFiles.identity).
+        self._effective: dict[tuple[str, str | None],
+                              tuple[tuple[str, ...], tuple[tuple[int, ...], ...], EffectivePaths]] = {}
 
     def exposure(self, path: str) -> str | None:
         """Why allowing `path` would show sandboxes Warden's own state (keys, registry), or None."""
@@ -96,10 +102,12 @@ class SandboxPaths:
                          rule="deny: policy folder is a link")
         return folder
 
-    def files_for(self, record: WorkspaceRecord | None, session: str | None) -> dict[Level, Path]:
+    def files_for(self, record: WorkspaceRecord | None, session: str | None, *,
+                  folder: Path | None = None) -> dict[Level, Path]:
+        """The path-list file of each level; `folder`: `record`'s policy folder, just checked."""
         files: dict[Level, Path] = {"global": self.global_file}
         if record is not None:
-            folder = self.policy_dir(record)
+            folder = self.policy_dir(record) if folder is None else folder
             files["workspace"] = folder / "sandbox.json"
             if session is not None:
                 files["session"] = folder / "sessions" / check_session(session) / "sandbox.json"
@@ -118,16 +126,18 @@ class SandboxPaths:
         return self._files.stamp([str(file) for file in self.watched(record, session)])
 
     # -- reading ---------------------------------------------------------------------------
-    def rules(self, record: WorkspaceRecord | None = None, session: str | None = None) -> PathRules:
-        """The merged lists of every level that applies."""
+    def rules(self, record: WorkspaceRecord | None = None, session: str | None = None, *,
+              folder: Path | None = None) -> PathRules:
+        """The merged lists of every level that applies; `folder` as in `files_for`."""
         every: list[PathRule] = []
-        for level, file in self.files_for(record, session).items():
+        for level, file in self.files_for(record, session, folder=folder).items():
             every += parse_paths_doc(self._files.read_doc(str(file)), level, where=str(file), home=self._user_home)
         return PathRules.merge(every)
 
-    def zones(self, record: WorkspaceRecord) -> dict[str, Zone]:
-        """The workspace's configured zones, or the defaults (cache, workspace) when none are."""
-        file = self.zones_file(record)
+    def zones(self, record: WorkspaceRecord, *, folder: Path | None = None) -> dict[str, Zone]:
+        """The workspace's configured zones, or the defaults (cache, workspace) when none are;
+        `folder` as in `files_for`."""
+        file = (self.policy_dir(record) if folder is None else folder) / ZONES_FILE
         configured = parse_zones(self._files.read_zones_doc(str(file)), where=str(file))
         return configured or dict(DEFAULT_ZONES)
 
@@ -225,8 +235,27 @@ class SandboxPaths:
         `system_blocked` (the protected system paths while sandbox.block_system_paths
         is on). Creates `<ws>/.warden/` so it can be bound read-only.
         """
-        folder = self.policy_dir(record)
+        key = (record.path, session)
+        kept = self._effective.get(key)
+        if kept is not None:
+            watched = kept[0]
+        else:  # the policy folder, then the files read from it (their names made once)
+            folder = Path(record.path) / POLICY_DIR
+            watched = (str(folder), *(str(file) for file in self.files_for(record, session, folder=folder).values()),
+                       str(folder / ZONES_FILE))
+        # Every run asks this: the answer read last time is given again while the policy folder
+        # and every file it came from are the very same ones, unchanged. Their identity is taken
+        # before they are read, so a change made while they are read is seen at the next run.
+        seen = self._files.identity(watched)
+        if kept is not None and kept[1] == seen and stat.S_ISDIR(seen[0][2]):
+            return kept[2]
+        folder = self.policy_dir(record)  # refused when a link
         # The sandbox binds .warden/ read-only; it must exist first, or a bot could create it.
         self._files.make_folder(str(folder))
-        return effective_paths(record.path, self.zones(record), self.rules(record, session),
-                               block_system=self.block_system)
+        # The folder checked once (not a link) for the three files read in it, a moment later.
+        made = effective_paths(record.path, self.zones(record, folder=folder),
+                               self.rules(record, session, folder=folder), block_system=self.block_system)
+        if len(self._effective) >= _KEPT_EFFECTIVE:
+            self._effective.clear()
+        self._effective[key] = (watched, seen, made)
+        return made

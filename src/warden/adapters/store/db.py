@@ -52,10 +52,15 @@ class _mapped:  # (lower case, as contextlib.suppress: used as `with _mapped(whe
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if isinstance(exc, sqlite3.OperationalError | OSError):
-            mapped = classify(exc, self.where) or _no_room(exc, self.where)
+            mapped = self.of(exc, self.where)
             if mapped is not None:
                 raise mapped from exc
         # None: whatever was raised goes on as it was
+
+    @staticmethod
+    def of(exc: sqlite3.OperationalError | OSError, where: str) -> Exception | None:
+        """What `exc` is raised as (None: as it is)."""
+        return classify(exc, where) or _no_room(exc, where)
 
 
 # Less free space than this beside the registry, and SQLite's "disk I/O error" is a full disk.
@@ -109,19 +114,61 @@ class _SqliteTx:
         self._where = where
 
     def execute(self, sql: str, params: Mapping[str, object] | None = None) -> list[Row]:
-        with _mapped(self._where):
-            try:
-                cursor = self._conn.execute(sql, dict(params or {}))
-            except sqlite3.IntegrityError as exc:
-                raise Conflict(f"already exists or still in use ({exc})") from exc
+        # What `with _mapped(...)` does, written out: this runs for every statement (some twenty
+        # an exec), and the context manager's three calls were a tenth of the Python it costs.
+        try:
+            cursor = self._conn.execute(sql, dict(params or {}))
             if cursor.description is None:
                 return []
             names = [column[0] for column in cursor.description]
             return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        except sqlite3.IntegrityError as exc:
+            raise Conflict(f"already exists or still in use ({exc})") from exc
+        except (sqlite3.OperationalError, OSError) as exc:
+            mapped = _mapped.of(exc, self._where)
+            if mapped is not None:
+                raise mapped from exc
+            raise
 
     def executemany(self, sql: str, rows: Sequence[Mapping[str, object]]) -> None:
         with _mapped(self._where):
             self._conn.executemany(sql, [dict(r) for r in rows])
+
+
+class _SqliteTransaction:
+    """One transaction of a SqliteDatabase: begun as the block is entered, committed as it ends,
+    rolled back when it raises. A class rather than a generator-based context manager: an exec
+    makes four transactions, and @contextmanager costs several calls an entry and an exit."""
+
+    __slots__ = ("_conn", "_db", "_where", "_write")
+
+    def __init__(self, db: SqliteDatabase, write: bool) -> None:
+        self._db = db
+        self._write = write
+
+    def __enter__(self) -> Sql:
+        conn = self._conn = self._db._connection()
+        where = self._where = str(self._db.path)
+        # BEGIN IMMEDIATE takes the write lock at the start, so read-then-write sequences
+        # (the audit hash chain, unique names) cannot interleave with another process.
+        with _mapped(where):
+            conn.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
+        return _SqliteTx(conn, where)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        conn = self._conn
+        if kind is not None:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return  # what the block raised goes on
+        with _mapped(self._where):
+            try:
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
 
 
 def _connect(path: Path, busy_timeout: float, *, create: bool = True) -> sqlite3.Connection:
@@ -243,27 +290,8 @@ class SqliteDatabase:
             self._opened = True
         return conn
 
-    @contextlib.contextmanager
-    def transaction(self, *, write: bool = True) -> Iterator[Sql]:
-        conn = self._connection()
-        where = str(self.path)
-        # BEGIN IMMEDIATE takes the write lock at the start, so read-then-write sequences
-        # (the audit hash chain, unique names) cannot interleave with another process.
-        with _mapped(where):
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-        try:
-            yield _SqliteTx(conn, where)
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        with _mapped(where):
-            try:
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+    def transaction(self, *, write: bool = True) -> contextlib.AbstractContextManager[Sql]:
+        return _SqliteTransaction(self, write)
 
     def checkpoint(self) -> None:
         """Copy the WAL's committed pages into the database file and sync it, as the last

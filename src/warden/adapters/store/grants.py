@@ -59,6 +59,16 @@ def _time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text) if text else None
 
 
+# The chain's columns, qualified by the query's alias once rather than at every token's lookup.
+_CHAIN_COLUMNS = ", ".join(f"g.{c.strip()}" for c in _GRANT_COLUMNS.split(","))
+
+
+def _texts(text: str) -> tuple[str, ...]:
+    """A JSON list column as a tuple; the common empty list without the JSON parser (a bot's
+    every request reads its grant chain)."""
+    return () if text == "[]" else tuple(json.loads(text))
+
+
 def _grant(row: Row) -> Grant:
     zones = json.loads(row["zones"]) if row["zones"] is not None else None
     created = _time(row["created_at"])
@@ -68,10 +78,10 @@ def _grant(row: Row) -> Grant:
     return Grant(
         accessor=row["accessor"], workspace=row["workspace"], workspace_id=row["workspace_id"],
         bot=row["bot"], permissions=frozenset(p for p in str(row["permissions"]).split(",") if p),
-        zones=tuple(zones) if zones is not None else None, secrets=tuple(json.loads(row["secrets"])),
+        zones=tuple(zones) if zones is not None else None, secrets=_texts(row["secrets"]),
         created=created, expires=expires, max_expires=max_expires, revoked=_time(row["revoked_at"]),
         parent=row["parent_accessor"], created_by=row["created_by"],
-        domains=tuple(json.loads(row["domains"] or "[]")))
+        domains=_texts(row["domains"] or "[]"))
 
 
 class SqlGrants:
@@ -96,13 +106,12 @@ class SqlGrants:
     def chain_by_hash(self, token_hash: str, max_depth: int) -> tuple[list[Grant], str] | None:
         """The grant whose token has this hash and its ancestors (nearest first), in one query,
         with the stored hash (compared by the caller)."""
-        columns = ", ".join(f"g.{c.strip()}" for c in _GRANT_COLUMNS.split(","))
         rows = self._sql.execute(
             "WITH RECURSIVE chain(accessor, parent, depth) AS ("
             " SELECT accessor, parent_accessor, 0 FROM grants WHERE token_hash = :h"
             " UNION ALL SELECT p.accessor, p.parent_accessor, c.depth + 1 FROM grants p"
             " JOIN chain c ON p.accessor = c.parent WHERE c.depth < :d)"
-            f" SELECT g.token_hash, {columns} FROM chain c JOIN grants g ON g.accessor = c.accessor"
+            f" SELECT g.token_hash, {_CHAIN_COLUMNS} FROM chain c JOIN grants g ON g.accessor = c.accessor"
             " ORDER BY c.depth", {"h": token_hash, "d": max_depth})
         if not rows:
             return None

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from functools import cached_property
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 from warden.adapters.store.db import Database, Sql
 
@@ -22,6 +22,31 @@ if TYPE_CHECKING:
 
 __all__ = ["SqlRegistry", "SqlTx"]
 
+T = TypeVar("T")
+
+
+class _table(Generic[T]):  # (lower case, as the functools.cached_property it stands for)
+    """A table of one transaction, made on first use and kept in the transaction's `__dict__`
+    (which later lookups then find first: a non-data descriptor). Not functools.cached_property:
+    until Python 3.12 that takes a lock at every first use, and an exec's transactions make a
+    dozen tables. A transaction belongs to one thread, so no lock is needed."""
+
+    def __init__(self, make: Callable[[SqlTx], T]) -> None:
+        self._make = make
+        self._name = make.__name__
+
+    @overload
+    def __get__(self, tx: None, owner: type) -> _table[T]: ...
+
+    @overload
+    def __get__(self, tx: SqlTx, owner: type) -> T: ...
+
+    def __get__(self, tx: SqlTx | None, owner: type) -> T | _table[T]:
+        if tx is None:
+            return self
+        made = tx.__dict__[self._name] = self._make(tx)
+        return made
+
 
 class SqlTx:
     """One registry transaction (core.ports.Tx); each table's module is imported when first used."""
@@ -29,71 +54,88 @@ class SqlTx:
     def __init__(self, sql: Sql) -> None:
         self.sql = sql
 
-    @cached_property
+    @_table
     def workspaces(self) -> SqlWorkspaces:
         from warden.adapters.store.workspaces import SqlWorkspaces
 
         return SqlWorkspaces(self.sql)
 
-    @cached_property
+    @_table
     def bots(self) -> SqlBots:
         from warden.adapters.store.grants import SqlBots
 
         return SqlBots(self.sql)
 
-    @cached_property
+    @_table
     def grants(self) -> SqlGrants:
         from warden.adapters.store.grants import SqlGrants
 
         return SqlGrants(self.sql)
 
-    @cached_property
+    @_table
     def secrets(self) -> SqlSecrets:
         from warden.adapters.store.secrets import SqlSecrets
 
         return SqlSecrets(self.sql)
 
-    @cached_property
+    @_table
     def leases(self) -> SqlLeases:
         from warden.adapters.store.leases import SqlLeases
 
         return SqlLeases(self.sql)
 
-    @cached_property
+    @_table
     def runs(self) -> SqlRuns:
         from warden.adapters.store.runs_in_progress import SqlRuns
 
         return SqlRuns(self.sql)
 
-    @cached_property
+    @_table
     def sandboxes(self) -> SqlSandboxes:
         from warden.adapters.store.live import SqlSandboxes
 
         return SqlSandboxes(self.sql)
 
-    @cached_property
+    @_table
     def processes(self) -> SqlProcesses:
         from warden.adapters.store.live import SqlProcesses
 
         return SqlProcesses(self.sql)
 
-    @cached_property
+    @_table
     def approvals(self) -> SqlApprovals:
         from warden.adapters.store.approvals import SqlApprovals
 
         return SqlApprovals(self.sql)
 
-    @cached_property
+    @_table
     def instances(self) -> SqlInstances:
         from warden.adapters.store.instances import SqlInstances
 
         return SqlInstances(self.sql)
 
-    @cached_property
+    @_table
     def audit(self) -> SqlAudit:
         from warden.adapters.store.audit import SqlAudit
 
         return SqlAudit(self.sql)
+
+
+class _Transaction:
+    """The database's transaction seen as a registry one (its tables); a class rather than a
+    generator-based context manager, whose calls an exec's four transactions paid twice over."""
+
+    __slots__ = ("_sql",)
+
+    def __init__(self, sql: contextlib.AbstractContextManager[Sql]) -> None:
+        self._sql = sql
+
+    def __enter__(self) -> SqlTx:
+        return SqlTx(self._sql.__enter__())
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool | None:
+        return self._sql.__exit__(kind, exc, tb)
 
 
 class SqlRegistry:
@@ -103,10 +145,8 @@ class SqlRegistry:
         self.db = db
         self.url = db.url
 
-    @contextlib.contextmanager
-    def transaction(self, *, write: bool = True) -> Iterator[SqlTx]:
-        with self.db.transaction(write=write) as sql:
-            yield SqlTx(sql)
+    def transaction(self, *, write: bool = True) -> contextlib.AbstractContextManager[SqlTx]:
+        return _Transaction(self.db.transaction(write=write))
 
     def checkpoint(self) -> None:
         self.db.checkpoint()

@@ -45,3 +45,8 @@ class SqlRuns:
     def of_workspace(self, workspace: str) -> list[RunInProgress]:
         return [_run(r) for r in self._sql.execute(
             "SELECT * FROM runs_in_progress WHERE workspace = :w", {"w": workspace})]
+
+    def of_workspace_or_node(self, workspace: str, node: str) -> list[RunInProgress]:
+        return [_run(r) for r in self._sql.execute(
+            "SELECT * FROM runs_in_progress WHERE workspace = :w OR node = :node ORDER BY started_at",
+            {"w": workspace, "node": node})]

@@ -110,6 +110,12 @@ class PolicyFiles(Protocol):
         """What identifies the files' content now, cheaply (to know when a cache is stale)."""
         ...
 
+    def identity(self, paths: Sequence[str]) -> tuple[tuple[int, ...], ...]:
+        """What each path is now, its links not followed: device, inode, type and mode, size,
+        modification and change times (zeros where nothing is). Any write, rename or replacement
+        changes it: what a decision read from the files may be kept by."""
+        ...
+
     def is_link(self, path: str) -> bool: ...
 
     def make_folder(self, path: str) -> None:

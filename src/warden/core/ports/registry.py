@@ -164,6 +164,10 @@ class RunTable(Protocol):
 
     def of_workspace(self, workspace: str) -> list[RunInProgress]: ...
 
+    def of_workspace_or_node(self, workspace: str, node: str) -> list[RunInProgress]:
+        """The rows of `workspace` or of `node`, by start time: both of a run's reads in one statement."""
+        ...
+
 
 class SandboxTable(Protocol):
     """Live sandboxes (core/live.py): one row per running one, so any process of its node finds it."""
