@@ -33,3 +33,23 @@ def test_health_survives_fifos_and_links_planted_by_a_bot(cli: Cli, home: Path) 
     report = result.json["data"] if result.json["ok"] else {}
     assert "leaked-host-file" not in result.stdout
     assert report == {} or "healthy" in report
+
+
+def test_manifests_of_any_shape_never_stop_health_or_resume(cli: Cli, home: Path) -> None:
+    # A bot writes pyproject.toml and package.json as it likes: `project = 1` made `warden
+    # health` (and `health --all`, and `warden resume`, which checks health) an internal error.
+    created = cli("create", "shapes", "--template", "minimal", "--json")
+    assert created.code == 0, created.stderr
+    ws = Path(created.json["data"]["path"])
+    shapes = ["project = 1\n", "[project]\ndependencies = 5\n", '[project]\ndependencies = "six"\n',
+              '[project]\ndependencies = [1, {a = 1}, "six>=1"]\n']
+    for shape in shapes:
+        (ws / "pyproject.toml").write_text(shape)
+        (ws / "package.json").write_text('{"dependencies": ["left-pad"]}')
+        for args in (("health", "shapes", "--json"), ("health", "--all", "--json")):
+            result = cli(*args, timeout=60)
+            assert result.json is not None and result.json["ok"] is True, (shape, result.stdout, result.stderr)
+    (ws / "pyproject.toml").write_text("project = 1\n")
+    assert cli("suspend", "shapes").code == 0
+    resumed = cli("resume", "shapes", timeout=60)
+    assert resumed.code == 0 and "internal error" not in resumed.stderr, resumed.stderr

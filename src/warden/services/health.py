@@ -223,8 +223,11 @@ class HealthService:
             data = tomllib.loads(raw.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError):
             return []
-        deps = data.get("project", {}).get("dependencies", [])
-        return [d for d in deps if isinstance(d, str)]
+        # The workspace's file, any shape a bot gave it: `project = 1` or `dependencies = 5` made
+        # every health check of the workspace (`warden resume`, `health --all`) an internal error.
+        project = data.get("project")
+        deps = project.get("dependencies") if isinstance(project, dict) else None
+        return [d for d in deps if isinstance(d, str)] if isinstance(deps, list) else []
 
     def _package_deps(self, path: str) -> list[str]:
         raw = self._reads.read_small(path, "package.json")
