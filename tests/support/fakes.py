@@ -659,7 +659,7 @@ class _FakeRoot:
         name = "/" if full == self._root else posixpath.basename(full)
         return _FakeEntry(name, kind, len(self._io.files.get(full, b"")) if kind == "file" else 0)
 
-    def read_bytes(self, path: str) -> bytes:
+    def read_bytes(self, path: str, *, room: Callable[[int], None] | None = None) -> bytes:
         full = self._path(path)
         kind = self._io.kind(full)
         if kind is None:
@@ -667,6 +667,8 @@ class _FakeRoot:
         if kind == "dir":
             raise InvalidInput(f"{path} is a directory; list it instead")
         data = self._io.files[full]
+        if room is not None:
+            room(len(data))
         if self._max is not None and len(data) > self._max:
             raise TooLarge(f"{path} is {len(data)} bytes, over the limit of {self._max}")
         return data

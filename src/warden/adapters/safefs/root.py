@@ -32,6 +32,7 @@ import errno
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -236,8 +237,9 @@ class SafeRoot:
         return self._dir(_parts(path))
 
     # -- reads -----------------------------------------------------------------------------
-    def read_bytes(self, path: str) -> bytes:
-        """The content of regular file `path`, at most `max_bytes`."""
+    def read_bytes(self, path: str, *, room: Callable[[int], None] | None = None) -> bytes:
+        """The content of regular file `path`, at most `max_bytes`; `room(size)`, when given, is
+        told its size (fstat) before a byte is read, and may refuse with an error."""
         parts = _parts(path)
         if not parts:
             raise InvalidInput("/ is a directory; give a file path")
@@ -253,6 +255,8 @@ class SafeRoot:
                     raise InvalidInput(f"{path} is a directory; list it instead")
                 raise Denied(f"{path} is a {kind}, not a regular file; Warden reads only regular files",
                              rule=f"deny: not a regular file ({kind})")
+            if room is not None:
+                room(st.st_size)
             return self._read_all(fd, st, path)
         except OSError as exc:
             raise _error(exc, path) from None
