@@ -21,6 +21,11 @@ __all__ = ["FILE_TOOLS", "LINES", "OpenFiles"]
 
 LINES = 2000  # lines read_file returns when no limit is given
 MAX_TEXT = 256 * 1024  # characters of file text in one answer
+# Bytes of a binary file read_file (or a resource read) answers whole. Over HTTP an answer is
+# written whole to its connection: a bot that asked for a 20 MB sparse file (no disk) four times
+# and read no answer made the server hold 600 MB (base64, twice, in JSON), one for each
+# connection it keeps open; a text of NULs is 6 bytes of JSON each.
+MAX_WHOLE = 1 << 20
 TREE_ENTRIES = 400
 SEARCH_SCANNED = 5000
 SEARCH_RESULTS = 100
@@ -45,6 +50,10 @@ def read_file(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
     except UnicodeDecodeError:
         if "offset" in args or "limit" in args:
             raise InvalidInput(f"{path} is a binary file; read it whole (it comes back as base64)") from None
+        if len(data) > MAX_WHOLE:
+            raise InvalidInput(f"{path} is a binary file of {len(data)} bytes, over the {MAX_WHOLE >> 20} MiB "
+                               "read_file returns; read a part of it with exec (`head -c`, `od -A d -t x1 -j SKIP "
+                               "-N COUNT`)") from None
         encoded = base64.b64encode(data).decode("ascii")
         return Answer(f"{path} is binary ({len(data)} bytes); base64:\n{encoded}",
                        {"path": path, "encoding": "base64", "size": len(data), "content": encoded})
@@ -55,17 +64,21 @@ def read_file(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
         raise InvalidInput(f"offset {first} is past the end of {path} ({len(lines)} lines)")
     chosen: list[str] = []
     size = 0
+    cut = ""
     for line in lines[first - 1:first - 1 + limit]:
         if size + len(line) > MAX_TEXT and chosen:
             break
+        if len(line) > MAX_TEXT:  # one line past the bound, the first: a file of one 100 MB line
+            cut = f"\n[line {first} cut at {MAX_TEXT} of its {len(line)} characters]"
+            line = line[:MAX_TEXT]
         chosen.append(line)
         size += len(line)
     last = first - 1 + len(chosen)
-    body = "".join(chosen)
+    body = "".join(chosen) + cut
     # The text goes once, as the content a model reads; the structured part says what it is.
     data_out: dict[str, Any] = {"path": path, "encoding": "utf-8", "size": len(data), "lines": len(lines),
                                 "offset": first, "returned_lines": len(chosen)}
-    if first == 1 and last >= len(lines):
+    if first == 1 and last >= len(lines) and not cut:
         return Answer(body, data_out)
     more = f"; call read_file with offset={last + 1} for the rest" if last < len(lines) else ""
     return Answer(f"[{path}: lines {first}-{last} of {len(lines)}{more}]\n{body}", data_out)
