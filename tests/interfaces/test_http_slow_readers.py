@@ -87,3 +87,34 @@ def test_a_bot_that_reads_no_answers_holds_a_few_files_not_one_per_connection(
     wait_until(lambda: httpx.get(f"{server.url}/v1/workspaces/demo/files/content", params={"path": "big.bin"},
                                  headers={"Authorization": f"Bearer {tokens['hoarder']}"},
                                  timeout=60).status_code == 200, timeout=30)
+
+
+def test_a_huge_directory_is_listed_in_pages(served: tuple[ServeProcess, dict[str, str], Path]) -> None:
+    # A folder of 200,000 empty files with long names (no disk) was one 97 MB answer, written whole
+    # to its connection for a client that may never read it. Pages of 5,000 now; the SDK follows them.
+    server, tokens, workspace = served
+    folder = workspace / "many"
+    folder.mkdir()
+    names = sorted(f"{'n' * 200}{i:05}" for i in range(12_000))
+    for name in names:
+        (folder / name).touch()
+    headers = {"Authorization": f"Bearer {tokens['other']}"}
+    first = httpx.get(f"{server.url}/v1/workspaces/demo/files", params={"path": "/many"}, headers=headers,
+                      timeout=60)
+    assert first.status_code == 200 and len(first.content) < 3 << 20, len(first.content)
+    page = first.json()
+    assert len(page["entries"]) == 5000 and page["next_offset"] == 5000
+    assert [e["name"] for e in page["entries"]] == names[:5000]
+    last = httpx.get(f"{server.url}/v1/workspaces/demo/files", params={"path": "/many", "offset": 10_000},
+                     headers=headers, timeout=60).json()
+    assert [e["name"] for e in last["entries"]] == names[10_000:] and last["next_offset"] is None
+    assert httpx.get(f"{server.url}/v1/workspaces/demo/files", params={"path": "/many", "limit": 5001},
+                     headers=headers, timeout=60).status_code in (400, 422)
+    from warden.client import Client
+
+    listed = Client(server.url, tokens["other"]).workspace("demo").files.list("/many")
+    assert [e["name"] for e in listed] == names
+    # A file's status has no entries and no next page.
+    one = httpx.get(f"{server.url}/v1/workspaces/demo/files", params={"path": f"/many/{names[0]}"},
+                    headers=headers, timeout=60).json()
+    assert one["entries"] is None and one["next_offset"] is None

@@ -27,6 +27,8 @@ MAX_TEXT = 256 * 1024  # characters of file text in one answer
 # connection it keeps open; a text of NULs is 6 bytes of JSON each.
 MAX_WHOLE = 1 << 20
 TREE_ENTRIES = 400
+# Entries list_directory answers (by name): a folder of 200,000 files was one answer of tens of MB.
+LIST_ENTRIES = 1000
 SEARCH_SCANNED = 5000
 SEARCH_RESULTS = 100
 # File text one search with `contains` reads, all files together: 5,000 hard links to one 1 MiB
@@ -119,11 +121,15 @@ def edit_file(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
 def list_directory(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
     path = canonical(args["path"])
     files = open_files("read")
-    entries = files.list(path)
+    listed = files.list(path)
+    entries = listed[:LIST_ENTRIES]
     rows = [{"name": e.name, "type": "directory" if e.type == "dir" else e.type, "size": e.size}
             for e in entries]
     text = "\n".join(_entry_name(e.name, e.type) for e in entries) or f"{path} is empty"
-    return Answer(text, {"path": path, "entries": rows})
+    if len(listed) > len(entries):
+        text += (f"\n… {len(listed) - len(entries)} more entries not shown (at most {LIST_ENTRIES}); "
+                 "narrow it with search_files and a pattern")
+    return Answer(text, {"path": path, "entries": rows, "truncated": len(listed) > len(entries)})
 
 
 def directory_tree(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
