@@ -153,9 +153,11 @@ class FakeWorkspaceIO:
         self.links = {k: v for k, v in self.links.items() if not k.startswith(prefix) and k != path}
         self.trashed.append(path)
 
-    def read_small(self, root: str, rel: str, limit: int = 1 << 20) -> bytes | None:
+    def read_small(self, root: str, rel: str, limit: int = 1 << 20, *, head: bool = False) -> bytes | None:
         path = f"{root}/{rel}"
         data = self.files.get(path) if path not in self.links else None
+        if data is not None and head:
+            return data[:limit]
         return data if data is not None and len(data) <= limit else None
 
     def regular_dirs(self, root: str, rel: str, suffix: str) -> list[str]:

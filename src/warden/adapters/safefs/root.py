@@ -263,6 +263,30 @@ class SafeRoot:
         finally:
             os.close(fd)
 
+    def read_head(self, path: str, size: int) -> bytes:
+        """The first `size` bytes of regular file `path` (all of it when smaller)."""
+        parts = _parts(path)
+        if not parts:
+            raise InvalidInput("/ is a directory; give a file path")
+        try:
+            fd = self._open(parts, _READ_FLAGS)
+        except OSError as exc:
+            raise _error(exc, path) from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise Denied(f"{path} is not a regular file; Warden reads only regular files",
+                             rule="deny: not a regular file")
+            chunks: list[bytes] = []
+            left = size
+            while left > 0 and (chunk := os.read(fd, left)):
+                chunks.append(chunk)
+                left -= len(chunk)
+            return b"".join(chunks)
+        except OSError as exc:
+            raise _error(exc, path) from None
+        finally:
+            os.close(fd)
+
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
         """The content of `path` decoded as `encoding`."""
         data = self.read_bytes(path)
