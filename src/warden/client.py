@@ -428,6 +428,10 @@ class RemoteFiles:
         if result.get("entries") is None:
             raise InvalidInput(f"{path} is a {result.get('type')}, not a directory")
         entries: list[dict[str, Any]] = result["entries"]
+        while isinstance(result.get("next_offset"), int):  # a large directory comes in pages
+            result = self._ws.client.request("GET", self._path(), params={"path": path,
+                                                                          "offset": result["next_offset"]}).json()
+            entries += result.get("entries") or []
         return entries
 
     def delete(self, path: str) -> None:

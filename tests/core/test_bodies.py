@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from warden.core.bodies import json_values
 
 
@@ -35,3 +37,19 @@ def test_many_containers_commas_or_strings_are_counted() -> None:
     masked = b"[" + b",".join([b'"a\\\\"'] * 120_000) + b"]"
     assert json_values(masked) is not None
     assert json_values(lists, limit=10_000_000) is None
+
+
+def test_a_utf16_or_utf32_body_is_counted_as_what_it_decodes_to() -> None:
+    # json.loads takes UTF-16 and UTF-32: U+0122 is the bytes 22 01 in UTF-16-LE, a `"` to a
+    # count of bytes, so the 150,000 lists between two such strings looked like one string.
+    text = '{"cmd": ["\u0122"' + ",[]" * 150_000 + ',"\u0122"]}'
+    for encoding in ("utf-16-le", "utf-16-be", "utf-16", "utf-32-le", "utf-32", "utf-8-sig"):
+        body = text.encode(encoding)
+        assert len(json.loads(body)["cmd"]) == 150_002  # what the server would build
+        assert json_values(body) is not None and json_values(body) >= 150_000, encoding  # type: ignore[operator]
+    # Ordinary text in those encodings still passes; a body that does not decode is json.loads's to refuse.
+    assert json_values(json.dumps({"cmd": ["\u0122"] * 100, "stdin": "[]," * 200_000}).encode("utf-16")) is None
+    broken = b'{\x00"\x00' + b"[\x00" * 200_000 + b"x"  # UTF-16 of an odd length
+    assert json_values(broken) is None
+    with pytest.raises(UnicodeDecodeError):
+        json.loads(broken)

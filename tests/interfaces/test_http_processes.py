@@ -243,6 +243,56 @@ def test_wait_is_a_long_poll(world: World) -> None:
     assert ws.processes.wait(process.id, timeout=30).exit_code == 2
 
 
+def test_one_bots_waits_and_follows_never_hold_the_servers_threads(world: World) -> None:
+    # Each wait holds one of the server's threads for up to 30 s, each follow one a second at a
+    # time: 60 waits of one bot on its own sleep took all 40 of Starlette's, and another bot's
+    # file read waited 28 s; 200 follows, 8 s. Now a bot has at most api.max_execs_per_bot (3
+    # here) at once, and the next is 503 with Retry-After (the SDK asks again).
+    base = f"{world.server.url}/v1/workspaces/shared"
+    headers = {"Authorization": f"Bearer {world.tokens['carol']}"}
+    sleeper = httpx.post(f"{base}/exec", json={"cmd": ["sleep", "120"], "background": True},
+                         headers=headers, timeout=60).json()["id"]
+    answers: list[int] = []
+    url = httpx.URL(world.server.url)
+
+    def wait() -> None:
+        answers.append(httpx.get(f"{base}/processes/{sleeper}/wait", params={"timeout": "8"}, headers=headers,
+                                 timeout=60).status_code)
+
+    waiters = [threading.Thread(target=wait) for _ in range(45)]
+    follows: list[socket.socket] = []
+    try:
+        for waiter in waiters:
+            waiter.start()
+        for _ in range(60):
+            follow = socket.create_connection((url.host, url.port), timeout=30)
+            follow.sendall(f"GET /v1/workspaces/shared/processes/{sleeper}/logs?follow=true HTTP/1.1\r\n"
+                           f"Host: x\r\nAuthorization: Bearer {world.tokens['carol']}\r\n\r\n".encode())
+            follows.append(follow)
+        time.sleep(1.5)
+        before = time.monotonic()
+        read = httpx.get(f"{base}/files", params={"path": "/"},
+                         headers={"Authorization": f"Bearer {world.tokens['bob']}"}, timeout=60)
+        assert read.status_code == 200, read.text
+        assert time.monotonic() - before < 2, "another bot's request waited for a thread"
+        refused = httpx.get(f"{base}/processes/{sleeper}/logs", params={"follow": "true"}, headers=headers, timeout=30)
+        assert refused.status_code == 503 and refused.headers.get("retry-after") == "1"
+        assert refused.json()["error"]["code"] == "unavailable" and "api.max_execs_per_bot" in refused.text
+    finally:
+        for follow in follows:
+            follow.close()
+        for waiter in waiters:
+            waiter.join(60)
+    assert answers.count(200) <= 3 and answers.count(503) >= 42, answers
+    # The places come back once the waits and follows end: the SDK's own wait still works.
+    ws = world.ws("carol")
+    wait_until(lambda: httpx.get(f"{base}/processes/{sleeper}/wait", params={"timeout": "0.1"}, headers=headers,
+                                 timeout=30).status_code == 200)
+    ws.processes.kill(sleeper, "KILL")
+    process = ws.run(["sh", "-c", "sleep 0.3; exit 3"], background=True)
+    assert ws.processes.wait(process.id, timeout=30).exit_code == 3
+
+
 def test_revoking_a_grant_ends_its_processes(world: World) -> None:
     environ = world.environ
     cli_out(environ, "bot", "register", "dave")

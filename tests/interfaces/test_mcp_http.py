@@ -334,3 +334,41 @@ def test_a_flood_of_output_is_streamed_bounded_and_said(served: tuple[World, str
     assert streamed <= STREAM_TOTAL + 1000
     notes = [m for kind, _, m in recorder.events if kind == "progress" and "were not streamed" in m]
     assert len(notes) == 1 and recorder.events[-1][0] == "result"
+
+
+def test_an_answer_holding_a_file_is_bounded_whatever_the_file(served: tuple[World, str]) -> None:
+    # Each answer is written whole to its connection: read_file of a 20 MB sparse file (no disk)
+    # was 150 MB of JSON (base64 twice, or six bytes for each NUL), and four such answers a bot
+    # never read held 600 MB of the server's memory. Whole binaries and resources are at most
+    # 1 MiB now, and a line past 256 Ki characters is cut, saying so.
+    world, url = served
+    folder = world.path("paper") / "drafts"
+    with open(folder / "zeros.bin", "wb") as zeros:
+        zeros.truncate(20 << 20)  # NULs: UTF-8 text of one line
+    (folder / "noise.bin").write_bytes(bytes(range(256)) * 8192)  # 2 MiB, not UTF-8
+    headers = {"Authorization": f"Bearer {world.tokens['alice@paper']}",
+               "Accept": "application/json, text/event-stream"}
+
+    def call(method: str, params: dict[str, Any]) -> httpx.Response:
+        return httpx.post(url, json={"jsonrpc": "2.0", "id": 7, "method": method, "params": params},
+                          headers=headers, timeout=120)
+
+    def read(path: str) -> httpx.Response:
+        return call("tools/call", {"name": "read_file", "arguments": {"workspace": "paper", "path": path}})
+
+    zeros_answer = read("/drafts/zeros.bin")
+    assert zeros_answer.status_code == 200 and len(zeros_answer.content) < 4 << 20, len(zeros_answer.content)
+    said = zeros_answer.json()["result"]
+    assert not said["isError"] and "cut at 262144 of its 20971520 characters" in said["content"][0]["text"]
+    noise_answer = read("/drafts/noise.bin")
+    assert len(noise_answer.content) < 1 << 20
+    refusal = noise_answer.json()["result"]
+    assert refusal["isError"] and "over the 1 MiB read_file returns" in refusal["content"][0]["text"]
+    resource = call("resources/read", {"uri": "warden://paper/drafts/zeros.bin"})
+    assert len(resource.content) < 1 << 20 and "over the 1 MiB a resource read returns" in resource.text
+    # Small ones come back whole, as before.
+    (folder / "small.bin").write_bytes(bytes(range(256)))
+    small = read("/drafts/small.bin").json()["result"]
+    assert small["structuredContent"]["encoding"] == "base64" and small["structuredContent"]["size"] == 256
+    whole = call("resources/read", {"uri": "warden://paper/input/data.csv"}).json()["result"]
+    assert whole["contents"][0]["text"] == "a,b\n1,2\n"

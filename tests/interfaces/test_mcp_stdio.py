@@ -232,6 +232,44 @@ def test_a_hard_link_to_a_neighbours_file_is_not_written_through(world: World) -
     assert (sibling / "secret.txt").read_text() == SECRET
 
 
+def test_a_search_reads_a_bounded_amount_of_text(world: World) -> None:
+    # 5,000 hard links to one 1 MiB text file cost the bot 1 MiB of disk, and each search_files
+    # with `contains` read all of them: 5 GiB, 19 s of the server's CPU a call. At most 32 MiB now.
+    folder = world.path("paper") / "drafts" / "links"
+    folder.mkdir()
+    (folder / "f0").write_text(("x" * 99 + "\n") * 10_000)  # just under 1 MiB
+    for i in range(1, 60):
+        os.link(folder / "f0", folder / f"f{i}")
+    (folder / "z-last").write_text("needle\n")
+
+    async def go() -> Any:
+        async with stdio_session(world, world.tokens["alice@paper"]) as session:
+            return await session.call_tool("search_files", {"workspace": "paper", "pattern": "*",
+                                                            "path": "/drafts/links", "contains": "needle"})
+
+    result = run(go())
+    assert not result.is_error, text(result)
+    assert result.structured_content["truncated"] is True
+    assert "32 MiB of text read" in text(result)
+
+
+def test_list_directory_answers_a_bounded_number_of_entries(world: World) -> None:
+    # A folder of 200,000 empty files was one answer of tens of MB: at most 1,000 entries now.
+    folder = world.path("paper") / "drafts" / "crowd"
+    folder.mkdir()
+    for i in range(1200):
+        (folder / f"f{i:04}").touch()
+
+    async def go() -> Any:
+        async with stdio_session(world, world.tokens["alice@paper"]) as session:
+            return await session.call_tool("list_directory", {"workspace": "paper", "path": "/drafts/crowd"})
+
+    result = run(go())
+    assert not result.is_error, text(result)
+    assert len(result.structured_content["entries"]) == 1000 and result.structured_content["truncated"] is True
+    assert "200 more entries not shown (at most 1000)" in text(result)
+
+
 def test_refusals_name_the_rule_and_what_to_do_in_folder_words(world: World) -> None:
     async def go() -> list[Any]:
         async with stdio_session(world, world.tokens["bob@drafts"]) as session:

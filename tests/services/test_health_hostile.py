@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from tests.conftest import Cli
@@ -33,3 +34,45 @@ def test_health_survives_fifos_and_links_planted_by_a_bot(cli: Cli, home: Path) 
     report = result.json["data"] if result.json["ok"] else {}
     assert "leaked-host-file" not in result.stdout
     assert report == {} or "healthy" in report
+
+
+def test_manifests_of_any_shape_never_stop_health_or_resume(cli: Cli, home: Path) -> None:
+    # A bot writes pyproject.toml and package.json as it likes: `project = 1` made `warden
+    # health` (and `health --all`, and `warden resume`, which checks health) an internal error.
+    created = cli("create", "shapes", "--template", "minimal", "--json")
+    assert created.code == 0, created.stderr
+    ws = Path(created.json["data"]["path"])
+    shapes = ["project = 1\n", "[project]\ndependencies = 5\n", '[project]\ndependencies = "six"\n',
+              '[project]\ndependencies = [1, {a = 1}, "six>=1"]\n']
+    for shape in shapes:
+        (ws / "pyproject.toml").write_text(shape)
+        (ws / "package.json").write_text('{"dependencies": ["left-pad"]}')
+        for args in (("health", "shapes", "--json"), ("health", "--all", "--json")):
+            result = cli(*args, timeout=60)
+            assert result.json is not None and result.json["ok"] is True, (shape, result.stdout, result.stderr)
+    (ws / "pyproject.toml").write_text("project = 1\n")
+    assert cli("suspend", "shapes").code == 0
+    resumed = cli("resume", "shapes", timeout=60)
+    assert resumed.code == 0 and "internal error" not in resumed.stderr, resumed.stderr
+
+
+def test_health_reads_the_headers_of_a_packages_metadata_not_all_of_it(cli: Cli, home: Path) -> None:
+    # 8,000 dist-info folders, each a hard link to one 1 MiB METADATA (1 MiB of the bot's disk),
+    # made `warden health` read 8 GB: 45 s, and an hour at workspace.max_files. Its headers only now.
+    created = cli("create", "crowded", "--template", "minimal", "--json")
+    assert created.code == 0, created.stderr
+    ws = Path(created.json["data"]["path"])
+    site = next((ws / ".venv" / "lib").glob("python3.*/site-packages"))
+    big = ws / "metadata"
+    big.write_text("Metadata-Version: 2.1\nName: wanted-pkg\nVersion: 1.0\n\n" + ("x" * 99 + "\n") * 10_480)
+    for i in range(8000):
+        folder = site / f"p{i}-1.0.dist-info"
+        folder.mkdir()
+        os.link(big, folder / "METADATA")
+    (ws / "pyproject.toml").write_text('[project]\nname = "x"\ndependencies = ["wanted-pkg", "absent-pkg"]\n')
+    started = time.monotonic()
+    result = cli("health", "crowded", "--json", timeout=120)
+    took = time.monotonic() - started
+    assert result.json is not None and result.json["ok"] is True, result.stdout
+    assert result.json["data"]["python_missing"] == ["absent-pkg"]  # the large METADATA's Name is still read
+    assert took < 20, f"health took {took:.1f} s"  # 45 s and more before

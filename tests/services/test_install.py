@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -92,3 +93,21 @@ def test_a_manifest_warden_cannot_edit_refuses_the_install_before_it_runs(envhom
     assert not list(ws.glob(".venv/lib/python3.*/site-packages/gamma"))
     assert envhome.cli("install", name, "gamma", "--no-persist").returncode == 0
     assert list(ws.glob(".venv/lib/python3.*/site-packages/gamma"))
+
+
+def test_a_pyproject_too_costly_to_edit_refuses_the_install_at_once(envhome: EnvHome) -> None:  # noqa: F811
+    """tomlkit's parse grows faster than the file: a bot's 5,000 dotted keys in 1,500 tables (75
+    KiB) kept the server's CPU busy over a minute for each install it asked for. Counted first
+    (tomllib, linear), refused in a moment; a person's ordinary pyproject.toml is still edited."""
+    name = envhome.name("costly")
+    ws = envhome.create(name)
+    ordinary = (ws / "pyproject.toml").read_text()
+    (ws / "pyproject.toml").write_text("".join(f"a.b{i % 1500}.k{i} = 1\n" for i in range(5000)))
+    started = time.monotonic()
+    refused = envhome.cli("install", name, "gamma")
+    assert refused.returncode == 2 and "more than 1000 keys" in refused.stderr, refused.stderr
+    assert time.monotonic() - started < 15
+    assert not list(ws.glob(".venv/lib/python3.*/site-packages/gamma"))
+    (ws / "pyproject.toml").write_text(ordinary + "".join(f"[tool.t{i}]\nk = [1, 2]\n" for i in range(300)))
+    assert envhome.cli("install", name, "gamma").returncode == 0
+    assert "gamma" in (ws / "pyproject.toml").read_text()

@@ -153,9 +153,11 @@ class FakeWorkspaceIO:
         self.links = {k: v for k, v in self.links.items() if not k.startswith(prefix) and k != path}
         self.trashed.append(path)
 
-    def read_small(self, root: str, rel: str, limit: int = 1 << 20) -> bytes | None:
+    def read_small(self, root: str, rel: str, limit: int = 1 << 20, *, head: bool = False) -> bytes | None:
         path = f"{root}/{rel}"
         data = self.files.get(path) if path not in self.links else None
+        if data is not None and head:
+            return data[:limit]
         return data if data is not None and len(data) <= limit else None
 
     def regular_dirs(self, root: str, rel: str, suffix: str) -> list[str]:
@@ -659,7 +661,7 @@ class _FakeRoot:
         name = "/" if full == self._root else posixpath.basename(full)
         return _FakeEntry(name, kind, len(self._io.files.get(full, b"")) if kind == "file" else 0)
 
-    def read_bytes(self, path: str) -> bytes:
+    def read_bytes(self, path: str, *, room: Callable[[int], None] | None = None) -> bytes:
         full = self._path(path)
         kind = self._io.kind(full)
         if kind is None:
@@ -667,6 +669,8 @@ class _FakeRoot:
         if kind == "dir":
             raise InvalidInput(f"{path} is a directory; list it instead")
         data = self._io.files[full]
+        if room is not None:
+            room(len(data))
         if self._max is not None and len(data) > self._max:
             raise TooLarge(f"{path} is {len(data)} bytes, over the limit of {self._max}")
         return data

@@ -131,10 +131,10 @@ class HostWorkspaceIO:
         remove_in_background(target)
 
     # -- WorkspaceReads --------------------------------------------------------------------
-    def read_small(self, root: str, rel: str, limit: int = 1 << 20) -> bytes | None:
+    def read_small(self, root: str, rel: str, limit: int = 1 << 20, *, head: bool = False) -> bytes | None:
         from warden.adapters.safefs import read_small  # here: its ctypes only when a file is read
 
-        return read_small(root, rel, limit)
+        return read_small(root, rel, limit, head=head)
 
     def regular_dirs(self, root: str, rel: str, suffix: str) -> list[str]:
         from warden.adapters.safefs import regular_dirs

@@ -11,6 +11,7 @@ outside strings, in a few passes of `bytes.count`, and refused past a bound befo
 
 from __future__ import annotations
 
+import json
 import re
 
 __all__ = ["MAX_JSON_VALUES", "json_values"]
@@ -32,6 +33,17 @@ def json_values(body: bytes, limit: int = MAX_JSON_VALUES) -> int | None:
     Not a validator: a malformed body passes (json.loads refuses it next, cheaply); nor exact
     for one: its count may be off by its malformation, never by what a string holds.
     """
+    encoding = json.detect_encoding(body)
+    if encoding not in ("utf-8", "utf-8-sig"):
+        # json.loads takes UTF-16 and UTF-32 bodies too, whose code units may hold a `"` byte
+        # inside a string (U+0122 is 22 01 in UTF-16-LE): counted as bytes, 16 MiB of `[],`
+        # between two such strings looked like one string and held the event loop for seconds.
+        # Counted as the UTF-8 they decode to (a body that does not decode is refused by
+        # json.loads before it builds anything).
+        try:
+            body = body.decode(encoding, "surrogatepass").encode("utf-8", "surrogatepass")
+        except UnicodeError:
+            return None
     rough = body.count(b"[") + body.count(b"{") + body.count(b",")
     quotes = body.count(b'"')
     if rough + quotes // 2 <= limit:

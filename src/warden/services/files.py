@@ -247,9 +247,9 @@ class FileService:
                             zone=decision.zone)
 
     # -- reads -----------------------------------------------------------------------------
-    def read_bytes(self, path: str) -> bytes:
-        """The bytes of a file."""
-        return self._do("read", path, lambda root, rel: root.read_bytes(rel), lambda d: {"size": len(d)})
+    def read_bytes(self, path: str, *, room: Callable[[int], None] | None = None) -> bytes:
+        """The bytes of a file; `room(size)` is told its size before they are read (and may refuse)."""
+        return self._do("read", path, lambda root, rel: root.read_bytes(rel, room=room), lambda d: {"size": len(d)})
 
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
         """The text of a file."""

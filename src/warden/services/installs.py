@@ -86,12 +86,45 @@ def _read_manifest(root: WorkspaceRoot, name: str) -> str:
                            "--no-persist, or record the package yourself)") from None
 
 
+# What Warden edits with tomlkit, whose parse of a bot's file grows faster than its size: 3,000
+# dotted keys in 1,000 tables (43 KiB) took 9 s, 5,000 in 1,500 over a minute of the server's CPU
+# for each install a bot asked for (abandoned at api.request_timeout, still parsing). A person's
+# pyproject.toml holds a few hundred keys at most (Warden's own, with its tools' settings, 154).
+MANIFEST_KEYS = 1000  # keys and tables, at every depth
+MANIFEST_ITEMS = 20_000  # array items, at every depth (linear for tomlkit: 0.8 s)
+
+
+def _editable_toml(text: str) -> None:
+    """InvalidInput unless `text` is TOML small enough in keys and items for tomlkit to edit
+    (counted by tomllib, which parses in time linear in the text)."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError):
+        raise InvalidInput("pyproject.toml is not valid TOML; fix it or use --no-persist") from None
+    keys = items = 0
+    pending: list[object] = [data]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            keys += len(value)
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            items += len(value)
+            pending.extend(value)
+        if keys > MANIFEST_KEYS or items > MANIFEST_ITEMS:
+            raise InvalidInput(f"pyproject.toml holds more than {MANIFEST_KEYS} keys or {MANIFEST_ITEMS} array items; "
+                               "Warden does not edit it (use --no-persist, or record the package yourself)")
+
+
 def record_python(root: WorkspaceRoot, requirements: Sequence[str], *, dry: bool = False) -> bool:
     """Add (or replace, by name) `requirements` in pyproject.toml's [project].dependencies, keeping
     comments. `dry`: only say (InvalidInput) whether it could, writing nothing."""
     import tomlkit
 
     text = _read_manifest(root, "pyproject.toml")
+    _editable_toml(text)
     try:
         doc = tomlkit.parse(text) if text else tomlkit.document()
     except (tomlkit.exceptions.ParseError, RecursionError):  # the workspace's file: a typo, or a bot's

@@ -19,12 +19,13 @@ from warden.core.errors import WardenError
 __all__ = ["read_small", "regular_dirs"]
 
 
-def read_small(root: Path | str, rel: str, limit: int = 1 << 20) -> bytes | None:
+def read_small(root: Path | str, rel: str, limit: int = 1 << 20, *, head: bool = False) -> bytes | None:
     """The bytes of regular file `rel` beneath `root` (at most `limit`), or None when it is
-    missing, anything but a regular file, reached through a link, or larger."""
+    missing, anything but a regular file, reached through a link, or larger (with `head`: its
+    first `limit` bytes then)."""
     try:
-        with SafeRoot.open(root, max_bytes=limit) as tree:
-            return tree.read_bytes(rel)
+        with SafeRoot.open(root, max_bytes=None if head else limit) as tree:
+            return tree.read_head(rel, limit) if head else tree.read_bytes(rel)
     except WardenError:
         return None
 

@@ -32,6 +32,7 @@ import errno
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -236,8 +237,9 @@ class SafeRoot:
         return self._dir(_parts(path))
 
     # -- reads -----------------------------------------------------------------------------
-    def read_bytes(self, path: str) -> bytes:
-        """The content of regular file `path`, at most `max_bytes`."""
+    def read_bytes(self, path: str, *, room: Callable[[int], None] | None = None) -> bytes:
+        """The content of regular file `path`, at most `max_bytes`; `room(size)`, when given, is
+        told its size (fstat) before a byte is read, and may refuse with an error."""
         parts = _parts(path)
         if not parts:
             raise InvalidInput("/ is a directory; give a file path")
@@ -253,7 +255,33 @@ class SafeRoot:
                     raise InvalidInput(f"{path} is a directory; list it instead")
                 raise Denied(f"{path} is a {kind}, not a regular file; Warden reads only regular files",
                              rule=f"deny: not a regular file ({kind})")
+            if room is not None:
+                room(st.st_size)
             return self._read_all(fd, st, path)
+        except OSError as exc:
+            raise _error(exc, path) from None
+        finally:
+            os.close(fd)
+
+    def read_head(self, path: str, size: int) -> bytes:
+        """The first `size` bytes of regular file `path` (all of it when smaller)."""
+        parts = _parts(path)
+        if not parts:
+            raise InvalidInput("/ is a directory; give a file path")
+        try:
+            fd = self._open(parts, _READ_FLAGS)
+        except OSError as exc:
+            raise _error(exc, path) from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise Denied(f"{path} is not a regular file; Warden reads only regular files",
+                             rule="deny: not a regular file")
+            chunks: list[bytes] = []
+            left = size
+            while left > 0 and (chunk := os.read(fd, left)):
+                chunks.append(chunk)
+                left -= len(chunk)
+            return b"".join(chunks)
         except OSError as exc:
             raise _error(exc, path) from None
         finally:

@@ -58,7 +58,9 @@ class FileEntry(Protocol):
 class WorkspaceRoot(Protocol):
     """A workspace folder held open: every path beneath it is opened without following links."""
 
-    def read_bytes(self, path: str) -> bytes: ...
+    def read_bytes(self, path: str, *, room: Callable[[int], None] | None = None) -> bytes:
+        """The file's bytes; `room(size)` is told its size before they are read (it may refuse)."""
+        ...
 
     def read_text(self, path: str, encoding: str = "utf-8") -> str: ...
 

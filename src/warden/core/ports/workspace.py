@@ -90,8 +90,9 @@ class WorkspaceReads(Protocol):
     """Bounded reads of the files a bot controls (health checks): beneath the workspace, never
     following a link, never blocking on a FIFO."""
 
-    def read_small(self, root: str, rel: str, limit: int = 1 << 20) -> bytes | None:
-        """The bytes of regular file `rel` beneath `root` (None: missing, not a regular file, over `limit`)."""
+    def read_small(self, root: str, rel: str, limit: int = 1 << 20, *, head: bool = False) -> bytes | None:
+        """The bytes of regular file `rel` beneath `root` (None: missing, not a regular file, over
+        `limit`; with `head`, the first `limit` bytes of a larger one instead)."""
         ...
 
     def regular_dirs(self, root: str, rel: str, suffix: str) -> list[str]:

@@ -212,6 +212,10 @@ def create_app(app: App) -> FastAPI:
             return _STREAM_S  # a change stream lasts as long as its client listens
         if method == "POST" and path.rstrip("/") == "/v1/workspaces":
             return max(request_timeout, 600.0)  # building an environment may take minutes
+        if method == "GET" and CONTENT_PATH.match(path) is not None:
+            # A file's bytes are sent as its client reads them (files.py): a large one to a slow
+            # client gets a second for each 256 KiB of the largest file, as an upload does.
+            return request_timeout + max_file / (256 * 1024)
         return request_timeout
 
     # The fast paths inside NodeForwarding (another node's files are read and its commands run

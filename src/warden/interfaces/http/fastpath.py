@@ -81,13 +81,16 @@ class FastReads:
             await self.inner(scope, receive, send)
             return
         from warden.interfaces.http.files import read_content
-        from warden.interfaces.http.statuses import status_for
+        from warden.interfaces.http.statuses import SLOT_RULES, status_for
 
         name, path, token = matched
+        headers: list[tuple[bytes, bytes]] = []
         try:
-            data = await run_in_threadpool(read_content, self.app, self.services, token, name, path)
+            content = await run_in_threadpool(read_content, self.app, self.services, token, name, path)
         except WardenError as exc:
             status, body, kind = status_for(exc), error_bytes(exc.code, exc.message), b"application/json"
+            if exc.rule in SLOT_RULES:
+                headers.append((b"retry-after", b"1"))  # as the FastAPI handler says it (statuses.py)
         except Exception as exc:  # the same one-line answer as the FastAPI handler gives
             mapped = classify(exc)  # a full disk, a locked registry: by cause
             if mapped is not None:
@@ -97,9 +100,13 @@ class FastReads:
                 status, kind = 500, b"application/json"
                 body = error_bytes("internal", f"internal error ({type(exc).__name__}); the server log has details")
         else:
-            status, body, kind = 200, data, b"application/octet-stream"
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode("ascii"))]})
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/octet-stream"),
+                                    (b"content-length", str(len(content.data)).encode("ascii"))]})
+            await content.send(send)
+            return
+        headers += [(b"content-type", kind), (b"content-length", str(len(body)).encode("ascii"))]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 

@@ -9,11 +9,18 @@ operation with the caller's name (bot and accessor).
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope, Send
 
+from warden.core.errors import Unavailable
 from warden.interfaces.http.calls import Call, threaded
 from warden.interfaces.http.file_services import FileServices, files_for
 from warden.interfaces.http.models import FileDeleted, FileEntry, FileMove, FileMoved, FilesResult, FileWritten
@@ -28,6 +35,11 @@ __all__ = ["FileServices", "files_for", "read_content", "router"]
 
 FilePath = Annotated[str, Query(min_length=1, max_length=4096,
                                 description="workspace-relative path; / is the workspace root")]
+
+# Entries of a directory in one answer (an answer is written whole to its connection): a bot's
+# folder of 200,000 empty files with long names was one 97 MB answer, 7 s of the server's CPU,
+# held in full for each connection whose client did not read it.
+LIST_PAGE = 5000
 
 _BINARY = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
 
@@ -46,11 +58,114 @@ def _entry(parent: str, item: Entry) -> FileEntry:
                      mtime=item.mtime)
 
 
-def read_content(app: App, services: FileServices, token: str | None, name: str, path: str) -> bytes:
-    """GET …/files/content: a file's bytes for the holder of `token` (the route and the fast path)."""
+# A file's bytes go to the client in pieces of this size, each handed on once the one before has
+# left (uvicorn waits for its socket's buffer to drain): a whole body written at once sat in the
+# connection's buffer for as long as the client did not read it.
+CONTENT_PIECE = 1 << 20
+# File content read and not yet handed to a client's socket. A bot that read a 99 MB sparse file
+# (no disk) on ten connections and never read the answers made the server hold 1.3 GB more; on
+# 256 (api.max_connections), 25 GB. Now at most this many bytes for all bots together, and at
+# most CONTENT_SENDS_PER_BOT answers of more than a piece for one bot (its grants' root), each
+# a connection busy until its client reads it.
+CONTENT_HELD = 1 << 30
+CONTENT_SENDS_PER_BOT = 4
+
+
+class ContentHeld:
+    """The file content being sent (answers of more than one piece), bounded in bytes overall and
+    in answers for each bot."""
+
+    def __init__(self, total: int = CONTENT_HELD, per_bot: int = CONTENT_SENDS_PER_BOT) -> None:
+        self.total = total
+        self.per_bot = per_bot
+        self._lock = threading.Lock()
+        self._sends: Counter[str] = Counter()
+        self._bytes = 0
+
+    def take(self, bot: str, size: int) -> Callable[[], None]:
+        """Room for `size` bytes of `bot`'s, or Unavailable (503, Retry-After); the function
+        returned gives it back, once."""
+        if size <= CONTENT_PIECE:
+            return _nothing  # sent in one piece: never held past its send
+        with self._lock:
+            if self._sends[bot] >= self.per_bot:
+                raise Unavailable(f"this bot's last {self.per_bot} large file reads are still being sent; read their "
+                                  "answers, then retry", rule="api.max_execs_per_bot")
+            if self._bytes + size > self.total:
+                raise Unavailable("the server is sending as much file content as it holds at once; retry in a "
+                                  "moment", rule="api.max_execs")
+            self._sends[bot] += 1
+            self._bytes += size
+        given = threading.Event()
+
+        def give_back() -> None:
+            with self._lock:
+                if given.is_set():
+                    return
+                given.set()
+                self._sends[bot] -= 1
+                self._bytes -= size
+                if not self._sends[bot]:
+                    del self._sends[bot]
+        return give_back
+
+
+def _nothing() -> None:
+    return None
+
+
+_HELD = ContentHeld()
+
+
+@dataclass(frozen=True)
+class Content:
+    """A file's bytes on their way to a client, with the room they take (`ContentHeld`)."""
+
+    data: bytes
+    give_back: Callable[[], None]
+
+    async def send(self, send: Send) -> None:
+        """The body, piece by piece; the room is given back once all of it left (or the client did)."""
+        try:
+            view = memoryview(self.data)
+            for start in range(0, max(len(view), 1), CONTENT_PIECE):
+                await send({"type": "http.response.body", "body": bytes(view[start:start + CONTENT_PIECE]),
+                            "more_body": start + CONTENT_PIECE < len(view)})
+        finally:
+            self.give_back()
+
+
+def read_content(app: App, services: FileServices, token: str | None, name: str, path: str,
+                 held: ContentHeld = _HELD) -> Content:
+    """GET …/files/content: a file's bytes for the holder of `token` (the route and the fast path),
+    with their room among the bytes being sent (`ContentHeld`)."""
+    taken: list[tuple[int, Callable[[], None]]] = []
+
+    def room(size: int) -> None:  # before the file is read: a refused one is never read at all
+        taken.append((size, held.take(principal.minter, size)))
+
     with Call(app, "files.read", f"{name}:{path}") as call:
-        call.authenticate(token)
-        return files_for(app, services, call, name, "read").read_bytes(path)
+        principal = call.authenticate(token)
+        data = files_for(app, services, call, name, "read").read_bytes(path, room=room)
+    size, give_back = taken[-1] if taken else (0, _nothing)
+    if len(data) > size:  # it grew while being read (a command in the sandbox writing it)
+        give_back()
+        give_back = held.take(principal.minter, len(data))
+    return Content(data, give_back)
+
+
+class ContentResponse(Response):
+    """A `Content`, sent as `Content.send` does."""
+
+    def __init__(self, content: Content) -> None:
+        super().__init__(media_type="application/octet-stream")
+        self.content = content
+        self.headers["content-length"] = str(len(content.data))
+        weakref.finalize(self, content.give_back)  # a response dropped unsent
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        await self.content.send(send)
 
 
 def router(app: App, services: FileServices) -> APIRouter:
@@ -58,8 +173,12 @@ def router(app: App, services: FileServices) -> APIRouter:
 
     @api.get("/v1/workspaces/{name}/files", response_model=FilesResult)
     @threaded
-    def list_or_stat(name: WorkspaceName, path: FilePath, token: Token) -> FilesResult:
-        """List a directory, or the status of one file (needs `read`)."""
+    def list_or_stat(name: WorkspaceName, path: FilePath, token: Token,
+                     offset: Annotated[int, Query(ge=0, description="entries to skip (a listing's next_offset)")] = 0,
+                     limit: Annotated[int, Query(ge=1, le=LIST_PAGE, description="entries at most, "
+                                                 f"{LIST_PAGE} by default")] = LIST_PAGE) -> FilesResult:
+        """List a directory (a page of entries by name: `next_offset` asks for the next one), or
+        the status of one file (needs `read`)."""
         from warden.core.paths import canonical
 
         with Call(app, "files.list", f"{name}:{path}") as call:
@@ -67,16 +186,20 @@ def router(app: App, services: FileServices) -> APIRouter:
             rel = canonical(path)
             files = files_for(app, services, call, name, "read")
             info = files.stat(rel)
-            entries = [_entry(rel, item) for item in files.list(rel)] if info.type == "dir" else None
-            return FilesResult(path=rel, type=_kind(info), size=info.size, mtime=info.mtime, entries=entries)
+            if info.type != "dir":
+                return FilesResult(path=rel, type=_kind(info), size=info.size, mtime=info.mtime)
+            listed = files.list(rel)
+            entries = [_entry(rel, item) for item in listed[offset:offset + limit]]
+            more = offset + limit if offset + limit < len(listed) else None
+            return FilesResult(path=rel, type=_kind(info), size=info.size, mtime=info.mtime, entries=entries,
+                               next_offset=more)
 
     @api.get("/v1/workspaces/{name}/files/content", response_class=Response,
              responses={200: {"content": _BINARY, "description": "the file's bytes"}})
     @threaded
     def read_file(name: WorkspaceName, path: FilePath, token: Token) -> Response:
         """A file's bytes (needs `read`)."""
-        data = read_content(app, services, token_of(token), name, path)
-        return Response(content=data, media_type="application/octet-stream")
+        return ContentResponse(read_content(app, services, token_of(token), name, path))
 
     @api.put("/v1/workspaces/{name}/files/content", response_model=FileWritten,
              openapi_extra={"requestBody": {"required": True, "content": _BINARY}})

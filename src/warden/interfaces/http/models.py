@@ -280,6 +280,8 @@ class FilesResult(BaseModel):
     size: int
     mtime: float | None = None
     entries: list[FileEntry] | None = None
+    # A directory of more entries than one answer holds: the `offset` that asks for the next ones.
+    next_offset: int | None = None
 
 
 class FileWritten(BaseModel):

@@ -11,13 +11,18 @@ principal's process is a 404 like one that does not exist. One audit event per r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import threading
+import weakref
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
-from warden.core.errors import WardenError
+from warden.core.errors import Unavailable, WardenError
 from warden.core.run_stream import OutputEvents, error_event, ndjson
 from warden.interfaces.http.calls import Call, threaded
 from warden.interfaces.http.models import LogsDropped, ProcessBody, ProcessLogs, UsageBody
@@ -33,6 +38,9 @@ __all__ = ["MAX_WAIT_S", "ProcessRoutes", "router"]
 
 # A wait holds a server thread: at most this long per request (the SDK asks again).
 MAX_WAIT_S = 30.0
+# Waits and follows in progress at once, all bots together: the other 24 of Starlette's 40
+# threads stay for every other request (the exec slots, api.max_execs, hold 8 of them at most).
+MAX_WAITS = 16
 
 NDJSON = "application/x-ndjson"
 ProcessId = Annotated[str, Path(pattern=r"^[0-9a-f]{1,16}$", description="a process id, as exec answered it, or "
@@ -71,12 +79,74 @@ def _events(chunks: Iterator[Chunk | None], max_output: int) -> Iterator[bytes]:
             close()
 
 
+class _Waits:
+    """The waits and followed logs in progress, each holding one of the server's threads for up
+    to MAX_WAIT_S (a follow, a second at a time for as long as its process runs): at most
+    `per_bot` for one bot (its grants' root, as exec slots count) and `total` (MAX_WAITS) for all.
+    Unbounded, one bot's 60 waits on its own `sleep` took all of Starlette's 40 threads, and every
+    other request of every bot (a file read) waited 28 s for one; 200 follows, 8 s each."""
+
+    def __init__(self, per_bot: int, total: int) -> None:
+        self.per_bot = per_bot
+        self.total = total
+        self._lock = threading.Lock()
+        self._held: Counter[str] = Counter()
+
+    def take(self, bot: str) -> Callable[[], None]:
+        """One place for `bot`, or Unavailable (503, Retry-After: the SDK asks again); the
+        function returned gives it back (once, however often it is called)."""
+        with self._lock:
+            if self._held[bot] >= self.per_bot:
+                raise Unavailable(f"this bot already waits on or follows {self.per_bot} processes at once "
+                                  "(api.max_execs_per_bot); retry when one ends", rule="api.max_execs_per_bot")
+            if sum(self._held.values()) >= self.total:
+                raise Unavailable(f"{self.total} waits and follows are in progress on this server; retry in a "
+                                  "moment", rule="api.max_execs")
+            self._held[bot] += 1
+        given = threading.Event()
+
+        def give_back() -> None:
+            with self._lock:
+                if given.is_set():
+                    return
+                given.set()
+                self._held[bot] -= 1
+                if not self._held[bot]:
+                    del self._held[bot]
+        return give_back
+
+    @contextlib.contextmanager
+    def held(self, bot: str) -> Iterator[None]:
+        give_back = self.take(bot)
+        try:
+            yield
+        finally:
+            give_back()
+
+
+class _Followed(StreamingResponse):
+    """A followed process's NDJSON, which gives its place (`_Waits`) back once sent, or once
+    dropped unsent (a client gone before the first byte)."""
+
+    def __init__(self, content: Iterator[bytes], give_back: Callable[[], None]) -> None:
+        super().__init__(content, media_type=NDJSON)
+        self._give_back = give_back
+        weakref.finalize(self, give_back)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._give_back()
+
+
 class ProcessRoutes:
     """The process routes of one server (the start is exec's: routes.py)."""
 
     def __init__(self, app: App, requests: BotRequestService) -> None:
         self.app = app
         self.requests = requests
+        self.waits = _Waits(app.settings.get_int("api.max_execs_per_bot"), MAX_WAITS)
 
     def list(self, name: WorkspaceName, token: Token) -> list[ProcessBody]:
         """The caller's background processes in the workspace (needs `execute`), oldest first."""
@@ -95,13 +165,17 @@ class ProcessRoutes:
         with Call(self.app, "process.logs", name) as call:
             principal = call.authenticate(token_of(token))
             if follow:
-                chunks = self.requests.follow_process(principal, name, process_id, trail=call)
-            else:
-                logs_of, logs = self.requests.process_logs(principal, name, process_id, trail=call)
-                data = logs.to_json()
-                return ProcessLogs(id=logs_of, stdout=str(data["stdout"]), stderr=str(data["stderr"]),
-                                   dropped=LogsDropped(stdout=logs.dropped_stdout, stderr=logs.dropped_stderr))
-        return StreamingResponse(_events(chunks, self.requests.settings.max_output), media_type=NDJSON)
+                give_back = self.waits.take(principal.minter)
+                try:
+                    chunks = self.requests.follow_process(principal, name, process_id, trail=call)
+                except BaseException:
+                    give_back()
+                    raise
+                return _Followed(_events(chunks, self.requests.settings.max_output), give_back)
+            logs_of, logs = self.requests.process_logs(principal, name, process_id, trail=call)
+            data = logs.to_json()
+            return ProcessLogs(id=logs_of, stdout=str(data["stdout"]), stderr=str(data["stderr"]),
+                               dropped=LogsDropped(stdout=logs.dropped_stdout, stderr=logs.dropped_stderr))
 
     def wait(self, name: WorkspaceName, process_id: ProcessId, token: Token,
              timeout: Annotated[float, Query(gt=0, le=MAX_WAIT_S,
@@ -111,7 +185,8 @@ class ProcessRoutes:
         ask again). Holds one of the server's threads meanwhile, hence the bound."""
         with Call(self.app, "process.wait", name) as call:
             principal = call.authenticate(token_of(token))
-            return _body(self.requests.wait_process(principal, name, process_id, timeout, trail=call))
+            with self.waits.held(principal.minter):
+                return _body(self.requests.wait_process(principal, name, process_id, timeout, trail=call))
 
     def kill(self, name: WorkspaceName, process_id: ProcessId, token: Token,
              signal: Annotated[str, Query(max_length=8, description="TERM (default), KILL, INT, HUP, …")] = "TERM",

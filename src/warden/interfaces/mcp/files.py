@@ -21,9 +21,19 @@ __all__ = ["FILE_TOOLS", "LINES", "OpenFiles"]
 
 LINES = 2000  # lines read_file returns when no limit is given
 MAX_TEXT = 256 * 1024  # characters of file text in one answer
+# Bytes of a binary file read_file (or a resource read) answers whole. Over HTTP an answer is
+# written whole to its connection: a bot that asked for a 20 MB sparse file (no disk) four times
+# and read no answer made the server hold 600 MB (base64, twice, in JSON), one for each
+# connection it keeps open; a text of NULs is 6 bytes of JSON each.
+MAX_WHOLE = 1 << 20
 TREE_ENTRIES = 400
+# Entries list_directory answers (by name): a folder of 200,000 files was one answer of tens of MB.
+LIST_ENTRIES = 1000
 SEARCH_SCANNED = 5000
 SEARCH_RESULTS = 100
+# File text one search with `contains` reads, all files together: 5,000 hard links to one 1 MiB
+# text file (1 MiB of the bot's disk) made each search read 5 GiB, 19 s of the server's CPU.
+SEARCH_BYTES = 32 << 20
 _NOT_EXPANDED = frozenset({".git", ".venv", "node_modules", "__pycache__", ".warden", ".mypy_cache",
                            ".pytest_cache", ".ruff_cache"})
 
@@ -42,6 +52,10 @@ def read_file(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
     except UnicodeDecodeError:
         if "offset" in args or "limit" in args:
             raise InvalidInput(f"{path} is a binary file; read it whole (it comes back as base64)") from None
+        if len(data) > MAX_WHOLE:
+            raise InvalidInput(f"{path} is a binary file of {len(data)} bytes, over the {MAX_WHOLE >> 20} MiB "
+                               "read_file returns; read a part of it with exec (`head -c`, `od -A d -t x1 -j SKIP "
+                               "-N COUNT`)") from None
         encoded = base64.b64encode(data).decode("ascii")
         return Answer(f"{path} is binary ({len(data)} bytes); base64:\n{encoded}",
                        {"path": path, "encoding": "base64", "size": len(data), "content": encoded})
@@ -52,17 +66,21 @@ def read_file(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
         raise InvalidInput(f"offset {first} is past the end of {path} ({len(lines)} lines)")
     chosen: list[str] = []
     size = 0
+    cut = ""
     for line in lines[first - 1:first - 1 + limit]:
         if size + len(line) > MAX_TEXT and chosen:
             break
+        if len(line) > MAX_TEXT:  # one line past the bound, the first: a file of one 100 MB line
+            cut = f"\n[line {first} cut at {MAX_TEXT} of its {len(line)} characters]"
+            line = line[:MAX_TEXT]
         chosen.append(line)
         size += len(line)
     last = first - 1 + len(chosen)
-    body = "".join(chosen)
+    body = "".join(chosen) + cut
     # The text goes once, as the content a model reads; the structured part says what it is.
     data_out: dict[str, Any] = {"path": path, "encoding": "utf-8", "size": len(data), "lines": len(lines),
                                 "offset": first, "returned_lines": len(chosen)}
-    if first == 1 and last >= len(lines):
+    if first == 1 and last >= len(lines) and not cut:
         return Answer(body, data_out)
     more = f"; call read_file with offset={last + 1} for the rest" if last < len(lines) else ""
     return Answer(f"[{path}: lines {first}-{last} of {len(lines)}{more}]\n{body}", data_out)
@@ -103,11 +121,15 @@ def edit_file(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
 def list_directory(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
     path = canonical(args["path"])
     files = open_files("read")
-    entries = files.list(path)
+    listed = files.list(path)
+    entries = listed[:LIST_ENTRIES]
     rows = [{"name": e.name, "type": "directory" if e.type == "dir" else e.type, "size": e.size}
             for e in entries]
     text = "\n".join(_entry_name(e.name, e.type) for e in entries) or f"{path} is empty"
-    return Answer(text, {"path": path, "entries": rows})
+    if len(listed) > len(entries):
+        text += (f"\n… {len(listed) - len(entries)} more entries not shown (at most {LIST_ENTRIES}); "
+                 "narrow it with search_files and a pattern")
+    return Answer(text, {"path": path, "entries": rows, "truncated": len(listed) > len(entries)})
 
 
 def directory_tree(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
@@ -149,7 +171,8 @@ def search_files(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
         out.append(item["path"])
         out.extend(f"  {hit['line']}: {hit['text']}" for hit in item.get("lines", ()))
     if bounded:
-        out.append(f"… search stopped (at most {SEARCH_RESULTS} results, {SEARCH_SCANNED} entries looked at); "
+        out.append(f"… search stopped (at most {SEARCH_RESULTS} results, {SEARCH_SCANNED} entries looked at, "
+                   f"{SEARCH_BYTES >> 20} MiB of text read); "
                    "narrow it with path or pattern")
     return Answer("\n".join(out) or "no matches", {"matches": found, "truncated": bounded})
 
@@ -158,6 +181,7 @@ def _search(files: FileService, start: str, pattern: str, flat: str, needle: str
             queue: list[str]) -> tuple[list[dict[str, Any]], bool]:
     found: list[dict[str, Any]] = []
     scanned = 0
+    read = 0
     bounded = False
     while queue and not bounded:
         folder = queue.pop(0)
@@ -180,6 +204,10 @@ def _search(files: FileService, start: str, pattern: str, flat: str, needle: str
                 continue
             if entry.type != "file" or entry.size > 1 << 20:
                 continue
+            read += entry.size
+            if read > SEARCH_BYTES:
+                bounded = True
+                break
             try:
                 text = files.read_text(full)
             except WardenError:

@@ -27,7 +27,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.shared.exceptions import MCPError
 
 from warden.core.bodies import MAX_JSON_VALUES, json_values
-from warden.core.errors import WardenError
+from warden.core.errors import InvalidInput, WardenError
 from warden.core.nodes import NODE_HEADERS
 from warden.interfaces.mcp.calls import CLIENT_GONE, McpCall, ToolCalls
 from warden.interfaces.mcp.forward import FORWARDED
@@ -165,7 +165,16 @@ def _read(app: App, tools: ToolCalls, token: str | None, workspace: str, path: s
     with McpCall(app, "resource.read", f"{workspace}:{path}") as call:
         principal = call.authenticate(token)
         call.principal = tools.requests.acting_on(principal, workspace)
-        return tools.file_service(call, workspace, "read").read_bytes(path)
+        return tools.file_service(call, workspace, "read").read_bytes(path, room=_whole)
+
+
+def _whole(size: int) -> None:
+    """A resource is a file's whole content, in one answer: bounded as read_file's binary ones."""
+    from warden.interfaces.mcp.files import MAX_WHOLE
+
+    if size > MAX_WHOLE:
+        raise InvalidInput(f"the file is {size} bytes, over the {MAX_WHOLE >> 20} MiB a resource read returns; "
+                           "read it with read_file (offset and limit) instead")
 
 
 # -- stdio -------------------------------------------------------------------------------------
