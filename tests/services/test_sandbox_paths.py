@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,9 @@ def test_the_sandbox_builders_answer_is_kept_only_while_its_files_are_unchanged(
     the policy folder and files are the same, unchanged: a person's hand edit (in place, the
     same size, within the same clock tick), a file replaced by a link, a folder removed are each
     seen at the very next call."""
+    from warden.adapters import policy_files
+
+    monkeypatch.setattr(policy_files, "_SETTLE_NS", 0)  # settled at once (the next test: not so)
     sp = app.sandbox_paths
     policy = Path(record.path) / ".warden"
     sp.add("/srv/aaaa", workspace=record)
@@ -188,6 +192,27 @@ def test_the_sandbox_builders_answer_is_kept_only_while_its_files_are_unchanged(
     for _ in range(2):
         with pytest.raises(Denied, match="symbolic link"):
             sp.effective(record)
+
+
+def test_an_answer_read_from_a_file_changed_a_moment_ago_is_not_kept(
+        app: App, record: WorkspaceRecord, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel without fine-grained change times stamps two writes in one tick (a few ms) alike:
+    a same-size edit right after a run read the first write would leave the file's identity as it
+    was, and the old answer kept for good. A file changed within the last second is read again."""
+    sp = app.sandbox_paths
+    sp.add("/srv/aaaa", workspace=record)
+    sp.effective(record)
+    reads: list[str] = []
+    real_read = sp._files.read_doc
+    monkeypatch.setattr(sp._files, "read_doc", lambda path: reads.append(path) or real_read(path))
+    doc = Path(record.path) / ".warden" / "sandbox.json"
+    assert time.time_ns() - doc.stat().st_ctime_ns < 500_000_000, "the machine was too slow to show it"
+    sp.effective(record)
+    assert str(doc) in reads  # read again: changed too recently to be told apart from its next change
+    time.sleep(1.05)
+    kept = sp.effective(record)  # settled now: read once more, then kept
+    reads.clear()
+    assert sp.effective(record) is kept and reads == []
 
 
 def test_a_project_blob_cannot_plant_the_workspace_policy(app: App, tmp_path: Path) -> None:

@@ -10,9 +10,11 @@ torn file (a plain `json.load` + `write_text` would lose both).
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import os
 import stat
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -20,6 +22,10 @@ from warden.adapters.atomic import exclusive, write_atomic
 from warden.core.errors import Denied, InvalidInput
 
 __all__ = ["HostPolicyFiles", "read_doc", "read_zones_doc", "stamp", "update_doc"]
+
+# How long after its last change a policy file's identity is trusted to show its next change.
+_SETTLE_NS = 1_000_000_000
+_fresh = itertools.count(1)
 
 
 def _read(path: Path) -> bytes | None:
@@ -112,13 +118,19 @@ class HostPolicyFiles:
 
     def identity(self, paths: Sequence[str]) -> tuple[tuple[int, ...], ...]:
         out: list[tuple[int, ...]] = []
+        settled = time.time_ns() - _SETTLE_NS
         for path in paths:
             try:
                 st = os.lstat(path)
             except (FileNotFoundError, NotADirectoryError):
-                out.append((0, 0, 0, 0, 0, 0))
+                out.append((0, 0, 0, 0, 0, 0, 0))
             else:
-                out.append((st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+                # Changed a moment ago: a second write in the same tick of the kernel's coarse
+                # clock (no fine-grained stamps before Linux 6.13), of the same size, would leave
+                # all the rest as it is, after a reader read the first. Such a file is like no
+                # earlier one of itself until it has settled.
+                fresh = next(_fresh) if st.st_ctime_ns > settled else 0
+                out.append((st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, fresh))
         return tuple(out)
 
     def is_link(self, path: str) -> bool:

@@ -115,7 +115,8 @@ class PolicyFiles(Protocol):
     def identity(self, paths: Sequence[str]) -> tuple[tuple[int, ...], ...]:
         """What each path is now, its links not followed: device, inode, type and mode, size,
         modification and change times (zeros where nothing is). Any write, rename or replacement
-        changes it: what a decision read from the files may be kept by."""
+        changes it: what a decision read from the files may be kept by. A path changed within the
+        last second is unequal to any identity given before (its clock may not yet show the next)."""
         ...
 
     def is_link(self, path: str) -> bool: ...
