@@ -3,6 +3,7 @@ of them, not one whole file for each connection (interfaces/http/files.py, Conte
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Iterator
@@ -118,3 +119,66 @@ def test_a_huge_directory_is_listed_in_pages(served: tuple[ServeProcess, dict[st
     one = httpx.get(f"{server.url}/v1/workspaces/demo/files", params={"path": f"/many/{names[0]}"},
                     headers=headers, timeout=60).json()
     assert one["entries"] is None and one["next_offset"] is None
+
+
+def test_a_read_refused_as_too_large_gives_its_room_back(
+        served: tuple[ServeProcess, dict[str, str], Path]) -> None:
+    # The room of a file's bytes is taken from its size before it is read; a file over
+    # sandbox.max_file_size_mb (100 MiB) is then refused (413), and its room was never given back:
+    # one read of a 1 GiB sparse file held all 1 GiB of every bot's room for good, and every
+    # other bot's read of more than 1 MiB was 503 until the server restarted.
+    server, tokens, workspace = served
+    with open(workspace / "huge.bin", "wb") as huge:
+        huge.truncate(1 << 30)
+    with open(workspace / "huger.bin", "wb") as huger:
+        huger.truncate(2 << 30)
+    # Over the limit and over all the room there is: too large (413), not 503 with Retry-After,
+    # which the SDK retries for ever.
+    refused = httpx.get(f"{server.url}/v1/workspaces/demo/files/content", params={"path": "huger.bin"},
+                        headers={"Authorization": f"Bearer {tokens['hoarder']}"}, timeout=60)
+    assert refused.status_code == 413, refused.text
+    for _ in range(5):  # past the bot's own 4 answers as well
+        refused = httpx.get(f"{server.url}/v1/workspaces/demo/files/content", params={"path": "huge.bin"},
+                            headers={"Authorization": f"Bearer {tokens['hoarder']}"}, timeout=60)
+        assert refused.status_code == 413, refused.text
+    for bot in ("other", "hoarder"):
+        read = httpx.get(f"{server.url}/v1/workspaces/demo/files/content", params={"path": "big.bin"},
+                         headers={"Authorization": f"Bearer {tokens[bot]}"}, timeout=60)
+        assert read.status_code == 200 and len(read.content) == SIZE, (bot, read.status_code, read.text[:200])
+
+
+def test_a_read_of_a_file_growing_past_the_limit_gives_its_room_back(
+        served: tuple[ServeProcess, dict[str, str], Path]) -> None:
+    # A file under sandbox.max_file_size_mb when its room is taken, over it by the time it is read
+    # (a command in the sandbox writing it): 413, and the room was kept, so after four of them the
+    # bot's large reads were 503 for good.
+    import threading
+
+    server, tokens, workspace = served
+    grown = workspace / "growing.bin"
+    grown.touch()
+    stop = threading.Event()
+
+    def grow() -> None:
+        while not stop.is_set():
+            for size in ((100 << 20) - 1, 120 << 20):
+                os.truncate(grown, size)
+                time.sleep(0.002)
+
+    grower = threading.Thread(target=grow)
+    grower.start()
+    too_large = 0
+    try:
+        deadline = time.monotonic() + 60
+        while too_large < 6 and time.monotonic() < deadline:
+            answer = httpx.get(f"{server.url}/v1/workspaces/demo/files/content", params={"path": "growing.bin"},
+                               headers={"Authorization": f"Bearer {tokens['hoarder']}"}, timeout=60)
+            assert answer.status_code in (200, 413), answer.text
+            too_large += answer.text.count("grew past the limit")
+    finally:
+        stop.set()
+        grower.join()
+    assert too_large >= 6, "the file never grew while being read"
+    read = httpx.get(f"{server.url}/v1/workspaces/demo/files/content", params={"path": "big.bin"},
+                     headers={"Authorization": f"Bearer {tokens['hoarder']}"}, timeout=60)
+    assert read.status_code == 200 and len(read.content) == SIZE, read.text[:200]

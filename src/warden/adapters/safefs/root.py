@@ -256,6 +256,9 @@ class SafeRoot:
                 raise Denied(f"{path} is a {kind}, not a regular file; Warden reads only regular files",
                              rule=f"deny: not a regular file ({kind})")
             if room is not None:
+                # A file over the limit is refused as too large (413) before any room is asked
+                # for: the room's 503 would have a client retry a read that can never succeed.
+                self._check_size(st.st_size, path)
                 room(st.st_size)
             return self._read_all(fd, st, path)
         except OSError as exc:
@@ -592,13 +595,16 @@ class SafeRoot:
         finally:
             os.close(fd)
 
+    def _check_size(self, size: int, path: str) -> None:
+        if self.max_bytes is not None and size > self.max_bytes:
+            raise TooLarge(f"{path} is {size} bytes, over the limit of {self.max_bytes} "
+                           "(sandbox.max_file_size_mb)")
+
     def _read_all(self, fd: int, st: os.stat_result, path: str) -> bytes:
         """The bytes of open regular file `fd` (`st` its fstat), at most `max_bytes`, however
         it grows while read."""
         limit = self.max_bytes
-        if limit is not None and st.st_size > limit:
-            raise TooLarge(f"{path} is {st.st_size} bytes, over the limit of {limit} "
-                           "(sandbox.max_file_size_mb)")
+        self._check_size(st.st_size, path)
         chunks: list[bytes] = []
         total = 0
         while True:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
@@ -28,7 +30,7 @@ from warden.interfaces.http.statuses import error_response
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
-    from warden.interfaces.http.files import FileServices
+    from warden.interfaces.http.files import Content, FileServices
     from warden.interfaces.http.models import ExecRequest
     from warden.interfaces.http.routes import BotRoutes
 
@@ -85,8 +87,9 @@ class FastReads:
 
         name, path, token = matched
         headers: list[tuple[bytes, bytes]] = []
+        read = _Abandonable(lambda: read_content(self.app, self.services, token, name, path))
         try:
-            content = await run_in_threadpool(read_content, self.app, self.services, token, name, path)
+            content = await run_in_threadpool(read.run)
         except WardenError as exc:
             status, body, kind = status_for(exc), error_bytes(exc.code, exc.message), b"application/json"
             if exc.rule in SLOT_RULES:
@@ -99,15 +102,51 @@ class FastReads:
                 log.error("internal error in GET %s: %s: %s", scope["path"], type(exc).__name__, exc)
                 status, kind = 500, b"application/json"
                 body = error_bytes("internal", f"internal error ({type(exc).__name__}); the server log has details")
+        except BaseException:
+            # Cancelled (the request's timeout) while the read ran or as it ended: its room goes
+            # back, now or once the read ends. Kept, four reads whose audit waited on a busy
+            # registry past the timeout made the bot's large reads 503 until a restart.
+            read.abandon()
+            raise
         else:
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"application/octet-stream"),
-                                    (b"content-length", str(len(content.data)).encode("ascii"))]})
-            await content.send(send)
+            try:
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": [(b"content-type", b"application/octet-stream"),
+                                        (b"content-length", str(len(content.data)).encode("ascii"))]})
+            except BaseException:
+                content.give_back()
+                raise
+            await content.send(send)  # gives the room back however it ends
             return
         headers += [(b"content-type", kind), (b"content-length", str(len(body)).encode("ascii"))]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+class _Abandonable:
+    """A file read run in a thread (`read_content`) whose awaiting request may be cancelled: the
+    room its answer took (files.ContentHeld) is given back then, whether the read had ended or not."""
+
+    def __init__(self, read: Callable[[], Content]) -> None:
+        self._read = read
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self._content: Content | None = None
+
+    def run(self) -> Content:
+        content = self._read()
+        with self._lock:
+            if self._abandoned:
+                content.give_back()
+            else:
+                self._content = content
+        return content
+
+    def abandon(self) -> None:
+        with self._lock:
+            self._abandoned = True
+            if self._content is not None:
+                self._content.give_back()
 
 
 class FastExecs:

@@ -144,9 +144,17 @@ def read_content(app: App, services: FileServices, token: str | None, name: str,
     def room(size: int) -> None:  # before the file is read: a refused one is never read at all
         taken.append((size, held.take(principal.minter, size)))
 
-    with Call(app, "files.read", f"{name}:{path}") as call:
-        principal = call.authenticate(token)
-        data = files_for(app, services, call, name, "read").read_bytes(path, room=room)
+    try:
+        with Call(app, "files.read", f"{name}:{path}") as call:
+            principal = call.authenticate(token)
+            data = files_for(app, services, call, name, "read").read_bytes(path, room=room)
+    except BaseException:
+        # Room taken for a read that then failed (the file grew past sandbox.max_file_size_mb while
+        # read, a read error, the audit's write): kept, each held its file's size for good, and one
+        # bot's few reads of a large file made every bot's large reads 503 until a restart.
+        for _, taken_back in taken:
+            taken_back()
+        raise
     size, give_back = taken[-1] if taken else (0, _nothing)
     if len(data) > size:  # it grew while being read (a command in the sandbox writing it)
         give_back()
