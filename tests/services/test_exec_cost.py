@@ -9,9 +9,8 @@ outcome in the one that gives it back.
 
 from __future__ import annotations
 
-import time
-
 import shutil
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -31,7 +30,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[App, str]]
         app.workspaces.create("demo", template="minimal")
         app.grants.register_bot("runner")
         token = app.grants.grant("demo", "runner", "read,write,execute").token
-        # The new workspace's policy files settled: one changed within the last second is read
+        _exec(app, token)  # the bot's live sandbox started (its start leaves .warden changed)
+        # The workspace's policy folder settled: one changed within the last second is read
         # again at every run (adapters/policy_files.py), which is not what an exec costs.
         time.sleep(1.05)
         yield app, token
