@@ -3,6 +3,7 @@ of them, not one whole file for each connection (interfaces/http/files.py, Conte
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Iterator
@@ -118,3 +119,31 @@ def test_a_huge_directory_is_listed_in_pages(served: tuple[ServeProcess, dict[st
     one = httpx.get(f"{server.url}/v1/workspaces/demo/files", params={"path": f"/many/{names[0]}"},
                     headers=headers, timeout=60).json()
     assert one["entries"] is None and one["next_offset"] is None
+
+
+def test_a_large_files_answer_holds_a_piece_of_it_not_all(served: tuple[ServeProcess, dict[str, str], Path]) -> None:
+    # The file was read whole before its first byte was sent: four unread answers of a 60 MB file
+    # held 240 MB (1 GiB for all bots, 40 reads at once). Now a piece of each is read as its
+    # client takes the one before.
+    server, tokens, workspace = served
+    assert server.proc is not None
+    url = httpx.URL(server.url)
+    data = os.urandom(3 << 20) + b"end"  # over two pieces, and not a whole number of them
+    (workspace / "pieces.bin").write_bytes(data)
+    whole = httpx.get(f"{server.url}/v1/workspaces/demo/files/content", params={"path": "pieces.bin"},
+                      headers={"Authorization": f"Bearer {tokens['other']}"}, timeout=60)
+    assert whole.status_code == 200 and whole.content == data
+    time.sleep(1)
+    before = _rss(server.proc.pid)
+    hoard = [_ask(url, tokens["hoarder"]) for _ in range(4)]
+    try:
+        assert [_status(sock) for sock in hoard] == [200] * 4
+        time.sleep(1)
+        grown = _rss(server.proc.pid) - before
+        assert grown < 32 << 20, f"four unread answers of a {SIZE >> 20} MiB file hold {grown >> 20} MiB"
+    finally:
+        for sock in hoard:
+            sock.close()
+    wait_until(lambda: httpx.get(f"{server.url}/v1/workspaces/demo/files/content", params={"path": "big.bin"},
+                                 headers={"Authorization": f"Bearer {tokens['hoarder']}"},
+                                 timeout=60).status_code == 200, timeout=30)

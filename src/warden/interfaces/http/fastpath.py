@@ -102,7 +102,7 @@ class FastReads:
         else:
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"application/octet-stream"),
-                                    (b"content-length", str(len(content.data)).encode("ascii"))]})
+                                    (b"content-length", str(content.size).encode("ascii"))]})
             await content.send(send)
             return
         headers += [(b"content-type", kind), (b"content-length", str(len(body)).encode("ascii"))]
