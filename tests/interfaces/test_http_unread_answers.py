@@ -10,6 +10,7 @@ answers have not drained for `api.request_timeout` (2 s here).
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -97,3 +98,23 @@ def test_a_connection_whose_answers_are_not_read_is_closed_after_the_request_tim
         sock.close()
     log = server.err_path.read_text()
     assert "read none of its answers" in log and "api.request_timeout" in log
+
+
+def test_pipelined_requests_are_all_answered_in_order(server: ServeProcess) -> None:
+    # The parser stops at a queued request and takes up the rest once it is answered: none is lost.
+    parts = urlsplit(server.url)
+    body = b'{"name": "x"}'
+    post = (b"POST /v1/nothing HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    health, nothing = b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /v1/nothing HTTP/1.1\r\nHost: x\r\n\r\n"
+    requests = health * 300 + post + nothing * 300
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+        sock.sendall(requests)
+        got = b""
+        while got.count(b"HTTP/1.1 ") < 601:
+            chunk = sock.recv(1 << 20)
+            assert chunk, got.count(b"HTTP/1.1 ")
+            got += chunk
+    statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", got)
+    assert statuses[:300] == [b"200"] * 300 and len(statuses) == 601
+    assert set(statuses[300:]) <= {b"404", b"405", b"401"}, set(statuses[300:])

@@ -79,7 +79,8 @@ MAX_CONNECTIONS = 256  # connections one server process keeps open at once; api.
 
 # What the parser is given at once: a head's bytes, and a body's. It stops after a piece that
 # queued a request behind the one in flight, so at most one piece's worth of requests waits in
-# the queue (1 KiB holds some 50 of the smallest heads; 16 KiB after a body's end, 900).
+# the queue (1 KiB holds some 50 of the smallest heads; 16 KiB after a chunked body, 900). A body
+# of a known length is given whole.
 HEAD_PIECE = 1024
 BODY_PIECE = 16 * 1024
 
@@ -138,6 +139,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._drain_timer: asyncio.TimerHandle | None = None
         self._unparsed = b""  # received behind a queued request, parsed once the queue is empty
         self._running: RequestResponseCycle | None = None  # the request in flight
+        self._body_left = 0  # bytes of the body being read still to come (its Content-Length)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)  # counted in server_state.connections from here
@@ -275,7 +277,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 piece, data = data[:min(room, HEAD_PIECE)], data[min(room, HEAD_PIECE):]
                 self._bounded_bytes += len(piece)
             else:
-                piece, data = data[:BODY_PIECE], data[BODY_PIECE:]
+                # A body of a known length is given whole (an upload pays no more parser calls);
+                # past its end, or a chunked one, BODY_PIECE at a time.
+                size = self._body_left if self._body_left > 0 else BODY_PIECE
+                piece, data = data[:size], data[size:]
             try:
                 self.parser.feed_data(piece)
             except httptools.HttpParserError as exc:
@@ -337,6 +342,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._bounded = False
         self._in_head = False
+        lengths = [v for k, v in self.headers if k == b"content-length"]
+        chunked = any(k == b"transfer-encoding" for k, _ in self.headers)
+        known = len(lengths) == 1 and lengths[0].isdigit() and len(lengths[0]) < 19 and not chunked
+        self._body_left = int(lengths[0]) if known else 0
         self._disarm_head_timer()
         super().on_headers_complete()
 
@@ -345,12 +354,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         self._bounded = False
+        self._body_left = max(self._body_left - len(body), 0)
         super().on_body(body)
 
     def on_chunk_complete(self) -> None:
         self._bounded = False
 
     def on_message_complete(self) -> None:
+        self._body_left = 0
         self._bound()  # the next request on this connection starts its own head
         self._in_head = True  # timed from its first byte (until then, uvicorn's keep-alive wait)
         self._waiting_since = self.loop.time()
