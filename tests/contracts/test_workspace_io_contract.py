@@ -79,6 +79,34 @@ def test_bounded_reads_do_not_follow_links(io: Host | Fake, tmp_path: Path) -> N
     assert io.read_small(ws, "missing") is None
 
 
+def test_heads_are_read_beneath_the_root_no_link_followed(io: Host | Fake, tmp_path: Path) -> None:
+    ws = f"{tmp_path}/w"
+    io.make_folder(ws)
+    io.write_atomic(f"{tmp_path}/secret", b"host secret")
+    io.write_atomic(f"{ws}/small", b"12345")
+    io.plant_link(f"{ws}/link", f"{tmp_path}/secret")
+    heads = io.read_heads(ws, ["small", "link", "missing", "../secret", "small"], 3)
+    assert list(heads) == [b"123", None, None, None, b"123"]
+    assert list(io.read_heads(f"{tmp_path}/gone", ["small"], 3)) == [None]
+
+
+def test_heads_are_read_beneath_one_open_of_the_root(tmp_path: Path) -> None:
+    # A bot's venv may hold 500,000 package folders: an open of the root for each (0.6 ms) made
+    # `warden health` take minutes. The root is opened once: the files read are those of the
+    # folder as it was when the reads began, even once another takes its name.
+    io = Host()
+    ws = tmp_path / "w"
+    ws.mkdir()
+    (ws / "a").write_bytes(b"first")
+    (ws / "b").write_bytes(b"first")
+    heads = io.read_heads(str(ws), ["a", "b"], 5)
+    assert next(heads) == b"first"
+    ws.rename(tmp_path / "moved")
+    ws.mkdir()
+    (ws / "b").write_bytes(b"other")
+    assert next(heads) == b"first"
+
+
 def test_regular_dirs_lists_real_folders_only(io: Host | Fake, tmp_path: Path) -> None:
     ws = f"{tmp_path}/w"
     io.make_folder(f"{ws}/site/a-1.dist-info")

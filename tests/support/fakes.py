@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import posixpath
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -159,6 +159,9 @@ class FakeWorkspaceIO:
         if data is not None and head:
             return data[:limit]
         return data if data is not None and len(data) <= limit else None
+
+    def read_heads(self, root: str, rels: Iterable[str], limit: int) -> Iterator[bytes | None]:
+        return (self.read_small(root, rel, limit, head=True) for rel in rels)
 
     def regular_dirs(self, root: str, rel: str, suffix: str) -> list[str]:
         folder = f"{root}/{rel}" if rel else root

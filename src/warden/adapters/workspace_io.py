@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -135,6 +135,11 @@ class HostWorkspaceIO:
         from warden.adapters.safefs import read_small  # here: its ctypes only when a file is read
 
         return read_small(root, rel, limit, head=head)
+
+    def read_heads(self, root: str, rels: Iterable[str], limit: int) -> Iterator[bytes | None]:
+        from warden.adapters.safefs import read_heads
+
+        return read_heads(root, rels, limit)
 
     def regular_dirs(self, root: str, rel: str, suffix: str) -> list[str]:
         from warden.adapters.safefs import regular_dirs

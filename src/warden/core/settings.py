@@ -219,7 +219,8 @@ KEYS: dict[str, Setting] = {
                 "the one idle longest is closed, or the new one refused (503) when all are busy",
                 minimum=8, maximum=65536),
         Setting("api.request_timeout", "duration", "60s",
-                "Longest time one API request may take (an exec may add its own timeout)", minimum=1),
+                "Longest time one API request may take (an exec may add its own timeout), and an answer "
+                "may wait for its client to read it", minimum=1),
         Setting("grants.default_ttl", "duration", "7d",
                 "How long a grant lasts when --ttl is not given", minimum=1),
         Setting("grants.max_ttl", "duration", "30d",

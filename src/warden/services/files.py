@@ -251,6 +251,17 @@ class FileService:
         """The bytes of a file; `room(size)` is told its size before they are read (and may refuse)."""
         return self._do("read", path, lambda root, rel: root.read_bytes(rel, room=room), lambda d: {"size": len(d)})
 
+    def open_read(self, path: str, *, room: Callable[[int], None] | None = None) -> tuple[int, int]:
+        """(A descriptor of a file, its size), for one read audited now and done by the caller
+        piece by piece (it closes the descriptor): the HTTP content route."""
+        return self._do("read", path, lambda root, rel: root.open_file(rel, room=room), lambda r: {"size": r[1]})
+
+    def read_pieces(self, path: str, take: Callable[[bytes, int], bool], *, piece: int = 1 << 20) -> int:
+        """A file's bytes handed to `take(piece, size)` a piece at a time until it returns False
+        (one read, audited once): what a reader that keeps only a part holds, whatever the size."""
+        return self._do("read", path, lambda root, rel: root.read_pieces(rel, take, piece=piece),
+                        lambda n: {"size": n})
+
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
         """The text of a file."""
         return self._do("read", path, lambda root, rel: root.read_text(rel, encoding),

@@ -11,12 +11,13 @@ helpers resolve the path beneath a held descriptor of the root with no link at a
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from warden.adapters.safefs.root import SafeRoot
 from warden.core.errors import WardenError
 
-__all__ = ["read_small", "regular_dirs"]
+__all__ = ["read_heads", "read_small", "regular_dirs"]
 
 
 def read_small(root: Path | str, rel: str, limit: int = 1 << 20, *, head: bool = False) -> bytes | None:
@@ -28,6 +29,25 @@ def read_small(root: Path | str, rel: str, limit: int = 1 << 20, *, head: bool =
             return tree.read_head(rel, limit) if head else tree.read_bytes(rel)
     except WardenError:
         return None
+
+
+def read_heads(root: Path | str, rels: Iterable[str], limit: int) -> Iterator[bytes | None]:
+    """The first `limit` bytes of each regular file `rels` beneath `root` (None as read_small
+    gives it), `root` opened once: opening it is most of a small read's cost (0.6 ms), and a
+    bot's venv may hold 500,000 folders of package metadata (workspace.max_files). One at a
+    time, as they are asked for: never all of them at once."""
+    try:
+        tree = SafeRoot.open(root)
+    except WardenError:
+        for _ in rels:
+            yield None
+        return
+    with tree:
+        for rel in rels:
+            try:
+                yield tree.read_head(rel, limit)
+            except WardenError:
+                yield None
 
 
 def regular_dirs(root: Path | str, rel: str, suffix: str) -> list[str]:

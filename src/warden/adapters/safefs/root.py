@@ -266,6 +266,74 @@ class SafeRoot:
         finally:
             os.close(fd)
 
+    def open_file(self, path: str, *, room: Callable[[int], None] | None = None) -> tuple[int, int]:
+        """(A descriptor of regular file `path`, its size), opened as read_bytes opens it, at most
+        `max_bytes`; `room(size)` as read_bytes calls it. The caller reads and closes it."""
+        parts = _parts(path)
+        if not parts:
+            raise InvalidInput("/ is a directory; give a file path")
+        try:
+            fd = self._open(parts, _READ_FLAGS)
+        except OSError as exc:
+            raise _error(exc, path) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                kind = _kind(st.st_mode)
+                if kind == "dir":
+                    raise InvalidInput(f"{path} is a directory; list it instead")
+                raise Denied(f"{path} is a {kind}, not a regular file; Warden reads only regular files",
+                             rule=f"deny: not a regular file ({kind})")
+            if self.max_bytes is not None and st.st_size > self.max_bytes:
+                raise TooLarge(f"{path} is {st.st_size} bytes, over the limit of {self.max_bytes} "
+                               "(sandbox.max_file_size_mb)")
+            if room is not None:
+                room(st.st_size)
+        except BaseException as exc:
+            os.close(fd)
+            if isinstance(exc, OSError):
+                raise _error(exc, path) from None
+            raise
+        return fd, st.st_size
+
+    def read_pieces(self, path: str, take: Callable[[bytes, int], bool], *, piece: int = 1 << 20) -> int:
+        """Regular file `path` handed to `take(piece, size)` a piece at a time (`size` its fstat),
+        until it returns False or the file ends, at most `max_bytes` in all: one piece held at
+        once, however large the file. The bytes read."""
+        parts = _parts(path)
+        if not parts:
+            raise InvalidInput("/ is a directory; give a file path")
+        try:
+            fd = self._open(parts, _READ_FLAGS)
+        except OSError as exc:
+            raise _error(exc, path) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                kind = _kind(st.st_mode)
+                if kind == "dir":
+                    raise InvalidInput(f"{path} is a directory; list it instead")
+                raise Denied(f"{path} is a {kind}, not a regular file; Warden reads only regular files",
+                             rule=f"deny: not a regular file ({kind})")
+            if self.max_bytes is not None and st.st_size > self.max_bytes:
+                raise TooLarge(f"{path} is {st.st_size} bytes, over the limit of {self.max_bytes} "
+                               "(sandbox.max_file_size_mb)")
+            left = self.max_bytes if self.max_bytes is not None else -1
+            total = 0
+            while left != 0:
+                chunk = os.read(fd, piece if left < 0 else min(piece, left))
+                if not chunk:
+                    break
+                total += len(chunk)
+                left = left - len(chunk) if left > 0 else left
+                if not take(chunk, st.st_size):
+                    break
+            return total
+        except OSError as exc:
+            raise _error(exc, path) from None
+        finally:
+            os.close(fd)
+
     def read_head(self, path: str, size: int) -> bytes:
         """The first `size` bytes of regular file `path` (all of it when smaller)."""
         parts = _parts(path)

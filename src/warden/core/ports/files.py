@@ -62,6 +62,16 @@ class WorkspaceRoot(Protocol):
         """The file's bytes; `room(size)` is told its size before they are read (it may refuse)."""
         ...
 
+    def open_file(self, path: str, *, room: Callable[[int], None] | None = None) -> tuple[int, int]:
+        """(A descriptor of the regular file, its size); `room(size)` as read_bytes calls it. The
+        caller reads and closes it."""
+        ...
+
+    def read_pieces(self, path: str, take: Callable[[bytes, int], bool], *, piece: int = 1 << 20) -> int:
+        """The file handed to `take(piece, size)` a piece at a time until it returns False; the
+        bytes read."""
+        ...
+
     def read_text(self, path: str, encoding: str = "utf-8") -> str: ...
 
     def stat(self, path: str) -> FileEntry: ...

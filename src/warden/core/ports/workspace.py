@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
@@ -93,6 +93,11 @@ class WorkspaceReads(Protocol):
     def read_small(self, root: str, rel: str, limit: int = 1 << 20, *, head: bool = False) -> bytes | None:
         """The bytes of regular file `rel` beneath `root` (None: missing, not a regular file, over
         `limit`; with `head`, the first `limit` bytes of a larger one instead)."""
+        ...
+
+    def read_heads(self, root: str, rels: Iterable[str], limit: int) -> Iterator[bytes | None]:
+        """The first `limit` bytes of each regular file `rels` beneath `root`, in order, one at a
+        time (None: missing, not a regular file, reached through a link): one open of `root`."""
         ...
 
     def regular_dirs(self, root: str, rel: str, suffix: str) -> list[str]:

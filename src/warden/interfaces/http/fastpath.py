@@ -112,11 +112,11 @@ class FastReads:
             try:
                 await send({"type": "http.response.start", "status": 200,
                             "headers": [(b"content-type", b"application/octet-stream"),
-                                        (b"content-length", str(len(content.data)).encode("ascii"))]})
+                                        (b"content-length", str(content.size).encode("ascii"))]})
             except BaseException:
-                content.give_back()
+                content.close()
                 raise
-            await content.send(send)  # gives the room back however it ends
+            await content.send(send)  # gives the room back and closes the file however it ends
             return
         headers += [(b"content-type", kind), (b"content-length", str(len(body)).encode("ascii"))]
         await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -137,7 +137,7 @@ class _Abandonable:
         content = self._read()
         with self._lock:
             if self._abandoned:
-                content.give_back()
+                content.close()
             else:
                 self._content = content
         return content
@@ -146,7 +146,7 @@ class _Abandonable:
         with self._lock:
             self._abandoned = True
             if self._content is not None:
-                self._content.give_back()
+                self._content.close()
 
 
 class FastExecs:

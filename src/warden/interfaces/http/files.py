@@ -9,6 +9,7 @@ operation with the caller's name (bot and accessor).
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections import Counter
@@ -20,7 +21,7 @@ from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
-from warden.core.errors import Unavailable
+from warden.core.errors import Conflict, Unavailable
 from warden.interfaces.http.calls import Call, threaded
 from warden.interfaces.http.file_services import FileServices, files_for
 from warden.interfaces.http.models import FileDeleted, FileEntry, FileMove, FileMoved, FilesResult, FileWritten
@@ -62,9 +63,10 @@ def _entry(parent: str, item: Entry) -> FileEntry:
 # left (uvicorn waits for its socket's buffer to drain): a whole body written at once sat in the
 # connection's buffer for as long as the client did not read it.
 CONTENT_PIECE = 1 << 20
-# File content read and not yet handed to a client's socket. A bot that read a 99 MB sparse file
+# The sizes of the files being sent to clients. A bot that read a 99 MB sparse file
 # (no disk) on ten connections and never read the answers made the server hold 1.3 GB more; on
-# 256 (api.max_connections), 25 GB. Now at most this many bytes for all bots together, and at
+# 256 (api.max_connections), 25 GB. Now at most this many bytes for all bots together (answers
+# being sent, each holding a piece of its file in memory, `Content`, and a connection), and at
 # most CONTENT_SENDS_PER_BOT answers of more than a piece for one bot (its grants' root), each
 # a connection busy until its client reads it.
 CONTENT_HELD = 1 << 30
@@ -117,49 +119,74 @@ def _nothing() -> None:
 _HELD = ContentHeld()
 
 
-@dataclass(frozen=True)
+@dataclass
 class Content:
-    """A file's bytes on their way to a client, with the room they take (`ContentHeld`)."""
+    """A file's bytes on their way to a client, read from its descriptor a piece at a time as the
+    client takes them (the first piece read at once), with the room they take (`ContentHeld`).
+    A file of 100 MB was read whole before its first byte was sent: up to 40 such reads at once
+    (the server's threads), the room all bots share (1 GiB) in memory at once."""
 
-    data: bytes
+    first: bytes
+    size: int
+    fd: int | None  # the rest to read (None: `first` is all of it)
     give_back: Callable[[], None]
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+        self.give_back()
 
     async def send(self, send: Send) -> None:
         """The body, piece by piece; the room is given back once all of it left (or the client did)."""
         try:
-            view = memoryview(self.data)
-            for start in range(0, max(len(view), 1), CONTENT_PIECE):
-                await send({"type": "http.response.body", "body": bytes(view[start:start + CONTENT_PIECE]),
-                            "more_body": start + CONTENT_PIECE < len(view)})
+            await send({"type": "http.response.body", "body": self.first, "more_body": self.fd is not None})
+            offset = len(self.first)
+            while self.fd is not None and offset < self.size:
+                want = min(CONTENT_PIECE, self.size - offset)
+                piece = await run_in_threadpool(os.pread, self.fd, want, offset)
+                if len(piece) < want:  # it shrank while being sent: the answer cannot be whole
+                    raise RuntimeError(f"the file shrank to {offset + len(piece)} of its {self.size} bytes "
+                                       "while being sent; the connection is closed")
+                offset += want
+                await send({"type": "http.response.body", "body": piece, "more_body": offset < self.size})
         finally:
-            self.give_back()
+            self.close()
 
 
 def read_content(app: App, services: FileServices, token: str | None, name: str, path: str,
                  held: ContentHeld = _HELD) -> Content:
-    """GET …/files/content: a file's bytes for the holder of `token` (the route and the fast path),
-    with their room among the bytes being sent (`ContentHeld`)."""
-    taken: list[tuple[int, Callable[[], None]]] = []
+    """GET …/files/content: a file for the holder of `token` (the route and the fast path), opened
+    and its first piece read, with its room among the bytes being sent (`ContentHeld`)."""
+    taken: list[Callable[[], None]] = []
 
     def room(size: int) -> None:  # before the file is read: a refused one is never read at all
-        taken.append((size, held.take(principal.minter, size)))
+        taken.append(held.take(principal.minter, size))
 
     try:
         with Call(app, "files.read", f"{name}:{path}") as call:
             principal = call.authenticate(token)
-            data = files_for(app, services, call, name, "read").read_bytes(path, room=room)
+            fd, size = files_for(app, services, call, name, "read").open_read(path, room=room)
     except BaseException:
-        # Room taken for a read that then failed (the file grew past sandbox.max_file_size_mb while
-        # read, a read error, the audit's write): kept, each held its file's size for good, and one
-        # bot's few reads of a large file made every bot's large reads 503 until a restart.
-        for _, taken_back in taken:
+        # Room taken for a read that then failed (a read error, the audit's write): kept, each
+        # held its file's size for good, and one bot's few reads of a large file made every
+        # bot's large reads 503 until a restart.
+        for taken_back in taken:
             taken_back()
         raise
-    size, give_back = taken[-1] if taken else (0, _nothing)
-    if len(data) > size:  # it grew while being read (a command in the sandbox writing it)
-        give_back()
-        give_back = held.take(principal.minter, len(data))
-    return Content(data, give_back)
+    content = Content(b"", size, fd, taken[-1] if taken else _nothing)
+    try:
+        first = os.pread(fd, min(size, CONTENT_PIECE), 0)
+        if len(first) < min(size, CONTENT_PIECE):
+            raise Conflict(f"{path} changed while being read; read it again")
+    except BaseException:
+        content.close()
+        raise
+    content.first = first
+    if size <= CONTENT_PIECE:  # all of it: the descriptor is not kept
+        os.close(fd)
+        content.fd = None
+    return content
 
 
 class ContentResponse(Response):
@@ -168,8 +195,8 @@ class ContentResponse(Response):
     def __init__(self, content: Content) -> None:
         super().__init__(media_type="application/octet-stream")
         self.content = content
-        self.headers["content-length"] = str(len(content.data))
-        weakref.finalize(self, content.give_back)  # a response dropped unsent
+        self.headers["content-length"] = str(content.size)
+        weakref.finalize(self, content.close)  # a response dropped unsent
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})

@@ -28,6 +28,17 @@ answered 503 and closed at once. uvicorn's own `limit_concurrency` is not used: 
 to requests, not connections, so idle connections still pile up, and once they reach it every
 bot's request is refused too.
 
+Answers a client does not read are bounded too. uvicorn parses every request in a socket read
+and queues those behind the one in flight (HTTP/1.1 pipelining): a client sending small requests
+and reading no answers (no token needed) made the server hold 1.5 GB within 20 s, its queue and
+its answers growing for as long as it sent. Here, while a request is in flight, the parser is
+given small pieces and stops at the first request it queues; what follows is kept unparsed (one
+socket read at most: reading is paused) until the queue is empty. While the connection's write
+buffer is over the transport's high-water mark no more is read at all; if it has not drained for
+`head_timeout_s` (api.request_timeout) the connection is aborted, its unsent answer dropped, as
+nginx's send_timeout does, so a client that reads nothing holds neither memory nor a connection
+(and never the place of a bot's under api.max_connections) for longer than that.
+
 Why not uvicorn's h11 protocol with `h11_max_incomplete_event_size`: it answers 400, not 431,
 and parses in Python, which costs the small requests (a file read, an exec) most of their time.
 """
@@ -37,18 +48,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 import httptools
 from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from uvicorn.server import ServerState
 
 from warden.interfaces.http.limits import ADMITTED, error_bytes
 
-__all__ = ["HEAD_TIMEOUT_S", "MAX_CONNECTIONS", "MAX_HEAD", "MAX_HEADER", "MAX_HEADERS", "MAX_HEADERS_SIZE",
-           "MAX_REQUEST_LINE",
+__all__ = ["BODY_PIECE", "HEAD_PIECE", "HEAD_TIMEOUT_S", "MAX_CONNECTIONS", "MAX_HEAD", "MAX_HEADER", "MAX_HEADERS",
+           "MAX_HEADERS_SIZE", "MAX_REQUEST_LINE",
            "BoundedHttpToolsProtocol", "DeniedHandshakeProtocol", "HideTokens"]
 
 # The request target (path and query); longer → 414. A file path may be PATH_MAX (4096) bytes,
@@ -62,6 +75,28 @@ MAX_HEADERS = 100  # headers in one request → 431
 MAX_HEAD = MAX_REQUEST_LINE + MAX_HEADERS_SIZE + 4 * MAX_HEADERS + 1024
 HEAD_TIMEOUT_S = 60.0  # a head's time from its first byte (or the connection) to its end; api.request_timeout
 MAX_CONNECTIONS = 256  # connections one server process keeps open at once; api.max_connections
+
+
+# What the parser is given at once: a head's bytes, and a body's. It stops after a piece that
+# queued a request behind the one in flight, so at most one piece's worth of requests waits in
+# the queue (1 KiB holds some 50 of the smallest heads; 16 KiB after a chunked body, 900). A body
+# of a known length is given whole.
+HEAD_PIECE = 1024
+BODY_PIECE = 16 * 1024
+
+
+class _Flow(FlowControl):
+    """uvicorn's flow control, reading nothing while the connection's answers are not drained or
+    requests are held back (`held`): uvicorn resumes reading at each answer's end and at each
+    `receive`, whatever is unsent or queued, one socket read more each time."""
+
+    def __init__(self, transport: asyncio.Transport, held: Callable[[], bool]) -> None:
+        super().__init__(transport)
+        self._held = held
+
+    def resume_reading(self) -> None:
+        if not self.write_paused and not self._held():
+            super().resume_reading()
 
 
 class _HeadTooLarge(Exception):
@@ -83,9 +118,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, refusing a request line or headers over the limits above.
 
     While the parser reads a head (or a chunked body's trailers, which httptools gathers the
-    same way) it is given at most MAX_HEAD bytes; a body is fed as uvicorn feeds it, since
-    LimitsMiddleware bounds bodies. A head that starts inside a piece fed unbounded (a pipelined
-    request behind a body) may get one socket read (256 KiB) more before it is counted.
+    same way) it is given at most MAX_HEAD bytes, HEAD_PIECE at a time; a body BODY_PIECE at a
+    time (LimitsMiddleware bounds bodies). A head that starts inside a body's piece (a pipelined
+    request behind a body) may get that piece's rest more before it is counted.
     """
 
     def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
@@ -101,9 +136,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = True  # the next bytes are a request's head (not a body, not trailers)
         self._head_timeout_s = head_timeout_s
         self._head_timer: asyncio.TimerHandle | None = None
+        self._drain_timer: asyncio.TimerHandle | None = None
+        self._unparsed = b""  # received behind a queued request, parsed once the queue is empty
+        self._running: RequestResponseCycle | None = None  # the request in flight
+        self._body_left = 0  # bytes of the body being read still to come (its Content-Length)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)  # counted in server_state.connections from here
+        self.flow = _Flow(transport, lambda: bool(self.pipeline or self._unparsed))
         self._waiting_since = self.loop.time()
         if len(self.connections) > self._max_connections and not self._make_room():
             self._refuse(_HeadTooLarge(503, f"the server has {self._max_connections} connections open, each "
@@ -144,7 +184,56 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
+        self._disarm_drain_timer()
+        self._unparsed = b""
+        self.pipeline.clear()  # queued requests never start
+        # uvicorn tells only the last request parsed that the client left; with requests queued
+        # behind it, the one in flight went on to write to a closed transport (a RuntimeError).
+        running = self._running
+        if running is not None and not running.response_complete:
+            running.disconnected = True
+            running.message_event.set()
         super().connection_lost(exc)
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        self._running = cycle
+        super()._start_asgi_task(cycle, app)
+
+    # Called by the transport when its write buffer passes its high-water mark, and when it is
+    # back under the low-water mark.
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self.flow.pause_reading()  # no more requests while their answers would only pile up
+        if self._drain_timer is None:
+            self._drain_timer = self.loop.call_later(self._head_timeout_s, self._drain_timed_out)
+
+    def resume_writing(self) -> None:
+        self._disarm_drain_timer()
+        super().resume_writing()
+        self.flow.resume_reading()  # (paused again at once if a request is queued or a body waits)
+
+    def _disarm_drain_timer(self) -> None:
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
+
+    def _drain_timed_out(self) -> None:
+        self._drain_timer = None
+        if self.transport.is_closing() or not self.flow.write_paused:
+            return
+        self.logger.warning("closed a connection whose client read none of its answers for %g s "
+                            "(api.request_timeout)", self._head_timeout_s)
+        self.transport.abort()  # close() would wait, for ever, for the buffer to be sent
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # the next queued request, if any, starts
+        if self._unparsed and not self.pipeline:
+            self.loop.call_soon(self._parse_unparsed)  # not inside the answer's `send`
+
+    def _parse_unparsed(self) -> None:
+        if self._unparsed and not self.pipeline and self.parser is not None and not self.transport.is_closing():
+            self.data_received(b"")
+            self.flow.resume_reading()  # (not while it queued a request again)
 
     def _arm_head_timer(self) -> None:
         self._disarm_head_timer()
@@ -169,19 +258,29 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         # uvicorn's own, but a head goes to the parser in pieces, within MAX_HEAD in all.
+        # And no more than a piece once a request is queued behind the one in flight.
         self._unset_keepalive_if_required()
-        if self._in_head and self._head_timer is None:
+        if self._unparsed:
+            data, self._unparsed = self._unparsed + data, b""
+        if self._in_head and self._head_timer is None and data:
             self._arm_head_timer()  # the next request's head starts: its time from now
         while data:
+            if self.pipeline:  # requests wait for the one in flight: the rest is parsed after them
+                self._unparsed = data
+                self.flow.pause_reading()
+                return
             if self._bounded:
                 room = MAX_HEAD - self._bounded_bytes
                 if room <= 0:
                     self._refuse(_HeadTooLarge(431, _TOO_LARGE))
                     return
-                piece, data = data[:room], data[room:]
+                piece, data = data[:min(room, HEAD_PIECE)], data[min(room, HEAD_PIECE):]
                 self._bounded_bytes += len(piece)
             else:
-                piece, data = data, b""
+                # A body of a known length is given whole (an upload pays no more parser calls);
+                # past its end, or a chunked one, BODY_PIECE at a time.
+                size = self._body_left if self._body_left > 0 else BODY_PIECE
+                piece, data = data[:size], data[size:]
             try:
                 self.parser.feed_data(piece)
             except httptools.HttpParserError as exc:
@@ -243,6 +342,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._bounded = False
         self._in_head = False
+        lengths = [v for k, v in self.headers if k == b"content-length"]
+        chunked = any(k == b"transfer-encoding" for k, _ in self.headers)
+        known = len(lengths) == 1 and lengths[0].isdigit() and len(lengths[0]) < 19 and not chunked
+        self._body_left = int(lengths[0]) if known else 0
         self._disarm_head_timer()
         super().on_headers_complete()
 
@@ -251,12 +354,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         self._bounded = False
+        self._body_left = max(self._body_left - len(body), 0)
         super().on_body(body)
 
     def on_chunk_complete(self) -> None:
         self._bounded = False
 
     def on_message_complete(self) -> None:
+        self._body_left = 0
         self._bound()  # the next request on this connection starts its own head
         self._in_head = True  # timed from its first byte (until then, uvicorn's keep-alive wait)
         self._waiting_since = self.loop.time()

@@ -5,6 +5,7 @@ the workspace and the audit), here only shaped for a model: line ranges, diffs, 
 from __future__ import annotations
 
 import base64
+import codecs
 import difflib
 import fnmatch
 from collections.abc import Callable
@@ -44,46 +45,115 @@ OpenFiles = Callable[[str], "FileService"]
 def _entry_name(name: str, kind: str) -> str:
     return name + ("/" if kind == "dir" else "@" if kind == "symlink" else "")
 
+# A file is read for read_file this many bytes at a time, and only the lines asked for are kept:
+# the whole file read, decoded and split made one read of a 100 MB file of short lines hold
+# gigabytes (a string per line), and 40 such reads (the server's threads) at once far more.
+READ_PIECE = 256 * 1024
+_LINE_ENDS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")  # as str.splitlines splits
+
+
+class _Lines:
+    """The lines `first`..`first + limit - 1` of a UTF-8 file fed in pieces (as str.splitlines
+    splits them, ends kept), at most MAX_TEXT characters of them, and the count of all lines;
+    a line's characters past MAX_TEXT are counted, not kept."""
+
+    def __init__(self, first: int, limit: int) -> None:
+        self.first = first
+        self.limit = limit
+        self.decoder = codecs.getincrementaldecoder("utf-8")()
+        self.count = 0  # lines ended so far
+        self.carry = ""  # the line not yet ended (or ending in \r: a \n may follow)
+        self.dropped = 0  # its characters not kept
+        self.chosen: list[str] = []
+        self.size = 0
+        self.cut = ""
+        self.full = False  # the answer is full: later lines are only counted
+
+    def feed(self, data: bytes, final: bool = False) -> None:
+        text = self.carry + self.decoder.decode(data, final)  # UnicodeDecodeError: a binary file
+        dropped, self.dropped = self.dropped, 0
+        lines = text.splitlines(keepends=True)
+        self.carry = ""
+        if lines and not final and (lines[-1][-1] not in _LINE_ENDS or lines[-1][-1] == "\r"):
+            self.carry = lines.pop()
+            if len(lines) == 0:
+                self.dropped = dropped
+            if len(self.carry) > MAX_TEXT + 1:  # keep its start and its last character
+                self.dropped += len(self.carry) - MAX_TEXT - 1
+                self.carry = self.carry[:MAX_TEXT] + self.carry[-1]
+            if not lines:
+                return
+        for index, line in enumerate(lines):
+            self._line(line, dropped if index == 0 else 0)
+
+    def _line(self, line: str, dropped: int) -> None:
+        self.count += 1
+        if self.full or self.count < self.first:
+            return
+        if self.count >= self.first + self.limit:
+            self.full = True
+            return
+        length = len(line) + dropped
+        if self.size + length > MAX_TEXT and self.chosen:
+            self.full = True
+            return
+        if length > MAX_TEXT:  # one line past the bound, the first: a file of one 100 MB line
+            self.cut = f"\n[line {self.first} cut at {MAX_TEXT} of its {length} characters]"
+            line = line[:MAX_TEXT]
+        self.chosen.append(line)
+        self.size += len(line)
+
+
 def read_file(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
     path = canonical(args["path"])
-    data = open_files("read").read_bytes(path)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        if "offset" in args or "limit" in args:
-            raise InvalidInput(f"{path} is a binary file; read it whole (it comes back as base64)") from None
-        if len(data) > MAX_WHOLE:
-            raise InvalidInput(f"{path} is a binary file of {len(data)} bytes, over the {MAX_WHOLE >> 20} MiB "
-                               "read_file returns; read a part of it with exec (`head -c`, `od -A d -t x1 -j SKIP "
-                               "-N COUNT`)") from None
-        encoded = base64.b64encode(data).decode("ascii")
-        return Answer(f"{path} is binary ({len(data)} bytes); base64:\n{encoded}",
-                       {"path": path, "encoding": "base64", "size": len(data), "content": encoded})
-    lines = text.splitlines(keepends=True)
     first = int(args.get("offset", 1))
-    limit = int(args.get("limit", LINES))
-    if first > max(len(lines), 1):
-        raise InvalidInput(f"offset {first} is past the end of {path} ({len(lines)} lines)")
-    chosen: list[str] = []
-    size = 0
-    cut = ""
-    for line in lines[first - 1:first - 1 + limit]:
-        if size + len(line) > MAX_TEXT and chosen:
-            break
-        if len(line) > MAX_TEXT:  # one line past the bound, the first: a file of one 100 MB line
-            cut = f"\n[line {first} cut at {MAX_TEXT} of its {len(line)} characters]"
-            line = line[:MAX_TEXT]
-        chosen.append(line)
-        size += len(line)
-    last = first - 1 + len(chosen)
-    body = "".join(chosen) + cut
+    lines = _Lines(first, int(args.get("limit", LINES)))
+    head = bytearray()  # the first bytes, for a binary file's answer (MAX_WHOLE at most)
+    binary = False
+    size = whole = 0
+
+    def take(piece: bytes, stat_size: int) -> bool:
+        nonlocal binary, size, whole
+        size += len(piece)
+        whole = stat_size
+        if len(head) <= MAX_WHOLE:
+            head.extend(piece[:MAX_WHOLE + 1 - len(head)])
+        try:
+            lines.feed(piece)
+        except UnicodeDecodeError:
+            binary = True
+        return not binary or size <= MAX_WHOLE
+
+    open_files("read").read_pieces(path, take, piece=READ_PIECE)
+    if not binary:
+        try:
+            lines.feed(b"", final=True)
+        except UnicodeDecodeError:
+            binary = True
+    if binary:
+        if "offset" in args or "limit" in args:
+            raise InvalidInput(f"{path} is a binary file; read it whole (it comes back as base64)")
+        if size > MAX_WHOLE:
+            workspace = args.get("workspace", "NAME")
+            raise InvalidInput(f"{path} is a binary file of {max(whole, size)} bytes, over the {MAX_WHOLE >> 20} MiB "
+                               "read_file returns; "
+                               "read a part of it with exec (`head -c`, `od -A d -t x1 -j SKIP -N COUNT`), or all of "
+                               f"it over HTTP: GET /v1/workspaces/{workspace}/files/content?path={path} (the SDK's "
+                               f"workspace({workspace!r}).files.read)")
+        encoded = base64.b64encode(bytes(head)).decode("ascii")
+        return Answer(f"{path} is binary ({size} bytes); base64:\n{encoded}",
+                      {"path": path, "encoding": "base64", "size": size, "content": encoded})
+    if first > max(lines.count, 1):
+        raise InvalidInput(f"offset {first} is past the end of {path} ({lines.count} lines)")
+    last = first - 1 + len(lines.chosen)
+    body = "".join(lines.chosen) + lines.cut
     # The text goes once, as the content a model reads; the structured part says what it is.
-    data_out: dict[str, Any] = {"path": path, "encoding": "utf-8", "size": len(data), "lines": len(lines),
-                                "offset": first, "returned_lines": len(chosen)}
-    if first == 1 and last >= len(lines) and not cut:
+    data_out: dict[str, Any] = {"path": path, "encoding": "utf-8", "size": size, "lines": lines.count,
+                                "offset": first, "returned_lines": len(lines.chosen)}
+    if first == 1 and last >= lines.count and not lines.cut:
         return Answer(body, data_out)
-    more = f"; call read_file with offset={last + 1} for the rest" if last < len(lines) else ""
-    return Answer(f"[{path}: lines {first}-{last} of {len(lines)}{more}]\n{body}", data_out)
+    more = f"; call read_file with offset={last + 1} for the rest" if last < lines.count else ""
+    return Answer(f"[{path}: lines {first}-{last} of {lines.count}{more}]\n{body}", data_out)
 
 
 def write_file(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
