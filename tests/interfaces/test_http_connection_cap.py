@@ -92,7 +92,9 @@ def test_bodies_held_back_give_way_too(server: ServeProcess) -> None:
             held.append(sock)
         time.sleep(0.5)  # the server reads the heads: each connection then waits for its body
         assert _health(server.url).startswith(b"HTTP/1.1 200")  # a bot still gets in
-        assert _closed(held[0]) and not _closed(held[-1])  # the oldest gave way
+        # One of the oldest gave way (the very oldest, unless a loaded server had not yet read
+        # every head: one still without a request is idle, and gives way first), not the newest.
+        assert any(_closed(sock) for sock in held[:CAP // 2]) and not _closed(held[-1])
     finally:
         for sock in held:
             sock.close()
