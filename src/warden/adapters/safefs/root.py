@@ -237,9 +237,9 @@ class SafeRoot:
         return self._dir(_parts(path))
 
     # -- reads -----------------------------------------------------------------------------
-    def read_bytes(self, path: str, *, room: Callable[[int], None] | None = None) -> bytes:
-        """The content of regular file `path`, at most `max_bytes`; `room(size)`, when given, is
-        told its size (fstat) before a byte is read, and may refuse with an error."""
+    def _open_regular(self, path: str, *, sized: bool) -> tuple[int, os.stat_result]:
+        """A descriptor of regular file `path` beneath the root, no link followed, and its fstat;
+        `sized`: one over `max_bytes` is refused as too large first. The caller closes it."""
         parts = _parts(path)
         if not parts:
             raise InvalidInput("/ is a directory; give a file path")
@@ -255,10 +255,23 @@ class SafeRoot:
                     raise InvalidInput(f"{path} is a directory; list it instead")
                 raise Denied(f"{path} is a {kind}, not a regular file; Warden reads only regular files",
                              rule=f"deny: not a regular file ({kind})")
-            if room is not None:
-                # A file over the limit is refused as too large (413) before any room is asked
-                # for: the room's 503 would have a client retry a read that can never succeed.
+            if sized:
                 self._check_size(st.st_size, path)
+        except BaseException as exc:
+            os.close(fd)
+            if isinstance(exc, OSError):
+                raise _error(exc, path) from None
+            raise
+        return fd, st
+
+    def read_bytes(self, path: str, *, room: Callable[[int], None] | None = None) -> bytes:
+        """The content of regular file `path`, at most `max_bytes`; `room(size)`, when given, is
+        told its size (fstat) before a byte is read, and may refuse with an error."""
+        # A file over the limit is refused as too large (413) before any room is asked for: the
+        # room's 503 would have a client retry a read that can never succeed.
+        fd, st = self._open_regular(path, sized=room is not None)
+        try:
+            if room is not None:
                 room(st.st_size)
             return self._read_all(fd, st, path)
         except OSError as exc:
@@ -269,55 +282,21 @@ class SafeRoot:
     def open_file(self, path: str, *, room: Callable[[int], None] | None = None) -> tuple[int, int]:
         """(A descriptor of regular file `path`, its size), opened as read_bytes opens it, at most
         `max_bytes`; `room(size)` as read_bytes calls it. The caller reads and closes it."""
-        parts = _parts(path)
-        if not parts:
-            raise InvalidInput("/ is a directory; give a file path")
-        try:
-            fd = self._open(parts, _READ_FLAGS)
-        except OSError as exc:
-            raise _error(exc, path) from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                kind = _kind(st.st_mode)
-                if kind == "dir":
-                    raise InvalidInput(f"{path} is a directory; list it instead")
-                raise Denied(f"{path} is a {kind}, not a regular file; Warden reads only regular files",
-                             rule=f"deny: not a regular file ({kind})")
-            if self.max_bytes is not None and st.st_size > self.max_bytes:
-                raise TooLarge(f"{path} is {st.st_size} bytes, over the limit of {self.max_bytes} "
-                               "(sandbox.max_file_size_mb)")
-            if room is not None:
+        fd, st = self._open_regular(path, sized=True)
+        if room is not None:
+            try:
                 room(st.st_size)
-        except BaseException as exc:
-            os.close(fd)
-            if isinstance(exc, OSError):
-                raise _error(exc, path) from None
-            raise
+            except BaseException:
+                os.close(fd)
+                raise
         return fd, st.st_size
 
     def read_pieces(self, path: str, take: Callable[[bytes, int], bool], *, piece: int = 1 << 20) -> int:
         """Regular file `path` handed to `take(piece, size)` a piece at a time (`size` its fstat),
         until it returns False or the file ends, at most `max_bytes` in all: one piece held at
         once, however large the file. The bytes read."""
-        parts = _parts(path)
-        if not parts:
-            raise InvalidInput("/ is a directory; give a file path")
+        fd, st = self._open_regular(path, sized=True)
         try:
-            fd = self._open(parts, _READ_FLAGS)
-        except OSError as exc:
-            raise _error(exc, path) from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                kind = _kind(st.st_mode)
-                if kind == "dir":
-                    raise InvalidInput(f"{path} is a directory; list it instead")
-                raise Denied(f"{path} is a {kind}, not a regular file; Warden reads only regular files",
-                             rule=f"deny: not a regular file ({kind})")
-            if self.max_bytes is not None and st.st_size > self.max_bytes:
-                raise TooLarge(f"{path} is {st.st_size} bytes, over the limit of {self.max_bytes} "
-                               "(sandbox.max_file_size_mb)")
             left = self.max_bytes if self.max_bytes is not None else -1
             total = 0
             while left != 0:
