@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ Installer = Callable[[WorkspaceRecord, list[str], bool], None]
 
 
 _METADATA_HEAD = 16 * 1024  # bytes of a METADATA file read for its Name
+# A name npm gives a package folder: `name` or `@scope/name` (no `..`, no other `/`).
+_NPM_NAME = re.compile(r"(?:@[A-Za-z0-9][\w.~-]*/)?[A-Za-z0-9][\w.~-]*")
 
 
 def requirement_names(requirements: Iterable[str]) -> list[str]:
@@ -196,6 +199,16 @@ class HealthService:
         # folder linked to one of the host's, told whether a host file exists).
         found = self._reads.read_heads(record.path, (f"node_modules/{n}/package.json" for n in node_deps), 0)
         missing = [n for n, head in zip(node_deps, found, strict=True) if head is None]
+        # A package of the workspace's Node layer is a link Warden made into that layer
+        # (adapters/envs/node_layer.py): looked for in the layer itself, beneath its own folder,
+        # the bot's link never followed; only for a name npm could have made (no `..`, no `/`
+        # but a scope's).
+        linked = [n for n in missing if _NPM_NAME.fullmatch(n) and io.kind(os.path.join(modules, n)) == "symlink"]
+        for layer in _strings(record.meta.get("ro_paths")) if linked else ():
+            heads = self._reads.read_heads(layer, (f"node_modules/{n}/package.json" for n in linked), 0)
+            there = {n for n, head in zip(linked, heads, strict=True) if head is not None}
+            missing = [n for n in missing if n not in there]
+            linked = [n for n in linked if n not in there]
         if not real:
             issues.append("node_modules missing")
         elif missing:
