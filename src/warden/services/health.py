@@ -204,7 +204,8 @@ class HealthService:
         # the bot's link never followed; only for a name npm could have made (no `..`, no `/`
         # but a scope's).
         linked = [n for n in missing if _NPM_NAME.fullmatch(n) and io.kind(os.path.join(modules, n)) == "symlink"]
-        for layer in _strings(record.meta.get("ro_paths")) if linked else ():
+        node_layers = [p for p in _strings(record.meta.get("ro_paths")) if os.path.basename(p).startswith("node")]
+        for layer in node_layers if linked else ():  # (not the Python interpreter's prefix beside them)
             heads = self._reads.read_heads(layer, (f"node_modules/{n}/package.json" for n in linked), 0)
             there = {n for n, head in zip(linked, heads, strict=True) if head is not None}
             missing = [n for n in missing if n not in there]
