@@ -10,9 +10,7 @@ operation with the caller's name (bot and accessor).
 from __future__ import annotations
 
 import os
-import threading
 import weakref
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
@@ -21,11 +19,12 @@ from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
-from warden.core.errors import Conflict, Unavailable
+from warden.core.errors import Conflict
 from warden.interfaces.http.calls import Call, threaded
 from warden.interfaces.http.file_services import FileServices, files_for
 from warden.interfaces.http.models import FileDeleted, FileEntry, FileMove, FileMoved, FilesResult, FileWritten
 from warden.interfaces.http.routes import Token, WorkspaceName, token_of
+from warden.interfaces.http.shares import Shares
 from warden.interfaces.http.statuses import ERROR_RESPONSES
 
 if TYPE_CHECKING:
@@ -73,43 +72,22 @@ CONTENT_HELD = 1 << 30
 CONTENT_SENDS_PER_BOT = 4
 
 
-class ContentHeld:
+class ContentHeld(Shares):
     """The file content being sent (answers of more than one piece), bounded in bytes overall and
     in answers for each bot."""
 
     def __init__(self, total: int = CONTENT_HELD, per_bot: int = CONTENT_SENDS_PER_BOT) -> None:
-        self.total = total
-        self.per_bot = per_bot
-        self._lock = threading.Lock()
-        self._sends: Counter[str] = Counter()
-        self._bytes = 0
+        super().__init__(per_bot, total,
+                         bot_full=lambda n: f"this bot's last {n} large file reads are still being sent; read their "
+                                            "answers, then retry",
+                         all_full=lambda _: "the server is sending as much file content as it holds at once; retry "
+                                            "in a moment")
 
-    def take(self, bot: str, size: int) -> Callable[[], None]:
-        """Room for `size` bytes of `bot`'s, or Unavailable (503, Retry-After); the function
-        returned gives it back, once."""
-        if size <= CONTENT_PIECE:
+    def take(self, bot: str, amount: int = 1) -> Callable[[], None]:
+        """Room for `amount` bytes of `bot`'s (see Shares.take)."""
+        if amount <= CONTENT_PIECE:
             return _nothing  # sent in one piece: never held past its send
-        with self._lock:
-            if self._sends[bot] >= self.per_bot:
-                raise Unavailable(f"this bot's last {self.per_bot} large file reads are still being sent; read their "
-                                  "answers, then retry", rule="api.max_execs_per_bot")
-            if self._bytes + size > self.total:
-                raise Unavailable("the server is sending as much file content as it holds at once; retry in a "
-                                  "moment", rule="api.max_execs")
-            self._sends[bot] += 1
-            self._bytes += size
-        given = threading.Event()
-
-        def give_back() -> None:
-            with self._lock:
-                if given.is_set():
-                    return
-                given.set()
-                self._sends[bot] -= 1
-                self._bytes -= size
-                if not self._sends[bot]:
-                    del self._sends[bot]
-        return give_back
+        return super().take(bot, amount)
 
 
 def _nothing() -> None:

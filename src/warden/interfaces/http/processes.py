@@ -11,10 +11,7 @@ principal's process is a 404 like one that does not exist. One audit event per r
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import weakref
-from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated
 
@@ -22,11 +19,12 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from warden.core.errors import Unavailable, WardenError
+from warden.core.errors import WardenError
 from warden.core.run_stream import OutputEvents, error_event, ndjson
 from warden.interfaces.http.calls import Call, threaded
 from warden.interfaces.http.models import LogsDropped, ProcessBody, ProcessLogs, UsageBody
 from warden.interfaces.http.routes import Token, WorkspaceName, token_of
+from warden.interfaces.http.shares import Shares
 from warden.interfaces.http.statuses import ERROR_RESPONSES
 
 if TYPE_CHECKING:
@@ -79,53 +77,8 @@ def _events(chunks: Iterator[Chunk | None], max_output: int) -> Iterator[bytes]:
             close()
 
 
-class _Waits:
-    """The waits and followed logs in progress, each holding one of the server's threads for up
-    to MAX_WAIT_S (a follow, a second at a time for as long as its process runs): at most
-    `per_bot` for one bot (its grants' root, as exec slots count) and `total` (MAX_WAITS) for all.
-    Unbounded, one bot's 60 waits on its own `sleep` took all of Starlette's 40 threads, and every
-    other request of every bot (a file read) waited 28 s for one; 200 follows, 8 s each."""
-
-    def __init__(self, per_bot: int, total: int) -> None:
-        self.per_bot = per_bot
-        self.total = total
-        self._lock = threading.Lock()
-        self._held: Counter[str] = Counter()
-
-    def take(self, bot: str) -> Callable[[], None]:
-        """One place for `bot`, or Unavailable (503, Retry-After: the SDK asks again); the
-        function returned gives it back (once, however often it is called)."""
-        with self._lock:
-            if self._held[bot] >= self.per_bot:
-                raise Unavailable(f"this bot already waits on or follows {self.per_bot} processes at once "
-                                  "(api.max_execs_per_bot); retry when one ends", rule="api.max_execs_per_bot")
-            if sum(self._held.values()) >= self.total:
-                raise Unavailable(f"{self.total} waits and follows are in progress on this server; retry in a "
-                                  "moment", rule="api.max_execs")
-            self._held[bot] += 1
-        given = threading.Event()
-
-        def give_back() -> None:
-            with self._lock:
-                if given.is_set():
-                    return
-                given.set()
-                self._held[bot] -= 1
-                if not self._held[bot]:
-                    del self._held[bot]
-        return give_back
-
-    @contextlib.contextmanager
-    def held(self, bot: str) -> Iterator[None]:
-        give_back = self.take(bot)
-        try:
-            yield
-        finally:
-            give_back()
-
-
 class _Followed(StreamingResponse):
-    """A followed process's NDJSON, which gives its place (`_Waits`) back once sent, or once
+    """A followed process's NDJSON, which gives its place (`Shares`) back once sent, or once
     dropped unsent (a client gone before the first byte)."""
 
     def __init__(self, content: Iterator[bytes], give_back: Callable[[], None]) -> None:
@@ -146,7 +99,15 @@ class ProcessRoutes:
     def __init__(self, app: App, requests: BotRequestService) -> None:
         self.app = app
         self.requests = requests
-        self.waits = _Waits(app.settings.get_int("api.max_execs_per_bot"), MAX_WAITS)
+        # The waits and followed logs in progress, each holding one of the server's threads for up
+        # to MAX_WAIT_S (a follow, a second at a time for as long as its process runs). Unbounded,
+        # one bot's 60 waits on its own `sleep` took all of Starlette's 40 threads, and every other
+        # request of every bot (a file read) waited 28 s for one; 200 follows, 8 s each.
+        self.waits = Shares(app.settings.get_int("api.max_execs_per_bot"), MAX_WAITS,
+                            bot_full=lambda n: f"this bot already waits on or follows {n} processes at once "
+                                               "(api.max_execs_per_bot); retry when one ends",
+                            all_full=lambda n: f"{n} waits and follows are in progress on this server; retry in "
+                                               "a moment")
 
     def list(self, name: WorkspaceName, token: Token) -> list[ProcessBody]:
         """The caller's background processes in the workspace (needs `execute`), oldest first."""
