@@ -155,16 +155,25 @@ def one_try(home: Home, target: str, sig: signal.Signals, delay: float, detach: 
             "took_s": round(took, 2), "problems": problems, "stderr": said[-1500:] if problems else said[-200:]}
 
 
+_TOLD = ("pid", "stopped_by", "interrupted_by", "instance", "background", "exit_code", "signal")
+
+
 def audit_problems(home: Home) -> list[str]:
     """Runs of the audit without exactly one intent and one outcome; a failed verify."""
     listed = home("audit", "--workspace", "W", "--limit", "1000000", "--json")
     events = json.loads(listed.stdout)["data"]
     runs: dict[str, list[str]] = collections.defaultdict(list)
+    said: dict[str, list[str]] = collections.defaultdict(list)
     for event in events:
-        run_id = (event.get("detail") or {}).get("run_id")
+        detail = event.get("detail") or {}
+        run_id = detail.get("run_id")
         if run_id:
             runs[run_id].append(event["action"])
-    problems = [f"run {run_id}: {actions}" for run_id, actions in runs.items()
+            # What each event says, for a problem to be understood from a CI log alone.
+            told = {k: detail[k] for k in _TOLD if k in detail}
+            said[run_id].append(f"{event['action']} at {event.get('at')} by {event.get('actor')} "
+                                f"({event.get('rule')}: {event.get('result')}; {told})")
+    problems = [f"run {run_id}: {actions} -- {' | '.join(said[run_id])}" for run_id, actions in runs.items()
                 if actions.count("run.start") != 1 or len(actions) != 2]
     verified = home("audit", "verify")
     if verified.returncode != 0:

@@ -154,6 +154,11 @@ class InstanceService:
         return next((i for i in self.instances() if i.node == self.node and i.pid == pid and i.pid_start == start),
                     None)
 
+    def running_here(self, kind: str) -> list[Instance]:
+        """This node's registered instances of `kind` whose process still runs (the one it names,
+        its start time checked)."""
+        return [i for i in self.instances() if i.node == self.node and i.kind == kind and self._alive(i)]
+
     # -- the cluster -------------------------------------------------------------------------
     def instances(self) -> list[Instance]:
         with self._registry.transaction(write=False) as tx:

@@ -120,10 +120,29 @@ def _set(ctx: Context, args: argparse.Namespace) -> Output:
             text += f"\nstill to fix: {exc.message}"
         else:  # the registry cannot take the audit row now (a full disk, a database down)
             text += f"\nwritten, but not in the audit log: {exc.message}"
-    else:
-        if args.key == "sandbox.allowed_commands" and not ctx.app.settings.get_bool("sandbox.enabled"):
-            note = ("the allowlist is not enforced while sandbox.enabled is false; "
-                    "`warden config set sandbox.enabled true` turns it on")
-            data["note"] = note
-            text += f"\nnote: {note}"
+        return Output(data, text)
+    servers = _servers_running(ctx)
+    if servers:
+        # Each `warden serve` reads the settings once, as it starts; each CLI command (the
+        # daemon's included) reads them again. A change the person believed
+        # made did not reach the bots until the server was restarted, and nothing said so.
+        pids = ", ".join(str(i.pid) for i in servers)
+        data["restart"] = [{"pid": i.pid, "url": i.url} for i in servers]
+        text += (f"\nnote: the running `warden serve` (pid {pids}) keeps the settings it started with; "
+                 "restart it for the API to use this")
+    if args.key == "sandbox.allowed_commands" and not ctx.app.settings.get_bool("sandbox.enabled"):
+        note = ("the allowlist is not enforced while sandbox.enabled is false; "
+                "`warden config set sandbox.enabled true` turns it on")
+        data["note"] = note
+        text += f"\nnote: {note}"
     return Output(data, text)
+
+
+def _servers_running(ctx: Context) -> list[Any]:
+    """This home's `warden serve` processes on this machine (none when the registry cannot say)."""
+    from warden.core.errors import WardenError
+
+    try:
+        return ctx.app.instances.running_here("serve")
+    except WardenError:
+        return []
