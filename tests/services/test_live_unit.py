@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.fake_registry import MemoryRegistry
 from tests.support.fakes import FakeGitGuards, FakeLiveSandboxes
-from warden.core.errors import NotFound, TimedOut, Unavailable
+from warden.core.errors import NotFound, Terminated, TimedOut, Unavailable
 from warden.core.grants import Grant
 from warden.core.leases import LeaseState
 from warden.core.limits import Limits
@@ -323,6 +323,34 @@ def test_a_background_processs_run_event_says_what_it_used(world: World) -> None
     assert world.status(killed) == ("killed", 137)
     [stopped] = [e for e in world.audit.list(limit=100) if e.action == "run" and e.detail["run_id"] == killed]
     assert stopped.detail["usage"]["cpu_s"] == 0.5
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), Terminated(15, "SIGTERM")])
+def test_a_process_stopped_as_it_started_is_recorded_killed_by_its_start_saying_why(
+        world: World, stop: BaseException) -> None:
+    """A person's Ctrl-C (or SIGTERM) while `warden run --detach` spawned its process: the start
+    kills it and records its end itself, with the reason, though the supervisor reaps it only a
+    moment after the signal. It was left to whoever looked next, which recorded it seconds later
+    as ended by that one ("the workspace's suspend ended it")."""
+    from warden.core import stops
+
+    world.sandboxes.reap_late = True
+    spawn = world.sandboxes.spawn
+
+    def stopped_meanwhile(sandbox: LiveSandbox, process_id: str, request: SandboxRequest,
+                          **options: object) -> dict[str, object]:
+        answer = spawn(sandbox, process_id, request, **options)  # type: ignore[arg-type]
+        assert stops.held_back(stop)  # as the CLI's handler does with the signal it got
+        return answer
+
+    world.sandboxes.spawn = stopped_meanwhile  # type: ignore[method-assign]
+    with pytest.raises(type(stop)):
+        world.start(ALICE)
+    [row] = world.service.list("w1")
+    assert (row.status, row.exit_code) == ("killed", 137)
+    [ran] = [e for e in world.audit.list(limit=100) if e.action == "run"]
+    name = "SIGINT" if isinstance(stop, KeyboardInterrupt) else "SIGTERM"
+    assert ran.detail["stopped_by"] == f"its start was interrupted ({name})" and ran.result == "137"
 
 
 def test_a_foreground_command_running_past_the_idle_period_is_not_stopped_by_the_sweep(

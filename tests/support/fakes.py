@@ -1068,6 +1068,7 @@ class _FakeProcess:
     def __init__(self, process_id: str, pid: int, argv: tuple[str, ...], stdout: bytes, code: int | None) -> None:
         self.id, self.pid, self.argv, self.stdout = process_id, pid, argv, stdout
         self.exited: Exited | None = None if code is None else Exited(code, None)
+        self.dying: Exited | None = None  # signalled, not yet reaped (FakeLiveSandboxes.reap_late)
 
 
 def _script(argv: tuple[str, ...]) -> tuple[bytes, int | None]:
@@ -1106,6 +1107,9 @@ class FakeLiveSandboxes:
         # Called in the middle of a stop, once the supervisor has ended and before the rest is
         # cleaned up: where another Warden process may look at the sandbox.
         self.during_stop: Callable[[LiveSandbox], None] | None = None
+        # A signalled process ends only once waited for, as a real supervisor reaps it a moment
+        # after the signal (a listing at once still shows it running).
+        self.reap_late = False
         self._pids = iter(range(2, 1 << 20))
 
     def _check(self, sandbox: LiveSandbox) -> dict[str, _FakeProcess]:
@@ -1165,14 +1169,20 @@ class FakeLiveSandboxes:
         yield Chunk("", b"", proc.exited)
 
     def wait(self, sandbox: LiveSandbox, process_id: str, timeout: float) -> Supervised:
-        return self._seen(self._check(sandbox)[process_id])
+        proc = self._check(sandbox)[process_id]
+        if proc.dying is not None:
+            proc.exited, proc.dying = proc.dying, None
+        return self._seen(proc)
 
     def signal(self, sandbox: LiveSandbox | None, process: LiveProcess, sig: int) -> None:
         if sandbox is None or sandbox.id not in self.alive_ids:
             return
         proc = self.procs[sandbox.id].get(process.id)
         if proc is not None and proc.exited is None:
-            proc.exited = Exited(128 + sig, sig)
+            if self.reap_late:
+                proc.dying = Exited(128 + sig, sig)
+            else:
+                proc.exited = Exited(128 + sig, sig)
 
     def forget(self, sandbox: LiveSandbox, process_id: str) -> None:
         self._check(sandbox).pop(process_id, None)

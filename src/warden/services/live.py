@@ -37,7 +37,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
 from warden.core import stops
-from warden.core.errors import Conflict, Locked, NotFound, TimedOut, Unavailable, WardenError
+from warden.core.errors import Conflict, Locked, NotFound, Terminated, TimedOut, Unavailable, WardenError
 from warden.core.leases import ENDING_OPS, LeaseState
 from warden.core.live import (
     MAX_BACKGROUND,
@@ -81,6 +81,8 @@ _GIVEN_PATH_KEPT = 4096
 # Seconds a background process may stay recorded "starting" without its supervisor listing it:
 # its starter records it, then asks the supervisor (which has 10 s to answer) to spawn it.
 _STARTING_S = 60.0
+# How long a start its person stopped waits for its killed process to be reaped (a moment).
+_STOPPED_WAIT_S = 2.0
 # Counts of foreground commands a front end runs itself (all of them, the bot's), beside the
 # registry's background ones, held (none admitted) until the block ends: a start counts them and
 # records its process within it (interfaces/http/running.ExecSlots.counted).
@@ -333,13 +335,24 @@ class LiveSandboxService:
                 on_recorded()
         process = process._replace(status="running", meta=meta)
         if whole.held is not None:
-            # Stopped as it started: what its person asked is that it not run. It is killed, and
-            # its outcome recorded as any background process's ("killed", 137).
-            with contextlib.suppress(WardenError, OSError):
-                self._sandboxes.signal(sandbox, process, signal.SIGKILL)
-                self._check(sandbox)
+            self._stop_started(sandbox, process, whole.held)
             whole.raise_held()
         return process
+
+    def _stop_started(self, sandbox: LiveSandbox, process: LiveProcess, stop: BaseException) -> None:
+        """Stopped as it started: what its person asked is that it not run. It is killed, and its
+        outcome recorded here as any background process's ("killed", 137), saying why. Its
+        supervisor reaps it a moment after the signal: a look at once found it still running, and
+        its end was recorded seconds later by whoever looked next, as ended by that one (a
+        suspend: "the workspace's suspend ended it")."""
+        why = f"its start was interrupted ({stop.name if isinstance(stop, Terminated) else 'SIGINT'})"
+        with contextlib.suppress(WardenError, OSError):
+            self._sandboxes.signal(sandbox, process, signal.SIGKILL)
+            seen = self._sandboxes.wait(sandbox, process.id, _STOPPED_WAIT_S)
+            if seen.status not in ("starting", "running"):
+                self._finish(sandbox, process, seen, reason=why)
+            else:  # not reaped in time: the next look records it
+                self._check(sandbox)
 
     def _spawn(self, sandbox: LiveSandbox, process_id: str, request: SandboxRequest) -> dict[str, object]:
         """The background command spawned in `sandbox`. Its supervisor keeps ended processes until
@@ -800,8 +813,10 @@ class LiveSandboxService:
         return (process.status == "starting" and started is not None
                 and (self._clock() - started).total_seconds() < _STARTING_S)
 
-    def _finish(self, sandbox: LiveSandbox, process: LiveProcess, seen: Supervised | None) -> None:
-        """Record how `process` ended (`seen` by its supervisor; None: it lost track of it)."""
+    def _finish(self, sandbox: LiveSandbox, process: LiveProcess, seen: Supervised | None, *,
+                reason: str | None = None) -> None:
+        """Record how `process` ended (`seen` by its supervisor; None: it lost track of it), and
+        why when Warden ended it (`reason`)."""
         logs = None
         if seen is not None:
             with contextlib.suppress(Unavailable):
@@ -816,7 +831,7 @@ class LiveSandboxService:
             status = "killed"
         with self._registry.transaction() as tx:
             if self._ended(tx, process, status, exited):
-                self._audit_end(tx, process, status, exited, None, oom=oom, used=used)
+                self._audit_end(tx, process, status, exited, reason, oom=oom, used=used)
         if seen is not None:
             with contextlib.suppress(Unavailable):
                 self._sandboxes.forget(sandbox, process.id)
