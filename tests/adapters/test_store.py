@@ -326,3 +326,71 @@ def test_a_block_that_raises_is_rolled_back_and_a_held_lock_is_locked(home: Path
             assert sql.execute("SELECT version_num FROM alembic_version") == [{"version_num": SCHEMA_REVISION}]
     finally:
         db.close()
+
+
+@pytest.mark.parametrize("layer", ["database", "registry"])
+def test_a_stop_as_begin_returns_leaves_no_transaction_open(home: Path, layer: str) -> None:
+    """Ctrl-C (or the CLI's SIGTERM) while BEGIN IMMEDIATE waits for another process's lock is
+    handled by Python as BEGIN returns, inside the transaction's __enter__: the transaction was left
+    begun with no __exit__ to end it, this thread held the write lock for as long as it lived, and
+    its next transaction failed. A stress of stopped `warden run --detach` found the run's release
+    failing so (its intent audited `run.lost` while its process ran on to its own outcome)."""
+    from warden.adapters.store.registry import SqlRegistry
+
+    open_database(None, home).close()
+    database = SqliteDatabase(home / "warden.db", busy_timeout=30)
+    store = database if layer == "database" else SqlRegistry(database)
+    other = sqlite3.connect(home / "warden.db", isolation_level=None, timeout=0, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # another process's write: this thread's BEGIN waits for it
+
+    def stop_then_let_go() -> None:
+        time.sleep(0.3)  # the BEGIN below is waiting by now
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGINT)  # handled in the main thread once BEGIN returns
+        time.sleep(0.2)
+        other.execute("COMMIT")
+
+    helper = threading.Thread(target=stop_then_let_go)
+    helper.start()
+    try:
+        with pytest.raises(KeyboardInterrupt), store.transaction():
+            time.sleep(5)  # not reached: the stop comes as the transaction begins
+    finally:
+        helper.join()
+    # Nothing held: another connection takes the write lock at once, and this thread's next
+    # transaction begins and commits.
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("ROLLBACK")
+    other.close()
+    with store.transaction():
+        pass
+    database.close()
+
+
+def test_a_stop_between_the_two_layers_begun_leaves_no_transaction_open(home: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry's transaction wraps the database's: a stop raised once the database's had
+    begun but before the registry's was returned (as a call there returns) left it open too."""
+    from warden.adapters.store import registry as registry_module
+
+    open_database(None, home).close()
+    database = SqliteDatabase(home / "warden.db", busy_timeout=30)
+    store = registry_module.SqlRegistry(database)
+    wrap = registry_module.SqlTx
+
+    def stopped(sql: object) -> object:
+        monkeypatch.setattr(registry_module, "SqlTx", wrap)  # once
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(registry_module, "SqlTx", stopped)
+    with pytest.raises(KeyboardInterrupt), store.transaction():
+        pass
+    other = sqlite3.connect(home / "warden.db", isolation_level=None, timeout=0)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("ROLLBACK")
+    other.close()
+    with store.transaction():
+        pass
+    database.close()

@@ -145,19 +145,33 @@ class _SqliteTransaction:
     def __init__(self, db: SqliteDatabase, write: bool) -> None:
         self._db = db
         self._write = write
+        self._conn: sqlite3.Connection | None = None
 
     def __enter__(self) -> Sql:
         conn = self._conn = self._db._connection()
         where = self._where = str(self._db.path)
-        # BEGIN IMMEDIATE takes the write lock at the start, so read-then-write sequences
-        # (the audit hash chain, unique names) cannot interleave with another process.
-        with _mapped(where):
-            conn.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
-        return _SqliteTx(conn, where)
+        try:
+            # BEGIN IMMEDIATE takes the write lock at the start, so read-then-write sequences
+            # (the audit hash chain, unique names) cannot interleave with another process.
+            with _mapped(where):
+                conn.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
+            return _SqliteTx(conn, where)
+        except BaseException:
+            # A person's stop raised as BEGIN returned (Python runs a signal's handler there; one
+            # that came while BEGIN IMMEDIATE waited for another process's lock runs exactly
+            # then) left the transaction begun with no __exit__ to end it: this thread held the
+            # write lock until it exited, and its next transaction failed ("cannot start a
+            # transaction within a transaction"): a run's release among them, its intent left
+            # for a `run.lost` while its background process ran on to its own outcome.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         conn = self._conn
+        if conn is None:  # never begun (its connection could not be opened)
+            return
         if kind is not None:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")

@@ -131,7 +131,14 @@ class _Transaction:
         self._sql = sql
 
     def __enter__(self) -> SqlTx:
-        return SqlTx(self._sql.__enter__())
+        try:
+            return SqlTx(self._sql.__enter__())
+        except BaseException as exc:
+            # A stop raised between the database's transaction begun and this one returned (a
+            # signal's handler runs as a call returns) would leave that transaction open, no
+            # __exit__ to end it: ended here (it ends only what it began).
+            self._sql.__exit__(type(exc), exc, exc.__traceback__)
+            raise
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> bool | None:
