@@ -13,6 +13,7 @@ import pytest
 from warden.adapters.store import db as db_module
 from warden.adapters.store.db import SCHEMA_REVISION, SqliteDatabase, connect_ahead, open_database
 from warden.adapters.store.migrate import head_revision
+from warden.adapters.store.registry import SqlRegistry
 from warden.bootstrap import App
 from warden.core.errors import Conflict, Locked
 
@@ -335,8 +336,6 @@ def test_a_stop_as_begin_returns_leaves_no_transaction_open(home: Path, layer: s
     begun with no __exit__ to end it, this thread held the write lock for as long as it lived, and
     its next transaction failed. A stress of stopped `warden run --detach` found the run's release
     failing so (its intent audited `run.lost` while its process ran on to its own outcome)."""
-    from warden.adapters.store.registry import SqlRegistry
-
     open_database(None, home).close()
     database = SqliteDatabase(home / "warden.db", busy_timeout=30)
     store = database if layer == "database" else SqlRegistry(database)
@@ -359,14 +358,20 @@ def test_a_stop_as_begin_returns_leaves_no_transaction_open(home: Path, layer: s
             time.sleep(5)  # not reached: the stop comes as the transaction begins
     finally:
         helper.join()
-    # Nothing held: another connection takes the write lock at once, and this thread's next
-    # transaction begins and commits.
+    other.close()
+    _nothing_held(home, store)
+    database.close()
+
+
+def _nothing_held(home: Path, store: SqliteDatabase | SqlRegistry) -> None:
+    """Another connection takes the write lock at once, and this thread's next transaction of
+    `store` begins and commits."""
+    other = sqlite3.connect(home / "warden.db", isolation_level=None, timeout=0)
     other.execute("BEGIN IMMEDIATE")
     other.execute("ROLLBACK")
     other.close()
     with store.transaction():
         pass
-    database.close()
 
 
 def test_a_stop_between_the_two_layers_begun_leaves_no_transaction_open(home: Path,
@@ -387,10 +392,5 @@ def test_a_stop_between_the_two_layers_begun_leaves_no_transaction_open(home: Pa
     monkeypatch.setattr(registry_module, "SqlTx", stopped)
     with pytest.raises(KeyboardInterrupt), store.transaction():
         pass
-    other = sqlite3.connect(home / "warden.db", isolation_level=None, timeout=0)
-    other.execute("BEGIN IMMEDIATE")
-    other.execute("ROLLBACK")
-    other.close()
-    with store.transaction():
-        pass
+    _nothing_held(home, store)
     database.close()
