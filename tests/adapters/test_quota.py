@@ -582,3 +582,86 @@ def test_the_nearest_existing_folder_is_found_by_the_paths_text(tmp_path: Path) 
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "gone")
     assert disk.nearest_existing(f"{tmp_path}/link/../real/x") == str(tmp_path)  # `..` after a dangling link
+
+
+# -- kept by the runner's own loop (RunWatch: the live sandbox's runner waits on its command) --------
+def _no_thread(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The loops handed to a watcher thread, none run: a taken watch must need none."""
+    import warden.adapters.quota as quota_module
+
+    handed: list[object] = []
+
+    def run(loop: Callable[[], None]) -> threading.Event:
+        handed.append(loop)
+        done = threading.Event()
+        done.set()
+        return done
+
+    monkeypatch.setattr(quota_module._THREADS, "run", run)
+    return handed
+
+
+def test_a_taken_watch_stops_a_writer_from_the_callers_looks_without_a_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    handed = _no_thread(monkeypatch)
+    quota = Quota(max_bytes=5 * MiB, max_files=1000, min_free=0)
+    calls: list[int] = []
+    with Watcher(str(tmp_path), quota) as watcher:
+        assert watcher.take()
+        watcher.arm(lambda: calls.append(1))
+        for i in range(30):
+            if calls:
+                break
+            (tmp_path / f"f{i}").write_bytes(b"x" * MiB)
+            watcher.look()  # as the runner does once the descriptor has something
+    assert handed == [] and calls == [1] and watcher.breach == DISK_KEY
+    assert watcher.at is not None and watcher.at.bytes > 5 * MiB
+
+
+def test_a_taken_watch_counts_every_change_and_charges_what_came_after_the_last_look(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    handed = _no_thread(monkeypatch)
+    with Watcher(str(tmp_path), ROOMY) as watcher:
+        assert watcher.take()
+        watcher.arm(lambda: None)
+        (tmp_path / "sub").mkdir()
+        (tmp_path / "sub" / "a").write_bytes(b"a" * 300_000)
+        watcher.look()
+        (tmp_path / "b").write_bytes(b"b" * 100_000)
+        (tmp_path / "sub" / "a").unlink()
+        watcher.look()
+        assert watcher.usage == measure(str(tmp_path))
+    quota = Quota(max_bytes=1 << 40, max_files=10, min_free=0)
+    with Watcher(str(tmp_path), quota) as watcher:
+        assert watcher.take()
+        watcher.arm(lambda: None)
+        watcher.look()
+        for i in range(20):  # after the last look: read as the watch closes
+            (tmp_path / f"n{i}").touch()
+    assert handed == [] and watcher.breach == FILES_KEY
+
+
+def test_a_taken_watch_armed_again_by_another_runner_goes_to_a_thread(tmp_path: Path) -> None:
+    """The live sandbox's runner took the watch, then gave its command up (the sandbox ended as it
+    started): the fresh sandbox that runs it instead waits on no watch, so a thread must."""
+    quota = Quota(max_bytes=1 << 40, max_files=100, min_free=0)
+    calls: list[int] = []
+    with Watcher(str(tmp_path), quota) as watcher:
+        assert watcher.take()
+        watcher.arm(lambda: None)
+        watcher.arm(lambda: calls.append(1))
+        for i in range(150):
+            (tmp_path / f"n{i}").touch()
+        poll(lambda: calls == [1], timeout=5, interval=0.01)
+    assert watcher.breach == FILES_KEY and calls == [1]
+
+
+def test_a_watch_without_inotify_is_not_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import warden.adapters.disk_usage as disk_usage
+
+    def no_inotify() -> int:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(disk_usage, "inotify", no_inotify)
+    with Watcher(str(tmp_path), ROOMY) as watcher:
+        assert not watcher.take()  # its rescans stay its thread's

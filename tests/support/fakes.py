@@ -465,6 +465,18 @@ class FakeQuotaWatch:
         if self.breach is not None:
             stop()
 
+    def take(self) -> bool:
+        return False  # a fake needs no thread: `see` stops the run
+
+    def fileno(self) -> int:
+        raise NotImplementedError("never taken")
+
+    def due(self) -> float | None:
+        return None
+
+    def look(self) -> None:
+        return None
+
     def see(self, now: Usage) -> None:
         """The workspace now holds `now` (FakeDisk.grow says so)."""
         if self._closed or self.breach is not None or self._quota is None:

@@ -268,6 +268,12 @@ class Watcher:
         self._wrote = False
         self._closed = False
         self._failed = False
+        # Kept by the caller's loop (`take`), not a thread: its first inotify descriptor, the home's
+        # free space at the start and when it is next looked at.
+        self._taken = False
+        self._taken_fd: int | None = None
+        self._free_at_start: int | None = None
+        self._next_free = 0.0
         # What the run changed, from the same events (core.changes): its audit event's summary.
         # None where inotify could not watch the workspace (the quota is then kept by rescans).
         self.changes: Coalescer | None = None
@@ -354,9 +360,19 @@ class Watcher:
     def arm(self, stop: Callable[[], None]) -> None:
         """`stop` kills the run; called at once if the workspace already passed its quota."""
         with self._lock:
+            again = self._taken and self._stop is not None
             self._stop = stop
             fire = self.breach is not None
             loop_args, self._loop_args = self._loop_args, None
+        if again and self._done is None:
+            # Armed again: the runner that kept the watch gave its command up (its live sandbox
+            # ended as it started) and another runs it now, which waits on no watch: a thread does.
+            self._taken = False
+            poll = select.poll()
+            poll.register(self._wake_r, select.POLLIN)
+            if self._tree is not None and self._tree.notify is not None:
+                poll.register(self._tree.notify, select.POLLIN)
+            loop_args = (poll, self._free_at_start)
         if loop_args is not None:
             poll, free_at_start = loop_args
             self._done = _THREADS.run(lambda: self._loop(poll, free_at_start))
@@ -421,50 +437,116 @@ class Watcher:
             self.notes.append(f"the quota watcher stopped: {exc!r}")
 
     def _watch(self, poll: select.poll, free_at_start: int | None) -> None:
-        tree = self._tree
-        assert tree is not None
-        # The home's free space is watched whatever the workspace's filesystem: a run can also
-        # fill it through an allowed read-write folder, which the tree above does not see.
-        same_fs = self.home is not None
-        next_free = time.monotonic() + FREE_CHECK_S
+        self._free_at_start = free_at_start
+        self._next_free = time.monotonic() + FREE_CHECK_S
         while self.breach is None:
-            timeout = None
-            if tree.notify is None:
-                timeout = RESCAN_S * 1000
-            elif same_fs:
-                timeout = max(0.0, next_free - time.monotonic()) * 1000
-            looking = tree.next_look() if tree.notify is not None else None
-            if looking is not None:  # files to charge again, put off so far (UsageTree.settle)
-                timeout = min(timeout if timeout is not None else looking * 1000, looking * 1000)
-            ready = {fd for fd, _ in poll.poll(timeout)}
+            tree = self._tree
+            assert tree is not None
+            due = self._due()
+            ready = {fd for fd, _ in poll.poll(None if due is None else due * 1000)}
             if self._wake_r in ready:
                 return
-            if tree.notify is None:
-                self._check(disk_usage.measure(self.root))
-            elif tree.notify not in ready and looking is not None:
-                tree.settle(set())
-                self._check(tree.usage)
-            elif tree.notify in ready:
-                try:
-                    self._drain(tree)
-                except disk_usage.Overflow:
+            self._look(tree.notify is not None and tree.notify in ready)
+            if self._tree is not tree:  # measured afresh (the kernel's queue overflowed)
+                if tree.notify is not None:
                     poll.unregister(tree.notify)
-                    tree.close()
-                    tree = self._tree = self._fresh_tree()
-                    if self.changes is not None:
-                        self.changes.lost()  # what the kernel dropped is counted, not listed
-                        tree.on_change = self._changed
-                    if tree.notify is not None:
-                        poll.register(tree.notify, select.POLLIN)
-                    self._check(tree.usage)
-            if same_fs and self.breach is None and time.monotonic() >= next_free:
-                next_free = time.monotonic() + FREE_CHECK_S
-                free = disk_usage.free_bytes(self.home or "/")
-                # Below min_free, and this run wrote (in the workspace, or the disk shrank by
-                # more than 1 MiB since it started): stopped, before the registry's disk is full.
-                shrank = free_at_start is not None and free < free_at_start - (1 << 20)
-                if (self._wrote or shrank) and self.quota.free_problem(free, "") is not None:
-                    self._fire(FREE_KEY, tree.usage)
+                if self._tree is not None and self._tree.notify is not None:
+                    poll.register(self._tree.notify, select.POLLIN)
+
+    def _due(self) -> float | None:
+        """Seconds until the next look that no event asks for (None: none): a rescan without
+        inotify, the home's free space, the files to charge again (UsageTree.settle)."""
+        tree = self._tree
+        assert tree is not None
+        timeout = None
+        if tree.notify is None:
+            timeout = RESCAN_S
+        elif self.home is not None:
+            # The home's free space is watched whatever the workspace's filesystem: a run can also
+            # fill it through an allowed read-write folder, which the tree above does not see.
+            timeout = max(0.0, self._next_free - time.monotonic())
+        looking = tree.next_look() if tree.notify is not None else None
+        if looking is not None:  # files to charge again, put off so far (UsageTree.settle)
+            timeout = looking if timeout is None else min(timeout, looking)
+        return timeout
+
+    def _look(self, readable: bool) -> None:
+        """One look: what the kernel queued (`readable`: there is some), else the files due to be
+        charged again, and the home's free space when due; the run stopped on a breach."""
+        tree = self._tree
+        assert tree is not None
+        looking = tree.next_look() if tree.notify is not None else None
+        if tree.notify is None:
+            self._check(disk_usage.measure(self.root))
+        elif not readable and looking is not None:
+            tree.settle(set())
+            self._check(tree.usage)
+        elif readable:
+            try:
+                self._drain(tree)
+            except disk_usage.Overflow:
+                tree.close()
+                tree = self._tree = self._fresh_tree()
+                if self.changes is not None:
+                    self.changes.lost()  # what the kernel dropped is counted, not listed
+                    tree.on_change = self._changed
+                self._check(tree.usage)
+        if self.home is not None and self.breach is None and time.monotonic() >= self._next_free:
+            self._next_free = time.monotonic() + FREE_CHECK_S
+            free = disk_usage.free_bytes(self.home or "/")
+            # Below min_free, and this run wrote (in the workspace, or the disk shrank by
+            # more than 1 MiB since it started): stopped, before the registry's disk is full.
+            shrank = self._free_at_start is not None and free < self._free_at_start - (1 << 20)
+            if (self._wrote or shrank) and self.quota.free_problem(free, "") is not None:
+                self._fire(FREE_KEY, tree.usage)
+
+    # -- kept by the runner's own loop (core.runs.RunWatch) ------------------------------------
+    def take(self) -> bool:
+        """The watch kept from the caller's loop (as it waits on the command) rather than from a
+        thread: a quick command then costs no handoff to a thread and back (on a busy 2-core
+        machine ~1.5 ms of an exec of `true` in a live sandbox). Only with inotify, before `arm`."""
+        with self._lock:
+            if self._loop_args is None or self._tree is None or self._tree.notify is None or self._closed:
+                return False
+            _, self._free_at_start = self._loop_args
+            self._loop_args = None  # `arm` starts no thread
+            self._taken_fd = self._tree.notify
+            self._next_free = time.monotonic() + FREE_CHECK_S
+            self._taken = True
+        return True
+
+    def fileno(self) -> int:
+        """What the caller waits on: the inotify descriptor the watch started with (a queue that
+        overflows hands the watch to a thread, which goes on with a fresh one)."""
+        if self._taken_fd is None:
+            raise ValueError("the watch was not taken")
+        return self._taken_fd
+
+    def due(self) -> float | None:
+        if not self._taken or self.breach is not None or self._closed or self._tree is None:
+            return None
+        return self._due()
+
+    def look(self) -> None:
+        if not self._taken or self.breach is not None or self._closed or self._tree is None:
+            return
+        tree = self._tree
+        try:
+            self._look(True)  # a read that finds nothing costs one system call
+        except Exception as exc:  # the run goes on unwatched rather than die with Warden's bug
+            self._failed = True
+            self._taken = False
+            self.notes.append(f"the quota watcher stopped: {exc!r}")
+            return
+        if self._tree is not tree and self.breach is None:
+            # Measured afresh: its descriptor is not the one the caller waits on. A thread of its
+            # own watches the rest of the run, as for a command that does not wait itself.
+            self._taken = False
+            poll = select.poll()
+            poll.register(self._wake_r, select.POLLIN)
+            if self._tree is not None and self._tree.notify is not None:
+                poll.register(self._tree.notify, select.POLLIN)
+            self._done = _THREADS.run(lambda: self._loop(poll, self._free_at_start))
 
     def _check(self, now: Usage) -> None:
         if now != self.start:

@@ -18,8 +18,9 @@ from warden.core.limits import Limits
 from warden.core.network import NetworkPolicy
 from warden.core.paths import canonical, normalize, within
 
-__all__ = ["NO_NETWORK_ENV", "NetEvent", "RunInProgress", "RunResult", "SandboxRequest", "Sink", "StoppedAsItStarted",
-           "Usage", "explain_failure", "explain_not_started", "nearest_program", "usage_of", "workspace_cwd"]
+__all__ = ["NO_NETWORK_ENV", "NetEvent", "RunInProgress", "RunResult", "RunWatch", "SandboxRequest", "Sink",
+           "StoppedAsItStarted", "Usage", "explain_failure", "explain_not_started", "nearest_program", "usage_of",
+           "workspace_cwd"]
 
 # Where a command's output goes as it comes (a terminal, a socket), chunk by chunk.
 Sink = Callable[[bytes], None]
@@ -63,6 +64,21 @@ class NetEvent(Protocol):
     def to_json(self) -> dict[str, object]: ...
 
 
+class RunWatch(Protocol):
+    """A watch over a run (the disk quota's) that a runner waiting on its command may keep from its
+    own loop rather than from a thread of its own: `take()` hands it over (False: it keeps its
+    thread); the runner then waits on `fileno()` beside the command, at most `due()` seconds
+    (None: no limit), and calls `look()` after each wait."""
+
+    def take(self) -> bool: ...
+
+    def fileno(self) -> int: ...
+
+    def due(self) -> float | None: ...
+
+    def look(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class SandboxRequest:
     """One command for the sandbox runner (core.ports.SandboxRunner): what runs where, what it
@@ -95,6 +111,9 @@ class SandboxRequest:
     on_net_event: Callable[[NetEvent], None] | None = None
     # Called once the command runs, with a function that kills its whole tree (the disk quota's).
     on_started: Callable[[Callable[[], None]], None] | None = None
+    # The disk quota's watch, for a runner that waits on the command itself to keep (RunWatch);
+    # one that does not leaves it to its own thread (started by on_started).
+    watch: RunWatch | None = None
 
 
 @dataclass(frozen=True)

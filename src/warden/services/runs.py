@@ -530,7 +530,8 @@ class RunService:
                         denied=tuple(plan.denied), protected=tuple(mounts.protected), network=plan.network,
                         stdin=stdin, on_stdout=output.on_stdout, on_stderr=output.on_stderr,
                         capture=output.capture, max_capture=request.max_output, on_net_event=on_net_event,
-                        on_started=_both(watcher.arm, output.on_started), terminal=request.terminal))
+                        on_started=_both(watcher.arm, output.on_started), terminal=request.terminal,
+                        watch=watcher))
             finally:
                 moved = [f"{where}/{path}" if where else path
                          for where, guard in mounts.guards for path in guard.after().quarantined]

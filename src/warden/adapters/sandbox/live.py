@@ -97,7 +97,7 @@ from warden.core.live import (
     parse_waited,
     too_many_background,
 )
-from warden.core.runs import NetEvent, RunResult, SandboxRequest, Usage, usage_of
+from warden.core.runs import NetEvent, RunResult, RunWatch, SandboxRequest, Usage, usage_of
 
 if TYPE_CHECKING:
     import socket
@@ -1033,12 +1033,14 @@ class HostLiveSandboxes:
                     if group is not None:
                         emptied.append(group.kill() or group.wait_empty())
 
+            # The disk quota watched from the loop below as it waits, rather than from a thread.
+            watch = request.watch if request.watch is not None and request.watch.take() else None
             if request.on_started is not None:
                 request.on_started(kill)
             output = _Output(request.on_stdout, request.on_stderr, request.capture,
                              request.max_capture if request.max_capture is not None else _MAX_CAPTURE)
             exited, timed_out = self._follow(channel, ours, pending, output, started + request.limits.timeout_s,
-                                             kill, ended)
+                                             kill, ended, watch)
             code, sig = (exited.exit_code, exited.signal) if exited is not None else (137, 9)
             if timed_out:
                 code, sig = 124, None
@@ -1071,9 +1073,11 @@ class HostLiveSandboxes:
             channel.close()
 
     def _follow(self, channel: _Channel, ours: list[int], pending: bytes, output: _Output, deadline: float,
-                kill: Callable[[], None], ended: list[bool]) -> tuple[Exited | None, bool]:
+                kill: Callable[[], None], ended: list[bool],
+                watch: RunWatch | None = None) -> tuple[Exited | None, bool]:
         """Read the command's pipes and its supervisor's exit event until both are done, feeding
-        stdin; at the deadline, kill it and drain briefly."""
+        stdin; at the deadline, kill it and drain briefly. `watch`: looked at whenever its
+        descriptor has something, or its time comes (it kills the command on a breach)."""
         err_r = ours[1] if ours else -1  # no pipes on a terminal: its master is relayed
         in_w = ours[2] if len(ours) > 2 else None
         exited: Exited | None = None
@@ -1084,6 +1088,8 @@ class HostLiveSandboxes:
                 os.set_blocking(fd, False)
                 sel.register(fd, selectors.EVENT_READ, "pipe")
             sel.register(channel.sock, selectors.EVENT_READ, "channel")
+            if watch is not None:
+                sel.register(watch.fileno(), selectors.EVENT_READ, "watch")
             if in_w is not None:
                 if pending:
                     os.set_blocking(in_w, False)
@@ -1105,13 +1111,20 @@ class HostLiveSandboxes:
                     continue
                 # Its end comes from the supervisor, which one of its commands may have stopped
                 # (`_stalled` lets it go on): looked at while nothing comes.
-                ready = sel.select(min(left, _STALL_CHECK) if exited is None else left)
+                wait = min(left, _STALL_CHECK) if exited is None else left
+                due = watch.due() if watch is not None else None
+                ready = sel.select(wait if due is None else min(wait, due))
+                if watch is not None and ((due is not None and due <= wait) or any(k.data == "watch"
+                                                                                    for k, _ in ready)):
+                    watch.look()
                 if not ready and exited is None and channel.stalled():
                     kill()  # a tracer holds the supervisor: the command's end would never be said
                     exited = Exited(137, 9)
                     ended.append(True)
                     continue
                 for key, _ in ready:
+                    if key.data == "watch":
+                        continue
                     if key.data == "stdin":
                         pending = self._feed(key.fd, pending, sel, ours)
                     elif key.data == "channel":
