@@ -108,8 +108,10 @@ class LimitsMiddleware:
         limit = self.limit_for(scope)
         declared = _content_length(scope)
         if declared is not None and declared > limit:
+            # Connection: close, as for every answer given before its body was read (protocol.py
+            # closes such a connection whatever the answer says).
             await _send_error(send, 413, "invalid", f"request body of {declared} bytes is over the limit of "
-                              f"{limit} bytes; send a smaller body")
+                              f"{limit} bytes; send a smaller body", ((b"connection", b"close"),))
             return
         screened = self.screen is not None and limit > self.screen_above
         if screened:
@@ -152,7 +154,7 @@ class LimitsMiddleware:
             deadline += len(chunk) / _MIN_RATE
             if size > limit:
                 await _send_error(send, 413, "invalid", f"request body is over the limit of {limit} bytes; "
-                                  "send a smaller body")
+                                  "send a smaller body", ((b"connection", b"close"),))
                 return
             if knock is not None and size > self.door_above:  # chunked, or more than it declared
                 if not await _let_in(knock, scope, send):
