@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from warden.bootstrap import App
     from warden.core.ports import FileEntry as Entry
 
-__all__ = ["FileServices", "files_for", "read_content", "router"]
+__all__ = ["CONTENT_ROOM", "ContentHeld", "FileServices", "files_for", "read_content", "router"]
 
 FilePath = Annotated[str, Query(min_length=1, max_length=4096,
                                 description="workspace-relative path; / is the workspace root")]
@@ -63,12 +63,14 @@ def _entry(parent: str, item: Entry) -> FileEntry:
 # left (uvicorn waits for its socket's buffer to drain): a whole body written at once sat in the
 # connection's buffer for as long as the client did not read it.
 CONTENT_PIECE = 1 << 20
-# The sizes of the files being sent to clients. A bot that read a 99 MB sparse file
-# (no disk) on ten connections and never read the answers made the server hold 1.3 GB more; on
-# 256 (api.max_connections), 25 GB. Now at most this many bytes for all bots together (answers
-# being sent, each holding a piece of its file in memory, `Content`, and a connection), and at
-# most CONTENT_SENDS_PER_BOT answers of more than a piece for one bot (its grants' root), each
-# a connection busy until its client reads it.
+# The sizes of the files being sent to clients, and of those being received. A bot that read a
+# 99 MB sparse file (no disk) on ten connections and never read the answers made the server hold
+# 1.3 GB more; on 256 (api.max_connections), 25 GB. An upload's body is held whole until it has
+# all come (limits.py): one that sent all but the last byte of a 99 MB file on each of them held
+# 25 GB too, for minutes. Now at most this many bytes for all bots together (answers being sent,
+# each holding a piece of its file in memory, `Content`, and a connection; bodies being
+# received), and at most CONTENT_SENDS_PER_BOT files of more than a piece, sent or received, for
+# one bot (its grants' root), each a connection busy until its client reads it or sends it all.
 CONTENT_HELD = 1 << 30
 CONTENT_SENDS_PER_BOT = 4
 
@@ -84,18 +86,19 @@ class ContentHeld:
         self._sends: Counter[str] = Counter()
         self._bytes = 0
 
-    def take(self, bot: str, size: int) -> Callable[[], None]:
-        """Room for `size` bytes of `bot`'s, or Unavailable (503, Retry-After); the function
-        returned gives it back, once."""
+    def take(self, bot: str, size: int, *, upload: bool = False) -> Callable[[], None]:
+        """Room for `size` bytes of `bot`'s (`upload`: a body being received), or Unavailable
+        (503, Retry-After); the function returned gives it back, once."""
         if size <= CONTENT_PIECE:
             return _nothing  # sent in one piece: never held past its send
         with self._lock:
             if self._sends[bot] >= self.per_bot:
-                raise Unavailable(f"this bot's last {self.per_bot} large file reads are still being sent; read their "
-                                  "answers, then retry", rule="api.max_execs_per_bot")
+                raise Unavailable(f"this bot already sends or reads {self.per_bot} large files at once; "
+                                  + ("finish sending one" if upload else "read their answers") + ", then retry",
+                                  rule="api.max_execs_per_bot")
             if self._bytes + size > self.total:
-                raise Unavailable("the server is sending as much file content as it holds at once; retry in a "
-                                  "moment", rule="api.max_execs")
+                raise Unavailable("the server holds as much file content being sent or received as it may at "
+                                  "once; retry in a moment", rule="api.max_execs")
             self._sends[bot] += 1
             self._bytes += size
         given = threading.Event()
@@ -116,7 +119,7 @@ def _nothing() -> None:
     return None
 
 
-_HELD = ContentHeld()
+CONTENT_ROOM = ContentHeld()  # the server's (one per process)
 
 
 @dataclass
@@ -155,7 +158,7 @@ class Content:
 
 
 def read_content(app: App, services: FileServices, token: str | None, name: str, path: str,
-                 held: ContentHeld = _HELD) -> Content:
+                 held: ContentHeld = CONTENT_ROOM) -> Content:
     """GET …/files/content: a file for the holder of `token` (the route and the fast path), opened
     and its first piece read, with its room among the bytes being sent (`ContentHeld`)."""
     taken: list[Callable[[], None]] = []
