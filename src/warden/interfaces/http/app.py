@@ -84,15 +84,18 @@ def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
                     call.authorize(name, "write")
                 # The body is held whole until it has all come (a forwarded one too): room for it
                 # among the file content held for all bots, and one of the bot's few large ones.
-                size = next((int(v) for k, v in scope.get("headers", ()) if k == b"content-length" and v.isdigit()),
-                            max_file)  # chunked: as much as it may be
-                scope[RELEASE] = CONTENT_ROOM.take(principal.minter, size, upload=True)
+                scope[RELEASE] = CONTENT_ROOM.take(principal.minter, _declared(scope, max_file), upload=True)
                 call.audited_by_service = True  # the route (or the owning node) records the call's one event
         except WardenError as exc:
             return _refusal(exc)
         return None
 
     return screen
+
+
+def _declared(scope: Scope, limit: int) -> int:
+    """The length a request's body declares; `limit` (the most it may be) when it declares none."""
+    return next((int(v) for k, v in scope.get("headers", ()) if k == b"content-length" and v.isdigit()), limit)
 
 
 def _refusal(exc: WardenError) -> Refusal:
@@ -116,14 +119,26 @@ def body_door(app: App) -> Callable[[Scope], Refusal | None]:
     refusal is audited and logged as `api.request` on the path, as a route's would be.
     """
 
+    from warden.interfaces.http.files import CONTENT_ROOM
+
+    max_json = app.settings.get_size("api.max_body")
+
     def door(scope: Scope) -> Refusal | None:
         token = bearer_token(scope)
         if token:
             try:
-                app.auth.authenticate(token)
-                return None  # no event: the route authenticates again and records its call
+                principal = app.auth.authenticate(token)
             except AuthDenied:
                 pass
+            else:
+                # Held whole until it has all come, up to api.max_body on each connection: a bot's
+                # unfinished bodies took 16 MiB a connection. Room for it as for a file's (the
+                # screen's upload), by its declared length (none: the most it may be).
+                try:
+                    scope[RELEASE] = CONTENT_ROOM.take(principal.minter, _declared(scope, max_json), upload=True)
+                except WardenError as exc:
+                    return _refusal(exc)
+                return None  # no event: the route authenticates again and records its call
         try:
             with Call(app, "request", str(scope.get("path", ""))) as call:
                 call.authenticate(token)  # raises again, and the call records the refusal

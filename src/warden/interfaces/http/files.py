@@ -93,7 +93,7 @@ class ContentHeld:
             return _nothing  # sent in one piece: never held past its send
         with self._lock:
             if self._sends[bot] >= self.per_bot:
-                raise Unavailable(f"this bot already sends or reads {self.per_bot} large files at once; "
+                raise Unavailable(f"this bot already has {self.per_bot} large files or bodies on their way at once; "
                                   + ("finish sending one" if upload else "read their answers") + ", then retry",
                                   rule="api.max_execs_per_bot")
             if self._bytes + size > self.total:
