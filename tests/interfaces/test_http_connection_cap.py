@@ -194,3 +194,31 @@ def test_bodies_refused_by_their_declared_length_hold_no_place(server: ServeProc
     finally:
         for sock in held:
             sock.close()
+
+
+def test_one_bots_slow_uploads_take_a_few_places_not_all(server: ServeProcess, tokens: dict[str, str]) -> None:
+    # A body its token let in never gives way (the test above); a bot sending small uploads
+    # slowly on every connection held them all, each for its body's deadline, again and again,
+    # and every other bot's new connection was refused 503. Its bodies on their way count with
+    # its large files (files.ContentHeld, 4 a bot), whatever their size.
+    held = []
+    try:
+        refused = 0
+        for index in range(CAP):
+            sock = _connect(server.url)
+            sock.sendall(f"PUT /v1/workspaces/w/files/content?path=slow{index}.bin HTTP/1.1\r\nHost: x\r\n"
+                         f"Authorization: Bearer {tokens['write']}\r\nContent-Length: 100000\r\n\r\n".encode()
+                         + b"u" * 5000)
+            held.append(sock)
+            sock.settimeout(0.3)
+            try:
+                refused += sock.recv(64).startswith(b"HTTP/1.1 503")
+            except TimeoutError:
+                pass
+            except ConnectionResetError:
+                refused += 1
+        assert _health(server.url).startswith(b"HTTP/1.1 200")  # another bot still gets in
+        assert refused >= CAP - 4, refused
+    finally:
+        for sock in held:
+            sock.close()

@@ -69,8 +69,9 @@ CONTENT_PIECE = 1 << 20
 # all come (limits.py): one that sent all but the last byte of a 99 MB file on each of them held
 # 25 GB too, for minutes. Now at most this many bytes for all bots together (answers being sent,
 # each holding a piece of its file in memory, `Content`, and a connection; bodies being
-# received), and at most CONTENT_SENDS_PER_BOT files of more than a piece, sent or received, for
-# one bot (its grants' root), each a connection busy until its client reads it or sends it all.
+# received), and at most CONTENT_SENDS_PER_BOT files of more than a piece being sent, and bodies
+# a token let in (any size) being received, for one bot (its grants' root), each a connection
+# busy until its client reads it or sends it all.
 CONTENT_HELD = 1 << 30
 CONTENT_SENDS_PER_BOT = 4
 
@@ -87,10 +88,12 @@ class ContentHeld:
         self._bytes = 0
 
     def take(self, bot: str, size: int, *, upload: bool = False) -> Callable[[], None]:
-        """Room for `size` bytes of `bot`'s (`upload`: a body being received), or Unavailable
-        (503, Retry-After); the function returned gives it back, once."""
-        if size <= CONTENT_PIECE:
+        """Room for `size` bytes of `bot`'s (`upload`: a body being received, counted however
+        small), or Unavailable (503, Retry-After); the function returned gives it back, once."""
+        if size <= CONTENT_PIECE and not upload:
             return _nothing  # sent in one piece: never held past its send
+        # A body on its way is counted whatever its size: its token let it in, so it never gives
+        # way at api.max_connections (protocol.py), and one bot's slow small uploads held them all.
         with self._lock:
             if self._sends[bot] >= self.per_bot:
                 raise Unavailable(f"this bot already has {self.per_bot} large files or bodies on their way at once; "
