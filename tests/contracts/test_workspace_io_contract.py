@@ -117,6 +117,17 @@ def test_regular_dirs_lists_real_folders_only(io: Host | Fake, tmp_path: Path) -
     assert io.regular_dirs(ws, "site", ".dist-info") == ["a-1.dist-info", "b-2.dist-info"]
 
 
+def test_links_in_names_the_links_of_a_folder_reached_through_none(io: Host | Fake, tmp_path: Path) -> None:
+    ws = f"{tmp_path}/w"
+    io.make_folder(f"{ws}/node_modules/real")
+    io.make_folder(f"{tmp_path}/host")
+    io.plant_link(f"{ws}/node_modules/linked", f"{tmp_path}/host")
+    io.plant_link(f"{tmp_path}/host/a", "/nowhere")
+    io.plant_link(f"{ws}/elsewhere", f"{tmp_path}/host")
+    assert io.links_in(ws, "node_modules") == ["linked"]
+    assert io.links_in(ws, "elsewhere") == [] and io.links_in(ws, "missing") == []  # a link on the way, or nothing
+
+
 def test_disk_usage_counts_the_files_of_the_folder(io: Host | Fake, tmp_path: Path) -> None:
     ws = f"{tmp_path}/w"
     io.make_folder(ws)

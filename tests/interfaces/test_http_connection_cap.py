@@ -10,6 +10,7 @@ and when every connection is busy with a request a new one is refused with 503 a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -167,3 +168,57 @@ def test_with_every_connection_busy_a_new_one_is_refused_503_at_once(server: Ser
         for sock in busy:
             sock.close()
     assert _health(server.url).startswith(b"HTTP/1.1 200")
+
+
+def test_bodies_refused_by_their_declared_length_hold_no_place(server: ServeProcess) -> None:
+    # A head declaring a body over api.max_body is answered 413 at once, its body unread; the
+    # connection stayed open, waiting for that body (no timer: uvicorn's keep-alive wait ends at
+    # the first byte that comes, and the head's at the head's end), busy to the connection cap.
+    # One byte of the body on each of `CAP` connections (no token needed) and every bot's new
+    # connection was refused 503, for good.
+    held = []
+    try:
+        for _ in range(CAP):
+            sock = _connect(server.url)
+            sock.sendall(b"POST /v1/workspaces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 999999999999\r\n\r\n")
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                answer += sock.recv(65536) or b"\r\n\r\n"
+            assert answer.startswith(b"HTTP/1.1 413"), answer[:80]
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(b"{")  # the body goes on coming, a byte (closed now: refused)
+            held.append(sock)
+        time.sleep(0.5)
+        assert _health(server.url).startswith(b"HTTP/1.1 200")  # a bot still gets in
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_one_bots_slow_uploads_take_a_few_places_not_all(server: ServeProcess, tokens: dict[str, str]) -> None:
+    # A body its token let in never gives way (the test above); a bot sending small uploads
+    # slowly on every connection held them all, each for its body's deadline, again and again,
+    # and every other bot's new connection was refused 503. Its bodies on their way count with
+    # its large files (files.ContentHeld, 4 a bot), whatever their size.
+    held = []
+    try:
+        refused = 0
+        for index in range(CAP):
+            sock = _connect(server.url)
+            sock.sendall(f"PUT /v1/workspaces/w/files/content?path=slow{index}.bin HTTP/1.1\r\nHost: x\r\n"
+                         f"Authorization: Bearer {tokens['write']}\r\nContent-Length: 100000\r\n\r\n".encode()
+                         + b"u" * 5000)
+            held.append(sock)
+            sock.settimeout(0.3)
+            try:
+                refused += sock.recv(64).startswith(b"HTTP/1.1 503")
+            except TimeoutError:
+                pass
+            except ConnectionResetError:
+                refused += 1
+        assert _health(server.url).startswith(b"HTTP/1.1 200")  # another bot still gets in
+        assert refused >= CAP - 4, refused
+    finally:
+        for sock in held:
+            sock.close()

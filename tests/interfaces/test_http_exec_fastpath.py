@@ -175,9 +175,9 @@ def test_a_plain_exec_whose_client_left_says_so(world: dict[str, Any]) -> None:
     wait_until((Path(folder) / "left-started").exists, timeout=30, message="the command never started")
     conn.close()  # the client goes away: the command is killed, and the call's event says so
 
-    def said() -> bool:
-        last = _exec_events(world)[-1]
-        return last["program"] == "sh" and last.get("client_gone") is True
+    def said() -> bool:  # (none yet when this test runs first, alone or on a worker of its own)
+        events = _exec_events(world)
+        return bool(events) and events[-1]["program"] == "sh" and events[-1].get("client_gone") is True
 
     wait_until(said, timeout=30, message="no api.exec event with client_gone")
     assert _exec_events(world)[-1]["exit_code"] != 0

@@ -274,3 +274,25 @@ def test_a_bot_revokes_only_its_own_grant_or_those_minted_from_it(wapp: App) -> 
     assert sibling.grant.accessor is not None
     done = wapp.bot_requests.revoke_grant(sibling_principal, "tree", sibling.grant.accessor)
     assert done.revoked == (sibling.grant.accessor,)
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_a_grant_revoked_after_its_check_runs_nothing(wapp: App, background: bool) -> None:
+    """The grant is checked as the request comes (authenticate, `_authorize`), and the run's
+    lease is taken a moment later: a grant revoked in between started a live sandbox for it (its
+    revocation had stopped those it had) and ran the command there, a background one for as long
+    as it liked. The chain is read again under the lease, and a revoked one runs nothing."""
+    bot = _bot(wapp, f"revoked-{int(background)}")
+    granted, path = _create(wapp, bot, f"revoking{int(background)}")
+    assert granted.accessor is not None
+    name = path.name
+    wapp.grants.revoke(name, accessor=granted.accessor)  # between the check and the run
+    command = Command(("sh", "-c", "echo ran > ran.txt"))
+    with pytest.raises(Denied, match="revoked"):
+        if background:
+            wapp.bot_requests.start(granted, name, command)
+        else:
+            wapp.bot_requests.exec(granted, name, command)
+    assert not (path / "ran.txt").exists()
+    with wapp.registry.transaction(write=False) as tx:
+        assert tx.sandboxes.of_workspace(name) == [] and tx.runs.of_workspace(name) == []

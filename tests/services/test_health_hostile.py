@@ -116,3 +116,50 @@ def test_health_looks_for_node_packages_beneath_the_workspace_only(cli: Cli, hom
     result = cli("health", "nodes", "--json", timeout=60)
     assert result.json is not None and result.json["ok"] is True, result.stdout
     assert result.json["data"]["node_missing"] == ["linked", "../../beside"]
+
+
+def test_health_tells_nothing_of_host_folders_a_linked_node_modules_points_at(cli: Cli, home: Path,
+                                                                               environ: dict[str, str]) -> None:
+    # A package of the Node layer is looked for in the layer when node_modules/NAME is a link;
+    # that test of the link (lstat) followed a node_modules (or @scope) the bot had linked to a
+    # host folder, so whether the layer's package counted as missing told whether that host
+    # folder holds a link of that name.
+    from warden.bootstrap import bootstrap
+
+    created = cli("create", "peek", "--template", "minimal", "--json")
+    assert created.code == 0, created.stderr
+    ws = Path(created.json["data"]["path"])
+    layer = home.parent / "layers" / "node-22"
+    (layer / "node_modules" / "pkg").mkdir(parents=True)
+    (layer / "node_modules" / "pkg" / "package.json").write_text("{}")
+    app = bootstrap(home, environ=environ)
+    try:
+        record = app.workspaces.get("peek")
+        with app.registry.transaction() as tx:
+            tx.workspaces.update("peek", {"meta": {**record.meta, "node": True, "ro_paths": [str(layer)]}})
+    finally:
+        app.close()
+    host = home.parent / "host-folder"
+    host.mkdir()
+    (ws / "node_modules").mkdir(exist_ok=True)
+    (ws / "node_modules").rmdir()
+    (ws / "node_modules").symlink_to(host)
+    (ws / "package.json").write_text('{"dependencies": {"pkg": "1"}}')
+    answers = []
+    for holds_a_link in (False, True):
+        if holds_a_link:
+            (host / "pkg").symlink_to("/nowhere")
+        result = cli("health", "peek", "--json", timeout=60)
+        assert result.json is not None and result.json["ok"] is True, result.stdout
+        answers.append(result.json["data"]["node_missing"])
+    assert answers == [["pkg"], ["pkg"]]
+    # Packages Warden linked from the layer into a real node_modules are found there, scoped too.
+    (layer / "node_modules" / "@s" / "spkg").mkdir(parents=True)
+    (layer / "node_modules" / "@s" / "spkg" / "package.json").write_text("{}")
+    (ws / "node_modules").unlink()
+    (ws / "node_modules" / "@s").mkdir(parents=True)
+    (ws / "node_modules" / "pkg").symlink_to(layer / "node_modules" / "pkg")
+    (ws / "node_modules" / "@s" / "spkg").symlink_to(layer / "node_modules" / "@s" / "spkg")
+    (ws / "package.json").write_text('{"dependencies": {"pkg": "1", "@s/spkg": "1", "gone": "1"}}')
+    result = cli("health", "peek", "--json", timeout=60)
+    assert result.json is not None and result.json["data"]["node_missing"] == ["gone"], result.stdout

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from tests.support.fakes import (
 )
 from warden.core.bwrap_argv import Bind
 from warden.core.errors import Conflict, Denied, InvalidInput, Locked, NotFound, Refused, Unavailable
+from warden.core.grants import Grant
 from warden.core.policy import EffectivePaths, ZoneMount
 from warden.core.runs import RunInProgress, RunResult
 from warden.core.settings import resolve
@@ -98,6 +99,12 @@ class World:
                                   git=self.git, mounts=self.mounts, roots=FakeSafeRoots(self.io),
                                   programs=lambda _folder: self.on_path)
         self.add_workspace("w1")
+        with self.registry.transaction() as tx:  # the grants the bots' runs act through, live
+            for accessor in ("acc", "acc_1"):
+                tx.grants.insert(Grant(accessor=accessor, workspace="w1", workspace_id="ws_w1", bot="b",
+                                       permissions=frozenset({"execute"}), zones=None, secrets=(), created=T0,
+                                       expires=T0 + timedelta(hours=1), max_expires=T0 + timedelta(days=1)),
+                                 f"hash-{accessor}")
 
     def add_workspace(self, name: str, status: str = "ready", **meta: object) -> None:
         record = WorkspaceRecord(id=f"ws_{name}", name=name, path=f"/home/u/.warden/workspaces/{name}", type="user",

@@ -168,6 +168,12 @@ class FakeWorkspaceIO:
         return sorted(posixpath.basename(d) for d in self.dirs
                       if posixpath.dirname(d) == folder and d.endswith(suffix) and d not in self.links)
 
+    def links_in(self, root: str, rel: str) -> list[str]:
+        folder = f"{root}/{rel}" if rel else root
+        if any(folder == link or folder.startswith(link + "/") for link in self.links):
+            return []  # a link on the way: never followed
+        return sorted(posixpath.basename(k) for k in self.links if posixpath.dirname(k) == folder)
+
     def layer_site(self, workspace: str) -> str | None:
         venv = self.venvs.get(workspace)
         site = venv.get("layer_site") if venv else None

@@ -146,6 +146,11 @@ class HostWorkspaceIO:
 
         return regular_dirs(root, rel, suffix)
 
+    def links_in(self, root: str, rel: str) -> list[str]:
+        from warden.adapters.safefs import links_in
+
+        return links_in(root, rel)
+
     def layer_site(self, workspace: str) -> str | None:
         from warden.adapters.envs.thin_venv import read_layer_site
 

@@ -203,7 +203,18 @@ class HealthService:
         # (adapters/envs/node_layer.py): looked for in the layer itself, beneath its own folder,
         # the bot's link never followed; only for a name npm could have made (no `..`, no `/`
         # but a scope's).
-        linked = [n for n in missing if _NPM_NAME.fullmatch(n) and io.kind(os.path.join(modules, n)) == "symlink"]
+        # Which are links is read beneath the workspace too: a test of each path (lstat) followed a
+        # node_modules, or an @scope, the bot had linked to a host folder, and whether the layer's
+        # package then counted as missing told whether that host folder holds a link of its name.
+        links: dict[str, list[str]] = {}
+
+        def is_link(name: str) -> bool:
+            folder, _, base = f"node_modules/{name}".rpartition("/")
+            if folder not in links:
+                links[folder] = self._reads.links_in(record.path, folder)
+            return base in links[folder]
+
+        linked = [n for n in missing if _NPM_NAME.fullmatch(n) and is_link(n)]
         node_layers = [p for p in _strings(record.meta.get("ro_paths")) if os.path.basename(p).startswith("node")]
         for layer in node_layers if linked else ():  # (not the Python interpreter's prefix beside them)
             heads = self._reads.read_heads(layer, (f"node_modules/{n}/package.json" for n in linked), 0)

@@ -608,14 +608,15 @@ class RunService:
         held.push(_still_refused)  # first in, so last out: it sees what giving the lease back raised
         try:
             held.enter_context(self._lease(intent, within))
-        except (Locked, Unavailable, Conflict) as exc:
+        except (Locked, Unavailable, Conflict, Denied) as exc:
             # A lifecycle change holds (or changed) the workspace, or the intent could not be
             # recorded (a full disk, a locked registry): nothing runs without its audit row.
-            if isinstance(exc, Locked) and (exc.rule or "").startswith(("lock.", "lease.")):
+            ruled = isinstance(exc, Locked) and (exc.rule or "").startswith(("lock.", "lease."))
+            if ruled or isinstance(exc, Denied):
                 # A decision by a rule (another terminal's lock, an archive holding the
-                # workspace) is audited as every refused run is: a person's `warden run`
-                # refused by a lock left no trace. A locked registry or a full disk would
-                # refuse its row too.
+                # workspace, a bot's grant revoked meanwhile) is audited as every refused run
+                # is: a person's `warden run` refused by a lock left no trace. A locked registry
+                # or a full disk would refuse its row too.
                 raise self._refuse(exc, intent.actor, intent.record.name, intent.detail) from None
             raise Refused.of(exc) from None
 
@@ -628,11 +629,7 @@ class RunService:
             def take(tx: Tx, lease: Lease) -> None:
                 intent.fence = lease.fence
                 self._records.begin(tx, intent)
-                live = self._live(True) if self._live is not None and intent.actor.startswith("bot:") else None
-                if live is not None:
-                    # What a bot's live sandbox is checked against (its grant still live), read here
-                    # rather than in a transaction of the run's own.
-                    intent.chain = live.grant_chain(tx, intent.actor)
+                # (A bot's grant chain is read in `begin`: what its live sandbox is checked against.)
 
             def release(tx: Tx, ended: BaseException | None) -> None:
                 _stopped(intent, ended)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from warden.core.errors import Conflict
+from warden.core.errors import Conflict, Denied
 from warden.core.runs import RunInProgress, RunResult
 from warden.core.workspaces import WorkspaceRecord
 
@@ -91,6 +91,20 @@ class RunsInProgress:
         if current is None or current.id != intent.record.id or current.status != "ready":
             now = current.status if current is not None else "gone"
             raise Conflict(f"workspace {name!r} changed ({now}) while the run was being prepared; run it again")
+        _, at, accessor = intent.actor.partition("@")
+        if at and intent.actor.startswith("bot:"):
+            # The bot's grant was checked as its request came, a moment (or a wait for the lease)
+            # ago: one revoked or expired since ran the command all the same, in a live sandbox
+            # started for it after its revocation had stopped those it had (a background
+            # process then ran for as long as it liked). Read here, its live sandbox uses it too.
+            from warden.core.grants import alive
+            from warden.services.grants import chain_of
+
+            intent.chain = tuple(chain_of(tx, accessor))
+            life = alive(intent.chain, self._clock())
+            if not life.allowed:
+                raise Denied(f"{life.reason} while the command was being prepared; nothing ran (ask the "
+                             "workspace's owner for a new grant)", rule=life.rule)
         # A bot's run in progress here, or one that died unswept, or a bot's live sandbox (whose
         # background processes run at any time): what git files appeared since may be a bot's
         # (core/gitcontrol). The person's own runs and live sandbox are the person's: a `git

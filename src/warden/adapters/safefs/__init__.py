@@ -16,8 +16,8 @@ whatever link it meets, at any depth:
 
 from __future__ import annotations
 
-from warden.adapters.safefs.hostread import read_heads, read_small, regular_dirs
+from warden.adapters.safefs.hostread import links_in, read_heads, read_small, regular_dirs
 from warden.adapters.safefs.root import OPENAT2_AVAILABLE, Entry, HostSafeRoots, SafeRoot
 
-__all__ = ["OPENAT2_AVAILABLE", "Entry", "HostSafeRoots", "SafeRoot", "read_heads", "read_small",
+__all__ = ["OPENAT2_AVAILABLE", "Entry", "HostSafeRoots", "SafeRoot", "links_in", "read_heads", "read_small",
            "regular_dirs"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from warden.adapters.safefs.root import SafeRoot
 from warden.core.errors import WardenError
 
-__all__ = ["read_heads", "read_small", "regular_dirs"]
+__all__ = ["links_in", "read_heads", "read_small", "regular_dirs"]
 
 
 def read_small(root: Path | str, rel: str, limit: int = 1 << 20, *, head: bool = False) -> bytes | None:
@@ -48,6 +48,16 @@ def read_heads(root: Path | str, rels: Iterable[str], limit: int) -> Iterator[by
                 yield tree.read_head(rel, limit)
             except WardenError:
                 yield None
+
+
+def links_in(root: Path | str, rel: str) -> list[str]:
+    """Names of the symbolic links in folder `rel` beneath `root` (none when a link is on the way)."""
+    try:
+        with SafeRoot.open(root) as tree:
+            entries = tree.list(rel)
+    except WardenError:
+        return []
+    return [e.name for e in entries if e.type == "symlink"]
 
 
 def regular_dirs(root: Path | str, rel: str, suffix: str) -> list[str]:

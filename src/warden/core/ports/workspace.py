@@ -104,6 +104,11 @@ class WorkspaceReads(Protocol):
         """Names of the real folders in folder `rel` beneath `root` ending in `suffix`."""
         ...
 
+    def links_in(self, root: str, rel: str) -> list[str]:
+        """Names of the symbolic links in folder `rel` beneath `root`, reached through no link
+        (none when `rel` is one, or missing)."""
+        ...
+
     def layer_site(self, workspace: str) -> str | None:
         """The layer site-packages the workspace's thin venv names, or None."""
         ...

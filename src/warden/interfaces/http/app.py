@@ -20,10 +20,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from warden.core.errors import WardenError
 from warden.interfaces.http.calls import Call, Unauthenticated
 from warden.interfaces.http.fastpath import CONTENT_PATH, FastExecs, FastReads, Mounted
-from warden.interfaces.http.limits import LimitsMiddleware, Refusal, Scope, bearer_token
+from warden.interfaces.http.limits import RELEASE, LimitsMiddleware, Refusal, Scope, bearer_token
 from warden.interfaces.http.statuses import (
     ERROR_RESPONSES,
     HTTP_STATUS,
+    SLOT_RULES,
     error_json,
     error_response,
     package_version,
@@ -57,6 +58,10 @@ def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
     route, which checks again and records the event.
     """
 
+    from warden.interfaces.http.files import CONTENT_ROOM
+
+    max_file = app.settings.get_int("sandbox.max_file_size_mb") * 1024 * 1024
+
     def screen(scope: Scope) -> Refusal | None:
         found = CONTENT_PATH.match(str(scope.get("path", "")))
         name = found.group(1) if found else ""
@@ -74,12 +79,13 @@ def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
                 if not token:
                     raise Unauthenticated("authentication required: send `Authorization: Bearer <token>`",
                                           rule="token.missing")
-                call.authenticate(token)
-                if elsewhere:
-                    call.audited_by_service = True  # the owning node records the call's one event
-                    return None
-                call.authorize(name, "write")
-                call.audited_by_service = True  # allowed: the route records this call's one event
+                principal = call.authenticate(token)
+                if not elsewhere:
+                    call.authorize(name, "write")
+                # The body is held whole until it has all come (a forwarded one too): room for it
+                # among the file content held for all bots, and one of the bot's few large ones.
+                scope[RELEASE] = CONTENT_ROOM.take(principal.minter, _declared(scope, max_file), upload=True)
+                call.audited_by_service = True  # the route (or the owning node) records the call's one event
         except WardenError as exc:
             return _refusal(exc)
         return None
@@ -87,10 +93,17 @@ def upload_screen(app: App) -> Callable[[Scope], Refusal | None]:
     return screen
 
 
+def _declared(scope: Scope, limit: int) -> int:
+    """The length a request's body declares; `limit` (the most it may be) when it declares none."""
+    return next((int(v) for k, v in scope.get("headers", ()) if k == b"content-length" and v.isdigit()), limit)
+
+
 def _refusal(exc: WardenError) -> Refusal:
     """`exc` as the answer to a request refused before its body was read (401 asks for a token)."""
     status = status_for(exc)
     headers = ((b"www-authenticate", b"Bearer"),) if status == 401 else ()
+    if exc.rule in SLOT_RULES:  # nothing was read: the same request may come again (as statuses.py says it)
+        headers = ((b"retry-after", b"1"),)
     return Refusal(status, exc.code, exc.message, headers)
 
 
@@ -106,14 +119,26 @@ def body_door(app: App) -> Callable[[Scope], Refusal | None]:
     refusal is audited and logged as `api.request` on the path, as a route's would be.
     """
 
+    from warden.interfaces.http.files import CONTENT_ROOM
+
+    max_json = app.settings.get_size("api.max_body")
+
     def door(scope: Scope) -> Refusal | None:
         token = bearer_token(scope)
         if token:
             try:
-                app.auth.authenticate(token)
-                return None  # no event: the route authenticates again and records its call
+                principal = app.auth.authenticate(token)
             except AuthDenied:
                 pass
+            else:
+                # Held whole until it has all come, up to api.max_body on each connection: a bot's
+                # unfinished bodies took 16 MiB a connection. Room for it as for a file's (the
+                # screen's upload), by its declared length (none: the most it may be).
+                try:
+                    scope[RELEASE] = CONTENT_ROOM.take(principal.minter, _declared(scope, max_json), upload=True)
+                except WardenError as exc:
+                    return _refusal(exc)
+                return None  # no event: the route authenticates again and records its call
         try:
             with Call(app, "request", str(scope.get("path", ""))) as call:
                 call.authenticate(token)  # raises again, and the call records the refusal

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from warden.bootstrap import App
     from warden.core.ports import FileEntry as Entry
 
-__all__ = ["FileServices", "files_for", "read_content", "router"]
+__all__ = ["CONTENT_ROOM", "ContentHeld", "FileServices", "files_for", "read_content", "router"]
 
 FilePath = Annotated[str, Query(min_length=1, max_length=4096,
                                 description="workspace-relative path; / is the workspace root")]
@@ -62,31 +62,37 @@ def _entry(parent: str, item: Entry) -> FileEntry:
 # left (uvicorn waits for its socket's buffer to drain): a whole body written at once sat in the
 # connection's buffer for as long as the client did not read it.
 CONTENT_PIECE = 1 << 20
-# The sizes of the files being sent to clients. A bot that read a 99 MB sparse file
-# (no disk) on ten connections and never read the answers made the server hold 1.3 GB more; on
-# 256 (api.max_connections), 25 GB. Now at most this many bytes for all bots together (answers
-# being sent, each holding a piece of its file in memory, `Content`, and a connection), and at
-# most CONTENT_SENDS_PER_BOT answers of more than a piece for one bot (its grants' root), each
-# a connection busy until its client reads it.
+# The sizes of the files being sent to clients, and of those being received. A bot that read a
+# 99 MB sparse file (no disk) on ten connections and never read the answers made the server hold
+# 1.3 GB more; on 256 (api.max_connections), 25 GB. An upload's body is held whole until it has
+# all come (limits.py): one that sent all but the last byte of a 99 MB file on each of them held
+# 25 GB too, for minutes. Now at most this many bytes for all bots together (answers being sent,
+# each holding a piece of its file in memory, `Content`, and a connection; bodies being
+# received), and at most CONTENT_SENDS_PER_BOT files of more than a piece being sent, and bodies
+# a token let in (any size) being received, for one bot (its grants' root), each a connection
+# busy until its client reads it or sends it all.
 CONTENT_HELD = 1 << 30
 CONTENT_SENDS_PER_BOT = 4
 
 
 class ContentHeld(Shares):
-    """The file content being sent (answers of more than one piece), bounded in bytes overall and
-    in answers for each bot."""
+    """The file content being sent (answers of more than one piece) or received (bodies a token
+    let in), bounded in bytes overall and in transfers for each bot."""
 
     def __init__(self, total: int = CONTENT_HELD, per_bot: int = CONTENT_SENDS_PER_BOT) -> None:
         super().__init__(per_bot, total,
-                         bot_full=lambda n: f"this bot's last {n} large file reads are still being sent; read their "
-                                            "answers, then retry",
-                         all_full=lambda _: "the server is sending as much file content as it holds at once; retry "
-                                            "in a moment")
+                         bot_full=lambda n: f"this bot already has {n} large files or bodies on their way at once; "
+                                            "finish sending or reading one, then retry",
+                         all_full=lambda _: "the server holds as much file content being sent or received as it "
+                                            "may at once; retry in a moment")
 
-    def take(self, bot: str, amount: int = 1) -> Callable[[], None]:
-        """Room for `amount` bytes of `bot`'s (see Shares.take)."""
-        if amount <= CONTENT_PIECE:
+    def take(self, bot: str, amount: int = 1, *, upload: bool = False) -> Callable[[], None]:
+        """Room for `amount` bytes of `bot`'s (`upload`: a body being received, counted however
+        small; see Shares.take)."""
+        if amount <= CONTENT_PIECE and not upload:
             return _nothing  # sent in one piece: never held past its send
+        # A body on its way is counted whatever its size: its token let it in, so it never gives
+        # way at api.max_connections (protocol.py), and one bot's slow small uploads held them all.
         return super().take(bot, amount)
 
 
@@ -94,7 +100,7 @@ def _nothing() -> None:
     return None
 
 
-_HELD = ContentHeld()
+CONTENT_ROOM = ContentHeld()  # the server's (one per process)
 
 
 @dataclass
@@ -133,7 +139,7 @@ class Content:
 
 
 def read_content(app: App, services: FileServices, token: str | None, name: str, path: str,
-                 held: ContentHeld = _HELD) -> Content:
+                 held: ContentHeld = CONTENT_ROOM) -> Content:
     """GET …/files/content: a file for the holder of `token` (the route and the fast path), opened
     and its first piece read, with its room among the bytes being sent (`ContentHeld`)."""
     taken: list[Callable[[], None]] = []

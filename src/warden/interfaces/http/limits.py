@@ -34,7 +34,8 @@ from starlette.concurrency import run_in_threadpool
 
 from warden.core.bodies import MAX_JSON_VALUES, json_values
 
-__all__ = ["ADMITTED", "LimitsMiddleware", "Refusal", "bearer_token", "disconnected", "error_bytes", "replay"]
+__all__ = ["ADMITTED", "RELEASE", "LimitsMiddleware", "Refusal", "bearer_token", "disconnected", "error_bytes",
+           "replay"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -47,6 +48,9 @@ _MIN_RATE = 256 * 1024  # bytes a second a body must keep up after the first tim
 _PIECE = 1 << 20
 # Set in a request's scope once its token let its body in (the screen or the door).
 ADMITTED = "warden.admitted"
+# Set in a request's scope by its screen: what gives back the room its body took (files.ContentHeld),
+# called once the request is over, answered or abandoned.
+RELEASE = "warden.release"
 
 
 def error_bytes(code: str, message: str) -> bytes:
@@ -105,11 +109,21 @@ class LimitsMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        try:
+            await self._bounded(scope, receive, send)
+        finally:
+            release = scope.pop(RELEASE, None)
+            if release is not None:
+                release()
+
+    async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
         limit = self.limit_for(scope)
         declared = _content_length(scope)
         if declared is not None and declared > limit:
+            # Connection: close, as for every answer given before its body was read (protocol.py
+            # closes such a connection whatever the answer says).
             await _send_error(send, 413, "invalid", f"request body of {declared} bytes is over the limit of "
-                              f"{limit} bytes; send a smaller body")
+                              f"{limit} bytes; send a smaller body", ((b"connection", b"close"),))
             return
         screened = self.screen is not None and limit > self.screen_above
         if screened:
@@ -152,7 +166,7 @@ class LimitsMiddleware:
             deadline += len(chunk) / _MIN_RATE
             if size > limit:
                 await _send_error(send, 413, "invalid", f"request body is over the limit of {limit} bytes; "
-                                  "send a smaller body")
+                                  "send a smaller body", ((b"connection", b"close"),))
                 return
             if knock is not None and size > self.door_above:  # chunked, or more than it declared
                 if not await _let_in(knock, scope, send):

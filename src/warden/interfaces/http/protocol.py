@@ -226,6 +226,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.abort()  # close() would wait, for ever, for the buffer to be sent
 
     def on_response_complete(self) -> None:
+        answered = self._running
+        if answered is not None and answered.more_body and not self.transport.is_closing():
+            # Answered before its body came whole (a 413 for the length it declared, a refusal):
+            # what is still to come is never read, and nothing would time it (uvicorn's keep-alive
+            # wait ends at the first byte that comes), so a client sending a byte of it now and
+            # then held a busy connection for ever; `api.max_connections` of them (no token
+            # needed) had every bot's new connection refused 503.
+            self.transport.close()
         super().on_response_complete()  # the next queued request, if any, starts
         if self._unparsed and not self.pipeline:
             self.loop.call_soon(self._parse_unparsed)  # not inside the answer's `send`

@@ -1,0 +1,143 @@
+"""Uploads a bot never finishes: a real `warden serve` on 127.0.0.1, raw sockets.
+
+An upload's body is held in the server's memory until it has all come (limits.py), for its
+deadline: `api.request_timeout` and a second more for every 256 KiB received. A bot with a
+`write` grant that sent most of a 99 MB file on each of 256 connections (api.max_connections)
+and then waited made the server hold 25 GB, for minutes, and every other bot's new connection
+was refused 503 meanwhile (a body a token let in never gives way). Downloads were bounded
+already (files.ContentHeld: 1 GiB for all bots, 4 large ones a bot); uploads now take their
+room there too, before a byte of their body is read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.servers import ServeProcess, cli_out, warden_environ
+from tests.support.waiting import wait_until
+
+SIZE = 24 << 20  # each upload's declared length; all but its last byte are sent
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServeProcess, dict[str, str], Path]]:
+    root = tmp_path_factory.mktemp("upload-room")
+    environ = warden_environ(root / "home")
+    cli_out(environ, "init")
+    cli_out(environ, "create", "demo", "--template", "minimal")
+    tokens = {}
+    for bot in ("hoarder", "other"):
+        cli_out(environ, "bot", "register", bot)
+        tokens[bot] = cli_out(environ, "grant", "demo", bot, "--permissions", "read,write")
+    with ServeProcess(environ, root) as server:
+        yield server, tokens, root / "home" / "workspaces" / "demo"
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+
+
+def _answered(sock: socket.socket, wait: float) -> bytes:
+    """What the server answered within `wait` seconds (b"" for nothing yet)."""
+    sock.settimeout(wait)
+    try:
+        return sock.recv(65536)
+    except TimeoutError:
+        return b""
+    except ConnectionResetError:
+        return b"reset"
+
+
+def _upload_unfinished(url: httpx.URL, token: str, index: int) -> tuple[socket.socket, bytes]:
+    """A PUT of SIZE bytes whose last byte never comes; the early answer, if the server gave one."""
+    sock = socket.create_connection((url.host, url.port), timeout=30)
+    sock.sendall(f"PUT /v1/workspaces/demo/files/content?path=up{index}.bin HTTP/1.1\r\nHost: x\r\n"
+                 f"Authorization: Bearer {token}\r\nContent-Length: {SIZE}\r\n\r\n".encode())
+    early = _answered(sock, 0.5)
+    if early:
+        return sock, early
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        sock.sendall(b"u" * (SIZE - 1))
+    return sock, _answered(sock, 0.2)
+
+
+def test_a_bots_unfinished_uploads_hold_a_few_files_not_one_per_connection(
+        served: tuple[ServeProcess, dict[str, str], Path]) -> None:
+    server, tokens, workspace = served
+    assert server.proc is not None
+    url = httpx.URL(server.url)
+    before = _rss(server.proc.pid)
+    held = []
+    try:
+        answers = []
+        for index in range(10):
+            sock, early = _upload_unfinished(url, tokens["hoarder"], index)
+            held.append(sock)
+            answers.append(early)
+        time.sleep(0.5)
+        grown = _rss(server.proc.pid) - before
+        print(f"server RSS grew {grown >> 20} MiB for 10 unfinished uploads of {SIZE >> 20} MiB")
+        assert grown < 6 * SIZE, f"the server holds {grown >> 20} MiB for 10 unfinished uploads"
+        # The first four are held (waiting for their last byte); the others were refused at once.
+        assert answers[:4] == [b""] * 4, answers[:4]
+        assert all(a.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in a.lower() for a in answers[4:]), answers[4:]
+        # Another bot's upload goes on.
+        other = httpx.put(f"{server.url}/v1/workspaces/demo/files/content", params={"path": "other.bin"},
+                          content=b"o" * SIZE, headers={"Authorization": f"Bearer {tokens['other']}"}, timeout=60)
+        assert other.status_code == 200, other.text
+        assert (workspace / "other.bin").stat().st_size == SIZE
+    finally:
+        for sock in held:
+            sock.close()
+    # Once its clients have gone, the room is given back.
+    wait_until(lambda: httpx.put(f"{server.url}/v1/workspaces/demo/files/content", params={"path": "again.bin"},
+                                 content=b"a" * SIZE, headers={"Authorization": f"Bearer {tokens['hoarder']}"},
+                                 timeout=60).status_code == 200, timeout=30)
+
+
+def _json_unfinished(url: httpx.URL, token: str, size: int) -> tuple[socket.socket, bytes]:
+    """A POST of an exec whose JSON body of `size` bytes never gets its last byte."""
+    sock = socket.create_connection((url.host, url.port), timeout=30)
+    sock.sendall(f"POST /v1/workspaces/demo/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                 f"Content-Type: application/json\r\nContent-Length: {size}\r\n\r\n".encode())
+    early = _answered(sock, 0.5)
+    if early:
+        return sock, early
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        sock.sendall(b'{"cmd": ["cat"], "stdin": "' + b"s" * (size - 1 - 28))
+    return sock, _answered(sock, 0.2)
+
+
+def test_a_bots_unfinished_json_bodies_hold_a_few_not_one_per_connection(
+        served: tuple[ServeProcess, dict[str, str], Path]) -> None:
+    # A JSON body past 64 KiB is held once the bot's token opens the door (limits.py), up to
+    # api.max_body (16 MiB) on each connection: the same room as a file's.
+    server, tokens, _ = served
+    assert server.proc is not None
+    url = httpx.URL(server.url)
+    size = 12 << 20
+    before = _rss(server.proc.pid)
+    held = []
+    try:
+        answers = []
+        for _ in range(10):
+            sock, early = _json_unfinished(url, tokens["hoarder"], size)
+            held.append(sock)
+            answers.append(early)
+        time.sleep(0.5)
+        grown = _rss(server.proc.pid) - before
+        print(f"server RSS grew {grown >> 20} MiB for 10 unfinished JSON bodies of {size >> 20} MiB")
+        assert grown < 6 * size, f"the server holds {grown >> 20} MiB for 10 unfinished JSON bodies"
+        assert answers[:4] == [b""] * 4, answers[:4]
+        assert all(a.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in a.lower() for a in answers[4:]), answers[4:]
+    finally:
+        for sock in held:
+            sock.close()
