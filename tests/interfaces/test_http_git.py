@@ -108,6 +108,9 @@ def test_the_sdk(world: tuple[str, dict[str, str], Path]) -> None:
     with pytest.raises(Pending) as waiting:
         writer.push(proposal["id"])
     assert waiting.value.approval["operation"] == "git.push"
+    # Said as a file change that waits is: which request, and what the person runs.
+    assert f"`warden approve {waiting.value.approval_id}`" in str(waiting.value)
+    assert proposal["id"] in str(waiting.value)
 
 
 def test_the_person_sees_every_word_of_a_bots_message(world: tuple[str, dict[str, str], Path]) -> None:

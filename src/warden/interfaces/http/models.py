@@ -370,6 +370,12 @@ class ApprovalBody(BaseModel):
     approval: ApprovalView
 
 
+class PendingBody(ApprovalBody):
+    """A request that now waits for a person: the approval and one line saying what to do."""
+
+    message: str
+
+
 class ApprovalList(BaseModel):
     approvals: list[ApprovalView]
 
