@@ -54,7 +54,10 @@ def _render(data: Any) -> str:
     rows = [(p["id"], "timed out" if p.get("timed_out") else p["status"],
              "" if p["exit_code"] is None else p["exit_code"], _cpu(p.get("usage")),
              p["started_at"][:19], " ".join(p["cmd"])) for p in data]
-    return table(("ID", "STATUS", "EXIT", "CPU", "STARTED", "COMMAND"), rows) if rows else "no background processes"
+    if not rows:
+        return "no background processes"
+    why = [f"{p['id']} was {p['status']}: {p['stopped_by']}" for p in data if p.get("stopped_by")]
+    return "\n".join([table(("ID", "STATUS", "EXIT", "CPU", "STARTED", "COMMAND"), rows), *why])
 
 
 def _cpu(used: Any) -> str:
@@ -154,7 +157,8 @@ def _kill(ctx: Context, args: argparse.Namespace) -> Output:
 
 def _line(view: ProcessView) -> str:
     code = "" if view.exit_code is None else f" (exit {view.exit_code})"
-    return f"{view.id} {view.status}{code}"
+    why = f": {view.stopped_by}" if view.stopped_by else ""
+    return f"{view.id} {view.status}{code}{why}"
 
 
 def _wait(ctx: Context, args: argparse.Namespace) -> Output:
