@@ -618,3 +618,24 @@ def test_a_server_stopped_by_a_policy_change_says_why_in_ps(cli: Cli, tmp_path: 
         assert "stopped_by" not in _ps(cli, "policed")[again]  # a running one has no such line
     finally:
         cli("destroy", "policed", "--yes", "--no-archive")
+
+
+def test_ps_says_whose_each_process_is(cli: Cli) -> None:
+    """The person's `ps` lists a bot's background processes beside their own: which is whose (the
+    name `warden forward --as` takes) was not shown."""
+    assert cli("create", "shared", "--template", "minimal").code == 0
+    try:
+        assert cli("bot", "register", "lister").code == 0
+        token = cli("grant", "shared", "lister", "--permissions", "read,execute").stdout.strip()
+        mine = _detach(cli, "shared", "sleep", "600")
+        started = cli("run", "shared", "--as-token-env", "--detach", "--json", "--", "sleep", "601",
+                      env={"WARDEN_TOKEN": token})
+        assert started.code == 0, started.stderr
+        theirs = started.json["data"]["id"]
+        listed = _ps(cli, "shared")
+        assert (listed[mine]["by"], listed[theirs]["by"]) == ("you", "bot lister")
+        lines = cli("ps", "shared").stdout.splitlines()
+        assert lines[0].split() == ["ID", "STATUS", "EXIT", "CPU", "STARTED", "BY", "COMMAND"]
+        assert any(line.startswith(theirs) and " bot lister " in line for line in lines), lines
+    finally:
+        cli("destroy", "shared", "--yes", "--no-archive")
