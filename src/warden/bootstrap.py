@@ -239,7 +239,11 @@ class App:
         from warden.adapters.workspace_io import HostWorkspaceIO
         from warden.services.health import HealthService
 
-        return HealthService(self.workspaces, self.workspaces.folders, self.layers, HostWorkspaceIO())
+        def policy_check(record: WorkspaceRecord) -> object:
+            return self.sandbox_paths.workspace_policy(record)
+
+        return HealthService(self.workspaces, self.workspaces.folders, self.layers, HostWorkspaceIO(),
+                             policy_check=policy_check)
 
     @cached_property
     def installs(self) -> InstallService:

@@ -538,6 +538,7 @@ class ProcessInfo:
     timed_out: bool
     started_at: str
     ended_at: str | None
+    stopped_by: str | None = None  # why Warden stopped its sandbox under it (a policy change, a revoke…)
 
     @property
     def running(self) -> bool:
@@ -546,7 +547,8 @@ class ProcessInfo:
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> ProcessInfo:
         return cls(str(data["id"]), tuple(str(a) for a in data["cmd"]), str(data["status"]), data.get("exit_code"),
-                   data.get("signal"), bool(data.get("timed_out")), str(data["started_at"]), data.get("ended_at"))
+                   data.get("signal"), bool(data.get("timed_out")), str(data["started_at"]), data.get("ended_at"),
+                   data.get("stopped_by"))
 
 
 @dataclass(frozen=True)

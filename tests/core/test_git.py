@@ -77,6 +77,12 @@ def test_urls_refused(url: str, error: type[Exception]) -> None:
         check_url(url, forbidden_roots=["/home/p/.warden/workspaces"])
 
 
+def test_a_bare_path_is_refused_with_the_file_url_that_reaches_it() -> None:
+    with pytest.raises(Denied) as refused:
+        check_url("/srv/repos/app.git")
+    assert "file:///srv/repos/app.git" in refused.value.message and "(none)" not in refused.value.message
+
+
 REQUEST = "protocol=https\nhost=github.com\npath=o/r.git\n"
 ENV = {"WARDEN_GIT_USERNAME": "bot", "WARDEN_GIT_PASSWORD": "tok", "WARDEN_GIT_HOST": "https://github.com"}
 

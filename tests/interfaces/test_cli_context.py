@@ -205,7 +205,13 @@ def test_an_existing_folder_is_adopted_in_place_and_destroy_leaves_its_files(cli
     assert name == "my-project" and adopted.json["data"]["path"] == str(project)
     ran = cli("run", "--", "python3", "src/app.py", env=term)
     assert ran.code == 0 and ran.stdout == "mine\n"
-    assert cli("ws", "set", str(project / "src"), env=term).stdout.startswith(name)  # found, not adopted again
+    again = cli("ws", "set", str(project / "src"), env=term)
+    assert again.stdout.startswith(name) and "adopted" not in again.stderr  # found, not adopted again
+    other = tmp_path / "other"
+    other.mkdir()
+    said = cli("ws", "set", str(other), env=term)  # a new workspace made by what reads as a switch is said
+    assert said.code == 0 and f"adopted {other} as a new workspace other" in said.stderr, said.stderr
+    assert "destroy other --yes" in said.stderr and cli("destroy", "other", "--yes").code == 0
     assert cli("archive", name).code == 5  # never packed or moved
     forgot = cli("destroy", name, "--yes", env=term)
     assert forgot.code == 0 and "its folder and files stay" in forgot.stdout

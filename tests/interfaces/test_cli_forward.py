@@ -264,6 +264,23 @@ def test_a_bots_server_is_reached_only_as_that_bot(cli: Cli, ws: str) -> None:
     cli("kill", ws, other_server)
 
 
+def test_a_forward_to_a_bots_server_without_as_names_the_flag(cli: Cli) -> None:
+    """A newcomer's bot started `npm run dev` in its workspace; `warden forward W 5173` said only
+    "no live sandbox of yours: start the server first". It now names the `--as` that reaches it."""
+    assert cli("create", "botsite", "--template", "minimal").code == 0
+    try:
+        assert cli("bot", "register", "devbot").code == 0
+        token = cli("grant", "botsite", "devbot", "--permissions", "read,execute").stdout.strip()
+        server = _server(cli, "botsite", 8107, env={"WARDEN_TOKEN": token}, bot=True)
+        refused = cli("forward", "botsite", "8107")
+        assert refused.code == 4, refused.stderr
+        assert "no live sandbox of yours runs in 'botsite': one runs for `--as devbot`" in refused.stderr
+        assert "`--as user`" not in refused.stderr
+        del server
+    finally:
+        cli("destroy", "botsite", "--yes", "--no-archive")
+
+
 def test_the_forward_stops_when_its_workspace_is_archived(cli: Cli) -> None:
     assert cli("create", "gone", "--template", "minimal").code == 0
     try:

@@ -597,3 +597,45 @@ def _named_by_their_start(cli: Cli, ws: str, ids: list[str], first: str, second:
                   if not any(i.startswith(a + b) for i in ids))
     assert cli("logs", ws, absent).code == 4  # not found
     assert cli("logs", ws, "xyz").code == 2  # not an id's start at all
+
+
+def test_a_server_stopped_by_a_policy_change_says_why_in_ps(cli: Cli, tmp_path: Path) -> None:
+    """A newcomer allowed a folder (`sandbox add … --workspace`) while a dev server ran: the next
+    command stopped the live sandbox (it no longer mounts what the policy says) and `ps` showed
+    only "killed 137", the reason in the audit log alone."""
+    assert cli("create", "policed", "--template", "minimal").code == 0
+    try:
+        server = _detach(cli, "policed", "sleep", "600")
+        extra = tmp_path / "extra"
+        extra.mkdir()
+        assert cli("sandbox", "add", str(extra), "--workspace", "policed").code == 0
+        assert cli("run", "policed", "--", "true").code == 0  # the sandbox is stopped for this one
+        seen = _ps(cli, "policed")[server]
+        assert seen["status"] == "killed" and "policy" in seen["stopped_by"], seen
+        shown = cli("ps", "policed").stdout
+        assert f"{server} was killed: " in shown and "policy" in shown, shown
+        again = _detach(cli, "policed", "sleep", "600")
+        assert "stopped_by" not in _ps(cli, "policed")[again]  # a running one has no such line
+    finally:
+        cli("destroy", "policed", "--yes", "--no-archive")
+
+
+def test_ps_says_whose_each_process_is(cli: Cli) -> None:
+    """The person's `ps` lists a bot's background processes beside their own: which is whose (the
+    name `warden forward --as` takes) was not shown."""
+    assert cli("create", "shared", "--template", "minimal").code == 0
+    try:
+        assert cli("bot", "register", "lister").code == 0
+        token = cli("grant", "shared", "lister", "--permissions", "read,execute").stdout.strip()
+        mine = _detach(cli, "shared", "sleep", "600")
+        started = cli("run", "shared", "--as-token-env", "--detach", "--json", "--", "sleep", "601",
+                      env={"WARDEN_TOKEN": token})
+        assert started.code == 0, started.stderr
+        theirs = started.json["data"]["id"]
+        listed = _ps(cli, "shared")
+        assert (listed[mine]["by"], listed[theirs]["by"]) == ("you", "bot lister")
+        lines = cli("ps", "shared").stdout.splitlines()
+        assert lines[0].split() == ["ID", "STATUS", "EXIT", "CPU", "STARTED", "BY", "COMMAND"]
+        assert any(line.startswith(theirs) and " bot lister " in line for line in lines), lines
+    finally:
+        cli("destroy", "shared", "--yes", "--no-archive")

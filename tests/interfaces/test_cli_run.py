@@ -178,6 +178,13 @@ def test_network_allowlist_end_to_end(cli: Cli, ws: str, server: int) -> None:
     assert any(e["action"] == "network.refused" and e["rule"] == "network.special_address" for e in audit)
     none = cli("run", ws, "--", "curl", "-sS", "-m", "5", f"http://127.0.0.1:{server}/")
     assert none.code != 0 and none.stdout == ""
+    # A command that failed for it (a traceback below the refusal, shown as it came) ends with it.
+    failed = cli("run", ws, "--net", "allow", "--allow-domain", "localhost", "--",
+                 "curl", "-sSf", f"http://localhost:{server}/")
+    assert failed.code != 0
+    last = failed.stderr.rstrip("\n").splitlines()[-1]
+    assert last.startswith("warden: the sandbox's proxy refused this command's network request (GET localhost:")
+    assert "loopback" in last
 
 
 def test_a_command_asking_without_end_is_shown_and_audited_within_bounds(cli: Cli, ws: str) -> None:

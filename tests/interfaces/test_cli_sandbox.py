@@ -90,3 +90,21 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(cli: Cli, home: Pat
     assert before == after
     missing = cli("sandbox", "list", "--workspace", "ghost", "--json")
     assert missing.code == 4 and missing.json["error"]["code"] == "not_found"
+
+
+def test_an_allow_a_deny_still_wins_over_is_said_at_once(cli: Cli) -> None:
+    """A deny always wins: an allow under a protected system path, or of a path another level
+    denies, is written but changes no run; `add` says so instead of a plain "allowed"."""
+    system = cli("sandbox", "add", "/etc/newcomer-app", "--mode", "rw")
+    assert system.code == 0
+    assert "runs still do not get /etc/newcomer-app: deny: system path /etc" in system.stderr + system.stdout
+    assert cli("sandbox", "add", "/etc/newcomer-app", "--json").json["data"]["overruled_by"].startswith(
+        "deny: system path /etc")
+    assert cli("create", "proj4").code == 0
+    assert cli("sandbox", "remove", "/srv/newcomer-data").code == 0  # denied for every workspace
+    other_level = cli("sandbox", "add", "/srv/newcomer-data", "--workspace", "proj4")
+    assert other_level.code == 0 and "deny: global denied_paths /srv/newcomer-data" in other_level.stdout
+    plain = cli("sandbox", "add", "/srv/newcomer-open", "--workspace", "proj4")
+    assert plain.code == 0 and "note" not in plain.stdout + plain.stderr
+    assert cli("sandbox", "add", "/srv/newcomer-data").code == 0  # the global deny dropped: nothing said
+    assert "note" not in cli("sandbox", "add", "/srv/newcomer-data", "--workspace", "proj4").stdout

@@ -86,8 +86,10 @@ def test_bots_look_and_stage_but_never_push(world: tuple[str, dict[str, str], Pa
                            capture_output=True, text=True, env=environ, check=True).stdout
     assert "+two" in shown  # the person sees the proposal's diff
     seen_before_approval = audited()[-1][0]
-    subprocess.run([sys.executable, "-m", "warden", "approve", approval["id"]], capture_output=True,
-                   env=environ, check=True)
+    approved = subprocess.run([sys.executable, "-m", "warden", "approve", approval["id"]], capture_output=True,
+                              text=True, env=environ, check=True).stdout
+    assert f"git.push {body['id']} in repo done (branch main, commit {body['commit']}" in approved
+    assert "[]" not in approved  # nothing made stale: not said as an empty list
     assert actions_since(seen_before_approval) == ["checkpoint.create", "git.push"]  # one push, no listing
     assert git("rev-parse", "main", cwd=bare).strip() == body["commit"]
     done = Client(url, tokens["writer"]).wait_for_approval(approval["id"], timeout=5)
@@ -108,6 +110,9 @@ def test_the_sdk(world: tuple[str, dict[str, str], Path]) -> None:
     with pytest.raises(Pending) as waiting:
         writer.push(proposal["id"])
     assert waiting.value.approval["operation"] == "git.push"
+    # Said as a file change that waits is: which request, and what the person runs.
+    assert f"`warden approve {waiting.value.approval_id}`" in str(waiting.value)
+    assert proposal["id"] in str(waiting.value)
 
 
 def test_the_person_sees_every_word_of_a_bots_message(world: tuple[str, dict[str, str], Path]) -> None:

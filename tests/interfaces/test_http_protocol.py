@@ -12,6 +12,8 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -258,3 +260,22 @@ def test_a_server_killed_by_sigkill_has_its_workers_live_sandboxes_stopped_at_th
         assert ended.status == "killed", f"the sleeper of the killed server runs on: {ended}"
     listed = json.loads(cli_out(environ, "ps", "kept", "--json"))["data"]
     assert [p["status"] for p in listed if p["id"] == sleeper.id] == ["killed"]
+
+
+def test_a_bot_asking_again_for_a_name_that_is_taken_is_told_what_it_can_do(story: dict[str, object]) -> None:
+    """A bot that restarted asked again for its workspace: the 409 said "`warden destroy` it first",
+    a command only the person has."""
+    environ: dict[str, str] = story["environ"]  # type: ignore[assignment]
+    server: ServeProcess = story["server"]  # type: ignore[assignment]
+    identity = cli_out(environ, "bot", "register", "restarter")
+    headers = {"Authorization": f"Bearer {identity}"}
+    body = {"bot": "restarter", "request": "workspace", "params": {"name": "again"}}
+    assert httpx.post(f"{server.url}/v1/workspaces", headers=headers, json=body, timeout=120).status_code == 201
+    taken = httpx.post(f"{server.url}/v1/workspaces", headers=headers, json=body, timeout=120)
+    assert taken.status_code == 409, taken.text
+    said = taken.json()["error"]["message"]
+    assert said.startswith("workspace 'again' already exists; pick another name") and "GET /v1/workspaces" in said
+    assert "warden destroy" not in said
+    person = subprocess.run([sys.executable, "-m", "warden", "create", "again"], env=environ, capture_output=True,
+                            text=True, check=False)
+    assert person.returncode == 5 and "`warden destroy` it first" in person.stderr  # the person's own hint stays

@@ -35,7 +35,8 @@ def test_a_left_out_workspace_is_the_grant_tokens_one_or_a_refusal_saying_how_to
     ("nope", {}, "no tool 'nope'"),
     ("no\x1b[2J", {}, r"no tool 'no\\x1b[2J'; the tools"),  # escaped once (it was twice: \\x1b)
     ("exec", {"workspace": "w"}, "exec needs cmd"),
-    ("exec", {"workspace": "w", "cmd": "ls -l"}, "cmd must be an array"),
+    ("exec", {"workspace": "w", "cmd": "ls -l"}, 'cmd must be an array of strings, one per argument: ["ls", "-l"]'),
+    ("exec", {"workspace": "w", "cmd": "ls | wc -l"}, '["sh", "-c", "ls | wc -l"]'),
     ("exec", {"workspace": "w", "cmd": []}, "cmd must not be empty"),
     ("exec", {"workspace": "w", "cmd": ["ls", 3]}, "cmd[1] must be a string"),
     ("exec", {"workspace": "w", "cmd": ["ls"], "timeout": 0}, "timeout must be more than 0"),
@@ -90,6 +91,14 @@ def test_permission_refusals_name_their_rule_and_the_fix() -> None:
     assert gone.replace("workspace.gone", "R") == other.replace("grant.workspace", "R")  # existence not told
     missing = refusal_text(NotFound("no such file or directory: /a"), tool="read_file", workspace="w", bot=None)
     assert missing.startswith("not_found:") and "list_directory" in missing
+
+
+def test_a_protected_workspace_file_is_said_to_be_no_tokens_to_change() -> None:
+    rule = "deny: protected workspace file /.warden"
+    text = refusal_text(Denied(f"write /.warden/zones.yaml in workspace w refused ({rule})", rule=rule),
+                        tool="write_file", workspace="w", bot="b")
+    assert text.startswith("denied: write /.warden/zones.yaml") and rule in text
+    assert "no token may change them" in text and "elsewhere in the workspace" in text
 
 
 def test_a_pending_change_says_it_is_not_done_and_how_a_person_approves() -> None:

@@ -67,6 +67,17 @@ def test_other_failures_get_no_certificate_advice(tmp_path: Path) -> None:
     assert ok.returncode == 0 and "ready: .venv/bin/warden" in ok.stderr
 
 
+def test_ready_says_how_to_type_warden_unless_the_shell_finds_this_one(tmp_path: Path) -> None:
+    folder = _checkout(tmp_path, "#!/bin/sh\nexit 0\n").resolve()
+    elsewhere = _setup(folder)  # the test's PATH holds no .venv/bin of this copy
+    assert elsewhere.returncode == 0
+    assert f'export PATH="{folder}/.venv/bin:$PATH"' in elsewhere.stderr.splitlines()[-1], elsewhere.stderr
+    (folder / ".venv" / "bin" / "warden").write_text("#!/bin/sh\nexit 0\n")
+    (folder / ".venv" / "bin" / "warden").chmod(0o755)
+    found = _setup(folder, PATH=f"{folder}/.venv/bin:{os.environ['PATH']}")
+    assert found.returncode == 0 and found.stderr.splitlines()[-1] == "warden setup: ready: .venv/bin/warden"
+
+
 def test_the_first_setup_says_what_it_installs_before_minutes_of_quiet(tmp_path: Path) -> None:
     first = _checkout(tmp_path, "")
     (first / ".venv" / "bin" / "uv").unlink()  # a fresh venv: uv and the dependencies still to come

@@ -180,8 +180,10 @@ def test_output_goes_to_the_sinks_and_warden_lines_to_the_notice(world: World) -
                                    RunOutput(on_stdout=out.append, on_notice=notice.append, capture=False))
     line = "warden: network refused CONNECT evil.example:443: not listed\n"
     six = "warden: network refused CONNECT [::1]:8080: loopback\n"  # an IPv6 address as a URL has it
-    assert out == [b"out\n"] and notice == [line.encode(), six.encode()]
-    assert (result.stdout, result.stderr) == ("", line + six)  # not captured; Warden's own lines are kept
+    # The command failed (1): the first refusal is said again last, below the program's own error.
+    last = "warden: the sandbox's proxy refused this command's network request (CONNECT evil.example:443: not listed)\n"
+    assert out == [b"out\n"] and notice == [line.encode(), six.encode(), last.encode()]
+    assert (result.stdout, result.stderr) == ("", line + six + last)  # not captured; Warden's own lines are kept
     assert world.events("network.refused") == [("network.refused", "deny", "network.not_allowed", "refused"),
                                                ("network.refused", "deny", "network.loopback", "refused")]
 

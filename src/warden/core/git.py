@@ -191,6 +191,11 @@ def check_url(url: str, *, forbidden_roots: Sequence[str] = ()) -> str:
     if "://" not in url and re.fullmatch(r"([A-Za-z0-9._-]+@)?[A-Za-z0-9][A-Za-z0-9.-]*:[^:-].*", url):
         return url  # ssh's scp form, user@host:path (git reads it so when no '/' precedes the ':')
     parts = urlsplit(url)
+    if not parts.scheme and url.startswith("/"):
+        # Refused still (a bare path is git's local transport, whose rules are not file://'s),
+        # but the person typed a folder of this machine: say the URL that reaches it.
+        raise Denied(f"git URL {url!r} is a bare path; write a repository of this machine as a file URL: "
+                     f"file://{url}", rule="git.protocol")
     if parts.scheme not in ALLOWED_PROTOCOLS:
         raise Denied(f"git URL {url!r}: protocol {parts.scheme or '(none)'!r} is not allowed; use "
                      f"{', '.join(p + '://' for p in ALLOWED_PROTOCOLS)}", rule="git.protocol")

@@ -240,17 +240,23 @@ class ProcessView:
     # What it has used so far, while it runs (its outcome's is in the audit's `run` event);
     # None when not measured (ended, another node's, or nothing here says).
     usage: Usage | None = None
+    stopped_by: str | None = None  # why Warden stopped its sandbox under it (killed or lost)
 
     @classmethod
     def of(cls, process: LiveProcess, usage: Usage | None = None) -> ProcessView:
+        stopped_by = process.meta.get("stopped_by")
         return cls(process.id, process.workspace, process.argv, process.status, process.exit_code,
                    process.signal, process.timed_out, process.started_at, process.ended_at, process.principal,
-                   usage)
+                   usage, stopped_by if isinstance(stopped_by, str) and not process.running else None)
 
     def to_json(self) -> dict[str, object]:
-        return {"id": self.id, "cmd": list(self.cmd), "status": self.status, "exit_code": self.exit_code,
-                "signal": self.signal, "timed_out": self.timed_out, "started_at": self.started_at,
-                "ended_at": self.ended_at, "usage": self.usage.to_json() if self.usage is not None else None}
+        data: dict[str, object] = {
+            "id": self.id, "cmd": list(self.cmd), "status": self.status, "exit_code": self.exit_code,
+            "signal": self.signal, "timed_out": self.timed_out, "started_at": self.started_at,
+            "ended_at": self.ended_at, "usage": self.usage.to_json() if self.usage is not None else None}
+        if self.stopped_by is not None:
+            data["stopped_by"] = self.stopped_by
+        return data
 
 
 @dataclass(frozen=True)

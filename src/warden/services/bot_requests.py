@@ -378,9 +378,18 @@ class BotRequestService:
             raise Conflict(f"this bot already has {owned} workspaces, the most it may "
                            "(api.max_workspaces_per_bot); delete one first")
         blob = _decode_blob(wish.project_blob) if wish.project_blob else None
-        return self._workspaces.create(wish.name, kind="bot", actor=actor, template=wish.template,
-                                       python=wish.python, node=wish.node, blob=blob,
-                                       most=self.settings.max_workspaces)
+        try:
+            return self._workspaces.create(wish.name, kind="bot", actor=actor, template=wish.template,
+                                           python=wish.python, node=wish.node, blob=blob,
+                                           most=self.settings.max_workspaces)
+        except Conflict as exc:
+            if exc.rule != "workspace.exists":
+                raise
+            # The person's hint (`warden destroy`) is no command a bot has: say what it can do. A
+            # bot that restarted may be asking again for one it made: its grant token came then.
+            raise Conflict(f"workspace {wish.name!r} already exists; pick another name (GET /v1/workspaces "
+                           "lists those you hold a grant on; the grant token of one you made came in the "
+                           "answer that created it, else a person grants you one)", rule=exc.rule) from None
 
     def list_workspaces(self, principal: Principal, *, trail: Trail = UNTRACED) -> tuple[WorkspaceView, ...]:
         """The workspaces the principal holds a live grant on (a grant token: its one workspace)."""

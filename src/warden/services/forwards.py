@@ -63,10 +63,20 @@ class ForwardService:
             raise Conflict(f"workspace {workspace!r} is {record.status}: only a ready workspace has live sandboxes "
                            f"to forward to")
         if not self._live.usable(workspace, reach.matches):
-            raise NotFound(f"no live sandbox of {reach.who()} runs in {workspace!r}: start the server first "
+            raise NotFound(f"no live sandbox of {reach.who()} runs in {workspace!r}: "
+                           f"{self._others(workspace, reach) or 'start the server first'} "
                            f"(`warden run {workspace} --detach -- …`, or the bot's background exec)",
                            rule="forward.no_sandbox")
         return record.id
+
+    def _others(self, workspace: str, reach: Reach) -> str:
+        """Whose live sandboxes do run there, as the `--as` that reaches each: a newcomer forwarding
+        to a bot's dev server without `--as` is told the flag, not to start a server of their own."""
+        principals = {s.principal for s in self._live.usable(workspace, lambda p: not reach.matches(p))}
+        names = sorted({"user" if p == "user" else p.removeprefix("bot:").partition("@")[0] for p in principals})
+        if not names:
+            return ""
+        return "one runs for " + ", ".join(f"`--as {n}`" for n in names) + ", or start the server first"
 
     def open(self, forward: Forward) -> None:
         """Audit the forward's start (`forward.open`), once it listens."""

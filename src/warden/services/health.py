@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from warden.core.errors import Unavailable
+from warden.core.errors import Unavailable, WardenError
 from warden.core.paths import normalize, within
 from warden.core.ports import WorkspaceReads
 from warden.core.templates import normalized_name, requirement_name
@@ -76,10 +76,20 @@ class HealthReport:
     layers: list[LayerHealth] = field(default_factory=list)
     disk_usage: int = 0
     issues: list[str] = field(default_factory=list)
+    # The hand-edited policy files (.warden/zones.yaml, sandbox.json) that cannot be read: every
+    # run and file change there is refused until the person fixes them. Kept apart from `issues`,
+    # which say whether the environment is whole (resume and unarchive set `broken` by them), as
+    # no repair of Warden's may rewrite a person's rules.
+    policy: list[str] = field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
         return not self.issues
+
+    @property
+    def usable(self) -> bool:
+        """Healthy, and its policy files read: what `warden health` says and exits with."""
+        return self.healthy and not self.policy
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status, "path": self.path, "configured": self.configured,
@@ -87,7 +97,7 @@ class HealthReport:
                 "python_missing": list(self.python_missing), "node_modules": self.node_modules,
                 "node_deps_installed": self.node_deps_installed, "node_missing": list(self.node_missing),
                 "layers": [layer.to_json() for layer in self.layers], "disk_usage": self.disk_usage,
-                "issues": list(self.issues), "healthy": self.healthy}
+                "issues": list(self.issues), "policy": list(self.policy), "healthy": self.usable}
 
 
 @dataclass(frozen=True)
@@ -111,11 +121,13 @@ class HealthService:
     """`warden health NAME [--repair]`."""
 
     def __init__(self, workspaces: WorkspaceService, folders: FolderService, layers: LayerService,
-                 reads: WorkspaceReads) -> None:
+                 reads: WorkspaceReads, policy_check: Callable[[WorkspaceRecord], object] | None = None) -> None:
         self._workspaces = workspaces
         self._folders = folders
         self._layers = layers
         self._reads = reads
+        # Reads the workspace's zones and path lists as a run does (raising what a run is refused with).
+        self._policy_check = policy_check
 
     # -- check -----------------------------------------------------------------------------
     def check(self, record: WorkspaceRecord) -> HealthReport:
@@ -136,7 +148,18 @@ class HealthService:
                             python_venv=python_venv, python_deps_installed=python_installed,
                             python_missing=python_missing, node_modules=node_modules,
                             node_deps_installed=node_installed, node_missing=node_missing, layers=layers,
-                            disk_usage=self._reads.disk_usage(path), issues=issues)
+                            disk_usage=self._reads.disk_usage(path), issues=issues,
+                            policy=self._policy_problems(record))
+
+    def _policy_problems(self, record: WorkspaceRecord) -> list[str]:
+        if self._policy_check is None:
+            return []
+        try:
+            self._policy_check(record)
+        except WardenError as exc:
+            return [f"{exc.message}; until it is fixed (by hand: no repair rewrites your rules), every run and "
+                    "file change in this workspace is refused"]
+        return []
 
     def _layer_health(self, layer_id: str, issues: list[str]) -> LayerHealth:
         store = self._layers.store

@@ -71,6 +71,10 @@ class Repaired:
     def healthy(self) -> bool:
         return self.health.healthy
 
+    @property
+    def usable(self) -> bool:
+        return self.health.usable
+
     def to_json(self) -> dict[str, Any]:
         return {**self.health.to_json(), "fixed": list(self.fixed), "failed": list(self.failed)}
 

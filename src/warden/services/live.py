@@ -636,6 +636,10 @@ class LiveSandboxService:
             # on the whole chain, and a collector that ended one of these rows first waits for it
             # while holding that row, which this transaction would then wait for (a deadlock).
             for process in tx.processes.of_sandbox(sandbox.id) if claimed else ():
+                if process.running:
+                    # Why, on its own row: `warden ps` shows a dev server "killed" with the reason
+                    # (a policy change, a revoke), which was in the audit log only.
+                    tx.processes.update(process.id, {"meta": {**process.meta, "stopped_by": reason}})
                 if process.running and self._ended(tx, process, status, exited):
                     ended.append(process)
             for process in ended:

@@ -190,6 +190,9 @@ class _Notes:
         self._notice = notice
         self._lock = threading.Lock()
         self.kept: list[str] = []
+        # The proxy's first refusal, said again last when the command failed: it was shown as it
+        # came, above the program's own error (a 40-line traceback), and was no "last line".
+        self.first_refusal: str | None = None
 
     def show(self, text: str) -> None:
         if self._notice is not None:
@@ -503,6 +506,8 @@ class RunService:
             seen = next(refusals)
             if seen <= _SHOWN_REFUSALS:
                 where = f"[{event.host}]" if ":" in event.host else event.host  # an IPv6 address, as a URL has it
+                if notes.first_refusal is None:
+                    notes.first_refusal = f"{event.method} {where}:{event.port}: {event.reason}"
                 notes.say(f"warden: network refused {event.method} {where}:{event.port}: {event.reason}")
             elif seen == _SHOWN_REFUSALS + 1:
                 notes.say(f"warden: more than {_SHOWN_REFUSALS} network refusals in this run; the rest are not shown")
@@ -574,6 +579,8 @@ class RunService:
                                   given_path=request.env.get("PATH"), workspace=name, mcp=request.mcp,
                                   read_only_folders=[os.path.relpath(zone, plan.record.path)
                                                      for zone in plan.ro_zones])
+            if why is None and notes.first_refusal is not None:
+                why = f"warden: the sandbox's proxy refused this command's network request ({notes.first_refusal})"
             if why is not None:
                 notes.say(why)
         stopper = self._stopped_by(name, result.signal) if watched.note is None else None

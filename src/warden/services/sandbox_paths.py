@@ -189,6 +189,14 @@ class SandboxPaths:
         self._record(actor, "sandbox.add", target, clean, {"mode": mode})
         return PathRule(clean, "allow", target.level, mode, added_at)
 
+    def overruled(self, path: str, *, workspace: WorkspaceRecord | None = None,
+                  session: str | None = None) -> str | None:
+        """The deny that still wins over an allow of `path` (a protected system path, a denied
+        path of another level), or None when runs get it; not audited: `add` asks it of itself."""
+        decision = decide_host(self._clean(path), "read", self.rules(workspace, session),
+                               block_system=self.block_system, windows=os.name == "nt")
+        return None if decision.allowed else decision.rule
+
     def remove(self, path: str, *, level: str | None = None, workspace: WorkspaceRecord | None = None,
                session: str | None = None, actor: str = "user") -> PathRule:
         """`warden sandbox remove`: deny `path` at the level and drop it from that level's allowed list."""

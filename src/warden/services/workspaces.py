@@ -293,7 +293,8 @@ class WorkspaceService:
         with self._registry.transaction(write=False) as tx:
             taken = tx.workspaces.get(name) is not None
         if taken:
-            raise Conflict(f"workspace {name!r} already exists; pick another name or `warden destroy` it first")
+            raise Conflict(f"workspace {name!r} already exists; pick another name or `warden destroy` it first",
+                           rule="workspace.exists")
         if self.folders.taken(str(self.root_dir / name)):
             raise Conflict(f"folder {self.root_dir / name} already exists but is not a registered "
                            "workspace; move it away or pick another name")

@@ -64,7 +64,7 @@ class SqlWorkspaces:
                        f"({', '.join(':' + c for c in _COLUMNS)})", values)
         except Conflict:
             raise Conflict(f"workspace {record.name!r} already exists; pick another name "
-                           "or `warden destroy` it first") from None
+                           "or `warden destroy` it first", rule="workspace.exists") from None
 
     def update(self, name: str, changes: Mapping[str, object]) -> None:
         values = dict(changes)

@@ -127,7 +127,10 @@ def _diff(ctx: Context, record: ApprovalRecord) -> str | None:
 
 
 def _outcome(record: ApprovalRecord) -> str:
-    done = printable(", ".join(f"{k} {v}" for k, v in record.outcome.items()))
+    # What is empty says nothing ("stale []" after a push that made no other proposal stale); a
+    # list is words, as the rest of the line.
+    done = printable(", ".join(f"{k} {', '.join(map(str, v)) if isinstance(v, list | tuple) else v}"
+                               for k, v in record.outcome.items() if v not in (None, "", [], (), {})))
     said = (f"approved {record.id}: {record.op} {printable(where(record.path, record.destination))} "
             f"in {record.workspace} done")
     return said + (f" ({done})" if done else "")

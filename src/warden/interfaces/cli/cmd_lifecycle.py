@@ -59,6 +59,7 @@ def _render_health(d: dict[str, Any]) -> str:
         lines.append(f"  could not fix: {item}")
     if not d.get("failed"):
         lines.extend(f"  issue: {i}" for i in d["issues"])
+    lines.extend(f"  policy: {p}" for p in d.get("policy", []))
     return "\n".join(lines)
 
 
@@ -66,7 +67,7 @@ def _health(ctx: Context, args: argparse.Namespace) -> Output:
     if args.every:
         return _health_of_all(ctx, args)
     result = ctx.app.lifecycle.health(args.name, repair=args.repair)
-    return Output(result.to_json(), render=_render_health, exit_code=0 if result.healthy else 1)
+    return Output(result.to_json(), render=_render_health, exit_code=0 if result.usable else 1)
 
 
 def _health_of_all(ctx: Context, args: argparse.Namespace) -> Output:

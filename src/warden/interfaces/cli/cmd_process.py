@@ -53,8 +53,18 @@ _ID_HELP = ("the process id `warden run --detach` printed (see `warden ps`), or 
 def _render(data: Any) -> str:
     rows = [(p["id"], "timed out" if p.get("timed_out") else p["status"],
              "" if p["exit_code"] is None else p["exit_code"], _cpu(p.get("usage")),
-             p["started_at"][:19], " ".join(p["cmd"])) for p in data]
-    return table(("ID", "STATUS", "EXIT", "CPU", "STARTED", "COMMAND"), rows) if rows else "no background processes"
+             p["started_at"][:19], p.get("by", ""), " ".join(p["cmd"])) for p in data]
+    if not rows:
+        return "no background processes"
+    why = [f"{p['id']} was {p['status']}: {p['stopped_by']}" for p in data if p.get("stopped_by")]
+    return "\n".join([table(("ID", "STATUS", "EXIT", "CPU", "STARTED", "BY", "COMMAND"), rows), *why])
+
+
+def _by(principal: str) -> str:
+    """Whose process, in the words `warden forward --as` takes: `you`, or `bot NAME`."""
+    if principal == "user":
+        return "you"
+    return "bot " + principal.removeprefix("bot:").partition("@")[0]
 
 
 def _cpu(used: Any) -> str:
@@ -94,7 +104,8 @@ def start_detached(ctx: Context, request: RunRequest, *, tty: bool = False) -> O
 def _ps(ctx: Context, args: argparse.Namespace) -> Output:
     _known(ctx, args.name)
     views = ctx.app.live.list(args.name)
-    return Output([v.to_json() for v in views], render=_render)
+    # Whose: the person sees every principal's processes, a bot's dev server beside their own.
+    return Output([{**v.to_json(), "by": _by(v.principal)} for v in views], render=_render)
 
 
 def _logs(ctx: Context, args: argparse.Namespace) -> Output:
@@ -154,7 +165,8 @@ def _kill(ctx: Context, args: argparse.Namespace) -> Output:
 
 def _line(view: ProcessView) -> str:
     code = "" if view.exit_code is None else f" (exit {view.exit_code})"
-    return f"{view.id} {view.status}{code}"
+    why = f": {view.stopped_by}" if view.stopped_by else ""
+    return f"{view.id} {view.status}{code}{why}"
 
 
 def _wait(ctx: Context, args: argparse.Namespace) -> Output:

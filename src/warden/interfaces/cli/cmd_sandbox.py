@@ -81,9 +81,17 @@ def _list(ctx: Context, args: argparse.Namespace) -> Output:
 
 
 def _add(ctx: Context, args: argparse.Namespace) -> Output:
-    rule = ctx.app.sandbox_paths.add(_host_path(args.path), level=args.level, workspace=_record(ctx, args),
+    record = _record(ctx, args)
+    rule = ctx.app.sandbox_paths.add(_host_path(args.path), level=args.level, workspace=record,
                                      session=args.session, mode=args.mode)
-    return Output(rule.to_json(), f"allowed {rule.path} ({rule.mode}) at level {rule.level}")
+    # A deny always wins, so an allow under a protected system path or another level's deny is
+    # written but changes nothing: said at once, not found out from a run that still cannot see it.
+    overruled = ctx.app.sandbox_paths.overruled(rule.path, workspace=record, session=args.session)
+    text = f"allowed {rule.path} ({rule.mode}) at level {rule.level}"
+    if overruled is not None:
+        text += (f"\nnote: runs still do not get {rule.path}: {overruled} wins over any allow "
+                 "(`warden sandbox check PATH --op read` shows the rule)")
+    return Output({**rule.to_json(), "overruled_by": overruled}, text)
 
 
 def _remove(ctx: Context, args: argparse.Namespace) -> Output:

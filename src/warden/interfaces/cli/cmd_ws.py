@@ -103,7 +103,13 @@ def _said(ctx: Context, name: str) -> Output:
 
 
 def _set(ctx: Context, args: argparse.Namespace) -> Output:
+    # A path no workspace holds is adopted: a new workspace, made by a command that reads as a
+    # switch (`warden ws set src/` from the wrong folder), so it is said, with the way back.
+    known = {r.name for r in ctx.app.workspaces.list()} if "/" in args.target else None
     record = ctx.app.context.set(args.target)
+    if known is not None and record.name not in known:
+        ctx.note(f"adopted {record.path} as a new workspace {record.name} (in place: its files stay where they "
+                 f"are; `warden destroy {record.name} --yes` forgets it and leaves them)")
     if record.type == "bot":
         # A bot chooses its workspaces' names, so one may be what the person typed: say whose it is.
         ctx.note(f"note: {record.name} is a workspace a bot made ({record.created_by or 'unknown'})")

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from warden.core.errors import Conflict
 from warden.interfaces.http.calls import Call, threaded
-from warden.interfaces.http.models import ApprovalBody, ApprovalView
+from warden.interfaces.http.models import ApprovalView, PendingBody
 from warden.interfaces.http.routes import Token, WorkspaceName, token_of
 from warden.interfaces.http.statuses import ERROR_RESPONSES
 
@@ -117,10 +117,10 @@ def router(app: App) -> APIRouter:
             call.audited_by_service = True
             return app.git.stage(name, body.message, actor=call.actor).to_json()
 
-    @api.post("/v1/workspaces/{name}/git/push", status_code=202, response_model=ApprovalBody,
+    @api.post("/v1/workspaces/{name}/git/push", status_code=202, response_model=PendingBody,
               responses={202: {"description": "the push waits for a person's approval"}})
     @threaded
-    def git_push(name: WorkspaceName, body: PushRequest, token: Token) -> ApprovalBody:
+    def git_push(name: WorkspaceName, body: PushRequest, token: Token) -> PendingBody:
         """Ask to push a proposal (needs `write` on the whole workspace): a bot's push always
         waits for a person (202 with the approval); once approved Warden pushes exactly that
         commit, fast-forward only. Poll GET /v1/approvals/{id}."""
@@ -138,6 +138,11 @@ def router(app: App) -> APIRouter:
                                                "branch": proposal.branch, "message": proposal.message})
             call.allow("approval.pending")
             call.note(approval=record.id, proposal=wanted)
-            return ApprovalBody(approval=ApprovalView(**app.approvals.view(record)))
+            # The same line a file change that waits is answered with: the bot (and the model
+            # reading its output) learns the id and what the person has to do.
+            message = (f"push of proposal {wanted} to {proposal.branch} in workspace {name} waits for a person's "
+                       f"approval (git.push needs a person); ask them to run `warden approve {record.id}`, "
+                       f"and poll GET /v1/approvals/{record.id}")
+            return PendingBody(approval=ApprovalView(**app.approvals.view(record)), message=message)
 
     return api

@@ -231,6 +231,8 @@ class ProcessBody(BaseModel):
     usage: UsageBody | None = Field(None, description="what it has used so far while it runs (its cgroup, else "
                                                       "its CPU from the host); null once ended (the audit's `run` "
                                                       "event has its outcome's) or where not measured")
+    stopped_by: str | None = Field(None, description="why Warden stopped its live sandbox under it (a change of "
+                                                     "the workspace's policy, a revoke…); absent otherwise")
 
 
 class LogsDropped(BaseModel):
@@ -368,6 +370,12 @@ class ApprovalView(BaseModel):
 
 class ApprovalBody(BaseModel):
     approval: ApprovalView
+
+
+class PendingBody(ApprovalBody):
+    """A request that now waits for a person: the approval and one line saying what to do."""
+
+    message: str
 
 
 class ApprovalList(BaseModel):

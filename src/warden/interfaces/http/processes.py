@@ -48,7 +48,7 @@ ProcessId = Annotated[str, Path(pattern=r"^[0-9a-f]{1,16}$", description="a proc
 def _body(view: ProcessView) -> ProcessBody:
     return ProcessBody(id=view.id, cmd=list(view.cmd), status=view.status,  # type: ignore[arg-type]
                        exit_code=view.exit_code, signal=view.signal, timed_out=view.timed_out,
-                       started_at=view.started_at, ended_at=view.ended_at,
+                       started_at=view.started_at, ended_at=view.ended_at, stopped_by=view.stopped_by,
                        usage=UsageBody.model_validate(view.usage.to_json()) if view.usage is not None else None)
 
 

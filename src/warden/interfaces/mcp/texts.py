@@ -99,6 +99,10 @@ def refusal_text(exc: WardenError, *, tool: str, workspace: str | None, bot: str
     text = f"{exc.code}: {exc.message}"
     if rule and rule not in text:
         text += f" (rule: {rule})"
+    if rule.startswith("deny: protected workspace file"):
+        # The rule alone reads as if a grant could open it: none can, and the model should move on.
+        text += (" Those are the workspace's own settings and metadata (its rules, .git internals, shell "
+                 "start-up files): no token may change them. Put your files elsewhere in the workspace.")
     if isinstance(exc, NotFound) and tool not in ("process_logs", "process_kill"):
         text += " Use list_directory or search_files to see what is there."
     return plain(text, keep)

@@ -186,7 +186,11 @@ def _check(value: object, schema: Mapping[str, Any], where: str) -> None:
     if kind is not None:
         wanted = _TYPES[kind]
         if (isinstance(value, bool) and kind in ("integer", "number")) or not isinstance(value, wanted):
-            raise InvalidInput(f"{where} must be {'an' if kind[0] in 'aeiou' else 'a'} {kind}")
+            said = f"{where} must be {'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+            if kind == "array" and isinstance(value, str) and schema.get("items", {}).get("type") == "string":
+                # A model's most frequent slip: a command line as one string. Show it the list it meant.
+                said += f" of strings, one per argument: {_as_list(value)}"
+            raise InvalidInput(said)
     if isinstance(value, str):
         if len(value) < schema.get("minLength", 0):
             raise InvalidInput(f"{where} must not be empty")
@@ -213,6 +217,20 @@ def _check(value: object, schema: Mapping[str, Any], where: str) -> None:
             raise InvalidInput(f"{where} has more than {schema['maxItems']} items")
         for index, item in enumerate(value):
             _check(item, schema.get("items", {}), f"{where}[{index}]")
+
+
+def _as_list(line: str) -> str:
+    """`line` split as a shell would (no shell runs it: a pipe or `&&` needs ["sh", "-c", line])."""
+    import json
+    import shlex
+
+    try:
+        words = shlex.split(line)
+    except ValueError:  # an unclosed quote
+        words = line.split()
+    if any(word in ("|", "&&", "||", ";", ">", "<") for word in words):
+        words = ["sh", "-c", line]
+    return echoed(json.dumps(words[:8] + (["…"] if len(words) > 8 else []), ensure_ascii=False), 200)
 
 
 def takes_workspace(name: str) -> bool:
