@@ -117,6 +117,23 @@ def test_wait_gives_the_status_and_logs_follow_to_the_end(cli: Cli, ws: str) -> 
     assert cli("wait", ws, sleeper).code == 137
 
 
+def test_a_detached_python_servers_first_line_is_in_its_logs_while_it_runs(cli: Cli, ws: str) -> None:
+    # A dev server prints one line and waits: Python buffered it in 8 KiB blocks to the pipe its
+    # logs come from, and `warden logs` showed nothing until it exited. A command that asks for
+    # buffering itself keeps it.
+    server = _detach(cli, ws, "python3", "-c",
+                     "print('Serving HTTP on 0.0.0.0 port 8000'); import time; time.sleep(60)")
+    buffered = _detach(cli, ws, "env", "PYTHONUNBUFFERED=", "python3", "-c",
+                       "print('held back'); import time; time.sleep(60)")
+    try:
+        wait_until(lambda: "Serving HTTP" in cli("logs", ws, server).stdout, timeout=30,
+                   message="the server's first line in its logs")
+        assert cli("logs", ws, buffered).stdout == ""
+    finally:
+        for job in (server, buffered):
+            cli("kill", ws, job, "--signal", "KILL")
+
+
 def test_a_person_at_a_terminal_is_told_what_a_detached_id_is(cli: Cli, ws: str) -> None:
     """`--detach` printed a bare id: a newcomer could not tell what it was. stdout stays the id
     alone (a script's `id=$(warden run --detach …)`), stderr on a terminal names what to do with it."""

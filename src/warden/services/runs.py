@@ -98,6 +98,10 @@ class RunSettings:
                    tuple(s.get_list("sandbox.allowed_commands")), s.get_int("sandbox.max_file_size_mb"))
 
 
+# The environment a background process gets unless its request sets these itself.
+_BACKGROUND_ENV = {"PYTHONUNBUFFERED": "1"}
+
+
 @dataclass(frozen=True)
 class RunRequest:
     """One command to run in a workspace's sandbox, as a front end asks for it."""
@@ -318,6 +322,11 @@ class RunService:
         if request.terminal is not None:
             raise Refused.of(InvalidInput("a background process has no terminal; start it without one"))
         _check_argv(request.argv)
+        # Its output is read later from its logs, through a pipe: Python buffers what it prints to
+        # a pipe in 8 KiB blocks, and a dev server's "Serving HTTP on ..." never showed in
+        # `warden logs` until it had printed 8 KiB more (or exited). Unless the command's own
+        # environment says otherwise.
+        request = dataclasses.replace(request, env={**_BACKGROUND_ENV, **request.env})
         plan = self._judge(self._ready_workspace(request.workspace), request)
         intent = RunIntent(os.urandom(8).hex(), plan.record, request.actor, list(request.argv), plan.detail)
         plan.detail["run_id"] = intent.run_id
