@@ -20,7 +20,12 @@ def test_the_settings_ranges_decide_which_ports_are_reached() -> None:
     assert check_port(8000, allowed) == 8000
     with pytest.raises(Denied, match=r"sandbox\.forward_ports: 1024-65535") as refused:
         check_port(80, allowed)
-    assert refused.value.rule == "forward.port"
+    # Below 1024 the setting is not what stands in the way: no server in the sandbox listens there.
+    assert refused.value.rule == "forward.port" and "e.g. 8080" in refused.value.message
+    assert "config set" not in refused.value.message
+    with pytest.raises(Denied, match=r"config set sandbox\.forward_ports") as high:
+        check_port(9000, allowed_ports(["3000-3999"]))
+    assert "1024" not in high.value.message
     assert check_port(3000, allowed_ports(["3000", "5000-5001"])) == 3000
     with pytest.raises(InvalidInput):
         allowed_ports(["9000-8000"])

@@ -74,6 +74,13 @@ def check_port(port: int, allowed: Sequence[range]) -> int:
     if any(port in r for r in allowed):
         return port
     said = ", ".join(f"{r.start}" if len(r) == 1 else f"{r.start}-{r.stop - 1}" for r in allowed) or "none"
+    if port < 1024:
+        # Widening the setting would not help: a command in the sandbox holds no capability, so no
+        # server there listens below 1024.
+        raise Denied(f"port {port} is not one a forward may reach, and no server in the sandbox can listen on it "
+                     "(its commands hold no capability to take a port below 1024); have the server listen on "
+                     f"one from 1024 up (e.g. 8080) and forward that (sandbox.forward_ports: {said})",
+                     rule="forward.port")
     raise Denied(f"port {port} is not one a forward may reach (sandbox.forward_ports: {said}); "
                  f"`warden config set sandbox.forward_ports` changes it", rule="forward.port")
 
