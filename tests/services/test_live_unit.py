@@ -347,9 +347,9 @@ def test_a_process_stopped_as_it_started_is_recorded_killed_by_its_start_saying_
     with pytest.raises(type(stop)):
         world.start(ALICE)
     [row] = world.service.list("w1")
-    assert (row.status, row.exit_code) == ("killed", 137)
-    [ran] = [e for e in world.audit.list(limit=100) if e.action == "run"]
     name = "SIGINT" if isinstance(stop, KeyboardInterrupt) else "SIGTERM"
+    assert (row.status, row.exit_code, row.stopped_by) == ("killed", 137, f"its start was interrupted ({name})")
+    [ran] = [e for e in world.audit.list(limit=100) if e.action == "run"]
     assert ran.detail["stopped_by"] == f"its start was interrupted ({name})" and ran.result == "137"
 
 

@@ -834,6 +834,8 @@ class LiveSandboxService:
         if exited is not None and (exited.timed_out or exited.signal is not None):
             status = "killed"
         with self._registry.transaction() as tx:
+            if reason is not None and process.running:  # on its row too, as a stop's (`ps` says it)
+                tx.processes.update(process.id, {"meta": {**process.meta, "stopped_by": reason}})
             if self._ended(tx, process, status, exited):
                 self._audit_end(tx, process, status, exited, reason, oom=oom, used=used)
         if seen is not None:
