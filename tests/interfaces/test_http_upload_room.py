@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -69,34 +69,44 @@ def _upload_unfinished(url: httpx.URL, token: str, index: int) -> tuple[socket.s
     return sock, _answered(sock, 0.2)
 
 
-def test_a_bots_unfinished_uploads_hold_a_few_files_not_one_per_connection(
-        served: tuple[ServeProcess, dict[str, str], Path]) -> None:
-    server, tokens, workspace = served
+@contextlib.contextmanager
+def _ten_unfinished(server: ServeProcess, start: Callable[[], tuple[socket.socket, bytes]], size: int,
+                    what: str) -> Iterator[None]:
+    """Ten requests of `size` bytes of one bot's whose last byte never comes (`start` opens one):
+    the server grows by a few of them, not ten; the first four are held (waiting for their last
+    byte), the others refused at once (503, Retry-After). Held open while the block runs."""
     assert server.proc is not None
-    url = httpx.URL(server.url)
     before = _rss(server.proc.pid)
     held = []
     try:
         answers = []
-        for index in range(10):
-            sock, early = _upload_unfinished(url, tokens["hoarder"], index)
+        for _ in range(10):
+            sock, early = start()
             held.append(sock)
             answers.append(early)
         time.sleep(0.5)
         grown = _rss(server.proc.pid) - before
-        print(f"server RSS grew {grown >> 20} MiB for 10 unfinished uploads of {SIZE >> 20} MiB")
-        assert grown < 6 * SIZE, f"the server holds {grown >> 20} MiB for 10 unfinished uploads"
-        # The first four are held (waiting for their last byte); the others were refused at once.
+        print(f"server RSS grew {grown >> 20} MiB for 10 unfinished {what} of {size >> 20} MiB")
+        assert grown < 6 * size, f"the server holds {grown >> 20} MiB for 10 unfinished {what}"
         assert answers[:4] == [b""] * 4, answers[:4]
         assert all(a.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in a.lower() for a in answers[4:]), answers[4:]
+        yield
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_bots_unfinished_uploads_hold_a_few_files_not_one_per_connection(
+        served: tuple[ServeProcess, dict[str, str], Path]) -> None:
+    server, tokens, workspace = served
+    url = httpx.URL(server.url)
+    uploads = iter(range(10))
+    with _ten_unfinished(server, lambda: _upload_unfinished(url, tokens["hoarder"], next(uploads)), SIZE, "uploads"):
         # Another bot's upload goes on.
         other = httpx.put(f"{server.url}/v1/workspaces/demo/files/content", params={"path": "other.bin"},
                           content=b"o" * SIZE, headers={"Authorization": f"Bearer {tokens['other']}"}, timeout=60)
         assert other.status_code == 200, other.text
         assert (workspace / "other.bin").stat().st_size == SIZE
-    finally:
-        for sock in held:
-            sock.close()
     # Once its clients have gone, the room is given back.
     wait_until(lambda: httpx.put(f"{server.url}/v1/workspaces/demo/files/content", params={"path": "again.bin"},
                                  content=b"a" * SIZE, headers={"Authorization": f"Bearer {tokens['hoarder']}"},
@@ -121,23 +131,7 @@ def test_a_bots_unfinished_json_bodies_hold_a_few_not_one_per_connection(
     # A JSON body past 64 KiB is held once the bot's token opens the door (limits.py), up to
     # api.max_body (16 MiB) on each connection: the same room as a file's.
     server, tokens, _ = served
-    assert server.proc is not None
     url = httpx.URL(server.url)
     size = 12 << 20
-    before = _rss(server.proc.pid)
-    held = []
-    try:
-        answers = []
-        for _ in range(10):
-            sock, early = _json_unfinished(url, tokens["hoarder"], size)
-            held.append(sock)
-            answers.append(early)
-        time.sleep(0.5)
-        grown = _rss(server.proc.pid) - before
-        print(f"server RSS grew {grown >> 20} MiB for 10 unfinished JSON bodies of {size >> 20} MiB")
-        assert grown < 6 * size, f"the server holds {grown >> 20} MiB for 10 unfinished JSON bodies"
-        assert answers[:4] == [b""] * 4, answers[:4]
-        assert all(a.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in a.lower() for a in answers[4:]), answers[4:]
-    finally:
-        for sock in held:
-            sock.close()
+    with _ten_unfinished(server, lambda: _json_unfinished(url, tokens["hoarder"], size), size, "JSON bodies"):
+        pass
