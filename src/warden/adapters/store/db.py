@@ -23,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
+from warden.core import stops
 from warden.core.errors import Conflict, Locked, Unavailable, classify
 
 __all__ = ["BUSY_TIMEOUT", "SCHEMA_REVISION", "Database", "Row", "Sql", "open_database"]
@@ -211,6 +212,7 @@ def _begin_in_slices(conn: sqlite3.Connection, busy_timeout: float) -> None:
             except sqlite3.OperationalError as exc:
                 if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
                     raise
+                stops.raise_unwritten()  # a stop a whole write holds, before it wrote anything
     finally:
         conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
 
