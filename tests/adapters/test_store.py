@@ -394,3 +394,40 @@ def test_a_stop_between_the_two_layers_begun_leaves_no_transaction_open(home: Pa
         pass
     _nothing_held(home, store)
     database.close()
+
+
+def test_a_stop_while_begin_waits_for_another_process_is_handled_at_once(home: Path) -> None:
+    """Ctrl-C on a command whose registry another process holds (a `warden` suspended by Ctrl-Z
+    as it wrote, a long backup): SQLite's wait for the lock sleeps in C, and Python handled the
+    stop only once the other let go or 30 s passed. Now within a slice of the wait; the lock is
+    still waited for as long as before by a command nobody stops, and nothing is left held."""
+    import os
+    import signal
+
+    open_database(None, home).close()
+    database = SqliteDatabase(home / "warden.db", busy_timeout=30)
+    other = sqlite3.connect(home / "warden.db", isolation_level=None, timeout=0, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # another process's write, held past this test's stop
+    stopped_at: list[float] = []
+
+    def stop() -> None:
+        time.sleep(0.3)  # the BEGIN below is waiting by now
+        stopped_at.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    helper = threading.Thread(target=stop)
+    helper.start()
+    try:
+        with pytest.raises(KeyboardInterrupt), database.transaction():
+            pass
+        handled_at = time.monotonic()
+    finally:
+        helper.join()
+        other.execute("ROLLBACK")
+    assert handled_at - stopped_at[0] < 1.0, f"the stop waited {handled_at - stopped_at[0]:.1f} s for the lock"
+    with database.transaction() as sql:  # nothing held; the wait is SQLite's whole one again
+        assert sql.execute("PRAGMA busy_timeout") == [{"timeout": 30000}]
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("ROLLBACK")
+    other.close()
+    database.close()

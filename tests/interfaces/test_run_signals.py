@@ -117,3 +117,42 @@ def test_a_run_stopped_as_its_lease_is_taken_has_its_outcome_audited(environ: di
     assert ended["detail"]["run_id"] == started["detail"]["run_id"]
     assert ended["result"] == "interrupted"
     assert ended["detail"]["interrupted_by"] == sig.name
+
+
+@pytest.mark.skipif(not Path("/proc/self/syscall").exists() or not sys.platform.startswith("linux")
+                    or __import__("platform").machine() != "x86_64", reason="reads x86-64 syscall numbers")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_run_stopped_while_another_holds_the_registry_ends_at_once(environ: dict[str, str],
+                                                                     sig: signal.Signals) -> None:
+    # Another process holds the registry's write lock and does not let go (a `warden` suspended
+    # by Ctrl-Z as it wrote, a long backup). The person's Ctrl-C waited for it, up to SQLite's
+    # busy timeout (30 s): SQLite sleeps in C, and the take of the run's lease held the stop back.
+    # Nothing is written until the take: the run ends at once, as if stopped a moment before it.
+    import time
+
+    registry = sqlite3.connect(Path(environ["WARDEN_HOME"]) / "warden.db", isolation_level=None, timeout=30)
+    registry.execute("BEGIN IMMEDIATE")
+    try:
+        run = subprocess.Popen([sys.executable, "-m", "warden", "run", "sig", "--", "echo", "never"], env=environ,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=at_a_terminal)
+        wait_until(lambda: _asleep(run.pid), timeout=30, message="the run never waited for the registry")
+        stopped = time.monotonic()
+        run.send_signal(sig)
+        try:
+            out, err = run.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.communicate()
+            pytest.fail("the stop waited for the registry's lock")
+        took = time.monotonic() - stopped
+    finally:
+        registry.execute("COMMIT")
+        registry.close()
+    assert took < 2.0, took
+    assert "Traceback" not in err and out == ""
+    assert run.returncode in (130, -sig)
+    # Nothing left half-written: no intent of it to close, the chain whole, the next run at once.
+    events = json.loads(_warden(environ, "audit", "--workspace", "sig", "--json").stdout)["data"]
+    assert not [e for e in events if e["detail"].get("argv") == ["echo", "never"]], events[-2:]
+    assert _warden(environ, "audit", "verify").returncode == 0
+    assert _warden(environ, "run", "sig", "--", "true").returncode == 0

@@ -353,6 +353,39 @@ def test_a_process_stopped_as_it_started_is_recorded_killed_by_its_start_saying_
     assert ran.detail["stopped_by"] == f"its start was interrupted ({name})" and ran.result == "137"
 
 
+@pytest.mark.parametrize("again", [KeyboardInterrupt(), Terminated(15, "SIGTERM")])
+def test_a_second_stop_while_the_stopped_start_waits_leaves_its_end_recorded(
+        world: World, again: BaseException) -> None:
+    """Ctrl-C pressed twice (or SIGINT, then a SIGTERM) on `warden run --detach`: the second
+    came as the start waited for its killed process to be reaped. Raised there (the CLI's handler
+    raises a stop no write holds back), it left the process killed and its end unrecorded, for
+    whoever looked next to record as ended by that one."""
+    from warden.core import stops
+
+    world.sandboxes.reap_late = True
+    spawn, wait = world.sandboxes.spawn, world.sandboxes.wait
+
+    def stopped_meanwhile(sandbox: LiveSandbox, process_id: str, request: SandboxRequest,
+                          **options: object) -> dict[str, object]:
+        answer = spawn(sandbox, process_id, request, **options)  # type: ignore[arg-type]
+        assert stops.held_back(KeyboardInterrupt())
+        return answer
+
+    def stopped_again(sandbox: LiveSandbox, process_id: str, timeout: float) -> object:
+        if not stops.held_back(again):  # as the CLI's handler does with the signal it got
+            raise again
+        return wait(sandbox, process_id, timeout)
+
+    world.sandboxes.spawn = stopped_meanwhile  # type: ignore[method-assign]
+    world.sandboxes.wait = stopped_again  # type: ignore[assignment,method-assign]
+    with pytest.raises(KeyboardInterrupt):  # the first stop, as the person asked first
+        world.start(ALICE)
+    [row] = world.service.list("w1")
+    assert (row.status, row.exit_code) == ("killed", 137)
+    [ran] = [e for e in world.audit.list(limit=100) if e.action == "run"]
+    assert ran.detail["stopped_by"] == "its start was interrupted (SIGINT)" and ran.result == "137"
+
+
 def test_a_foreground_command_running_past_the_idle_period_is_not_stopped_by_the_sweep(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     """A foreground command has no process row; the sweep counted only background ones, so a

@@ -9,7 +9,10 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import subprocess
+import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -235,3 +238,31 @@ def test_fallocate_past_the_file_length_is_refused(cli: Cli, ws: tuple[str, Path
     assert r.code == 0, r.stderr
     assert r.stdout.split() == ["-1", "95"]  # EOPNOTSUPP
     assert blocks(folder / "big")[0] < MiB
+
+
+def test_a_run_whose_reader_stopped_reading_is_still_stopped_at_max_disk(cli: Cli, ws: tuple[str, Path]) -> None:
+    """A person's `warden run` beside a detached server runs in the live sandbox, whose runner
+    waits on the command and watches the quota in one loop. Its output piped to a reader that
+    reads nothing yet (`| less` not scrolled, a terminal held by Ctrl-S): a child fills that
+    pipe, writing it blocks the loop, and the files written meanwhile were never looked at,
+    60 MiB against 5M, the run ending 0. The watch stays a thread's while output may block."""
+    name, folder = ws
+    server = cli("run", name, "--detach", "--json", "--", "sleep", "60")
+    assert server.code == 0, server.stderr
+    writer = ("head -c 1000000 /dev/zero & i=0; "
+              "while [ $i -lt 60 ]; do head -c 1048576 /dev/zero > f$i; i=$((i+1)); done")
+    with subprocess.Popen([sys.executable, "-m", "warden", "run", name, "--", "sh", "-c", writer],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          env={**cli.environ, "WARDEN_WORKSPACE_MAX_DISK": "5M"}) as proc:
+        deadline, seen, still = time.monotonic() + 15, -1, 0
+        while time.monotonic() < deadline and still < 10:  # its output not read meanwhile
+            time.sleep(0.2)
+            count = len(list(folder.glob("f*")))
+            still, seen = (still + 1 if count == seen and count else 0), count
+        held = blocks(folder)[0]
+        _, err = proc.communicate(timeout=60)
+    try:
+        assert held < 20 * MiB, f"{held // MiB} MiB written against 5M while its output was not read"
+        assert proc.returncode == 137 and b"over workspace.max_disk (5M)" in err, (proc.returncode, err[-400:])
+    finally:
+        cli("kill", name, server.json["data"]["id"])

@@ -17,7 +17,7 @@ from types import TracebackType
 
 from warden.core.errors import Terminated
 
-__all__ = ["Whole", "carried", "held_back"]
+__all__ = ["Whole", "carried", "held_back", "raise_unwritten"]
 
 _under_way: list[Whole] = []  # the main thread's whole writes, the innermost last
 
@@ -29,6 +29,10 @@ class Whole:
     def __init__(self) -> None:
         self.held: BaseException | None = None
         self._main = False
+        # Set while the write has written nothing yet (a lease's take waiting for the registry's
+        # lock): a stop held then may be raised where it waits (`raise_unwritten`), as if it had
+        # come before the write began, rather than wait for another process to let go.
+        self.unwritten = False
 
     def __enter__(self) -> Whole:
         self._main = threading.current_thread() is threading.main_thread()
@@ -55,6 +59,15 @@ def held_back(stop: BaseException) -> bool:
     if _under_way[-1].held is None:
         _under_way[-1].held = stop
     return True
+
+
+def raise_unwritten() -> None:
+    """Where a write waits before it has written anything (the registry's lock): raise the stop
+    held by the innermost whole write if that one has written nothing yet."""
+    whole = _under_way[-1] if _under_way else None
+    if whole is not None and whole.unwritten and whole.held is not None:
+        held, whole.held = whole.held, None
+        raise held
 
 
 def carried(exc: BaseException | None) -> KeyboardInterrupt | Terminated | None:

@@ -129,6 +129,9 @@ class LeaseService:
         # outcome): a person's stop then is raised once the lease is held (and so given back) or
         # once it is given back (core/stops.py).
         whole = stops.Whole()
+        # Until the take commits nothing is written: a stop while it waits for the registry's
+        # lock (another process holds it) ends the command there, not once that one lets go.
+        whole.unwritten = True
         if mode == "exclusive" and drain is not None:
             self._change(name, lambda s: take(s, "draining"))
             try:
@@ -149,6 +152,7 @@ class LeaseService:
         else:
             with whole:
                 self._change(name, lambda s: take(s, "exclusive" if mode == "exclusive" else "shared"), taken)
+        whole.unwritten = False
         ended: BaseException | None = None
         try:
             whole.raise_held()

@@ -346,7 +346,10 @@ class LiveSandboxService:
         its end was recorded seconds later by whoever looked next, as ended by that one (a
         suspend: "the workspace's suspend ended it")."""
         why = f"its start was interrupted ({stop.name if isinstance(stop, Terminated) else 'SIGINT'})"
-        with contextlib.suppress(WardenError, OSError):
+        # A second stop (Ctrl-C pressed twice, SIGINT then SIGTERM) is held, then dropped: the
+        # first is raised once this is done. Raised in the wait below, it left the process killed
+        # but its end unrecorded, for whoever looked next to record as ended by that one.
+        with stops.Whole(), contextlib.suppress(WardenError, OSError):
             self._sandboxes.signal(sandbox, process, signal.SIGKILL)
             seen = self._sandboxes.wait(sandbox, process.id, _STOPPED_WAIT_S)
             if seen.status not in ("starting", "running"):

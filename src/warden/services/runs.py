@@ -143,6 +143,11 @@ class RunOutput:
     # Called once the command runs, with a function that kills its whole tree from any thread
     # (a front end whose client went away stops the command with it).
     on_started: Callable[[Callable[[], None]], None] | None = None
+    # Whether `on_stdout` / `on_stderr` may block (a terminal held by Ctrl-S, a pipe its reader
+    # left full). A runner that waits on its command calls them from the loop that could keep the
+    # disk quota's watch: a blocked sink would hold that watch too while a child writes on, so
+    # the watch then keeps its own thread. Front ends whose sinks only queue say False.
+    may_block: bool = True
 
     @property
     def notice(self) -> Sink | None:
@@ -545,7 +550,7 @@ class RunService:
                         stdin=stdin, on_stdout=output.on_stdout, on_stderr=output.on_stderr,
                         capture=output.capture, max_capture=request.max_output, on_net_event=on_net_event,
                         on_started=_both(watcher.arm, output.on_started), terminal=request.terminal,
-                        watch=watcher))
+                        watch=None if output.may_block and (output.on_stdout or output.on_stderr) else watcher))
             finally:
                 moved = [f"{where}/{path}" if where else path
                          for where, guard in mounts.guards for path in guard.after().quarantined]

@@ -17,11 +17,13 @@ import os
 import sqlite3
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
+from warden.core import stops
 from warden.core.errors import Conflict, Locked, Unavailable, classify
 
 __all__ = ["BUSY_TIMEOUT", "SCHEMA_REVISION", "Database", "Row", "Sql", "open_database"]
@@ -154,7 +156,10 @@ class _SqliteTransaction:
             # BEGIN IMMEDIATE takes the write lock at the start, so read-then-write sequences
             # (the audit hash chain, unique names) cannot interleave with another process.
             with _mapped(where):
-                conn.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
+                if self._write and threading.current_thread() is threading.main_thread():
+                    _begin_in_slices(conn, self._db.busy_timeout)
+                else:
+                    conn.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
             return _SqliteTx(conn, where)
         except BaseException:
             # A person's stop raised as BEGIN returned (Python runs a signal's handler there; one
@@ -183,6 +188,33 @@ class _SqliteTransaction:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+
+
+# On the main thread BEGIN IMMEDIATE waits for another process's write lock in slices of this
+# many milliseconds. SQLite's own wait (busy_timeout) sleeps in C, and Python runs a signal's
+# handler only once it returns: a person's Ctrl-C (or SIGTERM) on a command whose registry
+# another process held (a `warden` suspended by Ctrl-Z mid-write, a long backup) did nothing
+# until that one let go or BUSY_TIMEOUT (30 s) passed. It is handled between two slices now.
+# Only the main thread gets a handler: the others wait in one, at no cost.
+_BEGIN_SLICE_MS = 50
+
+
+def _begin_in_slices(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    """BEGIN IMMEDIATE, waiting up to `busy_timeout` seconds for the write lock as SQLite would,
+    in slices a signal's handler can run between."""
+    deadline = time.monotonic() + busy_timeout
+    conn.execute(f"PRAGMA busy_timeout={_BEGIN_SLICE_MS}")
+    try:
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                    raise
+                stops.raise_unwritten()  # a stop a whole write holds, before it wrote anything
+    finally:
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
 
 
 def _connect(path: Path, busy_timeout: float, *, create: bool = True) -> sqlite3.Connection:

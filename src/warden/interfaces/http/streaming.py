@@ -86,7 +86,7 @@ class RunChannel(Killable):
         return RunOutput(on_stdout=lambda chunk: self._add(self._events.feed("stdout", chunk)),
                          on_stderr=lambda chunk: self._add(self._events.feed("stderr", chunk)),
                          on_notice=lambda line: self._add(OutputEvents.notice(line)),
-                         capture=False, on_started=self.on_started)
+                         capture=False, on_started=self.on_started, may_block=False)
 
     def _signal(self, event: asyncio.Event) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is gone (the server is stopping)

@@ -298,7 +298,8 @@ class ToolCalls:
                 with contextlib.suppress(RuntimeError):  # the loop is closed
                     loop.call_soon_threadsafe(chunks.put_nowait, kept)
 
-        output = RunOutput(on_stdout=sink, on_stderr=sink, capture=True, on_started=leaving.on_started)
+        output = RunOutput(on_stdout=sink, on_stderr=sink, capture=True, on_started=leaving.on_started,
+                           may_block=False)
         job = asyncio.ensure_future(anyio.to_thread.run_sync(self._blocking, "exec", token, args, output,
                                                              lambda: leaving.gone))
         sent = 0
