@@ -92,9 +92,14 @@ def test_one_exec_reads_its_workspace_once_before_the_lease_and_again_under_it(w
 def test_one_exec_runs_no_more_statements_than_its_budget(world: tuple[App, str]) -> None:
     app, token = world
     statements = _statements(app, token)
+    # On the main thread a write transaction's BEGIN waits for another's lock in slices a stop is
+    # handled between (adapters/store/db.py): two PRAGMAs around it, which set a number and read
+    # nothing. Counted apart.
+    queries = [s for s in statements if not s.startswith("PRAGMA busy_timeout")]
+    assert len(statements) - len(queries) <= 2 * sum(s == "BEGIN IMMEDIATE" for s in statements), statements
     # 24 in a row (the workspace's last use marked under a second before is not written again:
     # RunsInProgress.end); 25 should the machine be slow enough to space them out.
-    assert len(statements) <= 25, "\n".join(statements)
+    assert len(queries) <= 25, "\n".join(queries)
 
 
 def test_one_exec_makes_no_more_python_calls_than_its_budget(world: tuple[App, str]) -> None:

@@ -1010,36 +1010,3 @@ def test_a_commands_disk_quota_is_kept_by_the_loop_that_waits_on_it(
     assert len([name for name in os.listdir(folder) if name.startswith("f")]) < 100
     assert time.monotonic() - started < 20
 
-
-def test_a_commands_disk_quota_is_kept_while_its_output_waits_for_a_reader(
-        host: HostLiveSandboxes, sandbox: LiveSandbox, folder: str) -> None:
-    """Output handed to a sink as it comes (`warden run` writes it to its stdout) blocks the loop
-    that waits on the command for as long as its reader does not read (a pipe into a pager left
-    open): the quota is then kept by a thread, or the command's other processes wrote on past it,
-    file after file, unwatched."""
-    from warden.adapters import quota as quota_module
-    from warden.core.quota import DISK_KEY, Quota
-
-    read = threading.Event()
-    reader_back = threading.Timer(30, read.set)  # the reader comes back, late
-
-    def not_read(_chunk: bytes) -> None:
-        read.wait()
-
-    def armed(kill: Callable[[], None]) -> None:
-        def stop() -> None:
-            kill()
-            read.set()  # the test's reader returns once the breach is seen (a quick test)
-        watcher.arm(stop)
-
-    quota = Quota(max_bytes=5 << 20, max_files=10_000, min_free=0)
-    writer = "echo first; i=0; while [ $i -lt 200 ]; do head -c 1048576 /dev/zero > f$i; i=$((i+1)); done"
-    reader_back.start()
-    try:
-        with quota_module.Watcher(folder, quota) as watcher:
-            result = host.run(sandbox, "2" * 16, replace(_req(folder, "sh", "-c", writer), watch=watcher,
-                                                         on_started=armed, on_stdout=not_read))
-    finally:
-        reader_back.cancel()
-    assert watcher.breach == DISK_KEY and result.exit_code == 137, (result, watcher.breach)
-    assert len([name for name in os.listdir(folder) if name.startswith("f")]) < 100

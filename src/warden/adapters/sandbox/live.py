@@ -1033,13 +1033,9 @@ class HostLiveSandboxes:
                     if group is not None:
                         emptied.append(group.kill() or group.wait_empty())
 
-            # The disk quota watched from the loop below as it waits, rather than from a thread, when
-            # that loop never waits on anything else: output handed to the caller's sinks as it
-            # comes (`warden run` writes it to its stdout) blocks the loop for as long as their
-            # reader does not read (a pipe into a pager left open), and the command's other
-            # processes wrote on past the quota, file after file, unwatched.
-            unblocked = request.on_stdout is None and request.on_stderr is None
-            watch = request.watch if request.watch is not None and unblocked and request.watch.take() else None
+            # The disk quota watched from the loop below as it waits, rather than from a thread (given
+            # only when the caller's sinks never block this loop: services/runs, RunOutput.may_block).
+            watch = request.watch if request.watch is not None and request.watch.take() else None
             if request.on_started is not None:
                 request.on_started(kill)
             output = _Output(request.on_stdout, request.on_stderr, request.capture,
