@@ -280,7 +280,14 @@ class Client:
         if response.status_code == 202:
             body = response.json()
             if isinstance(body, dict) and isinstance(body.get("approval"), dict):
-                raise Pending(str(body.get("message") or "waiting for approval"), approval=body["approval"])
+                message = str(body.get("message") or "waiting for approval")
+                approval_id = body["approval"].get("id")
+                if isinstance(approval_id, str):
+                    # The server says how an HTTP client waits ("poll GET /v1/approvals/ID"); this
+                    # client's own way is its call.
+                    message = message.replace(f"poll GET /v1/approvals/{approval_id}",
+                                              f"wait with client.wait_for_approval({approval_id!r})")
+                raise Pending(message, approval=body["approval"])
         return response
 
     # -- approvals -------------------------------------------------------------------------------

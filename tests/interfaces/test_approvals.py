@@ -125,6 +125,8 @@ def test_a_bot_given_approve_answers_another_bots_request_over_http(loop: dict[s
         writer.workspace("paper").files.write("/final/from-sdk.txt", "via the SDK\n")
     approval_id = waiting.value.approval_id  # the documented attribute (docs/files.md)
     assert approval_id.startswith("apr_") and approval_id == waiting.value.approval["id"]
+    # Its message names the SDK's way to wait, not the HTTP poll.
+    assert f"client.wait_for_approval('{approval_id}')" in str(waiting.value) and "poll GET" not in str(waiting.value)
     reviewer = Client(str(loop["url"]), str(loop["reviewer"]))
     assert [a["id"] for a in reviewer.approvals("paper")] == [approval_id]
     # A bot without `approve` neither answers nor even learns that another bot's request exists.
