@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.services.test_git import seeded_remote
 from tests.support.mcp import FOLDERS, World, make_world, stdio_session, text
 from tests.support.servers import ServeProcess
 
@@ -46,6 +47,10 @@ def _policy_folder_link(paper: Path) -> None:
     (paper / ".warden").symlink_to(paper / "policy-elsewhere")
 
 
+def _git_head_broken(paper: Path) -> None:
+    (paper.parent / "repo" / ".git" / "HEAD").write_text("garbage\n")
+
+
 def _nothing(paper: Path) -> None:
     pass
 
@@ -63,6 +68,7 @@ def _restore(paper: Path) -> None:
     zones.write_text(FOLDERS)
     (policy / "sandbox.json").unlink(missing_ok=True)
     (paper / "zones-elsewhere.yaml").unlink(missing_ok=True)
+    (paper.parent / "repo" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
 
 
 READ = ("GET", "/v1/workspaces/paper/files/content", {"params": {"path": "input/data.csv"}})
@@ -85,6 +91,10 @@ CASES: dict[str, tuple[Break, tuple[str, str, dict[str, Any]], str, str]] = {
     "exec cwd outside, absolute": (
         _nothing, ("POST", "/v1/workspaces/paper/exec", {"json": {"cmd": ["pwd"], "cwd": "/etc"}}),
         "alice@paper", "invalid"),
+    "git status on a broken .git": (
+        _git_head_broken, ("GET", "/v1/workspaces/repo/git/status", {}), "alice@repo", "conflict"),
+    "git diff on a broken .git": (
+        _git_head_broken, ("GET", "/v1/workspaces/repo/git/diff", {}), "alice@repo", "conflict"),
     "read-only zone": (
         _nothing, ("PUT", "/v1/workspaces/paper/files/content", {"params": {"path": "input/x"}, "content": b"x"}),
         "alice@paper", "denied"),
@@ -114,7 +124,13 @@ def host_words(world: World) -> list[str]:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    yield make_world(tmp_path_factory.mktemp("bot-answers"))
+    base = tmp_path_factory.mktemp("bot-answers")
+    world = make_world(base)
+    bare = seeded_remote(base, {"notes.md": "one\n"})
+    world.cli("create", "repo", "--template", "minimal")
+    world.cli("git", "repo", "clone", f"file://{bare}")
+    world.tokens["alice@repo"] = world.cli("grant", "repo", "alice", "--permissions", "read,write")
+    yield world
 
 
 @pytest.fixture(scope="module")
