@@ -47,6 +47,11 @@ def _policy_folder_link(paper: Path) -> None:
     (paper / ".warden").symlink_to(paper / "policy-elsewhere")
 
 
+def _zone_folder_link(paper: Path) -> None:
+    (paper / "input").rename(paper / "input-elsewhere")
+    (paper / "input").symlink_to(paper / "input-elsewhere")
+
+
 def _git_head_broken(paper: Path) -> None:
     (paper.parent / "repo" / ".git" / "HEAD").write_text("garbage\n")
 
@@ -68,6 +73,9 @@ def _restore(paper: Path) -> None:
     zones.write_text(FOLDERS)
     (policy / "sandbox.json").unlink(missing_ok=True)
     (paper / "zones-elsewhere.yaml").unlink(missing_ok=True)
+    if (paper / "input").is_symlink():
+        (paper / "input").unlink()
+        (paper / "input-elsewhere").rename(paper / "input")
     (paper.parent / "repo" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
 
 
@@ -91,6 +99,7 @@ CASES: dict[str, tuple[Break, tuple[str, str, dict[str, Any]], str, str]] = {
     "exec cwd outside, absolute": (
         _nothing, ("POST", "/v1/workspaces/paper/exec", {"json": {"cmd": ["pwd"], "cwd": "/etc"}}),
         "alice@paper", "invalid"),
+    "a zone's folder a link, exec": (_zone_folder_link, EXEC, "alice@paper", "denied"),
     "git status on a broken .git": (
         _git_head_broken, ("GET", "/v1/workspaces/repo/git/status", {}), "alice@repo", "conflict"),
     "git diff on a broken .git": (
