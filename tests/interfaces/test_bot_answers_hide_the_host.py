@@ -52,6 +52,11 @@ def _zone_folder_link(paper: Path) -> None:
     (paper / "input").symlink_to(paper / "input-elsewhere")
 
 
+def _workspace_folder_link(paper: Path) -> None:
+    paper.rename(paper.parent / "paper-elsewhere")
+    paper.symlink_to(paper.parent / "paper-elsewhere")
+
+
 def _git_head_broken(paper: Path) -> None:
     (paper.parent / "repo" / ".git" / "HEAD").write_text("garbage\n")
 
@@ -61,6 +66,9 @@ def _nothing(paper: Path) -> None:
 
 
 def _restore(paper: Path) -> None:
+    if paper.is_symlink():
+        paper.unlink()
+        (paper.parent / "paper-elsewhere").rename(paper)
     policy = paper / ".warden"
     if policy.is_symlink():
         policy.unlink()
@@ -100,6 +108,10 @@ CASES: dict[str, tuple[Break, tuple[str, str, dict[str, Any]], str, str]] = {
         _nothing, ("POST", "/v1/workspaces/paper/exec", {"json": {"cmd": ["pwd"], "cwd": "/etc"}}),
         "alice@paper", "invalid"),
     "a zone's folder a link, exec": (_zone_folder_link, EXEC, "alice@paper", "denied"),
+    "the workspace's folder a link": (_workspace_folder_link, READ, "alice@paper", "denied"),
+    "the workspace's folder a link, checkpoint": (
+        _workspace_folder_link, ("POST", "/v1/workspaces/paper/checkpoints", {"json": {"message": "m"}}),
+        "alice@paper", "denied"),
     "git status on a broken .git": (
         _git_head_broken, ("GET", "/v1/workspaces/repo/git/status", {}), "alice@repo", "conflict"),
     "git diff on a broken .git": (
