@@ -156,7 +156,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 @pytest.fixture(scope="module")
 def served(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    with ServeProcess(world.environ, tmp_path_factory.mktemp("serve"), "--no-access-log") as server:
+    # The smallest archive limit: a bot's own workspace can pass it (the last case below).
+    environ = {**world.environ, "WARDEN_WORKSPACE_ARCHIVE_MAX_SIZE": "1M"}
+    with ServeProcess(environ, tmp_path_factory.mktemp("serve"), "--no-access-log") as server:
         yield server
 
 
@@ -173,6 +175,22 @@ def test_an_http_refusal_names_no_host_path(world: World, served: ServeProcess, 
     assert answer.json()["error"]["code"] == code, answer.text
     for word in host_words(world):
         assert word not in answer.text, f"{case}: {answer.text}"
+
+
+def test_deleting_a_workspace_too_large_to_archive_names_no_host_path(world: World, served: ServeProcess) -> None:
+    bot = {"Authorization": f"Bearer {world.tokens['carol']}"}
+    made = httpx.post(served.url + "/v1/workspaces", headers=bot, timeout=120,
+                      json={"bot": "carol", "request": "workspace", "params": {"name": "mine", "template": "minimal"}})
+    assert made.status_code == 201, made.text
+    grant = {"Authorization": f"Bearer {made.json()['workspace']['access_token']}"}
+    wrote = httpx.put(served.url + "/v1/workspaces/mine/files/content", params={"path": "a.bin"},
+                      content=b"x" * 2_000_000, headers=grant, timeout=60)
+    assert wrote.status_code == 200, wrote.text
+    answer = httpx.delete(served.url + "/v1/workspaces/mine", headers=grant, timeout=120)
+    assert answer.json()["error"]["code"] == "invalid", answer.text
+    assert "workspace mine holds" in answer.text
+    for word in host_words(world):
+        assert word not in answer.text, answer.text
 
 
 MCP_CASES: dict[str, tuple[Break, str, dict[str, Any]]] = {
