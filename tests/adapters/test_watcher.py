@@ -264,3 +264,24 @@ def test_a_feed_watches_at_most_max_folders_and_all_feeds_together_at_most_max_t
         wait_until(lambda: first.next(0.2) is None and _watches(first) == 2, timeout=10)
         assert watcher.budget.used == 2  # the workspace and src
     assert watcher.budget.used == 0
+
+
+_OUT_OF_DESCRIPTORS = """
+import os, resource, sys
+import warden.core.errors  # imported before the limit: the refusal raises one of its errors
+from warden.adapters.watcher import InotifyWatcher
+held = len(os.listdir("/proc/self/fd")) - 1  # less the listing's own
+resource.setrlimit(resource.RLIMIT_NOFILE, (held, held))
+try:
+    InotifyWatcher().watch(sys.argv[1], debounce_s=0.1, max_wait_s=1.0, limit=10)
+except Exception as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_a_watch_refused_for_want_of_descriptors_names_the_workspace_not_its_host_path(ws: Path) -> None:
+    """A bot reads this answer from /events; the folder's host path would tell it Warden's home."""
+    done = subprocess.run([sys.executable, "-c", _OUT_OF_DESCRIPTORS, str(ws)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.stdout.startswith("Unavailable cannot watch workspace ws:"), done.stdout + done.stderr
+    assert str(ws.parent) not in done.stdout

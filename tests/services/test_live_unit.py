@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -106,6 +107,20 @@ def test_a_sandbox_whose_mounts_changed_is_stopped_not_reused(world: World) -> N
     assert world.status(server) == ("killed", 137)
     assert world.stop_reasons() == ["its mounts are not what the workspace's policy says now"]
     assert world.rows() == []
+
+
+def test_a_sandbox_whose_layer_was_replaced_says_so_without_the_layers_path(
+        world: World, tmp_path: Path) -> None:
+    """A bot reads why its process was stopped; the layer's host path would tell it Warden's home."""
+    layer = tmp_path / "home" / ".warden" / "layers" / "py-3.11"
+    layer.mkdir(parents=True)
+    request = SandboxRequest(FOLDER, ("sleep", "300"), Limits(timeout_s=30), ro_paths=(str(layer),))
+    world.service.start_background(world.record, ALICE, "0000000000000001", request)
+    layer.rmdir()
+    layer.mkdir()  # rebuilt: another folder at the same path
+    assert world.service.run_in_live(world.record, ALICE, request) is None
+    [reason] = world.stop_reasons()
+    assert "replaced since it started" in reason and str(tmp_path) not in reason, reason
 
 
 def test_a_command_needing_only_more_to_read_goes_to_a_fresh_sandbox(world: World) -> None:

@@ -157,7 +157,7 @@ def test_the_sandbox_builders_answer_is_kept_only_while_its_files_are_unchanged(
     assert ("/srv/aaaa", "rw") in first.allowed
     reads: list[str] = []
     real_read = sp._files.read_doc
-    monkeypatch.setattr(sp._files, "read_doc", lambda path: reads.append(path) or real_read(path))
+    monkeypatch.setattr(sp._files, "read_doc", lambda path, shown=None: reads.append(path) or real_read(path, shown))
     assert sp.effective(record) is first and reads == []  # kept: nothing read again
     # Edited in place by hand: same inode, same size; its times may not move within a tick, its
     # change time and content do.
@@ -204,7 +204,7 @@ def test_an_answer_read_from_a_file_changed_a_moment_ago_is_not_kept(
     sp.effective(record)
     reads: list[str] = []
     real_read = sp._files.read_doc
-    monkeypatch.setattr(sp._files, "read_doc", lambda path: reads.append(path) or real_read(path))
+    monkeypatch.setattr(sp._files, "read_doc", lambda path, shown=None: reads.append(path) or real_read(path, shown))
     doc = Path(record.path) / ".warden" / "sandbox.json"
     assert time.time_ns() - doc.stat().st_ctime_ns < 500_000_000, "the machine was too slow to show it"
     sp.effective(record)

@@ -309,7 +309,9 @@ def pack_tree(root: Path, target: Path, *, max_bytes: int | None = None, progres
 
     size = tree_size(root) if max_bytes is not None or progress else 0
     if max_bytes is not None and size > max_bytes:
-        raise TooLarge(f"{root} holds {size:,} bytes of files, over the archive limit of {max_bytes:,} "
+        # The workspace by its folder's name: a bot that deletes a workspace it made reads this,
+        # and the host path would tell it Warden's home and the person's.
+        raise TooLarge(f"workspace {root.name} holds {size:,} bytes of files, over the archive limit of {max_bytes:,} "
                        "(workspace.archive_max_size): delete what it need not keep, raise the setting, "
                        "or destroy it with --no-archive")
 

@@ -306,8 +306,8 @@ class HostGit:
         proc = self._spawn(self._argv(args, credential, workspace), workspace, env=env, stdin=input, timeout=timeout)
         result = GitResult(proc.returncode, proc.stdout, proc.stderr)
         if check and proc.returncode != 0:
-            raise GitFailed(f"git {args[0]} failed: {_last_line(proc.stderr) or f'exit status {proc.returncode}'}",
-                            result)
+            said = _in_workspace(_last_line(proc.stderr), workspace)
+            raise GitFailed(f"git {args[0]} failed: {said or f'exit status {proc.returncode}'}", result)
         return result
 
     def clone(self, workspace: str, url: str, branch: str | None, credential: Credential | None) -> None:
@@ -349,6 +349,14 @@ def _stamp(path: str) -> tuple[int, ...] | None:
     except FileNotFoundError:
         return None
     return (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _in_workspace(text: str, workspace: str) -> str:
+    """`text` with the workspace's host path named as the file API names it (`/.git`): git says
+    `not a git repository: '/root/.warden/workspaces/W/.git'`, and bots read these messages,
+    which must not tell them Warden's home or the person's."""
+    root = workspace.rstrip("/")
+    return text.replace(root + "/", "/").replace(root, "/") if root else text
 
 
 def _last_line(text: str) -> str:

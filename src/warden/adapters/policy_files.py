@@ -28,26 +28,31 @@ _SETTLE_NS = 1_000_000_000
 _fresh = itertools.count(1)
 
 
-def _read(path: Path) -> bytes | None:
-    """The bytes of a policy file, None when absent; a link in its place is refused, not followed."""
+def _read(path: Path, shown: str | None = None) -> bytes | None:
+    """The bytes of a policy file, None when absent; a link in its place is refused, not followed.
+    `shown`: how messages name the file (a bot must not learn where Warden keeps it), else its path."""
+    name = shown or str(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise Denied(f"{path} is a symbolic link; replace it with a real file",
+            raise Denied(f"{name} is a symbolic link; replace it with a real file",
                          rule="deny: policy file is a link") from None
         raise
+    # Judged before `fdopen`, which raises IsADirectoryError (an internal error) for a folder.
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InvalidInput(f"{name} is not a regular file; replace it with one")
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise InvalidInput(f"{path} is not a regular file; replace it with one")
         return handle.read()
 
 
-def read_doc(path: Path) -> dict[str, object]:
-    """The JSON object in `path`; empty when the file does not exist."""
-    raw = _read(path)
+def read_doc(path: Path, shown: str | None = None) -> dict[str, object]:
+    """The JSON object in `path`; empty when the file does not exist. `shown` as in `_read`."""
+    name = shown or str(path)
+    raw = _read(path, shown)
     if raw is None:
         return {}
     if not raw.strip():
@@ -55,9 +60,9 @@ def read_doc(path: Path) -> dict[str, object]:
     try:
         doc = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"{path} is not valid JSON ({exc}); fix or remove the file") from None
+        raise InvalidInput(f"{name} is not valid JSON ({exc}); fix or remove the file") from None
     if not isinstance(doc, dict):
-        raise InvalidInput(f"{path} must hold a JSON object with allowed_paths and denied_paths")
+        raise InvalidInput(f"{name} must hold a JSON object with allowed_paths and denied_paths")
     return doc
 
 
@@ -70,21 +75,22 @@ def update_doc(path: Path, change: Callable[[dict[str, object]], Mapping[str, ob
         return new
 
 
-def read_zones_doc(path: Path) -> object:
-    """The YAML document of a workspace's zones file, or None when there is none."""
-    data = _read(path)
+def read_zones_doc(path: Path, shown: str | None = None) -> object:
+    """The YAML document of a workspace's zones file, or None when there is none; `shown` as in `_read`."""
+    name = shown or str(path)
+    data = _read(path, shown)
     if data is None:
         return None
     try:
         raw = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise InvalidInput(f"{path} is not UTF-8 text; fix the file") from None
+        raise InvalidInput(f"{name} is not UTF-8 text; fix the file") from None
     import yaml  # only workspaces that configure zones pay for the YAML parser
 
     try:
         return yaml.safe_load(raw)
     except yaml.YAMLError as exc:
-        raise InvalidInput(f"{path} is not valid YAML: {str(exc).splitlines()[0]}; fix the file") from None
+        raise InvalidInput(f"{name} is not valid YAML: {str(exc).splitlines()[0]}; fix the file") from None
 
 
 def stamp(paths: Iterable[Path]) -> tuple[tuple[int, int, int], ...]:
@@ -103,15 +109,15 @@ def stamp(paths: Iterable[Path]) -> tuple[tuple[int, int, int], ...]:
 class HostPolicyFiles:
     """The PolicyFiles port: the path-policy documents (allowed/denied paths, zones) on disk."""
 
-    def read_doc(self, path: str) -> dict[str, object]:
-        return read_doc(Path(path))
+    def read_doc(self, path: str, shown: str | None = None) -> dict[str, object]:
+        return read_doc(Path(path), shown)
 
     def update_doc(self, path: str, change: Callable[[dict[str, object]], Mapping[str, object]],
                    ) -> dict[str, object]:
         return update_doc(Path(path), change)
 
-    def read_zones_doc(self, path: str) -> object:
-        return read_zones_doc(Path(path))
+    def read_zones_doc(self, path: str, shown: str | None = None) -> object:
+        return read_zones_doc(Path(path), shown)
 
     def stamp(self, paths: Sequence[str]) -> tuple[tuple[int, int, int], ...]:
         return stamp(Path(p) for p in paths)

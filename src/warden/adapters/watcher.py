@@ -440,6 +440,9 @@ class InotifyWatcher:
             if exc.errno in (errno.EMFILE, errno.ENOSPC):
                 from warden.core.errors import Unavailable
 
-                raise Unavailable(f"cannot watch {root}: {exc.strerror} (inotify instances or watches "
+                # The workspace by its folder's name: bots read this (events), and the host path
+                # would tell them Warden's home and the person's.
+                name = os.path.basename(root.rstrip("/"))
+                raise Unavailable(f"cannot watch workspace {name}: {exc.strerror} (inotify instances or watches "
                                   "used up: raise fs.inotify.max_user_instances / max_user_watches)") from None
             raise

@@ -239,8 +239,9 @@ def workspace_cwd(cwd: str, workspace: str) -> str:
         raise InvalidInput("cwd contains a NUL byte: give a folder of the workspace, e.g. src")
     if cwd.startswith("/"):
         if not within(cwd, [workspace]):
+            # Named relative: the workspace's own path would tell a bot Warden's home and the person's.
             raise InvalidInput(f"cwd {cwd!r} is outside the workspace: give a folder inside it, relative "
-                               f"(src) or absolute as the sandbox sees it ({workspace.rstrip('/')}/src)")
+                               "to the workspace, e.g. src")
         return normalize(cwd)[len(normalize(workspace)):] or "/"
     try:
         return canonical(cwd)

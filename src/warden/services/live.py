@@ -590,7 +590,9 @@ class LiveSandboxService:
                 if identity != _mount_identity(path):
                     # A bind mount holds the folder it found: an env layer swapped by a rebuild or
                     # a repair left it the old one, emptied (ModuleNotFoundError in every command).
-                    return f"what it mounts read-only was replaced since it started ({path})"
+                    # Said without the path: a bot reads this (its process's stopped_by), and a
+                    # layer's path tells it Warden's home and the person's.
+                    return "what it mounts read-only (an environment layer or trust file) was replaced since it started"
         if fence is not None and fence != sandbox.fence:
             return "its lease was lost (the workspace was taken exclusively since it started)"
         accessor = _accessor(sandbox.principal)

@@ -98,7 +98,8 @@ class SandboxPaths:
         """`<ws>/.warden`, refused when it is a link (a bot could point it at its own files)."""
         folder = Path(record.path) / POLICY_DIR
         if self._files.is_link(str(folder)):
-            raise Denied(f"{folder} is a symbolic link; remove it (Warden keeps the workspace policy there)",
+            raise Denied(f"{POLICY_DIR} in workspace {record.name} is a symbolic link; remove it (Warden keeps "
+                         "the workspace policy there)",
                          rule="deny: policy folder is a link")
         return folder
 
@@ -114,6 +115,19 @@ class SandboxPaths:
         elif session is not None:
             raise InvalidInput("--session needs --workspace: a session belongs to one workspace")
         return files
+
+    def shown(self, file: Path, record: WorkspaceRecord | None) -> str:
+        """How a message names policy file `file`: by its place in `record` (`.warden/zones.yaml in
+        workspace W`), never by its host path. Bots read these messages, and the host path tells
+        them Warden's home, the person's home and username; the person knows both names."""
+        if record is not None:
+            root = normalize(record.path)
+            path = normalize(str(file))
+            if is_inside(path, root) and path != root:
+                return f"{path[len(root):].lstrip('/')} in workspace {record.name}"
+        if file == self.global_file:
+            return f"Warden's global {file.name}"
+        return file.name
 
     def zones_file(self, record: WorkspaceRecord) -> Path:
         return self.policy_dir(record) / ZONES_FILE
@@ -131,14 +145,16 @@ class SandboxPaths:
         """The merged lists of every level that applies; `folder` as in `files_for`."""
         every: list[PathRule] = []
         for level, file in self.files_for(record, session, folder=folder).items():
-            every += parse_paths_doc(self._files.read_doc(str(file)), level, where=str(file), home=self._user_home)
+            shown = self.shown(file, record)
+            every += parse_paths_doc(self._files.read_doc(str(file), shown), level, where=shown, home=self._user_home)
         return PathRules.merge(every)
 
     def zones(self, record: WorkspaceRecord, *, folder: Path | None = None) -> dict[str, Zone]:
         """The workspace's configured zones, or the defaults (cache, workspace) when none are;
         `folder` as in `files_for`."""
         file = (self.policy_dir(record) if folder is None else folder) / ZONES_FILE
-        configured = parse_zones(self._files.read_zones_doc(str(file)), where=str(file))
+        shown = self.shown(file, record)
+        configured = parse_zones(self._files.read_zones_doc(str(file), shown), where=shown)
         return configured or dict(DEFAULT_ZONES)
 
     def workspace_policy(self, record: WorkspaceRecord, session: str | None = None,

@@ -156,11 +156,14 @@ class SafeRoot:
         try:
             fd = os.open(root, _DIR_FLAGS | os.O_NOFOLLOW)
         except OSError as exc:
+            # Named by the workspace (its folder's name), not the folder's host path: bots read
+            # these, and the path would tell them Warden's home and the person's.
+            name = os.path.basename(os.fspath(root).rstrip("/"))
             if exc.errno == errno.ENOENT:
-                raise NotFound(f"the workspace folder {os.fspath(root)} is missing; "
+                raise NotFound(f"the folder of workspace {name} is missing; "
                                "run `warden health NAME --repair` or recreate the workspace") from None
             if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(root):
-                raise Denied(f"the workspace folder {os.fspath(root)} is a symbolic link; "
+                raise Denied(f"the folder of workspace {name} is a symbolic link; "
                              "Warden works only on a real folder", rule="deny: symbolic link") from None
             raise _error(exc, os.fspath(root)) from None
         return cls(fd, max_bytes=max_bytes, use_openat2=use_openat2)

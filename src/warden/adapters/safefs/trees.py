@@ -344,12 +344,15 @@ def apply_plan(folder: str, plan: RollbackPlan, object_path: Callable[[str], Pat
 
 
 def folder_error(exc: OSError, folder: str) -> WardenError:
+    # Named by the workspace (its folder's name): bots read these, and the host path would tell
+    # them Warden's home and the person's.
+    name = os.path.basename(folder.rstrip("/"))
     if exc.errno == errno.ENOENT:
-        return NotFound(f"the workspace folder {folder} is missing; `warden health NAME --repair` re-creates it")
+        return NotFound(f"the folder of workspace {name} is missing; `warden health NAME --repair` re-creates it")
     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-        return Denied(f"the workspace folder {folder} is not a real folder (a link?); Warden works only on "
+        return Denied(f"the folder of workspace {name} is not a real folder (a link?); Warden works only on "
                       "a real folder", rule="deny: symbolic link")
-    return WardenError(f"{folder}: {exc.strerror or exc}")
+    return WardenError(f"the folder of workspace {name}: {exc.strerror or exc}")
 
 
 def open_to_read(dfd: int, name: str) -> int | None:

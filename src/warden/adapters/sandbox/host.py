@@ -174,26 +174,30 @@ def open_beneath(workspace: str, path: str, *, make_folders: bool = False) -> in
     Raises Denied for a link (or a file where a folder must be) and Unavailable when the path
     changed since it was checked.
     """
-    parts = os.path.relpath(path, workspace).split("/")
+    rel = os.path.relpath(path, workspace)
+    parts = rel.split("/")
+    # Messages name the path as the file API does (`/.venv`): a bot reads them, and the host
+    # path would tell it Warden's home and the person's.
+    shown = "/" + rel
     fd = os.open(workspace, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for index, part in enumerate(parts):
             if part in ("", ".", ".."):
-                raise Denied(f"{path} is not inside {workspace}", rule="sandbox.protected_symlink")
+                raise Denied(f"{shown} is not inside the workspace", rule="sandbox.protected_symlink")
             if make_folders:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o755, dir_fd=fd)
             try:
                 nxt = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
             except OSError as exc:
-                raise Unavailable(f"{path} changed while the sandbox was being set up ({exc.strerror}); "
+                raise Unavailable(f"{shown} changed while the sandbox was being set up ({exc.strerror}); "
                                   "run the command again", rule="sandbox.setup_raced") from None
             os.close(fd)
             fd = nxt
             mode = os.fstat(fd).st_mode
             folder = index < len(parts) - 1 or make_folders
             if stat.S_ISLNK(mode) or (folder and not stat.S_ISDIR(mode)):
-                raise Denied(f"{path} is a symbolic link or goes through one (or through a file); Warden "
+                raise Denied(f"{shown} is a symbolic link or goes through one (or through a file); Warden "
                              "mounts only real files and folders of the workspace: replace the link",
                              rule="sandbox.protected_symlink")
         return fd

@@ -105,8 +105,8 @@ class SafeRoots(Protocol):
 class PolicyFiles(Protocol):
     """The path lists and zones.yaml on disk: read without following links, changed under a lock."""
 
-    def read_doc(self, path: str) -> dict[str, object]:
-        """A path-list document ({} when the file is missing)."""
+    def read_doc(self, path: str, shown: str | None = None) -> dict[str, object]:
+        """A path-list document ({} when the file is missing); its errors name it `shown` when given."""
         ...
 
     def update_doc(self, path: str, change: Callable[[dict[str, object]], Mapping[str, object]],
@@ -114,8 +114,8 @@ class PolicyFiles(Protocol):
         """Read, `change` and write back the document, one writer at a time."""
         ...
 
-    def read_zones_doc(self, path: str) -> object:
-        """The parsed zones.yaml (None when missing)."""
+    def read_zones_doc(self, path: str, shown: str | None = None) -> object:
+        """The parsed zones.yaml (None when missing); its errors name it `shown` when given."""
         ...
 
     def stamp(self, paths: Sequence[str]) -> tuple[tuple[int, int, int], ...]:
