@@ -128,3 +128,23 @@ def test_a_suggestion_never_names_what_a_linked_folder_of_the_workspace_holds(cl
     (Path(created.json["data"]["path"]) / "node_modules" / ".bin" / "hostsecretname").write_text("")
     named = cli("run", "linked", "--", "hostsecretnam")
     assert "did you mean hostsecretname?" in named.stderr, named.stderr
+
+
+def test_a_link_put_in_place_of_the_workspace_folder_runs_nothing(cli: Cli, tmp_path: Path) -> None:
+    # The folder's path was resolved to be mounted: a link there ran the command in the folder
+    # the link named, while the file API (which opens the folder with no link followed) refused.
+    created = cli("create", "relinked", "--json")
+    assert created.code == 0, created.stderr
+    folder = Path(created.json["data"]["path"])
+    elsewhere = tmp_path / "elsewhere"
+    folder.rename(elsewhere)
+    folder.symlink_to(elsewhere)
+    try:
+        refused = cli("run", "relinked", "--", "touch", "ran-here")
+        assert refused.code == 126 and "symbolic link" in refused.stderr, refused.stderr
+        assert not (elsewhere / "ran-here").exists()
+    finally:
+        folder.unlink()
+        elsewhere.rename(folder)
+    assert cli("run", "relinked", "--", "touch", "ran-here").code == 0
+    assert (folder / "ran-here").exists()

@@ -369,6 +369,13 @@ class RunService:
             network = self.network_policy(request.net, request.allow_domains, grant_domains=request.grant_domains)
         except Denied as exc:  # a bot asking beyond its grant (its front end refuses this first)
             raise self._refuse(exc, request.actor, name, {"argv": list(argv)}) from None
+        if os.path.islink(record.path.rstrip("/") or "/"):
+            # Its path is resolved to be mounted: a link put in place of the workspace folder ran
+            # the command in the folder the link named, while the file API (which opens the folder
+            # with no link followed) refused it.
+            raise self._refuse(Denied(f"the folder of workspace {name} is a symbolic link; Warden runs commands "
+                                      f"only in a real folder (`warden health {name}` says what is wrong)",
+                                      rule="deny: symbolic link"), request.actor, name, {"argv": list(argv)})
         folder = os.path.realpath(record.path)
         detail: dict[str, Any] = {"argv": list(argv), "limits": limits.to_json(),
                                   "network": network.to_json() if network else "none", "env_keys": sorted(env.keys())}
