@@ -95,8 +95,10 @@ def test_a_bots_server_is_its_own(world: World) -> None:
             attempt()
     assert server.info().status == "running"
     wait_until(lambda: "GET / HTTP" in server.logs().stderr, message="the request was not logged")
-    first = next(iter(server.follow()))
-    assert first.type == "stderr" and "GET / HTTP" in first.data
+    # Its stdout ("Serving HTTP on ...", unbuffered in a background process) comes first; the
+    # request's line is its first on stderr.
+    first = next(chunk for chunk in server.follow() if chunk.type == "stderr")
+    assert "GET / HTTP" in first.data
     assert server.kill().status == "killed"
     ended = server.wait(30)
     assert (ended.status, ended.exit_code, ended.signal) == ("killed", 143, 15)

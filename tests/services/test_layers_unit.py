@@ -136,7 +136,7 @@ def test_a_new_workspace_is_healthy(world: World) -> None:
     data = report.to_json()
     assert list(data) == ["name", "status", "path", "configured", "python_venv", "python_deps_installed",
                           "python_missing", "node_modules", "node_deps_installed", "node_missing", "layers",
-                          "disk_usage", "issues", "healthy"]
+                          "disk_usage", "issues", "policy", "healthy"]
     assert data["layers"] == [{"id": record.meta["layers"][0], "present": True, "read_only": True, "intact": True}]
 
 
