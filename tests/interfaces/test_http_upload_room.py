@@ -56,17 +56,23 @@ def _answered(sock: socket.socket, wait: float) -> bytes:
         return b"reset"
 
 
-def _upload_unfinished(url: httpx.URL, token: str, index: int) -> tuple[socket.socket, bytes]:
-    """A PUT of SIZE bytes whose last byte never comes; the early answer, if the server gave one."""
+def _unfinished(url: httpx.URL, head: str, body: bytes) -> tuple[socket.socket, bytes]:
+    """A request `head` whose `body` (all but the last byte of what its head declares) is sent
+    only when no early answer came; the early answer, or what came after the body, if anything."""
     sock = socket.create_connection((url.host, url.port), timeout=30)
-    sock.sendall(f"PUT /v1/workspaces/demo/files/content?path=up{index}.bin HTTP/1.1\r\nHost: x\r\n"
-                 f"Authorization: Bearer {token}\r\nContent-Length: {SIZE}\r\n\r\n".encode())
+    sock.sendall(head.encode())
     early = _answered(sock, 0.5)
     if early:
         return sock, early
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        sock.sendall(b"u" * (SIZE - 1))
+        sock.sendall(body)
     return sock, _answered(sock, 0.2)
+
+
+def _upload_unfinished(url: httpx.URL, token: str, index: int) -> tuple[socket.socket, bytes]:
+    """A PUT of SIZE bytes whose last byte never comes; the early answer, if the server gave one."""
+    return _unfinished(url, f"PUT /v1/workspaces/demo/files/content?path=up{index}.bin HTTP/1.1\r\nHost: x\r\n"
+                            f"Authorization: Bearer {token}\r\nContent-Length: {SIZE}\r\n\r\n", b"u" * (SIZE - 1))
 
 
 @contextlib.contextmanager
@@ -115,15 +121,9 @@ def test_a_bots_unfinished_uploads_hold_a_few_files_not_one_per_connection(
 
 def _json_unfinished(url: httpx.URL, token: str, size: int) -> tuple[socket.socket, bytes]:
     """A POST of an exec whose JSON body of `size` bytes never gets its last byte."""
-    sock = socket.create_connection((url.host, url.port), timeout=30)
-    sock.sendall(f"POST /v1/workspaces/demo/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
-                 f"Content-Type: application/json\r\nContent-Length: {size}\r\n\r\n".encode())
-    early = _answered(sock, 0.5)
-    if early:
-        return sock, early
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        sock.sendall(b'{"cmd": ["cat"], "stdin": "' + b"s" * (size - 1 - 28))
-    return sock, _answered(sock, 0.2)
+    return _unfinished(url, f"POST /v1/workspaces/demo/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                            f"Content-Type: application/json\r\nContent-Length: {size}\r\n\r\n",
+                       b'{"cmd": ["cat"], "stdin": "' + b"s" * (size - 1 - 28))
 
 
 def test_a_bots_unfinished_json_bodies_hold_a_few_not_one_per_connection(
