@@ -900,6 +900,8 @@ def test_a_spawn_given_up_while_the_supervisor_is_in_the_commands_cgroups_spares
     def frame(self: object, timeout: float | None = None) -> bytes:
         original_frame(self, timeout)  # type: ignore[arg-type]  # spawned: the supervisor back in its own
         made[-1].add(sandbox.supervisor_pid)  # as it is while it spawns
+        # The command running when the stop comes (the answer can come before its first line runs).
+        wait_until(lambda: os.path.exists(os.path.join(folder, "started")), message="the command did not start")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(live_module, "_command_cgroup", command_cgroup)
@@ -911,7 +913,6 @@ def test_a_spawn_given_up_while_the_supervisor_is_in_the_commands_cgroups_spares
     for _, path in sandbox.meta["cgroups"]:  # type: ignore[attr-defined]
         # Back where it lives, as it goes itself after a spawn.
         Path(path, "cgroup.procs").write_text(str(sandbox.supervisor_pid))
-    assert os.path.exists(os.path.join(folder, "started"))
     left = [Path(path, "cgroup.procs").read_text().split() for _, path in made[-1].dirs if os.path.isdir(path)]
     assert not any(left), f"the command outlived its run: {left}"
     assert host.run(sandbox, "b" * 16, _req(folder, "echo", "next")).stdout == "next\n"
