@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from warden.core.errors import InvalidInput
+from warden.core.path_lists import without_path
 from warden.core.policy import (
     UNIX_PROTECTED,
     WINDOWS_PROTECTED,
@@ -119,6 +120,17 @@ def test_seed_add_and_remove_semantics_on_the_document() -> None:
     assert doc["allowed_paths"] == [] and doc["denied_paths"] == ["/y", {"path": "/x", "added_at": "U"}]
     again = with_allowed(with_allowed({}, "/z", mode="ro", added_at="1"), "/z", mode="rw", added_at="2")
     assert again["allowed_paths"] == [{"path": "/z", "added_at": "2", "mode": "rw"}]
+
+
+def test_forget_drops_the_path_from_both_lists_and_leaves_the_rest() -> None:
+    doc = {"allowed_paths": ["~/data", {"path": "/x/"}, "relative", 7], "denied_paths": ["/x", "/x/below"], "v": 1}
+    new, dropped = without_path(doc, "/x")
+    assert dropped == ("allow", "deny")
+    assert new == {"allowed_paths": ["~/data", "relative", 7], "denied_paths": ["/x/below"], "v": 1}
+    assert doc["denied_paths"] == ["/x", "/x/below"]  # the given document is not changed
+    assert without_path(doc, "/home/me/data", home="/home/me")[1] == ("allow",)  # as parse_paths_doc reads ~
+    assert without_path(doc, "/home/me/data") == (doc, ())  # no home: ~ stands for nothing
+    assert without_path({}, "/x") == ({}, ())
 
 
 # -- workspace decisions -----------------------------------------------------------------------

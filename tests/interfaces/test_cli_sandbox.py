@@ -108,3 +108,53 @@ def test_an_allow_a_deny_still_wins_over_is_said_at_once(cli: Cli) -> None:
     assert plain.code == 0 and "note" not in plain.stdout + plain.stderr
     assert cli("sandbox", "add", "/srv/newcomer-data").code == 0  # the global deny dropped: nothing said
     assert "note" not in cli("sandbox", "add", "/srv/newcomer-data", "--workspace", "proj4").stdout
+
+
+def test_forget_undoes_an_add_or_a_remove_at_its_level_only(cli: Cli, home: Path, tmp_path: Path) -> None:
+    """`add` and `remove` only turn an allow into a deny and back: `forget` drops the path from
+    both lists of one level, so the other levels (or no list at all) decide it again, and a run
+    sees the change at its next command."""
+    data = tmp_path / "forget-data"
+    data.mkdir()
+    (data / "f").write_text("seen\n")
+    assert cli("create", "proj5").code == 0
+    assert cli("sandbox", "add", str(data), "--mode", "ro").code == 0  # global
+    assert cli("sandbox", "remove", str(data), "--workspace", "proj5").code == 0  # the workspace's deny wins
+    read = ("run", "proj5", "--", "sh", "-c", f"cat {data}/f 2>/dev/null || echo hidden")
+    assert cli(*read).stdout == "hidden\n"
+
+    forgot = cli("sandbox", "forget", str(data), "--workspace", "proj5")
+    assert forgot.code == 0, forgot.stderr
+    assert forgot.stdout.strip() == (f"forgot {data} at level workspace (it was denied); now runs may read it: "
+                                     f"allow: global allowed_paths {data} (ro)")
+    ws = Path(cli("info", "proj5", "--json").json["data"]["path"])
+    assert json.loads((ws / ".warden" / "sandbox.json").read_text()) == {"allowed_paths": [], "denied_paths": []}
+    assert cli(*read).stdout == "seen\n"  # the global allow decides again
+
+    gone = cli("sandbox", "forget", str(data), "--json")
+    assert gone.code == 0 and [w["action"] for w in gone.json["data"]["was"]] == ["allow"]
+    assert gone.json["data"]["was"][0]["mode"] == "ro" and gone.json["data"]["now"]["allowed"] is False
+    assert str(data) not in [e if isinstance(e, str) else e["path"] for e in json.loads(
+        (home / "sandbox_paths.json").read_text())["allowed_paths"]]
+    assert cli(*read).stdout == "hidden\n"
+    events = [e for e in cli("audit", "--json", "--limit", "200").json["data"] if e["action"] == "sandbox.forget"]
+    assert [(e["target"], e["detail"]["path"], e["detail"]["was"]) for e in events[-2:]] == [
+        ("proj5", str(data), ["deny"]), ("global", str(data), ["allow"])]
+
+
+def test_forget_of_a_path_a_level_does_not_list_exits_4_and_makes_nothing(cli: Cli, home: Path) -> None:
+    assert cli("create", "proj6").code == 0
+    assert cli("sandbox", "add", "/srv/forget-me", "--workspace", "proj6").code == 0
+    ws = Path(cli("info", "proj6", "--json").json["data"]["path"])
+    before = (ws / ".warden" / "sandbox.json").read_bytes()
+    for args in (("/srv/forget-me",),  # listed by the workspace, not globally
+                 ("/srv/forget-me", "--workspace", "proj6", "--session", "s9"),
+                 ("/srv/forget-me/below", "--workspace", "proj6")):  # a path below an entry is not it
+        missing = cli("sandbox", "forget", *args)
+        assert missing.code == 4, (args, missing.stderr)
+        assert missing.stderr.count("\n") == 1 and "`warden sandbox list` shows each path's level" in missing.stderr
+    assert not (ws / ".warden" / "sessions" / "s9").exists()  # the session's folder not made to say so
+    assert (ws / ".warden" / "sandbox.json").read_bytes() == before
+    assert cli("sandbox", "forget", "relative", "--level", "session").code == 2
+    assert cli("sandbox", "forget", "/srv/forget-me", "--workspace", "proj6", "--json").json["data"]["level"] == \
+        "workspace"

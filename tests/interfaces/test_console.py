@@ -155,6 +155,22 @@ def test_sandbox_settings_change_as_config_set_does_and_a_bad_value_changes_noth
         await pilot.click("#allow")
         await pilot.pause()
         assert status(console).startswith("warden: empty path")
+        # Forget, as `warden sandbox forget`: the typed path, else the highlighted row's.
+        console.query_one("#path-value").value = "/srv/data/secret"  # type: ignore[attr-defined]
+        await pilot.click("#forget")
+        await pilot.pause()
+        assert "/srv/data/secret" not in {r[0] for r in cell_texts(console, "path-table")}
+        assert "(it was denied)" in status(console)
+        console.query_one("#path-value").value = ""  # type: ignore[attr-defined]
+        table = console.query_one("#path-table")
+        table.move_cursor(row=[r[0] for r in cell_texts(console, "path-table")].index("/srv/data"))  # type: ignore[attr-defined]
+        await pilot.pause()
+        await pilot.click("#forget")
+        await pilot.pause()
+        assert "/srv/data" not in {r[0] for r in cell_texts(console, "path-table")}, status(console)
+        console.query_one("#path-value").value = "/srv/data/secret"  # type: ignore[attr-defined]
+        await pilot.click("#deny")
+        await pilot.pause()
 
     drive(filled, scenario)
     app = opener(filled)()

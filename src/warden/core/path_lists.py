@@ -3,7 +3,7 @@
 Each level (global, workspace, session) is one JSON document:
 `{"allowed_paths": [...], "denied_paths": [...]}` whose entries are strings or objects
 `{"path", "added_at"[, "mode"]}`. `mode` (ro/rw, default rw) is Warden's addition for
-`sandbox add --mode`. Parsing, merging, and the `add`/`remove` edits live here;
+`sandbox add --mode`. Parsing, merging, and the `add`/`remove`/`forget` edits live here;
 deciding with them lives in core/policy.py.
 """
 
@@ -17,7 +17,8 @@ from warden.core.errors import InvalidInput
 from warden.core.paths import normalize
 from warden.core.zones import Mode
 
-__all__ = ["LEVELS", "Level", "PathRule", "PathRules", "parse_paths_doc", "with_allowed", "with_denied"]
+__all__ = ["LEVELS", "Level", "PathRule", "PathRules", "parse_paths_doc", "with_allowed", "with_denied",
+           "without_path"]
 
 Level = Literal["global", "workspace", "session"]
 LEVELS: tuple[Level, ...] = ("global", "workspace", "session")
@@ -99,11 +100,13 @@ def parse_paths_doc(doc: object, level: Level, *, where: str, home: str | None =
     return rules
 
 
-def _without(entries: object, path: str) -> list[object]:
+def _without(entries: object, path: str, home: str | None = None) -> list[object]:
     kept: list[object] = []
     for entry in entries if isinstance(entries, list) else []:
         raw = entry.get("path") if isinstance(entry, Mapping) else entry
-        if isinstance(raw, str) and raw.startswith("/") and normalize(raw) == path:
+        if isinstance(raw, str) and home and (raw == "~" or raw.startswith("~/")):
+            raw = home.rstrip("/") + raw[1:]  # as parse_paths_doc reads it
+        if isinstance(raw, str) and raw.startswith("/") and "\0" not in raw and normalize(raw) == path:
             continue
         kept.append(entry)
     return kept
@@ -126,3 +129,20 @@ def with_denied(doc: Mapping[str, object], path: str, *, added_at: str) -> dict[
     out["denied_paths"] = [*_without(doc.get("denied_paths"), path), {"path": path, "added_at": added_at}]
     out["allowed_paths"] = _without(doc.get("allowed_paths"), path)
     return out
+
+
+def without_path(doc: Mapping[str, object], path: str, *,
+                 home: str | None = None) -> tuple[dict[str, object], tuple[Literal["allow", "deny"], ...]]:
+    """`sandbox forget`: the path leaves both lists of this level, so the other levels decide it
+    again; returns the new document and which lists held it (none: the document unchanged).
+    Entries written `~/...` by hand match by the path they stand for, as `parse_paths_doc` reads them."""
+    path = normalize(path)
+    out = dict(doc)
+    dropped: list[Literal["allow", "deny"]] = []
+    for key, action in (("allowed_paths", "allow"), ("denied_paths", "deny")):
+        entries = doc.get(key)
+        kept = _without(entries, path, home)
+        if isinstance(entries, list) and len(kept) != len(entries):
+            out[key] = kept
+            dropped.append(cast(Literal["allow", "deny"], action))
+    return (out if dropped else dict(doc)), tuple(dropped)

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from warden.core.errors import Denied, InvalidInput
+from warden.core.errors import Denied, InvalidInput, NotFound
 from warden.core.names import is_name
+from warden.core.path_lists import without_path
 from warden.core.paths import is_inside, normalize
 from warden.core.policy import (
     LEVELS,
@@ -223,10 +224,48 @@ class SandboxPaths:
         self._record(actor, "sandbox.remove", target, clean, {})
         return PathRule(clean, "deny", target.level, "rw", added_at)
 
+    def forget(self, path: str, *, level: str | None = None, workspace: WorkspaceRecord | None = None,
+               session: str | None = None, actor: str = "user") -> tuple[PathRule, ...]:
+        """`warden sandbox forget`: drop `path` from both lists of the level, so the other levels
+        (and the defaults) decide it again: the undo of an `add` or a `remove`, which only turn an
+        allow into a deny and back. NotFound, the file unchanged, when the level lists it nowhere."""
+        clean = self._clean(path)
+        target = self.target(level, workspace, session)
+        dropped: list[PathRule] = []
+        shown = self.shown(target.file, workspace)
+
+        def change(doc: dict[str, object]) -> dict[str, object]:
+            new, actions = without_path(doc, clean, home=self._user_home)
+            if not actions:
+                # Raised before any write (under the file's lock when updating): nothing changes.
+                raise NotFound(f"{clean} is not in the {target.level} level's lists"
+                               f"{self._where(target)}; `warden sandbox list` shows each path's level")
+            try:
+                listed = {(r.path, r.action): r for r in parse_paths_doc(doc, target.level, where=shown,
+                                                                          home=self._user_home)}
+            except InvalidInput:  # another entry is broken: this one still goes
+                listed = {}
+            dropped[:] = [listed.get((clean, action)) or PathRule(clean, action, target.level)
+                          for action in actions]
+            return new
+
+        # Looked up first without the lock, so a path listed nowhere makes no file or folder.
+        change(self._files.read_doc(str(target.file), shown))
+        self._files.update_doc(str(target.file), change)
+        self._record(actor, "sandbox.forget", target, clean, {"was": [rule.action for rule in dropped]})
+        return tuple(dropped)
+
+    @staticmethod
+    def _where(target: Target) -> str:
+        if target.session is not None and target.workspace is not None:
+            return f" of session {target.session} in workspace {target.workspace.name}"
+        return f" of workspace {target.workspace.name}" if target.workspace is not None else ""
+
     def _record(self, actor: str, action: str, target: Target, path: str, extra: dict[str, object]) -> None:
         name = target.workspace.name if target.workspace else "global"
+        lists = {"sandbox.add": "allowed_paths", "sandbox.remove": "denied_paths"}.get(action, "path lists")
         self._audit.record_made(actor=actor, action=action, target=name, decision="allow",
-                                rule=f"{target.level} {'allowed' if action.endswith('add') else 'denied'}_paths",
+                                rule=f"{target.level} {lists}",
                                 detail={"path": path, "level": target.level, "session": target.session, **extra})
 
     # -- decisions -------------------------------------------------------------------------
@@ -234,19 +273,24 @@ class SandboxPaths:
               session: str | None = None, actor: str = "user") -> PathDecision:
         """Decide host path `path` for `op` the way Warden would, naming the rule; audited."""
         clean = self._clean(path)
+        decision = self.decide(clean, op, workspace=workspace, session=session)
+        self._audit.record(actor=actor, action="sandbox.check",
+                           target=workspace.name if workspace else "global", decision=decision.decision,
+                           rule=decision.rule, detail={"path": clean, "op": op, "session": session})
+        return decision
+
+    def decide(self, path: str, op: str, *, workspace: WorkspaceRecord | None = None,
+               session: str | None = None) -> PathDecision:
+        """`check`'s decision, not audited (`forget` says with it what decides a path now)."""
+        clean = self._clean(path)
         if op not in ("read", "write", "delete", "list", "stat", "mkdir", "exists"):
             raise InvalidInput(f"bad operation {op!r}: use read or write")
         if workspace is not None and is_inside(clean, normalize(workspace.path)):
             root = normalize(workspace.path)
             rel = "/" if clean == root else clean[len(root):]
-            decision = self.workspace_policy(workspace, session).decide(rel, op)
-        else:
-            decision = decide_host(clean, op, self.rules(workspace, session), block_system=self.block_system,
-                                   windows=os.name == "nt")
-        self._audit.record(actor=actor, action="sandbox.check",
-                           target=workspace.name if workspace else "global", decision=decision.decision,
-                           rule=decision.rule, detail={"path": clean, "op": op, "session": session})
-        return decision
+            return self.workspace_policy(workspace, session).decide(rel, op)
+        return decide_host(clean, op, self.rules(workspace, session), block_system=self.block_system,
+                           windows=os.name == "nt")
 
     def effective(self, record: WorkspaceRecord, session: str | None = None) -> EffectivePaths:
         """What the sandbox builder mounts for `record` (and `session`).

@@ -1,9 +1,9 @@
-"""`warden sandbox list|add|remove|check`: allowed/denied host paths at three levels.
+"""`warden sandbox list|add|remove|forget|check`: allowed/denied host paths at three levels.
 
 `add` allows a path at a level and drops it from that level's denied list; `remove` denies
-it and drops it from the allowed list. The level defaults to the narrowest one the flags
-name (session, else workspace, else global). `check` prints the decision and its rule
-and exits 3 when the answer is deny.
+it and drops it from the allowed list; `forget` drops it from both, so the other levels decide
+it again. The level defaults to the narrowest one the flags name (session, else workspace,
+else global). `check` prints the decision and its rule and exits 3 when the answer is deny.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     o.set_defaults(handler=_list)
 
     for name, help_text, handler in (("add", "allow a path (and drop it from the denied list)", _add),
-                                     ("remove", "deny a path (and drop it from the allowed list)", _remove)):
+                                     ("remove", "deny a path (and drop it from the allowed list)", _remove),
+                                     ("forget", "drop a path from both lists of a level (undoes add or remove)",
+                                      _forget)):
         o = scoped(name, help_text)
         o.add_argument("path")
         o.add_argument("--level", choices=["global", "workspace", "session"],
@@ -98,6 +100,21 @@ def _remove(ctx: Context, args: argparse.Namespace) -> Output:
     rule = ctx.app.sandbox_paths.remove(_host_path(args.path), level=args.level, workspace=_record(ctx, args),
                                         session=args.session)
     return Output(rule.to_json(), f"denied {rule.path} at level {rule.level}")
+
+
+def _forget(ctx: Context, args: argparse.Namespace) -> Output:
+    record = _record(ctx, args)
+    dropped = ctx.app.sandbox_paths.forget(_host_path(args.path), level=args.level, workspace=record,
+                                           session=args.session)
+    path, level = dropped[0].path, dropped[0].level
+    was = " and ".join("allowed" + (f" ({rule.mode})" if rule.mode == "ro" else "") if rule.action == "allow"
+                       else "denied" for rule in dropped)
+    # What it comes to now: another level's entry, a protected path, or nothing (outside every list).
+    decision = ctx.app.sandbox_paths.decide(path, "read", workspace=record, session=args.session)
+    now = "runs may read it" if decision.allowed else "runs do not get it"
+    return Output({"path": path, "level": level, "was": [rule.to_json() for rule in dropped],
+                   "now": decision.to_json()},
+                  f"forgot {path} at level {level} (it was {was}); now {now}: {decision.rule}")
 
 
 def _check(ctx: Context, args: argparse.Namespace) -> Output:

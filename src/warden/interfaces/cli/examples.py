@@ -51,6 +51,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "sandbox list": ("warden sandbox list", "warden sandbox list --workspace notes"),
     "sandbox add": ("warden sandbox add ~/datasets --mode ro --workspace notes",),
     "sandbox remove": ("warden sandbox remove ~/.aws",),
+    "sandbox forget": ("warden sandbox forget ~/datasets --workspace notes",),
     "sandbox check": ("warden sandbox check ~/.ssh/id_ed25519 --op read",),
     "run": (
         "warden run notes -- python -V", "warden run notes --timeout 30s --memory 1G -- pytest -q",

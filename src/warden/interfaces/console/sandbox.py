@@ -44,6 +44,7 @@ class SandboxTab(Vertical):
             yield Input(placeholder="host path, e.g. /srv/data", id="path-value")
             yield Button("Allow", id="allow", variant="success")
             yield Button("Deny", id="deny", variant="error")
+            yield Button("Forget", id="forget")
 
     def reload(self) -> None:
         """Read the settings (`warden config show`) and paths (`warden sandbox list`) again."""
@@ -90,11 +91,15 @@ class SandboxTab(Vertical):
             self._path("add")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        self._path("add" if event.button.id == "allow" else "remove")
+        self._path({"allow": "add", "deny": "remove"}.get(event.button.id or "", "forget"))
 
     def _path(self, op: str) -> None:
         field = self.query_one("#path-value", Input)
-        done = self._act("sandbox", op, *as_words(field.value))
+        value = field.value
+        chosen = self.query_one("#path-table", RowTable).chosen()
+        if op == "forget" and not value.strip() and chosen is not None:
+            value = chosen.rsplit("|", 1)[0]  # the highlighted row's path (its key: path|level)
+        done = self._act("sandbox", op, *as_words(value))
         if done.ok:
             field.value = ""
 
