@@ -296,3 +296,34 @@ def test_a_grant_revoked_after_its_check_runs_nothing(wapp: App, background: boo
     assert not (path / "ran.txt").exists()
     with wapp.registry.transaction(write=False) as tx:
         assert tx.sandboxes.of_workspace(name) == [] and tx.runs.of_workspace(name) == []
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_a_grant_revoked_as_its_sandbox_starts_runs_nothing(wapp: App, background: bool,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chain is read under the run's lease, and the bot's live sandbox is started a moment
+    later: a revoke in between stopped the bot's sandboxes before this one was recorded, so it
+    missed it, and the command (a background one too) ran in it until the next sweep (15 s).
+    The revoke here comes as the sandbox is being started (bwrap, for real): the sandbox's row
+    is recorded only with its grant read again, so nothing runs and nothing is left."""
+    bot = _bot(wapp, f"revoked-late-{int(background)}")
+    granted, path = _create(wapp, bot, f"revokinglate{int(background)}")
+    assert granted.accessor is not None
+    name = path.name
+    sandboxes = wapp.live._sandboxes
+    real_start = sandboxes.start
+
+    def revoked_meanwhile(*args: object, **kwargs: object) -> object:
+        wapp.grants.revoke(name, accessor=granted.accessor)  # the person's revoke, as it starts
+        return real_start(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sandboxes, "start", revoked_meanwhile)
+    command = Command(("sh", "-c", "echo ran > ran.txt; sleep 30"))
+    with pytest.raises(Denied, match="revoked"):
+        if background:
+            wapp.bot_requests.start(granted, name, command)
+        else:
+            wapp.bot_requests.exec(granted, name, command)
+    assert not (path / "ran.txt").exists()
+    with wapp.registry.transaction(write=False) as tx:
+        assert tx.sandboxes.of_workspace(name) == [] and tx.processes.of_workspace(name) == []

@@ -37,7 +37,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
 from warden.core import stops
-from warden.core.errors import Conflict, Locked, NotFound, Terminated, TimedOut, Unavailable, WardenError
+from warden.core.errors import Conflict, Denied, Locked, NotFound, Terminated, TimedOut, Unavailable, WardenError
 from warden.core.leases import ENDING_OPS, LeaseState
 from warden.core.live import (
     MAX_BACKGROUND,
@@ -549,16 +549,38 @@ class LiveSandboxService:
                               started.pid, started.pid_start, started.supervisor_pid, started.supervisor_start,
                               started.socket, now, now, meta)
         with self._registry.transaction() as tx:
-            won = tx.sandboxes.insert(sandbox)
+            # Recorded only with the bot's grant read again, in this transaction: a revoke stops
+            # the sandboxes recorded when it looks (stop_principals), and one committed after
+            # the run's own read (under its lease) but before this row found none to stop; the
+            # command then ran in it, a background one too, until the next sweep.
+            dead = self._dead_grant(tx, principal)
+            won = dead is None and tx.sandboxes.insert(sandbox)
             if won:
                 self._audit.record(actor=principal, action="sandbox.start", target=record.name, decision="allow",
                                    rule="sandbox", result="started",
                                    detail={"sandbox": sandbox_id, "network": network,
                                            "limits_via": sandbox.meta.get("limits_via")}, tx=tx)
+        if dead is not None:
+            self._sandboxes.stop(sandbox)  # nothing ran in it: no row, no stop to audit
+            raise dead
         if not won:  # another process started one for this key meanwhile: its sandbox serves
             self._sandboxes.stop(sandbox)
             return None
         return sandbox
+
+    def _dead_grant(self, tx: Tx, principal: str) -> Denied | None:
+        """Why the grant chain `principal` acts through is no longer live, read in `tx`; None
+        when it is, or for the person's."""
+        chain = self.grant_chain(tx, principal)
+        if chain is None:
+            return None
+        from warden.core.grants import alive
+
+        life = alive(list(chain), self._clock())
+        if life.allowed:
+            return None
+        return Denied(f"{life.reason} while the command was being prepared; nothing ran (ask the workspace's "
+                      "owner for a new grant)", rule=life.rule)
 
     def grant_chain(self, tx: Tx, principal: str) -> tuple[Grant, ...] | None:
         """The grant chain `principal` acts through, read in `tx` (None for the person's)."""
