@@ -4,6 +4,7 @@ left behind when a step fails."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -327,3 +328,28 @@ def test_a_grant_revoked_as_its_sandbox_starts_runs_nothing(wapp: App, backgroun
     assert not (path / "ran.txt").exists()
     with wapp.registry.transaction(write=False) as tx:
         assert tx.sandboxes.of_workspace(name) == [] and tx.processes.of_workspace(name) == []
+
+
+def test_a_zone_made_read_only_stops_the_background_processes_that_write_there(wapp: App) -> None:
+    """A live sandbox's mounts were compared with the workspace's policy only when its principal
+    sent another command: a bot's background process kept writing to a folder the person had
+    since made a read-only zone (or denied), through the sweeps, for as long as it ran (up to a
+    day), while the file API refused the same write at once. The sweep now stops the sandbox
+    whose path policy is not the one it started under, its processes killed with the reason."""
+    bot = _bot(wapp, "zoned-later")
+    granted, path = _create(wapp, bot, "zonedlater")
+    name = path.name
+    (path / "secret").mkdir()
+    started = wapp.bot_requests.start(granted, name, Command(
+        ("sh", "-c", "while true; do echo x >> secret/log.txt; sleep 0.1; done")))
+    deadline = time.monotonic() + 10
+    while not (path / "secret" / "log.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert wapp.live.sweep() == []  # its policy unchanged: it runs on
+    (path / ".warden" / "zones.yaml").write_text("zones:\n  secret:\n    mode: ro\n")
+    assert len(wapp.live.sweep()) == 1
+    (view,) = [v for v in wapp.live.list(name) if v.id == started.id]
+    assert view.status == "killed" and "path policy" in (view.stopped_by or "")
+    size = (path / "secret" / "log.txt").stat().st_size
+    time.sleep(0.5)
+    assert (path / "secret" / "log.txt").stat().st_size == size  # nothing writes there any more

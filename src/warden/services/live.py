@@ -195,6 +195,7 @@ class LiveSandboxService:
     def __init__(self, *, registry: Registry, audit: AuditLog, sandboxes: LiveSandboxes, clock: Clock, node: str,
                  settings: LiveSettings, git: GitGuards,
                  over_quota: Callable[[WorkspaceRecord], str | None] | None = None,
+                 path_policy: Callable[[WorkspaceRecord], str] | None = None,
                  instance: Callable[[], str | None] | None = None,
                  programs: Callable[[str], Collection[str]] | None = None) -> None:
         # The names a command of a workspace folder's sandbox could run (adapters/sandbox/host):
@@ -204,6 +205,10 @@ class LiveSandboxService:
         # Why a workspace is over its disk quota now (services/quota.py), or None: the sweep
         # stops a live sandbox whose background processes filled it past the limit.
         self._over_quota = over_quota
+        # A digest of the workspace's path policy as it is now (its zones, allowed and denied
+        # paths; raises WardenError when they cannot be read): a sandbox started under another
+        # one is stopped, its background processes with it, by the next look (a sweep, a command).
+        self._path_policy = path_policy
         self._registry = registry
         self._audit = audit
         self._sandboxes = sandboxes
@@ -535,6 +540,8 @@ class LiveSandboxService:
     def _start(self, record: WorkspaceRecord, principal: str, request: SandboxRequest, network: str,
                fingerprint: str, fence: int) -> LiveSandbox | None:
         sandbox_id = "sbx_" + os.urandom(8).hex()
+        # The path policy it starts under (the run read it a moment ago), before anything starts.
+        paths = self._path_policy(record) if self._path_policy is not None else None
         # Which folders its read-only paths are (env layers, the person's TLS trust), taken before
         # it mounts them: one replaced afterwards (a layer rebuilt or repaired) makes it stale.
         mounted = {path: _mount_identity(path) for path in sorted(request.ro_paths)}
@@ -542,6 +549,8 @@ class LiveSandboxService:
         now = self._now()
         meta = {**started.meta, "policy": _policy(request), "ro_paths": sorted(request.ro_paths),
                 "folder": _folder_identity(record.path), "mounted": mounted}
+        if paths is not None:
+            meta["paths"] = paths
         instance = self._instance() if self._instance is not None else None
         if instance is not None:  # the Warden process that started it: its death stops it (services/instances)
             meta["instance"] = instance
@@ -615,6 +624,11 @@ class LiveSandboxService:
                     # Said without the path: a bot reads this (its process's stopped_by), and a
                     # layer's path tells it Warden's home and the person's.
                     return "what it mounts read-only (an environment layer or trust file) was replaced since it started"
+        if self._policy_changed(sandbox, record):
+            # What it mounts was judged once, as it started: a zone made read-only or a path denied
+            # since was still writable by its background processes (a bot's dev server, a loop),
+            # for as long as they ran: only a new command of its principal compared its mounts.
+            return "the workspace's path policy (zones, allowed or denied paths) changed since it started"
         if fence is not None and fence != sandbox.fence:
             return "its lease was lost (the workspace was taken exclusively since it started)"
         accessor = _accessor(sandbox.principal)
@@ -628,6 +642,17 @@ class LiveSandboxService:
             if not life.allowed:
                 return f"its grant is no longer live ({life.rule})"
         return None
+
+    def _policy_changed(self, sandbox: LiveSandbox, record: WorkspaceRecord) -> bool:
+        """Whether the workspace's path policy is not the one `sandbox` started under (or can no
+        longer be read, which refuses every run too)."""
+        held = sandbox.meta.get("paths")
+        if self._path_policy is None or not isinstance(held, str):
+            return False
+        try:
+            return self._path_policy(record) != held
+        except WardenError:
+            return True
 
     # -- stopping ------------------------------------------------------------------------------
     def stop(self, sandbox: LiveSandbox, reason: str, *, actor: str = "warden") -> None:
