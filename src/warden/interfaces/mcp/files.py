@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import base64
 import codecs
-import difflib
 import fnmatch
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from warden.core.diffs import unified_diff
 from warden.core.errors import InvalidInput, WardenError
 from warden.core.paths import canonical
 from warden.interfaces.mcp.texts import Answer
@@ -183,7 +183,9 @@ def edit_file(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
                            "around it so that it occurs once")
     after = before.replace(old, new, 1)
     files.write_text(path, after)
-    diff = "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+    # Linear in the file's size (core/diffs.py): difflib's own diff of a bot's crafted file held a
+    # server thread for minutes.
+    diff = "".join(unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
                                         fromfile=f"a{path}", tofile=f"b{path}"))
     return Answer(diff or "(no change)", {"path": path, "diff": diff})
 
