@@ -82,3 +82,20 @@ def test_a_file_crafted_against_difflib_is_diffed_at_once() -> None:
     diff = list(unified_diff(a, b, "a/f", "b/f"))
     assert time.monotonic() - began < 2
     assert _apply(a, diff) == b and len(diff) == 3 + 7 + 1
+
+
+def test_a_replacements_diff_is_that_of_the_whole_files() -> None:
+    """Read from the lines around the change only, numbered as in the whole file (where an
+    added line among equal ones goes may differ from a whole diff's: both are right)."""
+    rng = random.Random(7)
+    for _ in range(2000):
+        before = "".join(rng.choice(["a", "b", "xy", "", "\n", "\n", "\r\n"]) for _ in range(rng.randint(0, 60)))
+        at = rng.randint(0, len(before))
+        old = rng.randint(0, len(before) - at)
+        new = "".join(rng.choice(["a", "q", "\n"]) for _ in range(rng.randint(0, 4)))
+        after = before[:at] + new + before[at + old:]
+        a, b = diffs._lines(before), diffs._lines(after)
+        diff = list(diffs.replacement_diff(before, at, old, new, "a/f", "b/f"))
+        # Applied to the whole file's lines by its hunks' numbers: the window is placed right.
+        assert _apply(a, diff) == b, (before, at, old, new, diff)
+        assert (diff == []) == (a == b)

@@ -395,3 +395,21 @@ def test_an_edit_of_a_file_crafted_against_difflib_answers_at_once(served: tuple
     assert not edited.is_error
     assert "-UNIQUE\n+CHANGED" in text(edited)
     assert (world.path("paper") / "drafts" / "alt.txt").read_text() == crafted.replace("UNIQUE", "CHANGED")
+
+
+def test_an_edit_of_a_file_over_its_bound_is_refused_before_it_is_read(served: tuple[World, str]) -> None:
+    """edit_file holds the file whole a few times over (bytes, text, the changed text; a diff of
+    all its lines, ~60 bytes a line, came on top): a 60 MB file of short lines took 25 s and
+    gigabytes for one call, and a bot makes such files with one exec. Over MAX_EDIT: refused."""
+    world, url = served
+    big = world.path("paper") / "drafts" / "big.txt"
+    big.write_text("a\n" * (4 << 20) + "UNIQUE\n")  # 8 MiB and a line
+
+    async def go() -> Any:
+        async with http_session(url, world.tokens["alice@paper"]) as session:
+            return await session.call_tool("edit_file", {"workspace": "paper", "path": "/drafts/big.txt",
+                                                         "old": "UNIQUE", "new": "CHANGED"})
+
+    refused = run(go())
+    assert refused.is_error and "over the 8 MiB edit_file changes" in text(refused), text(refused)
+    assert big.read_text().endswith("UNIQUE\n")

@@ -17,7 +17,7 @@ import difflib
 import re
 from collections.abc import Iterator, Sequence
 
-__all__ = ["MAX_MATCHED", "unified_diff"]
+__all__ = ["MAX_MATCHED", "replacement_diff", "unified_diff"]
 
 # Lines, both sides together, of the part that differs that difflib may match line by line.
 MAX_MATCHED = 4000
@@ -26,9 +26,10 @@ _HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
 
 
 def unified_diff(a: Sequence[str], b: Sequence[str], fromfile: str = "", tofile: str = "", *,
-                 n: int = 3) -> Iterator[str]:
+                 n: int = 3, offset: int = 0) -> Iterator[str]:
     """The lines of a unified diff from `a` to `b` (lines with their endings, as difflib takes
-    them), with `n` lines of context; nothing when they are equal."""
+    them), with `n` lines of context; nothing when they are equal. `offset`: the lines of both
+    files before `a` and `b` (a window of them), added to the hunks' line numbers."""
     shortest = min(len(a), len(b))
     head = 0
     while head < shortest and a[head] == b[head]:
@@ -39,6 +40,7 @@ def unified_diff(a: Sequence[str], b: Sequence[str], fromfile: str = "", tofile:
     if head == len(a) == len(b):
         return
     start = max(0, head - n)
+    shift = start + offset
     a_end, b_end = len(a) - tail + min(n, tail), len(b) - tail + min(n, tail)
     if (len(a) - tail - head) + (len(b) - tail - head) <= MAX_MATCHED:
         for line in difflib.unified_diff(a[start:a_end], b[start:b_end], fromfile, tofile, n=n, lineterm="\n"):
@@ -48,12 +50,12 @@ def unified_diff(a: Sequence[str], b: Sequence[str], fromfile: str = "", tofile:
                 continue
             # Numbered within the window: shifted to where the window starts in the files.
             old_at, old_len, new_at, new_len = found.groups()
-            yield (f"@@ -{int(old_at) + start}{old_len or ''} +{int(new_at) + start}{new_len or ''} @@"
+            yield (f"@@ -{int(old_at) + shift}{old_len or ''} +{int(new_at) + shift}{new_len or ''} @@"
                    f"{line[found.end():]}")
         return
     yield f"--- {fromfile}\n"
     yield f"+++ {tofile}\n"
-    yield f"@@ -{_range(start, a_end - start)} +{_range(start, b_end - start)} @@\n"
+    yield f"@@ -{_range(shift, a_end - start)} +{_range(shift, b_end - start)} @@\n"
     yield from (" " + line for line in a[start:head])
     yield from ("-" + line for line in a[head:len(a) - tail])
     yield from ("+" + line for line in b[head:len(b) - tail])
@@ -65,3 +67,32 @@ def _range(start: int, length: int) -> str:
     if length == 1:
         return f"{start + 1}"
     return f"{start + 1 if length else start},{length}"
+
+
+def replacement_diff(before: str, at: int, old: int, new: str, fromfile: str = "", tofile: str = "", *,
+                     n: int = 3) -> Iterator[str]:
+    """The diff of `before` with its `old` characters at `at` replaced by `new`, read from the
+    lines around the change only: a whole file split into lines costs ~60 bytes a line (a file of
+    60 MB of short lines, a few GB), where the change needs a few."""
+    start = before.rfind("\n", 0, at) + 1  # the line the change begins in, and `n` above it
+    for _ in range(n):
+        if start == 0:
+            break
+        start = before.rfind("\n", 0, start - 1) + 1
+    found = before.find("\n", at + old)  # past the line it ends in, and `n` below it
+    end = len(before) if found < 0 else found + 1
+    for _ in range(n):
+        if end >= len(before):
+            break
+        found = before.find("\n", end)
+        end = len(before) if found < 0 else found + 1
+    window_b = before[start:at] + new + before[at + old:end]
+    yield from unified_diff(_lines(before[start:end]), _lines(window_b), fromfile, tofile, n=n,
+                            offset=before.count("\n", 0, start))
+
+
+def _lines(text: str) -> list[str]:
+    """`text` in lines, each with its `\\n` (the last one without, if it has none)."""
+    parts = text.split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    return [*lines, parts[-1]] if parts[-1] else lines
