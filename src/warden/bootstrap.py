@@ -594,6 +594,13 @@ class App:
                               rule="sandbox.backend")
         return BubblewrapBackend(self.environ, self.home.run)
 
+    def _path_policy(self, record: WorkspaceRecord) -> str:
+        """A digest of what the path policy makes a sandbox of `record` mount (live sandboxes
+        compare it with the one they started under)."""
+        from warden.core.live import plan_fingerprint
+
+        return plan_fingerprint(self.sandbox_paths.effective(record).to_json())
+
     def _stop_live(self, workspace: str, reason: str) -> None:
         """Stop this node's live sandboxes of `workspace` (if any runs here), their processes
         recorded killed with `reason`."""
@@ -624,6 +631,7 @@ class App:
                                   node=self.leases.node, settings=LiveSettings.from_settings(self.settings),
                                   git=HostGitGuards(), over_quota=lambda record: self.quota.over(record.name,
                                                                                                  record.path),
+                                  path_policy=self._path_policy,
                                   instance=self._instance_id, programs=programs_on_path)
 
     @cached_property

@@ -9,6 +9,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -372,3 +373,43 @@ def test_an_answer_holding_a_file_is_bounded_whatever_the_file(served: tuple[Wor
     assert small["structuredContent"]["encoding"] == "base64" and small["structuredContent"]["size"] == 256
     whole = call("resources/read", {"uri": "warden://paper/input/data.csv"}).json()["result"]
     assert whole["contents"][0]["text"] == "a,b\n1,2\n"
+
+
+def test_an_edit_of_a_file_crafted_against_difflib_answers_at_once(served: tuple[World, str]) -> None:
+    """edit_file answers with a diff, and difflib's is quadratic or worse on some files: 200,000
+    short lines alternating `a` with 75 others (half a megabyte) took 50 s of a server thread
+    holding the GIL for one call, and a bot's 40 calls at once held every thread of the server,
+    every other bot's requests waiting tens of seconds. The diff is linear now (core/diffs.py)."""
+    world, url = served
+    crafted = "".join("a\n" if i % 2 else f"{i % 150}\n" for i in range(200_000)) + "UNIQUE\n"
+    (world.path("paper") / "drafts" / "alt.txt").write_text(crafted)
+
+    async def go() -> Any:
+        async with http_session(url, world.tokens["alice@paper"]) as session:
+            return await session.call_tool("edit_file", {"workspace": "paper", "path": "/drafts/alt.txt",
+                                                         "old": "UNIQUE", "new": "CHANGED"})
+
+    began = time.monotonic()
+    edited = run(go())
+    assert time.monotonic() - began < 10
+    assert not edited.is_error
+    assert "-UNIQUE\n+CHANGED" in text(edited)
+    assert (world.path("paper") / "drafts" / "alt.txt").read_text() == crafted.replace("UNIQUE", "CHANGED")
+
+
+def test_an_edit_of_a_file_over_its_bound_is_refused_before_it_is_read(served: tuple[World, str]) -> None:
+    """edit_file holds the file whole a few times over (bytes, text, the changed text; a diff of
+    all its lines, ~60 bytes a line, came on top): a 60 MB file of short lines took 25 s and
+    gigabytes for one call, and a bot makes such files with one exec. Over MAX_EDIT: refused."""
+    world, url = served
+    big = world.path("paper") / "drafts" / "big.txt"
+    big.write_text("a\n" * (4 << 20) + "UNIQUE\n")  # 8 MiB and a line
+
+    async def go() -> Any:
+        async with http_session(url, world.tokens["alice@paper"]) as session:
+            return await session.call_tool("edit_file", {"workspace": "paper", "path": "/drafts/big.txt",
+                                                         "old": "UNIQUE", "new": "CHANGED"})
+
+    refused = run(go())
+    assert refused.is_error and "over the 8 MiB edit_file changes" in text(refused), text(refused)
+    assert big.read_text().endswith("UNIQUE\n")

@@ -4,6 +4,7 @@ left behind when a step fails."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -296,3 +297,59 @@ def test_a_grant_revoked_after_its_check_runs_nothing(wapp: App, background: boo
     assert not (path / "ran.txt").exists()
     with wapp.registry.transaction(write=False) as tx:
         assert tx.sandboxes.of_workspace(name) == [] and tx.runs.of_workspace(name) == []
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_a_grant_revoked_as_its_sandbox_starts_runs_nothing(wapp: App, background: bool,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chain is read under the run's lease, and the bot's live sandbox is started a moment
+    later: a revoke in between stopped the bot's sandboxes before this one was recorded, so it
+    missed it, and the command (a background one too) ran in it until the next sweep (15 s).
+    The revoke here comes as the sandbox is being started (bwrap, for real): the sandbox's row
+    is recorded only with its grant read again, so nothing runs and nothing is left."""
+    bot = _bot(wapp, f"revoked-late-{int(background)}")
+    granted, path = _create(wapp, bot, f"revokinglate{int(background)}")
+    assert granted.accessor is not None
+    name = path.name
+    sandboxes = wapp.live._sandboxes
+    real_start = sandboxes.start
+
+    def revoked_meanwhile(*args: object, **kwargs: object) -> object:
+        wapp.grants.revoke(name, accessor=granted.accessor)  # the person's revoke, as it starts
+        return real_start(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sandboxes, "start", revoked_meanwhile)
+    command = Command(("sh", "-c", "echo ran > ran.txt; sleep 30"))
+    with pytest.raises(Denied, match="revoked"):
+        if background:
+            wapp.bot_requests.start(granted, name, command)
+        else:
+            wapp.bot_requests.exec(granted, name, command)
+    assert not (path / "ran.txt").exists()
+    with wapp.registry.transaction(write=False) as tx:
+        assert tx.sandboxes.of_workspace(name) == [] and tx.processes.of_workspace(name) == []
+
+
+def test_a_zone_made_read_only_stops_the_background_processes_that_write_there(wapp: App) -> None:
+    """A live sandbox's mounts were compared with the workspace's policy only when its principal
+    sent another command: a bot's background process kept writing to a folder the person had
+    since made a read-only zone (or denied), through the sweeps, for as long as it ran (up to a
+    day), while the file API refused the same write at once. The sweep now stops the sandbox
+    whose path policy is not the one it started under, its processes killed with the reason."""
+    bot = _bot(wapp, "zoned-later")
+    granted, path = _create(wapp, bot, "zonedlater")
+    name = path.name
+    (path / "secret").mkdir()
+    started = wapp.bot_requests.start(granted, name, Command(
+        ("sh", "-c", "while true; do echo x >> secret/log.txt; sleep 0.1; done")))
+    deadline = time.monotonic() + 10
+    while not (path / "secret" / "log.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert wapp.live.sweep() == []  # its policy unchanged: it runs on
+    (path / ".warden" / "zones.yaml").write_text("zones:\n  secret:\n    mode: ro\n")
+    assert len(wapp.live.sweep()) == 1
+    (view,) = [v for v in wapp.live.list(name) if v.id == started.id]
+    assert view.status == "killed" and "path policy" in (view.stopped_by or "")
+    size = (path / "secret" / "log.txt").stat().st_size
+    time.sleep(0.5)
+    assert (path / "secret" / "log.txt").stat().st_size == size  # nothing writes there any more

@@ -37,7 +37,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
 from warden.core import stops
-from warden.core.errors import Conflict, Locked, NotFound, Terminated, TimedOut, Unavailable, WardenError
+from warden.core.errors import Conflict, Denied, Locked, NotFound, Terminated, TimedOut, Unavailable, WardenError
 from warden.core.leases import ENDING_OPS, LeaseState
 from warden.core.live import (
     MAX_BACKGROUND,
@@ -195,6 +195,7 @@ class LiveSandboxService:
     def __init__(self, *, registry: Registry, audit: AuditLog, sandboxes: LiveSandboxes, clock: Clock, node: str,
                  settings: LiveSettings, git: GitGuards,
                  over_quota: Callable[[WorkspaceRecord], str | None] | None = None,
+                 path_policy: Callable[[WorkspaceRecord], str] | None = None,
                  instance: Callable[[], str | None] | None = None,
                  programs: Callable[[str], Collection[str]] | None = None) -> None:
         # The names a command of a workspace folder's sandbox could run (adapters/sandbox/host):
@@ -204,6 +205,10 @@ class LiveSandboxService:
         # Why a workspace is over its disk quota now (services/quota.py), or None: the sweep
         # stops a live sandbox whose background processes filled it past the limit.
         self._over_quota = over_quota
+        # A digest of the workspace's path policy as it is now (its zones, allowed and denied
+        # paths; raises WardenError when they cannot be read): a sandbox started under another
+        # one is stopped, its background processes with it, by the next look (a sweep, a command).
+        self._path_policy = path_policy
         self._registry = registry
         self._audit = audit
         self._sandboxes = sandboxes
@@ -535,6 +540,8 @@ class LiveSandboxService:
     def _start(self, record: WorkspaceRecord, principal: str, request: SandboxRequest, network: str,
                fingerprint: str, fence: int) -> LiveSandbox | None:
         sandbox_id = "sbx_" + os.urandom(8).hex()
+        # The path policy it starts under (the run read it a moment ago), before anything starts.
+        paths = self._path_policy(record) if self._path_policy is not None else None
         # Which folders its read-only paths are (env layers, the person's TLS trust), taken before
         # it mounts them: one replaced afterwards (a layer rebuilt or repaired) makes it stale.
         mounted = {path: _mount_identity(path) for path in sorted(request.ro_paths)}
@@ -542,6 +549,8 @@ class LiveSandboxService:
         now = self._now()
         meta = {**started.meta, "policy": _policy(request), "ro_paths": sorted(request.ro_paths),
                 "folder": _folder_identity(record.path), "mounted": mounted}
+        if paths is not None:
+            meta["paths"] = paths
         instance = self._instance() if self._instance is not None else None
         if instance is not None:  # the Warden process that started it: its death stops it (services/instances)
             meta["instance"] = instance
@@ -549,16 +558,38 @@ class LiveSandboxService:
                               started.pid, started.pid_start, started.supervisor_pid, started.supervisor_start,
                               started.socket, now, now, meta)
         with self._registry.transaction() as tx:
-            won = tx.sandboxes.insert(sandbox)
+            # Recorded only with the bot's grant read again, in this transaction: a revoke stops
+            # the sandboxes recorded when it looks (stop_principals), and one committed after
+            # the run's own read (under its lease) but before this row found none to stop; the
+            # command then ran in it, a background one too, until the next sweep.
+            dead = self._dead_grant(tx, principal)
+            won = dead is None and tx.sandboxes.insert(sandbox)
             if won:
                 self._audit.record(actor=principal, action="sandbox.start", target=record.name, decision="allow",
                                    rule="sandbox", result="started",
                                    detail={"sandbox": sandbox_id, "network": network,
                                            "limits_via": sandbox.meta.get("limits_via")}, tx=tx)
+        if dead is not None:
+            self._sandboxes.stop(sandbox)  # nothing ran in it: no row, no stop to audit
+            raise dead
         if not won:  # another process started one for this key meanwhile: its sandbox serves
             self._sandboxes.stop(sandbox)
             return None
         return sandbox
+
+    def _dead_grant(self, tx: Tx, principal: str) -> Denied | None:
+        """Why the grant chain `principal` acts through is no longer live, read in `tx`; None
+        when it is, or for the person's."""
+        chain = self.grant_chain(tx, principal)
+        if chain is None:
+            return None
+        from warden.core.grants import alive
+
+        life = alive(list(chain), self._clock())
+        if life.allowed:
+            return None
+        return Denied(f"{life.reason} while the command was being prepared; nothing ran (ask the workspace's "
+                      "owner for a new grant)", rule=life.rule)
 
     def grant_chain(self, tx: Tx, principal: str) -> tuple[Grant, ...] | None:
         """The grant chain `principal` acts through, read in `tx` (None for the person's)."""
@@ -593,6 +624,11 @@ class LiveSandboxService:
                     # Said without the path: a bot reads this (its process's stopped_by), and a
                     # layer's path tells it Warden's home and the person's.
                     return "what it mounts read-only (an environment layer or trust file) was replaced since it started"
+        if self._policy_changed(sandbox, record):
+            # What it mounts was judged once, as it started: a zone made read-only or a path denied
+            # since was still writable by its background processes (a bot's dev server, a loop),
+            # for as long as they ran: only a new command of its principal compared its mounts.
+            return "the workspace's path policy (zones, allowed or denied paths) changed since it started"
         if fence is not None and fence != sandbox.fence:
             return "its lease was lost (the workspace was taken exclusively since it started)"
         accessor = _accessor(sandbox.principal)
@@ -606,6 +642,17 @@ class LiveSandboxService:
             if not life.allowed:
                 return f"its grant is no longer live ({life.rule})"
         return None
+
+    def _policy_changed(self, sandbox: LiveSandbox, record: WorkspaceRecord) -> bool:
+        """Whether the workspace's path policy is not the one `sandbox` started under (or can no
+        longer be read, which refuses every run too)."""
+        held = sandbox.meta.get("paths")
+        if self._path_policy is None or not isinstance(held, str):
+            return False
+        try:
+            return self._path_policy(record) != held
+        except WardenError:
+            return True
 
     # -- stopping ------------------------------------------------------------------------------
     def stop(self, sandbox: LiveSandbox, reason: str, *, actor: str = "warden") -> None:

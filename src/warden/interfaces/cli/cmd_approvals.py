@@ -72,7 +72,7 @@ def _show(ctx: Context, record: ApprovalRecord) -> Output:
 def _diff(ctx: Context, record: ApprovalRecord) -> str | None:
     """The change a pending write or move would make, as a unified diff (text; a move's as the new
     file at its destination), or a one-line summary."""
-    import difflib
+    from warden.core.diffs import unified_diff
 
     if record.op == "git.push":
         from warden.core.errors import NotFound
@@ -120,7 +120,9 @@ def _diff(ctx: Context, record: ApprovalRecord) -> str | None:
         a, b = old.decode("utf-8").splitlines(keepends=True), new.decode("utf-8").splitlines(keepends=True)
     except UnicodeDecodeError:
         return f"  binary: {len(old)} bytes now, {len(new)} bytes asked"
-    lines = [printable(line.removesuffix("\n")) for line in difflib.unified_diff(a, b, f"a{shown}", f"b{shown}")]
+    # Linear in the files' sizes (core/diffs.py): the bot chose the bytes, and difflib's own diff of
+    # a crafted file took minutes.
+    lines = [printable(line.removesuffix("\n")) for line in unified_diff(a, b, f"a{shown}", f"b{shown}")]
     if len(lines) > _PREVIEW_LINES:
         lines = [*lines[:_PREVIEW_LINES], f"… {len(lines) - _PREVIEW_LINES} more lines"]
     return "\n".join(lines) or "  (no change: the file already has these bytes)"

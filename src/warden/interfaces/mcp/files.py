@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import base64
 import codecs
-import difflib
 import fnmatch
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from warden.core.errors import InvalidInput, WardenError
+from warden.core.diffs import replacement_diff
+from warden.core.errors import InvalidInput, TooLarge, WardenError
 from warden.core.paths import canonical
 from warden.interfaces.mcp.texts import Answer
 
@@ -27,6 +27,8 @@ MAX_TEXT = 256 * 1024  # characters of file text in one answer
 # and read no answer made the server hold 600 MB (base64, twice, in JSON), one for each
 # connection it keeps open; a text of NULs is 6 bytes of JSON each.
 MAX_WHOLE = 1 << 20
+# Bytes of a file edit_file changes (it holds the file whole a few times over); more: exec.
+MAX_EDIT = 8 << 20
 TREE_ENTRIES = 400
 # Entries list_directory answers (by name): a folder of 200,000 files was one answer of tens of MB.
 LIST_ENTRIES = 1000
@@ -172,7 +174,18 @@ def write_file(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
 def edit_file(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
     path = canonical(args["path"])
     files = open_files("write")
-    before = files.read_text(path)
+
+    def room(size: int) -> None:
+        # A file is held whole a few times over while it is edited (its bytes, its text, the
+        # text changed): one bot's dozens of calls on files of 100 MB would take gigabytes.
+        if size > MAX_EDIT:
+            raise TooLarge(f"{path} holds {size} bytes, over the {MAX_EDIT >> 20} MiB edit_file changes; change "
+                           "it with exec (sed, a script) or write it whole with write_file")
+
+    try:
+        before = files.read_bytes(path, room=room).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{path} is not valid utf-8 text; read it as bytes") from None
     old, new = args["old"], args["new"]
     found = before.count(old)
     if found == 0:
@@ -181,10 +194,11 @@ def edit_file(open_files: OpenFiles, args: dict[str, Any]) -> Answer:
     if found > 1:
         raise InvalidInput(f"the text to replace occurs {found} times in {path}; include more of the lines "
                            "around it so that it occurs once")
-    after = before.replace(old, new, 1)
-    files.write_text(path, after)
-    diff = "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                        fromfile=f"a{path}", tofile=f"b{path}"))
+    at = before.find(old)
+    files.write_text(path, before[:at] + new + before[at + len(old):])
+    # Of the lines around the change, in time linear in them (core/diffs.py): difflib's own diff of
+    # the whole of a bot's crafted file held a server thread for minutes.
+    diff = "".join(replacement_diff(before, at, len(old), new, f"a{path}", f"b{path}"))
     return Answer(diff or "(no change)", {"path": path, "diff": diff})
 
 

@@ -127,7 +127,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "edit_file", "Edit a file",
         "Replace one exact piece of text in a file with another and get the change as a unified diff. "
         "`old` must occur exactly once: copy it from read_file with its whitespace and line breaks, and "
-        "include a few surrounding lines when it could occur more than once.",
+        "include a few surrounding lines when it could occur more than once. Files of at most 8 MiB.",
         {"workspace": _WORKSPACE, "path": _path("The file"),
          "old": {"type": "string", "minLength": 1, "description": "The exact text to replace."},
          "new": {"type": "string", "description": "The text to put in its place (may be empty)."}},
