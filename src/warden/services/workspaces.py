@@ -169,9 +169,12 @@ class WorkspaceService:
                 out.append(record)
                 continue
             with self._registry.transaction() as tx:
-                tx.workspaces.compare_and_set(record.name, record.id, record.status, {"status": "broken"})
-                self._audit().record(actor="warden", action="workspace.broken", target=record.name, result=why,
-                                   detail={"pid": record.meta.get("pid"), "path": record.path}, tx=tx)
+                # Audited by the command whose compare-and-set made the change only: another one
+                # that read the row before this write found it too, and changed nothing.
+                if tx.workspaces.compare_and_set(record.name, record.id, record.status, {"status": "broken"}):
+                    self._audit().record(actor="warden", action="workspace.broken", target=record.name,
+                                         result=why, detail={"pid": record.meta.get("pid"), "path": record.path},
+                                         tx=tx)
                 fresh = tx.workspaces.get(record.name)
             if fresh is not None:
                 out.append(fresh)
