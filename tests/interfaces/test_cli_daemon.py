@@ -636,6 +636,25 @@ def test_a_stop_as_a_background_process_starts_leaves_it_neither_running_nor_unr
             warden(env, step, "dw", extra={"WARDEN_DAEMON": "0"})
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_stop_as_a_destroy_moves_its_folder_away_leaves_no_folder_behind(env: dict[str, str],
+                                                                          sig: signal.Signals) -> None:
+    """A stop once a destroy's row removal was committed, before its folder was moved to the
+    trash: the workspace was gone from the registry while its folder stayed, and `warden create`
+    of the name was refused ("already exists but is not a registered workspace") until a person
+    moved it away. The folder goes with its row. The process sends itself the signal as the
+    folder is about to be moved."""
+    home, name = Path(env["WARDEN_HOME"]), f"dd{int(sig)}"
+    made = warden(env, "create", name, "--template", "minimal")
+    assert made.returncode == 0, made.stderr
+    done = _stopped_inside(env, "warden.services.folders", "FolderService.trash", ["destroy", name, "--yes"], sig)
+    assert b"Traceback" not in done.stderr, done
+    assert not (home / "workspaces" / name).exists(), done
+    assert warden(env, "info", name).returncode != 0
+    again = warden(env, "create", name, "--template", "minimal")
+    assert again.returncode == 0, again.stderr
+
+
 def test_a_termination_signal_as_the_output_is_written_is_said_not_a_traceback(env: dict[str, str]) -> None:
     """SIGTERM as `warden` writes a command's output (after its handler, before its last words):
     Terminated escaped main() as a traceback (and a daemon's child serving a client ended with 1
