@@ -655,6 +655,40 @@ def test_a_stop_as_a_destroy_moves_its_folder_away_leaves_no_folder_behind(env: 
     assert again.returncode == 0, again.stderr
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_stop_as_a_rollback_changes_the_files_is_audited(env: dict[str, str], sig: signal.Signals) -> None:
+    """A stop while a rollback wrote the workspace's files (or once it had): only a WardenError
+    was audited, so the files were changed and the log said nothing of it. The rollback is
+    audited "interrupted", with the checkpoint what was there was saved as. The process sends
+    itself the signal as the files have been written."""
+    home = Path(env["WARDEN_HOME"])
+    (home / "workspaces" / "dw" / "kept.txt").write_text("old\n")
+    saved = warden(env, "checkpoint", "dw", "--json")
+    assert saved.returncode == 0, saved.stderr
+    checkpoint = json.loads(saved.stdout)["data"]["id"]
+    (home / "workspaces" / "dw" / "kept.txt").write_text("new\n")
+    program = ("import os, signal, sys\n"
+               "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+               "from warden.interfaces.cli.main import run\n"
+               "from warden.adapters.versions import HostVersionStore\n"
+               "original = HostVersionStore.apply\n"
+               "def applied_then_stopped(*args, **kwargs):\n"
+               "    original(*args, **kwargs)\n"
+               f"    os.kill(os.getpid(), {int(sig)})\n"
+               "    for _ in range(1000): pass  # its handler runs here\n"
+               "HostVersionStore.apply = applied_then_stopped\n"
+               f"sys.argv = ['warden', 'rollback', 'dw', {checkpoint!r}]\n"
+               "run()\n")
+    done = subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
+                          timeout=120, check=False, stdin=subprocess.DEVNULL)
+    assert b"Traceback" not in done.stderr and done.returncode != 0, done
+    assert (home / "workspaces" / "dw" / "kept.txt").read_text() == "old\n"
+    events = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "20", "--json").stdout)["data"]
+    rolled = [e for e in events if e["action"] == "checkpoint.rollback" and e["detail"]["checkpoint"] == checkpoint]
+    assert [e["result"] for e in rolled] == ["interrupted"], events
+    assert rolled[0]["detail"]["saved_as"] and rolled[0]["detail"]["interrupted_by"] == sig.name, rolled
+
+
 def test_a_termination_signal_as_the_output_is_written_is_said_not_a_traceback(env: dict[str, str]) -> None:
     """SIGTERM as `warden` writes a command's output (after its handler, before its last words):
     Terminated escaped main() as a traceback (and a daemon's child serving a client ended with 1
