@@ -559,6 +559,45 @@ def test_a_stop_as_a_class_is_made_is_a_stop_not_an_internal_error(env: dict[str
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_stop_in_a_weakref_callback_is_not_lost(env: dict[str, str], sig: signal.Signals) -> None:
+    """A stop whose handler runs inside a weakref callback (importlib's module lock's, as a
+    module loads: 1 `warden checkpoint` in 40 of a sweep of SIGTERMs) or a `__del__` is one
+    Python can only print: "Exception ignored in: <function _get_module_lock.<locals>.cb>",
+    a traceback, and the command went on to its end (0) with every later SIGTERM passed over.
+    It is the stop it is: "terminated" or "interrupted", the run's outcome audited as such.
+    The callback (of an object dropped as the run starts) sends the signal itself."""
+    program = ("import os, signal, sys, weakref\n"
+               "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+               "from warden.interfaces.cli.main import run\n"
+               "from warden.services import runs\n"
+               "original = runs.RunService._sandboxed\n"
+               "class Dropped: pass\n"
+               "def stopping(_ref):\n"
+               f"    os.kill(os.getpid(), {int(sig)})\n"
+               "    for _ in range(1000): pass  # its handler runs here, inside the callback\n"
+               "def stopped_there(*args, **kwargs):\n"
+               "    dropped = Dropped()\n"
+               "    ref = weakref.ref(dropped, stopping)\n"
+               "    del dropped  # the callback runs now\n"
+               "    return original(*args, **kwargs)\n"
+               "runs.RunService._sandboxed = stopped_there\n"
+               "sys.argv = ['warden', 'run', 'dw', '--', 'sh', '-c', 'sleep 20; echo never']\n"
+               "run()\n")
+    done = subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
+                          timeout=120, check=False, stdin=subprocess.DEVNULL)
+    # Where the stop comes again (as the run starts, or in its command) is the interpreter's to
+    # say; that it comes, and what it leaves, is not.
+    said = b"warden: terminated (SIGTERM)\n" if sig == signal.SIGTERM else b"warden: interrupted\n"
+    assert (done.returncode, done.stdout) == (-sig if sig == signal.SIGTERM else 130, b""), done
+    assert done.stderr.endswith(said) and b"Traceback" not in done.stderr, done
+    events = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "2", "--json").stdout)["data"]
+    started, ended = events
+    assert (started["action"], ended["action"], ended["result"]) == ("run.start", "run", "interrupted"), events
+    assert ended["detail"]["run_id"] == started["detail"]["run_id"]
+    assert ended["detail"]["interrupted_by"] == sig.name
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_a_stop_as_a_background_process_starts_leaves_it_neither_running_nor_unrecorded(
         env: dict[str, str], sig: signal.Signals) -> None:
     """`warden run --detach` stopped just as the supervisor started its process (1 in 80 of a
@@ -595,6 +634,59 @@ def test_a_stop_as_a_background_process_starts_leaves_it_neither_running_nor_unr
     finally:
         for step in ("suspend", "resume"):  # its live sandbox stopped: a sandbox left up keeps the daemon going
             warden(env, step, "dw", extra={"WARDEN_DAEMON": "0"})
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_stop_as_a_destroy_moves_its_folder_away_leaves_no_folder_behind(env: dict[str, str],
+                                                                          sig: signal.Signals) -> None:
+    """A stop once a destroy's row removal was committed, before its folder was moved to the
+    trash: the workspace was gone from the registry while its folder stayed, and `warden create`
+    of the name was refused ("already exists but is not a registered workspace") until a person
+    moved it away. The folder goes with its row. The process sends itself the signal as the
+    folder is about to be moved."""
+    home, name = Path(env["WARDEN_HOME"]), f"dd{int(sig)}"
+    made = warden(env, "create", name, "--template", "minimal")
+    assert made.returncode == 0, made.stderr
+    done = _stopped_inside(env, "warden.services.folders", "FolderService.trash", ["destroy", name, "--yes"], sig)
+    assert b"Traceback" not in done.stderr, done
+    assert not (home / "workspaces" / name).exists(), done
+    assert warden(env, "info", name).returncode != 0
+    again = warden(env, "create", name, "--template", "minimal")
+    assert again.returncode == 0, again.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_stop_as_a_rollback_changes_the_files_is_audited(env: dict[str, str], sig: signal.Signals) -> None:
+    """A stop while a rollback wrote the workspace's files (or once it had): only a WardenError
+    was audited, so the files were changed and the log said nothing of it. The rollback is
+    audited "interrupted", with the checkpoint what was there was saved as. The process sends
+    itself the signal as the files have been written."""
+    home = Path(env["WARDEN_HOME"])
+    (home / "workspaces" / "dw" / "kept.txt").write_text("old\n")
+    saved = warden(env, "checkpoint", "dw", "--json")
+    assert saved.returncode == 0, saved.stderr
+    checkpoint = json.loads(saved.stdout)["data"]["id"]
+    (home / "workspaces" / "dw" / "kept.txt").write_text("new\n")
+    program = ("import os, signal, sys\n"
+               "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+               "from warden.interfaces.cli.main import run\n"
+               "from warden.adapters.versions import HostVersionStore\n"
+               "original = HostVersionStore.apply\n"
+               "def applied_then_stopped(*args, **kwargs):\n"
+               "    original(*args, **kwargs)\n"
+               f"    os.kill(os.getpid(), {int(sig)})\n"
+               "    for _ in range(1000): pass  # its handler runs here\n"
+               "HostVersionStore.apply = applied_then_stopped\n"
+               f"sys.argv = ['warden', 'rollback', 'dw', {checkpoint!r}]\n"
+               "run()\n")
+    done = subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
+                          timeout=120, check=False, stdin=subprocess.DEVNULL)
+    assert b"Traceback" not in done.stderr and done.returncode != 0, done
+    assert (home / "workspaces" / "dw" / "kept.txt").read_text() == "old\n"
+    events = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "20", "--json").stdout)["data"]
+    rolled = [e for e in events if e["action"] == "checkpoint.rollback" and e["detail"]["checkpoint"] == checkpoint]
+    assert [e["result"] for e in rolled] == ["interrupted"], events
+    assert rolled[0]["detail"]["saved_as"] and rolled[0]["detail"]["interrupted_by"] == sig.name, rolled
 
 
 def test_a_termination_signal_as_the_output_is_written_is_said_not_a_traceback(env: dict[str, str]) -> None:

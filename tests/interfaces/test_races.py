@@ -289,3 +289,27 @@ def test_doctor_fix_removes_the_key_and_config_files_a_killed_writer_made_aside(
     assert not any(p.exists() for p in left) and alive.exists()
     alive.unlink()
     assert cli("secret", "set", "S", input="v").code == 0  # the real keys untouched
+
+
+def test_a_workspace_two_commands_find_broken_at_once_is_audited_broken_once(cli: Cli, home: Path,
+                                                                             environ: dict[str, str]) -> None:
+    """Two commands that read a workspace whose folder had gone (or whose creator had died)
+    before either marked it broken: the second's compare-and-set changed nothing, yet each
+    audited `workspace.broken` (two `warden list` at once: 3 times in 5). A change is audited by
+    the command that made it only. The second command is this process, its rows read before the
+    CLI's `warden list` wrote."""
+    from warden.bootstrap import bootstrap
+
+    assert cli("create", "gone", "--template", "minimal").code == 0
+    shutil.move(str(home / "workspaces" / "gone"), str(home / "gone-elsewhere"))
+    other = bootstrap(home, environ=environ)
+    try:
+        with other.registry.transaction(write=False) as tx:
+            read_before = tx.workspaces.list_all()
+        assert cli("list").code == 0  # the first finds the folder gone: broken, audited
+        shown = other.workspaces._reconcile(read_before)  # the second, on what it read before
+        assert [r.status for r in shown if r.name == "gone"] == ["broken"]
+    finally:
+        other.close()
+    events = cli("audit", "--workspace", "gone", "--json").json["data"]
+    assert [e["action"] for e in events].count("workspace.broken") == 1, events

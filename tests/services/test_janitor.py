@@ -137,3 +137,28 @@ def test_a_change_through_the_file_api_is_use(world: tuple[App, Clock]) -> None:
     clock.now += timedelta(days=2)  # idle by now…
     app.files("edited").write_bytes("/notes.md", b"still here")  # … but the person just wrote to it
     assert [c for c in app.janitor.run().chores if c["workspace"] == "edited"] == []
+
+
+def test_a_stop_between_the_idle_mark_and_its_event_leaves_it_to_be_said_again(world: tuple[App, Clock],
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The idle mark was committed, then its `workspace.idle` event written apart: a stop (or a
+    kill) between the two left the mark, and every later pass took the workspace for one said
+    idle already, so the log never said it. Both land together now, or neither does. The stop
+    is raised as the event is written."""
+    app, clock = world
+    app.workspaces.create("quiet", template="minimal")
+    clock.now += timedelta(days=1)
+    real = app.janitor._audit.record
+
+    def stopped(**event: object) -> object:
+        if event.get("action") == "workspace.idle":
+            raise KeyboardInterrupt
+        return real(**event)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(app.janitor._audit, "record", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        app.janitor.run()
+    monkeypatch.setattr(app.janitor._audit, "record", real)
+    app.janitor.run()
+    idle_events = [e for e in app.audit.list(target="quiet", limit=50) if e.action == "workspace.idle"]
+    assert len(idle_events) == 1

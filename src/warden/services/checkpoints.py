@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from warden.core import stops
 from warden.core.checkpoints import Entry, Manifest, Version, check_id, normalize_scope, plan_rollback, retain
-from warden.core.errors import Conflict, InvalidInput, NotFound, TooLarge, Unavailable, WardenError
+from warden.core.errors import Conflict, InvalidInput, NotFound, Terminated, TooLarge, Unavailable, WardenError
 from warden.core.paths import canonical
 from warden.core.ports import VersionStore
 from warden.core.quota import FREE_KEY
@@ -227,6 +228,17 @@ class CheckpointService:
         except WardenError as exc:
             self._audit.record(actor=actor, action="checkpoint.rollback", target=record.name, result=exc.code,
                                rule=exc.rule or "", detail={**detail, "error": exc.message})
+            raise
+        except BaseException as exc:
+            # A person's stop as the files were being written (or once they were): they changed,
+            # and the log said nothing of it. Said "interrupted", with what it was saved as.
+            stop = stops.carried(exc)
+            if stop is None:
+                raise
+            by = stop.name if isinstance(stop, Terminated) else "SIGINT"
+            with stops.Whole(), contextlib.suppress(WardenError):
+                self._audit.record(actor=actor, action="checkpoint.rollback", target=record.name,
+                                   result="interrupted", detail={**detail, "interrupted_by": by})
             raise
         done: dict[str, object] = {"workspace": record.name, **detail}
         try:

@@ -155,16 +155,18 @@ class JanitorService:
                 if current.meta.get("idle_since") == chore.since:
                     return {**done, "done": True, "new": False}  # said at an earlier pass
                 # In one transaction with a look at its last use: a run that used it meanwhile wins,
-                # and the meta written is the row's own (plus the mark), not an older copy.
+                # and the meta written is the row's own (plus the mark), not an older copy. Its event
+                # in it too: written apart, a stop or a kill between them left the mark, and every
+                # later pass took it for said while the log never said it.
                 with self._registry.transaction() as tx:
                     row = tx.workspaces.get(current.name)
                     said = (row is not None and row.id == current.id and row.last_accessed == current.last_accessed
                             and tx.workspaces.compare_and_set(current.name, current.id, row.status,
                                                               {"meta": {**row.meta, "idle_since": chore.since}}))
-                if said:
-                    self._audit.record(actor="janitor", action="workspace.idle", target=chore.workspace,
-                                       decision="none", rule=chore.reason, result="idle",
-                                       detail={"since": chore.since})
+                    if said:
+                        self._audit.record(actor="janitor", action="workspace.idle", target=chore.workspace,
+                                           decision="none", rule=chore.reason, result="idle",
+                                           detail={"since": chore.since}, tx=tx)
         except WardenError as exc:  # one workspace in use or broken must not stop the pass
             return {**done, "done": False, "error": exc.message}
         return {**done, "done": True}

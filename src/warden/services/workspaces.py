@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from warden.core import stops
 from warden.core.durations import format_duration
 from warden.core.errors import Conflict, InvalidInput, NotFound, Unavailable, WardenError, classify
 from warden.core.leases import ENDING_OPS
@@ -169,9 +170,12 @@ class WorkspaceService:
                 out.append(record)
                 continue
             with self._registry.transaction() as tx:
-                tx.workspaces.compare_and_set(record.name, record.id, record.status, {"status": "broken"})
-                self._audit().record(actor="warden", action="workspace.broken", target=record.name, result=why,
-                                   detail={"pid": record.meta.get("pid"), "path": record.path}, tx=tx)
+                # Audited by the command whose compare-and-set made the change only: another one
+                # that read the row before this write found it too, and changed nothing.
+                if tx.workspaces.compare_and_set(record.name, record.id, record.status, {"status": "broken"}):
+                    self._audit().record(actor="warden", action="workspace.broken", target=record.name,
+                                         result=why, detail={"pid": record.meta.get("pid"), "path": record.path},
+                                         tx=tx)
                 fresh = tx.workspaces.get(record.name)
             if fresh is not None:
                 out.append(fresh)
@@ -403,15 +407,32 @@ class WorkspaceService:
                 tx.workspaces.delete(name, record_id=record.id)
                 self._audit().record(actor=actor, action="workspace.destroy", target=name,
                                    detail={"archive": kept, "grants_revoked": revoked}, tx=tx)
+            # Inside the try: a stop from here on comes once the row's removal is committed.
+            if not adopted or delete:
+                self.folders.trash(record.path)
         except BaseException:
-            if archive and isinstance(archived, str):
+            if self._row_gone(record):
+                # The row's removal was committed (a stop as it returned, or before the folder
+                # moved): the folder goes with it. Left, it was no workspace's, and a create of
+                # the name was refused until a person moved it away. Under the lease still: no
+                # later workspace of the name has a folder there.
+                if not adopted or delete:
+                    with stops.Whole(), contextlib.suppress(OSError):
+                        self.folders.trash(record.path)
+            elif archive and isinstance(archived, str):
                 self._undo_shelving(record, archived, packed=archived == packed)
             raise
-        if not adopted or delete:
-            self.folders.trash(record.path)
         if self._on_destroyed is not None:
             self._on_destroyed(record, actor)
         return Destroyed(name, kept)
+
+    def _row_gone(self, record: WorkspaceRecord) -> bool:
+        """Whether `record`'s row is no longer in the registry (False when the registry cannot say)."""
+        try:
+            with self._registry.transaction(write=False) as tx:
+                return tx.workspaces.get(record.name) is None
+        except WardenError:
+            return False
 
     def _undo_shelving(self, record: WorkspaceRecord, archive: str, *, packed: bool) -> None:
         """A destroy whose row removal failed (a full disk, the lease lost) takes back the copy of

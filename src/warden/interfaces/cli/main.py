@@ -565,6 +565,33 @@ def _terminate_as_interrupt() -> None:
             return
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not ignored, nor an embedder's
         signal.signal(signal.SIGINT, interrupt)
+    # Python's own, kept once: main() runs again in one process (tests, the console).
+    printed_only = getattr(sys.unraisablehook, "printed_only", sys.unraisablehook)
+
+    def unraisable(info: Any) -> None:
+        # A handler that runs inside a weakref callback (importlib's module lock's, as a module
+        # loads) or a `__del__` raises where Python can only print the stop ("Exception ignored
+        # in ..."): the command went on to its end, every later SIGTERM passed over. The stop is
+        # made to come again, its handler put back. From another thread: tripped from here, the
+        # handler ran at once, inside this hook, where its stop is lost the same way; that
+        # thread waits for this one to let go of the interpreter. Should it land in such a
+        # callback again, this hook sends it once more.
+        stop = stops.carried(info.exc_value)
+        if stop is None:
+            printed_only(info)
+            return
+        import _thread
+
+        signum = stop.signum if isinstance(stop, Terminated) else int(signal.SIGINT)
+        if isinstance(stop, Terminated):
+            if signum in _terminated_by:
+                _terminated_by.remove(signum)
+            for name in _TERMINATING:
+                signal.signal(getattr(signal, name), terminate)
+        _thread.start_new_thread(_thread.interrupt_main, (signal.Signals(signum),))
+
+    unraisable.printed_only = printed_only  # type: ignore[attr-defined]
+    sys.unraisablehook = unraisable
 
 
 def _passed_over(_signum: int, _frame: object) -> None:
