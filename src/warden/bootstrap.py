@@ -131,6 +131,8 @@ class App:
         self.clock = clock
         # The node this process belongs to (`WARDEN_NODE`, default the host name), read once.
         self.node = node if node is not None else node_name(environ)
+        # Per workspace folder: the path policy's `effective` answer and its digest (_path_policy).
+        self._path_digests: dict[str, tuple[object, str]] = {}
         from warden.adapters.temp_key import use_key_source
 
         # Temporary files this process leaves in workspaces carry a MAC under a key of this home
@@ -599,7 +601,15 @@ class App:
         compare it with the one they started under)."""
         from warden.core.live import plan_fingerprint
 
-        return plan_fingerprint(self.sandbox_paths.effective(record).to_json())
+        effective = self.sandbox_paths.effective(record)
+        kept = self._path_digests.get(record.path)
+        if kept is not None and kept[0] is effective:  # the same answer, kept while its files are unchanged
+            return kept[1]
+        digest = plan_fingerprint(effective.to_json())
+        if len(self._path_digests) >= 256:  # as many as SandboxPaths keeps answers for
+            self._path_digests.clear()
+        self._path_digests[record.path] = (effective, digest)
+        return digest
 
     def _stop_live(self, workspace: str, reason: str) -> None:
         """Stop this node's live sandboxes of `workspace` (if any runs here), their processes
