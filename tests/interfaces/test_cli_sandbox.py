@@ -158,3 +158,24 @@ def test_forget_of_a_path_a_level_does_not_list_exits_4_and_makes_nothing(cli: C
     assert cli("sandbox", "forget", "relative", "--level", "session").code == 2
     assert cli("sandbox", "forget", "/srv/forget-me", "--workspace", "proj6", "--json").json["data"]["level"] == \
         "workspace"
+
+
+def test_a_run_that_does_not_find_a_denied_path_ends_with_warden_s_line(cli: Cli, tmp_path: Path) -> None:
+    """Found as a newcomer: after `warden sandbox remove ~/datasets`, `cat ~/datasets/x.csv` said
+    only "No such file or directory", as for a file that is not there, with no line from Warden."""
+    data = tmp_path / "denied-data"
+    data.mkdir()
+    (data / "x.csv").write_text("a,b\n")
+    assert cli("create", "proj7").code == 0
+    assert cli("sandbox", "remove", str(data), "--workspace", "proj7").code == 0
+    hint = (f"warden: {data} is denied to this workspace's commands, so the sandbox hides it; `warden sandbox "
+            f"forget {data} --workspace proj7` takes the deny back (`warden sandbox list --workspace proj7` "
+            "shows at which level it is)")
+    for argv in (["cat", f"{data}/x.csv"], ["python", "-c", f"open('{data}/x.csv')"]):
+        run = cli("run", "proj7", "--", *argv)
+        assert run.code == 1 and "No such file or directory" in run.stderr, run.stderr
+        assert run.stderr.rstrip("\n").splitlines()[-1] == hint
+    missing = cli("run", "proj7", "--", "cat", str(tmp_path / "nowhere" / "x.csv"))  # not denied: no line
+    assert missing.code == 1 and "warden:" not in missing.stderr
+    assert cli("sandbox", "forget", str(data), "--workspace", "proj7").code == 0
+    assert cli("run", "proj7", "--", "cat", f"{data}/x.csv").stderr.count("warden:") == 0
