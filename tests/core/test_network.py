@@ -164,8 +164,10 @@ def test_a_refused_special_address_says_what_allows_it_to_a_bot_and_to_a_person(
     refused = check_addresses(bot, "pypi.org", 443, ["203.0.113.80"])[0]
     assert refused.rule == "network.special_address"
     assert refused.reason == ("pypi.org:443 resolves to 203.0.113.80, a private address; a bot's command reaches "
-                              "it only when its grant names pypi.org:443 with its port: a person runs "
-                              "`warden grant WORKSPACE BOT --allow-domain pypi.org:443`")
+                              "it only by asking for pypi.org:443, with its port, under a grant that names it so: "
+                              "a person runs `warden grant WORKSPACE BOT --allow-domain pypi.org:443`")
+    bare = NetworkPolicy.within_grant(["pypi.org"], ["pypi.org:443", "pypi.org"])  # asked without the port
+    assert "by asking for pypi.org:443, with its port" in check_addresses(bare, "pypi.org", 443, ["10.0.0.1"])[0].reason
     literal = check_host(bot, "10.0.0.9", 8080)
     assert literal.rule == "network.ip_literal" and "--allow-domain 10.0.0.9:8080`" in literal.reason
     person = policy(["pypi.org"])

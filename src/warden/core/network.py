@@ -239,8 +239,8 @@ def _how_to_allow(policy: NetworkPolicy, target: str) -> str:
     it with its port" alone sent a bot to repeat what it had just asked."""
     if policy.special is None:
         return f"list it with its port ({target}) to allow it"
-    return (f"a bot's command reaches it only when its grant names {target} with its port: a person runs "
-            f"`warden grant WORKSPACE BOT --allow-domain {target}`")
+    return (f"a bot's command reaches it only by asking for {target}, with its port, under a grant that names "
+            f"it so: a person runs `warden grant WORKSPACE BOT --allow-domain {target}`")
 
 
 def check_host(policy: NetworkPolicy, host: str, port: int) -> Decision:
