@@ -105,9 +105,9 @@ def test_an_allow_a_deny_still_wins_over_is_said_at_once(cli: Cli) -> None:
     other_level = cli("sandbox", "add", "/srv/newcomer-data", "--workspace", "proj4")
     assert other_level.code == 0 and "deny: global denied_paths /srv/newcomer-data" in other_level.stdout
     plain = cli("sandbox", "add", "/srv/newcomer-open", "--workspace", "proj4")
-    assert plain.code == 0 and "note" not in plain.stdout + plain.stderr
+    assert plain.code == 0 and "still do not get" not in plain.stdout + plain.stderr  # (it does not exist: that note)
     assert cli("sandbox", "add", "/srv/newcomer-data").code == 0  # the global deny dropped: nothing said
-    assert "note" not in cli("sandbox", "add", "/srv/newcomer-data", "--workspace", "proj4").stdout
+    assert "still do not get" not in cli("sandbox", "add", "/srv/newcomer-data", "--workspace", "proj4").stdout
 
 
 def test_forget_undoes_an_add_or_a_remove_at_its_level_only(cli: Cli, home: Path, tmp_path: Path) -> None:
@@ -179,3 +179,17 @@ def test_a_run_that_does_not_find_a_denied_path_ends_with_warden_s_line(cli: Cli
     assert missing.code == 1 and "warden:" not in missing.stderr
     assert cli("sandbox", "forget", str(data), "--workspace", "proj7").code == 0
     assert cli("run", "proj7", "--", "cat", f"{data}/x.csv").stderr.count("warden:") == 0
+
+
+def test_add_of_a_path_that_does_not_exist_says_so_and_allows_it_all_the_same(cli: Cli, tmp_path: Path) -> None:
+    """Found as a newcomer: `warden sandbox add ~/nope` answered "allowed" alone; runs then did
+    not find it, with nothing to say why (a missing allowed path is not mounted)."""
+    later = tmp_path / "made-later"
+    added = cli("sandbox", "add", str(later), "--mode", "ro")
+    assert added.code == 0
+    assert added.stdout.splitlines() == [f"allowed {later} (ro) at level global",
+                                         f"note: {later} does not exist on this host (yet); runs get it once it does"]
+    assert cli("sandbox", "add", str(tmp_path), "--mode", "ro").stdout.count("note:") == 0  # one that exists
+    assert cli("sandbox", "add", str(later), "--mode", "ro", "--json").json["data"]["path"] == str(later)
+    for path in (later, tmp_path):
+        assert cli("sandbox", "forget", str(path)).code == 0
