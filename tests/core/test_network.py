@@ -157,6 +157,26 @@ def test_a_bot_s_policy_reaches_special_addresses_only_through_exact_grant_entri
     assert "special" not in NetworkPolicy.parse(["a.test"]).to_json()
 
 
+def test_a_refused_special_address_says_what_allows_it_to_a_bot_and_to_a_person() -> None:
+    # Found as a newcomer: a grant of `pypi.org`, on a machine whose pypi.org resolves to a mirror's
+    # private address; the bot asked for "pypi.org:443" and was told to "list the host with its port".
+    bot = NetworkPolicy.within_grant(["pypi.org:443", "10.0.0.9:8080"], ["pypi.org", "10.0.0.9"])
+    refused = check_addresses(bot, "pypi.org", 443, ["203.0.113.80"])[0]
+    assert refused.rule == "network.special_address"
+    assert refused.reason == ("pypi.org:443 resolves to 203.0.113.80, a private address; a bot's command reaches "
+                              "it only by asking for pypi.org:443, with its port, under a grant that names it so: "
+                              "a person runs `warden grant WORKSPACE BOT --allow-domain pypi.org:443`")
+    bare = NetworkPolicy.within_grant(["pypi.org"], ["pypi.org:443", "pypi.org"])  # asked without the port
+    assert "by asking for pypi.org:443, with its port" in check_addresses(bare, "pypi.org", 443, ["10.0.0.1"])[0].reason
+    literal = check_host(bot, "10.0.0.9", 8080)
+    assert literal.rule == "network.ip_literal" and "--allow-domain 10.0.0.9:8080`" in literal.reason
+    person = policy(["pypi.org"])
+    assert check_addresses(person, "pypi.org", 443, ["203.0.113.80"])[0].reason.endswith(
+        "; list it with its port (pypi.org:443) to allow it")
+    assert check_host(policy([]), "10.0.0.9", 8080).reason == (
+        "10.0.0.9:8080 is an IP address; list it with its port (10.0.0.9:8080) to allow it")
+
+
 def test_a_policy_shown_as_json_comes_back_the_same_with_its_special_entries() -> None:
     bot = NetworkPolicy.within_grant(["localhost:22", "127.0.0.1:8080"], ["localhost", "127.0.0.1:8080"], ["b.test"])
     again = NetworkPolicy.from_json(bot.to_json())

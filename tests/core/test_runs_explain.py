@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from warden.core.runs import explain_failure, explain_not_started, nearest_program
+from warden.core.runs import explain_denied_path, explain_failure, explain_not_started, nearest_program
 
 FACTS = {"oom_killed": False, "network": False, "max_file_mb": 100, "memory": 512 << 20}
 
@@ -181,3 +181,19 @@ def test_a_read_only_folder_of_the_workspace_is_named_with_the_way_its_files_cha
     assert "through the write_file tool" in mcp and "/v1/" not in mcp, mcp
     person = explain_failure(2, None, said, **FACTS, workspace="zz", read_only_folders=["final"]) or ""
     assert "the zones /final" in person and "`warden fs zz write PATH`" in person, person
+
+
+def test_a_denied_path_not_found_is_named_only_when_it_is_the_deny_s() -> None:
+    denied = ["/home/u/data", "/srv/secret"]
+    for tail in ("cat: /home/u/data/x.csv: No such file or directory\n",
+                 "FileNotFoundError: [Errno 2] No such file or directory: '/home/u/data/x.csv'\n",
+                 "ls: cannot access '/home/u/data': No such file or directory\n"):
+        said = explain_denied_path(tail, denied, workspace="notes")
+        assert said is not None and said.startswith("warden: /home/u/data is denied"), tail
+        assert "`warden sandbox forget /home/u/data --workspace notes`" in said
+    for tail in ("cat: /home/u/data-2/x: No such file or directory\n",  # whole segments only
+                 "cat: ./home/u/data/x: No such file or directory\n",  # not an absolute path
+                 "/home/u/data/x: Permission denied\n", ""):
+        assert explain_denied_path(tail, denied, workspace="notes") is None, tail
+    assert explain_denied_path("cat: /srv/secret/../secret/k: No such file or directory", denied,
+                               workspace="n") is not None

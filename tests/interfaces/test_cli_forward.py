@@ -308,3 +308,25 @@ def test_refusals_before_listening(cli: Cli, ws: str) -> None:
     wide = cli("forward", ws, "8000", "--listen", "0.0.0.0:8000")
     assert wide.code == 3 and "loopback" in wide.stderr
     assert cli("forward", ws, "http").code == 2
+
+
+def test_a_forward_as_a_bot_with_no_grant_there_says_so(cli: Cli) -> None:
+    """Found as a newcomer: `warden forward notes 8000 --as nobody` (a typo of the bot's name) said
+    "no live sandbox of bot 'nobody' runs in 'notes': start the server first", which that bot
+    never could. It now says the bot holds no grant there, naming `warden grants`."""
+    assert cli("create", "grantless", "--template", "minimal").code == 0
+    try:
+        assert cli("bot", "register", "realbot").code == 0
+        token = cli("grant", "grantless", "realbot", "--permissions", "read,execute").stdout.strip()
+        unknown = "acc_0123456789abcdef01234567"
+        for who, said in (("nobody", "bot 'nobody'"), (unknown, f"grant {unknown}")):
+            refused = cli("forward", "grantless", "8108", "--as", who)
+            assert refused.code == 4, refused.stderr
+            assert refused.stderr == (f"warden: {said} holds no grant on 'grantless', so it has no live sandbox "
+                                      "there: `warden grants grantless` lists who does (`--as BOT` or `--as acc_…`)\n")
+        # A bot that holds one and runs nothing yet is still told to start its server.
+        idle = cli("forward", "grantless", "8108", "--as", "realbot")
+        assert idle.code == 4 and "start the server first" in idle.stderr, idle.stderr
+        assert token
+    finally:
+        cli("destroy", "grantless", "--yes", "--no-archive")

@@ -105,9 +105,9 @@ def test_an_allow_a_deny_still_wins_over_is_said_at_once(cli: Cli) -> None:
     other_level = cli("sandbox", "add", "/srv/newcomer-data", "--workspace", "proj4")
     assert other_level.code == 0 and "deny: global denied_paths /srv/newcomer-data" in other_level.stdout
     plain = cli("sandbox", "add", "/srv/newcomer-open", "--workspace", "proj4")
-    assert plain.code == 0 and "note" not in plain.stdout + plain.stderr
+    assert plain.code == 0 and "still do not get" not in plain.stdout + plain.stderr  # (it does not exist: that note)
     assert cli("sandbox", "add", "/srv/newcomer-data").code == 0  # the global deny dropped: nothing said
-    assert "note" not in cli("sandbox", "add", "/srv/newcomer-data", "--workspace", "proj4").stdout
+    assert "still do not get" not in cli("sandbox", "add", "/srv/newcomer-data", "--workspace", "proj4").stdout
 
 
 def test_forget_undoes_an_add_or_a_remove_at_its_level_only(cli: Cli, home: Path, tmp_path: Path) -> None:
@@ -158,3 +158,38 @@ def test_forget_of_a_path_a_level_does_not_list_exits_4_and_makes_nothing(cli: C
     assert cli("sandbox", "forget", "relative", "--level", "session").code == 2
     assert cli("sandbox", "forget", "/srv/forget-me", "--workspace", "proj6", "--json").json["data"]["level"] == \
         "workspace"
+
+
+def test_a_run_that_does_not_find_a_denied_path_ends_with_warden_s_line(cli: Cli, tmp_path: Path) -> None:
+    """Found as a newcomer: after `warden sandbox remove ~/datasets`, `cat ~/datasets/x.csv` said
+    only "No such file or directory", as for a file that is not there, with no line from Warden."""
+    data = tmp_path / "denied-data"
+    data.mkdir()
+    (data / "x.csv").write_text("a,b\n")
+    assert cli("create", "proj7").code == 0
+    assert cli("sandbox", "remove", str(data), "--workspace", "proj7").code == 0
+    hint = (f"warden: {data} is denied to this workspace's commands, so the sandbox hides it; `warden sandbox "
+            f"forget {data} --workspace proj7` takes the deny back (`warden sandbox list --workspace proj7` "
+            "shows at which level it is)")
+    for argv in (["cat", f"{data}/x.csv"], ["python", "-c", f"open('{data}/x.csv')"]):
+        run = cli("run", "proj7", "--", *argv)
+        assert run.code == 1 and "No such file or directory" in run.stderr, run.stderr
+        assert run.stderr.rstrip("\n").splitlines()[-1] == hint
+    missing = cli("run", "proj7", "--", "cat", str(tmp_path / "nowhere" / "x.csv"))  # not denied: no line
+    assert missing.code == 1 and "warden:" not in missing.stderr
+    assert cli("sandbox", "forget", str(data), "--workspace", "proj7").code == 0
+    assert cli("run", "proj7", "--", "cat", f"{data}/x.csv").stderr.count("warden:") == 0
+
+
+def test_add_of_a_path_that_does_not_exist_says_so_and_allows_it_all_the_same(cli: Cli, tmp_path: Path) -> None:
+    """Found as a newcomer: `warden sandbox add ~/nope` answered "allowed" alone; runs then did
+    not find it, with nothing to say why (a missing allowed path is not mounted)."""
+    later = tmp_path / "made-later"
+    added = cli("sandbox", "add", str(later), "--mode", "ro")
+    assert added.code == 0
+    assert added.stdout.splitlines() == [f"allowed {later} (ro) at level global",
+                                         f"note: {later} does not exist on this host (yet); runs get it once it does"]
+    assert cli("sandbox", "add", str(tmp_path), "--mode", "ro").stdout.count("note:") == 0  # one that exists
+    assert cli("sandbox", "add", str(later), "--mode", "ro", "--json").json["data"]["path"] == str(later)
+    for path in (later, tmp_path):
+        assert cli("sandbox", "forget", str(path)).code == 0

@@ -262,6 +262,26 @@ def test_a_server_killed_by_sigkill_has_its_workers_live_sandboxes_stopped_at_th
     assert [p["status"] for p in listed if p["id"] == sleeper.id] == ["killed"]
 
 
+def test_a_grant_token_asking_for_a_workspace_is_told_which_token_does(story: dict[str, object]) -> None:
+    """Found as a newcomer: the README's grant token given to the SDK's create_workspace (the
+    docs' first SDK line) was answered a bare "permission denied", as a wrong token is."""
+    environ: dict[str, str] = story["environ"]  # type: ignore[assignment]
+    server: ServeProcess = story["server"]  # type: ignore[assignment]
+    identity = cli_out(environ, "bot", "register", "newcomer")
+    made = Client(server.url, identity).create_workspace("newcomers")
+    with pytest.raises(Denied) as refused:
+        Client(server.url, made.access_token).create_workspace("another")
+    said = refused.value.message
+    assert said.startswith("permission denied: a grant's token acts on its one workspace")
+    assert ".workspace(NAME)" in said and "`warden bot register NAME`" in said
+    raw = httpx.post(f"{server.url}/v1/workspaces", headers={"Authorization": f"Bearer {made.access_token}"},
+                     json={"bot": "newcomer", "request": "workspace", "params": {"name": "another"}}, timeout=60)
+    assert raw.status_code == 403 and raw.json()["error"] == {"code": "denied", "message": said}
+    assert "another" not in cli_out(environ, "list")
+    _uniform(httpx.post(f"{server.url}/v1/workspaces", headers={"Authorization": "Bearer wdn_" + "Z" * 43},
+                        json={"bot": "newcomer", "request": "workspace", "params": {"name": "another"}}, timeout=60))
+
+
 def test_a_bot_asking_again_for_a_name_that_is_taken_is_told_what_it_can_do(story: dict[str, object]) -> None:
     """A bot that restarted asked again for its workspace: the 409 said "`warden destroy` it first",
     a command only the person has."""

@@ -233,6 +233,16 @@ def _listed_with_port(policy: NetworkPolicy, host: str, port: int) -> Rule | Non
                  if r.port == port and not r.host.startswith("*.") and r.host == host), None)
 
 
+def _how_to_allow(policy: NetworkPolicy, target: str) -> str:
+    """What lets `target` reach an IP literal or a special address. A bot's command already names
+    its host with its port (`within_grant`): what it lacks is its grant's entry saying so, so "list
+    it with its port" alone sent a bot to repeat what it had just asked."""
+    if policy.special is None:
+        return f"list it with its port ({target}) to allow it"
+    return (f"a bot's command reaches it only by asking for {target}, with its port, under a grant that names "
+            f"it so: a person runs `warden grant WORKSPACE BOT --allow-domain {target}`")
+
+
 def check_host(policy: NetworkPolicy, host: str, port: int) -> Decision:
     """The decision on a name before any lookup: deny list, then IP literal, then allow list."""
     try:
@@ -250,7 +260,7 @@ def check_host(policy: NetworkPolicy, host: str, port: int) -> Decision:
         listed = _listed_with_port(policy, name, port)
         if listed is None:
             return Decision(False, "network.ip_literal",
-                               f"{target} is an IP address; list it with its port to allow it")
+                               f"{target} is an IP address; {_how_to_allow(policy, target)}")
         return Decision(True, f"network.allowed:{listed.text}", f"{target} is listed")
     for rule in policy.allowed:
         if rule.matches(name, port):
@@ -287,7 +297,7 @@ def check_addresses(policy: NetworkPolicy, host: str, port: int,
                            f"{target} resolves to an address in the denied list"), []
     if not usable:
         return Decision(False, "network.special_address",
-                           refused_why + "; list the host with its port to allow it"), []
+                           f"{refused_why}; {_how_to_allow(policy, target)}"), []
     return Decision(True, "network.allowed", f"{target} is allowed"), usable
 
 

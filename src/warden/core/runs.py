@@ -19,7 +19,8 @@ from warden.core.network import NetworkPolicy
 from warden.core.paths import canonical, normalize, within
 
 __all__ = ["NO_NETWORK_ENV", "NetEvent", "RunInProgress", "RunResult", "RunWatch", "SandboxRequest", "Sink",
-           "StoppedAsItStarted", "Usage", "explain_failure", "explain_not_started", "nearest_program", "usage_of",
+           "StoppedAsItStarted", "Usage", "explain_denied_path", "explain_failure", "explain_not_started",
+           "nearest_program", "usage_of",
            "workspace_cwd"]
 
 # Where a command's output goes as it comes (a terminal, a socket), chunk by chunk.
@@ -310,6 +311,32 @@ def timed_out_line(timeout_s: float, *, again: str = "run") -> str:
     shown = format_duration(timedelta(seconds=timeout_s)) if timeout_s == int(timeout_s) else f"{timeout_s:g}s"
     return (f"warden: timed out after {shown}; the command and its processes were killed; {again} it with "
             "--timeout DURATION (e.g. 30m) or set sandbox.timeout")
+
+
+_NOT_FOUND = "No such file or directory"
+# An absolute path as programs print it: `cat: /a/b: …`, `[Errno 2] No such file or directory: '/a/b'`.
+_ABSOLUTE = re.compile(r"(?<![\w.~-])/[^\s:'\"`]+")
+
+
+def explain_denied_path(stderr_tail: str, denied: Sequence[str], *, workspace: str) -> str | None:
+    """The line for a command that did not find a path of this host which a `warden sandbox remove`
+    (a deny, at any level) hides from the workspace's commands, or None.
+
+    The program says "No such file or directory", as for a path that does not exist: without
+    Warden's line a person who had just denied, or not yet forgotten, a folder went looking for it
+    on the host. For a person's run only: a bot is not told the person's path lists.
+    """
+    for line in stderr_tail.splitlines():
+        if _NOT_FOUND not in line:
+            continue
+        for found in _ABSOLUTE.findall(line):
+            path = normalize(found.rstrip(".,;)"))
+            hidden = next((d for d in denied if within(path, [d])), None)
+            if hidden is not None:
+                return (f"warden: {echoed(hidden)} is denied to this workspace's commands, so the sandbox hides it; "
+                        f"`warden sandbox forget {echoed(hidden)} --workspace {workspace}` takes the deny back "
+                        f"(`warden sandbox list --workspace {workspace}` shows at which level it is)")
+    return None
 
 
 def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom_killed: bool,

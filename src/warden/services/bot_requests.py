@@ -341,7 +341,12 @@ class BotRequestService:
         destroyed again before the error goes on.
         """
         if principal.kind != "bot":
-            raise Denied(DENIED, rule="token.not_identity")
+            # The token authenticated (a live grant's), so saying what it is tells its holder
+            # nothing new, as MCP's text for this rule does; a bare "permission denied" sent a
+            # newcomer following the SDK's create_workspace with the README's grant token nowhere.
+            raise Denied(f"{DENIED}: a grant's token acts on its one workspace (the SDK's Client(url, token)"
+                         ".workspace(NAME)) and cannot ask for a new one; that takes the bot's identity token "
+                         "(`warden bot register NAME` printed it)", rule="token.not_identity")
         if bot is not None and principal.bot != bot:
             raise Denied(DENIED, rule="token.bot_mismatch")
         trail.allow("bot.identity")

@@ -57,12 +57,18 @@ class ForwardService:
         check_port(port, self._ports)
         with self._registry.transaction(write=False) as tx:
             record = tx.workspaces.get(workspace)
+            grants = tx.grants.of_workspace(workspace) if record is not None and reach.said != "user" else []
         if record is None:
             raise NotFound(f"no workspace {workspace!r}; `warden list` shows them")
         if record.status != "ready":
             raise Conflict(f"workspace {workspace!r} is {record.status}: only a ready workspace has live sandboxes "
                            f"to forward to")
         if not self._live.usable(workspace, reach.matches):
+            if reach.said != "user" and not any(reach.matches(f"bot:{g.bot}@{g.accessor}") for g in grants):
+                # A mistyped --as was told to "start the server first", which no bot of that name could.
+                raise NotFound(f"{reach.who()} holds no grant on {workspace!r}, so it has no live sandbox there: "
+                               f"`warden grants {workspace}` lists who does (`--as BOT` or `--as acc_…`)",
+                               rule="forward.no_sandbox")
             raise NotFound(f"no live sandbox of {reach.who()} runs in {workspace!r}: "
                            f"{self._others(workspace, reach) or 'start the server first'} "
                            f"(`warden run {workspace} --detach -- …`, or the bot's background exec)",

@@ -45,6 +45,7 @@ from warden.core.runs import (
     SandboxRequest,
     Sink,
     StoppedAsItStarted,
+    explain_denied_path,
     explain_failure,
     workspace_cwd,
 )
@@ -600,6 +601,8 @@ class RunService:
                                   given_path=request.env.get("PATH"), workspace=name, mcp=request.mcp,
                                   read_only_folders=[os.path.relpath(zone, plan.record.path)
                                                      for zone in plan.ro_zones])
+            if why is None and plan.denied and not request.actor.startswith("bot:"):
+                why = explain_denied_path(result.stderr_tail, plan.denied, workspace=name)
             if why is None and notes.first_refusal is not None:
                 why = f"warden: the sandbox's proxy refused this command's network request ({notes.first_refusal})"
             if why is not None:

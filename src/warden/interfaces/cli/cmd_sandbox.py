@@ -93,6 +93,10 @@ def _add(ctx: Context, args: argparse.Namespace) -> Output:
     if overruled is not None:
         text += (f"\nnote: runs still do not get {rule.path}: {overruled} wins over any allow "
                  "(`warden sandbox check PATH --op read` shows the rule)")
+    elif not os.path.exists(rule.path):
+        # A missing allowed path is simply not mounted (adapters/sandbox/mountsrc.py), and a run
+        # then fails "No such file or directory" with nothing to say why: a typo is said at once.
+        text += f"\nnote: {rule.path} does not exist on this host (yet); runs get it once it does"
     return Output({**rule.to_json(), "overruled_by": overruled}, text)
 
 
