@@ -76,8 +76,9 @@ def test_failed_install_reports_and_records_nothing(envhome: EnvHome) -> None:  
     ws = envhome.create(name)
     before = (ws / "pyproject.toml").read_text()
     proc = envhome.cli("install", name, "no-such-package-here", "--json")
-    assert proc.returncode == 1
-    assert "no-such-package-here" in json.loads(proc.stdout)["error"]["message"]
+    assert proc.returncode == 2  # invalid: the index holds no such package, not an outage to wait out
+    error = json.loads(proc.stdout)["error"]
+    assert error["code"] == "invalid" and "no-such-package-here" in error["message"]
     assert (ws / "pyproject.toml").read_text() == before
 
 

@@ -13,7 +13,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 __all__ = ["UV_PROGRESS_LOG", "EnvLayers", "IndexOptions", "Interpreter", "Layer", "NodeBinding", "NodeRuntime",
-           "PythonBinding", "is_uv_log_line"]
+           "PythonBinding", "install_unresolvable", "is_uv_log_line"]
 
 # uv's tracing filter (`RUST_LOG`: target=level) that makes it say on stderr which package it has
 # prepared and which installed (adapters/envs/installer_output reads them for a progress bar);
@@ -26,6 +26,26 @@ def is_uv_log_line(line: str) -> bool:
     """A line of uv's own log (asked for by `UV_PROGRESS_LOG`), not of what it tells a person:
     left out of an error's tail."""
     return line.startswith(_UV_LOG_LEVELS)
+
+
+# What pip, uv and npm print when the index answered and holds no package or version the
+# request names: the request is wrong, and asking again gets the same answer.
+_UNRESOLVABLE = ("No matching distribution found for", "Could not find a version that satisfies the requirement",
+                 "No solution found when resolving", "was not found in the package registry",
+                 "npm error code E404", "npm ERR! code E404", "npm error code ETARGET", "npm ERR! code ETARGET",
+                 "No matching version found for")
+# ... and what they print when the index could not be reached, which pip follows with the same
+# "No matching distribution" as if the index had no such package: a network or index outage.
+_UNREACHED = ("NewConnectionError", "Max retries exceeded", "Temporary failure in name resolution",
+              "Connection refused", "ConnectTimeout", "ReadTimeout", "Failed to fetch", "error sending request",
+              "ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ETIMEDOUT", "network is unreachable",
+              "SSLError", "CERTIFICATE_VERIFY_FAILED", "certificate verify failed")
+
+
+def install_unresolvable(output: str) -> bool:
+    """Whether an installer's failed output says the index has no such package or version (a
+    request to change, not to repeat), as against an index it could not reach."""
+    return any(s in output for s in _UNRESOLVABLE) and not any(s in output for s in _UNREACHED)
 
 
 @dataclass(frozen=True)

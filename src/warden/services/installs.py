@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from warden.core.errors import Conflict, InvalidInput, NotFound, TooLarge, Unavailable, WardenError
-from warden.core.layers import UV_PROGRESS_LOG, IndexOptions, is_uv_log_line
+from warden.core.layers import UV_PROGRESS_LOG, IndexOptions, install_unresolvable, is_uv_log_line
 from warden.core.limits import Limits
 from warden.core.ports import NpmTarballs, SafeRoots, SandboxTools, WorkspaceFolders, WorkspaceRoot
 from warden.core.runs import Sink
@@ -206,6 +206,7 @@ class InstallResult:
     exit_code: int
     recorded_in: str | None = None  # the manifest the packages were added to
     error: str | None = None  # the end of the installer's output, when it failed
+    unresolvable: bool = False  # failed because the index has no such package or version
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "packages": list(self.packages), "node": self.node, "ok": self.ok,
@@ -270,6 +271,11 @@ class InstallService:
                                         "recorded_in": result.recorded_in})
         with contextlib.suppress(WardenError):  # installed: when it was last used is no outcome
             self._workspaces.touch(name)
+        if not result.ok and result.unresolvable:
+            # Not an outage: the same request fails the same way (400, not 503 a client may retry).
+            raise InvalidInput(f"installing {', '.join(checked)} failed: {result.error}; the index holds no such "
+                               "package or version: check the name and the version asked for",
+                               rule="install.unresolvable")
         if not result.ok:
             raise Unavailable(f"installing {', '.join(checked)} failed (exit {result.exit_code}): "
                               f"{result.error}")
@@ -347,7 +353,8 @@ class InstallService:
                 elif record_python(root, packages):
                     recorded_in = "pyproject.toml"
         return InstallResult(record.name, list(packages), node, ok, ran.exit_code, recorded_in,
-                             _tail(ran.stderr or ran.stdout) if not ok else None)
+                             _tail(ran.stderr or ran.stdout) if not ok else None,
+                             unresolvable=not ok and install_unresolvable(ran.stderr + "\n" + ran.stdout))
 
     def _has_pip(self, record: WorkspaceRecord) -> bool:
         """Whether `python -m pip` works in the workspace's venv: pip in the venv or its layer."""
