@@ -56,7 +56,8 @@ KEYS: dict[str, Setting] = {
     s.key: s
     for s in (
         Setting("sandbox.enabled", "bool", False,
-                "Enforce the command allowlist before any bot command starts"),
+                "Enforce the command allowlist (sandbox.allowed_commands) before any bot command starts; "
+                "the OS sandbox is on whatever this says"),
         Setting("sandbox.backend", "str", "bubblewrap",
                 "Where bot commands run: bubblewrap (on this host); kubernetes is designed, not yet runnable",
                 choices=("bubblewrap", "kubernetes"),
