@@ -655,6 +655,37 @@ def test_a_stop_as_a_destroy_moves_its_folder_away_leaves_no_folder_behind(env: 
     assert again.returncode == 0, again.stderr
 
 
+def test_a_destroy_killed_before_its_folder_moved_is_finished_by_the_next_sweep(env: dict[str, str]) -> None:
+    """kill -9 once a destroy's row removal was committed, before its folder was moved to the
+    trash: no handler runs, the folder stays, and `warden create` of the name is refused. The
+    destroy's audit event (written with the row's removal) names the workspace's id, which its
+    folder's `.workspace.json` names too: `warden doctor --fix` finishes the destroy. A folder no
+    destroy recorded — a person's, or one naming another id — is left alone."""
+    home, name = Path(env["WARDEN_HOME"]), "dk9"
+    assert warden(env, "create", name, "--template", "minimal").returncode == 0
+    killed = _stopped_inside(env, "warden.services.folders", "FolderService.trash", ["destroy", name, "--yes"],
+                             signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL, killed
+    folder = home / "workspaces" / name
+    assert folder.is_dir() and warden(env, "info", name).returncode != 0
+    refused = warden(env, "create", name, "--template", "minimal")
+    assert refused.returncode != 0 and b"`warden doctor --fix` removes" in refused.stderr, refused
+    persons = home / "workspaces" / "persons-own"  # a folder no destroy recorded, one with a copied id
+    persons.mkdir()
+    (persons / ".workspace.json").write_bytes((folder / ".workspace.json").read_bytes())
+    planted = home / "workspaces" / "planted"
+    planted.mkdir()
+    (planted / ".workspace.json").write_text('{"id": "ws_0000000000000000"}')
+
+    swept = warden(env, "doctor", "--fix", "--json", extra={"WARDEN_DAEMON": "0"})
+    report = json.loads(swept.stdout)["data"]["swept"]
+    assert report["destroyed_folders"] == [str(folder)], report
+    assert str(persons) in report["orphan_folders"] and str(planted) in report["orphan_folders"], report
+    assert not folder.exists() and persons.is_dir() and planted.is_dir()
+    assert warden(env, "create", name, "--template", "minimal").returncode == 0
+    assert warden(env, "audit", "verify").returncode == 0
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_a_stop_as_a_rollback_changes_the_files_is_audited(env: dict[str, str], sig: signal.Signals) -> None:
     """A stop while a rollback wrote the workspace's files (or once it had): only a WardenError

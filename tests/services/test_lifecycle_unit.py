@@ -316,7 +316,7 @@ def test_the_sweeper_removes_what_dead_processes_left(world: World) -> None:
     assert planned.to_json() == {"dry_run": True, "orphan_sandboxes": [], "cgroups": [],
                                  "temp_files": [f"{archives}/.w1.tar.zst.4242.tmp"], "layers": 1, "trash": [trash],
                                  "lost_runs": [], "orphan_folders": [f"{ROOT}/someones-notes"],
-                                 "git_scratch": [dead_clone], "stale_archives": [stale]}
+                                 "git_scratch": [dead_clone], "stale_archives": [stale], "destroyed_folders": []}
     assert world.leftovers.removed == [] and world.leftovers.background == [] and stale in world.archives.files
 
     swept = world.sweeper.sweep()
@@ -325,7 +325,7 @@ def test_the_sweeper_removes_what_dead_processes_left(world: World) -> None:
                                "temp_files": [f"{archives}/.w1.tar.zst.4242.tmp"], "layers": 1, "trash": [trash],
                                "lost_runs": [{"run_id": "r1", "workspace": "w1"}],
                                "orphan_folders": [f"{ROOT}/someones-notes"], "git_scratch": [dead_clone],
-                               "stale_archives": [stale]}
+                               "stale_archives": [stale], "destroyed_folders": []}
     assert stale not in world.archives.files and unknown in world.archives.files
     # Their writers are gone; the others' run.
     assert world.leftovers.removed == [f"{archives}/.w1.tar.zst.4242.tmp", dead_clone]

@@ -72,6 +72,12 @@ def metadata_json(record: WorkspaceRecord) -> bytes:
     return (json.dumps(metadata, indent=2) + "\n").encode("utf-8")
 
 
+def not_registered(path: str) -> Conflict:
+    """The refusal of a create whose folder is there already, no workspace's."""
+    return Conflict(f"folder {path} already exists but is not a registered workspace; move it away or pick another "
+                    "name (what a killed `warden destroy` left, `warden doctor --fix` removes)")
+
+
 class FolderService:
     """Makes, fills, checks and trashes workspace folders."""
 
@@ -89,14 +95,18 @@ class FolderService:
     def holds(self, record: WorkspaceRecord) -> bool:
         """Whether the folder at `record.path` is that workspace's own: its `.workspace.json`
         (a file, never a link followed) names `record`'s id, not only its name."""
-        if not self.io.is_dir(record.path):
-            return False
+        return self.io.is_dir(record.path) and self.written_id(record.path) == record.id
+
+    def written_id(self, path: str) -> str | None:
+        """The workspace id the `.workspace.json` of folder `path` names (a file, never a link
+        followed), or None."""
         try:
             # The folder is the bot's: read by descriptor and bounded, as any file it may have written.
-            written = json.loads(self.io.read_small(record.path, METADATA_FILE, 1 << 16) or b"")
+            written = json.loads(self.io.read_small(path, METADATA_FILE, 1 << 16) or b"")
         except (OSError, ValueError, RecursionError):  # RecursionError: `[[[[…`, 64 KiB nest deep enough
-            return False
-        return isinstance(written, dict) and written.get("id") == record.id
+            return None
+        found = written.get("id") if isinstance(written, dict) else None
+        return found if isinstance(found, str) else None
 
     def taken(self, path: str) -> bool:
         """Whether anything (a dangling link too) is at `path`."""
@@ -107,8 +117,7 @@ class FolderService:
         try:
             self.io.make_folder(path)
         except FileExistsError:
-            raise Conflict(f"folder {path} already exists but is not a registered "
-                           "workspace; move it away or pick another name") from None
+            raise not_registered(path) from None
 
     def write_metadata(self, record: WorkspaceRecord) -> None:
         """`.workspace.json`: what the workspace is, for tools working in it."""

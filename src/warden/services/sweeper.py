@@ -8,7 +8,10 @@ background `rm` never finished, git's scratch (a clone, a checkout, an index) in
 workspace's `.warden/`, and runs whose outcome was never written. Each is recognised by the
 liveness of the process that made it (pid and start time), or by its workspace's lease, so
 nothing in use is touched. Folders under the workspaces root that the registry does not know
-are reported, never removed: they may be the person's.
+are reported, never removed: they may be the person's — but for the folder of a destroyed
+workspace whose destroy was killed after its row went and before its folder moved to the trash:
+its `.workspace.json` names the id the audit's `workspace.destroy` event of that name recorded
+(written with the row's removal), so it is finished, moved to the trash as the destroy would have.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ if TYPE_CHECKING:
 
 __all__ = ["SweepReport", "Sweeper"]
 
+# How many of the newest events about a name are searched for its destroy (the name's events
+# after its destroy are refusals at most: a create of it is refused while the folder is there).
+_DESTROY_LOOKBACK = 500
+
 
 @dataclass(frozen=True)
 class SweepReport:
@@ -47,6 +54,7 @@ class SweepReport:
     orphan_folders: tuple[str, ...]  # folders of the workspaces root no workspace owns (left alone)
     git_scratch: tuple[str, ...] = ()  # scratch of git operations a dead Warden left in workspaces' .warden/
     stale_archives: tuple[str, ...] = ()  # whole archives no row names, of workspaces that are still there
+    destroyed_folders: tuple[str, ...] = ()  # folders of destroyed workspaces a killed destroy left (trashed)
 
     def to_json(self) -> dict[str, Any]:
         return {"dry_run": self.dry_run, "orphan_sandboxes": list(self.orphan_sandboxes),
@@ -54,7 +62,7 @@ class SweepReport:
                 "trash": list(self.trash),
                 "lost_runs": [{"run_id": run.run_id, "workspace": run.workspace} for run in self.lost_runs],
                 "orphan_folders": list(self.orphan_folders), "git_scratch": list(self.git_scratch),
-                "stale_archives": list(self.stale_archives)}
+                "stale_archives": list(self.stale_archives), "destroyed_folders": list(self.destroyed_folders)}
 
 
 class Sweeper:
@@ -113,10 +121,51 @@ class Sweeper:
             for path in trash:
                 self._leftovers.remove_in_background(path)
         temp += [os.path.join(folder, path) for folder, path in in_workspaces]
+        orphans = self._orphan_folders()
+        destroyed = self._destroyed_folders(orphans)
+        if not dry_run:
+            destroyed = [path for path in destroyed if self._finish_destroy(path)]
         return SweepReport(dry_run, tuple(sandboxes), tuple(cgroups), tuple(temp),
                            self._layers().store.sweep(dry_run=dry_run), tuple(trash),
-                           () if dry_run else self._lost_runs(), self._orphan_folders(), tuple(scratch),
-                           self._stale_archives(dry_run))
+                           () if dry_run else self._lost_runs(), tuple(p for p in orphans if p not in destroyed),
+                           tuple(scratch), self._stale_archives(dry_run), tuple(destroyed))
+
+    def _finish_destroy(self, path: str) -> bool:
+        """Move the folder of a destroyed workspace to the trash, under its name's exclusive lease:
+        a destroy still running holds it (and moves the folder itself); one killed holds it no more."""
+        written = self._workspaces.folders.written_id(path)
+        try:
+            with self._workspaces.lease(Path(path).name, "exclusive", "sweep"):
+                if written is None or self._workspaces.folders.written_id(path) != written:
+                    return False  # moved meanwhile: by its destroy
+                self._workspaces.trash(path)
+                return True
+        except (WardenError, OSError):
+            return False  # busy, or not movable now: the next sweep looks again
+
+    def _destroyed_folders(self, orphans: tuple[str, ...]) -> list[str]:
+        """The folders among `orphans` whose workspace was destroyed (the audit's event of its
+        name holds the id their `.workspace.json` names) and would have gone to the trash: a
+        destroy killed between its row's removal and the folder's move. The event is written in
+        the transaction that removed the row, so it is there exactly when the destroy happened;
+        a bot cannot write the audit log, and a folder with a live row is no orphan."""
+        found = []
+        for path in orphans:
+            written = self._workspaces.folders.written_id(path)
+            if written is None:
+                continue
+            try:
+                with self._registry.transaction(write=False) as tx:
+                    events = tx.audit.newest(target=Path(path).name, limit=_DESTROY_LOOKBACK)
+            except WardenError:
+                continue
+            for stored in events:
+                event = stored.to_event()
+                if (event.action == "workspace.destroy" and event.detail.get("id") == written
+                        and event.detail.get("folder_trashed") is True):
+                    found.append(path)
+                    break
+        return found
 
     def _stale_archives(self, dry_run: bool) -> tuple[str, ...]:
         """Whole archives that no row names, of workspaces whose folder is back: an archive killed

@@ -25,7 +25,14 @@ from warden.core.errors import Conflict, InvalidInput, NotFound, Unavailable, Wa
 from warden.core.leases import ENDING_OPS
 from warden.core.ports import Clock, Processes, Registry, Tx
 from warden.core.workspaces import WorkspaceRecord, check_name, check_type
-from warden.services.folders import CONFIGURED_MARKER, METADATA_FILE, FolderService, env_meta, layer_ids
+from warden.services.folders import (
+    CONFIGURED_MARKER,
+    METADATA_FILE,
+    FolderService,
+    env_meta,
+    layer_ids,
+    not_registered,
+)
 
 if TYPE_CHECKING:
     from warden.core.layers import EnvLayers
@@ -300,8 +307,7 @@ class WorkspaceService:
             raise Conflict(f"workspace {name!r} already exists; pick another name or `warden destroy` it first",
                            rule="workspace.exists")
         if self.folders.taken(str(self.root_dir / name)):
-            raise Conflict(f"folder {self.root_dir / name} already exists but is not a registered "
-                           "workspace; move it away or pick another name")
+            raise not_registered(str(self.root_dir / name))
 
     def _create_claimed(self, record: WorkspaceRecord, lease: Lease | None, blob: bytes | None,
                         resolution: Resolution, layers: EnvLayers, meta: dict[str, Any],
@@ -405,8 +411,11 @@ class WorkspaceService:
                 live = [g.accessor for g in tx.grants.of_workspace(name, live_only=True)]
                 revoked = tx.grants.revoke(live, self._clock())
                 tx.workspaces.delete(name, record_id=record.id)
+                # Its id, and whether its folder goes: a destroy killed (-9) before the folder moved
+                # is finished by the next sweep from this very event (services/sweeper.py).
                 self._audit().record(actor=actor, action="workspace.destroy", target=name,
-                                   detail={"archive": kept, "grants_revoked": revoked}, tx=tx)
+                                   detail={"archive": kept, "grants_revoked": revoked, "id": record.id,
+                                           "folder_trashed": not adopted or delete}, tx=tx)
             # Inside the try: a stop from here on comes once the row's removal is committed.
             if not adopted or delete:
                 self.folders.trash(record.path)
