@@ -28,6 +28,7 @@ from warden.core.paths import canonical
 from warden.interfaces.http.calls import Call
 from warden.interfaces.http.file_services import FileServices, files_for
 from warden.interfaces.http.running import ExecSlots
+from warden.interfaces.http.shares import Shares
 from warden.interfaces.http.streaming import Killable
 from warden.interfaces.mcp.files import FILE_TOOLS
 from warden.interfaces.mcp.texts import Answer, pending_text, refusal_text
@@ -60,6 +61,12 @@ STREAM_PENDING = 1 << 20
 STREAM_TOTAL = 16 << 20
 STREAM_PIECE = 64 << 10
 RESULT_OUTPUT = 32 << 10  # characters of each stream a result carries
+
+
+# Tool calls holding a server thread at once: one bot's (at least; twice its exec slots when
+# that is more) and all bots' (of Starlette's 40 threads, shared with the HTTP API).
+MCP_CALLS_PER_BOT = 8
+MCP_CALLS = 24
 
 
 class McpCall(Call):
@@ -126,6 +133,15 @@ class ToolCalls:
         self.requests = app.bot_requests
         self.files = FileServices(app)
         self.slots = ExecSlots.from_settings(app)  # the same bound as the HTTP API's execs
+        # The calls in progress that hold a server thread (all but a foreground exec, which an
+        # exec slot bounds): unbounded, one bot's few dozen calls on a file slow to answer held
+        # every thread of `warden serve` (Starlette's 40, shared with the HTTP API) and every
+        # other bot's request waited. Per bot, by the root of its grants (as exec slots count).
+        per_bot = max(MCP_CALLS_PER_BOT, 2 * app.settings.get_int("api.max_execs_per_bot"))
+        self.held = Shares(per_bot, MCP_CALLS,
+                           bot_full=lambda n: f"this bot already has {n} tool calls in progress; call again when "
+                                              "one has answered",
+                           all_full=lambda n: f"{n} tool calls are in progress on this server; call again in a moment")
         # Calls on another node's workspace are carried out there (forward.py).
         self.forwarding = McpForwarding(peers or Peers(app), timeout=app.settings.get_seconds("sandbox.timeout") + 60)
 
@@ -171,21 +187,22 @@ class ToolCalls:
         try:
             with McpCall(self.app, name, target) as call:
                 principal = call.authenticate(token)
-                if workspace is not None:
-                    # Acting through the bot's grant there (itself, for a grant token).
-                    call.principal = self.requests.acting_on(principal, workspace)
-                if name in FILE_TOOLS:  # every file tool names its workspace (tools.py)
-                    answer = FILE_TOOLS[name](lambda permission: self.file_service(call, str(workspace), permission),
-                                              args)
-                else:
-                    handler: Callable[..., Answer] = getattr(self, f"_{name}")
-                    try:
-                        answer = handler(call, args, output) if output is not None else handler(call, args)
-                    finally:
-                        if gone is not None and gone():
-                            # Its client cancelled or left, and its command was killed for it: the
-                            # call's event said "ok" with the kill's status and no reason why.
-                            call.note(client_gone=True)
+                with self.held.held(principal.minter):  # before any of the call's own work
+                    if workspace is not None:
+                        # Acting through the bot's grant there (itself, for a grant token).
+                        call.principal = self.requests.acting_on(principal, workspace)
+                    if name in FILE_TOOLS:  # every file tool names its workspace (tools.py)
+                        answer = FILE_TOOLS[name](
+                            lambda permission: self.file_service(call, str(workspace), permission), args)
+                    else:
+                        handler: Callable[..., Answer] = getattr(self, f"_{name}")
+                        try:
+                            answer = handler(call, args, output) if output is not None else handler(call, args)
+                        finally:
+                            if gone is not None and gone():
+                                # Its client cancelled or left, and its command was killed for it: the
+                                # call's event said "ok" with the kill's status and no reason why.
+                                call.note(client_gone=True)
             return _result(answer)
         except Pending as exc:
             text, shown = pending_text(exc)
