@@ -175,3 +175,13 @@ def test_archives_pack_and_keep_records(archives: tuple[ArchiveFiles, WorkspaceF
     shelf.remove(target + ".record.json")
     shelf.remove(target + ".record.json")
     assert shelf.read_bytes(target + ".record.json") is None and not shelf.is_file(target + ".record.json")
+
+
+def test_changed_at_is_when_the_entry_itself_changed_and_none_for_nothing(io: Host | Fake, tmp_path: Path) -> None:
+    ws = f"{tmp_path}/changed"
+    assert io.changed_at(ws) is None
+    io.make_folder(ws)
+    made = io.changed_at(ws)
+    assert made is not None and made <= time.time()
+    io.plant_link(f"{tmp_path}/link", "/nowhere")  # the link itself, not what it names
+    assert io.changed_at(f"{tmp_path}/link") is not None

@@ -683,6 +683,20 @@ def test_a_destroy_killed_before_its_folder_moved_is_finished_by_the_next_sweep(
     assert str(persons) in report["orphan_folders"] and str(planted) in report["orphan_folders"], report
     assert not folder.exists() and persons.is_dir() and planted.is_dir()
     assert warden(env, "create", name, "--template", "minimal").returncode == 0
+
+    # Killed again, then the folder moved away and copied back by hand (`cp -a`: its mtimes kept)
+    # once the destroy is over a second old: a person's copy, newer than the destroy, stays.
+    killed = _stopped_inside(env, "warden.services.folders", "FolderService.trash", ["destroy", name, "--yes"],
+                             signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL and folder.is_dir(), killed
+    aside = home / "workspaces" / "dk9-aside"
+    folder.rename(aside)
+    destroyed_at = time.time()
+    wait_until(lambda: time.time() > destroyed_at + 1.5, message="the clock stopped")
+    shutil.copytree(aside, folder, symlinks=True)  # copy2: mtimes kept, ctimes new
+    report = json.loads(warden(env, "doctor", "--fix", "--json", extra={"WARDEN_DAEMON": "0"}).stdout)["data"]["swept"]
+    assert report["destroyed_folders"] == [] and str(folder) in report["orphan_folders"], report
+    assert folder.is_dir() and aside.is_dir()
     assert warden(env, "audit", "verify").returncode == 0
 
 

@@ -71,6 +71,9 @@ class FakeWorkspaceIO:
             path = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
         return path
 
+    def changed_at(self, path: str) -> float | None:
+        return 0.0 if self.kind(path) is not None else None  # made before any event
+
     def kind(self, path: str) -> str | None:
         if path in self.links:
             return "symlink"

@@ -64,6 +64,12 @@ class HostWorkspaceIO:
         except OSError:
             return None
 
+    def changed_at(self, path: str) -> float | None:
+        try:
+            return os.lstat(path).st_ctime
+        except OSError:
+            return None
+
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
 

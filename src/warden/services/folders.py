@@ -97,6 +97,10 @@ class FolderService:
         (a file, never a link followed) names `record`'s id, not only its name."""
         return self.io.is_dir(record.path) and self.written_id(record.path) == record.id
 
+    def changed_at(self, path: str) -> float | None:
+        """When the folder (or file) `path` last changed (its ctime); None: nothing there."""
+        return self.io.changed_at(path)
+
     def written_id(self, path: str) -> str | None:
         """The workspace id the `.workspace.json` of folder `path` names (a file, never a link
         followed), or None."""

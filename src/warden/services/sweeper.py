@@ -20,6 +20,7 @@ import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,14 @@ if TYPE_CHECKING:
     from warden.services.workspaces import WorkspaceService
 
 __all__ = ["SweepReport", "Sweeper"]
+
+def _epoch(at: str) -> float:
+    """An audit event's time (ISO 8601) as seconds since the epoch; 0 when it is not one."""
+    try:
+        return datetime.fromisoformat(at).timestamp()
+    except ValueError:
+        return 0.0
+
 
 # How many of the newest events about a name are searched for its destroy (the name's events
 # after its destroy are refusals at most: a create of it is refused while the folder is there).
@@ -159,10 +168,14 @@ class Sweeper:
                     events = tx.audit.newest(target=Path(path).name, limit=_DESTROY_LOOKBACK)
             except WardenError:
                 continue
+            changed = self._workspaces.folders.changed_at(path)
             for stored in events:
                 event = stored.to_event()
                 if (event.action == "workspace.destroy" and event.detail.get("id") == written
-                        and event.detail.get("folder_trashed") is True):
+                        and event.detail.get("folder_trashed") is True
+                        and changed is not None and changed <= _epoch(event.at) + 1):
+                    # Untouched since the destroy: a copy made later (a person putting back the
+                    # workspace's files by hand, `cp -a` and all) is a newer folder, left alone.
                     found.append(path)
                     break
         return found

@@ -32,6 +32,11 @@ class WorkspaceFolders(Protocol):
         """What `path` itself is (file, dir, symlink, other), links not followed; None: nothing there."""
         ...
 
+    def changed_at(self, path: str) -> float | None:
+        """When `path` itself (no link followed) last changed, as seconds since the epoch: its
+        ctime, which a copy (`cp -a`) cannot set back as it can an mtime; None: nothing there."""
+        ...
+
     def exists(self, path: str) -> bool:
         """Whether `path` names something, following links (a dangling link: False)."""
         ...
