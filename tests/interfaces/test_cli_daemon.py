@@ -486,6 +486,21 @@ def _stopped_inside(env: dict[str, str], module: str, method: str, args: list[st
                           timeout=120, check=False, stdin=subprocess.DEVNULL)
 
 
+def _stopped_as(sig: signal.Signals) -> tuple[int, bytes, bytes]:
+    """How `warden run` (no output of its command) ends by `sig`: its status, stdout and stderr."""
+    said = b"warden: terminated (SIGTERM)\n" if sig == signal.SIGTERM else b"warden: interrupted\n"
+    return (-sig if sig == signal.SIGTERM else 130), b"", said
+
+
+def _audited_interrupted(env: dict[str, str], sig: signal.Signals) -> None:
+    """The last two events of workspace dw are one run's start and its end, interrupted by `sig`."""
+    events = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "2", "--json").stdout)["data"]
+    started, ended = events
+    assert (started["action"], ended["action"], ended["result"]) == ("run.start", "run", "interrupted"), events
+    assert ended["detail"]["run_id"] == started["detail"]["run_id"]
+    assert ended["detail"]["interrupted_by"] == sig.name
+
+
 def test_a_termination_signal_as_the_outcome_is_written_leaves_no_run_in_progress(env: dict[str, str]) -> None:
     """SIGTERM while the run's lease is given back with its outcome (a few milliseconds): the
     handler's Terminated rolled that write back, leaving the run "in progress" (a `run.lost` at
@@ -549,13 +564,8 @@ def test_a_stop_as_a_class_is_made_is_a_stop_not_an_internal_error(env: dict[str
                "run()\n")
     done = subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
                           timeout=120, check=False, stdin=subprocess.DEVNULL)
-    said = b"warden: terminated (SIGTERM)\n" if sig == signal.SIGTERM else b"warden: interrupted\n"
-    assert (done.returncode, done.stdout, done.stderr) == (-sig if sig == signal.SIGTERM else 130, b"", said), done
-    events = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "2", "--json").stdout)["data"]
-    started, ended = events
-    assert (started["action"], ended["action"], ended["result"]) == ("run.start", "run", "interrupted"), events
-    assert ended["detail"]["run_id"] == started["detail"]["run_id"]
-    assert ended["detail"]["interrupted_by"] == sig.name
+    assert (done.returncode, done.stdout, done.stderr) == _stopped_as(sig), done
+    _audited_interrupted(env, sig)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
@@ -587,14 +597,10 @@ def test_a_stop_in_a_weakref_callback_is_not_lost(env: dict[str, str], sig: sign
                           timeout=120, check=False, stdin=subprocess.DEVNULL)
     # Where the stop comes again (as the run starts, or in its command) is the interpreter's to
     # say; that it comes, and what it leaves, is not.
-    said = b"warden: terminated (SIGTERM)\n" if sig == signal.SIGTERM else b"warden: interrupted\n"
-    assert (done.returncode, done.stdout) == (-sig if sig == signal.SIGTERM else 130, b""), done
+    code, _, said = _stopped_as(sig)
+    assert (done.returncode, done.stdout) == (code, b""), done
     assert done.stderr.endswith(said) and b"Traceback" not in done.stderr, done
-    events = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "2", "--json").stdout)["data"]
-    started, ended = events
-    assert (started["action"], ended["action"], ended["result"]) == ("run.start", "run", "interrupted"), events
-    assert ended["detail"]["run_id"] == started["detail"]["run_id"]
-    assert ended["detail"]["interrupted_by"] == sig.name
+    _audited_interrupted(env, sig)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
@@ -621,8 +627,7 @@ def test_a_stop_as_a_background_process_starts_leaves_it_neither_running_nor_unr
                "run()\n")
     done = subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
                           timeout=120, check=False, stdin=subprocess.DEVNULL)
-    said = b"warden: terminated (SIGTERM)\n" if sig == signal.SIGTERM else b"warden: interrupted\n"
-    assert (done.returncode, done.stdout, done.stderr) == (-sig if sig == signal.SIGTERM else 130, b"", said), done
+    assert (done.returncode, done.stdout, done.stderr) == _stopped_as(sig), done
     try:
         wait_until(lambda: not _sleeping(seconds), timeout=10, message="the process it started runs on")
         listed = json.loads(warden(env, "ps", "dw", "--json").stdout)["data"]

@@ -278,47 +278,32 @@ def test_a_bot_revokes_only_its_own_grant_or_those_minted_from_it(wapp: App) -> 
 
 
 @pytest.mark.parametrize("background", [False, True])
-def test_a_grant_revoked_after_its_check_runs_nothing(wapp: App, background: bool) -> None:
-    """The grant is checked as the request comes (authenticate, `_authorize`), and the run's
-    lease is taken a moment later: a grant revoked in between started a live sandbox for it (its
-    revocation had stopped those it had) and ran the command there, a background one for as long
-    as it liked. The chain is read again under the lease, and a revoked one runs nothing."""
-    bot = _bot(wapp, f"revoked-{int(background)}")
-    granted, path = _create(wapp, bot, f"revoking{int(background)}")
+@pytest.mark.parametrize("when", ["after its check", "as its sandbox starts"])
+def test_a_grant_revoked_before_its_command_runs_nothing(wapp: App, background: bool, when: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grant is checked as the request comes (authenticate, `_authorize`), read again under
+    the run's lease, and the bot's live sandbox is started a moment later. A revoke between the
+    check and the lease started a live sandbox for it (its revocation had stopped those it had);
+    one as the sandbox was being started (bwrap, for real) stopped the bot's sandboxes before this
+    one was recorded, so it missed it. Either way the command (a background one for as long as it
+    liked) ran. The chain is read under the lease, and the sandbox's row is recorded only with its
+    grant read again: nothing runs and nothing is left."""
+    late = when == "as its sandbox starts"
+    bot = _bot(wapp, f"revoked-{'late-' if late else ''}{int(background)}")
+    granted, path = _create(wapp, bot, f"revoking{'late' if late else ''}{int(background)}")
     assert granted.accessor is not None
     name = path.name
-    wapp.grants.revoke(name, accessor=granted.accessor)  # between the check and the run
-    command = Command(("sh", "-c", "echo ran > ran.txt"))
-    with pytest.raises(Denied, match="revoked"):
-        if background:
-            wapp.bot_requests.start(granted, name, command)
-        else:
-            wapp.bot_requests.exec(granted, name, command)
-    assert not (path / "ran.txt").exists()
-    with wapp.registry.transaction(write=False) as tx:
-        assert tx.sandboxes.of_workspace(name) == [] and tx.runs.of_workspace(name) == []
+    if late:
+        sandboxes = wapp.live._sandboxes
+        real_start = sandboxes.start
 
+        def revoked_meanwhile(*args: object, **kwargs: object) -> object:
+            wapp.grants.revoke(name, accessor=granted.accessor)  # the person's revoke, as it starts
+            return real_start(*args, **kwargs)  # type: ignore[arg-type]
 
-@pytest.mark.parametrize("background", [False, True])
-def test_a_grant_revoked_as_its_sandbox_starts_runs_nothing(wapp: App, background: bool,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """The chain is read under the run's lease, and the bot's live sandbox is started a moment
-    later: a revoke in between stopped the bot's sandboxes before this one was recorded, so it
-    missed it, and the command (a background one too) ran in it until the next sweep (15 s).
-    The revoke here comes as the sandbox is being started (bwrap, for real): the sandbox's row
-    is recorded only with its grant read again, so nothing runs and nothing is left."""
-    bot = _bot(wapp, f"revoked-late-{int(background)}")
-    granted, path = _create(wapp, bot, f"revokinglate{int(background)}")
-    assert granted.accessor is not None
-    name = path.name
-    sandboxes = wapp.live._sandboxes
-    real_start = sandboxes.start
-
-    def revoked_meanwhile(*args: object, **kwargs: object) -> object:
-        wapp.grants.revoke(name, accessor=granted.accessor)  # the person's revoke, as it starts
-        return real_start(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(sandboxes, "start", revoked_meanwhile)
+        monkeypatch.setattr(sandboxes, "start", revoked_meanwhile)
+    else:
+        wapp.grants.revoke(name, accessor=granted.accessor)  # between the check and the run
     command = Command(("sh", "-c", "echo ran > ran.txt; sleep 30"))
     with pytest.raises(Denied, match="revoked"):
         if background:
@@ -327,7 +312,8 @@ def test_a_grant_revoked_as_its_sandbox_starts_runs_nothing(wapp: App, backgroun
             wapp.bot_requests.exec(granted, name, command)
     assert not (path / "ran.txt").exists()
     with wapp.registry.transaction(write=False) as tx:
-        assert tx.sandboxes.of_workspace(name) == [] and tx.processes.of_workspace(name) == []
+        assert tx.sandboxes.of_workspace(name) == [] and tx.runs.of_workspace(name) == []
+        assert tx.processes.of_workspace(name) == []
 
 
 def test_a_zone_made_read_only_stops_the_background_processes_that_write_there(wapp: App) -> None:
