@@ -482,6 +482,11 @@ def _stopped_inside(env: dict[str, str], module: str, method: str, args: list[st
                f"setattr(owner, {name!r}, stopped_there)\n"
                f"sys.argv = ['warden', *{args!r}]\n"
                "run()\n")
+    return _python(env, program)
+
+
+def _python(env: dict[str, str], program: str) -> subprocess.CompletedProcess[bytes]:
+    """`program` run by this Python without the daemon, its stdin closed: a CLI patched in place."""
     return subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
                           timeout=120, check=False, stdin=subprocess.DEVNULL)
 
@@ -562,8 +567,7 @@ def test_a_stop_as_a_class_is_made_is_a_stop_not_an_internal_error(env: dict[str
                "runs.RunService._sandboxed = stopped_there\n"
                "sys.argv = ['warden', 'run', 'dw', '--', 'echo', 'never']\n"
                "run()\n")
-    done = subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
-                          timeout=120, check=False, stdin=subprocess.DEVNULL)
+    done = _python(env, program)
     assert (done.returncode, done.stdout, done.stderr) == _stopped_as(sig), done
     _audited_interrupted(env, sig)
 
@@ -593,8 +597,7 @@ def test_a_stop_in_a_weakref_callback_is_not_lost(env: dict[str, str], sig: sign
                "runs.RunService._sandboxed = stopped_there\n"
                "sys.argv = ['warden', 'run', 'dw', '--', 'sh', '-c', 'sleep 20; echo never']\n"
                "run()\n")
-    done = subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
-                          timeout=120, check=False, stdin=subprocess.DEVNULL)
+    done = _python(env, program)
     # Where the stop comes again (as the run starts, or in its command) is the interpreter's to
     # say; that it comes, and what it leaves, is not.
     code, _, said = _stopped_as(sig)
@@ -625,8 +628,7 @@ def test_a_stop_as_a_background_process_starts_leaves_it_neither_running_nor_unr
                "HostLiveSandboxes.spawn = spawned_then_stopped\n"
                f"sys.argv = ['warden', 'run', 'dw', '--detach', '--', 'sleep', '{seconds}']\n"
                "run()\n")
-    done = subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
-                          timeout=120, check=False, stdin=subprocess.DEVNULL)
+    done = _python(env, program)
     assert (done.returncode, done.stdout, done.stderr) == _stopped_as(sig), done
     try:
         wait_until(lambda: not _sleeping(seconds), timeout=10, message="the process it started runs on")
@@ -729,8 +731,7 @@ def test_a_stop_as_a_rollback_changes_the_files_is_audited(env: dict[str, str], 
                "HostVersionStore.apply = applied_then_stopped\n"
                f"sys.argv = ['warden', 'rollback', 'dw', {checkpoint!r}]\n"
                "run()\n")
-    done = subprocess.run([sys.executable, "-c", program], env={**env, "WARDEN_DAEMON": "0"}, capture_output=True,
-                          timeout=120, check=False, stdin=subprocess.DEVNULL)
+    done = _python(env, program)
     assert b"Traceback" not in done.stderr and done.returncode != 0, done
     assert (home / "workspaces" / "dw" / "kept.txt").read_text() == "old\n"
     events = json.loads(warden(env, "audit", "--workspace", "dw", "--limit", "20", "--json").stdout)["data"]
