@@ -132,7 +132,7 @@ class App:
         # The node this process belongs to (`WARDEN_NODE`, default the host name), read once.
         self.node = node if node is not None else node_name(environ)
         # Per workspace folder: the path policy's `effective` answer and its digest (_path_policy).
-        self._path_digests: dict[str, tuple[object, str]] = {}
+        self._path_digests: dict[tuple[str, str | None], tuple[object, str]] = {}
         from warden.adapters.temp_key import use_key_source
 
         # Temporary files this process leaves in workspaces carry a MAC under a key of this home
@@ -596,19 +596,19 @@ class App:
                               rule="sandbox.backend")
         return BubblewrapBackend(self.environ, self.home.run)
 
-    def _path_policy(self, record: WorkspaceRecord) -> str:
-        """A digest of what the path policy makes a sandbox of `record` mount (live sandboxes
-        compare it with the one they started under)."""
+    def _path_policy(self, record: WorkspaceRecord, session: str | None = None) -> str:
+        """A digest of what the path policy makes a sandbox of `record` (run with `session`'s
+        lists too) mount (live sandboxes compare it with the one they started under)."""
         from warden.core.live import plan_fingerprint
 
-        effective = self.sandbox_paths.effective(record)
-        kept = self._path_digests.get(record.path)
+        effective = self.sandbox_paths.effective(record, session)
+        kept = self._path_digests.get((record.path, session))
         if kept is not None and kept[0] is effective:  # the same answer, kept while its files are unchanged
             return kept[1]
         digest = plan_fingerprint(effective.to_json())
         if len(self._path_digests) >= 256:  # as many as SandboxPaths keeps answers for
             self._path_digests.clear()
-        self._path_digests[record.path] = (effective, digest)
+        self._path_digests[(record.path, session)] = (effective, digest)
         return digest
 
     def _stop_live(self, workspace: str, reason: str) -> None:

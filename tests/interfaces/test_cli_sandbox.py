@@ -193,3 +193,24 @@ def test_add_of_a_path_that_does_not_exist_says_so_and_allows_it_all_the_same(cl
     assert cli("sandbox", "add", str(later), "--mode", "ro", "--json").json["data"]["path"] == str(later)
     for path in (later, tmp_path):
         assert cli("sandbox", "forget", str(path)).code == 0
+
+
+def test_a_session_deny_stops_the_background_process_started_under_its_allow(cli: Cli, tmp_path: Path) -> None:
+    """A live sandbox kept the digest of the workspace's path policy without the session's lists
+    (`warden run --session S`): a `sandbox remove PATH --session S` left a detached process
+    started under S's allow reading PATH through every `ps` and sweep, while a workspace-level
+    deny stopped it at once (found attacking the policy digest). It now keeps its session's."""
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "s.txt").write_text("x\n")
+    assert cli("create", "sess").code == 0
+    assert cli("sandbox", "add", str(secret), "--workspace", "sess", "--session", "s1").code == 0
+    started = cli("run", "sess", "--session", "s1", "--detach", "--json", "--", "sh", "-c",
+                  f"while true; do cat {secret}/s.txt; sleep 0.2; done")
+    assert started.code == 0, started.stderr
+    listed = cli("ps", "sess", "--json")
+    assert [p["status"] for p in listed.json["data"]] == ["running"], listed.stdout  # its policy unchanged
+    assert cli("sandbox", "remove", str(secret), "--workspace", "sess", "--session", "s1").code == 0
+    after = cli("ps", "sess", "--json").json["data"]
+    assert [p["status"] for p in after] == ["killed"], after
+    assert "path policy" in after[0]["stopped_by"]

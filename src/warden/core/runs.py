@@ -115,6 +115,9 @@ class SandboxRequest:
     # The disk quota's watch, for a runner that waits on the command itself to keep (RunWatch);
     # one that does not leaves it to its own thread (started by on_started).
     watch: RunWatch | None = None
+    # The session whose path lists were applied too (`warden run --session`), or None: a live
+    # sandbox started for it compares the path policy of that session with the one now.
+    policy_session: str | None = None
 
 
 @dataclass(frozen=True)

@@ -195,7 +195,7 @@ class LiveSandboxService:
     def __init__(self, *, registry: Registry, audit: AuditLog, sandboxes: LiveSandboxes, clock: Clock, node: str,
                  settings: LiveSettings, git: GitGuards,
                  over_quota: Callable[[WorkspaceRecord], str | None] | None = None,
-                 path_policy: Callable[[WorkspaceRecord], str] | None = None,
+                 path_policy: Callable[[WorkspaceRecord, str | None], str] | None = None,
                  instance: Callable[[], str | None] | None = None,
                  programs: Callable[[str], Collection[str]] | None = None) -> None:
         # The names a command of a workspace folder's sandbox could run (adapters/sandbox/host):
@@ -541,7 +541,8 @@ class LiveSandboxService:
                fingerprint: str, fence: int) -> LiveSandbox | None:
         sandbox_id = "sbx_" + os.urandom(8).hex()
         # The path policy it starts under (the run read it a moment ago), before anything starts.
-        paths = self._path_policy(record) if self._path_policy is not None else None
+        # Of its session's lists too: a session's deny must stop what started under its allow.
+        paths = self._path_policy(record, request.policy_session) if self._path_policy is not None else None
         # Which folders its read-only paths are (env layers, the person's TLS trust), taken before
         # it mounts them: one replaced afterwards (a layer rebuilt or repaired) makes it stale.
         mounted = {path: _mount_identity(path) for path in sorted(request.ro_paths)}
@@ -551,6 +552,8 @@ class LiveSandboxService:
                 "folder": _folder_identity(record.path), "mounted": mounted}
         if paths is not None:
             meta["paths"] = paths
+            if request.policy_session is not None:
+                meta["paths_session"] = request.policy_session
         instance = self._instance() if self._instance is not None else None
         if instance is not None:  # the Warden process that started it: its death stops it (services/instances)
             meta["instance"] = instance
@@ -646,11 +649,11 @@ class LiveSandboxService:
     def _policy_changed(self, sandbox: LiveSandbox, record: WorkspaceRecord) -> bool:
         """Whether the workspace's path policy is not the one `sandbox` started under (or can no
         longer be read, which refuses every run too)."""
-        held = sandbox.meta.get("paths")
+        held, session = sandbox.meta.get("paths"), sandbox.meta.get("paths_session")
         if self._path_policy is None or not isinstance(held, str):
             return False
         try:
-            return self._path_policy(record) != held
+            return self._path_policy(record, session if isinstance(session, str) else None) != held
         except WardenError:
             return True
 

@@ -558,7 +558,8 @@ class RunService:
                         stdin=stdin, on_stdout=output.on_stdout, on_stderr=output.on_stderr,
                         capture=output.capture, max_capture=request.max_output, on_net_event=on_net_event,
                         on_started=_both(watcher.arm, output.on_started), terminal=request.terminal,
-                        watch=None if output.may_block and (output.on_stdout or output.on_stderr) else watcher))
+                        watch=None if output.may_block and (output.on_stdout or output.on_stderr) else watcher,
+                        policy_session=request.session))
             finally:
                 moved = [f"{where}/{path}" if where else path
                          for where, guard in mounts.guards for path in guard.after().quarantined]
