@@ -30,6 +30,9 @@ def _apply(a: list[str], diff: list[str]) -> list[str]:
         index += 1
         while index < len(diff) and not diff[index].startswith("@@"):
             kind, line = diff[index][0], diff[index][1:]
+            if index + 1 < len(diff) and diff[index + 1] == "\\ No newline at end of file\n":
+                line = line.removesuffix("\n")  # the line before it has none
+                index += 1
             if kind in " -":
                 assert a[at] == line
                 at += 1
@@ -99,3 +102,12 @@ def test_a_replacements_diff_is_that_of_the_whole_files() -> None:
         # Applied to the whole file's lines by its hunks' numbers: the window is placed right.
         assert _apply(a, diff) == b, (before, at, old, new, diff)
         assert (diff == []) == (a == b)
+
+
+def test_a_last_line_with_no_newline_is_marked_not_run_into_the_next() -> None:
+    """difflib wrote `-l4` with no newline, so the text of the diff read `-l4+new` (an MCP
+    edit_file's answer), and a final newline added showed as `-x` then `+x`."""
+    text = "".join(diffs.replacement_diff("l1\nl2\nl4", 6, 2, "new\nl4\n", "a/f", "b/f"))
+    assert text == "--- a/f\n+++ b/f\n@@ -1,3 +1,4 @@\n l1\n l2\n-l4\n\\ No newline at end of file\n+new\n+l4\n"
+    added = list(unified_diff(["x"], ["x\n"], "a/f", "b/f"))
+    assert added[2:] == ["@@ -1 +1 @@\n", "-x\n", "\\ No newline at end of file\n", "+x\n"]

@@ -29,7 +29,21 @@ def unified_diff(a: Sequence[str], b: Sequence[str], fromfile: str = "", tofile:
                  n: int = 3, offset: int = 0) -> Iterator[str]:
     """The lines of a unified diff from `a` to `b` (lines with their endings, as difflib takes
     them), with `n` lines of context; nothing when they are equal. `offset`: the lines of both
-    files before `a` and `b` (a window of them), added to the hunks' line numbers."""
+    files before `a` and `b` (a window of them), added to the hunks' line numbers. A last line
+    with no newline ends with one and is followed by `\\ No newline at end of file`, as diff
+    and git write it: difflib's diff ran it into the next line (`-old+new` read as one line,
+    in the text an MCP edit_file answers), and a change of the final newline alone showed
+    nothing (`-x`, `+x`)."""
+    for line in _unified_diff(a, b, fromfile, tofile, n=n, offset=offset):
+        if line.endswith("\n"):
+            yield line
+        else:
+            yield line + "\n"
+            yield "\\ No newline at end of file\n"
+
+
+def _unified_diff(a: Sequence[str], b: Sequence[str], fromfile: str, tofile: str, *,
+                  n: int, offset: int) -> Iterator[str]:
     shortest = min(len(a), len(b))
     head = 0
     while head < shortest and a[head] == b[head]:
