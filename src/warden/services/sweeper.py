@@ -147,6 +147,8 @@ class Sweeper:
             with self._workspaces.lease(Path(path).name, "exclusive", "sweep"):
                 if written is None or self._workspaces.folders.written_id(path) != written:
                     return False  # moved meanwhile: by its destroy
+                if any(record.path == path for record in self._workspaces.list()):
+                    return False  # a workspace's again (restored from its archive meanwhile)
                 self._workspaces.trash(path)
                 return True
         except (WardenError, OSError):
