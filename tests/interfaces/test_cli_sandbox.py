@@ -147,6 +147,8 @@ def test_forget_of_a_path_a_level_does_not_list_exits_4_and_makes_nothing(cli: C
     assert cli("sandbox", "add", "/srv/forget-me", "--workspace", "proj6").code == 0
     ws = Path(cli("info", "proj6", "--json").json["data"]["path"])
     before = (ws / ".warden" / "sandbox.json").read_bytes()
+    globally = cli("sandbox", "forget", "/srv/forget-me", "--workspace", "proj6", "--level", "global")
+    assert globally.code == 4 and "not in the global level's lists;" in globally.stderr, globally.stderr
     for args in (("/srv/forget-me",),  # listed by the workspace, not globally
                  ("/srv/forget-me", "--workspace", "proj6", "--session", "s9"),
                  ("/srv/forget-me/below", "--workspace", "proj6")):  # a path below an entry is not it

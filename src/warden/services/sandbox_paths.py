@@ -257,9 +257,12 @@ class SandboxPaths:
 
     @staticmethod
     def _where(target: Target) -> str:
-        if target.session is not None and target.workspace is not None:
+        """Whose lists the level's are, for a message: the session's, the workspace's, or none (global)."""
+        if target.level == "session" and target.workspace is not None:
             return f" of session {target.session} in workspace {target.workspace.name}"
-        return f" of workspace {target.workspace.name}" if target.workspace is not None else ""
+        if target.level == "workspace" and target.workspace is not None:
+            return f" of workspace {target.workspace.name}"
+        return ""
 
     def _record(self, actor: str, action: str, target: Target, path: str, extra: dict[str, object]) -> None:
         name = target.workspace.name if target.workspace else "global"
