@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from warden.adapters.keystore import Keystore
     from warden.adapters.versions import HostVersionStore
     from warden.core.approvals import ApprovalRecord
+    from warden.core.policy import EffectivePaths
     from warden.core.ports import ConfigFile, SandboxBackend
     from warden.core.workspaces import WorkspaceRecord
     from warden.core.zones import Zone
@@ -596,12 +597,14 @@ class App:
                               rule="sandbox.backend")
         return BubblewrapBackend(self.environ, self.home.run)
 
-    def _path_policy(self, record: WorkspaceRecord, session: str | None = None) -> str:
+    def _path_policy(self, record: WorkspaceRecord, session: str | None = None,
+                     given: EffectivePaths | None = None) -> str:
         """A digest of what the path policy makes a sandbox of `record` (run with `session`'s
-        lists too) mount (live sandboxes compare it with the one they started under)."""
+        lists too) mount (live sandboxes compare it with the one they started under); `given`:
+        the answer a run's mounts were made from, digested instead of the policy as it is now."""
         from warden.core.live import plan_fingerprint
 
-        effective = self.sandbox_paths.effective(record, session)
+        effective = given if given is not None else self.sandbox_paths.effective(record, session)
         kept = self._path_digests.get((record.path, session))
         if kept is not None and kept[0] is effective:  # the same answer, kept while its files are unchanged
             return kept[1]

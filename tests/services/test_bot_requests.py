@@ -316,23 +316,41 @@ def test_a_grant_revoked_before_its_command_runs_nothing(wapp: App, background: 
         assert tx.processes.of_workspace(name) == []
 
 
-def test_a_zone_made_read_only_stops_the_background_processes_that_write_there(wapp: App) -> None:
+@pytest.mark.parametrize("when", ["after it started", "as its sandbox starts"])
+def test_a_zone_made_read_only_stops_the_background_processes_that_write_there(
+        wapp: App, when: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A live sandbox's mounts were compared with the workspace's policy only when its principal
     sent another command: a bot's background process kept writing to a folder the person had
     since made a read-only zone (or denied), through the sweeps, for as long as it ran (up to a
     day), while the file API refused the same write at once. The sweep now stops the sandbox
-    whose path policy is not the one it started under, its processes killed with the reason."""
-    bot = _bot(wapp, "zoned-later")
-    granted, path = _create(wapp, bot, "zonedlater")
+    whose path policy is not the one it started under, its processes killed with the reason.
+    A change as the sandbox starts (after the run's mounts were planned) counts too: the sandbox
+    records the policy its mounts came from, not the one read again as it started."""
+    early = when == "as its sandbox starts"
+    bot = _bot(wapp, f"zoned-{'early' if early else 'later'}")
+    granted, path = _create(wapp, bot, f"zoned{'early' if early else 'later'}")
     name = path.name
     (path / "secret").mkdir()
+
+    def tighten() -> None:
+        (path / ".warden" / "zones.yaml").write_text("zones:\n  secret:\n    mode: ro\n")
+
+    if early:
+        real_start = wapp.live._start
+
+        def tightened_first(*args: object, **kwargs: object) -> object:
+            tighten()  # the person's change, between the run's plan and its sandbox's start
+            return real_start(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(wapp.live, "_start", tightened_first)
     started = wapp.bot_requests.start(granted, name, Command(
         ("sh", "-c", "while true; do echo x >> secret/log.txt; sleep 0.1; done")))
     deadline = time.monotonic() + 10
     while not (path / "secret" / "log.txt").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert wapp.live.sweep() == []  # its policy unchanged: it runs on
-    (path / ".warden" / "zones.yaml").write_text("zones:\n  secret:\n    mode: ro\n")
+    if not early:
+        assert wapp.live.sweep() == []  # its policy unchanged: it runs on
+        tighten()
     assert len(wapp.live.sweep()) == 1
     (view,) = [v for v in wapp.live.list(name) if v.id == started.id]
     assert view.status == "killed" and "path policy" in (view.stopped_by or "")

@@ -17,6 +17,7 @@ from warden.core.errors import InvalidInput, Unavailable
 from warden.core.limits import Limits
 from warden.core.network import NetworkPolicy
 from warden.core.paths import canonical, normalize, within
+from warden.core.policy import EffectivePaths
 
 __all__ = ["NO_NETWORK_ENV", "NetEvent", "RunInProgress", "RunResult", "RunWatch", "SandboxRequest", "Sink",
            "StoppedAsItStarted", "Usage", "explain_denied_path", "explain_failure", "explain_not_started",
@@ -118,6 +119,11 @@ class SandboxRequest:
     # The session whose path lists were applied too (`warden run --session`), or None: a live
     # sandbox started for it compares the path policy of that session with the one now.
     policy_session: str | None = None
+    # The path policy's answer the binds, zones and denied paths above were made from: a live
+    # sandbox started for this request
+    # records the digest of this very answer, not of one read again a moment later (a tightening
+    # in between would be recorded over the older mounts, and never stop the sandbox).
+    policy: EffectivePaths | None = None
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ from warden.core.runs import (
 if TYPE_CHECKING:
     from warden.core.forwards import Connection
     from warden.core.grants import Grant
+    from warden.core.policy import EffectivePaths
     from warden.core.ports import Clock, GitGuards, LiveSandboxes, Registry, SandboxRunner, Tx
     from warden.core.settings import Settings
     from warden.core.workspaces import WorkspaceRecord
@@ -195,7 +196,7 @@ class LiveSandboxService:
     def __init__(self, *, registry: Registry, audit: AuditLog, sandboxes: LiveSandboxes, clock: Clock, node: str,
                  settings: LiveSettings, git: GitGuards,
                  over_quota: Callable[[WorkspaceRecord], str | None] | None = None,
-                 path_policy: Callable[[WorkspaceRecord, str | None], str] | None = None,
+                 path_policy: Callable[[WorkspaceRecord, str | None, EffectivePaths | None], str] | None = None,
                  instance: Callable[[], str | None] | None = None,
                  programs: Callable[[str], Collection[str]] | None = None) -> None:
         # The names a command of a workspace folder's sandbox could run (adapters/sandbox/host):
@@ -542,7 +543,8 @@ class LiveSandboxService:
         sandbox_id = "sbx_" + os.urandom(8).hex()
         # The path policy it starts under (the run read it a moment ago), before anything starts.
         # Of its session's lists too: a session's deny must stop what started under its allow.
-        paths = self._path_policy(record, request.policy_session) if self._path_policy is not None else None
+        paths = (self._path_policy(record, request.policy_session, request.policy)
+                 if self._path_policy is not None else None)
         # Which folders its read-only paths are (env layers, the person's TLS trust), taken before
         # it mounts them: one replaced afterwards (a layer rebuilt or repaired) makes it stale.
         mounted = {path: _mount_identity(path) for path in sorted(request.ro_paths)}
@@ -653,7 +655,7 @@ class LiveSandboxService:
         if self._path_policy is None or not isinstance(held, str):
             return False
         try:
-            return self._path_policy(record, session if isinstance(session, str) else None) != held
+            return self._path_policy(record, session if isinstance(session, str) else None, None) != held
         except WardenError:
             return True
 

@@ -55,6 +55,7 @@ from warden.services.runs_in_progress import RunIntent, RunsInProgress
 if TYPE_CHECKING:
     from warden.core.live import ProcessView
     from warden.core.network import NetworkPolicy
+    from warden.core.policy import EffectivePaths
     from warden.core.ports import GitGuard, GitGuards, MountSources, Registry, SafeRoots, SandboxRunner, Tx
     from warden.core.settings import Settings
     from warden.core.workspaces import WorkspaceRecord
@@ -171,6 +172,7 @@ class _Plan:
     skipped: list[str]  # allowed paths never mounted, with why
     detail: dict[str, Any]  # the audit detail every event of the run carries
     cwd: str | None = None  # the working folder, absolute (None: the workspace)
+    policy: EffectivePaths | None = None  # the path policy's answer the plan was made from
 
 
 @dataclass(frozen=True)
@@ -463,7 +465,7 @@ class RunService:
         return _Plan(record, folder, limits, network, binds,
                      ro_zones=[z.host_path for z in eff.zones if z.read_only_in_runs],
                      keep_zones=[z.host_path for z in eff.zones if z.kept_in_runs], denied=list(eff.denied),
-                     protected=list(eff.readonly), skipped=skipped, detail=detail)
+                     protected=list(eff.readonly), skipped=skipped, detail=detail, policy=eff)
 
     def _mount(self, held: contextlib.ExitStack, plan: _Plan, intent: RunIntent, notes: _Notes) -> _Mounts:
         """Allowed paths opened by descriptor (no link followed, judged by inode against Warden's
@@ -559,7 +561,7 @@ class RunService:
                         capture=output.capture, max_capture=request.max_output, on_net_event=on_net_event,
                         on_started=_both(watcher.arm, output.on_started), terminal=request.terminal,
                         watch=None if output.may_block and (output.on_stdout or output.on_stderr) else watcher,
-                        policy_session=request.session))
+                        policy_session=request.session, policy=plan.policy))
             finally:
                 moved = [f"{where}/{path}" if where else path
                          for where, guard in mounts.guards for path in guard.after().quarantined]
