@@ -271,14 +271,13 @@ class InstallService:
                                         "recorded_in": result.recorded_in})
         with contextlib.suppress(WardenError):  # installed: when it was last used is no outcome
             self._workspaces.touch(name)
+        failed = f"installing {', '.join(checked)} failed (exit {result.exit_code}): {result.error}"
         if not result.ok and result.unresolvable:
             # Not an outage: the same request fails the same way (400, not 503 a client may retry).
-            raise InvalidInput(f"installing {', '.join(checked)} failed: {result.error}; the index holds no such "
-                               "package or version: check the name and the version asked for",
-                               rule="install.unresolvable")
+            raise InvalidInput(f"{failed}; the index holds no such package or version: check the name and the "
+                               "version asked for", rule="install.unresolvable")
         if not result.ok:
-            raise Unavailable(f"installing {', '.join(checked)} failed (exit {result.exit_code}): "
-                              f"{result.error}")
+            raise Unavailable(failed)
         return result
 
     def install_record(self, record: WorkspaceRecord, packages: Sequence[str], *, node: bool,
