@@ -56,6 +56,7 @@ def test_node_paths_and_bins_follow_the_layer_and_bad_bins_are_dropped() -> None
      "ERROR: No matching distribution found for six", False),
     ("error: Failed to fetch: `https://pypi.org/simple/six/`\n  Caused by: error sending request", False),
     ("npm error code ENOTFOUND\nnpm error errno ENOTFOUND", False),
+
     ("Building wheel for x failed: gcc: command not found", False),
 ])
 def test_an_install_the_index_cannot_satisfy_is_told_from_one_that_did_not_reach_it(

@@ -39,7 +39,8 @@ _UNRESOLVABLE = ("No matching distribution found for", "Could not find a version
 _UNREACHED = ("NewConnectionError", "Max retries exceeded", "Temporary failure in name resolution",
               "Connection refused", "ConnectTimeout", "ReadTimeout", "Failed to fetch", "error sending request",
               "ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ETIMEDOUT", "network is unreachable",
-              "SSLError", "CERTIFICATE_VERIFY_FAILED", "certificate verify failed")
+              "SSLError", "CERTIFICATE_VERIFY_FAILED", "certificate verify failed", "Network is unreachable",
+              "No route to host", "Name or service not known", "Could not fetch URL")
 
 
 def install_unresolvable(output: str) -> bool:

@@ -342,6 +342,12 @@ class InstallService:
                     record_python(root, packages, dry=True)
         ran = self._run(record, argv, env, ro_paths, domains, lease, output)
         ok = ran.exit_code == 0
+        # Whether the installer surely reached its index: local files only (`envs.no_index`), or the
+        # network to it. Otherwise (no network, an index over it) pip without network says exactly
+        # what it says of a package the index lacks, and a failure is no proof the request is wrong.
+        reached = (no_index and not node) or bool(domains)
+        said = "\n".join(line for line in (ran.stderr + "\n" + ran.stdout).splitlines()
+                         if not line.startswith("warden: "))  # Warden's own guess is no installer's word
         recorded_in = None
         if ok and persist:
             with self._roots.open(record.path, max_bytes=MANIFEST_MAX) as root:
@@ -353,7 +359,7 @@ class InstallService:
                     recorded_in = "pyproject.toml"
         return InstallResult(record.name, list(packages), node, ok, ran.exit_code, recorded_in,
                              _tail(ran.stderr or ran.stdout) if not ok else None,
-                             unresolvable=not ok and install_unresolvable(ran.stderr + "\n" + ran.stdout))
+                             unresolvable=not ok and reached and install_unresolvable(said))
 
     def _has_pip(self, record: WorkspaceRecord) -> bool:
         """Whether `python -m pip` works in the workspace's venv: pip in the venv or its layer."""
