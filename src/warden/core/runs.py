@@ -120,9 +120,9 @@ class SandboxRequest:
     # sandbox started for it compares the path policy of that session with the one now.
     policy_session: str | None = None
     # The path policy's answer the binds, zones and denied paths above were made from: a live
-    # sandbox started for this request
-    # records the digest of this very answer, not of one read again a moment later (a tightening
-    # in between would be recorded over the older mounts, and never stop the sandbox).
+    # sandbox started for this request records the digest of this very answer, not of one read
+    # again a moment later (a tightening in between would be recorded over the older mounts, and
+    # never stop the sandbox).
     policy: EffectivePaths | None = None
 
 

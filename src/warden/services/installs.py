@@ -346,8 +346,6 @@ class InstallService:
         # network to it. Otherwise (no network, an index over it) pip without network says exactly
         # what it says of a package the index lacks, and a failure is no proof the request is wrong.
         reached = (no_index and not node) or bool(domains)
-        said = "\n".join(line for line in (ran.stderr + "\n" + ran.stdout).splitlines()
-                         if not line.startswith("warden: "))  # Warden's own guess is no installer's word
         recorded_in = None
         if ok and persist:
             with self._roots.open(record.path, max_bytes=MANIFEST_MAX) as root:
@@ -359,7 +357,7 @@ class InstallService:
                     recorded_in = "pyproject.toml"
         return InstallResult(record.name, list(packages), node, ok, ran.exit_code, recorded_in,
                              _tail(ran.stderr or ran.stdout) if not ok else None,
-                             unresolvable=not ok and reached and install_unresolvable(said))
+                             unresolvable=not ok and reached and install_unresolvable(_installers_own(ran)))
 
     def _has_pip(self, record: WorkspaceRecord) -> bool:
         """Whether `python -m pip` works in the workspace's venv: pip in the venv or its layer."""
@@ -391,6 +389,11 @@ class InstallService:
 
 def _strings(value: object) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list | tuple) else []
+
+
+def _installers_own(ran: _Ran) -> str:
+    """The installer's output without Warden's lines (its guess, say, that no network was why)."""
+    return "\n".join(line for line in (ran.stderr + "\n" + ran.stdout).splitlines() if not line.startswith("warden: "))
 
 
 def _tail(text: str) -> str:

@@ -483,7 +483,7 @@ class LiveSandboxService:
                     found = tx.sandboxes.find(self.node, record.name, principal, network)
                     fence = tx.leases.read(record.name)[0].fence
             if found is not None:
-                problem = self._problem(found, record, fence, chain)
+                problem = self._problem(found, record, fence, chain, request)
                 if problem is None and found.fingerprint != fingerprint:
                     if not start and _only_more_to_read(found, request):
                         return None  # a command that needs more mounts (an install) runs in a fresh one
@@ -606,9 +606,9 @@ class LiveSandboxService:
         return tuple(chain_of(tx, accessor))
 
     def _problem(self, sandbox: LiveSandbox, record: WorkspaceRecord | None, fence: int | None,
-                 chain: tuple[Grant, ...] | None = None) -> str | None:
+                 chain: tuple[Grant, ...] | None = None, request: SandboxRequest | None = None) -> str | None:
         """Why `sandbox` may no longer be used, or None (`chain`: its principal's grant chain as
-        read just now, else read here)."""
+        read just now, else read here; `request`: a command's, whose path policy was read just now)."""
         if not self._sandboxes.alive(sandbox):
             return "stopped"
         if record is None or record.id != sandbox.workspace_id:
@@ -629,7 +629,7 @@ class LiveSandboxService:
                     # Said without the path: a bot reads this (its process's stopped_by), and a
                     # layer's path tells it Warden's home and the person's.
                     return "what it mounts read-only (an environment layer or trust file) was replaced since it started"
-        if self._policy_changed(sandbox, record):
+        if self._policy_changed(sandbox, record, request):
             # What it mounts was judged once, as it started: a zone made read-only or a path denied
             # since was still writable by its background processes (a bot's dev server, a loop),
             # for as long as they ran: only a new command of its principal compared its mounts.
@@ -648,14 +648,18 @@ class LiveSandboxService:
                 return f"its grant is no longer live ({life.rule})"
         return None
 
-    def _policy_changed(self, sandbox: LiveSandbox, record: WorkspaceRecord) -> bool:
+    def _policy_changed(self, sandbox: LiveSandbox, record: WorkspaceRecord,
+                        request: SandboxRequest | None = None) -> bool:
         """Whether the workspace's path policy is not the one `sandbox` started under (or can no
-        longer be read, which refuses every run too)."""
+        longer be read, which refuses every run too). A command's `request` of the same session
+        carries the answer its run read a moment ago: compared as it is, not read again."""
         held, session = sandbox.meta.get("paths"), sandbox.meta.get("paths_session")
         if self._path_policy is None or not isinstance(held, str):
             return False
+        session = session if isinstance(session, str) else None
+        given = request.policy if request is not None and request.policy_session == session else None
         try:
-            return self._path_policy(record, session if isinstance(session, str) else None, None) != held
+            return self._path_policy(record, session, given) != held
         except WardenError:
             return True
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SweepReport", "Sweeper"]
 
+
 def _epoch(at: str) -> float:
     """An audit event's time (ISO 8601) as seconds since the epoch; 0 when it is not one."""
     try:
