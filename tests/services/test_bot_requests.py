@@ -357,3 +357,29 @@ def test_a_zone_made_read_only_stops_the_background_processes_that_write_there(
     size = (path / "secret" / "log.txt").stat().st_size
     time.sleep(0.5)
     assert (path / "secret" / "log.txt").stat().st_size == size  # nothing writes there any more
+
+
+def test_a_live_sandbox_that_recorded_no_path_policy_is_started_again(
+        wapp: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live sandbox started by a Warden before the policy digest has none: it was never
+    compared, so a zone made read-only since left its background processes writing there. Such a
+    sandbox is stopped by the next sweep (with the reason), and the bot's next command starts a new one."""
+    bot = _bot(wapp, "older-bot")
+    granted, path = _create(wapp, bot, "olderpolicy")
+    name = path.name
+    with monkeypatch.context() as patch:
+        patch.setattr(wapp.live, "_path_policy", None)  # as an older Warden started it: no digest
+        started = wapp.bot_requests.start(granted, name, Command(("sh", "-c", "echo x > up.txt; sleep 60")))
+    deadline = time.monotonic() + 10
+    while not (path / "up.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with wapp.registry.transaction(write=False) as tx:
+        (sandbox,) = tx.sandboxes.of_workspace(name)
+    assert "paths" not in sandbox.meta
+    assert len(wapp.live.sweep()) == 1
+    (view,) = [v for v in wapp.live.list(name) if v.id == started.id]
+    assert view.status == "killed" and "before Warden recorded the path policy" in (view.stopped_by or "")
+    assert wapp.bot_requests.exec(granted, name, Command(("true",))).exit_code == 0
+    with wapp.registry.transaction(write=False) as tx:
+        (again,) = tx.sandboxes.of_workspace(name)
+    assert again.id != sandbox.id and isinstance(again.meta.get("paths"), str)

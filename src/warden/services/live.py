@@ -629,11 +629,12 @@ class LiveSandboxService:
                     # Said without the path: a bot reads this (its process's stopped_by), and a
                     # layer's path tells it Warden's home and the person's.
                     return "what it mounts read-only (an environment layer or trust file) was replaced since it started"
-        if self._policy_changed(sandbox, record, request):
+        changed = self._policy_changed(sandbox, record, request)
+        if changed is not None:
             # What it mounts was judged once, as it started: a zone made read-only or a path denied
             # since was still writable by its background processes (a bot's dev server, a loop),
             # for as long as they ran: only a new command of its principal compared its mounts.
-            return "the workspace's path policy (zones, allowed or denied paths) changed since it started"
+            return changed
         if fence is not None and fence != sandbox.fence:
             return "its lease was lost (the workspace was taken exclusively since it started)"
         accessor = _accessor(sandbox.principal)
@@ -649,19 +650,24 @@ class LiveSandboxService:
         return None
 
     def _policy_changed(self, sandbox: LiveSandbox, record: WorkspaceRecord,
-                        request: SandboxRequest | None = None) -> bool:
-        """Whether the workspace's path policy is not the one `sandbox` started under (or can no
-        longer be read, which refuses every run too). A command's `request` of the same session
+                        request: SandboxRequest | None = None) -> str | None:
+        """Why the workspace's path policy is not the one `sandbox` started under (or can no longer
+        be read, which refuses every run too), or None. A command's `request` of the same session
         carries the answer its run read a moment ago: compared as it is, not read again."""
+        if self._path_policy is None:
+            return None
         held, session = sandbox.meta.get("paths"), sandbox.meta.get("paths_session")
-        if self._path_policy is None or not isinstance(held, str):
-            return False
+        if not isinstance(held, str):
+            # Started by a Warden that recorded no policy (before the digest): what it mounts was
+            # never compared, so a tightening made since would never stop it. Started again once.
+            return "it started before Warden recorded the path policy it runs under"
         session = session if isinstance(session, str) else None
         given = request.policy if request is not None and request.policy_session == session else None
         try:
-            return self._path_policy(record, session, given) != held
+            same = self._path_policy(record, session, given) == held
         except WardenError:
-            return True
+            same = False
+        return None if same else "the workspace's path policy (zones, allowed or denied paths) changed since it started"
 
     # -- stopping ------------------------------------------------------------------------------
     def stop(self, sandbox: LiveSandbox, reason: str, *, actor: str = "warden") -> None:
