@@ -149,6 +149,53 @@ def test_bots_and_grants(registry: Registry) -> None:
         assert tx.bots.list_all() == []
 
 
+@pytest.mark.parametrize("first", ["the held read", "the revoke"])
+def test_a_grant_read_with_hold_and_a_revoke_happen_one_after_the_other(registry: Registry, first: str) -> None:
+    """A live sandbox is recorded with its bot's grant read with `hold` in the same transaction,
+    and a revoke stops the sandboxes recorded once it has committed. On PostgreSQL (READ
+    COMMITTED) the two overlapped: the read saw the grant live while the revoke's stop looked
+    before the sandbox's row was committed, and the sandbox ran on after the revoke. Held, the
+    revoke waits for the reader, or the reader waits for the revoke and sees it."""
+    if isinstance(registry, MemoryRegistry):
+        pytest.skip("one process's memory: nothing runs at once")
+    with registry.transaction() as tx:
+        tx.grants.insert(_grant("acc_held"), "hash-held")
+    inside, release = threading.Event(), threading.Event()
+    order: list[str] = []
+    seen: list[Grant | None] = []
+
+    def read() -> None:
+        with registry.transaction() as tx:
+            seen.append(tx.grants.by_accessor("acc_held", hold=True))
+            inside.set()
+            if first == "the held read":
+                release.wait(10)
+        order.append("read")
+
+    def revoke() -> None:
+        with registry.transaction() as tx:
+            tx.grants.revoke(["acc_held"], T0)
+            inside.set()
+            if first == "the revoke":
+                release.wait(10)
+        order.append("revoke")
+
+    one = threading.Thread(target=read if first == "the held read" else revoke)
+    one.start()
+    assert inside.wait(10)
+    two = threading.Thread(target=revoke if first == "the held read" else read)
+    two.start()
+    two.join(0.5)  # it waits for the first's row (PostgreSQL) or for the database's lock (SQLite)
+    assert order == []
+    release.set()
+    one.join(10)
+    two.join(10)
+    if first == "the held read":
+        assert order == ["read", "revoke"] and seen[0] is not None and seen[0].revoked is None
+    else:
+        assert order == ["revoke", "read"] and seen[0] is not None and seen[0].revoked == T0
+
+
 def test_a_new_secret_set_by_two_at_once_is_new_for_one_and_set_by_both(registry: Registry) -> None:
     """Two processes setting one new name at once: the second waits for the first's row and
     replaces it. An update-then-insert made the second's insert fail (Conflict) on PostgreSQL,

@@ -147,7 +147,7 @@ class _Grants:
             chain.append(parent[0])
         return chain, token_hash
 
-    def by_accessor(self, accessor: str) -> Grant | None:
+    def by_accessor(self, accessor: str, *, hold: bool = False) -> Grant | None:
         found = self._s.grants.get(accessor)
         return found[0] if found else None
 

@@ -300,12 +300,13 @@ class GrantService:
             return chain_of(tx, accessor)
 
 
-def chain_of(tx: Tx, accessor: str) -> list[Grant]:
-    """The grant `accessor` and its ancestors, nearest first (at most MAX_DEPTH + 1)."""
+def chain_of(tx: Tx, accessor: str, *, hold: bool = False) -> list[Grant]:
+    """The grant `accessor` and its ancestors, nearest first (at most MAX_DEPTH + 1); with
+    `hold`, none of them can be revoked until `tx` ends (GrantTable.by_accessor)."""
     chain: list[Grant] = []
     current: str | None = accessor
     while current is not None and len(chain) <= MAX_DEPTH:
-        grant = tx.grants.by_accessor(current)
+        grant = tx.grants.by_accessor(current, hold=hold)
         if grant is None:
             break
         chain.append(grant)

@@ -583,9 +583,13 @@ class LiveSandboxService:
         return sandbox
 
     def _dead_grant(self, tx: Tx, principal: str) -> Denied | None:
-        """Why the grant chain `principal` acts through is no longer live, read in `tx`; None
-        when it is, or for the person's."""
-        chain = self.grant_chain(tx, principal)
+        """Why the grant chain `principal` acts through is no longer live, read in `tx` and held
+        until it ends; None when it is, or for the person's."""
+        # Held: on PostgreSQL (READ COMMITTED) a revoke committed after this read, whose stop of
+        # the principal's sandboxes looked before this row was committed, missed the sandbox; its
+        # command then ran after the revoke. Held, the revoke waits for this row, or this read
+        # waits for the revoke and sees it.
+        chain = self.grant_chain(tx, principal, hold=True)
         if chain is None:
             return None
         from warden.core.grants import alive
@@ -596,14 +600,15 @@ class LiveSandboxService:
         return Denied(f"{life.reason} while the command was being prepared; nothing ran (ask the workspace's "
                       "owner for a new grant)", rule=life.rule)
 
-    def grant_chain(self, tx: Tx, principal: str) -> tuple[Grant, ...] | None:
-        """The grant chain `principal` acts through, read in `tx` (None for the person's)."""
+    def grant_chain(self, tx: Tx, principal: str, *, hold: bool = False) -> tuple[Grant, ...] | None:
+        """The grant chain `principal` acts through, read in `tx` (None for the person's; `hold`:
+        see chain_of)."""
         accessor = _accessor(principal)
         if accessor is None:
             return None
         from warden.services.grants import chain_of
 
-        return tuple(chain_of(tx, accessor))
+        return tuple(chain_of(tx, accessor, hold=hold))
 
     def _problem(self, sandbox: LiveSandbox, record: WorkspaceRecord | None, fence: int | None,
                  chain: tuple[Grant, ...] | None = None, request: SandboxRequest | None = None) -> str | None:

@@ -117,8 +117,9 @@ class SqlGrants:
             return None
         return [_grant(r) for r in rows], str(rows[0]["token_hash"])
 
-    def by_accessor(self, accessor: str) -> Grant | None:
-        rows = self._sql.execute(f"SELECT {_GRANT_COLUMNS} FROM grants WHERE accessor = :a", {"a": accessor})
+    def by_accessor(self, accessor: str, *, hold: bool = False) -> Grant | None:
+        lock = " FOR SHARE" if hold and self._sql.dialect == "postgresql" else ""
+        rows = self._sql.execute(f"SELECT {_GRANT_COLUMNS} FROM grants WHERE accessor = :a{lock}", {"a": accessor})
         return _grant(rows[0]) if rows else None
 
     def of_workspace(self, workspace: str, *, live_only: bool = False) -> list[Grant]:
