@@ -82,6 +82,25 @@ def test_failed_install_reports_and_records_nothing(envhome: EnvHome) -> None:  
     assert (ws / "pyproject.toml").read_text() == before
 
 
+def test_an_install_with_no_index_to_reach_is_unavailable_and_says_which_setting(envhome: EnvHome) -> None:  # noqa: F811
+    """With no index to reach (envs.install_domains empty, an index over the network), pip says of
+    any package what it says of one the index lacks: that is no proof the request is wrong, so
+    the answer is 503 `unavailable` (CLI exit 1), not 400. Its last line named the run's way to
+    network ("run with --net allow, or `warden install` for packages") to a person who had just
+    run `warden install`; it now names the setting that gives installs their network."""
+    name = envhome.name("offline")
+    ws = envhome.create(name)
+    before = (ws / "pyproject.toml").read_text()
+    proc = envhome.cli("install", name, "no-such-package-here", "--json",
+                       env={"WARDEN_ENVS_NO_INDEX": "0", "WARDEN_ENVS_INSTALL_DOMAINS": "",
+                            "WARDEN_ENVS_INDEX_URL": "https://index.example.invalid/simple"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    error = json.loads(proc.stdout)["error"]
+    assert error["code"] == "unavailable", error
+    assert "envs.install_domains" in error["message"] and "--net allow" not in error["message"], error
+    assert (ws / "pyproject.toml").read_text() == before
+
+
 def test_a_manifest_warden_cannot_edit_refuses_the_install_before_it_runs(envhome: EnvHome) -> None:  # noqa: F811
     """A pyproject.toml Warden cannot record into (a typo, or a bot's) was found only after the
     install: the package was in, not recorded, and the person told to fix it or use --no-persist

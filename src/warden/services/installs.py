@@ -355,8 +355,17 @@ class InstallService:
                         recorded_in = "package.json"
                 elif record_python(root, packages):
                     recorded_in = "pyproject.toml"
-        return InstallResult(record.name, list(packages), node, ok, ran.exit_code, recorded_in,
-                             _tail(ran.stderr or ran.stdout) if not ok else None,
+        error = None
+        if not ok:
+            error = _tail(ran.stderr or ran.stdout)
+            if not reached:
+                # The run's own hint ("run with --net allow, or `warden install` for packages") told
+                # a person who had just run `warden install` to run it: its network is the setting's.
+                error = (_tail(_without_network_hint(ran.stderr) or ran.stdout) + " | warden: installs reach "
+                         "only the package indexes of envs.install_domains, and it lists none; a person adds "
+                         "them with `warden config set envs.install_domains HOST:443,...` (or installs from local "
+                         "wheels: envs.no_index with envs.find_links)")
+        return InstallResult(record.name, list(packages), node, ok, ran.exit_code, recorded_in, error,
                              unresolvable=not ok and reached and install_unresolvable(_installers_own(ran)))
 
     def _has_pip(self, record: WorkspaceRecord) -> bool:
@@ -394,6 +403,11 @@ def _strings(value: object) -> list[str]:
 def _installers_own(ran: _Ran) -> str:
     """The installer's output without Warden's lines (its guess, say, that no network was why)."""
     return "\n".join(line for line in (ran.stderr + "\n" + ran.stdout).splitlines() if not line.startswith("warden: "))
+
+
+def _without_network_hint(text: str) -> str:
+    """The run's output without Warden's "the sandbox has no network" line (core/runs.explain_failure)."""
+    return "\n".join(line for line in text.splitlines() if not line.startswith("warden: the sandbox has no network"))
 
 
 def _tail(text: str) -> str:
