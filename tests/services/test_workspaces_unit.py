@@ -137,6 +137,10 @@ def test_a_creator_that_died_leaves_a_broken_workspace(world: World) -> None:
         tx.workspaces.update("w1", {"status": "creating", "meta": {**world.row("w1").meta, "pid": 999999}})
     assert world.service.get("w1").status == "broken"
     assert world.events("workspace.broken") == [("w1", "creator process gone")]
+    # Created again: not just "already exists" (the person never saw it created), but why and the way out.
+    with pytest.raises(Conflict, match=r"exists but is broken .*`warden destroy w1` removes it, or `warden health "
+                                       r"w1 --repair` mends it"):
+        world.service.create("w1")
 
 
 def test_a_ready_workspace_whose_folder_is_gone_is_broken(world: World) -> None:

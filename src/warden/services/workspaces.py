@@ -302,8 +302,17 @@ class WorkspaceService:
         """Refuse a taken name before the slow part of create (a layer build takes seconds).
         Only a courtesy: the row insert under the name's lease stays the real claim."""
         with self._registry.transaction(write=False) as tx:
-            taken = tx.workspaces.get(name) is not None
-        if taken:
+            taken = tx.workspaces.get(name)
+        if taken is not None and taken.status in ("broken", "creating"):
+            # Most often what a killed create left: "already exists" named a workspace the person
+            # was never told was created, and `warden list` alone said why it was in the way.
+            if taken.status == "creating":
+                raise Conflict(f"workspace {name!r} is being created by another command now; wait for it, or "
+                               "pick another name", rule="workspace.exists")
+            raise Conflict(f"workspace {name!r} exists but is broken (`warden health {name}` says why: a create "
+                           f"that did not finish, say); `warden destroy {name}` removes it, or `warden health "
+                           f"{name} --repair` mends it", rule="workspace.exists")
+        if taken is not None:
             raise Conflict(f"workspace {name!r} already exists; pick another name or `warden destroy` it first",
                            rule="workspace.exists")
         if self.folders.taken(str(self.root_dir / name)):
