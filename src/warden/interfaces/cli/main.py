@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from warden.core import stops
+from warden.core.echo import json_printable
 from warden.core.errors import Refused, Terminated, WardenError, classify
 from warden.interfaces.cli.output import Output, printable, terminal_columns
 
@@ -341,7 +342,7 @@ def _build_parser(word: str | None) -> Parser:
 
 
 def _emit_json(document: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(document, default=str, ensure_ascii=False) + "\n")
+    sys.stdout.write(json_printable(json.dumps(document, default=str, ensure_ascii=False)) + "\n")
 
 
 def main(argv: Sequence[str] | None = None, *, settled: Callable[[int], object] | None = None) -> int:
