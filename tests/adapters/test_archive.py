@@ -6,6 +6,7 @@ import base64
 import io
 import json
 import os
+import subprocess
 import tarfile
 import zipfile
 from pathlib import Path
@@ -204,3 +205,57 @@ def test_a_small_folder_packs_without_a_bar(tmp_path: Path, capsys: pytest.Captu
     (root / "big.bin").write_bytes(os.urandom(1 << 20))
     pack_tree(root, tmp_path / "b.tar.zst", progress=True)
     assert "of the bytes packed" in capsys.readouterr().err
+
+
+def _nest(root: Path, depth: int, name: str) -> None:
+    """`depth` folders named `name`, one in the other, and a file `leaf` in the deepest, made by
+    descriptor as a bot's `mkdir d; cd d` loop makes them (the whole path may pass PATH_MAX)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(depth):
+        os.mkdir(name, dir_fd=fd)
+        child = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    leaf = os.open("leaf", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+    os.write(leaf, b"deepest\n")
+    os.close(leaf)
+    os.close(fd)
+
+
+def _leaf(root: Path, name: str) -> tuple[int, bytes]:
+    fd, depth = os.open(root, os.O_RDONLY | os.O_DIRECTORY), 0
+    try:
+        while True:
+            try:
+                child = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            except FileNotFoundError:
+                leaf = os.open("leaf", os.O_RDONLY, dir_fd=fd)
+                with os.fdopen(leaf, "rb") as handle:
+                    return depth, handle.read()
+            os.close(fd)
+            fd, depth = child, depth + 1
+    finally:
+        os.close(fd)
+
+
+def test_a_tree_nested_past_the_recursion_limit_and_path_max_is_archived_and_unarchived(
+        root: Path, tmp_path: Path) -> None:
+    """A bot's folders nested 1,500 deep made `warden archive` (and the janitor's archiving of an
+    idle workspace, and `warden health`'s disk usage) an internal error: os.walk recursed past
+    Python's limit (RecursionError). The tree is walked by descriptor now, so a path longer than
+    PATH_MAX (a bot's `mkdir d; cd d` loop has no bound) is packed too."""
+    from warden.adapters.unarchive import HostUnarchiver
+    from warden.adapters.workspace_io import HostWorkspaceIO
+
+    back = tmp_path / "back" / "ws"
+    try:
+        _nest(root, 1500, "d")
+        _nest(root, 900, "x" * 8)  # a path of ~8,100 bytes: past PATH_MAX (4,096)
+        assert HostWorkspaceIO().disk_usage(str(root)) >= 2 * 4096
+        target = tmp_path / "ws.tar.zst"
+        pack_tree(root, target, max_bytes=1 << 20)
+        HostUnarchiver().restore(str(target), str(back))
+        assert _leaf(back, "d") == (1500, b"deepest\n")
+        assert _leaf(back, "x" * 8) == (900, b"deepest\n")
+    finally:  # pytest's own clean-up of tmp_path recurses (shutil.rmtree)
+        subprocess.run(["rm", "-rf", str(root), str(back)], check=False)

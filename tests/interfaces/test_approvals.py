@@ -339,3 +339,41 @@ def test_an_approved_change_can_be_rolled_back(loop: dict[str, object]) -> None:
     [before] = [c for c in listed if approval_id in c["message"]]
     assert _cli(loop, "rollback", "paper", before["id"], "--path", "/final/kept.md").returncode == 0
     assert (root / "final" / "kept.md").read_text() == "the person's text\n"
+
+
+def test_a_bot_chosen_path_in_a_failed_approval_reaches_the_terminal_escaped(loop: dict[str, object]) -> None:
+    """`warden approve` that fails says why in one line on stderr, which named the bot's path as
+    the bot wrote it: a name holding an OSC 52 sequence set the person's clipboard (a command to
+    paste), and `\\x1b[2K\\r` rewrote the line into "done". The bot asks to move such a draft,
+    then removes it; the person's approve fails, and the name comes out escaped."""
+    name = "/drafts/\x1b]52;c;cm0gLXJmIH4K\x07\x1b[2K\rapproved: done.md"
+    headers = {"Authorization": f"Bearer {loop['runner']}"}
+    assert _put(loop, str(loop["runner"]), name, b"draft\n").status_code == 200
+    asked = httpx.post(f"{loop['url']}/v1/workspaces/paper/files/move", headers=headers, timeout=30,
+                       json={"source": name, "destination": "/final/escaped.md"})
+    assert asked.status_code == 202, asked.text
+    gone = httpx.delete(f"{loop['url']}/v1/workspaces/paper/files", params={"path": name}, headers=headers,
+                        timeout=30)
+    assert gone.status_code in (200, 204), gone.text
+    failed = _cli(loop, "approve", asked.json()["approval"]["id"])
+    assert failed.returncode != 0 and failed.stderr, failed
+    assert "\x1b" not in failed.stderr and "\r" not in failed.stderr and "\x07" not in failed.stderr, failed.stderr
+    assert "\\x1b]52;c;cm0gLXJmIH4K\\x07" in failed.stderr, failed.stderr
+
+
+def test_a_bot_chosen_path_in_json_output_carries_no_c1_control_or_bidi_override(loop: dict[str, object]) -> None:
+    """`--json` escaped only what JSON must (C0 controls): a bot's path holding U+009B, which a
+    terminal may read as CSI (`\\x9b2J` clears the screen), or U+202E went out to the person's
+    terminal as it was. They go out as \\u escapes now: the same document for a program."""
+    name = "/final/\x9b2J\x9b31mhidden\u202eev.txt"
+    asked = _put(loop, str(loop["idle"]), name, b"payload\n")
+    assert asked.status_code == 202, asked.text
+    approval_id = asked.json()["approval"]["id"]
+    try:
+        listed = _cli(loop, "approvals", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert "\x9b" not in listed.stdout and "\u202e" not in listed.stdout
+        assert "\\u009b2J" in listed.stdout and "\\u202e" in listed.stdout
+        assert name in [r["path"] for r in json.loads(listed.stdout)["data"]]
+    finally:
+        _cli(loop, "deny", approval_id)

@@ -5,6 +5,7 @@ idle stop and transparent restart; death on destroy; the audit trail of each."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -656,3 +657,50 @@ def test_ps_says_whose_each_process_is(cli: Cli) -> None:
         assert any(line.startswith(theirs) and " bot lister " in line for line in lines), lines
     finally:
         cli("destroy", "shared", "--yes", "--no-archive")
+
+
+# A bot's background process printing to whoever reads its logs: an OSC 52 (the clipboard of
+# the person's terminal), a line rewritten by `\x1b[2K\r`, a title; and text with a tab and a
+# character split across its two writes.
+_HOSTILE_OUTPUT = ("import sys, time\n"
+                   "sys.stdout.buffer.write(b'\\x1b]52;c;cm0gLXJmIH4K\\x07\\x1b]0;title\\x07one\\ttwo \\xc3')\n"
+                   "sys.stdout.flush(); time.sleep(0.3)\n"
+                   "sys.stdout.buffer.write(b'\\xa9\\n\\x1b[2K\\rall good\\n'); sys.stdout.flush()\n"
+                   "sys.stderr.write('\\x1b[31merr\\n')\n")
+
+
+def test_a_bots_process_output_reaches_the_persons_terminal_escaped(cli: Cli, ws: str) -> None:
+    """`warden logs` wrote a bot's process output to the person's terminal byte for byte: its
+    escape sequences set their clipboard and forged lines. On a terminal it is escaped now (line
+    breaks and tabs kept), whole or followed; through a pipe it stays byte for byte."""
+    import pty
+
+    assert cli("bot", "register", "printer").code == 0
+    token = cli("grant", ws, "printer", "--permissions", "read,execute").stdout.strip()
+    started = cli("run", ws, "--as-token-env", "--detach", "--json", "--", "python3", "-c", _HOSTILE_OUTPUT,
+                  env={"WARDEN_TOKEN": token})
+    assert started.code == 0, started.stderr
+    job = started.json["data"]["id"]
+    assert cli("wait", ws, job).code == 0
+    piped = cli("logs", ws, job)
+    assert piped.stdout.startswith("\x1b]52;c;") and piped.stderr == "\x1b[31merr\n"
+    for follow in ((), ("--follow",)):
+        leader, follower = pty.openpty()
+        try:
+            proc = subprocess.run([sys.executable, "-m", "warden", "logs", ws, job, *follow], stdin=subprocess.DEVNULL,
+                                  stdout=follower, stderr=follower, env=cli.environ, timeout=120, check=False)
+            os.close(follower)
+            follower = -1
+            shown = b""
+            with contextlib.suppress(OSError):  # EIO once all is read
+                while chunk := os.read(leader, 65536):
+                    shown += chunk
+        finally:
+            os.close(leader)
+            if follower >= 0:
+                os.close(follower)
+        assert proc.returncode == 0, shown
+        text = shown.decode()
+        assert "\x1b" not in text and "\x07" not in text, text
+        assert "\\x1b]52;c;cm0gLXJmIH4K\\x07\\x1b]0;title\\x07one\ttwo é\r\n\\x1b[2K\\rall good\r\n" in text, text
+        assert "\\x1b[31merr" in text, text

@@ -8,10 +8,12 @@ ends the session with status 3. Every wait polls for the expected text up to a d
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import json
 import os
 import select
+import socket
 import struct
 import subprocess
 import sys
@@ -20,6 +22,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from websockets.exceptions import InvalidStatus
@@ -404,3 +407,47 @@ def test_a_pty_client_that_leaves_has_its_shell_killed_and_audited(server: Serve
     event = wait_until(audited, timeout=60, message="the PTY of the client that left was never audited")
     assert event["detail"]["exit_code"] == 137 and time.monotonic() - started < 60
     assert not marker.exists()
+
+
+def _rss_mib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) >> 10 for line in status if line.startswith("VmRSS:"))
+
+
+def test_a_pty_client_flooding_pings_and_reading_nothing_is_cut_off_holding_no_memory(
+        home: dict[str, Any], tmp_path: Path) -> None:
+    """uvicorn answers each ping with a pong written straight to the connection's buffer, which has
+    no bound, and reads on: a bot sending pings on its PTY WebSocket and reading nothing made the
+    server hold ~12 MB more each second (~400 MB when the keepalive gave up at 40 s, and still
+    held while the bot kept its socket open). Now nothing is read while that buffer is full, and
+    a connection whose buffer has not drained for api.request_timeout (2 s here) is aborted."""
+    environ = {**home["environ"], "WARDEN_API_REQUEST_TIMEOUT": "2s"}
+    with ServeProcess(environ, tmp_path) as served:
+        assert served.proc is not None
+        parts = urlsplit(served.url)
+        sock = socket.create_connection((parts.hostname, parts.port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        key = base64.b64encode(os.urandom(16)).decode()
+        sock.sendall(f"GET /v1/workspaces/term/pty HTTP/1.1\r\nHost: {parts.netloc}\r\nUpgrade: websocket\r\n"
+                     f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                     f"Authorization: Bearer {home['token']}\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += sock.recv(1)
+        assert head.startswith(b"HTTP/1.1 101 ")
+        before = _rss_mib(served.proc.pid)
+        pings = (bytes([0x89, 0x80 | 125]) + b"\0\0\0\0" + b"p" * 125) * 500  # masked, as a client's are
+        sock.settimeout(0.2)
+        started, cut_off = time.monotonic(), False
+        while time.monotonic() - started < 15 and not cut_off:
+            try:
+                sock.send(pings)
+            except TimeoutError:
+                pass
+            except (BrokenPipeError, ConnectionResetError):
+                cut_off = True
+        grown = _rss_mib(served.proc.pid) - before
+        sock.close()
+        assert grown < 48, f"the server grew by {grown} MiB for a client that read nothing"
+        assert cut_off, "the connection of a client that read nothing was never cut off"
+        assert b"read nothing of it for 2 s" in served.output()

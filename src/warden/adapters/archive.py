@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from warden.adapters.atomic import naming
 from warden.adapters.safefs.fdtree import DirHandle, open_tree
+from warden.adapters.safefs.trees import walk_tree
 from warden.core.errors import InvalidInput, TooLarge
 from warden.core.gitcontrol import is_git_name
 from warden.core.policy import PROTECTED_WORKSPACE_PATHS
@@ -291,13 +292,27 @@ def tree_size(root: Path) -> int:
     of reading, which is what packing it would do.
     """
     total = 0
-    for dirpath, _dirnames, filenames in os.walk(root, followlinks=False):
-        for name in filenames:
-            with contextlib.suppress(OSError):
-                st = os.lstat(os.path.join(dirpath, name))
-                if stat.S_ISREG(st.st_mode):
-                    total += st.st_size
+    with _held(root) as root_fd:
+        for _rel, _folders, others, fd in walk_tree(root_fd):
+            for name in others:
+                with contextlib.suppress(OSError):
+                    st = os.lstat(name, dir_fd=fd)
+                    if stat.S_ISREG(st.st_mode):
+                        total += st.st_size
     return total
+
+
+@contextlib.contextmanager
+def _held(root: Path) -> Iterator[int]:
+    """`root` open as a folder, for walk_tree. Walked by descriptor, without recursion: os.walk
+    recurses (Python 3.11), and a bot's folders nested 1,500 deep made `warden archive` (and the
+    janitor's archiving of an idle workspace) an internal error, RecursionError; and names are
+    looked up beneath their folder's descriptor, so a path past PATH_MAX is packed too."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def pack_tree(root: Path, target: Path, *, max_bytes: int | None = None, progress: bool = False) -> int:
@@ -353,37 +368,40 @@ def _add_tree(tar: tarfile.TarFile, root: Path, on_read: Callable[[int], None] |
     """Folders, regular files and symlinks below `root`; hard links stored as plain files,
     sockets, fifos and devices a bot might leave skipped, files opened with O_NOFOLLOW
     (`on_read`: told the length of each piece of a file as it is packed)."""
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        rel_dir = os.path.relpath(dirpath, root)
-        for name in sorted(dirnames) + sorted(filenames):
-            path = os.path.join(dirpath, name)
-            arcname = name if rel_dir == "." else f"{rel_dir}/{name}"
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                continue
-            info = tarfile.TarInfo(arcname)
-            info.mode = stat.S_IMODE(st.st_mode)
-            info.mtime = int(st.st_mtime)
-            if stat.S_ISDIR(st.st_mode):
-                info.type = tarfile.DIRTYPE
-                tar.addfile(info)
-            elif stat.S_ISLNK(st.st_mode):
-                info.type = tarfile.SYMTYPE
-                info.linkname = os.readlink(path)
-                tar.addfile(info)
-            elif stat.S_ISREG(st.st_mode):
-                try:
-                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-                except OSError:
-                    continue
-                with os.fdopen(fd, "rb") as handle:
-                    fst = os.fstat(handle.fileno())
-                    if not stat.S_ISREG(fst.st_mode):
-                        continue
-                    info.size = fst.st_size
-                    tar.addfile(info, _Exactly(handle, fst.st_size, on_read))
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+    with _held(root) as root_fd:
+        for rel_dir, folders, others, fd in walk_tree(root_fd):  # never enters a link
+            for name in folders + others:
+                _add_entry(tar, fd, name, f"{rel_dir}/{name}" if rel_dir else name, on_read)
+
+
+def _add_entry(tar: tarfile.TarFile, fd: int, name: str, arcname: str,
+               on_read: Callable[[int], None] | None) -> None:
+    """Entry `name` of the folder open as `fd`, as `arcname`."""
+    try:
+        st = os.lstat(name, dir_fd=fd)
+    except FileNotFoundError:
+        return
+    info = tarfile.TarInfo(arcname)
+    info.mode = stat.S_IMODE(st.st_mode)
+    info.mtime = int(st.st_mtime)
+    if stat.S_ISDIR(st.st_mode):
+        info.type = tarfile.DIRTYPE
+        tar.addfile(info)
+    elif stat.S_ISLNK(st.st_mode):
+        info.type = tarfile.SYMTYPE
+        info.linkname = os.readlink(name, dir_fd=fd)
+        tar.addfile(info)
+    elif stat.S_ISREG(st.st_mode):
+        try:
+            file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+        except OSError:
+            return
+        with os.fdopen(file_fd, "rb") as handle:
+            fst = os.fstat(handle.fileno())
+            if not stat.S_ISREG(fst.st_mode):
+                return
+            info.size = fst.st_size
+            tar.addfile(info, _Exactly(handle, fst.st_size, on_read))
 
 
 class _Exactly(io.RawIOBase):

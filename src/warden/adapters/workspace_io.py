@@ -9,6 +9,7 @@ folder is a rename into `.trash/` beside it (instant, never crossing filesystems
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import threading
@@ -163,13 +164,22 @@ class HostWorkspaceIO:
         return read_layer_site(Path(workspace))
 
     def disk_usage(self, workspace: str) -> int:
+        from warden.adapters.safefs.trees import walk_tree  # here: its ctypes only when a tree is walked
+
         total = 0
-        for dirpath, _dirs, files in os.walk(workspace, followlinks=False):
-            for name in files:
-                try:
-                    total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-                except OSError:
-                    continue
+        try:
+            root_fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return 0
+        try:
+            # By descriptor, without recursion: os.walk recursed past Python's limit in a bot's
+            # folders nested 1,500 deep (`warden health`: an internal error, RecursionError).
+            for _rel, _folders, others, fd in walk_tree(root_fd):
+                for name in others:
+                    with contextlib.suppress(OSError):
+                        total += os.lstat(name, dir_fd=fd).st_blocks * 512
+        finally:
+            os.close(root_fd)
         return total
 
 

@@ -9,7 +9,7 @@ The CLI's output (interfaces/cli/output.py) and Warden's notes on a run both esc
 
 from __future__ import annotations
 
-__all__ = ["ESCAPES", "echoed", "printable"]
+__all__ = ["ESCAPES", "echoed", "json_printable", "printable"]
 
 # C0 controls, DEL and C1 controls (a terminal reads \x9b as CSI), and the bidirectional
 # overrides and isolates that make text display in another order than it reads
@@ -34,3 +34,16 @@ def echoed(text: str, longest: int = 100) -> str:
     """`text` cut after `longest` characters (marked `…`) and escaped: a part of Warden's own line
     that the sandbox chose (a program name from its stderr, a folder it named)."""
     return printable(text[:longest] + ("…" if len(text) > longest else ""))
+
+
+# JSON for a terminal (the CLI's --json): json.dumps(ensure_ascii=False) escapes C0 controls only,
+# so a bot's path holding U+009B (which a terminal may read as CSI) or a bidirectional override
+# went out as it was. Such a character can stand only inside a JSON string, where `\\u009b`
+# means the same: the document a program reads is unchanged.
+_JSON_ESCAPES: dict[int, str] = {c: f"\\u{c:04x}" for c in (0x7F, *range(0x80, 0xA0), *_BIDI)}
+
+
+def json_printable(text: str) -> str:
+    """JSON text (from json.dumps) with DEL, the C1 controls and the bidirectional overrides as
+    `\\uXXXX` escapes: the same document, safe on a terminal."""
+    return text.translate(_JSON_ESCAPES)

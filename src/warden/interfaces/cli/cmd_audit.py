@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from warden.core.echo import json_printable
 from warden.core.errors import Conflict, InvalidInput
 from warden.interfaces.cli.main import Context
 from warden.interfaces.cli.output import Output, printable, table
@@ -119,7 +120,7 @@ def _follow(ctx: Context, args: argparse.Namespace, shown: list[dict[str, Any]],
     def emit(rows: list[dict[str, Any]]) -> None:
         for r in rows:
             if ctx.json:
-                sys.stdout.write(json.dumps(r, default=str, ensure_ascii=False) + "\n")
+                sys.stdout.write(json_printable(json.dumps(r, default=str, ensure_ascii=False)) + "\n")
             else:  # one line an event, columns as in the listing's order (its widths are unknown ahead)
                 sys.stdout.write("  ".join(printable(str(c)) or "-" for c in _cells(r)) + "\n")
         sys.stdout.flush()

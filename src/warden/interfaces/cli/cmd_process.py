@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TextIO
 
+from warden.core.echo import ESCAPES
 from warden.core.errors import InvalidInput, Locked, NotFound, Refused, Unavailable
 from warden.interfaces.cli.main import Context, add_workspace
 from warden.interfaces.cli.output import Output, printable, table
@@ -112,12 +115,14 @@ def _logs(ctx: Context, args: argparse.Namespace) -> Output:
     _known(ctx, args.name)
     live = ctx.app.live
     args.id = live.resolve(args.name, args.id)  # the whole id, in --json and for why it did not start
+    bots = not ctx.json and live.get(args.name, args.id).principal != "user"
+    out_to, err_to = _shown(sys.stdout, escaped=bots), _shown(sys.stderr, escaped=bots)
     if not args.follow:
         logs = live.logs(args.name, args.id)
         if ctx.json:
             return Output({"id": args.id, **logs.to_json()})
-        _write(sys.stdout.buffer, logs.stdout)
-        _write(sys.stderr.buffer, logs.stderr)
+        out_to(logs.stdout)
+        err_to(logs.stderr)
         _why_not_started(ctx, args)
         return Output(streamed=True)
     out, err = bytearray(), bytearray()
@@ -131,7 +136,7 @@ def _logs(ctx: Context, args: argparse.Namespace) -> Output:
         if ctx.json:
             (out if chunk.stream == "stdout" else err).extend(chunk.data)
         else:
-            _write(sys.stdout.buffer if chunk.stream == "stdout" else sys.stderr.buffer, chunk.data)
+            (out_to if chunk.stream == "stdout" else err_to)(chunk.data)
     data = {"id": args.id, "stdout": out.decode("utf-8", "replace"), "stderr": err.decode("utf-8", "replace"),
             "exit_code": ended.exit_code if ended else None}
     if not ctx.json and ended is not None:
@@ -152,6 +157,28 @@ def _write(stream: Any, data: bytes) -> None:
     if data:
         stream.write(data)
         stream.flush()
+
+
+# What a bot's process printed is the bot's choice of bytes: shown as they are on the person's
+# terminal, an OSC 52 set their clipboard (a command to paste), a title or `\x1b[2K\r` forged
+# lines. On a terminal they are shown with every control escaped but line breaks and tabs (as
+# core/echo.py does for Warden's own text); through a pipe or into a file, byte for byte.
+_KEEP = {ord("\n"), ord("\t")}
+_BOT_ESCAPES = {c: v for c, v in ESCAPES.items() if c not in _KEEP}
+
+
+def _shown(stream: TextIO, *, escaped: bool) -> Callable[[bytes], None]:
+    """How a process's output is written to `stream` (stdout or stderr): byte for byte, or, when
+    `escaped` (a bot's process) and `stream` is a terminal, decoded and escaped."""
+    raw = stream.buffer
+    if not escaped or not stream.isatty():
+        return lambda data: _write(raw, data)
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a character may span two chunks
+
+    def write(data: bytes) -> None:
+        _write(raw, decoder.decode(data).translate(_BOT_ESCAPES).encode("utf-8"))
+
+    return write
 
 
 def _kill(ctx: Context, args: argparse.Namespace) -> Output:

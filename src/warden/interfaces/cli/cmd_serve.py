@@ -142,7 +142,8 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
                                # request line and headers bounded (414/431), and timed (408)
                                "http": functools.partial(BoundedHttpToolsProtocol, head_timeout_s=head_timeout,
                                                          max_connections=app.settings.get_int("api.max_connections")),
-                               "ws": DeniedHandshakeProtocol,  # a refused PTY handshake is no server error
+                               # a refused PTY handshake is no server error; a client's unread bytes bounded
+                               "ws": functools.partial(DeniedHandshakeProtocol, drain_timeout_s=head_timeout),
                                "log_config": _log_config(args.access_log)}
     if tls:
         options.update(ssl_certfile=tls[0], ssl_keyfile=tls[1])

@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from warden.core import stops
+from warden.core.echo import json_printable
 from warden.core.errors import Refused, Terminated, WardenError, classify
-from warden.interfaces.cli.output import Output, terminal_columns
+from warden.interfaces.cli.output import Output, printable, terminal_columns
 
 if TYPE_CHECKING:
     from warden.bootstrap import App
@@ -341,7 +342,7 @@ def _build_parser(word: str | None) -> Parser:
 
 
 def _emit_json(document: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(document, default=str, ensure_ascii=False) + "\n")
+    sys.stdout.write(json_printable(json.dumps(document, default=str, ensure_ascii=False)) + "\n")
 
 
 def main(argv: Sequence[str] | None = None, *, settled: Callable[[int], object] | None = None) -> int:
@@ -397,7 +398,10 @@ def _command(argv: Sequence[str] | None, settled: Callable[[int], object] | None
         if wants_json:
             _emit_json({"ok": False, "error": {"code": exc.code, "message": exc.message}})
         else:
-            sys.stderr.write(f"{_prefix()} {exc.message}\n")
+            # Escaped: a message may name what a bot chose (a path of its approval request, which
+            # `approve` repeats when carrying it out fails), and its escape sequences reached the
+            # person's terminal: an OSC 52 set their clipboard, `\x1b[2K\r` rewrote the line.
+            sys.stderr.write(f"{_prefix()} {printable(exc.message)}\n")
         return _finish(ctx, _exit_status(exc), settled)
     except KeyboardInterrupt:
         return _interrupted(ctx, settled)
@@ -418,7 +422,7 @@ def _command(argv: Sequence[str] | None, settled: Callable[[int], object] | None
         if wants_json:
             _emit_json({"ok": False, "error": {"code": "internal", "message": message}})
         else:
-            sys.stderr.write(f"warden: {message}\n")
+            sys.stderr.write(f"warden: {printable(message)}\n")  # (an OSError names a bot's file)
         return _finish(ctx, 1, settled)
     try:
         if wants_json:

@@ -377,7 +377,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
 
 class DeniedHandshakeProtocol(WebSocketsSansIOProtocol):
-    """uvicorn's WebSocket protocol, quiet about a handshake answered with an HTTP denial.
+    """uvicorn's WebSocket protocol, quiet about a handshake answered with an HTTP denial, and
+    bounded for a client that reads nothing (below `pause_writing`).
 
     A refused PTY handshake (no token, another bot's workspace, no exec slot) is answered with
     the API's error response through the ASGI denial-response extension. uvicorn's sans-I/O
@@ -388,11 +389,64 @@ class DeniedHandshakeProtocol(WebSocketsSansIOProtocol):
     returns without answering is still logged.
     """
 
+    def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None, *, drain_timeout_s: float = HEAD_TIMEOUT_S) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self._drain_timeout_s = drain_timeout_s
+        self._drain_timer: asyncio.TimerHandle | None = None
+        self._write_held = False  # the transport's buffer is over its high-water mark
+
     async def send(self, message: Any) -> None:
         await super().send(message)
         if (message.get("type") == "websocket.http.response.body" and not message.get("more_body", False)
                 and self.close_sent):
             self.handshake_complete = True
+
+    # A client that never reads: uvicorn answers each ping with a pong written straight to the
+    # transport, whose buffer has no bound, and reads on (it pauses reading only for data frames
+    # the app has not taken). A bot flooding its PTY WebSocket with pings and reading nothing made
+    # the server hold ~12 MB more each second, ~400 MB when the keepalive gave up at 40 s, and
+    # that keepalive's close() kept it for as long as the bot kept its socket open. So, as the
+    # HTTP protocol does: nothing is read while the buffer is over its high-water mark (the
+    # pings wait in the kernel's buffers), and a buffer that has not drained for `drain_timeout_s`
+    # (api.request_timeout) has its connection aborted, its unsent bytes dropped.
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._write_held = True
+        self.transport.pause_reading()
+        if self._drain_timer is None:
+            self._drain_timer = self.loop.call_later(self._drain_timeout_s, self._drain_timed_out)
+
+    def resume_writing(self) -> None:
+        self._disarm_drain_timer()
+        self._write_held = False
+        super().resume_writing()
+        if not self.read_paused:  # (uvicorn's own pause: a data frame the app has not taken yet)
+            self.transport.resume_reading()
+
+    async def receive(self) -> Any:
+        message = await super().receive()
+        if self._write_held:  # uvicorn resumed reading as the app took a frame: not while unsent bytes pile up
+            self.transport.pause_reading()
+        return message
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_drain_timer()
+        super().connection_lost(exc)
+
+    def _disarm_drain_timer(self) -> None:
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
+
+    def _drain_timed_out(self) -> None:
+        self._drain_timer = None
+        if not self._write_held:  # (a keepalive's close() may have come first: it too waits for the buffer)
+            return
+        self.logger.warning("closed a WebSocket whose client read nothing of it for %g s (api.request_timeout)",
+                            self._drain_timeout_s)
+        self.transport.abort()  # close() would wait, for ever, for the buffer to be sent
 
 
 class HideTokens(logging.Filter):
