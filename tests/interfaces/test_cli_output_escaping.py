@@ -44,6 +44,8 @@ def test_tables_and_rendered_text_escape_but_keep_their_own_lines() -> None:
     # A command's own text keeps its line breaks; any other control character is shown escaped.
     assert Output({}, "line one\nline two\x1b[0m\r").human() == "line one\nline two\\x1b[0m\\r"
     assert printable("plain ascii, ünïcode and \\n as typed") == "plain ascii, ünïcode and \\n as typed"
+    # Invisible characters a reviewer cannot see: zero-width ones, directional marks, separators.
+    assert printable("done\u200b.md\u200f\u2028x\ufeff") == "done\\u200b.md\\u200f\\u2028x\\ufeff"
 
 
 def test_json_envelope_is_unchanged(app: App, cli: Cli) -> None:

@@ -17,7 +17,12 @@ __all__ = ["ESCAPES", "echoed", "json_printable", "printable"]
 # marks (interfaces/cli/output.py), which text from outside must not carry in.
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _CONTROLS = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]
-_BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+# The invisible ones too: zero-width spaces and joiners, the directional marks (LRM, RLM, ALM),
+# the word joiner and invisible operators, a BOM, and the line and paragraph separators (which
+# some terminals break a line at): a path that reads "done.md" could hold any of them, and an
+# approval's reviewer saw two paths that looked the same.
+_BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A), *range(0x200B, 0x2010), 0x2028, 0x2029,
+         *range(0x2060, 0x2065), 0x061C, 0xFEFF]
 ESCAPES: dict[int, str] = {
     **{c: _NAMED.get(chr(c), f"\\x{c:02x}") for c in _CONTROLS},
     **{c: f"\\u{c:04x}" for c in _BIDI},
