@@ -216,3 +216,23 @@ def test_a_session_deny_stops_the_background_process_started_under_its_allow(cli
     after = cli("ps", "sess", "--json").json["data"]
     assert [p["status"] for p in after] == ["killed"], after
     assert "path policy" in after[0]["stopped_by"]
+
+
+def test_a_session_s_deny_is_said_to_be_taken_back_by_that_session_s_forget(cli: Cli, tmp_path: Path) -> None:
+    """Found as a newcomer: a run of a session whose deny hid a path ended with `warden sandbox forget
+    P --workspace W`, which looks in the workspace's lists (exit 4, "not in the workspace level's
+    lists"); the line now names the session, and what it names works."""
+    data = tmp_path / "session-data"
+    (data / "private").mkdir(parents=True)
+    (data / "private" / "p.txt").write_text("p\n")
+    assert cli("create", "proj8").code == 0
+    assert cli("sandbox", "add", str(data), "--mode", "ro", "--workspace", "proj8").code == 0
+    assert cli("sandbox", "remove", str(data / "private"), "--workspace", "proj8", "--session", "s1").code == 0
+    run = cli("run", "proj8", "--session", "s1", "--", "cat", f"{data}/private/p.txt")
+    assert run.code == 1, run.stderr
+    forget = f"warden sandbox forget {data}/private --workspace proj8 --session s1"
+    assert run.stderr.rstrip("\n").splitlines()[-1] == (
+        f"warden: {data}/private is denied to this workspace's commands, so the sandbox hides it; `{forget}` takes "
+        "the deny back (`warden sandbox list --workspace proj8 --session s1` shows at which level it is)"), run.stderr
+    assert cli(*forget.split()[1:]).code == 0
+    assert cli("run", "proj8", "--session", "s1", "--", "cat", f"{data}/private/p.txt").stdout == "p\n"
