@@ -310,3 +310,12 @@ def test_grants_that_share_a_workspace_with_a_writer_and_secrets_are_named() -> 
     gone = replace(writer, revoked=now)
     assert shared_with_writers(holder, [gone], now) == ()
     assert shared_with_writers(holder, [replace(writer, expires=now)], now) == ()
+
+
+def test_secrets_without_the_permission_is_said_in_words_the_http_api_reads_too() -> None:
+    """Found as a newcomer: a bot minting a child grant over HTTP with "secrets" and no `secrets`
+    permission was told "add it to --permissions", a flag of the CLI it does not use."""
+    with pytest.raises(InvalidInput) as refused:
+        plan("read", secrets=["API_KEY"])
+    assert "add it to the grant's permissions" in str(refused.value), refused.value
+    assert 'over HTTP, "permissions"' in str(refused.value) and "--permissions" in str(refused.value)

@@ -217,7 +217,9 @@ def plan_grant(now: datetime, permissions: frozenset[str], *, zones: Sequence[st
         check_secret_name(name)
     domain_set = check_domains(domains)
     if secrets and "secrets" not in permissions:
-        raise InvalidInput("naming secrets needs the `secrets` permission: add it to --permissions")
+        # Said in the grant's words: a bot minting a child grant over HTTP has no --permissions.
+        raise InvalidInput("naming secrets needs the `secrets` permission: add it to the grant's permissions "
+                           "(`--permissions …,secrets`; over HTTP, \"permissions\")")
     # The wording names the grant's fields (ttl, max_ttl): the CLI's --ttl/--max-ttl and the
     # HTTP body's "ttl"/"max_ttl" both read it right.
     for label, value in (("ttl", ttl), ("max_ttl", max_ttl)):
