@@ -249,3 +249,22 @@ def test_grant_warns_when_a_writer_shares_a_workspace_with_secrets(ws: Any) -> N
     assert ws("revoke", "sharing", "planter").code == 0
     again = ws("grant", "sharing", "keyholder3", "--permissions", "execute,secrets", "--secrets", "SHARED_KEY")
     assert "warning" not in again.stderr, again.stderr  # a revoked writer no longer counts
+
+
+def test_secret_rm_names_the_live_grants_that_still_name_it(ws: Any) -> None:
+    """Found as a newcomer: `warden secret rm KEY` said "removed secret KEY" alone while a live
+    grant named it; that bot's commands then quietly ran with the variable empty."""
+    assert ws("secret", "set", "GONE_KEY", input="v").code == 0
+    ws("bot", "register", "secret-bot")
+    granted = ws("grant", "demo", "secret-bot", "--permissions", "read,execute,secrets", "--secrets", "GONE_KEY",
+                 "--json").json["data"]["accessor"]
+    removed = ws("secret", "rm", "GONE_KEY")
+    assert removed.code == 0, removed.stderr
+    assert removed.stdout.splitlines() == [
+        "removed secret GONE_KEY",
+        f"note: 1 live grant(s) still name it: secret-bot on demo ({granted}); their commands now run without it "
+        "(`warden secret set GONE_KEY` stores it again, `warden revoke` ends a grant)"]
+    assert ws("secret", "set", "GONE_KEY", input="v").code == 0
+    assert ws("revoke", "demo", "--accessor", granted).code == 0  # a revoked grant is not named
+    again = ws("secret", "rm", "GONE_KEY", "--json")
+    assert again.code == 0 and again.json["data"]["still_named_by"] == [] and "note" not in again.stdout
