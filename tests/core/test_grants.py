@@ -303,7 +303,8 @@ def test_grants_that_share_a_workspace_with_a_writer_and_secrets_are_named() -> 
     holder = replace(grant("acc_h", permissions="execute,secrets"), bot="h", secrets=("K",))
     writer = replace(grant("acc_w", permissions="read,write"), bot="w")
     reader = replace(grant("acc_r", permissions="read"), bot="r")
-    assert shared_with_writers(holder, [writer, reader], now) == ("w",)
+    runner = replace(grant("acc_x", permissions="read,execute"), bot="x")  # its commands write the workspace
+    assert shared_with_writers(holder, [writer, reader, runner], now) == ("w", "x")
     assert shared_with_writers(writer, [holder, reader], now) == ("h",)
     assert shared_with_writers(reader, [holder, writer], now) == ()
     assert shared_with_writers(holder, [replace(writer, bot="h")], now) == ()  # its own
