@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,22 @@ def test_a_session_s_deny_is_said_to_be_taken_back_by_that_session_s_forget(cli:
         "the deny back (`warden sandbox list --workspace proj8 --session s1` shows at which level it is)"), run.stderr
     assert cli(*forget.split()[1:]).code == 0
     assert cli("run", "proj8", "--session", "s1", "--", "cat", f"{data}/private/p.txt").stdout == "p\n"
+
+
+def test_a_file_can_be_allowed_and_one_with_other_hard_links_cannot(cli: Cli, home: Path, tmp_path: Path) -> None:
+    """Found as a newcomer: `warden sandbox add FILE` was "internal error: NotADirectoryError: Not a
+    directory: '..'" (a file has no `..` to walk up), and so was every run of a workspace that had
+    a file allowed. A file is judged from the folder holding it; one with other hard links (it may be
+    Warden's own registry or key under another name) is refused."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("kept\n")
+    assert cli("create", "proj9").code == 0
+    added = cli("sandbox", "add", str(notes), "--mode", "ro", "--workspace", "proj9")
+    assert added.code == 0 and "internal error" not in added.stderr, added.stderr
+    run = cli("run", "proj9", "--", "cat", str(notes))
+    assert run.code == 0 and run.stdout == "kept\n", run.stderr
+    key = tmp_path / "key-alias"
+    os.link(home / "warden.db", key)  # the registry, under another name
+    refused = cli("sandbox", "add", str(key), "--mode", "ro", "--workspace", "proj9")
+    assert refused.code != 0 and "other hard links" in refused.stderr, refused.stderr
+    assert cli("run", "proj9", "--", "cat", str(notes)).stdout == "kept\n"
