@@ -20,6 +20,7 @@ from warden.core.errors import (
     InvalidInput,
     Locked,
     NotFound,
+    Pending,
     TimedOut,
     TooLarge,
     Unavailable,
@@ -98,6 +99,28 @@ def test_files(live: dict[str, Any]) -> None:
         files.read("docs/readme.md")
     with pytest.raises(TooLarge):
         files.write("big.bin", b"x" * (1024 * 1024 + 10))
+
+
+def test_files_move_renames_and_waits_where_a_zone_asks(live: dict[str, Any]) -> None:
+    """Found as a newcomer: the SDK had no `files.move`, which the HTTP API, `warden fs mv` and
+    MCP's move_file have (AttributeError: 'RemoteFiles' object has no attribute 'move')."""
+    from pathlib import Path
+
+    files = live["ws"].files
+    files.write("mv/a.txt", "a")
+    files.write("mv/b.txt", "b")
+    assert files.move("mv/a.txt", "mv/c.txt") == {"source": "mv/a.txt", "destination": "mv/c.txt", "type": "file"}
+    assert files.read_text("mv/c.txt") == "a" and not files.exists("mv/a.txt")
+    with pytest.raises(Conflict):
+        files.move("mv/c.txt", "mv/b.txt")  # never over an existing entry
+    zones = Path(live["ws"].path) / ".warden" / "zones.yaml"
+    zones.write_text("zones:\n  mv: {approval: {write: ask, delete: ask}}\n")
+    try:
+        with pytest.raises(Pending) as waiting:
+            files.move("mv/c.txt", "mv/d.txt")
+        assert waiting.value.approval_id.startswith("apr_") and files.exists("mv/c.txt")
+    finally:
+        zones.unlink()
 
 
 def test_grant_and_revoke(live: dict[str, Any]) -> None:

@@ -446,6 +446,15 @@ class RemoteFiles:
         client = self._ws.client
         client._may_wait(client.request("DELETE", self._path(), params={"path": path}))
 
+    def move(self, source: str, destination: str) -> dict[str, Any]:
+        """Move (rename) a file or folder, never over an existing entry; answers `{source,
+        destination, type}`, or Pending when a zone asks a person first (as `write` and `delete`:
+        the HTTP API, the CLI's `fs mv` and MCP's `move_file` had it, the SDK did not)."""
+        client = self._ws.client
+        moved: dict[str, Any] = client._may_wait(client.request(
+            "POST", self._path("/move"), json={"source": source, "destination": destination})).json()
+        return moved
+
     def exists(self, path: str) -> bool:
         try:
             self.stat(path)

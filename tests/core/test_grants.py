@@ -303,10 +303,20 @@ def test_grants_that_share_a_workspace_with_a_writer_and_secrets_are_named() -> 
     holder = replace(grant("acc_h", permissions="execute,secrets"), bot="h", secrets=("K",))
     writer = replace(grant("acc_w", permissions="read,write"), bot="w")
     reader = replace(grant("acc_r", permissions="read"), bot="r")
-    assert shared_with_writers(holder, [writer, reader], now) == ("w",)
+    runner = replace(grant("acc_x", permissions="read,execute"), bot="x")  # its commands write the workspace
+    assert shared_with_writers(holder, [writer, reader, runner], now) == ("w", "x")
     assert shared_with_writers(writer, [holder, reader], now) == ("h",)
     assert shared_with_writers(reader, [holder, writer], now) == ()
     assert shared_with_writers(holder, [replace(writer, bot="h")], now) == ()  # its own
     gone = replace(writer, revoked=now)
     assert shared_with_writers(holder, [gone], now) == ()
     assert shared_with_writers(holder, [replace(writer, expires=now)], now) == ()
+
+
+def test_secrets_without_the_permission_is_said_in_words_the_http_api_reads_too() -> None:
+    """Found as a newcomer: a bot minting a child grant over HTTP with "secrets" and no `secrets`
+    permission was told "add it to --permissions", a flag of the CLI it does not use."""
+    with pytest.raises(InvalidInput) as refused:
+        plan("read", secrets=["API_KEY"])
+    assert "add it to the grant's permissions" in str(refused.value), refused.value
+    assert 'over HTTP, "permissions"' in str(refused.value) and "--permissions" in str(refused.value)

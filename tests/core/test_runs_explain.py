@@ -197,3 +197,59 @@ def test_a_denied_path_not_found_is_named_only_when_it_is_the_deny_s() -> None:
         assert explain_denied_path(tail, denied, workspace="notes") is None, tail
     assert explain_denied_path("cat: /srv/secret/../secret/k: No such file or directory", denied,
                                workspace="n") is not None
+
+
+def test_a_zone_that_takes_no_writes_is_not_said_to_change_through_the_file_api() -> None:
+    """Found as a newcomer: a run's write in an `ro` zone ended "a zone's files change through
+    `warden fs NAME write PATH`", which then refused ("zone input is ro"); a bot was sent to the file
+    API, "which asks a person", and was refused there too. Only the zones that take writes are sent."""
+    said = "sh: 1: cannot create input/y: Read-only file system\n"
+    person = explain_failure(2, None, said, **FACTS, workspace="zz", read_only_folders=["input", "final"],
+                             closed_folders=["input"]) or ""
+    assert "the files of /final change through `warden fs zz write PATH`" in person, person
+    assert "; /input takes no writes, `warden fs` included" in person and "zones.yaml" in person, person
+    alone = explain_failure(2, None, said, **FACTS, workspace="zz", read_only_folders=["input"],
+                            closed_folders=["input"]) or ""
+    assert "warden fs zz write" not in alone and "/input takes no writes" in alone, alone
+    bot = explain_failure(2, None, said, **FACTS, bot=True, workspace="zz", read_only_folders=["input", "final"],
+                          closed_folders=["input"]) or ""
+    assert "files in /final change through the file API" in bot and "/input takes no writes from you" in bot, bot
+    assert "zone" not in bot, bot
+    mcp = explain_failure(2, None, said, **FACTS, bot=True, mcp=True, workspace="zz", read_only_folders=["input"],
+                          closed_folders=["input"]) or ""
+    assert "write_file" not in mcp and "/input takes no writes from you at all" in mcp, mcp
+
+
+def test_a_removal_refused_by_a_kept_zone_s_landlock_rule_is_explained() -> None:
+    """Found as a newcomer: with `drafts: {approval: {delete: blocked}}` declared, `rm x` at the
+    workspace's top said only "Permission denied" (Landlock), with no line from Warden."""
+    for said in ("rm: cannot remove 'x': Permission denied\n",
+                 "PermissionError: [Errno 13] Permission denied: 'x'\n"):
+        person = explain_failure(1, None, said, **FACTS, workspace="zz", kept_folders=["drafts"]) or ""
+        assert person.startswith("warden: runs of this workspace cannot remove or rename entries in the zones "
+                                 "/drafts"), person
+        assert "directly in the workspace folder" in person and "`warden fs zz rm PATH`" in person, person
+    bot = explain_failure(1, None, "rm: cannot remove 'x': Permission denied\n", **FACTS, bot=True, workspace="zz",
+                          kept_folders=["drafts"]) or ""
+    assert "DELETE /v1/workspaces/zz/files?path=" in bot, bot
+    mcp = explain_failure(1, None, "rm: cannot remove 'x': Permission denied\n", **FACTS, bot=True, mcp=True,
+                          workspace="zz", kept_folders=["drafts"]) or ""
+    assert "delete_file" in mcp and "/v1/" not in mcp, mcp
+    # No such zone, or a command that did not fail: no line.
+    assert explain_failure(1, None, "rm: cannot remove 'x': Permission denied\n", **FACTS) is None
+    assert explain_failure(0, None, "rm: cannot remove 'x': Permission denied\n", **FACTS,
+                           kept_folders=["drafts"]) is None
+
+
+def test_a_denied_path_s_line_names_the_forget_of_the_level_that_denies_it() -> None:
+    """Found as a newcomer: a session's deny was said to be taken back by `warden sandbox forget P
+    --workspace W`, which looks in the workspace's lists and answered exit 4."""
+    tail = "cat: /srv/data/private/p.txt: No such file or directory\n"
+    said = explain_denied_path(tail, ["/srv/data/private"], workspace="w", session="s1",
+                               levels=[("/srv/data/private", "session")]) or ""
+    assert "`warden sandbox forget /srv/data/private --workspace w --session s1` takes the deny back" in said, said
+    assert "`warden sandbox list --workspace w --session s1`" in said, said
+    globally = explain_denied_path(tail, ["/srv/data/private"], workspace="w",
+                                   levels=[("/srv/data/private", "global"), ("/srv/data/private", "workspace")]) or ""
+    assert ("`warden sandbox forget /srv/data/private --workspace w` and `warden sandbox forget /srv/data/private "
+            "--level global` take the deny back") in globally, globally

@@ -240,12 +240,47 @@ def test_grant_warns_when_a_writer_shares_a_workspace_with_secrets(ws: Any) -> N
     writer = ws("grant", "sharing", "planter", "--permissions", "read,write,execute")
     assert writer.code == 0
     line = [x for x in writer.stderr.splitlines() if x.startswith("warning:")]
-    assert line == ["warning: keyholder and planter share sharing, where one may write and the other's commands run "
-                    "with secrets: code a writer plants there (.venv/bin, node_modules/.bin, a script) runs with "
-                    "them; give secrets on a workspace no other bot may write"], writer.stderr
+    assert line == ["warning: keyholder and planter share sharing, where one may write (its commands too) and the "
+                    "other's commands run with secrets: code a writer plants there (.venv/bin, node_modules/.bin, a "
+                    "script) runs with them; give secrets on a workspace no other bot may write or run commands in"], \
+        writer.stderr
     second = ws("grant", "sharing", "keyholder2", "--permissions", "execute,secrets", "--secrets", "SHARED_KEY",
-                "--json")
-    assert second.json["data"]["warnings"][0].startswith("planter and keyholder2 share sharing"), second.json
-    assert ws("revoke", "sharing", "planter").code == 0
+                "--json")  # keyholder's commands may plant what keyholder2's run, and the other way round
+    assert second.json["data"]["warnings"][0].startswith("keyholder, planter and keyholder2 share sharing"), \
+        second.json
+    for gone in ("planter", "keyholder", "keyholder2"):
+        assert ws("revoke", "sharing", gone).code == 0
     again = ws("grant", "sharing", "keyholder3", "--permissions", "execute,secrets", "--secrets", "SHARED_KEY")
-    assert "warning" not in again.stderr, again.stderr  # a revoked writer no longer counts
+    assert "warning" not in again.stderr, again.stderr  # revoked writers no longer count
+
+
+def test_grant_warns_when_a_bot_that_only_executes_shares_a_workspace_with_secrets(ws: Any) -> None:
+    """Found as a newcomer: a `read,execute` bot (no `write`) planted `.venv/bin/ls` with a command,
+    and another bot's `ls` wrote its secret where the first read it back; `warden grant` had not
+    warned, as the README promised it would of a bot that may write there."""
+    assert ws("secret", "set", "RUN_KEY", input="v").code == 0
+    assert ws("create", "running", "--template", "minimal").code == 0
+    for bot in ("runholder", "runreader"):
+        assert ws("bot", "register", bot).code == 0
+    assert ws("grant", "running", "runreader", "--permissions", "read,execute").code == 0
+    holder = ws("grant", "running", "runholder", "--permissions", "execute,secrets", "--secrets", "RUN_KEY", "--json")
+    assert holder.json["data"]["warnings"][0].startswith("runreader and runholder share running"), holder.json
+
+
+def test_secret_rm_names_the_live_grants_that_still_name_it(ws: Any) -> None:
+    """Found as a newcomer: `warden secret rm KEY` said "removed secret KEY" alone while a live
+    grant named it; that bot's commands then quietly ran with the variable empty."""
+    assert ws("secret", "set", "GONE_KEY", input="v").code == 0
+    ws("bot", "register", "secret-bot")
+    granted = ws("grant", "demo", "secret-bot", "--permissions", "read,execute,secrets", "--secrets", "GONE_KEY",
+                 "--json").json["data"]["accessor"]
+    removed = ws("secret", "rm", "GONE_KEY")
+    assert removed.code == 0, removed.stderr
+    assert removed.stdout.splitlines() == [
+        "removed secret GONE_KEY",
+        f"note: 1 live grant(s) still name it: secret-bot on demo ({granted}); their commands now run without it "
+        "(`warden secret set GONE_KEY` stores it again, `warden revoke` ends a grant)"]
+    assert ws("secret", "set", "GONE_KEY", input="v").code == 0
+    assert ws("revoke", "demo", "--accessor", granted).code == 0  # a revoked grant is not named
+    again = ws("secret", "rm", "GONE_KEY", "--json")
+    assert again.code == 0 and again.json["data"]["still_named_by"] == [] and "note" not in again.stdout

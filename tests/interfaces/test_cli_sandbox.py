@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,42 @@ def test_a_session_deny_stops_the_background_process_started_under_its_allow(cli
     after = cli("ps", "sess", "--json").json["data"]
     assert [p["status"] for p in after] == ["killed"], after
     assert "path policy" in after[0]["stopped_by"]
+
+
+def test_a_session_s_deny_is_said_to_be_taken_back_by_that_session_s_forget(cli: Cli, tmp_path: Path) -> None:
+    """Found as a newcomer: a run of a session whose deny hid a path ended with `warden sandbox forget
+    P --workspace W`, which looks in the workspace's lists (exit 4, "not in the workspace level's
+    lists"); the line now names the session, and what it names works."""
+    data = tmp_path / "session-data"
+    (data / "private").mkdir(parents=True)
+    (data / "private" / "p.txt").write_text("p\n")
+    assert cli("create", "proj8").code == 0
+    assert cli("sandbox", "add", str(data), "--mode", "ro", "--workspace", "proj8").code == 0
+    assert cli("sandbox", "remove", str(data / "private"), "--workspace", "proj8", "--session", "s1").code == 0
+    run = cli("run", "proj8", "--session", "s1", "--", "cat", f"{data}/private/p.txt")
+    assert run.code == 1, run.stderr
+    forget = f"warden sandbox forget {data}/private --workspace proj8 --session s1"
+    assert run.stderr.rstrip("\n").splitlines()[-1] == (
+        f"warden: {data}/private is denied to this workspace's commands, so the sandbox hides it; `{forget}` takes "
+        "the deny back (`warden sandbox list --workspace proj8 --session s1` shows at which level it is)"), run.stderr
+    assert cli(*forget.split()[1:]).code == 0
+    assert cli("run", "proj8", "--session", "s1", "--", "cat", f"{data}/private/p.txt").stdout == "p\n"
+
+
+def test_a_file_can_be_allowed_and_one_with_other_hard_links_cannot(cli: Cli, home: Path, tmp_path: Path) -> None:
+    """Found as a newcomer: `warden sandbox add FILE` was "internal error: NotADirectoryError: Not a
+    directory: '..'" (a file has no `..` to walk up), and so was every run of a workspace that had
+    a file allowed. A file is judged from the folder holding it; one with other hard links (it may be
+    Warden's own registry or key under another name) is refused."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("kept\n")
+    assert cli("create", "proj9").code == 0
+    added = cli("sandbox", "add", str(notes), "--mode", "ro", "--workspace", "proj9")
+    assert added.code == 0 and "internal error" not in added.stderr, added.stderr
+    run = cli("run", "proj9", "--", "cat", str(notes))
+    assert run.code == 0 and run.stdout == "kept\n", run.stderr
+    key = tmp_path / "key-alias"
+    os.link(home / "warden.db", key)  # the registry, under another name
+    refused = cli("sandbox", "add", str(key), "--mode", "ro", "--workspace", "proj9")
+    assert refused.code != 0 and "other hard links" in refused.stderr, refused.stderr
+    assert cli("run", "proj9", "--", "cat", str(notes)).stdout == "kept\n"

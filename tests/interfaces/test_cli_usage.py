@@ -53,6 +53,8 @@ def test_mistyped_subcommands_and_options_name_the_nearest(cli: Cli, args: list[
     (["fs", "notes", "read", "/x"], "unknown command 'fs read'; did you mean 'fs cat'? (`warden fs --help`"),
     (["fs", "notes", "delete", "/x"], "did you mean 'fs rm'?"),
     (["bot", "remove", "x"], "did you mean 'bot rm'?"),
+    (["config", "list"], "unknown command 'config list'; did you mean 'config show'?"),  # met as a newcomer
+    (["fs", "notes", "list", "/"], "did you mean 'fs ls'?"),
 ])
 def test_a_word_another_tool_uses_names_wardens_command(cli: Cli, args: list[str], meant: str) -> None:
     """Docker's, git's, the shell's and the SDK's (`ws.files.read`) words are what a newcomer types

@@ -122,3 +122,32 @@ def test_a_broken_zones_file_refuses_the_run_with_126_saying_what_is_wrong(cli: 
     out = cli("run", paper.name, "--json", "--", "true")
     assert out.code == 126 and out.json["error"]["code"] == "invalid"
     assert "approval 'maybe' is not one of preApproved, ask, blocked" in out.json["error"]["message"]
+
+
+def test_a_write_refused_in_an_ro_zone_does_not_send_the_person_to_warden_fs(cli: Cli, paper: Path) -> None:
+    """Found as a newcomer: a write in an `ro` zone ended "a zone's files change through `warden fs
+    NAME write PATH`", which then refused it ("zone input is ro"): only the zones that take writes
+    are sent there."""
+    (paper / ".warden" / "zones.yaml").write_text(ZONES + "  input: {mode: ro}\n")
+    out = cli("run", paper.name, "--", "sh", "-c", "echo new > input/new.csv")
+    assert out.code != 0 and "Read-only file system" in out.stderr, out.stderr
+    last = out.stderr.rstrip("\n").splitlines()[-1]
+    assert "the files of /final change through `warden fs " in last, last
+    assert "/input takes no writes, `warden fs` included" in last, last
+    refused = cli("fs", paper.name, "write", "/input/new.csv", input="x")  # as the line says
+    assert refused.code == 3 and "zone input is ro" in refused.stderr
+
+
+@pytest.mark.skipif(abi() < 2, reason="this kernel has no Landlock ABI 2: such zones are read-only instead")
+def test_a_removal_a_kept_zone_forbids_in_runs_ends_with_warden_s_line(cli: Cli, paper: Path) -> None:
+    """Found as a newcomer: with a zone whose deletes are blocked, `rm x` at the workspace's top said
+    only "Permission denied" (Landlock forbids it there too), with no line from Warden."""
+    (paper / "x").write_text("x\n")
+    for argv in (["rm", "x"], ["python", "-c", "import os; os.remove('x')"]):
+        out = cli("run", paper.name, "--", *argv)
+        assert out.code == 1 and "Permission denied" in out.stderr, out.stderr
+        assert out.stderr.rstrip("\n").splitlines()[-1] == (
+            "warden: runs of this workspace cannot remove or rename entries in the zones /archive (their deletes "
+            "ask a person or are blocked), nor directly in the workspace folder or in a top-level folder a "
+            f"run made; `warden fs {paper.name} rm PATH` (or `mv`) does it where the zone allows"), out.stderr
+    assert cli("fs", paper.name, "rm", "/x").code == 0 and not (paper / "x").exists()

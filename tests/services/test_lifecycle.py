@@ -191,6 +191,14 @@ def test_cleanup_by_last_access(envhome: EnvHome) -> None:  # noqa: F811
     assert envhome.cli("cleanup", "--older-than", "soon").returncode == 2
 
 
+def test_snapshot_build_counts_one_package_in_the_singular(envhome: EnvHome, tmp_path: Path) -> None:  # noqa: F811
+    """Found as a newcomer: a one-package layer was "ready" with "1 packages"."""
+    extra = tmp_path / "one.yaml"
+    extra.write_text("name: one\npython:\n  dependencies: [\"beta>=3\"]\n")  # no dependency of its own
+    said = envhome.cli("snapshot", "build", str(extra)).stdout
+    assert "(python, 1 package, " in said, said
+
+
 def test_prune_keeps_layers_in_use(envhome: EnvHome, tmp_path: Path) -> None:  # noqa: F811
     extra = tmp_path / "solo.yaml"
     extra.write_text("name: solo\npython:\n  dependencies: [gamma]\n")

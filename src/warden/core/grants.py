@@ -217,7 +217,9 @@ def plan_grant(now: datetime, permissions: frozenset[str], *, zones: Sequence[st
         check_secret_name(name)
     domain_set = check_domains(domains)
     if secrets and "secrets" not in permissions:
-        raise InvalidInput("naming secrets needs the `secrets` permission: add it to --permissions")
+        # Said in the grant's words: a bot minting a child grant over HTTP has no --permissions.
+        raise InvalidInput("naming secrets needs the `secrets` permission: add it to the grant's permissions "
+                           "(`--permissions …,secrets`; over HTTP, \"permissions\")")
     # The wording names the grant's fields (ttl, max_ttl): the CLI's --ttl/--max-ttl and the
     # HTTP body's "ttl"/"max_ttl" both read it right.
     for label, value in (("ttl", ttl), ("max_ttl", max_ttl)):
@@ -359,9 +361,13 @@ def shared_with_writers(new: Grant, others: Iterable[Grant], now: datetime) -> t
     """The other bots whose live grants on `new`'s workspace meet it so that one's code may run
     with the other's secrets: a bot that may write there can plant what the other's commands run
     (`.venv/bin/sh`, a package, a script), and a command of a grant with secrets runs with them.
-    Warden cannot tell such code from the workspace's own; `warden grant` warns of it."""
+    Warden cannot tell such code from the workspace's own; `warden grant` warns of it.
+
+    `execute` writes too: a command writes the workspace whatever the grant's `write` says (that
+    permission is the file API's), so a `read,execute` bot planted `.venv/bin/ls` and read another
+    bot's secret back, with no warning given (found as a newcomer)."""
     def writes(g: Grant) -> bool:
-        return bool(g.permissions & {"write", "admin"})
+        return bool(g.permissions & {"write", "admin", "execute"})
 
     met = {o.bot for o in others
            if o.bot != new.bot and o.revoked is None and o.expires > now

@@ -289,6 +289,11 @@ class ZoneMount:
         return self.mode == "ro" or self.write != "preApproved"
 
     @property
+    def closed_to_writes(self) -> bool:
+        """No write through the file API either, a person's included: the zone is ro or blocks them."""
+        return self.mode == "ro" or self.write == "blocked"
+
+    @property
     def kept_in_runs(self) -> bool:
         """Writable in runs, but removing or renaming there needs a person (or is blocked)."""
         return not self.read_only_in_runs and self.delete != "preApproved"
@@ -304,6 +309,8 @@ class EffectivePaths:
     denied: tuple[str, ...]
     readonly: tuple[str, ...]
     system_blocked: tuple[str, ...]
+    # (path, level) of each deny: which file a hint's `sandbox forget` must name.
+    denied_levels: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {"workspace": self.workspace,
@@ -329,6 +336,7 @@ def effective_paths(root: str, zones: Mapping[str, Zone], rules: PathRules, *,
                     for z in zones.values()),
         allowed=tuple(allowed),
         denied=tuple(sorted({r.path for r in rules.denied})),
+        denied_levels=tuple(sorted({(r.path, r.level) for r in rules.denied})),
         readonly=tuple(root + p for p in PROTECTED_WORKSPACE_PATHS),
         system_blocked=UNIX_PROTECTED if block_system else (),
     )

@@ -327,13 +327,17 @@ _NOT_FOUND = "No such file or directory"
 _ABSOLUTE = re.compile(r"(?<![\w.~-])/[^\s:'\"`]+")
 
 
-def explain_denied_path(stderr_tail: str, denied: Sequence[str], *, workspace: str) -> str | None:
+def explain_denied_path(stderr_tail: str, denied: Sequence[str], *, workspace: str,
+                        levels: Sequence[tuple[str, str]] = (), session: str | None = None) -> str | None:
     """The line for a command that did not find a path of this host which a `warden sandbox remove`
     (a deny, at any level) hides from the workspace's commands, or None.
 
     The program says "No such file or directory", as for a path that does not exist: without
     Warden's line a person who had just denied, or not yet forgotten, a folder went looking for it
-    on the host. For a person's run only: a bot is not told the person's path lists.
+    on the host. For a person's run only: a bot is not told the person's path lists. `levels`:
+    (path, level) of each deny, so the `sandbox forget` named is the one that takes it back (a
+    session's or the global level's deny is not in the workspace's lists, where a bare
+    `--workspace` looks: that answered exit 4); `session`: the run's session.
     """
     for line in stderr_tail.splitlines():
         if _NOT_FOUND not in line:
@@ -342,10 +346,22 @@ def explain_denied_path(stderr_tail: str, denied: Sequence[str], *, workspace: s
             path = normalize(found.rstrip(".,;)"))
             hidden = next((d for d in denied if within(path, [d])), None)
             if hidden is not None:
-                return (f"warden: {echoed(hidden)} is denied to this workspace's commands, so the sandbox hides it; "
-                        f"`warden sandbox forget {echoed(hidden)} --workspace {workspace}` takes the deny back "
-                        f"(`warden sandbox list --workspace {workspace}` shows at which level it is)")
+                return _denied_line(hidden, [level for path, level in levels if path == hidden],
+                                    workspace=workspace, session=session)
     return None
+
+
+def _denied_line(hidden: str, levels: Sequence[str], *, workspace: str, session: str | None) -> str:
+    where = {"global": " --level global", "workspace": f" --workspace {workspace}",
+             "session": f" --workspace {workspace} --session {echoed(session or 'ID')}"}
+    forgets = [f"`warden sandbox forget {echoed(hidden)}{where[level]}`"
+               for level in ("session", "workspace", "global") if level in levels] or [
+        f"`warden sandbox forget {echoed(hidden)} --workspace {workspace}`"]
+    takes = forgets[0] + " takes" if len(forgets) == 1 else " and ".join(forgets) + " take"
+    listed = f" --session {echoed(session)}" if session is not None else ""
+    return (f"warden: {echoed(hidden)} is denied to this workspace's commands, so the sandbox hides it; "
+            f"{takes} the deny back (`warden sandbox list --workspace {workspace}{listed}` shows at which "
+            "level it is)")
 
 
 def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom_killed: bool,
@@ -353,7 +369,8 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
                     pids: int | None = None, programs: Collection[str] = (),
                     cpu_seconds: int | None = None, given_path: str | None = None,
                     workspace: str = "NAME", mcp: bool = False,
-                    read_only_folders: Sequence[str] = ()) -> str | None:
+                    read_only_folders: Sequence[str] = (), closed_folders: Sequence[str] = (),
+                    kept_folders: Sequence[str] = ()) -> str | None:
     """One line saying what Warden's sandbox had to do with a failed command, or None.
 
     A command that fails inside the sandbox says so in its own words (`bwrap: execvp pyhton`,
@@ -364,8 +381,10 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
     in its environment, if it was (a program then missing from it may well be in the sandbox).
     `workspace`: its name, for a command to copy; `mcp`: a bot's MCP call, whose tools can ask
     neither for network nor for packages (the person's `warden install` can); `read_only_folders`:
-    the workspace's folders (its zones) mounted read-only in this run, relative to it.
-    Pure: the caller passes the facts.
+    the workspace's folders (its zones) mounted read-only in this run, relative to it, and
+    `closed_folders` those of them the file API refuses to write too (a zone that is `ro` or blocks
+    writes); `kept_folders`: its zones where nothing may be removed or renamed in runs (deletes
+    that ask or are blocked). Pure: the caller passes the facts.
     """
     not_started = explain_not_started(exit_code, stderr_tail, programs=programs, given_path=given_path)
     if not_started is not None:
@@ -395,18 +414,7 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
     # program's own message ("Read-only file system") does not say that this is by design.
     if exit_code != 0 and any(text in stderr_tail for text in _READ_ONLY):
         if read_only_folders:
-            # A zone whose writes ask or are blocked, or that is ro, is mounted read-only: "write in
-            # the workspace" alone sent a bot that had written in the workspace in circles.
-            folders = ", ".join(f"/{echoed(folder)}" for folder in read_only_folders[:5])
-            if bot:
-                way = ("the write_file tool" if mcp else
-                       f"the file API (PUT /v1/workspaces/{workspace}/files/content?path=…, the SDK's files.write)")
-                return (f"warden: that path is read-only in the sandbox (the system, read-only mounts, and this "
-                        f"workspace's folders {folders}); write elsewhere in the workspace or in /tmp; files in "
-                        f"those folders change through {way}, which asks a person where the folder says so")
-            return (f"warden: that path is read-only in the sandbox (the system, read-only mounts, and the zones "
-                    f"{folders} of the workspace's .warden/zones.yaml); write elsewhere in the workspace or in /tmp; "
-                    f"a zone's files change through `warden fs {workspace} write PATH`")
+            return _read_only_zones_line(read_only_folders, closed_folders, bot=bot, mcp=mcp, workspace=workspace)
         if bot:
             return ("warden: that path is read-only in the sandbox (the system and read-only mounts); "
                     "write in the workspace, which is the command's folder, or in /tmp")
@@ -436,4 +444,63 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
                     f"with POST /v1/workspaces/{workspace}/install")
         return ("warden: the sandbox has no network; run with --net allow --allow-domain HOST "
                 "(or `warden install` for packages)")
+    # EACCES from Landlock: with a zone whose deletes ask or are blocked, no run of the workspace may
+    # remove or rename there, nor directly in the workspace folder (Landlock only grants), and `rm`
+    # says only "Permission denied": a person whose `rm x` at the top had always worked was lost.
+    if kept_folders and exit_code != 0 and any(text in stderr_tail for text in _NO_PERMISSION):
+        return _kept_zones_line(kept_folders, bot=bot, mcp=mcp, workspace=workspace)
     return None
+
+
+_NO_PERMISSION = ("Permission denied", "permission denied", "EACCES")
+
+
+def _zone_list(folders: Sequence[str]) -> str:
+    return ", ".join(f"/{echoed(folder)}" for folder in folders[:5])
+
+
+def _read_only_zones_line(read_only: Sequence[str], closed: Sequence[str], *, bot: bool, mcp: bool,
+                          workspace: str) -> str:
+    """EROFS in a workspace whose zones are mounted read-only: which zones, and how their files do
+    change (through the file API, asking a person where the zone says so), or that they do not: a
+    zone that is `ro` or blocks writes refuses the file API too, so sending anyone there ran in a
+    circle (a person told `warden fs NAME write PATH` was then refused "zone input is ro")."""
+    # "write in the workspace" alone sent a bot that had written in the workspace in circles.
+    open_ = [folder for folder in read_only if folder not in closed]
+    shut = [folder for folder in read_only if folder in closed]
+    takes = "takes" if len(shut) == 1 else "take"
+    if bot:
+        said = (f"warden: that path is read-only in the sandbox (the system, read-only mounts, and this "
+                f"workspace's folders {_zone_list(read_only)}); write elsewhere in the workspace or in /tmp")
+        way = ("the write_file tool" if mcp else
+               f"the file API (PUT /v1/workspaces/{workspace}/files/content?path=…, the SDK's files.write)")
+        if open_:
+            which = "those folders" if not shut else _zone_list(open_)
+            said += f"; files in {which} change through {way}, which asks a person where the folder says so"
+        if shut:
+            said += f"; {_zone_list(shut)} {takes} no writes from you at all"
+        return said
+    said = (f"warden: that path is read-only in the sandbox (the system, read-only mounts, and the zones "
+            f"{_zone_list(read_only)} of the workspace's .warden/zones.yaml); "
+            "write elsewhere in the workspace or in /tmp")
+    if open_:
+        which = "a zone's files" if not shut else f"the files of {_zone_list(open_)}"
+        said += f"; {which} change through `warden fs {workspace} write PATH`"
+    if shut:
+        said += (f"; {_zone_list(shut)} {takes} no writes, `warden fs` included (a zone that is ro or blocks "
+                 "writes): change the files on the host, or the zone in .warden/zones.yaml")
+    return said
+
+
+def _kept_zones_line(kept: Sequence[str], *, bot: bool, mcp: bool, workspace: str) -> str:
+    """EACCES in a workspace where runs may remove or rename nothing in some zones (nor directly in
+    the workspace folder): say so, and the way that removes (the file API, under the zone's rule)."""
+    said = (f"warden: runs of this workspace cannot remove or rename entries in the zones {_zone_list(kept)} "
+            "(their deletes ask a person or are blocked), nor directly in the workspace folder or in a top-level "
+            "folder a run made")
+    if bot and mcp:
+        return said + "; delete_file and move_file do it, asking a person where the zone says so"
+    if bot:
+        return (said + f"; the file API does it (DELETE /v1/workspaces/{workspace}/files?path=…, the SDK's "
+                "files.delete), asking a person where the zone says so")
+    return said + f"; `warden fs {workspace} rm PATH` (or `mv`) does it where the zone allows"

@@ -167,6 +167,7 @@ class _Plan:
     binds: list[Bind]  # allowed paths, not yet opened
     ro_zones: list[str]
     keep_zones: list[str]
+    closed_zones: list[str]  # zones the file API refuses to write too (ro, or writes blocked)
     denied: list[str]
     protected: list[str]
     skipped: list[str]  # allowed paths never mounted, with why
@@ -464,6 +465,7 @@ class RunService:
                 skipped.append(f"{path} ({why})")
         return _Plan(record, folder, limits, network, binds,
                      ro_zones=[z.host_path for z in eff.zones if z.read_only_in_runs],
+                     closed_zones=[z.host_path for z in eff.zones if z.closed_to_writes],
                      keep_zones=[z.host_path for z in eff.zones if z.kept_in_runs], denied=list(eff.denied),
                      protected=list(eff.readonly), skipped=skipped, detail=detail, policy=eff)
 
@@ -603,9 +605,14 @@ class RunService:
                                   programs=self._programs(plan.record.path) if result.exit_code == 127 else (),
                                   given_path=request.env.get("PATH"), workspace=name, mcp=request.mcp,
                                   read_only_folders=[os.path.relpath(zone, plan.record.path)
-                                                     for zone in plan.ro_zones])
+                                                     for zone in plan.ro_zones],
+                                  closed_folders=[os.path.relpath(zone, plan.record.path)
+                                                  for zone in plan.closed_zones],
+                                  kept_folders=[os.path.relpath(zone, plan.record.path)
+                                                for zone in plan.keep_zones])
             if why is None and plan.denied and not request.actor.startswith("bot:"):
-                why = explain_denied_path(result.stderr_tail, plan.denied, workspace=name)
+                why = explain_denied_path(result.stderr_tail, plan.denied, workspace=name, session=request.session,
+                                          levels=plan.policy.denied_levels if plan.policy is not None else ())
             if why is None and notes.first_refusal is not None:
                 why = f"warden: the sandbox's proxy refused this command's network request ({notes.first_refusal})"
             if why is not None:

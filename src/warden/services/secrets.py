@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from warden.core.errors import InvalidInput, NotFound
-from warden.core.grants import check_secret_name
+from warden.core.grants import Grant, check_secret_name
 from warden.core.ports import Clock, Keys, Registry
 from warden.core.secrets import SecretRow
 from warden.services.audit import AuditLog
@@ -84,12 +84,19 @@ class SecretService:
         with self._registry.transaction(write=False) as tx:
             return tx.secrets.names()
 
-    def remove(self, name: str, *, actor: str = "user") -> None:
+    def remove(self, name: str, *, actor: str = "user") -> list[Grant]:
+        """Remove the secret; returns the unrevoked, unexpired grants that still name it, whose
+        commands now run without it (said by the caller: "removed" alone left a person thinking the
+        bots holding it were told, while their runs quietly got an empty variable)."""
         check_secret_name(name)
+        now = self._clock()
         with self._registry.transaction() as tx:
             if not tx.secrets.delete(name):
                 raise NotFound(f"no secret named {name!r}: `warden secret list` shows them")
             self._audit.record(actor=actor, action="secret.remove", target=f"secret:{name}", tx=tx)
+            return [grant for record in tx.workspaces.list_all()
+                    for grant in tx.grants.of_workspace(record.name, live_only=True)
+                    if name in grant.secrets and grant.expires > now]
 
     def rotate_key(self, *, actor: str = "user") -> tuple[str, int]:
         """Re-seal every secret under a new master key; returns the new key id and the count.

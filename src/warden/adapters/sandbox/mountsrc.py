@@ -91,13 +91,49 @@ class StateGuard:
     own: Identity | None
     root: Identity
     shared: frozenset[Identity] = frozenset()
+    # Warden's home and workspaces root themselves: no file directly in them may be mounted.
+    tops: frozenset[Identity] = frozenset()
 
-    def why(self, fd: int) -> str | None:
-        """Why mounting the folder open as `fd` would show Warden's state, or None."""
+    def why(self, fd: int, path: str | None = None) -> str | None:
+        """Why mounting the folder (or file) open as `fd`, found at `path`, would show Warden's
+        state, or None."""
         current = _identity(fd)
         if current in self.holders:
             return f"it is or holds Warden's home {self.home} (keys, registry, every workspace) or its layer cache"
-        walker = os.dup(fd)
+        info = os.fstat(fd)
+        if not stat.S_ISDIR(info.st_mode):
+            # A file has no `..` (ENOTDIR, which was an internal error of `sandbox add FILE` and of
+            # every run with a file allowed): it is judged as itself, then from the folder holding it.
+            # One with other hard links may be Warden's under another name: never mounted.
+            if info.st_nlink > 1:
+                return "it is a file with other hard links, which may be Warden's own under another name"
+            if current in self.private or current in self.shared:
+                return f"it lies in Warden's own state or another workspace under {self.home}"
+            folder = self._folder_holding(fd, path)
+            if _identity(folder) in self.tops:
+                os.close(folder)
+                return f"it lies in Warden's own state under {self.home}"
+            return self._why_from(folder)
+        return self._why_from(os.dup(fd))
+
+    def _folder_holding(self, fd: int, path: str | None) -> int:
+        """The folder holding the file open as `fd` at `path` (opened with no link followed), once
+        it is checked that the name there is still that very file."""
+        if path is None or normalize(path) == "/":
+            raise Denied("a file's folder is needed to judge it", rule="sandbox.path_not_folder")
+        folder = open_nofollow(os.path.dirname(normalize(path)))
+        try:
+            there = os.stat(os.path.basename(normalize(path)), dir_fd=folder, follow_symlinks=False)
+        except OSError:
+            there = None
+        if there is None or (there.st_dev, there.st_ino) != _identity(fd):
+            os.close(folder)
+            raise Denied(f"{path} changed while it was judged", rule="sandbox.path_changed")
+        return folder
+
+    def _why_from(self, walker: int) -> str | None:
+        """Walk up from the folder open as `walker` (closed here) to the root of its mount tree."""
+        current = _identity(walker)
         try:
             for _ in range(4096):  # deeper than any real path; a loop guard only
                 if current == self.own:
@@ -146,7 +182,8 @@ def state_guard(home: str, workspaces_root: str, own_workspace: str | None,
                     if ident not in (roots, own):
                         private.add(ident)
     kept = frozenset(ident for folder in shared if (ident := _stat_identity(folder)) is not None)
-    return StateGuard(home, frozenset(holders), frozenset(private), own, _stat_identity("/") or (0, 0), kept)
+    tops = frozenset(ident for folder in (home, workspaces_root) if (ident := _stat_identity(folder)) is not None)
+    return StateGuard(home, frozenset(holders), frozenset(private), own, _stat_identity("/") or (0, 0), kept, tops)
 
 
 @contextlib.contextmanager
@@ -175,7 +212,12 @@ def open_binds(binds: Iterable[Bind], guard_of: Callable[[], StateGuard], worksp
                     skipped.append(f"{bind.path} ({exc.strerror})")
                 continue  # a missing allowed path is simply not mounted
             guard = guard or guard_of()
-            why = guard.why(fd)
+            try:
+                why = guard.why(fd, bind.path)
+            except Denied as exc:
+                why = exc.message
+            except OSError as exc:
+                why = exc.strerror or str(exc)
             if why is not None:
                 os.close(fd)
                 skipped.append(f"{bind.path} ({why})")
@@ -198,7 +240,9 @@ def judge_path(path: str, guard: StateGuard) -> str | None:
     except OSError:
         return None  # not there yet: judged again, by descriptor, at every run
     try:
-        return guard.why(fd)
+        return guard.why(fd, path)
+    except Denied as exc:
+        return exc.message
     finally:
         os.close(fd)
 

@@ -69,9 +69,9 @@ def _grant(ctx: Context, args: argparse.Namespace) -> Output:
     met = shared_with_writers(grant, ctx.app.grants.list_grants(args.name), ctx.app.clock())
     data = issued.to_json()
     if met:
-        warning = (f"{', '.join(met)} and {args.bot} share {args.name}, where one may write and the other's commands "
-                   "run with secrets: code a writer plants there (.venv/bin, node_modules/.bin, a script) runs "
-                   "with them; give secrets on a workspace no other bot may write")
+        warning = (f"{', '.join(met)} and {args.bot} share {args.name}, where one may write (its commands too) and "
+                   "the other's commands run with secrets: code a writer plants there (.venv/bin, node_modules/.bin, "
+                   "a script) runs with them; give secrets on a workspace no other bot may write or run commands in")
         ctx.note(f"warning: {warning}")
         data["warnings"] = [warning]
     return Output(data, issued.token)

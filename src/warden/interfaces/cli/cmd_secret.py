@@ -57,8 +57,14 @@ def _secret_list(ctx: Context, args: argparse.Namespace) -> Output:
 
 
 def _secret_rm(ctx: Context, args: argparse.Namespace) -> Output:
-    ctx.app.secrets.remove(args.key)
-    return Output({"name": args.key, "removed": True}, f"removed secret {args.key}")
+    naming = ctx.app.secrets.remove(args.key)
+    said = f"removed secret {args.key}"
+    if naming:
+        held = ", ".join(f"{g.bot} on {g.workspace} ({g.accessor})" for g in naming[:5])
+        more = f" and {len(naming) - 5} more" if len(naming) > 5 else ""
+        said += (f"\nnote: {len(naming)} live grant(s) still name it: {held}{more}; their commands now run "
+                 f"without it (`warden secret set {args.key}` stores it again, `warden revoke` ends a grant)")
+    return Output({"name": args.key, "removed": True, "still_named_by": [g.accessor for g in naming]}, said)
 
 
 def _secret_rotate(ctx: Context, args: argparse.Namespace) -> Output:

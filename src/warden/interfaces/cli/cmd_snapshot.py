@@ -30,8 +30,12 @@ def _build(ctx: Context, args: argparse.Namespace) -> Output:
     data = ctx.app.layers.build(args.template, python=args.python, node=args.node, rebuild=args.rebuild,
                                 progress=not ctx.json).to_json()  # --json: no bar on stderr
     return Output(data, render=lambda d: "\n".join(
-        f"layer {layer['id']} ({layer['kind']}, {len(layer['packages'])} packages, {human_size(layer['size'])}) "
+        f"layer {layer['id']} ({layer['kind']}, {_packages(len(layer['packages']))}, {human_size(layer['size'])}) "
         f"ready at {layer['path']}" for layer in d["layers"]) or f"template {d['template']} needs no layer")
+
+
+def _packages(n: int) -> str:
+    return "1 package" if n == 1 else f"{n} packages"
 
 
 def _layers(ctx: Context, args: argparse.Namespace) -> Output:

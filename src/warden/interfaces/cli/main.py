@@ -109,9 +109,10 @@ def _nearest(word: str, choices: Sequence[str]) -> str | None:
 
 # Words people bring from docker, git, the shell and Warden's own SDK (`ws.files.read`), each with
 # what Warden calls it at the levels that have it: their nearest spelling is another command
-# (`warden ls` was "did you mean 'logs'", `warden help` "'shell'", `fs read` had no guess).
+# (`warden ls` was "did you mean 'logs'", `warden help` "'shell'", `fs read` and `config list` had no guess).
 _WORDS_FROM_ELSEWHERE: dict[str, tuple[str, ...]] = {
-    "ls": ("list",), "exec": ("run",), "new": ("create",), "status": ("info",), "show": ("info", "stat"),
+    "ls": ("list", "show"), "list": ("show", "ls"), "exec": ("run",), "new": ("create",), "status": ("info",),
+    "show": ("info", "stat"),
     "rm": ("destroy",), "delete": ("rm", "destroy"), "remove": ("rm", "destroy"), "stop": ("suspend",),
     "read": ("cat",), "get": ("cat",), "put": ("write",), "move": ("mv",), "rename": ("mv",),
     "help": (),  # the line's own hint is `warden --help`
