@@ -58,7 +58,10 @@ def test_install_needs_write_and_execute(served: dict[str, Any], grant: str) -> 
     response = httpx.post(f"{served['url']}/v1/workspaces/{served['name']}/install", json={"packages": ["beta"]},
                           headers={"Authorization": f"Bearer {served[grant]}"}, timeout=60)
     assert response.status_code == 403
-    assert response.json() == {"error": {"code": "denied", "message": "permission denied"}}
+    missing = "write" if grant == "read_exec" else "execute"
+    error = response.json()["error"]
+    assert error["code"] == "denied" and error["message"].startswith(
+        f"permission denied: this token's grant on workspace {served['name']} does not include `{missing}`"), error
 
 
 @pytest.mark.parametrize(("body", "status"), [

@@ -136,11 +136,15 @@ def test_a_bot_gets_a_workspace_works_in_it_and_is_cut_off(story: dict[str, obje
     with pytest.raises(Denied):  # a grant cannot revoke what it did not mint
         Client(url, child.token).workspace("proj").revoke(over.accessor)
 
-    # Every kind of refusal looks the same from outside.
+    # Every kind of refusal looks the same from outside; a live grant on this very workspace is
+    # told what it lacks (its own, as /v1/whoami says), and nothing of another workspace.
     _uniform(httpx.get(f"{url}/v1/workspaces/proj", headers={"Authorization": "Bearer wdn_" + "Z" * 43}))
     _uniform(httpx.get(f"{url}/v1/workspaces/proj", headers={"Authorization": "Bearer junk"}))
-    _uniform(httpx.put(f"{url}/v1/workspaces/proj/files/content", params={"path": "x"}, content=b"x",
-                       headers={"Authorization": f"Bearer {child.token}"}))
+    lacking = httpx.put(f"{url}/v1/workspaces/proj/files/content", params={"path": "x"}, content=b"x",
+                        headers={"Authorization": f"Bearer {child.token}"})
+    assert lacking.status_code == 403 and lacking.json()["error"]["message"] == (
+        "permission denied: this token's grant on workspace proj does not include `write`; a person widens it "
+        "with `warden grant proj helper --permissions ...`"), lacking.json()
     _uniform(httpx.get(f"{url}/v1/workspaces/other", headers={"Authorization": f"Bearer {access}"}))
 
     # The person revokes the bot on the workspace: its grants and everything minted from them die.

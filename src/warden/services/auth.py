@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from warden.core.errors import Denied, NotFound
-from warden.core.grants import Grant, alive, decide, effective, zone_entry
+from warden.core.grants import PERMISSIONS, Grant, alive, decide, effective, zone_entry
 from warden.core.workspaces import WorkspaceRecord
 from warden.core.zones import Zone, ZoneRequest, restrict
 from warden.services.grants import GrantService
@@ -63,15 +63,28 @@ class Principal:
 
 
 class AuthDenied(Denied):
-    """The uniform refusal; `actor` names the bot and accessor when the token was known."""
+    """The uniform refusal; `actor` names the bot and accessor when the token was known. `why`:
+    which of the caller's own grant's limits applied, said when the caller's grant is live and
+    for this very workspace (it learns nothing of other tokens, only what GET /v1/whoami tells it)."""
 
-    def __init__(self, rule: str, actor: str | None = None) -> None:
-        super().__init__(DENIED, rule=rule)
+    def __init__(self, rule: str, actor: str | None = None, why: str | None = None) -> None:
+        super().__init__(f"{DENIED}: {why}" if why else DENIED, rule=rule)
         self.actor = actor
 
 
 def _deny(rule: str, actor: str | None = None) -> AuthDenied:
     return AuthDenied(rule, actor)
+
+
+def _short_of(principal: Principal, workspace: str, permission: str, rule: str, whole_workspace: bool) -> str:
+    """What the caller's own grant lacks for this call, and who can change it."""
+    ask = f"a person widens it with `warden grant {workspace} {principal.bot} --permissions ...`"
+    if rule == "grant.permission":
+        return f"this token's grant on workspace {workspace} does not include `{permission}`; {ask}"
+    if whole_workspace:
+        return (f"this token's grant on workspace {workspace} is limited to some of its zones, and this "
+                f"needs the whole workspace; {ask}")
+    return f"this token's grant on workspace {workspace} does not cover that zone; {ask}"
 
 
 def zone_scope_of(principal: Principal,
@@ -133,7 +146,11 @@ class AuthService:
         decision = decide(principal.chain, self._clock(), workspace_id=record.id, permission=permission,
                           zone=zone, whole_workspace=whole_workspace)
         if not decision.allowed:
-            raise _deny(decision.rule)
+            # A live grant of this very workspace short of what the call needs: a bare "permission
+            # denied" (as a wrong token gets) left a bot with a reader's grant guessing why.
+            own = decision.rule in ("grant.permission", "grant.zone") and permission in PERMISSIONS
+            raise AuthDenied(decision.rule, why=_short_of(principal, workspace, permission, decision.rule,
+                                                          whole_workspace) if own else None)
         return record
 
     def zone_scope(self, principal: Principal,

@@ -73,7 +73,7 @@ def refusal_text(exc: WardenError, *, tool: str, workspace: str | None, bot: str
     keep = (*keep, workspace) if workspace else tuple(keep)
     rule = exc.rule or ""
     where = f"workspace {workspace}" if workspace else "this workspace"
-    if isinstance(exc, Denied) and exc.message == "permission denied":
+    if isinstance(exc, Denied) and exc.message.startswith("permission denied"):
         # The services answer every grant refusal alike (nothing learned about other tokens); the
         # caller is already known here, so say which of its own limits applied.
         if rule in ("grant.none", "grant.workspace", "workspace.gone"):
