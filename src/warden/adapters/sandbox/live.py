@@ -128,10 +128,11 @@ _CONNECT_TIMEOUT = 10.0
 # What a supervisor this code starts understands beyond the first protocol (in its sandbox's
 # row): 2, a command joins the cgroups whose `tasks` files come with its spawn; 3, a spawn sets
 # the rlimits it is given and is held for `go` only when asked to (or when it could not start
-# the command so); 4, a connection merely open does not keep it from ending when idle, so Warden
-# keeps a finished foreground command's connection for the next one (`_Kept`). A sandbox an older
-# Warden started keeps being spoken to as it understands.
-SUPERVISOR_PROTOCOL = 4
+# the command so). A sandbox an older Warden started keeps being spoken to as it understands.
+# What a supervisor knows besides is a flag of its own in the row ("connects", "idle_ignores_open"):
+# a new number would send an older Warden sharing the home (a `warden serve` not yet restarted)
+# to the first protocol with a sandbox this code started, each of its commands held and moved.
+SUPERVISOR_PROTOCOL = 3
 
 
 @cache
@@ -595,10 +596,10 @@ class _Kept:
     """Connections to supervisors that a foreground command ended on cleanly (its exit said,
     nothing else pending), kept for this process's next command in the same sandbox: a connect,
     the supervisor's accept and both sides' close cost ~0.3 ms a command, and a hand-off between
-    the two processes each. Only to a supervisor of protocol 4, which does not count a connection
-    merely open as activity (it still ends when idle). Keyed by the supervisor's pid and start
-    time as well as the sandbox's id: never handed to another supervisor. A few per sandbox (the
-    API server runs commands at once), a few dozen in all; not inherited by a forked child."""
+    the two processes each. Only to a supervisor that does not count a connection merely open as
+    activity ("idle_ignores_open" in its row: it still ends when idle). Keyed by the supervisor's
+    pid and start time as well as the sandbox's id: never handed to another supervisor. A few per
+    sandbox (the API server runs commands at once), a few dozen in all; not inherited by a fork."""
 
     PER_SANDBOX = 2
     IN_ALL = 32
@@ -918,6 +919,8 @@ class HostLiveSandboxes:
             return started._replace(socket=path, meta={**started.meta, "seccomp": held.seccomp,
                                                        "notes": held.notes[:5], "protocol": SUPERVISOR_PROTOCOL,
                                                        "connects": True,  # its supervisor knows `connect`
+                                                       # and ends when idle with connections open (`_Kept`)
+                                                       "idle_ignores_open": True,
                                                        **(proxy.meta() if proxy is not None else {})})
         except BaseException:
             if proc is not None:
@@ -1019,16 +1022,16 @@ class HostLiveSandboxes:
             protocol = sandbox.meta.get("protocol")
             # The command joins its cgroups itself, before it runs anything of its own: a v1
             # move by the host would wait ~10 ms for the kernel when commands come spaced out.
-            join = group.join_files() if group is not None and protocol in (2, 3, 4) else []
+            join = group.join_files() if group is not None and protocol in (2, SUPERVISOR_PROTOCOL) else []
             # The sandbox's own, for the supervisor to come back to once it spawned the command
             # from inside the command's cgroups (protocol 3).
-            back = home.join_files() if home is not None and join and protocol in (3, 4) else []
+            back = home.join_files() if home is not None and join and protocol == SUPERVISOR_PROTOCOL else []
             message: dict[str, object] = {
                 "op": "spawn", "id": process_id, "argv": list(request.argv), "env": env, "cwd": cwd,
                 "background": background, "timeout": timeout,
                 "fds": [*names, *(f"cgroup{i}" for i in range(len(join))), *(f"back{i}" for i in range(len(back)))],
                 "ring": ring, "tty": request.terminal is not None}
-            if protocol in (3, 4):
+            if protocol == SUPERVISOR_PROTOCOL:
                 # Held where Warden must move it into its cgroups itself (v2: no `tasks`), and in
                 # the background: the registry keeps its host pid, which a quick one (`true`)
                 # would no longer have once found.
@@ -1070,7 +1073,7 @@ class HostLiveSandboxes:
 
     def run(self, sandbox: LiveSandbox, process_id: str, request: SandboxRequest) -> RunResult:
         """Run `request`'s command in the live sandbox to its end (a foreground command)."""
-        channel = _KEPT.take(sandbox) if sandbox.meta.get("protocol") == 4 else None
+        channel = _KEPT.take(sandbox) if sandbox.meta.get("idle_ignores_open") is True else None
         if channel is None:
             channel = self._channel(sandbox)
         else:
