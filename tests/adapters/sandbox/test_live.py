@@ -386,6 +386,60 @@ def test_an_idle_sandbox_ends_by_itself(host: HostLiveSandboxes, folder: str) ->
         host.stop(row)
 
 
+def _served_by(sandbox: LiveSandbox) -> set[int]:
+    """The inodes of the connections the sandbox's supervisor holds open: its Unix sockets in
+    the connected state (/proc/net/unix of this network namespace, where Warden bound its
+    listener), found among its descriptors."""
+    held = set()
+    try:
+        fds = os.listdir(f"/proc/{sandbox.supervisor_pid}/fd")
+    except FileNotFoundError:
+        fds = []
+    except PermissionError:  # not root: a supervisor is not dumpable, so its descriptors are root's to list
+        pytest.skip("listing a supervisor's descriptors takes root")
+    for fd in fds:
+        with contextlib.suppress(FileNotFoundError):
+            target = os.readlink(f"/proc/{sandbox.supervisor_pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                held.add(int(target[8:-1]))
+    with open("/proc/net/unix") as listing:
+        rows = [line.split() for line in listing.read().splitlines()[1:]]
+    # Num RefCount Protocol Flags Type St Inode [Path]; St 03: connected (a listener's is 01).
+    return {int(row[6]) for row in rows if len(row) >= 7 and row[5] == "03" and int(row[6]) in held}
+
+
+def test_an_idle_sandbox_ends_by_itself_after_a_command(host: HostLiveSandboxes, folder: str) -> None:
+    """Warden keeps the connection a command ended on for the next command: held open, it does
+    not keep an unused sandbox from ending when idle (the supervisor counted any open connection
+    as activity, so such a sandbox never ended)."""
+    row = _row(SBX, host.start(SBX, _req(folder, "true"), idle_s=1))
+    try:
+        assert host.run(row, "a" * 16, _req(folder, "true")).exit_code == 0
+        assert _served_by(row), "no connection was kept for the next command"
+        wait_until(lambda: not host.alive(row), timeout=20, message="the idle sandbox did not end")
+        # A command after it fails as before (the service starts a new sandbox), not by a hang.
+        with pytest.raises(Unavailable):
+            host.run(row, "b" * 16, _req(folder, "true"))
+    finally:
+        host.stop(row)
+
+
+def test_commands_one_after_another_share_one_connection(host: HostLiveSandboxes, sandbox: LiveSandbox,
+                                                        folder: str) -> None:
+    """The connection a foreground command ended on serves the next one (no connect, accept and
+    close each: ~0.3 ms a command); one that did not end cleanly (a timeout) is not kept."""
+    assert host.run(sandbox, "a" * 16, _req(folder, "true")).exit_code == 0
+    first = _served_by(sandbox)
+    assert len(first) == 1, first
+    result = host.run(sandbox, "b" * 16, _req(folder, "sh", "-c", "echo out; echo err >&2; exit 3"))
+    assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    assert _served_by(sandbox) == first
+    assert host.run(sandbox, "c" * 16, _req(folder, "sleep", "30", timeout_s=0.5)).timed_out
+    wait_until(lambda: first.isdisjoint(_served_by(sandbox)), timeout=10,
+               message="the connection of a command that timed out was kept")
+    assert host.run(sandbox, "d" * 16, _req(folder, "true")).exit_code == 0
+
+
 ATTACK = r"""
 import ctypes, glob, os, socket, sys
 found = []

@@ -129,6 +129,9 @@ _CONNECT_TIMEOUT = 10.0
 # row): 2, a command joins the cgroups whose `tasks` files come with its spawn; 3, a spawn sets
 # the rlimits it is given and is held for `go` only when asked to (or when it could not start
 # the command so). A sandbox an older Warden started keeps being spoken to as it understands.
+# What a supervisor knows besides is a flag of its own in the row ("connects", "idle_ignores_open"):
+# a new number would send an older Warden sharing the home (a `warden serve` not yet restarted)
+# to the first protocol with a sandbox this code started, each of its commands held and moved.
 SUPERVISOR_PROTOCOL = 3
 
 
@@ -174,6 +177,7 @@ class _Channel:
         # ever kept; the kernel closes those past the control buffer's room for one.
         self.take_fd = False
         self.fds: list[int] = []
+        self.exit_said = False  # a foreground command's end came on it (`_exit_from`)
 
     def send(self, message: Mapping[str, object], fds: list[int] | None = None) -> None:
         data = encode_frame(message)
@@ -265,6 +269,21 @@ class _Channel:
     def stalled(self) -> bool:
         """Whether the supervisor is held where it cannot answer (`_stalled`); False if not known."""
         return self._stalled is not None and self._stalled()
+
+    def clean(self) -> bool:
+        """Whether the connection is still open with nothing unread, as a kept one must be before
+        its next request (looked at without waiting)."""
+        import socket
+
+        if self.buffer or self.fds:
+            return False
+        try:
+            self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return True  # nothing to read: open, and quiet
+        except OSError:
+            return False
+        return False  # something unasked for, or b"": the supervisor closed it
 
     def ask(self, message: Mapping[str, object], timeout: float | None = None) -> bytes:
         self.send(message)
@@ -573,10 +592,87 @@ os.register_at_fork(after_in_child=_SPARES.forget)
 atexit.register(_SPARES.drop_all)
 
 
+class _Kept:
+    """Connections to supervisors that a foreground command ended on cleanly (its exit said,
+    nothing else pending), kept for this process's next command in the same sandbox: a connect,
+    the supervisor's accept and both sides' close cost ~0.3 ms a command, and a hand-off between
+    the two processes each. Only to a supervisor that does not count a connection merely open as
+    activity ("idle_ignores_open" in its row: it still ends when idle). Keyed by the supervisor's
+    pid and start time as well as the sandbox's id: never handed to another supervisor. A few per
+    sandbox (the API server runs commands at once), a few dozen in all; not inherited by a fork."""
+
+    PER_SANDBOX = 2
+    IN_ALL = 32
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: dict[tuple[str, int, int], list[_Channel]] = {}
+        self._count = 0
+
+    @staticmethod
+    def key(sandbox: LiveSandbox) -> tuple[str, int, int]:
+        return sandbox.id, sandbox.supervisor_pid, sandbox.supervisor_start
+
+    def take(self, sandbox: LiveSandbox) -> _Channel | None:
+        """A kept connection to `sandbox`'s supervisor that is still open and has nothing unread
+        (looked at without waiting: a supervisor that ended, idle, closed it); None if none."""
+        key = self.key(sandbox)
+        while True:
+            with self._lock:
+                kept = self._kept.get(key)
+                if not kept:
+                    return None
+                channel = kept.pop()
+                self._count -= 1
+                if not kept:
+                    del self._kept[key]
+            if channel.clean():
+                return channel
+            channel.close()
+
+    def keep(self, sandbox: LiveSandbox, channel: _Channel) -> bool:
+        """Keep `channel` for the sandbox's next command; False (the caller closes it) past the
+        bounds, or where this process keeps none (`keep_no_spares`)."""
+        if not _SPARES.wanted:
+            return False
+        key = self.key(sandbox)
+        with self._lock:
+            kept = self._kept.setdefault(key, [])
+            if len(kept) >= self.PER_SANDBOX or self._count >= self.IN_ALL:
+                if not kept:
+                    del self._kept[key]
+                return False
+            kept.append(channel)
+            self._count += 1
+        return True
+
+    def drop(self, sandbox_id: str) -> None:
+        """Close the kept connections to `sandbox_id` (it is being stopped)."""
+        with self._lock:
+            dropped = [channel for key in [k for k in self._kept if k[0] == sandbox_id]
+                       for channel in self._kept.pop(key)]
+            self._count -= len(dropped)
+        for channel in dropped:
+            channel.close()
+
+    def forget(self) -> None:
+        """In a forked child: the parent's connections are the parent's (this copy closed)."""
+        for kept in self._kept.values():
+            for channel in kept:
+                channel.close()
+        self._kept = {}
+        self._count = 0
+        self._lock = threading.Lock()
+
+
+_KEPT = _Kept()
+os.register_at_fork(after_in_child=_KEPT.forget)
+
+
 def keep_no_spares() -> None:
     """Keep no cgroups for a next command in this process: it runs one (the home daemon's child),
     and removes its command's as the run ends rather than as it exits (some children ended
-    without, leaving a folder behind until the sandbox stopped)."""
+    without, leaving a folder behind until the sandbox stopped). No connection is kept either."""
     _SPARES.wanted = False
 
 
@@ -823,6 +919,8 @@ class HostLiveSandboxes:
             return started._replace(socket=path, meta={**started.meta, "seccomp": held.seccomp,
                                                        "notes": held.notes[:5], "protocol": SUPERVISOR_PROTOCOL,
                                                        "connects": True,  # its supervisor knows `connect`
+                                                       # and ends when idle with connections open (`_Kept`)
+                                                       "idle_ignores_open": True,
                                                        **(proxy.meta() if proxy is not None else {})})
         except BaseException:
             if proc is not None:
@@ -975,7 +1073,14 @@ class HostLiveSandboxes:
 
     def run(self, sandbox: LiveSandbox, process_id: str, request: SandboxRequest) -> RunResult:
         """Run `request`'s command in the live sandbox to its end (a foreground command)."""
-        channel = self._channel(sandbox)
+        channel = _KEPT.take(sandbox) if sandbox.meta.get("idle_ignores_open") is True else None
+        if channel is None:
+            channel = self._channel(sandbox)
+        else:
+            channel.sock.settimeout(_ANSWER_TIMEOUT)  # as a new one's (its last command's follow made it non-blocking)
+            channel.exit_said = False
+        # Kept for the next command only when this one's end was said on it and nothing else is pending.
+        reusable = False
         stdin = request.stdin
         pending = b""
         ours: list[int] = []
@@ -1042,6 +1147,7 @@ class HostLiveSandboxes:
                              request.max_capture if request.max_capture is not None else _MAX_CAPTURE)
             exited, timed_out = self._follow(channel, ours, pending, output, started + request.limits.timeout_s,
                                              kill, ended, watch)
+            reusable = channel.exit_said and not timed_out and request.terminal is None
             code, sig = (exited.exit_code, exited.signal) if exited is not None else (137, 9)
             if timed_out:
                 code, sig = 124, None
@@ -1071,7 +1177,9 @@ class HostLiveSandboxes:
                     _SPARES.keep(sandbox.id, group, stops)
                 else:
                     _remove_cgroup(group)
-            channel.close()
+            if not (reusable and _SPARES.stops(sandbox.id) == stops and channel.clean()
+                    and _KEPT.keep(sandbox, channel)):
+                channel.close()
 
     def _follow(self, channel: _Channel, ours: list[int], pending: bytes, output: _Output, deadline: float,
                 kill: Callable[[], None], ended: list[bool],
@@ -1165,6 +1273,7 @@ class HostLiveSandboxes:
         if body is None:
             return None, deadline
         exited = _parsed(parse_exit_event, body)
+        channel.exit_said = True
         ended.append(True)
         # What it left behind goes now (a fresh sandbox's pid namespace would end); the pipes
         # then close, and their rest is read.
@@ -1380,6 +1489,7 @@ class HostLiveSandboxes:
         while any(alive(pid, start) for pid, start in killed) and time.monotonic() < deadline:
             time.sleep(0.01)
         _SPARES.drop(sandbox.id, stopped=True)  # this process's spares of it; another's go with the folders below
+        _KEPT.drop(sandbox.id)
         group = _cgroup_of(sandbox.meta)
         if group is not None:
             # Its commands' cgroups too: a background process not yet collected keeps its own.

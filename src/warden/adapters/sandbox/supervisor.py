@@ -42,7 +42,8 @@ backlog is full answers nothing for seconds): it is waited on beside everything 
 DIAL_TIMEOUT seconds.
 
 The supervisor exits (and the sandbox with it) after IDLE_SECONDS without a running process or a
-connection, once Warden has collected every finished process (or after six idle periods anyway).
+request under way (a connection merely open does not count: Warden keeps a finished command's for
+its next one), once Warden has collected every finished process (or after six idle periods anyway).
 """
 
 from __future__ import annotations
@@ -343,7 +344,9 @@ class Supervisor:
         while True:
             now = time.monotonic()
             self.expire(now)
-            if self.stopping or self.idle_over(now):
+            # Idle, it ends unless something came in meanwhile (a request on a kept connection, or
+            # a new one): it is handled first, and counted as activity.
+            if self.stopping or (self.idle_over(now) and not self.sel.select(0)):
                 break
             for key, events in self.sel.select(self.next_timeout(now)):
                 tag = key.data
@@ -382,7 +385,12 @@ class Supervisor:
         return max(min(moments) - now, 0.0)
 
     def idle_over(self, now: float) -> bool:
-        if self.conns or self.relays or any(p.status in ("starting", "running") for p in self.procs.values()):
+        # A connection counts while a request or an answer is under way on it, not merely open:
+        # Warden keeps the connection of a finished command for its next one (it saves a connect
+        # and an accept per command), which must not keep an unused sandbox alive. Each request
+        # counts as activity when it comes (`read_conn`).
+        busy = any(conn.inbuf or conn.outbuf or conn.fds or conn.dial is not None for conn in self.conns.values())
+        if busy or self.relays or any(p.status in ("starting", "running") for p in self.procs.values()):
             self.last_activity = now
             return False
         idle = now - self.last_activity
@@ -529,6 +537,7 @@ class Supervisor:
         if not data:
             self.close(conn)
             return
+        self.last_activity = time.monotonic()
         conn.inbuf += data
         while len(conn.inbuf) >= 4:
             (length,) = struct.unpack(">I", bytes(conn.inbuf[:4]))
