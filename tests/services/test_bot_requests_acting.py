@@ -71,3 +71,22 @@ def test_several_grants_none_covering_the_others_are_refused(app: App) -> None:
     app.grants.grant("demo", "ann", ["read", "execute"])
     with pytest.raises(Denied, match="none covering the others"):
         app.bot_requests.acting_on(identity, "demo")
+
+
+@pytest.mark.parametrize("beside", ["a secret", "a domain"])
+def test_a_grant_with_more_permissions_does_not_cover_one_with_a_secret_or_domain_it_lacks(
+        app: App, beside: str) -> None:
+    """Found as a newcomer: a bot holding a grant with `admin` and another with `--secrets API_KEY`
+    acted (over MCP) through the first, and its commands found $API_KEY empty with no word why."""
+    identity = app.auth.authenticate(app.grants.register_bot("ann").token)
+    app.secrets.set("API_KEY", "s3cr3t")
+    app.grants.grant("demo", "ann", ["read", "write", "execute", "admin", "secrets"])  # no secret named
+    if beside == "a secret":
+        app.grants.grant("demo", "ann", ["read", "execute", "secrets"], secrets=["API_KEY"])
+    else:
+        app.grants.grant("demo", "ann", ["read", "execute"], domains=["pypi.org:443"])
+    with pytest.raises(Denied, match="none covering the others"):
+        app.bot_requests.acting_on(identity, "demo")
+    wide = app.grants.grant("demo", "ann", ["read", "write", "execute", "admin", "secrets"], secrets=["API_KEY"],
+                            domains=["pypi.org:443"])
+    assert app.bot_requests.acting_on(identity, "demo").accessor == wide.grant.accessor

@@ -321,6 +321,10 @@ class BotRequestService:
             a, b = effective(wide), effective(narrow)
             if not b.permissions <= a.permissions:
                 return False
+            # Its secrets and domains too: a bot holding one grant with `admin` and another with a
+            # secret acted through the first, and its commands found the secret's variable empty.
+            if not set(b.secrets) <= set(a.secrets) or uncovered(b.domains, a.domains):
+                return False
             if a.zones is None:
                 return True
             return b.zones is not None and set(b.zones) <= set(a.zones)
