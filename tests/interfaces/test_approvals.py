@@ -118,6 +118,28 @@ def test_a_denied_request_changes_nothing(loop: dict[str, object]) -> None:
     assert _cli(loop, "approve", approval_id).returncode == 5  # answered: no second answer
 
 
+def test_a_delete_waiting_for_approval_shows_what_would_go(loop: dict[str, object]) -> None:
+    """Found as a newcomer: `approvals --show` of a delete showed no content, and a reviewer
+    approved the deletion of a file unseen."""
+    root: Path = loop["path"]  # type: ignore[assignment]
+    (root / "final" / "notes").mkdir(parents=True, exist_ok=True)
+    (root / "final" / "doomed.md").write_text("line one\nline two\n")
+    for name in ("a.md", "b.md"):
+        (root / "final" / "notes" / name).write_text("x")
+    headers = {"Authorization": f"Bearer {loop['idle']}"}
+    shown = {}
+    for path in ("/final/doomed.md", "/final/notes"):
+        asked = httpx.delete(f"{loop['url']}/v1/workspaces/paper/files", params={"path": path}, headers=headers,
+                             timeout=30)
+        assert asked.status_code == 202, asked.text
+        approval_id = asked.json()["approval"]["id"]
+        shown[path] = _cli(loop, "approvals", "--show", approval_id).stdout
+        assert _cli(loop, "deny", approval_id).returncode == 0  # the later tests find no request of this one
+    assert "-line one" in shown["/final/doomed.md"] and "-line two" in shown["/final/doomed.md"]
+    assert "deletes the folder /final/notes only if it is empty (it holds 2 entries now)" in shown["/final/notes"]
+    assert (root / "final" / "doomed.md").exists()
+
+
 def test_a_bot_given_approve_answers_another_bots_request_over_http(loop: dict[str, object]) -> None:
     root: Path = loop["path"]  # type: ignore[assignment]
     writer = Client(str(loop["url"]), str(loop["writer"]))

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 _PREVIEW_LINES = 200
+_DELETE_SHOWN = 1 << 20  # a file to be deleted up to this size is shown as a diff to nothing
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -105,6 +106,30 @@ def _diff(ctx: Context, record: ApprovalRecord) -> str | None:
             return (f"  (the file {printable(record.path)} changed since it was asked: approving it moves nothing; "
                     "deny it, and the bot may ask again)")
         shown, old = printable(record.destination), b""
+    elif record.op == "delete":
+        # What would go: a reviewer shown nothing approved the deletion of a file unseen.
+        shown = printable(record.path)
+        files = ctx.app.files(record.workspace)
+        try:
+            entry = files.stat(record.path)
+        except NotFound:
+            return f"  (nothing is at {shown} any more: approving it deletes nothing)"
+        except WardenError as exc:
+            return f"  (the current {shown} cannot be looked at: {printable(exc.message)})"
+        if entry.type == "dir":
+            try:
+                count = len(files.list(record.path))
+            except WardenError:
+                return f"  deletes the folder {shown}"
+            if record.detail.get("recursive"):
+                return f"  deletes the folder {shown} and everything in it ({count} entries at its top)"
+            return f"  deletes the folder {shown} only if it is empty (it holds {count} entries now)"
+        if entry.type != "file" or entry.size > _DELETE_SHOWN or entry.size == 0:
+            return f"  deletes the {entry.type} {shown} ({entry.size} bytes)"
+        try:
+            old, new = files.read_bytes(record.path), b""
+        except WardenError:
+            return f"  deletes the {entry.type} {shown} ({entry.size} bytes)"
     elif record.op == "write":
         shown = printable(record.path)
         new = ctx.app.approvals.content(record.id) or b""
