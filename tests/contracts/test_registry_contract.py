@@ -4,6 +4,7 @@ registry fails here, not silently in a unit test that trusted it."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -194,6 +195,64 @@ def test_a_grant_read_with_hold_and_a_revoke_happen_one_after_the_other(registry
         assert order == ["read", "revoke"] and seen[0] is not None and seen[0].revoked is None
     else:
         assert order == ["revoke", "read"] and seen[0] is not None and seen[0].revoked == T0
+
+
+def test_a_held_chain_and_a_revoke_of_its_tree_never_deadlock(registry: Registry) -> None:
+    """A bot acting through a child grant has its chain read with `hold` (child, then parent) as
+    its live sandbox is recorded; a revoke of the parent updates the tree parent first. On
+    PostgreSQL each held its first row and waited for the other's: "deadlock detected", one of
+    them undone (the person's revoke told to try again, or the bot's command refused). Found
+    attacking (attack24). Here a third transaction holds the parent until the revoke waits for it
+    and the read has its child and waits behind the revoke: both must go through."""
+    if isinstance(registry, MemoryRegistry):
+        pytest.skip("one process's memory: nothing runs at once")
+    from warden.services.grants import chain_of
+
+    with registry.transaction() as tx:
+        tx.grants.insert(_grant("acc_root"), "hash-root")
+        tx.grants.insert(_grant("acc_child", parent="acc_root"), "hash-child")
+    held, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+    seen: list[list[Grant]] = []
+
+    class Undo(Exception):
+        pass
+
+    def holder() -> None:
+        with contextlib.suppress(Undo), registry.transaction() as tx:
+            tx.grants.revoke(["acc_root"], T0)  # the parent's row, held (undone below)
+            held.set()
+            release.wait(10)
+            raise Undo
+
+    def revoke() -> None:
+        try:
+            with registry.transaction() as tx:
+                tx.grants.revoke(["acc_root", *tx.grants.descendants(["acc_root"])], T0)  # as GrantService
+        except BaseException as exc:
+            errors.append(exc)
+
+    def read() -> None:
+        try:
+            with registry.transaction() as tx:
+                seen.append(chain_of(tx, "acc_child", hold=True))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    assert held.wait(10)
+    for target in (revoke, read):
+        threads.append(threading.Thread(target=target))
+        threads[-1].start()
+        threads[-1].join(0.5)  # waiting: the revoke for the parent, the read for the revoke
+    release.set()
+    for thread in threads:
+        thread.join(20)
+    assert errors == []
+    assert [g.accessor for g in seen[0]] == ["acc_child", "acc_root"]
+    with registry.transaction(write=False) as tx:
+        assert all(g.revoked == T0 for g in chain_of(tx, "acc_child"))
 
 
 def test_a_new_secret_set_by_two_at_once_is_new_for_one_and_set_by_both(registry: Registry) -> None:

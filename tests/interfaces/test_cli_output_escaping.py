@@ -6,6 +6,7 @@ import json
 
 from tests.conftest import Cli
 from warden.bootstrap import App
+from warden.core.echo import json_printable
 from warden.interfaces.cli.output import Output, printable, table
 
 # What a bot can put in a file path it asks for: a forged audit line and colour escapes.
@@ -46,6 +47,14 @@ def test_tables_and_rendered_text_escape_but_keep_their_own_lines() -> None:
     assert printable("plain ascii, ünïcode and \\n as typed") == "plain ascii, ünïcode and \\n as typed"
     # Invisible characters a reviewer cannot see: zero-width ones, directional marks, separators.
     assert printable("done\u200b.md\u200f\u2028x\ufeff") == "done\\u200b.md\\u200f\\u2028x\\ufeff"
+    # And those a terminal shows as nothing too: a soft hyphen, a filler, the tag characters (an
+    # invisible copy of ASCII: "done.md" with a hidden sentence after it).
+    hidden = "done\u00ad.md\u3164\U000e0041\U000e0020\u206a"
+    assert printable(hidden) == "done\\u00ad.md\\u3164\\U000e0041\\U000e0020\\u206a"
+    # --json says them as JSON escapes (a pair past U+FFFF): the same document for a program.
+    as_json = json_printable(json.dumps({"path": hidden}, ensure_ascii=False))
+    assert as_json.isascii() and json.loads(as_json) == {"path": hidden}
+    assert "\\udb40\\udc41" in as_json
 
 
 def test_json_envelope_is_unchanged(app: App, cli: Cli) -> None:

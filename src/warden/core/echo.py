@@ -21,11 +21,25 @@ _CONTROLS = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]
 # the word joiner and invisible operators, a BOM, and the line and paragraph separators (which
 # some terminals break a line at): a path that reads "done.md" could hold any of them, and an
 # approval's reviewer saw two paths that looked the same.
-_BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A), *range(0x200B, 0x2010), 0x2028, 0x2029,
-         *range(0x2060, 0x2065), 0x061C, 0xFEFF]
+# And the other characters a terminal shows as nothing, or as a blank: the soft hyphen, the
+# combining grapheme joiner, the Hangul and Khmer fillers, the Mongolian vowel separator, the
+# deprecated format controls, the supplementary variation selectors, the interlinear annotation marks and the
+# tag characters (U+E0000-E007F, each an invisible copy of an ASCII one: "done.md" followed by
+# a hidden sentence read as "done.md"). Found attacking (attack24). (U+FE0E and U+FE0F stay:
+# emoji in a process's output carry them.)
+_BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x2070), *range(0x200B, 0x2010), 0x2028, 0x2029,
+         *range(0x2060, 0x2065), 0x061C, 0xFEFF,
+         0x00AD, 0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180E, 0x3164, 0xFFA0,
+         *range(0xFFF9, 0xFFFC), *range(0xE0000, 0xE0080), *range(0xE0100, 0xE01F0)]
+
+
+def _escape(c: int) -> str:
+    return f"\\u{c:04x}" if c <= 0xFFFF else f"\\U{c:08x}"
+
+
 ESCAPES: dict[int, str] = {
     **{c: _NAMED.get(chr(c), f"\\x{c:02x}") for c in _CONTROLS},
-    **{c: f"\\u{c:04x}" for c in _BIDI},
+    **{c: _escape(c) for c in _BIDI},
     **{c: f"\\u{c:04x}" for c in range(0xE000, 0xE010)},
 }
 
@@ -45,7 +59,14 @@ def echoed(text: str, longest: int = 100) -> str:
 # so a bot's path holding U+009B (which a terminal may read as CSI) or a bidirectional override
 # went out as it was. Such a character can stand only inside a JSON string, where `\\u009b`
 # means the same: the document a program reads is unchanged.
-_JSON_ESCAPES: dict[int, str] = {c: f"\\u{c:04x}" for c in (0x7F, *range(0x80, 0xA0), *_BIDI)}
+def _json_escape(c: int) -> str:
+    if c <= 0xFFFF:
+        return f"\\u{c:04x}"
+    c -= 0x10000  # JSON spells a character past U+FFFF as its UTF-16 surrogate pair
+    return f"\\u{0xD800 + (c >> 10):04x}\\u{0xDC00 + (c & 0x3FF):04x}"
+
+
+_JSON_ESCAPES: dict[int, str] = {c: _json_escape(c) for c in (0x7F, *range(0x80, 0xA0), *_BIDI)}
 
 
 def json_printable(text: str) -> str:

@@ -306,9 +306,25 @@ def chain_of(tx: Tx, accessor: str, *, hold: bool = False) -> list[Grant]:
     chain: list[Grant] = []
     current: str | None = accessor
     while current is not None and len(chain) <= MAX_DEPTH:
-        grant = tx.grants.by_accessor(current, hold=hold)
+        grant = tx.grants.by_accessor(current)
         if grant is None:
             break
         chain.append(grant)
         current = grant.parent
-    return chain
+    if not hold:
+        return chain
+    # Held in accessor order, as a revoke updates them (GrantTable.revoke): held child first, a
+    # read met a revoke of the tree taken parent first, each waiting for the other's row (a
+    # deadlock on PostgreSQL). Read again as held: a revoke may have committed meanwhile. A
+    # grant's parent never changes, so the chain is the same grants.
+    held: dict[str, Grant] = {}
+    for name in sorted({g.accessor for g in chain}):
+        grant = tx.grants.by_accessor(name, hold=True)
+        if grant is not None:
+            held[name] = grant
+    again: list[Grant] = []
+    for grant in chain:
+        if grant.accessor not in held:
+            break  # purged meanwhile: the chain ends there, as when it is read so
+        again.append(held[grant.accessor])
+    return again

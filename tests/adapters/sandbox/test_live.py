@@ -440,6 +440,30 @@ def test_commands_one_after_another_share_one_connection(host: HostLiveSandboxes
     assert host.run(sandbox, "d" * 16, _req(folder, "true")).exit_code == 0
 
 
+def test_connections_kept_to_sandboxes_that_ended_elsewhere_do_not_use_up_the_bound(
+        host: HostLiveSandboxes, folder: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kept connection whose sandbox ended without this process asking it again (idle, or
+    stopped by another Warden process: `warden stop`, a revoke from the CLI) was never let go:
+    once a long-running `warden serve` held IN_ALL of them, no connection was kept again, each
+    holding a descriptor, until it restarted (found attacking, attack24)."""
+    monkeypatch.setattr(live_module._Kept, "IN_ALL", 1)
+    first = _row(SBX, host.start(SBX, _req(folder, "true"), idle_s=1))
+    other = f"sbx_{secrets.token_hex(8)}"
+    second = None
+    try:
+        assert host.run(first, "a" * 16, _req(folder, "true")).exit_code == 0
+        assert live_module._KEPT._count == 1
+        wait_until(lambda: not host.alive(first), timeout=20, message="the idle sandbox did not end")
+        second = _row(other, host.start(other, _req(folder, "true"), idle_s=60))
+        assert host.run(second, "b" * 16, _req(folder, "true")).exit_code == 0
+        assert live_module._Kept.key(second) in live_module._KEPT._kept, "the ended sandbox's connection took its place"
+        assert live_module._Kept.key(first) not in live_module._KEPT._kept
+    finally:
+        host.stop(first)
+        if second is not None:
+            host.stop(second)
+
+
 ATTACK = r"""
 import ctypes, glob, os, socket, sys
 found = []

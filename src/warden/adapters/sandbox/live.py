@@ -636,15 +636,37 @@ class _Kept:
         if not _SPARES.wanted:
             return False
         key = self.key(sandbox)
+        stale: list[_Channel] = []
         with self._lock:
+            if self._count >= self.IN_ALL:
+                # Those of sandboxes that ended without this process asking them again (idle, or
+                # stopped by another Warden process) are let go here: else, once IN_ALL of them
+                # were held, a long-running server kept no connection again until it restarted.
+                stale = self._unclean()
             kept = self._kept.setdefault(key, [])
             if len(kept) >= self.PER_SANDBOX or self._count >= self.IN_ALL:
                 if not kept:
                     del self._kept[key]
-                return False
-            kept.append(channel)
-            self._count += 1
-        return True
+                accepted = False
+            else:
+                kept.append(channel)
+                self._count += 1
+                accepted = True
+        for old in stale:
+            old.close()
+        return accepted
+
+    def _unclean(self) -> list[_Channel]:
+        """Take out (under the lock) the kept connections no longer open and quiet (`clean`)."""
+        stale: list[_Channel] = []
+        for key in list(self._kept):
+            kept = self._kept[key]
+            stale += [channel for channel in kept if not channel.clean()]
+            kept[:] = [channel for channel in kept if channel not in stale]
+            if not kept:
+                del self._kept[key]
+        self._count -= len(stale)
+        return stale
 
     def drop(self, sandbox_id: str) -> None:
         """Close the kept connections to `sandbox_id` (it is being stopped)."""

@@ -162,9 +162,12 @@ class SqlGrants:
         return sorted(str(r["accessor"]) for r in rows)
 
     def revoke(self, accessors: Sequence[str], at: datetime) -> int:
-        """Mark `accessors` revoked (those not already); returns how many changed."""
+        """Mark `accessors` revoked (those not already); returns how many changed. Updated in
+        accessor order, the order a held chain is read in (services.grants.chain_of): a tree's
+        revoke taken parent first met a held read taken child first, each waiting for the
+        other's row (PostgreSQL's "deadlock detected")."""
         changed = 0
-        for accessor in accessors:
+        for accessor in sorted(set(accessors)):
             rows = self._sql.execute("UPDATE grants SET revoked_at = :at WHERE accessor = :a AND revoked_at IS NULL"
                               " RETURNING accessor", {"at": at.isoformat(), "a": accessor})
             changed += len(rows)
