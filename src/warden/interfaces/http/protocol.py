@@ -114,6 +114,40 @@ _TOO_LARGE = (f"the request's headers are over the limit ({MAX_HEADERS} headers,
               f"{MAX_HEADERS_SIZE} bytes in all); send fewer or smaller headers")
 
 
+class _DrainDeadline:
+    """A connection whose write buffer has not drained for `seconds` is aborted, its unsent bytes
+    dropped (nginx's send_timeout): a client that reads nothing holds neither memory nor a
+    connection for longer. `still_held()` says, as the deadline comes, whether it is still over
+    its high-water mark; `said` is the warning logged then (with the seconds). `even_closing`: a
+    transport already closing is aborted too (a WebSocket keepalive's close() waits, for ever,
+    for the buffer to be sent)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float, still_held: Callable[[], bool],
+                 transport: Callable[[], asyncio.Transport], logger: logging.Logger, said: str, *,
+                 even_closing: bool = False) -> None:
+        self._loop, self.seconds, self._still_held = loop, seconds, still_held
+        self._transport, self._logger, self._said = transport, logger, said
+        self._even_closing = even_closing
+        self._timer: asyncio.TimerHandle | None = None
+
+    def arm(self) -> None:
+        if self._timer is None:
+            self._timer = self._loop.call_later(self.seconds, self._due)
+
+    def disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _due(self) -> None:
+        self._timer = None
+        transport = self._transport()
+        if (transport.is_closing() and not self._even_closing) or not self._still_held():
+            return
+        self._logger.warning(self._said, self.seconds)
+        transport.abort()  # close() would wait, for ever, for the buffer to be sent
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, refusing a request line or headers over the limits above.
 
@@ -136,7 +170,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = True  # the next bytes are a request's head (not a body, not trailers)
         self._head_timeout_s = head_timeout_s
         self._head_timer: asyncio.TimerHandle | None = None
-        self._drain_timer: asyncio.TimerHandle | None = None
+        self._drain = _DrainDeadline(self.loop, head_timeout_s, lambda: self.flow.write_paused,
+                                     lambda: self.transport, self.logger,
+                                     "closed a connection whose client read none of its answers for %g s "
+                                     "(api.request_timeout)")
         self._unparsed = b""  # received behind a queued request, parsed once the queue is empty
         self._running: RequestResponseCycle | None = None  # the request in flight
         self._body_left = 0  # bytes of the body being read still to come (its Content-Length)
@@ -184,7 +221,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
-        self._disarm_drain_timer()
+        self._drain.disarm()
         self._unparsed = b""
         self.pipeline.clear()  # queued requests never start
         # uvicorn tells only the last request parsed that the client left; with requests queued
@@ -204,26 +241,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def pause_writing(self) -> None:
         super().pause_writing()
         self.flow.pause_reading()  # no more requests while their answers would only pile up
-        if self._drain_timer is None:
-            self._drain_timer = self.loop.call_later(self._head_timeout_s, self._drain_timed_out)
+        self._drain.arm()
 
     def resume_writing(self) -> None:
-        self._disarm_drain_timer()
+        self._drain.disarm()
         super().resume_writing()
         self.flow.resume_reading()  # (paused again at once if a request is queued or a body waits)
-
-    def _disarm_drain_timer(self) -> None:
-        if self._drain_timer is not None:
-            self._drain_timer.cancel()
-            self._drain_timer = None
-
-    def _drain_timed_out(self) -> None:
-        self._drain_timer = None
-        if self.transport.is_closing() or not self.flow.write_paused:
-            return
-        self.logger.warning("closed a connection whose client read none of its answers for %g s "
-                            "(api.request_timeout)", self._head_timeout_s)
-        self.transport.abort()  # close() would wait, for ever, for the buffer to be sent
 
     def on_response_complete(self) -> None:
         answered = self._running
@@ -392,9 +415,11 @@ class DeniedHandshakeProtocol(WebSocketsSansIOProtocol):
     def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None, *, drain_timeout_s: float = HEAD_TIMEOUT_S) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self._drain_timeout_s = drain_timeout_s
-        self._drain_timer: asyncio.TimerHandle | None = None
         self._write_held = False  # the transport's buffer is over its high-water mark
+        # (a keepalive's close() may have come first: it too waits for the buffer)
+        self._drain = _DrainDeadline(self.loop, drain_timeout_s, lambda: self._write_held, lambda: self.transport,
+                                     self.logger, "closed a WebSocket whose client read nothing of it for %g s "
+                                     "(api.request_timeout)", even_closing=True)
 
     async def send(self, message: Any) -> None:
         await super().send(message)
@@ -415,11 +440,10 @@ class DeniedHandshakeProtocol(WebSocketsSansIOProtocol):
         super().pause_writing()
         self._write_held = True
         self.transport.pause_reading()
-        if self._drain_timer is None:
-            self._drain_timer = self.loop.call_later(self._drain_timeout_s, self._drain_timed_out)
+        self._drain.arm()
 
     def resume_writing(self) -> None:
-        self._disarm_drain_timer()
+        self._drain.disarm()
         self._write_held = False
         super().resume_writing()
         if not self.read_paused:  # (uvicorn's own pause: a data frame the app has not taken yet)
@@ -432,21 +456,8 @@ class DeniedHandshakeProtocol(WebSocketsSansIOProtocol):
         return message
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_drain_timer()
+        self._drain.disarm()
         super().connection_lost(exc)
-
-    def _disarm_drain_timer(self) -> None:
-        if self._drain_timer is not None:
-            self._drain_timer.cancel()
-            self._drain_timer = None
-
-    def _drain_timed_out(self) -> None:
-        self._drain_timer = None
-        if not self._write_held:  # (a keepalive's close() may have come first: it too waits for the buffer)
-            return
-        self.logger.warning("closed a WebSocket whose client read nothing of it for %g s (api.request_timeout)",
-                            self._drain_timeout_s)
-        self.transport.abort()  # close() would wait, for ever, for the buffer to be sent
 
 
 class HideTokens(logging.Filter):
