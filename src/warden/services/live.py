@@ -44,6 +44,7 @@ from warden.core.live import (
     RING_BYTES,
     Chunk,
     Exited,
+    HungUpFirst,
     LiveProcess,
     LiveSandbox,
     Logs,
@@ -247,6 +248,12 @@ class LiveSandboxService:
         except Unavailable as exc:
             if exc.rule == "live.unreachable" and not self._sandboxes.alive(sandbox):
                 self._stop(sandbox, "stopped", killed=False)  # it ended just now: a fresh sandbox runs it
+                return None
+            if isinstance(exc, HungUpFirst) and not self._claimed(sandbox):
+                # Refused or hung up before it answered, so the command never ran there: its
+                # supervisor is ending (an idle stop met the command as it was sent; still alive
+                # the moment it was looked at) or broken. Ended, and a fresh sandbox runs it.
+                self._stop(sandbox, "its supervisor hung up before the command started")
                 return None
             if exc.rule == "live.bad_row":
                 # The row is not this home's to use (another home that calls itself this node, on a

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.hangup import hang_up
 from tests.support.launcher import build_launcher
 from tests.support.waiting import wait_until
 from warden.adapters.processes import alive
@@ -31,7 +32,7 @@ from warden.adapters.sandbox import live as live_module
 from warden.adapters.sandbox.live import HostLiveSandboxes
 from warden.core.errors import Unavailable
 from warden.core.limits import Limits
-from warden.core.live import RING_BYTES, LiveProcess, LiveSandbox
+from warden.core.live import RING_BYTES, HungUpFirst, LiveProcess, LiveSandbox
 from warden.core.runs import SandboxRequest
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
@@ -438,6 +439,22 @@ def test_commands_one_after_another_share_one_connection(host: HostLiveSandboxes
     wait_until(lambda: first.isdisjoint(_served_by(sandbox)), timeout=10,
                message="the connection of a command that timed out was kept")
     assert host.run(sandbox, "d" * 16, _req(folder, "true")).exit_code == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="shutting a supervisor's sockets from the host takes root")
+def test_a_supervisor_that_hangs_up_before_any_answer_ran_nothing(host: HostLiveSandboxes, sandbox: LiveSandbox,
+                                                                   folder: str) -> None:
+    """A kept connection (or a new one) that the supervisor closes, or refuses, before a word of
+    answer to the spawn: HungUpFirst, which the service takes for a sandbox ending (an idle stop
+    meeting the command) and runs the command in a fresh one; nothing ran here."""
+    assert host.run(sandbox, "a" * 16, _req(folder, "true")).exit_code == 0
+    assert hang_up(sandbox.supervisor_pid) >= 2  # its listener, and the connection kept for us
+    try:
+        with pytest.raises(HungUpFirst):
+            host.run(sandbox, "b" * 16, _req(folder, "touch", "ran"))
+        assert not os.path.exists(os.path.join(folder, "ran"))
+    finally:
+        os.kill(sandbox.supervisor_pid, signal.SIGKILL)
 
 
 ATTACK = r"""
