@@ -882,7 +882,10 @@ class LiveSandboxService:
         running = 0
         for process in rows:
             seen = listed.get(process.id)
-            alive = seen.status in ("starting", "running") if seen is not None else self._starting(process)
+            # A row still "starting" is its starter's until it records it running (with its host
+            # details): a quick command may have ended by then, which the next look records.
+            # Recorded here, the start found its row taken and refused a command that had run.
+            alive = self._starting(process) or (seen is not None and seen.status in ("starting", "running"))
             if alive:
                 running += 1
                 continue
