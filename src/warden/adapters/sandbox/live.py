@@ -644,15 +644,31 @@ class _Kept:
         if not _SPARES.wanted:
             return False
         key = self.key(sandbox)
+        gone: list[_Channel] = []
         with self._lock:
+            if self._count >= self.IN_ALL:
+                # Those to a sandbox that ended other than by this process's stop (idle, another
+                # process's stop or sweep, its supervisor killed) are dropped only here: kept until
+                # a command of that very sandbox came, they filled the pool of a long-lived server.
+                for other in list(self._kept):
+                    ended = [c for c in self._kept[other] if not c.clean()]
+                    if ended:
+                        gone += ended
+                        self._kept[other] = [c for c in self._kept[other] if c not in ended]
+                        if not self._kept[other]:
+                            del self._kept[other]
+                self._count -= len(gone)
             kept = self._kept.setdefault(key, [])
-            if len(kept) >= self.PER_SANDBOX or self._count >= self.IN_ALL:
+            full = len(kept) >= self.PER_SANDBOX or self._count >= self.IN_ALL
+            if full:
                 if not kept:
                     del self._kept[key]
-                return False
-            kept.append(channel)
-            self._count += 1
-        return True
+            else:
+                kept.append(channel)
+                self._count += 1
+        for each in gone:
+            each.close()
+        return not full
 
     def drop(self, sandbox_id: str) -> None:
         """Close the kept connections to `sandbox_id` (it is being stopped)."""
