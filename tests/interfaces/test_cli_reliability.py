@@ -123,3 +123,24 @@ def _live_rows(home: Path) -> list[tuple[str, int]]:
     with contextlib.closing(sqlite3.connect(home / "warden.db")) as db:
         return [(str(r[0]), int(r[1])) for r in db.execute("SELECT id, supervisor_pid FROM live_sandboxes "
                                                            "WHERE principal = 'user'")]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="shutting a supervisor's sockets from the host takes root")
+def test_a_detached_start_sent_as_its_live_sandbox_ends_starts_in_a_new_one(cli: Cli, ws: Path, home: Path) -> None:
+    """As a foreground run's: a background start refused or hung up on before any answer (an
+    idle stop meeting it) failed 'the live sandbox does not answer'; it goes to a new sandbox."""
+    assert cli("run", "rl", "--detach", "--", "true").code == 0
+    rows = _live_rows(home)
+    assert len(rows) == 1, rows
+    sandbox_id, supervisor = rows[0]
+    assert hang_up(supervisor) >= 1
+    try:
+        started = cli("run", "rl", "--detach", "--json", "--", "sh", "-c", "echo ran-$((6 * 7)) > detached.txt")
+        assert started.code == 0, started.stderr
+        waited = cli("wait", "rl", started.json["data"]["id"], "--json")
+        assert waited.code == 0, waited.stdout + waited.stderr
+        assert (ws / "detached.txt").read_text() == "ran-42\n"
+        assert [row for row in _live_rows(home) if row[0] == sandbox_id] == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(supervisor, signal.SIGKILL)

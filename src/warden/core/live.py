@@ -113,6 +113,8 @@ class HungUpFirst(Unavailable):
     supervisor has ended or is ending: an idle stop meets a command sent just as it ends (on a
     kept connection, or a connect after its last look), so a fresh sandbox is to run it."""
 
+    retry = False  # set where its sandbox was stopped for it: the start may go to a new one
+
 
 def too_many_background(workspace: str) -> str:
     """Why a background start past MAX_BACKGROUND is refused, and the way out."""

@@ -314,6 +314,17 @@ class LiveSandboxService:
         """Start a background process in the live sandbox of its key (started when none runs).
         `on_recorded`: told once it is recorded running (its outcome is then written as it ends)."""
         check_process_id(process_id)
+        try:
+            return self._start_background(record, principal, process_id, request, bot, busy, on_recorded)
+        except HungUpFirst as exc:
+            # Its sandbox is ending (an idle stop met the start) or broken, and it was stopped:
+            # the start goes to a new one, once.
+            if not exc.retry:
+                raise
+        return self._start_background(record, principal, process_id, request, bot, busy, on_recorded)
+
+    def _start_background(self, record: WorkspaceRecord, principal: str, process_id: str, request: SandboxRequest,
+                          bot: str, busy: Busy | None, on_recorded: Callable[[], None] | None) -> LiveProcess:
         sandbox, process = self._enter(record, principal, process_id, request, bot, busy)
         # A person's stop (Ctrl-C on `warden run --detach`) waits from the spawn until the process
         # is recorded running: raised between the two, the process ran on with its row deleted
@@ -322,7 +333,7 @@ class LiveSandboxService:
         with whole:
             try:
                 meta = self._spawn(sandbox, process_id, request)
-            except BaseException:
+            except BaseException as exc:
                 with self._registry.transaction() as tx:
                     # Its row goes unless a stop claimed it (recorded it killed, with its reason):
                     # then that stop is why the spawn failed (it ended the sandbox under it), and
@@ -333,6 +344,11 @@ class LiveSandboxService:
                         claimed = None
                 if claimed is not None:
                     raise _stopped_as_it_started() from None
+                if isinstance(exc, HungUpFirst) and not self._claimed(sandbox):
+                    # Refused or hung up on before any answer: nothing started there (as a
+                    # foreground run's, run_in_live). That sandbox is ended; the caller starts again.
+                    self._stop(sandbox, "its supervisor hung up before the command started")
+                    exc.retry = True
                 raise
             meta = {**process.meta, **meta}
             with self._registry.transaction() as tx:

@@ -1331,13 +1331,20 @@ class HostLiveSandboxes:
     def spawn(self, sandbox: LiveSandbox, process_id: str, request: SandboxRequest, *,
               ring: int = RING_BYTES) -> dict[str, object]:
         """Start `request`'s command in the background; its host details for the registry."""
-        channel = self._channel(sandbox)
+        try:
+            channel = self._channel(sandbox)
+        except _HungUp as exc:
+            raise HungUpFirst(str(exc), rule=exc.rule) from None
         try:
             try:
                 command = self._spawn(sandbox, channel, process_id, request, background=True, names=[], fds=[],
                                       ring=ring)
             except Full:
                 raise Unavailable(too_many_background(sandbox.workspace), rule="live.max_processes") from None
+            except _HungUp as exc:
+                if channel.heard:
+                    raise
+                raise HungUpFirst(str(exc), rule=exc.rule) from None  # as a foreground run's (`run`)
             group = command.group
             # The registry keeps its host pid (`warden kill` and the usage reach it without the
             # supervisor): found while it was held.
