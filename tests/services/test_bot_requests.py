@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.waiting import wait_until
 from warden.bootstrap import App, bootstrap
 from warden.core.errors import Conflict, Denied, InvalidInput, NotFound, Unavailable
+from warden.core.live import LiveSandbox
 from warden.services.auth import DENIED, Principal
 from warden.services.bot_requests import (
     CREATOR_PERMISSIONS,
@@ -383,3 +385,31 @@ def test_a_live_sandbox_that_recorded_no_path_policy_is_started_again(
     with wapp.registry.transaction(write=False) as tx:
         (again,) = tx.sandboxes.of_workspace(name)
     assert again.id != sandbox.id and isinstance(again.meta.get("paths"), str)
+
+
+def test_a_quick_background_start_another_look_found_ended_is_started_not_refused(
+        wapp: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another thread of the server (an exec, a `ps`, a `wait` of the same sandbox) that records
+    ended processes looked between this start's spawn and its recording of the process running:
+    the supervisor listed it ended (`echo`, done at once), so that look recorded its end, and the
+    start, finding its row no longer "starting", said 'stopped as the command started ... run it
+    again' (503) for a command that had run (met 1 in 150 starts from 10 threads of the SDK).
+    A row still "starting" is its starter's: the look leaves it, and the next records its end."""
+    bot = _bot(wapp, "quick-starter")
+    granted, path = _create(wapp, bot, "quickstart")
+    sandboxes = wapp.live._sandboxes
+    real_spawn = sandboxes.spawn
+
+    def looked_at_meanwhile(sandbox: LiveSandbox, process_id: str, *args: object, **kwargs: object) -> object:
+        spawned = real_spawn(sandbox, process_id, *args, **kwargs)  # type: ignore[arg-type]
+        wait_until(lambda: any(s.id == process_id and s.status == "exited" for s in sandboxes.listing(sandbox)),
+                   timeout=10, message="the quick command did not end")
+        wapp.live.collect_ended(sandbox)  # the other thread's look, at that moment
+        return spawned
+
+    monkeypatch.setattr(sandboxes, "spawn", looked_at_meanwhile)
+    started = wapp.bot_requests.start(granted, "quickstart", Command(("sh", "-c", "echo tok-7f3a > out.txt")))
+    monkeypatch.undo()
+    assert (path / "out.txt").read_text() == "tok-7f3a\n"
+    ended = wapp.bot_requests.wait_process(granted, "quickstart", started.id, 10)
+    assert (ended.status, ended.exit_code) == ("exited", 0)

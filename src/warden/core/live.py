@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from warden.core.errors import InvalidInput
+from warden.core.errors import InvalidInput, Unavailable
 from warden.core.runs import Usage
 
 SUPERVISOR_PATH = "/etc/warden/supervisor.py"  # where a live sandbox runs its supervisor, inside it
@@ -105,6 +105,15 @@ class Full(Exception):
 class NotListening(Exception):
     """A supervisor's answer to `connect`: nothing accepted a connection on that port in its
     sandbox (in time). An answer of the protocol, not a bad one: the sandbox goes on."""
+
+
+class HungUpFirst(Unavailable):
+    """A foreground command's live sandbox refused its connection or hung up before it answered
+    the command's spawn (rule `live.unreachable`): nothing of the command ran there. Its
+    supervisor has ended or is ending: an idle stop meets a command sent just as it ends (on a
+    kept connection, or a connect after its last look), so a fresh sandbox is to run it."""
+
+    retry = False  # set where its sandbox was stopped for it: the start may go to a new one
 
 
 def too_many_background(workspace: str) -> str:

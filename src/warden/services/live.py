@@ -44,6 +44,7 @@ from warden.core.live import (
     RING_BYTES,
     Chunk,
     Exited,
+    HungUpFirst,
     LiveProcess,
     LiveSandbox,
     Logs,
@@ -248,6 +249,12 @@ class LiveSandboxService:
             if exc.rule == "live.unreachable" and not self._sandboxes.alive(sandbox):
                 self._stop(sandbox, "stopped", killed=False)  # it ended just now: a fresh sandbox runs it
                 return None
+            if isinstance(exc, HungUpFirst) and not self._claimed(sandbox):
+                # Refused or hung up before it answered, so the command never ran there: its
+                # supervisor is ending (an idle stop met the command as it was sent; still alive
+                # the moment it was looked at) or broken. Ended, and a fresh sandbox runs it.
+                self._stop(sandbox, "its supervisor hung up before the command started")
+                return None
             if exc.rule == "live.bad_row":
                 # The row is not this home's to use (another home that calls itself this node, on a
                 # shared registry, or a row that was tampered with): nothing ran; a fresh sandbox
@@ -307,6 +314,17 @@ class LiveSandboxService:
         """Start a background process in the live sandbox of its key (started when none runs).
         `on_recorded`: told once it is recorded running (its outcome is then written as it ends)."""
         check_process_id(process_id)
+        try:
+            return self._start_background(record, principal, process_id, request, bot, busy, on_recorded)
+        except HungUpFirst as exc:
+            # Its sandbox is ending (an idle stop met the start) or broken, and it was stopped:
+            # the start goes to a new one, once.
+            if not exc.retry:
+                raise
+        return self._start_background(record, principal, process_id, request, bot, busy, on_recorded)
+
+    def _start_background(self, record: WorkspaceRecord, principal: str, process_id: str, request: SandboxRequest,
+                          bot: str, busy: Busy | None, on_recorded: Callable[[], None] | None) -> LiveProcess:
         sandbox, process = self._enter(record, principal, process_id, request, bot, busy)
         # A person's stop (Ctrl-C on `warden run --detach`) waits from the spawn until the process
         # is recorded running: raised between the two, the process ran on with its row deleted
@@ -315,7 +333,7 @@ class LiveSandboxService:
         with whole:
             try:
                 meta = self._spawn(sandbox, process_id, request)
-            except BaseException:
+            except BaseException as exc:
                 with self._registry.transaction() as tx:
                     # Its row goes unless a stop claimed it (recorded it killed, with its reason):
                     # then that stop is why the spawn failed (it ended the sandbox under it), and
@@ -326,6 +344,11 @@ class LiveSandboxService:
                         claimed = None
                 if claimed is not None:
                     raise _stopped_as_it_started() from None
+                if isinstance(exc, HungUpFirst) and not self._claimed(sandbox):
+                    # Refused or hung up on before any answer: nothing started there (as a
+                    # foreground run's, run_in_live). That sandbox is ended; the caller starts again.
+                    self._stop(sandbox, "its supervisor hung up before the command started")
+                    exc.retry = True
                 raise
             meta = {**process.meta, **meta}
             with self._registry.transaction() as tx:
@@ -875,7 +898,10 @@ class LiveSandboxService:
         running = 0
         for process in rows:
             seen = listed.get(process.id)
-            alive = seen.status in ("starting", "running") if seen is not None else self._starting(process)
+            # A row still "starting" is its starter's until it records it running (with its host
+            # details): a quick command may have ended by then, which the next look records.
+            # Recorded here, the start found its row taken and refused a command that had run.
+            alive = self._starting(process) or (seen is not None and seen.status in ("starting", "running"))
             if alive:
                 running += 1
                 continue

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.hangup import hang_up
 from tests.support.launcher import build_launcher
 from tests.support.waiting import wait_until
 from warden.adapters.processes import alive
@@ -31,7 +32,7 @@ from warden.adapters.sandbox import live as live_module
 from warden.adapters.sandbox.live import HostLiveSandboxes
 from warden.core.errors import Unavailable
 from warden.core.limits import Limits
-from warden.core.live import RING_BYTES, LiveProcess, LiveSandbox
+from warden.core.live import RING_BYTES, HungUpFirst, LiveProcess, LiveSandbox
 from warden.core.runs import SandboxRequest
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
@@ -462,6 +463,45 @@ def test_connections_kept_to_sandboxes_that_ended_elsewhere_do_not_use_up_the_bo
         host.stop(first)
         if second is not None:
             host.stop(second)
+
+
+def test_connections_kept_to_sandboxes_that_ended_elsewhere_make_room(host: HostLiveSandboxes, folder: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept connections are dropped by this process's own stop of their sandbox; those to one
+    that ended otherwise (idle, another process's stop or sweep, a supervisor killed) stayed in
+    the pool until a command of that very sandbox came, which never did: a long-lived server's
+    pool filled with dead ones (32) and kept none after that. They make room for a live one."""
+    if not os.access(f"/proc/{os.getpid()}/fd", os.R_OK) or os.geteuid() != 0:
+        pytest.skip("listing a supervisor's descriptors takes root")
+    monkeypatch.setattr(live_module._Kept, "IN_ALL", 1)
+    first = _row("sbx_" + "e" * 16, host.start("sbx_" + "e" * 16, _req(folder, "true"), idle_s=60))
+    second = _row("sbx_" + "f" * 16, host.start("sbx_" + "f" * 16, _req(folder, "true"), idle_s=60))
+    try:
+        assert host.run(first, "a" * 16, _req(folder, "true")).exit_code == 0
+        assert _served_by(first), "no connection was kept"
+        os.kill(first.supervisor_pid, signal.SIGKILL)  # ended, not by this process's stop
+        wait_until(lambda: not host.alive(first), timeout=10, message="the first sandbox did not end")
+        assert host.run(second, "b" * 16, _req(folder, "true")).exit_code == 0
+        assert _served_by(second), "a dead connection held the only place"
+    finally:
+        host.stop(first)
+        host.stop(second)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="shutting a supervisor's sockets from the host takes root")
+def test_a_supervisor_that_hangs_up_before_any_answer_ran_nothing(host: HostLiveSandboxes, sandbox: LiveSandbox,
+                                                                   folder: str) -> None:
+    """A kept connection (or a new one) that the supervisor closes, or refuses, before a word of
+    answer to the spawn: HungUpFirst, which the service takes for a sandbox ending (an idle stop
+    meeting the command) and runs the command in a fresh one; nothing ran here."""
+    assert host.run(sandbox, "a" * 16, _req(folder, "true")).exit_code == 0
+    assert hang_up(sandbox.supervisor_pid) >= 2  # its listener, and the connection kept for us
+    try:
+        with pytest.raises(HungUpFirst):
+            host.run(sandbox, "b" * 16, _req(folder, "touch", "ran"))
+        assert not os.path.exists(os.path.join(folder, "ran"))
+    finally:
+        os.kill(sandbox.supervisor_pid, signal.SIGKILL)
 
 
 ATTACK = r"""

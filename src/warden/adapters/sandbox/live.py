@@ -79,6 +79,7 @@ from warden.core.live import (
     Chunk,
     Exited,
     Full,
+    HungUpFirst,
     LiveProcess,
     LiveSandbox,
     Logs,
@@ -154,6 +155,11 @@ def _reachable(path: str) -> Iterator[str]:
         os.close(fd)
 
 
+class _HungUp(Unavailable):
+    """The supervisor refused the connection or closed it (rule `live.unreachable`, as any
+    unreachable one): told apart where nothing was answered yet (`HungUpFirst`)."""
+
+
 class _Channel:
     """One connection to a supervisor: frames out, bounded frames in, every read with a deadline."""
 
@@ -169,8 +175,8 @@ class _Channel:
                 self.sock.connect(address)
         except OSError as exc:
             self.sock.close()
-            raise Unavailable(f"the live sandbox does not answer ({exc.strerror or exc})",
-                              rule="live.unreachable") from None
+            raise _HungUp(f"the live sandbox does not answer ({exc.strerror or exc})",
+                          rule="live.unreachable") from None
         self.buffer = bytearray()
         self._stalled = stalled
         # Descriptors that came with what was read, when asked for (`take_fd`): at most one is
@@ -178,6 +184,7 @@ class _Channel:
         self.take_fd = False
         self.fds: list[int] = []
         self.exit_said = False  # a foreground command's end came on it (`_exit_from`)
+        self.heard = False  # anything read on it (a kept one: since its command began)
 
     def send(self, message: Mapping[str, object], fds: list[int] | None = None) -> None:
         data = encode_frame(message)
@@ -191,8 +198,8 @@ class _Channel:
             else:
                 self.sock.sendall(data)
         except OSError as exc:
-            raise Unavailable(f"the live sandbox stopped listening ({exc.strerror or exc})",
-                              rule="live.unreachable") from None
+            raise _HungUp(f"the live sandbox stopped listening ({exc.strerror or exc})",
+                          rule="live.unreachable") from None
 
     def _fill(self, size: int, deadline: float) -> None:
         while len(self.buffer) < size:
@@ -210,11 +217,12 @@ class _Channel:
                                       "run the command again: a new one starts", rule="live.unreachable") from None
                 continue
             except OSError as exc:
-                raise Unavailable(f"the live sandbox hung up ({exc.strerror or exc})",
-                                  rule="live.unreachable") from None
+                raise _HungUp(f"the live sandbox hung up ({exc.strerror or exc})",
+                              rule="live.unreachable") from None
             if not chunk:
-                raise Unavailable("the live sandbox hung up", rule="live.unreachable")
+                raise _HungUp("the live sandbox hung up", rule="live.unreachable")
             self.buffer += chunk
+            self.heard = True
 
     def _recv(self, size: int) -> bytes:
         if not self.take_fd:
@@ -644,7 +652,8 @@ class _Kept:
                 # were held, a long-running server kept no connection again until it restarted.
                 stale = self._unclean()
             kept = self._kept.setdefault(key, [])
-            if len(kept) >= self.PER_SANDBOX or self._count >= self.IN_ALL:
+            full = len(kept) >= self.PER_SANDBOX or self._count >= self.IN_ALL
+            if full:
                 if not kept:
                     del self._kept[key]
                 accepted = False
@@ -1097,10 +1106,13 @@ class HostLiveSandboxes:
         """Run `request`'s command in the live sandbox to its end (a foreground command)."""
         channel = _KEPT.take(sandbox) if sandbox.meta.get("idle_ignores_open") is True else None
         if channel is None:
-            channel = self._channel(sandbox)
+            try:
+                channel = self._channel(sandbox)
+            except _HungUp as exc:
+                raise HungUpFirst(str(exc), rule=exc.rule) from None
         else:
             channel.sock.settimeout(_ANSWER_TIMEOUT)  # as a new one's (its last command's follow made it non-blocking)
-            channel.exit_said = False
+            channel.exit_said = channel.heard = False
         # Kept for the next command only when this one's end was said on it and nothing else is pending.
         reusable = False
         stdin = request.stdin
@@ -1135,8 +1147,15 @@ class HostLiveSandboxes:
             fds = theirs + ([stdin] if isinstance(stdin, int) else [])
             if request.terminal is not None:
                 fds = [request.terminal] * 3
-            command = self._spawn(sandbox, channel, process_id, request, background=False,
-                                  names=names, fds=fds, ring=RING_BYTES)
+            try:
+                command = self._spawn(sandbox, channel, process_id, request, background=False,
+                                      names=names, fds=fds, ring=RING_BYTES)
+            except _HungUp as exc:
+                if channel.heard:
+                    raise
+                # Refused or closed before a word of answer: the supervisor ended, or is ending
+                # (an idle stop that met this command as it was sent), and never spawned it.
+                raise HungUpFirst(str(exc), rule=exc.rule) from None
             group = command.group
             for fd in theirs:
                 os.close(fd)
@@ -1319,13 +1338,20 @@ class HostLiveSandboxes:
     def spawn(self, sandbox: LiveSandbox, process_id: str, request: SandboxRequest, *,
               ring: int = RING_BYTES) -> dict[str, object]:
         """Start `request`'s command in the background; its host details for the registry."""
-        channel = self._channel(sandbox)
+        try:
+            channel = self._channel(sandbox)
+        except _HungUp as exc:
+            raise HungUpFirst(str(exc), rule=exc.rule) from None
         try:
             try:
                 command = self._spawn(sandbox, channel, process_id, request, background=True, names=[], fds=[],
                                       ring=ring)
             except Full:
                 raise Unavailable(too_many_background(sandbox.workspace), rule="live.max_processes") from None
+            except _HungUp as exc:
+                if channel.heard:
+                    raise
+                raise HungUpFirst(str(exc), rule=exc.rule) from None  # as a foreground run's (`run`)
             group = command.group
             # The registry keeps its host pid (`warden kill` and the usage reach it without the
             # supervisor): found while it was held.
