@@ -63,10 +63,16 @@ def test_plan_whole_workspace() -> None:
     assert dict(plan.dir_modes) == {"a": 0o750, "gone": 0o755, "was-file": 0o755}
 
 
-def test_plan_unstable_files_are_always_written() -> None:
-    target = [Entry("f", "file", 0o644, 3, DIGEST, stamp=None)]
-    plan = plan_rollback({"f": Current("file", 0o644, (1, 3, 1, 1))}, target, None)
-    assert [e.path for e in plan.writes] == ["f"]
+def test_plan_unstable_files_are_written_unless_their_content_just_captured_is_the_same() -> None:
+    target = [Entry("f", "file", 0o644, 3, DIGEST, stamp=None), Entry("g", "file", 0o600, 3, DIGEST, stamp=None)]
+    current = {"f": Current("file", 0o644, (1, 3, 1, 1)), "g": Current("file", 0o644, (1, 3, 2, 2))}
+    plan = plan_rollback(current, target, None)
+    assert [e.path for e in plan.writes] == ["f", "g"]
+    # The rollback's own capture of what is there read those bytes a moment ago: the same content
+    # is not written again (its mode still put back); another content is.
+    plan = plan_rollback(current, target, None, {"f": DIGEST, "g": DIGEST})
+    assert plan.writes == () and plan.chmods == (("g", 0o600),)
+    assert [e.path for e in plan_rollback(current, target, None, {"f": "0" * 64}).writes] == ["f", "g"]
 
 
 def test_plan_with_a_scope_touches_nothing_else() -> None:

@@ -240,10 +240,13 @@ def _depth_first(paths: Iterable[str]) -> list[str]:
     return sorted(paths, key=lambda p: (-p.count("/"), p))
 
 
-def plan_rollback(current: Mapping[str, Current], target: Iterable[Entry], scope: str | None) -> RollbackPlan:
+def plan_rollback(current: Mapping[str, Current], target: Iterable[Entry], scope: str | None,
+                  digests: Mapping[str, str] | None = None) -> RollbackPlan:
     """Turn the tree `current` (the workspace now, within `scope`) into `target` (a checkpoint's
     entries) for `scope` (None: the whole workspace's content). Nothing outside `scope` is
-    touched; a parent folder the scope needs is made when missing."""
+    touched; a parent folder the scope needs is made when missing. `digests`: the content of the
+    workspace's files as just captured (path → digest), for those whose stamp cannot tell."""
+    digests = digests or {}
     wanted = {e.path: e for e in target if within_scope(e.path, scope)}
     remove: set[str] = set()
     mkdirs: list[str] = []
@@ -293,7 +296,12 @@ def plan_rollback(current: Mapping[str, Current], target: Iterable[Entry], scope
         elif want.kind == "symlink":
             if now is None or now.kind != "symlink" or now.target != want.target:
                 writes.append(want)
-        elif now is None or now.kind != "file" or want.stamp is None or now.stamp != want.stamp:
+        elif now is None or now.kind != "file" or (
+                (want.stamp is None or now.stamp != want.stamp) and digests.get(path) != want.digest):
+            # A file changed within STABLE_NS of its capture has no stamp to trust: the content
+            # just captured says whether it holds these bytes. Without it, a rollback to a
+            # checkpoint of an unchanged workspace rewrote every file saved in the last seconds
+            # (their mtimes new, "3 written" of nothing).
             writes.append(want)
         elif now.mode != want.mode:
             chmods.append((path, want.mode))

@@ -222,7 +222,8 @@ class CheckpointService:
                 before = self._capture(record, f"before rollback to {target.id}", actor, reuse=True,
                                        bounded=False)
                 detail["saved_as"] = before.id
-                plan = plan_rollback(self.store.scan(record.path, scope), target.entries, scope)
+                plan = plan_rollback(self.store.scan(record.path, scope), target.entries, scope,
+                                     {e.path: e.digest for e in before.entries if e.kind == "file"})
                 self.store.apply(record.name, record.path, plan)
                 detail.update(plan.counts())
         except WardenError as exc:
