@@ -249,12 +249,8 @@ class LiveSandboxService:
             if exc.rule == "live.unreachable" and not self._sandboxes.alive(sandbox):
                 self._stop(sandbox, "stopped", killed=False)  # it ended just now: a fresh sandbox runs it
                 return None
-            if isinstance(exc, HungUpFirst) and not self._claimed(sandbox):
-                # Refused or hung up before it answered, so the command never ran there: its
-                # supervisor is ending (an idle stop met the command as it was sent; still alive
-                # the moment it was looked at) or broken. Ended, and a fresh sandbox runs it.
-                self._stop(sandbox, "its supervisor hung up before the command started")
-                return None
+            if self._ended_by_hang_up(sandbox, exc):
+                return None  # a fresh sandbox runs it
             if exc.rule == "live.bad_row":
                 # The row is not this home's to use (another home that calls itself this node, on a
                 # shared registry, or a row that was tampered with): nothing ran; a fresh sandbox
@@ -344,11 +340,8 @@ class LiveSandboxService:
                         claimed = None
                 if claimed is not None:
                     raise _stopped_as_it_started() from None
-                if isinstance(exc, HungUpFirst) and not self._claimed(sandbox):
-                    # Refused or hung up on before any answer: nothing started there (as a
-                    # foreground run's, run_in_live). That sandbox is ended; the caller starts again.
-                    self._stop(sandbox, "its supervisor hung up before the command started")
-                    exc.retry = True
+                if isinstance(exc, HungUpFirst) and self._ended_by_hang_up(sandbox, exc):
+                    exc.retry = True  # the caller starts it again, in a new sandbox
                 raise
             meta = {**process.meta, **meta}
             with self._registry.transaction() as tx:
@@ -604,6 +597,16 @@ class LiveSandboxService:
             self._sandboxes.stop(sandbox)
             return None
         return sandbox
+
+    def _ended_by_hang_up(self, sandbox: LiveSandbox, exc: BaseException) -> bool:
+        """Whether `exc` is a refusal or hang-up before any answer to the spawn (HungUpFirst), so
+        nothing ran there: its supervisor is ending (an idle stop met the command as it was sent;
+        still alive the moment it was looked at) or broken. That sandbox is then ended, unless a
+        stop claimed it first (its reason stands)."""
+        if not isinstance(exc, HungUpFirst) or self._claimed(sandbox):
+            return False
+        self._stop(sandbox, "its supervisor hung up before the command started")
+        return True
 
     def _dead_grant(self, tx: Tx, principal: str) -> Denied | None:
         """Why the grant chain `principal` acts through is no longer live, read in `tx` and held
