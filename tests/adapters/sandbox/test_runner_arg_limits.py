@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,13 +27,26 @@ def _our_cgroups() -> set[str]:
     return found
 
 
+def _opened_since(fds: set[str]) -> dict[str, str]:
+    found = {}
+    for fd in set(os.listdir("/proc/self/fd")) - fds:
+        with contextlib.suppress(OSError):
+            found[fd] = os.readlink(f"/proc/self/fd/{fd}")
+    return found
+
+
 @pytest.fixture
 def nothing_left_behind() -> Iterator[None]:
     """The test leaves no descriptor open and no cgroup of this process behind."""
     fds = set(os.listdir("/proc/self/fd"))
     groups = _our_cgroups()
     yield
-    assert set(os.listdir("/proc/self/fd")) <= fds
+    # Another test's thread still ending in this worker (a server, a kept connection) may hold
+    # a descriptor for a moment (CI as root once saw one); what the run left stays.
+    deadline = time.monotonic() + 3
+    while (extra := _opened_since(fds)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not extra, f"descriptors left open: {extra}"
     assert _our_cgroups() <= groups
 
 
