@@ -14,6 +14,11 @@ account running the forward (and root) are relayed: the kernel's table of TCP so
 identd would. Another account's connection is closed before it reaches the sandbox, and counted
 refused (a line says so once for each account); so is one whose socket no process holds any
 longer, whose owner the table no longer names. `admit=None` relays everyone's.
+
+The socket is looked up by its two ends through the kernel's sock_diag netlink (as `ss` does),
+one exact lookup; reading the text tables instead costs a line for every TCP socket of the host
+(17 ms with 5,000 of them, 115 ms with 13,000, for each connection accepted). The tables remain
+where that netlink is refused (some container runtimes filter it).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import contextlib
 import errno
 import select
 import socket
+import struct
 import sys
 import threading
 from collections.abc import Callable, Collection
@@ -69,11 +75,80 @@ def _proc_address(host: str, port: int) -> str:
 def peer_uid(conn: socket.socket, table: str = "/proc/net") -> int | None:
     """The account that owns the other end of `conn`, a TCP connection on this host's loopback
     accepted by this process: its socket's row in the kernel's table (its local end is our
-    peer, its remote end us). None when it is not found, or no process holds it any longer."""
+    peer, its remote end us). None when it is not found, or no process holds it any longer.
+    `table`: where the text tables are read when sock_diag is refused (or, given, always)."""
     try:
         peer, ours = conn.getpeername(), conn.getsockname()
     except OSError:
         return None
+    if table == "/proc/net":
+        with contextlib.suppress(_NoDiag):
+            return _diag_uid(conn.family, peer, ours)
+    return _table_uid(conn, peer, ours, table)
+
+
+# <linux/sock_diag.h>, <linux/inet_diag.h>, <linux/netlink.h>
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLMSG_ERROR = 2
+_NLM_F_REQUEST = 1
+_NO_COOKIE = 0xFFFFFFFF
+_HEADER = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, sequence, port id
+# inet_diag_req_v2: family, protocol, extensions, pad, states; then its inet_diag_sockid: the
+# ports and addresses in network order, then the interface and the cookie in the host's.
+_REQUEST = struct.Struct("=BBBBI")
+_SOCKID_ENDS = struct.Struct("!HH16s16s")
+_SOCKID_REST = struct.Struct("=III")
+_ANSWER = struct.Struct("=BBBB48sIIIII")  # inet_diag_msg: ..., its sockid, expires, queues, uid, inode
+_ALL_STATES = 0xFFF
+
+
+class _NoDiag(Exception):
+    """sock_diag is not there to ask (or refused): the text tables are read instead."""
+
+
+def _packed(family: int, host: str) -> bytes:
+    if family == socket.AF_INET6:
+        return socket.inet_pton(socket.AF_INET6, host.split("%", 1)[0])
+    return socket.inet_aton(host) + bytes(12)
+
+
+def _diag_uid(family: int, peer: tuple[str, int], ours: tuple[str, int]) -> int | None:
+    """The peer's socket (its local end `peer`, its remote end `ours`) by one exact lookup."""
+    request = (_REQUEST.pack(family, socket.IPPROTO_TCP, 0, 0, _ALL_STATES)
+               + _SOCKID_ENDS.pack(peer[1], ours[1], _packed(family, peer[0]), _packed(family, ours[0]))
+               + _SOCKID_REST.pack(0, _NO_COOKIE, _NO_COOKIE))
+    try:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, _NETLINK_SOCK_DIAG)
+    except OSError as exc:
+        raise _NoDiag from exc
+    with sock:
+        try:
+            sock.sendto(_HEADER.pack(_HEADER.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0)
+                        + request, (0, 0))
+            sock.settimeout(1.0)
+            answer, (sender, _groups) = sock.recvfrom(8192)
+        except OSError as exc:
+            raise _NoDiag from exc
+    if len(answer) < _HEADER.size:
+        raise _NoDiag
+    _length, kind, _flags, sequence, _port = _HEADER.unpack_from(answer)
+    if sender != 0 or sequence != 1:  # another process may write to this socket's port too; only the kernel is asked
+        raise _NoDiag
+    if kind == _NLMSG_ERROR:
+        (error,) = struct.unpack_from("=i", answer, _HEADER.size)
+        if -error == errno.ENOENT:  # no such socket: gone, or never this host's
+            return None
+        raise _NoDiag
+    if kind != _SOCK_DIAG_BY_FAMILY or len(answer) < _HEADER.size + _ANSWER.size:
+        raise _NoDiag
+    _family, _state, _timer, _retrans, _id, _expires, _rqueue, _wqueue, uid, inode = _ANSWER.unpack_from(
+        answer, _HEADER.size)
+    # As in the tables: a socket its process has closed has no inode (its uid is not its owner's).
+    return None if inode == 0 else uid
+
+
+def _table_uid(conn: socket.socket, peer: tuple[str, int], ours: tuple[str, int], table: str) -> int | None:
     wanted = [(_proc_address(peer[0], peer[1]), _proc_address(ours[0], ours[1]))]
     if conn.family == socket.AF_INET:  # a client's IPv6 socket reaching 127.0.0.1 shows as ::ffff:127.0.0.1
         wanted.append((_proc_address("::ffff:" + peer[0], peer[1]), _proc_address("::ffff:" + ours[0], ours[1])))
