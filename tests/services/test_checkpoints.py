@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
@@ -623,19 +624,30 @@ def test_a_drop_whose_audit_row_fails_is_said_done(app: App, tmp_path: Path, mon
 _IN_CLOSE_NOWRITE = 0x10
 
 
-def test_a_write_through_a_mapping_dirtied_before_the_checkpoint_is_rolled_back(app: App, tmp_path: Path) -> None:
+@pytest.mark.parametrize("on", ["disk", "tmpfs"])
+def test_a_write_through_a_mapping_dirtied_before_the_checkpoint_is_rolled_back(
+        app: App, tmp_path: Path, on: str, request: pytest.FixtureRequest) -> None:
     """A bot's process maps a file and dirties it; a write to a page already dirty changes no
     stamp (the kernel updates mtime and ctime at the write fault only, until writeback cleans the
     page). It waited (inotify) for the checkpoint to read the file, then wrote through its mapping:
     the manifest held the old bytes under the stamp the file still has, and a rollback to that
     checkpoint took the file as unchanged and kept the bot's bytes, long after its process ended
     (found attacking rollback as a bot). A capture now writes back the workspace's filesystem
-    first, so any later write through a mapping faults and changes the stamp."""
+    first, so any later write through a mapping faults and changes the stamp; on tmpfs, which
+    never writes back (the same bytes kept under the same stamp for good), no stamp is trusted."""
     import ctypes
     import mmap
+    import shutil
+    import tempfile
     import time
 
-    record = register(app, tmp_path)
+    base = tmp_path
+    if on == "tmpfs":
+        if not Path("/dev/shm").is_dir():
+            pytest.skip("no /dev/shm here")
+        base = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="warden-test-"))
+        request.addfinalizer(functools.partial(shutil.rmtree, base, ignore_errors=True))
+    record = register(app, base)
     root = Path(record.path)
     good = b"print('good')\n".ljust(4096, b"#")
     (root / "a.py").write_bytes(good)

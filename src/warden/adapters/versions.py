@@ -48,6 +48,7 @@ from warden.adapters.safefs.trees import (
     open_to_read,
     scan_tree,
     stamp_of,
+    stamps_hold,
     syncfs,
     unreadable_folder,
     walk_tree,
@@ -237,6 +238,8 @@ class HostVersionStore:
             # changed (a rollback to this checkpoint then kept them). Now any such write faults
             # and stamps the file anew, and a fault since `now_ns` (taken before) is not steady.
             syncfs(root_fd)
+            if not stamps_hold(root_fd):
+                now_ns = 0  # nothing is steady: every file is read and no stamp kept
             for rel, dirnames, filenames, dfd in walk_tree(root_fd, strict=True):
                 top = not rel
                 skip = git_heads(rel, [*dirnames, *filenames])
