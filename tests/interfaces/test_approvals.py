@@ -24,7 +24,10 @@ from warden.core.errors import Denied, NotFound, Pending
 ZONES = ("zones:\n"
          "  drafts: {approval: {write: preApproved, delete: preApproved}}\n"
          "  final: {approval: {write: ask, delete: ask}}\n"
-         "  archive: {approval: {write: preApproved, delete: blocked}}\n")
+         "  archive: {approval: {write: preApproved, delete: blocked}}\n"
+         "  inbox: {approval: {write: ask, delete: ask}}\n"
+         "  left: {path: shelf/left, approval: {write: ask, delete: ask}}\n"
+         "  right: {path: shelf/right, approval: {write: ask, delete: ask}}\n")
 
 
 @pytest.fixture(scope="module")
@@ -252,6 +255,50 @@ def test_an_approver_limited_to_zones_answers_for_those_only(loop: dict[str, obj
     with pytest.raises(NotFound):
         Client(url, narrow).approve(approval_id)
     assert approval_id not in [a["id"] for a in Client(url, narrow).approvals("paper")]
+    _cli(loop, "deny", approval_id)
+
+
+def test_a_move_between_two_ask_zones_needs_an_approver_of_both(loop: dict[str, object]) -> None:
+    """A move out of one `ask` zone into another was recorded under the source's zone alone, so an
+    approver given `approve` over /inbox only approved a file into /final, where it answers nothing
+    (found attacking the review loop as a bot: a write there it is not even shown)."""
+    url, root = str(loop["url"]), loop["path"]
+    environ: dict[str, str] = loop["environ"]  # type: ignore[assignment]
+    cli_out(environ, "bot", "register", "inbox-reviewer")
+    narrow = cli_out(environ, "grant", "paper", "inbox-reviewer", "--permissions", "read,approve",
+                     "--zones", "inbox:ro")
+    (root / "inbox").mkdir(exist_ok=True)  # type: ignore[operator]
+    (root / "inbox" / "letter.md").write_text("from outside\n")  # type: ignore[operator]
+    asked = httpx.post(f"{url}/v1/workspaces/paper/files/move",
+                       json={"source": "/inbox/letter.md", "destination": "/final/letter.md"},
+                       headers={"Authorization": f"Bearer {loop['idle']}"}, timeout=30)
+    assert asked.status_code == 202, asked.text
+    approval_id = asked.json()["approval"]["id"]
+    assert approval_id not in [a["id"] for a in Client(url, narrow).approvals("paper")]
+    with pytest.raises(NotFound):
+        Client(url, narrow).approve(approval_id)
+    assert not (root / "final" / "letter.md").exists()  # type: ignore[operator]
+    assert "zones inbox, final" in _cli(loop, "approvals", "--show", approval_id).stdout  # type: ignore[operator]
+    # An approver of both zones (the whole workspace here) may answer it.
+    assert Client(url, str(loop["reviewer"])).approve(approval_id)["status"] == "approved"
+    assert (root / "final" / "letter.md").read_text() == "from outside\n"  # type: ignore[operator]
+    # So does a folder's delete reaching two zones beneath it: named after the first, it took both.
+    cli_out(environ, "bot", "register", "left-reviewer")
+    left = cli_out(environ, "grant", "paper", "left-reviewer", "--permissions", "read,approve", "--zones", "left:ro")
+    for side in ("left", "right"):
+        (root / "shelf" / side).mkdir(parents=True, exist_ok=True)  # type: ignore[operator]
+        (root / "shelf" / side / "book.md").write_text(side)  # type: ignore[operator]
+    headers = {"Authorization": f"Bearer {loop['idle']}", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2025-06-18"}
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "delete_file", "arguments": {"workspace": "paper", "path": "/shelf", "recursive": True}}}
+    answer = httpx.post(f"{url}/mcp", json=call, headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text
+    approval_id = answer.json()["result"]["structuredContent"]["approval"]["id"]
+    assert approval_id not in [a["id"] for a in Client(url, left).approvals("paper")]
+    with pytest.raises(NotFound):
+        Client(url, left).approve(approval_id)
+    assert (root / "shelf" / "right" / "book.md").read_text() == "right"  # type: ignore[operator]
     _cli(loop, "deny", approval_id)
 
 

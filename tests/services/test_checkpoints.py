@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
@@ -618,3 +619,63 @@ def test_a_drop_whose_audit_row_fails_is_said_done(app: App, tmp_path: Path, mon
     done = app.checkpoints.drop(record, [made.id])
     assert done["dropped"] == [made.id] and app.checkpoints.list(record) == []
     assert f"checkpoint.drop on {record.name} is done, but not in the audit log: no space left" in caplog.text
+
+
+_IN_CLOSE_NOWRITE = 0x10
+
+
+@pytest.mark.parametrize("on", ["disk", "tmpfs"])
+def test_a_write_through_a_mapping_dirtied_before_the_checkpoint_is_rolled_back(
+        app: App, tmp_path: Path, on: str, request: pytest.FixtureRequest) -> None:
+    """A bot's process maps a file and dirties it; a write to a page already dirty changes no
+    stamp (the kernel updates mtime and ctime at the write fault only, until writeback cleans the
+    page). It waited (inotify) for the checkpoint to read the file, then wrote through its mapping:
+    the manifest held the old bytes under the stamp the file still has, and a rollback to that
+    checkpoint took the file as unchanged and kept the bot's bytes, long after its process ended
+    (found attacking rollback as a bot). A capture now writes back the workspace's filesystem
+    first, so any later write through a mapping faults and changes the stamp; on tmpfs, which
+    never writes back (the same bytes kept under the same stamp for good), no stamp is trusted."""
+    import ctypes
+    import mmap
+    import shutil
+    import tempfile
+    import time
+
+    base = tmp_path
+    if on == "tmpfs":
+        if not Path("/dev/shm").is_dir():
+            pytest.skip("no /dev/shm here")
+        base = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="warden-test-"))
+        request.addfinalizer(functools.partial(shutil.rmtree, base, ignore_errors=True))
+    record = register(app, base)
+    root = Path(record.path)
+    good = b"print('good')\n".ljust(4096, b"#")
+    (root / "a.py").write_bytes(good)
+    (root / "z").mkdir()
+    for i in range(2000):  # the capture's time after it read a.py (its walk's first file)
+        (root / "z" / f"f{i}").write_text(str(i))
+    fd = os.open(root / "a.py", os.O_RDWR)
+    mapped = mmap.mmap(fd, len(good))
+    mapped[0:1] = mapped[0:1]  # the write fault: stamped now, the page dirty and writable
+    time.sleep(2.5)  # older than STABLE_NS by the checkpoint
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    watch = libc.inotify_init1(os.O_CLOEXEC)
+    assert watch >= 0 and libc.inotify_add_watch(watch, str(root / "a.py").encode(), _IN_CLOSE_NOWRITE) >= 0
+
+    def bot() -> None:
+        os.read(watch, 4096)  # the checkpoint read a.py and closed it
+        mapped[0:4] = b"EVIL"
+
+    thread = threading.Thread(target=bot)
+    thread.start()
+    try:
+        made = app.checkpoints.create(record.name, "before the bot")
+    finally:
+        thread.join(30)
+        mapped.close()
+        os.close(fd)
+        os.close(watch)
+    assert (root / "a.py").read_bytes()[:4] == b"EVIL"
+    app.checkpoints.rollback(record.name, made.id)
+    assert (root / "a.py").read_bytes() == good

@@ -48,6 +48,7 @@ from warden.adapters.safefs.trees import (
     open_to_read,
     scan_tree,
     stamp_of,
+    stamps_hold,
     syncfs,
     unreadable_folder,
     walk_tree,
@@ -231,6 +232,14 @@ class HostVersionStore:
         out = _Captured()
         root_fd = open_folder(folder)
         try:
+            # Written back first, so every page a process has mapped is clean: a write through a
+            # shared mapping changes mtime and ctime at its write fault only, and a page still
+            # dirty since before took the bot's bytes after they were read here with no stamp
+            # changed (a rollback to this checkpoint then kept them). Now any such write faults
+            # and stamps the file anew, and a fault since `now_ns` (taken before) is not steady.
+            syncfs(root_fd)
+            if not stamps_hold(root_fd):
+                now_ns = 0  # nothing is steady: every file is read and no stamp kept
             for rel, dirnames, filenames, dfd in walk_tree(root_fd, strict=True):
                 top = not rel
                 skip = git_heads(rel, [*dirnames, *filenames])

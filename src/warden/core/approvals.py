@@ -91,6 +91,15 @@ class ApprovalRecord:
     note: str | None = None
     outcome: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def zones(self) -> tuple[str | None, ...]:
+        """Every zone whose approval this request asks: its own, then those its operation reaches
+        too (a move's destination, the zones beneath a deleted folder). An approver holding
+        `approve` over some of them only does not answer it. None: a path in no zone."""
+        also = self.detail.get("also_zones")
+        extra = [z for z in also if isinstance(z, str) and z != self.zone] if isinstance(also, list) else []
+        return (self.zone, *dict.fromkeys(extra))
+
     def view(self, now: datetime) -> dict[str, Any]:
         """What the person and the bot are shown (never the token hash or the content)."""
         return {"id": self.id, "workspace": self.workspace, "operation": self.op, "path": self.path,

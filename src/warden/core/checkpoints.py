@@ -61,6 +61,8 @@ _TEMP_SUFFIX = ".warden-tmp"
 # A file's stat stamp (inode, size, mtime, ctime) may stand for its content only when its ctime
 # was this much older than the moment it was read: a change in the same clock tick as the read
 # would otherwise keep the stamp (git's "racy clean" problem). ctime cannot be set by a user.
+# "Older than the capture" is older than its writeback of the filesystem (adapters/versions.py):
+# a write through a mapping dirtied before it would change no stamp.
 STABLE_NS = 2_000_000_000
 _ID = re.compile(r"^[0-9a-f]{4,32}$")
 

@@ -85,6 +85,8 @@ class ApprovalService:
             detail: dict[str, Any] = {"recursive": True} if request.recursive else {}
             if request.source_sha256 is not None:
                 detail["source_sha256"] = request.source_sha256
+            if request.also_zones:
+                detail["also_zones"] = list(request.also_zones)
             record = self.ask(principal, request.workspace, request.op, request.path, zone=request.zone,
                               rule=request.rule, content=request.content, destination=request.destination,
                               detail=detail or None)

@@ -60,6 +60,9 @@ class ApprovalRequest:
     recursive: bool = False
     destination: str | None = None  # a move's new path (`path` is its source)
     source_sha256: str | None = None  # a move's file as asked: carried out only while it is the same
+    # The other zones that ask for this operation: a move's destination beside its source, the
+    # zones beneath a deleted folder. Its answer needs `approve` over each, not only over `zone`.
+    also_zones: tuple[str, ...] = ()
 
 
 # True (or the answer's name, for the audit event) to go ahead, False to refuse; an approver
@@ -233,7 +236,7 @@ class FileService:
         why = f"ask: zone {decision.zone} asks a person before a {op}" if decision.zone else decision.rule
         pinned = self._pin_move(rel) if op == "move" and self.approver is not None else None
         request = ApprovalRequest(self.actor, self.record.name, op, rel, decision.zone, why, content, recursive,
-                                  destination, pinned)
+                                  destination, pinned, self._also_asking(op, rel, decision.zone, destination))
         if self.approver is None:
             raise Denied(f"{op} {rel} in workspace {self.record.name} needs approval ({decision.rule}, "
                          "approval ask) and no one can answer; ask the workspace owner",
@@ -245,6 +248,20 @@ class FileService:
         by = answer if isinstance(answer, str) else self.actor
         return PathDecision(True, f"{decision.rule}; approved by {by}", approval="preApproved",
                             zone=decision.zone)
+
+    def _also_asking(self, op: str, rel: str, zone: str | None, destination: str | None) -> tuple[str, ...]:
+        """The zones other than `zone` that ask a person for this operation. One request names one
+        zone, and an approver given `approve` over that zone alone answered for the others too: a
+        move from one `ask` zone into another landed a file in a zone it answers nothing for."""
+        policy = self.policy()
+        asking: list[str] = []
+        if op == "move" and destination is not None:
+            made = policy.decide(canonical(destination), "write")
+            if made.approval == "ask" and made.zone:
+                asking.append(made.zone)
+        if op in ("delete", "move"):
+            asking += [z.name for z in policy.zones_below(rel) if z.approval.for_op("delete") == "ask"]
+        return tuple(sorted({z for z in asking if z != zone}))
 
     # -- reads -----------------------------------------------------------------------------
     def read_bytes(self, path: str, *, room: Callable[[int], None] | None = None) -> bytes:

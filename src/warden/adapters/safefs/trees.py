@@ -27,7 +27,8 @@ from warden.core.checkpoints import Current, RollbackPlan, excluded_name
 from warden.core.errors import Conflict, Denied, NotFound, Unavailable, WardenError
 
 __all__ = ["DIR_FLAGS", "READ_FLAGS", "Dirs", "apply_plan", "current_entry", "folder_error", "no_space",
-           "open_folder", "open_to_read", "scan_tree", "stamp_of", "syncfs", "unreadable_folder", "walk_tree"]
+           "open_folder", "open_to_read", "scan_tree", "stamp_of", "stamps_hold", "syncfs", "unreadable_folder",
+           "walk_tree"]
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -55,6 +56,24 @@ def syncfs(fd: int) -> None:
     except (OSError, AttributeError):
         pass
     os.sync()
+
+
+# Filesystems that never write a page back (tmpfs, ramfs, hugetlbfs): a page a process mapped
+# and dirtied stays writable for good, and its later writes change no mtime or ctime.
+_NO_WRITEBACK = frozenset({0x01021994, 0x858458F6, 0x958458F6})
+
+
+def stamps_hold(fd: int) -> bool:
+    """Whether a file's stamp on the filesystem holding `fd` changes with every write once
+    `syncfs` ran (False: tmpfs and its kin, where a write through a mapping dirtied before
+    stamps nothing, ever). Unknown: True, as before."""
+    statfs = ctypes.create_string_buffer(256)  # struct statfs: f_type (a C long) first
+    try:
+        if _libc().fstatfs(fd, statfs) != 0:
+            return True
+    except (OSError, AttributeError):
+        return True
+    return ctypes.c_long.from_buffer(statfs).value not in _NO_WRITEBACK
 
 
 def stamp_of(st: os.stat_result) -> tuple[int, int, int, int]:

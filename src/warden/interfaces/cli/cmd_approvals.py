@@ -59,7 +59,8 @@ def _show(ctx: Context, record: ApprovalRecord) -> Output:
     lines = [f"{record.id}: {record.bot} asks to {record.op} {printable(where(record.path, record.destination))} "
              f"in workspace "
              f"{record.workspace} ({view['status']})",
-             f"  zone {record.zone or '-'} · rule {printable(record.rule)}",
+             f"  zone{'s' if len(record.zones) > 1 else ''} {', '.join(z or '-' for z in record.zones)} · rule "
+             f"{printable(record.rule)}",
              f"  asked {view['created'][:19]}, expires {view['expires'][:19]}"]
     if record.answered_by:
         lines.append(f"  answered by {printable(record.answered_by)}"

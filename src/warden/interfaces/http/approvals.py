@@ -34,8 +34,10 @@ def router(app: App) -> APIRouter:
 
     def may_answer(call: Call, record: ApprovalRecord) -> None:
         """Denied unless the caller holds `approve` where the request lies: its zone, or the whole
-        workspace for a path in no zone (a grant limited to some zones answers for those only)."""
-        call.authorize(record.workspace, "approve", zone=record.zone, whole_workspace=record.zone is None)
+        workspace for a path in no zone (a grant limited to some zones answers for those only). A
+        request reaching several zones (a move into another `ask` zone) needs it over each."""
+        for zone in record.zones:
+            call.authorize(record.workspace, "approve", zone=zone, whole_workspace=zone is None)
 
     def visible(call: Call, approval_id: str) -> ApprovalRecord:
         """The request, when the caller's very grant asked it or the caller may answer it;
@@ -70,7 +72,7 @@ def router(app: App) -> APIRouter:
             assert call.principal is not None
             scope = app.auth.zone_scope(call.principal, lambda: app.sandbox_paths.zones(app.workspaces.get(name)))
             records = [r for r in approvals.listed(workspace=name, everything=all)
-                       if scope is None or (r.zone is not None and r.zone in scope)]
+                       if scope is None or set(r.zones) <= set(scope)]  # `all` is the query's here
             return ApprovalList(approvals=[ApprovalView(**approvals.view(r)) for r in records])
 
     def answer(approval_id: str, token: str | None, body: ApprovalAnswer | None, approve: bool) -> ApprovalBody:
