@@ -368,6 +368,34 @@ def test_idle_stop_and_transparent_restart(tmp_path: Path) -> None:
         cli("destroy", "idle", "--yes", "--no-archive")
 
 
+def test_a_waited_on_process_s_end_starts_its_sandbox_s_idle_period(tmp_path: Path) -> None:
+    """A process running longer than workspace.sandbox_idle, waited on (`warden wait` asks the
+    sandbox nothing while it runs): the sweep that recorded its end stopped the sandbox as idle
+    at once, the period counted from the process's start, and what it left in /tmp was gone
+    for the next command (found by detaching, waiting, then `warden doctor --fix`)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    environ = {**isolated_environ(home), "WARDEN_WORKSPACE_SANDBOX_IDLE": "4s"}
+    cli = Cli(environ)
+    assert cli("create", "waited", "--template", "minimal").code == 0
+    try:
+        folder = home / "workspaces" / "waited"
+        job = _detach(cli, "waited", "sh", "-c",
+                      "echo kept > /tmp/result; while [ ! -e go ]; do sleep 0.05; done")
+        started = time.monotonic()
+        wait_until(lambda: time.monotonic() - started > 5, timeout=10, message="")  # past the idle period
+        (folder / "go").write_text("")
+        assert cli("wait", "waited", job, "--timeout", "30").code == 0
+        app = bootstrap(home, environ=environ)
+        try:
+            assert app.live.sweep() == []  # what a running server's sweep would find: just used
+        finally:
+            app.close()
+        assert cli("run", "waited", "--", "cat", "/tmp/result").stdout == "kept\n"
+    finally:
+        cli("destroy", "waited", "--yes", "--no-archive")
+
+
 def test_the_person_and_a_bot_never_share_a_sandbox(cli: Cli, ws: str, home: Path) -> None:
     server = _detach(cli, ws, "python3", "-m", "http.server", "8001", "--bind", "127.0.0.1")
     assert cli("run", ws, "--", "python3", "-c", PROBE, "http://127.0.0.1:8001/").stdout == "200\n"

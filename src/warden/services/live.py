@@ -33,7 +33,7 @@ import signal
 import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from warden.core import stops
@@ -938,11 +938,28 @@ class LiveSandboxService:
             if reason is not None and process.running:  # on its row too, as a stop's (`ps` says it)
                 tx.processes.update(process.id, {"meta": {**process.meta, "stopped_by": reason}})
             if self._ended(tx, process, status, exited):
+                self._used_until(tx, process.sandbox_id, seen)
                 self._audit_end(tx, process, status, exited, reason, oom=oom, used=used)
         if seen is not None:
             with contextlib.suppress(Unavailable):
                 self._sandboxes.forget(sandbox, process.id)
         self._prune(process.workspace)
+
+    def _used_until(self, tx: Tx, sandbox_id: str, seen: Supervised | None) -> None:
+        """A background process's end (when its supervisor said how long ago) marked as its
+        sandbox's last use, as a foreground command's end is: a bot that waited on a process
+        running past the idle period (`wait` asks nothing of the sandbox while it runs) had its
+        sandbox, and what the process left in /tmp, stopped as idle by the very sweep that
+        recorded the end, the period counted from the process's start. When it ended, not when
+        that was recorded: a quick process collected by a sweep much later is no use then. An
+        idle stop that read the row before this mark claims nothing (`_stop`)."""
+        if seen is None or seen.ended_ago is None:
+            return
+        ended = self._clock() - timedelta(seconds=seen.ended_ago)
+        row = tx.sandboxes.get(sandbox_id)
+        last = _parse_time(row.last_used) if row is not None else None
+        if row is not None and (last is None or ended > last):
+            tx.sandboxes.touch(sandbox_id, ended.isoformat())
 
     def _ended(self, tx: Tx, process: LiveProcess, status: str, exited: Exited | None) -> bool:
         """The outcome of `process` written, once: False when another Warden process ended its

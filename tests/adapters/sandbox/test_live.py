@@ -365,6 +365,24 @@ def test_a_signal_right_after_the_start_is_never_lost(host: HostLiveSandboxes, s
         host.forget(sandbox, process_id)
 
 
+def test_a_sandbox_whose_socket_was_removed_ends_at_once_with_its_processes(host: HostLiveSandboxes,
+                                                                            folder: str) -> None:
+    """Its Warden home removed (`rm -rf ~/.warden`, here its run folder), nothing can reach the
+    supervisor again: it ran on, and a background process with it, for six idle periods (or for
+    good while that process ran). It sees its socket's file unlinked and ends, killing them."""
+    started = host.start(SBX, _req(folder, "true"), idle_s=600)
+    row = _row(SBX, started)
+    try:
+        meta = host.spawn(row, "a" * 16, _req(folder, "sleep", "300", timeout_s=300))
+        pid, start = meta["host_pid"], meta["host_start"]
+        assert isinstance(pid, int) and isinstance(start, int) and alive(pid, start)
+        shutil.rmtree(host.run_root)
+        wait_until(lambda: not alive(pid, start) and not host.alive(row), timeout=15,
+                   message="the sandbox outlived its removed socket")
+    finally:
+        host.stop(row)
+
+
 def test_stopping_ends_every_process_in_it(host: HostLiveSandboxes, folder: str) -> None:
     started = host.start(SBX, _req(folder, "true"), idle_s=60)
     row = _row(SBX, started)

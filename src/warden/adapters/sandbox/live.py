@@ -878,6 +878,7 @@ class HostLiveSandboxes:
         proc: subprocess.Popen[bytes] | None = None
         proxy: _Proxy | None = None
         log: int | None = None  # bwrap's output, read should it fail to start
+        beacon: int | None = None  # the socket's file, which the supervisor watches
         try:
             # Not by the umask: it is the whole process's, and a server starts sandboxes in several
             # threads at once (another's folder made meanwhile came out 0600, unsearchable, and its
@@ -887,10 +888,15 @@ class HostLiveSandboxes:
                 listener.bind(address)
             os.chmod(path, 0o600)
             listener.listen(64)
+            # The socket's file itself (O_PATH: no open, read or write of anything through it),
+            # for the supervisor to see it unlinked (its link count 0) and end: its home removed
+            # (`rm -rf ~/.warden`) or its folder here, no Warden can reach it again, and it ran
+            # on, a dev server with it, for six idle periods, or for good while that one ran.
+            beacon = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
             # The supervisor's source as a read-only file of the sandbox, not its command line
             # (all of it in every `ps` of the host otherwise); -I keeps its folder off sys.path.
             command: tuple[str, ...] = (python, "-I", "-S", SUPERVISOR_PATH, str(listener.fileno()),
-                                        f"{idle_s:g}")
+                                        f"{idle_s:g}", str(beacon))
             if request.network is not None:
                 # The proxy outside (a process of its own: it outlives this one, as the sandbox does)
                 # and, inside, the relay that execs the supervisor with the proxy variables set.
@@ -936,7 +942,8 @@ class HostLiveSandboxes:
                     proc = subprocess.Popen(
                         argv, stdin=subprocess.DEVNULL, stdout=log_write, stderr=log_write, env=bwrap_environ(spec),
                         close_fds=True, start_new_session=True, cwd=spec.workspace,
-                        pass_fds=(*(fd for fd in held.fds if fd not in control.ours), *borrowed, listener.fileno()))
+                        pass_fds=(*(fd for fd in held.fds if fd not in control.ours), *borrowed, listener.fileno(),
+                                  beacon))
             finally:
                 os.close(log_write)
             starting.raise_held()
@@ -967,6 +974,8 @@ class HostLiveSandboxes:
             listener.close()
             if log is not None:
                 os.close(log)
+            if beacon is not None:
+                os.close(beacon)
             held.close()
             if group is not None:
                 for fd in group.procs_fds:

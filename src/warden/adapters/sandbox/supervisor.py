@@ -1,6 +1,6 @@
 """Runs INSIDE a live sandbox: starts commands there on Warden's request and keeps their output.
 
-Started as `python3 -I -S -c SOURCE LISTEN_FD IDLE_SECONDS` as the sandbox's command (under bwrap's
+Started as `python3 -I -S -c SOURCE LISTEN_FD IDLE_SECONDS [BEACON_FD]` as the sandbox's command (under bwrap's
 init, in the sandbox's pid namespace), with the bot's rights only, and nothing but the standard
 library, so any system python3 runs it. LISTEN_FD is a listening Unix socket Warden bound in its
 own home before starting the sandbox: the socket's path is never mounted inside, the descriptor
@@ -44,6 +44,8 @@ DIAL_TIMEOUT seconds.
 The supervisor exits (and the sandbox with it) after IDLE_SECONDS without a running process or a
 request under way (a connection merely open does not count: Warden keeps a finished command's for
 its next one), once Warden has collected every finished process (or after six idle periods anyway).
+It ends at once, its processes killed, when the socket's file is unlinked (BEACON_FD, an O_PATH
+descriptor of it, says so: its link count 0): its Warden home was removed, and nothing can reach it.
 """
 
 from __future__ import annotations
@@ -319,9 +321,11 @@ class Dial:
 
 
 class Supervisor:
-    def __init__(self, listener: socket.socket, idle: float) -> None:
+    def __init__(self, listener: socket.socket, idle: float, beacon: int | None = None) -> None:
         self.listener = listener
         self.idle = idle
+        self.beacon = beacon  # the listening socket's file (O_PATH), or None
+        self.next_look = 0.0
         self.launcher = os.access(RLIMIT_EXEC, os.X_OK)
         self.prlimit = os.access(PRLIMIT, os.X_OK)
         self.sel = selectors.DefaultSelector()
@@ -346,7 +350,7 @@ class Supervisor:
             self.expire(now)
             # Idle, it ends unless something came in meanwhile (a request on a kept connection, or
             # a new one): it is handled first, and counted as activity.
-            if self.stopping or (self.idle_over(now) and not self.sel.select(0)):
+            if self.stopping or self.unreachable(now) or (self.idle_over(now) and not self.sel.select(0)):
                 break
             for key, events in self.sel.select(self.next_timeout(now)):
                 tag = key.data
@@ -383,6 +387,18 @@ class Supervisor:
                 moments.append(deadline)
         moments += [conn.dial.deadline for conn in self.conns.values() if conn.dial is not None]
         return max(min(moments) - now, 0.0)
+
+    def unreachable(self, now: float) -> bool:
+        """Whether the socket's file was unlinked (its home removed, `rm -rf ~/.warden`): no
+        Warden can connect again, collect what runs here or stop it; it ends at once rather than
+        after six idle periods, or never while a process runs. Looked at once a second."""
+        if self.beacon is None or now < self.next_look:
+            return False
+        self.next_look = now + 1.0
+        try:
+            return os.fstat(self.beacon).st_nlink == 0
+        except OSError:
+            return False
 
     def idle_over(self, now: float) -> bool:
         # A connection counts while a request or an answer is under way on it, not merely open:
@@ -1050,9 +1066,13 @@ def _sealed() -> bool:
 
 def main() -> None:
     listen_fd, idle = int(sys.argv[1]), float(sys.argv[2])
+    beacon = int(sys.argv[3]) if len(sys.argv) > 3 else None
     _no_dump()
     listener = socket.socket(fileno=listen_fd)
     listener.set_inheritable(False)
+    if beacon is not None:
+        # Never a command's: through /proc/self/fd/N it connects to the socket, as Warden does.
+        os.set_inheritable(beacon, False)
     listener.setblocking(False)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # hold none of bwrap's descriptors
@@ -1065,7 +1085,7 @@ def main() -> None:
         if signal.getsignal(sig) == signal.SIG_IGN:
             signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
-    Supervisor(listener, idle).run()
+    Supervisor(listener, idle, beacon).run()
 
 
 if __name__ == "__main__":
