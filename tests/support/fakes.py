@@ -1115,6 +1115,7 @@ class FakeLiveSandboxes:
     def __init__(self, result: RunResult | None = None) -> None:
         self.result = result
         self.alive_ids: set[str] = set()
+        self.undone: set[str] = set()  # sandboxes whose masks a change on the host undid
         self.started: list[tuple[str, SandboxRequest]] = []
         self.stopped: list[str] = []
         self.runs: list[tuple[str, SandboxRequest]] = []
@@ -1153,6 +1154,9 @@ class FakeLiveSandboxes:
 
     def alive(self, sandbox: LiveSandbox) -> bool:
         return sandbox.id in self.alive_ids
+
+    def intact(self, sandbox: LiveSandbox) -> bool:
+        return sandbox.id not in self.undone
 
     def run(self, sandbox: LiveSandbox, process_id: str, request: SandboxRequest) -> RunResult:
         self._check(sandbox)

@@ -114,6 +114,9 @@ class SandboxSpec:
     # read-only tmpfs, files under /dev/null.
     masked_dirs: tuple[str, ...] = ()
     masked_files: tuple[str, ...] = ()
+    # Denied paths inside a mounted tree that did not exist (bwrap has nothing to mount over):
+    # one made later would be seen, so a live sandbox is not used again once one exists.
+    unmasked_denied: tuple[str, ...] = ()
     network: Literal["none", "proxy"] = "none"
     proxy_socket: str | None = None  # host path of the proxy's Unix socket
     seccomp_fd: int | None = None

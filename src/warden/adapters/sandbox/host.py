@@ -268,9 +268,13 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
     roots = [*system_ro, ws, *mounted_ro, *(b.path for b in binds)]
     masked_dirs: list[str] = []
     masked_files: list[str] = []
+    unmasked: list[str] = []
     for path in denied:
         # Denied paths outside every mounted tree are simply absent; inside one, hide them.
-        if not any(_under(path, root) for root in roots) or not os.path.lexists(path):
+        if not any(_under(path, root) for root in roots):
+            continue
+        if not os.path.lexists(path):
+            unmasked.append(path)
             continue
         if os.path.islink(path):
             continue  # the link itself reveals nothing; its target is judged on its own
@@ -315,7 +319,7 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
         ro_paths=tuple(p for p in mounted_ro if os.path.exists(p)),
         extra_binds=tuple(binds), protected=tuple(protected_paths), ro_zones=tuple(zones), keep_zones=tuple(kept),
         pinned=tuple(dict.fromkeys(pinned)), masked_dirs=tuple(masked_dirs), masked_files=tuple(masked_files),
-        network="proxy" if network else "none",
+        unmasked_denied=tuple(unmasked), network="proxy" if network else "none",
         proc_readonly=proc_ro, proc_masked_files=proc_files, proc_masked_dirs=proc_dirs,
         disable_userns=bwrap_has("--disable-userns"), tmp_size=tmp_size,
         bind_fds=tuple((path, fd) for path, fd in opened.items() if any(b.path == path for b in binds)))

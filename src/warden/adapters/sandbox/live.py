@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from warden.adapters.atomic import naming
 from warden.adapters.processes import alive, cpu_time, halted, start_time
-from warden.adapters.sandbox import cgroups
+from warden.adapters.sandbox import cgroups, held_mounts
 from warden.adapters.sandbox.execlimits import too_long_for_exec
 from warden.adapters.sandbox.host import build_spec, bwrap_path, check_env, python3_path
 from warden.adapters.sandbox.runner import (
@@ -954,7 +954,17 @@ class HostLiveSandboxes:
             held.close_handed(keep=control.ours)
             listener.close()
             started = self._release(proc, control, group, support, folder, log, born_in=entered)
+            # What it mounts over names of the host's folders (masks, read-only zones and files,
+            # pins) as its own namespace holds them now, and the denied paths it had nothing to
+            # mount over: `intact` compares both at each use.
+            init = started.meta.get("init_pid")
+            mounts = held_mounts.mount_points(init)
+            if mounts is None or not isinstance(init, int):
+                raise Unavailable("the live sandbox ended as it started; run the command again",
+                                  rule="live.unreachable")
+            held_mounts.record(folder, init, mounts, list(spec.unmasked_denied))
             return started._replace(socket=path, meta={**started.meta, "seccomp": held.seccomp,
+                                                       "mounts": mounts, "unmasked": list(spec.unmasked_denied),
                                                        "notes": held.notes[:5], "protocol": SUPERVISOR_PROTOCOL,
                                                        "connects": True,  # its supervisor knows `connect`
                                                        # and ends when idle with connections open (`_Kept`)
@@ -1030,6 +1040,11 @@ class HostLiveSandboxes:
 
     def alive(self, sandbox: LiveSandbox) -> bool:
         return alive(sandbox.pid, sandbox.pid_start) and alive(sandbox.supervisor_pid, sandbox.supervisor_start)
+
+    def intact(self, sandbox: LiveSandbox) -> bool:
+        # Started by a Warden that kept neither list: never compared, so started again once.
+        return held_mounts.intact(sandbox.meta.get("init_pid"), sandbox.meta.get("mounts"),
+                                  sandbox.meta.get("unmasked"))
 
     # -- one command ------------------------------------------------------------------------
     def _spawn(self, sandbox: LiveSandbox, channel: _Channel, process_id: str, request: SandboxRequest, *,

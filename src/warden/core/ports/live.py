@@ -30,6 +30,11 @@ class LiveSandboxes(Protocol):
         """Whether the sandbox and its supervisor still run."""
         ...
 
+    def intact(self, sandbox: LiveSandbox) -> bool:
+        """Whether what it hides or holds read-only is still hidden and read-only: no mount of it
+        undone by a rename or removal on the host, no denied path made where it had none to hide."""
+        ...
+
     def run(self, sandbox: LiveSandbox, process_id: str, request: SandboxRequest) -> RunResult:
         """Run `request`'s command in the sandbox to its end, within its own limits, cgroup and
         timeout, its output to the request's sinks; what it leaves behind is killed at its end."""

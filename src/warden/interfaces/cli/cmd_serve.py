@@ -205,6 +205,7 @@ def _log_config(calls: bool) -> dict[str, Any]:
 
 
 LIVE_SWEEP_S = 15.0
+UNDONE_LOOK_S = 1.0
 
 
 def _every(seconds: float, name: str, what: str, work: Any) -> None:
@@ -237,3 +238,6 @@ def _watch_live_sandboxes(app: Any) -> None:
     ended background processes get their outcome audited, and a sandbox whose grant expired or
     that sits idle is stopped without waiting for someone to ask (services/live.py `sweep`)."""
     _every(LIVE_SWEEP_S, "warden-live-sweep", "live sandbox sweep", app.live.sweep)
+    # A mask undone on the host (an editor's save over a denied file) left it readable to the
+    # background processes until the next sweep: looked for every second (a few stats).
+    _every(UNDONE_LOOK_S, "warden-live-masks", "live sandbox mount check", app.live.stop_undone)

@@ -82,6 +82,7 @@ _LOG_BYTES = 1 << 20
 _STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}
 _REQUEST_S = 1.0  # seconds a client has to hand over its whole request
 _SOME_LEFT = 3  # a sweep's exit status when live sandboxes remain after it
+_UNDONE_LOOK_S = 1.0  # how often the live sandboxes' masks are looked at (held_mounts), between sweeps
 
 
 def code_stamp() -> str:
@@ -310,6 +311,7 @@ class Daemon:
         self._held = (lock, wake_r, wake_w, listener.fileno(), sel.fileno())
         last = time.monotonic()
         next_sweep = last + self.sweep_s
+        next_look = last + _UNDONE_LOOK_S
         self.presence = _Presence(self.home, self.environ)
         try:
             while not (self.draining and not self.children and self.sweeper is None):
@@ -317,14 +319,20 @@ class Daemon:
                 live = self._live_sandboxes()
                 if live:
                     last = now  # it stays while the home has live sandboxes: it looks after them
-                    if now >= next_sweep:
+                    if now >= next_look:
+                        # A mask undone on the host (held_mounts) is not left to the next sweep.
+                        next_look = now + _UNDONE_LOOK_S
+                        if not self._masks_hold():
+                            next_sweep = now
+                    if now >= next_sweep and self.sweeper is None:
                         self._sweep()
                         next_sweep = now + self.sweep_s
                 timeout = None if self.children else max(last + self.idle_s - now, 0.0)
                 if timeout == 0.0 and self.sweeper is None:
                     break  # idle
                 if live or self.sweeper is not None:
-                    timeout = max(min(timeout if timeout is not None else self.sweep_s, next_sweep - now), 0.05)
+                    timeout = max(min(timeout if timeout is not None else self.sweep_s, next_sweep - now,
+                                      next_look - now if live else self.sweep_s), 0.05)
                 if not self.draining and self.presence.due(now) == 0.0:
                     if not _still_bound(path, bound):
                         # Its socket gone or another's: the home was removed (`rm -rf`), so no
@@ -396,6 +404,18 @@ class Daemon:
             return any(name.startswith("sbx_") for name in os.listdir(os.path.join(self.home, "run")))
         except OSError:
             return False
+
+    def _masks_hold(self) -> bool:
+        """Whether every live sandbox's mounts over names of the host's folders still hold (as
+        its folder records them: no registry here)."""
+        from warden.adapters.sandbox.held_mounts import intact_in
+
+        run = Path(self.home) / "run"
+        try:
+            names = [n for n in os.listdir(run) if n.startswith("sbx_")]
+        except OSError:
+            return True
+        return all(intact_in(run / name) for name in names)
 
     def _sweep(self) -> None:
         """In a child of its own (the daemon opens no registry): record what ended in the live
