@@ -227,3 +227,11 @@ def test_a_lookup_without_network_gets_the_hint_in_the_http_stderr(world: dict[s
     last = result.stderr.rstrip().splitlines()[-1]
     assert last.startswith("warden: the sandbox has no network") and '"network": {"allow"' in last
     assert "/install" in last
+
+
+def test_a_silent_curl_without_network_gets_the_hint_too(world: dict[str, Any]) -> None:
+    # `curl -s` says nothing when the name does not resolve: its status 6 alone had no line from
+    # Warden, and the bot saw an empty stderr.
+    result = world["created"].run(["curl", "-s", "https://pypi.org/"])
+    assert result.exit_code == 6
+    assert result.stderr.startswith("warden: the sandbox has no network") and "/install" in result.stderr, result.stderr
