@@ -181,6 +181,12 @@ def test_a_grant_with_a_domain_reaches_that_one_only(world: dict[str, Any]) -> N
     for beyond in ([f"127.0.0.1:{other}"], ["127.0.0.1"], ["example.com:443"]):
         with pytest.raises(Denied, match="does not allow network"):
             ws.run(["true"], network=beyond)
+    # A host the grant names with a port, asked for without one (every port): the bot's fix is the
+    # port, which the answer names; "a person adds domains" sent it to the person for nothing.
+    with pytest.raises(Denied) as caught:
+        ws.run(["true"], network=["127.0.0.1"])
+    assert f"ask for 127.0.0.1:{port}, with the port" in str(caught.value), caught.value
+    assert "a person adds" not in str(caught.value)
 
 
 @needs_curl
