@@ -669,6 +669,10 @@ class RemoteWorkspace:
     def __init__(self, client: Client, name: str) -> None:
         self.client = client
         self.name = name
+        # The token its requests carry, for what the SDK does not wrap (the PTY WebSocket's header,
+        # as docs/bots-and-api.md shows): a handle from `Client(url, grant).workspace(name)` had
+        # none, and the docs' example failed there with AttributeError.
+        self.access_token: str | None = client._token
         self.files = RemoteFiles(self)
         self.processes = RemoteProcesses(self)
         self.git = RemoteGit(self)

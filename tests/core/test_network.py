@@ -12,6 +12,7 @@ from warden.core.network import (
     covers,
     parse_rule,
     parse_target,
+    ported,
     special_address,
     uncovered,
 )
@@ -187,3 +188,10 @@ def test_a_policy_shown_as_json_comes_back_the_same_with_its_special_entries() -
     for bad in ({"allowed": "a.test"}, {"allowed": [1]}, {"allowed": ["a.test"], "special": ["bad host!"]}):
         with pytest.raises(InvalidInput):
             NetworkPolicy.from_json(bad)
+
+
+def test_an_entry_without_a_port_is_told_the_ports_a_grant_gives_its_host() -> None:
+    assert ported("pypi.org", ["pypi.org:443"]) == ["pypi.org:443"]
+    assert ported("a.x.test", ["*.x.test:443", "x.test:80"]) == ["a.x.test:443"]
+    assert ported("pypi.org:80", ["pypi.org:443"]) == []  # it named its port: another one is not a fix
+    assert ported("other.test", ["pypi.org:443"]) == []

@@ -253,3 +253,13 @@ def test_a_denied_path_s_line_names_the_forget_of_the_level_that_denies_it() -> 
                                    levels=[("/srv/data/private", "global"), ("/srv/data/private", "workspace")]) or ""
     assert ("`warden sandbox forget /srv/data/private --workspace w` and `warden sandbox forget /srv/data/private "
             "--level global` take the deny back") in globally, globally
+
+
+def test_a_silenced_curl_or_wget_without_network_is_named_by_its_status() -> None:
+    # `curl -s` (an agent's usual `curl -fsSL`) exits 6 on a name that does not resolve and prints
+    # nothing, `wget -q` 4: with no text to match, the status of that program is all there is.
+    assert "--net allow" in (explain_failure(6, None, "", **FACTS, program="curl") or "")
+    assert "--net allow" in (explain_failure(4, None, "", **FACTS, program="/usr/bin/wget") or "")
+    assert explain_failure(6, None, "", **{**FACTS, "network": True}, program="curl") is None  # it had one
+    assert explain_failure(22, None, "", **FACTS, program="curl") is None  # an HTTP error: a server answered
+    assert explain_failure(6, None, "", **FACTS, program="python") is None  # 6 is curl's word, not python's

@@ -108,6 +108,9 @@ def test_in_sandbox_failures_say_what_warden_had_to_do_with_them(cli: Cli, ws: P
     offline = cli("run", "st", "--", "python3", "-c",
                   "import socket; socket.getaddrinfo('pypi.org', 443)")
     assert offline.code == 1 and "the sandbox has no network" in offline.stderr, offline.stderr
+    # `curl -s` prints nothing on a name that does not resolve: its status 6 says it.
+    silent = cli("run", "st", "--", "curl", "-s", "https://pypi.org/")
+    assert silent.code == 6 and "the sandbox has no network; run with --net allow" in silent.stderr, silent.stderr
 
 
 def test_a_suggestion_never_names_what_a_linked_folder_of_the_workspace_holds(cli: Cli, tmp_path: Path) -> None:

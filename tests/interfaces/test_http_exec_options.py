@@ -181,6 +181,12 @@ def test_a_grant_with_a_domain_reaches_that_one_only(world: dict[str, Any]) -> N
     for beyond in ([f"127.0.0.1:{other}"], ["127.0.0.1"], ["example.com:443"]):
         with pytest.raises(Denied, match="does not allow network"):
             ws.run(["true"], network=beyond)
+    # A host the grant names with a port, asked for without one (every port): the bot's fix is the
+    # port, which the answer names; "a person adds domains" sent it to the person for nothing.
+    with pytest.raises(Denied) as caught:
+        ws.run(["true"], network=["127.0.0.1"])
+    assert f"ask for 127.0.0.1:{port}, with the port" in str(caught.value), caught.value
+    assert "a person adds" not in str(caught.value)
 
 
 @needs_curl
@@ -227,3 +233,11 @@ def test_a_lookup_without_network_gets_the_hint_in_the_http_stderr(world: dict[s
     last = result.stderr.rstrip().splitlines()[-1]
     assert last.startswith("warden: the sandbox has no network") and '"network": {"allow"' in last
     assert "/install" in last
+
+
+def test_a_silent_curl_without_network_gets_the_hint_too(world: dict[str, Any]) -> None:
+    # `curl -s` says nothing when the name does not resolve: its status 6 alone had no line from
+    # Warden, and the bot saw an empty stderr.
+    result = world["created"].run(["curl", "-s", "https://pypi.org/"])
+    assert result.exit_code == 6
+    assert result.stderr.startswith("warden: the sandbox has no network") and "/install" in result.stderr, result.stderr

@@ -308,6 +308,16 @@ def test_the_pty_websocket_echoes_resizes_interrupts_and_ends_with_the_exit_stat
         shell_session(ws)
 
 
+def test_the_pty_websocket_takes_the_token_of_a_grants_sdk_handle(server: ServeProcess, home: dict[str, Any]) -> None:
+    # docs/bots-and-api.md: `ws = Client(url, grant_token).workspace(name)`, then the PTY with
+    # `ws.access_token`, which only a handle from create_workspace had (AttributeError).
+    from warden.client import Client
+
+    handle = Client(server.url, home["token"]).workspace("term")
+    with connect(_pty_url(server), additional_headers={"Authorization": f"Bearer {handle.access_token}"}) as ws:
+        shell_session(ws)
+
+
 def shell_session(ws: ClientConnection, *, also: bytes = b"") -> None:
     """A person's session over a PTY WebSocket (`also`: more to run with the first line): what is
     typed echoes and runs, a resize (a text frame) reaches `stty size`, Ctrl-C interrupts the

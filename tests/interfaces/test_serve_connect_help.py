@@ -20,3 +20,10 @@ def test_the_python_example_in_the_connect_help_compiles() -> None:
              if line.strip().startswith(("from warden", "ws = ", "print(ws"))]
     assert len(lines) == 3
     compile("\n".join(lines), "<connect help>", "exec")
+
+
+def test_the_connect_help_names_a_python_that_has_the_sdk() -> None:
+    # The system's python3 has no `warden` module: step 2 pasted there failed with no word of which
+    # Python to use. The banner names the interpreter serving, which has it.
+    text = connect_help("http://127.0.0.1:8787", "sqlite://", "/src/warden/.venv/bin/python")
+    assert "from Python (/src/warden/.venv/bin/python has the SDK)" in text

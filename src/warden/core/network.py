@@ -29,6 +29,7 @@ __all__ = [
     "normalise_host",
     "parse_rule",
     "parse_target",
+    "ported",
     "special_address",
     "uncovered",
 ]
@@ -129,6 +130,17 @@ def uncovered(wanted: Iterable[str], allowed: Iterable[str]) -> list[str]:
     InvalidInput for a bad one): what a request asks beyond what it was given."""
     rules = [parse_rule(a) for a in allowed]
     return [parse_rule(w).text for w in wanted if not any(covers(r, parse_rule(w)) for r in rules)]
+
+
+def ported(wanted: str, allowed: Iterable[str]) -> list[str]:
+    """`wanted` (an entry without a port, which asks for every port) with each port an entry of
+    `allowed` gives its host: what to ask for instead when only those ports are granted (`pypi.org`
+    under a grant of `pypi.org:443` → `pypi.org:443`); empty when `wanted` names a port or none fits."""
+    rule = parse_rule(wanted)
+    if rule.port is not None:
+        return []
+    found = (Rule(rule.host, r.port) for r in map(parse_rule, allowed) if r.port is not None)
+    return list(dict.fromkeys(r.text for r in found if not uncovered([r.text], allowed)))
 
 
 def _bracket(host: str) -> str:

@@ -219,6 +219,9 @@ _NO_NETWORK = ("Network is unreachable", "Temporary failure in name resolution",
                "No address associated with hostname", "nodename nor servname",
                # pip without retries (NO_NETWORK_ENV) says only that the index had nothing.
                "(from versions: none)")
+# The exit status that alone says a name did not resolve (or, wget's, the network failed), for the
+# programs an agent most often silences: `curl -s`, `curl -fsSL`, `wget -q` print nothing at all.
+_SILENT_NO_NETWORK = {"curl": 6, "wget": 4}
 # Installers retry a dead network for 8-60 s before they fail; without network there is nothing
 # to wait for, so a run without it tells them not to (the run's own variables win).
 NO_NETWORK_ENV = {"PIP_RETRIES": "0", "npm_config_fetch_retries": "0", "UV_HTTP_RETRIES": "0"}
@@ -370,7 +373,7 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
                     cpu_seconds: int | None = None, given_path: str | None = None,
                     workspace: str = "NAME", mcp: bool = False,
                     read_only_folders: Sequence[str] = (), closed_folders: Sequence[str] = (),
-                    kept_folders: Sequence[str] = ()) -> str | None:
+                    kept_folders: Sequence[str] = (), program: str | None = None) -> str | None:
     """One line saying what Warden's sandbox had to do with a failed command, or None.
 
     A command that fails inside the sandbox says so in its own words (`bwrap: execvp pyhton`,
@@ -384,7 +387,9 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
     the workspace's folders (its zones) mounted read-only in this run, relative to it, and
     `closed_folders` those of them the file API refuses to write too (a zone that is `ro` or blocks
     writes); `kept_folders`: its zones where nothing may be removed or renamed in runs (deletes
-    that ask or are blocked). Pure: the caller passes the facts.
+    that ask or are blocked); `program`: the command's argv[0], for a program known to fail without a
+word when silenced (`curl -s` exits 6 on a name that does not resolve). Pure: the caller passes
+the facts.
     """
     not_started = explain_not_started(exit_code, stderr_tail, programs=programs, given_path=given_path)
     if not_started is not None:
@@ -434,7 +439,8 @@ def explain_failure(exit_code: int, signal: int | None, stderr_tail: str, *, oom
             return f"warden: {no_pip}; add packages to the workspace with POST /v1/workspaces/{workspace}/install"
         return (f"warden: {no_pip}; `warden install {workspace} PACKAGE...` adds packages to the workspace's venv, "
                 "with the network it needs for that command")
-    if not network and exit_code != 0 and any(text in stderr_tail for text in _NO_NETWORK):
+    silenced = program is not None and _SILENT_NO_NETWORK.get(program.rsplit("/", 1)[-1]) == exit_code
+    if not network and exit_code != 0 and (silenced or any(text in stderr_tail for text in _NO_NETWORK)):
         if bot and mcp:
             return ("warden: the sandbox has no network, and an MCP exec cannot ask for it; for packages, ask "
                     f"the person to run `warden install {workspace} PACKAGE...`")

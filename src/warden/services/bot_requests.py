@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from warden.core.durations import parse_duration
 from warden.core.errors import Conflict, Denied, InvalidInput, TimedOut, Unavailable
 from warden.core.grants import PERMISSIONS, effective
-from warden.core.network import parse_rule, uncovered
+from warden.core.network import parse_rule, ported, uncovered
 from warden.services.auth import DENIED
 from warden.services.installs import check_packages
 from warden.services.templates import TemplateCatalog
@@ -501,6 +501,13 @@ class BotRequestService:
         beyond = uncovered(asked, granted)
         if beyond:
             has = f"it allows {', '.join(granted)}" if granted else "it allows no network"
+            # `pypi.org` asks for every port: under a grant of `pypi.org:443` the bot's own fix is to
+            # name the port, not to have a person widen the grant.
+            instead = [ported(b, granted) for b in beyond]
+            if all(instead):
+                raise Denied(f"the grant does not allow network to {', '.join(beyond)} on every port ({has}): "
+                             f"ask for {', '.join(p for ports in instead for p in ports)}, with the port",
+                             rule="grant.network")
             raise Denied(f"the grant does not allow network to {', '.join(beyond)} ({has}); a person adds "
                          "domains with `warden grant WORKSPACE BOT --allow-domain DOMAIN`", rule="grant.network")
         return asked

@@ -609,7 +609,8 @@ class RunService:
                                   closed_folders=[os.path.relpath(zone, plan.record.path)
                                                   for zone in plan.closed_zones],
                                   kept_folders=[os.path.relpath(zone, plan.record.path)
-                                                for zone in plan.keep_zones])
+                                                for zone in plan.keep_zones],
+                                  program=request.argv[0] if request.argv else None)
             if why is None and plan.denied and not request.actor.startswith("bot:"):
                 why = explain_denied_path(result.stderr_tail, plan.denied, workspace=name, session=request.session,
                                           levels=plan.policy.denied_levels if plan.policy is not None else ())

@@ -69,14 +69,16 @@ def tls_files(cert: str, key: str) -> tuple[str, str] | None:
     return cert, key
 
 
-def connect_help(url: str, database: str) -> str:
-    """What `warden serve` prints: where it listens and how a bot connects."""
+def connect_help(url: str, database: str, python: str = "python") -> str:
+    """What `warden serve` prints: where it listens and how a bot connects. `python`: an interpreter
+    that has the SDK, this one: a newcomer who pasted step 2 into the system's `python3` got
+    "No module named 'warden'", and nothing said which Python has it."""
     return f"""Warden API listening on {url}  (registry: {database})
 
 How a bot connects:
   1. register it once (prints its identity token; keep it secret):
        warden bot register my-bot
-  2. from Python, with the token in WARDEN_TOKEN:
+  2. from Python ({python} has the SDK), with the token in WARDEN_TOKEN:
        from warden.client import Client
        ws = Client("{url}").create_workspace("demo")      # asks for a workspace of its own
        print(ws.run(["python", "-c", "print(42)"]).stdout)
@@ -133,7 +135,7 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
         sys.stderr.write(json.dumps({"event": "listening", "url": url, "database": database}) + "\n")
         sys.stderr.flush()
     else:
-        sys.stdout.write(connect_help(url, database) + "\n")
+        sys.stdout.write(connect_help(url, database, sys.executable or "python") + "\n")
         sys.stdout.flush()
     head_timeout = app.settings.get_seconds("api.request_timeout")
     options: dict[str, Any] = {"log_level": "info", "access_log": args.access_log, "lifespan": "off",
