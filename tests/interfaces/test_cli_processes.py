@@ -732,3 +732,36 @@ def test_a_bots_process_output_reaches_the_persons_terminal_escaped(cli: Cli, ws
         assert "\x1b" not in text and "\x07" not in text, text
         assert "\\x1b]52;c;cm0gLXJmIH4K\\x07\\x1b]0;title\\x07one\ttwo é\r\n\\x1b[2K\\rall good\r\n" in text, text
         assert "\\x1b[31merr" in text, text
+
+
+def test_a_denied_file_an_editor_saves_over_is_never_read_by_the_bots_later_commands(cli: Cli) -> None:
+    """A deny of a workspace file masks it with a mount; an editor's save (a new file renamed over
+    the old) made the kernel drop that mount in the running live sandbox, and every later command
+    in it (a background reader too) read the new content until the sandbox stopped when idle."""
+    assert cli("create", "edited", "--template", "minimal").code == 0
+    try:
+        folder = Path(cli("list", "--json").json["data"][0]["path"]).parent / "edited"
+        secret = folder / "secret.txt"
+        secret.write_text("old")
+        assert cli("sandbox", "remove", str(secret), "--workspace", "edited").code == 0
+        reader = _detach(cli, "edited", "sh", "-c", "while sleep 0.05; do cat secret.txt; done 2>/dev/null")
+        new = folder / "secret.new"
+        new.write_text("SAVED-BY-THE-EDITOR")
+        new.rename(secret)
+        # The background reader is stopped by the CLI's daemon within about a second, no command asked.
+        wait_until(lambda: _ps(cli, "edited")[reader]["status"] == "killed", timeout=30,
+                   message="the reader of the saved-over file ran on")
+        assert "changed on the host" in str(_ps(cli, "edited")[reader]["stopped_by"])
+        again = cli("run", "edited", "--", "cat", "secret.txt")
+        assert again.code != 0 and "SAVED-BY-THE-EDITOR" not in again.stdout
+        (folder / "later.txt").write_text("the person's own")  # denied before it existed
+        assert cli("sandbox", "remove", str(folder / "later.txt"), "--workspace", "edited").code == 0
+        assert cli("run", "edited", "--", "true").code == 0
+        (folder / "later.txt").unlink()
+        assert cli("run", "edited", "--", "true").code == 0  # the sandbox that hides nothing there
+        (folder / "later.txt").write_text("made while it runs")
+        late = cli("run", "edited", "--", "cat", "later.txt")
+        assert late.code != 0 and "made while it runs" not in late.stdout
+        assert cli("audit", "verify").code == 0
+    finally:
+        cli("destroy", "edited", "--yes", "--no-archive")

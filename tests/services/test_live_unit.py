@@ -20,7 +20,7 @@ from warden.core.network import NetworkPolicy
 from warden.core.runs import RunResult, SandboxRequest
 from warden.core.workspaces import WorkspaceRecord
 from warden.services.audit import AuditLog
-from warden.services.live import LiveSandboxService, LiveSettings
+from warden.services.live import UNDONE, LiveSandboxService, LiveSettings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 FOLDER = "/home/u/.warden/workspaces/w1"
@@ -107,6 +107,23 @@ def test_a_sandbox_whose_mounts_changed_is_stopped_not_reused(world: World) -> N
     assert world.status(server) == ("killed", 137)
     assert world.stop_reasons() == ["its mounts are not what the workspace's policy says now"]
     assert world.rows() == []
+
+
+def test_a_sandbox_whose_masks_were_undone_on_the_host_is_stopped_at_its_next_use_and_by_the_look(
+        world: World) -> None:
+    server = world.start(ALICE)
+    [first] = world.rows()
+    world.sandboxes.undone.add(first.id)  # an editor saved over a denied file
+    ran = world.service.run_in_live(world.record, ALICE, world.request("true"))
+    assert ran is None and world.status(server) == ("killed", 137)
+    assert world.stop_reasons() == [UNDONE] and FOLDER not in UNDONE
+    # A background process is not left to the next command (or the sweep, 15 s away).
+    other = world.start(BOB)
+    [second] = world.rows()
+    assert world.service.stop_undone() == []
+    world.sandboxes.undone.add(second.id)
+    assert world.service.stop_undone() == [second.id]
+    assert world.status(other) == ("killed", 137) and world.rows() == []
 
 
 def test_a_sandbox_whose_layer_was_replaced_says_so_without_the_layers_path(

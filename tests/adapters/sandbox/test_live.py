@@ -1147,3 +1147,62 @@ def test_a_commands_disk_quota_is_kept_by_the_loop_that_waits_on_it(
     assert len([name for name in os.listdir(folder) if name.startswith("f")]) < 100
     assert time.monotonic() - started < 20
 
+
+
+def _masked(host: HostLiveSandboxes, folder: str, *, denied: tuple[str, ...] = (),
+            protected: tuple[str, ...] = ()) -> LiveSandbox:
+    request = SandboxRequest(folder, ("true",), Limits(timeout_s=60), denied=denied, protected=protected)
+    return _row(SBX, host.start(SBX, request, idle_s=60))
+
+
+def _saved_over(path: Path, text: str) -> None:
+    """What an editor's save does on the host: a new file renamed over the old one."""
+    new = path.with_name(path.name + ".new")
+    new.write_text(text)
+    new.rename(path)
+
+
+def test_a_denied_file_saved_over_on_the_host_is_seen_and_the_sandbox_is_no_longer_intact(
+        host: HostLiveSandboxes, folder: str) -> None:
+    # The kernel takes a mount away in every other namespace when its name is renamed over or
+    # removed: the mask over a denied file no longer hides the new one in a running sandbox.
+    # Nothing here prevents that; `intact` says so, and services/live.py stops the sandbox.
+    secret = Path(folder) / "secret.txt"
+    secret.write_text("old")
+    sandbox = _masked(host, folder, denied=(str(secret),))
+    try:
+        assert host.intact(sandbox)
+        assert host.run(sandbox, "a" * 16, _req(folder, "cat", "secret.txt")).exit_code != 0
+        secret.write_text("written in place")  # the mask holds: still intact
+        assert host.intact(sandbox)
+        _saved_over(secret, "new secret")
+        assert not host.intact(sandbox)
+        assert host.run(sandbox, "b" * 16, _req(folder, "cat", "secret.txt")).stdout == "new secret"  # why
+    finally:
+        host.stop(sandbox)
+
+
+def test_a_denied_path_made_after_the_start_and_a_protected_file_rewritten_are_seen(
+        host: HostLiveSandboxes, folder: str) -> None:
+    later = Path(folder) / "later.txt"
+    kept = Path(folder) / "kept.json"
+    kept.write_text("{}")
+    sandbox = _masked(host, folder, denied=(str(later),), protected=(str(kept),))
+    try:
+        assert host.intact(sandbox)
+        later.write_text("the person's, made while the sandbox runs")
+        assert not host.intact(sandbox)
+        later.unlink()
+        assert host.intact(sandbox)
+        _saved_over(kept, '{"rewritten": true}')  # atomically, as Warden writes its own files
+        assert not host.intact(sandbox)
+        # Its read-only bind went with the old file: the new one is writable inside.
+        assert host.run(sandbox, "c" * 16, _req(folder, "sh", "-c", "echo x >> kept.json")).exit_code == 0
+    finally:
+        host.stop(sandbox)
+
+
+def test_a_sandbox_started_without_the_record_is_not_intact(host: HostLiveSandboxes, sandbox: LiveSandbox) -> None:
+    assert host.intact(sandbox)
+    older = sandbox._replace(meta={k: v for k, v in sandbox.meta.items() if k not in ("mounts", "unmasked")})
+    assert not host.intact(older)  # an older Warden's: never compared, so started again once
