@@ -16,20 +16,33 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from warden.adapters.atomic import write_atomic
 
-__all__ = ["HELD", "intact", "intact_in", "mount_points", "record"]
+__all__ = ["HELD", "held", "intact", "intact_in", "record"]
 
 HELD = "mounts.json"  # in the sandbox's folder of Warden's run directory (the host's alone)
 _MOUNTINFO_READ = 1 << 20  # a sandbox has a few dozen mounts
 _HELD_READ = 1 << 20
 
 
-def mount_points(pid: object) -> list[str] | None:
-    """The mount points of `pid`'s mount namespace (as /proc prints them, escapes kept), or None
-    when it cannot be read (the process is gone)."""
+# The sandbox's own mounts (bwrap's root, /proc, /dev, /tmp): what is mounted on them holds, the
+# host has no name there. (A workspace under the host's /tmp is a mount of its own on top.)
+_SANDBOX_OWN = frozenset({b"/", b"/proc", b"/dev", b"/tmp"})
+
+
+def _unescaped(point: bytes) -> bytes:
+    """A mount point as /proc prints it (space, tab, newline and backslash as octal escapes)."""
+    return re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8) & 0xFF]), point)
+
+
+def held(pid: object) -> list[list[object]] | None:
+    """The mounts of `pid`'s namespace made over a name inside another mount of a host folder
+    (a mask, a read-only zone or file, a pin inside the workspace or an allowed folder), each as
+    [mount point, device, inode] as seen from inside; None when they cannot be read (it is gone).
+    Mounts straight on the sandbox's own root hold whatever the host does to their names."""
     if not isinstance(pid, int) or pid <= 0:
         return None
     try:
@@ -37,26 +50,49 @@ def mount_points(pid: object) -> list[str] | None:
             text = info.read(_MOUNTINFO_READ)
     except OSError:
         return None
-    points = []
+    points: dict[bytes, bytes] = {}
+    rows = []
     for line in text.splitlines():
         fields = line.split(b" ", 5)
         if len(fields) > 4:
-            points.append(fields[4].decode("latin-1"))
-    return points
+            points[fields[0]] = _unescaped(fields[4])
+            rows.append((fields[1], _unescaped(fields[4])))
+    found: list[list[object]] = []
+    for parent, point in rows:
+        above = points.get(parent)
+        if above is None or above in _SANDBOX_OWN:
+            continue
+        seen = _seen(pid, point)
+        if seen is None:
+            return None
+        found.append([point.decode("latin-1"), *seen])
+    return found
+
+
+def _seen(pid: int, point: bytes) -> tuple[int, int] | None:
+    """Which file `point` is inside `pid`'s namespace (its root's view): one stat."""
+    try:
+        st = os.lstat(b"/proc/%d/root%s" % (pid, point))
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def intact(pid: object, mounts: object, unmasked: object) -> bool:
-    """Whether `pid`'s namespace still holds every one of `mounts` and no path of `unmasked`
-    exists (False when either was not recorded: never compared, so not to be trusted)."""
-    if not isinstance(mounts, list) or not isinstance(unmasked, list):
+    """Whether each of `mounts` (as `held` gave them) is still what `pid` sees at its name and no
+    path of `unmasked` exists (False when either was not recorded: never compared, so not to be
+    trusted). A few stats, no parse: it is asked at every command."""
+    if not isinstance(mounts, list) or not isinstance(unmasked, list) or not isinstance(pid, int):
         return False
-    now = mount_points(pid)
-    if now is None or not set(mounts) <= set(now):
-        return False
+    for item in mounts:
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)):
+            return False
+        if _seen(pid, item[0].encode("latin-1")) != (item[1], item[2]):
+            return False
     return not any(isinstance(p, str) and os.path.lexists(p) for p in unmasked)
 
 
-def record(folder: Path, pid: int, mounts: list[str], unmasked: list[str]) -> None:
+def record(folder: Path, pid: int, mounts: list[list[object]], unmasked: list[str]) -> None:
     write_atomic(folder / HELD, json.dumps({"pid": pid, "mounts": mounts, "unmasked": unmasked}).encode(),
                  mode=0o600)
 

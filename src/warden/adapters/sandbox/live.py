@@ -958,7 +958,7 @@ class HostLiveSandboxes:
             # pins) as its own namespace holds them now, and the denied paths it had nothing to
             # mount over: `intact` compares both at each use.
             init = started.meta.get("init_pid")
-            mounts = held_mounts.mount_points(init)
+            mounts = held_mounts.held(init)
             if mounts is None or not isinstance(init, int):
                 raise Unavailable("the live sandbox ended as it started; run the command again",
                                   rule="live.unreachable")
