@@ -613,9 +613,17 @@ class RemoteProcesses:
         raise WardenError(f"the server's stream ended before process {process_id} did; follow it again")
 
     def kill(self, process_id: str, signal: str = "TERM") -> ProcessInfo:
-        """Signal it and what it started (TERM, KILL, INT, …); it is shown as it is afterwards."""
-        return ProcessInfo.of(self._ws.client.request("DELETE", self._path(f"/{process_id}"),
-                                                      params={"signal": signal}).json())
+        """Signal it and what it started (TERM, KILL, INT, …); it is shown as it is afterwards.
+        One that has ended already is shown as it ended (a cleanup's `finally: p.kill()` does not
+        raise), though the server answers such a kill 409 and `warden kill` exits 5."""
+        try:
+            return ProcessInfo.of(self._ws.client.request("DELETE", self._path(f"/{process_id}"),
+                                                          params={"signal": signal}).json())
+        except Conflict:
+            info = self.get(process_id)
+            if info.status == "running":
+                raise
+            return info
 
     def wait(self, process_id: str, timeout: float | None = None) -> ProcessInfo:
         """The process once it has ended; TimedOut when it still runs after `timeout` seconds."""

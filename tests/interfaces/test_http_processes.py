@@ -102,6 +102,8 @@ def test_a_bots_server_is_its_own(world: World) -> None:
     assert server.kill().status == "killed"
     ended = server.wait(30)
     assert (ended.status, ended.exit_code, ended.signal) == ("killed", 143, 15)
+    # Killed again (a cleanup's `finally`), it is shown as it ended, as E2B's kill returns False.
+    assert server.kill("KILL") == ended
 
 
 def test_a_bots_execs_run_in_its_live_sandbox_from_the_first(world: World) -> None:
