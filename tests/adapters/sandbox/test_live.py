@@ -7,6 +7,7 @@ wait and an error, never more."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -1206,3 +1207,25 @@ def test_a_sandbox_started_without_the_record_is_not_intact(host: HostLiveSandbo
     assert host.intact(sandbox)
     older = sandbox._replace(meta={k: v for k, v in sandbox.meta.items() if k not in ("mounts", "unmasked")})
     assert not host.intact(older)  # an older Warden's: never compared, so started again once
+
+
+def test_the_daemons_look_reads_the_sandboxs_folder_and_passes_over_one_that_ended(
+        host: HostLiveSandboxes, folder: str, tmp_path: Path) -> None:
+    from warden.adapters.sandbox.held_mounts import HELD, intact_in
+
+    secret = Path(folder) / "secret.txt"
+    secret.write_text("old")
+    sandbox = _masked(host, folder, denied=(str(secret),))
+    own = tmp_path / "run" / SBX
+    try:
+        assert (own / HELD).is_file() and intact_in(own)
+        _saved_over(secret, "new secret")
+        assert not intact_in(own)  # the daemon sweeps at once
+    finally:
+        host.stop(sandbox)
+    # A folder a killed Warden left, its sandbox gone: nothing to see (a sweep a second forked for it else).
+    left = tmp_path / "left"
+    left.mkdir()
+    (left / HELD).write_text(json.dumps({"pid": sandbox.meta["init_pid"], "start": 1, "mounts": [["/x", 1, 2]],
+                                         "unmasked": []}))
+    assert intact_in(left)

@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 
 from warden.adapters.atomic import write_atomic
+from warden.adapters.processes import alive, start_time
 
 __all__ = ["HELD", "held", "intact", "intact_in", "record"]
 
@@ -93,8 +94,8 @@ def intact(pid: object, mounts: object, unmasked: object) -> bool:
 
 
 def record(folder: Path, pid: int, mounts: list[list[object]], unmasked: list[str]) -> None:
-    write_atomic(folder / HELD, json.dumps({"pid": pid, "mounts": mounts, "unmasked": unmasked}).encode(),
-                 mode=0o600)
+    write_atomic(folder / HELD, json.dumps({"pid": pid, "start": start_time(pid), "mounts": mounts,
+                                            "unmasked": unmasked}).encode(), mode=0o600)
 
 
 def intact_in(folder: Path) -> bool:
@@ -107,4 +108,7 @@ def intact_in(folder: Path) -> bool:
         return True
     if not isinstance(found, dict):
         return True
-    return intact(found.get("pid"), found.get("mounts"), found.get("unmasked"))
+    pid, start = found.get("pid"), found.get("start")
+    if not isinstance(pid, int) or not isinstance(start, int) or not alive(pid, start):
+        return True  # ended (a folder a killed Warden left): nothing of it to see; its sweep decides
+    return intact(pid, found.get("mounts"), found.get("unmasked"))
