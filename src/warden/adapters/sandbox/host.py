@@ -219,8 +219,9 @@ def _refuse_link_above(path: str, writable_roots: Iterable[str]) -> None:
     for part in os.path.relpath(path, root).split("/")[:-1]:
         current = os.path.join(current, part)
         if os.path.islink(current):
-            raise Denied(f"denied path {path} goes through the symbolic link {current}, which a command can "
-                         "point elsewhere: deny the real path (`warden sandbox remove`) and remove the link",
+            # The denied path is not named: a bot reads this, and is not told the person's lists.
+            raise Denied(f"a denied path goes through the symbolic link {current}, which a command can point "
+                         "elsewhere: deny the real path (`warden sandbox remove`) and remove the link",
                          rule="sandbox.denied_through_link")
         if not os.path.isdir(current):
             return
