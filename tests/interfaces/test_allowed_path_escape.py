@@ -95,3 +95,25 @@ def test_a_denied_path_cannot_be_carried_away_by_renaming_a_folder_above_it(cli:
     steal = cli("run", "victim", "--", "sh", "-c", f"cat {shared}/*/*/secret.txt {shared}/*/secret.txt 2>&1")
     assert "denied content" not in steal.stdout
     assert secret.read_text() == "denied content\n"  # where the person left it
+
+
+def test_a_denied_path_through_a_link_cannot_be_carried_away(cli: Cli, shared: Path) -> None:
+    # A folder behind a link was never pinned (the pins stopped at the link): `mv b c` took the
+    # denied file along, and the next command read it where no deny named it. Pointing the link
+    # elsewhere did the same, and so did a link planted where a denied path did not exist yet.
+    (shared / "b").mkdir()
+    (shared / "b" / "key").write_text("denied content\n")
+    (shared / "a").symlink_to("b")
+    assert cli("sandbox", "add", str(shared), "--mode", "rw").code == 0
+    assert cli("sandbox", "remove", str(shared / "a" / "key")).code == 0
+    move = cli("run", "victim", "--", "sh", "-c", f"mv {shared}/b {shared}/c")
+    assert move.code != 0 and "symbolic link" in move.stderr
+    steal = cli("run", "victim", "--", "sh", "-c", f"cat {shared}/*/key 2>&1")
+    assert "denied content" not in steal.stdout
+    assert (shared / "b" / "key").read_text() == "denied content\n"  # where the person left it
+    assert cli("sandbox", "remove", str(shared / "later" / "token")).code == 0  # not made yet
+    assert cli("sandbox", "forget", str(shared / "a" / "key")).code == 0
+    assert cli("run", "victim", "--", "ln", "-s", "b", f"{shared}/later").code == 0
+    (shared / "later" / "token").write_text("the person's token\n")  # lands in b/token
+    steal = cli("run", "victim", "--", "sh", "-c", f"cat {shared}/b/token 2>&1")
+    assert "the person's token" not in steal.stdout and "symbolic link" in steal.stderr

@@ -1546,3 +1546,34 @@ def test_the_commands_its_children_run_in_a_live_sandbox_leave_no_cgroup_behind(
         for step in ("suspend", "resume"):
             assert warden(env, step, "dw", extra={"WARDEN_DAEMON": "0"}).returncode == 0
         stop_daemon(Path(env["WARDEN_HOME"]))
+
+
+def test_a_dead_sandboxs_folder_with_mounts_recorded_does_not_fork_a_sweep_every_second(env: dict[str, str]) -> None:
+    # The one-second look at the masks (held_mounts) asked for a sweep whenever a folder's record
+    # did not hold: a folder a killed Warden left (its pid gone) never holds, so beside any live
+    # sandbox the daemon forked a whole sweep (a bootstrap, the registry) every second for good.
+    home = Path(env["WARDEN_HOME"])
+    stop_daemon(home)
+    quick = {**env, "WARDEN_DAEMON_SWEEP": "60"}
+    served(quick)
+    started = warden(quick, "run", "dw", "--detach", "--", "sleep", "120")
+    assert started.returncode == 0, started.stderr
+    left = home / "run" / f"sbx_{'0' * 16}"
+    left.mkdir()
+    try:
+        (left / "mounts.json").write_text(json.dumps({"pid": 2 ** 22 + 1, "mounts": [["/etc", 1, 2]],
+                                                     "unmasked": []}))
+        daemon = the_daemon(home)
+        time.sleep(1.5)  # the first look at it asks for one sweep, rightly
+        sweeps: set[int] = set()
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            with contextlib.suppress(OSError):
+                children = Path(f"/proc/{daemon}/task/{daemon}/children").read_text().split()
+                sweeps |= {int(c) for c in children if _session(int(c)) == int(c)}
+            time.sleep(0.01)
+        assert len(sweeps) <= 1, f"{len(sweeps)} sweeps in 5 s for a folder with no sandbox behind it"
+    finally:
+        shutil.rmtree(left)
+        warden(quick, "kill", "dw", started.stdout.decode().strip(), "--signal", "KILL")
+        stop_daemon(home)

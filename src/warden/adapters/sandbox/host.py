@@ -206,6 +206,27 @@ def open_beneath(workspace: str, path: str, *, make_folders: bool = False) -> in
         raise
 
 
+def _refuse_link_above(path: str, writable_roots: Iterable[str]) -> None:
+    """Denied: a link in a tree the command can write between its root and denied `path`. The
+    mask lands where the link points, a folder behind a link is never pinned, and the command
+    can point the link elsewhere: `mv b c` (or `ln -sfn x a`) took the file away from `a/key`'s
+    deny, and the next command read it (as one planted where a denied path did not exist yet)."""
+    roots = [r for r in writable_roots if path != r and _under(path, r)]
+    if not roots:
+        return
+    root = max(roots, key=len)
+    current = root
+    for part in os.path.relpath(path, root).split("/")[:-1]:
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            # The denied path is not named: a bot reads this, and is not told the person's lists.
+            raise Denied(f"a denied path goes through the symbolic link {current}, which a command can point "
+                         "elsewhere: deny the real path (`warden sandbox remove`) and remove the link",
+                         rule="sandbox.denied_through_link")
+        if not os.path.isdir(current):
+            return
+
+
 def _pins_between(path: str, writable_roots: Iterable[str]) -> list[str]:
     """The real folders strictly between the innermost writable root holding `path` and it."""
     roots = [r for r in writable_roots if path != r and _under(path, r)]
@@ -269,10 +290,12 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
     masked_dirs: list[str] = []
     masked_files: list[str] = []
     unmasked: list[str] = []
+    writable = [ws, *(b.path for b in binds if b.mode == "rw")]
     for path in denied:
         # Denied paths outside every mounted tree are simply absent; inside one, hide them.
         if not any(_under(path, root) for root in roots):
             continue
+        _refuse_link_above(path, writable)
         if not os.path.lexists(path):
             unmasked.append(path)
             continue
@@ -282,7 +305,7 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
         # A mask covers a name. In a tree the command can write, the folders between the tree's
         # root and the denied path are pinned (bound onto themselves, so a mount point that
         # cannot be renamed): else `mv a b` takes the denied file along to where no mask is.
-        pinned += _pins_between(path, [ws, *(b.path for b in binds if b.mode == "rw")])
+        pinned += _pins_between(path, writable)
     kept = [z for z in dict.fromkeys(keep_zones) if _under(z, ws) and z != ws]
     if kept:
         from warden.adapters.sandbox.landlock import LAUNCHER_PATH, abi, needed_abi

@@ -248,6 +248,9 @@ class Daemon:
     # Whether the last sweep left live sandboxes in the registry (None: not known since the last
     # command, which may have started one).
     registry_live: bool | None = None
+    # The sandbox folders the last look found undone: a sweep is asked for each only once (a folder
+    # with no sandbox behind it, or one the sweep cannot stop, forked a sweep every second).
+    undone: frozenset[str] = frozenset()
     presence: _Presence | None = None  # the daemon as an instance of its node, once it serves
     spare: _Spare | None = None  # the child that takes the next request, forked while idle
     # A spare died waiting (killed, out of memory): the next is forked once a request has been
@@ -407,7 +410,7 @@ class Daemon:
 
     def _masks_hold(self) -> bool:
         """Whether every live sandbox's mounts over names of the host's folders still hold (as
-        its folder records them: no registry here)."""
+        its folder records them: no registry here), or were found undone at an earlier look."""
         from warden.adapters.sandbox.held_mounts import intact_in
 
         run = Path(self.home) / "run"
@@ -415,7 +418,12 @@ class Daemon:
             names = [n for n in os.listdir(run) if n.startswith("sbx_")]
         except OSError:
             return True
-        return all(intact_in(run / name) for name in names)
+        undone = frozenset(name for name in names if not intact_in(run / name))
+        # Only a newly undone one calls for a sweep now: the sweep stops a sandbox it finds undone
+        # and removes its folder, so one still there is a folder a killed Warden left (its pid gone)
+        # or a sandbox the sweep already judged; the regular sweeps look at those.
+        new, self.undone = undone - self.undone, undone
+        return not new
 
     def _sweep(self) -> None:
         """In a child of its own (the daemon opens no registry): record what ended in the live
