@@ -114,8 +114,9 @@ class SandboxSpec:
     # read-only tmpfs, files under /dev/null.
     masked_dirs: tuple[str, ...] = ()
     masked_files: tuple[str, ...] = ()
-    # Denied paths inside a mounted tree that did not exist (bwrap has nothing to mount over):
-    # one made later would be seen, so a live sandbox is not used again once one exists.
+    # For each denied path inside a mounted tree that did not exist (bwrap has nothing to mount
+    # over), the first name on the way to it that did not: one made later would be seen, so a
+    # live sandbox is not used again once such a name exists.
     unmasked_denied: tuple[str, ...] = ()
     network: Literal["none", "proxy"] = "none"
     proxy_socket: str | None = None  # host path of the proxy's Unix socket

@@ -1229,3 +1229,22 @@ def test_the_daemons_look_reads_the_sandboxs_folder_and_passes_over_one_that_end
     (left / HELD).write_text(json.dumps({"pid": sandbox.meta["init_pid"], "start": 1, "mounts": [["/x", 1, 2]],
                                          "unmasked": []}))
     assert intact_in(left)
+
+
+def test_the_way_to_a_denied_path_that_did_not_exist_is_watched_and_cannot_be_moved(
+        host: HostLiveSandboxes, folder: str) -> None:
+    # A command that makes `a/b/` and, once the person wrote the denied `a/b/token` there, moves
+    # `a` away (taking the file, leaving no denied path to see) before Warden looks: `a` is pinned,
+    # and `a/b` appearing is enough to stop the sandbox.
+    (Path(folder) / "a").mkdir()
+    sandbox = _masked(host, folder, denied=(f"{folder}/a/b/token",))
+    try:
+        assert sandbox.meta["unmasked"] == [f"{folder}/a/b"]
+        assert host.intact(sandbox)
+        moved = host.run(sandbox, "a" * 16, _req(folder, "sh", "-c", "mv a c 2>&1; echo $?"))
+        assert moved.stdout.strip().endswith("1") and (Path(folder) / "a").is_dir()
+        assert host.intact(sandbox)
+        assert host.run(sandbox, "b" * 16, _req(folder, "mkdir", "a/b")).exit_code == 0
+        assert not host.intact(sandbox)
+    finally:
+        host.stop(sandbox)

@@ -227,6 +227,20 @@ def _refuse_link_above(path: str, writable_roots: Iterable[str]) -> None:
             return
 
 
+def _first_missing(path: str, writable_roots: Iterable[str]) -> str:
+    """The first name on the way from the innermost writable root holding `path` to it that does
+    not exist (`path` itself outside every writable root: nothing there is made by a command)."""
+    roots = [r for r in writable_roots if path != r and _under(path, r)]
+    if not roots:
+        return path
+    current = max(roots, key=len)
+    for part in os.path.relpath(path, current).split("/"):
+        current = os.path.join(current, part)
+        if not os.path.lexists(current):
+            return current
+    return path
+
+
 def _pins_between(path: str, writable_roots: Iterable[str]) -> list[str]:
     """The real folders strictly between the innermost writable root holding `path` and it."""
     roots = [r for r in writable_roots if path != r and _under(path, r)]
@@ -297,7 +311,12 @@ def build_spec(workspace: str, command: Sequence[str], *, caller_env: Mapping[st
             continue
         _refuse_link_above(path, writable)
         if not os.path.lexists(path):
-            unmasked.append(path)
+            # Nothing to mount over: the first name on the way to it that does not exist is
+            # watched instead (a live sandbox in which it appears is stopped), and the folders
+            # above are pinned, so a command that made `later/` cannot move it away with the file
+            # the person then wrote in it before the look (the denied path itself gone: "intact").
+            unmasked.append(_first_missing(path, writable))
+            pinned += _pins_between(path, writable)
             continue
         if os.path.islink(path):
             continue  # the link itself reveals nothing; its target is judged on its own
