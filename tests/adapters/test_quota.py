@@ -506,6 +506,22 @@ def test_a_folder_moved_into_a_folder_that_moved_between_runs_is_still_counted(t
         assert settle(watcher, ws) == measure(str(ws))
 
 
+def _inotify_scarce() -> bool:
+    """Whether fewer than two more inotify instances can be had by this user now."""
+    from warden.adapters import disk_usage
+
+    taken: list[int] = []
+    try:
+        for _ in range(2):
+            taken.append(disk_usage.inotify())
+    except OSError:
+        return True
+    finally:
+        for fd in taken:
+            os.close(fd)
+    return False
+
+
 def test_a_prepared_workspace_is_caught_up_by_its_first_run_and_its_git_sweep_is_a_full_scans_equal(
         tmp_path: Path) -> None:
     """quota.prepare (the daemon's spare, while it waits) walks and watches the workspace its
@@ -531,6 +547,11 @@ def test_a_prepared_workspace_is_caught_up_by_its_first_run_and_its_git_sweep_is
     (ws / "lib" / ".GIT").symlink_to("/etc")
     assert gitguard.scan_again(str(ws)) == gitguard.scan(str(ws)) != []
     with Watcher(str(ws), ROOMY) as watcher:
+        if watcher._tree is not prepared and _inotify_scarce():
+            # The user's inotify instances (fs.inotify.max_user_instances, 128) ran out: CI as root
+            # met it with many daemons and servers of other tests at once. Reproduced by taking all
+            # but one; what is kept then cannot be relied on, and Warden walks the workspace instead.
+            pytest.skip("this user's inotify instances ran out on the machine while the test ran")
         assert watcher._tree is prepared and watcher.start == measure(str(ws))
         watcher.arm(lambda: None)
         (ws / "made-by-the-run").write_bytes(b"r")
