@@ -6,8 +6,9 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 
 def measure(fn: Callable[[], object], n: int) -> list[float]:
@@ -37,6 +38,29 @@ def bench_home(tmp: str) -> tuple[Path, dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TERM")}
     env["WARDEN_HOME"] = str(home)
     return home, env
+
+
+@contextlib.contextmanager
+def bot_exec(tmp: str) -> Iterator[tuple[Any, Callable[[], None]]]:
+    """A home under `tmp` (no daemon) with workspace `bench` and bot `bench-bot` granted read,
+    write and execute: the open Warden, and a call that runs `true` as that bot in-process (authentication, grant,
+    the run in its live sandbox, audit)."""
+    from warden import Warden
+    from warden.services.bot_requests import Command
+
+    home, env = bench_home(tmp)
+    env["WARDEN_DAEMON"] = "0"
+    with Warden.open(home, environ=env) as w:
+        w.create("bench", template="minimal")
+        w.app.grants.register_bot("bench-bot")
+        token = w.app.grants.grant("bench", "bench-bot", "read,write,execute").token
+        command = Command(argv=("true",))
+
+        def run() -> None:
+            principal = w.app.auth.authenticate(token)
+            assert w.app.bot_requests.exec(principal, "bench", command).exit_code == 0
+
+        yield w, run
 
 
 def stop_daemon(home: Path) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import raw_bwrap_argv  # noqa: E402
+from _common import bot_exec, raw_bwrap_argv  # noqa: E402
 
 PARTS = [
     ("warden.services.auth", "AuthService.authenticate"),
@@ -96,44 +96,28 @@ def main() -> None:
     args = parser.parse_args()
     spent: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     _wrap(spent)
-    from warden import Warden
-    from warden.services.bot_requests import Command
-
-    with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp) / "home"
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "TERM")}
-        env.update(WARDEN_HOME=str(home), WARDEN_DAEMON="0")
-        with Warden.open(home, environ=env) as w:
-            w.create("bench", template="minimal")
-            w.app.grants.register_bot("bench-bot")
-            token = w.app.grants.grant("bench", "bench-bot", "read,write,execute").token
-            command = Command(argv=("true",))
-
-            def run() -> None:
-                principal = w.app.auth.authenticate(token)
-                assert w.app.bot_requests.exec(principal, "bench", command).exit_code == 0
-
-            for _ in range(5):
-                run()  # its live sandbox started, the caches filled
-            time.sleep(1.05)  # the policy folder settled (a folder changed within a second is read again)
-            raw, raw_ms = raw_bwrap_argv(), []
-            per: dict[str, list[tuple[float, float]]] = defaultdict(list)
-            for _ in range(args.n):
-                start = time.perf_counter()
-                subprocess.run(raw, check=True)
-                raw_ms.append((time.perf_counter() - start) * 1000)
-                spent.clear()
-                wall, cpu = time.perf_counter(), time.thread_time()
-                run()
-                per["the whole exec"].append(((time.perf_counter() - wall) * 1000, (time.thread_time() - cpu) * 1000))
-                for part, (part_wall, part_cpu) in spent.items():
-                    per[part].append((part_wall * 1000, part_cpu * 1000))
-            with w.app.registry.transaction(write=False) as tx:
-                supervisor = next(iter(tx.sandboxes.of_workspace("bench"))).supervisor_pid
-            before, mine = _cpu_ms(supervisor), os.times()
-            for _ in range(args.n):
-                run()
-            after, mine_after = _cpu_ms(supervisor), os.times()
+    with tempfile.TemporaryDirectory() as tmp, bot_exec(tmp) as (w, run):
+        for _ in range(5):
+            run()  # its live sandbox started, the caches filled
+        time.sleep(1.05)  # the policy folder settled (a folder changed within a second is read again)
+        raw, raw_ms = raw_bwrap_argv(), []
+        per: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for _ in range(args.n):
+            start = time.perf_counter()
+            subprocess.run(raw, check=True)
+            raw_ms.append((time.perf_counter() - start) * 1000)
+            spent.clear()
+            wall, cpu = time.perf_counter(), time.thread_time()
+            run()
+            per["the whole exec"].append(((time.perf_counter() - wall) * 1000, (time.thread_time() - cpu) * 1000))
+            for part, (part_wall, part_cpu) in spent.items():
+                per[part].append((part_wall * 1000, part_cpu * 1000))
+        with w.app.registry.transaction(write=False) as tx:
+            supervisor = next(iter(tx.sandboxes.of_workspace("bench"))).supervisor_pid
+        before, mine = _cpu_ms(supervisor), os.times()
+        for _ in range(args.n):
+            run()
+        after, mine_after = _cpu_ms(supervisor), os.times()
     print(f"{'part (nested; median of ' + str(args.n) + ')':48} {'wall ms':>8} {'thread CPU ms':>14}")
     for part, samples in per.items():
         print(f"{part:48} {statistics.median(s[0] for s in samples):8.3f} "

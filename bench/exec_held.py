@@ -33,7 +33,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import bench_home, raw_bwrap_argv  # noqa: E402
+from _common import bot_exec, raw_bwrap_argv  # noqa: E402
 
 
 def _p10(samples: list[float]) -> float:
@@ -44,10 +44,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-n", type=int, default=300, help="execs timed each way (alternating)")
     args = parser.parse_args()
-    from warden import Warden
     from warden.adapters.sandbox import live
     from warden.services import runs
-    from warden.services.bot_requests import Command
 
     held: list[str | None] = [None]  # None: as it runs; "held"; "bare": held, no host pid looked for
     real_send = live._Channel.send
@@ -79,35 +77,27 @@ def main() -> None:
                 intent_ms.append((time.perf_counter() - start) * 1000)
 
     runs.RunService._hold_lease = hold_lease  # type: ignore[method-assign]
-    with tempfile.TemporaryDirectory() as tmp:
-        home, env = bench_home(tmp)
-        env["WARDEN_DAEMON"] = "0"
-        with Warden.open(home, environ=env) as w:
-            w.create("bench", template="minimal")
-            w.app.grants.register_bot("bench-bot")
-            token = w.app.grants.grant("bench", "bench-bot", "read,write,execute").token
-            command = Command(argv=("true",))
+    with tempfile.TemporaryDirectory() as tmp, bot_exec(tmp) as (_, exec_true):
 
-            def run() -> float:
-                start = time.perf_counter()
-                principal = w.app.auth.authenticate(token)
-                assert w.app.bot_requests.exec(principal, "bench", command).exit_code == 0
-                return (time.perf_counter() - start) * 1000
+        def run() -> float:
+            start = time.perf_counter()
+            exec_true()
+            return (time.perf_counter() - start) * 1000
 
-            ways = (None, "held", "bare")
-            for way in (*ways, *ways):
+        ways = (None, "held", "bare")
+        for way in (*ways, *ways):
+            held[0] = way
+            run()  # the live sandbox started, both paths warm
+        time.sleep(1.05)  # the policy folder settled (a folder changed within a second is read again)
+        raw, raw_ms = raw_bwrap_argv(), []
+        times: dict[str | None, list[float]] = {way: [] for way in ways}
+        for _ in range(args.n):
+            start = time.perf_counter()
+            subprocess.run(raw, check=True)
+            raw_ms.append((time.perf_counter() - start) * 1000)
+            for way in ways:
                 held[0] = way
-                run()  # the live sandbox started, both paths warm
-            time.sleep(1.05)  # the policy folder settled (a folder changed within a second is read again)
-            raw, raw_ms = raw_bwrap_argv(), []
-            times: dict[str | None, list[float]] = {way: [] for way in ways}
-            for _ in range(args.n):
-                start = time.perf_counter()
-                subprocess.run(raw, check=True)
-                raw_ms.append((time.perf_counter() - start) * 1000)
-                for way in ways:
-                    held[0] = way
-                    times[way].append(run())
+                times[way].append(run())
     plain, hold, bare = times[None], times["held"], times["bare"]
     print(f"{'per exec, ms (n=' + str(args.n) + ')':40} {'p10':>8} {'median':>8}")
     for label, samples in (("exec as it runs (vfork, launcher)", plain),
