@@ -25,8 +25,7 @@ from warden.adapters.processes import alive, start_time
 __all__ = ["HELD", "held", "intact", "intact_in", "record"]
 
 HELD = "mounts.json"  # in the sandbox's folder of Warden's run directory (the host's alone)
-_MOUNTINFO_READ = 1 << 20  # a sandbox has a few dozen mounts
-_HELD_READ = 1 << 20
+_READ_MAX = 1 << 20  # a sandbox has a few dozen mounts: its mountinfo and record are far smaller
 
 
 # The sandbox's own mounts (bwrap's root, /proc, /dev, /tmp): what is mounted on them holds, the
@@ -48,7 +47,7 @@ def held(pid: object) -> list[list[object]] | None:
         return None
     try:
         with open(f"/proc/{pid}/mountinfo", "rb") as info:
-            text = info.read(_MOUNTINFO_READ)
+            text = info.read(_READ_MAX)
     except OSError:
         return None
     points: dict[bytes, bytes] = {}
@@ -102,8 +101,8 @@ def intact_in(folder: Path) -> bool:
     """`intact` for the sandbox whose folder this is, from what `record` wrote there (True when
     nothing was: a sandbox started by an older Warden, or one starting; its sweep decides)."""
     try:
-        with open(folder / HELD, "rb") as held:
-            found = json.loads(held.read(_HELD_READ))
+        with open(folder / HELD, "rb") as recorded:
+            found = json.loads(recorded.read(_READ_MAX))
     except (OSError, ValueError):
         return True
     if not isinstance(found, dict):

@@ -206,15 +206,20 @@ def open_beneath(workspace: str, path: str, *, make_folders: bool = False) -> in
         raise
 
 
+def _innermost(path: str, roots: Iterable[str]) -> str | None:
+    """The innermost of `roots` that holds `path` below it (None: none does)."""
+    holding = [r for r in roots if path != r and _under(path, r)]
+    return max(holding, key=len) if holding else None
+
+
 def _refuse_link_above(path: str, writable_roots: Iterable[str]) -> None:
     """Denied: a link in a tree the command can write between its root and denied `path`. The
     mask lands where the link points, a folder behind a link is never pinned, and the command
     can point the link elsewhere: `mv b c` (or `ln -sfn x a`) took the file away from `a/key`'s
     deny, and the next command read it (as one planted where a denied path did not exist yet)."""
-    roots = [r for r in writable_roots if path != r and _under(path, r)]
-    if not roots:
+    root = _innermost(path, writable_roots)
+    if root is None:
         return
-    root = max(roots, key=len)
     current = root
     for part in os.path.relpath(path, root).split("/")[:-1]:
         current = os.path.join(current, part)
@@ -230,10 +235,9 @@ def _refuse_link_above(path: str, writable_roots: Iterable[str]) -> None:
 def _first_missing(path: str, writable_roots: Iterable[str]) -> str:
     """The first name on the way from the innermost writable root holding `path` to it that does
     not exist (`path` itself outside every writable root: nothing there is made by a command)."""
-    roots = [r for r in writable_roots if path != r and _under(path, r)]
-    if not roots:
+    current = _innermost(path, writable_roots)
+    if current is None:
         return path
-    current = max(roots, key=len)
     for part in os.path.relpath(path, current).split("/"):
         current = os.path.join(current, part)
         if not os.path.lexists(current):
@@ -243,10 +247,9 @@ def _first_missing(path: str, writable_roots: Iterable[str]) -> str:
 
 def _pins_between(path: str, writable_roots: Iterable[str]) -> list[str]:
     """The real folders strictly between the innermost writable root holding `path` and it."""
-    roots = [r for r in writable_roots if path != r and _under(path, r)]
-    if not roots:
+    root = _innermost(path, writable_roots)
+    if root is None:
         return []
-    root = max(roots, key=len)
     pins: list[str] = []
     current = root
     for part in os.path.relpath(path, root).split("/")[:-1]:
